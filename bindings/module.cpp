@@ -1,0 +1,13 @@
+// lamina._core — the private compiled module; the public API lives in python/lamina.
+#include <pybind11/pybind11.h>
+
+#include "common.hpp"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "lamina native core (private; use the lamina package)";
+  lamina::py_detail::register_exceptions(m);
+  lamina::py_detail::register_info(m);
+  lamina::py_detail::register_search(m);
+}

@@ -1,0 +1,116 @@
+// lamina/arena.hpp — a contiguous, growable arena of fixed-dimension vectors.
+//
+// Layout: one 64-byte-aligned block; row r starts at r * stride elements, stride = dim rounded
+// up to a multiple of 64 bytes (padding is zero). Columns beside the block: namespace (uint64),
+// layer (uint8), live (uint8), squared norm (float), generation (uint32).
+//
+// Handles ("slots"): add() returns int64 handles = (generation << 32) | row. A fresh row has
+// generation 0, so until a row is reused a handle equals its row index. remove() bumps the
+// row's generation, so a handle kept after removal is stale and is refused (IndexError) even
+// after the row is reused: a handle never silently points at other data. Growth copies the
+// block; rows and handles stay valid.
+//
+// Thread safety: any number of concurrent readers (search, get, stats) or one writer (add,
+// remove, set_layer, reserve) at a time, enforced by an internal reader/writer lock. Readers
+// never block each other.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "lamina/topk.hpp"
+
+namespace lamina {
+
+enum class DType : int { F32 = 0, F16 = 1 };
+
+/// A snapshot of the row block: keeps the storage alive while a view of it exists.
+struct ArenaView {
+  std::shared_ptr<void> storage;
+  std::size_t rows = 0;    // rows in use (live and dead), the high-water mark
+  std::size_t dim = 0;
+  std::size_t stride = 0;  // elements between rows
+  DType dtype = DType::F32;
+};
+
+class VectorArena {
+ public:
+  /// dim >= 1; capacity: initial rows reserved (grows by doubling).
+  VectorArena(std::size_t dim, DType dtype, std::size_t capacity);
+
+  std::size_t dim() const { return dim_; }
+  DType dtype() const { return dtype_; }
+  std::size_t stride() const { return stride_; }
+  std::size_t capacity() const;
+  std::size_t size() const;        // live rows
+  std::size_t high_water() const;  // rows ever used (live + dead)
+
+  /// Append n rows (n x dim, C-contiguous, element type per dtype(): float or binary16 bits).
+  /// ns/layers: one value (ns_per_row/layers_per_row = false) or n values. Rows must be
+  /// finite (ValueError otherwise, nothing added). Writes n handles to out.
+  void add(const void* vectors, std::size_t n, const uint64_t* ns, bool ns_per_row,
+           const uint8_t* layers, bool layers_per_row, int64_t* out);
+
+  /// Remove rows by handle. All handles are validated first (IndexError for stale or
+  /// out-of-range handles, ValueError for duplicates): either all are removed or none.
+  void remove(const int64_t* handles, std::size_t n);
+
+  /// Copy rows to out (n x dim of dtype(), contiguous).
+  void get(const int64_t* handles, std::size_t n, void* out) const;
+  /// Columns of given handles.
+  void namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const;
+  void layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const;
+  /// Move rows to another layer.
+  void set_layer(const int64_t* handles, std::size_t n, uint8_t layer);
+  /// True for handles that currently name a live row.
+  void contains(const int64_t* handles, std::size_t n, uint8_t* out) const;
+
+  /// Exact top-k (see topk.hpp for ordering, ties and padding). Filters:
+  ///  - ns == nullptr: all namespaces; n_ns == 1: one namespace for all queries;
+  ///    n_ns == nq: query i searches only namespace ns[i] (one agent per query);
+  ///  - layer_mask: 256-bit mask of allowed layers (null: all).
+  /// Output ids are handles; -1 pads. Throws ValueError on an empty arena.
+  void search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
+              const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask, int n_threads,
+              float* out_scores, int64_t* out_ids) const;
+
+  void reserve(std::size_t capacity);
+
+  /// Snapshot of the block (shared ownership) and copies of the columns.
+  ArenaView view() const;
+  void columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
+               std::vector<uint8_t>& live) const;
+  /// Live rows per namespace.
+  std::size_t namespace_size(uint64_t ns) const;
+
+ private:
+  std::size_t elt() const { return dtype_ == DType::F16 ? 2 : 4; }
+  uint32_t row_of_checked(int64_t h) const;  // throws IndexError
+  void grow_locked(std::size_t min_capacity);
+  void search_locked(const float* queries, std::size_t nq, std::size_t k, Metric metric,
+                     const RowFilter& filter, int n_threads, float* out_scores,
+                     int64_t* out_ids) const;
+
+  std::size_t dim_;
+  DType dtype_;
+  std::size_t stride_;
+  std::size_t capacity_ = 0;
+  std::size_t high_water_ = 0;
+  std::size_t live_count_ = 0;
+  std::shared_ptr<void> storage_;
+  std::vector<uint64_t> ns_;
+  std::vector<uint8_t> layer_;
+  std::vector<uint8_t> live_;
+  std::vector<float> sqnorm_;
+  std::vector<uint32_t> gen_;
+  std::vector<uint32_t> free_;  // removed rows available for reuse (LIFO)
+  std::unordered_map<uint64_t, std::vector<uint32_t>> ns_rows_;
+  std::vector<uint32_t> ns_pos_;  // position of a live row in ns_rows_[ns_[row]]
+  mutable std::shared_mutex mu_;
+};
+
+}  // namespace lamina

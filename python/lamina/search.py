@@ -1,0 +1,293 @@
+"""Contiguous vector arena and exact top-k search (native, fused selection).
+
+Ordering, ties and padding are the same everywhere:
+
+* results are sorted best first: highest score for ``"ip"`` and ``"cosine"``, smallest
+  squared distance for ``"l2"``;
+* equal scores are ordered by the smaller slot / row index first, so results do not depend on
+  the number of threads;
+* when fewer than ``k`` candidates exist, the tail is padded with slot ``-1`` and score
+  ``-inf`` (``"ip"``, ``"cosine"``) or ``+inf`` (``"l2"``).
+
+Metrics: ``ip`` = <q, x>; ``cosine`` = <q, x> / (|q| |x|) (a stored zero vector scores 0, a
+zero query is an error); ``l2`` = |q|^2 + |x|^2 - 2<q, x> clamped at 0 (squared Euclidean
+distance, computed as FAISS does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _core
+
+__all__ = ["VectorArena", "topk", "Metric"]
+
+Metric = Literal["ip", "cosine", "l2"]
+NamespaceArg = Union[int, np.integer, npt.NDArray[np.uint64], None]
+
+
+def _as_slots(slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.int64]:
+    arr = np.asarray(slots)
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"slots must be integers, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"slots must be a 1-D sequence, got shape {arr.shape}")
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise IndexError("slot out of range (larger than any int64 slot)")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _namespace(ns: NamespaceArg) -> Union[int, npt.NDArray[np.uint64], None]:
+    if ns is None:
+        return None
+    if isinstance(ns, (bool, np.bool_)):
+        raise TypeError("namespace must be an int or a uint64 array, not bool")
+    if isinstance(ns, (int, np.integer)):
+        v = int(ns)
+        if not 0 <= v < 2**64:
+            raise ValueError(f"namespace must be in [0, 2**64), got {v}")
+        return v
+    return ns  # checked strictly (dtype uint64, 1-D, contiguous) by the native layer
+
+
+def topk(
+    queries: npt.NDArray[np.float32],
+    vectors: npt.NDArray[np.floating],
+    k: int,
+    metric: Metric = "ip",
+    *,
+    threads: int = 0,
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    """Exact top-k of ``queries`` against the rows of a plain matrix.
+
+    Parameters
+    ----------
+    queries : ndarray, shape (b, d), float32, C-contiguous, finite
+    vectors : ndarray, shape (n, d), float32 or float16, C-contiguous, n >= 1
+    k : int
+        Results per query (>= 1); padded when ``k > n`` (see module docs).
+    metric : {"ip", "cosine", "l2"}
+    threads : int
+        Worker threads (0: ``lamina.get_num_threads()``). The GIL is released.
+
+    Returns
+    -------
+    scores : ndarray, shape (b, k), float32
+    indices : ndarray, shape (b, k), int64 (row indices, -1 pads)
+
+    Raises
+    ------
+    TypeError
+        Wrong dtype or a non-array argument (nothing is converted silently).
+    ValueError
+        Wrong shape, non-contiguous input, NaN/Inf, ``k <= 0``, empty ``vectors``, unknown metric.
+    """
+    return _core.topk(queries, vectors, _check_k(k), str(metric), int(threads))
+
+
+def _check_k(k: int) -> int:
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an int, got {type(k).__name__}")
+    if k <= 0:
+        raise ValueError(f"k must be >= 1, got {k}")
+    return int(k)
+
+
+class VectorArena:
+    """Fixed-dimension vectors in one contiguous, 64-byte-aligned block with stable slots.
+
+    Every row carries a ``namespace`` (uint64, e.g. a user or agent id), a ``layer`` (uint8)
+    and a live flag. ``add`` returns int64 *slots*: ``(generation << 32) | row``. A fresh row
+    has generation 0 (so a slot equals its row index until the row is reused); ``remove`` bumps
+    the generation, so an old slot is refused with ``IndexError`` forever after, even when its
+    row is reused by a later ``add``. Growth copies the block; slots stay valid.
+
+    Thread safety: thread-safe. Many concurrent readers (``search``, ``get``, ``contains``...)
+    or one writer (``add``, ``remove``, ``set_layer``, ``reserve``) at a time, enforced by an
+    internal reader/writer lock. ``search`` and ``add`` release the GIL, so searches from
+    several Python threads run in parallel.
+
+    Parameters
+    ----------
+    dim : int
+        Vector dimension (>= 1).
+    dtype : {"float32", "float16"}
+        Storage type. Queries are always float32; float16 rows are widened on the fly and
+        accumulated in float32 (half the memory traffic).
+    capacity : int
+        Rows reserved up front (the block grows by doubling).
+    """
+
+    def __init__(self, dim: int, dtype: Union[str, np.dtype, type] = "float32", capacity: int = 1024) -> None:
+        name = np.dtype(dtype).name
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+        self._a = _core.VectorArena(int(dim), name, int(capacity))
+
+    # -- facts ---------------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        """Vector dimension."""
+        return int(self._a.dim)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Storage dtype (float32 or float16)."""
+        return np.dtype(self._a.dtype)
+
+    @property
+    def capacity(self) -> int:
+        """Rows the block can hold before it grows."""
+        return int(self._a.capacity)
+
+    @property
+    def high_water(self) -> int:
+        """Rows ever used (live and removed); the length of :attr:`vectors`."""
+        return int(self._a.high_water)
+
+    def __len__(self) -> int:
+        """Number of live rows."""
+        return int(len(self._a))
+
+    def __repr__(self) -> str:
+        return f"VectorArena(dim={self.dim}, dtype={self.dtype.name}, len={len(self)}, capacity={self.capacity})"
+
+    # -- writes --------------------------------------------------------------------------
+    def add(
+        self,
+        vectors: npt.NDArray[np.floating],
+        namespace: Union[int, npt.NDArray[np.uint64]] = 0,
+        layer: Union[int, npt.NDArray[np.uint8]] = 0,
+    ) -> npt.NDArray[np.int64]:
+        """Append rows.
+
+        Parameters
+        ----------
+        vectors : ndarray, shape (n, dim), dtype == self.dtype, C-contiguous, finite
+        namespace : int or ndarray of shape (n,), uint64
+        layer : int in [0, 255] or ndarray of shape (n,), uint8
+
+        Returns
+        -------
+        ndarray, shape (n,), int64 — the slots of the new rows.
+        """
+        ns = _namespace(namespace)
+        if ns is None:
+            raise TypeError("namespace must be an int or a uint64 array, not None")
+        if isinstance(layer, (np.integer,)):
+            layer = int(layer)
+        return self._a.add(vectors, ns, layer)
+
+    def remove(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> None:
+        """Remove rows. All slots are checked first; on any error nothing is removed.
+
+        Raises
+        ------
+        IndexError
+            A slot is out of range or stale (already removed).
+        ValueError
+            A slot appears twice.
+        """
+        self._a.remove(_as_slots(slots))
+
+    def set_layer(self, slots: Union[int, Iterable[int], npt.ArrayLike], layer: int) -> None:
+        """Move rows to another layer (0..255)."""
+        self._a.set_layer(_as_slots(slots), int(layer))
+
+    def reserve(self, capacity: int) -> None:
+        """Grow the block to hold at least ``capacity`` rows."""
+        self._a.reserve(int(capacity))
+
+    # -- reads ---------------------------------------------------------------------------
+    def get(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.floating]:
+        """Copies of rows, shape (len(slots), dim), dtype ``self.dtype``."""
+        return self._a.get(_as_slots(slots))
+
+    def contains(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.bool_]:
+        """Whether each slot names a live row, shape (len(slots),)."""
+        return self._a.contains(_as_slots(slots))
+
+    def namespaces_of(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.uint64]:
+        """Namespace of each slot, shape (len(slots),)."""
+        return self._a.namespaces_of(_as_slots(slots))
+
+    def layers_of(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.uint8]:
+        """Layer of each slot, shape (len(slots),)."""
+        return self._a.layers_of(_as_slots(slots))
+
+    def namespace_size(self, namespace: int) -> int:
+        """Live rows in ``namespace``."""
+        ns = _namespace(namespace)
+        assert isinstance(ns, int)
+        return int(self._a.namespace_size(ns))
+
+    @property
+    def vectors(self) -> npt.NDArray[np.floating]:
+        """Zero-copy, read-only view of rows ``0 .. high_water``, shape (high_water, dim).
+
+        Row ``slot & 0xffffffff`` holds that slot's vector; removed rows read as zeros (see
+        :meth:`live_mask`). The view keeps its block alive: after the arena grows, an old view
+        still reads the old block (a snapshot) rather than dangling.
+        """
+        return self._a.vectors_view()
+
+    def live_mask(self) -> npt.NDArray[np.bool_]:
+        """Copy of the live flags, shape (high_water,)."""
+        return self._a.columns()[2]
+
+    def columns(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint8], npt.NDArray[np.bool_]]:
+        """Copies of the (namespace, layer, live) columns, each shape (high_water,)."""
+        ns, layers, live = self._a.columns()
+        return ns, layers, live
+
+    def search(
+        self,
+        queries: npt.NDArray[np.float32],
+        k: int,
+        metric: Metric = "ip",
+        namespace: NamespaceArg = None,
+        layers: Union[Iterable[int], None] = None,
+        *,
+        threads: int = 0,
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Exact top-k over live rows, with optional namespace / layer filters.
+
+        Filters select candidates *before* scoring (only matching rows are read), so a
+        selective filter is faster than an unfiltered search and never loses results.
+
+        Parameters
+        ----------
+        queries : ndarray, shape (b, dim), float32, C-contiguous, finite
+        k : int
+            Results per query (>= 1).
+        metric : {"ip", "cosine", "l2"}
+        namespace : None, int, or ndarray of shape (b,), uint64
+            None: all namespaces; an int: one namespace for all queries; an array: query i
+            searches only namespace ``namespace[i]`` (one agent per query).
+        layers : iterable of int, optional
+            Allowed layers (None: all).
+        threads : int
+            Worker threads (0: default). The GIL is released while searching.
+
+        Returns
+        -------
+        scores : ndarray, shape (b, k), float32
+        slots : ndarray, shape (b, k), int64 (``-1`` pads)
+
+        Raises
+        ------
+        ValueError
+            Empty arena, wrong shape, NaN/Inf queries, ``k <= 0``, unknown metric.
+        TypeError
+            Wrong dtype.
+        """
+        ls = None if layers is None else [int(x) for x in layers]
+        return self._a.search(queries, _check_k(k), str(metric), _namespace(namespace), ls, int(threads))
