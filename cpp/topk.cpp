@@ -189,7 +189,7 @@ void topk_search(const float* queries, std::size_t nq, const RowStore& rows, std
   const std::size_t cap = std::min<std::size_t>(k, std::max<std::size_t>(n_units, 1));
   const std::size_t n_blocks = (n_units + kBlockRows - 1) / kBlockRows;
   const std::size_t work = n_units * d * std::max<std::size_t>(nq, 1);
-  const int T = threads_for(work, std::size_t(1) << 21, n_threads);
+  const int T = threads_for(work, std::size_t(1) << 20, n_threads);
   const std::size_t P = std::max<std::size_t>(1, std::min<std::size_t>(T, n_blocks));
   std::size_t G = std::max<std::size_t>(1, (static_cast<std::size_t>(T) + P - 1) / P);
   G = std::min(G, std::max<std::size_t>(nq, 1));
