@@ -73,11 +73,13 @@ void run_rows(const kisa::BlendJob& job, std::size_t n, std::size_t m, int threa
   const std::size_t n_tasks = (m + rows_per_task - 1) / rows_per_task;
   const int nt = threads_for(m * d1, std::size_t(1) << 18, threads);
   const kisa::Table& K = kisa::table();
+  std::vector<float> backup(static_cast<std::size_t>(nt) * job.d);
   std::atomic<std::size_t> first_bad{m};
   std::atomic<std::size_t> n_bad{0};
-  parallel_for(n_tasks, nt, [&](std::size_t task, int) {
+  parallel_for(n_tasks, nt, [&](std::size_t task, int worker) {
     const std::size_t lo = task * rows_per_task, hi = std::min(m, lo + rows_per_task);
-    const kisa::BadRows bad = K.blend_rows(job, lo, hi);
+    float* scratch = backup.data() + static_cast<std::size_t>(worker) * job.d;
+    const kisa::BadRows bad = K.blend_rows(job, lo, hi, scratch);
     if (bad.count) {
       n_bad.fetch_add(bad.count);
       std::size_t cur = first_bad.load();

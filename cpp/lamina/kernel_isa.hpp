@@ -70,8 +70,8 @@ struct HeatJob {
 
 struct Table {
   const char* isa;
-  /// Updates the job's rows k in [lo, hi).
-  BadRows (*blend_rows)(const BlendJob& job, std::size_t lo, std::size_t hi);
+  /// Updates the job's rows k in [lo, hi); `backup` is scratch for one row (job.d floats).
+  BadRows (*blend_rows)(const BlendJob& job, std::size_t lo, std::size_t hi, float* backup);
   /// γ for rows [i0, i0 + nrows), nrows <= kGateTile, written to job.gamma, β to
   /// job.beta_used; per-row finiteness, entropy and float β left in `tile`. Returns
   /// kGateNonFinite | kGateOverEps flags (0: nothing left to do for this tile).
