@@ -1,0 +1,120 @@
+#include "lamina/gating.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "lamina/common.hpp"
+#include "lamina/kernel_isa.hpp"
+#include "lamina/kernel_math.hpp"
+#include "lamina/parallel.hpp"
+
+namespace lamina {
+
+namespace {
+constexpr std::size_t kTilesPerTask = 16;
+}  // namespace
+
+void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const RowParam& beta,
+                  bool has_max_entropy, double max_entropy, int max_doublings, float* gamma,
+                  double* beta_used, int threads) {
+  LAMINA_CHECK(L >= 1, "relevance must have at least one column (one per memory layer), got 0");
+  const std::size_t nb = beta.per_row() ? b : 1;
+  for (std::size_t i = 0; i < nb; ++i) {
+    const double v = beta[i];
+    LAMINA_CHECK(std::isfinite(v) && std::fabs(v) <= FLT_MAX, "beta",
+                 beta.per_row() ? detail::concat("[", i, "]") : std::string(), " = ", v,
+                 " is not a finite float32 value");
+    LAMINA_CHECK(!has_max_entropy || v > 0.0, "beta",
+                 beta.per_row() ? detail::concat("[", i, "]") : std::string(), " = ", v,
+                 " must be > 0 when max_entropy is given (doubling beta sharpens the gate only "
+                 "for beta > 0)");
+  }
+  if (has_max_entropy) {
+    LAMINA_CHECK(std::isfinite(max_entropy) && max_entropy >= 0.0,
+                 "max_entropy (epsilon) must be finite and >= 0, got ", max_entropy);
+    LAMINA_CHECK(max_doublings >= 0 && max_doublings <= 1024,
+                 "max_doublings must be in [0, 1024], got ", max_doublings);
+  }
+  if (b == 0) return;
+
+  const float eps = static_cast<float>(max_entropy);
+  const std::size_t T = kisa::kGateTile;
+  const std::size_t n_tiles = (b + T - 1) / T;
+  const std::size_t n_tasks = (n_tiles + kTilesPerTask - 1) / kTilesPerTask;
+  const int nt = threads_for(b * L, std::size_t(1) << 16, threads);
+  const kisa::Table& K = kisa::table();
+  kisa::GateJob job;
+  job.relevance = relevance;
+  job.b = b;
+  job.L = L;
+  job.beta = beta;
+  job.entropy = has_max_entropy;
+  job.eps = eps;
+  job.gamma = gamma;
+  job.beta_used = beta_used;
+  std::atomic<std::size_t> first_bad{b};
+
+  // Rows over the ε bound after the first pass are doubled in rounds over a compacted list,
+  // kGateTile rows per vectorised call: per row exactly the loop
+  //   while (H > ε && k < max_doublings && β <= FLT_MAX/2) { β *= 2; recompute; ++k; }
+  struct Pending {
+    std::size_t row;
+    float beta;
+    int k;
+  };
+  parallel_for(n_tasks, nt, [&](std::size_t task, int) {
+    kisa::GateTile B;
+    B.r.resize(L * T);
+    B.e.resize(L * T);
+    std::vector<Pending> pending, next;
+    const std::size_t t_end = std::min(n_tiles, (task + 1) * kTilesPerTask);
+    for (std::size_t t = task * kTilesPerTask; t < t_end; ++t) {
+      const std::size_t i0 = t * T, nrows = std::min(T, b - i0);
+      if (K.gate_tile(job, i0, nrows, B) == 0) continue;
+      for (std::size_t i = 0; i < nrows; ++i) {
+        if (B.chk[i] != 0.0f) {  // NaN/Inf somewhere in this row
+          std::size_t cur = first_bad.load();
+          while (i0 + i < cur && !first_bad.compare_exchange_weak(cur, i0 + i)) {
+          }
+        } else if (has_max_entropy && B.ent[i] > eps && max_doublings > 0 &&
+                   B.beta[i] <= FLT_MAX / 2) {
+          pending.push_back({i0 + i, B.beta[i], 0});
+        }
+      }
+    }
+    std::size_t rows[T];
+    while (!pending.empty()) {
+      next.clear();
+      for (std::size_t p0 = 0; p0 < pending.size(); p0 += T) {
+        const std::size_t cnt = std::min(T, pending.size() - p0);
+        for (std::size_t i = 0; i < cnt; ++i) {
+          Pending& q = pending[p0 + i];
+          q.beta *= 2.0f;
+          ++q.k;
+          rows[i] = q.row;
+          B.beta[i] = q.beta;
+        }
+        K.gate_rows(job, rows, cnt, B);
+        for (std::size_t i = 0; i < cnt; ++i) {
+          const Pending& q = pending[p0 + i];
+          if (B.ent[i] > eps && q.k < max_doublings && q.beta <= FLT_MAX / 2)
+            next.push_back(q);
+          else  // the caller's β·2^k, exactly
+            beta_used[q.row] = std::ldexp(beta[q.row], q.k);
+        }
+      }
+      pending.swap(next);
+    }
+  });
+
+  if (const std::size_t i = first_bad.load(); i < b)
+    throw ValueError(detail::concat("relevance[", i,
+                                    "] contains NaN or Inf; pass finite relevances "
+                                    "(check numpy.isfinite)"));
+}
+
+}  // namespace lamina
