@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
+from . import kv
 from .search import Metric, VectorArena, topk
 
 __version__ = str(build_info()["version"])
@@ -10,6 +11,7 @@ __version__ = str(build_info()["version"])
 __all__ = [
     "VectorArena",
     "topk",
+    "kv",
     "Metric",
     "build_info",
     "has_cuda",
