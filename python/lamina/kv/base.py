@@ -161,7 +161,9 @@ def apportion(weights: npt.ArrayLike, total: int, cap: int) -> npt.NDArray[np.in
     Shares above ``cap`` are clamped and their excess re-split over the rest in proportion
     (water filling); the real shares are then rounded by largest remainder, ties to the lower
     index, so the result sums to ``total`` exactly. All-zero weights split uniformly.
-    Requires ``0 <= total <= len(weights) * cap``.
+    Float noise is neutralised: a share within 1e-9 of an integer is that integer, and
+    remainders are compared at 1e-9 resolution (so equal shares computed along different
+    float paths still tie). Requires ``0 <= total <= len(weights) * cap``.
     """
     w = np.asarray(weights, dtype=np.float64).ravel()
     m = w.size
@@ -187,8 +189,10 @@ def apportion(weights: npt.ArrayLike, total: int, cap: int) -> npt.NDArray[np.in
         remaining -= cap * idx.size
         if not free.any():
             break
+    near = np.round(x)
+    x = np.where(np.abs(x - near) < 1e-9, near, x)
     base = np.clip(np.floor(x), 0, cap).astype(np.int64)
-    rem = x - base
+    rem = np.round(x - base, 9)
     d = total - int(base.sum())
     order = np.lexsort((np.arange(m), -rem))  # remainder descending, then index ascending
     if d > 0:
@@ -220,6 +224,11 @@ def check_scores(scores: Any) -> npt.NDArray[np.float32]:
         )
     if 0 in scores.shape:
         raise ValueError(f"scores must be non-empty, got shape {scores.shape}")
+    if scores.ndim == 4 and scores.shape[2] > scores.shape[3]:
+        raise ValueError(
+            f"window attention (L, H, w, S) needs w <= S (the window is the last w of the S "
+            f"positions), got shape {scores.shape}"
+        )
     if not scores.flags.c_contiguous:
         raise ValueError("scores must be C-contiguous; pass numpy.ascontiguousarray(scores)")
     return scores
