@@ -107,11 +107,7 @@ def np_pyramidkv(x, b, hkv, w=64, k=5, beta=20.0):
     L, S = x.shape[0], x.shape[-1]
     n, bp = S - w, b - w
     s = np_gqa(np_pool(np_window_mean(x, n), "avg", k), hkv, "mean")
-    mn = bp / beta
-    mx = 2 * bp - mn
-    if mx >= n:
-        mx, mn = n, 2 * bp - n
-    lb = np.round(mx - np.arange(L) * (mx - mn) / (L - 1)).astype(np.int64)
+    lb = kv.PyramidKV(beta=beta).layer_budgets(L, bp, n)  # O(L) arithmetic, same budgets
     out = []
     for layer in range(L):
         idx = np_top_uniform(s[layer], int(lb[layer]))
