@@ -31,6 +31,9 @@ struct RowKernels {
                            int64_t* out);
   /// Index of the m-th (1-based) j with x[j] == t; n if there are fewer than m.
   std::size_t (*nth_equal)(const float* x, std::size_t n, float t, std::size_t m);
+  /// Copies the x[j] >= lo to vals and j to pos (in order; both hold n + kSlack entries) and
+  /// returns how many.
+  std::size_t (*collect)(const float* x, std::size_t n, float lo, float* vals, int32_t* pos);
 };
 
 /// Scratch memory of one selecting thread (opaque).

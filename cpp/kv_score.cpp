@@ -72,52 +72,50 @@ LAMINA_KV_INLINE void min_max(const float* x, std::size_t n, float* mn, float* m
   *mx = b;
 }
 
-LAMINA_KV_INLINE void pool_max(const float* a, std::size_t n, std::size_t k, float* out) {
-  const std::size_t r = k / 2;
-  auto edge = [&](std::size_t j) {
-    const std::size_t lo = j >= r ? j - r : 0, hi = std::min(n - 1, j + r);
-    float m = a[lo];
-    for (std::size_t i = lo + 1; i <= hi; ++i) m = a[i] > m ? a[i] : m;
-    out[j] = m;
-  };
-  if (n <= 2 * r) {
-    for (std::size_t j = 0; j < n; ++j) edge(j);
-    return;
-  }
-  const std::size_t m = n - 2 * r;  // interior j in [r, n - r)
-  float* o = out + r;
-  std::memcpy(o, a, m * sizeof(float));
-  for (std::size_t d = 1; d < k; ++d) {
-    const float* src = a + d;
-    for (std::size_t i = 0; i < m; ++i) o[i] = src[i] > o[i] ? src[i] : o[i];
-  }
-  for (std::size_t j = 0; j < r; ++j) edge(j);
-  for (std::size_t j = n - r; j < n; ++j) edge(j);
-}
-
-LAMINA_KV_INLINE void pool_avg(const float* a, std::size_t n, std::size_t k, float* out) {
+// 1-D pooling of a[0..n) with kernel k (odd), stride 1, padding k/2, for the output positions
+// [j0, j1) only, written to out[0 .. j1 - j0). Per position, the same operations in the same
+// order whatever the block bounds: Max: m = a[lo], then m = a[i] > m ? a[i] : m for ascending
+// in-range i; Avg: s = a[lo] + ... (ascending, in range) / k. Blocks of kBlock outputs keep
+// the k passes over the block in L1.
+LAMINA_KV_INLINE void pool_block(const float* a, std::size_t n, std::size_t k, bool is_max,
+                                 std::size_t j0, std::size_t j1, float* out) {
   const std::size_t r = k / 2;
   const float kf = static_cast<float>(k);
   auto edge = [&](std::size_t j) {
     const std::size_t lo = j >= r ? j - r : 0, hi = std::min(n - 1, j + r);
-    float s = a[lo];
-    for (std::size_t i = lo + 1; i <= hi; ++i) s += a[i];
-    out[j] = s / kf;
+    float m = a[lo];
+    if (is_max) {
+      for (std::size_t i = lo + 1; i <= hi; ++i) m = a[i] > m ? a[i] : m;
+    } else {
+      for (std::size_t i = lo + 1; i <= hi; ++i) m += a[i];
+      m /= kf;
+    }
+    out[j - j0] = m;
   };
-  if (n <= 2 * r) {
-    for (std::size_t j = 0; j < n; ++j) edge(j);
+  // interior positions r <= j < n - r have all k inputs in range
+  const std::size_t i0 = std::max(j0, r), i1 = n > 2 * r ? std::min(j1, n - r) : 0;
+  if (i0 >= i1) {
+    for (std::size_t j = j0; j < j1; ++j) edge(j);
     return;
   }
-  const std::size_t m = n - 2 * r;
-  float* o = out + r;
-  std::memcpy(o, a, m * sizeof(float));
-  for (std::size_t d = 1; d < k; ++d) {
-    const float* src = a + d;
-    for (std::size_t i = 0; i < m; ++i) o[i] += src[i];
+  for (std::size_t j = j0; j < i0; ++j) edge(j);
+  const std::size_t m = i1 - i0;
+  float* o = out + (i0 - j0);
+  const float* base = a + (i0 - r);
+  std::memcpy(o, base, m * sizeof(float));
+  if (is_max) {
+    for (std::size_t d = 1; d < k; ++d) {
+      const float* src = base + d;
+      for (std::size_t i = 0; i < m; ++i) o[i] = src[i] > o[i] ? src[i] : o[i];
+    }
+  } else {
+    for (std::size_t d = 1; d < k; ++d) {
+      const float* src = base + d;
+      for (std::size_t i = 0; i < m; ++i) o[i] += src[i];
+    }
+    for (std::size_t i = 0; i < m; ++i) o[i] /= kf;
   }
-  for (std::size_t i = 0; i < m; ++i) o[i] /= kf;
-  for (std::size_t j = 0; j < r; ++j) edge(j);
-  for (std::size_t j = n - r; j < n; ++j) edge(j);
+  for (std::size_t j = i1; j < j1; ++j) edge(j);
 }
 
 // log(x) for normal x > 0 in float32 (Cephes logf: frexp, then a degree-9 polynomial on
@@ -193,26 +191,62 @@ LAMINA_KV_INLINE void entropy_sums(const float* s, std::size_t N, double* z, dou
 }
 
 struct RowBuffers {
-  std::vector<float> reduced, pooled;
+  std::vector<float> reduced;
 };
+
+constexpr std::size_t kBlock = 1024;  // score_row's block (4 KiB: pooling passes stay in L1)
 
 // One (layer, KV head) row of window_scores; see ScoreSpec for the arithmetic and its order.
 // Writes the row to acc[0..n); with `st`, also its entropy sums (for LAVa) while it is hot.
+// Works in blocks of kBlock positions: for each query head of the group, every block is
+// checked (w == 0 input), pooled and folded into acc; the last head's pass also applies the
+// group mean, the scale and the finiteness check. Per element the operations and their order
+// are those of ScoreSpec, independent of the blocking.
 LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowScale& scale,
                                 float* acc, RowBuffers& B, std::size_t r, RowEntropySums* st) {
   const std::size_t H = sp.heads, Hkv = sp.kv_heads, G = H / Hkv;
   const std::size_t S = sp.seq_len, w = sp.window, n = sp.n_candidates;
   const std::size_t l = r / Hkv, g = r % Hkv;
-  if (B.reduced.size() < n) B.reduced.resize(n);
-  if (B.pooled.size() < n) B.pooled.resize(n);
+  const bool pooled = sp.pool != Pool::None && sp.kernel > 1;
+  const bool is_max = sp.pool == Pool::Max;
+  const std::size_t rad = pooled ? sp.kernel / 2 : 0;
+
+  bool scaled = false;
+  float nu = 1.0f;
+  if (scale.per_row || scale.per_token) {
+    scaled = true;
+    if (scale.per_row) {
+      nu = scale.per_row[r];
+    } else {
+      const float* v = scale.per_token + r * S;
+      LAMINA_CHECK(all_finite(v, S), "value_norms[", l, ", ", g, "] contains NaN or Inf");
+      float vmin = 0.0f, vmax;
+      nu = 0.0f;
+      if (n > 0) min_max(v, n, &vmin, &nu);  // nu = max over the candidates
+      if (S > n) {
+        float tmin;
+        min_max(v + n, S - n, &tmin, &vmax);
+        vmin = n > 0 ? std::min(vmin, tmin) : tmin;
+      }
+      LAMINA_CHECK(vmin >= 0.0f, "value_norms must be >= 0 (they are L1 norms); row [", l,
+                   ", ", g, "] has ", vmin);
+    }
+    LAMINA_CHECK(std::isfinite(nu) && nu >= 0.0f, "value norm scale of row [", l, ", ", g,
+                 "] must be finite and >= 0, got ", nu);
+  }
+  const bool mean = G > 1 && sp.group_reduce == Reduce::Mean;
+  const float gf = static_cast<float>(G);
+
+  alignas(64) float tmp[kBlock];
   for (std::size_t q = 0; q < G; ++q) {
     const std::size_t h = g * G + q;
     const float* a;
     if (w == 0) {
       a = in + (l * H + h) * S;
-      LAMINA_CHECK(all_finite(a, S), "scores[", l, ", ", h,
+      LAMINA_CHECK(all_finite(a + n, S - n), "scores[", l, ", ", h,
                    "] contains NaN or Inf; pass finite scores");
     } else {
+      if (B.reduced.size() < n) B.reduced.resize(n);
       const float* base = in + ((l * H + h) * w) * S;
       float* red = B.reduced.data();
       for (std::size_t j0 = 0; j0 < n; j0 += kChunk) {
@@ -237,53 +271,45 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
       }
       a = red;
     }
-    float* dst = q == 0 ? acc : B.pooled.data();
-    const float* p = dst;
-    if (sp.pool == Pool::Max && sp.kernel > 1 && n > 0) {
-      pool_max(a, n, sp.kernel, dst);
-    } else if (sp.pool == Pool::Avg && sp.kernel > 1 && n > 0) {
-      pool_avg(a, n, sp.kernel, dst);
-    } else if (q == 0) {
-      std::memcpy(dst, a, n * sizeof(float));
-    } else {
-      p = a;
-    }
-    if (q > 0) {
-      if (sp.group_reduce == Reduce::Max) {
-        for (std::size_t j = 0; j < n; ++j) acc[j] = p[j] > acc[j] ? p[j] : acc[j];
+    const bool last = q + 1 == G;
+    for (std::size_t j0 = 0; j0 < n; j0 += kBlock) {
+      const std::size_t j1 = std::min(n, j0 + kBlock), len = j1 - j0;
+      if (w == 0) {  // the inputs this block's pooling reads, before they are used
+        const std::size_t c0 = j0 >= rad ? j0 - rad : 0, c1 = std::min(n, j1 + rad);
+        LAMINA_CHECK(all_finite(a + c0, c1 - c0), "scores[", l, ", ", h,
+                     "] contains NaN or Inf; pass finite scores");
+      }
+      float* dst = acc + j0;
+      const float* p;
+      if (q == 0) {
+        if (pooled) {
+          pool_block(a, n, sp.kernel, is_max, j0, j1, dst);
+        } else {
+          std::memcpy(dst, a + j0, len * sizeof(float));
+        }
       } else {
-        for (std::size_t j = 0; j < n; ++j) acc[j] += p[j];
+        if (pooled) {
+          pool_block(a, n, sp.kernel, is_max, j0, j1, tmp);
+          p = tmp;
+        } else {
+          p = a + j0;
+        }
+        if (sp.group_reduce == Reduce::Max) {
+          for (std::size_t j = 0; j < len; ++j) dst[j] = p[j] > dst[j] ? p[j] : dst[j];
+        } else {
+          for (std::size_t j = 0; j < len; ++j) dst[j] += p[j];
+        }
+      }
+      if (last) {
+        if (mean)
+          for (std::size_t j = 0; j < len; ++j) dst[j] /= gf;
+        if (scaled)
+          for (std::size_t j = 0; j < len; ++j) dst[j] *= nu;
+        LAMINA_CHECK(all_finite(dst, len), "scores of row [", l, ", ", g,
+                     "] overflow float32 after scaling; rescale the inputs");
       }
     }
   }
-  if (G > 1 && sp.group_reduce == Reduce::Mean) {
-    const float gf = static_cast<float>(G);
-    for (std::size_t j = 0; j < n; ++j) acc[j] /= gf;
-  }
-  if (scale.per_row || scale.per_token) {
-    float nu;
-    if (scale.per_row) {
-      nu = scale.per_row[r];
-    } else {
-      const float* v = scale.per_token + r * S;
-      LAMINA_CHECK(all_finite(v, S), "value_norms[", l, ", ", g, "] contains NaN or Inf");
-      float vmin = 0.0f, vmax;
-      nu = 0.0f;
-      if (n > 0) min_max(v, n, &vmin, &nu);  // nu = max over the candidates
-      if (S > n) {
-        float tmin;
-        min_max(v + n, S - n, &tmin, &vmax);
-        vmin = n > 0 ? std::min(vmin, tmin) : tmin;
-      }
-      LAMINA_CHECK(vmin >= 0.0f, "value_norms must be >= 0 (they are L1 norms); row [", l,
-                   ", ", g, "] has ", vmin);
-    }
-    LAMINA_CHECK(std::isfinite(nu) && nu >= 0.0f, "value norm scale of row [", l, ", ", g,
-                 "] must be finite and >= 0, got ", nu);
-    for (std::size_t j = 0; j < n; ++j) acc[j] *= nu;
-  }
-  LAMINA_CHECK(all_finite(acc, n), "scores of row [", l, ", ", g,
-               "] overflow float32 after scaling; rescale the inputs");
   if (st) entropy_sums(acc, n, &st->sum, &st->sum_slogs, &st->min);
 }
 

@@ -34,6 +34,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 struct Workspace {
   std::vector<float> buf;     // band candidates / exact copy
+  std::vector<float> cvals;   // collected candidates (values >= the bracket's low end)
+  std::vector<int32_t> cpos;  // and their positions
   std::vector<float> layer;   // pinned copy of one layer (Ada-KV floor)
   std::vector<int64_t> pos;   // staging for kept positions (needs kSlack past the end)
   float* floats(std::size_t n) {
@@ -106,26 +108,35 @@ Cut exact_cut(const float* x, std::size_t n, std::size_t k, Workspace& W, const 
   return c;
 }
 
-Cut find_cut(const float* x, std::size_t n, std::size_t k, Workspace& W, const RowKernels& K) {
-  LAMINA_ASSERT(k >= 1 && k <= n);
-  if (n <= kExactBelow) return exact_cut(x, n, k, W, K);
+// The bracket of find_cut from a strided sample of x: lo <= k-th largest <= hi (when the
+// sample does not mislead; callers verify). hi is +inf when the k-th largest is so close to
+// the top that the sample cannot bound it from above.
+void sample_bracket(const float* x, std::size_t n, std::size_t k, float* lo, float* hi) {
   float sample[kSample];
   for (std::size_t i = 0; i < kSample; ++i) sample[i] = x[(i * n) / kSample];
   const double q = static_cast<double>(k) * kSample / static_cast<double>(n);
   const double d = 5.0 * std::sqrt(q * (1.0 - q / kSample)) + 4.0;
   const long r_hi = static_cast<long>(std::floor(q - d));
   const long r_lo = static_cast<long>(std::ceil(q + d));
-  float lo = -kInf, hi = kInf;
+  *lo = -kInf;
+  *hi = kInf;
   std::size_t lo_end = kSample;
   if (r_lo < static_cast<long>(kSample)) {
     std::nth_element(sample, sample + r_lo, sample + kSample, std::greater<float>());
-    lo = sample[r_lo];
+    *lo = sample[r_lo];
     lo_end = static_cast<std::size_t>(r_lo);
   }
   if (r_hi >= 0) {
     std::nth_element(sample, sample + r_hi, sample + lo_end, std::greater<float>());
-    hi = sample[r_hi];
+    *hi = sample[r_hi];
   }
+}
+
+Cut find_cut(const float* x, std::size_t n, std::size_t k, Workspace& W, const RowKernels& K) {
+  LAMINA_ASSERT(k >= 1 && k <= n);
+  if (n <= kExactBelow) return exact_cut(x, n, k, W, K);
+  float lo, hi;
+  sample_bracket(x, n, k, &lo, &hi);
   float* b = W.floats(n);
   std::size_t above;
   const std::size_t m = K.band(x, n, lo, hi, b, &above);
@@ -149,6 +160,43 @@ std::size_t emit(const float* x, std::size_t n, const Cut& c, int64_t* out, cons
   std::size_t w = K.positions(x, p + 1, c.value, true, 0, out);
   w += K.positions(x + p + 1, n - p - 1, c.value, false, static_cast<int64_t>(p + 1), out + w);
   return w;
+}
+
+// The k best of x[0..n) (ascending positions) written to out[0..k), when the k-th largest
+// is near the top of the row: one SIMD pass collects every value >= the sample's low bracket
+// end with its position (a few percent of the row), the cut is found among those, and the
+// kept positions are read off the collected list, which is in position order. Same result
+// as find_cut + emit. Returns false (nothing written) when the sample gives an upper bracket
+// end (k is a large share of n: the band path is cheaper) or misled (fewer than k collected).
+bool select_collected(const float* x, std::size_t n, std::size_t k, Workspace& W,
+                      const RowKernels& K, int64_t* out) {
+  if (n <= kExactBelow || n > static_cast<std::size_t>(INT32_MAX)) return false;
+  float lo, hi;
+  sample_bracket(x, n, k, &lo, &hi);
+  if (hi != kInf || lo == -kInf) return false;
+  if (W.cvals.size() < n + kSlack) {
+    W.cvals.resize(n + kSlack);
+    W.cpos.resize(n + kSlack);
+  }
+  float* v = W.cvals.data();
+  const int32_t* p = W.cpos.data();
+  const std::size_t m = K.collect(x, n, lo, v, W.cpos.data());
+  if (m < k) return false;
+  float* b = W.floats(m);
+  std::copy(v, v + m, b);
+  const float cut = select_value(b, m, k);
+  std::size_t gt, eq;
+  K.count(v, m, cut, &gt, &eq);  // every value >= cut was collected: row-wide counts
+  std::size_t take_equal = k - gt, w = 0;
+  for (std::size_t i = 0; i < m && w < k; ++i) {  // out has exactly k slots
+    const float y = v[i];
+    const bool tie = y == cut && take_equal > 0;
+    take_equal -= tie;
+    out[w] = p[i];
+    w += (y > cut) | tie;
+  }
+  LAMINA_ASSERT(w == k);
+  return true;
 }
 
 }  // namespace
@@ -185,6 +233,10 @@ void select_row(const float* x, std::size_t n, std::size_t k, std::size_t tail, 
   } else if (k > 0) {
     const RowKernels& K = row_kernels();
     Workspace& W = scratch.w;
+    if (select_collected(x, n, k, W, K, out)) {
+      for (std::size_t t = 0; t < tail; ++t) out[k + t] = static_cast<int64_t>(n + t);
+      return;
+    }
     const Cut c = find_cut(x, n, k, W, K);
     int64_t* stage = W.positions(k);
     const std::size_t w = emit(x, n, c, stage, K);
