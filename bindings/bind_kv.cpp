@@ -227,6 +227,40 @@ void register_kv(py::module_& m) {
       py::arg("threads") = 0);
 
   m.def(
+      "kv_lava_layers",
+      [](const py::object& scores, const py::object& layer_budget, double alpha, long long tail,
+         int threads) {
+        py::array s = checked_array<float>(scores, "scores", 3, "float32");
+        const std::size_t L = dim(s, 0), Hkv = dim(s, 1), n = dim(s, 2);
+        py::array lb = checked_array<int64_t>(layer_budget, "layer_budget", 1, "int64");
+        LAMINA_CHECK(dim(lb, 0) == L, "layer_budget must have one entry per layer (", L, ")");
+        LAMINA_CHECK(tail >= 0, "tail must be >= 0");
+        const int64_t* lbp = static_cast<const int64_t*>(lb.data());
+        int64_t total = 0;
+        for (std::size_t l = 0; l < L; ++l) {
+          LAMINA_CHECK(lbp[l] >= 0 && static_cast<std::size_t>(lbp[l]) <= n, "layer_budget[",
+                       l, "] = ", lbp[l], " is outside [0, ", n, "]");
+          total += static_cast<int64_t>(Hkv) * (lbp[l] + tail);
+        }
+        py::array_t<int64_t> counts({L, Hkv}), budgets({L, Hkv});
+        py::array_t<int64_t> offsets(static_cast<py::ssize_t>(L * Hkv + 1));
+        py::array_t<int64_t> idx(static_cast<py::ssize_t>(total));
+        {
+          const float* p = static_cast<const float*>(s.data());
+          int64_t* cp = counts.mutable_data();
+          int64_t* bp = budgets.mutable_data();
+          int64_t* op = offsets.mutable_data();
+          int64_t* ip = idx.mutable_data();
+          py::gil_scoped_release nogil;
+          kv::lava_layers(p, L, Hkv, n, lbp, alpha, static_cast<std::size_t>(tail), cp, bp, op,
+                          ip, threads);
+        }
+        return py::make_tuple(idx, offsets, counts, budgets);
+      },
+      py::arg("scores"), py::arg("layer_budget"), py::arg("alpha"), py::arg("tail") = 0,
+      py::arg("threads") = 0);
+
+  m.def(
       "kv_select_rows",
       [](const py::object& scores, const py::object& k, long long n, long long tail,
          int threads) {

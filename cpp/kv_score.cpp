@@ -47,29 +47,29 @@ LAMINA_KV_INLINE bool all_finite(const float* x, std::size_t n) {
   return bad == 0;
 }
 
-// Smallest and largest of x[0..n), n >= 1.
+// Smallest and largest of x[0..n), n >= 1 (finite). Runs on order-preserving integer keys:
+// unsigned min/max reductions vectorise without -ffast-math (float compares-and-selects do
+// not). Of -0.0 and +0.0 the minimum is -0.0 and the maximum +0.0.
+LAMINA_KV_INLINE uint32_t order_key(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+}
+LAMINA_KV_INLINE float from_order_key(uint32_t k) {
+  const uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+  float v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
 LAMINA_KV_INLINE void min_max(const float* x, std::size_t n, float* mn, float* mx) {
-  float lo[kLanes], hi[kLanes];
-  for (std::size_t l = 0; l < kLanes; ++l) lo[l] = hi[l] = x[0];
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (std::size_t l = 0; l < kLanes; ++l) {
-      const float v = x[i + l];  // one unconditional load: keeps the select branch-free
-      lo[l] = v < lo[l] ? v : lo[l];
-      hi[l] = v > hi[l] ? v : hi[l];
-    }
-  for (; i < n; ++i) {
-    const float v = x[i];
-    lo[0] = v < lo[0] ? v : lo[0];
-    hi[0] = v > hi[0] ? v : hi[0];
+  uint32_t lo = 0xffffffffu, hi = 0u;
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint32_t k = order_key(x[i]);
+    lo = k < lo ? k : lo;
+    hi = k > hi ? k : hi;
   }
-  float a = lo[0], b = hi[0];
-  for (std::size_t l = 1; l < kLanes; ++l) {
-    a = lo[l] < a ? lo[l] : a;
-    b = hi[l] > b ? hi[l] : b;
-  }
-  *mn = a;
-  *mx = b;
+  *mn = from_order_key(lo);
+  *mx = from_order_key(hi);
 }
 
 // 1-D pooling of a[0..n) with kernel k (odd), stride 1, padding k/2, for the output positions

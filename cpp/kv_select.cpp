@@ -263,6 +263,194 @@ void select_rows(const float* scores, std::size_t n_rows, std::size_t n, const i
   });
 }
 
+void apportion(const double* weights, std::size_t m, int64_t total, int64_t cap, int64_t* out) {
+  LAMINA_CHECK(total >= 0 && cap >= 0 && total <= static_cast<int64_t>(m) * cap,
+               "cannot split ", total, " into ", m, " parts of at most ", cap);
+  if (m == 0) return;
+  std::vector<double> w(m), x(m, 0.0), rem(m);
+  std::vector<char> free_(m, 1);
+  for (std::size_t i = 0; i < m; ++i) w[i] = weights[i] > 0.0 ? weights[i] : 0.0;
+  double remaining = static_cast<double>(total);
+  const double capd = static_cast<double>(cap);
+  for (;;) {
+    double s = 0.0;
+    std::size_t nf = 0;
+    for (std::size_t i = 0; i < m; ++i)
+      if (free_[i]) {
+        s += w[i];
+        ++nf;
+      }
+    bool any_over = false;
+    for (std::size_t i = 0; i < m; ++i)
+      if (free_[i]) {
+        const double share = remaining * (s > 0.0 ? w[i] / s : 1.0 / static_cast<double>(nf));
+        x[i] = share;
+        any_over |= share > capd;
+      }
+    if (!any_over) break;
+    std::size_t clamped = 0;
+    for (std::size_t i = 0; i < m; ++i)
+      if (free_[i] && x[i] > capd) {
+        x[i] = capd;
+        free_[i] = 0;
+        ++clamped;
+      }
+    remaining -= capd * static_cast<double>(clamped);
+    if (clamped == nf) break;
+  }
+  int64_t sum = 0;
+  for (std::size_t i = 0; i < m; ++i) {
+    const double near = std::nearbyint(x[i]);
+    const double xi = std::fabs(x[i] - near) < 1e-9 ? near : x[i];
+    const double b = std::min(std::max(std::floor(xi), 0.0), capd);
+    out[i] = static_cast<int64_t>(b);
+    sum += out[i];
+    rem[i] = std::nearbyint((xi - b) * 1e9);  // numpy.round(x - base, 9), scaled
+  }
+  std::vector<std::size_t> order(m);
+  for (std::size_t i = 0; i < m; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return rem[a] > rem[b]; });
+  int64_t d = total - sum;
+  for (std::size_t t = 0; t < m && d > 0; ++t)
+    if (out[order[t]] < cap) {
+      ++out[order[t]];
+      --d;
+    }
+  for (std::size_t t = m; t-- > 0 && d < 0;)
+    if (out[order[t]] > 0) {
+      --out[order[t]];
+      ++d;
+    }
+  LAMINA_ASSERT(d == 0);
+}
+
+void lava_layers(const float* scores, std::size_t layers, std::size_t kv_heads, std::size_t n,
+                 const int64_t* layer_budget, double alpha, std::size_t tail, int64_t* counts,
+                 int64_t* head_budgets, int64_t* offsets, int64_t* out, int threads) {
+  LAMINA_CHECK(alpha >= 0.0 && alpha <= 1.0, "lava_layers: alpha must be in [0, 1], got ", alpha);
+  for (std::size_t l = 0; l < layers; ++l)
+    LAMINA_CHECK(layer_budget[l] >= 0 && static_cast<std::size_t>(layer_budget[l]) <= n,
+                 "lava_layers: layer_budget[", l, "] = ", layer_budget[l], " is outside [0, ",
+                 n, "]");
+  const std::size_t N = kv_heads * n;
+  const RowKernels& K = detail::row_kernels();
+  const int nt = threads_for(layers * (N + 1), kMinPerThread, threads);
+  struct Worker {
+    Workspace w;
+    std::vector<float> v;
+    std::vector<int32_t> p;
+    detail::SelectScratch scratch;
+  };
+  std::vector<Worker> ws(nt > 0 ? nt : 1);
+  // Sweep 1 (per layer): global cut -> counts -> head budgets; the layer's collected
+  // candidates are kept. The output offsets need every layer's head budgets, so the row
+  // selections run in sweep 2, mostly from those candidates.
+  std::vector<std::vector<float>> cand_v(layers);
+  std::vector<std::vector<int32_t>> cand_p(layers);
+  parallel_for(layers, nt, [&](std::size_t l, int worker) {
+    Worker& W = ws[worker];
+    int64_t* cnt = counts + l * kv_heads;
+    int64_t* hb = head_budgets + l * kv_heads;
+    const std::size_t b = static_cast<std::size_t>(layer_budget[l]);
+    const std::size_t tot = kv_heads * b;
+    const float* s = scores + l * N;
+    if (tot == 0 || tot == N) {
+      for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = static_cast<int64_t>(b);
+    } else {
+      // global cut over the layer's N entries; the candidates >= the sample's low bracket
+      // end (with flat positions) are kept for the row selections
+      float lo = -kInf, hi = kInf;
+      bool ok = N > kExactBelow && N <= static_cast<std::size_t>(INT32_MAX);
+      if (ok) {
+        sample_bracket(s, N, tot, &lo, &hi);
+        ok = hi == kInf && lo != -kInf;
+      }
+      std::size_t m = 0;
+      if (ok) {
+        if (W.v.size() < N + kSlack) {
+          W.v.resize(N + kSlack);
+          W.p.resize(N + kSlack);
+        }
+        m = K.collect(s, N, lo, W.v.data(), W.p.data());
+        ok = m >= tot;
+      }
+      if (ok) {
+        float* bb = W.w.floats(m);
+        std::copy(W.v.data(), W.v.data() + m, bb);
+        const float cut = select_value(bb, m, tot);
+        std::size_t gt, eq;
+        K.count(W.v.data(), m, cut, &gt, &eq);
+        std::size_t take_equal = tot - gt;
+        for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = 0;
+        for (std::size_t i = 0; i < m; ++i) {
+          const float y = W.v[i];
+          const bool tie = y == cut && take_equal > 0;
+          take_equal -= tie;
+          if ((y > cut) | tie) ++cnt[static_cast<std::size_t>(W.p[i]) / n];
+        }
+        cand_v[l].assign(W.v.data(), W.v.data() + m);
+        cand_p[l].assign(W.p.data(), W.p.data() + m);
+      } else {
+        const Cut c = find_cut(s, N, tot, W.w, K);
+        std::size_t eq_left = c.take_equal;
+        for (std::size_t g = 0; g < kv_heads; ++g) {
+          std::size_t gt, eq;
+          K.count(s + g * n, n, c.value, &gt, &eq);
+          const std::size_t take = std::min(eq, eq_left);
+          eq_left -= take;
+          cnt[g] = static_cast<int64_t>(gt + take);
+        }
+      }
+    }
+    std::vector<double> mixed(kv_heads);
+    for (std::size_t g = 0; g < kv_heads; ++g)
+      mixed[g] = (1.0 - alpha) * static_cast<double>(cnt[g]) + alpha * static_cast<double>(b);
+    apportion(mixed.data(), kv_heads, static_cast<int64_t>(tot), static_cast<int64_t>(n), hb);
+  });
+  const std::size_t rows = layers * kv_heads;
+  offsets[0] = 0;
+  for (std::size_t r = 0; r < rows; ++r)
+    offsets[r + 1] = offsets[r] + head_budgets[r] + static_cast<int64_t>(tail);
+  parallel_for(layers, nt, [&](std::size_t l, int worker) {
+    Worker& W = ws[worker];
+    const std::vector<float>& cv = cand_v[l];
+    const std::vector<int32_t>& cp = cand_p[l];
+    std::size_t c0 = 0;
+    for (std::size_t g = 0; g < kv_heads; ++g) {
+      const std::size_t r = l * kv_heads + g;
+      const std::size_t k = static_cast<std::size_t>(head_budgets[r]);
+      int64_t* o = out + offsets[r];
+      // this row's candidates: the contiguous run of flat positions in [g*n, (g+1)*n)
+      std::size_t c1 = c0;
+      const int32_t end = static_cast<int32_t>((g + 1) * n);
+      while (c1 < cp.size() && cp[c1] < end) ++c1;
+      const std::size_t m = c1 - c0;
+      if (k > 0 && k < n && m >= k) {
+        float* bb = W.w.floats(m);
+        std::copy(cv.data() + c0, cv.data() + c1, bb);
+        const float cut = select_value(bb, m, k);
+        std::size_t gt, eq;
+        K.count(cv.data() + c0, m, cut, &gt, &eq);
+        std::size_t take_equal = k - gt, w = 0;
+        const int64_t base = static_cast<int64_t>(g * n);
+        for (std::size_t i = c0; i < c1 && w < k; ++i) {
+          const float y = cv[i];
+          const bool tie = y == cut && take_equal > 0;
+          take_equal -= tie;
+          o[w] = cp[i] - base;
+          w += (y > cut) | tie;
+        }
+        LAMINA_ASSERT(w == k);
+        for (std::size_t t = 0; t < tail; ++t) o[k + t] = static_cast<int64_t>(n + t);
+      } else {
+        detail::select_row(scores + r * n, n, k, tail, o, W.scratch);
+      }
+      c0 = c1;
+    }
+  });
+}
+
 void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_heads,
                        std::size_t n, const int64_t* total, const int64_t* floor,
                        int64_t* counts, int threads) {

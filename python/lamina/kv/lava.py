@@ -131,7 +131,7 @@ class LAVa(SnapKV):
 
     scores_decide_budgets: ClassVar[bool] = True
 
-    def _row_budgets(
+    def _budget_and_select(
         self,
         x: npt.NDArray[np.float32],
         w: int,
@@ -139,20 +139,17 @@ class LAVa(SnapKV):
         value_norms: Optional[npt.NDArray[np.float32]],
         per_head: int,
         threads: int,
-    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
         rows, entropy = self._score(x, w, n_kv_heads, value_norms, threads, entropy=True)
         L, hkv, n = rows.shape
         alpha = float(self.floor_alpha)
         layer_b = apportion(entropy, L * per_head, n)
-        counts = _core.kv_layer_head_counts(rows, hkv * layer_b, None, threads)
-        mixed = (1.0 - alpha) * counts + alpha * layer_b[:, None].astype(np.float64)
-        k = np.empty((L, hkv), dtype=np.int64)
-        for layer in range(L):
-            k[layer] = apportion(mixed[layer], hkv * int(layer_b[layer]), n)
+        # counts, head budgets and per-row selection in one native pass per layer
+        idx, off, counts, k = _core.kv_lava_layers(rows, layer_b, alpha, w, threads)
         info = {
             "entropy": entropy,
             "layer_budgets": layer_b,
             "head_counts": counts,
             "head_budgets": k.copy(),
         }
-        return rows, k, info
+        return idx, off, k, info

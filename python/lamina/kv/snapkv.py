@@ -176,6 +176,22 @@ class SnapKV(KVMethod):
         whose budgets depend on the scores."""
         raise NotImplementedError
 
+    def _budget_and_select(
+        self,
+        x: npt.NDArray[np.float32],
+        w: int,
+        n_kv_heads: int,
+        value_norms: Optional[npt.NDArray[np.float32]],
+        per_head: int,
+        threads: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
+        """(kept indices, offsets, non-window budgets (L, H_kv), diagnostics) for methods whose
+        budgets depend on the scores: _row_budgets, then the native per-row top-k. Methods
+        may fuse the two (LAVa does)."""
+        rows, k, info = self._row_budgets(x, w, n_kv_heads, value_norms, per_head, threads)
+        idx, off = select_rows(rows, k, x.shape[-1] - w, w, threads)
+        return idx, off, k, info
+
     def _select(
         self,
         scores: npt.NDArray[np.float32],
@@ -197,8 +213,9 @@ class SnapKV(KVMethod):
             )
         n = S - w
         if self.scores_decide_budgets:
-            rows, k, info = self._row_budgets(scores, w, n_kv_heads, value_norms, budget - w, threads)
-            idx, off = select_rows(rows, k, n, w, threads)
+            idx, off, k, info = self._budget_and_select(
+                scores, w, n_kv_heads, value_norms, budget - w, threads
+            )
         else:
             k, info = self._static_budgets(L, n_kv_heads, budget - w, n)
             per_row, per_token = self._scale_args(value_norms, scores, n_kv_heads)
