@@ -203,7 +203,8 @@ constexpr std::size_t kBlock = 1024;  // score_row's block (4 KiB: pooling passe
 // group mean, the scale and the finiteness check. Per element the operations and their order
 // are those of ScoreSpec, independent of the blocking.
 LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowScale& scale,
-                                float* acc, RowBuffers& B, std::size_t r, RowEntropySums* st) {
+                                float* acc, RowBuffers& B, std::size_t r, RowEntropySums* st,
+                                float* nu_out) {
   const std::size_t H = sp.heads, Hkv = sp.kv_heads, G = H / Hkv;
   const std::size_t S = sp.seq_len, w = sp.window, n = sp.n_candidates;
   const std::size_t l = r / Hkv, g = r % Hkv;
@@ -234,6 +235,7 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
     LAMINA_CHECK(std::isfinite(nu) && nu >= 0.0f, "value norm scale of row [", l, ", ", g,
                  "] must be finite and >= 0, got ", nu);
   }
+  if (nu_out) *nu_out = nu;
   const bool mean = G > 1 && sp.group_reduce == Reduce::Mean;
   const float gf = static_cast<float>(G);
 
@@ -314,25 +316,25 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
 }
 
 using ScoreRowFn = void (*)(const float*, const ScoreSpec&, const RowScale&, float*, RowBuffers&,
-                            std::size_t, RowEntropySums*);
+                            std::size_t, RowEntropySums*, float*);
 
 void score_row_base(const float* in, const ScoreSpec& sp, const RowScale& sc, float* acc,
-                    RowBuffers& B, std::size_t r, RowEntropySums* st) {
-  score_row(in, sp, sc, acc, B, r, st);
+                    RowBuffers& B, std::size_t r, RowEntropySums* st, float* nu) {
+  score_row(in, sp, sc, acc, B, r, st, nu);
 }
 #if defined(LAMINA_KV_X86)
 __attribute__((target("avx2"))) void score_row_avx2(const float* in, const ScoreSpec& sp,
                                                     const RowScale& sc, float* acc,
                                                     RowBuffers& B, std::size_t r,
-                                                    RowEntropySums* st) {
-  score_row(in, sp, sc, acc, B, r, st);
+                                                    RowEntropySums* st, float* nu) {
+  score_row(in, sp, sc, acc, B, r, st, nu);
 }
 __attribute__((target("avx512f,avx2"))) void score_row_avx512(const float* in,
                                                               const ScoreSpec& sp,
                                                               const RowScale& sc, float* acc,
                                                               RowBuffers& B, std::size_t r,
-                                                              RowEntropySums* st) {
-  score_row(in, sp, sc, acc, B, r, st);
+                                                              RowEntropySums* st, float* nu) {
+  score_row(in, sp, sc, acc, B, r, st, nu);
 }
 #endif
 
@@ -406,7 +408,7 @@ void window_scores(const float* in, const ScoreSpec& sp, const RowScale& scale, 
   std::vector<RowBuffers> bufs(nt > 0 ? nt : 1);
   const ScoreRowFn fn = score_row_fn();
   parallel_for(rows, nt, [&](std::size_t r, int worker) {
-    fn(in, sp, scale, out + r * n, bufs[worker], r, sums ? sums + r : nullptr);
+    fn(in, sp, scale, out + r * n, bufs[worker], r, sums ? sums + r : nullptr, nullptr);
   });
 }
 
@@ -427,10 +429,55 @@ void score_select_rows(const float* in, const ScoreSpec& sp, const RowScale& sca
   parallel_for(rows, nt, [&](std::size_t r, int worker) {
     Worker& W = ws[worker];
     if (W.row.size() < n) W.row.resize(n);
-    fn(in, sp, scale, W.row.data(), W.bufs, r, nullptr);
+    fn(in, sp, scale, W.row.data(), W.bufs, r, nullptr, nullptr);
     detail::select_row(W.row.data(), n, static_cast<std::size_t>(k[r]), tail, out + offsets[r],
                        *W.scratch);
   });
+}
+
+void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
+                 std::size_t per_head, double alpha, std::size_t tail, double* entropy,
+                 int64_t* layer_budget, int64_t* counts, int64_t* head_budgets,
+                 int64_t* offsets, int64_t* out, int threads) {
+  check_spec(sp, scale);
+  const std::size_t L = sp.layers, Hkv = sp.kv_heads, rows = L * Hkv, n = sp.n_candidates;
+  LAMINA_CHECK(per_head <= n, "lava_select: per_head (", per_head, ") exceeds n (", n, ")");
+  LAMINA_CHECK(alpha >= 0.0 && alpha <= 1.0, "lava_select: alpha must be in [0, 1], got ", alpha);
+  const int nt = score_threads(sp, threads);
+  const ScoreRowFn fn = score_row_fn();
+  struct Worker {
+    RowBuffers bufs;
+    std::vector<float> buf;  // one row (pass 1) or one layer (pass 2)
+    detail::LavaScratchPtr lava = detail::make_lava_scratch();
+  };
+  std::vector<Worker> ws(nt > 0 ? nt : 1);
+  // pass 1: entropy sums and the value-norm scale of every row; the scores are dropped
+  std::vector<RowEntropySums> sums(rows);
+  std::vector<float> nu(rows, 1.0f);
+  const bool scaled = scale.per_row || scale.per_token;
+  parallel_for(rows, nt, [&](std::size_t r, int worker) {
+    Worker& W = ws[worker];
+    if (W.buf.size() < n) W.buf.resize(n);
+    fn(in, sp, scale, W.buf.data(), W.bufs, r, &sums[r], scaled ? &nu[r] : nullptr);
+  });
+  entropy_from_sums(sums.data(), L, Hkv, n, entropy);
+  apportion(entropy, L, static_cast<int64_t>(L * per_head), static_cast<int64_t>(n),
+            layer_budget);
+  // pass 2, per layer: the layer's scores again (same arithmetic, the scale now per row),
+  // then counts, head budgets and row selections while they are in cache
+  RowScale per_row;
+  if (scaled) per_row.per_row = nu.data();
+  std::vector<std::vector<int64_t>> per_layer(L);
+  const int nl = nt < 1 ? 1 : std::min<int>(nt, static_cast<int>(L));
+  parallel_for(L, nl, [&](std::size_t l, int worker) {
+    Worker& W = ws[worker];
+    if (W.buf.size() < Hkv * n) W.buf.resize(Hkv * n);
+    for (std::size_t g = 0; g < Hkv; ++g)
+      fn(in, sp, per_row, W.buf.data() + g * n, W.bufs, l * Hkv + g, nullptr, nullptr);
+    detail::lava_layer(W.buf.data(), Hkv, n, static_cast<std::size_t>(layer_budget[l]), alpha,
+                       tail, counts + l * Hkv, head_budgets + l * Hkv, per_layer[l], *W.lava);
+  });
+  detail::lava_finish(per_layer, rows, tail, head_budgets, offsets, out, threads);
 }
 
 void entropy_from_sums(const RowEntropySums* sums, std::size_t layers, std::size_t kv_heads,

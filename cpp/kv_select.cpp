@@ -325,6 +325,127 @@ void apportion(const double* weights, std::size_t m, int64_t total, int64_t cap,
   LAMINA_ASSERT(d == 0);
 }
 
+namespace detail {
+
+struct LavaScratch {
+  Workspace w;
+  std::vector<float> v;
+  std::vector<int32_t> p;
+  SelectScratch scratch;
+  std::vector<double> mixed;
+};
+void LavaScratchDeleter::operator()(LavaScratch* p) const { delete p; }
+LavaScratchPtr make_lava_scratch() { return LavaScratchPtr(new LavaScratch()); }
+
+void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
+                std::size_t tail, int64_t* cnt, int64_t* hb, std::vector<int64_t>& out,
+                LavaScratch& W) {
+  const RowKernels& K = row_kernels();
+  const std::size_t N = kv_heads * n, tot = kv_heads * b;
+  std::size_t m = 0;  // collected candidates (values >= the sample's low end, flat positions)
+  if (tot == 0 || tot == N) {
+    for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = static_cast<int64_t>(b);
+  } else {
+    float lo = -kInf, hi = kInf;
+    bool ok = N > kExactBelow && N <= static_cast<std::size_t>(INT32_MAX);
+    if (ok) {
+      sample_bracket(s, N, tot, &lo, &hi);
+      ok = hi == kInf && lo != -kInf;
+    }
+    if (ok) {
+      if (W.v.size() < N + kSlack) {
+        W.v.resize(N + kSlack);
+        W.p.resize(N + kSlack);
+      }
+      m = K.collect(s, N, lo, W.v.data(), W.p.data());
+      ok = m >= tot;
+    }
+    if (ok) {  // global cut among the candidates; counts from their flat positions
+      float* bb = W.w.floats(m);
+      std::copy(W.v.data(), W.v.data() + m, bb);
+      const float cut = select_value(bb, m, tot);
+      std::size_t gt, eq;
+      K.count(W.v.data(), m, cut, &gt, &eq);
+      std::size_t take_equal = tot - gt;
+      for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = 0;
+      for (std::size_t i = 0; i < m; ++i) {
+        const float y = W.v[i];
+        const bool tie = y == cut && take_equal > 0;
+        take_equal -= tie;
+        if ((y > cut) | tie) ++cnt[static_cast<std::size_t>(W.p[i]) / n];
+      }
+    } else {  // the sample misled or the budget is a large share: the general cut
+      m = 0;
+      const Cut c = find_cut(s, N, tot, W.w, K);
+      std::size_t eq_left = c.take_equal;
+      for (std::size_t g = 0; g < kv_heads; ++g) {
+        std::size_t gt, eq;
+        K.count(s + g * n, n, c.value, &gt, &eq);
+        const std::size_t take = std::min(eq, eq_left);
+        eq_left -= take;
+        cnt[g] = static_cast<int64_t>(gt + take);
+      }
+    }
+  }
+  W.mixed.resize(kv_heads);
+  for (std::size_t g = 0; g < kv_heads; ++g)
+    W.mixed[g] = (1.0 - alpha) * static_cast<double>(cnt[g]) + alpha * static_cast<double>(b);
+  apportion(W.mixed.data(), kv_heads, static_cast<int64_t>(tot), static_cast<int64_t>(n), hb);
+
+  // per-row top k_g: from the row's run of candidates when it holds at least k_g of them
+  // (then the row's k_g-th largest is >= the low end, so every kept entry was collected, in
+  // position order), else from the row itself
+  std::size_t c0 = 0;
+  for (std::size_t g = 0; g < kv_heads; ++g) {
+    const std::size_t k = static_cast<std::size_t>(hb[g]);
+    const std::size_t at = out.size();
+    out.resize(at + k + tail);
+    int64_t* o = out.data() + at;
+    std::size_t c1 = c0;
+    const int32_t end = static_cast<int32_t>((g + 1) * n);
+    while (c1 < m && W.p[c1] < end) ++c1;
+    const std::size_t mr = c1 - c0;
+    if (k > 0 && k < n && mr >= k) {
+      float* bb = W.w.floats(mr);
+      std::copy(W.v.data() + c0, W.v.data() + c1, bb);
+      const float cut = select_value(bb, mr, k);
+      std::size_t gt, eq;
+      K.count(W.v.data() + c0, mr, cut, &gt, &eq);
+      std::size_t take_equal = k - gt, w = 0;
+      const int64_t base = static_cast<int64_t>(g * n);
+      for (std::size_t i = c0; i < c1 && w < k; ++i) {
+        const float y = W.v[i];
+        const bool tie = y == cut && take_equal > 0;
+        take_equal -= tie;
+        o[w] = W.p[i] - base;
+        w += (y > cut) | tie;
+      }
+      LAMINA_ASSERT(w == k);
+      for (std::size_t t = 0; t < tail; ++t) o[k + t] = static_cast<int64_t>(n + t);
+    } else {
+      select_row(s + g * n, n, k, tail, o, W.scratch);
+    }
+    c0 = c1;
+  }
+}
+
+void lava_finish(std::vector<std::vector<int64_t>>& per_layer, std::size_t rows,
+                 std::size_t tail, const int64_t* head_budgets, int64_t* offsets, int64_t* out,
+                 int threads) {
+  offsets[0] = 0;
+  for (std::size_t r = 0; r < rows; ++r)
+    offsets[r + 1] = offsets[r] + head_budgets[r] + static_cast<int64_t>(tail);
+  const std::size_t layers = per_layer.size(), kv_heads = layers ? rows / layers : 0;
+  const int nt = threads_for(static_cast<std::size_t>(offsets[rows]), kMinPerThread, threads);
+  parallel_for(layers, nt, [&](std::size_t l, int) {
+    std::vector<int64_t>& v = per_layer[l];
+    std::memcpy(out + offsets[l * kv_heads], v.data(), v.size() * sizeof(int64_t));
+    std::vector<int64_t>().swap(v);
+  });
+}
+
+}  // namespace detail
+
 void lava_layers(const float* scores, std::size_t layers, std::size_t kv_heads, std::size_t n,
                  const int64_t* layer_budget, double alpha, std::size_t tail, int64_t* counts,
                  int64_t* head_budgets, int64_t* offsets, int64_t* out, int threads) {
@@ -334,121 +455,16 @@ void lava_layers(const float* scores, std::size_t layers, std::size_t kv_heads, 
                  "lava_layers: layer_budget[", l, "] = ", layer_budget[l], " is outside [0, ",
                  n, "]");
   const std::size_t N = kv_heads * n;
-  const RowKernels& K = detail::row_kernels();
   const int nt = threads_for(layers * (N + 1), kMinPerThread, threads);
-  struct Worker {
-    Workspace w;
-    std::vector<float> v;
-    std::vector<int32_t> p;
-    detail::SelectScratch scratch;
-  };
-  std::vector<Worker> ws(nt > 0 ? nt : 1);
-  // Sweep 1 (per layer): global cut -> counts -> head budgets; the layer's collected
-  // candidates are kept. The output offsets need every layer's head budgets, so the row
-  // selections run in sweep 2, mostly from those candidates.
-  std::vector<std::vector<float>> cand_v(layers);
-  std::vector<std::vector<int32_t>> cand_p(layers);
+  std::vector<detail::LavaScratchPtr> ws(nt > 0 ? nt : 1);
+  for (auto& w : ws) w = detail::make_lava_scratch();
+  std::vector<std::vector<int64_t>> per_layer(layers);
   parallel_for(layers, nt, [&](std::size_t l, int worker) {
-    Worker& W = ws[worker];
-    int64_t* cnt = counts + l * kv_heads;
-    int64_t* hb = head_budgets + l * kv_heads;
-    const std::size_t b = static_cast<std::size_t>(layer_budget[l]);
-    const std::size_t tot = kv_heads * b;
-    const float* s = scores + l * N;
-    if (tot == 0 || tot == N) {
-      for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = static_cast<int64_t>(b);
-    } else {
-      // global cut over the layer's N entries; the candidates >= the sample's low bracket
-      // end (with flat positions) are kept for the row selections
-      float lo = -kInf, hi = kInf;
-      bool ok = N > kExactBelow && N <= static_cast<std::size_t>(INT32_MAX);
-      if (ok) {
-        sample_bracket(s, N, tot, &lo, &hi);
-        ok = hi == kInf && lo != -kInf;
-      }
-      std::size_t m = 0;
-      if (ok) {
-        if (W.v.size() < N + kSlack) {
-          W.v.resize(N + kSlack);
-          W.p.resize(N + kSlack);
-        }
-        m = K.collect(s, N, lo, W.v.data(), W.p.data());
-        ok = m >= tot;
-      }
-      if (ok) {
-        float* bb = W.w.floats(m);
-        std::copy(W.v.data(), W.v.data() + m, bb);
-        const float cut = select_value(bb, m, tot);
-        std::size_t gt, eq;
-        K.count(W.v.data(), m, cut, &gt, &eq);
-        std::size_t take_equal = tot - gt;
-        for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = 0;
-        for (std::size_t i = 0; i < m; ++i) {
-          const float y = W.v[i];
-          const bool tie = y == cut && take_equal > 0;
-          take_equal -= tie;
-          if ((y > cut) | tie) ++cnt[static_cast<std::size_t>(W.p[i]) / n];
-        }
-        cand_v[l].assign(W.v.data(), W.v.data() + m);
-        cand_p[l].assign(W.p.data(), W.p.data() + m);
-      } else {
-        const Cut c = find_cut(s, N, tot, W.w, K);
-        std::size_t eq_left = c.take_equal;
-        for (std::size_t g = 0; g < kv_heads; ++g) {
-          std::size_t gt, eq;
-          K.count(s + g * n, n, c.value, &gt, &eq);
-          const std::size_t take = std::min(eq, eq_left);
-          eq_left -= take;
-          cnt[g] = static_cast<int64_t>(gt + take);
-        }
-      }
-    }
-    std::vector<double> mixed(kv_heads);
-    for (std::size_t g = 0; g < kv_heads; ++g)
-      mixed[g] = (1.0 - alpha) * static_cast<double>(cnt[g]) + alpha * static_cast<double>(b);
-    apportion(mixed.data(), kv_heads, static_cast<int64_t>(tot), static_cast<int64_t>(n), hb);
+    detail::lava_layer(scores + l * N, kv_heads, n, static_cast<std::size_t>(layer_budget[l]),
+                       alpha, tail, counts + l * kv_heads, head_budgets + l * kv_heads,
+                       per_layer[l], *ws[worker]);
   });
-  const std::size_t rows = layers * kv_heads;
-  offsets[0] = 0;
-  for (std::size_t r = 0; r < rows; ++r)
-    offsets[r + 1] = offsets[r] + head_budgets[r] + static_cast<int64_t>(tail);
-  parallel_for(layers, nt, [&](std::size_t l, int worker) {
-    Worker& W = ws[worker];
-    const std::vector<float>& cv = cand_v[l];
-    const std::vector<int32_t>& cp = cand_p[l];
-    std::size_t c0 = 0;
-    for (std::size_t g = 0; g < kv_heads; ++g) {
-      const std::size_t r = l * kv_heads + g;
-      const std::size_t k = static_cast<std::size_t>(head_budgets[r]);
-      int64_t* o = out + offsets[r];
-      // this row's candidates: the contiguous run of flat positions in [g*n, (g+1)*n)
-      std::size_t c1 = c0;
-      const int32_t end = static_cast<int32_t>((g + 1) * n);
-      while (c1 < cp.size() && cp[c1] < end) ++c1;
-      const std::size_t m = c1 - c0;
-      if (k > 0 && k < n && m >= k) {
-        float* bb = W.w.floats(m);
-        std::copy(cv.data() + c0, cv.data() + c1, bb);
-        const float cut = select_value(bb, m, k);
-        std::size_t gt, eq;
-        K.count(cv.data() + c0, m, cut, &gt, &eq);
-        std::size_t take_equal = k - gt, w = 0;
-        const int64_t base = static_cast<int64_t>(g * n);
-        for (std::size_t i = c0; i < c1 && w < k; ++i) {
-          const float y = cv[i];
-          const bool tie = y == cut && take_equal > 0;
-          take_equal -= tie;
-          o[w] = cp[i] - base;
-          w += (y > cut) | tie;
-        }
-        LAMINA_ASSERT(w == k);
-        for (std::size_t t = 0; t < tail; ++t) o[k + t] = static_cast<int64_t>(n + t);
-      } else {
-        detail::select_row(scores + r * n, n, k, tail, o, W.scratch);
-      }
-      c0 = c1;
-    }
-  });
+  detail::lava_finish(per_layer, layers * kv_heads, tail, head_budgets, offsets, out, threads);
 }
 
 void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_heads,

@@ -140,6 +140,19 @@ void lava_layers(const float* scores, std::size_t layers, std::size_t kv_heads, 
                  const int64_t* layer_budget, double alpha, std::size_t tail, int64_t* counts,
                  int64_t* head_budgets, int64_t* offsets, int64_t* out, int threads);
 
+/// LAVa end to end (lamina.kv.LAVa): window_scores (as `spec`, `scale`) of every row, the
+/// layer entropies (written to entropy[L]), layer budgets
+/// apportion(entropy, L * per_head, n) (written to layer_budget[L]), then lava_layers' work
+/// per layer (counts, head_budgets, offsets [L*H_kv + 1], out). The scores are computed twice
+/// (entropy first, then per layer while the selection runs) and never stored: two reads of the
+/// input instead of writing and re-reading a score tensor of the same size.
+/// Preconditions (ValueError): those of window_scores, per_head <= n, 0 <= alpha <= 1;
+/// out holds L * H_kv * (per_head + tail) entries.
+void lava_select(const float* in, const ScoreSpec& spec, const RowScale& scale,
+                 std::size_t per_head, double alpha, std::size_t tail, double* entropy,
+                 int64_t* layer_budget, int64_t* counts, int64_t* head_budgets,
+                 int64_t* offsets, int64_t* out, int threads);
+
 /// Per-row top-k: for rows r < n_rows of scores [n_rows, n], writes into
 /// out[offsets[r] .. offsets[r+1]) the positions of the row's k[r] best scores in ascending
 /// order, followed by the tail positions n, n+1, ..., n+tail-1.

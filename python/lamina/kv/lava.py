@@ -59,7 +59,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from .base import apportion, check_fraction
+from .base import check_fraction
 from .snapkv import SnapKV
 
 __all__ = ["LAVa"]
@@ -140,12 +140,13 @@ class LAVa(SnapKV):
         per_head: int,
         threads: int,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
-        rows, entropy = self._score(x, w, n_kv_heads, value_norms, threads, entropy=True)
-        L, hkv, n = rows.shape
-        alpha = float(self.floor_alpha)
-        layer_b = apportion(entropy, L * per_head, n)
-        # counts, head budgets and per-row selection in one native pass per layer
-        idx, off, counts, k = _core.kv_lava_layers(rows, layer_b, alpha, w, threads)
+        per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
+        # scores, entropies, layer budgets (lamina.kv.base.apportion's rule), head counts,
+        # head budgets and row selections in one native call (lamina::kv::lava_select)
+        idx, off, counts, k, entropy, layer_b = _core.kv_lava_select(
+            x, n_kv_heads, x.shape[-1] - w, self.pooling, int(self.kernel_size), self.gqa,
+            per_row, per_token, per_head, float(self.floor_alpha), w, threads,
+        )
         info = {
             "entropy": entropy,
             "layer_budgets": layer_b,
