@@ -392,6 +392,7 @@ void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t
     W.mixed[g] = (1.0 - alpha) * static_cast<double>(cnt[g]) + alpha * static_cast<double>(b);
   apportion(W.mixed.data(), kv_heads, static_cast<int64_t>(tot), static_cast<int64_t>(n), hb);
 
+  out.reserve(out.size() + static_cast<std::size_t>(tot) + kv_heads * tail);
   // per-row top k_g: from the row's run of candidates when it holds at least k_g of them
   // (then the row's k_g-th largest is >= the low end, so every kept entry was collected, in
   // position order), else from the row itself
