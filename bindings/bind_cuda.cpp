@@ -1,0 +1,452 @@
+// Bindings of the CUDA backend: __cuda_array_interface__ parsing (every build) and, in CUDA
+// builds, the device top-k and the GPU-resident arena. Device selection and output allocation
+// (CuPy / PyTorch) happen in python/lamina/_device.py; here arrays are validated, their device
+// is resolved from the data pointer, the execution stream waits for every producer stream the
+// arrays name, and the launch runs with the GIL released.
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "common.hpp"
+#include "cuda_array.hpp"
+#include "lamina/arena.hpp"
+#include "lamina/topk.hpp"
+#if defined(LAMINA_WITH_CUDA)
+#include "arena_cuda.hpp"
+#include "lamina_cuda.hpp"
+#include "topk_cuda.hpp"
+#endif
+
+namespace lamina::py_detail {
+
+namespace {
+
+py::dict cai_info(const CudaArray& a) {
+  py::dict d;
+  d["ptr"] = py::int_(a.ptr);
+  d["shape"] = py::tuple(py::cast(a.shape));
+  d["strides"] = a.strides.empty() ? py::object(py::none()) : py::object(py::tuple(py::cast(a.strides)));
+  d["typestr"] = a.typestr;
+  d["itemsize"] = a.itemsize;
+  d["readonly"] = a.readonly;
+  d["version"] = a.version;
+  d["stream"] = a.has_stream ? py::object(py::int_(a.stream)) : py::object(py::none());
+  d["c_contiguous"] = a.c_contiguous();
+  return d;
+}
+
+#if defined(LAMINA_WITH_CUDA)
+
+void* as_stream(std::uintptr_t s) { return reinterpret_cast<void*>(s); }
+
+// Device of a set of arrays (all must agree) and the producer streams to wait for.
+struct DeviceCall {
+  int device = -1;
+  std::string first;
+  std::vector<std::uintptr_t> producers;
+
+  void add(const CudaArray& a, const char* name) {
+    if (a.has_stream) producers.push_back(a.stream);
+    if (a.size() == 0) return;
+    const int dev = cuda::pointer_device(reinterpret_cast<const void*>(a.ptr));
+    if (device < 0) {
+      device = dev;
+      first = name;
+    } else {
+      LAMINA_CHECK(dev == device, name, " is on cuda:", dev, " but ", first, " is on cuda:",
+                   device, "; pass all arrays on one device (lamina never copies between devices)");
+    }
+  }
+  // With the GIL released: the execution stream waits for the producers.
+  void order_after_producers(void* exec) const {
+    for (std::uintptr_t p : producers) cuda::stream_wait(exec, as_stream(p));
+  }
+};
+
+bool is_f16_code(const CudaArray& a) { return a.kind == 'f' && a.itemsize == 2; }
+
+// 2-D rows with unit inner stride (row padding allowed); returns the row stride in elements.
+std::size_t row_stride_elems(const CudaArray& a, const char* name) {
+  LAMINA_CHECK(a.shape.size() == 2, name, " must be 2-dimensional (n x dim), got ndim=",
+               a.shape.size());
+  if (a.strides.empty()) return static_cast<std::size_t>(a.shape[1]);
+  LAMINA_CHECK(a.shape[1] <= 1 || a.strides[1] == a.itemsize, name,
+               " must have contiguous rows; pass ", name, ".copy()");
+  LAMINA_CHECK(a.shape[0] <= 1 || (a.strides[0] % a.itemsize == 0 &&
+                                   a.strides[0] / a.itemsize >= a.shape[1]),
+               name, " has an unsupported row stride; pass ", name, ".copy()");
+  return a.shape[0] <= 1 ? static_cast<std::size_t>(a.shape[1])
+                         : static_cast<std::size_t>(a.strides[0] / a.itemsize);
+}
+
+void check_out(const CudaArray& s, const CudaArray& i, std::size_t nq, std::size_t k) {
+  LAMINA_CHECK(static_cast<std::size_t>(s.shape[0]) == nq && static_cast<std::size_t>(s.shape[1]) == k,
+               "out scores must have shape (", nq, ", ", k, "), got (", s.shape[0], ", ",
+               s.shape[1], ")");
+  LAMINA_CHECK(static_cast<std::size_t>(i.shape[0]) == nq && static_cast<std::size_t>(i.shape[1]) == k,
+               "out ids must have shape (", nq, ", ", k, "), got (", i.shape[0], ", ", i.shape[1],
+               ")");
+}
+
+DType parse_dtype_name(const std::string& s) {
+  if (s == "float32" || s == "f4" || s == "<f4") return DType::F32;
+  if (s == "float16" || s == "f2" || s == "<f2") return DType::F16;
+  throw ValueError("unsupported arena dtype '" + s + "'; expected 'float32' or 'float16'");
+}
+
+void layer_mask_from(const py::handle& layers, uint64_t mask[4]) {
+  mask[0] = mask[1] = mask[2] = mask[3] = 0;
+  for (auto item : layers) {
+    if (!py::isinstance<py::int_>(item))
+      throw TypeError("layers must be a sequence of ints in [0, 255]");
+    const long long l = item.cast<long long>();
+    LAMINA_CHECK(l >= 0 && l <= 255, "layer values must be in [0, 255], got ", l);
+    mask[l >> 6] |= 1ull << (l & 63);
+  }
+}
+
+// Namespace argument of search: None, an int, or a uint64 numpy array with one per query.
+struct NsArg {
+  uint64_t scalar = 0;
+  py::array arr;
+  const uint64_t* ptr = nullptr;
+  std::size_t n = 0;
+};
+void parse_ns(const py::object& ns, std::size_t nq, NsArg& r) {
+  if (ns.is_none()) return;
+  if (py::isinstance<py::int_>(ns)) {
+    py::int_ i = ns;
+    LAMINA_CHECK(py::int_(0) <= i, "namespace must be in [0, 2^64)");
+    r.scalar = i.cast<uint64_t>();
+    r.ptr = &r.scalar;
+    r.n = 1;
+    return;
+  }
+  r.arr = checked_array<uint64_t>(ns, "namespace", 1, "uint64");
+  LAMINA_CHECK(static_cast<std::size_t>(r.arr.shape(0)) == nq,
+               "namespace must be one value or one per query (", nq, "), got ", r.arr.shape(0));
+  r.ptr = static_cast<const uint64_t*>(r.arr.data());
+  r.n = nq;
+}
+
+py::array check_slots(const py::handle& obj) { return checked_array<int64_t>(obj, "slots", 1, "int64"); }
+
+#endif  // LAMINA_WITH_CUDA
+
+}  // namespace
+
+void register_cuda(py::module_& m) {
+  m.def("_cuda_array_info",
+        [](const py::object& obj, const std::string& name) { return cai_info(parse_cai(obj, name.c_str())); },
+        py::arg("obj"), py::arg("name") = "array",
+        "Parsed, validated __cuda_array_interface__ of obj (no device access).");
+  m.def("_check_cuda_array",
+        [](const py::object& obj, const std::string& name, int ndim, const std::string& code,
+           const std::string& fix, bool writable) {
+          return cai_info(checked_cuda_array(obj, name.c_str(), ndim, code.c_str(), fix.c_str(), writable));
+        },
+        py::arg("obj"), py::arg("name"), py::arg("ndim"), py::arg("dtype_code"),
+        py::arg("fix_dtype"), py::arg("writable") = false);
+
+#if defined(LAMINA_WITH_CUDA)
+  m.def("cuda_pointer_device", [](std::uintptr_t ptr) {
+    return cuda::pointer_device(reinterpret_cast<const void*>(ptr));
+  });
+  m.def("cuda_max_k", []() { return cuda::kMaxK; });
+
+  m.def(
+      "cuda_topk",
+      [](const py::object& queries, const py::object& vectors, long long k,
+         const std::string& metric, const py::object& out_scores, const py::object& out_ids,
+         std::uintptr_t stream) {
+        LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
+        const Metric met = parse_metric(metric);
+        CudaArray v = parse_cai(vectors, "vectors");
+        if (!(v.kind == 'f' && (v.itemsize == 4 || v.itemsize == 2)))
+          throw TypeError("vectors must have dtype float32 or float16, got typestr '" + v.typestr + "'");
+        const std::size_t vstride = row_stride_elems(v, "vectors");
+        LAMINA_CHECK(v.shape[0] > 0, "vectors is empty (0 rows); nothing to search");
+        LAMINA_CHECK(v.shape[1] > 0, "vectors must have at least one column");
+        const std::size_t dim = v.shape[1], n = v.shape[0];
+        CudaArray q = checked_cuda_array(queries, "queries", 2, "f4", "float32", false);
+        LAMINA_CHECK(static_cast<std::size_t>(q.shape[1]) == dim, "queries must have ", dim,
+                     " columns (the vectors' dim), got shape (", q.shape[0], ", ", q.shape[1], ")");
+        const std::size_t nq = q.shape[0];
+        CudaArray so = checked_cuda_array(out_scores, "out scores", 2, "f4", "float32", true);
+        CudaArray io = checked_cuda_array(out_ids, "out ids", 2, "i8", "int64", true);
+        check_out(so, io, nq, k);
+        DeviceCall call;
+        call.add(q, "queries");
+        call.add(v, "vectors");
+        call.add(so, "out scores");
+        call.add(io, "out ids");
+        if (nq == 0) return;
+        cuda::DeviceRows rows;
+        rows.base = reinterpret_cast<const void*>(v.ptr);
+        rows.stride = vstride;
+        rows.dim = dim;
+        rows.f16 = is_f16_code(v);
+        py::gil_scoped_release nogil;
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::topk_search(reinterpret_cast<const float*>(q.ptr), nq, rows, n, cuda::DeviceFilter{},
+                          static_cast<std::size_t>(k), met, nullptr,
+                          reinterpret_cast<float*>(so.ptr), reinterpret_cast<int64_t*>(io.ptr),
+                          as_stream(stream));
+      },
+      py::arg("queries"), py::arg("vectors"), py::arg("k"), py::arg("metric"),
+      py::arg("out_scores"), py::arg("out_ids"), py::arg("stream"));
+
+  using CA = cuda::CudaVectorArena;
+  py::class_<CA, std::shared_ptr<CA>>(m, "CudaVectorArena")
+      .def(py::init([](long long dim, const std::string& dtype, long long capacity, int device) {
+             LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
+             LAMINA_CHECK(capacity >= 0, "capacity must be >= 0, got ", capacity);
+             return std::make_shared<CA>(dim, parse_dtype_name(dtype), capacity, device);
+           }),
+           py::arg("dim"), py::arg("dtype") = "float32", py::arg("capacity") = 1024,
+           py::arg("device") = 0)
+      .def_property_readonly("dim", &CA::dim)
+      .def_property_readonly("dtype", [](const CA& A) { return A.dtype() == DType::F16 ? "float16" : "float32"; })
+      .def_property_readonly("capacity", &CA::capacity)
+      .def_property_readonly("high_water", &CA::high_water)
+      .def_property_readonly("stride", &CA::stride)
+      .def_property_readonly("device", &CA::device)
+      .def("__len__", &CA::size)
+      .def("reserve", [](CA& A, long long c) {
+        LAMINA_CHECK(c >= 0, "capacity must be >= 0");
+        py::gil_scoped_release nogil;
+        A.reserve(c);
+      })
+      .def(
+          "add",
+          [](CA& A, const py::object& vectors, const py::object& ns, const py::object& layer,
+             std::uintptr_t stream) {
+            const bool f16 = A.dtype() == DType::F16;
+            const char* code = f16 ? "f2" : "f4";
+            const char* fix = f16 ? "float16" : "float32";
+            const void* src = nullptr;
+            bool on_device = false;
+            std::size_t n = 0;
+            py::array host;
+            DeviceCall call;
+            if (has_cai(vectors)) {
+              CudaArray v = checked_cuda_array(vectors, "vectors", 2, code, fix, false);
+              LAMINA_CHECK(static_cast<std::size_t>(v.shape[1]) == A.dim(), "vectors must have ",
+                           A.dim(), " columns (the arena's dim), got shape (", v.shape[0], ", ",
+                           v.shape[1], ")");
+              call.add(v, "vectors");
+              LAMINA_CHECK(v.size() == 0 || call.device == A.device(), "vectors are on cuda:",
+                           call.device, " but the arena is on cuda:", A.device());
+              src = reinterpret_cast<const void*>(v.ptr);
+              on_device = true;
+              n = v.shape[0];
+            } else {
+              if (!py::isinstance<py::array>(vectors))
+                throw TypeError(std::string("vectors must be a numpy array or a CUDA array of dtype ") + fix);
+              host = py::reinterpret_borrow<py::array>(vectors);
+              if (f16) {
+                if (!(host.dtype().kind() == 'f' && host.dtype().itemsize() == 2))
+                  throw TypeError("vectors must have dtype float16 for a float16 arena, got " +
+                                  dtype_str(host.dtype()) + "; convert explicitly with vectors.astype(numpy.float16)");
+                LAMINA_CHECK(host.ndim() == 2, "vectors must be 2-dimensional (n x dim), got ndim=", host.ndim());
+                LAMINA_CHECK(host.flags() & py::array::c_style,
+                             "vectors must be C-contiguous; pass numpy.ascontiguousarray(vectors)");
+              } else {
+                host = checked_array<float>(vectors, "vectors", 2, "float32");
+              }
+              LAMINA_CHECK(static_cast<std::size_t>(host.shape(1)) == A.dim(), "vectors must have ",
+                           A.dim(), " columns (the arena's dim), got shape (", host.shape(0), ", ",
+                           host.shape(1), ")");
+              src = host.data();
+              n = host.shape(0);
+            }
+            uint64_t ns_scalar = 0;
+            uint8_t layer_scalar = 0;
+            const uint64_t* nsp = &ns_scalar;
+            const uint8_t* lp = &layer_scalar;
+            bool ns_rows = false, layer_rows = false;
+            py::array ns_arr, layer_arr;
+            if (py::isinstance<py::int_>(ns)) {
+              py::int_ i = ns;
+              LAMINA_CHECK(py::int_(0) <= i, "namespace must be in [0, 2^64)");
+              ns_scalar = i.cast<uint64_t>();
+            } else {
+              ns_arr = checked_array<uint64_t>(ns, "namespace", 1, "uint64");
+              LAMINA_CHECK(static_cast<std::size_t>(ns_arr.shape(0)) == n,
+                           "namespace must be one value or one per row (", n, "), got ", ns_arr.shape(0));
+              nsp = static_cast<const uint64_t*>(ns_arr.data());
+              ns_rows = true;
+            }
+            if (py::isinstance<py::int_>(layer)) {
+              const long long l = layer.cast<long long>();
+              LAMINA_CHECK(l >= 0 && l <= 255, "layer must be in [0, 255], got ", l);
+              layer_scalar = static_cast<uint8_t>(l);
+            } else {
+              layer_arr = checked_array<uint8_t>(layer, "layer", 1, "uint8");
+              LAMINA_CHECK(static_cast<std::size_t>(layer_arr.shape(0)) == n,
+                           "layer must be one value or one per row (", n, "), got ", layer_arr.shape(0));
+              lp = static_cast<const uint8_t*>(layer_arr.data());
+              layer_rows = true;
+            }
+            py::array_t<int64_t> out(n);
+            {
+              int64_t* o = out.mutable_data();
+              py::gil_scoped_release nogil;
+              cuda::DeviceGuard guard(A.device());
+              call.order_after_producers(as_stream(stream));
+              A.add(src, on_device, n, nsp, ns_rows, lp, layer_rows, o, as_stream(stream));
+            }
+            return out;
+          },
+          py::arg("vectors"), py::arg("namespace") = 0, py::arg("layer") = 0, py::arg("stream") = 0)
+      .def("remove",
+           [](CA& A, const py::object& slots, std::uintptr_t stream) {
+             py::array s = check_slots(slots);
+             const int64_t* p = static_cast<const int64_t*>(s.data());
+             const std::size_t n = s.shape(0);
+             py::gil_scoped_release nogil;
+             A.remove(p, n, as_stream(stream));
+           },
+           py::arg("slots"), py::arg("stream") = 0)
+      .def("get",
+           [](const CA& A, const py::object& slots, std::uintptr_t stream) {
+             py::array s = check_slots(slots);
+             const std::size_t n = s.shape(0);
+             py::array out(A.dtype() == DType::F16 ? py::dtype("float16") : py::dtype("float32"),
+                           std::vector<py::ssize_t>{(py::ssize_t)n, (py::ssize_t)A.dim()});
+             {
+               const int64_t* p = static_cast<const int64_t*>(s.data());
+               void* o = out.mutable_data();
+               py::gil_scoped_release nogil;
+               A.get(p, n, o, as_stream(stream));
+             }
+             return out;
+           },
+           py::arg("slots"), py::arg("stream") = 0)
+      .def("contains",
+           [](const CA& A, const py::object& slots) {
+             py::array s = check_slots(slots);
+             py::array_t<bool> out(s.shape(0));
+             A.contains(static_cast<const int64_t*>(s.data()), s.shape(0),
+                        reinterpret_cast<uint8_t*>(out.mutable_data()));
+             return out;
+           })
+      .def("namespaces_of",
+           [](const CA& A, const py::object& slots) {
+             py::array s = check_slots(slots);
+             py::array_t<uint64_t> out(s.shape(0));
+             A.namespaces_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
+             return out;
+           })
+      .def("layers_of",
+           [](const CA& A, const py::object& slots) {
+             py::array s = check_slots(slots);
+             py::array_t<uint8_t> out(s.shape(0));
+             A.layers_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
+             return out;
+           })
+      .def("set_layer",
+           [](CA& A, const py::object& slots, long long layer, std::uintptr_t stream) {
+             LAMINA_CHECK(layer >= 0 && layer <= 255, "layer must be in [0, 255], got ", layer);
+             py::array s = check_slots(slots);
+             A.set_layer(static_cast<const int64_t*>(s.data()), s.shape(0),
+                         static_cast<uint8_t>(layer), as_stream(stream));
+           },
+           py::arg("slots"), py::arg("layer"), py::arg("stream") = 0)
+      .def("namespace_size", [](const CA& A, uint64_t ns) { return A.namespace_size(ns); })
+      .def("columns",
+           [](const CA& A) {
+             std::vector<uint64_t> ns;
+             std::vector<uint8_t> layers, live;
+             A.columns(ns, layers, live);
+             py::array_t<uint64_t> a(ns.size());
+             py::array_t<uint8_t> b(layers.size());
+             py::array_t<bool> c(live.size());
+             std::copy(ns.begin(), ns.end(), a.mutable_data());
+             std::copy(layers.begin(), layers.end(), b.mutable_data());
+             for (std::size_t i = 0; i < live.size(); ++i) c.mutable_data()[i] = live[i] != 0;
+             return py::make_tuple(a, b, c);
+           })
+      .def("device_view",
+           [](const CA& A) {
+             py::dict d;
+             d["ptr"] = py::int_(reinterpret_cast<std::uintptr_t>(A.device_rows()));
+             d["rows"] = A.high_water();
+             d["dim"] = A.dim();
+             d["stride"] = A.stride();
+             d["typestr"] = A.dtype() == DType::F16 ? "<f2" : "<f4";
+             d["stream"] = py::int_(reinterpret_cast<std::uintptr_t>(A.stream()));
+             return d;
+           })
+      .def(
+          "search",
+          [](const CA& A, const py::object& queries, long long k, const std::string& metric,
+             const py::object& ns, const py::object& layers, const py::object& out_scores,
+             const py::object& out_ids, std::uintptr_t stream) -> py::object {
+            LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
+            const Metric met = parse_metric(metric);
+            uint64_t mask[4];
+            const uint64_t* maskp = nullptr;
+            if (!layers.is_none()) {
+              layer_mask_from(layers, mask);
+              maskp = mask;
+            }
+            if (!has_cai(queries)) {
+              py::array q = checked_array<float>(queries, "queries", 2, "float32");
+              LAMINA_CHECK(static_cast<std::size_t>(q.shape(1)) == A.dim(), "queries must have ",
+                           A.dim(), " columns (the arena's dim), got shape (", q.shape(0), ", ",
+                           q.shape(1), ")");
+              const std::size_t nq = q.shape(0);
+              const float* qp = static_cast<const float*>(q.data());
+              for (std::size_t i = 0; i < nq * A.dim(); ++i)
+                LAMINA_CHECK(std::isfinite(qp[i]), "queries[", i / A.dim(),
+                             "] contains NaN or Inf; pass finite queries");
+              NsArg nsa;
+              parse_ns(ns, nq, nsa);
+              py::array_t<float> scores({nq, static_cast<std::size_t>(k)});
+              py::array_t<int64_t> ids({nq, static_cast<std::size_t>(k)});
+              {
+                float* so = scores.mutable_data();
+                int64_t* io = ids.mutable_data();
+                py::gil_scoped_release nogil;
+                A.search_host(qp, nq, k, met, nsa.ptr, nsa.n, maskp, so, io);
+              }
+              return py::make_tuple(scores, ids);
+            }
+            CudaArray q = checked_cuda_array(queries, "queries", 2, "f4", "float32", false);
+            LAMINA_CHECK(static_cast<std::size_t>(q.shape[1]) == A.dim(), "queries must have ",
+                         A.dim(), " columns (the arena's dim), got shape (", q.shape[0], ", ",
+                         q.shape[1], ")");
+            const std::size_t nq = q.shape[0];
+            NsArg nsa;
+              parse_ns(ns, nq, nsa);
+            CudaArray so = checked_cuda_array(out_scores, "out scores", 2, "f4", "float32", true);
+            CudaArray io = checked_cuda_array(out_ids, "out ids", 2, "i8", "int64", true);
+            check_out(so, io, nq, k);
+            DeviceCall call;
+            call.add(q, "queries");
+            call.add(so, "out scores");
+            call.add(io, "out ids");
+            LAMINA_CHECK(call.device < 0 || call.device == A.device(), "queries are on cuda:",
+                         call.device, " but the arena is on cuda:", A.device());
+            if (nq > 0) {
+              py::gil_scoped_release nogil;
+              cuda::DeviceGuard guard(A.device());
+              call.order_after_producers(as_stream(stream));
+              A.search(reinterpret_cast<const float*>(q.ptr), nq, k, met, nsa.ptr, nsa.n, maskp,
+                       reinterpret_cast<float*>(so.ptr), reinterpret_cast<int64_t*>(io.ptr),
+                       as_stream(stream));
+            }
+            return py::make_tuple(out_scores, out_ids);
+          },
+          py::arg("queries"), py::arg("k"), py::arg("metric") = "ip",
+          py::arg("namespace") = py::none(), py::arg("layers") = py::none(),
+          py::arg("out_scores") = py::none(), py::arg("out_ids") = py::none(),
+          py::arg("stream") = 0);
+#endif
+}
+
+}  // namespace lamina::py_detail
