@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "lamina/common.hpp"
+#include "lamina/parallel.hpp"
 #include "lamina/simd.hpp"
 
 namespace lamina {
@@ -279,32 +280,45 @@ void VectorArena::search(const float* queries, std::size_t nq, std::size_t k, Me
   f.use_row_list = true;
   if (n_ns == 1 || std::all_of(ns, ns + n_ns, [&](uint64_t v) { return v == ns[0]; })) {
     const auto& lst = rows_of(ns[0]);
-    f.row_list = lst.data();
-    f.row_list_len = lst.size();
+    if (lst.size() * 4 > high_water_) {
+      // A large share of the rows: a sequential scan with a namespace check streams faster
+      // than gathering rows in list order.
+      f.use_row_list = false;
+      f.live = live_.data();
+      f.ns = ns_.data();
+      f.ns_value = ns[0];
+    } else {
+      f.row_list = lst.data();
+      f.row_list_len = lst.size();
+    }
     search_locked(queries, nq, k, metric, f, n_threads, out_scores, out_ids);
     return;
   }
-  // One namespace per query: group queries by namespace, one fused search per group.
-  std::unordered_map<uint64_t, std::vector<uint32_t>> groups;
-  for (std::size_t q = 0; q < nq; ++q) groups[ns[q]].push_back(static_cast<uint32_t>(q));
-  std::vector<float> qbuf, sbuf;
-  std::vector<int64_t> ibuf;
-  for (auto& [v, qs] : groups) {
+  // One namespace per query: group queries by namespace; groups are searched in parallel,
+  // each one single-threaded (they are small: one agent's rows).
+  std::unordered_map<uint64_t, std::vector<uint32_t>> by_ns;
+  for (std::size_t q = 0; q < nq; ++q) by_ns[ns[q]].push_back(static_cast<uint32_t>(q));
+  std::vector<std::pair<uint64_t, std::vector<uint32_t>>> groups(by_ns.begin(), by_ns.end());
+  std::size_t total_rows = 0;
+  for (auto& g : groups) total_rows += rows_of(g.first).size() * g.second.size();
+  const int T = threads_for(total_rows * dim_, std::size_t(1) << 20, n_threads);
+  parallel_for(groups.size(), T, [&](std::size_t gi, int) {
+    const auto& [v, qs] = groups[gi];
     const auto& lst = rows_of(v);
-    f.row_list = lst.data();
-    f.row_list_len = lst.size();
+    RowFilter fg = f;
+    fg.row_list = lst.data();
+    fg.row_list_len = lst.size();
     const std::size_t g = qs.size();
-    qbuf.resize(g * dim_);
-    sbuf.resize(g * k);
-    ibuf.resize(g * k);
+    std::vector<float> qbuf(g * dim_), sbuf(g * k);
+    std::vector<int64_t> ibuf(g * k);
     for (std::size_t i = 0; i < g; ++i)
       std::memcpy(qbuf.data() + i * dim_, queries + std::size_t(qs[i]) * dim_, dim_ * 4);
-    search_locked(qbuf.data(), g, k, metric, f, n_threads, sbuf.data(), ibuf.data());
+    search_locked(qbuf.data(), g, k, metric, fg, 1, sbuf.data(), ibuf.data());
     for (std::size_t i = 0; i < g; ++i) {
       std::memcpy(out_scores + std::size_t(qs[i]) * k, sbuf.data() + i * k, k * 4);
       std::memcpy(out_ids + std::size_t(qs[i]) * k, ibuf.data() + i * k, k * 8);
     }
-  }
+  });
 }
 
 }  // namespace lamina

@@ -91,6 +91,7 @@ struct Search {
   bool row_passes(uint32_t r) const {
     const RowFilter& f = *filter;
     if (f.live && !f.live[r]) return false;
+    if (f.ns && f.ns[r] != f.ns_value) return false;
     if (f.layers) {
       const uint8_t l = f.layers[r];
       if (!((f.layer_mask[l >> 6] >> (l & 63)) & 1ull)) return false;
@@ -189,7 +190,7 @@ void topk_search(const float* queries, std::size_t nq, const RowStore& rows, std
   const std::size_t cap = std::min<std::size_t>(k, std::max<std::size_t>(n_units, 1));
   const std::size_t n_blocks = (n_units + kBlockRows - 1) / kBlockRows;
   const std::size_t work = n_units * d * std::max<std::size_t>(nq, 1);
-  const int T = threads_for(work, std::size_t(1) << 21, n_threads);
+  const int T = threads_for(work, std::size_t(1) << 20, n_threads);
   const std::size_t P = std::max<std::size_t>(1, std::min<std::size_t>(T, n_blocks));
   std::size_t G = std::max<std::size_t>(1, (static_cast<std::size_t>(T) + P - 1) / P);
   G = std::min(G, std::max<std::size_t>(nq, 1));
@@ -201,7 +202,7 @@ void topk_search(const float* queries, std::size_t nq, const RowStore& rows, std
     for (std::size_t q = 0; q < nq; ++q)
       heaps[p * nq + q] = Heap{store.data() + (p * nq + q) * cap, 0, static_cast<uint32_t>(cap)};
 
-  const bool any_filter = filter.live || filter.layers;
+  const bool any_filter = filter.live || filter.layers || filter.ns;
   std::vector<char> bad(P * G, 0);
   parallel_for(P * G, T, [&](std::size_t task, int) {
     const std::size_t p = task / G, g = task % G;

@@ -44,6 +44,8 @@ struct RowFilter {
   const uint8_t* live = nullptr;      // null: all rows live
   const uint8_t* layers = nullptr;    // per-row layer column (null: no layer filter)
   uint64_t layer_mask[4] = {~0ull, ~0ull, ~0ull, ~0ull};
+  const uint64_t* ns = nullptr;       // per-row namespace column; with it only rows whose
+  uint64_t ns_value = 0;              //   namespace == ns_value are candidates
   const uint32_t* row_list = nullptr; // explicit candidate rows (e.g. one namespace's rows)
   std::size_t row_list_len = 0;
   bool use_row_list = false;

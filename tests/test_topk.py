@@ -1,0 +1,188 @@
+"""lamina.topk against a numpy reference (exact on integer data, tolerant on floats)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import lamina
+from reference import ref_scores, ref_topk
+
+METRICS = ["ip", "cosine", "l2"]
+
+
+def int_matrix(rng: np.random.Generator, n: int, d: int, lo: int = -2, hi: int = 2) -> np.ndarray:
+    return rng.integers(lo, hi + 1, size=(n, d)).astype(np.float32)
+
+
+@given(
+    n=st.integers(1, 700),
+    d=st.integers(1, 70),
+    b=st.integers(1, 9),
+    k=st.integers(1, 40),
+    metric=st.sampled_from(["ip", "l2"]),
+    seed=st.integers(0, 2**32 - 1),
+    threads=st.sampled_from([1, 2, 3]),
+)
+def test_exact_integer_data_matches_reference_with_ties(n, d, b, k, metric, seed, threads):
+    # Small integers make every ip/l2 score exact in float32, so ties are frequent and the
+    # documented tie rule (smaller index first) is checked exactly.
+    rng = np.random.default_rng(seed)
+    X = int_matrix(rng, n, d)
+    Q = int_matrix(rng, b, d)
+    s, i = lamina.topk(Q, X, k, metric, threads=threads)
+    rs, ri = ref_topk(Q, X, k, metric)
+    np.testing.assert_array_equal(i, ri)
+    np.testing.assert_array_equal(s, rs.astype(np.float32))
+
+
+@given(
+    n=st.integers(1, 600),
+    d=st.integers(1, 50),
+    b=st.integers(1, 7),
+    k=st.integers(1, 20),
+    metric=st.sampled_from(METRICS),
+    seed=st.integers(0, 2**32 - 1),
+    f16=st.booleans(),
+)
+def test_float_data_scores_match_reference(n, d, b, k, metric, seed, f16):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(np.float16 if f16 else np.float32)
+    Q = rng.standard_normal((b, d)).astype(np.float32)
+    s, i = lamina.topk(Q, X, k, metric)
+    rs, _ = ref_topk(Q, X.astype(np.float32), k, metric)
+    m = min(k, n)
+    np.testing.assert_allclose(s[:, :m], rs[:, :m], rtol=1e-4, atol=1e-4)
+    # every returned index really has the score reported for it
+    S = ref_scores(Q, X.astype(np.float32), metric)
+    got = np.take_along_axis(S, i[:, :m], axis=1)
+    np.testing.assert_allclose(s[:, :m], got, rtol=1e-4, atol=1e-4)
+    assert np.all(np.diff(s[:, :m], axis=1) <= 1e-6) if metric != "l2" else np.all(
+        np.diff(s[:, :m], axis=1) >= -1e-6
+    )
+    # each row appears once
+    for row in i:
+        valid = row[row >= 0]
+        assert len(np.unique(valid)) == len(valid)
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_padding_when_k_exceeds_rows(metric):
+    X = np.eye(3, 4, dtype=np.float32) + 0.5
+    Q = np.ones((2, 4), np.float32)
+    s, i = lamina.topk(Q, X, 5, metric)
+    assert s.shape == (2, 5) and i.shape == (2, 5)
+    assert np.all(i[:, 3:] == -1)
+    assert np.all(np.isinf(s[:, 3:]))
+    assert np.all(s[:, 3:] > 0) if metric == "l2" else np.all(s[:, 3:] < 0)
+    assert sorted(i[0, :3].tolist()) == [0, 1, 2]
+
+
+def test_thread_count_does_not_change_results():
+    rng = np.random.default_rng(5)
+    X = int_matrix(rng, 20_000, 32, -1, 1)
+    Q = int_matrix(rng, 5, 32, -1, 1)
+    a = lamina.topk(Q, X, 50, "ip", threads=1)
+    b = lamina.topk(Q, X, 50, "ip", threads=2)
+    c = lamina.topk(Q, X, 50, "ip", threads=7)
+    for x, y in [(a, b), (a, c)]:
+        np.testing.assert_array_equal(x[0], y[0])
+        np.testing.assert_array_equal(x[1], y[1])
+
+
+def test_large_batch_and_blocks():
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((5000, 384)).astype(np.float32)
+    Q = rng.standard_normal((130, 384)).astype(np.float32)
+    s, i = lamina.topk(Q, X, 10, "ip")
+    ref = np.sort(Q @ X.T, axis=1)[:, ::-1][:, :10]
+    np.testing.assert_allclose(s, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_zero_rows_score_zero_under_cosine():
+    X = np.zeros((3, 4), np.float32)
+    X[1] = [1, 0, 0, 0]
+    s, i = lamina.topk(np.array([[1, 0, 0, 0]], np.float32), X, 3, "cosine")
+    assert i[0, 0] == 1 and s[0, 0] == pytest.approx(1.0)
+    assert s[0, 1] == 0.0 and s[0, 2] == 0.0
+
+
+def test_empty_query_batch():
+    X = np.ones((4, 3), np.float32)
+    s, i = lamina.topk(np.zeros((0, 3), np.float32), X, 2)
+    assert s.shape == (0, 2) and i.shape == (0, 2)
+
+
+# ---- bad input -------------------------------------------------------------------------------
+
+X = np.ones((10, 4), np.float32)
+Q = np.ones((2, 4), np.float32)
+
+
+@pytest.mark.parametrize(
+    "args, exc, match",
+    [
+        ((Q.astype(np.float64), X, 3), TypeError, "float32"),
+        ((Q, X.astype(np.float64), 3), TypeError, "float32"),
+        ((Q.tolist(), X, 3), TypeError, "numpy"),
+        ((Q, X.tolist(), 3), TypeError, "numpy"),
+        ((np.ones((2, 8), np.float32)[:, ::2], X, 3), ValueError, "contiguous"),
+        ((Q, np.asfortranarray(np.ones((10, 4), np.float32)), 3), ValueError, "contiguous"),
+        ((np.ones((2, 5), np.float32), X, 3), ValueError, "columns"),
+        ((np.ones(4, np.float32), X, 3), ValueError, "2-dimensional"),
+        ((Q, X, 0), ValueError, "k must be >= 1"),
+        ((Q, X, -3), ValueError, "k must be >= 1"),
+        ((Q, X, 2.5), TypeError, "k must be an int"),
+        ((Q, np.ones((0, 4), np.float32), 3), ValueError, "empty"),
+    ],
+)
+def test_bad_input(args, exc, match):
+    with pytest.raises(exc, match=match):
+        lamina.topk(*args)
+
+
+def test_unknown_metric():
+    with pytest.raises(ValueError, match="unknown metric 'cos2'.*'ip', 'cosine', 'l2'"):
+        lamina.topk(Q, X, 3, "cos2")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_queries_and_vectors(bad):
+    q = Q.copy()
+    q[1, 2] = bad
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        lamina.topk(q, X, 3)
+    x = X.copy()
+    x[7, 1] = bad
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        lamina.topk(Q, x, 3)
+
+
+def test_zero_query_under_cosine():
+    with pytest.raises(ValueError, match="zero norm"):
+        lamina.topk(np.zeros((1, 4), np.float32), X, 3, "cosine")
+
+
+def test_simd_paths_agree(monkeypatch):
+    # Every compiled path must give identical exact results on integer data.
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, lamina;"
+        "r=np.random.default_rng(3);X=r.integers(-3,4,(999,77)).astype(np.float32);"
+        "Q=r.integers(-3,4,(9,77)).astype(np.float32);"
+        "s,i=lamina.topk(Q,X,13,'l2');print(lamina.build_info()['simd_active']);"
+        "print(i.tobytes().hex());print(s.tobytes().hex())"
+    )
+    outs = {}
+    for isa in lamina.build_info()["simd_available"]:
+        env = dict(__import__("os").environ, LAMINA_SIMD=isa)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        lines = out.stdout.split()
+        assert lines[0] == isa
+        outs[isa] = lines[1:]
+    vals = list(outs.values())
+    assert all(v == vals[0] for v in vals)
