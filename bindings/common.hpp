@@ -50,5 +50,6 @@ void register_search(py::module_& m);
 void register_info(py::module_& m);
 void register_cuda(py::module_& m);
 void register_kernels(py::module_& m);
+void register_kv(py::module_& m);
 
 }  // namespace lamina::py_detail

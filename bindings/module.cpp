@@ -12,4 +12,5 @@ PYBIND11_MODULE(_core, m) {
   lamina::py_detail::register_search(m);
   lamina::py_detail::register_cuda(m);
   lamina::py_detail::register_kernels(m);
+  lamina::py_detail::register_kv(m);
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
 from . import kernels
+from . import kv
 from .search import Metric, VectorArena, topk
 
 __version__ = str(build_info()["version"])
@@ -11,6 +12,7 @@ __version__ = str(build_info()["version"])
 __all__ = [
     "VectorArena",
     "topk",
+    "kv",
     "Metric",
     "kernels",
     "build_info",

@@ -1,0 +1,266 @@
+// Bindings for the KV-cache eviction core (lamina/kv.hpp). Private: python/lamina/kv wraps them.
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "lamina/kv.hpp"
+
+namespace lamina::py_detail {
+
+namespace {
+
+using kv::Pool;
+using kv::Reduce;
+
+// float32, C-contiguous, ndim in {lo..hi}.
+py::array f32_array(const py::handle& obj, const char* name, int lo, int hi) {
+  if (!py::isinstance<py::array>(obj))
+    throw TypeError(std::string(name) + " must be a numpy.ndarray of dtype float32, got " +
+                    py::str(py::type::of(obj)).cast<std::string>());
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  const int nd = static_cast<int>(a.ndim());
+  if (nd < lo || nd > hi)
+    throw ValueError(std::string(name) + " must have " + std::to_string(lo) +
+                     (lo == hi ? "" : " to " + std::to_string(hi)) + " dimensions, got ndim=" +
+                     std::to_string(nd));
+  return checked_array<float>(obj, name, nd, "float32");
+}
+
+Pool parse_pool(const std::string& s) {
+  if (s == "none") return Pool::None;
+  if (s == "max") return Pool::Max;
+  if (s == "avg") return Pool::Avg;
+  throw ValueError("pooling must be 'max', 'avg' or 'none', got '" + s + "'");
+}
+
+Reduce parse_reduce(const std::string& s, const char* what) {
+  if (s == "mean") return Reduce::Mean;
+  if (s == "max") return Reduce::Max;
+  if (s == "sum") return Reduce::Sum;
+  throw ValueError(std::string(what) + " must be 'mean', 'max' or 'sum', got '" + s + "'");
+}
+
+std::size_t dim(const py::array& a, int i) { return static_cast<std::size_t>(a.shape(i)); }
+
+}  // namespace
+
+void register_kv(py::module_& m) {
+  m.def(
+      "kv_window_scores",
+      [](const py::object& x, long long kv_heads, long long n_candidates,
+         const std::string& window_reduce, bool causal_normalize, const std::string& pool,
+         long long kernel, const std::string& group_reduce, const py::object& scale_per_row,
+         const py::object& scale_per_token, int threads) {
+        py::array a = f32_array(x, "scores", 3, 4);
+        kv::ScoreSpec sp;
+        sp.layers = dim(a, 0);
+        sp.heads = dim(a, 1);
+        sp.window = a.ndim() == 4 ? dim(a, 2) : 0;
+        sp.seq_len = dim(a, a.ndim() - 1);
+        LAMINA_CHECK(kv_heads >= 1, "n_kv_heads must be >= 1, got ", kv_heads);
+        sp.kv_heads = static_cast<std::size_t>(kv_heads);
+        LAMINA_CHECK(n_candidates >= 0 && static_cast<std::size_t>(n_candidates) <= sp.seq_len,
+                     "n_candidates must be in [0, ", sp.seq_len, "], got ", n_candidates);
+        sp.n_candidates = static_cast<std::size_t>(n_candidates);
+        sp.window_reduce = parse_reduce(window_reduce, "window_reduce");
+        sp.causal_normalize = causal_normalize;
+        sp.pool = parse_pool(pool);
+        LAMINA_CHECK(kernel >= 1, "kernel_size must be >= 1, got ", kernel);
+        sp.kernel = static_cast<std::size_t>(kernel);
+        sp.group_reduce = parse_reduce(group_reduce, "gqa reduction");
+        LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.seq_len >= 1,
+                     "scores must be non-empty, got a zero-length axis");
+        LAMINA_CHECK(a.ndim() == 3 || sp.window >= 1, "window attention needs at least one row");
+        LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "the number of query heads (", sp.heads,
+                     ") must be a multiple of n_kv_heads (", sp.kv_heads, ")");
+        kv::RowScale scale;
+        py::array per_row, per_token;
+        if (!scale_per_row.is_none()) {
+          per_row = checked_array<float>(scale_per_row, "value_norms", 2, "float32");
+          LAMINA_CHECK(dim(per_row, 0) == sp.layers && dim(per_row, 1) == sp.kv_heads,
+                       "per-head value_norms must have shape (", sp.layers, ", ", sp.kv_heads,
+                       "), got (", per_row.shape(0), ", ", per_row.shape(1), ")");
+          scale.per_row = static_cast<const float*>(per_row.data());
+        }
+        if (!scale_per_token.is_none()) {
+          per_token = checked_array<float>(scale_per_token, "value_norms", 3, "float32");
+          LAMINA_CHECK(dim(per_token, 0) == sp.layers && dim(per_token, 1) == sp.kv_heads &&
+                           dim(per_token, 2) == sp.seq_len,
+                       "per-token value_norms must have shape (", sp.layers, ", ", sp.kv_heads,
+                       ", ", sp.seq_len, "), got (", per_token.shape(0), ", ",
+                       per_token.shape(1), ", ", per_token.shape(2), ")");
+          scale.per_token = static_cast<const float*>(per_token.data());
+        }
+        py::array_t<float> out({sp.layers, sp.kv_heads, sp.n_candidates});
+        {
+          const float* in = static_cast<const float*>(a.data());
+          float* o = out.mutable_data();
+          py::gil_scoped_release nogil;
+          kv::window_scores(in, sp, scale, o, threads);
+        }
+        return out;
+      },
+      py::arg("scores"), py::arg("kv_heads"), py::arg("n_candidates"),
+      py::arg("window_reduce") = "mean", py::arg("causal_normalize") = false,
+      py::arg("pool") = "none", py::arg("kernel") = 1, py::arg("group_reduce") = "mean",
+      py::arg("scale_per_row") = py::none(), py::arg("scale_per_token") = py::none(),
+      py::arg("threads") = 0);
+
+  m.def(
+      "kv_layer_entropy",
+      [](const py::object& scores, int threads) {
+        py::array s = checked_array<float>(scores, "scores", 3, "float32");
+        const std::size_t L = dim(s, 0), Hkv = dim(s, 1), n = dim(s, 2);
+        py::array_t<double> out(L);
+        {
+          const float* p = static_cast<const float*>(s.data());
+          double* o = out.mutable_data();
+          py::gil_scoped_release nogil;
+          kv::layer_entropy(p, L, Hkv, n, o, threads);
+        }
+        return out;
+      },
+      py::arg("scores"), py::arg("threads") = 0);
+
+  m.def(
+      "kv_layer_head_counts",
+      [](const py::object& scores, const py::object& total, const py::object& floor,
+         int threads) {
+        py::array s = checked_array<float>(scores, "scores", 3, "float32");
+        const std::size_t L = dim(s, 0), Hkv = dim(s, 1), n = dim(s, 2);
+        py::array t = checked_array<int64_t>(total, "total", 1, "int64");
+        LAMINA_CHECK(dim(t, 0) == L, "total must have one entry per layer (", L, ")");
+        py::array f;
+        const int64_t* fp = nullptr;
+        if (!floor.is_none()) {
+          f = checked_array<int64_t>(floor, "floor", 1, "int64");
+          LAMINA_CHECK(dim(f, 0) == L, "floor must have one entry per layer (", L, ")");
+          fp = static_cast<const int64_t*>(f.data());
+        }
+        py::array_t<int64_t> out({L, Hkv});
+        {
+          const float* p = static_cast<const float*>(s.data());
+          const int64_t* tp = static_cast<const int64_t*>(t.data());
+          int64_t* o = out.mutable_data();
+          py::gil_scoped_release nogil;
+          kv::layer_head_counts(p, L, Hkv, n, tp, fp, o, threads);
+        }
+        return out;
+      },
+      py::arg("scores"), py::arg("total"), py::arg("floor") = py::none(),
+      py::arg("threads") = 0);
+
+  m.def(
+      "kv_select_rows",
+      [](const py::object& scores, const py::object& k, long long n, long long tail,
+         int threads) {
+        py::array kk = checked_array<int64_t>(k, "k", 2, "int64");
+        const std::size_t L = dim(kk, 0), Hkv = dim(kk, 1), R = L * Hkv;
+        LAMINA_CHECK(n >= 0 && tail >= 0, "n and tail must be >= 0");
+        py::array s;
+        const float* sp = nullptr;
+        if (!scores.is_none()) {
+          s = checked_array<float>(scores, "scores", 3, "float32");
+          LAMINA_CHECK(dim(s, 0) == L && dim(s, 1) == Hkv &&
+                           dim(s, 2) == static_cast<std::size_t>(n),
+                       "scores must have shape (", L, ", ", Hkv, ", ", n, ")");
+          sp = static_cast<const float*>(s.data());
+        }
+        const int64_t* kp = static_cast<const int64_t*>(kk.data());
+        py::array_t<int64_t> offsets(R + 1);
+        int64_t* op = offsets.mutable_data();
+        op[0] = 0;
+        for (std::size_t r = 0; r < R; ++r) {
+          LAMINA_CHECK(kp[r] >= 0 && kp[r] <= n, "k[", r / Hkv, ", ", r % Hkv, "] = ", kp[r],
+                       " is outside [0, ", n, "]");
+          op[r + 1] = op[r] + kp[r] + tail;
+        }
+        py::array_t<int64_t> idx(static_cast<py::ssize_t>(op[R]));
+        {
+          int64_t* ip = idx.mutable_data();
+          py::gil_scoped_release nogil;
+          kv::select_rows(sp, R, static_cast<std::size_t>(n), kp, static_cast<std::size_t>(tail),
+                          op, ip, threads);
+        }
+        return py::make_tuple(idx, offsets);
+      },
+      py::arg("scores"), py::arg("k"), py::arg("n"), py::arg("tail") = 0,
+      py::arg("threads") = 0);
+
+  m.def(
+      "kv_l1_norms",
+      [](const py::object& values, int threads) {
+        py::array v = f32_array(values, "values", 1, 8);
+        const std::size_t D = dim(v, v.ndim() - 1);
+        LAMINA_CHECK(D >= 1, "values must have a non-empty last axis (head_dim)");
+        const std::size_t rows = static_cast<std::size_t>(v.size()) / D;
+        std::vector<py::ssize_t> shape(v.shape(), v.shape() + v.ndim() - 1);
+        py::array_t<float> out(shape);
+        {
+          const float* p = static_cast<const float*>(v.data());
+          float* o = out.mutable_data();
+          py::gil_scoped_release nogil;
+          kv::l1_norms(p, rows, D, o, threads);
+        }
+        return out;
+      },
+      py::arg("values"), py::arg("threads") = 0);
+
+  m.def(
+      "kv_gather",
+      [](const py::object& src, const py::object& offsets, const py::object& indices,
+         long long padded_len, int threads) {
+        if (!py::isinstance<py::array>(src)) throw TypeError("keys/values must be numpy arrays");
+        py::array a = py::reinterpret_borrow<py::array>(src);
+        LAMINA_CHECK(a.ndim() == 4, "keys/values must be 4-dimensional (L, H_kv, S, D), got ndim=",
+                     a.ndim());
+        LAMINA_CHECK(a.flags() & py::array::c_style,
+                     "keys/values must be C-contiguous; pass numpy.ascontiguousarray(...)");
+        py::array off = checked_array<int64_t>(offsets, "offsets", 1, "int64");
+        py::array idx = checked_array<int64_t>(indices, "indices", 1, "int64");
+        const std::size_t L = dim(a, 0), Hkv = dim(a, 1), S = dim(a, 2), D = dim(a, 3);
+        const std::size_t R = L * Hkv;
+        LAMINA_CHECK(dim(off, 0) == R + 1, "offsets must have L*H_kv+1 = ", R + 1, " entries");
+        const int64_t* op = static_cast<const int64_t*>(off.data());
+        LAMINA_CHECK(op[0] == 0 && op[R] == static_cast<int64_t>(dim(idx, 0)),
+                     "offsets must start at 0 and end at len(indices)");
+        const std::size_t row_bytes = D * static_cast<std::size_t>(a.itemsize());
+        std::vector<py::ssize_t> shape;
+        if (padded_len > 0) {
+          shape = {(py::ssize_t)L, (py::ssize_t)Hkv, (py::ssize_t)padded_len, (py::ssize_t)D};
+        } else {
+          shape = {(py::ssize_t)op[R], (py::ssize_t)D};
+        }
+        py::array out(a.dtype(), shape);
+        {
+          const void* sp = a.data();
+          const int64_t* ip = static_cast<const int64_t*>(idx.data());
+          void* o = out.mutable_data();
+          py::gil_scoped_release nogil;
+          kv::gather_rows(sp, R, S, row_bytes, op, ip,
+                          static_cast<std::size_t>(padded_len > 0 ? padded_len : 0), o, threads);
+        }
+        return out;
+      },
+      py::arg("src"), py::arg("offsets"), py::arg("indices"), py::arg("padded_len") = 0,
+      py::arg("threads") = 0);
+
+  m.def(
+      "kv_kth_largest",
+      [](const py::object& scores, long long k) {
+        py::array s = checked_array<float>(scores, "scores", 1, "float32");
+        const std::size_t n = dim(s, 0);
+        LAMINA_CHECK(k >= 1 && static_cast<std::size_t>(k) <= n, "k must be in [1, ", n, "]");
+        const float* p = static_cast<const float*>(s.data());
+        std::vector<uint32_t> keys(n), scratch;
+        for (std::size_t i = 0; i < n; ++i) keys[i] = kv::order_key(p[i]);
+        const kv::Cut c = kv::kth_largest(keys.data(), n, static_cast<std::size_t>(k), scratch);
+        return py::make_tuple(c.key, c.greater, c.take_equal);
+      },
+      py::arg("scores"), py::arg("k"),
+      "Testing aid: (order key of the k-th largest, count greater, equal ones taken).");
+}
+
+}  // namespace lamina::py_detail

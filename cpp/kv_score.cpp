@@ -1,0 +1,260 @@
+// KV eviction: score rows, layer entropy, value norms, gather (see lamina/kv.hpp).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "lamina/common.hpp"
+#include "lamina/kv.hpp"
+#include "lamina/parallel.hpp"
+
+namespace lamina::kv {
+
+namespace {
+
+constexpr std::size_t kChunk = 2048;              // window-reduce block (stays in L1)
+constexpr std::size_t kMinPerThread = 1 << 15;
+
+// x * 0 is NaN exactly when x is NaN or +-Inf; a sum of such products is the cheapest
+// vectorisable finiteness test.
+inline bool all_finite(const float* x, std::size_t n) {
+  float acc = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) acc += x[i] * 0.0f;
+  return acc == 0.0f;
+}
+
+void pool_max(const float* a, std::size_t n, std::size_t k, float* out) {
+  const std::size_t r = k / 2;
+  auto edge = [&](std::size_t j) {
+    const std::size_t lo = j >= r ? j - r : 0, hi = std::min(n - 1, j + r);
+    float m = a[lo];
+    for (std::size_t i = lo + 1; i <= hi; ++i) m = a[i] > m ? a[i] : m;
+    out[j] = m;
+  };
+  if (n <= 2 * r) {
+    for (std::size_t j = 0; j < n; ++j) edge(j);
+    return;
+  }
+  const std::size_t m = n - 2 * r;  // interior j in [r, n - r)
+  float* o = out + r;
+  std::memcpy(o, a, m * sizeof(float));
+  for (std::size_t d = 1; d < k; ++d) {
+    const float* src = a + d;
+    for (std::size_t i = 0; i < m; ++i) o[i] = src[i] > o[i] ? src[i] : o[i];
+  }
+  for (std::size_t j = 0; j < r; ++j) edge(j);
+  for (std::size_t j = n - r; j < n; ++j) edge(j);
+}
+
+void pool_avg(const float* a, std::size_t n, std::size_t k, float* out) {
+  const std::size_t r = k / 2;
+  const float kf = static_cast<float>(k);
+  auto edge = [&](std::size_t j) {
+    const std::size_t lo = j >= r ? j - r : 0, hi = std::min(n - 1, j + r);
+    float s = a[lo];
+    for (std::size_t i = lo + 1; i <= hi; ++i) s += a[i];
+    out[j] = s / kf;
+  };
+  if (n <= 2 * r) {
+    for (std::size_t j = 0; j < n; ++j) edge(j);
+    return;
+  }
+  const std::size_t m = n - 2 * r;
+  float* o = out + r;
+  std::memcpy(o, a, m * sizeof(float));
+  for (std::size_t d = 1; d < k; ++d) {
+    const float* src = a + d;
+    for (std::size_t i = 0; i < m; ++i) o[i] += src[i];
+  }
+  for (std::size_t i = 0; i < m; ++i) o[i] /= kf;
+  for (std::size_t j = 0; j < r; ++j) edge(j);
+  for (std::size_t j = n - r; j < n; ++j) edge(j);
+}
+
+struct RowBuffers {
+  std::vector<float> reduced, pooled;
+};
+
+}  // namespace
+
+void window_scores(const float* in, const ScoreSpec& sp, const RowScale& scale, float* out,
+                   int threads) {
+  LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.kv_heads >= 1 && sp.seq_len >= 1,
+               "window_scores: empty shape");
+  LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "window_scores: heads (", sp.heads,
+               ") must be a multiple of kv_heads (", sp.kv_heads, ")");
+  LAMINA_CHECK(sp.window <= sp.seq_len, "window_scores: window (", sp.window,
+               ") exceeds seq_len (", sp.seq_len, ")");
+  LAMINA_CHECK(sp.n_candidates <= sp.seq_len, "window_scores: n_candidates exceeds seq_len");
+  LAMINA_CHECK(sp.kernel >= 1 && sp.kernel % 2 == 1, "window_scores: kernel must be odd, got ",
+               sp.kernel);
+  LAMINA_CHECK(sp.window_reduce == Reduce::Mean || sp.window_reduce == Reduce::Sum,
+               "window_scores: window_reduce must be Mean or Sum");
+  LAMINA_CHECK(sp.group_reduce == Reduce::Mean || sp.group_reduce == Reduce::Max,
+               "window_scores: group_reduce must be Mean or Max");
+  LAMINA_CHECK(!sp.causal_normalize || sp.window_reduce == Reduce::Sum,
+               "window_scores: causal_normalize needs window_reduce Sum");
+  LAMINA_CHECK(!(scale.per_row && scale.per_token), "window_scores: give one kind of scale");
+  const std::size_t L = sp.layers, H = sp.heads, Hkv = sp.kv_heads, G = H / Hkv;
+  const std::size_t S = sp.seq_len, w = sp.window, n = sp.n_candidates;
+  const std::size_t rows = L * Hkv;
+  const std::size_t per_row_work = G * (w > 0 ? w : 1) * S;
+  const int nt = threads_for(rows * per_row_work, kMinPerThread, threads);
+  std::vector<RowBuffers> bufs(nt > 0 ? nt : 1);
+
+  parallel_for(rows, nt, [&](std::size_t r, int worker) {
+    const std::size_t l = r / Hkv, g = r % Hkv;
+    float* acc = out + r * n;
+    RowBuffers& B = bufs[worker];
+    if (B.reduced.size() < n) B.reduced.resize(n);
+    if (B.pooled.size() < n) B.pooled.resize(n);
+    for (std::size_t q = 0; q < G; ++q) {
+      const std::size_t h = g * G + q;
+      const float* a;
+      if (w == 0) {
+        a = in + (l * H + h) * S;
+        LAMINA_CHECK(all_finite(a, S), "scores[", l, ", ", h,
+                     "] contains NaN or Inf; pass finite scores");
+      } else {
+        const float* base = in + ((l * H + h) * w) * S;
+        float* red = B.reduced.data();
+        for (std::size_t j0 = 0; j0 < n; j0 += kChunk) {
+          const std::size_t j1 = std::min(n, j0 + kChunk);
+          std::memcpy(red + j0, base + j0, (j1 - j0) * sizeof(float));
+          for (std::size_t t = 1; t < w; ++t) {
+            const float* row = base + t * S;
+            for (std::size_t j = j0; j < j1; ++j) red[j] += row[j];
+          }
+        }
+        bool ok = all_finite(red, n);
+        for (std::size_t t = 0; t < w && ok; ++t) ok = all_finite(base + t * S + n, S - n);
+        LAMINA_CHECK(ok, "window attention [", l, ", ", h,
+                     "] contains NaN or Inf (or its window sum overflows float32); pass "
+                     "finite attention weights");
+        if (sp.window_reduce == Reduce::Mean) {
+          const float wf = static_cast<float>(w);
+          for (std::size_t j = 0; j < n; ++j) red[j] /= wf;
+        } else if (sp.causal_normalize) {
+          for (std::size_t j = 0; j < n; ++j)
+            red[j] /= static_cast<float>(std::min(w, S - j));
+        }
+        a = red;
+      }
+      float* dst = q == 0 ? acc : B.pooled.data();
+      const float* p = dst;
+      if (sp.pool == Pool::Max && sp.kernel > 1 && n > 0) {
+        pool_max(a, n, sp.kernel, dst);
+      } else if (sp.pool == Pool::Avg && sp.kernel > 1 && n > 0) {
+        pool_avg(a, n, sp.kernel, dst);
+      } else if (q == 0) {
+        std::memcpy(dst, a, n * sizeof(float));
+      } else {
+        p = a;
+      }
+      if (q > 0) {
+        if (sp.group_reduce == Reduce::Max) {
+          for (std::size_t j = 0; j < n; ++j) acc[j] = p[j] > acc[j] ? p[j] : acc[j];
+        } else {
+          for (std::size_t j = 0; j < n; ++j) acc[j] += p[j];
+        }
+      }
+    }
+    if (G > 1 && sp.group_reduce == Reduce::Mean) {
+      const float gf = static_cast<float>(G);
+      for (std::size_t j = 0; j < n; ++j) acc[j] /= gf;
+    }
+    if (scale.per_row || scale.per_token) {
+      float nu;
+      if (scale.per_row) {
+        nu = scale.per_row[r];
+      } else {
+        const float* v = scale.per_token + r * S;
+        LAMINA_CHECK(all_finite(v, S), "value_norms[", l, ", ", g, "] contains NaN or Inf");
+        nu = n > 0 ? v[0] : 0.0f;
+        for (std::size_t j = 1; j < n; ++j) nu = v[j] > nu ? v[j] : nu;
+        for (std::size_t j = 0; j < S; ++j)
+          LAMINA_CHECK(v[j] >= 0.0f, "value_norms must be >= 0 (they are L1 norms), got ", v[j],
+                       " at [", l, ", ", g, ", ", j, "]");
+      }
+      LAMINA_CHECK(std::isfinite(nu) && nu >= 0.0f, "value norm scale of row [", l, ", ", g,
+                   "] must be finite and >= 0, got ", nu);
+      for (std::size_t j = 0; j < n; ++j) acc[j] *= nu;
+    }
+    LAMINA_CHECK(all_finite(acc, n), "scores of row [", l, ", ", g,
+                 "] overflow float32 after scaling; rescale the inputs");
+  });
+}
+
+void layer_entropy(const float* scores, std::size_t layers, std::size_t kv_heads, std::size_t n,
+                   double* out, int threads) {
+  const std::size_t N = kv_heads * n;
+  const int nt = threads_for(layers * (N + 1), kMinPerThread, threads);
+  parallel_for(layers, nt, [&](std::size_t l, int) {
+    const float* s = scores + l * N;
+    double z = 0.0, slogs = 0.0;
+    bool neg = false;
+    for (std::size_t i = 0; i < N; ++i) {
+      const float x = s[i];
+      neg |= x < 0.0f;
+      z += x;
+      if (x > 0.0f) slogs += static_cast<double>(x) * std::log(static_cast<double>(x));
+    }
+    LAMINA_CHECK(!neg, "layer_entropy: scores of layer ", l,
+                 " contain negative values; entropy needs scores >= 0");
+    if (N <= 1 || !(z > 0.0)) {
+      out[l] = 0.0;
+      return;
+    }
+    const double h = std::log(z) - slogs / z;
+    double e = h / std::log(static_cast<double>(N));
+    out[l] = std::min(1.0, std::max(0.0, e));
+  });
+}
+
+void l1_norms(const float* values, std::size_t rows, std::size_t dim, float* out, int threads) {
+  constexpr std::size_t kBlock = 1024;
+  const std::size_t blocks = (rows + kBlock - 1) / kBlock;
+  const int nt = threads_for(rows * dim, kMinPerThread * 4, threads);
+  parallel_for(blocks, nt, [&](std::size_t b, int) {
+    const std::size_t r0 = b * kBlock, r1 = std::min(rows, r0 + kBlock);
+    for (std::size_t r = r0; r < r1; ++r) {
+      const float* v = values + r * dim;
+      float s = 0.0f;
+      for (std::size_t d = 0; d < dim; ++d) s += std::fabs(v[d]);
+      LAMINA_CHECK(std::isfinite(s), "values contain NaN or Inf (row ", r, ")");
+      out[r] = s;
+    }
+  });
+}
+
+void gather_rows(const void* src, std::size_t n_rows, std::size_t seq_len, std::size_t row_bytes,
+                 const int64_t* offsets, const int64_t* idx, std::size_t padded_len, void* dst,
+                 int threads) {
+  for (std::size_t r = 0; r < n_rows; ++r) {
+    LAMINA_CHECK(offsets[r + 1] >= offsets[r], "gather_rows: offsets must be non-decreasing");
+    LAMINA_CHECK(padded_len == 0 || static_cast<std::size_t>(offsets[r + 1] - offsets[r]) <= padded_len,
+                 "gather_rows: a row is longer than padded_len");
+  }
+  const std::size_t total = static_cast<std::size_t>(offsets[n_rows]);
+  const int nt = threads_for(total * row_bytes / 4 + n_rows, kMinPerThread, threads);
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto* d = static_cast<unsigned char*>(dst);
+  parallel_for(n_rows, nt, [&](std::size_t r, int) {
+    const int64_t b = offsets[r], e = offsets[r + 1];
+    const unsigned char* base = s + r * seq_len * row_bytes;
+    unsigned char* o = padded_len ? d + r * padded_len * row_bytes : d + b * row_bytes;
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t p = idx[i];
+      LAMINA_CHECK_INDEX(p >= 0 && static_cast<std::size_t>(p) < seq_len, "kept position ", p,
+                         " of row ", r, " is outside [0, ", seq_len, ")");
+      std::memcpy(o, base + p * row_bytes, row_bytes);
+      o += row_bytes;
+    }
+    if (padded_len) {
+      const std::size_t len = static_cast<std::size_t>(e - b);
+      std::memset(o, 0, (padded_len - len) * row_bytes);
+    }
+  });
+}
+
+}  // namespace lamina::kv

@@ -1,0 +1,146 @@
+// lamina/kv.hpp — KV-cache eviction: the selection core shared by every lamina.kv method.
+//
+// Notation: L layers, H query heads, H_kv KV heads (H_kv divides H; group G = H / H_kv, query
+// head h belongs to KV head h / G, the repeat_kv layout of HF transformers), S prompt length,
+// w observation-window rows, n <= S candidate positions per row (positions [0, n) are scored;
+// the rest are kept or dropped by the method, not by score). A "row" is one (layer, KV head)
+// pair, row index r = l * H_kv + g.
+//
+// The pieces, in the order a method uses them:
+//   window_scores       input scores [L,H,S] or window attention [L,H,w,S] -> rows [L,H_kv,n]:
+//                        reduce over the w rows (mean or sum), 1-D pooling (max/avg, odd kernel),
+//                        GQA reduction over the G query heads (mean or max), optional per-row
+//                        scale (LAVa's max value norm);
+//   layer_entropy       normalised entropy of each layer's [H_kv, n] block (LAVa);
+//   layer_head_counts   global top-k across the heads of a layer -> kept count per head
+//                        (Ada-KV, LAVa), with an optional per-head floor;
+//   select_rows         per-row top-k -> ragged kept positions sorted ascending, plus a tail
+//                        of always-kept positions [n, n + tail);
+//   gather_rows         compacts keys/values [L,H_kv,S,D] to the kept rows (ragged or padded).
+//
+// Ties (one rule everywhere): among equal scores the smaller position is kept; in a global
+// (cross-head) selection the smaller (head, position) pair — head-major flat index — wins.
+// -0.0 and +0.0 are equal. The result never depends on the thread count.
+//
+// Inputs must be finite (NaN/Inf -> ValueError); the functions check what they read.
+// All functions run on up to `threads` workers (<= 0: lamina's default) through
+// lamina::parallel_for, touch no global state and are safe to call concurrently; callers
+// release the GIL around them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace lamina::kv {
+
+enum class Pool : int { None = 0, Max = 1, Avg = 2 };
+enum class Reduce : int { Mean = 0, Max = 1, Sum = 2 };
+
+/// What window_scores computes. For window attention (window > 0) the input is
+/// A[L][H][w][S] and row (l, h) first becomes a[j] = sum_t A[l,h,t,j] (t ascending), then
+/// a / w (Mean), a (Sum), or a[j] / min(w, S - j) (Sum with causal_normalize: the number of
+/// window queries that can see position j, kvpress ObservedAttention's normaliser).
+/// Without a window (window == 0) the input is already per position, X[L][H][S], a = X[l,h].
+/// Then p = pool(a[0:n]) with kernel k (odd), stride 1, padding k/2:
+///   Max: p[j] = max a[j-k/2 .. j+k/2] (out-of-range ignored; torch max_pool1d);
+///   Avg: p[j] = (sum of in-range a[j-k/2 .. j+k/2], ascending) / k (zero padding counted,
+///        torch avg_pool1d's count_include_pad=True).
+/// Then the G query heads of a group are reduced: Mean = (p_0 + p_1 + ... ) / G (ascending),
+/// Max = elementwise max. Finally the row is multiplied by its scale, if any.
+struct ScoreSpec {
+  std::size_t layers = 0;        // L >= 1
+  std::size_t heads = 0;         // H >= 1
+  std::size_t kv_heads = 0;      // H_kv >= 1, divides H
+  std::size_t window = 0;        // w (0: input is [L,H,S]); 1 <= w <= S otherwise
+  std::size_t seq_len = 0;       // S >= 1
+  std::size_t n_candidates = 0;  // n, 0 <= n <= S
+  Reduce window_reduce = Reduce::Mean;  // Mean or Sum
+  bool causal_normalize = false;        // only with window_reduce == Sum
+  Pool pool = Pool::None;
+  std::size_t kernel = 1;               // odd, >= 1 (1 == no pooling)
+  Reduce group_reduce = Reduce::Mean;   // Mean or Max
+};
+
+/// Per-row scale for window_scores (LAVa's nu): either one value per row (`per_row`,
+/// [L*H_kv]) or per-token norms [L][H_kv][S] from which the scale of row r is
+/// max_{j < n} norms[r][j] (`per_token`). At most one is set; values finite and >= 0.
+struct RowScale {
+  const float* per_row = nullptr;
+  const float* per_token = nullptr;
+};
+
+/// Rows [L, H_kv, n] from `in` (see ScoreSpec). `out` holds L*H_kv*n floats.
+/// Throws ValueError on a shape inconsistency, a non-finite input value (or a sum that
+/// overflows float32), or a negative/non-finite scale.
+void window_scores(const float* in, const ScoreSpec& spec, const RowScale& scale, float* out,
+                   int threads);
+
+/// Normalised entropy per layer of scores [L, H_kv, n] (all >= 0, finite):
+/// E_l = -sum p log p / log(N), p = s / sum(s) over the N = H_kv * n entries of layer l,
+/// 0 log 0 = 0. E_l = 0 when N <= 1 or the layer's scores sum to 0. Accumulates in double.
+/// Throws ValueError on a negative score. `out` holds L doubles.
+void layer_entropy(const float* scores, std::size_t layers, std::size_t kv_heads, std::size_t n,
+                   double* out, int threads);
+
+/// Global top-k across heads. For each layer l, first the top floor[l] entries of every head
+/// row are pinned (floor may be null: no pinning), then the total[l] best entries of the
+/// layer's [H_kv, n] block are chosen with pinned entries ranked above all others; writes
+/// counts[l*H_kv + g] = entries chosen in head g (so sum_g counts = total[l]). Because pinned
+/// entries are each row's best and ties break by (head, position), the chosen entries of a
+/// row are exactly that row's top counts[r] — select_rows with k = counts reproduces them.
+/// Preconditions (ValueError): 0 <= floor[l] <= n, H_kv*floor[l] <= total[l] <= H_kv*n.
+void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_heads,
+                       std::size_t n, const int64_t* total, const int64_t* floor,
+                       int64_t* counts, int threads);
+
+/// Per-row top-k: for rows r < n_rows of scores [n_rows, n], writes into
+/// out[offsets[r] .. offsets[r+1]) the positions of the row's k[r] best scores in ascending
+/// order, followed by the tail positions n, n+1, ..., n+tail-1.
+/// Preconditions (ValueError): 0 <= k[r] <= n and offsets[r+1] - offsets[r] == k[r] + tail.
+/// `scores` may be null when every k[r] is 0 or n (no scoring needed).
+void select_rows(const float* scores, std::size_t n_rows, std::size_t n, const int64_t* k,
+                 std::size_t tail, const int64_t* offsets, int64_t* out, int threads);
+
+/// L1 norm of every D-vector of values [rows, D] (float32): out[r] = sum_d |v[r][d]|.
+/// Throws ValueError on a non-finite value.
+void l1_norms(const float* values, std::size_t rows, std::size_t dim, float* out, int threads);
+
+/// Compacts src [n_rows][S][row_bytes] (row r = one (layer, KV head), S positions of
+/// row_bytes each) to the kept positions idx[offsets[r] .. offsets[r+1]) of each row.
+/// Ragged (padded_len == 0): dst is [offsets[n_rows]][row_bytes] in the same order.
+/// Padded (padded_len >= max length): dst is [n_rows][padded_len][row_bytes], zero-filled
+/// after each row's length. Throws IndexError on a position outside [0, S).
+void gather_rows(const void* src, std::size_t n_rows, std::size_t seq_len, std::size_t row_bytes,
+                 const int64_t* offsets, const int64_t* idx, std::size_t padded_len, void* dst,
+                 int threads);
+
+// ---- selection primitives (exposed for tests and reuse) ---------------------------------
+
+/// Order-preserving float -> uint32 map: a > b  <=>  order_key(a) > order_key(b) for non-NaN
+/// floats; -0.0 and +0.0 share one key. Finite floats never map to UINT32_MAX.
+inline uint32_t order_key(float x) {
+  union {
+    float f;
+    uint32_t u;
+  } v;
+  v.f = x;
+  if (v.u == 0x80000000u) v.u = 0;  // -0.0 == +0.0
+  return (v.u & 0x80000000u) ? ~v.u : (v.u | 0x80000000u);
+}
+
+/// Where the k best of a key array are cut: the k-th largest key `key`, how many keys are
+/// strictly greater (`greater`), and how many keys equal to `key` are taken (`take_equal`,
+/// the lowest indices first); greater + take_equal == k.
+struct Cut {
+  uint32_t key = 0;
+  std::size_t greater = 0;
+  std::size_t take_equal = 0;
+};
+
+/// Radix select (11/11/10-bit digits) of the k-th largest of keys[0..n), 1 <= k <= n.
+/// `scratch` is reused storage (grown as needed). O(n) time.
+Cut kth_largest(const uint32_t* keys, std::size_t n, std::size_t k,
+                std::vector<uint32_t>& scratch);
+
+}  // namespace lamina::kv

@@ -1,0 +1,278 @@
+"""KV-cache eviction for serving stacks: which tokens each (layer, KV head) keeps.
+
+One file per method, in the style of NVIDIA kvpress, over one native selection core
+(``cpp/lamina/kv.hpp``): :class:`StreamingLLM` (``"streaming"``), :class:`H2O` (``"h2o"``),
+:class:`SnapKV` (``"snapkv"``), :class:`AdaKV` (``"adakv"``), :class:`PyramidKV`
+(``"pyramidkv"``) and :class:`LAVa` (``"lava"``). Each module's docstring gives the formula
+it implements and its reference.
+
+Inputs
+------
+``scores`` is float32, C-contiguous, finite, either
+
+* (L, H, S): a per-position score for every query head (e.g. the mean attention of the
+  observation window for SnapKV-family methods, accumulated attention for H2O), or
+* (L, H, w, S): the attention weights of the last w queries (the observation window) over
+  all S positions, rows summing to 1 under the causal mask.
+
+H counts query heads. With grouped-query attention pass ``n_kv_heads`` (H_kv, dividing H):
+query head h belongs to KV head ``h // (H // H_kv)`` (HF ``repeat_kv`` layout) and the G
+scores of a group are reduced as the reference of each method does (mean for SnapKV, Ada-KV,
+PyramidKV and H2O, as kvpress; max for LAVa, as its reference code). Everything
+downstream — budgets, the :class:`KeepSet`, :func:`compress` — is per KV head.
+
+Budget (the one definition)
+---------------------------
+``budget`` is either
+
+* an ``int`` b >= 1: tokens kept **per KV head on average, window and sink tokens included**.
+  A layer keeps ``b * H_kv`` tokens. Uniform methods (streaming, h2o, snapkv) give every
+  head exactly b; Ada-KV redistributes within each layer (every layer keeps exactly
+  ``b * H_kv``); PyramidKV and LAVa also redistribute across layers (the model keeps exactly
+  ``b * H_kv * L``). If S <= b the cache is kept whole (every head keeps S).
+* a ``float`` r in (0, 1): kvpress's ``compression_ratio``, the fraction removed:
+  ``b = int(S * (1 - r))``, then as above.
+
+Methods that always keep a window (SnapKV family, w tokens) or sinks (streaming) need
+b >= w (resp. n_sink) unless S <= b; otherwise ValueError.
+
+Ties and order
+--------------
+Among equal scores the smaller position is kept; a cross-head selection (Ada-KV, LAVa)
+prefers the smaller (head, position). Kept positions are returned sorted ascending, so the
+compacted cache keeps the original token order. Results do not depend on the thread count.
+
+Output
+------
+:func:`select` returns a :class:`KeepSet` (ragged: ``indices``, ``offsets``, ``lengths``).
+:func:`compress` gathers keys/values into the **ragged** layout by default,
+``(total, D)`` rows in (layer, head, position) order with ``offsets`` as cu_seqlens — the
+layout of Ada-KV/LAVa's varlen attention; ``padded=True`` gives ``(L, H_kv, max_len, D)``
+zero-padded plus ``lengths`` instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _core
+from .adakv import AdaKV
+from .base import Budget, KeepSet, KVMethod, check_threads
+from .h2o import H2O
+from .lava import LAVa
+from .pyramidkv import PyramidKV
+from .snapkv import SnapKV
+from .streaming import StreamingLLM
+
+__all__ = [
+    "select",
+    "compress",
+    "value_norms",
+    "make_method",
+    "KeepSet",
+    "CompressedKV",
+    "KVMethod",
+    "Budget",
+    "METHODS",
+    "StreamingLLM",
+    "H2O",
+    "SnapKV",
+    "AdaKV",
+    "PyramidKV",
+    "LAVa",
+]
+
+METHODS: dict[str, type[KVMethod]] = {
+    cls.name: cls for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa)
+}
+"""Method name -> class."""
+
+
+def make_method(method: Union[str, KVMethod], **params: Any) -> KVMethod:
+    """A method instance from its name and hyper-parameters (or an instance, unchanged).
+
+    Raises
+    ------
+    ValueError
+        Unknown method name (the message lists the valid ones).
+    TypeError
+        Unknown parameter for that method (the message lists the valid ones), or parameters
+        given together with an instance.
+    """
+    if isinstance(method, KVMethod):
+        if params:
+            raise TypeError("pass parameters either in the method instance or as keywords, not both")
+        return method
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a name or a KVMethod, got {type(method).__name__}")
+    cls = METHODS.get(method.lower())
+    if cls is None:
+        raise ValueError(f"unknown KV method {method!r}; valid: {', '.join(sorted(METHODS))}")
+    valid = [f.name for f in fields(cls)]
+    bad = sorted(set(params) - set(valid))
+    if bad:
+        raise TypeError(
+            f"{cls.name} got unknown parameter(s) {', '.join(bad)}; valid: {', '.join(valid) or 'none'}"
+        )
+    return cls(**params)
+
+
+def select(
+    scores: npt.NDArray[np.float32],
+    budget: Budget,
+    method: Union[str, KVMethod] = "snapkv",
+    value_norms: Optional[npt.NDArray[np.float32]] = None,
+    n_kv_heads: Optional[int] = None,
+    *,
+    threads: int = 0,
+    **params: Any,
+) -> KeepSet:
+    """Kept token positions per (layer, KV head).
+
+    Parameters
+    ----------
+    scores : ndarray, float32, shape (L, H, S) or (L, H, w, S)
+        Per-position scores or window attention (see the module docstring).
+    budget : int or float
+        Tokens per KV head on average, or a compression ratio in (0, 1) (module docstring).
+    method : str or KVMethod
+        ``"streaming"``, ``"h2o"``, ``"snapkv"``, ``"adakv"``, ``"pyramidkv"``, ``"lava"``,
+        or a configured instance.
+    value_norms : ndarray, float32, optional
+        LAVa only: (L, H_kv, S) L1 norms of the values (:func:`value_norms`) or (L, H_kv).
+    n_kv_heads : int, optional
+        KV heads for GQA (divides H); default H.
+    threads : int
+        Worker threads (0: default). The GIL is released during the native work.
+    **params
+        Method hyper-parameters (e.g. ``window_size=32, kernel_size=7, floor_alpha=0.2``).
+
+    Returns
+    -------
+    KeepSet
+
+    Raises
+    ------
+    TypeError
+        Non-array / non-float32 scores, bad parameter types, unknown parameters.
+    ValueError
+        Bad shapes, NaN/Inf, budget out of range, unknown method.
+    """
+    return make_method(method, **params).select(
+        scores, budget, value_norms=value_norms, n_kv_heads=n_kv_heads, threads=threads
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class CompressedKV:
+    """Compacted keys and values.
+
+    Attributes
+    ----------
+    keys, values : ndarray
+        Ragged: shape (total, D), rows of (layer, head) r at ``offsets[r]:offsets[r + 1]``.
+        Padded: shape (L, H_kv, max_len, D), zeros past ``lengths``.
+    offsets : ndarray, shape (L * H_kv + 1,), int64
+        Row boundaries (cu_seqlens) of the ragged layout.
+    lengths : ndarray, shape (L, H_kv), int64
+        Kept tokens per (layer, KV head).
+    padded : bool
+        Which layout ``keys`` / ``values`` use.
+    """
+
+    keys: npt.NDArray[Any]
+    values: npt.NDArray[Any]
+    offsets: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    padded: bool
+
+
+def _check_cache(x: Any, name: str) -> npt.NDArray[Any]:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
+    if x.dtype.kind not in "fiu" or x.dtype.hasobject:
+        raise TypeError(f"{name} must have a numeric dtype (float16/float32/...), got {x.dtype}")
+    if x.ndim != 4:
+        raise ValueError(f"{name} must be (L, H_kv, S, D), got shape {x.shape}")
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous; pass numpy.ascontiguousarray({name})")
+    return x
+
+
+def compress(
+    keys: npt.NDArray[Any],
+    values: npt.NDArray[Any],
+    keep: KeepSet,
+    *,
+    padded: bool = False,
+    threads: int = 0,
+) -> CompressedKV:
+    """Gather the kept keys/values of every (layer, KV head).
+
+    Parameters
+    ----------
+    keys, values : ndarray, shape (L, H_kv, S, D), same shape and dtype, C-contiguous
+        Any numeric dtype (float16, float32, ...); rows are copied bitwise.
+    keep : KeepSet
+        From :func:`select` on the same cache (L, H_kv and S must match).
+    padded : bool
+        False (default): ragged (total, D) + offsets. True: (L, H_kv, max_len, D) zero-padded.
+    threads : int
+        Worker threads (0: default). The GIL is released.
+
+    Returns
+    -------
+    CompressedKV
+
+    Raises
+    ------
+    TypeError, ValueError
+        Wrong types / shapes, keys and values that differ, a KeepSet for another cache.
+    IndexError
+        A kept position outside [0, S) (a hand-built KeepSet).
+    """
+    k = _check_cache(keys, "keys")
+    v = _check_cache(values, "values")
+    if k.shape != v.shape or k.dtype != v.dtype:
+        raise ValueError(
+            f"keys and values must match, got {k.shape} {k.dtype} and {v.shape} {v.dtype}"
+        )
+    if not isinstance(keep, KeepSet):
+        raise TypeError(f"keep must be a KeepSet, got {type(keep).__name__}")
+    L, hkv, S, _ = k.shape
+    if keep.lengths.shape != (L, hkv) or keep.seq_len != S:
+        raise ValueError(
+            f"keep is for (L, H_kv, S) = ({keep.n_layers}, {keep.n_heads}, {keep.seq_len}) but the "
+            f"cache is ({L}, {hkv}, {S}); with GQA, select with n_kv_heads={hkv}"
+        )
+    nt = check_threads(threads)
+    if padded:
+        max_len = int(keep.lengths.max()) if keep.lengths.size else 0
+        if max_len == 0:
+            shape = (L, hkv, 0, k.shape[3])
+            return CompressedKV(np.zeros(shape, k.dtype), np.zeros(shape, v.dtype),
+                                keep.offsets, keep.lengths, True)
+        ko = _core.kv_gather(k, keep.offsets, keep.indices, max_len, nt)
+        vo = _core.kv_gather(v, keep.offsets, keep.indices, max_len, nt)
+    else:
+        ko = _core.kv_gather(k, keep.offsets, keep.indices, 0, nt)
+        vo = _core.kv_gather(v, keep.offsets, keep.indices, 0, nt)
+    return CompressedKV(ko, vo, keep.offsets, keep.lengths, bool(padded))
+
+
+def value_norms(values: npt.NDArray[np.float32], *, threads: int = 0) -> npt.NDArray[np.float32]:
+    """L1 norm of every value vector, ``sum_d |v[..., d]|`` (LAVa's value norms).
+
+    Parameters
+    ----------
+    values : ndarray, float32, shape (L, H_kv, S, D) (any leading shape), C-contiguous, finite
+
+    Returns
+    -------
+    ndarray, float32, shape (L, H_kv, S)
+    """
+    return _core.kv_l1_norms(values, check_threads(threads))

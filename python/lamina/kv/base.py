@@ -1,0 +1,366 @@
+"""Shared base of the :mod:`lamina.kv` methods: :class:`KeepSet`, :class:`KVMethod`, budgets.
+
+The budget rule, the tie rule and the output layout are defined once, in the
+:mod:`lamina.kv` package docstring; this module implements them.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _core
+
+__all__ = ["KeepSet", "KVMethod", "Budget", "resolve_budget", "apportion"]
+
+Budget = Union[int, float]
+"""An int (tokens kept per KV head on average) or a float in (0, 1) (kvpress compression_ratio)."""
+
+
+@dataclass(frozen=True, eq=False)
+class KeepSet:
+    """Kept token positions per (layer, KV head), ragged.
+
+    Row ``r = layer * n_heads + head`` keeps ``indices[offsets[r]:offsets[r + 1]]``: unique
+    positions in ``[0, seq_len)``, sorted ascending (cache order is preserved). This is the
+    layout of varlen attention kernels (``offsets`` is ``cu_seqlens``).
+
+    Attributes
+    ----------
+    indices : ndarray, shape (total,), int64
+        Kept positions of every row, rows concatenated in row-major (layer, head) order.
+    offsets : ndarray, shape (n_layers * n_heads + 1,), int64
+        Row boundaries in ``indices``; ``offsets[0] == 0``, ``offsets[-1] == total``.
+    lengths : ndarray, shape (n_layers, n_heads), int64
+        Kept tokens per (layer, KV head); ``lengths.ravel() == diff(offsets)``.
+    seq_len : int
+        S, the length of the cache the positions index into.
+    method : str
+        Name of the method that produced the set.
+    budget : int
+        The resolved budget: tokens kept per KV head on average (``min(budget, S)``).
+    info : dict
+        Method diagnostics (e.g. ``layer_budgets``, ``entropy``, ``head_counts``); arrays
+        there have a leading layer axis.
+
+    Thread safety: immutable after construction (the arrays are made read-only); safe to share.
+    """
+
+    indices: npt.NDArray[np.int64]
+    offsets: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    seq_len: int
+    method: str = "custom"
+    budget: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("indices", "offsets", "lengths"):
+            a = getattr(self, name)
+            if not isinstance(a, np.ndarray) or a.dtype != np.int64:
+                raise TypeError(f"KeepSet.{name} must be an int64 numpy array")
+            a.flags.writeable = False
+        if self.indices.ndim != 1 or self.offsets.ndim != 1 or self.lengths.ndim != 2:
+            raise ValueError("KeepSet needs indices (total,), offsets (R+1,), lengths (L, H_kv)")
+        r = self.lengths.size
+        if self.offsets.shape[0] != r + 1 or self.offsets[0] != 0:
+            raise ValueError(f"KeepSet.offsets must have {r + 1} entries starting at 0")
+        if not np.array_equal(np.diff(self.offsets), self.lengths.ravel()):
+            raise ValueError("KeepSet.offsets do not match lengths")
+        if self.offsets[-1] != self.indices.shape[0]:
+            raise ValueError("KeepSet.offsets[-1] must equal len(indices)")
+        if int(self.seq_len) < 1:
+            raise ValueError(f"KeepSet.seq_len must be >= 1, got {self.seq_len}")
+
+    @property
+    def n_layers(self) -> int:
+        """L."""
+        return int(self.lengths.shape[0])
+
+    @property
+    def n_heads(self) -> int:
+        """H_kv, the KV heads the set is per."""
+        return int(self.lengths.shape[1])
+
+    @property
+    def total(self) -> int:
+        """Kept tokens over all layers and heads."""
+        return int(self.offsets[-1])
+
+    def head(self, layer: int, head: int) -> npt.NDArray[np.int64]:
+        """Kept positions of one (layer, KV head), ascending (a read-only view)."""
+        if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
+            raise IndexError(
+                f"(layer, head) = ({layer}, {head}) outside ({self.n_layers}, {self.n_heads})"
+            )
+        r = layer * self.n_heads + head
+        return self.indices[self.offsets[r] : self.offsets[r + 1]]
+
+    def mask(self) -> npt.NDArray[np.bool_]:
+        """Dense kept mask, shape (n_layers, n_heads, seq_len)."""
+        m = np.zeros((self.lengths.size, self.seq_len), dtype=bool)
+        rows = np.repeat(np.arange(self.lengths.size), self.lengths.ravel())
+        m[rows, self.indices] = True
+        return m.reshape(self.n_layers, self.n_heads, self.seq_len)
+
+    def padded(self, fill: int = -1) -> npt.NDArray[np.int64]:
+        """Kept positions padded to the longest row, shape (n_layers, n_heads, max_len);
+        entries past a row's length are ``fill``."""
+        max_len = int(self.lengths.max()) if self.lengths.size else 0
+        out = np.full((self.lengths.size, max_len), fill, dtype=np.int64)
+        lens = self.lengths.ravel()
+        cols = np.arange(self.total) - np.repeat(self.offsets[:-1], lens)
+        out[np.repeat(np.arange(lens.size), lens), cols] = self.indices
+        return out.reshape(self.n_layers, self.n_heads, max_len)
+
+    def __repr__(self) -> str:
+        return (
+            f"KeepSet(method={self.method!r}, layers={self.n_layers}, heads={self.n_heads}, "
+            f"seq_len={self.seq_len}, budget={self.budget}, total={self.total})"
+        )
+
+
+def resolve_budget(budget: Budget, seq_len: int) -> int:
+    """Tokens kept per KV head on average, from an int budget or a compression ratio.
+
+    ``int`` b >= 1 -> ``min(b, seq_len)``; ``float`` r in (0, 1) -> ``int(seq_len * (1 - r))``
+    (kvpress ``n_kept``), which must be >= 1.
+    """
+    if isinstance(budget, (bool, np.bool_)):
+        raise TypeError("budget must be an int (tokens per head) or a float in (0, 1), not bool")
+    if isinstance(budget, numbers.Integral):
+        b = int(budget)
+        if b < 1:
+            raise ValueError(f"budget must be >= 1 token per head, got {b}")
+        return min(b, seq_len)
+    if isinstance(budget, numbers.Real):
+        r = float(budget)
+        if not 0.0 < r < 1.0:
+            raise ValueError(
+                f"a float budget is a compression_ratio (fraction removed) and must be in (0, 1), "
+                f"got {r}; pass an int for a number of tokens"
+            )
+        b = int(seq_len * (1.0 - r))
+        if b < 1:
+            raise ValueError(
+                f"compression_ratio {r} keeps 0 of {seq_len} tokens per head; lower it"
+            )
+        return b
+    raise TypeError(
+        f"budget must be an int (tokens per head) or a float in (0, 1), got {type(budget).__name__}"
+    )
+
+
+def apportion(weights: npt.ArrayLike, total: int, cap: int) -> npt.NDArray[np.int64]:
+    """Split ``total`` into integers proportional to ``weights``, each in ``[0, cap]``.
+
+    Shares above ``cap`` are clamped and their excess re-split over the rest in proportion
+    (water filling); the real shares are then rounded by largest remainder, ties to the lower
+    index, so the result sums to ``total`` exactly. All-zero weights split uniformly.
+    Float noise is neutralised: a share within 1e-9 of an integer is that integer, and
+    remainders are compared at 1e-9 resolution (so equal shares computed along different
+    float paths still tie). Requires ``0 <= total <= len(weights) * cap``.
+    """
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    m = w.size
+    if total < 0 or total > m * cap:
+        raise ValueError(f"cannot split {total} into {m} parts of at most {cap}")
+    if m == 0:
+        return np.zeros(0, dtype=np.int64)
+    w = np.where(w > 0, w, 0.0)
+    x = np.zeros(m)
+    free = np.ones(m, dtype=bool)
+    remaining = float(total)
+    while True:
+        wf = w[free]
+        s = wf.sum()
+        share = remaining * (wf / s if s > 0 else np.full(wf.size, 1.0 / wf.size))
+        over = share > cap
+        if not over.any():
+            x[free] = share
+            break
+        idx = np.flatnonzero(free)[over]
+        x[idx] = cap
+        free[idx] = False
+        remaining -= cap * idx.size
+        if not free.any():
+            break
+    near = np.round(x)
+    x = np.where(np.abs(x - near) < 1e-9, near, x)
+    base = np.clip(np.floor(x), 0, cap).astype(np.int64)
+    rem = np.round(x - base, 9)
+    d = total - int(base.sum())
+    order = np.lexsort((np.arange(m), -rem))  # remainder descending, then index ascending
+    if d > 0:
+        cand = order[base[order] < cap][:d]
+        base[cand] += 1
+    elif d < 0:
+        cand = order[::-1][base[order[::-1]] > 0][:-d]
+        base[cand] -= 1
+    assert int(base.sum()) == total
+    return base
+
+
+def check_scores(scores: Any) -> npt.NDArray[np.float32]:
+    """scores: float32 ndarray, (L, H, S) or (L, H, w, S), C-contiguous, non-empty."""
+    if not isinstance(scores, np.ndarray):
+        raise TypeError(
+            f"scores must be a numpy.ndarray of dtype float32, got {type(scores).__name__}; "
+            "use numpy.asarray(scores, dtype=numpy.float32)"
+        )
+    if scores.dtype != np.float32:
+        raise TypeError(
+            f"scores must have dtype float32, got {scores.dtype}; convert explicitly with "
+            "scores.astype(numpy.float32)"
+        )
+    if scores.ndim not in (3, 4):
+        raise ValueError(
+            "scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, "
+            f"got shape {scores.shape}"
+        )
+    if 0 in scores.shape:
+        raise ValueError(f"scores must be non-empty, got shape {scores.shape}")
+    if scores.ndim == 4 and scores.shape[2] > scores.shape[3]:
+        raise ValueError(
+            f"window attention (L, H, w, S) needs w <= S (the window is the last w of the S "
+            f"positions), got shape {scores.shape}"
+        )
+    if not scores.flags.c_contiguous:
+        raise ValueError("scores must be C-contiguous; pass numpy.ascontiguousarray(scores)")
+    return scores
+
+
+def check_kv_heads(n_kv_heads: Optional[int], n_heads: int) -> int:
+    """H_kv from the caller (None: no GQA, H_kv = H); must divide H."""
+    if n_kv_heads is None:
+        return n_heads
+    if isinstance(n_kv_heads, (bool, np.bool_)) or not isinstance(n_kv_heads, numbers.Integral):
+        raise TypeError(f"n_kv_heads must be an int or None, got {type(n_kv_heads).__name__}")
+    hkv = int(n_kv_heads)
+    if hkv < 1 or n_heads % hkv != 0:
+        raise ValueError(
+            f"n_kv_heads must divide the number of query heads ({n_heads}), got {hkv}"
+        )
+    return hkv
+
+
+def check_threads(threads: int) -> int:
+    if isinstance(threads, (bool, np.bool_)) or not isinstance(threads, numbers.Integral):
+        raise TypeError(f"threads must be an int, got {type(threads).__name__}")
+    if threads < 0:
+        raise ValueError(f"threads must be >= 0 (0: default), got {threads}")
+    return int(threads)
+
+
+def check_int_param(value: Any, name: str, lo: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+    return int(value)
+
+
+def check_fraction(value: Any, name: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float in [0, 1], got {type(value).__name__}")
+    v = float(value)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {v}")
+    return v
+
+
+def keep_all(n_layers: int, n_heads: int, seq_len: int, method: str, budget: int) -> KeepSet:
+    """Every position of every row (the cache is not longer than the budget)."""
+    r = n_layers * n_heads
+    return KeepSet(
+        indices=np.tile(np.arange(seq_len, dtype=np.int64), r),
+        offsets=np.arange(r + 1, dtype=np.int64) * seq_len,
+        lengths=np.full((n_layers, n_heads), seq_len, dtype=np.int64),
+        seq_len=seq_len,
+        method=method,
+        budget=budget,
+        info={"kept_all": True},
+    )
+
+
+def select_rows(
+    scores: Optional[npt.NDArray[np.float32]],
+    k: npt.NDArray[np.int64],
+    n: int,
+    tail: int,
+    threads: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Native per-row top-k (+ always-kept tail [n, n + tail)); returns (indices, offsets)."""
+    idx, off = _core.kv_select_rows(scores, np.ascontiguousarray(k, dtype=np.int64), n, tail, threads)
+    return idx, off
+
+
+@dataclass
+class KVMethod:
+    """Base of the KV-cache eviction methods (one subclass per file, kvpress style).
+
+    A method is a small dataclass of hyper-parameters; :meth:`select` turns scores and a
+    budget into a :class:`KeepSet`. Subclasses implement :meth:`_select`.
+
+    Thread safety: methods hold only their parameters; ``select`` may run concurrently from
+    several threads (the native work releases the GIL).
+    """
+
+    name: ClassVar[str] = "base"
+    uses_value_norms: ClassVar[bool] = False
+
+    def select(
+        self,
+        scores: npt.NDArray[np.float32],
+        budget: Budget,
+        value_norms: Optional[npt.NDArray[np.float32]] = None,
+        n_kv_heads: Optional[int] = None,
+        *,
+        threads: int = 0,
+    ) -> KeepSet:
+        """Choose the kept tokens of every (layer, KV head).
+
+        Parameters
+        ----------
+        scores : ndarray, float32, shape (L, H, S) or (L, H, w, S)
+            Per-position scores of each query head, or the attention weights of the last w
+            queries (the observation window) over all S positions.
+        budget : int or float
+            See the :mod:`lamina.kv` docstring (tokens per KV head, or a compression ratio).
+        value_norms : ndarray, float32, optional
+            Only for methods that use them (LAVa).
+        n_kv_heads : int, optional
+            H_kv for grouped-query attention (divides H); None means H_kv = H.
+        threads : int
+            Worker threads (0: lamina's default). The GIL is released.
+
+        Returns
+        -------
+        KeepSet
+            Per (layer, KV head) kept positions, shape (L, H_kv) of rows.
+        """
+        self.validate()
+        x = check_scores(scores)
+        hkv = check_kv_heads(n_kv_heads, x.shape[1])
+        nthreads = check_threads(threads)
+        if value_norms is not None and not self.uses_value_norms:
+            raise ValueError(f"method {self.name!r} does not use value_norms; pass None")
+        b = resolve_budget(budget, x.shape[-1])
+        return self._select(x, b, value_norms, hkv, nthreads)
+
+    def validate(self) -> None:
+        """Check the hyper-parameters; raises TypeError / ValueError naming the bad one."""
+
+    def _select(
+        self,
+        scores: npt.NDArray[np.float32],
+        budget: int,
+        value_norms: Optional[npt.NDArray[np.float32]],
+        n_kv_heads: int,
+        threads: int,
+    ) -> KeepSet:
+        raise NotImplementedError

@@ -1,0 +1,193 @@
+"""SnapKV: observation-window attention, pooled, per-head top-k (Li et al., arXiv 2404.14469).
+
+Score of position j < S - w (kvpress ``SnapKVPress.score``):
+
+1. ``a[h, j] = mean_t A[h, t, j]`` over the w window queries (window attention input), or
+   the given per-position score (input (L, H, S), read as that mean);
+2. ``p[h] = pool(a[h])``: 1-D pooling, kernel k (odd), stride 1, padding k // 2; ``"avg"``
+   counts the zero padding (torch ``avg_pool1d``), ``"max"`` ignores it (``max_pool1d``);
+3. GQA: reduce the G query heads of each KV head, mean (kvpress) or max.
+
+Selection: every (layer, KV head) keeps its top ``budget - w`` positions by that score (ties:
+smaller position) plus the whole window ``[S - w, S)``; uniform over heads and layers.
+Defaults follow kvpress: ``window_size=64, kernel_size=5, pooling="avg", gqa="mean"``
+(the SnapKV repo's LongBench configs use w=32, k=7, max pooling).
+
+:class:`SnapKV` is also the scorer the other observation-window methods build on
+(:class:`~lamina.kv.AdaKV`, :class:`~lamina.kv.PyramidKV`, :class:`~lamina.kv.LAVa`), as in
+kvpress where ``PyramidKVPress`` subclasses ``SnapKVPress``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Optional
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _core
+from .base import (
+    KeepSet,
+    KVMethod,
+    check_kv_heads,
+    check_scores,
+    check_threads,
+    keep_all,
+    select_rows,
+)
+
+__all__ = ["SnapKV"]
+
+
+@dataclass
+class SnapKV(KVMethod):
+    """Observation-window scores, pooling, uniform per-head top-k.
+
+    Parameters
+    ----------
+    window_size : int, optional
+        w, the observation window, always kept. For window attention input (L, H, w, S) it is
+        the number of rows (passing a different value is an error); for (L, H, S) input it
+        defaults to 64 (32 for LAVa).
+    kernel_size : int
+        Odd pooling width (1: no pooling). Default 5.
+    pooling : {"avg", "max", "none"}
+        Default "avg".
+    gqa : {"mean", "max"}
+        Reduction over the query heads of a KV group. Default "mean".
+
+    The budget must be >= w (the window is always kept) unless the cache is not longer than
+    the budget, in which case everything is kept.
+    """
+
+    name: ClassVar[str] = "snapkv"
+    default_window: ClassVar[int] = 64
+    window_size: Optional[int] = None
+    kernel_size: int = 5
+    pooling: Literal["avg", "max", "none"] = "avg"
+    gqa: Literal["mean", "max"] = "mean"
+
+    def validate(self) -> None:
+        ws = self.window_size
+        if ws is not None:
+            if isinstance(ws, (bool, np.bool_)) or not isinstance(ws, numbers.Integral):
+                raise TypeError(f"window_size must be an int or None, got {type(ws).__name__}")
+            if ws < 1:
+                raise ValueError(f"window_size must be >= 1, got {ws}")
+        k = self.kernel_size
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
+            raise TypeError(f"kernel_size must be an int, got {type(k).__name__}")
+        if k < 1 or k % 2 == 0:
+            raise ValueError(f"kernel_size must be odd and >= 1 (length-preserving pooling), got {k}")
+        if self.pooling not in ("avg", "max", "none"):
+            raise ValueError(f"pooling must be 'avg', 'max' or 'none', got {self.pooling!r}")
+        if self.gqa not in ("mean", "max"):
+            raise ValueError(f"gqa must be 'mean' or 'max', got {self.gqa!r}")
+
+    def window(self, scores: npt.NDArray[np.float32]) -> int:
+        """w for this input (see ``window_size``)."""
+        if scores.ndim == 4:
+            w = int(scores.shape[2])
+            if self.window_size is not None and int(self.window_size) != w:
+                raise ValueError(
+                    f"window_size={self.window_size} but the window attention has {w} rows; "
+                    "omit window_size for window attention input"
+                )
+            return w
+        return int(self.window_size) if self.window_size is not None else self.default_window
+
+    # -- scores ------------------------------------------------------------------------
+    def score(
+        self,
+        scores: npt.NDArray[np.float32],
+        n_kv_heads: Optional[int] = None,
+        value_norms: Optional[npt.NDArray[np.float32]] = None,
+        *,
+        threads: int = 0,
+    ) -> npt.NDArray[np.float32]:
+        """The per-(layer, KV head) scores of positions [0, S - w).
+
+        Parameters
+        ----------
+        scores : ndarray, float32, shape (L, H, S) or (L, H, w, S)
+        n_kv_heads : int, optional
+        value_norms : ndarray, float32, optional (LAVa only)
+
+        Returns
+        -------
+        ndarray, float32, shape (L, H_kv, S - w)
+        """
+        self.validate()
+        x = check_scores(scores)
+        hkv = check_kv_heads(n_kv_heads, x.shape[1])
+        if value_norms is not None and not self.uses_value_norms:
+            raise ValueError(f"method {self.name!r} does not use value_norms; pass None")
+        w = self.window(x)
+        if w >= x.shape[-1]:
+            raise ValueError(f"window_size ({w}) must be smaller than S ({x.shape[-1]})")
+        return self._score(x, w, hkv, value_norms, check_threads(threads))
+
+    def _scale_args(
+        self, value_norms: Optional[npt.NDArray[np.float32]], scores: npt.NDArray[np.float32], n_kv_heads: int
+    ) -> tuple[Any, Any]:
+        return None, None
+
+    def _score(
+        self,
+        x: npt.NDArray[np.float32],
+        w: int,
+        n_kv_heads: int,
+        value_norms: Optional[npt.NDArray[np.float32]],
+        threads: int,
+    ) -> npt.NDArray[np.float32]:
+        per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
+        n = x.shape[-1] - w
+        return _core.kv_window_scores(
+            x, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size), self.gqa,
+            per_row, per_token, threads,
+        )
+
+    # -- budgets -----------------------------------------------------------------------
+    def _row_budgets(
+        self, rows: npt.NDArray[np.float32], per_head: int, threads: int
+    ) -> tuple[npt.NDArray[np.int64], dict[str, Any]]:
+        """Non-window tokens kept per (layer, KV head), shape (L, H_kv), and diagnostics.
+        ``per_head`` is the average (budget - w); rows are the scores (L, H_kv, S - w)."""
+        L, hkv, _ = rows.shape
+        return np.full((L, hkv), per_head, dtype=np.int64), {}
+
+    def _select(
+        self,
+        scores: npt.NDArray[np.float32],
+        budget: int,
+        value_norms: Optional[npt.NDArray[np.float32]],
+        n_kv_heads: int,
+        threads: int,
+    ) -> KeepSet:
+        L, S = scores.shape[0], scores.shape[-1]
+        w = self.window(scores)
+        if budget >= S:
+            if self.uses_value_norms:
+                self._scale_args(value_norms, scores, n_kv_heads)  # still reject bad norms
+            return keep_all(L, n_kv_heads, S, self.name, budget)
+        if budget < w:
+            raise ValueError(
+                f"{self.name}: budget ({budget} tokens per head) must be >= window_size ({w}); "
+                "the observation window is always kept"
+            )
+        n = S - w
+        rows = self._score(scores, w, n_kv_heads, value_norms, threads)
+        k, info = self._row_budgets(rows, budget - w, threads)
+        idx, off = select_rows(rows, k, n, w, threads)
+        info["window_size"] = w
+        return KeepSet(
+            indices=idx,
+            offsets=off,
+            lengths=k + w,
+            seq_len=S,
+            method=self.name,
+            budget=budget,
+            info=info,
+        )
