@@ -15,6 +15,7 @@
 #include "lamina/topk.hpp"
 #if defined(LAMINA_WITH_CUDA)
 #include "arena_cuda.hpp"
+#include "kernels_cuda.hpp"
 #include "lamina_cuda.hpp"
 #include "topk_cuda.hpp"
 #endif
@@ -133,6 +134,77 @@ void parse_ns(const py::object& ns, std::size_t nq, NsArg& r) {
 
 py::array check_slots(const py::handle& obj) { return checked_array<int64_t>(obj, "slots", 1, "int64"); }
 
+cuda::ColKind col_kind(const CudaArray& a, const char* name) {
+  if (a.kind == 'f' && a.itemsize == 4) return cuda::ColKind::F32;
+  if (a.kind == 'i' && a.itemsize == 4) return cuda::ColKind::I32;
+  if (a.kind == 'i' && a.itemsize == 8) return cuda::ColKind::I64;
+  throw TypeError(std::string(name) + " must have dtype float32, int32 or int64, got typestr '" +
+                  a.typestr + "'; convert explicitly with .astype(...)");
+}
+
+CudaArray vec1d(const py::handle& obj, const char* name) {
+  CudaArray a = parse_cai(obj, name);
+  LAMINA_CHECK(a.shape.size() == 1, name, " must be 1-dimensional, got ndim=", a.shape.size());
+  LAMINA_CHECK(a.c_contiguous(), name, " must be contiguous; pass ", name, ".copy()");
+  return a;
+}
+
+// Scalar or per-row (device float32 / float64, length m) parameter.
+cuda::DeviceParam device_param(const py::object& p, std::size_t m, const char* name, DeviceCall& call) {
+  cuda::DeviceParam out;
+  if (!has_cai(p)) {
+    if (!(py::isinstance<py::float_>(p) || py::isinstance<py::int_>(p)))
+      throw TypeError(std::string(name) + " must be a float or a CUDA array of float32/float64");
+    out.scalar = p.cast<double>();
+    return out;
+  }
+  CudaArray a = vec1d(p, name);
+  LAMINA_CHECK(static_cast<std::size_t>(a.shape[0]) == m, name, " must have one value per updated row (",
+               m, "), got ", a.shape[0]);
+  call.add(a, name);
+  if (a.kind == 'f' && a.itemsize == 4) out.f32 = reinterpret_cast<const float*>(a.ptr);
+  else if (a.kind == 'f' && a.itemsize == 8) out.f64 = reinterpret_cast<const double*>(a.ptr);
+  else throw TypeError(std::string(name) + " must have dtype float32 or float64, got '" + a.typestr + "'");
+  return out;
+}
+
+template <bool kDamped>
+void cuda_rows_call(const py::object& rows, const py::object& targets, const py::object& param,
+                    const py::object& index, bool renormalize, const py::object& out,
+                    std::uintptr_t stream, const char* pname) {
+  CudaArray r = checked_cuda_array(rows, "rows", 2, "f4", "float32", true);
+  CudaArray t = checked_cuda_array(targets, "targets", 2, "f4", "float32", false);
+  LAMINA_CHECK(t.shape[1] == r.shape[1], "targets must have ", r.shape[1], " columns like rows, got ",
+               t.shape[1]);
+  const std::size_t n = r.shape[0], d = r.shape[1], m = t.shape[0];
+  DeviceCall call;
+  call.add(r, "rows");
+  call.add(t, "targets");
+  const int64_t* idx = nullptr;
+  if (!index.is_none()) {
+    CudaArray ia = checked_cuda_array(index, "index", 1, "i8", "int64", false);
+    LAMINA_CHECK(static_cast<std::size_t>(ia.shape[0]) == m, "index must have one entry per target row (",
+                 m, "), got ", ia.shape[0]);
+    call.add(ia, "index");
+    idx = reinterpret_cast<const int64_t*>(ia.ptr);
+  }
+  cuda::DeviceParam p = device_param(param, m, pname, call);
+  CudaArray o = checked_cuda_array(out, "out", 1, "f4", "float32", true);
+  LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) == m, "out must have length ", m, ", got ", o.shape[0]);
+  call.add(o, "out");
+  py::gil_scoped_release nogil;
+  if (call.device < 0) return;
+  cuda::DeviceGuard guard(call.device);
+  call.order_after_producers(as_stream(stream));
+  float* rp = reinterpret_cast<float*>(r.ptr);
+  const float* tp = reinterpret_cast<const float*>(t.ptr);
+  float* op = reinterpret_cast<float*>(o.ptr);
+  if constexpr (kDamped)
+    cuda::damped_update(rp, n, d, tp, m, idx, p, op, as_stream(stream));
+  else
+    cuda::ema_blend(rp, n, d, tp, m, idx, p, renormalize, op, as_stream(stream));
+}
+
 #endif  // LAMINA_WITH_CUDA
 
 }  // namespace
@@ -198,6 +270,52 @@ void register_cuda(py::module_& m) {
       },
       py::arg("queries"), py::arg("vectors"), py::arg("k"), py::arg("metric"),
       py::arg("out_scores"), py::arg("out_ids"), py::arg("stream"));
+
+  m.def(
+      "cuda_heat_scores",
+      [](const py::object& visits, const py::object& ilen, const py::object& last, double now,
+         double a, double b, double c, double mu, const py::object& out, std::uintptr_t stream) {
+        CudaArray v = vec1d(visits, "visits");
+        CudaArray l = vec1d(ilen, "interaction_len");
+        CudaArray t = checked_cuda_array(last, "last_access", 1, "f8", "float64", false);
+        CudaArray o = checked_cuda_array(out, "out", 1, "f4", "float32", true);
+        const cuda::ColKind vk = col_kind(v, "visits"), lk = col_kind(l, "interaction_len");
+        const py::ssize_t n = t.shape[0];
+        LAMINA_CHECK(v.shape[0] == n && l.shape[0] == n && o.shape[0] == n,
+                     "visits, interaction_len, last_access and out must have the same length, got ",
+                     v.shape[0], ", ", l.shape[0], ", ", n, ", ", o.shape[0]);
+        DeviceCall call;
+        call.add(v, "visits");
+        call.add(l, "interaction_len");
+        call.add(t, "last_access");
+        call.add(o, "out");
+        py::gil_scoped_release nogil;
+        if (call.device < 0) {  // n == 0: nothing to do, but parameters are still checked
+          cuda::heat_scores(nullptr, vk, nullptr, lk, nullptr, 0, now, a, b, c, mu, nullptr, nullptr);
+          return;
+        }
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::heat_scores(reinterpret_cast<const void*>(v.ptr), vk, reinterpret_cast<const void*>(l.ptr), lk,
+                          reinterpret_cast<const double*>(t.ptr), n, now, a, b, c, mu,
+                          reinterpret_cast<float*>(o.ptr), as_stream(stream));
+      },
+      py::arg("visits"), py::arg("interaction_len"), py::arg("last_access"), py::arg("now"),
+      py::arg("a"), py::arg("b"), py::arg("c"), py::arg("mu"), py::arg("out"), py::arg("stream"));
+  m.def("cuda_ema_blend",
+        [](const py::object& rows, const py::object& targets, const py::object& alpha,
+           const py::object& index, bool renormalize, const py::object& out, std::uintptr_t stream) {
+          cuda_rows_call<false>(rows, targets, alpha, index, renormalize, out, stream, "alpha");
+        },
+        py::arg("rows"), py::arg("targets"), py::arg("alpha"), py::arg("index"),
+        py::arg("renormalize"), py::arg("out"), py::arg("stream"));
+  m.def("cuda_damped_update",
+        [](const py::object& rows, const py::object& targets, const py::object& lam,
+           const py::object& index, const py::object& out, std::uintptr_t stream) {
+          cuda_rows_call<true>(rows, targets, lam, index, false, out, stream, "lam");
+        },
+        py::arg("rows"), py::arg("targets"), py::arg("lam"), py::arg("index"), py::arg("out"),
+        py::arg("stream"));
 
   using CA = cuda::CudaVectorArena;
   py::class_<CA, std::shared_ptr<CA>>(m, "CudaVectorArena")

@@ -471,3 +471,96 @@ def test_gpu_arena_errors() -> None:
         a.remove(h[:1])
     with pytest.raises(TypeError, match="float32"):
         a.add(cp.ones((2, 4), cp.float16))
+
+
+# ---------------------------------------------------------------------------------------------
+# row kernels (heat, EMA blend, damped update)
+
+
+def test_row_kernels_refuse_mixed_devices() -> None:
+    rows = np.zeros((4, 3), np.float32)
+    with pytest.raises(ValueError, match="host memory"):
+        lamina.kernels.ema_blend(rows, FakeDeviceArray((4, 3)), 0.5)
+    with pytest.raises(ValueError, match="host memory"):
+        lamina.kernels.damped_update(FakeDeviceArray((4, 3)), rows, 0.5)
+    with pytest.raises(ValueError, match="host memory"):
+        lamina.kernels.ema_blend(FakeDeviceArray((4, 3)), FakeDeviceArray((4, 3)), np.ones(4))
+    with pytest.raises(ValueError, match="host memory"):
+        lamina.kernels.heat_scores(np.zeros(4, np.int32), FakeDeviceArray((4,), "<i4"),
+                                   FakeDeviceArray((4,), "<f8"), 1.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vt,lt", [("int32", "int64"), ("float32", "int32"), ("int64", "float32")])
+def test_gpu_heat_matches_cpu_bitwise(vt: str, lt: str) -> None:
+    cp = _cupy()
+    rng, seed = fresh_rng()
+    n = int(rng.integers(1, 50_000))
+    visits = rng.integers(0, 1000, n).astype(vt)
+    ilen = rng.integers(0, 500, n).astype(lt)
+    last = rng.uniform(0, 2e7, n)
+    now, a, b, c, mu = 1.5e7, 0.7, 0.2, 3.0, 1e6
+    cpu = lamina.kernels.heat_scores(visits, ilen, last, now, a, b, c, mu)
+    out = cp.full(n, cp.nan, cp.float32)
+    res = lamina.kernels.heat_scores(cp.asarray(visits), cp.asarray(ilen), cp.asarray(last), now,
+                                     a, b, c, mu, out=out)
+    assert res is out
+    np.testing.assert_array_equal(cp.asnumpy(out), cpu, err_msg=f"seed={seed}")
+    bad = cp.asarray(last)
+    bad[n // 2] = cp.nan
+    with pytest.raises(ValueError, match="NaN"):
+        lamina.kernels.heat_scores(cp.asarray(visits), cp.asarray(ilen), bad, now)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn", ["ema_blend", "damped_update"])
+@pytest.mark.parametrize("indexed", [False, True])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_gpu_row_updates_match_cpu(fn: str, indexed: bool, per_row: bool) -> None:
+    cp = _cupy()
+    rng, seed = fresh_rng()
+    n, d = int(rng.integers(1, 3000)), int(rng.choice([1, 7, 64, 384]))
+    rows = rng.standard_normal((n, d)).astype(np.float32)
+    m = int(rng.integers(0, n + 1)) if indexed else n
+    index = rng.permutation(n)[:m].astype(np.int64) if indexed else None
+    targets = rng.standard_normal((m, d)).astype(np.float32)
+    param: Any = rng.uniform(0, 1, m).astype(np.float64) if per_row else float(rng.uniform(0, 1))
+    kw: dict[str, Any] = {}
+    renorms = [False, True] if fn == "ema_blend" else [False]
+    for renorm in renorms:
+        if fn == "ema_blend":
+            kw = {"renormalize": renorm}
+        cpu_rows = rows.copy()
+        cpu_drift = getattr(lamina.kernels, fn)(cpu_rows, targets, param, index, **kw)
+        g_rows = cp.asarray(rows)
+        g_param = cp.asarray(param) if per_row else param
+        out = cp.full(m, cp.nan, cp.float32)
+        g_drift = getattr(lamina.kernels, fn)(g_rows, cp.asarray(targets), g_param,
+                                              None if index is None else cp.asarray(index),
+                                              out=out, **kw)
+        assert g_drift is out
+        msg = f"seed={seed} {fn} renorm={renorm}"
+        np.testing.assert_allclose(cp.asnumpy(g_rows), cpu_rows, rtol=2e-6, atol=2e-6, err_msg=msg)
+        np.testing.assert_allclose(cp.asnumpy(out), cpu_drift, rtol=1e-4, atol=1e-5, err_msg=msg)
+
+
+@pytest.mark.gpu
+def test_gpu_row_updates_errors() -> None:
+    cp = _cupy()
+    rows = cp.ones((5, 4), cp.float32)
+    t = cp.ones((2, 4), cp.float32)
+    with pytest.raises(IndexError, match="out of range"):
+        lamina.kernels.ema_blend(rows, t, 0.5, cp.asarray([0, 5], cp.int64))
+    with pytest.raises(ValueError, match="more than once"):
+        lamina.kernels.ema_blend(rows, t, 0.5, cp.asarray([1, 1], cp.int64))
+    with pytest.raises(ValueError, match="out of range"):
+        lamina.kernels.ema_blend(rows, t, 1.5, cp.asarray([0, 1], cp.int64))
+    with pytest.raises(ValueError, match="out of range"):
+        lamina.kernels.damped_update(rows, t, cp.asarray([0.5, -1.0]), cp.asarray([0, 1], cp.int64))
+    np.testing.assert_array_equal(cp.asnumpy(rows), np.ones((5, 4), np.float32))  # nothing written
+    tb = cp.ones((5, 4), cp.float32)
+    tb[3, 1] = cp.nan
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        lamina.kernels.damped_update(rows, tb, 0.5)
+    with pytest.raises(ValueError, match="shares memory"):
+        lamina.kernels.ema_blend(rows, rows, 0.5)
