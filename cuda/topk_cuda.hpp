@@ -5,15 +5,16 @@
 // test oracle of this one. Scores accumulate in float32 for float32 and float16 rows.
 //
 // Structure: one pass over the rows computes dot products tile by tile and folds them at once
-// into per-warp sorted top-k lists held in registers (a candidate is inserted only when it beats
-// the list's k-th entry, so after warm-up almost every score costs one compare); no score matrix
-// is materialised. Per-warp lists are then merged in passes of up to 32 lists per query.
-//  * batch <= 15, float32 rows, one namespace per query: a bandwidth-bound scan (each warp reads
-//    whole rows with 16-byte loads and serves up to 8 queries per read);
-//  * float16 rows and batch >= 16: tensor-core tiles (WMMA m16n16k16, 64 queries x 128 rows).
-//    Queries are split into hi + lo float16 parts after a per-query power-of-two scale, so the
-//    products keep ~22 bits of the float32 query and accumulate in float32.
-//
+// into per-warp sorted top-k lists (a candidate is inserted only when it beats the list's k-th
+// entry, so after warm-up almost every score costs one compare); no score matrix is
+// materialised. Per-warp lists are then merged in passes of up to 32 lists per query.
+//  * scan path (float32 rows; float16 rows with batch < 16 or k > 128; one namespace per
+//    query): bandwidth-bound, each warp reads whole rows with 16-byte loads and serves up to
+//    8 queries per read, lists in registers;
+//  * tensor-core path (float16 rows, batch >= 16, k <= 128, no per-query namespaces): WMMA
+//    m16n16k16 tiles of 64 queries x 128 rows, lists in shared memory. Queries are split into
+//    hi + lo float16 parts after a per-query power-of-two scale, so the products keep ~22 bits
+//    of the float32 query and accumulate in float32 (2 MMAs per product).
 // Preconditions: all pointers are device pointers of the current device; rows are finite (or
 // the call raises); 1 <= k <= kMaxK. The call is stream-ordered on `stream` and synchronises
 // that stream once at the end to report NaN/Inf scores or a zero-norm cosine query as
