@@ -8,6 +8,7 @@
 
 #include "lamina/common.hpp"
 #include "lamina/groupby.hpp"
+#include "lamina/kernel_isa.hpp"
 #include "lamina/kernel_math.hpp"
 #include "lamina/parallel.hpp"
 
@@ -17,41 +18,16 @@ namespace {
 
 constexpr std::size_t kBlock = 1 << 15;  // elements per parallel task
 
-// Fused heat over [lo, hi). Returns nonzero when a recency argument (last_access − now)/μ or a
-// heat value is not finite: NaN/Inf in any input shows up in one of the two (the caller then
-// pinpoints it). Both checks are float32 OR-reductions, so the loop vectorises.
-template <class V, class L>
-unsigned heat_block(const V* __restrict visits, const L* __restrict ilen,
-                    const double* __restrict last, std::size_t lo, std::size_t hi, double now,
-                    float a, float b, float c, double inv_mu, float* __restrict out) {
-  unsigned bad = 0;
-  for (std::size_t i = lo; i < hi; ++i) {
-    const float x = kmath::heat_recency_arg(now, last[i], inv_mu);
-    const float h = kmath::heat_value(kmath::count_to_float(visits[i]),
-                                      kmath::count_to_float(ilen[i]), kmath::fast_expf(x), a, b,
-                                      c);
-    bad |= static_cast<unsigned>(!kmath::is_finite(x)) |
-           static_cast<unsigned>(!kmath::is_finite(h));
-    out[i] = h;
-  }
-  return bad;
-}
+// Error path only: find the first offending row and say which input is at fault. (A flag
+// raised only because (last − now)/μ overflowed float32 with finite inputs is not an error:
+// the recency is then 0, or the heat is non-finite, which is reported.)
+template <class V>
+void heat_diagnose_v(const V* visits, NumColumn ilen, const double* last, std::size_t n,
+                     double now, const float* out);
 
 template <class V, class L>
-void heat_typed(const V* visits, const L* ilen, const double* last, std::size_t n, double now,
-                float a, float b, float c, double inv_mu, float* out, int threads) {
-  const std::size_t n_tasks = (n + kBlock - 1) / kBlock;
-  const int nt = threads_for(n, std::size_t(1) << 17, threads);
-  std::atomic<unsigned> bad{0};
-  parallel_for(n_tasks, nt, [&](std::size_t task, int) {
-    const std::size_t lo = task * kBlock, hi = std::min(n, lo + kBlock);
-    if (const unsigned f = heat_block(visits, ilen, last, lo, hi, now, a, b, c, inv_mu, out))
-      bad.fetch_or(f);
-  });
-  if (!bad.load()) return;
-  // Error path only: find the first offending row and say which input is at fault. (A flag
-  // raised only because (last − now)/μ overflowed float32 with finite inputs is not an
-  // error: the recency is then 0 or the heat is non-finite, which is reported below.)
+void heat_diagnose(const V* visits, const L* ilen, const double* last, std::size_t n, double now,
+                   const float* out) {
   for (std::size_t i = 0; i < n; ++i) {
     LAMINA_CHECK(std::isfinite(last[i]), "last_access[", i, "] = ", last[i],
                  " is not finite; pass finite event times in seconds");
@@ -60,29 +36,23 @@ void heat_typed(const V* visits, const L* ilen, const double* last, std::size_t 
     if constexpr (std::is_floating_point_v<L>)
       LAMINA_CHECK(std::isfinite(ilen[i]), "interaction_len[", i, "] = ", ilen[i],
                    " is not finite");
-    LAMINA_CHECK(std::isfinite(out[i]), "heat[", i,
-                 "] overflows float32 (visits=", visits[i], ", interaction_len=", ilen[i],
-                 ", now - last_access=", now - last[i],
+    LAMINA_CHECK(std::isfinite(out[i]), "heat[", i, "] overflows float32 (visits=", visits[i],
+                 ", interaction_len=", ilen[i], ", now - last_access=", now - last[i],
                  " s); check the weights and that times are in seconds");
   }
 }
 
 template <class V>
-void heat_dispatch_len(const V* visits, NumColumn ilen, const double* last, std::size_t n,
-                       double now, float a, float b, float c, double inv_mu, float* out,
-                       int threads) {
+void heat_diagnose_v(const V* visits, NumColumn ilen, const double* last, std::size_t n,
+                     double now, const float* out) {
   switch (ilen.kind) {
     case NumColumn::Kind::F32:
-      return heat_typed(visits, static_cast<const float*>(ilen.data), last, n, now, a, b, c,
-                        inv_mu, out, threads);
+      return heat_diagnose(visits, static_cast<const float*>(ilen.data), last, n, now, out);
     case NumColumn::Kind::I32:
-      return heat_typed(visits, static_cast<const int32_t*>(ilen.data), last, n, now, a, b, c,
-                        inv_mu, out, threads);
+      return heat_diagnose(visits, static_cast<const int32_t*>(ilen.data), last, n, now, out);
     case NumColumn::Kind::I64:
-      return heat_typed(visits, static_cast<const int64_t*>(ilen.data), last, n, now, a, b, c,
-                        inv_mu, out, threads);
+      return heat_diagnose(visits, static_cast<const int64_t*>(ilen.data), last, n, now, out);
   }
-  LAMINA_ASSERT(false);
 }
 
 }  // namespace
@@ -96,20 +66,35 @@ void heat_scores(NumColumn visits, NumColumn interaction_len, const double* last
   LAMINA_CHECK(std::isfinite(mu) && mu > 0.0, "mu (the recency time scale, seconds) must be "
                "finite and > 0, got ", mu);
   if (n == 0) return;
-  const float fa = static_cast<float>(a), fb = static_cast<float>(b), fc = static_cast<float>(c);
-  const double inv_mu = 1.0 / mu;
+  kisa::HeatJob job;
+  job.visits = visits;
+  job.ilen = interaction_len;
+  job.last = last_access;
+  job.now = now;
+  job.inv_mu = 1.0 / mu;
+  job.a = static_cast<float>(a);
+  job.b = static_cast<float>(b);
+  job.c = static_cast<float>(c);
+  job.out = heat;
+  const kisa::Table& K = kisa::table();
+  const std::size_t n_tasks = (n + kBlock - 1) / kBlock;
+  std::atomic<unsigned> bad{0};
+  parallel_for(n_tasks, threads_for(n, std::size_t(1) << 17, threads), [&](std::size_t task, int) {
+    const std::size_t lo = task * kBlock, hi = std::min(n, lo + kBlock);
+    if (const unsigned f = K.heat_block(job, lo, hi)) bad.fetch_or(f);
+  });
+  if (!bad.load()) return;
   switch (visits.kind) {
     case NumColumn::Kind::F32:
-      return heat_dispatch_len(static_cast<const float*>(visits.data), interaction_len,
-                               last_access, n, now, fa, fb, fc, inv_mu, heat, threads);
+      return heat_diagnose_v(static_cast<const float*>(visits.data), interaction_len,
+                             last_access, n, now, heat);
     case NumColumn::Kind::I32:
-      return heat_dispatch_len(static_cast<const int32_t*>(visits.data), interaction_len,
-                               last_access, n, now, fa, fb, fc, inv_mu, heat, threads);
+      return heat_diagnose_v(static_cast<const int32_t*>(visits.data), interaction_len,
+                             last_access, n, now, heat);
     case NumColumn::Kind::I64:
-      return heat_dispatch_len(static_cast<const int64_t*>(visits.data), interaction_len,
-                               last_access, n, now, fa, fb, fc, inv_mu, heat, threads);
+      return heat_diagnose_v(static_cast<const int64_t*>(visits.data), interaction_len,
+                             last_access, n, now, heat);
   }
-  LAMINA_ASSERT(false);
 }
 
 std::vector<int64_t> select_hot(const float* heat, std::size_t n, double threshold,

@@ -34,7 +34,9 @@ def ref_ema(rows, targets, alpha, index=None, renormalize=False):
     a = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (len(idx),))[:, None]
     old = rows[idx]
     new = a * old + (1.0 - a) * targets.astype(np.float64)
-    if renormalize:
+    if renormalize:  # documented: the float32 blend, then scaled to unit norm
+        a32 = a.astype(np.float32)
+        new = (a32 * old.astype(np.float32) + (1.0 - a).astype(np.float32) * targets).astype(np.float64)
         nrm = np.linalg.norm(new, axis=1, keepdims=True)
         new = np.where(nrm > 0, new / np.where(nrm > 0, nrm, 1.0), new)
     rows[idx] = new
@@ -212,6 +214,12 @@ def test_ema_blend_alpha_endpoints_are_exact(case, alpha):
     if alpha == 0.0:
         want[idx] = targets
     np.testing.assert_array_equal(got, want)
+
+
+def test_ema_blend_renormalize_tiny_and_huge_rows():
+    rows = np.array([[3e-30, 0.0], [3e30, 4e30]], np.float32)
+    K.ema_blend(rows, rows.copy() * 0, 1.0, renormalize=True)
+    np.testing.assert_allclose(rows, [[1.0, 0.0], [0.6, 0.8]], rtol=1e-6)
 
 
 def test_ema_blend_renormalize_zero_row_stays_zero():
@@ -595,3 +603,38 @@ def test_kernels_run_concurrently_from_python_threads():
     for t in ts:
         t.join()
     assert not errors
+
+
+_ISA_SCRIPT = r"""
+import hashlib, sys
+import numpy as np
+from lamina import kernels as K
+rng = np.random.default_rng(5)
+h = hashlib.sha256()
+r = rng.standard_normal((1000, 5)).astype(np.float32)
+for part in K.softmax_gate(r, 3.0, max_entropy=0.4):
+    h.update(part.tobytes())
+rows = rng.standard_normal((300, 77)).astype(np.float32)
+t = rng.standard_normal((300, 77)).astype(np.float32)
+h.update(K.ema_blend(rows, t, rng.random(300), renormalize=True).tobytes())
+h.update(K.damped_update(rows, t, 2.5).tobytes())
+h.update(rows.tobytes())
+v = rng.integers(0, 99, 5000)
+h.update(K.heat_scores(v, v.astype(np.int32), 1e9 - rng.uniform(0, 1e8, 5000), 1e9).tobytes())
+sys.stdout.write(h.hexdigest())
+"""
+
+
+def test_all_isa_paths_give_identical_bits():
+    import os
+    import subprocess
+    import sys
+
+    isas = lamina.build_info()["simd_available"]
+    digests = {}
+    for isa in isas:
+        env = dict(os.environ, LAMINA_SIMD=isa)
+        out = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env=env, capture_output=True,
+                             text=True, check=True)
+        digests[isa] = out.stdout
+    assert len(set(digests.values())) == 1, digests

@@ -1,0 +1,10 @@
+// Memory-kernel hot loops, AVX-512F path (per-file flags -mavx512f; used only when the CPU
+// has AVX-512F; -ffp-contract=off keeps results identical to the other paths).
+#include "lamina/kernel_isa.hpp"
+#include "lamina/kernel_math.hpp"
+
+namespace lamina::kisa::avx512_isa {
+#define LAMINA_KISA_NAME "avx512"
+#include "kernel_loops.inc"
+#undef LAMINA_KISA_NAME
+}  // namespace lamina::kisa::avx512_isa
