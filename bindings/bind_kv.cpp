@@ -253,14 +253,22 @@ void register_kv(py::module_& m) {
         py::array s = checked_array<float>(scores, "scores", 1, "float32");
         const std::size_t n = dim(s, 0);
         LAMINA_CHECK(k >= 1 && static_cast<std::size_t>(k) <= n, "k must be in [1, ", n, "]");
-        const float* p = static_cast<const float*>(s.data());
-        std::vector<uint32_t> keys(n), scratch;
-        for (std::size_t i = 0; i < n; ++i) keys[i] = kv::order_key(p[i]);
-        const kv::Cut c = kv::kth_largest(keys.data(), n, static_cast<std::size_t>(k), scratch);
-        return py::make_tuple(c.key, c.greater, c.take_equal);
+        const kv::Cut c =
+            kv::kth_largest(static_cast<const float*>(s.data()), n, static_cast<std::size_t>(k));
+        return py::make_tuple(c.value, c.greater, c.take_equal);
       },
       py::arg("scores"), py::arg("k"),
-      "Testing aid: (order key of the k-th largest, count greater, equal ones taken).");
+      "Testing aid: (k-th largest value, count greater, equal ones taken).");
+
+  m.def(
+      "kv_simd_isa",
+      [](const std::string& isa) {
+        if (isa != "?") kv::set_selection_isa(isa);
+        return std::string(kv::selection_isa());
+      },
+      py::arg("isa") = "?",
+      "Testing aid: the ISA of the KV row kernels; pass 'scalar'/'avx2'/'avx512' to force one, "
+      "'' to restore the default.");
 }
 
 }  // namespace lamina::py_detail

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "lamina/common.hpp"
@@ -12,18 +13,62 @@ namespace lamina::kv {
 
 namespace {
 
+// The per-row loops below are written once and compiled three times: plain (baseline ISA)
+// and inside functions carrying GCC/Clang `target("avx2")` / `target("avx512f")` attributes,
+// into which they are force-inlined and auto-vectorised; the dispatch follows
+// lamina::simd's choice (kv::selection_isa()). No per-file flags, no -march=native.
+#if defined(__GNUC__) || defined(__clang__)
+#define LAMINA_KV_INLINE inline __attribute__((always_inline))
+#else
+#define LAMINA_KV_INLINE inline
+#endif
+#if defined(LAMINA_HAVE_X86_SIMD) && (defined(__GNUC__) || defined(__clang__))
+#define LAMINA_KV_X86 1
+#endif
+
 constexpr std::size_t kChunk = 2048;              // window-reduce block (stays in L1)
 constexpr std::size_t kMinPerThread = 1 << 15;
 
-// x * 0 is NaN exactly when x is NaN or +-Inf; a sum of such products is the cheapest
-// vectorisable finiteness test.
-inline bool all_finite(const float* x, std::size_t n) {
-  float acc = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) acc += x[i] * 0.0f;
-  return acc == 0.0f;
+// Reductions run over kLanes independent partial results combined at the end: strict IEEE
+// float code (no -ffast-math) is only vectorised when the order is written out like this, and
+// the result is then the same on every ISA.
+constexpr std::size_t kLanes = 16;
+
+// True when no x[i] is NaN or +-Inf (exponent bits all ones); integer OR, so it vectorises.
+LAMINA_KV_INLINE bool all_finite(const float* x, std::size_t n) {
+  uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, sizeof u);
+    bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
 }
 
-void pool_max(const float* a, std::size_t n, std::size_t k, float* out) {
+// Smallest and largest of x[0..n), n >= 1.
+LAMINA_KV_INLINE void min_max(const float* x, std::size_t n, float* mn, float* mx) {
+  float lo[kLanes], hi[kLanes];
+  for (std::size_t l = 0; l < kLanes; ++l) lo[l] = hi[l] = x[0];
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) {
+      lo[l] = x[i + l] < lo[l] ? x[i + l] : lo[l];
+      hi[l] = x[i + l] > hi[l] ? x[i + l] : hi[l];
+    }
+  for (; i < n; ++i) {
+    lo[0] = x[i] < lo[0] ? x[i] : lo[0];
+    hi[0] = x[i] > hi[0] ? x[i] : hi[0];
+  }
+  float a = lo[0], b = hi[0];
+  for (std::size_t l = 1; l < kLanes; ++l) {
+    a = lo[l] < a ? lo[l] : a;
+    b = hi[l] > b ? hi[l] : b;
+  }
+  *mn = a;
+  *mx = b;
+}
+
+LAMINA_KV_INLINE void pool_max(const float* a, std::size_t n, std::size_t k, float* out) {
   const std::size_t r = k / 2;
   auto edge = [&](std::size_t j) {
     const std::size_t lo = j >= r ? j - r : 0, hi = std::min(n - 1, j + r);
@@ -46,7 +91,7 @@ void pool_max(const float* a, std::size_t n, std::size_t k, float* out) {
   for (std::size_t j = n - r; j < n; ++j) edge(j);
 }
 
-void pool_avg(const float* a, std::size_t n, std::size_t k, float* out) {
+LAMINA_KV_INLINE void pool_avg(const float* a, std::size_t n, std::size_t k, float* out) {
   const std::size_t r = k / 2;
   const float kf = static_cast<float>(k);
   auto edge = [&](std::size_t j) {
@@ -75,6 +120,218 @@ struct RowBuffers {
   std::vector<float> reduced, pooled;
 };
 
+// One (layer, KV head) row of window_scores; see ScoreSpec for the arithmetic and its order.
+LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowScale& scale,
+                                float* out, RowBuffers& B, std::size_t r) {
+  const std::size_t H = sp.heads, Hkv = sp.kv_heads, G = H / Hkv;
+  const std::size_t S = sp.seq_len, w = sp.window, n = sp.n_candidates;
+  const std::size_t l = r / Hkv, g = r % Hkv;
+  float* acc = out + r * n;
+  if (B.reduced.size() < n) B.reduced.resize(n);
+  if (B.pooled.size() < n) B.pooled.resize(n);
+  for (std::size_t q = 0; q < G; ++q) {
+    const std::size_t h = g * G + q;
+    const float* a;
+    if (w == 0) {
+      a = in + (l * H + h) * S;
+      LAMINA_CHECK(all_finite(a, S), "scores[", l, ", ", h,
+                   "] contains NaN or Inf; pass finite scores");
+    } else {
+      const float* base = in + ((l * H + h) * w) * S;
+      float* red = B.reduced.data();
+      for (std::size_t j0 = 0; j0 < n; j0 += kChunk) {
+        const std::size_t j1 = std::min(n, j0 + kChunk);
+        std::memcpy(red + j0, base + j0, (j1 - j0) * sizeof(float));
+        for (std::size_t t = 1; t < w; ++t) {
+          const float* row = base + t * S;
+          for (std::size_t j = j0; j < j1; ++j) red[j] += row[j];
+        }
+      }
+      bool ok = all_finite(red, n);
+      for (std::size_t t = 0; t < w && ok; ++t) ok = all_finite(base + t * S + n, S - n);
+      LAMINA_CHECK(ok, "window attention [", l, ", ", h,
+                   "] contains NaN or Inf (or its window sum overflows float32); pass "
+                   "finite attention weights");
+      if (sp.window_reduce == Reduce::Mean) {
+        const float wf = static_cast<float>(w);
+        for (std::size_t j = 0; j < n; ++j) red[j] /= wf;
+      } else if (sp.causal_normalize) {
+        for (std::size_t j = 0; j < n; ++j)
+          red[j] /= static_cast<float>(std::min(w, S - j));
+      }
+      a = red;
+    }
+    float* dst = q == 0 ? acc : B.pooled.data();
+    const float* p = dst;
+    if (sp.pool == Pool::Max && sp.kernel > 1 && n > 0) {
+      pool_max(a, n, sp.kernel, dst);
+    } else if (sp.pool == Pool::Avg && sp.kernel > 1 && n > 0) {
+      pool_avg(a, n, sp.kernel, dst);
+    } else if (q == 0) {
+      std::memcpy(dst, a, n * sizeof(float));
+    } else {
+      p = a;
+    }
+    if (q > 0) {
+      if (sp.group_reduce == Reduce::Max) {
+        for (std::size_t j = 0; j < n; ++j) acc[j] = p[j] > acc[j] ? p[j] : acc[j];
+      } else {
+        for (std::size_t j = 0; j < n; ++j) acc[j] += p[j];
+      }
+    }
+  }
+  if (G > 1 && sp.group_reduce == Reduce::Mean) {
+    const float gf = static_cast<float>(G);
+    for (std::size_t j = 0; j < n; ++j) acc[j] /= gf;
+  }
+  if (scale.per_row || scale.per_token) {
+    float nu;
+    if (scale.per_row) {
+      nu = scale.per_row[r];
+    } else {
+      const float* v = scale.per_token + r * S;
+      LAMINA_CHECK(all_finite(v, S), "value_norms[", l, ", ", g, "] contains NaN or Inf");
+      float vmin, vmax;
+      nu = 0.0f;
+      if (n > 0) min_max(v, n, &vmin, &nu);
+      min_max(v, S, &vmin, &vmax);
+      LAMINA_CHECK(vmin >= 0.0f, "value_norms must be >= 0 (they are L1 norms); row [", l,
+                   ", ", g, "] has ", vmin);
+    }
+    LAMINA_CHECK(std::isfinite(nu) && nu >= 0.0f, "value norm scale of row [", l, ", ", g,
+                 "] must be finite and >= 0, got ", nu);
+    for (std::size_t j = 0; j < n; ++j) acc[j] *= nu;
+  }
+  LAMINA_CHECK(all_finite(acc, n), "scores of row [", l, ", ", g,
+               "] overflow float32 after scaling; rescale the inputs");
+}
+
+using ScoreRowFn = void (*)(const float*, const ScoreSpec&, const RowScale&, float*, RowBuffers&,
+                            std::size_t);
+
+void score_row_base(const float* in, const ScoreSpec& sp, const RowScale& sc, float* out,
+                    RowBuffers& B, std::size_t r) {
+  score_row(in, sp, sc, out, B, r);
+}
+#if defined(LAMINA_KV_X86)
+__attribute__((target("avx2"))) void score_row_avx2(const float* in, const ScoreSpec& sp,
+                                                    const RowScale& sc, float* out,
+                                                    RowBuffers& B, std::size_t r) {
+  score_row(in, sp, sc, out, B, r);
+}
+__attribute__((target("avx512f,avx2"))) void score_row_avx512(const float* in,
+                                                              const ScoreSpec& sp,
+                                                              const RowScale& sc, float* out,
+                                                              RowBuffers& B, std::size_t r) {
+  score_row(in, sp, sc, out, B, r);
+}
+#endif
+
+ScoreRowFn score_row_fn() {
+#if defined(LAMINA_KV_X86)
+  const std::string isa = selection_isa();
+  if (isa == "avx512") return score_row_avx512;
+  if (isa == "avx2") return score_row_avx2;
+#endif
+  return score_row_base;
+}
+
+// log(x) for normal x > 0 in float32 (Cephes logf: frexp, then a degree-9 polynomial on
+// [sqrt(1/2), sqrt(2)); about 1 ulp). Integer bit tricks only, no branch, so it vectorises.
+LAMINA_KV_INLINE float fast_log(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const int32_t ex = static_cast<int32_t>(u >> 23) - 126;
+  u = (u & 0x007fffffu) | 0x3f000000u;       // mantissa in [0.5, 1)
+  const uint32_t small = u < 0x3f3504f3u;     // mantissa < sqrt(1/2): use 2m, exponent - 1
+  u += small << 23;
+  float m;
+  std::memcpy(&m, &u, sizeof m);
+  const float e = static_cast<float>(ex - static_cast<int32_t>(small));
+  m -= 1.0f;  // in [sqrt(1/2) - 1, sqrt(2) - 1), exact
+  const float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y += -2.12194440e-4f * e;
+  y += -0.5f * z;
+  return m + y + 0.693359375f * e;
+}
+
+// z = sum s, slogs = sum s log s, mn = min s. Float partial sums (kLanes lanes) over blocks of
+// 1024, double across blocks.
+LAMINA_KV_INLINE void entropy_sums(const float* s, std::size_t N, double* z, double* slogs,
+                                   float* mn) {
+  constexpr std::size_t kBlock = 1024;  // multiple of kLanes
+  double zd = 0.0, sd = 0.0;
+  float m = 0.0f, mx = 0.0f;
+  if (N) min_max(s, N, &m, &mx);
+  float t[kBlock];
+  for (std::size_t b = 0; b < N; b += kBlock) {
+    const std::size_t len = std::min(N - b, kBlock);
+    const float* x = s + b;
+    for (std::size_t i = 0; i < len; ++i) {  // elementwise: vectorises
+      // s log s with log's argument raised to FLT_MIN (integer max on the bit pattern of a
+      // non-negative float): 0 log 0 = 0 exactly, a subnormal s contributes below 1e-36.
+      uint32_t u;
+      std::memcpy(&u, x + i, sizeof u);
+      u = u > 0x00800000u ? u : 0x00800000u;
+      float xl;
+      std::memcpy(&xl, &u, sizeof xl);
+      t[i] = x[i] * fast_log(xl);
+    }
+    float zl[kLanes] = {}, sl[kLanes] = {};
+    std::size_t i = 0;
+    for (; i + kLanes <= len; i += kLanes)
+      for (std::size_t l = 0; l < kLanes; ++l) {
+        zl[l] += x[i + l];
+        sl[l] += t[i + l];
+      }
+    for (; i < len; ++i) {
+      zl[0] += x[i];
+      sl[0] += t[i];
+    }
+    for (std::size_t l = 0; l < kLanes; ++l) {
+      zd += zl[l];
+      sd += sl[l];
+    }
+  }
+  *z = zd;
+  *slogs = sd;
+  *mn = m;
+}
+
+using EntropyFn = void (*)(const float*, std::size_t, double*, double*, float*);
+void entropy_base(const float* s, std::size_t N, double* z, double* sl, float* mn) {
+  entropy_sums(s, N, z, sl, mn);
+}
+#if defined(LAMINA_KV_X86)
+__attribute__((target("avx2"))) void entropy_avx2(const float* s, std::size_t N, double* z,
+                                                  double* sl, float* mn) {
+  entropy_sums(s, N, z, sl, mn);
+}
+__attribute__((target("avx512f,avx2"))) void entropy_avx512(const float* s, std::size_t N,
+                                                            double* z, double* sl, float* mn) {
+  entropy_sums(s, N, z, sl, mn);
+}
+#endif
+
+EntropyFn entropy_fn() {
+#if defined(LAMINA_KV_X86)
+  const std::string isa = selection_isa();
+  if (isa == "avx512") return entropy_avx512;
+  if (isa == "avx2") return entropy_avx2;
+#endif
+  return entropy_base;
+}
+
 }  // namespace
 
 void window_scores(const float* in, const ScoreSpec& sp, const RowScale& scale, float* out,
@@ -96,118 +353,35 @@ void window_scores(const float* in, const ScoreSpec& sp, const RowScale& scale, 
                "window_scores: causal_normalize needs window_reduce Sum");
   LAMINA_CHECK(!(scale.per_row && scale.per_token), "window_scores: give one kind of scale");
   const std::size_t L = sp.layers, H = sp.heads, Hkv = sp.kv_heads, G = H / Hkv;
-  const std::size_t S = sp.seq_len, w = sp.window, n = sp.n_candidates;
+  const std::size_t S = sp.seq_len, w = sp.window;
   const std::size_t rows = L * Hkv;
   const std::size_t per_row_work = G * (w > 0 ? w : 1) * S;
   const int nt = threads_for(rows * per_row_work, kMinPerThread, threads);
   std::vector<RowBuffers> bufs(nt > 0 ? nt : 1);
 
+  const ScoreRowFn fn = score_row_fn();
   parallel_for(rows, nt, [&](std::size_t r, int worker) {
-    const std::size_t l = r / Hkv, g = r % Hkv;
-    float* acc = out + r * n;
-    RowBuffers& B = bufs[worker];
-    if (B.reduced.size() < n) B.reduced.resize(n);
-    if (B.pooled.size() < n) B.pooled.resize(n);
-    for (std::size_t q = 0; q < G; ++q) {
-      const std::size_t h = g * G + q;
-      const float* a;
-      if (w == 0) {
-        a = in + (l * H + h) * S;
-        LAMINA_CHECK(all_finite(a, S), "scores[", l, ", ", h,
-                     "] contains NaN or Inf; pass finite scores");
-      } else {
-        const float* base = in + ((l * H + h) * w) * S;
-        float* red = B.reduced.data();
-        for (std::size_t j0 = 0; j0 < n; j0 += kChunk) {
-          const std::size_t j1 = std::min(n, j0 + kChunk);
-          std::memcpy(red + j0, base + j0, (j1 - j0) * sizeof(float));
-          for (std::size_t t = 1; t < w; ++t) {
-            const float* row = base + t * S;
-            for (std::size_t j = j0; j < j1; ++j) red[j] += row[j];
-          }
-        }
-        bool ok = all_finite(red, n);
-        for (std::size_t t = 0; t < w && ok; ++t) ok = all_finite(base + t * S + n, S - n);
-        LAMINA_CHECK(ok, "window attention [", l, ", ", h,
-                     "] contains NaN or Inf (or its window sum overflows float32); pass "
-                     "finite attention weights");
-        if (sp.window_reduce == Reduce::Mean) {
-          const float wf = static_cast<float>(w);
-          for (std::size_t j = 0; j < n; ++j) red[j] /= wf;
-        } else if (sp.causal_normalize) {
-          for (std::size_t j = 0; j < n; ++j)
-            red[j] /= static_cast<float>(std::min(w, S - j));
-        }
-        a = red;
-      }
-      float* dst = q == 0 ? acc : B.pooled.data();
-      const float* p = dst;
-      if (sp.pool == Pool::Max && sp.kernel > 1 && n > 0) {
-        pool_max(a, n, sp.kernel, dst);
-      } else if (sp.pool == Pool::Avg && sp.kernel > 1 && n > 0) {
-        pool_avg(a, n, sp.kernel, dst);
-      } else if (q == 0) {
-        std::memcpy(dst, a, n * sizeof(float));
-      } else {
-        p = a;
-      }
-      if (q > 0) {
-        if (sp.group_reduce == Reduce::Max) {
-          for (std::size_t j = 0; j < n; ++j) acc[j] = p[j] > acc[j] ? p[j] : acc[j];
-        } else {
-          for (std::size_t j = 0; j < n; ++j) acc[j] += p[j];
-        }
-      }
-    }
-    if (G > 1 && sp.group_reduce == Reduce::Mean) {
-      const float gf = static_cast<float>(G);
-      for (std::size_t j = 0; j < n; ++j) acc[j] /= gf;
-    }
-    if (scale.per_row || scale.per_token) {
-      float nu;
-      if (scale.per_row) {
-        nu = scale.per_row[r];
-      } else {
-        const float* v = scale.per_token + r * S;
-        LAMINA_CHECK(all_finite(v, S), "value_norms[", l, ", ", g, "] contains NaN or Inf");
-        nu = n > 0 ? v[0] : 0.0f;
-        for (std::size_t j = 1; j < n; ++j) nu = v[j] > nu ? v[j] : nu;
-        for (std::size_t j = 0; j < S; ++j)
-          LAMINA_CHECK(v[j] >= 0.0f, "value_norms must be >= 0 (they are L1 norms), got ", v[j],
-                       " at [", l, ", ", g, ", ", j, "]");
-      }
-      LAMINA_CHECK(std::isfinite(nu) && nu >= 0.0f, "value norm scale of row [", l, ", ", g,
-                   "] must be finite and >= 0, got ", nu);
-      for (std::size_t j = 0; j < n; ++j) acc[j] *= nu;
-    }
-    LAMINA_CHECK(all_finite(acc, n), "scores of row [", l, ", ", g,
-                 "] overflow float32 after scaling; rescale the inputs");
+    fn(in, sp, scale, out, bufs[worker], r);
   });
 }
 
 void layer_entropy(const float* scores, std::size_t layers, std::size_t kv_heads, std::size_t n,
                    double* out, int threads) {
   const std::size_t N = kv_heads * n;
+  const EntropyFn fn = entropy_fn();
   const int nt = threads_for(layers * (N + 1), kMinPerThread, threads);
   parallel_for(layers, nt, [&](std::size_t l, int) {
-    const float* s = scores + l * N;
     double z = 0.0, slogs = 0.0;
-    bool neg = false;
-    for (std::size_t i = 0; i < N; ++i) {
-      const float x = s[i];
-      neg |= x < 0.0f;
-      z += x;
-      if (x > 0.0f) slogs += static_cast<double>(x) * std::log(static_cast<double>(x));
-    }
-    LAMINA_CHECK(!neg, "layer_entropy: scores of layer ", l,
+    float mn = 0.0f;
+    fn(scores + l * N, N, &z, &slogs, &mn);
+    LAMINA_CHECK(!(mn < 0.0f), "layer_entropy: scores of layer ", l,
                  " contain negative values; entropy needs scores >= 0");
     if (N <= 1 || !(z > 0.0)) {
       out[l] = 0.0;
       return;
     }
     const double h = std::log(z) - slogs / z;
-    double e = h / std::log(static_cast<double>(N));
-    out[l] = std::min(1.0, std::max(0.0, e));
+    out[l] = std::min(1.0, std::max(0.0, h / std::log(static_cast<double>(N))));
   });
 }
 

@@ -1,10 +1,19 @@
-// KV eviction: radix top-k, per-row selection, cross-head counts (see lamina/kv.hpp).
+// KV eviction: exact top-k thresholds, per-row selection, cross-head counts (lamina/kv.hpp).
+//
+// The k-th largest value of a row is found exactly in one streaming pass in the common case:
+// a strided sample of 1024 values brackets it between two sample order statistics (with a
+// 4-sigma margin), one SIMD pass counts the values above the bracket and packs the few inside
+// it, and nth_element on those finds the exact value. If the bracket misses (rare) or the row
+// is short, nth_element on a copy of the row decides. The kept positions are then written by
+// a second SIMD pass. Both passes are the RowKernels of kv_internal.hpp.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <vector>
 
+#include "kv_internal.hpp"
 #include "lamina/common.hpp"
 #include "lamina/kv.hpp"
 #include "lamina/parallel.hpp"
@@ -13,111 +22,94 @@ namespace lamina::kv {
 
 namespace {
 
-constexpr std::size_t kSmall = 64;          // finish a radix select by sorting below this
+using detail::kSlack;
+using detail::RowKernels;
+
+constexpr std::size_t kExactBelow = 2048;      // rows this short: nth_element on a copy
+constexpr std::size_t kSample = 1024;
 constexpr std::size_t kMinPerThread = 1 << 15;  // elements worth a thread
+constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Keys of a float row; the level-0 (top 11 bits) histogram is built in the same pass.
-void build_keys(const float* s, std::size_t n, uint32_t* keys, uint32_t* hist0) {
-  std::fill(hist0, hist0 + 2048, 0u);
-  for (std::size_t j = 0; j < n; ++j) {
-    const uint32_t key = order_key(s[j]);
-    keys[j] = key;
-    ++hist0[key >> 21];
+struct Workspace {
+  std::vector<float> buf;     // band candidates / exact copy
+  std::vector<float> layer;   // pinned copy of one layer (Ada-KV floor)
+  std::vector<int64_t> pos;   // staging for kept positions (needs kSlack past the end)
+  float* floats(std::size_t n) {
+    if (buf.size() < n + kSlack) buf.resize(n + kSlack);
+    return buf.data();
   }
-}
+  int64_t* positions(std::size_t n) {
+    if (pos.size() < n + kSlack) pos.resize(n + kSlack);
+    return pos.data();
+  }
+};
 
-Cut finish_small(const uint32_t* cand, std::size_t m, std::size_t need, std::size_t greater) {
-  uint32_t tmp[kSmall];
-  std::copy(cand, cand + m, tmp);
-  std::sort(tmp, tmp + m, std::greater<uint32_t>());
+Cut exact_cut(const float* x, std::size_t n, std::size_t k, Workspace& W, const RowKernels& K) {
+  float* b = W.floats(n);
+  std::copy(x, x + n, b);
+  std::nth_element(b, b + (k - 1), b + n, std::greater<float>());
   Cut c;
-  c.key = tmp[need - 1];
-  std::size_t gt = 0;
-  while (tmp[gt] > c.key) ++gt;
-  c.greater = greater + gt;
-  c.take_equal = need - gt;
+  c.value = b[k - 1];
+  std::size_t gt, eq;
+  K.count(x, n, c.value, &gt, &eq);
+  c.greater = gt;
+  c.take_equal = k - gt;
   return c;
 }
 
-// Radix select with an optional precomputed level-0 histogram.
-Cut kth_largest_impl(const uint32_t* keys, std::size_t n, std::size_t k, const uint32_t* hist0,
-                     std::vector<uint32_t>& scratch) {
+Cut find_cut(const float* x, std::size_t n, std::size_t k, Workspace& W, const RowKernels& K) {
   LAMINA_ASSERT(k >= 1 && k <= n);
-  static constexpr int kBits[3] = {11, 11, 10};
-  static constexpr int kShift[3] = {21, 10, 0};
-  uint32_t hist[2048];
-  const uint32_t* cand = keys;
-  std::size_t m = n, need = k, greater = 0;
-  uint32_t prefix = 0;
-  for (int level = 0; level < 3; ++level) {
-    if (m <= kSmall) return finish_small(cand, m, need, greater);
-    const uint32_t nb = 1u << kBits[level], mask = nb - 1;
-    const int shift = kShift[level];
-    const uint32_t* h = hist;
-    if (level == 0 && hist0 != nullptr) {
-      h = hist0;
-    } else {
-      std::fill(hist, hist + nb, 0u);
-      for (std::size_t i = 0; i < m; ++i) ++hist[(cand[i] >> shift) & mask];
-    }
-    uint32_t b = nb - 1;
-    std::size_t above = 0;
-    while (above + h[b] < need) {
-      above += h[b];
-      --b;
-    }
-    greater += above;
-    need -= above;
-    prefix |= b << shift;
-    const std::size_t in_bucket = h[b];
-    if (level == 2) break;  // every remaining candidate equals `prefix`
-    if (scratch.size() < in_bucket) scratch.resize(in_bucket);
-    uint32_t* dst = scratch.data();
-    std::size_t w = 0;
-    for (std::size_t i = 0; i < m; ++i) {
-      const uint32_t x = cand[i];
-      if (((x >> shift) & mask) == b) dst[w++] = x;
-    }
-    LAMINA_ASSERT(w == in_bucket);
-    cand = dst;
-    m = in_bucket;
+  if (n <= kExactBelow) return exact_cut(x, n, k, W, K);
+  float sample[kSample];
+  for (std::size_t i = 0; i < kSample; ++i) sample[i] = x[(i * n) / kSample];
+  const double q = static_cast<double>(k) * kSample / static_cast<double>(n);
+  const double d = 4.0 * std::sqrt(q * (1.0 - q / kSample)) + 4.0;
+  const long r_hi = static_cast<long>(std::floor(q - d));
+  const long r_lo = static_cast<long>(std::ceil(q + d));
+  float lo = -kInf, hi = kInf;
+  std::size_t lo_end = kSample;
+  if (r_lo < static_cast<long>(kSample)) {
+    std::nth_element(sample, sample + r_lo, sample + kSample, std::greater<float>());
+    lo = sample[r_lo];
+    lo_end = static_cast<std::size_t>(r_lo);
   }
-  Cut c;
-  c.key = prefix;
-  c.greater = greater;
-  c.take_equal = need;
-  return c;
+  if (r_hi >= 0) {
+    std::nth_element(sample, sample + r_hi, sample + lo_end, std::greater<float>());
+    hi = sample[r_hi];
+  }
+  float* b = W.floats(n);
+  std::size_t above;
+  const std::size_t m = K.band(x, n, lo, hi, b, &above);
+  if (above < k && k <= above + m) {
+    const std::size_t need = k - above;
+    std::nth_element(b, b + (need - 1), b + m, std::greater<float>());
+    Cut c;
+    c.value = b[need - 1];
+    std::size_t g = 0;
+    for (std::size_t i = 0; i + 1 < need; ++i) g += b[i] > c.value;
+    c.greater = above + g;
+    c.take_equal = k - c.greater;
+    return c;
+  }
+  return exact_cut(x, n, k, W, K);
 }
 
-// Positions of the kept entries of one key row (ascending), per `c`; returns the count.
-std::size_t emit_row(const uint32_t* keys, std::size_t n, const Cut& c, int64_t* out) {
-  const uint32_t t = c.key;
-  std::size_t eq = c.take_equal, w = 0;
-  const std::size_t k = c.greater + c.take_equal;
-  std::size_t j = 0;
-  for (; j < n && w < k; ++j) {
-    const uint32_t x = keys[j];
-    if (x > t) {
-      out[w++] = static_cast<int64_t>(j);
-    } else if (x == t && eq > 0) {
-      out[w++] = static_cast<int64_t>(j);
-      --eq;
-    }
-  }
+// Kept positions (ascending) of a row for cut `c`, written to `out` (k + kSlack slots).
+std::size_t emit(const float* x, std::size_t n, const Cut& c, int64_t* out, const RowKernels& K) {
+  if (c.take_equal == 0) return K.positions(x, n, c.value, false, 0, out);
+  const std::size_t p = K.nth_equal(x, n, c.value, c.take_equal);
+  LAMINA_ASSERT(p < n);
+  std::size_t w = K.positions(x, p + 1, c.value, true, 0, out);
+  w += K.positions(x + p + 1, n - p - 1, c.value, false, static_cast<int64_t>(p + 1), out + w);
   return w;
 }
 
-struct Workspace {
-  std::vector<uint32_t> keys, scratch;
-  uint32_t hist0[2048];
-};
-
 }  // namespace
 
-Cut kth_largest(const uint32_t* keys, std::size_t n, std::size_t k,
-                std::vector<uint32_t>& scratch) {
+Cut kth_largest(const float* x, std::size_t n, std::size_t k) {
   LAMINA_CHECK(k >= 1 && k <= n, "kth_largest: k must be in [1, n], got k=", k, ", n=", n);
-  return kth_largest_impl(keys, n, k, nullptr, scratch);
+  Workspace W;
+  return find_cut(x, n, k, W, detail::row_kernels());
 }
 
 void select_rows(const float* scores, std::size_t n_rows, std::size_t n, const int64_t* k,
@@ -131,24 +123,24 @@ void select_rows(const float* scores, std::size_t n_rows, std::size_t n, const i
     if (k[r] > 0 && static_cast<std::size_t>(k[r]) < n) need_scores = true;
   }
   LAMINA_CHECK(!need_scores || scores != nullptr, "select_rows: scores are required");
+  const RowKernels& K = detail::row_kernels();
   const int nt = threads_for(n_rows * (n + 1), kMinPerThread, threads);
   std::vector<Workspace> ws(nt > 0 ? nt : 1);
   parallel_for(n_rows, nt, [&](std::size_t r, int worker) {
     int64_t* o = out + offsets[r];
     const std::size_t kr = static_cast<std::size_t>(k[r]);
-    std::size_t w = 0;
     if (kr == n) {
       for (std::size_t j = 0; j < n; ++j) o[j] = static_cast<int64_t>(j);
-      w = n;
     } else if (kr > 0) {
       Workspace& W = ws[worker];
-      if (W.keys.size() < n) W.keys.resize(n);
-      build_keys(scores + r * n, n, W.keys.data(), W.hist0);
-      const Cut c = kth_largest_impl(W.keys.data(), n, kr, W.hist0, W.scratch);
-      w = emit_row(W.keys.data(), n, c, o);
+      const float* x = scores + r * n;
+      const Cut c = find_cut(x, n, kr, W, K);
+      int64_t* stage = W.positions(kr);
+      const std::size_t w = emit(x, n, c, stage, K);
       LAMINA_ASSERT(w == kr);
+      std::memcpy(o, stage, kr * sizeof(int64_t));
     }
-    for (std::size_t t = 0; t < tail; ++t) o[w + t] = static_cast<int64_t>(n + t);
+    for (std::size_t t = 0; t < tail; ++t) o[kr + t] = static_cast<int64_t>(n + t);
   });
 }
 
@@ -165,6 +157,7 @@ void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_h
                  "layer_head_counts: total[", l, "] = ", total[l], " is outside [",
                  f * static_cast<int64_t>(kv_heads), ", ", N, "]");
   }
+  const RowKernels& K = detail::row_kernels();
   const int nt = threads_for(layers * (N + 1), kMinPerThread, threads);
   std::vector<Workspace> ws(nt > 0 ? nt : 1);
   parallel_for(layers, nt, [&](std::size_t l, int worker) {
@@ -175,42 +168,31 @@ void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_h
       return;
     }
     Workspace& W = ws[worker];
-    if (W.keys.size() < N) W.keys.resize(N);
-    uint32_t* keys = W.keys.data();
     const float* s = scores + l * N;
     const std::size_t f = floor ? static_cast<std::size_t>(floor[l]) : 0;
-    for (std::size_t g = 0; g < kv_heads; ++g) {
-      uint32_t* row = keys + g * n;
-      build_keys(s + g * n, n, row, W.hist0);
-      if (f == 0) continue;
-      if (f >= n) {
-        std::fill(row, row + n, std::numeric_limits<uint32_t>::max());
-        continue;
-      }
-      // Pin the row's top f (ties: smaller position) above every unpinned entry.
-      const Cut c = kth_largest_impl(row, n, f, W.hist0, W.scratch);
-      std::size_t eq = c.take_equal;
-      for (std::size_t j = 0; j < n; ++j) {
-        const uint32_t x = row[j];
-        if (x > c.key) {
-          row[j] = std::numeric_limits<uint32_t>::max();
-        } else if (x == c.key && eq > 0) {
-          row[j] = std::numeric_limits<uint32_t>::max();
-          --eq;
+    if (f > 0) {  // pin each row's top f at +inf, above every finite score
+      W.layer.assign(s, s + N);
+      for (std::size_t g = 0; g < kv_heads; ++g) {
+        float* row = W.layer.data() + g * n;
+        if (f >= n) {
+          std::fill(row, row + n, kInf);
+          continue;
         }
+        const Cut c = find_cut(s + g * n, n, f, W, K);
+        int64_t* stage = W.positions(f);
+        const std::size_t w = emit(s + g * n, n, c, stage, K);
+        LAMINA_ASSERT(w == f);
+        for (std::size_t i = 0; i < w; ++i) row[stage[i]] = kInf;
       }
+      s = W.layer.data();
     }
-    const Cut c = kth_largest_impl(keys, N, tot, nullptr, W.scratch);
-    std::size_t eq = c.take_equal;
+    const Cut c = find_cut(s, N, tot, W, K);
+    std::size_t eq_left = c.take_equal;
     for (std::size_t g = 0; g < kv_heads; ++g) {
-      const uint32_t* row = keys + g * n;
-      std::size_t gt = 0, same = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        gt += row[j] > c.key;
-        same += row[j] == c.key;
-      }
-      const std::size_t take = std::min(same, eq);
-      eq -= take;
+      std::size_t gt, eq;
+      K.count(s + g * n, n, c.value, &gt, &eq);
+      const std::size_t take = std::min(eq, eq_left);
+      eq_left -= take;
       cnt[g] = static_cast<int64_t>(gt + take);
     }
   });

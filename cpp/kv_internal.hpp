@@ -1,0 +1,43 @@
+// kv_internal.hpp — private to cpp/kv_*.cpp: the SIMD row primitives of the KV selection core.
+//
+// One table of function pointers per instruction set (scalar, AVX2, AVX-512F), chosen at run
+// time with lamina::simd's rule (the best the CPU supports, capped by LAMINA_SIMD). The
+// x86 variants are compiled from this project's sources with GCC/Clang `target` attributes
+// (no per-file flags, so no CMake change); nothing here needs -march=native.
+// All functions are pure and thread-safe. Inputs are finite floats (checked by callers).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace lamina::kv::detail {
+
+/// Slack (elements) that `band` and `positions` may write past the returned count.
+constexpr std::size_t kSlack = 16;
+
+struct RowKernels {
+  const char* isa;
+  /// *gt = #{j : x[j] > t}, *eq = #{j : x[j] == t}.
+  void (*count)(const float* x, std::size_t n, float t, std::size_t* gt, std::size_t* eq);
+  /// Copies the x[j] with lo <= x[j] <= hi to out (in order; out holds n + kSlack floats) and
+  /// returns how many; *above = #{j : x[j] > hi}.
+  std::size_t (*band)(const float* x, std::size_t n, float lo, float hi, float* out,
+                      std::size_t* above);
+  /// Writes base + j for every j with x[j] > t (or >= t when `ge`) to out, ascending (out
+  /// holds count + kSlack slots); returns the count.
+  std::size_t (*positions)(const float* x, std::size_t n, float t, bool ge, int64_t base,
+                           int64_t* out);
+  /// Index of the m-th (1-based) j with x[j] == t; n if there are fewer than m.
+  std::size_t (*nth_equal)(const float* x, std::size_t n, float t, std::size_t m);
+};
+
+/// The active kernels (see above).
+const RowKernels& row_kernels();
+/// Testing aid: force "scalar", "avx2" or "avx512" ("" restores the default). Throws
+/// ValueError when the CPU lacks the ISA. Not synchronised with running selections.
+void set_row_isa(const std::string& isa);
+/// The ISA name selection currently uses.
+const char* row_isa();
+
+}  // namespace lamina::kv::detail
