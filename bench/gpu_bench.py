@@ -9,7 +9,8 @@ move (reads + writes) / time, compared with a device-to-device copy measured her
 Bars (issue 4): top-k batch 1, 10M x 384 fp16 >= 70% of copy bandwidth; batch 256 >= 2x the
 CuPy reference (cupy.matmul + cupy.argpartition); row kernels at 10M rows >= 70% of copy
 bandwidth; multi-tenant 10k agents x 10k memories (d = 384, fp16), one query per agent, one
-step < 5 ms.
+step < 5 ms. Also timed (no bars): softmax_gate, select_hot, evict_to_capacity and KV
+selection / compression, each against a CuPy formulation of the same result.
 """
 
 from __future__ import annotations
@@ -112,7 +113,13 @@ def main() -> int:
     ap.add_argument("--json", default="bench/results/gpu_bench.json")
     ap.add_argument("--budget", type=float, default=330.0, help="seconds; later sections are skipped past it")
     ap.add_argument("--scale", type=float, default=1.0, help="shrink every problem (smoke runs)")
+    ap.add_argument("--table-only", metavar="JSON", help="print the table of an earlier run's JSON")
     args = ap.parse_args()
+    if args.table_only:
+        with open(args.table_only) as f:
+            RESULTS.update(json.load(f))
+        print_table()
+        return 0
 
     import cupy as cp
 
@@ -225,6 +232,17 @@ def main() -> int:
     else:
         log("budget exhausted before the multi-tenant section")
 
+    # ---- gate / promotion / eviction, KV selection --------------------------------------------
+    for name, fn in (("selection kernels", bench_selection_kernels), ("KV selection", bench_kv)):
+        if over_budget():
+            log(f"budget exhausted before the {name} section")
+            continue
+        try:
+            fn(cp, lamina, sc)
+        except Exception as e:
+            failures += 1
+            log(f"{name} section failed: {e!r}")
+
     # ---- report ------------------------------------------------------------------------------
     RESULTS["facts"]["elapsed_s"] = round(time.time() - T0, 1)
     save()
@@ -305,6 +323,128 @@ def bench_multi_tenant(cp: Any, lamina: Any, sc: float) -> None:
               f"(incl. namespace CSR sort) {first:.1f} ms; fill {fill_s:.1f} s; "
               f"cross-namespace results: {leak}"))
     del arena, q
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+def bench_selection_kernels(cp: Any, lamina: Any, sc: float) -> None:
+    """softmax_gate (eq. 7 + entropy bound), select_hot, evict_to_capacity vs CuPy formulations."""
+    kern = lamina.kernels
+    if not hasattr(lamina._core, "cuda_softmax_gate"):
+        log("selection kernels: no CUDA versions in this build; skipped")
+        return
+    b, L = int(4_000_000 * sc), 8
+    rel = cp.random.standard_normal((b, L), dtype=cp.float32)
+    gam = cp.empty_like(rel)
+    ms = timed(cp, lambda: kern.softmax_gate(rel, 2.0, out=gam), reps=10)
+
+    def gate_ref() -> Any:
+        z = 2.0 * (rel - rel.max(axis=1, keepdims=True))
+        e = cp.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    ref = timed(cp, gate_ref, reps=10)
+    row(f"softmax_gate {b}x{L}", ms, b * L * 8 + b * 8, ref, "cupy max/exp/sum/div")
+    ms = timed(cp, lambda: kern.softmax_gate(rel, 0.5, 0.5, max_doublings=8, out=gam), reps=10)
+    row(f"softmax_gate {b}x{L} entropy bound eps=0.5", ms, b * L * 8 + b * 8,
+        note="rows over eps recompute with doubled beta")
+    del rel, gam
+
+    n = int(10_000_000 * sc)
+    heat = cp.random.standard_normal(n, dtype=cp.float32)
+    ms = timed(cp, lambda: kern.select_hot(heat, 2.0), reps=10)
+    k = int((heat > 2.0).sum())
+    ref = timed(cp, lambda: cp.nonzero(heat > 2.0)[0], reps=10)
+    row(f"select_hot n={n} ({k} hot)", ms, n * 4 + k * 8, ref, "cupy nonzero")
+    ns = cp.random.randint(0, 100_000, n, dtype=cp.int64).astype(cp.uint64)
+
+    def hot_grouped_ref() -> Any:
+        idx = cp.nonzero(heat > 2.0)[0]
+        return idx[cp.argsort(ns[idx], kind="stable")]
+
+    ms = timed(cp, lambda: kern.select_hot(heat, 2.0, ns), reps=10)
+    ref = timed(cp, hot_grouped_ref, reps=10)
+    row(f"select_hot grouped by 100k namespaces", ms, n * 4 + k * 24, ref, "cupy nonzero+argsort")
+
+    scores = cp.random.standard_normal(n, dtype=cp.float32)
+    cap = 80  # ~100 rows per namespace: about 20% evicted
+
+    def evict_ref() -> Any:
+        idx = cp.arange(n)
+        order = cp.lexsort(cp.stack([-idx, scores.astype(cp.float64), ns.astype(cp.float64)]))
+        sns = ns[order]
+        change = cp.concatenate([cp.zeros(1, bool), sns[1:] != sns[:-1]])
+        bounds = cp.concatenate([cp.zeros(1, cp.int64), change.nonzero()[0], cp.asarray([n])])
+        cnt = cp.diff(bounds)
+        gid = cp.cumsum(change).astype(cp.int64)
+        rank = cp.arange(n) - bounds[:-1][gid]
+        ev = rank < (cnt[gid] - cap)
+        return cp.sort(order[ev])
+
+    ms = timed(cp, lambda: kern.evict_to_capacity(scores, ns, cap), reps=5)
+    got = kern.evict_to_capacity(scores, ns, cap)
+    ne = int(got.shape[0])
+    ref = timed(cp, evict_ref, warmup=1, reps=3)
+    want = evict_ref()
+    same = bool(want.shape == got.shape and (want == got).all())
+    row(f"evict_to_capacity n={n}, 100k namespaces, C={cap} ({ne} evicted)", ms, n * 12 + ne * 8,
+        ref, "cupy lexsort+ranks", note=f"same rows as the cupy formulation: {same}")
+    del heat, ns, scores
+    cp.get_default_memory_pool().free_all_blocks()
+
+
+def bench_kv(cp: Any, lamina: Any, sc: float) -> None:
+    """KV selection (window scores + per-head top-k) and compression vs CuPy formulations."""
+    from lamina import kv
+
+    if not hasattr(lamina._core, "cuda_kv_window_scores"):
+        log("KV selection: no CUDA versions in this build; skipped")
+        return
+    L, H, hkv, w = 32, 32, 8, 32
+    S = max(256, int(16_384 * sc))
+    D = 128
+    att = cp.random.random_sample((L, H, w, S), dtype=cp.float32)
+    budget = S // 8
+    in_bytes = att.size * 4
+    for method, params in (("snapkv", {"kernel_size": 5, "pooling": "avg"}),
+                           ("h2o", {}), ("adakv", {}), ("lava", {}), ("streaming", {})):
+        norms = None
+        if method == "lava":
+            norms = cp.random.random_sample((L, hkv), dtype=cp.float32) + 0.5
+        ms = timed(cp, lambda m=method, p=params, v=norms: kv.select(att, budget, m, value_norms=v,
+                                                                     n_kv_heads=hkv, **p), reps=5)
+        ref_ms, ref_name = None, ""
+        if method == "snapkv":
+            n = S - w
+
+            def snap_ref() -> Any:
+                a = att[..., :n].mean(axis=2)  # (L, H, n)
+                c = cp.cumsum(cp.pad(a, ((0, 0), (0, 0), (3, 2))), axis=-1)
+                p = (c[..., 5:] - c[..., :-5]) / 5.0
+                g = p.reshape(L, hkv, H // hkv, n).mean(axis=2)
+                top = cp.argpartition(-g, budget - w - 1, axis=-1)[..., : budget - w]
+                return cp.sort(top, axis=-1)
+
+            ref_ms = timed(cp, snap_ref, reps=5)
+            ref_name = "cupy mean+pool+argpartition"
+        row(f"kv.select {method} L={L} H={H}/{hkv} w={w} S={S} b={budget}", ms,
+            None if method == "streaming" else in_bytes, ref_ms, ref_name,
+            note="includes host-side budget logic and small D2H/H2D copies")
+    keep = kv.select(att, budget, "adakv", n_kv_heads=hkv)
+    del att
+    cp.get_default_memory_pool().free_all_blocks()
+    keys = cp.random.standard_normal((L, hkv, S, D), dtype=cp.float32).astype(cp.float16)
+    vals = cp.random.standard_normal((L, hkv, S, D), dtype=cp.float32).astype(cp.float16)
+    moved = 2 * 2 * keep.total * D * 2  # keys + values, read + write
+    ms = timed(cp, lambda: kv.compress(keys, vals, keep), reps=10)
+    rows_ = cp.asarray(np.repeat(np.arange(L * hkv), keep.lengths.ravel()))
+    idx = keep.indices
+
+    def gather_ref() -> Any:
+        return (keys.reshape(L * hkv, S, D)[rows_, idx], vals.reshape(L * hkv, S, D)[rows_, idx])
+
+    ref = timed(cp, gather_ref, reps=10)
+    row(f"kv.compress ragged fp16 D={D} ({keep.total} rows)", ms, moved, ref, "cupy fancy indexing")
+    del keys, vals
     cp.get_default_memory_pool().free_all_blocks()
 
 

@@ -16,6 +16,7 @@
 #if defined(LAMINA_WITH_CUDA)
 #include "arena_cuda.hpp"
 #include "kernels_cuda.hpp"
+#include "kv_cuda.hpp"
 #include "lamina_cuda.hpp"
 #include "topk_cuda.hpp"
 #endif
@@ -316,6 +317,381 @@ void register_cuda(py::module_& m) {
         },
         py::arg("rows"), py::arg("targets"), py::arg("lam"), py::arg("index"), py::arg("out"),
         py::arg("stream"));
+
+  m.def(
+      "cuda_softmax_gate",
+      [](const py::object& relevance, const py::object& beta, const py::object& max_entropy,
+         int max_doublings, const py::object& gamma, const py::object& beta_used,
+         std::uintptr_t stream) {
+        CudaArray r = checked_cuda_array(relevance, "relevance", 2, "f4", "float32", false);
+        CudaArray g = checked_cuda_array(gamma, "out", 2, "f4", "float32", true);
+        CudaArray bu = checked_cuda_array(beta_used, "beta_used", 1, "f8", "float64", true);
+        const std::size_t b = r.shape[0], L = r.shape[1];
+        LAMINA_CHECK(g.shape[0] == r.shape[0] && g.shape[1] == r.shape[1], "out must have shape (",
+                     b, ", ", L, "), got (", g.shape[0], ", ", g.shape[1], ")");
+        LAMINA_CHECK(static_cast<std::size_t>(bu.shape[0]) == b, "beta_used must have length ", b);
+        DeviceCall call;
+        call.add(r, "relevance");
+        call.add(g, "out");
+        call.add(bu, "beta_used");
+        cuda::DeviceParam p = device_param(beta, b, "beta", call);
+        const bool has_eps = !max_entropy.is_none();
+        const double eps = has_eps ? max_entropy.cast<double>() : 0.0;
+        py::gil_scoped_release nogil;
+        if (call.device < 0) {  // b == 0: parameters are still checked
+          cuda::softmax_gate(nullptr, 0, L, p, has_eps, eps, max_doublings, nullptr, nullptr, nullptr);
+          return;
+        }
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::softmax_gate(reinterpret_cast<const float*>(r.ptr), b, L, p, has_eps, eps,
+                           max_doublings, reinterpret_cast<float*>(g.ptr),
+                           reinterpret_cast<double*>(bu.ptr), as_stream(stream));
+      },
+      py::arg("relevance"), py::arg("beta"), py::arg("max_entropy"), py::arg("max_doublings"),
+      py::arg("out"), py::arg("beta_used"), py::arg("stream"));
+  m.def(
+      "cuda_select_hot",
+      [](const py::object& heat, double threshold, const py::object& namespaces,
+         const py::object& out, std::uintptr_t stream) -> std::size_t {
+        CudaArray h = checked_cuda_array(heat, "heat", 1, "f4", "float32", false);
+        CudaArray o = checked_cuda_array(out, "out", 1, "i8", "int64", true);
+        const std::size_t n = h.shape[0];
+        LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) >= n, "out must have room for ", n,
+                     " indices, got ", o.shape[0]);
+        DeviceCall call;
+        call.add(h, "heat");
+        call.add(o, "out");
+        const uint64_t* nsp = nullptr;
+        if (!namespaces.is_none()) {
+          CudaArray ns = checked_cuda_array(namespaces, "namespaces", 1, "u8", "uint64", false);
+          LAMINA_CHECK(static_cast<std::size_t>(ns.shape[0]) == n, "namespaces must have length ",
+                       n, " (one per heat value), got ", ns.shape[0]);
+          call.add(ns, "namespaces");
+          nsp = reinterpret_cast<const uint64_t*>(ns.ptr);
+        }
+        py::gil_scoped_release nogil;
+        if (call.device < 0) return cuda::select_hot(nullptr, 0, threshold, nullptr, nullptr, nullptr);
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        return cuda::select_hot(reinterpret_cast<const float*>(h.ptr), n, threshold, nsp,
+                                reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+      },
+      py::arg("heat"), py::arg("threshold"), py::arg("namespaces"), py::arg("out"),
+      py::arg("stream"));
+  m.def(
+      "cuda_evict_to_capacity",
+      [](const py::object& scores, const py::object& namespaces, long long default_capacity,
+         const py::object& cap_keys, const py::object& cap_values, const py::object& live,
+         const py::object& out, std::uintptr_t stream) -> std::size_t {
+        CudaArray s = checked_cuda_array(scores, "scores", 1, "f4", "float32", false);
+        CudaArray ns = checked_cuda_array(namespaces, "namespaces", 1, "u8", "uint64", false);
+        CudaArray o = checked_cuda_array(out, "out", 1, "i8", "int64", true);
+        py::array keys = checked_array<uint64_t>(cap_keys, "capacity keys", 1, "uint64");
+        py::array vals = checked_array<int64_t>(cap_values, "capacity values", 1, "int64");
+        LAMINA_CHECK(keys.shape(0) == vals.shape(0), "capacity keys and values differ in length");
+        const std::size_t n = s.shape[0];
+        LAMINA_CHECK(static_cast<std::size_t>(ns.shape[0]) == n, "namespaces must have length ", n,
+                     " (one per score), got ", ns.shape[0]);
+        LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) >= n, "out must have room for ", n,
+                     " indices, got ", o.shape[0]);
+        DeviceCall call;
+        call.add(s, "scores");
+        call.add(ns, "namespaces");
+        call.add(o, "out");
+        const uint8_t* lp = nullptr;
+        if (!live.is_none()) {
+          CudaArray lv = parse_cai(live, "live");
+          LAMINA_CHECK(lv.shape.size() == 1 && lv.c_contiguous(), "live must be 1-dimensional and contiguous");
+          if (!((lv.kind == 'b' || lv.kind == 'u') && lv.itemsize == 1))
+            throw TypeError("live must have dtype bool or uint8, got typestr '" + lv.typestr +
+                            "'; convert explicitly, e.g. live.astype('uint8')");
+          LAMINA_CHECK(static_cast<std::size_t>(lv.shape[0]) == n, "live must have length ", n,
+                       ", got ", lv.shape[0]);
+          call.add(lv, "live");
+          lp = reinterpret_cast<const uint8_t*>(lv.ptr);
+        }
+        const uint64_t* kp = static_cast<const uint64_t*>(keys.data());
+        const int64_t* vp = static_cast<const int64_t*>(vals.data());
+        const std::size_t nc = keys.shape(0);
+        py::gil_scoped_release nogil;
+        if (call.device < 0)
+          return cuda::evict_to_capacity(nullptr, nullptr, 0, nullptr, default_capacity, kp, vp,
+                                         nc, nullptr, nullptr);
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        return cuda::evict_to_capacity(reinterpret_cast<const float*>(s.ptr),
+                                       reinterpret_cast<const uint64_t*>(ns.ptr), n, lp,
+                                       default_capacity, kp, vp, nc,
+                                       reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+      },
+      py::arg("scores"), py::arg("namespaces"), py::arg("default_capacity"), py::arg("cap_keys"),
+      py::arg("cap_values"), py::arg("live"), py::arg("out"), py::arg("stream"));
+
+  // ---- KV selection (lamina.kv on device arrays) -----------------------------------------
+  m.def(
+      "cuda_kv_window_scores",
+      [](const py::object& x, long long kv_heads, long long n_candidates,
+         const std::string& window_reduce, bool causal_normalize, const std::string& pool,
+         long long kernel, const std::string& group_reduce, const py::object& scale_per_row,
+         const py::object& scale_per_token, const py::object& out, std::uintptr_t stream) {
+        CudaArray a = parse_cai(x, "scores");
+        LAMINA_CHECK(a.shape.size() == 3 || a.shape.size() == 4,
+                     "scores must be (L, H, S) or (L, H, w, S), got ndim=", a.shape.size());
+        a = checked_cuda_array(x, "scores", static_cast<int>(a.shape.size()), "f4", "float32", false);
+        const bool win = a.shape.size() == 4;
+        lamina::kv::ScoreSpec sp;
+        sp.layers = a.shape[0];
+        sp.heads = a.shape[1];
+        sp.window = win ? a.shape[2] : 0;
+        sp.seq_len = a.shape.back();
+        LAMINA_CHECK(kv_heads >= 1, "n_kv_heads must be >= 1, got ", kv_heads);
+        sp.kv_heads = static_cast<std::size_t>(kv_heads);
+        LAMINA_CHECK(n_candidates >= 0 && static_cast<std::size_t>(n_candidates) <= sp.seq_len,
+                     "n_candidates must be in [0, ", sp.seq_len, "], got ", n_candidates);
+        sp.n_candidates = static_cast<std::size_t>(n_candidates);
+        auto reduce = [](const std::string& s, const char* what) {
+          if (s == "mean") return lamina::kv::Reduce::Mean;
+          if (s == "max") return lamina::kv::Reduce::Max;
+          if (s == "sum") return lamina::kv::Reduce::Sum;
+          throw ValueError(std::string(what) + " must be 'mean', 'max' or 'sum', got '" + s + "'");
+        };
+        sp.window_reduce = reduce(window_reduce, "window_reduce");
+        sp.causal_normalize = causal_normalize;
+        if (pool == "none") sp.pool = lamina::kv::Pool::None;
+        else if (pool == "max") sp.pool = lamina::kv::Pool::Max;
+        else if (pool == "avg") sp.pool = lamina::kv::Pool::Avg;
+        else throw ValueError("pooling must be 'max', 'avg' or 'none', got '" + pool + "'");
+        LAMINA_CHECK(kernel >= 1, "kernel_size must be >= 1, got ", kernel);
+        sp.kernel = static_cast<std::size_t>(kernel);
+        sp.group_reduce = reduce(group_reduce, "gqa reduction");
+        LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.seq_len >= 1,
+                     "scores must be non-empty, got a zero-length axis");
+        LAMINA_CHECK(!win || sp.window >= 1, "window attention needs at least one row");
+        LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "the number of query heads (", sp.heads,
+                     ") must be a multiple of n_kv_heads (", sp.kv_heads, ")");
+        DeviceCall call;
+        call.add(a, "scores");
+        const float* per_row = nullptr;
+        const float* per_token = nullptr;
+        if (!scale_per_row.is_none()) {
+          CudaArray v = checked_cuda_array(scale_per_row, "value_norms", 2, "f4", "float32", false);
+          LAMINA_CHECK(static_cast<std::size_t>(v.shape[0]) == sp.layers &&
+                           static_cast<std::size_t>(v.shape[1]) == sp.kv_heads,
+                       "per-head value_norms must have shape (", sp.layers, ", ", sp.kv_heads, ")");
+          call.add(v, "value_norms");
+          per_row = reinterpret_cast<const float*>(v.ptr);
+        }
+        if (!scale_per_token.is_none()) {
+          CudaArray v = checked_cuda_array(scale_per_token, "value_norms", 3, "f4", "float32", false);
+          LAMINA_CHECK(static_cast<std::size_t>(v.shape[0]) == sp.layers &&
+                           static_cast<std::size_t>(v.shape[1]) == sp.kv_heads &&
+                           static_cast<std::size_t>(v.shape[2]) == sp.seq_len,
+                       "per-token value_norms must have shape (", sp.layers, ", ", sp.kv_heads,
+                       ", ", sp.seq_len, ")");
+          call.add(v, "value_norms");
+          per_token = reinterpret_cast<const float*>(v.ptr);
+        }
+        CudaArray o = checked_cuda_array(out, "out", 3, "f4", "float32", true);
+        LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) == sp.layers &&
+                         static_cast<std::size_t>(o.shape[1]) == sp.kv_heads &&
+                         static_cast<std::size_t>(o.shape[2]) == sp.n_candidates,
+                     "out must have shape (", sp.layers, ", ", sp.kv_heads, ", ", sp.n_candidates, ")");
+        call.add(o, "out");
+        py::gil_scoped_release nogil;
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::kv::window_scores(reinterpret_cast<const float*>(a.ptr), sp, per_row, per_token,
+                                reinterpret_cast<float*>(o.ptr), as_stream(stream));
+      },
+      py::arg("scores"), py::arg("kv_heads"), py::arg("n_candidates"), py::arg("window_reduce"),
+      py::arg("causal_normalize"), py::arg("pool"), py::arg("kernel"), py::arg("group_reduce"),
+      py::arg("scale_per_row"), py::arg("scale_per_token"), py::arg("out"), py::arg("stream"));
+  m.def(
+      "cuda_kv_layer_entropy",
+      [](const py::object& scores, std::uintptr_t stream) {
+        CudaArray s = checked_cuda_array(scores, "scores", 3, "f4", "float32", false);
+        const std::size_t L = s.shape[0], Hkv = s.shape[1], n = s.shape[2];
+        DeviceCall call;
+        call.add(s, "scores");
+        py::array_t<double> out(L);
+        double* o = out.mutable_data();
+        {
+          py::gil_scoped_release nogil;
+          if (call.device >= 0) {
+            cuda::DeviceGuard guard(call.device);
+            call.order_after_producers(as_stream(stream));
+            cuda::kv::layer_entropy(reinterpret_cast<const float*>(s.ptr), L, Hkv, n, o, as_stream(stream));
+          } else {
+            for (std::size_t l = 0; l < L; ++l) o[l] = 0.0;
+          }
+        }
+        return out;
+      },
+      py::arg("scores"), py::arg("stream"));
+  m.def(
+      "cuda_kv_layer_head_counts",
+      [](const py::object& scores, const py::object& total, const py::object& floor,
+         std::uintptr_t stream) {
+        CudaArray s = checked_cuda_array(scores, "scores", 3, "f4", "float32", false);
+        const std::size_t L = s.shape[0], Hkv = s.shape[1], n = s.shape[2];
+        py::array t = checked_array<int64_t>(total, "total", 1, "int64");
+        LAMINA_CHECK(static_cast<std::size_t>(t.shape(0)) == L, "total must have one entry per layer (", L, ")");
+        py::array f;
+        const int64_t* fp = nullptr;
+        if (!floor.is_none()) {
+          f = checked_array<int64_t>(floor, "floor", 1, "int64");
+          LAMINA_CHECK(static_cast<std::size_t>(f.shape(0)) == L, "floor must have one entry per layer (", L, ")");
+          fp = static_cast<const int64_t*>(f.data());
+        }
+        DeviceCall call;
+        call.add(s, "scores");
+        py::array_t<int64_t> out({L, Hkv});
+        {
+          const int64_t* tp = static_cast<const int64_t*>(t.data());
+          int64_t* o = out.mutable_data();
+          py::gil_scoped_release nogil;
+          if (call.device >= 0) {
+            cuda::DeviceGuard guard(call.device);
+            call.order_after_producers(as_stream(stream));
+          }
+          cuda::kv::layer_head_counts(reinterpret_cast<const float*>(s.ptr), L, Hkv, n, tp, fp, o,
+                                      as_stream(stream));
+        }
+        return out;
+      },
+      py::arg("scores"), py::arg("total"), py::arg("floor"), py::arg("stream"));
+  m.def(
+      "cuda_kv_select_rows",
+      [](const py::object& scores, const py::object& k, long long n, long long tail,
+         const py::object& out, std::uintptr_t stream) {
+        py::array kk = checked_array<int64_t>(k, "k", 2, "int64");
+        const std::size_t L = kk.shape(0), Hkv = kk.shape(1), R = L * Hkv;
+        LAMINA_CHECK(n >= 0 && tail >= 0, "n and tail must be >= 0");
+        DeviceCall call;
+        const float* sp = nullptr;
+        if (!scores.is_none()) {
+          CudaArray s = checked_cuda_array(scores, "scores", 3, "f4", "float32", false);
+          LAMINA_CHECK(static_cast<std::size_t>(s.shape[0]) == L &&
+                           static_cast<std::size_t>(s.shape[1]) == Hkv && s.shape[2] == n,
+                       "scores must have shape (", L, ", ", Hkv, ", ", n, ")");
+          call.add(s, "scores");
+          sp = reinterpret_cast<const float*>(s.ptr);
+        }
+        const int64_t* kp = static_cast<const int64_t*>(kk.data());
+        py::array_t<int64_t> offsets(R + 1);
+        int64_t* op = offsets.mutable_data();
+        op[0] = 0;
+        for (std::size_t r = 0; r < R; ++r) {
+          LAMINA_CHECK(kp[r] >= 0 && kp[r] <= n, "k[", r / Hkv, ", ", r % Hkv, "] = ", kp[r],
+                       " is outside [0, ", n, "]");
+          op[r + 1] = op[r] + kp[r] + tail;
+        }
+        CudaArray o = checked_cuda_array(out, "out", 1, "i8", "int64", true);
+        LAMINA_CHECK(o.shape[0] == op[R], "out must have length ", op[R], " (the kept total), got ",
+                     o.shape[0]);
+        call.add(o, "out");
+        {
+          py::gil_scoped_release nogil;
+          if (call.device >= 0) {
+            cuda::DeviceGuard guard(call.device);
+            call.order_after_producers(as_stream(stream));
+            cuda::kv::select_rows(sp, R, static_cast<std::size_t>(n), kp,
+                                  static_cast<std::size_t>(tail), op,
+                                  reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+          }
+        }
+        return offsets;
+      },
+      py::arg("scores"), py::arg("k"), py::arg("n"), py::arg("tail"), py::arg("out"),
+      py::arg("stream"));
+  m.def(
+      "cuda_kv_fill_rows",
+      [](const py::object& pattern, long long n_rows, const py::object& out, std::uintptr_t stream) {
+        py::array p = checked_array<int64_t>(pattern, "pattern", 1, "int64");
+        LAMINA_CHECK(n_rows >= 0, "n_rows must be >= 0");
+        CudaArray o = checked_cuda_array(out, "out", 1, "i8", "int64", true);
+        const std::size_t len = p.shape(0);
+        LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) == len * static_cast<std::size_t>(n_rows),
+                     "out must have length ", len * n_rows);
+        DeviceCall call;
+        call.add(o, "out");
+        const int64_t* pp = static_cast<const int64_t*>(p.data());
+        py::gil_scoped_release nogil;
+        if (call.device < 0) return;
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::kv::fill_rows(pp, len, static_cast<std::size_t>(n_rows),
+                            reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+      },
+      py::arg("pattern"), py::arg("n_rows"), py::arg("out"), py::arg("stream"));
+  m.def(
+      "cuda_kv_l1_norms",
+      [](const py::object& values, const py::object& out, std::uintptr_t stream) {
+        CudaArray v = parse_cai(values, "values");
+        LAMINA_CHECK(v.shape.size() >= 1, "values must have at least one dimension");
+        v = checked_cuda_array(values, "values", static_cast<int>(v.shape.size()), "f4", "float32", false);
+        const std::size_t D = v.shape.back();
+        LAMINA_CHECK(D >= 1, "values must have a non-empty last axis (head_dim)");
+        const std::size_t rows = static_cast<std::size_t>(v.size()) / D;
+        CudaArray o = checked_cuda_array(out, "out", static_cast<int>(v.shape.size()) - 1, "f4",
+                                         "float32", true);
+        LAMINA_CHECK(static_cast<std::size_t>(o.size()) == rows, "out must hold ", rows, " norms");
+        DeviceCall call;
+        call.add(v, "values");
+        call.add(o, "out");
+        py::gil_scoped_release nogil;
+        if (call.device < 0) return;
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::kv::l1_norms(reinterpret_cast<const float*>(v.ptr), rows, D,
+                           reinterpret_cast<float*>(o.ptr), as_stream(stream));
+      },
+      py::arg("values"), py::arg("out"), py::arg("stream"));
+  m.def(
+      "cuda_kv_gather",
+      [](const py::object& src, const py::object& offsets_dev, const py::object& offsets_host,
+         const py::object& indices, long long padded_len, const py::object& out,
+         std::uintptr_t stream) {
+        CudaArray a = parse_cai(src, "keys/values");
+        LAMINA_CHECK(a.shape.size() == 4, "keys/values must be 4-dimensional (L, H_kv, S, D), got ndim=",
+                     a.shape.size());
+        LAMINA_CHECK(a.c_contiguous(), "keys/values must be C-contiguous; pass a contiguous copy");
+        const std::size_t L = a.shape[0], Hkv = a.shape[1], S = a.shape[2], D = a.shape[3];
+        const std::size_t R = L * Hkv;
+        py::array oh = checked_array<int64_t>(offsets_host, "offsets", 1, "int64");
+        LAMINA_CHECK(static_cast<std::size_t>(oh.shape(0)) == R + 1, "offsets must have L*H_kv+1 = ",
+                     R + 1, " entries");
+        const int64_t* ohp = static_cast<const int64_t*>(oh.data());
+        CudaArray od = checked_cuda_array(offsets_dev, "offsets (device)", 1, "i8", "int64", false);
+        CudaArray id = checked_cuda_array(indices, "indices", 1, "i8", "int64", false);
+        LAMINA_CHECK(static_cast<std::size_t>(od.shape[0]) == R + 1, "device offsets must have ", R + 1, " entries");
+        LAMINA_CHECK(ohp[0] == 0 && ohp[R] == id.shape[0],
+                     "offsets must start at 0 and end at len(indices)");
+        CudaArray o = parse_cai(out, "out");
+        LAMINA_CHECK(o.typestr == a.typestr, "out must have the dtype of keys/values");
+        LAMINA_CHECK(o.c_contiguous() && !o.readonly, "out must be contiguous and writable");
+        const std::size_t rows_out = padded_len > 0 ? R * static_cast<std::size_t>(padded_len)
+                                                    : static_cast<std::size_t>(ohp[R]);
+        LAMINA_CHECK(static_cast<std::size_t>(o.size()) == rows_out * D, "out has the wrong size");
+        DeviceCall call;
+        call.add(a, "keys/values");
+        call.add(od, "offsets");
+        call.add(id, "indices");
+        call.add(o, "out");
+        const std::size_t row_bytes = D * static_cast<std::size_t>(a.itemsize);
+        py::gil_scoped_release nogil;
+        if (call.device < 0) return;
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::kv::gather_rows(reinterpret_cast<const void*>(a.ptr), R, S, row_bytes,
+                              reinterpret_cast<const int64_t*>(od.ptr), ohp,
+                              reinterpret_cast<const int64_t*>(id.ptr),
+                              static_cast<std::size_t>(padded_len > 0 ? padded_len : 0),
+                              reinterpret_cast<void*>(o.ptr), as_stream(stream));
+      },
+      py::arg("src"), py::arg("offsets_dev"), py::arg("offsets_host"), py::arg("indices"),
+      py::arg("padded_len"), py::arg("out"), py::arg("stream"));
 
   using CA = cuda::CudaVectorArena;
   py::class_<CA, std::shared_ptr<CA>>(m, "CudaVectorArena")

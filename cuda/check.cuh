@@ -45,7 +45,7 @@ class Scratch {
   }
 
  private:
-  static constexpr int kMax = 16;
+  static constexpr int kMax = 32;
   cudaStream_t s_;
   void* ptrs_[kMax] = {};
   int count_ = 0;

@@ -1,6 +1,7 @@
 // CUDA row kernels: heat, EMA blend, damped update (see kernels_cuda.hpp).
 // Compiled with -fmad=false (CMakeLists.txt) so kernel_math.hpp rounds as on the CPU.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "check.cuh"
@@ -200,6 +201,64 @@ void run_rows(float* rows, std::size_t n, std::size_t d, const float* targets, s
                "rows were left unchanged, all other rows were updated. Pass finite values");
 }
 
+// ---- softmax gate (eq. 7 + entropy bound) -------------------------------------------------
+
+constexpr unsigned long long kNoRow = ~0ull;
+
+// Per-row β: finite, |β| <= FLT_MAX, and > 0 with the entropy bound; first bad row to *bad.
+__global__ void gate_beta_check(DeviceParam p, std::size_t b, bool positive,
+                                unsigned long long* bad) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < b;
+       i += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
+    const double v = param_at(p, i);
+    const bool ok = isfinite(v) && fabs(v) <= static_cast<double>(FLT_MAX) && (!positive || v > 0.0);
+    if (!ok) atomicMin(bad, static_cast<unsigned long long>(i));
+  }
+}
+
+// One thread per row: the CPU's tile steps are kmath::softmax_row's, in the same order, and
+// the doubling loop is the CPU's, so results are bit-identical (-fmad=false).
+__global__ void gate_kernel(const float* __restrict__ relevance, std::size_t b, int L,
+                            DeviceParam p, bool entropy, float eps, int max_doublings,
+                            float* __restrict__ gamma, double* __restrict__ beta_used,
+                            unsigned long long* bad) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < b;
+       i += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
+    const float* r = relevance + i * L;
+    float* g = gamma + i * L;
+    const double bd = param_at(p, i);
+    beta_used[i] = bd;
+    bool finite = true;
+    for (int j = 0; j < L; ++j) finite = finite && kmath::is_finite(r[j]);
+    if (!finite) {
+      atomicMin(bad, static_cast<unsigned long long>(i));
+      continue;
+    }
+    float h = kmath::softmax_row(r, L, static_cast<float>(bd), g);
+    if (!entropy || !(h > eps)) continue;
+    float bcur = static_cast<float>(bd);
+    int k = 0;
+    for (; h > eps && k < max_doublings && bcur <= FLT_MAX / 2; ++k) {
+      bcur *= 2.0f;
+      h = kmath::softmax_row(r, L, bcur, g);
+    }
+    beta_used[i] = ldexp(bd, k);  // the caller's β·2^k, exactly
+  }
+}
+
+unsigned long long read_u64(const unsigned long long* d, cudaStream_t st) {
+  unsigned long long h = 0;
+  LAMINA_CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, st));
+  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+  return h;
+}
+
+unsigned grid_for(std::size_t n, unsigned threads) {
+  return static_cast<unsigned>(
+      std::max<std::size_t>(1, std::min<std::size_t>((n + threads - 1) / threads,
+                                                     8u * static_cast<unsigned>(detail::sm_count()) * 8u)));
+}
+
 }  // namespace
 
 void heat_scores(const void* visits, ColKind vk, const void* interaction_len, ColKind lk,
@@ -239,6 +298,48 @@ void damped_update(float* rows, std::size_t n, std::size_t d, const float* targe
                    void* stream) {
   run_rows<true>(rows, n, d, targets, m, index, lam, false, drift, stream, 0.0, HUGE_VAL,
                  "lam", "a finite value >= 0");
+}
+
+void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const DeviceParam& beta,
+                  bool has_max_entropy, double max_entropy, int max_doublings, float* gamma,
+                  double* beta_used, void* stream) {
+  LAMINA_CHECK(L >= 1, "relevance must have at least one column (one per memory layer), got 0");
+  LAMINA_CHECK(L <= static_cast<std::size_t>(INT32_MAX), "relevance has too many columns");
+  const bool per_row = beta.f32 || beta.f64;
+  if (!per_row) {
+    const double v = beta.scalar;
+    LAMINA_CHECK(std::isfinite(v) && std::fabs(v) <= FLT_MAX, "beta = ", v,
+                 " is not a finite float32 value");
+    LAMINA_CHECK(!has_max_entropy || v > 0.0, "beta = ", v,
+                 " must be > 0 when max_entropy is given (doubling beta sharpens the gate only "
+                 "for beta > 0)");
+  }
+  if (has_max_entropy) {
+    LAMINA_CHECK(std::isfinite(max_entropy) && max_entropy >= 0.0,
+                 "max_entropy (epsilon) must be finite and >= 0, got ", max_entropy);
+    LAMINA_CHECK(max_doublings >= 0 && max_doublings <= 1024,
+                 "max_doublings must be in [0, 1024], got ", max_doublings);
+  }
+  if (b == 0) return;
+  const cudaStream_t st = as_stream(stream);
+  Scratch scr(st);
+  unsigned long long* bad = scr.alloc<unsigned long long>(1);
+  LAMINA_CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof *bad, st));
+  if (per_row) {
+    gate_beta_check<<<grid_for(b, 256), 256, 0, st>>>(beta, b, has_max_entropy, bad);
+    LAMINA_CUDA_LAUNCHED();
+    const unsigned long long i = read_u64(bad, st);
+    LAMINA_CHECK(i == kNoRow, "beta[", i, "] is not a finite float32 value",
+                 has_max_entropy ? " > 0 (max_entropy needs beta > 0: doubling beta sharpens the "
+                                   "gate only for beta > 0)" : "");
+  }
+  gate_kernel<<<grid_for(b, 128), 128, 0, st>>>(relevance, b, static_cast<int>(L), beta,
+                                                has_max_entropy, static_cast<float>(max_entropy),
+                                                max_doublings, gamma, beta_used, bad);
+  LAMINA_CUDA_LAUNCHED();
+  const unsigned long long i = read_u64(bad, st);
+  LAMINA_CHECK(i == kNoRow, "relevance[", i,
+               "] contains NaN or Inf; pass finite relevances (check isfinite)");
 }
 
 }  // namespace lamina::cuda

@@ -564,3 +564,286 @@ def test_gpu_row_updates_errors() -> None:
         lamina.kernels.damped_update(rows, tb, 0.5)
     with pytest.raises(ValueError, match="shares memory"):
         lamina.kernels.ema_blend(rows, rows, 0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax gate, select_hot, evict_to_capacity
+
+
+def test_selection_kernels_refuse_mixed_devices() -> None:
+    k = lamina.kernels
+    with pytest.raises(ValueError, match="host memory"):
+        k.softmax_gate(np.zeros((3, 4), np.float32), 1.0, out=FakeDeviceArray((3, 4)))
+    with pytest.raises(ValueError, match="host memory"):
+        k.softmax_gate(FakeDeviceArray((3, 4)), np.ones(3))
+    with pytest.raises(ValueError, match="host memory"):
+        k.select_hot(FakeDeviceArray((5,)), 0.5, np.zeros(5, np.uint64))
+    with pytest.raises(ValueError, match="host memory"):
+        k.evict_to_capacity(FakeDeviceArray((5,)), np.zeros(5, np.uint64), 2)
+    with pytest.raises(ValueError, match="host memory"):
+        k.evict_to_capacity(FakeDeviceArray((5,)), FakeDeviceArray((5,), "<u8"), 2,
+                            live=np.ones(5, bool))
+
+
+@pytest.mark.skipif(lamina.cuda_device_count() > 0, reason="checks the no-device error path")
+def test_selection_kernels_without_cuda_say_so() -> None:
+    k = lamina.kernels
+    msg = _expected_no_gpu_message()
+    with pytest.raises(RuntimeError, match=msg):
+        k.softmax_gate(FakeDeviceArray((3, 4)), 1.0)
+    with pytest.raises(RuntimeError, match=msg):
+        k.select_hot(FakeDeviceArray((5,)), 0.5)
+    with pytest.raises(RuntimeError, match=msg):
+        k.evict_to_capacity(FakeDeviceArray((5,)), FakeDeviceArray((5,), "<u8"), {1: 2})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("entropy", [False, True])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_gpu_softmax_gate_matches_cpu_bitwise(entropy: bool, per_row: bool) -> None:
+    cp = _cupy()
+    rng, seed = fresh_rng()
+    for L in (1, 3, 8, 13):
+        b = int(rng.integers(1, 3000))
+        rel = rng.standard_normal((b, L)).astype(np.float32)
+        rel[: b // 4, :2] = 0.25  # tied maxima: the doubling stops at the bound
+        beta: Any = (rng.uniform(0.05, 4.0, b).astype(rng.choice([np.float32, np.float64]))
+                     if per_row else float(rng.uniform(0.05, 4.0)))
+        eps = float(rng.uniform(0.0, 0.8)) if entropy else None
+        g_cpu, b_cpu = lamina.kernels.softmax_gate(rel, beta, eps, max_doublings=20)
+        out = cp.full((b, L), cp.nan, cp.float32)
+        g_dev, b_dev = lamina.kernels.softmax_gate(
+            cp.asarray(rel), cp.asarray(beta) if per_row else beta, eps, max_doublings=20, out=out)
+        assert g_dev is out
+        msg = f"seed={seed} L={L}"
+        np.testing.assert_array_equal(cp.asnumpy(g_dev), g_cpu, err_msg=msg)
+        np.testing.assert_array_equal(cp.asnumpy(b_dev), b_cpu, err_msg=msg)
+
+
+@pytest.mark.gpu
+def test_gpu_softmax_gate_errors() -> None:
+    cp = _cupy()
+    rel = cp.ones((4, 3), cp.float32)
+    rel[2, 1] = cp.inf
+    with pytest.raises(ValueError, match=r"relevance\[2\]"):
+        lamina.kernels.softmax_gate(rel, 1.0)
+    ok = cp.ones((4, 3), cp.float32)
+    with pytest.raises(ValueError, match="> 0"):
+        lamina.kernels.softmax_gate(ok, -1.0, 0.1)
+    with pytest.raises(ValueError, match=r"beta\[1\]"):
+        lamina.kernels.softmax_gate(ok, cp.asarray([1.0, -1.0, 1.0, 1.0]), 0.1)
+    with pytest.raises(ValueError, match="max_doublings"):
+        lamina.kernels.softmax_gate(ok, 1.0, 0.1, max_doublings=2000)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grouped", [False, True])
+def test_gpu_select_hot_matches_cpu(grouped: bool) -> None:
+    cp = _cupy()
+    rng, seed = fresh_rng()
+    n = int(rng.integers(0, 200_000))
+    heat = np.round(rng.standard_normal(n) * 4).astype(np.float32)  # many ties
+    ns = rng.integers(0, 50, n).astype(np.uint64) * np.uint64(2**40) if grouped else None
+    for thr in (0.0, 1.0 + 1e-12, -3.5, float(rng.uniform(-2, 2))):
+        cpu = lamina.kernels.select_hot(heat, thr, ns)
+        dev = lamina.kernels.select_hot(cp.asarray(heat), thr, None if ns is None else cp.asarray(ns))
+        assert isinstance(dev, cp.ndarray) and dev.dtype == cp.int64
+        np.testing.assert_array_equal(cp.asnumpy(dev), cpu, err_msg=f"seed={seed} thr={thr}")
+    if n:
+        bad = cp.asarray(heat)
+        bad[n - 1] = cp.nan
+        with pytest.raises(ValueError, match=rf"heat\[{n - 1}\]"):
+            lamina.kernels.select_hot(bad, 0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("with_live", [False, True])
+@pytest.mark.parametrize("mapping", [False, True])
+def test_gpu_evict_to_capacity_matches_cpu(with_live: bool, mapping: bool) -> None:
+    cp = _cupy()
+    rng, seed = fresh_rng()
+    n = int(rng.integers(0, 100_000))
+    scores = np.round(rng.standard_normal(n) * 3).astype(np.float32)  # many ties
+    scores[rng.random(n) < 0.05] = -0.0
+    ns = rng.integers(0, 300, n).astype(np.uint64)
+    live = rng.random(n) < 0.8 if with_live else None
+    if live is not None:
+        scores[~live & (rng.random(n) < 0.1)] = np.nan  # dead rows are not read
+    cap: Any = ({int(k): int(rng.integers(0, 400)) for k in rng.choice(300, 120, replace=False)}
+                if mapping else int(rng.integers(0, 400)))
+    cpu = lamina.kernels.evict_to_capacity(scores, ns, cap, live=live)
+    dev = lamina.kernels.evict_to_capacity(cp.asarray(scores), cp.asarray(ns), cap,
+                                           live=None if live is None else cp.asarray(live))
+    np.testing.assert_array_equal(cp.asnumpy(dev), cpu, err_msg=f"seed={seed}")
+    if n and live is None:
+        bad = cp.asarray(scores)
+        bad[n // 2] = cp.inf
+        with pytest.raises(ValueError, match=rf"scores\[{n // 2}\]"):
+            lamina.kernels.evict_to_capacity(bad, cp.asarray(ns), 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# KV selection and compression
+
+
+def test_kv_refuses_mixed_devices() -> None:
+    from lamina import kv
+
+    with pytest.raises(ValueError, match="host memory"):
+        kv.select(FakeDeviceArray((2, 4, 64)), 16, "lava", value_norms=np.ones((2, 4), np.float32))
+    keep = kv.select(np.random.default_rng(0).random((2, 4, 64), dtype=np.float32), 16, "h2o")
+    with pytest.raises(ValueError, match="host memory"):
+        kv.compress(FakeDeviceArray((2, 4, 64, 8)), np.zeros((2, 4, 64, 8), np.float32), keep)
+    with pytest.raises(TypeError, match="float32"):
+        kv.select(FakeDeviceArray((2, 4, 64), "<f2"), 16, "snapkv")
+    with pytest.raises(ValueError, match="w <= S"):
+        kv.select(FakeDeviceArray((2, 4, 70, 64)), 16, "snapkv")
+
+
+@pytest.mark.skipif(lamina.cuda_device_count() > 0, reason="checks the no-device error path")
+def test_kv_device_arrays_without_cuda_say_so() -> None:
+    from lamina import kv
+
+    with pytest.raises(RuntimeError, match=_expected_no_gpu_message()):
+        kv.select(FakeDeviceArray((2, 4, 64)), 16, "snapkv", window_size=8)
+    with pytest.raises(RuntimeError, match=_expected_no_gpu_message()):
+        kv.value_norms(FakeDeviceArray((2, 4, 64, 8)))
+
+
+def test_keepset_with_device_indices() -> None:
+    from lamina import kv
+
+    idx = FakeDeviceArray((6,), "<i8")
+    ks = kv.KeepSet(indices=idx, offsets=np.array([0, 3, 6], np.int64),  # type: ignore[arg-type]
+                    lengths=np.array([[3, 3]], np.int64), seq_len=8)
+    assert ks.on_device and ks.total == 6
+    with pytest.raises(ValueError, match="to_host"):
+        ks.mask()
+    with pytest.raises(ValueError, match="to_host"):
+        ks.padded()
+    with pytest.raises(TypeError, match="int64"):
+        kv.KeepSet(indices=FakeDeviceArray((6,), "<i4"), offsets=np.array([0, 3, 6], np.int64),  # type: ignore[arg-type]
+                   lengths=np.array([[3, 3]], np.int64), seq_len=8)
+    host = kv.select(np.ones((1, 2, 8), np.float32), 4, "streaming", n_sink=1)
+    assert not host.on_device and host.to_host() is host
+    with pytest.raises(ValueError, match="host arrays"):
+        kv.compress(np.zeros((1, 2, 8, 4), np.float32), np.zeros((1, 2, 8, 4), np.float32), ks)
+
+
+def _kv_inputs(rng: np.random.Generator, window: bool, ties: bool) -> tuple[np.ndarray, int]:
+    L, hkv = int(rng.integers(1, 5)), int(rng.choice([1, 2, 4]))
+    H = hkv * int(rng.choice([1, 2, 4]))
+    S = int(rng.integers(40, 700))
+    if window:
+        w = int(rng.integers(1, 17))
+        a = rng.random((L, H, w, S)).astype(np.float32)
+        a /= a.sum(-1, keepdims=True)
+    else:
+        a = rng.random((L, H, S)).astype(np.float32)
+    if ties:
+        a = np.round(a * 8) / 8
+    return np.ascontiguousarray(a, dtype=np.float32), hkv
+
+
+def _assert_same_keep(cpu: Any, dev: Any, cp: Any, msg: str) -> None:
+    assert dev.on_device, msg
+    np.testing.assert_array_equal(cp.asnumpy(dev.indices), cpu.indices, err_msg=msg)
+    np.testing.assert_array_equal(dev.offsets, cpu.offsets, err_msg=msg)
+    np.testing.assert_array_equal(dev.lengths, cpu.lengths, err_msg=msg)
+    for key in ("entropy", "layer_budgets", "head_counts", "head_budgets"):
+        if key in cpu.info:
+            np.testing.assert_array_equal(np.asarray(dev.info[key]), np.asarray(cpu.info[key]),
+                                          err_msg=f"{msg} info[{key}]")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["streaming", "h2o", "snapkv", "adakv", "pyramidkv", "lava"])
+@pytest.mark.parametrize("window", [False, True])
+@pytest.mark.parametrize("ties", [False, True])
+def test_gpu_kv_select_matches_cpu(method: str, window: bool, ties: bool) -> None:
+    cp = _cupy()
+    from lamina import kv
+
+    rng, seed = fresh_rng()
+    x, hkv = _kv_inputs(rng, window, ties)
+    L, S = x.shape[0], x.shape[-1]
+    params: dict[str, Any] = {}
+    if method in ("snapkv", "adakv", "pyramidkv", "lava"):
+        if not window:
+            params["window_size"] = int(rng.integers(1, 17))
+        params["kernel_size"] = int(rng.choice([1, 3, 5, 7]))
+        params["pooling"] = str(rng.choice(["avg", "max", "none"]))
+        params["gqa"] = str(rng.choice(["mean", "max"]))
+    if method == "h2o":
+        params["normalize"] = bool(window and rng.random() < 0.5)
+        params["gqa"] = str(rng.choice(["mean", "max"]))
+    if method == "streaming":
+        params["n_sink"] = int(rng.integers(0, 5))
+    norms = None
+    if method == "lava":
+        vals = rng.standard_normal((L, hkv, S, 8)).astype(np.float32)
+        norms = kv.value_norms(vals)
+        np.testing.assert_array_equal(cp.asnumpy(kv.value_norms(cp.asarray(vals))), norms)
+        if rng.random() < 0.5:
+            norms = np.ascontiguousarray(norms.max(-1))
+    w = params.get("window_size", x.shape[2] if window else 0)
+    budgets = [int(rng.integers(max(w, 5), S + 5)), float(rng.uniform(0.2, 0.8))]
+    for budget in budgets:
+        msg = f"seed={seed} {method} budget={budget} params={params} shape={x.shape} hkv={hkv}"
+        try:
+            cpu = kv.select(x, budget, method, value_norms=norms, n_kv_heads=hkv, **params)
+        except ValueError:  # e.g. a budget below the window: the device path must refuse too
+            with pytest.raises(ValueError):
+                kv.select(cp.asarray(x), budget, method,
+                          value_norms=None if norms is None else cp.asarray(norms),
+                          n_kv_heads=hkv, **params)
+            continue
+        dev = kv.select(cp.asarray(x), budget, method,
+                        value_norms=None if norms is None else cp.asarray(norms),
+                        n_kv_heads=hkv, **params)
+        _assert_same_keep(cpu, dev, cp, msg)
+
+
+@pytest.mark.gpu
+def test_gpu_kv_scores_match_cpu_bitwise() -> None:
+    cp = _cupy()
+    from lamina import kv
+
+    rng, seed = fresh_rng()
+    for window in (False, True):
+        x, hkv = _kv_inputs(rng, window, False)
+        m = kv.SnapKV(window_size=None if window else 4, kernel_size=int(rng.choice([1, 3, 5])),
+                      pooling=str(rng.choice(["avg", "max"])), gqa=str(rng.choice(["mean", "max"])))
+        cpu = m.score(x, hkv)
+        dev = m.score(cp.asarray(x), hkv)
+        np.testing.assert_array_equal(cp.asnumpy(dev), cpu, err_msg=f"seed={seed}")
+    bad = cp.asarray(x)
+    bad[0, 0, 0, 0] = cp.nan
+    with pytest.raises(ValueError, match="NaN"):
+        kv.select(bad, 16, "snapkv")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "int8"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_gpu_kv_compress_matches_cpu(dtype: str, padded: bool) -> None:
+    cp = _cupy()
+    from lamina import kv
+
+    rng, seed = fresh_rng()
+    x, hkv = _kv_inputs(rng, True, True)
+    L, S = x.shape[0], x.shape[-1]
+    D = int(rng.choice([1, 3, 64, 128]))
+    keys = rng.integers(-100, 100, (L, hkv, S, D)).astype(dtype)
+    vals = (rng.integers(-100, 100, (L, hkv, S, D)) // 3).astype(dtype)
+    budget = int(rng.integers(x.shape[2], S + 1))
+    cpu_keep = kv.select(x, budget, "adakv", n_kv_heads=hkv)
+    dev_keep = kv.select(cp.asarray(x), budget, "adakv", n_kv_heads=hkv)
+    cpu = kv.compress(keys, vals, cpu_keep, padded=padded)
+    dev = kv.compress(cp.asarray(keys), cp.asarray(vals), dev_keep, padded=padded)
+    msg = f"seed={seed} D={D}"
+    np.testing.assert_array_equal(cp.asnumpy(dev.keys), cpu.keys, err_msg=msg)
+    np.testing.assert_array_equal(cp.asnumpy(dev.values), cpu.values, err_msg=msg)
+    np.testing.assert_array_equal(dev.offsets, cpu.offsets, err_msg=msg)
+    with pytest.raises(ValueError, match="host"):
+        kv.compress(cp.asarray(keys), cp.asarray(vals), cpu_keep)

@@ -25,6 +25,7 @@ __all__ = [
     "device_of",
     "empty_like_device",
     "parse_device",
+    "trimmed",
 ]
 
 REBUILD_HINT = (
@@ -124,6 +125,15 @@ def empty_like_device(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
         ) from None
     with cupy.cuda.Device(device_of(like)):
         return cupy.empty(shape, dtype=dt)
+
+
+def trimmed(buf: Any, k: int) -> Any:
+    """The first ``k`` entries of a 1-D device buffer as their own array (a device-to-device
+    copy when ``k`` is less than the buffer's length, so the oversized buffer is released)."""
+    if k == int(buf.shape[0]):
+        return buf
+    head = buf[:k]
+    return head.clone() if _library(buf) == "torch" else head.copy()
 
 
 def parse_device(device: str) -> tuple[str, int]:

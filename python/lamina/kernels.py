@@ -24,10 +24,13 @@ Conventions shared by every function here:
   Results never depend on the thread count.
 * ``out=`` (where offered) receives the result in place and is returned; it must have the
   result's dtype and shape and be writable. On an error it may be partly written.
-* Device dispatch: :func:`ema_blend`, :func:`damped_update` and :func:`heat_scores` also
-  take CUDA arrays (``__cuda_array_interface__``: CuPy, PyTorch) and then run on their device,
-  on the caller's current stream (the call waits once for the error flags); outputs are
-  allocated with the input's library. Mixing host and device arrays raises ``ValueError``.
+* Device dispatch: every function here also takes CUDA arrays (``__cuda_array_interface__``:
+  CuPy, PyTorch) and then runs on their device, on the caller's current stream (the call
+  waits for its error flags and, for :func:`select_hot` / :func:`evict_to_capacity`, the
+  result count); outputs are allocated with the input's library. Mixing host and device
+  arrays raises ``ValueError``. The GPU results equal the CPU's (same formulas, same tie
+  rules); only the drift of the row updates may differ by float32 rounding (another
+  summation order). ``threads`` is ignored on the device.
 * The per-element formulas live in ``cpp/lamina/kernel_math.hpp`` and are shared with the
   CUDA backend. exp/log there are float32 polynomials (≤ 2 ulp); values of exp below
   FLT_MIN flush to 0.
@@ -168,6 +171,15 @@ def softmax_gate(
     eps = None if max_entropy is None else _real(max_entropy, "max_entropy")
     if isinstance(max_doublings, (bool, np.bool_)) or not isinstance(max_doublings, (int, np.integer)):
         raise TypeError(f"max_doublings must be an int, got {type(max_doublings).__name__}")
+    if _device.on_device(("relevance", relevance), ("out", out), ("beta", _array_or_none(beta))):
+        shape = tuple(int(s) for s in relevance.shape)  # type: ignore[attr-defined]
+        if len(shape) != 2:
+            raise ValueError(f"relevance must be 2-dimensional (b, L), got shape {shape}")
+        gamma = out if out is not None else _device.empty_like_device(relevance, shape, np.float32)
+        beta_used = _device.empty_like_device(relevance, (shape[0],), np.float64)
+        _core.cuda_softmax_gate(relevance, _device_param(beta, "beta"), eps, int(max_doublings),
+                                gamma, beta_used, _device.current_stream(relevance))
+        return gamma, beta_used  # type: ignore[return-value]
     gamma, beta_used = _core.softmax_gate(
         relevance, _row_param(beta, "beta"), eps, int(max_doublings), out, _threads(threads)
     )
@@ -384,6 +396,12 @@ def select_hot(
     ValueError
         NaN/Inf in ``heat``, NaN threshold, length mismatch.
     """
+    if _device.on_device(("heat", heat), ("namespaces", namespaces)):
+        n = int(heat.shape[0]) if len(getattr(heat, "shape", ())) == 1 else 0
+        buf = _device.empty_like_device(heat, (n,), np.int64)
+        k = _core.cuda_select_hot(heat, _real(threshold, "threshold"), namespaces, buf,
+                                  _device.current_stream(heat))
+        return _device.trimmed(buf, int(k))  # type: ignore[no-any-return]
     return _core.select_hot(heat, _real(threshold, "threshold"), namespaces, _threads(threads))
 
 
@@ -456,4 +474,10 @@ def evict_to_capacity(
         raise TypeError(
             f"capacity must be an int or a mapping {{namespace: capacity}}, got {type(capacity).__name__}"
         )
+    if _device.on_device(("scores", scores), ("namespaces", namespaces), ("live", live)):
+        n = int(scores.shape[0]) if len(getattr(scores, "shape", ())) == 1 else 0
+        buf = _device.empty_like_device(scores, (n,), np.int64)
+        k = _core.cuda_evict_to_capacity(scores, namespaces, default, keys, vals, live, buf,
+                                         _device.current_stream(scores))
+        return _device.trimmed(buf, int(k))  # type: ignore[no-any-return]
     return _core.evict_to_capacity(scores, namespaces, default, keys, vals, live, _threads(threads))

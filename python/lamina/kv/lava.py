@@ -58,7 +58,8 @@ from typing import Any, ClassVar, Literal, Optional
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
+from .. import _device
+from . import _ops
 from .base import apportion, check_fraction
 from .snapkv import SnapKV
 
@@ -111,6 +112,22 @@ class LAVa(SnapKV):
                 "lava needs value_norms: the L1 norms of the values, shape (L, H_kv, S) "
                 "(lamina.kv.value_norms(values)) or per-head maxima (L, H_kv)"
             )
+        if _device.is_device_array(value_norms):
+            cai = value_norms.__cuda_array_interface__
+            if cai["typestr"][1:] != "f4":
+                raise TypeError(
+                    f"value_norms must have dtype float32, got typestr {cai['typestr']!r}; "
+                    "convert explicitly with value_norms.astype('float32')"
+                )
+            vshape = tuple(int(s) for s in cai["shape"])
+            if vshape == (L, n_kv_heads, S):
+                return None, value_norms
+            if vshape == (L, n_kv_heads):
+                return value_norms, None
+            raise ValueError(
+                f"value_norms must have shape (L, H_kv, S) = {(L, n_kv_heads, S)} or (L, H_kv) = "
+                f"{(L, n_kv_heads)}, got {vshape}"
+            )
         if not isinstance(value_norms, np.ndarray):
             raise TypeError(
                 f"value_norms must be a numpy.ndarray of dtype float32, got {type(value_norms).__name__}"
@@ -134,9 +151,9 @@ class LAVa(SnapKV):
     ) -> tuple[npt.NDArray[np.int64], dict[str, Any]]:
         L, hkv, n = rows.shape
         alpha = float(self.floor_alpha)
-        entropy = _core.kv_layer_entropy(rows, threads)
+        entropy = _ops.layer_entropy(rows, threads)
         layer_b = apportion(entropy, L * per_head, n)
-        counts = _core.kv_layer_head_counts(rows, hkv * layer_b, None, threads)
+        counts = _ops.layer_head_counts(rows, hkv * layer_b, None, threads)
         mixed = (1.0 - alpha) * counts + alpha * layer_b[:, None].astype(np.float64)
         k = np.empty((L, hkv), dtype=np.int64)
         for layer in range(L):
