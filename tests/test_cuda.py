@@ -607,8 +607,8 @@ def test_gpu_softmax_gate_matches_cpu_bitwise(entropy: bool, per_row: bool) -> N
         b = int(rng.integers(1, 3000))
         rel = rng.standard_normal((b, L)).astype(np.float32)
         rel[: b // 4, :2] = 0.25  # tied maxima: the doubling stops at the bound
-        beta: Any = (rng.uniform(0.05, 4.0, b).astype(rng.choice([np.float32, np.float64]))
-                     if per_row else float(rng.uniform(0.05, 4.0)))
+        bdt = np.float32 if rng.random() < 0.5 else np.float64
+        beta: Any = rng.uniform(0.05, 4.0, b).astype(bdt) if per_row else float(rng.uniform(0.05, 4.0))
         eps = float(rng.uniform(0.0, 0.8)) if entropy else None
         g_cpu, b_cpu = lamina.kernels.softmax_gate(rel, beta, eps, max_doublings=20)
         out = cp.full((b, L), cp.nan, cp.float32)

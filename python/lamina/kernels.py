@@ -388,6 +388,7 @@ def select_hot(
     Returns
     -------
     slots : ndarray, shape (k,), int64
+        A device array (the input's library) when ``heat`` is a CUDA array.
 
     Raises
     ------
@@ -439,7 +440,8 @@ def evict_to_capacity(
     Returns
     -------
     slots : ndarray, shape (k,), int64
-        Row indices to evict, ascending.
+        Row indices to evict, ascending (a device array for CUDA inputs; the capacity mapping
+        itself is always a host object). On the GPU n must be below 2**31.
 
     Raises
     ------
