@@ -293,9 +293,9 @@ class Memory:
             if name is None:
                 self._store.set_meta("embedder", self._embedder.name)
                 self._store.set_meta("dim", str(self._dim))
-            elif name != self._embedder.name:
-                self._store.close()
-                raise ValueError(f"database {self._path} was built with embedder {name!r}, not "
+        if name is not None and name != self._embedder.name:
+            self._store.close()
+            raise ValueError(f"database {self._path} was built with embedder {name!r}, not "
                                  f"{self._embedder.name!r}; open it with embedder={name.split('-')[0]!r}")
         self._load()
 
