@@ -77,6 +77,7 @@ class MemoryItem:
     strength: float = 1.0
     domain: Optional[str] = None
     commitment: str = "persist"
+    #: raw turns rendered with the item: a segment's turns, or a fact's latest source turn
     turns: tuple[tuple[Optional[float], Optional[str], str], ...] = field(default=(), repr=False)
 
     @property
@@ -90,7 +91,11 @@ class MemoryItem:
             tag = "fact" if self.current else f"fact, until {_format_day(self.valid_to)}"
             if self.commitment == "verify":
                 tag += ", verify"
-            return f"[{tag}, since {_format_day(self.valid_from)}] {self.text}"
+            out = f"[{tag}, since {_format_day(self.valid_from)}] {self.text}"
+            if self.turns:  # the latest source turn, verbatim
+                t, sp, tx = self.turns[-1]
+                out += f' (from {sp + ": " if sp else ""}"{tx}")'
+            return out
         if self.kind in ("note", "profile"):
             return f"[{self.kind}, {_format_day(self.timestamp)}] {self.text}"
         if self.kind == "summary":

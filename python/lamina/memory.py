@@ -164,13 +164,14 @@ class _Rec:
 
 
 class _User:
-    __slots__ = ("user_id", "idx", "ids", "working", "children", "current", "max_depth", "drift_total", "drift_last",
+    __slots__ = ("user_id", "idx", "ids", "by_src", "working", "children", "current", "max_depth", "drift_total", "drift_last",
                  "drift_updates", "stale", "profiles", "n_active")
 
     def __init__(self, user_id: str, idx: int) -> None:
         self.user_id = user_id
         self.idx = idx
         self.ids: set[int] = set()  # every record of this user
+        self.by_src: dict[str, int] = {}  # source id -> turn record id
         self.working: dict[str, list[int]] = {}  # session -> turn ids in order
         self.children: dict[int, list[int]] = {_ROOT: []}
         self.current: dict[tuple[str, str], list[int]] = {}  # (subject key, predicate) -> current fact ids
@@ -342,6 +343,8 @@ class Memory:
 
     def _index(self, u: _User, r: _Rec) -> None:
         """Add a record to the per-user indexes (working queues, tree, current facts, profiles)."""
+        if r.kind == "turn" and r.source_id is not None:
+            u.by_src[r.source_id] = r.id
         if r.status != "active":
             return
         if r.layer == "working":
@@ -537,6 +540,7 @@ class Memory:
                               domain=p["domain"], commitment=p["commitment"], interaction_len=1.0)
             r.source_id = p["source_id"] if p["source_id"] is not None else f"t{r.id}"
             r.sources = (r.source_id,)
+            u.by_src[r.source_id] = r.id
             rows[-1]["source_id"] = r.source_id
             rows[-1]["sources"] = r.sources
             ids.append(r.id)
@@ -1034,6 +1038,11 @@ class Memory:
         if r.kind == "segment":
             turns = tuple((self._recs[m].timestamp, self._recs[m].speaker, self._recs[m].text)
                           for m in r.members if m in self._recs)
+        if r.kind == "fact" and r.sources:
+            u = self._users[r.user_id]
+            src = self._recs.get(u.by_src.get(r.sources[-1], -1))
+            if src is not None:
+                turns = ((src.timestamp, src.speaker, src.text),)
         layer = r.layer if r.status == "active" else ("archive" if r.kind == "turn" else r.layer)
         return MemoryItem(id=r.id, text=r.text, layer=layer, kind=r.kind, user_id=r.user_id, session_id=r.session_id,
                           score=score, sources=tuple(r.sources), timestamp=r.timestamp, speaker=r.speaker,
@@ -1103,7 +1112,7 @@ class Memory:
                 adj: list[tuple[float, _Rec]] = []
                 for s, r in cands:
                     if stale and r.kind != "fact":
-                        s = s * (1.0 - c.stale_penalty * stale.weight(r.text, r.sources))
+                        s = s * (1.0 - c.stale_penalty * stale.weight(r.id, r.text, r.sources))
                     if s >= c.min_similarity:
                         adj.append((s, r))
                 adj.sort(key=lambda x: (-x[0], x[1].seq))
@@ -1152,6 +1161,8 @@ class Memory:
             taken.add(r.id)
             if r.kind in ("turn", "segment"):
                 covered.update(r.sources)
+            elif r.kind == "fact" and r.sources:
+                covered.add(r.sources[-1])  # a fact renders its latest source turn
             if r.kind == "fact":
                 fact_keys.add((_norm_key(r.subject or ""), r.predicate or "", _norm_key(r.object or "")))
             chosen.append((s, r))
@@ -1284,6 +1295,7 @@ class Memory:
                 with self._store.tx():
                     self._store.add_revision(r.id, r.text, t if t is not None else _now())
                     r.text = text
+                    u.stale = None
                     fields_: dict[str, Any] = {"text": text, "embedding": emb.tobytes()}
                     if r.kind in ("summary", "note"):
                         r.summary = text
@@ -1466,15 +1478,23 @@ class _Staleness:
     def __init__(self, sources: frozenset[str], values: dict[str, set[str]]) -> None:
         self.sources = sources
         self.values = values
+        self._cache: dict[int, float] = {}
         self._re = (re.compile(r"\b(" + "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)) + r")\b",
                                re.I) if values else None)
 
     def __bool__(self) -> bool:
         return bool(self.sources) or bool(self.values)
 
-    def weight(self, text: str, sources: Sequence[str]) -> float:
+    def weight(self, item_id: int, text: str, sources: Sequence[str]) -> float:
         """1 when the text names a superseded value and not its current one (or all its sources
-        are stale); else the share of stale sources."""
+        are stale); else the share of stale sources. Cached per item (this object is rebuilt
+        whenever facts or texts change)."""
+        w = self._cache.get(item_id)
+        if w is None:
+            w = self._cache[item_id] = self._weight(text, sources)
+        return w
+
+    def _weight(self, text: str, sources: Sequence[str]) -> float:
         if self._re is not None:
             low = " ".join(text.lower().split())
             for m in self._re.finditer(low):
