@@ -11,4 +11,5 @@ PYBIND11_MODULE(_core, m) {
   lamina::py_detail::register_info(m);
   lamina::py_detail::register_search(m);
   lamina::py_detail::register_hashing(m);
+  lamina::py_detail::register_kernels(m);
 }
