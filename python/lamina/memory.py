@@ -305,6 +305,7 @@ class Memory:
         """Rebuild every in-memory structure from the database."""
         self._arena = VectorArena(self._dim, "float32", capacity=1024)
         self._recs: dict[int, _Rec] = {}
+        self._ntok: dict[int, tuple[Any, int]] = {}
         self._by_slot: dict[int, int] = {}
         self._users: dict[str, _User] = {}
         self._sessions: dict[tuple[str, str], list[Any]] = {}
@@ -1155,7 +1156,7 @@ class Memory:
                     return 0
             elif r.sources and set(r.sources) <= covered:
                 return 0  # dedupe: the raw text of all its sources is already in the context
-            n = len(self._item(r).render().split())
+            n = self._ntokens(r)
             if n > limit:
                 return 0
             taken.add(r.id)
@@ -1186,15 +1187,23 @@ class Memory:
             try_take(s, r, budget - used)
         return chosen
 
+    def _ntokens(self, r: _Rec) -> int:
+        """Whitespace tokens of the item's rendering (cached; the key covers what can change)."""
+        key = (r.text, r.valid_to, r.superseded_by, len(r.members or ()), r.sources[-1] if r.sources else None)
+        hit = self._ntok.get(r.id)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        n = len(self._item(r).render().split())
+        self._ntok[r.id] = (key, n)
+        return n
+
     def _bump(self, recs: list[_Rec], t: float) -> None:
-        ups = []
         for r in recs:
             r.access_count += 1
             r.last_access = t
-            ups.append((r.id, {"access_count": r.access_count, "last_access": t}))
         try:
             with self._store.tx():
-                self._store.update_items(ups)
+                self._store.bump_access([(r.access_count, t, r.id) for r in recs])
         except BaseException:
             self._reload_after_failure()
             raise

@@ -160,6 +160,10 @@ class Store:
             self.conn.execute(f"UPDATE items SET {sets} WHERE id=?",
                               tuple(_enc(k, v) for k, v in fields.items()) + (item_id,))
 
+    def bump_access(self, rows: list[tuple[int, float, int]]) -> None:
+        """(access_count, last_access, id) per row."""
+        self.conn.executemany("UPDATE items SET access_count=?, last_access=? WHERE id=?", rows)
+
     def delete_items(self, ids: list[int]) -> None:
         self.conn.executemany("DELETE FROM items WHERE id=?", [(i,) for i in ids])
         self.conn.executemany("DELETE FROM revisions WHERE item_id=?", [(i,) for i in ids])
