@@ -39,7 +39,7 @@ from . import kernels
 from .embedders import Embedder, check_embeddings, get_embedder
 from .extract import (ExtractiveSummarizer, Fact, FactExtractor, RuleFactExtractor, Summarizer, Turn, fact_sentence,
                       is_functional)
-from .items import LAYER_NAMES, LAYERS, Context, MemoryItem
+from .items import LAYERS, Context, MemoryItem
 from .llm import LLM, LLMFactExtractor, LLMSummarizer
 from .search import VectorArena
 from .store import ID_SHIFT, Store
