@@ -660,7 +660,7 @@ class Memory:
             self._attach(u, leaf, v, depth + 1, rows)
             break
         for nid in reversed(path):  # deepest first, so parents see fresh child summaries
-            self._resummarise(u, self._recs[nid], rows, updates)
+            self._resummarise(u, self._recs[nid], leaf, rows, updates)
 
     def _attach(self, u: _User, leaf: _Rec, parent: int, depth: int, rows: list[dict[str, Any]]) -> None:
         leaf.parent_id, leaf.depth = parent, depth
@@ -670,33 +670,23 @@ class Memory:
             if row["id"] == leaf.id:
                 row["parent_id"], row["depth"] = parent, depth
 
-    def _leaves_under(self, u: _User, nid: int) -> list[_Rec]:
-        out: list[_Rec] = []
-        stack = [nid]
-        while stack:
-            x = stack.pop()
-            kids = u.children.get(x)
-            if kids:
-                stack.extend(kids)
-            elif x != nid or self._recs[x].kind == "segment":
-                out.append(self._recs[x])
-        return out
-
-    def _resummarise(self, u: _User, node: _Rec, rows: list[dict[str, Any]],
+    def _resummarise(self, u: _User, node: _Rec, leaf: _Rec, rows: list[dict[str, Any]],
                      updates: list[tuple[int, dict[str, Any]]]) -> None:
+        """Re-summarise an ancestor of a newly inserted leaf (its sources and interaction length
+        grow by the leaf's; a freshly expanded node also takes its first child's)."""
         kids = [self._recs[k] for k in u.children.get(node.id, [])]
         if not kids:
             return
         views = [Turn(str(k.id), None, k.summary or k.text, k.timestamp) for k in kids]
         summary = self._summarizer.summarize(views, self.config.summary_words) or kids[-1].text
-        leaves = self._leaves_under(u, node.id)
-        srcs: list[str] = []
-        for lf in leaves:
-            srcs.extend(lf.sources)
+        grow = list(leaf.sources)
+        if not node.sources:  # new internal node from a leaf expansion: its first child's provenance
+            grow = [s for k in kids if k.id != leaf.id for s in k.sources] + grow
+            node.interaction_len = float(sum(k.interaction_len for k in kids if k.id != leaf.id))
         node.text = node.summary = summary
-        node.sources = tuple(dict.fromkeys(srcs))
+        node.sources = tuple(dict.fromkeys(tuple(node.sources) + tuple(grow)))
         node.timestamp = max((k.timestamp for k in kids if k.timestamp is not None), default=node.timestamp)
-        node.interaction_len = float(sum(lf.interaction_len for lf in leaves))
+        node.interaction_len = float(node.interaction_len or 0.0) + float(leaf.interaction_len)
         emb = self._embed([summary])[0]
         self._move(u, node, "episodic", emb)
         fields_ = {"text": node.text, "summary": node.summary, "sources": node.sources, "timestamp": node.timestamp,
