@@ -257,7 +257,9 @@ class Memory:
     Every public write (``add``, ``end_session``, ``update``, ``delete``, ``delete_user``) is one
     SQLite transaction: when it returns, its effects survive a killed process (WAL); when it
     raises (bad input, a failed summariser, a crash), nothing of it is visible, in the database or
-    in memory. The access bumps of ``context`` are written in their own small transaction.
+    in memory. The access statistics that ``context`` bumps (visit counts, last access: they feed
+    heat) are kept in memory and written before the next write, by :meth:`flush` and by
+    :meth:`close`; a killed process loses only those bumps since its last write.
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]", None] = None, embedder: Union[str, Embedder, None] = "auto",
@@ -306,6 +308,7 @@ class Memory:
         self._arena = VectorArena(self._dim, "float32", capacity=1024)
         self._recs: dict[int, _Rec] = {}
         self._ntok: dict[int, tuple[Any, int]] = {}
+        self._pending: dict[int, _Rec] = {}  # records whose access bumps are not yet written
         self._by_slot: dict[int, int] = {}
         self._users: dict[str, _User] = {}
         self._sessions: dict[tuple[str, str], list[Any]] = {}
@@ -514,6 +517,7 @@ class Memory:
                 p["timestamp"] = default_t if default_t is not None else wall
         with self._lock:
             self._check_open()
+            self._flush_pending()
             try:
                 with self._store.tx():
                     ids = self._add_locked(parsed, emb, user_id, session_id)
@@ -826,6 +830,7 @@ class Memory:
                 raise IndexError(f"unknown user_id {user_id!r}")
             if (user_id, session_id) not in self._sessions:
                 raise IndexError(f"unknown session {session_id!r} for user {user_id!r}")
+            self._flush_pending()
             try:
                 with self._store.tx():
                     return self._end_session_locked(u, session_id, t_now)
@@ -1008,12 +1013,27 @@ class Memory:
 
     def _candidates(self, u: _User, q: npt.NDArray[np.float32], layer: str, k: int,
                     now: Optional[float], domain: Optional[str]) -> list[tuple[float, _Rec]]:
-        if u.n_active.get(layer, 0) == 0:
-            return []
-        scores, slots = self._arena.search(q, min(k, u.n_active[layer]), metric="cosine",
-                                           namespace=self._ns(u, layer), layers=[LAYERS[layer]])
+        return self._candidates_multi(u, q, [layer], k, now, domain)[layer]
+
+    def _candidates_multi(self, u: _User, q: npt.NDArray[np.float32], layers: Sequence[str], k: int,
+                          now: Optional[float], domain: Optional[str]) -> dict[str, list[tuple[float, _Rec]]]:
+        """Top-k per layer in one native call (one query row per layer, each its own namespace)."""
+        res: dict[str, list[tuple[float, _Rec]]] = {L: [] for L in layers}
+        live = [L for L in layers if u.n_active.get(L, 0) > 0]
+        if not live:
+            return res
+        kk = min(k, max(u.n_active[L] for L in live))
+        Q = np.ascontiguousarray(np.repeat(q.reshape(1, -1), len(live), axis=0))
+        ns = np.array([self._ns(u, L) for L in live], dtype=np.uint64)
+        scores, slots = self._arena.search(Q, kk, metric="cosine", namespace=ns, layers=[LAYERS[L] for L in live])
+        for row, L in enumerate(live):
+            res[L] = self._hits(scores[row], slots[row], now, domain)
+        return res
+
+    def _hits(self, scores: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], now: Optional[float],
+              domain: Optional[str]) -> list[tuple[float, _Rec]]:
         out: list[tuple[float, _Rec]] = []
-        for s, sl in zip(scores[0].tolist(), slots[0].tolist()):
+        for s, sl in zip(scores.tolist(), slots.tolist()):
             if sl < 0:
                 continue
             r = self._recs[self._by_slot[sl]]
@@ -1095,8 +1115,9 @@ class Memory:
             stale = self._stale(u)
             per_layer: dict[str, list[tuple[float, _Rec]]] = {}
             rel: dict[str, float] = {}
+            found = self._candidates_multi(u, q, layers, c.candidates, t_now, domain)
             for L in layers:
-                cands = self._candidates(u, q, L, c.candidates, t_now, domain)
+                cands = found[L]
                 if not cands:
                     continue
                 rel[L] = float(np.mean([s for s, _ in cands[: c.relevance_top]]))
@@ -1188,15 +1209,27 @@ class Memory:
         return n
 
     def _bump(self, recs: list[_Rec], t: float) -> None:
+        """Access bumps are applied in memory now and written with the next write transaction
+        (or ``flush()`` / ``close()``): reads stay off the disk path."""
         for r in recs:
             r.access_count += 1
             r.last_access = t
-        try:
-            with self._store.tx():
-                self._store.bump_access([(r.access_count, t, r.id) for r in recs])
-        except BaseException:
-            self._reload_after_failure()
-            raise
+            self._pending[r.id] = r
+
+    def _flush_pending(self) -> None:
+        """Write pending access bumps (caller holds the lock, outside any transaction)."""
+        if not self._pending:
+            return
+        rows = [(r.access_count, r.last_access, r.id) for r in self._pending.values() if r.id in self._recs]
+        with self._store.tx():
+            self._store.bump_access(rows)
+        self._pending.clear()
+
+    def flush(self) -> None:
+        """Write pending access statistics of ``context`` calls to the database."""
+        self._check_open()
+        with self._lock:
+            self._flush_pending()
 
     def search(self, query: str, user_id: str, k: int = 10, layers: Optional[Sequence[str]] = None, *,
                now: TimeLike = None, query_embedding: Optional[npt.NDArray[np.float32]] = None) -> list[MemoryItem]:
@@ -1234,8 +1267,8 @@ class Memory:
             if u is None:
                 return []
             hits: list[tuple[float, _Rec]] = []
-            for L in dict.fromkeys(names):
-                hits.extend(self._candidates(u, q, L, int(k), t_now, None))
+            for lst in self._candidates_multi(u, q, list(dict.fromkeys(names)), int(k), t_now, None).values():
+                hits.extend(lst)
             if layers is not None and "archive" in layers and "working" not in layers:
                 hits = [(s, r) for s, r in hits if r.kind == "turn"]
             hits.sort(key=lambda x: (-x[0], x[1].seq))
@@ -1290,6 +1323,7 @@ class Memory:
             self._check_open()
             r = self._rec_checked(item_id, user_id)
             u = self._users[r.user_id]
+            self._flush_pending()
             try:
                 with self._store.tx():
                     self._store.add_revision(r.id, r.text, t if t is not None else _now())
@@ -1323,6 +1357,7 @@ class Memory:
             doomed = {r.id}
             if r.kind == "turn":
                 doomed.update(x.id for x in self._urecs(u) if x.id != r.id and r.source_id in x.sources)
+            self._flush_pending()
             try:
                 with self._store.tx():
                     self._store.delete_items(sorted(doomed))
@@ -1343,6 +1378,7 @@ class Memory:
             if user_id not in self._users:
                 raise IndexError(f"unknown user_id {user_id!r}")
             n = len(self._users[user_id].ids)
+            self._flush_pending()
             try:
                 with self._store.tx():
                     self._store.delete_user(user_id)
@@ -1458,6 +1494,7 @@ class Memory:
         """Close the database (idempotent). Later calls raise ValueError."""
         with self._lock:
             if not self._closed:
+                self._flush_pending()
                 self._closed = True
                 self._store.close()
 
