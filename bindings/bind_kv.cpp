@@ -44,6 +44,78 @@ Reduce parse_reduce(const std::string& s, const char* what) {
 
 std::size_t dim(const py::array& a, int i) { return static_cast<std::size_t>(a.shape(i)); }
 
+// Parsed arguments of the scoring functions (arrays kept alive while the spec points at them).
+struct ScoreArgs {
+  py::array x, per_row, per_token;
+  kv::ScoreSpec sp;
+  kv::RowScale scale;
+};
+
+ScoreArgs parse_score_args(const py::object& x, long long kv_heads, long long n_candidates,
+                           const std::string& window_reduce, bool causal_normalize,
+                           const std::string& pool, long long kernel,
+                           const std::string& group_reduce, const py::object& scale_per_row,
+                           const py::object& scale_per_token) {
+  ScoreArgs A;
+  A.x = f32_array(x, "scores", 3, 4);
+  const py::array& a = A.x;
+  kv::ScoreSpec& sp = A.sp;
+  sp.layers = dim(a, 0);
+  sp.heads = dim(a, 1);
+  sp.window = a.ndim() == 4 ? dim(a, 2) : 0;
+  sp.seq_len = dim(a, a.ndim() - 1);
+  LAMINA_CHECK(kv_heads >= 1, "n_kv_heads must be >= 1, got ", kv_heads);
+  sp.kv_heads = static_cast<std::size_t>(kv_heads);
+  LAMINA_CHECK(n_candidates >= 0 && static_cast<std::size_t>(n_candidates) <= sp.seq_len,
+               "n_candidates must be in [0, ", sp.seq_len, "], got ", n_candidates);
+  sp.n_candidates = static_cast<std::size_t>(n_candidates);
+  sp.window_reduce = parse_reduce(window_reduce, "window_reduce");
+  sp.causal_normalize = causal_normalize;
+  sp.pool = parse_pool(pool);
+  LAMINA_CHECK(kernel >= 1, "kernel_size must be >= 1, got ", kernel);
+  sp.kernel = static_cast<std::size_t>(kernel);
+  sp.group_reduce = parse_reduce(group_reduce, "gqa reduction");
+  LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.seq_len >= 1,
+               "scores must be non-empty, got a zero-length axis");
+  LAMINA_CHECK(a.ndim() == 3 || sp.window >= 1, "window attention needs at least one row");
+  LAMINA_CHECK(sp.seq_len < (std::size_t{1} << 31), "sequences longer than 2^31 are not supported");
+  LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "the number of query heads (", sp.heads,
+               ") must be a multiple of n_kv_heads (", sp.kv_heads, ")");
+  if (!scale_per_row.is_none()) {
+    A.per_row = checked_array<float>(scale_per_row, "value_norms", 2, "float32");
+    LAMINA_CHECK(dim(A.per_row, 0) == sp.layers && dim(A.per_row, 1) == sp.kv_heads,
+                 "per-head value_norms must have shape (", sp.layers, ", ", sp.kv_heads,
+                 "), got (", A.per_row.shape(0), ", ", A.per_row.shape(1), ")");
+    A.scale.per_row = static_cast<const float*>(A.per_row.data());
+  }
+  if (!scale_per_token.is_none()) {
+    A.per_token = checked_array<float>(scale_per_token, "value_norms", 3, "float32");
+    LAMINA_CHECK(dim(A.per_token, 0) == sp.layers && dim(A.per_token, 1) == sp.kv_heads &&
+                     dim(A.per_token, 2) == sp.seq_len,
+                 "per-token value_norms must have shape (", sp.layers, ", ", sp.kv_heads, ", ",
+                 sp.seq_len, "), got (", A.per_token.shape(0), ", ", A.per_token.shape(1), ", ",
+                 A.per_token.shape(2), ")");
+    A.scale.per_token = static_cast<const float*>(A.per_token.data());
+  }
+  return A;
+}
+
+// offsets[r + 1] = offsets[r] + k[r] + tail, with k checked against [0, n].
+py::array_t<int64_t> make_offsets(const py::array& kk, long long n, long long tail) {
+  const std::size_t R = static_cast<std::size_t>(kk.size());
+  const int64_t* kp = static_cast<const int64_t*>(kk.data());
+  const std::size_t H = kk.ndim() == 2 ? dim(kk, 1) : 1;
+  py::array_t<int64_t> offsets(R + 1);
+  int64_t* op = offsets.mutable_data();
+  op[0] = 0;
+  for (std::size_t r = 0; r < R; ++r) {
+    LAMINA_CHECK(kp[r] >= 0 && kp[r] <= n, "k[", r / H, ", ", r % H, "] = ", kp[r],
+                 " is outside [0, ", n, "]");
+    op[r + 1] = op[r] + kp[r] + tail;
+  }
+  return offsets;
+}
+
 }  // namespace
 
 void register_kv(py::module_& m) {
@@ -52,61 +124,63 @@ void register_kv(py::module_& m) {
       [](const py::object& x, long long kv_heads, long long n_candidates,
          const std::string& window_reduce, bool causal_normalize, const std::string& pool,
          long long kernel, const std::string& group_reduce, const py::object& scale_per_row,
-         const py::object& scale_per_token, int threads) {
-        py::array a = f32_array(x, "scores", 3, 4);
-        kv::ScoreSpec sp;
-        sp.layers = dim(a, 0);
-        sp.heads = dim(a, 1);
-        sp.window = a.ndim() == 4 ? dim(a, 2) : 0;
-        sp.seq_len = dim(a, a.ndim() - 1);
-        LAMINA_CHECK(kv_heads >= 1, "n_kv_heads must be >= 1, got ", kv_heads);
-        sp.kv_heads = static_cast<std::size_t>(kv_heads);
-        LAMINA_CHECK(n_candidates >= 0 && static_cast<std::size_t>(n_candidates) <= sp.seq_len,
-                     "n_candidates must be in [0, ", sp.seq_len, "], got ", n_candidates);
-        sp.n_candidates = static_cast<std::size_t>(n_candidates);
-        sp.window_reduce = parse_reduce(window_reduce, "window_reduce");
-        sp.causal_normalize = causal_normalize;
-        sp.pool = parse_pool(pool);
-        LAMINA_CHECK(kernel >= 1, "kernel_size must be >= 1, got ", kernel);
-        sp.kernel = static_cast<std::size_t>(kernel);
-        sp.group_reduce = parse_reduce(group_reduce, "gqa reduction");
-        LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.seq_len >= 1,
-                     "scores must be non-empty, got a zero-length axis");
-        LAMINA_CHECK(a.ndim() == 3 || sp.window >= 1, "window attention needs at least one row");
-        LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "the number of query heads (", sp.heads,
-                     ") must be a multiple of n_kv_heads (", sp.kv_heads, ")");
-        kv::RowScale scale;
-        py::array per_row, per_token;
-        if (!scale_per_row.is_none()) {
-          per_row = checked_array<float>(scale_per_row, "value_norms", 2, "float32");
-          LAMINA_CHECK(dim(per_row, 0) == sp.layers && dim(per_row, 1) == sp.kv_heads,
-                       "per-head value_norms must have shape (", sp.layers, ", ", sp.kv_heads,
-                       "), got (", per_row.shape(0), ", ", per_row.shape(1), ")");
-          scale.per_row = static_cast<const float*>(per_row.data());
-        }
-        if (!scale_per_token.is_none()) {
-          per_token = checked_array<float>(scale_per_token, "value_norms", 3, "float32");
-          LAMINA_CHECK(dim(per_token, 0) == sp.layers && dim(per_token, 1) == sp.kv_heads &&
-                           dim(per_token, 2) == sp.seq_len,
-                       "per-token value_norms must have shape (", sp.layers, ", ", sp.kv_heads,
-                       ", ", sp.seq_len, "), got (", per_token.shape(0), ", ",
-                       per_token.shape(1), ", ", per_token.shape(2), ")");
-          scale.per_token = static_cast<const float*>(per_token.data());
-        }
+         const py::object& scale_per_token, int threads, bool entropy) -> py::object {
+        ScoreArgs A = parse_score_args(x, kv_heads, n_candidates, window_reduce,
+                                       causal_normalize, pool, kernel, group_reduce,
+                                       scale_per_row, scale_per_token);
+        const kv::ScoreSpec& sp = A.sp;
         py::array_t<float> out({sp.layers, sp.kv_heads, sp.n_candidates});
+        std::vector<kv::RowEntropySums> sums(entropy ? sp.layers * sp.kv_heads : 0);
+        py::array_t<double> ent(entropy ? sp.layers : 0);
         {
-          const float* in = static_cast<const float*>(a.data());
+          const float* in = static_cast<const float*>(A.x.data());
           float* o = out.mutable_data();
+          double* e = ent.mutable_data();
           py::gil_scoped_release nogil;
-          kv::window_scores(in, sp, scale, o, threads);
+          kv::window_scores(in, sp, A.scale, o, threads, entropy ? sums.data() : nullptr);
+          if (entropy) kv::entropy_from_sums(sums.data(), sp.layers, sp.kv_heads, sp.n_candidates, e);
         }
-        return out;
+        if (entropy) return py::make_tuple(out, ent);
+        return std::move(out);
       },
       py::arg("scores"), py::arg("kv_heads"), py::arg("n_candidates"),
       py::arg("window_reduce") = "mean", py::arg("causal_normalize") = false,
       py::arg("pool") = "none", py::arg("kernel") = 1, py::arg("group_reduce") = "mean",
       py::arg("scale_per_row") = py::none(), py::arg("scale_per_token") = py::none(),
-      py::arg("threads") = 0);
+      py::arg("threads") = 0, py::arg("entropy") = false);
+
+  m.def(
+      "kv_score_select",
+      [](const py::object& x, long long kv_heads, long long n_candidates,
+         const std::string& window_reduce, bool causal_normalize, const std::string& pool,
+         long long kernel, const std::string& group_reduce, const py::object& scale_per_row,
+         const py::object& scale_per_token, const py::object& k, long long tail, int threads) {
+        ScoreArgs A = parse_score_args(x, kv_heads, n_candidates, window_reduce,
+                                       causal_normalize, pool, kernel, group_reduce,
+                                       scale_per_row, scale_per_token);
+        py::array kk = checked_array<int64_t>(k, "k", 2, "int64");
+        LAMINA_CHECK(dim(kk, 0) == A.sp.layers && dim(kk, 1) == A.sp.kv_heads,
+                     "k must have shape (", A.sp.layers, ", ", A.sp.kv_heads, ")");
+        LAMINA_CHECK(tail >= 0 && static_cast<std::size_t>(tail) + A.sp.n_candidates <= A.sp.seq_len,
+                     "tail must be in [0, S - n_candidates]");
+        py::array_t<int64_t> offsets = make_offsets(kk, n_candidates, tail);
+        const int64_t total = offsets.data()[kk.size()];
+        py::array_t<int64_t> idx(static_cast<py::ssize_t>(total));
+        {
+          const float* in = static_cast<const float*>(A.x.data());
+          const int64_t* kp = static_cast<const int64_t*>(kk.data());
+          const int64_t* op = offsets.data();
+          int64_t* ip = idx.mutable_data();
+          py::gil_scoped_release nogil;
+          kv::score_select_rows(in, A.sp, A.scale, kp, static_cast<std::size_t>(tail), op, ip,
+                                threads);
+        }
+        return py::make_tuple(idx, offsets);
+      },
+      py::arg("scores"), py::arg("kv_heads"), py::arg("n_candidates"),
+      py::arg("window_reduce"), py::arg("causal_normalize"), py::arg("pool"), py::arg("kernel"),
+      py::arg("group_reduce"), py::arg("scale_per_row"), py::arg("scale_per_token"),
+      py::arg("k"), py::arg("tail"), py::arg("threads") = 0);
 
   m.def(
       "kv_layer_entropy",
@@ -169,14 +243,8 @@ void register_kv(py::module_& m) {
           sp = static_cast<const float*>(s.data());
         }
         const int64_t* kp = static_cast<const int64_t*>(kk.data());
-        py::array_t<int64_t> offsets(R + 1);
-        int64_t* op = offsets.mutable_data();
-        op[0] = 0;
-        for (std::size_t r = 0; r < R; ++r) {
-          LAMINA_CHECK(kp[r] >= 0 && kp[r] <= n, "k[", r / Hkv, ", ", r % Hkv, "] = ", kp[r],
-                       " is outside [0, ", n, "]");
-          op[r + 1] = op[r] + kp[r] + tail;
-        }
+        py::array_t<int64_t> offsets = make_offsets(kk, n, tail);
+        const int64_t* op = offsets.data();
         py::array_t<int64_t> idx(static_cast<py::ssize_t>(op[R]));
         {
           int64_t* ip = idx.mutable_data();

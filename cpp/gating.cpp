@@ -58,10 +58,19 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   job.beta_used = beta_used;
   std::atomic<std::size_t> first_bad{b};
 
+  // Rows over the ε bound after the first pass are doubled in rounds over a compacted list,
+  // kGateTile rows per vectorised call: per row exactly the loop
+  //   while (H > ε && k < max_doublings && β <= FLT_MAX/2) { β *= 2; recompute; ++k; }
+  struct Pending {
+    std::size_t row;
+    float beta;
+    int k;
+  };
   parallel_for(n_tasks, nt, [&](std::size_t task, int) {
     kisa::GateTile B;
     B.r.resize(L * T);
     B.e.resize(L * T);
+    std::vector<Pending> pending, next;
     const std::size_t t_end = std::min(n_tiles, (task + 1) * kTilesPerTask);
     for (std::size_t t = task * kTilesPerTask; t < t_end; ++t) {
       const std::size_t i0 = t * T, nrows = std::min(T, b - i0);
@@ -71,20 +80,34 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
           std::size_t cur = first_bad.load();
           while (i0 + i < cur && !first_bad.compare_exchange_weak(cur, i0 + i)) {
           }
-          continue;
+        } else if (has_max_entropy && B.ent[i] > eps && max_doublings > 0 &&
+                   B.beta[i] <= FLT_MAX / 2) {
+          pending.push_back({i0 + i, B.beta[i], 0});
         }
-        if (!has_max_entropy || !(B.ent[i] > eps)) continue;
-        const float* r = relevance + (i0 + i) * L;
-        float* g = gamma + (i0 + i) * L;
-        float bcur = B.beta[i];
-        float h = B.ent[i];
-        int k = 0;
-        for (; h > eps && k < max_doublings && bcur <= FLT_MAX / 2; ++k) {
-          bcur *= 2.0f;
-          h = kmath::softmax_row(r, static_cast<int>(L), bcur, g);
-        }
-        beta_used[i0 + i] = std::ldexp(beta[i0 + i], k);  // the caller's β·2^k, exactly
       }
+    }
+    std::size_t rows[T];
+    while (!pending.empty()) {
+      next.clear();
+      for (std::size_t p0 = 0; p0 < pending.size(); p0 += T) {
+        const std::size_t cnt = std::min(T, pending.size() - p0);
+        for (std::size_t i = 0; i < cnt; ++i) {
+          Pending& q = pending[p0 + i];
+          q.beta *= 2.0f;
+          ++q.k;
+          rows[i] = q.row;
+          B.beta[i] = q.beta;
+        }
+        K.gate_rows(job, rows, cnt, B);
+        for (std::size_t i = 0; i < cnt; ++i) {
+          const Pending& q = pending[p0 + i];
+          if (B.ent[i] > eps && q.k < max_doublings && q.beta <= FLT_MAX / 2)
+            next.push_back(q);
+          else  // the caller's β·2^k, exactly
+            beta_used[q.row] = std::ldexp(beta[q.row], q.k);
+        }
+      }
+      pending.swap(next);
     }
   });
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace lamina::kv::detail {
@@ -31,6 +32,21 @@ struct RowKernels {
   /// Index of the m-th (1-based) j with x[j] == t; n if there are fewer than m.
   std::size_t (*nth_equal)(const float* x, std::size_t n, float t, std::size_t m);
 };
+
+/// Scratch memory of one selecting thread (opaque).
+struct SelectScratch;
+struct SelectScratchDeleter {
+  void operator()(SelectScratch* p) const;
+};
+using SelectScratchPtr = std::unique_ptr<SelectScratch, SelectScratchDeleter>;
+SelectScratchPtr make_select_scratch();
+/// Row r of select_rows: the k best of x[0..n) (ascending positions), then n..n+tail-1.
+/// Preconditions checked by check_select_args.
+void select_row(const float* x, std::size_t n, std::size_t k, std::size_t tail, int64_t* out,
+                SelectScratch& scratch);
+/// select_rows' argument checks (ValueError).
+void check_select_args(std::size_t n_rows, std::size_t n, const int64_t* k, std::size_t tail,
+                       const int64_t* offsets);
 
 /// The active kernels (see above).
 const RowKernels& row_kernels();

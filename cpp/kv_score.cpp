@@ -2,9 +2,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "kv_internal.hpp"
 #include "lamina/common.hpp"
 #include "lamina/kv.hpp"
 #include "lamina/parallel.hpp"
@@ -52,12 +54,14 @@ LAMINA_KV_INLINE void min_max(const float* x, std::size_t n, float* mn, float* m
   std::size_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
     for (std::size_t l = 0; l < kLanes; ++l) {
-      lo[l] = x[i + l] < lo[l] ? x[i + l] : lo[l];
-      hi[l] = x[i + l] > hi[l] ? x[i + l] : hi[l];
+      const float v = x[i + l];  // one unconditional load: keeps the select branch-free
+      lo[l] = v < lo[l] ? v : lo[l];
+      hi[l] = v > hi[l] ? v : hi[l];
     }
   for (; i < n; ++i) {
-    lo[0] = x[i] < lo[0] ? x[i] : lo[0];
-    hi[0] = x[i] > hi[0] ? x[i] : hi[0];
+    const float v = x[i];
+    lo[0] = v < lo[0] ? v : lo[0];
+    hi[0] = v > hi[0] ? v : hi[0];
   }
   float a = lo[0], b = hi[0];
   for (std::size_t l = 1; l < kLanes; ++l) {
@@ -114,126 +118,6 @@ LAMINA_KV_INLINE void pool_avg(const float* a, std::size_t n, std::size_t k, flo
   for (std::size_t i = 0; i < m; ++i) o[i] /= kf;
   for (std::size_t j = 0; j < r; ++j) edge(j);
   for (std::size_t j = n - r; j < n; ++j) edge(j);
-}
-
-struct RowBuffers {
-  std::vector<float> reduced, pooled;
-};
-
-// One (layer, KV head) row of window_scores; see ScoreSpec for the arithmetic and its order.
-LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowScale& scale,
-                                float* out, RowBuffers& B, std::size_t r) {
-  const std::size_t H = sp.heads, Hkv = sp.kv_heads, G = H / Hkv;
-  const std::size_t S = sp.seq_len, w = sp.window, n = sp.n_candidates;
-  const std::size_t l = r / Hkv, g = r % Hkv;
-  float* acc = out + r * n;
-  if (B.reduced.size() < n) B.reduced.resize(n);
-  if (B.pooled.size() < n) B.pooled.resize(n);
-  for (std::size_t q = 0; q < G; ++q) {
-    const std::size_t h = g * G + q;
-    const float* a;
-    if (w == 0) {
-      a = in + (l * H + h) * S;
-      LAMINA_CHECK(all_finite(a, S), "scores[", l, ", ", h,
-                   "] contains NaN or Inf; pass finite scores");
-    } else {
-      const float* base = in + ((l * H + h) * w) * S;
-      float* red = B.reduced.data();
-      for (std::size_t j0 = 0; j0 < n; j0 += kChunk) {
-        const std::size_t j1 = std::min(n, j0 + kChunk);
-        std::memcpy(red + j0, base + j0, (j1 - j0) * sizeof(float));
-        for (std::size_t t = 1; t < w; ++t) {
-          const float* row = base + t * S;
-          for (std::size_t j = j0; j < j1; ++j) red[j] += row[j];
-        }
-      }
-      bool ok = all_finite(red, n);
-      for (std::size_t t = 0; t < w && ok; ++t) ok = all_finite(base + t * S + n, S - n);
-      LAMINA_CHECK(ok, "window attention [", l, ", ", h,
-                   "] contains NaN or Inf (or its window sum overflows float32); pass "
-                   "finite attention weights");
-      if (sp.window_reduce == Reduce::Mean) {
-        const float wf = static_cast<float>(w);
-        for (std::size_t j = 0; j < n; ++j) red[j] /= wf;
-      } else if (sp.causal_normalize) {
-        for (std::size_t j = 0; j < n; ++j)
-          red[j] /= static_cast<float>(std::min(w, S - j));
-      }
-      a = red;
-    }
-    float* dst = q == 0 ? acc : B.pooled.data();
-    const float* p = dst;
-    if (sp.pool == Pool::Max && sp.kernel > 1 && n > 0) {
-      pool_max(a, n, sp.kernel, dst);
-    } else if (sp.pool == Pool::Avg && sp.kernel > 1 && n > 0) {
-      pool_avg(a, n, sp.kernel, dst);
-    } else if (q == 0) {
-      std::memcpy(dst, a, n * sizeof(float));
-    } else {
-      p = a;
-    }
-    if (q > 0) {
-      if (sp.group_reduce == Reduce::Max) {
-        for (std::size_t j = 0; j < n; ++j) acc[j] = p[j] > acc[j] ? p[j] : acc[j];
-      } else {
-        for (std::size_t j = 0; j < n; ++j) acc[j] += p[j];
-      }
-    }
-  }
-  if (G > 1 && sp.group_reduce == Reduce::Mean) {
-    const float gf = static_cast<float>(G);
-    for (std::size_t j = 0; j < n; ++j) acc[j] /= gf;
-  }
-  if (scale.per_row || scale.per_token) {
-    float nu;
-    if (scale.per_row) {
-      nu = scale.per_row[r];
-    } else {
-      const float* v = scale.per_token + r * S;
-      LAMINA_CHECK(all_finite(v, S), "value_norms[", l, ", ", g, "] contains NaN or Inf");
-      float vmin, vmax;
-      nu = 0.0f;
-      if (n > 0) min_max(v, n, &vmin, &nu);
-      min_max(v, S, &vmin, &vmax);
-      LAMINA_CHECK(vmin >= 0.0f, "value_norms must be >= 0 (they are L1 norms); row [", l,
-                   ", ", g, "] has ", vmin);
-    }
-    LAMINA_CHECK(std::isfinite(nu) && nu >= 0.0f, "value norm scale of row [", l, ", ", g,
-                 "] must be finite and >= 0, got ", nu);
-    for (std::size_t j = 0; j < n; ++j) acc[j] *= nu;
-  }
-  LAMINA_CHECK(all_finite(acc, n), "scores of row [", l, ", ", g,
-               "] overflow float32 after scaling; rescale the inputs");
-}
-
-using ScoreRowFn = void (*)(const float*, const ScoreSpec&, const RowScale&, float*, RowBuffers&,
-                            std::size_t);
-
-void score_row_base(const float* in, const ScoreSpec& sp, const RowScale& sc, float* out,
-                    RowBuffers& B, std::size_t r) {
-  score_row(in, sp, sc, out, B, r);
-}
-#if defined(LAMINA_KV_X86)
-__attribute__((target("avx2"))) void score_row_avx2(const float* in, const ScoreSpec& sp,
-                                                    const RowScale& sc, float* out,
-                                                    RowBuffers& B, std::size_t r) {
-  score_row(in, sp, sc, out, B, r);
-}
-__attribute__((target("avx512f,avx2"))) void score_row_avx512(const float* in,
-                                                              const ScoreSpec& sp,
-                                                              const RowScale& sc, float* out,
-                                                              RowBuffers& B, std::size_t r) {
-  score_row(in, sp, sc, out, B, r);
-}
-#endif
-
-ScoreRowFn score_row_fn() {
-#if defined(LAMINA_KV_X86)
-  const std::string isa = selection_isa();
-  if (isa == "avx512") return score_row_avx512;
-  if (isa == "avx2") return score_row_avx2;
-#endif
-  return score_row_base;
 }
 
 // log(x) for normal x > 0 in float32 (Cephes logf: frexp, then a degree-9 polynomial on
@@ -308,6 +192,133 @@ LAMINA_KV_INLINE void entropy_sums(const float* s, std::size_t N, double* z, dou
   *mn = m;
 }
 
+struct RowBuffers {
+  std::vector<float> reduced, pooled;
+};
+
+// One (layer, KV head) row of window_scores; see ScoreSpec for the arithmetic and its order.
+// Writes the row to acc[0..n); with `st`, also its entropy sums (for LAVa) while it is hot.
+LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowScale& scale,
+                                float* acc, RowBuffers& B, std::size_t r, RowEntropySums* st) {
+  const std::size_t H = sp.heads, Hkv = sp.kv_heads, G = H / Hkv;
+  const std::size_t S = sp.seq_len, w = sp.window, n = sp.n_candidates;
+  const std::size_t l = r / Hkv, g = r % Hkv;
+  if (B.reduced.size() < n) B.reduced.resize(n);
+  if (B.pooled.size() < n) B.pooled.resize(n);
+  for (std::size_t q = 0; q < G; ++q) {
+    const std::size_t h = g * G + q;
+    const float* a;
+    if (w == 0) {
+      a = in + (l * H + h) * S;
+      LAMINA_CHECK(all_finite(a, S), "scores[", l, ", ", h,
+                   "] contains NaN or Inf; pass finite scores");
+    } else {
+      const float* base = in + ((l * H + h) * w) * S;
+      float* red = B.reduced.data();
+      for (std::size_t j0 = 0; j0 < n; j0 += kChunk) {
+        const std::size_t j1 = std::min(n, j0 + kChunk);
+        std::memcpy(red + j0, base + j0, (j1 - j0) * sizeof(float));
+        for (std::size_t t = 1; t < w; ++t) {
+          const float* row = base + t * S;
+          for (std::size_t j = j0; j < j1; ++j) red[j] += row[j];
+        }
+      }
+      bool ok = all_finite(red, n);
+      for (std::size_t t = 0; t < w && ok; ++t) ok = all_finite(base + t * S + n, S - n);
+      LAMINA_CHECK(ok, "window attention [", l, ", ", h,
+                   "] contains NaN or Inf (or its window sum overflows float32); pass "
+                   "finite attention weights");
+      if (sp.window_reduce == Reduce::Mean) {
+        const float wf = static_cast<float>(w);
+        for (std::size_t j = 0; j < n; ++j) red[j] /= wf;
+      } else if (sp.causal_normalize) {
+        for (std::size_t j = 0; j < n; ++j)
+          red[j] /= static_cast<float>(std::min(w, S - j));
+      }
+      a = red;
+    }
+    float* dst = q == 0 ? acc : B.pooled.data();
+    const float* p = dst;
+    if (sp.pool == Pool::Max && sp.kernel > 1 && n > 0) {
+      pool_max(a, n, sp.kernel, dst);
+    } else if (sp.pool == Pool::Avg && sp.kernel > 1 && n > 0) {
+      pool_avg(a, n, sp.kernel, dst);
+    } else if (q == 0) {
+      std::memcpy(dst, a, n * sizeof(float));
+    } else {
+      p = a;
+    }
+    if (q > 0) {
+      if (sp.group_reduce == Reduce::Max) {
+        for (std::size_t j = 0; j < n; ++j) acc[j] = p[j] > acc[j] ? p[j] : acc[j];
+      } else {
+        for (std::size_t j = 0; j < n; ++j) acc[j] += p[j];
+      }
+    }
+  }
+  if (G > 1 && sp.group_reduce == Reduce::Mean) {
+    const float gf = static_cast<float>(G);
+    for (std::size_t j = 0; j < n; ++j) acc[j] /= gf;
+  }
+  if (scale.per_row || scale.per_token) {
+    float nu;
+    if (scale.per_row) {
+      nu = scale.per_row[r];
+    } else {
+      const float* v = scale.per_token + r * S;
+      LAMINA_CHECK(all_finite(v, S), "value_norms[", l, ", ", g, "] contains NaN or Inf");
+      float vmin = 0.0f, vmax;
+      nu = 0.0f;
+      if (n > 0) min_max(v, n, &vmin, &nu);  // nu = max over the candidates
+      if (S > n) {
+        float tmin;
+        min_max(v + n, S - n, &tmin, &vmax);
+        vmin = n > 0 ? std::min(vmin, tmin) : tmin;
+      }
+      LAMINA_CHECK(vmin >= 0.0f, "value_norms must be >= 0 (they are L1 norms); row [", l,
+                   ", ", g, "] has ", vmin);
+    }
+    LAMINA_CHECK(std::isfinite(nu) && nu >= 0.0f, "value norm scale of row [", l, ", ", g,
+                 "] must be finite and >= 0, got ", nu);
+    for (std::size_t j = 0; j < n; ++j) acc[j] *= nu;
+  }
+  LAMINA_CHECK(all_finite(acc, n), "scores of row [", l, ", ", g,
+               "] overflow float32 after scaling; rescale the inputs");
+  if (st) entropy_sums(acc, n, &st->sum, &st->sum_slogs, &st->min);
+}
+
+using ScoreRowFn = void (*)(const float*, const ScoreSpec&, const RowScale&, float*, RowBuffers&,
+                            std::size_t, RowEntropySums*);
+
+void score_row_base(const float* in, const ScoreSpec& sp, const RowScale& sc, float* acc,
+                    RowBuffers& B, std::size_t r, RowEntropySums* st) {
+  score_row(in, sp, sc, acc, B, r, st);
+}
+#if defined(LAMINA_KV_X86)
+__attribute__((target("avx2"))) void score_row_avx2(const float* in, const ScoreSpec& sp,
+                                                    const RowScale& sc, float* acc,
+                                                    RowBuffers& B, std::size_t r,
+                                                    RowEntropySums* st) {
+  score_row(in, sp, sc, acc, B, r, st);
+}
+__attribute__((target("avx512f,avx2"))) void score_row_avx512(const float* in,
+                                                              const ScoreSpec& sp,
+                                                              const RowScale& sc, float* acc,
+                                                              RowBuffers& B, std::size_t r,
+                                                              RowEntropySums* st) {
+  score_row(in, sp, sc, acc, B, r, st);
+}
+#endif
+
+ScoreRowFn score_row_fn() {
+#if defined(LAMINA_KV_X86)
+  const std::string isa = selection_isa();
+  if (isa == "avx512") return score_row_avx512;
+  if (isa == "avx2") return score_row_avx2;
+#endif
+  return score_row_base;
+}
+
 using EntropyFn = void (*)(const float*, std::size_t, double*, double*, float*);
 void entropy_base(const float* s, std::size_t N, double* z, double* sl, float* mn) {
   entropy_sums(s, N, z, sl, mn);
@@ -334,8 +345,8 @@ EntropyFn entropy_fn() {
 
 }  // namespace
 
-void window_scores(const float* in, const ScoreSpec& sp, const RowScale& scale, float* out,
-                   int threads) {
+namespace {
+void check_spec(const ScoreSpec& sp, const RowScale& scale) {
   LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.kv_heads >= 1 && sp.seq_len >= 1,
                "window_scores: empty shape");
   LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "window_scores: heads (", sp.heads,
@@ -352,37 +363,84 @@ void window_scores(const float* in, const ScoreSpec& sp, const RowScale& scale, 
   LAMINA_CHECK(!sp.causal_normalize || sp.window_reduce == Reduce::Sum,
                "window_scores: causal_normalize needs window_reduce Sum");
   LAMINA_CHECK(!(scale.per_row && scale.per_token), "window_scores: give one kind of scale");
-  const std::size_t L = sp.layers, H = sp.heads, Hkv = sp.kv_heads, G = H / Hkv;
-  const std::size_t S = sp.seq_len, w = sp.window;
-  const std::size_t rows = L * Hkv;
-  const std::size_t per_row_work = G * (w > 0 ? w : 1) * S;
-  const int nt = threads_for(rows * per_row_work, kMinPerThread, threads);
-  std::vector<RowBuffers> bufs(nt > 0 ? nt : 1);
+}
 
+int score_threads(const ScoreSpec& sp, int threads) {
+  const std::size_t G = sp.heads / sp.kv_heads;
+  const std::size_t per_row_work = G * (sp.window > 0 ? sp.window : 1) * sp.seq_len;
+  return threads_for(sp.layers * sp.kv_heads * per_row_work, kMinPerThread, threads);
+}
+}  // namespace
+
+void window_scores(const float* in, const ScoreSpec& sp, const RowScale& scale, float* out,
+                   int threads, RowEntropySums* sums) {
+  check_spec(sp, scale);
+  const std::size_t rows = sp.layers * sp.kv_heads, n = sp.n_candidates;
+  const int nt = score_threads(sp, threads);
+  std::vector<RowBuffers> bufs(nt > 0 ? nt : 1);
   const ScoreRowFn fn = score_row_fn();
   parallel_for(rows, nt, [&](std::size_t r, int worker) {
-    fn(in, sp, scale, out, bufs[worker], r);
+    fn(in, sp, scale, out + r * n, bufs[worker], r, sums ? sums + r : nullptr);
   });
+}
+
+void score_select_rows(const float* in, const ScoreSpec& sp, const RowScale& scale,
+                       const int64_t* k, std::size_t tail, const int64_t* offsets, int64_t* out,
+                       int threads) {
+  check_spec(sp, scale);
+  const std::size_t rows = sp.layers * sp.kv_heads, n = sp.n_candidates;
+  detail::check_select_args(rows, n, k, tail, offsets);
+  const int nt = score_threads(sp, threads);
+  struct Worker {
+    RowBuffers bufs;
+    std::vector<float> row;
+    detail::SelectScratchPtr scratch = detail::make_select_scratch();
+  };
+  std::vector<Worker> ws(nt > 0 ? nt : 1);
+  const ScoreRowFn fn = score_row_fn();
+  parallel_for(rows, nt, [&](std::size_t r, int worker) {
+    Worker& W = ws[worker];
+    if (W.row.size() < n) W.row.resize(n);
+    fn(in, sp, scale, W.row.data(), W.bufs, r, nullptr);
+    detail::select_row(W.row.data(), n, static_cast<std::size_t>(k[r]), tail, out + offsets[r],
+                       *W.scratch);
+  });
+}
+
+void entropy_from_sums(const RowEntropySums* sums, std::size_t layers, std::size_t kv_heads,
+                       std::size_t n, double* out) {
+  const std::size_t N = kv_heads * n;
+  for (std::size_t l = 0; l < layers; ++l) {
+    double z = 0.0, sl = 0.0;
+    float mn = 0.0f;
+    for (std::size_t g = 0; g < kv_heads; ++g) {
+      const RowEntropySums& s = sums[l * kv_heads + g];
+      z += s.sum;
+      sl += s.sum_slogs;
+      mn = g == 0 ? s.min : std::min(mn, s.min);
+    }
+    LAMINA_CHECK(!(mn < 0.0f), "entropy: scores of layer ", l,
+                 " contain negative values; entropy needs scores >= 0");
+    if (N <= 1 || !(z > 0.0)) {
+      out[l] = 0.0;
+      continue;
+    }
+    const double h = std::log(z) - sl / z;
+    out[l] = std::min(1.0, std::max(0.0, h / std::log(static_cast<double>(N))));
+  }
 }
 
 void layer_entropy(const float* scores, std::size_t layers, std::size_t kv_heads, std::size_t n,
                    double* out, int threads) {
   const std::size_t N = kv_heads * n;
   const EntropyFn fn = entropy_fn();
+  std::vector<RowEntropySums> sums(layers * kv_heads);
   const int nt = threads_for(layers * (N + 1), kMinPerThread, threads);
-  parallel_for(layers, nt, [&](std::size_t l, int) {
-    double z = 0.0, slogs = 0.0;
-    float mn = 0.0f;
-    fn(scores + l * N, N, &z, &slogs, &mn);
-    LAMINA_CHECK(!(mn < 0.0f), "layer_entropy: scores of layer ", l,
-                 " contain negative values; entropy needs scores >= 0");
-    if (N <= 1 || !(z > 0.0)) {
-      out[l] = 0.0;
-      return;
-    }
-    const double h = std::log(z) - slogs / z;
-    out[l] = std::min(1.0, std::max(0.0, h / std::log(static_cast<double>(N))));
+  parallel_for(layers * kv_heads, nt, [&](std::size_t r, int) {
+    RowEntropySums& st = sums[r];
+    if (n > 0) fn(scores + r * n, n, &st.sum, &st.sum_slogs, &st.min);
   });
+  entropy_from_sums(sums.data(), layers, kv_heads, n, out);
 }
 
 void l1_norms(const float* values, std::size_t rows, std::size_t dim, float* out, int threads) {

@@ -167,15 +167,15 @@ __device__ __forceinline__ float kv_fast_log(float x) {
 
 constexpr std::size_t kEntBlock = 1024, kLanes = 16;
 
-// One thread per (layer, block of 1024, lane): the CPU's float partial sums of s and s·log s
-// (lane 0 also takes the block's tail), and a negative-score flag.
-__global__ void entropy_partials(const float* __restrict__ s, std::size_t L, std::size_t N,
+// One thread per (row, block of 1024, lane): the CPU's float partial sums of s and s·log s
+// over one score row (lane 0 also takes the block's tail), and a per-row negative flag.
+__global__ void entropy_partials(const float* __restrict__ s, std::size_t R, std::size_t n,
                                  std::size_t n_blocks, float* __restrict__ pz,
-                                 float* __restrict__ ps, unsigned* flags) {
-  LAMINA_GRID_LOOP(e, L * n_blocks * kLanes) {
-    const std::size_t lane = e % kLanes, b = (e / kLanes) % n_blocks, l = e / (kLanes * n_blocks);
-    const float* x = s + l * N + b * kEntBlock;
-    const std::size_t len = min(N - b * kEntBlock, kEntBlock);
+                                 float* __restrict__ ps, unsigned* __restrict__ neg_rows) {
+  LAMINA_GRID_LOOP(e, R * n_blocks * kLanes) {
+    const std::size_t lane = e % kLanes, b = (e / kLanes) % n_blocks, r = e / (kLanes * n_blocks);
+    const float* x = s + r * n + b * kEntBlock;
+    const std::size_t len = min(n - b * kEntBlock, kEntBlock);
     float z = 0.0f, sl = 0.0f;
     bool neg = false;
     auto add = [&](float v) {
@@ -190,23 +190,24 @@ __global__ void entropy_partials(const float* __restrict__ s, std::size_t L, std
     for (; i + kLanes <= len; i += kLanes) add(x[i + lane]);
     if (lane == 0)
       for (; i < len; ++i) add(x[i]);
-    if (neg) atomicOr(flags, kNegNorm);
+    if (neg) atomicOr(neg_rows + r, 1u);
     pz[e] = z;
     ps[e] = sl;
   }
 }
 
+// Per row: the double accumulation of the partial sums, blocks then lanes in order.
 __global__ void entropy_finish(const float* __restrict__ pz, const float* __restrict__ ps,
-                               std::size_t L, std::size_t per_layer, double* __restrict__ z,
+                               std::size_t R, std::size_t per_row, double* __restrict__ z,
                                double* __restrict__ sl) {
-  LAMINA_GRID_LOOP(l, L) {
+  LAMINA_GRID_LOOP(r, R) {
     double a = 0.0, b = 0.0;
-    for (std::size_t i = 0; i < per_layer; ++i) {
-      a += pz[l * per_layer + i];
-      b += ps[l * per_layer + i];
+    for (std::size_t i = 0; i < per_row; ++i) {
+      a += pz[r * per_row + i];
+      b += ps[r * per_row + i];
     }
-    z[l] = a;
-    sl[l] = b;
+    z[r] = a;
+    sl[r] = b;
   }
 }
 
@@ -408,38 +409,36 @@ void window_scores(const float* in, const ScoreSpec& sp, const float* scale_per_
 
 void layer_entropy(const float* scores, std::size_t layers, std::size_t kv_heads, std::size_t n,
                    double* out_host, void* stream) {
-  const std::size_t N = kv_heads * n;
-  if (layers == 0) return;
-  std::vector<double> z(layers, 0.0), sl(layers, 0.0);
-  const cudaStream_t st = as_stream(stream);
-  if (N > 0) {
+  const std::size_t R = layers * kv_heads;
+  std::vector<lamina::kv::RowEntropySums> sums(R);
+  if (R > 0 && n > 0) {
+    const cudaStream_t st = as_stream(stream);
     Scratch scr(st);
-    const std::size_t nb = (N + kEntBlock - 1) / kEntBlock;
-    unsigned* flags = scr.alloc<unsigned>(1);
-    LAMINA_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned), st));
-    float* pz = scr.alloc<float>(layers * nb * kLanes);
-    float* ps = scr.alloc<float>(layers * nb * kLanes);
-    double* dz = scr.alloc<double>(layers);
-    double* ds = scr.alloc<double>(layers);
-    entropy_partials<<<grid_1d(layers * nb * kLanes, 256), 256, 0, st>>>(scores, layers, N, nb,
-                                                                        pz, ps, flags);
+    const std::size_t nb = (n + kEntBlock - 1) / kEntBlock;
+    unsigned* neg = scr.alloc<unsigned>(R);
+    LAMINA_CUDA_CHECK(cudaMemsetAsync(neg, 0, R * sizeof(unsigned), st));
+    float* pz = scr.alloc<float>(R * nb * kLanes);
+    float* ps = scr.alloc<float>(R * nb * kLanes);
+    double* dz = scr.alloc<double>(R);
+    double* ds = scr.alloc<double>(R);
+    entropy_partials<<<grid_1d(R * nb * kLanes, 256), 256, 0, st>>>(scores, R, n, nb, pz, ps, neg);
     LAMINA_CUDA_LAUNCHED();
-    entropy_finish<<<grid_1d(layers, 64), 64, 0, st>>>(pz, ps, layers, nb * kLanes, dz, ds);
+    entropy_finish<<<grid_1d(R, 64), 64, 0, st>>>(pz, ps, R, nb * kLanes, dz, ds);
     LAMINA_CUDA_LAUNCHED();
-    LAMINA_CUDA_CHECK(cudaMemcpyAsync(z.data(), dz, layers * sizeof(double), cudaMemcpyDeviceToHost, st));
-    LAMINA_CUDA_CHECK(cudaMemcpyAsync(sl.data(), ds, layers * sizeof(double), cudaMemcpyDeviceToHost, st));
-    const unsigned f = read_flags(flags, st);  // synchronises: z, sl are on the host now
-    LAMINA_CHECK(!(f & kNegNorm), "layer_entropy: scores contain negative values; entropy "
-                 "needs scores >= 0");
-  }
-  for (std::size_t l = 0; l < layers; ++l) {  // the CPU's formula (cpp/kv_score.cpp)
-    if (N <= 1 || !(z[l] > 0.0)) {
-      out_host[l] = 0.0;
-      continue;
+    std::vector<double> z(R), sl(R);
+    std::vector<unsigned> ng(R);
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(z.data(), dz, R * sizeof(double), cudaMemcpyDeviceToHost, st));
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(sl.data(), ds, R * sizeof(double), cudaMemcpyDeviceToHost, st));
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(ng.data(), neg, R * sizeof(unsigned), cudaMemcpyDeviceToHost, st));
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+    for (std::size_t r = 0; r < R; ++r) {
+      sums[r].sum = z[r];
+      sums[r].sum_slogs = sl[r];
+      sums[r].min = ng[r] ? -1.0f : 0.0f;  // only its sign is read (the negative-score check)
     }
-    const double h = std::log(z[l]) - sl[l] / z[l];
-    out_host[l] = std::min(1.0, std::max(0.0, h / std::log(static_cast<double>(N))));
   }
+  // The CPU's combination of the row sums into E_l (cpp/kv_score.cpp), the same code.
+  lamina::kv::entropy_from_sums(sums.data(), layers, kv_heads, n, out_host);
 }
 
 void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_heads,

@@ -7,8 +7,8 @@
 //  * window_scores sums the window rows t ascending, pools j ascending, reduces the G query
 //    heads ascending, then scales — one thread per output element (cuda/kv.cu is compiled with
 //    -fmad=false, so no FMA contraction changes a rounding);
-//  * layer_entropy reproduces the CPU's 16-lane float partial sums over blocks of 1024 and the
-//    double accumulation across them, and finishes on the host with the CPU's formula;
+//  * layer_entropy reproduces the CPU's per-row sums (16-lane float partial sums over blocks of
+//    1024, double across blocks) and combines them on the host with kv::entropy_from_sums;
 //  * the selections (select_rows, layer_head_counts) are exact: device radix sorts of keys
 //    (order-preserving float bits << 32 | inverted index), so ties resolve by index.
 // Sizes on the host, data on the device: scores / rows / indices / caches are device

@@ -7,10 +7,12 @@
 // entry, not one per matrix row. Indices must be in [0, n) (IndexError) and unique (ValueError:
 // two updates of one row would race and depend on the order).
 //
-// Each updated row is read and written once (one fused pass over memory: a finiteness check
-// and, for renormalisation, the norm are taken on the row while it sits in L1, then the row is
-// rewritten). drift[k] = ‖row_new − row_old‖² of the k-th updated row (float32 accumulation
-// in 8 interleaved partial sums).
+// Each updated row is read and written once (one fused pass over memory): the row is
+// rewritten in one loop that also tests finiteness, keeping its old values in an L1 scratch
+// row to restore it if a NaN/Inf turns up; with renormalisation the norm (accumulated in
+// double) is taken first while the row sits in L1. drift[k] = ‖row_new − row_old‖² of the k-th
+// updated row (float32, 16 interleaved partial sums: same bits on every ISA path and thread
+// count). The loops are compiled per ISA (kernel_isa.hpp).
 //
 // Errors (lamina::ValueError / IndexError, thrown before anything is written unless noted):
 // shape mismatches, α outside [0, 1] or λ < 0 or a non-finite parameter, out-of-range or

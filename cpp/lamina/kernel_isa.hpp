@@ -76,6 +76,10 @@ struct Table {
   /// job.beta_used; per-row finiteness, entropy and float β left in `tile`. Returns
   /// kGateNonFinite | kGateOverEps flags (0: nothing left to do for this tile).
   unsigned (*gate_tile)(const GateJob& job, std::size_t i0, std::size_t nrows, GateTile& tile);
+  /// γ and H(γ) (in tile.ent) of the listed rows (nrows <= kGateTile) at the β values already
+  /// in tile.beta[0..nrows); γ is written back to those rows. One doubling round of the ε bound.
+  void (*gate_rows)(const GateJob& job, const std::size_t* rows, std::size_t nrows,
+                    GateTile& tile);
   /// Heat of rows [lo, hi); nonzero when a recency argument or a heat is not finite.
   unsigned (*heat_block)(const HeatJob& job, std::size_t lo, std::size_t hi);
 };

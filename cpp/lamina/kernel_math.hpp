@@ -86,6 +86,26 @@ static inline LAMINA_HD float fast_expf(float x) {
   return x == x ? out : x;
 }
 
+/// e^x for x <= 0 (softmax logits after the max shift): fast_expf without the overflow and
+/// NaN handling (NaN or x > 0 give unspecified values). Same bits as fast_expf for x <= 0.
+static inline LAMINA_HD float fast_expf_nonpos(float x) {
+  const float kLo = -87.3365447504f;
+  const float xc = x > kLo ? x : kLo;
+  const float kShift = 12582912.0f;
+  const float n = (xc * 1.44269504088896341f + kShift) - kShift;  // in [-126, 0]
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * (r * r) + r + 1.0f;
+  const float out = y * bits_to_float((static_cast<int32_t>(n) + 127) << 23);
+  return x < kLo ? 0.0f : out;
+}
+
 /// Natural log in float32 for positive, normal, finite x (max error ~1 ulp); other inputs give
 /// unspecified results (callers guarantee x >= 1 here). Cephes logf, branch-free.
 static inline LAMINA_HD float fast_logf(float x) {
@@ -150,6 +170,11 @@ static inline LAMINA_HD float gate_ref(float r_max, float r_min, float beta) {
 static inline LAMINA_HD float gate_logit(float r, float r_ref, float beta) {
   return beta == 0.0f ? 0.0f : beta * (r - r_ref);
 }
+/// exp of a shifted logit (z <= 0).
+static inline LAMINA_HD float gate_exp(float z) { return fast_expf_nonpos(z); }
+/// γ_j = e_j · (1/s), s = Σ_j e_j >= 1: one division per row instead of L.
+static inline LAMINA_HD float gate_inv_sum(float s) { return 1.0f / s; }
+static inline LAMINA_HD float gate_gamma(float e, float inv_sum) { return e * inv_sum; }
 /// Summand of Σ_j γ_j·z_j used by the entropy; 0 where exp(z_j) underflowed (0·log 0 = 0).
 static inline LAMINA_HD float entropy_term(float gamma, float e, float z) {
   return e == 0.0f ? 0.0f : gamma * z;
@@ -173,14 +198,15 @@ static inline LAMINA_HD float softmax_row(const float* r, int L, float beta, flo
   const float ref = gate_ref(r_max, r_min, beta);
   float s = 0.0f;
   for (int j = 0; j < L; ++j) {
-    const float e = fast_expf(gate_logit(r[j], ref, beta));
+    const float e = gate_exp(gate_logit(r[j], ref, beta));
     gamma[j] = e;
     s += e;
   }
+  const float inv = gate_inv_sum(s);
   float gz = 0.0f;
   for (int j = 0; j < L; ++j) {
     const float e = gamma[j];
-    const float g = e / s;
+    const float g = gate_gamma(e, inv);
     gamma[j] = g;
     gz += entropy_term(g, e, gate_logit(r[j], ref, beta));
   }

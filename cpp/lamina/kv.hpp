@@ -71,11 +71,31 @@ struct RowScale {
   const float* per_token = nullptr;
 };
 
-/// Rows [L, H_kv, n] from `in` (see ScoreSpec). `out` holds L*H_kv*n floats.
+/// Per-row sums behind the LAVa layer entropy (see layer_entropy): sum s, sum s log s, min s.
+struct RowEntropySums {
+  double sum = 0.0;
+  double sum_slogs = 0.0;
+  float min = 0.0f;
+};
+
+/// Rows [L, H_kv, n] from `in` (see ScoreSpec). `out` holds L*H_kv*n floats. With `sums`
+/// (L*H_kv entries), each row's entropy sums are computed while the row is in cache.
 /// Throws ValueError on a shape inconsistency, a non-finite input value (or a sum that
 /// overflows float32), or a negative/non-finite scale.
 void window_scores(const float* in, const ScoreSpec& spec, const RowScale& scale, float* out,
-                   int threads);
+                   int threads, RowEntropySums* sums = nullptr);
+
+/// window_scores fused with select_rows: each score row is selected from while it is still in
+/// cache and never written out. Same result as window_scores into a temporary followed by
+/// select_rows(tmp, L*H_kv, n, k, tail, offsets, out).
+void score_select_rows(const float* in, const ScoreSpec& spec, const RowScale& scale,
+                       const int64_t* k, std::size_t tail, const int64_t* offsets, int64_t* out,
+                       int threads);
+
+/// layer_entropy's E_l from the row sums of window_scores (rows of a layer combined).
+/// Throws ValueError when a layer has a negative score.
+void entropy_from_sums(const RowEntropySums* sums, std::size_t layers, std::size_t kv_heads,
+                       std::size_t n, double* out);
 
 /// Normalised entropy per layer of scores [L, H_kv, n] (all >= 0, finite):
 /// E_l = -sum p log p / log(N), p = s / sum(s) over the N = H_kv * n entries of layer l,

@@ -17,6 +17,7 @@ __all__ = [
     "on_device",
     "check_same_side",
     "window_scores",
+    "score_select",
     "layer_entropy",
     "layer_head_counts",
     "select_rows",
@@ -41,15 +42,33 @@ def check_same_side(*named: tuple[str, Any]) -> None:
 
 
 def window_scores(x: Any, n_kv_heads: int, n: int, window_reduce: str, causal: bool, pool: str,
-                  kernel: int, gqa: str, per_row: Any, per_token: Any, threads: int) -> Any:
-    """Rows (L, H_kv, n) of :func:`lamina._core.kv_window_scores` (see cpp/lamina/kv.hpp)."""
+                  kernel: int, gqa: str, per_row: Any, per_token: Any, threads: int,
+                  entropy: bool = False) -> Any:
+    """Rows (L, H_kv, n) of :func:`lamina._core.kv_window_scores` (see cpp/lamina/kv.hpp);
+    with ``entropy`` the pair (rows, per-layer normalised entropy as a host float64 array)."""
     if on_device(("scores", x), ("value_norms", per_row), ("value_norms", per_token)):
         out = _device.empty_like_device(x, (int(x.shape[0]), int(n_kv_heads), int(n)), np.float32)
         _core.cuda_kv_window_scores(x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa,
                                     per_row, per_token, out, _device.current_stream(x))
+        if entropy:
+            return out, layer_entropy(out, threads)
         return out
     return _core.kv_window_scores(x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa,
-                                  per_row, per_token, threads)
+                                  per_row, per_token, threads, entropy)
+
+
+def score_select(x: Any, n_kv_heads: int, n: int, window_reduce: str, causal: bool, pool: str,
+                 kernel: int, gqa: str, per_row: Any, per_token: Any,
+                 k: npt.NDArray[np.int64], tail: int, threads: int) -> tuple[Any, npt.NDArray[np.int64]]:
+    """window_scores + select_rows: fused in one native pass on the host; on the device the
+    scores are materialised and selected from (the same result)."""
+    if on_device(("scores", x), ("value_norms", per_row), ("value_norms", per_token)):
+        rows = window_scores(x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa,
+                             per_row, per_token, threads)
+        return select_rows(rows, k, n, tail, threads)
+    return _core.kv_score_select(x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa,  # type: ignore[no-any-return]
+                                 per_row, per_token, np.ascontiguousarray(k, dtype=np.int64),
+                                 tail, threads)
 
 
 def layer_entropy(rows: Any, threads: int) -> npt.NDArray[np.float64]:

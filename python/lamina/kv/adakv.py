@@ -24,7 +24,7 @@ largest remainder instead).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -56,12 +56,21 @@ class AdaKV(SnapKV):
         super().validate()
         check_fraction(self.alpha_safeguard, "alpha_safeguard")
 
+    scores_decide_budgets: ClassVar[bool] = True
+
     def _row_budgets(
-        self, rows: npt.NDArray[np.float32], per_head: int, threads: int
-    ) -> tuple[npt.NDArray[np.int64], dict[str, Any]]:
-        L, hkv, _ = rows.shape
+        self,
+        x: npt.NDArray[np.float32],
+        w: int,
+        n_kv_heads: int,
+        value_norms: Optional[npt.NDArray[np.float32]],
+        per_head: int,
+        threads: int,
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
+        rows = self._score(x, w, n_kv_heads, value_norms, threads)
+        L = rows.shape[0]
         floor = int(per_head * float(self.alpha_safeguard))
-        total = np.full(L, hkv * per_head, dtype=np.int64)
+        total = np.full(L, n_kv_heads * per_head, dtype=np.int64)
         floors = np.full(L, floor, dtype=np.int64)
         counts = _ops.layer_head_counts(rows, total, floors, threads)
-        return counts, {"floor": floor, "head_budgets": counts.copy()}
+        return rows, counts, {"floor": floor, "head_budgets": counts.copy()}

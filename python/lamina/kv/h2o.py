@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _ops
-from .base import KeepSet, KVMethod, check_fraction, keep_all, select_rows
+from .base import KeepSet, KVMethod, check_fraction, keep_all
 
 __all__ = ["H2O"]
 
@@ -87,9 +87,14 @@ class H2O(KVMethod):
         if budget >= S:
             return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
         n = S - recent
-        acc = self.score(scores, n, n_kv_heads, threads)
+        if self.normalize and scores.ndim != 4:
+            raise ValueError("h2o normalize=True needs window attention (L, H, w, S)")
         k = np.full((L, n_kv_heads), heavy, dtype=np.int64)
-        idx, off = select_rows(acc, k, n, recent, threads)
+        # scored and selected row by row in one native pass (see H2O.score for the scores)
+        idx, off = _ops.score_select(
+            scores, n_kv_heads, n, "sum", bool(self.normalize), "none", 1, self.gqa, None, None,
+            k, recent, threads,
+        )
         return KeepSet(
             indices=idx,
             offsets=off,

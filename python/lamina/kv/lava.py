@@ -146,12 +146,20 @@ class LAVa(SnapKV):
             f"{(L, n_kv_heads)}, got {value_norms.shape}"
         )
 
+    scores_decide_budgets: ClassVar[bool] = True
+
     def _row_budgets(
-        self, rows: npt.NDArray[np.float32], per_head: int, threads: int
-    ) -> tuple[npt.NDArray[np.int64], dict[str, Any]]:
+        self,
+        x: npt.NDArray[np.float32],
+        w: int,
+        n_kv_heads: int,
+        value_norms: Optional[npt.NDArray[np.float32]],
+        per_head: int,
+        threads: int,
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
+        rows, entropy = self._score(x, w, n_kv_heads, value_norms, threads, entropy=True)
         L, hkv, n = rows.shape
         alpha = float(self.floor_alpha)
-        entropy = _ops.layer_entropy(rows, threads)
         layer_b = apportion(entropy, L * per_head, n)
         counts = _ops.layer_head_counts(rows, hkv * layer_b, None, threads)
         mixed = (1.0 - alpha) * counts + alpha * layer_b[:, None].astype(np.float64)
@@ -164,4 +172,4 @@ class LAVa(SnapKV):
             "head_counts": counts,
             "head_budgets": k.copy(),
         }
-        return k, info
+        return rows, k, info

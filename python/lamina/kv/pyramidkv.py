@@ -69,9 +69,8 @@ class PyramidKV(SnapKV):
         real = max_num - np.arange(n_layers) * steps
         return apportion(real, n_layers * per_head, n_candidates)
 
-    def _row_budgets(
-        self, rows: npt.NDArray[np.float32], per_head: int, threads: int
+    def _static_budgets(
+        self, n_layers: int, n_kv_heads: int, per_head: int, n_candidates: int
     ) -> tuple[npt.NDArray[np.int64], dict[str, Any]]:
-        L, hkv, n = rows.shape
-        b = self.layer_budgets(L, per_head, n)
-        return np.repeat(b[:, None], hkv, axis=1), {"layer_budgets": b}
+        b = self.layer_budgets(n_layers, per_head, n_candidates)
+        return np.repeat(b[:, None], n_kv_heads, axis=1), {"layer_budgets": b}

@@ -142,22 +142,40 @@ class SnapKV(KVMethod):
         n_kv_heads: int,
         value_norms: Optional[npt.NDArray[np.float32]],
         threads: int,
-    ) -> npt.NDArray[np.float32]:
+        entropy: bool = False,
+    ) -> Any:
         per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
         n = x.shape[-1] - w
         return _ops.window_scores(  # type: ignore[no-any-return]
             x, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size), self.gqa,
-            per_row, per_token, threads,
+            per_row, per_token, threads, entropy,
         )
 
     # -- budgets -----------------------------------------------------------------------
-    def _row_budgets(
-        self, rows: npt.NDArray[np.float32], per_head: int, threads: int
+    # Methods whose per-row budgets do not depend on the scores (SnapKV, PyramidKV) score and
+    # select each row in one fused native pass (the score tensor is never materialised);
+    # the others (Ada-KV, LAVa) score first, then allocate, then select.
+    scores_decide_budgets: ClassVar[bool] = False
+
+    def _static_budgets(
+        self, n_layers: int, n_kv_heads: int, per_head: int, n_candidates: int
     ) -> tuple[npt.NDArray[np.int64], dict[str, Any]]:
-        """Non-window tokens kept per (layer, KV head), shape (L, H_kv), and diagnostics.
-        ``per_head`` is the average (budget - w); rows are the scores (L, H_kv, S - w)."""
-        L, hkv, _ = rows.shape
-        return np.full((L, hkv), per_head, dtype=np.int64), {}
+        """Non-window tokens kept per (layer, KV head), shape (L, H_kv), and diagnostics,
+        for methods whose budgets do not depend on the scores."""
+        return np.full((n_layers, n_kv_heads), per_head, dtype=np.int64), {}
+
+    def _row_budgets(
+        self,
+        x: npt.NDArray[np.float32],
+        w: int,
+        n_kv_heads: int,
+        value_norms: Optional[npt.NDArray[np.float32]],
+        per_head: int,
+        threads: int,
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
+        """(scores (L, H_kv, S - w), non-window budgets (L, H_kv), diagnostics) for methods
+        whose budgets depend on the scores."""
+        raise NotImplementedError
 
     def _select(
         self,
@@ -179,9 +197,16 @@ class SnapKV(KVMethod):
                 "the observation window is always kept"
             )
         n = S - w
-        rows = self._score(scores, w, n_kv_heads, value_norms, threads)
-        k, info = self._row_budgets(rows, budget - w, threads)
-        idx, off = select_rows(rows, k, n, w, threads)
+        if self.scores_decide_budgets:
+            rows, k, info = self._row_budgets(scores, w, n_kv_heads, value_norms, budget - w, threads)
+            idx, off = select_rows(rows, k, n, w, threads)
+        else:
+            k, info = self._static_budgets(L, n_kv_heads, budget - w, n)
+            per_row, per_token = self._scale_args(value_norms, scores, n_kv_heads)
+            idx, off = _ops.score_select(
+                scores, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size),
+                self.gqa, per_row, per_token, k, w, threads,
+            )
         info["window_size"] = w
         return KeepSet(
             indices=idx,
