@@ -6,6 +6,11 @@ from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set
 from . import kernels
 from . import kv
 from .search import Metric, VectorArena, topk
+from . import embedders
+from .extract import Fact, FactExtractor, Summarizer, Turn
+from .items import Context, MemoryItem
+from .llm import LLM, OpenAIChat
+from .memory import Memory, MemoryConfig
 
 __version__ = str(build_info()["version"])
 
@@ -15,6 +20,17 @@ __all__ = [
     "kv",
     "Metric",
     "kernels",
+    "Memory",
+    "MemoryConfig",
+    "MemoryItem",
+    "Context",
+    "embedders",
+    "LLM",
+    "OpenAIChat",
+    "Summarizer",
+    "FactExtractor",
+    "Fact",
+    "Turn",
     "build_info",
     "has_cuda",
     "cuda_device_count",
