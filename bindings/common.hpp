@@ -48,5 +48,6 @@ void register_exceptions(py::module_& m);
 
 void register_search(py::module_& m);
 void register_info(py::module_& m);
+void register_encoder(py::module_& m);
 
 }  // namespace lamina::py_detail
