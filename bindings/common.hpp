@@ -48,6 +48,8 @@ void register_exceptions(py::module_& m);
 
 void register_search(py::module_& m);
 void register_info(py::module_& m);
+void register_hashing(py::module_& m);
+void register_kernels(py::module_& m);
 void register_encoder(py::module_& m);
 
 }  // namespace lamina::py_detail

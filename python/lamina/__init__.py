@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
+from . import kernels
 from .search import Metric, VectorArena, topk
+from . import embedders
+from .extract import Fact, FactExtractor, Summarizer, Turn
+from .items import Context, MemoryItem
+from .llm import LLM, OpenAIChat
+from .memory import Memory, MemoryConfig
 
 __version__ = str(build_info()["version"])
 
@@ -11,6 +17,18 @@ __all__ = [
     "VectorArena",
     "topk",
     "Metric",
+    "kernels",
+    "Memory",
+    "MemoryConfig",
+    "MemoryItem",
+    "Context",
+    "embedders",
+    "LLM",
+    "OpenAIChat",
+    "Summarizer",
+    "FactExtractor",
+    "Fact",
+    "Turn",
     "build_info",
     "has_cuda",
     "cuda_device_count",

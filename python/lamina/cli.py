@@ -58,6 +58,14 @@ def _cmd_bench_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(db_path=args.db, users=args.users, sessions=args.sessions, turns=args.turns, budget=args.budget,
+             seed=args.seed, embedder=args.embedder, progress=not args.quiet)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lamina", description="lamina memory engine")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -68,6 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batches", type=int, nargs="+", default=[1, 64])
     b.add_argument("--seed", type=int, default=0)
     b.set_defaults(func=_cmd_bench_search)
+    d = sub.add_parser("demo", help="run the memory loop on a bundled multi-user conversation and report")
+    d.add_argument("--db", default="lamina-demo.db", help="SQLite file to write (replaced if it exists)")
+    d.add_argument("--users", type=int, default=6)
+    d.add_argument("--sessions", type=int, default=20)
+    d.add_argument("--turns", type=int, default=30, help="turns per session")
+    d.add_argument("--budget", type=int, default=256, help="context budget in tokens")
+    d.add_argument("--embedder", default="auto", help="auto | hashing | minilm")
+    d.add_argument("--seed", type=int, default=7)
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.set_defaults(func=_cmd_demo)
     i = sub.add_parser("info", help="print build facts")
     i.set_defaults(func=lambda a: print(_info.build_info()) or 0)
     return p

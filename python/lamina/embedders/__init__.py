@@ -1,7 +1,90 @@
-"""Text embedders sharing one protocol: ``.embed(texts) -> (n, dim) float32 unit rows``, ``.dim``."""
+"""Text embedders: the :class:`Embedder` protocol, the built-in :class:`Hashing` embedder and
+:func:`get_embedder`, which resolves a name (``"auto"``, ``"hashing"``, ``"minilm"``) or passes
+an instance through.
+
+``"auto"`` picks the best embedder available locally, with no network: ``MiniLM`` from
+``lamina.embedders.minilm`` when that module exists and reports its model files present
+(``MiniLM.available()`` returns True, or constructing ``MiniLM()`` succeeds), else
+:class:`Hashing`. The choice is visible as ``embedder.name`` and in ``Memory.stats()``.
+"""
 
 from __future__ import annotations
 
+import importlib
+import logging
+from typing import Union
+
+from .base import Embedder, check_embeddings, check_texts
+from .hashing import Hashing
 from .minilm import MiniLM, find_minilm_dir
 
-__all__ = ["MiniLM", "find_minilm_dir"]
+__all__ = [
+    "Embedder", "Hashing", "MiniLM", "find_minilm_dir", "get_embedder", "check_texts",
+    "check_embeddings",
+]
+
+_log = logging.getLogger("lamina")
+
+
+def _try_minilm() -> Union[Embedder, None]:
+    try:
+        mod = importlib.import_module("lamina.embedders.minilm")
+    except ImportError:
+        return None
+    cls = getattr(mod, "MiniLM", None)
+    if cls is None:
+        return None
+    avail = getattr(cls, "available", None)
+    try:
+        if callable(avail) and not avail():
+            return None
+        return cls()
+    except (ImportError, OSError, FileNotFoundError, RuntimeError, ValueError) as e:
+        _log.info("lamina: MiniLM embedder unavailable (%s); using Hashing", e)
+        return None
+
+
+def get_embedder(spec: Union[str, Embedder, None] = "auto") -> Embedder:
+    """Resolve an embedder.
+
+    Parameters
+    ----------
+    spec : "auto", "hashing", "hashing-<dim>", "minilm", None or an object with ``dim``,
+        ``name`` and ``embed(texts)``. None means ``"auto"``.
+
+    Returns
+    -------
+    Embedder
+
+    Raises
+    ------
+    ValueError
+        Unknown name, or ``"minilm"`` requested but not available locally.
+    TypeError
+        ``spec`` is neither a str nor an embedder.
+    """
+    if spec is None:
+        spec = "auto"
+    if isinstance(spec, str):
+        s = spec.strip().lower()
+        if s == "auto":
+            return _try_minilm() or Hashing()
+        if s == "hashing":
+            return Hashing()
+        if s.startswith("hashing-"):
+            try:
+                return Hashing(dim=int(s.split("-")[1]))
+            except (IndexError, ValueError):
+                raise ValueError(f"bad embedder name {spec!r}; use 'hashing' or 'hashing-<dim>'") from None
+        if s == "minilm":
+            e = _try_minilm()
+            if e is None:
+                raise ValueError("embedder 'minilm' is not available locally (module or model files "
+                                 "missing); use embedder='hashing' or 'auto'")
+            return e
+        raise ValueError(f"unknown embedder {spec!r}; expected 'auto', 'hashing', 'minilm' or an Embedder instance")
+    if hasattr(spec, "embed") and hasattr(spec, "dim"):
+        if not hasattr(spec, "name"):
+            raise TypeError("a custom embedder needs a `name` attribute (a short stable description)")
+        return spec  # type: ignore[return-value]
+    raise TypeError(f"embedder must be a name or an object with dim, name and embed(texts); got {type(spec).__name__}")

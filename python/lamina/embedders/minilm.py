@@ -193,10 +193,22 @@ class MiniLM:
         if self._word.shape[1] != self._hidden:
             raise ValueError("embedding width does not match config.json hidden_size")
 
+    @classmethod
+    def available(cls) -> bool:
+        """True when ``tokenizers``, ``safetensors`` and the model files are all present."""
+        return (importlib.util.find_spec("tokenizers") is not None
+                and importlib.util.find_spec("safetensors") is not None
+                and find_minilm_dir() is not None)
+
     @property
     def dim(self) -> int:
         """Embedding width (384 for all-MiniLM-L6-v2)."""
         return self._hidden
+
+    @property
+    def name(self) -> str:
+        """Stable description: model, width and max length (stored by ``lamina.Memory``)."""
+        return f"minilm-l6-v2-{self._hidden}-{self.max_length}"
 
     def __repr__(self) -> str:
         return f"MiniLM(model_dir={str(self.model_dir)!r}, dim={self.dim}, max_length={self.max_length})"

@@ -1,0 +1,115 @@
+"""Memory loop latency and footprint: add / context p50 / p99 at 1k, 10k, 100k items per user.
+
+Embedding time is reported separately (context is timed with a precomputed query vector, and
+the embedder alone is timed on the same texts). Memory per item = growth of the process RSS
+while filling, divided by the items stored (archive turns + derived items).
+
+    python bench/bench_memory.py                # 1k, 10k, 100k
+    python bench/bench_memory.py --sizes 1000 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import time
+
+import numpy as np
+
+import lamina
+from lamina import Memory, MemoryConfig
+
+WORDS = ("coffee hiking paris berlin garden piano dinner movie weekend trip sister dog cat job office meeting "
+         "concert marathon beach mountain recipe book novel train flight museum birthday party gym yoga").split()
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def turn(rng: random.Random, i: int) -> str:
+    if i % 37 == 0:
+        return f"I moved to {rng.choice(['Paris', 'Berlin', 'Oslo', 'Lima', 'Kyoto'])} last week."
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + f" number {i}."
+
+
+def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, float]:
+    rng = random.Random(seed)
+    m = Memory(embedder="hashing", config=MemoryConfig())
+    emb = m.embedder
+    rss0 = rss_bytes()
+    add_t: list[float] = []
+    t = 1.6e9
+    sess = 0
+    t_fill = time.perf_counter()
+    for i in range(n_items):
+        msg = [{"speaker": "Ann" if i % 2 else "Ben", "text": turn(rng, i), "timestamp": t + i * 60}]
+        t0 = time.perf_counter()
+        m.add(msg, "u", f"s{sess}")
+        add_t.append(time.perf_counter() - t0)
+        if (i + 1) % session_len == 0:
+            m.end_session("u", f"s{sess}")
+            sess += 1
+    fill_s = time.perf_counter() - t_fill
+    st = m.stats("u")
+    rss1 = rss_bytes()
+    texts = [turn(rng, i) for i in range(200)]
+    t0 = time.perf_counter()
+    for x in texts:
+        emb.embed([x])
+    embed_ms = (time.perf_counter() - t0) / len(texts) * 1e3
+    queries = [f"where did Ann move {rng.choice(WORDS)}" for _ in range(n_queries)]
+    qv = emb.embed(queries)
+    ctx_t, arch_t = [], []
+    for i in range(n_queries):
+        t0 = time.perf_counter()
+        m.context(queries[i], "u", budget=512, query_embedding=qv[i])
+        ctx_t.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        m.context(queries[i], "u", budget=512, query_embedding=qv[i], include_archive=True)
+        arch_t.append(time.perf_counter() - t0)
+    m.close()
+    a = np.array(add_t) * 1e3
+    c = np.array(ctx_t) * 1e3
+    ca = np.array(arch_t) * 1e3
+    return {"items_per_user": st["items"], "turns": n_items, "active": sum(st["layers"][k] for k in ("working", "episodic", "semantic")),
+            "add_p50_ms": float(np.percentile(a, 50)), "add_p99_ms": float(np.percentile(a, 99)),
+            "embed_ms_per_text": embed_ms,
+            "context_p50_ms": float(np.percentile(c, 50)), "context_p99_ms": float(np.percentile(c, 99)),
+            "context_archive_p50_ms": float(np.percentile(ca, 50)), "context_archive_p99_ms": float(np.percentile(ca, 99)),
+            "bytes_per_item": (rss1 - rss0) / max(1, st["items"]), "fill_s": fill_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000], help="turns added per user")
+    ap.add_argument("--session-len", type=int, default=500)
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="write JSON results here")
+    args = ap.parse_args()
+    info = lamina.build_info()
+    print(f"lamina {info['version']} | {platform.processor() or platform.machine()} | {os.cpu_count()} cpus | "
+          f"SIMD {info['simd_active']} | threads {lamina.get_num_threads()} | embedder hashing-384")
+    hdr = ("turns", "items", "active", "add p50", "add p99", "embed/txt", "ctx p50", "ctx p99", "ctx+arch p50",
+           "ctx+arch p99", "B/item", "fill s")
+    print(("{:>9}" * len(hdr)).format(*hdr) + "   (ms unless noted; ctx excludes embedding)")
+    res = []
+    for n in args.sizes:
+        r = run(n, min(args.session_len, n), args.queries, args.seed)
+        res.append(r)
+        print(f"{r['turns']:>9}{r['items_per_user']:>9}{r['active']:>9}{r['add_p50_ms']:>9.3f}{r['add_p99_ms']:>9.2f}"
+              f"{r['embed_ms_per_text']:>9.3f}{r['context_p50_ms']:>9.3f}{r['context_p99_ms']:>9.3f}"
+              f"{r['context_archive_p50_ms']:>9.2f}{r['context_archive_p99_ms']:>9.2f}{r['bytes_per_item']:>9.0f}"
+              f"{r['fill_s']:>9.1f}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"build": info, "results": res}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""Summaries (ψ) and fact extraction (𝒜): the protocols and the embedded defaults.
+
+* :class:`ExtractiveSummarizer` — ψ without a model: picks the most central sentences of a
+  segment (similarity to the segment centroid under the memory's embedder), in their original
+  order, with speakers, within a word limit.
+* :class:`RuleFactExtractor` — 𝒜 without a model: regular patterns for first-person
+  statements ("I moved to Paris", "my dog is called Max", "I work as a nurse") with the speaker
+  as subject. Negated statements are skipped.
+
+Both are deterministic and thread-safe (stateless).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "Turn",
+    "Fact",
+    "Summarizer",
+    "FactExtractor",
+    "ExtractiveSummarizer",
+    "RuleFactExtractor",
+    "FUNCTIONAL_PREDICATES",
+    "is_functional",
+    "fact_sentence",
+]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A raw turn as seen by summarisers and extractors."""
+
+    source_id: str
+    speaker: Optional[str]
+    text: str
+    timestamp: Optional[float] = None
+
+
+@dataclass
+class Fact:
+    """An extracted (subject, predicate, object) fact with its sentence and provenance."""
+
+    subject: str
+    predicate: str
+    object: str
+    text: str
+    sources: tuple[str, ...] = ()
+    timestamp: Optional[float] = None
+    functional: bool = True  # one current value per subject+predicate (Resolve supersedes)
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """ψ: a short summary of a run of turns (``max_words`` whitespace words at most)."""
+
+    def summarize(self, turns: Sequence[Turn], max_words: int) -> str: ...
+
+
+@runtime_checkable
+class FactExtractor(Protocol):
+    """𝒜: structured facts stated in a run of turns (subject = the speaker for first person)."""
+
+    def extract(self, turns: Sequence[Turn]) -> list[Fact]: ...
+
+
+_SENT = re.compile(r"(?<=[.!?])\s+")
+
+
+def _words(s: str) -> list[str]:
+    return s.split()
+
+
+class ExtractiveSummarizer:
+    """ψ by centrality: the sentences closest to the centroid, in order, with speakers.
+
+    Parameters
+    ----------
+    embed : callable, optional
+        ``embed(list[str]) -> (n, d) unit-norm float32``; when None, word-overlap centrality.
+    """
+
+    def __init__(self, embed: Optional[Callable[[list[str]], npt.NDArray[np.float32]]] = None) -> None:
+        self._embed = embed
+
+    def summarize(self, turns: Sequence[Turn], max_words: int = 60) -> str:
+        sents: list[tuple[int, str]] = []  # (order, "Speaker: sentence")
+        for t in turns:
+            for s in _SENT.split(t.text.strip()):
+                s = s.strip()
+                if s:
+                    sents.append((len(sents), f"{t.speaker}: {s}" if t.speaker else s))
+        if not sents:
+            return ""
+        texts = [s for _, s in sents]
+        if sum(len(_words(s)) for s in texts) <= max_words:
+            return " ".join(texts)
+        if self._embed is not None:
+            x = self._embed(texts)
+            c = x.mean(axis=0)
+            score = x @ c
+        else:
+            vocab: dict[str, int] = {}
+            for s in texts:
+                for w in set(re.findall(r"[a-z0-9]+", s.lower())):
+                    vocab[w] = vocab.get(w, 0) + 1
+            score = np.array([sum(vocab[w] for w in set(re.findall(r"[a-z0-9]+", s.lower()))) /
+                              (1 + len(_words(s))) for s in texts])
+        order = np.argsort(-score, kind="stable")
+        chosen: list[int] = []
+        used = 0
+        for i in order:
+            n = len(_words(texts[i]))
+            if used + n > max_words and chosen:
+                continue
+            chosen.append(int(i))
+            used += n
+            if used >= max_words:
+                break
+        chosen.sort()
+        out = " ".join(texts[i] for i in chosen)
+        w = _words(out)
+        return " ".join(w[:max_words]) if len(w) > max_words else out
+
+
+# ---- rule-based facts ----------------------------------------------------------------------
+
+#: Predicates with one current value per subject; a new value supersedes the old (Resolve).
+FUNCTIONAL_PREDICATES = frozenset({
+    "lives_in", "works_as", "works_at", "age", "spouse", "partner", "drives", "from",
+    "studies", "birthday", "phone", "email", "relationship_status",
+})
+
+def is_functional(predicate: str) -> bool:
+    """True when a predicate has one current value per subject (a new value supersedes)."""
+    return predicate in FUNCTIONAL_PREDICATES or predicate.endswith("_name") or predicate.startswith("favorite_")
+
+
+_OBJ = r"(?P<obj>[^.,;!?]+?)"
+_END = r"(?=\s*(?:[.,;!?]|$|\s+(?:and|but|because|since|so|now|these days|nowadays|last|this|next|"
+_END += r"a few|two|three|recently|yesterday|today|ago|with|for|after|before|when|which|who|where)\b))"
+
+_NEG = re.compile(r"\b(not|never|no longer|don'?t|doesn'?t|didn'?t|isn'?t|wasn'?t|won'?t|can'?t)\b", re.I)
+
+_PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], tuple[str, str, bool]]]] = []
+
+
+def _rule(pattern: str, fn: Callable[[re.Match[str]], tuple[str, str, bool]]) -> None:
+    _PATTERNS.append((re.compile(pattern, re.I), fn))
+
+
+def _pred(name: str, functional: bool = True) -> Callable[[re.Match[str]], tuple[str, str, bool]]:
+    return lambda m: (name, m.group("obj"), functional)
+
+
+_rule(r"\bI(?:'ve| have)? (?:just |recently |finally )?(?:moved|relocated) (?:back )?to " + _OBJ + _END, _pred("lives_in"))
+_rule(r"\bI(?:'m| am)? (?:now |currently |still )?(?:live|living) in " + _OBJ + _END, _pred("lives_in"))
+_rule(r"\bI(?: now| currently)? live in " + _OBJ + _END, _pred("lives_in"))
+_rule(r"\bI(?:'m| am) (?:originally )?from " + _OBJ + _END, _pred("from"))
+_rule(r"\bI (?:now |currently )?work as (?:an? )?" + _OBJ + _END, _pred("works_as"))
+_rule(r"\bI(?:'m| am) (?:now |currently )?working as (?:an? )?" + _OBJ + _END, _pred("works_as"))
+_rule(r"\bI (?:just )?(?:became|started as|got a job as) (?:an? )?" + _OBJ + _END, _pred("works_as"))
+_rule(r"\bI (?:now |currently )?work (?:at|for) " + _OBJ + _END, _pred("works_at"))
+_rule(r"\bI(?:'ve| have)? (?:just )?(?:started working|got a job|joined) (?:at|for|with)? ?" + _OBJ + _END, _pred("works_at"))
+_rule(r"\bI(?:'m| am) (?P<obj>\d{1,3}) (?:years old|now)\b", _pred("age"))
+_rule(r"\bI(?:'m| am) (?:now )?(?:married|engaged) to " + _OBJ + _END, _pred("spouse"))
+_rule(r"\bmy (?:wife|husband|spouse) (?:is|is called|is named) " + _OBJ + _END, _pred("spouse"))
+_rule(r"\bmy (?:partner|girlfriend|boyfriend) (?:is|is called|is named) " + _OBJ + _END, _pred("partner"))
+_rule(r"\bI (?:now )?drive an? " + _OBJ + _END, _pred("drives"))
+_rule(r"\bI (?:just )?(?:bought|got) (?:myself )?a new car,? an? " + _OBJ + _END, _pred("drives"))
+_rule(r"\bI(?:'m| am) (?:now )?studying " + _OBJ + _END, _pred("studies"))
+_rule(r"\bmy birthday is (?:on )?" + _OBJ + _END, _pred("birthday"))
+_rule(r"\bmy favou?rite (?P<what>[a-z]+(?: [a-z]+)?) (?:is|are) (?:now )?" + _OBJ + _END,
+      lambda m: (f"favorite_{m.group('what').lower().replace(' ', '_')}", m.group("obj"), True))
+_rule(r"\bmy (?P<what>[a-z]+(?: [a-z]+)?)(?:'s name is| is called| is named| named) " + _OBJ + _END,
+      lambda m: (f"{m.group('what').lower().replace(' ', '_')}_name", m.group("obj"), True))
+_rule(r"\bI have an? (?P<what>[a-z]+(?: [a-z]+)?) (?:called|named) " + _OBJ + _END,
+      lambda m: (f"{m.group('what').lower().replace(' ', '_')}_name", m.group("obj"), True))
+_rule(r"\bI (?:really )?(?:love|like|enjoy|adore) " + _OBJ + _END, _pred("likes", False))
+_rule(r"\bI(?:'m| am) allergic to " + _OBJ + _END, _pred("allergic_to", False))
+
+_PRED_TEXT = {
+    "lives_in": "lives in", "from": "is from", "works_as": "works as", "works_at": "works at",
+    "age": "is aged", "spouse": "is married to", "partner": "has partner", "drives": "drives",
+    "studies": "studies", "birthday": "has birthday on", "likes": "likes",
+    "allergic_to": "is allergic to",
+}
+_STRIP_TAIL = re.compile(r"\s+(?:now|too|as well|though|then|again|already|actually|anymore)$", re.I)
+_STRIP_HEAD = re.compile(r"^(?:the city of |a |an |the )", re.I)
+
+
+def fact_sentence(subject: str, predicate: str, obj: str) -> str:
+    """Plain sentence for a fact: ``Alice lives in Paris``, ``Alice's dog name is Max``."""
+    if predicate in _PRED_TEXT:
+        return f"{subject} {_PRED_TEXT[predicate]} {obj}"
+    if predicate.endswith("_name"):
+        return f"{subject}'s {predicate[:-5].replace('_', ' ')} is called {obj}"
+    if predicate.startswith("favorite_"):
+        return f"{subject}'s favorite {predicate[9:].replace('_', ' ')} is {obj}"
+    return f"{subject} {predicate.replace('_', ' ')} {obj}"
+
+
+def _clean_obj(s: str) -> str:
+    s = s.strip().strip("\"'")
+    for _ in range(3):
+        s2 = _STRIP_TAIL.sub("", s)
+        if s2 == s:
+            break
+        s = s2
+    if len(s.split()) > 1:
+        s = _STRIP_HEAD.sub("", s)
+    return s.strip()
+
+
+class RuleFactExtractor:
+    """𝒜 by rules over first-person statements; the speaker is the subject.
+
+    Recognised (case-insensitive): moved/relocated to, live(s)/living in, from, work as / at,
+    became / got a job as, N years old, married/engaged to, my wife/husband/partner is, drive a,
+    studying, my birthday is, my favorite X is Y, my X is called/named Y, my X's name is Y,
+    I have a X named Y, I love/like/enjoy X (multi-valued), allergic to X (multi-valued).
+    Objects end at punctuation or a connective (and, because, since, now, last, ...); negated
+    sentences are skipped. Objects longer than 6 words are dropped as unreliable.
+    """
+
+    max_object_words = 6
+
+    def extract(self, turns: Sequence[Turn]) -> list[Fact]:
+        out: list[Fact] = []
+        for t in turns:
+            if not t.speaker:
+                continue
+            for sent in _SENT.split(t.text):
+                if _NEG.search(sent):
+                    continue
+                seen: set[tuple[str, str]] = set()
+                for pat, fn in _PATTERNS:
+                    for m in pat.finditer(sent):
+                        pred, obj, functional = fn(m)
+                        obj = _clean_obj(obj)
+                        if not obj or len(obj.split()) > self.max_object_words:
+                            continue
+                        if obj.lower() in {"it", "there", "that", "this", "here", "them"}:
+                            continue
+                        if (pred, obj.lower()) in seen or any(p == pred for p, _ in seen) and functional:
+                            continue
+                        seen.add((pred, obj.lower()))
+                        out.append(Fact(subject=t.speaker, predicate=pred, object=obj,
+                                        text=fact_sentence(t.speaker, pred, obj), sources=(t.source_id,),
+                                        timestamp=t.timestamp, functional=functional))
+        return out

@@ -1,0 +1,159 @@
+"""Memory items and the context returned by ``Memory.context``."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Optional
+
+__all__ = ["MemoryItem", "Context", "LAYERS", "format_time"]
+
+#: Layer names and their arena layer codes. ``history`` holds superseded facts (never current).
+LAYERS: dict[str, int] = {"working": 0, "episodic": 1, "semantic": 2, "archive": 3, "history": 4}
+LAYER_NAMES: dict[int, str] = {v: k for k, v in LAYERS.items()}
+
+
+def format_time(t: Optional[float]) -> str:
+    """Event time (seconds since the Unix epoch, UTC) as ``YYYY-MM-DD HH:MM`` (``?`` if None)."""
+    if t is None:
+        return "?"
+    return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _format_day(t: Optional[float]) -> str:
+    if t is None:
+        return "?"
+    return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+@dataclass
+class MemoryItem:
+    """One stored memory (a row of one layer).
+
+    Attributes
+    ----------
+    id : int
+        Item id (unique in its database; ids of other databases are refused).
+    text : str
+        The item's text: the raw turn, a segment's turns, a summary, or a fact sentence.
+    layer : str
+        ``working``, ``episodic``, ``semantic``, ``archive`` or ``history`` (superseded facts).
+    kind : str
+        ``turn``, ``segment``, ``summary``, ``fact``, ``note`` or ``profile``.
+    score : float
+        Retrieval score (cosine similarity, after the staleness penalty) when returned by a
+        search; 0 otherwise.
+    sources : tuple of str
+        Source turn ids this item came from (the caller's message ids, or ``t<item id>``).
+    timestamp : float or None
+        Event time, seconds since the Unix epoch (UTC). For segments and summaries: the last turn.
+    speaker, subject, predicate, object : str or None
+        Where known (turns have speakers; facts have subject / predicate / object).
+    valid_from, valid_to : float or None
+        Validity of a fact; ``valid_to`` is set when the fact was superseded.
+    superseded_by : int or None
+        Id of the fact that replaced this one.
+    """
+
+    id: int
+    text: str
+    layer: str
+    kind: str
+    user_id: str = ""
+    session_id: Optional[str] = None
+    score: float = 0.0
+    sources: tuple[str, ...] = ()
+    timestamp: Optional[float] = None
+    speaker: Optional[str] = None
+    subject: Optional[str] = None
+    predicate: Optional[str] = None
+    object: Optional[str] = None
+    valid_from: Optional[float] = None
+    valid_to: Optional[float] = None
+    superseded_by: Optional[int] = None
+    summary: Optional[str] = None
+    access_count: int = 0
+    last_access: Optional[float] = None
+    strength: float = 1.0
+    domain: Optional[str] = None
+    commitment: str = "persist"
+    #: raw turns rendered with the item: a segment's turns, or a fact's latest source turn
+    turns: tuple[tuple[Optional[float], Optional[str], str], ...] = field(default=(), repr=False)
+
+    @property
+    def current(self) -> bool:
+        """For facts: True while not superseded."""
+        return self.valid_to is None and self.superseded_by is None
+
+    def render(self) -> str:
+        """Prompt text with dates and speakers."""
+        if self.kind == "fact":
+            tag = "fact" if self.current else f"fact, until {_format_day(self.valid_to)}"
+            if self.commitment == "verify":
+                tag += ", verify"
+            out = f"[{tag}, since {_format_day(self.valid_from)}] {self.text}"
+            if self.turns:  # the latest source turn, verbatim
+                t, sp, tx = self.turns[-1]
+                out += f' (from {sp + ": " if sp else ""}"{tx}")'
+            return out
+        if self.kind in ("note", "profile"):
+            return f"[{self.kind}, {_format_day(self.timestamp)}] {self.text}"
+        if self.kind == "summary":
+            return f"[summary, {_format_day(self.timestamp)}] {self.text}"
+        if self.kind == "segment" and self.turns:
+            return "\n".join(
+                f"[{format_time(t)}] {sp}: {tx}" if sp else f"[{format_time(t)}] {tx}" for t, sp, tx in self.turns
+            )
+        if self.speaker:
+            return f"[{format_time(self.timestamp)}] {self.speaker}: {self.text}"
+        return f"[{format_time(self.timestamp)}] {self.text}"
+
+
+@dataclass
+class Context:
+    """A budgeted context for one query.
+
+    Attributes
+    ----------
+    items : list of MemoryItem
+        Selected items, already ordered against lost-in-the-middle (the best first, the second
+        best last, the weakest in the middle); each has ``layer``, ``score``, ``sources`` and times.
+    gates : dict[str, float]
+        γ per layer (eq. 7), over the layers that had candidates.
+    beta : float
+        β used by the gate (raised when the gate entropy exceeded ε).
+    abstain : bool
+        True when nothing cleared the similarity floor (``items`` is then empty).
+    query : str
+    budget : int
+        Token budget (whitespace words).
+    """
+
+    items: list[MemoryItem]
+    gates: dict[str, float]
+    beta: float
+    abstain: bool
+    query: str
+    budget: int
+
+    def render(self) -> str:
+        """Prompt text: one block per item, with dates and speakers."""
+        if self.abstain:
+            return ""
+        return "\n".join(it.render() for it in self.items)
+
+    @property
+    def tokens(self) -> int:
+        """Whitespace-separated words of :meth:`render`."""
+        return len(self.render().split())
+
+    @property
+    def sources(self) -> set[str]:
+        """Union of the source turn ids of all items."""
+        out: set[str] = set()
+        for it in self.items:
+            out.update(it.sources)
+        return out
+
+    def __len__(self) -> int:
+        return len(self.items)

@@ -1,0 +1,1514 @@
+"""``lamina.Memory``: the multi-layer memory loop (MLMF Algorithm 1 with MemoryOS / MemTree tiers).
+
+Write path (``add``, ``end_session``) and read path (``context``, ``search``) of DESIGN.md §2:
+
+* **working** — raw turns of each live (user, session), FIFO, at most ``working_capacity``;
+  on overflow the oldest half is dequeued, cut into segments of adjacent turns by embedding
+  similarity and inserted into the episodic tree (the raw turns move to the archive).
+* **episodic** — a MemTree per user: segment leaves (raw turns + extractive summary ψ) under
+  internal summary nodes, descended while cos ≥ θ(d) = θ0·exp(λ·d/D); session summaries
+  EMA-blended (eq. 5, ``kernels.ema_blend``); heat (``kernels.heat_scores``) drives promotion
+  (``kernels.select_hot``) to the semantic layer and capacity eviction (``kernels.evict_to_capacity``).
+* **semantic** — facts (subject, predicate, object) with validity and provenance, resolved so
+  that a new value of a functional predicate supersedes the old one (kept in ``history``), notes
+  promoted from hot episodes, and one profile per entity whose embedding moves by the damped
+  update of eq. 9–10 (``kernels.damped_update``; drift in ``stats()``).
+* **archive** — every raw turn ever added; eviction never touches it.
+
+Every vector lives in one :class:`lamina.VectorArena` (namespace = user × layer), searched with
+the native exact top-k; the layer gate is ``kernels.softmax_gate`` (eq. 7, entropy bound ε).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import kernels
+from .embedders import Embedder, check_embeddings, get_embedder
+from .extract import (ExtractiveSummarizer, Fact, FactExtractor, RuleFactExtractor, Summarizer, Turn, fact_sentence,
+                      is_functional)
+from .items import LAYERS, Context, MemoryItem
+from .llm import LLM, LLMFactExtractor, LLMSummarizer
+from .search import VectorArena
+from .store import ID_SHIFT, Store
+
+__all__ = ["Memory", "MemoryConfig"]
+
+_log = logging.getLogger("lamina")
+
+TimeLike = Union[float, int, _dt.datetime, str, None]
+
+_ACTIVE = ("working", "episodic", "semantic")
+_COMMITMENTS = ("persist", "ephemeral", "verify")
+_ROOT = 0  # parent id of the top-level nodes of a user's tree
+_NO_TREE = -1  # parent id of episodic items outside the tree (session summaries)
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Parameters of the memory loop (paper symbols in brackets).
+
+    Capacities: ``working_capacity`` [C_w] turns per live session; ``episodic_capacity`` [C_e]
+    leaves and session summaries per user; ``semantic_capacity`` [C_s] current facts and notes per
+    user (profiles are not counted; superseded facts live in ``history`` and are not counted).
+
+    Write path: ``segment_threshold`` (a turn joins the running segment while its cosine to the
+    segment centroid is at least this), ``min_segment_turns`` / ``max_segment_turns``;
+    ``tree_theta0`` [θ0] and ``tree_lambda`` [λ_tree] of θ(d) = θ0·exp(λ·d/D);
+    ``summary_words`` (ψ length); ``alpha`` [α] EMA retention (eq. 5): strengths decay by α per
+    ended session and the matching episode's embedding becomes α·e + (1−α)·ŝ when its cosine to
+    ŝ is at least ``blend_threshold``; heat [MemoryOS] = ``heat_a``·N_visit + ``heat_b``·L +
+    ``heat_c``·exp(−Δt/``heat_mu``) and ``promote_threshold`` [τ]; ``resolve_threshold`` [τ_s]:
+    objects at least this similar are the same value; ``profile_lambda`` [λ] of the damped
+    profile update e = (e* + λ·e_prev)/(1+λ) (0 disables damping).
+
+    Read path: ``candidates`` [m] per layer; ``relevance_top`` similarities averaged into r_i;
+    ``beta`` [β] and ``max_entropy`` [ε] of the gate (None: no bound); ``min_similarity`` (the
+    firewall floor: below it nothing is returned and the context abstains);
+    ``working_share`` (the largest share of the budget working memory gets first);
+    ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p)).
+
+    Storage: ``synchronous`` "NORMAL" (survives kill -9) or "FULL" (also power loss).
+    """
+
+    working_capacity: int = 16
+    episodic_capacity: int = 2000
+    semantic_capacity: int = 5000
+    segment_threshold: float = 0.2
+    min_segment_turns: int = 2
+    max_segment_turns: int = 6
+    tree_theta0: float = 0.4
+    tree_lambda: float = 0.5
+    summary_words: int = 60
+    alpha: float = 0.9
+    blend_threshold: float = 0.5
+    heat_a: float = 1.0
+    heat_b: float = 0.5
+    heat_c: float = 1.0
+    heat_mu: float = 1e7
+    promote_threshold: float = 5.0
+    resolve_threshold: float = 0.9
+    profile_lambda: float = 1.0
+    candidates: int = 32
+    relevance_top: int = 3
+    beta: float = 5.0
+    max_entropy: Optional[float] = 1.0
+    min_similarity: float = 0.12
+    working_share: float = 0.5
+    stale_penalty: float = 0.5
+    synchronous: str = "NORMAL"
+
+    def __post_init__(self) -> None:
+        ints = ("working_capacity", "episodic_capacity", "semantic_capacity", "min_segment_turns",
+                "max_segment_turns", "summary_words", "candidates", "relevance_top")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "synchronous" or (f.name == "max_entropy" and v is None):
+                continue
+            if f.name in ints:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise TypeError(f"MemoryConfig.{f.name} must be an int, got {type(v).__name__}")
+                if v < 1:
+                    raise ValueError(f"MemoryConfig.{f.name} must be >= 1, got {v}")
+            else:
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise TypeError(f"MemoryConfig.{f.name} must be a number, got {type(v).__name__}")
+                if not math.isfinite(v):
+                    raise ValueError(f"MemoryConfig.{f.name} must be finite, got {v}")
+        if self.working_capacity < 2:
+            raise ValueError("MemoryConfig.working_capacity must be >= 2 (half of it is dequeued on overflow)")
+        if self.min_segment_turns > self.max_segment_turns:
+            raise ValueError("MemoryConfig.min_segment_turns must be <= max_segment_turns")
+        for nm in ("alpha", "working_share", "stale_penalty"):
+            if not 0.0 <= getattr(self, nm) <= 1.0:
+                raise ValueError(f"MemoryConfig.{nm} must be in [0, 1], got {getattr(self, nm)}")
+        for nm in ("profile_lambda", "heat_a", "heat_b", "heat_c", "beta"):
+            if getattr(self, nm) < 0:
+                raise ValueError(f"MemoryConfig.{nm} must be >= 0, got {getattr(self, nm)}")
+        if self.heat_mu <= 0:
+            raise ValueError("MemoryConfig.heat_mu must be > 0")
+        if self.max_entropy is not None and self.max_entropy <= 0:
+            raise ValueError("MemoryConfig.max_entropy must be > 0 or None")
+        if str(self.synchronous).upper() not in ("NORMAL", "FULL"):
+            raise ValueError("MemoryConfig.synchronous must be 'NORMAL' or 'FULL'")
+
+
+class _Rec:
+    """In-memory mirror of one ``items`` row (plus its arena slot)."""
+
+    __slots__ = ("id", "user_id", "session_id", "layer", "kind", "status", "text", "summary", "speaker",
+                 "source_id", "sources", "members", "created_at", "timestamp", "last_access", "access_count",
+                 "interaction_len", "strength", "domain", "commitment", "subject", "predicate", "object",
+                 "valid_from", "valid_to", "superseded_by", "parent_id", "depth", "seq", "slot")
+
+    def __init__(self, **kw: Any) -> None:
+        for k in self.__slots__:
+            setattr(self, k, kw.get(k))
+
+    def row(self, emb: npt.NDArray[np.float32]) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__slots__ if k != "slot"}
+        d["embedding"] = np.ascontiguousarray(emb, dtype=np.float32).tobytes()
+        return d
+
+
+class _User:
+    __slots__ = ("user_id", "idx", "ids", "by_src", "working", "children", "current", "max_depth", "drift_total", "drift_last",
+                 "drift_updates", "stale", "profiles", "n_active")
+
+    def __init__(self, user_id: str, idx: int) -> None:
+        self.user_id = user_id
+        self.idx = idx
+        self.ids: set[int] = set()  # every record of this user
+        self.by_src: dict[str, int] = {}  # source id -> turn record id
+        self.working: dict[str, list[int]] = {}  # session -> turn ids in order
+        self.children: dict[int, list[int]] = {_ROOT: []}
+        self.current: dict[tuple[str, str], list[int]] = {}  # (subject key, predicate) -> current fact ids
+        self.profiles: dict[str, int] = {}  # subject key -> profile item id
+        self.max_depth = 0
+        self.drift_total = 0.0
+        self.drift_last = 0.0
+        self.drift_updates = 0
+        self.stale: Optional[_Staleness] = None  # cache, rebuilt after fact changes
+        self.n_active = {name: 0 for name in LAYERS}
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _to_time(t: TimeLike, what: str) -> Optional[float]:
+    if t is None:
+        return None
+    if isinstance(t, bool):
+        raise TypeError(f"{what} must be seconds since the epoch, a datetime or an ISO-8601 string, not bool")
+    if isinstance(t, (int, float, np.integer, np.floating)):
+        v = float(t)
+        if not math.isfinite(v):
+            raise ValueError(f"{what} must be finite, got {t}")
+        return v
+    if isinstance(t, _dt.datetime):
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=_dt.timezone.utc)
+        return t.timestamp()
+    if isinstance(t, str):
+        try:
+            return _to_time(_dt.datetime.fromisoformat(t.strip().replace("Z", "+00:00")), what)
+        except ValueError:
+            raise ValueError(f"{what} {t!r} is not an ISO-8601 time (e.g. '2023-05-08T13:56:00')") from None
+    raise TypeError(f"{what} must be seconds since the epoch, a datetime or an ISO-8601 string, got {type(t).__name__}")
+
+
+def _check_id(v: object, what: str) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"{what} must be a str, got {type(v).__name__}")
+    if not v.strip():
+        raise ValueError(f"{what} must be a non-empty string")
+    return v
+
+
+def _norm_key(s: str) -> str:
+    return " ".join(s.lower().split())
+
+
+def _unit(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    n = np.linalg.norm(x, axis=-1, keepdims=True)
+    return np.ascontiguousarray(x / np.maximum(n, 1e-12), dtype=np.float32)
+
+
+class Memory:
+    """Multi-layer long-term memory for LLM agents, persisted in SQLite.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or None
+        SQLite database file (created if missing; reopening restores the exact state). None keeps
+        everything in memory.
+    embedder : "auto", "hashing", "minilm" or an :class:`~lamina.embedders.Embedder`
+        ``"auto"`` uses MiniLM when its model files are present locally, else the native hashing
+        embedder. A database remembers its embedder; reopening with a different one raises.
+    config : MemoryConfig, optional
+    llm : LLM, optional
+        A chat model (e.g. :class:`lamina.OpenAIChat`); when given, ψ and 𝒜 are prompted (JSON
+        validated; failures fall back to the defaults and are logged).
+    summarizer, fact_extractor : optional
+        Replace ψ / 𝒜 explicitly (they take precedence over ``llm``).
+
+    Thread safety
+    -------------
+    Thread-safe. One ``Memory`` may be shared by many threads: every operation that reads or
+    changes state holds one internal re-entrant lock, so operations are linearizable (each takes
+    effect atomically at some point between its call and its return). Embedding, the expensive
+    part, runs outside the lock, and native searches release the GIL.
+
+    Durability and atomicity
+    ------------------------
+    Every public write (``add``, ``end_session``, ``update``, ``delete``, ``delete_user``) is one
+    SQLite transaction: when it returns, its effects survive a killed process (WAL); when it
+    raises (bad input, a failed summariser, a crash), nothing of it is visible, in the database or
+    in memory. The access bumps of ``context`` are written in their own small transaction.
+    """
+
+    def __init__(self, path: Union[str, "os.PathLike[str]", None] = None, embedder: Union[str, Embedder, None] = "auto",
+                 config: Optional[MemoryConfig] = None, *, llm: Optional[LLM] = None,
+                 summarizer: Optional[Summarizer] = None, fact_extractor: Optional[FactExtractor] = None) -> None:
+        if config is None:
+            config = MemoryConfig()
+        if not isinstance(config, MemoryConfig):
+            raise TypeError(f"config must be a lamina.MemoryConfig, got {type(config).__name__}")
+        self.config = config
+        self._embedder = get_embedder(embedder)
+        self._dim = int(self._embedder.dim)
+        self._lock = threading.RLock()
+        self._facts_added = 0  # facts inserted by this process (end_session reports)
+        self._closed = False
+        self.llm = llm
+        base_sum = ExtractiveSummarizer(self._embed_quiet)
+        if summarizer is not None:
+            self._summarizer: Summarizer = summarizer
+        elif llm is not None:
+            self._summarizer = LLMSummarizer(llm, base_sum)
+        else:
+            self._summarizer = base_sum
+        if fact_extractor is not None:
+            self._extractor: FactExtractor = fact_extractor
+        elif llm is not None:
+            self._extractor = LLMFactExtractor(llm, RuleFactExtractor())
+        else:
+            self._extractor = RuleFactExtractor()
+        self._path = None if path is None else os.fspath(path)
+        self._store = Store(self._path, synchronous=str(config.synchronous))
+        with self._store.tx():
+            name = self._store.get_meta("embedder")
+            if name is None:
+                self._store.set_meta("embedder", self._embedder.name)
+                self._store.set_meta("dim", str(self._dim))
+        if name is not None and name != self._embedder.name:
+            self._store.close()
+            raise ValueError(f"database {self._path} was built with embedder {name!r}, not "
+                                 f"{self._embedder.name!r}; open it with embedder={name.split('-')[0]!r}")
+        self._load()
+
+    # ------------------------------------------------------------------ state (re)building
+    def _load(self) -> None:
+        """Rebuild every in-memory structure from the database."""
+        self._arena = VectorArena(self._dim, "float32", capacity=1024)
+        self._recs: dict[int, _Rec] = {}
+        self._ntok: dict[int, tuple[Any, int]] = {}
+        self._by_slot: dict[int, int] = {}
+        self._users: dict[str, _User] = {}
+        self._sessions: dict[tuple[str, str], list[Any]] = {}
+        for uid, idx, dt, dl, du in self._store.users():
+            u = _User(uid, idx)
+            u.drift_total, u.drift_last, u.drift_updates = dt, dl, du
+            self._users[uid] = u
+        for uid, sid, status, st, en in self._store.sessions():
+            self._sessions[(uid, sid)] = [status, st, en]
+        pending: dict[int, tuple[list[int], list[bytes]]] = {}
+        for row in self._store.load_items():
+            emb = row.pop("embedding")
+            r = _Rec(**row)
+            r.slot = None
+            self._recs[r.id] = r
+            u = self._users[r.user_id]
+            u.ids.add(r.id)
+            if r.status == "active":
+                ns = self._ns(u, r.layer)
+                ids, embs = pending.setdefault(ns, ([], []))
+                ids.append(r.id)
+                embs.append(emb)
+                u.n_active[r.layer] += 1
+            self._index(u, r)
+        for ns, (ids, embs) in pending.items():
+            X = np.frombuffer(b"".join(embs), dtype=np.float32).reshape(len(ids), self._dim)
+            slots = self._arena.add(np.ascontiguousarray(X), namespace=ns, layer=ns & 7)
+            for i, s in zip(ids, slots.tolist()):
+                self._recs[i].slot = s
+                self._by_slot[s] = i
+        for u in self._users.values():
+            for lst in u.working.values():
+                lst.sort(key=lambda i: self._recs[i].seq)
+            for lst in u.children.values():
+                lst.sort(key=lambda i: self._recs[i].seq)
+
+    def _index(self, u: _User, r: _Rec) -> None:
+        """Add a record to the per-user indexes (working queues, tree, current facts, profiles)."""
+        if r.kind == "turn" and r.source_id is not None:
+            u.by_src[r.source_id] = r.id
+        if r.status != "active":
+            return
+        if r.layer == "working":
+            u.working.setdefault(r.session_id, []).append(r.id)
+        elif r.layer == "episodic" and r.parent_id is not None and r.parent_id != _NO_TREE:
+            u.children.setdefault(r.parent_id, []).append(r.id)
+            u.max_depth = max(u.max_depth, int(r.depth))
+        elif r.layer == "semantic" and r.kind == "fact":
+            u.current.setdefault((_norm_key(r.subject), r.predicate), []).append(r.id)
+            u.stale = None
+        elif r.layer == "semantic" and r.kind == "profile":
+            u.profiles[_norm_key(r.subject)] = r.id
+        elif r.layer == "history":
+            u.stale = None
+
+    def _urecs(self, u: _User) -> list[_Rec]:
+        return [self._recs[i] for i in u.ids]
+
+    def _ns(self, u: _User, layer: str) -> int:
+        return (u.idx << 3) | LAYERS[layer]
+
+    def _reload_after_failure(self) -> None:
+        try:
+            self._store.next_seq = int(self._store.get_meta("next_seq") or 1)
+            self._load()
+        except Exception:  # pragma: no cover - the database itself is unusable
+            _log.exception("lamina: could not rebuild state after a failed write")
+            raise
+
+    # ------------------------------------------------------------------ helpers
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this Memory is closed")
+
+    def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        x = self._embedder.embed(texts)
+        return check_embeddings(x, len(texts), self._dim, type(self._embedder).__name__)
+
+    def _embed_quiet(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        return self._embed(texts)
+
+    def _vec(self, r: _Rec) -> npt.NDArray[np.float32]:
+        return self._arena.get([r.slot])[0]
+
+    def _vecs(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
+        if not ids:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        return self._arena.get([self._recs[i].slot for i in ids]).astype(np.float32, copy=False)
+
+    def _user(self, user_id: str, create: bool = False) -> Optional[_User]:
+        u = self._users.get(user_id)
+        if u is None and create:
+            idx = 1 + max((x.idx for x in self._users.values()), default=0)
+            if idx >= (1 << 60):
+                raise ValueError("too many users")
+            self._store.add_user(user_id, idx)
+            u = _User(user_id, idx)
+            self._users[user_id] = u
+        return u
+
+    def _new_rec(self, u: _User, emb: npt.NDArray[np.float32], new_rows: list[dict[str, Any]], **kw: Any) -> _Rec:
+        """Create a record, put it in the arena and queue its database row (caller's transaction)."""
+        (rid,) = self._store.new_ids(1)
+        kw.setdefault("status", "active")
+        kw.setdefault("access_count", 0)
+        kw.setdefault("interaction_len", 0.0)
+        kw.setdefault("strength", 1.0)
+        kw.setdefault("commitment", "persist")
+        kw.setdefault("sources", ())
+        kw.setdefault("members", [])
+        kw.setdefault("depth", 0)
+        r = _Rec(id=rid, user_id=u.user_id, seq=rid & ((1 << ID_SHIFT) - 1), **kw)
+        if r.last_access is None:
+            r.last_access = r.timestamp
+        self._recs[rid] = r
+        u.ids.add(rid)
+        self._place(u, r, emb)
+        new_rows.append(r.row(emb))
+        self._index(u, r)
+        return r
+
+    def _place(self, u: _User, r: _Rec, emb: npt.NDArray[np.float32]) -> None:
+        ns = self._ns(u, r.layer)
+        (slot,) = self._arena.add(np.ascontiguousarray(emb.reshape(1, -1), dtype=np.float32), namespace=ns,
+                                  layer=ns & 7).tolist()
+        r.slot = slot
+        self._by_slot[slot] = r.id
+        u.n_active[r.layer] += 1
+
+    def _unplace(self, u: _User, r: _Rec) -> npt.NDArray[np.float32]:
+        emb = self._vec(r)
+        self._arena.remove([r.slot])
+        del self._by_slot[r.slot]
+        r.slot = None
+        u.n_active[r.layer] -= 1
+        return emb
+
+    def _move(self, u: _User, r: _Rec, layer: str, emb: Optional[npt.NDArray[np.float32]] = None) -> None:
+        """Move an active record to another layer (or replace its vector when ``emb`` is given)."""
+        old = self._unplace(u, r)
+        r.layer = layer
+        self._place(u, r, old if emb is None else emb)
+
+    # ------------------------------------------------------------------ write path
+    def add(self, messages: Sequence[Mapping[str, Any]], user_id: str, session_id: str,
+            timestamp: TimeLike = None) -> list[int]:
+        """Append turns to working memory and the archive (one atomic transaction).
+
+        Parameters
+        ----------
+        messages : list of dict
+            Each: ``speaker`` or ``role`` (str), ``text`` or ``content`` (non-empty str), and
+            optionally ``id`` (source id, str or int; default ``t<item id>``), ``timestamp``
+            (event time: seconds since the epoch, datetime or ISO string), ``domain`` (str),
+            ``commitment`` ("persist", "ephemeral": never consolidated, or "verify").
+        user_id, session_id : str
+        timestamp : event time for messages without one (default: the wall clock now).
+
+        Returns
+        -------
+        list of int — the item ids of the new turns, in order.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Bad messages, ids or times (nothing is written).
+        """
+        self._check_open()
+        _check_id(user_id, "user_id")
+        _check_id(session_id, "session_id")
+        default_t = _to_time(timestamp, "timestamp")
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise TypeError("messages must be a list of dicts like {'speaker': 'Alice', 'text': '...'}")
+        if not messages:
+            raise ValueError("messages is empty; pass at least one message")
+        parsed: list[dict[str, Any]] = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, Mapping):
+                raise TypeError(f"messages[{i}] must be a dict, got {type(m).__name__}")
+            text = m.get("text", m.get("content"))
+            if not isinstance(text, str):
+                raise TypeError(f"messages[{i}] needs 'text' (or 'content') as a str, got {type(text).__name__}")
+            if not text.strip():
+                raise ValueError(f"messages[{i}] has empty text")
+            sp = m.get("speaker", m.get("role"))
+            if sp is not None and not isinstance(sp, str):
+                raise TypeError(f"messages[{i}]['speaker'] must be a str, got {type(sp).__name__}")
+            src = m.get("id")
+            if src is not None:
+                if isinstance(src, bool) or not isinstance(src, (str, int)):
+                    raise TypeError(f"messages[{i}]['id'] must be a str or int, got {type(src).__name__}")
+                src = str(src)
+            t = _to_time(m.get("timestamp"), f"messages[{i}]['timestamp']")
+            dom = m.get("domain")
+            if dom is not None and not isinstance(dom, str):
+                raise TypeError(f"messages[{i}]['domain'] must be a str")
+            com = m.get("commitment", "persist")
+            if com not in _COMMITMENTS:
+                raise ValueError(f"messages[{i}]['commitment'] must be one of {_COMMITMENTS}, got {com!r}")
+            parsed.append({"text": text, "speaker": sp, "source_id": src, "timestamp": t, "domain": dom,
+                           "commitment": com})
+        emb = self._embed([p["text"] for p in parsed])
+        wall = _now()
+        for p in parsed:
+            if p["timestamp"] is None:
+                p["timestamp"] = default_t if default_t is not None else wall
+        with self._lock:
+            self._check_open()
+            try:
+                with self._store.tx():
+                    ids = self._add_locked(parsed, emb, user_id, session_id)
+            except BaseException:
+                self._reload_after_failure()
+                raise
+        return ids
+
+    def _add_locked(self, parsed: list[dict[str, Any]], emb: npt.NDArray[np.float32], user_id: str,
+                    session_id: str) -> list[int]:
+        u = self._user(user_id, create=True)
+        assert u is not None
+        key = (user_id, session_id)
+        first_t = parsed[0]["timestamp"]
+        sess = self._sessions.get(key)
+        if sess is None or sess[0] != "open":
+            started = first_t if sess is None else sess[1]
+            self._sessions[key] = ["open", started, None]
+            self._store.upsert_session(user_id, session_id, "open", started, None)
+        rows: list[dict[str, Any]] = []
+        ids: list[int] = []
+        for p, e in zip(parsed, emb):
+            r = self._new_rec(u, e, rows, session_id=session_id, layer="working", kind="turn", text=p["text"],
+                              speaker=p["speaker"], timestamp=p["timestamp"], created_at=p["timestamp"],
+                              domain=p["domain"], commitment=p["commitment"], interaction_len=1.0)
+            r.source_id = p["source_id"] if p["source_id"] is not None else f"t{r.id}"
+            r.sources = (r.source_id,)
+            u.by_src[r.source_id] = r.id
+            rows[-1]["source_id"] = r.source_id
+            rows[-1]["sources"] = r.sources
+            ids.append(r.id)
+        self._store.insert_items(rows)
+        q = u.working.setdefault(session_id, [])
+        if len(q) > self.config.working_capacity:
+            half = max(1, self.config.working_capacity // 2)
+            self._dequeue(u, session_id, len(q) - self.config.working_capacity + half)
+        return ids
+
+    def _dequeue(self, u: _User, session_id: str, n: int) -> None:
+        """Move the oldest n turns of a session's working memory to the archive and the tree."""
+        q = u.working[session_id]
+        out, u.working[session_id] = q[:n], q[n:]
+        if not u.working[session_id]:
+            del u.working[session_id]
+        turns = [self._recs[i] for i in out]
+        embs = self._vecs(out)
+        for r in turns:
+            self._move(u, r, "archive")
+        self._store.update_items([(r.id, {"layer": "archive"}) for r in turns])
+        keep = [(r, e) for r, e in zip(turns, embs) if r.commitment != "ephemeral"]
+        if keep:
+            self._consolidate(u, [r for r, _ in keep], np.stack([e for _, e in keep]))
+
+    def _segments(self, turns: list[_Rec], embs: npt.NDArray[np.float32]) -> list[list[int]]:
+        """Cut adjacent turns into segments: a turn joins while cos(turn, centroid) >= threshold."""
+        c = self.config
+        segs: list[list[int]] = []
+        cur: list[int] = []
+        centroid = np.zeros(self._dim, dtype=np.float32)
+        for i in range(len(turns)):
+            if cur:
+                sim = float(embs[i] @ _unit(centroid))
+                if len(cur) >= c.max_segment_turns or (len(cur) >= c.min_segment_turns and sim < c.segment_threshold):
+                    segs.append(cur)
+                    cur, centroid = [], np.zeros(self._dim, dtype=np.float32)
+            cur.append(i)
+            centroid = centroid + embs[i]
+        if cur:
+            if segs and len(cur) < c.min_segment_turns and len(segs[-1]) + len(cur) <= c.max_segment_turns:
+                segs[-1].extend(cur)
+            else:
+                segs.append(cur)
+        return segs
+
+    def _turn_views(self, recs: Iterable[_Rec]) -> list[Turn]:
+        return [Turn(r.source_id, r.speaker, r.text, r.timestamp) for r in recs]
+
+    def _consolidate(self, u: _User, turns: list[_Rec], embs: npt.NDArray[np.float32]) -> None:
+        """Segments -> episodic leaves (MemTree insertion) and facts -> semantic (Resolve)."""
+        rows: list[dict[str, Any]] = []
+        updates: list[tuple[int, dict[str, Any]]] = []
+        for seg in self._segments(turns, embs):
+            recs = [turns[i] for i in seg]
+            e = _unit(embs[seg].mean(axis=0))
+            summary = self._summarizer.summarize(self._turn_views(recs), self.config.summary_words) or recs[0].text
+            text = "\n".join(f"{r.speaker}: {r.text}" if r.speaker else r.text for r in recs)
+            srcs: list[str] = []
+            for r in recs:
+                srcs.extend(r.sources)
+            leaf = self._new_rec(u, e, rows, session_id=recs[-1].session_id, layer="episodic", kind="segment",
+                                 text=text, summary=summary, sources=tuple(dict.fromkeys(srcs)),
+                                 members=[r.id for r in recs], timestamp=recs[-1].timestamp,
+                                 created_at=recs[0].timestamp, interaction_len=float(len(recs)),
+                                 domain=recs[0].domain, parent_id=None, depth=1)
+            self._tree_insert(u, leaf, e, rows, updates)
+        self._store.insert_items(rows)
+        self._store.update_items(updates)
+        facts = self._extractor.extract(self._turn_views(turns))
+        by_src = {r.source_id: r for r in turns}
+        self._resolve(u, facts, by_src)
+
+    # -- MemTree
+    def _theta(self, depth: int, height: int) -> float:
+        return self.config.tree_theta0 * math.exp(self.config.tree_lambda * depth / max(1, height))
+
+    def _tree_insert(self, u: _User, leaf: _Rec, e: npt.NDArray[np.float32], rows: list[dict[str, Any]],
+                     updates: list[tuple[int, dict[str, Any]]]) -> None:
+        v, depth = _ROOT, 0
+        path: list[int] = []
+        height = max(1, u.max_depth)
+        # The leaf was indexed under parent None; attach it properly below.
+        while True:
+            if v != _ROOT and self._recs[v].kind == "segment":
+                # Leaf expansion: a new internal node takes v's place, v and the new leaf under it.
+                old = self._recs[v]
+                parent = old.parent_id
+                sib = u.children[parent]
+                node = self._new_rec(u, self._vec(old), rows, session_id=leaf.session_id, layer="episodic",
+                                     kind="summary", text=old.summary or old.text, summary=old.summary,
+                                     sources=(), members=[], timestamp=old.timestamp, created_at=old.created_at,
+                                     parent_id=None, depth=old.depth)
+                sib[sib.index(v)] = node.id
+                sib.sort(key=lambda i: self._recs[i].seq)
+                node.parent_id = parent
+                rows[-1]["parent_id"] = parent
+                u.children[node.id] = [v]
+                old.parent_id, old.depth = node.id, old.depth + 1
+                updates.append((old.id, {"parent_id": old.parent_id, "depth": old.depth}))
+                self._attach(u, leaf, node.id, old.depth, rows)
+                path.append(node.id)
+                break
+            kids = u.children.get(v, [])
+            if not kids:
+                self._attach(u, leaf, v, depth + 1, rows)
+                break
+            sims = self._vecs(kids) @ e
+            b = int(np.argmax(sims))
+            if float(sims[b]) >= self._theta(depth, height):
+                v = kids[b]
+                depth += 1
+                if self._recs[v].kind == "summary":
+                    path.append(v)
+                continue
+            self._attach(u, leaf, v, depth + 1, rows)
+            break
+        for nid in reversed(path):  # deepest first, so parents see fresh child summaries
+            self._resummarise(u, self._recs[nid], leaf, rows, updates)
+
+    def _attach(self, u: _User, leaf: _Rec, parent: int, depth: int, rows: list[dict[str, Any]]) -> None:
+        leaf.parent_id, leaf.depth = parent, depth
+        u.children.setdefault(parent, []).append(leaf.id)
+        u.max_depth = max(u.max_depth, depth)
+        for row in rows:
+            if row["id"] == leaf.id:
+                row["parent_id"], row["depth"] = parent, depth
+
+    def _resummarise(self, u: _User, node: _Rec, leaf: _Rec, rows: list[dict[str, Any]],
+                     updates: list[tuple[int, dict[str, Any]]]) -> None:
+        """Re-summarise an ancestor of a newly inserted leaf (its sources and interaction length
+        grow by the leaf's; a freshly expanded node also takes its first child's)."""
+        kids = [self._recs[k] for k in u.children.get(node.id, [])]
+        if not kids:
+            return
+        views = [Turn(str(k.id), None, k.summary or k.text, k.timestamp) for k in kids]
+        summary = self._summarizer.summarize(views, self.config.summary_words) or kids[-1].text
+        grow = list(leaf.sources)
+        if not node.sources:  # new internal node from a leaf expansion: its first child's provenance
+            grow = [s for k in kids if k.id != leaf.id for s in k.sources] + grow
+            node.interaction_len = float(sum(k.interaction_len for k in kids if k.id != leaf.id))
+        node.text = node.summary = summary
+        node.sources = tuple(dict.fromkeys(tuple(node.sources) + tuple(grow)))
+        node.timestamp = max((k.timestamp for k in kids if k.timestamp is not None), default=node.timestamp)
+        node.interaction_len = float(node.interaction_len or 0.0) + float(leaf.interaction_len)
+        emb = self._embed([summary])[0]
+        self._move(u, node, "episodic", emb)
+        fields_ = {"text": node.text, "summary": node.summary, "sources": node.sources, "timestamp": node.timestamp,
+                   "interaction_len": node.interaction_len, "embedding": emb.tobytes()}
+        for row in rows:
+            if row["id"] == node.id:
+                row.update(fields_)
+                return
+        updates.append((node.id, fields_))
+
+    # -- semantic: Resolve and profiles
+    def _same_value(self, a: str, b: str) -> bool:
+        if _norm_key(a) == _norm_key(b):
+            return True
+        x = self._embed([a, b])
+        return float(x[0] @ x[1]) >= self.config.resolve_threshold
+
+    def _resolve(self, u: _User, facts: list[Fact], by_src: Mapping[str, _Rec]) -> None:
+        """Resolve(τ_s): insert facts; a new object of a functional predicate supersedes the old."""
+        if not facts:
+            return
+        rows: list[dict[str, Any]] = []
+        updates: list[tuple[int, dict[str, Any]]] = []
+        touched: set[str] = set()
+        embs = self._embed([f.text for f in facts])
+        for f, e in zip(facts, embs):
+            key = (_norm_key(f.subject), f.predicate)
+            src_recs = [by_src[s] for s in f.sources if s in by_src]
+            commitment = "verify" if any(r.commitment == "verify" for r in src_recs) else "persist"
+            domain = src_recs[0].domain if src_recs else None
+            t = f.timestamp if f.timestamp is not None else (src_recs[0].timestamp if src_recs else _now())
+            cur_ids = u.current.get(key, [])
+            same = next((i for i in cur_ids if self._same_value(self._recs[i].object, f.object)), None)
+            if same is not None:  # reinforcement: same value stated again
+                r = self._recs[same]
+                r.sources = tuple(dict.fromkeys(r.sources + tuple(f.sources)))
+                r.strength += 1.0
+                updates.append((r.id, {"sources": r.sources, "strength": r.strength}))
+                u.stale = None
+                continue
+            if f.functional and cur_ids:
+                cur = self._recs[cur_ids[0]]
+                if t < cur.valid_from:
+                    # An older statement replayed late: it goes straight to history.
+                    self._new_rec(u, e, rows, session_id=src_recs[0].session_id if src_recs else None,
+                                  layer="history", kind="fact", text=f.text, subject=f.subject, predicate=f.predicate,
+                                  object=f.object, sources=tuple(f.sources), timestamp=t, created_at=t, valid_from=t,
+                                  valid_to=cur.valid_from, superseded_by=cur.id, domain=domain, commitment=commitment)
+                    continue
+                new = self._new_rec(u, e, rows, session_id=src_recs[0].session_id if src_recs else None,
+                                    layer="semantic", kind="fact", text=f.text, subject=f.subject,
+                                    predicate=f.predicate, object=f.object, sources=tuple(f.sources), timestamp=t,
+                                    created_at=t, valid_from=t, domain=domain, commitment=commitment)
+                cur_ids = u.current[key]
+                cur_ids.remove(cur.id)
+                cur.valid_to, cur.superseded_by = t, new.id
+                self._move(u, cur, "history")
+                updates.append((cur.id, {"layer": "history", "valid_to": t, "superseded_by": new.id}))
+                u.stale = None
+            else:
+                self._new_rec(u, e, rows, session_id=src_recs[0].session_id if src_recs else None, layer="semantic",
+                              kind="fact", text=f.text, subject=f.subject, predicate=f.predicate, object=f.object,
+                              sources=tuple(f.sources), timestamp=t, created_at=t, valid_from=t, domain=domain,
+                              commitment=commitment)
+            touched.add(f.subject)
+            self._facts_added += 1
+        self._store.insert_items(rows)
+        self._store.update_items(updates)
+        for subj in sorted(touched):
+            self._update_profile(u, subj)
+
+    def _update_profile(self, u: _User, subject: str) -> None:
+        """Entity profile: text = current facts; embedding moves by the damped update (eq. 9–10)."""
+        sk = _norm_key(subject)
+        facts = [self._recs[i] for (s, _), ids in sorted(u.current.items()) if s == sk for i in ids]
+        if not facts:
+            return
+        facts.sort(key=lambda r: (r.predicate, r.valid_from or 0.0))
+        parts = [fact_sentence(subject, r.predicate, r.object)[len(subject) + 1:] for r in facts]
+        text = f"{subject}: " + "; ".join(parts)
+        target = self._embed([text])
+        t = max(r.valid_from or 0.0 for r in facts)
+        srcs: list[str] = []
+        for r in facts:
+            srcs.extend(r.sources)
+        pid = u.profiles.get(sk)
+        if pid is None:
+            rows: list[dict[str, Any]] = []
+            self._new_rec(u, target[0], rows, layer="semantic", kind="profile", text=text, subject=subject,
+                          sources=tuple(dict.fromkeys(srcs)), timestamp=t, created_at=t)
+            self._store.insert_items(rows)
+            return
+        p = self._recs[pid]
+        rows_ = self._vec(p).reshape(1, -1).astype(np.float32)
+        drift = kernels.damped_update(rows_, np.ascontiguousarray(target, dtype=np.float32),
+                                      float(self.config.profile_lambda))
+        d = float(np.asarray(drift).reshape(-1)[0])
+        u.drift_total += d
+        u.drift_last = d
+        u.drift_updates += 1
+        self._store.set_drift(u.user_id, u.drift_total, u.drift_last, u.drift_updates)
+        p.text, p.timestamp, p.sources = text, t, tuple(dict.fromkeys(srcs))
+        self._move(u, p, "semantic", rows_[0])
+        self._store.update_items([(p.id, {"text": text, "timestamp": t, "sources": p.sources,
+                                          "embedding": rows_[0].tobytes()})])
+
+    # -- end of session
+    def end_session(self, user_id: str, session_id: str, now: TimeLike = None) -> dict[str, Any]:
+        """Consolidate a session (one atomic transaction).
+
+        Flushes the session's working memory into episodic segments (and facts), adds the session
+        summary ŝ = ψ(session) and blends it into the matching earlier episode (eq. 5, α),
+        decays episodic strengths by α, promotes hot episodes (heat > τ) to semantic notes, and
+        evicts the lowest heat × strength items over the capacities. Raw turns stay in the archive.
+
+        Parameters
+        ----------
+        now : event time of the consolidation (default: the session's last turn time).
+
+        Returns
+        -------
+        dict — counts: ``segments``, ``facts``, ``promoted``, ``evicted``, ``blend_drift``.
+
+        Raises
+        ------
+        IndexError
+            Unknown user or session.
+        """
+        self._check_open()
+        _check_id(user_id, "user_id")
+        _check_id(session_id, "session_id")
+        t_now = _to_time(now, "now")
+        with self._lock:
+            self._check_open()
+            u = self._users.get(user_id)
+            if u is None:
+                raise IndexError(f"unknown user_id {user_id!r}")
+            if (user_id, session_id) not in self._sessions:
+                raise IndexError(f"unknown session {session_id!r} for user {user_id!r}")
+            try:
+                with self._store.tx():
+                    return self._end_session_locked(u, session_id, t_now)
+            except BaseException:
+                self._reload_after_failure()
+                raise
+
+    def _end_session_locked(self, u: _User, session_id: str, t_now: Optional[float]) -> dict[str, Any]:
+        c = self.config
+        report = {"segments": 0, "facts": 0, "promoted": 0, "evicted": 0, "blend_drift": 0.0}
+        if self._sessions[(u.user_id, session_id)][0] == "ended" and session_id not in u.working:
+            return report  # already consolidated
+        n_seg0 = u.n_active["episodic"]
+        n_fact0 = self._facts_added
+        session_turns = sorted((r for r in self._urecs(u) if r.session_id == session_id
+                                and r.kind == "turn" and r.commitment != "ephemeral"), key=lambda r: r.seq)
+        if session_id in u.working:
+            self._dequeue(u, session_id, len(u.working[session_id]))
+        if t_now is None:
+            t_now = max((r.timestamp for r in session_turns if r.timestamp is not None), default=_now())
+        rows: list[dict[str, Any]] = []
+        updates: list[tuple[int, dict[str, Any]]] = []
+        # Strength decay of earlier episodes (the α·M_{t-1} part of eq. 5).
+        old_ep = [r for r in self._urecs(u) if r.layer == "episodic"
+                  and r.status == "active" and r.session_id != session_id]
+        for r in old_ep:
+            r.strength *= c.alpha
+            updates.append((r.id, {"strength": r.strength}))
+        if session_turns:
+            summary = self._summarizer.summarize(self._turn_views(session_turns), c.summary_words)
+            if summary.strip():
+                s_emb = self._embed([summary])
+                # Blend ŝ into the most similar earlier session summary (eq. 5) via the EMA kernel.
+                prev = [r.id for r in old_ep if r.kind == "summary" and r.parent_id == _NO_TREE]
+                if prev:
+                    P = self._vecs(prev)
+                    sims = P @ s_emb[0]
+                    b = int(np.argmax(sims))
+                    if float(sims[b]) >= c.blend_threshold:
+                        row = np.ascontiguousarray(P[b:b + 1])
+                        drift = kernels.ema_blend(row, np.ascontiguousarray(s_emb), float(c.alpha), renormalize=True)
+                        report["blend_drift"] = float(np.asarray(drift).reshape(-1)[0])
+                        m = self._recs[prev[b]]
+                        self._move(u, m, "episodic", row[0])
+                        updates.append((m.id, {"embedding": row[0].tobytes()}))
+                srcs: list[str] = []
+                for r in session_turns:
+                    srcs.extend(r.sources)
+                self._new_rec(u, s_emb[0], rows, session_id=session_id, layer="episodic", kind="summary",
+                              text=summary, summary=summary, sources=tuple(dict.fromkeys(srcs)),
+                              timestamp=session_turns[-1].timestamp, created_at=session_turns[0].timestamp,
+                              interaction_len=float(len(session_turns)), parent_id=_NO_TREE, depth=0)
+        self._store.insert_items(rows)
+        self._store.update_items(updates)
+        report["promoted"] = self._promote(u, t_now)
+        report["evicted"] = self._evict(u, t_now)
+        report["segments"] = max(0, u.n_active["episodic"] - n_seg0)
+        report["facts"] = self._facts_added - n_fact0
+        key = (u.user_id, session_id)
+        st = self._sessions[key]
+        self._sessions[key] = ["ended", st[1], t_now]
+        self._store.upsert_session(u.user_id, session_id, "ended", st[1], t_now)
+        return report
+
+    def _heat(self, recs: list[_Rec], now: float) -> npt.NDArray[np.float32]:
+        c = self.config
+        visits = np.array([r.access_count for r in recs], dtype=np.float32)
+        ilen = np.array([r.interaction_len for r in recs], dtype=np.float32)
+        last = np.array([r.last_access if r.last_access is not None else now for r in recs], dtype=np.float64)
+        return np.asarray(kernels.heat_scores(visits, ilen, last, float(now), a=c.heat_a, b=c.heat_b, c=c.heat_c,
+                                              mu=c.heat_mu), dtype=np.float32)
+
+    def _promote(self, u: _User, now: float) -> int:
+        """Episodes with heat > τ become semantic notes (their facts are already extracted)."""
+        leaves = [r for r in self._urecs(u) if r.layer == "episodic"
+                  and r.status == "active" and r.kind == "segment"]
+        if not leaves:
+            return 0
+        heat = self._heat(leaves, now)
+        hot = np.asarray(kernels.select_hot(heat, float(self.config.promote_threshold))).reshape(-1)
+        if hot.size == 0:
+            return 0
+        rows: list[dict[str, Any]] = []
+        updates: list[tuple[int, dict[str, Any]]] = []
+        chosen = [leaves[int(i)] for i in hot]
+        embs = self._embed([r.summary or r.text for r in chosen])
+        for r, e in zip(chosen, embs):
+            self._new_rec(u, e, rows, session_id=r.session_id, layer="semantic", kind="note", text=r.summary or r.text,
+                          summary=r.summary, sources=r.sources, timestamp=r.timestamp, created_at=now,
+                          domain=r.domain, last_access=now)
+            r.access_count, r.interaction_len, r.last_access = 0, 0.0, now
+            updates.append((r.id, {"access_count": 0, "interaction_len": 0.0, "last_access": now}))
+        self._store.insert_items(rows)
+        self._store.update_items(updates)
+        return len(chosen)
+
+    def _evict(self, u: _User, now: float) -> int:
+        """Capacity projection Π_C: lowest heat × strength beyond C_e / C_s leave the active layers."""
+        c = self.config
+        n = 0
+        ep = [r for r in self._urecs(u) if r.layer == "episodic" and r.status == "active"
+              and (r.kind == "segment" or r.parent_id == _NO_TREE)]
+        sem = [r for r in self._urecs(u) if r.layer == "semantic"
+               and r.status == "active" and r.kind in ("fact", "note")]
+        for recs, cap in ((ep, c.episodic_capacity), (sem, c.semantic_capacity)):
+            if len(recs) <= cap:
+                continue
+            score = (self._heat(recs, now) * np.array([r.strength for r in recs], dtype=np.float32)).astype(np.float32)
+            ns = np.zeros(len(recs), dtype=np.uint64)
+            out = np.asarray(kernels.evict_to_capacity(np.ascontiguousarray(score), ns, int(cap))).reshape(-1)
+            victims = [recs[int(i)] for i in out]
+            for r in victims:
+                self._evict_one(u, r)
+            n += len(victims)
+        if n:
+            u.max_depth = max((int(self._recs[i].depth) for kids in u.children.values() for i in kids), default=0)
+        return n
+
+    def _evict_one(self, u: _User, r: _Rec) -> None:
+        updates: list[tuple[int, dict[str, Any]]] = []
+        stack = [r]
+        while stack:
+            x = stack.pop()
+            if x.status != "active":
+                continue
+            self._unplace(u, x)
+            x.status = "evicted"
+            updates.append((x.id, {"status": "evicted"}))
+            if x.kind == "fact":
+                lst = u.current.get((_norm_key(x.subject), x.predicate), [])
+                if x.id in lst:
+                    lst.remove(x.id)
+                u.stale = None
+            if x.layer == "episodic" and x.parent_id not in (None, _NO_TREE):
+                sib = u.children.get(x.parent_id, [])
+                if x.id in sib:
+                    sib.remove(x.id)
+                if not sib and x.parent_id != _ROOT:
+                    u.children.pop(x.parent_id, None)
+                    stack.append(self._recs[x.parent_id])  # an internal node with no children goes too
+        self._store.update_items(updates)
+
+    # ------------------------------------------------------------------ read path
+    def _query_vec(self, query: str, query_embedding: Optional[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
+        if not query.strip():
+            raise ValueError("query is empty")
+        if query_embedding is None:
+            return self._embed([query])
+        q = query_embedding
+        if not isinstance(q, np.ndarray) or q.dtype != np.float32:
+            raise TypeError("query_embedding must be a float32 numpy array of shape (dim,)")
+        if q.shape != (self._dim,):
+            raise ValueError(f"query_embedding must have shape ({self._dim},), got {q.shape}")
+        if not np.isfinite(q).all() or not np.any(q):
+            raise ValueError("query_embedding must be finite and non-zero")
+        return np.ascontiguousarray(q.reshape(1, -1))
+
+    def _stale(self, u: _User) -> "_Staleness":
+        """What only supports superseded facts: their source turns, and their object values
+        (when the current value of the same subject + predicate is different)."""
+        if u.stale is None:
+            hist: set[str] = set()
+            cur: set[str] = set()
+            values: dict[str, set[str]] = {}
+            for r in self._urecs(u):
+                if r.kind != "fact" or r.status != "active":
+                    continue
+                (hist if r.layer == "history" else cur).update(r.sources)
+                if r.layer == "history":
+                    key = (_norm_key(r.subject or ""), r.predicate or "")
+                    now_ids = u.current.get(key, [])
+                    now_vals = {_norm_key(self._recs[i].object or "") for i in now_ids}
+                    old = _norm_key(r.object or "")
+                    if old and now_vals and old not in now_vals:
+                        values.setdefault(old, set()).update(now_vals)
+            u.stale = _Staleness(frozenset(hist - cur), values)
+        return u.stale
+
+    def _candidates(self, u: _User, q: npt.NDArray[np.float32], layer: str, k: int,
+                    now: Optional[float], domain: Optional[str]) -> list[tuple[float, _Rec]]:
+        if u.n_active.get(layer, 0) == 0:
+            return []
+        scores, slots = self._arena.search(q, min(k, u.n_active[layer]), metric="cosine",
+                                           namespace=self._ns(u, layer), layers=[LAYERS[layer]])
+        out: list[tuple[float, _Rec]] = []
+        for s, sl in zip(scores[0].tolist(), slots[0].tolist()):
+            if sl < 0:
+                continue
+            r = self._recs[self._by_slot[sl]]
+            if now is not None and r.timestamp is not None and r.timestamp > now:
+                continue  # replay: the future is not known yet
+            if domain is not None and r.domain is not None and r.domain != domain:
+                continue  # domain gate
+            out.append((float(s), r))
+        return out
+
+    def _item(self, r: _Rec, score: float = 0.0) -> MemoryItem:
+        turns: tuple[tuple[Optional[float], Optional[str], str], ...] = ()
+        if r.kind == "segment":
+            turns = tuple((self._recs[m].timestamp, self._recs[m].speaker, self._recs[m].text)
+                          for m in r.members if m in self._recs)
+        if r.kind == "fact" and r.sources:
+            u = self._users[r.user_id]
+            src = self._recs.get(u.by_src.get(r.sources[-1], -1))
+            if src is not None:
+                turns = ((src.timestamp, src.speaker, src.text),)
+        layer = r.layer if r.status == "active" else ("archive" if r.kind == "turn" else r.layer)
+        return MemoryItem(id=r.id, text=r.text, layer=layer, kind=r.kind, user_id=r.user_id, session_id=r.session_id,
+                          score=score, sources=tuple(r.sources), timestamp=r.timestamp, speaker=r.speaker,
+                          subject=r.subject, predicate=r.predicate, object=r.object, valid_from=r.valid_from,
+                          valid_to=r.valid_to, superseded_by=r.superseded_by, summary=r.summary,
+                          access_count=int(r.access_count), last_access=r.last_access, strength=float(r.strength),
+                          domain=r.domain, commitment=r.commitment, turns=turns)
+
+    def context(self, query: str, user_id: str, budget: int = 1024, now: TimeLike = None, *,
+                domain: Optional[str] = None, include_archive: bool = False,
+                query_embedding: Optional[npt.NDArray[np.float32]] = None) -> Context:
+        """Build a budgeted context for ``query`` from ``user_id``'s memory.
+
+        Per active layer (working, episodic, semantic; the archive too with
+        ``include_archive=True``): top-m candidates by cosine; layer relevance r_i = mean of the
+        top ``relevance_top`` similarities; γ = softmax_gate(β·r) with the entropy bound ε;
+        the budget is split ∝ γ (working first, at most ``working_share``), filled by score, then
+        the rest by global score; duplicates (sources already covered) are dropped; items under
+        ``min_similarity`` never enter (nothing left → ``abstain``); the result is ordered against
+        lost-in-the-middle. Returned items get ``access_count`` += 1 and ``last_access`` = now.
+
+        Parameters
+        ----------
+        query : str
+        user_id : str
+            An unknown user has no memories: the context abstains.
+        budget : int
+            Token budget (whitespace words of the rendered context), >= 1.
+        now : event time of the question (default: wall clock). When given, items stated after
+            ``now`` are invisible (replays behave as if it were then).
+        domain : str, optional
+            Domain gate: items tagged with another domain are blocked.
+        query_embedding : ndarray, shape (dim,), float32, optional
+            Precomputed query vector (skips embedding).
+
+        Returns
+        -------
+        Context
+        """
+        self._check_open()
+        _check_id(user_id, "user_id")
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+            raise TypeError(f"budget must be an int (tokens), got {type(budget).__name__}")
+        if budget <= 0:
+            raise ValueError(f"budget must be >= 1 token, got {budget}")
+        budget = int(budget)
+        t_now = _to_time(now, "now")
+        if domain is not None and not isinstance(domain, str):
+            raise TypeError("domain must be a str or None")
+        q = self._query_vec(query, query_embedding)
+        c = self.config
+        with self._lock:
+            self._check_open()
+            u = self._users.get(user_id)
+            empty = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
+            if u is None:
+                return empty
+            layers = list(_ACTIVE) + (["archive"] if include_archive else [])
+            stale = self._stale(u)
+            per_layer: dict[str, list[tuple[float, _Rec]]] = {}
+            rel: dict[str, float] = {}
+            for L in layers:
+                cands = self._candidates(u, q, L, c.candidates, t_now, domain)
+                if not cands:
+                    continue
+                rel[L] = float(np.mean([s for s, _ in cands[: c.relevance_top]]))
+                adj: list[tuple[float, _Rec]] = []
+                for s, r in cands:
+                    if stale and r.kind != "fact":
+                        s = s * (1.0 - c.stale_penalty * stale.weight(r.id, r.text, r.sources))
+                    if s >= c.min_similarity:
+                        adj.append((s, r))
+                adj.sort(key=lambda x: (-x[0], x[1].seq))
+                per_layer[L] = adj
+            names = [L for L in layers if L in rel]
+            if not names or not any(per_layer[L] for L in names):
+                empty.gates = {}
+                return empty
+            r_arr = np.array([[rel[L] for L in names]], dtype=np.float32)
+            gamma, beta_used = kernels.softmax_gate(r_arr, float(c.beta), max_entropy=c.max_entropy)
+            gamma = np.asarray(gamma, dtype=np.float64).reshape(-1)
+            gates = {L: float(g) for L, g in zip(names, gamma)}
+            chosen = self._fill(per_layer, gates, budget)
+            if not chosen:
+                return Context(items=[], gates=gates, beta=float(np.asarray(beta_used).reshape(-1)[0]), abstain=True,
+                               query=query, budget=budget)
+            ordered = _lost_in_the_middle(chosen)
+            bump_t = t_now if t_now is not None else _now()
+            items = [self._item(r, s) for s, r in ordered]
+            self._bump([r for _, r in ordered], bump_t)
+            return Context(items=items, gates=gates, beta=float(np.asarray(beta_used).reshape(-1)[0]), abstain=False,
+                           query=query, budget=budget)
+
+    def _fill(self, per_layer: dict[str, list[tuple[float, _Rec]]], gates: dict[str, float],
+              budget: int) -> list[tuple[float, _Rec]]:
+        c = self.config
+        chosen: list[tuple[float, _Rec]] = []
+        taken: set[int] = set()
+        covered: set[str] = set()
+        fact_keys: set[tuple[str, str, str]] = set()
+        used = 0
+
+        def try_take(s: float, r: _Rec, limit: int) -> int:
+            nonlocal used
+            if r.id in taken:
+                return 0
+            if r.kind == "fact":
+                fk = (_norm_key(r.subject or ""), r.predicate or "", _norm_key(r.object or ""))
+                if fk in fact_keys:
+                    return 0
+            elif r.sources and set(r.sources) <= covered:
+                return 0  # dedupe: the raw text of all its sources is already in the context
+            n = self._ntokens(r)
+            if n > limit:
+                return 0
+            taken.add(r.id)
+            if r.kind in ("turn", "segment"):
+                covered.update(r.sources)
+            elif r.kind == "fact" and r.sources:
+                covered.add(r.sources[-1])  # a fact renders its latest source turn
+            if r.kind == "fact":
+                fact_keys.add((_norm_key(r.subject or ""), r.predicate or "", _norm_key(r.object or "")))
+            chosen.append((s, r))
+            used += n
+            return n
+
+        order = sorted(gates, key=lambda L: (L != "working", -gates[L]))
+        for L in order:
+            share = gates[L] * budget
+            if L == "working":
+                share = min(share, c.working_share * budget) if len(gates) > 1 else budget
+            left = int(share)
+            for s, r in per_layer.get(L, []):
+                if left <= 0:
+                    break
+                left -= try_take(s, r, min(left, budget - used))
+        pool = sorted(((s, r) for L in order for s, r in per_layer.get(L, [])), key=lambda x: (-x[0], x[1].seq))
+        for s, r in pool:
+            if used >= budget:
+                break
+            try_take(s, r, budget - used)
+        return chosen
+
+    def _ntokens(self, r: _Rec) -> int:
+        """Whitespace tokens of the item's rendering (cached; the key covers what can change)."""
+        key = (r.text, r.valid_to, r.superseded_by, len(r.members or ()), r.sources[-1] if r.sources else None)
+        hit = self._ntok.get(r.id)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        n = len(self._item(r).render().split())
+        self._ntok[r.id] = (key, n)
+        return n
+
+    def _bump(self, recs: list[_Rec], t: float) -> None:
+        for r in recs:
+            r.access_count += 1
+            r.last_access = t
+        try:
+            with self._store.tx():
+                self._store.bump_access([(r.access_count, t, r.id) for r in recs])
+        except BaseException:
+            self._reload_after_failure()
+            raise
+
+    def search(self, query: str, user_id: str, k: int = 10, layers: Optional[Sequence[str]] = None, *,
+               now: TimeLike = None, query_embedding: Optional[npt.NDArray[np.float32]] = None) -> list[MemoryItem]:
+        """Top-k items of ``user_id`` by cosine similarity (no budget, gate or floor; no access bump).
+
+        Parameters
+        ----------
+        layers : list of str, optional
+            Any of ``working``, ``episodic``, ``semantic``, ``archive`` (every raw turn ever added,
+            including those still in working memory), ``history`` (superseded facts). Default:
+            the active layers.
+        """
+        self._check_open()
+        _check_id(user_id, "user_id")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+            raise TypeError(f"k must be an int, got {type(k).__name__}")
+        if k <= 0:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if layers is None:
+            names = list(_ACTIVE)
+        else:
+            if isinstance(layers, str):
+                raise TypeError("layers must be a list of layer names, e.g. ['archive']")
+            names = list(layers)
+            for L in names:
+                if L not in LAYERS:
+                    raise ValueError(f"unknown layer {L!r}; expected some of {list(LAYERS)}")
+        if "archive" in names and "working" not in names:
+            names.append("working")  # archive = every raw turn, live ones included
+        t_now = _to_time(now, "now")
+        q = self._query_vec(query, query_embedding)
+        with self._lock:
+            self._check_open()
+            u = self._users.get(user_id)
+            if u is None:
+                return []
+            hits: list[tuple[float, _Rec]] = []
+            for L in dict.fromkeys(names):
+                hits.extend(self._candidates(u, q, L, int(k), t_now, None))
+            if layers is not None and "archive" in layers and "working" not in layers:
+                hits = [(s, r) for s, r in hits if r.kind == "turn"]
+            hits.sort(key=lambda x: (-x[0], x[1].seq))
+            out = []
+            for s, r in hits[: int(k)]:
+                it = self._item(r, s)
+                if layers is not None and "archive" in layers and "working" not in layers:
+                    it.layer = "archive"
+                out.append(it)
+            return out
+
+    # ------------------------------------------------------------------ items
+    def _rec_checked(self, item_id: int, user_id: Optional[str] = None) -> _Rec:
+        if isinstance(item_id, bool) or not isinstance(item_id, (int, np.integer)):
+            raise TypeError(f"item_id must be an int, got {type(item_id).__name__}")
+        iid = int(item_id)
+        if iid <= 0 or not self._store.owns(iid):
+            raise IndexError(f"item id {iid} does not belong to this database (ids are database-specific)")
+        r = self._recs.get(iid)
+        if r is None:
+            raise IndexError(f"item id {iid} does not exist (deleted?)")
+        if user_id is not None:
+            _check_id(user_id, "user_id")
+            if user_id not in self._users:
+                raise IndexError(f"unknown user_id {user_id!r}")
+            if r.user_id != user_id:
+                raise IndexError(f"item id {iid} does not belong to user {user_id!r}")
+        return r
+
+    def get(self, item_id: int, user_id: Optional[str] = None) -> MemoryItem:
+        """The item with this id (any layer, evicted and superseded included).
+
+        Raises
+        ------
+        IndexError
+            Unknown id, an id of another database, or (with ``user_id``) another user's item.
+        """
+        self._check_open()
+        with self._lock:
+            return self._item(self._rec_checked(item_id, user_id))
+
+    def update(self, item_id: int, text: str, user_id: Optional[str] = None, timestamp: TimeLike = None) -> MemoryItem:
+        """Replace an item's text (re-embedded); the previous text is kept in :meth:`history`."""
+        self._check_open()
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if not text.strip():
+            raise ValueError("text is empty")
+        t = _to_time(timestamp, "timestamp")
+        emb = self._embed([text])[0]
+        with self._lock:
+            self._check_open()
+            r = self._rec_checked(item_id, user_id)
+            u = self._users[r.user_id]
+            try:
+                with self._store.tx():
+                    self._store.add_revision(r.id, r.text, t if t is not None else _now())
+                    r.text = text
+                    u.stale = None
+                    fields_: dict[str, Any] = {"text": text, "embedding": emb.tobytes()}
+                    if r.kind in ("summary", "note"):
+                        r.summary = text
+                        fields_["summary"] = text
+                    if r.status == "active":
+                        self._move(u, r, r.layer, emb)
+                    self._store.update_items([(r.id, fields_)])
+            except BaseException:
+                self._reload_after_failure()
+                raise
+            return self._item(r)
+
+    def delete(self, item_id: int, user_id: Optional[str] = None) -> int:
+        """Delete an item. Deleting a raw turn also deletes what was derived from it (segments,
+        summaries, facts, notes whose sources include it), so its text leaves every layer.
+
+        Returns
+        -------
+        int — number of items deleted.
+        """
+        self._check_open()
+        with self._lock:
+            self._check_open()
+            r = self._rec_checked(item_id, user_id)
+            u = self._users[r.user_id]
+            doomed = {r.id}
+            if r.kind == "turn":
+                doomed.update(x.id for x in self._urecs(u) if x.id != r.id and r.source_id in x.sources)
+            try:
+                with self._store.tx():
+                    self._store.delete_items(sorted(doomed))
+            except BaseException:
+                self._reload_after_failure()
+                raise
+            # Simplest exact way to keep trees, fact indexes and profiles consistent: rebuild.
+            self._load()
+            del u
+            return len(doomed)
+
+    def delete_user(self, user_id: str) -> int:
+        """Delete every item, session and statistic of a user. Returns the number of items deleted."""
+        self._check_open()
+        _check_id(user_id, "user_id")
+        with self._lock:
+            self._check_open()
+            if user_id not in self._users:
+                raise IndexError(f"unknown user_id {user_id!r}")
+            n = len(self._users[user_id].ids)
+            try:
+                with self._store.tx():
+                    self._store.delete_user(user_id)
+            except BaseException:
+                self._reload_after_failure()
+                raise
+            self._load()
+            return n
+
+    def history(self, item_id: int, user_id: Optional[str] = None) -> list[MemoryItem]:
+        """Versions of an item, oldest first, ending with the current one.
+
+        For a fact: every fact on the same subject + predicate in time order (superseded ones
+        carry ``valid_to`` and ``superseded_by``). For other items: earlier texts set by
+        :meth:`update` (as items with ``kind`` unchanged and ``timestamp`` = change time).
+        """
+        self._check_open()
+        with self._lock:
+            r = self._rec_checked(item_id, user_id)
+            if r.kind == "fact" and r.predicate is not None:
+                key = (_norm_key(r.subject or ""), r.predicate)
+                chain = [x for x in self._urecs(self._users[r.user_id]) if x.kind == "fact"
+                         and (_norm_key(x.subject or ""), x.predicate) == key]
+                if not is_functional(r.predicate):
+                    chain = [x for x in chain if _norm_key(x.object or "") == _norm_key(r.object or "")]
+                chain.sort(key=lambda x: (x.valid_from or 0.0, x.seq))
+                return [self._item(x) for x in chain]
+            out = [replace(self._item(r), text=t, timestamp=ct) for t, ct in self._store.revisions(r.id)]
+            return out + [self._item(r)]
+
+    # ------------------------------------------------------------------ facts and stats
+    def facts(self, user_id: str, subject: Optional[str] = None, current: bool = True) -> list[MemoryItem]:
+        """Semantic facts of a user (current only by default; ``current=False`` adds history)."""
+        self._check_open()
+        _check_id(user_id, "user_id")
+        with self._lock:
+            u = self._users.get(user_id)
+            if u is None:
+                return []
+            out = [self._item(r) for r in self._urecs(u) if r.kind == "fact"
+                   and r.status == "active" and (r.layer == "semantic" or not current)
+                   and (subject is None or _norm_key(r.subject or "") == _norm_key(subject))]
+            out.sort(key=lambda it: (it.subject or "", it.predicate or "", it.valid_from or 0.0))
+            return out
+
+    def stats(self, user_id: Optional[str] = None) -> dict[str, Any]:
+        """Counts and state: items per layer, archive turns, facts (current / superseded), evicted
+        items, sessions, users, profile drift (sum / last ‖Δe‖² of the damped updates), the embedder,
+        the database path and LLM fallbacks."""
+        self._check_open()
+        with self._lock:
+            if user_id is not None:
+                _check_id(user_id, "user_id")
+                if user_id not in self._users:
+                    raise IndexError(f"unknown user_id {user_id!r}")
+                users = [self._users[user_id]]
+            else:
+                users = list(self._users.values())
+            uids = {u.user_id for u in users}
+            layers = {L: 0 for L in LAYERS}
+            kinds: dict[str, int] = {}
+            evicted = 0
+            turns = 0
+            recs = [r for u in users for r in self._urecs(u)]
+            for r in recs:
+                if r.kind == "turn":
+                    turns += 1
+                if r.status == "active":
+                    layers[r.layer] += 1
+                    kinds[r.kind] = kinds.get(r.kind, 0) + 1
+                else:
+                    evicted += 1
+            d: dict[str, Any] = {
+                "embedder": self._embedder.name,
+                "dim": self._dim,
+                "path": self._path,
+                "users": len(users),
+                "sessions": sum(1 for (uid, _s) in self._sessions if uid in uids),
+                "open_sessions": sum(1 for (uid, _s), v in self._sessions.items() if uid in uids and v[0] == "open"),
+                "items": len(recs),
+                "layers": layers,
+                "kinds": kinds,
+                "archive_turns": turns,
+                "facts_current": sum(1 for r in recs if r.kind == "fact" and r.layer == "semantic" and r.status == "active"),
+                "facts_superseded": layers["history"],
+                "evicted": evicted,
+                "profile_drift": {"total": float(sum(u.drift_total for u in users)),
+                                  "last": float(users[-1].drift_last) if len(users) == 1 else None,
+                                  "updates": int(sum(u.drift_updates for u in users)),
+                                  "lambda": float(self.config.profile_lambda)},
+                "llm": repr(self.llm) if self.llm is not None else None,
+                "llm_fallbacks": int(getattr(self._summarizer, "failures", 0)) + int(getattr(self._extractor, "failures", 0)),
+                "config": asdict(self.config),
+            }
+            return d
+
+    def users(self) -> list[str]:
+        """All user ids."""
+        with self._lock:
+            return sorted(self._users)
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder in use."""
+        return self._embedder
+
+    @property
+    def path(self) -> Optional[str]:
+        return self._path
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Close the database (idempotent). Later calls raise ValueError."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._store.close()
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Memory(path={self._path!r}, embedder={self._embedder.name!r}, users={len(self._users)})"
+
+
+class _Staleness:
+    """Sources and values that only support superseded facts (for the stale penalty)."""
+
+    def __init__(self, sources: frozenset[str], values: dict[str, set[str]]) -> None:
+        self.sources = sources
+        self.values = values
+        self._cache: dict[int, float] = {}
+        self._re = (re.compile(r"\b(" + "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)) + r")\b",
+                               re.I) if values else None)
+
+    def __bool__(self) -> bool:
+        return bool(self.sources) or bool(self.values)
+
+    def weight(self, item_id: int, text: str, sources: Sequence[str]) -> float:
+        """1 when the text names a superseded value and not its current one (or all its sources
+        are stale); else the share of stale sources. Cached per item (this object is rebuilt
+        whenever facts or texts change)."""
+        w = self._cache.get(item_id)
+        if w is None:
+            w = self._cache[item_id] = self._weight(text, sources)
+        return w
+
+    def _weight(self, text: str, sources: Sequence[str]) -> float:
+        if self._re is not None:
+            low = " ".join(text.lower().split())
+            for m in self._re.finditer(low):
+                if not any(cur in low for cur in self.values.get(m.group(1), ())):
+                    return 1.0
+        if not sources or not self.sources:
+            return 0.0
+        return sum(1 for x in sources if x in self.sources) / len(sources)
+
+
+def _lost_in_the_middle(chosen: list[tuple[float, _Rec]]) -> list[tuple[float, _Rec]]:
+    """Best first, second best last, the rest alternating inwards (weakest in the middle)."""
+    ranked = sorted(chosen, key=lambda x: (-x[0], x[1].seq))
+    front: list[tuple[float, _Rec]] = []
+    back: list[tuple[float, _Rec]] = []
+    for i, x in enumerate(ranked):
+        (front if i % 2 == 0 else back).append(x)
+    return front + back[::-1]

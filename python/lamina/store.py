@@ -1,0 +1,203 @@
+"""SQLite persistence for :class:`lamina.Memory` (stdlib ``sqlite3``, WAL mode).
+
+The database is the source of truth: every write of the memory loop happens inside one
+``BEGIN IMMEDIATE`` transaction, and the in-memory state (records, arenas, trees) is rebuilt
+from it on open, and after any failed write. ``path=None`` uses an in-memory database with the
+same code path.
+
+Durability: WAL with ``synchronous=NORMAL`` survives a killed process (kill -9) for every
+committed transaction; ``synchronous="FULL"`` (``MemoryConfig.synchronous``) also survives power
+loss at the cost of an fsync per commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterator
+from typing import Any, Optional
+
+__all__ = ["Store", "SCHEMA_VERSION", "ITEM_COLUMNS"]
+
+SCHEMA_VERSION = 1
+ID_SHIFT = 40  # item id = (database tag << 40) | sequence number
+
+ITEM_COLUMNS = (
+    "id", "user_id", "session_id", "layer", "kind", "status", "text", "summary", "speaker",
+    "source_id", "sources", "members", "embedding", "created_at", "timestamp", "last_access",
+    "access_count", "interaction_len", "strength", "domain", "commitment", "subject", "predicate",
+    "object", "valid_from", "valid_to", "superseded_by", "parent_id", "depth", "seq",
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS users (
+  user_id TEXT PRIMARY KEY, ns INTEGER NOT NULL UNIQUE,
+  drift_total REAL NOT NULL DEFAULT 0, drift_last REAL NOT NULL DEFAULT 0,
+  drift_updates INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS sessions (
+  user_id TEXT NOT NULL, session_id TEXT NOT NULL, status TEXT NOT NULL,
+  started_at REAL, ended_at REAL, PRIMARY KEY (user_id, session_id));
+CREATE TABLE IF NOT EXISTS items (
+  id INTEGER PRIMARY KEY, user_id TEXT NOT NULL, session_id TEXT, layer TEXT NOT NULL,
+  kind TEXT NOT NULL, status TEXT NOT NULL, text TEXT NOT NULL, summary TEXT, speaker TEXT,
+  source_id TEXT, sources TEXT NOT NULL, members TEXT NOT NULL, embedding BLOB NOT NULL,
+  created_at REAL, timestamp REAL, last_access REAL, access_count INTEGER NOT NULL,
+  interaction_len REAL NOT NULL, strength REAL NOT NULL, domain TEXT, commitment TEXT NOT NULL,
+  subject TEXT, predicate TEXT, object TEXT, valid_from REAL, valid_to REAL,
+  superseded_by INTEGER, parent_id INTEGER, depth INTEGER NOT NULL, seq INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS items_user ON items(user_id);
+CREATE TABLE IF NOT EXISTS revisions (
+  item_id INTEGER NOT NULL, text TEXT NOT NULL, changed_at REAL NOT NULL, seq INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
+"""
+
+
+class Store:
+    """One SQLite database. Not thread-safe by itself: ``Memory`` serialises all calls."""
+
+    def __init__(self, path: Optional[str], synchronous: str = "NORMAL") -> None:
+        if synchronous.upper() not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        self.path = path
+        target = ":memory:" if path is None else os.fspath(path)
+        self.conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
+        if path is not None:
+            mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise OSError(f"could not enable WAL mode on {path} (got {mode})")
+        self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        with self.tx():
+            for stmt in _SCHEMA.strip().split(";"):
+                if stmt.strip():
+                    self.conn.execute(stmt)
+            v = self.get_meta("schema_version")
+            if v is None:
+                self.set_meta("schema_version", str(SCHEMA_VERSION))
+                self.set_meta("db_tag", str(1 + secrets.randbelow((1 << 22) - 1)))
+                self.set_meta("next_seq", "1")
+            elif int(v) != SCHEMA_VERSION:
+                raise ValueError(f"database schema version {v} is not supported (expected {SCHEMA_VERSION})")
+        self.tag = int(self.get_meta("db_tag") or 0)
+        self.next_seq = int(self.get_meta("next_seq") or 1)
+        self._in_tx = False
+
+    # -- transactions ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any exception (and re-raises)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        self._in_tx = True
+        try:
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._in_tx = False
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- meta / ids --------------------------------------------------------------------------
+    def get_meta(self, key: str) -> Optional[str]:
+        r = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if r is None else str(r[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                          (key, value))
+
+    def new_ids(self, n: int) -> list[int]:
+        """n fresh item ids (persisted with the enclosing transaction)."""
+        start = self.next_seq
+        self.next_seq += n
+        self.set_meta("next_seq", str(self.next_seq))
+        return [(self.tag << ID_SHIFT) | s for s in range(start, start + n)]
+
+    def owns(self, item_id: int) -> bool:
+        return (item_id >> ID_SHIFT) == self.tag
+
+    # -- users / sessions --------------------------------------------------------------------
+    def users(self) -> list[tuple[str, int, float, float, int]]:
+        return [tuple(r) for r in self.conn.execute(
+            "SELECT user_id, ns, drift_total, drift_last, drift_updates FROM users ORDER BY ns")]  # type: ignore[misc]
+
+    def add_user(self, user_id: str, ns: int) -> None:
+        self.conn.execute("INSERT INTO users(user_id, ns) VALUES(?, ?)", (user_id, ns))
+
+    def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None:
+        self.conn.execute("UPDATE users SET drift_total=?, drift_last=?, drift_updates=? WHERE user_id=?",
+                          (total, last, updates, user_id))
+
+    def sessions(self) -> list[tuple[str, str, str, Optional[float], Optional[float]]]:
+        return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
+            "SELECT user_id, session_id, status, started_at, ended_at FROM sessions")]
+
+    def upsert_session(self, user_id: str, session_id: str, status: str, started_at: Optional[float],
+                       ended_at: Optional[float]) -> None:
+        self.conn.execute(
+            "INSERT INTO sessions(user_id, session_id, status, started_at, ended_at) VALUES(?,?,?,?,?) "
+            "ON CONFLICT(user_id, session_id) DO UPDATE SET status=excluded.status, ended_at=excluded.ended_at",
+            (user_id, session_id, status, started_at, ended_at))
+
+    # -- items -------------------------------------------------------------------------------
+    def insert_items(self, rows: list[dict[str, Any]]) -> None:
+        cols = ",".join(ITEM_COLUMNS)
+        qs = ",".join("?" for _ in ITEM_COLUMNS)
+        self.conn.executemany(f"INSERT INTO items({cols}) VALUES({qs})",
+                              [tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) for r in rows])
+
+    def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None:
+        for item_id, fields in updates:
+            if not fields:
+                continue
+            sets = ",".join(f"{k}=?" for k in fields)
+            self.conn.execute(f"UPDATE items SET {sets} WHERE id=?",
+                              tuple(_enc(k, v) for k, v in fields.items()) + (item_id,))
+
+    def bump_access(self, rows: list[tuple[int, float, int]]) -> None:
+        """(access_count, last_access, id) per row."""
+        self.conn.executemany("UPDATE items SET access_count=?, last_access=? WHERE id=?", rows)
+
+    def delete_items(self, ids: list[int]) -> None:
+        self.conn.executemany("DELETE FROM items WHERE id=?", [(i,) for i in ids])
+        self.conn.executemany("DELETE FROM revisions WHERE item_id=?", [(i,) for i in ids])
+
+    def delete_user(self, user_id: str) -> None:
+        self.conn.execute("DELETE FROM revisions WHERE item_id IN (SELECT id FROM items WHERE user_id=?)", (user_id,))
+        self.conn.execute("DELETE FROM items WHERE user_id=?", (user_id,))
+        self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
+        self.conn.execute("DELETE FROM users WHERE user_id=?", (user_id,))
+
+    def load_items(self) -> Iterator[dict[str, Any]]:
+        cur = self.conn.execute(f"SELECT {','.join(ITEM_COLUMNS)} FROM items ORDER BY seq")
+        for row in cur:
+            yield {c: _dec(c, v) for c, v in zip(ITEM_COLUMNS, row)}
+
+    def add_revision(self, item_id: int, text: str, changed_at: float) -> None:
+        seq = self.conn.execute("SELECT COUNT(*) FROM revisions WHERE item_id=?", (item_id,)).fetchone()[0]
+        self.conn.execute("INSERT INTO revisions(item_id, text, changed_at, seq) VALUES(?,?,?,?)",
+                          (item_id, text, changed_at, seq))
+
+    def revisions(self, item_id: int) -> list[tuple[str, float]]:
+        return [(str(t), float(c)) for t, c in self.conn.execute(
+            "SELECT text, changed_at FROM revisions WHERE item_id=? ORDER BY seq", (item_id,))]
+
+
+def _enc(col: str, v: Any) -> Any:
+    if col in ("sources", "members"):
+        return json.dumps(list(v))
+    return v
+
+
+def _dec(col: str, v: Any) -> Any:
+    if col == "sources":
+        return tuple(json.loads(v))
+    if col == "members":
+        return list(json.loads(v))
+    return v

@@ -1,0 +1,597 @@
+"""lamina.kernels against plain numpy references of the paper's formulas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import lamina
+from lamina import kernels as K
+
+# ----------------------------------------------------------------------------- references
+
+
+def ref_softmax(r: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    z = beta[:, None] * r.astype(np.float64)
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def ref_entropy(g: np.ndarray) -> np.ndarray:
+    g = g.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(g > 0, g * np.log(g), 0.0)
+    return -t.sum(axis=1)
+
+
+def ref_ema(rows, targets, alpha, index=None, renormalize=False):
+    rows = rows.astype(np.float64)
+    idx = np.arange(len(rows)) if index is None else index
+    a = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (len(idx),))[:, None]
+    old = rows[idx]
+    new = a * old + (1.0 - a) * targets.astype(np.float64)
+    if renormalize:
+        nrm = np.linalg.norm(new, axis=1, keepdims=True)
+        new = np.where(nrm > 0, new / np.where(nrm > 0, nrm, 1.0), new)
+    rows[idx] = new
+    return rows, ((new - old) ** 2).sum(axis=1)
+
+
+def ref_damped(rows, targets, lam, index=None):
+    rows = rows.astype(np.float64)
+    idx = np.arange(len(rows)) if index is None else index
+    lam = np.broadcast_to(np.asarray(lam, dtype=np.float64), (len(idx),))[:, None]
+    old = rows[idx]
+    new = (targets.astype(np.float64) + lam * old) / (1.0 + lam)
+    rows[idx] = new
+    return rows, ((new - old) ** 2).sum(axis=1)
+
+
+def ref_heat(visits, ilen, last, now, a=1.0, b=1.0, c=1.0, mu=1e7):
+    v = visits.astype(np.float64)
+    L = ilen.astype(np.float64)
+    return a * v + b * L + c * np.exp(-(now - last) / mu)
+
+
+def ref_select_hot(heat, threshold, namespaces=None):
+    idx = np.flatnonzero(heat.astype(np.float64) > threshold)
+    if namespaces is None:
+        return idx
+    return idx[np.argsort(namespaces[idx], kind="stable")]
+
+
+def ref_evict(scores, namespaces, capacity, live=None):
+    n = len(scores)
+    idx = np.arange(n) if live is None else np.flatnonzero(live)
+    # sort by namespace, then score ascending, then index descending (evicted first)
+    order = idx[np.lexsort((-idx, scores[idx], namespaces[idx]))]
+    out = []
+    ns_sorted = namespaces[order]
+    uniq, starts, counts = np.unique(ns_sorted, return_index=True, return_counts=True)
+    for ns, s, c in zip(uniq, starts, counts):
+        cap = capacity.get(int(ns)) if isinstance(capacity, dict) else capacity
+        if cap is None or c <= cap:
+            continue
+        out.extend(order[s : s + c - cap].tolist())
+    return np.sort(np.array(out, dtype=np.int64))
+
+
+# ----------------------------------------------------------------------------- strategies
+
+f32 = st.floats(-1e3, 1e3, width=32, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def matrix(draw, max_rows=24, max_cols=24, min_cols=0, elements=f32):
+    n = draw(st.integers(0, max_rows))
+    d = draw(st.integers(min_cols, max_cols))
+    return draw(hnp.arrays(np.float32, (n, d), elements=elements))
+
+
+@st.composite
+def blend_case(draw):
+    rows = draw(matrix())
+    n, d = rows.shape
+    use_index = draw(st.booleans())
+    if use_index and n > 0:
+        m = draw(st.integers(0, n))
+        index = np.array(draw(st.permutations(range(n)))[:m], dtype=np.int64)
+    else:
+        index, m = None, n
+    targets = draw(hnp.arrays(np.float32, (m, d), elements=f32))
+    return rows, targets, index
+
+
+# ----------------------------------------------------------------------------- softmax_gate
+
+
+@given(
+    r=matrix(max_rows=40, max_cols=9, min_cols=1, elements=st.floats(-5, 5, width=32)),
+    beta=st.one_of(st.just(0.0), st.floats(-20, 20)),
+    per_row=st.booleans(),
+)
+def test_softmax_gate_matches_numpy(r, beta, per_row):
+    b = r.shape[0]
+    betas = (np.linspace(-3, 3, b) if per_row else np.full(b, beta)).astype(np.float64)
+    g, used = K.softmax_gate(r, betas if per_row else beta)
+    assert g.shape == r.shape and g.dtype == np.float32 and used.dtype == np.float64
+    np.testing.assert_allclose(g, ref_softmax(r, betas), rtol=2e-5, atol=1e-6)
+    np.testing.assert_array_equal(used, betas)
+    if b:
+        np.testing.assert_allclose(g.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_softmax_gate_beta_zero_is_uniform_even_for_extreme_values():
+    r = np.array([[-3e38, 3e38, 0.0], [1.0, 1.0, 1.0]], dtype=np.float32)
+    g, _ = K.softmax_gate(r, 0.0)
+    np.testing.assert_array_equal(g, np.full((2, 3), np.float32(1.0) / np.float32(3.0)))
+
+
+def test_softmax_gate_large_beta_is_one_hot_without_overflow():
+    r = np.array([[0.1, 0.9, 0.5]], dtype=np.float32)
+    g, _ = K.softmax_gate(r, 1e30)
+    np.testing.assert_array_equal(g, [[0.0, 1.0, 0.0]])
+    g, _ = K.softmax_gate(r, -1e30)  # negative β favours the least relevant layer
+    np.testing.assert_array_equal(g, [[1.0, 0.0, 0.0]])
+
+
+@given(
+    r=matrix(max_rows=30, max_cols=6, min_cols=1, elements=st.floats(-2, 2, width=32)),
+    beta=st.floats(0.01, 10),
+    eps=st.floats(0.0, 1.5),
+    max_doublings=st.integers(0, 40),
+)
+def test_softmax_gate_entropy_bound(r, beta, eps, max_doublings):
+    g, used = K.softmax_gate(r, beta, max_entropy=eps, max_doublings=max_doublings)
+    k = np.log2(used / beta)
+    np.testing.assert_array_equal(k, np.round(k))  # β_used = β·2^k exactly
+    assert ((k >= 0) & (k <= max_doublings)).all()
+    np.testing.assert_allclose(g, ref_softmax(r, used), rtol=2e-5, atol=1e-6)
+    H = ref_entropy(g)
+    done = H <= eps + 1e-5
+    assert (done | (k == max_doublings)).all()  # stopped early only when the bound holds
+    # minimal: one doubling fewer would not have met the bound
+    prev = k > 0
+    if prev.any():
+        H_prev = ref_entropy(ref_softmax(r[prev], used[prev] / 2))
+        assert (H_prev > eps - 1e-5).all()
+
+
+def test_softmax_gate_ties_stop_at_the_bound():
+    r = np.ones((3, 4), dtype=np.float32)  # H = ln 4 for every β
+    g, used = K.softmax_gate(r, 1.0, max_entropy=0.5, max_doublings=7)
+    np.testing.assert_array_equal(used, 2.0**7)
+    np.testing.assert_allclose(g, 0.25)
+
+
+def test_softmax_gate_out_and_threads():
+    rng = np.random.default_rng(0)
+    r = rng.standard_normal((70_000, 3)).astype(np.float32)
+    out = np.empty_like(r)
+    g1, u1 = K.softmax_gate(r, 4.0, max_entropy=0.3, threads=1)
+    g2, u2 = K.softmax_gate(r, 4.0, max_entropy=0.3, out=out, threads=2)
+    assert g2 is out or np.shares_memory(g2, out)
+    np.testing.assert_array_equal(g1, g2)
+    np.testing.assert_array_equal(u1, u2)
+    np.testing.assert_allclose(g1, ref_softmax(r, u1), rtol=2e-5, atol=1e-6)
+
+
+def test_softmax_gate_empty():
+    g, used = K.softmax_gate(np.zeros((0, 3), np.float32), 1.0, max_entropy=0.1)
+    assert g.shape == (0, 3) and used.shape == (0,)
+
+
+# ----------------------------------------------------------------------------- ema_blend
+
+
+@given(case=blend_case(), alpha=st.floats(0, 1), per_row=st.booleans(), renorm=st.booleans())
+def test_ema_blend_matches_numpy(case, alpha, per_row, renorm):
+    rows, targets, index = case
+    m = len(targets)
+    a = np.linspace(0, 1, m).astype(np.float32) if per_row else alpha
+    want_rows, want_drift = ref_ema(rows, targets, a, index, renorm)
+    got = rows.copy()
+    drift = K.ema_blend(got, targets, a, index=index, renormalize=renorm)
+    assert drift.shape == (m,) and drift.dtype == np.float32
+    scale = max(1.0, float(np.abs(want_rows).max(initial=0)))
+    np.testing.assert_allclose(got, want_rows, rtol=1e-5, atol=1e-5 * scale)
+    np.testing.assert_allclose(drift, want_drift, rtol=1e-4, atol=1e-4 * scale**2)
+
+
+@given(case=blend_case(), alpha=st.sampled_from([0.0, 1.0]))
+def test_ema_blend_alpha_endpoints_are_exact(case, alpha):
+    rows, targets, index = case
+    got = rows.copy()
+    K.ema_blend(got, targets, alpha, index=index)
+    want = rows.copy()
+    idx = np.arange(len(rows)) if index is None else index
+    if alpha == 0.0:
+        want[idx] = targets
+    np.testing.assert_array_equal(got, want)
+
+
+def test_ema_blend_renormalize_zero_row_stays_zero():
+    rows = np.array([[1.0, 0.0], [3.0, 4.0]], np.float32)
+    targets = np.array([[-1.0, 0.0], [3.0, 4.0]], np.float32)
+    drift = K.ema_blend(rows, targets, 0.5, renormalize=True)
+    np.testing.assert_array_equal(rows[0], [0.0, 0.0])
+    np.testing.assert_allclose(rows[1], [0.6, 0.8], rtol=1e-6)
+    np.testing.assert_allclose(drift, [1.0, (3 - 0.6) ** 2 + (4 - 0.8) ** 2], rtol=1e-5)
+
+
+def test_ema_blend_threads_and_out_are_deterministic():
+    rng = np.random.default_rng(1)
+    rows = rng.standard_normal((9000, 65)).astype(np.float32)
+    targets = rng.standard_normal((9000, 65)).astype(np.float32)
+    alpha = rng.random(9000)
+    r1, r2 = rows.copy(), rows.copy()
+    d1 = K.ema_blend(r1, targets, alpha, renormalize=True, threads=1)
+    out = np.empty(9000, np.float32)
+    d2 = K.ema_blend(r2, targets, alpha, renormalize=True, out=out, threads=2)
+    assert np.shares_memory(d2, out)
+    np.testing.assert_array_equal(r1, r2)
+    np.testing.assert_array_equal(d1, d2)
+    want, wd = ref_ema(rows, targets, alpha, renormalize=True)
+    np.testing.assert_allclose(r1, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(d1, wd, rtol=1e-4, atol=1e-6)
+
+
+def test_ema_blend_nan_rows_are_left_unchanged_and_reported():
+    rows = np.arange(12, dtype=np.float32).reshape(4, 3)
+    targets = np.zeros((4, 3), np.float32)
+    targets[2, 1] = np.nan
+    rows[3, 0] = np.inf
+    before = rows.copy()
+    with pytest.raises(ValueError, match=r"2 updated row\(s\).*rows\[2\]"):
+        K.ema_blend(rows, targets, 0.5)
+    np.testing.assert_array_equal(rows[2:], before[2:])
+    np.testing.assert_array_equal(rows[:2], before[:2] * np.float32(0.5))
+
+
+# ----------------------------------------------------------------------------- damped_update
+
+
+@given(case=blend_case(), lam=st.one_of(st.just(0.0), st.floats(0, 1e6)), per_row=st.booleans())
+def test_damped_update_matches_numpy(case, lam, per_row):
+    rows, targets, index = case
+    m = len(targets)
+    lv = np.linspace(0, 5, m) if per_row else lam
+    want_rows, want_drift = ref_damped(rows, targets, lv, index)
+    got = rows.copy()
+    drift = K.damped_update(got, targets, lv, index=index)
+    scale = max(1.0, float(np.abs(want_rows).max(initial=0)))
+    np.testing.assert_allclose(got, want_rows, rtol=1e-5, atol=1e-5 * scale)
+    np.testing.assert_allclose(drift, want_drift, rtol=1e-4, atol=1e-4 * scale**2)
+
+
+@given(case=blend_case())
+def test_damped_update_lambda_zero_copies_targets(case):
+    rows, targets, index = case
+    got = rows.copy()
+    drift = K.damped_update(got, targets, 0.0, index=index)
+    idx = np.arange(len(rows)) if index is None else index
+    np.testing.assert_array_equal(got[idx], targets)
+    np.testing.assert_allclose(drift, ((targets.astype(np.float64) - rows[idx]) ** 2).sum(1), rtol=1e-4, atol=1e-3)
+
+
+def test_damped_update_huge_lambda_keeps_rows():
+    rows = np.array([[1e30, -2.0]], np.float32)
+    targets = np.array([[5.0, 7.0]], np.float32)
+    K.damped_update(rows, targets, 1e300)
+    np.testing.assert_array_equal(rows, np.array([[1e30, -2.0]], np.float32))
+
+
+# ----------------------------------------------------------------------------- heat
+
+
+count_dtypes = st.sampled_from([np.float32, np.int32, np.int64])
+
+
+@given(
+    n=st.integers(0, 60),
+    vd=count_dtypes,
+    ld=count_dtypes,
+    weights=st.tuples(st.floats(-5, 5), st.floats(-5, 5), st.floats(-5, 5)),
+    mu=st.floats(1.0, 1e9),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_heat_scores_match_numpy(n, vd, ld, weights, mu, seed):
+    rng = np.random.default_rng(seed)
+    visits = rng.integers(0, 1000, n).astype(vd)
+    ilen = rng.integers(0, 50, n).astype(ld)
+    now = 1.7e9
+    last = now - rng.uniform(-1e4, 1e9, n)
+    a, b, c = weights
+    h = K.heat_scores(visits, ilen, last, now, a=a, b=b, c=c, mu=mu)
+    assert h.dtype == np.float32 and h.shape == (n,)
+    want = ref_heat(visits, ilen, last, now, a, b, c, mu)
+    np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-5 * (1 + np.abs(want).max(initial=0)))
+
+
+def test_heat_scores_defaults_and_worked_example():
+    # MemoryOS worked example: new segment, 1 page, 0 visits, accessed now -> 0 + 1 + 1 = 2
+    h = K.heat_scores(np.zeros(1, np.int64), np.ones(1, np.int64), np.array([5.0]), 5.0)
+    np.testing.assert_array_equal(h, [2.0])
+    h = K.heat_scores(np.zeros(1, np.int32), np.zeros(1, np.int32), np.array([0.0]), 1e7)
+    np.testing.assert_allclose(h, [np.exp(-1.0)], rtol=1e-6)
+
+
+def test_heat_scores_large_int64_counts_round_like_numpy():
+    v = np.array([2**40 + 12345, -(2**45) - 7, 2**52 + 1, 0], dtype=np.int64)
+    h = K.heat_scores(v, np.zeros(4, np.int64), np.zeros(4), 1e12, c=0.0)
+    np.testing.assert_array_equal(h, v.astype(np.float32))
+
+
+def test_heat_scores_threads_and_out():
+    rng = np.random.default_rng(2)
+    n = 300_000
+    visits = rng.integers(0, 100, n).astype(np.int32)
+    ilen = rng.random(n).astype(np.float32)
+    last = 1e9 - rng.uniform(0, 1e8, n)
+    out = np.empty(n, np.float32)
+    h1 = K.heat_scores(visits, ilen, last, 1e9, threads=1)
+    h2 = K.heat_scores(visits, ilen, last, 1e9, out=out, threads=2)
+    assert np.shares_memory(h2, out)
+    np.testing.assert_array_equal(h1, h2)
+    np.testing.assert_allclose(h1, ref_heat(visits, ilen, last, 1e9), rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- select_hot
+
+
+@given(
+    heat=hnp.arrays(np.float32, st.integers(0, 80), elements=st.floats(-3, 3, width=32)),
+    threshold=st.floats(-4, 4),
+    with_ns=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_select_hot_matches_numpy(heat, threshold, with_ns, seed):
+    rng = np.random.default_rng(seed)
+    ns = rng.choice(np.array([0, 7, 2**63 + 5, 2**64 - 1], dtype=np.uint64), len(heat)) if with_ns else None
+    got = K.select_hot(heat, threshold, ns)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, ref_select_hot(heat, threshold, ns))
+
+
+def test_select_hot_threshold_between_floats_is_exact():
+    h = np.array([1.0, np.nextafter(np.float32(1.0), np.float32(2.0))], np.float32)
+    np.testing.assert_array_equal(K.select_hot(h, 1.0 + 1e-12), [1])
+    np.testing.assert_array_equal(K.select_hot(h, 1.0), [1])
+    np.testing.assert_array_equal(K.select_hot(h, np.nextafter(1.0, 0.0)), [0, 1])
+
+
+def test_select_hot_parallel():
+    rng = np.random.default_rng(3)
+    h = rng.random(600_000).astype(np.float32)
+    ns = rng.integers(0, 1000, h.size).astype(np.uint64)
+    for t in (1, 2):
+        np.testing.assert_array_equal(K.select_hot(h, 0.7, threads=t), ref_select_hot(h, 0.7))
+        np.testing.assert_array_equal(K.select_hot(h, 0.7, ns, threads=t), ref_select_hot(h, 0.7, ns))
+
+
+# ----------------------------------------------------------------------------- evict_to_capacity
+
+
+@st.composite
+def evict_case(draw):
+    n = draw(st.integers(0, 120))
+    n_ns = draw(st.integers(1, 6))
+    keys = np.array([0, 1, 42, 2**40, 2**63, 2**64 - 1], dtype=np.uint64)[:n_ns]
+    ns = keys[np.array(draw(st.lists(st.integers(0, n_ns - 1), min_size=n, max_size=n)), dtype=np.int64)]
+    # few distinct scores -> many ties
+    scores = np.array(draw(st.lists(st.sampled_from([-1.5, 0.0, 0.25, 3.0]), min_size=n, max_size=n)), np.float32)
+    live = None
+    if draw(st.booleans()):
+        live = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=np.bool_)
+    if draw(st.booleans()):
+        cap: object = draw(st.integers(0, 30))
+    else:
+        cap = {int(k): draw(st.integers(0, 10)) for k in keys if draw(st.booleans())}
+    return scores, ns, cap, live
+
+
+@given(case=evict_case())
+def test_evict_to_capacity_matches_numpy(case):
+    scores, ns, cap, live = case
+    got = K.evict_to_capacity(scores, ns, cap, live=live)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, ref_evict(scores, ns, cap, live))
+    # invariant: after eviction every bounded namespace is within capacity
+    keep = np.ones(len(scores), bool) if live is None else live.astype(bool).copy()
+    keep[got] = False
+    for k, c in zip(*np.unique(ns[keep], return_counts=True)):
+        limit = cap.get(int(k)) if isinstance(cap, dict) else cap
+        assert limit is None or c <= limit
+
+
+def test_evict_tie_rule_keeps_smaller_index():
+    scores = np.zeros(5, np.float32)
+    ns = np.zeros(5, np.uint64)
+    np.testing.assert_array_equal(K.evict_to_capacity(scores, ns, 2), [2, 3, 4])
+    np.testing.assert_array_equal(K.evict_to_capacity(scores, ns, 0), [0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(K.evict_to_capacity(scores, ns, 10), [])
+
+
+def test_evict_dead_rows_are_ignored_even_with_nan_scores():
+    scores = np.array([np.nan, 1.0, 2.0, 0.5], np.float32)
+    ns = np.zeros(4, np.uint64)
+    live = np.array([0, 1, 1, 1], np.uint8)
+    np.testing.assert_array_equal(K.evict_to_capacity(scores, ns, 1, live=live), [1, 3])
+    with pytest.raises(ValueError, match=r"scores\[0\]"):
+        K.evict_to_capacity(scores, ns, 1)
+
+
+def test_evict_many_namespaces_parallel():
+    rng = np.random.default_rng(4)
+    n = 200_000
+    ns = rng.integers(0, 5_000, n).astype(np.uint64) * np.uint64(2**40)
+    scores = rng.integers(0, 50, n).astype(np.float32)
+    want = ref_evict(scores, ns, 30)
+    for t in (1, 2):
+        np.testing.assert_array_equal(K.evict_to_capacity(scores, ns, 30, threads=t), want)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_dtypes_raise_type_error():
+    r32 = np.zeros((2, 3), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        K.softmax_gate(r32.astype(np.float64), 1.0)
+    with pytest.raises(TypeError, match="beta"):
+        K.softmax_gate(r32, [1.0, 2.0])
+    with pytest.raises(TypeError, match="beta"):
+        K.softmax_gate(r32, np.array([1, 2], np.int64))
+    with pytest.raises(TypeError, match="rows"):
+        K.ema_blend(r32.astype(np.float16), r32, 0.5)
+    with pytest.raises(TypeError, match="index"):
+        K.ema_blend(r32, r32, 0.5, index=np.array([0, 1], np.int32))
+    with pytest.raises(TypeError, match="alpha"):
+        K.ema_blend(r32, r32.copy(), True)
+    with pytest.raises(TypeError, match="visits"):
+        K.heat_scores(np.zeros(2), np.zeros(2, np.int64), np.zeros(2), 0.0)
+    with pytest.raises(TypeError, match="last_access"):
+        K.heat_scores(np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.float32), 0.0)
+    with pytest.raises(TypeError, match="namespaces"):
+        K.evict_to_capacity(np.zeros(2, np.float32), np.zeros(2, np.int64), 1)
+    with pytest.raises(TypeError, match="live"):
+        K.evict_to_capacity(np.zeros(2, np.float32), np.zeros(2, np.uint64), 1, live=np.ones(2, np.int32))
+    with pytest.raises(TypeError, match="capacity"):
+        K.evict_to_capacity(np.zeros(2, np.float32), np.zeros(2, np.uint64), 1.5)
+    with pytest.raises(TypeError, match="capacity"):
+        K.evict_to_capacity(np.zeros(2, np.float32), np.zeros(2, np.uint64), {0: 1.5})
+
+
+def test_bad_shapes_and_layouts_raise_value_error():
+    r = np.zeros((4, 3), np.float32)
+    with pytest.raises(ValueError, match="at least one column"):
+        K.softmax_gate(np.zeros((2, 0), np.float32), 1.0)
+    with pytest.raises(ValueError, match="beta has 3 values"):
+        K.softmax_gate(r, np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="out has shape"):
+        K.softmax_gate(r, 1.0, out=np.zeros((4, 2), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        K.ema_blend(np.zeros((3, 4), np.float32).T, np.zeros((4, 3), np.float32), 0.5)
+    ro = r.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        K.ema_blend(ro, r.copy(), 0.5)
+    with pytest.raises(ValueError, match="columns"):
+        K.ema_blend(r.copy(), np.zeros((4, 2), np.float32), 0.5)
+    with pytest.raises(ValueError, match="without index"):
+        K.ema_blend(r.copy(), np.zeros((3, 3), np.float32), 0.5)
+    with pytest.raises(ValueError, match="one row per index entry"):
+        K.ema_blend(r.copy(), np.zeros((3, 3), np.float32), 0.5, index=np.array([0, 1], np.int64))
+    with pytest.raises(ValueError, match="shares memory"):
+        K.ema_blend(r, r[::1], 0.5)
+    with pytest.raises(ValueError, match="expected 3"):
+        K.heat_scores(np.zeros(2, np.int64), np.zeros(3, np.int64), np.zeros(3), 0.0)
+    with pytest.raises(ValueError, match="namespaces has"):
+        K.select_hot(np.zeros(3, np.float32), 0.0, np.zeros(2, np.uint64))
+
+
+def test_bad_values_raise():
+    r = np.zeros((4, 3), np.float32)
+    t = np.zeros((4, 3), np.float32)
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        K.softmax_gate(np.array([[0.0, np.nan]], np.float32), 1.0)
+    with pytest.raises(ValueError, match="beta"):
+        K.softmax_gate(r, np.inf)
+    with pytest.raises(ValueError, match="beta"):
+        K.softmax_gate(r, 1e39)
+    with pytest.raises(ValueError, match="must be > 0 when max_entropy"):
+        K.softmax_gate(r, 0.0, max_entropy=0.5)
+    with pytest.raises(ValueError, match="max_entropy"):
+        K.softmax_gate(r, 1.0, max_entropy=-0.1)
+    with pytest.raises(ValueError, match="max_doublings"):
+        K.softmax_gate(r, 1.0, max_entropy=0.1, max_doublings=-1)
+    for bad in (-0.1, 1.5, np.nan):
+        with pytest.raises(ValueError, match="alpha"):
+            K.ema_blend(r, t, bad)
+    with pytest.raises(ValueError, match=r"alpha\[1\]"):
+        K.ema_blend(r, t, np.array([0.5, 2.0, 0.5, 0.5]))
+    for bad in (-1.0, np.inf):
+        with pytest.raises(ValueError, match="lam"):
+            K.damped_update(r, t, bad)
+    with pytest.raises(ValueError, match="more than once"):
+        K.ema_blend(r, t[:2], 0.5, index=np.array([1, 1], np.int64))
+    with pytest.raises(ValueError, match="more than once"):  # sparse path (m < n / 64)
+        K.ema_blend(np.zeros((1000, 2), np.float32), np.zeros((2, 2), np.float32), 0.5,
+                    index=np.array([7, 7], np.int64))
+    with pytest.raises(IndexError, match="out of range"):
+        K.ema_blend(r, t[:1], 0.5, index=np.array([4], np.int64))
+    with pytest.raises(IndexError, match="negative"):
+        K.damped_update(r, t[:1], 0.5, index=np.array([-1], np.int64))
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        K.damped_update(r, np.full((4, 3), np.inf, np.float32), 1.0)
+    z = np.zeros(2, np.int64)
+    with pytest.raises(ValueError, match=r"last_access\[1\]"):
+        K.heat_scores(z, z, np.array([0.0, -np.inf]), 0.0)
+    with pytest.raises(ValueError, match=r"visits\[0\]"):
+        K.heat_scores(np.array([np.nan, 0], np.float32), z, np.zeros(2), 0.0)
+    with pytest.raises(ValueError, match="overflows float32"):
+        K.heat_scores(z, z, np.array([0.0, 1e12]), 0.0, mu=1.0)
+    with pytest.raises(ValueError, match="mu"):
+        K.heat_scores(z, z, np.zeros(2), 0.0, mu=0.0)
+    with pytest.raises(ValueError, match="now"):
+        K.heat_scores(z, z, np.zeros(2), np.nan)
+    with pytest.raises(ValueError, match="not finite"):
+        K.select_hot(np.array([0.0, np.inf], np.float32), 0.0)
+    with pytest.raises(ValueError, match="NaN"):
+        K.select_hot(np.zeros(2, np.float32), np.nan)
+    s = np.zeros(2, np.float32)
+    ns = np.zeros(2, np.uint64)
+    with pytest.raises(ValueError, match="capacity"):
+        K.evict_to_capacity(s, ns, -1)
+    with pytest.raises(ValueError, match="capacity for namespace"):
+        K.evict_to_capacity(s, ns, {0: -2})
+    with pytest.raises(ValueError, match="not finite"):
+        K.evict_to_capacity(np.array([0.0, -np.inf], np.float32), ns, 1)
+
+
+def test_empty_inputs():
+    e = np.zeros((0, 4), np.float32)
+    assert K.ema_blend(e.copy(), e, 0.5).shape == (0,)
+    assert K.damped_update(e.copy(), e, 0.5).shape == (0,)
+    rows = np.ones((3, 4), np.float32)
+    assert K.ema_blend(rows, e, 0.5, index=np.zeros(0, np.int64)).shape == (0,)
+    np.testing.assert_array_equal(rows, 1.0)
+    z = np.zeros(0, np.int64)
+    assert K.heat_scores(z, z, np.zeros(0), 0.0).shape == (0,)
+    assert K.select_hot(np.zeros(0, np.float32), 0.0).shape == (0,)
+    assert K.evict_to_capacity(np.zeros(0, np.float32), np.zeros(0, np.uint64), 0).shape == (0,)
+
+
+def test_exported():
+    assert lamina.kernels is K
+    assert set(K.__all__) == {
+        "softmax_gate", "ema_blend", "damped_update", "heat_scores", "select_hot", "evict_to_capacity",
+    }
+
+
+def test_kernels_run_concurrently_from_python_threads():
+    import threading
+
+    rows = np.ones((2000, 64), np.float32)
+    targets = np.zeros((2000, 64), np.float32)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            own = rows.copy()
+            for _ in range(20):
+                K.ema_blend(own, targets, 0.5)
+            np.testing.assert_array_equal(own, np.float32(0.5) ** 20)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
