@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import _info
+from .eval.cli import add_eval_parser
 from .search import VectorArena, topk
 
 __all__ = ["main"]
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=7)
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_demo)
+    add_eval_parser(sub)
     i = sub.add_parser("info", help="print build facts")
     i.set_defaults(func=lambda a: print(_info.build_info()) or 0)
     return p

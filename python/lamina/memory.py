@@ -81,6 +81,10 @@ class MemoryConfig:
     ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p)).
 
     Storage: ``synchronous`` "NORMAL" (survives kill -9) or "FULL" (also power loss).
+
+    Ablation: ``layers`` names the active layers in use (default all three); leaving out
+    ``episodic`` or ``semantic`` stops writing to it and reading from it (turns still reach the
+    archive), which is how ``lamina eval`` measures what each layer contributes.
     """
 
     working_capacity: int = 16
@@ -109,13 +113,14 @@ class MemoryConfig:
     working_share: float = 0.5
     stale_penalty: float = 0.5
     synchronous: str = "NORMAL"
+    layers: tuple[str, ...] = ("working", "episodic", "semantic")
 
     def __post_init__(self) -> None:
         ints = ("working_capacity", "episodic_capacity", "semantic_capacity", "min_segment_turns",
                 "max_segment_turns", "summary_words", "candidates", "relevance_top")
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name == "synchronous" or (f.name == "max_entropy" and v is None):
+            if f.name in ("synchronous", "layers") or (f.name == "max_entropy" and v is None):
                 continue
             if f.name in ints:
                 if isinstance(v, bool) or not isinstance(v, int):
@@ -141,6 +146,10 @@ class MemoryConfig:
             raise ValueError("MemoryConfig.heat_mu must be > 0")
         if self.max_entropy is not None and self.max_entropy <= 0:
             raise ValueError("MemoryConfig.max_entropy must be > 0 or None")
+        if (not isinstance(self.layers, tuple) or "working" not in self.layers
+                or any(L not in _ACTIVE for L in self.layers)):
+            raise ValueError(f"MemoryConfig.layers must be a tuple of {_ACTIVE} including 'working', "
+                             f"got {self.layers!r}")
         if str(self.synchronous).upper() not in ("NORMAL", "FULL"):
             raise ValueError("MemoryConfig.synchronous must be 'NORMAL' or 'FULL'")
 
@@ -599,7 +608,7 @@ class Memory:
         """Segments -> episodic leaves (MemTree insertion) and facts -> semantic (Resolve)."""
         rows: list[dict[str, Any]] = []
         updates: list[tuple[int, dict[str, Any]]] = []
-        for seg in self._segments(turns, embs):
+        for seg in (self._segments(turns, embs) if "episodic" in self.config.layers else []):
             recs = [turns[i] for i in seg]
             e = _unit(embs[seg].mean(axis=0))
             summary = self._summarizer.summarize(self._turn_views(recs), self.config.summary_words) or recs[0].text
@@ -615,6 +624,8 @@ class Memory:
             self._tree_insert(u, leaf, e, rows, updates)
         self._store.insert_items(rows)
         self._store.update_items(updates)
+        if "semantic" not in self.config.layers:
+            return
         facts = self._extractor.extract(self._turn_views(turns))
         by_src = {r.source_id: r for r in turns}
         self._resolve(u, facts, by_src)
@@ -859,7 +870,7 @@ class Memory:
         for r in old_ep:
             r.strength *= c.alpha
             updates.append((r.id, {"strength": r.strength}))
-        if session_turns:
+        if session_turns and "episodic" in c.layers:
             summary = self._summarizer.summarize(self._turn_views(session_turns), c.summary_words)
             if summary.strip():
                 s_emb = self._embed([summary])
@@ -885,7 +896,7 @@ class Memory:
                               interaction_len=float(len(session_turns)), parent_id=_NO_TREE, depth=0)
         self._store.insert_items(rows)
         self._store.update_items(updates)
-        report["promoted"] = self._promote(u, t_now)
+        report["promoted"] = self._promote(u, t_now) if "semantic" in c.layers else 0
         report["evicted"] = self._evict(u, t_now)
         report["segments"] = max(0, u.n_active["episodic"] - n_seg0)
         report["facts"] = self._facts_added - n_fact0
@@ -1111,7 +1122,7 @@ class Memory:
             empty = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
             if u is None:
                 return empty
-            layers = list(_ACTIVE) + (["archive"] if include_archive else [])
+            layers = [L for L in _ACTIVE if L in c.layers] + (["archive"] if include_archive else [])
             stale = self._stale(u)
             per_layer: dict[str, list[tuple[float, _Rec]]] = {}
             rel: dict[str, float] = {}

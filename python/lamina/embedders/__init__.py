@@ -16,8 +16,12 @@ from typing import Union
 
 from .base import Embedder, check_embeddings, check_texts
 from .hashing import Hashing
+from .minilm import MiniLM, find_minilm_dir
 
-__all__ = ["Embedder", "Hashing", "get_embedder", "check_texts", "check_embeddings"]
+__all__ = [
+    "Embedder", "Hashing", "MiniLM", "find_minilm_dir", "get_embedder", "check_texts",
+    "check_embeddings",
+]
 
 _log = logging.getLogger("lamina")
 

@@ -1,0 +1,111 @@
+"""``lamina eval locomo``: the command-line front of :mod:`lamina.eval.harness`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import Any
+
+__all__ = ["add_eval_parser"]
+
+_DEFAULT_DATA = os.path.join("..", "shared", "data", "locomo")
+
+
+def _budgets(s: str) -> list[int]:
+    try:
+        out = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budgets must be comma-separated integers, got {s!r}") from None
+    if not out or any(b < 1 for b in out):
+        raise argparse.ArgumentTypeError(f"budgets must be positive, got {s!r}")
+    return out
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def _reader(args: argparse.Namespace) -> Any:
+    model = args.reader_model or os.environ.get("LAMINA_READER_MODEL")
+    url = args.reader_url or os.environ.get("LAMINA_READER_BASE_URL")
+    if not model:
+        return None
+    from ..llm import OpenAIChat
+    from .harness import Reader
+
+    return Reader(OpenAIChat(base_url=url, model=model,
+                             api_key=os.environ.get("LAMINA_READER_API_KEY"), timeout=args.reader_timeout))
+
+
+def _cmd_eval_locomo(args: argparse.Namespace) -> int:
+    from ..embedders import get_embedder
+    from .harness import ALL_SYSTEMS, format_tables, plot_recall, run_locomo
+    from .locomo import load_locomo
+
+    data = args.data
+    if not os.path.exists(data):
+        print(f"lamina eval locomo: no data at {data!r}; pass --data PATH to locomo_dev.json (or its folder)",
+              file=sys.stderr)
+        return 2
+    convs, rep = load_locomo(data, captions=not args.no_captions, limit=args.limit_conversations)
+    systems = ALL_SYSTEMS if not args.systems else [s.strip() for s in args.systems.split(",") if s.strip()]
+    embedder = get_embedder(args.embedder)
+    reader = _reader(args)
+    print(f"LoCoMo: {rep.conversations} conversations, {rep.sessions} sessions, {rep.turns} turns, "
+          f"{rep.questions} questions; evidence ids {rep.evidence_ids}: {len(rep.repaired_evidence)} repaired, "
+          f"{len(rep.malformed_evidence)} unparseable, {len(rep.missing_evidence)} pointing at no turn")
+    print(f"embedder: {embedder.name}; systems: {', '.join(systems)}; budgets: {args.budgets}")
+    if reader is None:
+        print("reader: skipped (no OpenAI-compatible endpoint: set --reader-model [--reader-url] or "
+              "LAMINA_READER_MODEL [LAMINA_READER_BASE_URL]); F1 / BLEU-1 are not reported")
+    else:
+        print(f"reader: {reader.model} at budget {args.reader_budget}")
+    res = run_locomo(convs, embedder, budgets=args.budgets, systems=systems, retention=not args.no_retention,
+                     reader=reader, reader_budget=args.reader_budget,
+                     progress=None if args.quiet else sys.stderr, load_report=rep)
+    print(format_tables(res))
+    e = res["embedder"]
+    if e["texts_per_s"]:
+        print(f"\nembedding: {e['texts_embedded']} distinct texts in {e['seconds']:.1f} s "
+              f"({e['texts_per_s']:.0f} texts/s); total {res['elapsed_seconds']:.0f} s")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(_json_safe(res), f, indent=1)
+        print(f"wrote {args.out}")
+    if args.plot:
+        why = plot_recall(res, args.plot)
+        print(why if why else f"wrote {args.plot}")
+    return 0
+
+
+def add_eval_parser(sub: Any) -> None:
+    """Register ``eval locomo`` on the ``lamina`` command's subparsers."""
+    ev = sub.add_parser("eval", help="evaluate lamina and baselines on a benchmark")
+    esub = ev.add_subparsers(dest="bench", required=True)
+    lo = esub.add_parser("locomo", help="LoCoMo retrieval metrics: lamina, ablations and baselines",
+                         description="Replays each LoCoMo conversation into every system and scores the "
+                                     "contexts (DESIGN.md §4). Only turns are ingested.")
+    lo.add_argument("--data", default=_DEFAULT_DATA, help="locomo_dev.json / locomo10.json or their folder")
+    lo.add_argument("--budgets", type=_budgets, default=[256, 512, 1024, 2048], help="e.g. 256,512,1024,2048")
+    lo.add_argument("--embedder", default="auto", help="auto | minilm | hashing")
+    lo.add_argument("--systems", default="", help="comma-separated subset (default: all)")
+    lo.add_argument("--out", default=None, help="write every number as JSON here")
+    lo.add_argument("--plot", default=None, help="write a PNG of recall vs budget (needs matplotlib)")
+    lo.add_argument("--limit-conversations", type=int, default=None, help="first N conversations only")
+    lo.add_argument("--no-retention", action="store_true", help="skip the 6-period retention replays")
+    lo.add_argument("--no-captions", action="store_true", help="do not append shared-image captions to turns")
+    lo.add_argument("--reader-model", default=None, help="chat model for F1/BLEU-1 (OpenAI-compatible)")
+    lo.add_argument("--reader-url", default=None, help="base URL of the endpoint (…/v1)")
+    lo.add_argument("--reader-budget", type=int, default=1024, help="budget whose contexts the reader answers from")
+    lo.add_argument("--reader-timeout", type=float, default=60.0)
+    lo.add_argument("--quiet", action="store_true", help="no progress bar")
+    lo.set_defaults(func=_cmd_eval_locomo)

@@ -1,0 +1,405 @@
+"""The LoCoMo evaluation run behind ``lamina eval locomo``.
+
+For each conversation and each system: replay the sessions in order (session dates as event
+times, the session closed after each), then build a context for every question at every
+budget, as of the end of the conversation (LoCoMo asks its questions after the whole
+conversation), and score it with the retrieval metrics of DESIGN.md §4
+(:mod:`lamina.eval.metrics`). Questions are embedded once, before any timing, so context
+latencies measure retrieval and assembly, not the query embedding (reported on its own).
+
+Retention: the sessions are split into 6 contiguous periods; for the questions of categories 1–4
+whose evidence lies wholly in period 1, evidence recall is measured on a fresh system that has
+ingested period 1 and on one that has ingested all 6 periods, both under a fixed capacity of
+25 % of the conversation's turns (lamina: C_e + C_s, split evenly; raw-turn baselines: the
+newest turns, FIFO). Retention = mean recall after 6 periods / mean recall after period 1.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any, Optional, TextIO
+
+import numpy as np
+
+from .locomo import Conversation, LoadReport, Question
+from .metrics import (CATEGORY_NAMES, answer_token_recall, context_usage, count_tokens, evidence_recall,
+                      false_memory, percentile, score_answer)
+from .systems import BASELINES, LAMINA_VARIANTS, CachedEmbedder, Ctx, make_system, render_turn
+
+__all__ = ["ALL_SYSTEMS", "PERIODS", "RETENTION_CAPACITY", "named_speaker", "run_locomo", "format_tables",
+           "plot_recall", "Reader"]
+
+ALL_SYSTEMS: tuple[str, ...] = tuple(BASELINES) + tuple(LAMINA_VARIANTS)
+PERIODS = 6
+RETENTION_CAPACITY = 0.25  # of the conversation's raw turns
+_DAY = 86400.0
+
+
+class _Bar:
+    """A one-line stderr progress bar (no dependency)."""
+
+    def __init__(self, total: int, label: str, stream: Optional[TextIO]) -> None:
+        self.total, self.label, self.stream, self.n = max(1, total), label, stream, 0
+        self.t0 = time.perf_counter()
+        self._last = 0.0
+
+    def update(self, k: int = 1, note: str = "") -> None:
+        self.n += k
+        if self.stream is None:
+            return
+        now = time.perf_counter()
+        if now - self._last < 0.2 and self.n < self.total:
+            return
+        self._last = now
+        w = 28
+        f = min(1.0, self.n / self.total)
+        el = now - self.t0
+        eta = el / f - el if f > 0 else 0.0
+        self.stream.write(f"\r{self.label} [{'#' * int(f * w)}{'-' * (w - int(f * w))}] {100 * f:5.1f}% "
+                          f"{el:6.0f}s elapsed, ~{eta:5.0f}s left {note[:40]:<40}")
+        if self.n >= self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def named_speaker(question: str, speakers: Sequence[str]) -> Optional[str]:
+    """The one speaker a question names (None when it names neither or both)."""
+    import re
+
+    hits = [s for s in speakers if re.search(r"\b" + re.escape(s.lower()) + r"\b", question.lower())]
+    return hits[0] if len(hits) == 1 else None
+
+
+class Reader:
+    """Answers a question from a context with an OpenAI-compatible chat model, with the prompts of
+    the official LoCoMo scripts (short-phrase answers; category 2 asks for a date; category 5
+    offers "Not mentioned in the conversation" beside the distractor)."""
+
+    QA = ("Based on the above context, write an answer in the form of a short phrase for the following "
+          "question. Answer with exact words from the context whenever possible.\n\nQuestion: {} Short answer:")
+    QA5 = "Based on the above context, answer the following question.\n\nQuestion: {} Short answer:"
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.model = str(getattr(llm, "model", "unknown"))
+
+    def prompt(self, context: str, speakers: Sequence[str], q: Question) -> str:
+        head = (f"Below are excerpts from a conversation between two people: {speakers[0]} and {speakers[1]}. "
+                "Each line starts with the date and time it was said.\n\n")
+        text = q.question
+        if q.category == 2:
+            text += " Use DATE of CONVERSATION to answer with an approximate date."
+        if q.category == 5:
+            opts = ["Not mentioned in the conversation", q.adversarial_answer or ""]
+            if hash(q.qid) % 2:  # fixed per question, like the official random order
+                opts.reverse()
+            text += f" Select the correct answer: (a) {opts[0]} (b) {opts[1]}. "
+            return head + context + "\n\n" + self.QA5.format(text)
+        return head + context + "\n\n" + self.QA.format(text)
+
+    def answer(self, context: str, speakers: Sequence[str], q: Question) -> str:
+        return self.llm.complete([{"role": "user", "content": self.prompt(context, speakers, q)}],
+                                 temperature=0.0, max_tokens=64).strip()
+
+
+def _mean(xs: Sequence[float]) -> float:
+    ys = [x for x in xs if not (isinstance(x, float) and math.isnan(x))]
+    return float(statistics.fmean(ys)) if ys else math.nan
+
+
+def _record(q: Question, ctx: Ctx, latency: float, ev_texts: list[str], history_tokens: int,
+            speakers: Sequence[str]) -> dict[str, Any]:
+    text = ctx.render()
+    toks = count_tokens(text)
+    rec: dict[str, Any] = {"qid": q.qid, "cat": q.category, "ms": round(latency * 1e3, 4),
+                           "tokens": toks, "usage": context_usage(toks, history_tokens),
+                           "abstain": ctx.abstain,
+                           "ev": evidence_recall(ev_texts, text) if ev_texts else None}
+    if q.category in (1, 2, 3, 4) and q.answer is not None:
+        a = answer_token_recall(q.answer, text)
+        rec["ans"] = None if math.isnan(a) else a
+    if q.category == 5 and q.adversarial_answer:
+        who = named_speaker(q.question, speakers)
+        if who is not None:
+            top = ctx.top()
+            rec["fm"] = false_memory(ctx.abstain, top.parts if top else (), q.adversarial_answer, who)
+    return rec
+
+
+def _aggregate(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"questions": len(recs)}
+    ev: dict[str, float] = {}
+    for c, nm in CATEGORY_NAMES.items():
+        ev[nm] = _mean([r["ev"] for r in recs if r["cat"] == c and r["ev"] is not None])
+    ev["overall"] = _mean([r["ev"] for r in recs if r["cat"] in (1, 2, 3, 4) and r["ev"] is not None])
+    ev["overall_with_5"] = _mean([r["ev"] for r in recs if r["ev"] is not None])
+    out["evidence_recall"] = ev
+    ans: dict[str, float] = {CATEGORY_NAMES[c]: _mean([r["ans"] for r in recs if r["cat"] == c and r.get("ans") is not None])
+                             for c in (1, 2, 3, 4)}
+    ans["overall"] = _mean([r["ans"] for r in recs if r.get("ans") is not None])
+    out["answer_token_recall"] = ans
+    out["context_usage"] = _mean([r["usage"] for r in recs])
+    out["context_tokens_mean"] = _mean([float(r["tokens"]) for r in recs])
+    fm = [r["fm"] for r in recs if "fm" in r]
+    out["false_memory_rate"] = (sum(fm) / len(fm)) if fm else math.nan
+    out["false_memory_questions"] = len(fm)
+    out["abstain_rate"] = _mean([float(r["abstain"]) for r in recs])
+    lat = [r["ms"] for r in recs]
+    out["latency_ms"] = {"p50": percentile(lat, 50), "p99": percentile(lat, 99), "mean": _mean(lat)}
+    if any("f1" in r for r in recs):
+        rd = [r for r in recs if "f1" in r]
+        out["reader"] = {
+            "f1": {CATEGORY_NAMES[c]: _mean([r["f1"] for r in rd if r["cat"] == c]) for c in CATEGORY_NAMES},
+            "bleu1": {CATEGORY_NAMES[c]: _mean([r["bleu1"] for r in rd if r["cat"] == c]) for c in CATEGORY_NAMES},
+        }
+        out["reader"]["f1"]["overall (1-4)"] = _mean([r["f1"] for r in rd if r["cat"] != 5])
+        out["reader"]["bleu1"]["overall (1-4)"] = _mean([r["bleu1"] for r in rd if r["cat"] != 5])
+        out["reader"]["f1"]["overall (1-5)"] = _mean([r["f1"] for r in rd])
+        out["reader"]["errors"] = sum(1 for r in recs if r.get("reader_error"))
+    return out
+
+
+def _periods(conv: Conversation, n: int = PERIODS) -> list[list[int]]:
+    """Session indices per period: n contiguous groups of (nearly) equal size."""
+    idx = list(range(len(conv.sessions)))
+    return [list(map(int, g)) for g in np.array_split(np.array(idx), min(n, len(idx))) if len(g)]
+
+
+def run_locomo(convs: Sequence[Conversation], embedder: Any, *, budgets: Sequence[int] = (256, 512, 1024, 2048),
+               systems: Sequence[str] = ALL_SYSTEMS, retention: bool = True, reader: Optional[Reader] = None,
+               reader_budget: int = 1024, progress: Optional[TextIO] = sys.stderr,
+               load_report: Optional[LoadReport] = None) -> dict[str, Any]:
+    """Run the evaluation; returns a JSON-serialisable dict (see module docs).
+
+    Parameters
+    ----------
+    convs : conversations from :func:`lamina.eval.load_locomo`
+    embedder : any lamina embedder (``.embed``, ``.dim``, ``.name``); shared by every system
+    budgets : context budgets in tokens (whitespace words), each >= 1
+    systems : names from :data:`ALL_SYSTEMS`
+    retention : also measure retention after 6 periods (costs two more replays per system)
+    reader : answer with a chat model at ``reader_budget`` and score F1 / BLEU-1 (official rules)
+    progress : stream for the progress bar (None: quiet)
+    """
+    budgets = [int(b) for b in budgets]
+    if not budgets or any(b < 1 for b in budgets):
+        raise ValueError(f"budgets must be positive token counts, got {budgets}")
+    for s in systems:
+        if s not in ALL_SYSTEMS:
+            raise ValueError(f"unknown system {s!r}; expected some of {list(ALL_SYSTEMS)}")
+    if reader is not None and reader_budget not in budgets:
+        raise ValueError(f"reader_budget {reader_budget} must be one of the budgets {budgets}")
+    emb = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
+    per_q: dict[str, dict[int, list[dict[str, Any]]]] = {s: {b: [] for b in budgets} for s in systems}
+    ret: dict[str, dict[int, dict[str, list[float]]]] = {s: {b: {"first": [], "all": []} for b in budgets}
+                                                         for s in systems}
+    ingest_s: dict[str, float] = {s: 0.0 for s in systems}
+    work = sum(len(c.questions) * len(systems) for c in convs)
+    bar = _Bar(work, "locomo", progress)
+    t_start = time.perf_counter()
+    conv_info = []
+    for conv in convs:
+        turns = conv.turns
+        by_id = conv.turn_by_id()
+        history_tokens = sum(count_tokens(render_turn(t)) for t in turns)
+        # Embed every turn and question up front (batched), so that context latencies below
+        # do not include embedding, and every system sees identical vectors.
+        emb.embed([t.text for t in turns] + [q.question for q in conv.questions])
+        q_vecs = {q.qid: emb.embed([q.question])[0] for q in conv.questions}
+        now = max(t.timestamp for t in turns) + _DAY
+        conv_info.append({"sample_id": conv.sample_id, "sessions": len(conv.sessions), "turns": len(turns),
+                          "history_tokens": history_tokens, "questions": len(conv.questions)})
+        for name in systems:
+            sysm = make_system(name, emb, conv.sample_id)
+            t0 = time.perf_counter()
+            for s in conv.sessions:
+                sysm.ingest(s)
+            ingest_s[name] += time.perf_counter() - t0
+            for q in conv.questions:
+                ev_texts = [by_id[e].text for e in q.evidence]
+                for b in budgets:
+                    t0 = time.perf_counter()
+                    ctx = sysm.context(q.question, b, now, q_vecs[q.qid])
+                    dt = time.perf_counter() - t0
+                    rec = _record(q, ctx, dt, ev_texts, history_tokens, conv.speakers)
+                    if reader is not None and b == reader_budget:
+                        try:
+                            pred = reader.answer(ctx.render(), conv.speakers, q)
+                            rec["pred"] = pred
+                            rec.update(score_answer(pred, q.answer, q.category))
+                        except Exception as e:  # a failed call is reported, never scored
+                            rec["reader_error"] = str(e)[:200]
+                    per_q[name][b].append(rec)
+                bar.update(1, f"{conv.sample_id} {name}")
+            if hasattr(sysm, "close"):
+                sysm.close()
+        if retention:
+            _retention(conv, systems, budgets, emb, q_vecs, ret)
+    elapsed = time.perf_counter() - t_start
+
+    results: dict[str, Any] = {
+        "dataset": {"conversations": conv_info,
+                    "load_report": None if load_report is None else {
+                        k: (len(v) if isinstance(v, list) else v) for k, v in asdict(load_report).items()},
+                    "evidence_problems": None if load_report is None else {
+                        "malformed": load_report.malformed_evidence, "repaired": load_report.repaired_evidence,
+                        "missing": load_report.missing_evidence},
+                    "questions_per_category": {
+                        CATEGORY_NAMES[c]: sum(1 for cv in convs for q in cv.questions if q.category == c)
+                        for c in CATEGORY_NAMES}},
+        "embedder": {"name": emb.name, "dim": emb.dim, "texts_embedded": emb.embedded,
+                     "seconds": round(emb.seconds, 3),
+                     "texts_per_s": (emb.embedded / emb.seconds) if emb.seconds > 0 else None},
+        "budgets": budgets,
+        "systems": list(systems),
+        "protocol": {
+            "token": "whitespace-separated word of the rendered context",
+            "history_tokens": "sum of the tokens of every turn rendered as '[date time] Speaker: text'",
+            "overall": "categories 1-4 (category 5 reported on its own)",
+            "question_time": "one day after the last turn (questions come after the whole conversation)",
+            "retention": f"{PERIODS} periods, capacity {RETENTION_CAPACITY:.0%} of the turns; lamina: C_e = C_s = "
+                         "half of it; baselines: newest turns (FIFO)",
+            "false_memory": "category 5 questions naming exactly one speaker",
+        },
+        "ingest_seconds": {s: round(v, 3) for s, v in ingest_s.items()},
+        "elapsed_seconds": round(elapsed, 1),
+        "results": {},
+        "per_question": per_q,
+    }
+    if reader is None:
+        results["reader"] = {"status": "skipped", "why": "no OpenAI-compatible endpoint configured"}
+    else:
+        results["reader"] = {"status": "ran", "model": reader.model, "budget": reader_budget}
+    for name in systems:
+        results["results"][name] = {}
+        for b in budgets:
+            agg = _aggregate(per_q[name][b])
+            if retention:
+                r1, r6 = ret[name][b]["first"], ret[name][b]["all"]
+                m1, m6 = _mean(r1), _mean(r6)
+                agg["retention"] = {"questions": len(r1), "recall_after_period_1": m1,
+                                    "recall_after_all_periods": m6,
+                                    "retention": (m6 / m1) if m1 and not math.isnan(m1) else math.nan}
+            results["results"][name][str(b)] = agg
+    return results
+
+
+def _retention(conv: Conversation, systems: Sequence[str], budgets: Sequence[int], emb: CachedEmbedder,
+               q_vecs: dict[str, Any], ret: dict[str, dict[int, dict[str, list[float]]]]) -> None:
+    periods = _periods(conv)
+    if len(periods) < 2:
+        return
+    first = {conv.sessions[i].number for i in periods[0]}
+    qs = [q for q in conv.questions if q.category in (1, 2, 3, 4) and q.evidence
+          and all(int(e[1:].split(":")[0]) in first for e in q.evidence)]
+    if not qs:
+        return
+    by_id = conv.turn_by_id()
+    cap = max(1, math.ceil(RETENTION_CAPACITY * len(conv.turns)))
+    p1_sessions = [conv.sessions[i] for i in periods[0]]
+    now1 = max(t.timestamp for s in p1_sessions for t in s.turns) + 1.0
+    now_all = max(t.timestamp for t in conv.turns) + _DAY
+
+    def probe(sysm: Any, now: float, key: str) -> None:
+        for q in qs:
+            ev = [by_id[e].text for e in q.evidence]
+            for b in budgets:
+                ctx = sysm.context(q.question, b, now, q_vecs[q.qid])
+                ret[sysm.name][b][key].append(evidence_recall(ev, ctx.render()))
+
+    for name in systems:
+        a = make_system(name, emb, conv.sample_id, capacity_turns=cap)
+        for s in p1_sessions:
+            a.ingest(s)
+        probe(a, now1, "first")
+        if name in BASELINES:  # probing a raw-turn store changes nothing: continue the same one
+            full = a
+            for i in range(len(p1_sessions), len(conv.sessions)):
+                full.ingest(conv.sessions[i])
+        else:  # lamina's contexts bump access counts (heat): measure on a fresh replay
+            a.close()
+            full = make_system(name, emb, conv.sample_id, capacity_turns=cap)
+            for s in conv.sessions:
+                full.ingest(s)
+        probe(full, now_all, "all")
+        if hasattr(full, "close"):
+            full.close()
+
+
+# ---- output -----------------------------------------------------------------------------------------
+
+def _pct(x: float) -> str:
+    return "   -  " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:5.1f}%"
+
+
+def format_tables(results: dict[str, Any]) -> str:
+    """One table per budget: rows systems; evidence recall per category and overall (1-4),
+    answer-token recall (1-4), context usage, false-memory rate, retention, latency p50/p99."""
+    cats = [CATEGORY_NAMES[c] for c in (1, 2, 3, 4, 5)]
+    lines = []
+    n_cat = results["dataset"]["questions_per_category"]
+    lines.append("questions: " + ", ".join(f"{k} {v}" for k, v in n_cat.items())
+                 + f"; embedder {results['embedder']['name']}")
+    w = max(len(s) for s in results["systems"]) + 2
+    for b in results["budgets"]:
+        lines.append("")
+        lines.append(f"budget {b} tokens — evidence recall by category (overall = categories 1-4)")
+        head = (f"{'system':<{w}}" + "".join(f"{c[:11]:>12}" for c in cats) + f"{'overall':>9}{'ans-rec':>9}"
+                f"{'usage':>8}{'FMR':>8}{'retain':>8}{'p50 ms':>9}{'p99 ms':>9}")
+        lines.append(head)
+        lines.append("-" * len(head))
+        for s in results["systems"]:
+            a = results["results"][s][str(b)]
+            ev = a["evidence_recall"]
+            rt = a.get("retention", {}).get("retention", math.nan)
+            lines.append(f"{s:<{w}}" + "".join(f"{_pct(ev[c]):>12}" for c in cats)
+                         + f"{_pct(ev['overall']):>9}{_pct(a['answer_token_recall']['overall']):>9}"
+                         + f"{_pct(a['context_usage']):>8}{_pct(a['false_memory_rate']):>8}{_pct(rt):>8}"
+                         + f"{a['latency_ms']['p50']:>9.2f}{a['latency_ms']['p99']:>9.2f}")
+    rd = results.get("reader", {})
+    lines.append("")
+    if rd.get("status") == "ran":
+        lines.append(f"reader {rd['model']} at budget {rd['budget']}: F1 / BLEU-1 (official LoCoMo rules; "
+                     "overall without category 5)")
+        for s in results["systems"]:
+            r = results["results"][s][str(rd["budget"])].get("reader")
+            if r:
+                lines.append(f"  {s:<{w}} F1 " + " ".join(f"{k} {100 * v:.1f}" for k, v in r["f1"].items())
+                             + f" | BLEU-1 overall {100 * r['bleu1']['overall (1-4)']:.1f}"
+                             + (f" | {r['errors']} failed calls" if r["errors"] else ""))
+    else:
+        lines.append("reader: skipped — no OpenAI-compatible endpoint configured (no F1 / BLEU-1 reported)")
+    return "\n".join(lines)
+
+
+def plot_recall(results: dict[str, Any], path: str) -> Optional[str]:
+    """Overall evidence recall vs budget per system as a PNG; returns None, or why it could not."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib) — no plot written"
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bs = results["budgets"]
+    for s in results["systems"]:
+        ys = [100 * results["results"][s][str(b)]["evidence_recall"]["overall"] for b in bs]
+        ax.plot(bs, ys, marker="o", label=s, linestyle="-" if s == "lamina" or s in BASELINES else "--")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(bs)
+    ax.set_xticklabels([str(b) for b in bs])
+    ax.set_xlabel("context budget (tokens)")
+    ax.set_ylabel("evidence recall, categories 1-4 (%)")
+    ax.set_title(f"LoCoMo evidence recall vs budget ({results['embedder']['name']})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None

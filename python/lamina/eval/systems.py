@@ -1,0 +1,346 @@
+"""Systems compared by ``lamina eval``: raw-turn baselines and lamina (with ablations).
+
+Every system sees the same turns, session by session, through one interface:
+
+* ``ingest(session)`` — add one session's turns (event times from the session date), then
+  close the session;
+* ``context(question, budget, now, q_emb)`` — a :class:`Ctx` of at most ``budget`` tokens.
+
+Baselines work over raw turns, rendered exactly as lamina renders a raw turn
+(``[YYYY-MM-DD HH:MM] Speaker: text``), on the same embedder:
+
+* ``recency`` — the most recent turns that fit in the budget;
+* ``dense-rag`` — turns by cosine similarity to the question (exact native top-k), greedily
+  filled until the budget is used;
+* ``bm25`` — Okapi BM25 (k1 = 1.2, b = 0.75, non-negative idf) on normalised, Porter-stemmed
+  tokens, filled the same way;
+* ``hybrid-rag`` — reciprocal-rank fusion (k = 60) of the dense and BM25 rankings.
+
+A ``capacity`` (in turns) makes a baseline keep only its newest ``capacity`` turns (FIFO), the
+bounded-store counterpart of lamina's layer capacities used for the retention measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+import numpy as np
+import numpy.typing as npt
+
+from ..items import MemoryItem, format_time
+from ..memory import Memory, MemoryConfig
+from ..search import topk
+from .locomo import Session, Turn
+from .metrics import answer_tokens, count_tokens
+
+__all__ = ["CtxItem", "Ctx", "CachedEmbedder", "render_turn", "RawTurns", "Recency", "DenseRAG", "BM25",
+           "HybridRAG", "LaminaSystem", "BASELINES", "LAMINA_VARIANTS", "make_system"]
+
+
+@dataclass
+class CtxItem:
+    """One item of a context: its rendering, score and (speaker, text) parts for attribution."""
+
+    text: str
+    score: float
+    parts: tuple[tuple[Optional[str], str], ...]
+    layer: str = "raw"
+
+
+@dataclass
+class Ctx:
+    items: list[CtxItem] = field(default_factory=list)
+    abstain: bool = False
+
+    def render(self) -> str:
+        return "" if self.abstain else "\n".join(it.text for it in self.items)
+
+    @property
+    def tokens(self) -> int:
+        return count_tokens(self.render())
+
+    def top(self) -> Optional[CtxItem]:
+        return max(self.items, key=lambda it: it.score) if self.items and not self.abstain else None
+
+
+class CachedEmbedder:
+    """Memoises an embedder's vectors by text, so that every system of one run pays for each
+    distinct text once (the vectors are the inner embedder's, bit for bit).
+
+    Thread safety: not thread-safe (the evaluation is single-threaded).
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._cache: dict[str, npt.NDArray[np.float32]] = {}
+        self.seconds = 0.0
+        self.embedded = 0
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
+
+    @property
+    def name(self) -> str:
+        return str(self.inner.name)
+
+    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        import time
+
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if missing:
+            t0 = time.perf_counter()
+            E = self.inner.embed(missing)
+            self.seconds += time.perf_counter() - t0
+            self.embedded += len(missing)
+            for t, e in zip(missing, E):
+                self._cache[t] = np.array(e, dtype=np.float32)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            out[i] = self._cache[t]
+        return out
+
+
+def render_turn(t: Turn) -> str:
+    """A raw turn as lamina renders one: ``[YYYY-MM-DD HH:MM] Speaker: text``."""
+    return f"[{format_time(t.timestamp)}] {t.speaker}: {t.text}"
+
+
+# ---- raw-turn baselines ---------------------------------------------------------------------------
+
+class RawTurns(ABC):
+    """Shared store of the baselines: raw turns, their vectors, a BM25 index, optional FIFO capacity."""
+
+    name = "raw"
+
+    def __init__(self, embedder: CachedEmbedder, capacity: Optional[int] = None) -> None:
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be >= 1 turn, got {capacity}")
+        self.embedder = embedder
+        self.capacity = capacity
+        self.turns: list[Turn] = []
+        self._vecs: list[npt.NDArray[np.float32]] = []
+        self._rendered: list[str] = []
+        self._ntok: list[int] = []
+        self._bm25: Optional[_BM25Index] = None
+
+    def ingest(self, session: Session) -> None:
+        if not session.turns:
+            return
+        E = self.embedder.embed([t.text for t in session.turns])
+        for t, e in zip(session.turns, E):
+            self.turns.append(t)
+            self._vecs.append(e)
+            r = render_turn(t)
+            self._rendered.append(r)
+            self._ntok.append(count_tokens(r))
+        if self.capacity is not None and len(self.turns) > self.capacity:
+            cut = len(self.turns) - self.capacity
+            del self.turns[:cut], self._vecs[:cut], self._rendered[:cut], self._ntok[:cut]
+        self._bm25 = None
+
+    def _visible(self, now: Optional[float]) -> int:
+        """Number of leading turns stated at or before ``now`` (turns are in time order)."""
+        if now is None:
+            return len(self.turns)
+        n = len(self.turns)
+        while n and self.turns[n - 1].timestamp > now:
+            n -= 1
+        return n
+
+    def _item(self, i: int, score: float) -> CtxItem:
+        t = self.turns[i]
+        return CtxItem(self._rendered[i], score, ((t.speaker, t.text),))
+
+    def _fill(self, order: Sequence[int], scores: Sequence[float], budget: int) -> Ctx:
+        items: list[CtxItem] = []
+        used = 0
+        for i, s in zip(order, scores):
+            n = self._ntok[i]
+            if used + n <= budget:
+                items.append(self._item(i, s))
+                used += n
+            if budget - used < 4:
+                break
+        return Ctx(items, abstain=not items)
+
+    @abstractmethod
+    def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
+        """Order of the first ``n`` turns for the question (best first) and their scores."""
+
+    def context(self, question: str, budget: int, now: Optional[float], q_emb: npt.NDArray[np.float32]) -> Ctx:
+        n = self._visible(now)
+        if n == 0:
+            return Ctx([], abstain=True)
+        order, scores = self.ranking(question, q_emb, n)
+        return self._fill(order, scores, budget)
+
+    # rankings shared by the subclasses
+    def _dense(self, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
+        M = np.ascontiguousarray(np.stack(self._vecs[:n]))
+        s, idx = topk(np.ascontiguousarray(q_emb.reshape(1, -1), dtype=np.float32), M, n, "ip")
+        return idx[0].tolist(), s[0].tolist()
+
+    def _lexical(self, question: str, n: int) -> tuple[list[int], list[float]]:
+        if self._bm25 is None or self._bm25.n != len(self.turns):
+            self._bm25 = _BM25Index([answer_tokens(t.text) for t in self.turns])
+        sc = self._bm25.scores(answer_tokens(question))[:n]
+        order = np.argsort(-sc, kind="stable")
+        return order.tolist(), sc[order].tolist()
+
+
+class Recency(RawTurns):
+    name = "recency"
+
+    def ranking(self, question, q_emb, n):
+        return list(range(n - 1, -1, -1)), [float(i) for i in range(n - 1, -1, -1)]
+
+    def context(self, question: str, budget: int, now: Optional[float], q_emb: npt.NDArray[np.float32]) -> Ctx:
+        n = self._visible(now)
+        chosen: list[int] = []
+        used = 0
+        for i in range(n - 1, -1, -1):  # newest first, contiguous
+            if used + self._ntok[i] > budget:
+                break
+            chosen.append(i)
+            used += self._ntok[i]
+        # chronological order; the newest turn is the top-scored one
+        items = [self._item(i, float(i)) for i in reversed(chosen)]
+        return Ctx(items, abstain=not items)
+
+
+class DenseRAG(RawTurns):
+    name = "dense-rag"
+
+    def ranking(self, question, q_emb, n):
+        return self._dense(q_emb, n)
+
+
+class BM25(RawTurns):
+    name = "bm25"
+
+    def ranking(self, question, q_emb, n):
+        return self._lexical(question, n)
+
+
+class HybridRAG(RawTurns):
+    name = "hybrid-rag"
+    rrf_k = 60
+
+    def ranking(self, question, q_emb, n):
+        d_order, _ = self._dense(q_emb, n)
+        l_order, l_scores = self._lexical(question, n)
+        fused = np.zeros(n)
+        fused[np.asarray(d_order)] += 1.0 / (self.rrf_k + 1 + np.arange(n))
+        # turns sharing no term with the question get no lexical rank
+        lex = [(i, s) for i, s in zip(l_order, l_scores) if s > 0]
+        for r, (i, _) in enumerate(lex):
+            fused[i] += 1.0 / (self.rrf_k + 1 + r)
+        order = np.argsort(-fused, kind="stable")
+        return order.tolist(), fused[order].tolist()
+
+
+class _BM25Index:
+    """Okapi BM25 over tokenised documents (k1 = 1.2, b = 0.75, idf = ln(1 + (N - df + .5)/(df + .5)))."""
+
+    def __init__(self, docs: list[list[str]], k1: float = 1.2, b: float = 0.75) -> None:
+        self.n = len(docs)
+        self.k1, self.b = k1, b
+        self.lens = np.array([len(d) for d in docs], dtype=np.float64)
+        self.avg = float(self.lens.mean()) if self.n else 0.0
+        self.post: dict[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]] = {}
+        acc: dict[str, tuple[list[int], list[float]]] = {}
+        for i, d in enumerate(docs):
+            for w, tf in Counter(d).items():
+                a = acc.setdefault(w, ([], []))
+                a[0].append(i)
+                a[1].append(float(tf))
+        for w, (ii, tf) in acc.items():
+            self.post[w] = (np.array(ii, dtype=np.int64), np.array(tf))
+
+    def scores(self, query: list[str]) -> npt.NDArray[np.float64]:
+        s = np.zeros(self.n)
+        if not self.n:
+            return s
+        norm = self.k1 * (1 - self.b + self.b * self.lens / max(self.avg, 1e-9))
+        for w in set(query):
+            p = self.post.get(w)
+            if p is None:
+                continue
+            ii, tf = p
+            idf = math.log(1.0 + (self.n - len(ii) + 0.5) / (len(ii) + 0.5))
+            s[ii] += idf * tf * (self.k1 + 1) / (tf + norm[ii])
+        return s
+
+
+BASELINES: dict[str, type[RawTurns]] = {c.name: c for c in (Recency, DenseRAG, BM25, HybridRAG)}
+
+
+# ---- lamina ----------------------------------------------------------------------------------------
+
+#: lamina and its ablations, as MemoryConfig changes of the default configuration.
+LAMINA_VARIANTS: dict[str, dict[str, Any]] = {
+    "lamina": {},
+    "lamina -semantic": {"layers": ("working", "episodic")},
+    "lamina -episodic": {"layers": ("working", "semantic")},
+    "lamina -gating": {"beta": 0.0, "max_entropy": None},  # β = 0: uniform γ, no sharpening
+    "lamina -retention": {"profile_lambda": 0.0},  # λ = 0 (eq. 9-10 off)
+}
+
+
+class LaminaSystem:
+    """lamina.Memory behind the evaluation interface (one user per conversation)."""
+
+    def __init__(self, name: str, embedder: CachedEmbedder, config: MemoryConfig, user_id: str) -> None:
+        self.name = name
+        self.mem = Memory(None, embedder=embedder, config=config)
+        self.user_id = user_id
+
+    def ingest(self, session: Session) -> None:
+        if not session.turns:
+            return
+        sid = f"session_{session.number}"
+        msgs = [{"speaker": t.speaker, "text": t.text, "id": t.dia_id, "timestamp": t.timestamp}
+                for t in session.turns]
+        self.mem.add(msgs, self.user_id, sid)
+        self.mem.end_session(self.user_id, sid, now=session.turns[-1].timestamp)
+
+    @staticmethod
+    def _parts(it: MemoryItem) -> tuple[tuple[Optional[str], str], ...]:
+        if it.kind == "turn":
+            return ((it.speaker, it.text),)
+        if it.kind == "segment" and it.turns:
+            return tuple((sp, tx) for _, sp, tx in it.turns)
+        if it.kind == "fact":
+            parts = [(sp, tx) for _, sp, tx in it.turns]
+            return tuple(parts) + ((it.subject, it.text),)
+        return ((None, it.text),)  # summaries, notes, profiles: attributed to nobody
+
+    def context(self, question: str, budget: int, now: Optional[float], q_emb: npt.NDArray[np.float32]) -> Ctx:
+        c = self.mem.context(question, self.user_id, budget=budget, now=now,
+                             query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32))
+        items = [CtxItem(it.render(), float(it.score), self._parts(it), it.layer) for it in c.items]
+        return Ctx(items, abstain=bool(c.abstain))
+
+    def close(self) -> None:
+        self.mem.close()
+
+
+def make_system(name: str, embedder: CachedEmbedder, user_id: str, *, capacity_turns: Optional[int] = None,
+                base_config: Optional[MemoryConfig] = None) -> Any:
+    """Build a fresh system by name. ``capacity_turns``: the retention capacity — for a baseline,
+    the turns it keeps; for lamina, C_e + C_s, split evenly between episodic and semantic."""
+    if name in BASELINES:
+        return BASELINES[name](embedder, capacity=capacity_turns)
+    if name in LAMINA_VARIANTS:
+        cfg = replace(base_config or MemoryConfig(), **LAMINA_VARIANTS[name])
+        if capacity_turns is not None:
+            half = max(1, math.ceil(capacity_turns / 2))
+            cfg = replace(cfg, episodic_capacity=half, semantic_capacity=half)
+        return LaminaSystem(name, embedder, cfg, user_id)
+    raise ValueError(f"unknown system {name!r}; expected one of {list(BASELINES) + list(LAMINA_VARIANTS)}")

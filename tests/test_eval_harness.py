@@ -1,0 +1,200 @@
+"""lamina eval end to end: a tiny synthetic LoCoMo-shaped conversation (CI) and the first real
+LoCoMo conversation when the shared data is present."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from lamina.cli import main
+from lamina.embedders import Hashing
+from lamina.eval import ALL_SYSTEMS, format_tables, load_locomo, run_locomo
+from lamina.eval.harness import Reader, named_speaker
+from lamina.eval.locomo import conversations_from, parse_session_date
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+_LINES = [
+    ("Alice", "I adopted a golden retriever puppy named Biscuit.", "Bob", "Biscuit is a lovely name for a dog!"),
+    ("Bob", "I started learning to play the cello last week.", "Alice", "The cello sounds hard, good luck."),
+    ("Alice", "My sister Dana moved to Lisbon for work.", "Bob", "Lisbon has great food and sunny weather."),
+    ("Bob", "I ran the Berlin marathon in three hours yesterday.", "Alice", "Three hours is an amazing time!"),
+    ("Alice", "I painted a sunset over the lake for my mother.", "Bob", "Your mother must love that painting."),
+    ("Bob", "We booked a trip to Kyoto for April.", "Alice", "Kyoto in April means cherry blossoms."),
+]
+
+
+class _Poison(dict):
+    """A sample that fails the test if gold annotation fields are read while loading."""
+
+    FORBIDDEN = {"observation", "event_summary", "session_summary"}
+
+    def __getitem__(self, k):
+        assert k not in self.FORBIDDEN, f"the loader read gold field {k!r}"
+        return super().__getitem__(k)
+
+    def get(self, k, default=None):
+        assert k not in self.FORBIDDEN, f"the loader read gold field {k!r}"
+        return super().get(k, default)
+
+
+def _sample() -> dict:
+    conv = {"speaker_a": "Alice", "speaker_b": "Bob"}
+    for i, (s1, t1, s2, t2) in enumerate(_LINES, start=1):
+        conv[f"session_{i}_date_time"] = f"{i}:00 pm on {i} May, 2023"
+        conv[f"session_{i}"] = [{"speaker": s1, "dia_id": f"D{i}:1", "text": t1},
+                                {"speaker": s2, "dia_id": f"D{i}:2", "text": t2,
+                                 **({"blip_caption": "a photo of a lake at dusk"} if i == 5 else {})}]
+    conv["session_7_date_time"] = "1:00 pm on 9 May, 2023"  # a date with no session: ignored
+    qa = [
+        {"question": "What is the name of Alice's puppy?", "answer": "Biscuit", "evidence": ["D1:1"], "category": 4},
+        {"question": "What instrument is Bob learning?", "answer": "the cello", "evidence": ["D2:1"], "category": 4},
+        {"question": "Where did Dana move, and what did Alice paint?", "answer": "Lisbon, a sunset",
+         "evidence": ["D3:1; D5:1"], "category": 1},
+        {"question": "When did Bob run the Berlin marathon?", "answer": "3 May 2023", "evidence": ["D4:1"],
+         "category": 2},
+        {"question": "Would Bob enjoy travelling to Japan?", "answer": "Likely yes; he booked Kyoto",
+         "evidence": ["D6:1", "D"], "category": 3},
+        {"question": "What instrument is Alice learning to play?", "adversarial_answer": "the cello",
+         "evidence": ["D2:1", "D9:9"], "category": 5},
+    ]
+    return _Poison(sample_id="syn-1", conversation=conv, qa=qa, observation=None, event_summary=None,
+                   session_summary=None)
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    from lamina.eval.locomo import LoadReport
+
+    rep = LoadReport()
+    return conversations_from([_sample()], report=rep), rep
+
+
+def test_loader_keeps_gold_apart_and_reports_evidence(synthetic):
+    convs, rep = synthetic
+    (c,) = convs
+    assert c.speakers == ("Alice", "Bob") and len(c.sessions) == 6 and len(c.turns) == 12
+    assert rep.empty_date_keys == 1 and rep.questions == 6
+    assert c.questions[2].evidence == ("D3:1", "D5:1")  # 'D3:1; D5:1' split leniently
+    assert rep.malformed_evidence == ["syn-1: 'D'"] and rep.missing_evidence == ["syn-1: D9:9"]
+    assert c.turn_by_id()["D5:2"].text.endswith("[shares a photo: a photo of a lake at dusk]")
+    # turns keep their order as event times; sessions carry their dates
+    assert c.sessions[0].timestamp == parse_session_date("1:00 pm on 1 May, 2023")
+    assert c.turns[1].timestamp == c.turns[0].timestamp + 1
+    with pytest.raises(ValueError, match="session date"):
+        parse_session_date("yesterday")
+
+
+def test_named_speaker():
+    assert named_speaker("What did Caroline's sister do?", ["Caroline", "Melanie"]) == "Caroline"
+    assert named_speaker("What did they do?", ["Caroline", "Melanie"]) is None
+    assert named_speaker("Did Caroline meet Melanie?", ["Caroline", "Melanie"]) is None
+
+
+def test_harness_end_to_end_on_synthetic(synthetic):
+    convs, rep = synthetic
+    res = run_locomo(convs, Hashing(), budgets=[16, 400], progress=None, load_report=rep)
+    assert set(res["results"]) == set(ALL_SYSTEMS)
+    hist = res["dataset"]["conversations"][0]["history_tokens"]
+    for name in ALL_SYSTEMS:
+        for b in ("16", "400"):
+            a = res["results"][name][b]
+            assert 0.0 <= a["context_usage"] <= 1.0
+            assert a["context_tokens_mean"] <= int(b)
+        assert len(res["per_question"][name][16]) == 6
+    # 400 tokens hold the whole history (< 200 tokens): every raw-turn baseline sees every turn
+    assert hist < 400
+    for name in ("recency", "dense-rag", "bm25", "hybrid-rag"):
+        a = res["results"][name]["400"]
+        assert a["evidence_recall"]["overall"] == 1.0
+        assert a["context_usage"] == pytest.approx(1.0)
+    # a 16-token budget holds one turn: bm25 ranks the keyword turn first for the single-hop questions
+    bm = {r["qid"]: r for r in res["per_question"]["bm25"][16]}
+    assert bm["syn-1#0"]["ev"] == 1.0 and bm["syn-1#1"]["ev"] == 1.0
+    # the adversarial question names Alice; Bob's cello turn is on top of bm25's context: a false memory
+    assert bm["syn-1#5"]["fm"] is True
+    assert res["results"]["bm25"]["16"]["false_memory_rate"] == 1.0
+    # recency at 16 tokens keeps only the last turn (no evidence of the first questions)
+    rc = {r["qid"]: r for r in res["per_question"]["recency"][16]}
+    assert rc["syn-1#0"]["ev"] == 0.0
+    # lamina runs and reports its retention numbers
+    lam = res["results"]["lamina"]["400"]
+    assert lam["retention"]["questions"] == 1  # only 'Biscuit' has its evidence in period 1
+    assert 0.0 <= lam["evidence_recall"]["overall"] <= 1.0
+    out = format_tables(res)
+    assert "budget 16 tokens" in out and "reader: skipped" in out and "lamina -episodic" in out
+    json.dumps(res, allow_nan=True)
+
+
+class _FakeLLM:
+    """A deterministic chat model: says 'not mentioned' to choice questions, else repeats a context word."""
+
+    model = "fake-reader-1"
+
+    def __init__(self):
+        self.prompts = []
+
+    def complete(self, messages, temperature=0.0, max_tokens=64):
+        p = messages[0]["content"]
+        self.prompts.append(p)
+        if "Select the correct answer" in p:
+            return "Not mentioned in the conversation"
+        question = p.rsplit("Question:", 1)[1]
+        return "Biscuit" if "puppy" in question else "cello"
+
+
+def test_reader_scores_with_official_rules(synthetic):
+    convs, _ = synthetic
+    llm = _FakeLLM()
+    res = run_locomo(convs, Hashing(), budgets=[400], systems=["bm25"], retention=False,
+                     reader=Reader(llm), reader_budget=400, progress=None)
+    assert res["reader"] == {"status": "ran", "model": "fake-reader-1", "budget": 400}
+    recs = {r["qid"]: r for r in res["per_question"]["bm25"][400]}
+    assert recs["syn-1#0"]["f1"] == 1.0  # Biscuit
+    assert recs["syn-1#1"]["f1"] == 1.0  # "cello" vs "the cello"
+    assert recs["syn-1#5"]["f1"] == 1.0  # category 5: "not mentioned"
+    assert recs["syn-1#3"]["f1"] == 0.0
+    assert "Use DATE of CONVERSATION" in llm.prompts[3]
+    assert "fake-reader-1" in format_tables(res)
+
+
+def test_cli_eval_locomo(tmp_path, capsys):
+    data = tmp_path / "locomo_dev.json"
+    data.write_text(json.dumps([dict(_sample())]))
+    out = tmp_path / "res.json"
+    rc = main(["eval", "locomo", "--data", str(tmp_path), "--embedder", "hashing", "--budgets", "32,64",
+               "--systems", "bm25,lamina", "--out", str(out), "--quiet"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "1 conversations" in text and "budget 64 tokens" in text and "reader: skipped" in text
+    res = json.loads(out.read_text())  # strict JSON: NaN written as null
+    assert set(res["results"]) == {"bm25", "lamina"}
+    assert res["dataset"]["load_report"]["questions"] == 6
+    assert main(["eval", "locomo", "--data", str(tmp_path / "missing.json")]) == 2
+    with pytest.raises(SystemExit):
+        main(["eval", "locomo", "--budgets", "0,5"])
+
+
+def test_run_locomo_rejects_bad_arguments(synthetic):
+    convs, _ = synthetic
+    with pytest.raises(ValueError, match="budgets"):
+        run_locomo(convs, Hashing(), budgets=[0], progress=None)
+    with pytest.raises(ValueError, match="unknown system"):
+        run_locomo(convs, Hashing(), systems=["nope"], progress=None)
+
+
+@pytest.mark.data
+def test_first_locomo_conversation():
+    convs, rep = load_locomo(SHARED_DATA / "locomo", limit=1)
+    assert rep.questions == 199 and rep.turns == 419
+    res = run_locomo(convs, Hashing(), budgets=[1024], systems=["recency", "bm25", "lamina"], progress=None,
+                     load_report=rep)
+    bm, rc, lam = (res["results"][s]["1024"] for s in ("bm25", "recency", "lamina"))
+    assert bm["evidence_recall"]["overall"] > rc["evidence_recall"]["overall"]
+    for a in (bm, rc, lam):
+        assert a["context_usage"] <= 0.1  # 1024 tokens of a ~14k-token history
+        assert not math.isnan(a["evidence_recall"]["overall"])
+    assert res["dataset"]["questions_per_category"]["adversarial"] == 47
