@@ -16,7 +16,9 @@ rebuilds it from the stored embeddings — and then kept up to date lazily too: 
 the last search are inserted at the next search; removals are ``mark_deleted`` (re-adding an
 item id, e.g. a re-embedded summary, updates its point in place). When deleted points outnumber
 live ones the graph is rebuilt; when a layer shrinks below half the threshold it goes back to
-exact search and the graph is dropped. Callers see the same interface either way.
+exact search and the graph is dropped. Callers see the same interface either way. A bulk build
+uses every thread, so the graph — hence an approximate answer — may differ slightly between
+runs; below the threshold results are exact and deterministic.
 
 Thread safety: none of its own; :class:`lamina.Memory` calls it under its lock.
 """
@@ -29,11 +31,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._info import get_num_threads
 from .search import VectorArena
 
 __all__ = ["LayerIndex"]
 
 ARCHIVE_LAYER = 3  # items.LAYERS["archive"]
+_BULK_ROWS = 4096  # pending inserts at least this many: multi-threaded graph construction
 
 
 def _import_hnswlib() -> Any:
@@ -210,7 +214,10 @@ class LayerIndex:
             need = g.index.get_current_count() + fresh
             if need > g.index.get_max_elements():
                 g.index.resize_index(max(2 * need, 1024))
-            g.index.add_items(self.get(ids), np.asarray(ids, dtype=np.uint64), num_threads=1)
+            # A bulk build uses every thread (one-off, seconds at 10^5 rows); the few rows added
+            # between two searches go in on the calling thread.
+            threads = get_num_threads() if len(ids) >= _BULK_ROWS else 1
+            g.index.add_items(self.get(ids), np.asarray(ids, dtype=np.uint64), num_threads=threads)
             g.deleted.difference_update(ids)
             g.live += len(ids)
             g.pending.clear()
