@@ -227,6 +227,88 @@ void register_kv(py::module_& m) {
       py::arg("threads") = 0);
 
   m.def(
+      "kv_apportion",
+      [](const py::object& weights, long long total, long long cap) {
+        py::array w = checked_array<double>(weights, "weights", 1, "float64");
+        const std::size_t m = dim(w, 0);
+        py::array_t<int64_t> out(static_cast<py::ssize_t>(m));
+        kv::apportion(static_cast<const double*>(w.data()), m, total, cap, out.mutable_data());
+        return out;
+      },
+      py::arg("weights"), py::arg("total"), py::arg("cap"));
+
+  m.def(
+      "kv_lava_select",
+      [](const py::object& x, long long kv_heads, long long n_candidates, const std::string& pool,
+         long long kernel, const std::string& group_reduce, const py::object& scale_per_row,
+         const py::object& scale_per_token, long long per_head, double alpha, long long tail,
+         int threads) {
+        ScoreArgs A = parse_score_args(x, kv_heads, n_candidates, "mean", false, pool, kernel,
+                                       group_reduce, scale_per_row, scale_per_token);
+        const std::size_t L = A.sp.layers, Hkv = A.sp.kv_heads;
+        LAMINA_CHECK(per_head >= 0 && per_head <= n_candidates, "per_head must be in [0, ",
+                     n_candidates, "], got ", per_head);
+        LAMINA_CHECK(tail >= 0 && static_cast<std::size_t>(tail) + A.sp.n_candidates <= A.sp.seq_len,
+                     "tail must be in [0, S - n_candidates]");
+        py::array_t<double> entropy(static_cast<py::ssize_t>(L));
+        py::array_t<int64_t> layer_b(static_cast<py::ssize_t>(L));
+        py::array_t<int64_t> counts({L, Hkv}), budgets({L, Hkv});
+        py::array_t<int64_t> offsets(static_cast<py::ssize_t>(L * Hkv + 1));
+        py::array_t<int64_t> idx(static_cast<py::ssize_t>(L * Hkv * (per_head + tail)));
+        {
+          const float* in = static_cast<const float*>(A.x.data());
+          double* ep = entropy.mutable_data();
+          int64_t* lp = layer_b.mutable_data();
+          int64_t* cp = counts.mutable_data();
+          int64_t* bp = budgets.mutable_data();
+          int64_t* op = offsets.mutable_data();
+          int64_t* ip = idx.mutable_data();
+          py::gil_scoped_release nogil;
+          kv::lava_select(in, A.sp, A.scale, static_cast<std::size_t>(per_head), alpha,
+                          static_cast<std::size_t>(tail), ep, lp, cp, bp, op, ip, threads);
+        }
+        return py::make_tuple(idx, offsets, counts, budgets, entropy, layer_b);
+      },
+      py::arg("scores"), py::arg("kv_heads"), py::arg("n_candidates"), py::arg("pool"),
+      py::arg("kernel"), py::arg("group_reduce"), py::arg("scale_per_row"),
+      py::arg("scale_per_token"), py::arg("per_head"), py::arg("alpha"), py::arg("tail"),
+      py::arg("threads") = 0);
+
+  m.def(
+      "kv_lava_layers",
+      [](const py::object& scores, const py::object& layer_budget, double alpha, long long tail,
+         int threads) {
+        py::array s = checked_array<float>(scores, "scores", 3, "float32");
+        const std::size_t L = dim(s, 0), Hkv = dim(s, 1), n = dim(s, 2);
+        py::array lb = checked_array<int64_t>(layer_budget, "layer_budget", 1, "int64");
+        LAMINA_CHECK(dim(lb, 0) == L, "layer_budget must have one entry per layer (", L, ")");
+        LAMINA_CHECK(tail >= 0, "tail must be >= 0");
+        const int64_t* lbp = static_cast<const int64_t*>(lb.data());
+        int64_t total = 0;
+        for (std::size_t l = 0; l < L; ++l) {
+          LAMINA_CHECK(lbp[l] >= 0 && static_cast<std::size_t>(lbp[l]) <= n, "layer_budget[",
+                       l, "] = ", lbp[l], " is outside [0, ", n, "]");
+          total += static_cast<int64_t>(Hkv) * (lbp[l] + tail);
+        }
+        py::array_t<int64_t> counts({L, Hkv}), budgets({L, Hkv});
+        py::array_t<int64_t> offsets(static_cast<py::ssize_t>(L * Hkv + 1));
+        py::array_t<int64_t> idx(static_cast<py::ssize_t>(total));
+        {
+          const float* p = static_cast<const float*>(s.data());
+          int64_t* cp = counts.mutable_data();
+          int64_t* bp = budgets.mutable_data();
+          int64_t* op = offsets.mutable_data();
+          int64_t* ip = idx.mutable_data();
+          py::gil_scoped_release nogil;
+          kv::lava_layers(p, L, Hkv, n, lbp, alpha, static_cast<std::size_t>(tail), cp, bp, op,
+                          ip, threads);
+        }
+        return py::make_tuple(idx, offsets, counts, budgets);
+      },
+      py::arg("scores"), py::arg("layer_budget"), py::arg("alpha"), py::arg("tail") = 0,
+      py::arg("threads") = 0);
+
+  m.def(
       "kv_select_rows",
       [](const py::object& scores, const py::object& k, long long n, long long tail,
          int threads) {

@@ -48,6 +48,7 @@ void register_exceptions(py::module_& m);
 
 void register_search(py::module_& m);
 void register_info(py::module_& m);
+void register_cuda(py::module_& m);
 void register_hashing(py::module_& m);
 void register_kernels(py::module_& m);
 void register_kv(py::module_& m);

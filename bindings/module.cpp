@@ -10,6 +10,7 @@ PYBIND11_MODULE(_core, m) {
   lamina::py_detail::register_exceptions(m);
   lamina::py_detail::register_info(m);
   lamina::py_detail::register_search(m);
+  lamina::py_detail::register_cuda(m);
   lamina::py_detail::register_hashing(m);
   lamina::py_detail::register_kernels(m);
   lamina::py_detail::register_kv(m);

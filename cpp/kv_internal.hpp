@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace lamina::kv::detail {
 
@@ -31,6 +32,9 @@ struct RowKernels {
                            int64_t* out);
   /// Index of the m-th (1-based) j with x[j] == t; n if there are fewer than m.
   std::size_t (*nth_equal)(const float* x, std::size_t n, float t, std::size_t m);
+  /// Copies the x[j] >= lo to vals and j to pos (in order; both hold n + kSlack entries) and
+  /// returns how many.
+  std::size_t (*collect)(const float* x, std::size_t n, float lo, float* vals, int32_t* pos);
 };
 
 /// Scratch memory of one selecting thread (opaque).
@@ -47,6 +51,24 @@ void select_row(const float* x, std::size_t n, std::size_t k, std::size_t tail, 
 /// select_rows' argument checks (ValueError).
 void check_select_args(std::size_t n_rows, std::size_t n, const int64_t* k, std::size_t tail,
                        const int64_t* offsets);
+
+/// LAVa's work on one layer's scores s [H_kv, n] with layer budget b (see kv::lava_layers):
+/// writes the layer's counts and head budgets (H_kv each) and appends its kept positions
+/// (rows in order, each followed by the tail) to `out`.
+struct LavaScratch;
+struct LavaScratchDeleter {
+  void operator()(LavaScratch* p) const;
+};
+using LavaScratchPtr = std::unique_ptr<LavaScratch, LavaScratchDeleter>;
+LavaScratchPtr make_lava_scratch();
+void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
+                std::size_t tail, int64_t* counts, int64_t* head_budgets,
+                std::vector<int64_t>& out, LavaScratch& scratch);
+/// Offsets from the head budgets (rows = L * H_kv), then each layer's positions copied to out
+/// (per_layer is emptied).
+void lava_finish(std::vector<std::vector<int64_t>>& per_layer, std::size_t rows,
+                 std::size_t tail, const int64_t* head_budgets, int64_t* offsets, int64_t* out,
+                 int threads);
 
 /// The active kernels (see above).
 const RowKernels& row_kernels();

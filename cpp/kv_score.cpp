@@ -47,77 +47,75 @@ LAMINA_KV_INLINE bool all_finite(const float* x, std::size_t n) {
   return bad == 0;
 }
 
-// Smallest and largest of x[0..n), n >= 1.
+// Smallest and largest of x[0..n), n >= 1 (finite). Runs on order-preserving integer keys:
+// unsigned min/max reductions vectorise without -ffast-math (float compares-and-selects do
+// not). Of -0.0 and +0.0 the minimum is -0.0 and the maximum +0.0.
+LAMINA_KV_INLINE uint32_t order_key(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+}
+LAMINA_KV_INLINE float from_order_key(uint32_t k) {
+  const uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+  float v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
 LAMINA_KV_INLINE void min_max(const float* x, std::size_t n, float* mn, float* mx) {
-  float lo[kLanes], hi[kLanes];
-  for (std::size_t l = 0; l < kLanes; ++l) lo[l] = hi[l] = x[0];
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (std::size_t l = 0; l < kLanes; ++l) {
-      const float v = x[i + l];  // one unconditional load: keeps the select branch-free
-      lo[l] = v < lo[l] ? v : lo[l];
-      hi[l] = v > hi[l] ? v : hi[l];
-    }
-  for (; i < n; ++i) {
-    const float v = x[i];
-    lo[0] = v < lo[0] ? v : lo[0];
-    hi[0] = v > hi[0] ? v : hi[0];
+  uint32_t lo = 0xffffffffu, hi = 0u;
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint32_t k = order_key(x[i]);
+    lo = k < lo ? k : lo;
+    hi = k > hi ? k : hi;
   }
-  float a = lo[0], b = hi[0];
-  for (std::size_t l = 1; l < kLanes; ++l) {
-    a = lo[l] < a ? lo[l] : a;
-    b = hi[l] > b ? hi[l] : b;
-  }
-  *mn = a;
-  *mx = b;
+  *mn = from_order_key(lo);
+  *mx = from_order_key(hi);
 }
 
-LAMINA_KV_INLINE void pool_max(const float* a, std::size_t n, std::size_t k, float* out) {
-  const std::size_t r = k / 2;
-  auto edge = [&](std::size_t j) {
-    const std::size_t lo = j >= r ? j - r : 0, hi = std::min(n - 1, j + r);
-    float m = a[lo];
-    for (std::size_t i = lo + 1; i <= hi; ++i) m = a[i] > m ? a[i] : m;
-    out[j] = m;
-  };
-  if (n <= 2 * r) {
-    for (std::size_t j = 0; j < n; ++j) edge(j);
-    return;
-  }
-  const std::size_t m = n - 2 * r;  // interior j in [r, n - r)
-  float* o = out + r;
-  std::memcpy(o, a, m * sizeof(float));
-  for (std::size_t d = 1; d < k; ++d) {
-    const float* src = a + d;
-    for (std::size_t i = 0; i < m; ++i) o[i] = src[i] > o[i] ? src[i] : o[i];
-  }
-  for (std::size_t j = 0; j < r; ++j) edge(j);
-  for (std::size_t j = n - r; j < n; ++j) edge(j);
-}
-
-LAMINA_KV_INLINE void pool_avg(const float* a, std::size_t n, std::size_t k, float* out) {
+// 1-D pooling of a[0..n) with kernel k (odd), stride 1, padding k/2, for the output positions
+// [j0, j1) only, written to out[0 .. j1 - j0). Per position, the same operations in the same
+// order whatever the block bounds: Max: m = a[lo], then m = a[i] > m ? a[i] : m for ascending
+// in-range i; Avg: s = a[lo] + ... (ascending, in range) / k. Blocks of kBlock outputs keep
+// the k passes over the block in L1.
+LAMINA_KV_INLINE void pool_block(const float* a, std::size_t n, std::size_t k, bool is_max,
+                                 std::size_t j0, std::size_t j1, float* out) {
   const std::size_t r = k / 2;
   const float kf = static_cast<float>(k);
   auto edge = [&](std::size_t j) {
     const std::size_t lo = j >= r ? j - r : 0, hi = std::min(n - 1, j + r);
-    float s = a[lo];
-    for (std::size_t i = lo + 1; i <= hi; ++i) s += a[i];
-    out[j] = s / kf;
+    float m = a[lo];
+    if (is_max) {
+      for (std::size_t i = lo + 1; i <= hi; ++i) m = a[i] > m ? a[i] : m;
+    } else {
+      for (std::size_t i = lo + 1; i <= hi; ++i) m += a[i];
+      m /= kf;
+    }
+    out[j - j0] = m;
   };
-  if (n <= 2 * r) {
-    for (std::size_t j = 0; j < n; ++j) edge(j);
+  // interior positions r <= j < n - r have all k inputs in range
+  const std::size_t i0 = std::max(j0, r), i1 = n > 2 * r ? std::min(j1, n - r) : 0;
+  if (i0 >= i1) {
+    for (std::size_t j = j0; j < j1; ++j) edge(j);
     return;
   }
-  const std::size_t m = n - 2 * r;
-  float* o = out + r;
-  std::memcpy(o, a, m * sizeof(float));
-  for (std::size_t d = 1; d < k; ++d) {
-    const float* src = a + d;
-    for (std::size_t i = 0; i < m; ++i) o[i] += src[i];
+  for (std::size_t j = j0; j < i0; ++j) edge(j);
+  const std::size_t m = i1 - i0;
+  float* o = out + (i0 - j0);
+  const float* base = a + (i0 - r);
+  std::memcpy(o, base, m * sizeof(float));
+  if (is_max) {
+    for (std::size_t d = 1; d < k; ++d) {
+      const float* src = base + d;
+      for (std::size_t i = 0; i < m; ++i) o[i] = src[i] > o[i] ? src[i] : o[i];
+    }
+  } else {
+    for (std::size_t d = 1; d < k; ++d) {
+      const float* src = base + d;
+      for (std::size_t i = 0; i < m; ++i) o[i] += src[i];
+    }
+    for (std::size_t i = 0; i < m; ++i) o[i] /= kf;
   }
-  for (std::size_t i = 0; i < m; ++i) o[i] /= kf;
-  for (std::size_t j = 0; j < r; ++j) edge(j);
-  for (std::size_t j = n - r; j < n; ++j) edge(j);
+  for (std::size_t j = i1; j < j1; ++j) edge(j);
 }
 
 // log(x) for normal x > 0 in float32 (Cephes logf: frexp, then a degree-9 polynomial on
@@ -193,26 +191,64 @@ LAMINA_KV_INLINE void entropy_sums(const float* s, std::size_t N, double* z, dou
 }
 
 struct RowBuffers {
-  std::vector<float> reduced, pooled;
+  std::vector<float> reduced;
 };
+
+constexpr std::size_t kBlock = 1024;  // score_row's block (4 KiB: pooling passes stay in L1)
 
 // One (layer, KV head) row of window_scores; see ScoreSpec for the arithmetic and its order.
 // Writes the row to acc[0..n); with `st`, also its entropy sums (for LAVa) while it is hot.
+// Works in blocks of kBlock positions: for each query head of the group, every block is
+// checked (w == 0 input), pooled and folded into acc; the last head's pass also applies the
+// group mean, the scale and the finiteness check. Per element the operations and their order
+// are those of ScoreSpec, independent of the blocking.
 LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowScale& scale,
-                                float* acc, RowBuffers& B, std::size_t r, RowEntropySums* st) {
+                                float* acc, RowBuffers& B, std::size_t r, RowEntropySums* st,
+                                float* nu_out) {
   const std::size_t H = sp.heads, Hkv = sp.kv_heads, G = H / Hkv;
   const std::size_t S = sp.seq_len, w = sp.window, n = sp.n_candidates;
   const std::size_t l = r / Hkv, g = r % Hkv;
-  if (B.reduced.size() < n) B.reduced.resize(n);
-  if (B.pooled.size() < n) B.pooled.resize(n);
+  const bool pooled = sp.pool != Pool::None && sp.kernel > 1;
+  const bool is_max = sp.pool == Pool::Max;
+  const std::size_t rad = pooled ? sp.kernel / 2 : 0;
+
+  bool scaled = false;
+  float nu = 1.0f;
+  if (scale.per_row || scale.per_token) {
+    scaled = true;
+    if (scale.per_row) {
+      nu = scale.per_row[r];
+    } else {
+      const float* v = scale.per_token + r * S;
+      LAMINA_CHECK(all_finite(v, S), "value_norms[", l, ", ", g, "] contains NaN or Inf");
+      float vmin = 0.0f, vmax;
+      nu = 0.0f;
+      if (n > 0) min_max(v, n, &vmin, &nu);  // nu = max over the candidates
+      if (S > n) {
+        float tmin;
+        min_max(v + n, S - n, &tmin, &vmax);
+        vmin = n > 0 ? std::min(vmin, tmin) : tmin;
+      }
+      LAMINA_CHECK(vmin >= 0.0f, "value_norms must be >= 0 (they are L1 norms); row [", l,
+                   ", ", g, "] has ", vmin);
+    }
+    LAMINA_CHECK(std::isfinite(nu) && nu >= 0.0f, "value norm scale of row [", l, ", ", g,
+                 "] must be finite and >= 0, got ", nu);
+  }
+  if (nu_out) *nu_out = nu;
+  const bool mean = G > 1 && sp.group_reduce == Reduce::Mean;
+  const float gf = static_cast<float>(G);
+
+  alignas(64) float tmp[kBlock];
   for (std::size_t q = 0; q < G; ++q) {
     const std::size_t h = g * G + q;
     const float* a;
     if (w == 0) {
       a = in + (l * H + h) * S;
-      LAMINA_CHECK(all_finite(a, S), "scores[", l, ", ", h,
+      LAMINA_CHECK(all_finite(a + n, S - n), "scores[", l, ", ", h,
                    "] contains NaN or Inf; pass finite scores");
     } else {
+      if (B.reduced.size() < n) B.reduced.resize(n);
       const float* base = in + ((l * H + h) * w) * S;
       float* red = B.reduced.data();
       for (std::size_t j0 = 0; j0 < n; j0 += kChunk) {
@@ -237,76 +273,68 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
       }
       a = red;
     }
-    float* dst = q == 0 ? acc : B.pooled.data();
-    const float* p = dst;
-    if (sp.pool == Pool::Max && sp.kernel > 1 && n > 0) {
-      pool_max(a, n, sp.kernel, dst);
-    } else if (sp.pool == Pool::Avg && sp.kernel > 1 && n > 0) {
-      pool_avg(a, n, sp.kernel, dst);
-    } else if (q == 0) {
-      std::memcpy(dst, a, n * sizeof(float));
-    } else {
-      p = a;
-    }
-    if (q > 0) {
-      if (sp.group_reduce == Reduce::Max) {
-        for (std::size_t j = 0; j < n; ++j) acc[j] = p[j] > acc[j] ? p[j] : acc[j];
+    const bool last = q + 1 == G;
+    for (std::size_t j0 = 0; j0 < n; j0 += kBlock) {
+      const std::size_t j1 = std::min(n, j0 + kBlock), len = j1 - j0;
+      if (w == 0) {  // the inputs this block's pooling reads, before they are used
+        const std::size_t c0 = j0 >= rad ? j0 - rad : 0, c1 = std::min(n, j1 + rad);
+        LAMINA_CHECK(all_finite(a + c0, c1 - c0), "scores[", l, ", ", h,
+                     "] contains NaN or Inf; pass finite scores");
+      }
+      float* dst = acc + j0;
+      const float* p;
+      if (q == 0) {
+        if (pooled) {
+          pool_block(a, n, sp.kernel, is_max, j0, j1, dst);
+        } else {
+          std::memcpy(dst, a + j0, len * sizeof(float));
+        }
       } else {
-        for (std::size_t j = 0; j < n; ++j) acc[j] += p[j];
+        if (pooled) {
+          pool_block(a, n, sp.kernel, is_max, j0, j1, tmp);
+          p = tmp;
+        } else {
+          p = a + j0;
+        }
+        if (sp.group_reduce == Reduce::Max) {
+          for (std::size_t j = 0; j < len; ++j) dst[j] = p[j] > dst[j] ? p[j] : dst[j];
+        } else {
+          for (std::size_t j = 0; j < len; ++j) dst[j] += p[j];
+        }
+      }
+      if (last) {
+        if (mean)
+          for (std::size_t j = 0; j < len; ++j) dst[j] /= gf;
+        if (scaled)
+          for (std::size_t j = 0; j < len; ++j) dst[j] *= nu;
+        LAMINA_CHECK(all_finite(dst, len), "scores of row [", l, ", ", g,
+                     "] overflow float32 after scaling; rescale the inputs");
       }
     }
   }
-  if (G > 1 && sp.group_reduce == Reduce::Mean) {
-    const float gf = static_cast<float>(G);
-    for (std::size_t j = 0; j < n; ++j) acc[j] /= gf;
-  }
-  if (scale.per_row || scale.per_token) {
-    float nu;
-    if (scale.per_row) {
-      nu = scale.per_row[r];
-    } else {
-      const float* v = scale.per_token + r * S;
-      LAMINA_CHECK(all_finite(v, S), "value_norms[", l, ", ", g, "] contains NaN or Inf");
-      float vmin = 0.0f, vmax;
-      nu = 0.0f;
-      if (n > 0) min_max(v, n, &vmin, &nu);  // nu = max over the candidates
-      if (S > n) {
-        float tmin;
-        min_max(v + n, S - n, &tmin, &vmax);
-        vmin = n > 0 ? std::min(vmin, tmin) : tmin;
-      }
-      LAMINA_CHECK(vmin >= 0.0f, "value_norms must be >= 0 (they are L1 norms); row [", l,
-                   ", ", g, "] has ", vmin);
-    }
-    LAMINA_CHECK(std::isfinite(nu) && nu >= 0.0f, "value norm scale of row [", l, ", ", g,
-                 "] must be finite and >= 0, got ", nu);
-    for (std::size_t j = 0; j < n; ++j) acc[j] *= nu;
-  }
-  LAMINA_CHECK(all_finite(acc, n), "scores of row [", l, ", ", g,
-               "] overflow float32 after scaling; rescale the inputs");
   if (st) entropy_sums(acc, n, &st->sum, &st->sum_slogs, &st->min);
 }
 
 using ScoreRowFn = void (*)(const float*, const ScoreSpec&, const RowScale&, float*, RowBuffers&,
-                            std::size_t, RowEntropySums*);
+                            std::size_t, RowEntropySums*, float*);
 
 void score_row_base(const float* in, const ScoreSpec& sp, const RowScale& sc, float* acc,
-                    RowBuffers& B, std::size_t r, RowEntropySums* st) {
-  score_row(in, sp, sc, acc, B, r, st);
+                    RowBuffers& B, std::size_t r, RowEntropySums* st, float* nu) {
+  score_row(in, sp, sc, acc, B, r, st, nu);
 }
 #if defined(LAMINA_KV_X86)
 __attribute__((target("avx2"))) void score_row_avx2(const float* in, const ScoreSpec& sp,
                                                     const RowScale& sc, float* acc,
                                                     RowBuffers& B, std::size_t r,
-                                                    RowEntropySums* st) {
-  score_row(in, sp, sc, acc, B, r, st);
+                                                    RowEntropySums* st, float* nu) {
+  score_row(in, sp, sc, acc, B, r, st, nu);
 }
 __attribute__((target("avx512f,avx2"))) void score_row_avx512(const float* in,
                                                               const ScoreSpec& sp,
                                                               const RowScale& sc, float* acc,
                                                               RowBuffers& B, std::size_t r,
-                                                              RowEntropySums* st) {
-  score_row(in, sp, sc, acc, B, r, st);
+                                                              RowEntropySums* st, float* nu) {
+  score_row(in, sp, sc, acc, B, r, st, nu);
 }
 #endif
 
@@ -380,7 +408,7 @@ void window_scores(const float* in, const ScoreSpec& sp, const RowScale& scale, 
   std::vector<RowBuffers> bufs(nt > 0 ? nt : 1);
   const ScoreRowFn fn = score_row_fn();
   parallel_for(rows, nt, [&](std::size_t r, int worker) {
-    fn(in, sp, scale, out + r * n, bufs[worker], r, sums ? sums + r : nullptr);
+    fn(in, sp, scale, out + r * n, bufs[worker], r, sums ? sums + r : nullptr, nullptr);
   });
 }
 
@@ -401,10 +429,55 @@ void score_select_rows(const float* in, const ScoreSpec& sp, const RowScale& sca
   parallel_for(rows, nt, [&](std::size_t r, int worker) {
     Worker& W = ws[worker];
     if (W.row.size() < n) W.row.resize(n);
-    fn(in, sp, scale, W.row.data(), W.bufs, r, nullptr);
+    fn(in, sp, scale, W.row.data(), W.bufs, r, nullptr, nullptr);
     detail::select_row(W.row.data(), n, static_cast<std::size_t>(k[r]), tail, out + offsets[r],
                        *W.scratch);
   });
+}
+
+void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
+                 std::size_t per_head, double alpha, std::size_t tail, double* entropy,
+                 int64_t* layer_budget, int64_t* counts, int64_t* head_budgets,
+                 int64_t* offsets, int64_t* out, int threads) {
+  check_spec(sp, scale);
+  const std::size_t L = sp.layers, Hkv = sp.kv_heads, rows = L * Hkv, n = sp.n_candidates;
+  LAMINA_CHECK(per_head <= n, "lava_select: per_head (", per_head, ") exceeds n (", n, ")");
+  LAMINA_CHECK(alpha >= 0.0 && alpha <= 1.0, "lava_select: alpha must be in [0, 1], got ", alpha);
+  const int nt = score_threads(sp, threads);
+  const ScoreRowFn fn = score_row_fn();
+  struct Worker {
+    RowBuffers bufs;
+    std::vector<float> buf;  // one row (pass 1) or one layer (pass 2)
+    detail::LavaScratchPtr lava = detail::make_lava_scratch();
+  };
+  std::vector<Worker> ws(nt > 0 ? nt : 1);
+  // pass 1: entropy sums and the value-norm scale of every row; the scores are dropped
+  std::vector<RowEntropySums> sums(rows);
+  std::vector<float> nu(rows, 1.0f);
+  const bool scaled = scale.per_row || scale.per_token;
+  parallel_for(rows, nt, [&](std::size_t r, int worker) {
+    Worker& W = ws[worker];
+    if (W.buf.size() < n) W.buf.resize(n);
+    fn(in, sp, scale, W.buf.data(), W.bufs, r, &sums[r], scaled ? &nu[r] : nullptr);
+  });
+  entropy_from_sums(sums.data(), L, Hkv, n, entropy);
+  apportion(entropy, L, static_cast<int64_t>(L * per_head), static_cast<int64_t>(n),
+            layer_budget);
+  // pass 2, per layer: the layer's scores again (same arithmetic, the scale now per row),
+  // then counts, head budgets and row selections while they are in cache
+  RowScale per_row;
+  if (scaled) per_row.per_row = nu.data();
+  std::vector<std::vector<int64_t>> per_layer(L);
+  const int nl = nt < 1 ? 1 : std::min<int>(nt, static_cast<int>(L));
+  parallel_for(L, nl, [&](std::size_t l, int worker) {
+    Worker& W = ws[worker];
+    if (W.buf.size() < Hkv * n) W.buf.resize(Hkv * n);
+    for (std::size_t g = 0; g < Hkv; ++g)
+      fn(in, sp, per_row, W.buf.data() + g * n, W.bufs, l * Hkv + g, nullptr, nullptr);
+    detail::lava_layer(W.buf.data(), Hkv, n, static_cast<std::size_t>(layer_budget[l]), alpha,
+                       tail, counts + l * Hkv, head_budgets + l * Hkv, per_layer[l], *W.lava);
+  });
+  detail::lava_finish(per_layer, rows, tail, head_budgets, offsets, out, threads);
 }
 
 void entropy_from_sums(const RowEntropySums* sums, std::size_t layers, std::size_t kv_heads,

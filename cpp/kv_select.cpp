@@ -34,6 +34,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 struct Workspace {
   std::vector<float> buf;     // band candidates / exact copy
+  std::vector<float> cvals;   // collected candidates (values >= the bracket's low end)
+  std::vector<int32_t> cpos;  // and their positions
   std::vector<float> layer;   // pinned copy of one layer (Ada-KV floor)
   std::vector<int64_t> pos;   // staging for kept positions (needs kSlack past the end)
   float* floats(std::size_t n) {
@@ -106,26 +108,35 @@ Cut exact_cut(const float* x, std::size_t n, std::size_t k, Workspace& W, const 
   return c;
 }
 
-Cut find_cut(const float* x, std::size_t n, std::size_t k, Workspace& W, const RowKernels& K) {
-  LAMINA_ASSERT(k >= 1 && k <= n);
-  if (n <= kExactBelow) return exact_cut(x, n, k, W, K);
+// The bracket of find_cut from a strided sample of x: lo <= k-th largest <= hi (when the
+// sample does not mislead; callers verify). hi is +inf when the k-th largest is so close to
+// the top that the sample cannot bound it from above.
+void sample_bracket(const float* x, std::size_t n, std::size_t k, float* lo, float* hi) {
   float sample[kSample];
   for (std::size_t i = 0; i < kSample; ++i) sample[i] = x[(i * n) / kSample];
   const double q = static_cast<double>(k) * kSample / static_cast<double>(n);
   const double d = 5.0 * std::sqrt(q * (1.0 - q / kSample)) + 4.0;
   const long r_hi = static_cast<long>(std::floor(q - d));
   const long r_lo = static_cast<long>(std::ceil(q + d));
-  float lo = -kInf, hi = kInf;
+  *lo = -kInf;
+  *hi = kInf;
   std::size_t lo_end = kSample;
   if (r_lo < static_cast<long>(kSample)) {
     std::nth_element(sample, sample + r_lo, sample + kSample, std::greater<float>());
-    lo = sample[r_lo];
+    *lo = sample[r_lo];
     lo_end = static_cast<std::size_t>(r_lo);
   }
   if (r_hi >= 0) {
     std::nth_element(sample, sample + r_hi, sample + lo_end, std::greater<float>());
-    hi = sample[r_hi];
+    *hi = sample[r_hi];
   }
+}
+
+Cut find_cut(const float* x, std::size_t n, std::size_t k, Workspace& W, const RowKernels& K) {
+  LAMINA_ASSERT(k >= 1 && k <= n);
+  if (n <= kExactBelow) return exact_cut(x, n, k, W, K);
+  float lo, hi;
+  sample_bracket(x, n, k, &lo, &hi);
   float* b = W.floats(n);
   std::size_t above;
   const std::size_t m = K.band(x, n, lo, hi, b, &above);
@@ -149,6 +160,43 @@ std::size_t emit(const float* x, std::size_t n, const Cut& c, int64_t* out, cons
   std::size_t w = K.positions(x, p + 1, c.value, true, 0, out);
   w += K.positions(x + p + 1, n - p - 1, c.value, false, static_cast<int64_t>(p + 1), out + w);
   return w;
+}
+
+// The k best of x[0..n) (ascending positions) written to out[0..k), when the k-th largest
+// is near the top of the row: one SIMD pass collects every value >= the sample's low bracket
+// end with its position (a few percent of the row), the cut is found among those, and the
+// kept positions are read off the collected list, which is in position order. Same result
+// as find_cut + emit. Returns false (nothing written) when the sample gives an upper bracket
+// end (k is a large share of n: the band path is cheaper) or misled (fewer than k collected).
+bool select_collected(const float* x, std::size_t n, std::size_t k, Workspace& W,
+                      const RowKernels& K, int64_t* out) {
+  if (n <= kExactBelow || n > static_cast<std::size_t>(INT32_MAX)) return false;
+  float lo, hi;
+  sample_bracket(x, n, k, &lo, &hi);
+  if (hi != kInf || lo == -kInf) return false;
+  if (W.cvals.size() < n + kSlack) {
+    W.cvals.resize(n + kSlack);
+    W.cpos.resize(n + kSlack);
+  }
+  float* v = W.cvals.data();
+  const int32_t* p = W.cpos.data();
+  const std::size_t m = K.collect(x, n, lo, v, W.cpos.data());
+  if (m < k) return false;
+  float* b = W.floats(m);
+  std::copy(v, v + m, b);
+  const float cut = select_value(b, m, k);
+  std::size_t gt, eq;
+  K.count(v, m, cut, &gt, &eq);  // every value >= cut was collected: row-wide counts
+  std::size_t take_equal = k - gt, w = 0;
+  for (std::size_t i = 0; i < m && w < k; ++i) {  // out has exactly k slots
+    const float y = v[i];
+    const bool tie = y == cut && take_equal > 0;
+    take_equal -= tie;
+    out[w] = p[i];
+    w += (y > cut) | tie;
+  }
+  LAMINA_ASSERT(w == k);
+  return true;
 }
 
 }  // namespace
@@ -185,6 +233,10 @@ void select_row(const float* x, std::size_t n, std::size_t k, std::size_t tail, 
   } else if (k > 0) {
     const RowKernels& K = row_kernels();
     Workspace& W = scratch.w;
+    if (select_collected(x, n, k, W, K, out)) {
+      for (std::size_t t = 0; t < tail; ++t) out[k + t] = static_cast<int64_t>(n + t);
+      return;
+    }
     const Cut c = find_cut(x, n, k, W, K);
     int64_t* stage = W.positions(k);
     const std::size_t w = emit(x, n, c, stage, K);
@@ -209,6 +261,211 @@ void select_rows(const float* scores, std::size_t n_rows, std::size_t n, const i
     detail::select_row(scores ? scores + r * n : nullptr, n, static_cast<std::size_t>(k[r]), tail,
                        out + offsets[r], ws[worker]);
   });
+}
+
+void apportion(const double* weights, std::size_t m, int64_t total, int64_t cap, int64_t* out) {
+  LAMINA_CHECK(total >= 0 && cap >= 0 && total <= static_cast<int64_t>(m) * cap,
+               "cannot split ", total, " into ", m, " parts of at most ", cap);
+  if (m == 0) return;
+  std::vector<double> w(m), x(m, 0.0), rem(m);
+  std::vector<char> free_(m, 1);
+  for (std::size_t i = 0; i < m; ++i) w[i] = weights[i] > 0.0 ? weights[i] : 0.0;
+  double remaining = static_cast<double>(total);
+  const double capd = static_cast<double>(cap);
+  for (;;) {
+    double s = 0.0;
+    std::size_t nf = 0;
+    for (std::size_t i = 0; i < m; ++i)
+      if (free_[i]) {
+        s += w[i];
+        ++nf;
+      }
+    bool any_over = false;
+    for (std::size_t i = 0; i < m; ++i)
+      if (free_[i]) {
+        const double share = remaining * (s > 0.0 ? w[i] / s : 1.0 / static_cast<double>(nf));
+        x[i] = share;
+        any_over |= share > capd;
+      }
+    if (!any_over) break;
+    std::size_t clamped = 0;
+    for (std::size_t i = 0; i < m; ++i)
+      if (free_[i] && x[i] > capd) {
+        x[i] = capd;
+        free_[i] = 0;
+        ++clamped;
+      }
+    remaining -= capd * static_cast<double>(clamped);
+    if (clamped == nf) break;
+  }
+  int64_t sum = 0;
+  for (std::size_t i = 0; i < m; ++i) {
+    const double near = std::nearbyint(x[i]);
+    const double xi = std::fabs(x[i] - near) < 1e-9 ? near : x[i];
+    const double b = std::min(std::max(std::floor(xi), 0.0), capd);
+    out[i] = static_cast<int64_t>(b);
+    sum += out[i];
+    rem[i] = std::nearbyint((xi - b) * 1e9);  // numpy.round(x - base, 9), scaled
+  }
+  std::vector<std::size_t> order(m);
+  for (std::size_t i = 0; i < m; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return rem[a] > rem[b]; });
+  int64_t d = total - sum;
+  for (std::size_t t = 0; t < m && d > 0; ++t)
+    if (out[order[t]] < cap) {
+      ++out[order[t]];
+      --d;
+    }
+  for (std::size_t t = m; t-- > 0 && d < 0;)
+    if (out[order[t]] > 0) {
+      --out[order[t]];
+      ++d;
+    }
+  LAMINA_ASSERT(d == 0);
+}
+
+namespace detail {
+
+struct LavaScratch {
+  Workspace w;
+  std::vector<float> v;
+  std::vector<int32_t> p;
+  SelectScratch scratch;
+  std::vector<double> mixed;
+};
+void LavaScratchDeleter::operator()(LavaScratch* p) const { delete p; }
+LavaScratchPtr make_lava_scratch() { return LavaScratchPtr(new LavaScratch()); }
+
+void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
+                std::size_t tail, int64_t* cnt, int64_t* hb, std::vector<int64_t>& out,
+                LavaScratch& W) {
+  const RowKernels& K = row_kernels();
+  const std::size_t N = kv_heads * n, tot = kv_heads * b;
+  std::size_t m = 0;  // collected candidates (values >= the sample's low end, flat positions)
+  if (tot == 0 || tot == N) {
+    for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = static_cast<int64_t>(b);
+  } else {
+    float lo = -kInf, hi = kInf;
+    bool ok = N > kExactBelow && N <= static_cast<std::size_t>(INT32_MAX);
+    if (ok) {
+      sample_bracket(s, N, tot, &lo, &hi);
+      ok = hi == kInf && lo != -kInf;
+    }
+    if (ok) {
+      if (W.v.size() < N + kSlack) {
+        W.v.resize(N + kSlack);
+        W.p.resize(N + kSlack);
+      }
+      m = K.collect(s, N, lo, W.v.data(), W.p.data());
+      ok = m >= tot;
+    }
+    if (ok) {  // global cut among the candidates; counts from their flat positions
+      float* bb = W.w.floats(m);
+      std::copy(W.v.data(), W.v.data() + m, bb);
+      const float cut = select_value(bb, m, tot);
+      std::size_t gt, eq;
+      K.count(W.v.data(), m, cut, &gt, &eq);
+      std::size_t take_equal = tot - gt;
+      for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = 0;
+      for (std::size_t i = 0; i < m; ++i) {
+        const float y = W.v[i];
+        const bool tie = y == cut && take_equal > 0;
+        take_equal -= tie;
+        if ((y > cut) | tie) ++cnt[static_cast<std::size_t>(W.p[i]) / n];
+      }
+    } else {  // the sample misled or the budget is a large share: the general cut
+      m = 0;
+      const Cut c = find_cut(s, N, tot, W.w, K);
+      std::size_t eq_left = c.take_equal;
+      for (std::size_t g = 0; g < kv_heads; ++g) {
+        std::size_t gt, eq;
+        K.count(s + g * n, n, c.value, &gt, &eq);
+        const std::size_t take = std::min(eq, eq_left);
+        eq_left -= take;
+        cnt[g] = static_cast<int64_t>(gt + take);
+      }
+    }
+  }
+  W.mixed.resize(kv_heads);
+  for (std::size_t g = 0; g < kv_heads; ++g)
+    W.mixed[g] = (1.0 - alpha) * static_cast<double>(cnt[g]) + alpha * static_cast<double>(b);
+  apportion(W.mixed.data(), kv_heads, static_cast<int64_t>(tot), static_cast<int64_t>(n), hb);
+
+  out.reserve(out.size() + static_cast<std::size_t>(tot) + kv_heads * tail);
+  // per-row top k_g: from the row's run of candidates when it holds at least k_g of them
+  // (then the row's k_g-th largest is >= the low end, so every kept entry was collected, in
+  // position order), else from the row itself
+  std::size_t c0 = 0;
+  for (std::size_t g = 0; g < kv_heads; ++g) {
+    const std::size_t k = static_cast<std::size_t>(hb[g]);
+    const std::size_t at = out.size();
+    out.resize(at + k + tail);
+    int64_t* o = out.data() + at;
+    std::size_t c1 = c0;
+    const int32_t end = static_cast<int32_t>((g + 1) * n);
+    while (c1 < m && W.p[c1] < end) ++c1;
+    const std::size_t mr = c1 - c0;
+    if (k > 0 && k < n && mr >= k) {
+      float* bb = W.w.floats(mr);
+      std::copy(W.v.data() + c0, W.v.data() + c1, bb);
+      const float cut = select_value(bb, mr, k);
+      std::size_t gt, eq;
+      K.count(W.v.data() + c0, mr, cut, &gt, &eq);
+      std::size_t take_equal = k - gt, w = 0;
+      const int64_t base = static_cast<int64_t>(g * n);
+      for (std::size_t i = c0; i < c1 && w < k; ++i) {
+        const float y = W.v[i];
+        const bool tie = y == cut && take_equal > 0;
+        take_equal -= tie;
+        o[w] = W.p[i] - base;
+        w += (y > cut) | tie;
+      }
+      LAMINA_ASSERT(w == k);
+      for (std::size_t t = 0; t < tail; ++t) o[k + t] = static_cast<int64_t>(n + t);
+    } else {
+      select_row(s + g * n, n, k, tail, o, W.scratch);
+    }
+    c0 = c1;
+  }
+}
+
+void lava_finish(std::vector<std::vector<int64_t>>& per_layer, std::size_t rows,
+                 std::size_t tail, const int64_t* head_budgets, int64_t* offsets, int64_t* out,
+                 int threads) {
+  offsets[0] = 0;
+  for (std::size_t r = 0; r < rows; ++r)
+    offsets[r + 1] = offsets[r] + head_budgets[r] + static_cast<int64_t>(tail);
+  const std::size_t layers = per_layer.size(), kv_heads = layers ? rows / layers : 0;
+  const int nt = threads_for(static_cast<std::size_t>(offsets[rows]), kMinPerThread, threads);
+  parallel_for(layers, nt, [&](std::size_t l, int) {
+    std::vector<int64_t>& v = per_layer[l];
+    std::memcpy(out + offsets[l * kv_heads], v.data(), v.size() * sizeof(int64_t));
+    std::vector<int64_t>().swap(v);
+  });
+}
+
+}  // namespace detail
+
+void lava_layers(const float* scores, std::size_t layers, std::size_t kv_heads, std::size_t n,
+                 const int64_t* layer_budget, double alpha, std::size_t tail, int64_t* counts,
+                 int64_t* head_budgets, int64_t* offsets, int64_t* out, int threads) {
+  LAMINA_CHECK(alpha >= 0.0 && alpha <= 1.0, "lava_layers: alpha must be in [0, 1], got ", alpha);
+  for (std::size_t l = 0; l < layers; ++l)
+    LAMINA_CHECK(layer_budget[l] >= 0 && static_cast<std::size_t>(layer_budget[l]) <= n,
+                 "lava_layers: layer_budget[", l, "] = ", layer_budget[l], " is outside [0, ",
+                 n, "]");
+  const std::size_t N = kv_heads * n;
+  const int nt = threads_for(layers * (N + 1), kMinPerThread, threads);
+  std::vector<detail::LavaScratchPtr> ws(nt > 0 ? nt : 1);
+  for (auto& w : ws) w = detail::make_lava_scratch();
+  std::vector<std::vector<int64_t>> per_layer(layers);
+  parallel_for(layers, nt, [&](std::size_t l, int worker) {
+    detail::lava_layer(scores + l * N, kv_heads, n, static_cast<std::size_t>(layer_budget[l]),
+                       alpha, tail, counts + l * kv_heads, head_budgets + l * kv_heads,
+                       per_layer[l], *ws[worker]);
+  });
+  detail::lava_finish(per_layer, layers * kv_heads, tail, head_budgets, offsets, out, threads);
 }
 
 void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_heads,

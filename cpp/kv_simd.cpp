@@ -59,8 +59,20 @@ std::size_t nth_equal_scalar(const float* x, std::size_t n, float t, std::size_t
   return n;
 }
 
+std::size_t collect_scalar(const float* x, std::size_t n, float lo, float* vals,
+                           int32_t* pos) {
+  std::size_t w = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    const float v = x[j];
+    vals[w] = v;  // branch-free: always write, advance on a hit
+    pos[w] = static_cast<int32_t>(j);
+    w += v >= lo;
+  }
+  return w;
+}
+
 const RowKernels kScalar{"scalar", count_scalar, band_scalar, positions_scalar,
-                         nth_equal_scalar};
+                         nth_equal_scalar, collect_scalar};
 
 #if defined(LAMINA_KV_X86)
 // ------------------------------------------------------------------------------- AVX2
@@ -162,7 +174,32 @@ LAMINA_AVX2 std::size_t nth_equal_avx2(const float* x, std::size_t n, float t, s
   return j + nth_equal_scalar(x + j, n - j, t, m);
 }
 
-const RowKernels kAvx2{"avx2", count_avx2, band_avx2, positions_avx2, nth_equal_avx2};
+LAMINA_AVX2 std::size_t collect_avx2(const float* x, std::size_t n, float lo, float* vals,
+                                     int32_t* pos) {
+  const __m256 vlo = _mm256_set1_ps(lo);
+  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  std::size_t w = 0, j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm256_loadu_ps(x + j);
+    const int m = _mm256_movemask_ps(_mm256_cmp_ps(v, vlo, _CMP_GE_OQ));
+    if (m == 0) continue;
+    const __m256i p = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPack.idx[m]));
+    _mm256_storeu_ps(vals + w, _mm256_permutevar8x32_ps(v, p));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pos + w),
+                        _mm256_permutevar8x32_epi32(
+                            _mm256_add_epi32(iota, _mm256_set1_epi32(static_cast<int>(j))), p));
+    w += __builtin_popcount(m);
+  }
+  for (; j < n; ++j)
+    if (x[j] >= lo) {
+      vals[w] = x[j];
+      pos[w++] = static_cast<int32_t>(j);
+    }
+  return w;
+}
+
+const RowKernels kAvx2{"avx2", count_avx2, band_avx2, positions_avx2, nth_equal_avx2,
+                       collect_avx2};
 
 // ------------------------------------------------------------------------------- AVX-512F
 #define LAMINA_AVX512 __attribute__((target("avx512f,avx2,popcnt")))
@@ -247,8 +284,27 @@ LAMINA_AVX512 std::size_t nth_equal_avx512(const float* x, std::size_t n, float 
   return n;
 }
 
+LAMINA_AVX512 std::size_t collect_avx512(const float* x, std::size_t n, float lo, float* vals,
+                                         int32_t* pos) {
+  const __m512 vlo = _mm512_set1_ps(lo);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  std::size_t w = 0;
+  for (std::size_t j = 0; j < n; j += 16) {
+    const __mmask16 r = n - j >= 16 ? static_cast<__mmask16>(0xffff)
+                                    : static_cast<__mmask16>((1u << (n - j)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(r, x + j);
+    const __mmask16 m = _mm512_mask_cmp_ps_mask(r, v, vlo, _CMP_GE_OQ);
+    // no early-out on m == 0 (mispredicts with a few percent of hits), as in band_avx512
+    _mm512_storeu_ps(vals + w, _mm512_maskz_compress_ps(m, v));
+    _mm512_storeu_si512(pos + w, _mm512_maskz_compress_epi32(
+                                     m, _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int>(j)))));
+    w += __builtin_popcount(m);
+  }
+  return w;
+}
+
 const RowKernels kAvx512{"avx512", count_avx512, band_avx512, positions_avx512,
-                         nth_equal_avx512};
+                         nth_equal_avx512, collect_avx512};
 #endif  // LAMINA_KV_X86
 
 const RowKernels* by_name(const std::string& isa) {

@@ -21,4 +21,32 @@ void axpy(float a, const float* x, float* y, std::size_t n, void* stream);
 /// Round trip through device memory with axpy; throws if the result is wrong or no device.
 void selftest();
 
+// ---- helpers for the bindings' __cuda_array_interface__ dispatch (cuda/device.cu) ----------
+
+/// Device ordinal owning `ptr` (device or managed memory). Throws lamina::ValueError when the
+/// pointer is host memory or unknown to CUDA, std::runtime_error when no device is usable.
+int pointer_device(const void* ptr);
+
+/// Make `consumer` wait for the work queued so far on `producer` (event record + stream wait;
+/// asynchronous). Streams are cudaStream_t values (0, 1 = legacy default, 2 = per-thread).
+void stream_wait(void* consumer, void* producer);
+
+/// Block the host until `stream` is idle.
+void stream_sync(void* stream);
+
+/// Sets the current device for its lifetime and restores the previous one.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+};
+
+/// Free / total memory of the current device in bytes.
+void mem_info(std::size_t* free_bytes, std::size_t* total_bytes);
+
 }  // namespace lamina::cuda

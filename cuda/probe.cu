@@ -6,13 +6,7 @@
 
 #include "lamina_cuda.hpp"
 
-#define LAMINA_CUDA_CHECK(expr)                                                          \
-  do {                                                                                   \
-    cudaError_t err__ = (expr);                                                          \
-    if (err__ != cudaSuccess)                                                            \
-      throw std::runtime_error(std::string("CUDA error at " #expr ": ") +                \
-                               cudaGetErrorString(err__));                               \
-  } while (0)
+#include "check.cuh"
 
 namespace lamina::cuda {
 

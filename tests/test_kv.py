@@ -829,3 +829,62 @@ def test_package_exports():
     for name in kv.__all__:
         assert hasattr(kv, name)
     assert set(kv.METHODS) == {"streaming", "h2o", "snapkv", "adakv", "pyramidkv", "lava"}
+
+
+# ---------------------------------------------------------------------------------------------
+# long rows: the collect-based selection paths (rows > 2048, budgets a small share)
+# ---------------------------------------------------------------------------------------------
+
+
+def _long_rows(kind, R, n, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "lognormal":
+        return np.exp(rng.standard_normal((R, n)) * 2).astype(F32)
+    if kind == "few_values":  # heavy ties at every cut
+        return rng.integers(0, 4, (R, n)).astype(F32)
+    x = np.zeros((R, n), F32)  # a tall run hidden between sample points, plus ties
+    x[:, n // 3 : n // 3 + 40] = 1.0
+    x[:, -5:] = 1.0
+    return x
+
+
+@pytest.mark.parametrize("kind", ["lognormal", "few_values", "spike"])
+def test_select_rows_long_rows(isa, kind):
+    R, n = 3, 5000
+    x = _long_rows(kind, R, n, 7)
+    k = np.array([[1, 45, 300], [17, 2500, 4999]], dtype=np.int64)
+    rows = np.concatenate([x, x[::-1]])
+    idx, off = _core.kv_select_rows(np.ascontiguousarray(rows.reshape(2, 3, n)), k, n, 3)
+    for r in range(6):
+        kr = int(k.ravel()[r])
+        got = idx[off[r] : off[r + 1]]
+        np.testing.assert_array_equal(got[kr:], np.arange(n, n + 3))
+        np.testing.assert_array_equal(got[:kr], ref_top(rows[r], kr), err_msg=f"row {r}")
+
+
+@pytest.mark.parametrize("kind", ["lognormal", "few_values", "spike"])
+@pytest.mark.parametrize("alpha", [0.0, 0.2, 1.0])
+@pytest.mark.parametrize("budget", [80, 200])  # layer cut from the collected candidates / band
+def test_lava_long_rows_matches_reference(isa, kind, alpha, budget):
+    L, H, hkv, S, w = 3, 4, 2, 3000, 16
+    x = _long_rows(kind, L * H, S, 11).reshape(L, H, S)
+    norms = np.random.default_rng(3).random((L, hkv, S), dtype=F32) * 4 + 0.5
+    ks = kv.select(x, budget, "lava", value_norms=norms, n_kv_heads=hkv, window_size=w,
+                   floor_alpha=alpha, pooling="max")
+    check_invariants(ks)
+    ref, _ = ref_lava(x, budget, hkv, w, 7, "max", "max", alpha, norms, ks.info["entropy"])
+    assert_keepset(ks, ref, L, hkv, S)
+    lb = ks.info["layer_budgets"]
+    np.testing.assert_array_equal(lb, apportion(ks.info["entropy"], L * (budget - w), S - w))
+    assert int(ks.lengths.sum()) == L * hkv * budget
+
+
+@given(st.lists(st.floats(0, 10), min_size=1, max_size=12), st.data())
+def test_native_apportion_matches_python(weights, data):
+    # the native LAVa pass splits head budgets with a C++ port of base.apportion
+    m = len(weights)
+    cap = data.draw(st.integers(0, 50))
+    total = data.draw(st.integers(0, m * cap))
+    py = apportion(np.array(weights), total, cap)
+    nat = _core.kv_apportion(np.array(weights, dtype=np.float64), total, cap)
+    np.testing.assert_array_equal(nat, py)

@@ -117,6 +117,42 @@ void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_h
                        std::size_t n, const int64_t* total, const int64_t* floor,
                        int64_t* counts, int threads);
 
+/// Split `total` into m integers proportional to weights (negative weights count as 0), each
+/// in [0, cap], summing to total: shares above cap are clamped and the excess re-split over the
+/// rest in proportion (water filling; all-zero weights split uniformly), then rounded by
+/// largest remainder, ties to the lower index. Float noise is neutralised as in
+/// lamina.kv.base.apportion (the Python version; same rule, same results): a share within 1e-9
+/// of an integer is that integer, remainders compare at 1e-9 resolution.
+/// Precondition (ValueError): 0 <= total <= m * cap.
+void apportion(const double* weights, std::size_t m, int64_t total, int64_t cap, int64_t* out);
+
+/// LAVa's per-layer allocation and selection in one pass over each layer of scores
+/// [L, H_kv, n]: n_g = entries of head g among the layer's top H_kv * layer_budget[l]
+/// (global top-k, ties: smaller (head, position)), head budgets
+/// k_g = apportion((1 - alpha) n_g + alpha layer_budget[l], H_kv * layer_budget[l], n), then
+/// each row keeps its top k_g positions (select_rows' rule) followed by the tail
+/// [n, n + tail). Writes counts and head_budgets (L*H_kv each) and the kept positions into
+/// out, row r at offsets[r] with offsets[r] = sum_{r' < r} (k_r' + tail) (out holds
+/// L * H_kv * tail + H_kv * sum_l layer_budget[l] entries). The layer's collected candidates
+/// serve the per-row selections, so most rows are not read again.
+/// Preconditions (ValueError): 0 <= layer_budget[l] <= n, 0 <= alpha <= 1.
+void lava_layers(const float* scores, std::size_t layers, std::size_t kv_heads, std::size_t n,
+                 const int64_t* layer_budget, double alpha, std::size_t tail, int64_t* counts,
+                 int64_t* head_budgets, int64_t* offsets, int64_t* out, int threads);
+
+/// LAVa end to end (lamina.kv.LAVa): window_scores (as `spec`, `scale`) of every row, the
+/// layer entropies (written to entropy[L]), layer budgets
+/// apportion(entropy, L * per_head, n) (written to layer_budget[L]), then lava_layers' work
+/// per layer (counts, head_budgets, offsets [L*H_kv + 1], out). The scores are computed twice
+/// (entropy first, then per layer while the selection runs) and never stored: two reads of the
+/// input instead of writing and re-reading a score tensor of the same size.
+/// Preconditions (ValueError): those of window_scores, per_head <= n, 0 <= alpha <= 1;
+/// out holds L * H_kv * (per_head + tail) entries.
+void lava_select(const float* in, const ScoreSpec& spec, const RowScale& scale,
+                 std::size_t per_head, double alpha, std::size_t tail, double* entropy,
+                 int64_t* layer_budget, int64_t* counts, int64_t* head_budgets,
+                 int64_t* offsets, int64_t* out, int threads);
+
 /// Per-row top-k: for rows r < n_rows of scores [n_rows, n], writes into
 /// out[offsets[r] .. offsets[r+1]) the positions of the row's k[r] best scores in ascending
 /// order, followed by the tail positions n, n+1, ..., n+tail-1.

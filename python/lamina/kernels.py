@@ -24,6 +24,13 @@ Conventions shared by every function here:
   Results never depend on the thread count.
 * ``out=`` (where offered) receives the result in place and is returned; it must have the
   result's dtype and shape and be writable. On an error it may be partly written.
+* Device dispatch: every function here also takes CUDA arrays (``__cuda_array_interface__``:
+  CuPy, PyTorch) and then runs on their device, on the caller's current stream (the call
+  waits for its error flags and, for :func:`select_hot` / :func:`evict_to_capacity`, the
+  result count); outputs are allocated with the input's library. Mixing host and device
+  arrays raises ``ValueError``. The GPU results equal the CPU's (same formulas, same tie
+  rules); only the drift of the row updates may differ by float32 rounding (another
+  summation order). ``threads`` is ignored on the device.
 * The per-element formulas live in ``cpp/lamina/kernel_math.hpp`` and are shared with the
   CUDA backend. exp/log there are float32 polynomials (≤ 2 ulp); values of exp below
   FLT_MIN flush to 0.
@@ -37,7 +44,7 @@ from typing import Optional, Union
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
+from . import _core, _device
 
 __all__ = [
     "softmax_gate",
@@ -72,6 +79,32 @@ def _row_param(x: object, name: str) -> Union[float, np.ndarray]:
     raise TypeError(
         f"{name} must be a float or a 1-D float32/float64 numpy array, got {type(x).__name__}"
     )
+
+
+def _array_or_none(x: object) -> object:
+    """x when it is an array (host or device), else None (for device dispatch)."""
+    return x if isinstance(x, np.ndarray) or _device.is_device_array(x) else None
+
+
+def _device_param(x: object, name: str) -> object:
+    if _device.is_device_array(x):
+        return x
+    if _is_real(x):
+        return float(x)  # type: ignore[arg-type]
+    raise TypeError(f"{name} must be a float or a 1-D float32/float64 CUDA array for device rows")
+
+
+def _device_rows(fn: str, rows: object, targets: object, param: object, pname: str,
+                 index: object, renormalize: bool, out: object) -> object:
+    m = int(targets.shape[0]) if len(getattr(targets, "shape", ())) else 0  # type: ignore[attr-defined]
+    drift = out if out is not None else _device.empty_like_device(rows, (m,), np.float32)
+    stream = _device.current_stream(rows)
+    p = _device_param(param, pname)
+    if fn == "ema":
+        _core.cuda_ema_blend(rows, targets, p, index, renormalize, drift, stream)
+    else:
+        _core.cuda_damped_update(rows, targets, p, index, drift, stream)
+    return drift
 
 
 def _threads(threads: int) -> int:
@@ -138,6 +171,15 @@ def softmax_gate(
     eps = None if max_entropy is None else _real(max_entropy, "max_entropy")
     if isinstance(max_doublings, (bool, np.bool_)) or not isinstance(max_doublings, (int, np.integer)):
         raise TypeError(f"max_doublings must be an int, got {type(max_doublings).__name__}")
+    if _device.on_device(("relevance", relevance), ("out", out), ("beta", _array_or_none(beta))):
+        shape = tuple(int(s) for s in relevance.shape)  # type: ignore[attr-defined]
+        if len(shape) != 2:
+            raise ValueError(f"relevance must be 2-dimensional (b, L), got shape {shape}")
+        gamma = out if out is not None else _device.empty_like_device(relevance, shape, np.float32)
+        beta_used = _device.empty_like_device(relevance, (shape[0],), np.float64)
+        _core.cuda_softmax_gate(relevance, _device_param(beta, "beta"), eps, int(max_doublings),
+                                gamma, beta_used, _device.current_stream(relevance))
+        return gamma, beta_used  # type: ignore[return-value]
     gamma, beta_used = _core.softmax_gate(
         relevance, _row_param(beta, "beta"), eps, int(max_doublings), out, _threads(threads)
     )
@@ -198,6 +240,9 @@ def ema_blend(
     """
     if not isinstance(renormalize, (bool, np.bool_)):
         raise TypeError(f"renormalize must be a bool, got {type(renormalize).__name__}")
+    if _device.on_device(("rows", rows), ("targets", targets), ("index", index), ("out", out),
+                         ("alpha", _array_or_none(alpha))):
+        return _device_rows("ema", rows, targets, alpha, "alpha", index, bool(renormalize), out)  # type: ignore[return-value]
     return _core.ema_blend(
         rows, targets, _row_param(alpha, "alpha"), index, bool(renormalize), out, _threads(threads)
     )
@@ -244,6 +289,9 @@ def damped_update(
     TypeError, ValueError, IndexError
         As :func:`ema_blend`, with λ < 0 or non-finite in place of the α range.
     """
+    if _device.on_device(("rows", rows), ("targets", targets), ("index", index), ("out", out),
+                         ("lam", _array_or_none(lam))):
+        return _device_rows("damped", rows, targets, lam, "lam", index, False, out)  # type: ignore[return-value]
     return _core.damped_update(rows, targets, _row_param(lam, "lam"), index, out, _threads(threads))
 
 
@@ -295,6 +343,14 @@ def heat_scores(
     ValueError
         Length mismatch, NaN/Inf in any input, μ ≤ 0, a heat that overflows float32.
     """
+    if _device.on_device(("visits", visits), ("interaction_len", interaction_len),
+                         ("last_access", last_access), ("out", out)):
+        n = int(last_access.shape[0]) if len(getattr(last_access, "shape", ())) else 0
+        heat = out if out is not None else _device.empty_like_device(last_access, (n,), np.float32)
+        _core.cuda_heat_scores(visits, interaction_len, last_access, _real(now, "now"), _real(a, "a"),
+                               _real(b, "b"), _real(c, "c"), _real(mu, "mu"), heat,
+                               _device.current_stream(last_access))
+        return heat  # type: ignore[no-any-return]
     return _core.heat_scores(
         visits,
         interaction_len,
@@ -332,6 +388,7 @@ def select_hot(
     Returns
     -------
     slots : ndarray, shape (k,), int64
+        A device array (the input's library) when ``heat`` is a CUDA array.
 
     Raises
     ------
@@ -340,6 +397,12 @@ def select_hot(
     ValueError
         NaN/Inf in ``heat``, NaN threshold, length mismatch.
     """
+    if _device.on_device(("heat", heat), ("namespaces", namespaces)):
+        n = int(heat.shape[0]) if len(getattr(heat, "shape", ())) == 1 else 0
+        buf = _device.empty_like_device(heat, (n,), np.int64)
+        k = _core.cuda_select_hot(heat, _real(threshold, "threshold"), namespaces, buf,
+                                  _device.current_stream(heat))
+        return _device.trimmed(buf, int(k))  # type: ignore[no-any-return]
     return _core.select_hot(heat, _real(threshold, "threshold"), namespaces, _threads(threads))
 
 
@@ -377,7 +440,8 @@ def evict_to_capacity(
     Returns
     -------
     slots : ndarray, shape (k,), int64
-        Row indices to evict, ascending.
+        Row indices to evict, ascending (a device array for CUDA inputs; the capacity mapping
+        itself is always a host object). On the GPU n must be below 2**31.
 
     Raises
     ------
@@ -412,4 +476,10 @@ def evict_to_capacity(
         raise TypeError(
             f"capacity must be an int or a mapping {{namespace: capacity}}, got {type(capacity).__name__}"
         )
+    if _device.on_device(("scores", scores), ("namespaces", namespaces), ("live", live)):
+        n = int(scores.shape[0]) if len(getattr(scores, "shape", ())) == 1 else 0
+        buf = _device.empty_like_device(scores, (n,), np.int64)
+        k = _core.cuda_evict_to_capacity(scores, namespaces, default, keys, vals, live, buf,
+                                         _device.current_stream(scores))
+        return _device.trimmed(buf, int(k))  # type: ignore[no-any-return]
     return _core.evict_to_capacity(scores, namespaces, default, keys, vals, live, _threads(threads))

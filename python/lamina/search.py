@@ -17,12 +17,12 @@ distance, computed as FAISS does).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _core
+from . import _core, _device
 
 __all__ = ["VectorArena", "topk", "Metric"]
 
@@ -65,7 +65,8 @@ def topk(
     metric: Metric = "ip",
     *,
     threads: int = 0,
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    out: Any = None,
+) -> tuple[Any, Any]:
     """Exact top-k of ``queries`` against the rows of a plain matrix.
 
     Parameters
@@ -77,11 +78,21 @@ def topk(
     metric : {"ip", "cosine", "l2"}
     threads : int
         Worker threads (0: ``lamina.get_num_threads()``). The GIL is released.
+    out : (scores, indices) pair, optional
+        Preallocated outputs of shape (b, k) (float32, int64) on the inputs' device, written in
+        place and returned.
+
+    Device dispatch: when ``queries`` and ``vectors`` are CUDA arrays (anything exposing
+    ``__cuda_array_interface__``: CuPy, PyTorch) the search runs on their device, on the
+    caller's current stream, and returns arrays of the same library on that device (CuPy for
+    other producers); the call waits for the result once to report NaN/Inf as ``ValueError``.
+    On the GPU ``k`` is limited to ``cuda_max_k()`` (1024). Mixed host/device inputs raise
+    ``ValueError``; device inputs to a build without CUDA raise ``RuntimeError``.
 
     Returns
     -------
-    scores : ndarray, shape (b, k), float32
-    indices : ndarray, shape (b, k), int64 (row indices, -1 pads)
+    scores : array, shape (b, k), float32
+    indices : array, shape (b, k), int64 (row indices, -1 pads)
 
     Raises
     ------
@@ -90,7 +101,27 @@ def topk(
     ValueError
         Wrong shape, non-contiguous input, NaN/Inf, ``k <= 0``, empty ``vectors``, unknown metric.
     """
-    return _core.topk(queries, vectors, _check_k(k), str(metric), int(threads))
+    k = _check_k(k)
+    outs = _device.out_pair(out) if out is not None else (None, None)
+    if _device.on_device(("queries", queries), ("vectors", vectors), ("out[0]", outs[0]),
+                         ("out[1]", outs[1])):
+        nq = int(queries.shape[0]) if len(queries.shape) else 0
+        scores = outs[0] if out is not None else _device.empty_like_device(queries, (nq, k), np.float32)
+        ids = outs[1] if out is not None else _device.empty_like_device(queries, (nq, k), np.int64)
+        _core.cuda_topk(queries, vectors, k, str(metric), scores, ids, _device.current_stream(queries))
+        return scores, ids
+    res = _core.topk(queries, vectors, k, str(metric), int(threads))
+    if out is None:
+        return res
+    return _copy_out(res, outs)
+
+
+def _copy_out(res: tuple[Any, Any], outs: tuple[Any, Any]) -> tuple[Any, Any]:
+    for name, src, dst, dt in (("scores", res[0], outs[0], np.float32), ("ids", res[1], outs[1], np.int64)):
+        if not isinstance(dst, np.ndarray) or dst.dtype != dt or dst.shape != src.shape:
+            raise ValueError(f"out {name} must be a numpy array of dtype {np.dtype(dt).name} and shape {src.shape}")
+        dst[...] = src
+    return outs[0], outs[1]
 
 
 def _check_k(k: int) -> int:
@@ -124,13 +155,41 @@ class VectorArena:
         accumulated in float32 (half the memory traffic).
     capacity : int
         Rows reserved up front (the block grows by doubling).
+    device : {"cpu", "cuda", "cuda:N"}
+        Where rows and columns live. With ``"cuda"`` (a CUDA build and a device are needed) the
+        rows, the namespace / layer / live columns and the norms are in device memory; the
+        bookkeeping is mirrored on the host so that ``add`` / ``remove`` need no device reads.
+        ``add`` takes numpy or device arrays; ``search`` takes numpy queries (returns numpy) or
+        device queries (returns device arrays of the same library, run on the caller's current
+        stream); ``vectors`` is a read-only ``__cuda_array_interface__`` view. ``search`` with
+        one namespace per query answers all queries in one launch (one agent per query).
     """
 
-    def __init__(self, dim: int, dtype: Union[str, np.dtype, type] = "float32", capacity: int = 1024) -> None:
+    def __init__(
+        self,
+        dim: int,
+        dtype: Union[str, np.dtype, type] = "float32",
+        capacity: int = 1024,
+        device: str = "cpu",
+    ) -> None:
         name = np.dtype(dtype).name
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
             raise TypeError(f"dim must be an int, got {type(dim).__name__}")
-        self._a = _core.VectorArena(int(dim), name, int(capacity))
+        kind, ordinal = _device.parse_device(device)
+        self._cuda = kind == "cuda"
+        if self._cuda:
+            if not _core.has_cuda():
+                raise RuntimeError("VectorArena(device='cuda'): " + _device.REBUILD_HINT)
+            if _core.cuda_device_count() == 0:
+                raise RuntimeError("VectorArena(device='cuda'): no CUDA device is usable")
+            self._a = _core.CudaVectorArena(int(dim), name, int(capacity), ordinal)
+        else:
+            self._a = _core.VectorArena(int(dim), name, int(capacity))
+
+    @property
+    def device(self) -> str:
+        """``"cpu"`` or ``"cuda:N"``."""
+        return f"cuda:{self._a.device}" if self._cuda else "cpu"
 
     # -- facts ---------------------------------------------------------------------------
     @property
@@ -184,6 +243,12 @@ class VectorArena:
             raise TypeError("namespace must be an int or a uint64 array, not None")
         if isinstance(layer, (np.integer,)):
             layer = int(layer)
+        if self._cuda:
+            stream = _device.current_stream(vectors) if _device.is_device_array(vectors) else 0
+            return self._a.add(vectors, ns, layer, stream)
+        if _device.is_device_array(vectors):
+            raise ValueError("vectors are on a CUDA device but this arena is on the CPU; create it "
+                             "with VectorArena(..., device='cuda') or pass a numpy array")
         return self._a.add(vectors, ns, layer)
 
     def remove(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> None:
@@ -237,6 +302,11 @@ class VectorArena:
         :meth:`live_mask`). The view keeps its block alive: after the arena grows, an old view
         still reads the old block (a snapshot) rather than dangling.
         """
+        if self._cuda:
+            v = self._a.device_view()
+            elt = 2 if v["typestr"] == "<f2" else 4
+            return _device.DeviceView(self._a, v["ptr"], (v["rows"], v["dim"]),  # type: ignore[return-value]
+                                      (v["stride"] * elt, elt), v["typestr"], v["stream"])
         return self._a.vectors_view()
 
     def live_mask(self) -> npt.NDArray[np.bool_]:
@@ -290,4 +360,16 @@ class VectorArena:
             Wrong dtype.
         """
         ls = None if layers is None else [int(x) for x in layers]
-        return self._a.search(queries, _check_k(k), str(metric), _namespace(namespace), ls, int(threads))
+        k = _check_k(k)
+        if self._cuda:
+            if _device.is_device_array(queries):
+                nq = int(queries.shape[0])
+                scores = _device.empty_like_device(queries, (nq, k), np.float32)
+                ids = _device.empty_like_device(queries, (nq, k), np.int64)
+                return self._a.search(queries, k, str(metric), _namespace(namespace), ls, scores, ids,
+                                      _device.current_stream(queries))
+            return self._a.search(queries, k, str(metric), _namespace(namespace), ls)
+        if _device.is_device_array(queries):
+            raise ValueError("queries are on a CUDA device but this arena is on the CPU; pass a "
+                             "numpy array or use VectorArena(..., device='cuda')")
+        return self._a.search(queries, k, str(metric), _namespace(namespace), ls, int(threads))

@@ -49,6 +49,16 @@ Output
 ``(total, D)`` rows in (layer, head, position) order with ``offsets`` as cu_seqlens — the
 layout of Ada-KV/LAVa's varlen attention; ``padded=True`` gives ``(L, H_kv, max_len, D)``
 zero-padded plus ``lengths`` instead.
+
+GPU
+---
+:func:`select`, :func:`compress` and :func:`value_norms` also take CUDA arrays
+(``__cuda_array_interface__``: CuPy, PyTorch) for ``scores`` / ``value_norms`` / ``keys`` /
+``values``; the work then runs on their device and the caller's current stream
+(``cuda/kv.cu``) and gives the same result as on the CPU. The :class:`KeepSet` then holds
+device ``indices`` (offsets and lengths stay small host arrays; budgets are resolved on the
+host from per-layer entropies / head counts copied back). Mixing host and device arrays
+raises ``ValueError``; ``threads`` is ignored on the device.
 """
 
 from __future__ import annotations
@@ -59,7 +69,8 @@ from typing import Any, Optional, Union
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
+from .. import _core, _device
+from . import _ops
 from .adakv import AdaKV
 from .base import Budget, KeepSet, KVMethod, check_threads
 from .h2o import H2O
@@ -192,6 +203,13 @@ class CompressedKV:
 
 
 def _check_cache(x: Any, name: str) -> npt.NDArray[Any]:
+    if _device.is_device_array(x):
+        cai = x.__cuda_array_interface__
+        if cai["typestr"][1] not in "fiu":
+            raise TypeError(f"{name} must have a numeric dtype, got typestr {cai['typestr']!r}")
+        if len(cai["shape"]) != 4:
+            raise ValueError(f"{name} must be (L, H_kv, S, D), got shape {tuple(cai['shape'])}")
+        return x  # type: ignore[no-any-return]
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
     if x.dtype.kind not in "fiu" or x.dtype.hasobject:
@@ -235,6 +253,9 @@ def compress(
     IndexError
         A kept position outside [0, S) (a hand-built KeepSet).
     """
+    _ops.check_same_side(("keys", keys), ("values", values))
+    if _ops.on_device(("keys", keys), ("values", values)):
+        return _compress_device(keys, values, keep, bool(padded))
     k = _check_cache(keys, "keys")
     v = _check_cache(values, "values")
     if k.shape != v.shape or k.dtype != v.dtype:
@@ -243,6 +264,11 @@ def compress(
         )
     if not isinstance(keep, KeepSet):
         raise TypeError(f"keep must be a KeepSet, got {type(keep).__name__}")
+    if keep.on_device:
+        raise ValueError(
+            "keep holds device indices but keys/values are host arrays; pass device keys/values "
+            "or keep.to_host()"
+        )
     L, hkv, S, _ = k.shape
     if keep.lengths.shape != (L, hkv) or keep.seq_len != S:
         raise ValueError(
@@ -264,6 +290,41 @@ def compress(
     return CompressedKV(ko, vo, keep.offsets, keep.lengths, bool(padded))
 
 
+def _compress_device(keys: Any, values: Any, keep: KeepSet, padded: bool) -> CompressedKV:
+    k = _check_cache(keys, "keys")
+    v = _check_cache(values, "values")
+    ks = tuple(int(s) for s in k.__cuda_array_interface__["shape"])
+    vs = tuple(int(s) for s in v.__cuda_array_interface__["shape"])
+    kt, vt = k.__cuda_array_interface__["typestr"], v.__cuda_array_interface__["typestr"]
+    if ks != vs or kt != vt:
+        raise ValueError(f"keys and values must match, got {ks} {kt} and {vs} {vt}")
+    if not isinstance(keep, KeepSet):
+        raise TypeError(f"keep must be a KeepSet, got {type(keep).__name__}")
+    if not keep.on_device:
+        raise ValueError(
+            "keys/values are on a CUDA device but keep.indices is a host array; select on the "
+            "device scores, or move the indices explicitly"
+        )
+    L, hkv, S, D = ks
+    if keep.lengths.shape != (L, hkv) or keep.seq_len != S:
+        raise ValueError(
+            f"keep is for (L, H_kv, S) = ({keep.n_layers}, {keep.n_heads}, {keep.seq_len}) but the "
+            f"cache is ({L}, {hkv}, {S}); with GQA, select with n_kv_heads={hkv}"
+        )
+    offsets_dev = _ops.to_device_like(k, keep.offsets)  # metadata: L*H_kv+1 int64
+    stream = _device.current_stream(k)
+    max_len = int(keep.lengths.max()) if keep.lengths.size else 0
+    shape = (L, hkv, max_len, D) if padded else (keep.total, D)
+    dt = np.dtype(kt)
+    outs = []
+    for src in (k, v):
+        o = _device.empty_like_device(k, shape, dt)
+        _core.cuda_kv_gather(src, offsets_dev, keep.offsets, keep.indices,
+                             max_len if padded else 0, o, stream)
+        outs.append(o)
+    return CompressedKV(outs[0], outs[1], keep.offsets, keep.lengths, padded)
+
+
 def value_norms(values: npt.NDArray[np.float32], *, threads: int = 0) -> npt.NDArray[np.float32]:
     """L1 norm of every value vector, ``sum_d |v[..., d]|`` (LAVa's value norms).
 
@@ -275,4 +336,4 @@ def value_norms(values: npt.NDArray[np.float32], *, threads: int = 0) -> npt.NDA
     -------
     ndarray, float32, shape (L, H_kv, S)
     """
-    return _core.kv_l1_norms(values, check_threads(threads))
+    return _ops.l1_norms(values, check_threads(threads))  # type: ignore[no-any-return]

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Optional
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
+from . import _ops
 from .base import check_fraction
 from .snapkv import SnapKV
 
@@ -72,5 +72,5 @@ class AdaKV(SnapKV):
         floor = int(per_head * float(self.alpha_safeguard))
         total = np.full(L, n_kv_heads * per_head, dtype=np.int64)
         floors = np.full(L, floor, dtype=np.int64)
-        counts = _core.kv_layer_head_counts(rows, total, floors, threads)
+        counts = _ops.layer_head_counts(rows, total, floors, threads)
         return rows, counts, {"floor": floor, "head_budgets": counts.copy()}

@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Optional, Union
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
+from .. import _device
+from . import _ops
 
 __all__ = ["KeepSet", "KVMethod", "Budget", "resolve_budget", "apportion"]
 
@@ -47,6 +48,11 @@ class KeepSet:
         Method diagnostics (e.g. ``layer_budgets``, ``entropy``, ``head_counts``); arrays
         there have a leading layer axis.
 
+    Device sets: when :func:`lamina.kv.select` runs on CUDA scores, ``indices`` is a device
+    array (CuPy / PyTorch, the scores' library) while ``offsets`` and ``lengths`` stay small
+    host arrays; :meth:`head` works on it, :meth:`mask` / :meth:`padded` need
+    :meth:`to_host` first (an explicit copy).
+
     Thread safety: immutable after construction (the arrays are made read-only); safe to share.
     """
 
@@ -61,10 +67,15 @@ class KeepSet:
     def __post_init__(self) -> None:
         for name in ("indices", "offsets", "lengths"):
             a = getattr(self, name)
+            if name == "indices" and _device.is_device_array(a):
+                cai = a.__cuda_array_interface__
+                if cai["typestr"][1:] != "i8":
+                    raise TypeError("KeepSet.indices must be an int64 (device) array")
+                continue
             if not isinstance(a, np.ndarray) or a.dtype != np.int64:
                 raise TypeError(f"KeepSet.{name} must be an int64 numpy array")
             a.flags.writeable = False
-        if self.indices.ndim != 1 or self.offsets.ndim != 1 or self.lengths.ndim != 2:
+        if len(self.indices.shape) != 1 or self.offsets.ndim != 1 or self.lengths.ndim != 2:
             raise ValueError("KeepSet needs indices (total,), offsets (R+1,), lengths (L, H_kv)")
         r = self.lengths.size
         if self.offsets.shape[0] != r + 1 or self.offsets[0] != 0:
@@ -75,6 +86,29 @@ class KeepSet:
             raise ValueError("KeepSet.offsets[-1] must equal len(indices)")
         if int(self.seq_len) < 1:
             raise ValueError(f"KeepSet.seq_len must be >= 1, got {self.seq_len}")
+
+    @property
+    def on_device(self) -> bool:
+        """True when ``indices`` lives in device memory (a CUDA array)."""
+        return _device.is_device_array(self.indices)
+
+    def to_host(self) -> "KeepSet":
+        """This set with ``indices`` copied to a numpy array (itself when already on the host)."""
+        if not self.on_device:
+            return self
+        return KeepSet(
+            indices=np.ascontiguousarray(_ops.to_host(self.indices), dtype=np.int64),
+            offsets=self.offsets,
+            lengths=self.lengths,
+            seq_len=self.seq_len,
+            method=self.method,
+            budget=self.budget,
+            info=self.info,
+        )
+
+    def _host_only(self, what: str) -> None:
+        if self.on_device:
+            raise ValueError(f"KeepSet.{what}() needs host indices; call keep.to_host().{what}()")
 
     @property
     def n_layers(self) -> int:
@@ -102,6 +136,7 @@ class KeepSet:
 
     def mask(self) -> npt.NDArray[np.bool_]:
         """Dense kept mask, shape (n_layers, n_heads, seq_len)."""
+        self._host_only("mask")
         m = np.zeros((self.lengths.size, self.seq_len), dtype=bool)
         rows = np.repeat(np.arange(self.lengths.size), self.lengths.ravel())
         m[rows, self.indices] = True
@@ -110,6 +145,7 @@ class KeepSet:
     def padded(self, fill: int = -1) -> npt.NDArray[np.int64]:
         """Kept positions padded to the longest row, shape (n_layers, n_heads, max_len);
         entries past a row's length are ``fill``."""
+        self._host_only("padded")
         max_len = int(self.lengths.max()) if self.lengths.size else 0
         out = np.full((self.lengths.size, max_len), fill, dtype=np.int64)
         lens = self.lengths.ravel()
@@ -206,7 +242,30 @@ def apportion(weights: npt.ArrayLike, total: int, cap: int) -> npt.NDArray[np.in
 
 
 def check_scores(scores: Any) -> npt.NDArray[np.float32]:
-    """scores: float32 ndarray, (L, H, S) or (L, H, w, S), C-contiguous, non-empty."""
+    """scores: float32 ndarray, (L, H, S) or (L, H, w, S), C-contiguous, non-empty; or the same
+    as a CUDA array (dtype / contiguity then checked natively)."""
+    if _device.is_device_array(scores):
+        cai = scores.__cuda_array_interface__
+        if cai["typestr"][1:] != "f4":
+            raise TypeError(
+                f"scores must have dtype float32, got typestr {cai['typestr']!r}; convert "
+                "explicitly with scores.astype('float32')"
+            )
+        shape = tuple(int(s) for s in cai["shape"])
+        if len(shape) not in (3, 4):
+            raise ValueError(
+                "scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, "
+                f"got shape {shape}"
+            )
+        if 0 in shape:
+            raise ValueError(f"scores must be non-empty, got shape {shape}")
+        if len(shape) == 4 and shape[2] > shape[3]:
+            raise ValueError(
+                f"window attention (L, H, w, S) needs w <= S (the window is the last w of the S "
+                f"positions), got shape {shape}"
+            )
+        _device.require_cuda()
+        return scores  # type: ignore[no-any-return]
     if not isinstance(scores, np.ndarray):
         raise TypeError(
             f"scores must be a numpy.ndarray of dtype float32, got {type(scores).__name__}; "
@@ -273,11 +332,13 @@ def check_fraction(value: Any, name: str) -> float:
     return v
 
 
-def keep_all(n_layers: int, n_heads: int, seq_len: int, method: str, budget: int) -> KeepSet:
-    """Every position of every row (the cache is not longer than the budget)."""
+def keep_all(n_layers: int, n_heads: int, seq_len: int, method: str, budget: int,
+             like: Any = None) -> KeepSet:
+    """Every position of every row (the cache is not longer than the budget); indices on
+    ``like``'s device when it is a CUDA array."""
     r = n_layers * n_heads
     return KeepSet(
-        indices=np.tile(np.arange(seq_len, dtype=np.int64), r),
+        indices=_ops.fill_rows(np.arange(seq_len, dtype=np.int64), r, like),
         offsets=np.arange(r + 1, dtype=np.int64) * seq_len,
         lengths=np.full((n_layers, n_heads), seq_len, dtype=np.int64),
         seq_len=seq_len,
@@ -293,10 +354,11 @@ def select_rows(
     n: int,
     tail: int,
     threads: int,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Native per-row top-k (+ always-kept tail [n, n + tail)); returns (indices, offsets)."""
-    idx, off = _core.kv_select_rows(scores, np.ascontiguousarray(k, dtype=np.int64), n, tail, threads)
-    return idx, off
+    like: Any = None,
+) -> tuple[Any, npt.NDArray[np.int64]]:
+    """Native per-row top-k (+ always-kept tail [n, n + tail)); returns (indices, offsets).
+    Device scores (or ``like``) give device indices; offsets are always on the host."""
+    return _ops.select_rows(scores, k, n, tail, threads, like)
 
 
 @dataclass
@@ -344,6 +406,7 @@ class KVMethod:
             Per (layer, KV head) kept positions, shape (L, H_kv) of rows.
         """
         self.validate()
+        _ops.check_same_side(("scores", scores), ("value_norms", value_norms))
         x = check_scores(scores)
         hkv = check_kv_heads(n_kv_heads, x.shape[1])
         nthreads = check_threads(threads)

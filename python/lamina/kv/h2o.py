@@ -21,7 +21,7 @@ from typing import ClassVar, Literal, Optional
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
+from . import _ops
 from .base import KeepSet, KVMethod, check_fraction, keep_all
 
 __all__ = ["H2O"]
@@ -69,7 +69,7 @@ class H2O(KVMethod):
         self.validate()
         if self.normalize and scores.ndim != 4:
             raise ValueError("h2o normalize=True needs window attention (L, H, w, S)")
-        return _core.kv_window_scores(
+        return _ops.window_scores(  # type: ignore[no-any-return]
             scores, n_kv_heads, n_candidates, "sum", bool(self.normalize), "none", 1,
             self.gqa, None, None, threads,
         )
@@ -85,13 +85,13 @@ class H2O(KVMethod):
         L, S = scores.shape[0], scores.shape[-1]
         heavy, recent = self.split(budget)
         if budget >= S:
-            return keep_all(L, n_kv_heads, S, self.name, budget)
+            return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
         n = S - recent
         if self.normalize and scores.ndim != 4:
             raise ValueError("h2o normalize=True needs window attention (L, H, w, S)")
         k = np.full((L, n_kv_heads), heavy, dtype=np.int64)
         # scored and selected row by row in one native pass (see H2O.score for the scores)
-        idx, off = _core.kv_score_select(
+        idx, off = _ops.score_select(
             scores, n_kv_heads, n, "sum", bool(self.normalize), "none", 1, self.gqa, None, None,
             k, recent, threads,
         )

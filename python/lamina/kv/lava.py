@@ -58,8 +58,9 @@ from typing import Any, ClassVar, Literal, Optional
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
-from .base import apportion, check_fraction
+from .. import _core, _device
+from . import _ops
+from .base import apportion, check_fraction, select_rows
 from .snapkv import SnapKV
 
 __all__ = ["LAVa"]
@@ -111,6 +112,22 @@ class LAVa(SnapKV):
                 "lava needs value_norms: the L1 norms of the values, shape (L, H_kv, S) "
                 "(lamina.kv.value_norms(values)) or per-head maxima (L, H_kv)"
             )
+        if _device.is_device_array(value_norms):
+            cai = value_norms.__cuda_array_interface__
+            if cai["typestr"][1:] != "f4":
+                raise TypeError(
+                    f"value_norms must have dtype float32, got typestr {cai['typestr']!r}; "
+                    "convert explicitly with value_norms.astype('float32')"
+                )
+            vshape = tuple(int(s) for s in cai["shape"])
+            if vshape == (L, n_kv_heads, S):
+                return None, value_norms
+            if vshape == (L, n_kv_heads):
+                return value_norms, None
+            raise ValueError(
+                f"value_norms must have shape (L, H_kv, S) = {(L, n_kv_heads, S)} or (L, H_kv) = "
+                f"{(L, n_kv_heads)}, got {vshape}"
+            )
         if not isinstance(value_norms, np.ndarray):
             raise TypeError(
                 f"value_norms must be a numpy.ndarray of dtype float32, got {type(value_norms).__name__}"
@@ -131,7 +148,7 @@ class LAVa(SnapKV):
 
     scores_decide_budgets: ClassVar[bool] = True
 
-    def _row_budgets(
+    def _budget_and_select(
         self,
         x: npt.NDArray[np.float32],
         w: int,
@@ -139,20 +156,30 @@ class LAVa(SnapKV):
         value_norms: Optional[npt.NDArray[np.float32]],
         per_head: int,
         threads: int,
-    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
-        rows, entropy = self._score(x, w, n_kv_heads, value_norms, threads, entropy=True)
-        L, hkv, n = rows.shape
-        alpha = float(self.floor_alpha)
-        layer_b = apportion(entropy, L * per_head, n)
-        counts = _core.kv_layer_head_counts(rows, hkv * layer_b, None, threads)
-        mixed = (1.0 - alpha) * counts + alpha * layer_b[:, None].astype(np.float64)
-        k = np.empty((L, hkv), dtype=np.int64)
-        for layer in range(L):
-            k[layer] = apportion(mixed[layer], hkv * int(layer_b[layer]), n)
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
+        per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
+        if not _ops.on_device(("scores", x), ("value_norms", value_norms)):
+            # host: scores, entropies, layer budgets (base.apportion's rule), head counts,
+            # head budgets and row selections in one native call (lamina::kv::lava_select)
+            idx, off, counts, k, entropy, layer_b = _core.kv_lava_select(
+                x, n_kv_heads, x.shape[-1] - w, self.pooling, int(self.kernel_size), self.gqa,
+                per_row, per_token, per_head, float(self.floor_alpha), w, threads,
+            )
+        else:  # CUDA arrays: the same steps through the device kernels
+            rows, entropy = self._score(x, w, n_kv_heads, value_norms, threads, entropy=True)
+            L, hkv, n = rows.shape
+            alpha = float(self.floor_alpha)
+            layer_b = apportion(entropy, L * per_head, n)
+            counts = _ops.layer_head_counts(rows, hkv * layer_b, None, threads)
+            mixed = (1.0 - alpha) * counts + alpha * layer_b[:, None].astype(np.float64)
+            k = np.empty((L, hkv), dtype=np.int64)
+            for layer in range(L):
+                k[layer] = apportion(mixed[layer], hkv * int(layer_b[layer]), n)
+            idx, off = select_rows(rows, k, n, w, threads)
         info = {
             "entropy": entropy,
             "layer_budgets": layer_b,
             "head_counts": counts,
             "head_budgets": k.copy(),
         }
-        return rows, k, info
+        return idx, off, k, info

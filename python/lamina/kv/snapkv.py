@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal, Optional
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
+from . import _ops
 from .base import (
     KeepSet,
     KVMethod,
@@ -120,6 +120,7 @@ class SnapKV(KVMethod):
         ndarray, float32, shape (L, H_kv, S - w)
         """
         self.validate()
+        _ops.check_same_side(("scores", scores), ("value_norms", value_norms))
         x = check_scores(scores)
         hkv = check_kv_heads(n_kv_heads, x.shape[1])
         if value_norms is not None and not self.uses_value_norms:
@@ -145,7 +146,7 @@ class SnapKV(KVMethod):
     ) -> Any:
         per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
         n = x.shape[-1] - w
-        return _core.kv_window_scores(
+        return _ops.window_scores(  # type: ignore[no-any-return]
             x, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size), self.gqa,
             per_row, per_token, threads, entropy,
         )
@@ -176,6 +177,22 @@ class SnapKV(KVMethod):
         whose budgets depend on the scores."""
         raise NotImplementedError
 
+    def _budget_and_select(
+        self,
+        x: npt.NDArray[np.float32],
+        w: int,
+        n_kv_heads: int,
+        value_norms: Optional[npt.NDArray[np.float32]],
+        per_head: int,
+        threads: int,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
+        """(kept indices, offsets, non-window budgets (L, H_kv), diagnostics) for methods whose
+        budgets depend on the scores: _row_budgets, then the native per-row top-k. Methods
+        may fuse the two (LAVa does)."""
+        rows, k, info = self._row_budgets(x, w, n_kv_heads, value_norms, per_head, threads)
+        idx, off = select_rows(rows, k, x.shape[-1] - w, w, threads)
+        return idx, off, k, info
+
     def _select(
         self,
         scores: npt.NDArray[np.float32],
@@ -189,7 +206,7 @@ class SnapKV(KVMethod):
         if budget >= S:
             if self.uses_value_norms:
                 self._scale_args(value_norms, scores, n_kv_heads)  # still reject bad norms
-            return keep_all(L, n_kv_heads, S, self.name, budget)
+            return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
         if budget < w:
             raise ValueError(
                 f"{self.name}: budget ({budget} tokens per head) must be >= window_size ({w}); "
@@ -197,12 +214,13 @@ class SnapKV(KVMethod):
             )
         n = S - w
         if self.scores_decide_budgets:
-            rows, k, info = self._row_budgets(scores, w, n_kv_heads, value_norms, budget - w, threads)
-            idx, off = select_rows(rows, k, n, w, threads)
+            idx, off, k, info = self._budget_and_select(
+                scores, w, n_kv_heads, value_norms, budget - w, threads
+            )
         else:
             k, info = self._static_budgets(L, n_kv_heads, budget - w, n)
             per_row, per_token = self._scale_args(value_norms, scores, n_kv_heads)
-            idx, off = _core.kv_score_select(
+            idx, off = _ops.score_select(
                 scores, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size),
                 self.gqa, per_row, per_token, k, w, threads,
             )

@@ -15,6 +15,7 @@ from typing import ClassVar, Optional
 import numpy as np
 import numpy.typing as npt
 
+from . import _ops
 from .base import KeepSet, KVMethod, check_int_param, keep_all
 
 __all__ = ["StreamingLLM"]
@@ -51,7 +52,7 @@ class StreamingLLM(KVMethod):
         n_sink = check_int_param(self.n_sink, "n_sink", 0)
         L, S = scores.shape[0], scores.shape[-1]
         if budget >= S:
-            return keep_all(L, n_kv_heads, S, self.name, budget)
+            return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
         if budget < n_sink:
             raise ValueError(
                 f"streaming: budget ({budget} tokens per head) must be >= n_sink ({n_sink})"
@@ -62,7 +63,7 @@ class StreamingLLM(KVMethod):
         )
         rows = L * n_kv_heads
         return KeepSet(
-            indices=np.tile(row, rows),
+            indices=_ops.fill_rows(row, rows, scores),
             offsets=np.arange(rows + 1, dtype=np.int64) * budget,
             lengths=np.full((L, n_kv_heads), budget, dtype=np.int64),
             seq_len=S,

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# One-shot GPU check: build lamina with LAMINA_CUDA=ON, run the GPU tests, run the GPU bench.
+#
+# Usage (from anywhere, on a machine with an NVIDIA GPU, nvcc, CuPy; no network needed):
+#   bench/gpu_check.sh            # results under $OUT (if set) or bench/results/
+# Stages have their own timeouts; a failing stage is reported and the next one still runs;
+# the exit status is non-zero if any stage failed. The whole run is capped at 450 s (7.5 min;
+# GPU_CHECK_TOTAL_S overrides), the benchmark taking what the earlier stages left.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+RES=${OUT:-$ROOT/bench/results}
+mkdir -p "$RES"
+LOG="$RES/gpu_check.log"
+: > "$LOG"
+exec > >(tee -a "$LOG") 2>&1
+
+T0=$(date +%s)
+log() { echo "[gpu_check +$(( $(date +%s) - T0 ))s] $*"; }
+STATUS=0
+fail() { log "FAILED: $*"; STATUS=1; }
+
+PY=${PYTHON:-python3}
+log "python: $($PY -c 'import sys; print(sys.version.split()[0])')"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader || log "nvidia-smi not found"
+NVCC=${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+log "nvcc: $NVCC ($("$NVCC" --version | tail -1))"
+
+# Architecture of the GPU present (e.g. 9.0 -> 90); default 90.
+ARCH=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .' || true)
+[[ "$ARCH" =~ ^[0-9]+$ ]] || ARCH=90
+log "CUDA architecture: $ARCH"
+
+# ---- 1. build (cmake directly: no network, no build isolation) ---------------------------
+BUILD="$ROOT/build/gpu-check"
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+PYBIND11_DIR=$($PY -c "import pybind11; print(pybind11.get_cmake_dir())")
+log "configure + build ($BUILD)"
+if timeout 60 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
+      -DLAMINA_BUILD_PYTHON=ON -DLAMINA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
+      -DCMAKE_CUDA_COMPILER="$NVCC" -DPython_EXECUTABLE="$(command -v $PY)" \
+      -Dpybind11_DIR="$PYBIND11_DIR" \
+   && timeout 240 cmake --build "$BUILD" -j "$(nproc)"; then
+  cp "$BUILD"/_core*.so "$ROOT/python/lamina/"
+  log "build ok"
+else
+  fail "build"
+  log "total $(( $(date +%s) - T0 ))s"
+  exit 1
+fi
+export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+$PY -c "import lamina, json; i = lamina.build_info(); print(json.dumps({k: i[k] for k in ('version', 'cuda', 'cuda_architectures', 'cuda_runtime')})); print('devices:', lamina.cuda_device_count()); lamina._core.cuda_selftest(); print('selftest ok')" || fail "import / selftest"
+
+# ---- 2. GPU tests (every GPU result vs its CPU twin) ----------------------------------------
+# Warnings are shown, not fatal, here: this run gets one try and third-party libraries
+# (CuPy / PyTorch) may warn about their own setup.
+PYTEST_ARGS=(-q -rs -p no:cacheprovider -W default --junitxml="$RES/gpu_tests.xml")
+$PY -c "import hypothesis" 2>/dev/null || PYTEST_ARGS+=(--noconftest)
+log "GPU tests"
+timeout 180 $PY -m pytest "${PYTEST_ARGS[@]}" tests/test_cuda.py || fail "GPU tests"
+log "CPU twins of the GPU kernels (sanity)"
+timeout 45 $PY -m pytest "${PYTEST_ARGS[@]}" -x tests/test_topk.py tests/test_arena.py || fail "CPU top-k / arena tests"
+
+# ---- 3. benchmark --------------------------------------------------------------------------
+log "benchmark"
+# Hard cap for the whole script: TOTAL seconds. The bench stops starting sections
+# BENCH_SLACK seconds before its timeout, so a section in flight can finish and the table
+# still prints; if it is killed anyway, the table is printed from the JSON it wrote so far.
+TOTAL=${GPU_CHECK_TOTAL_S:-450}
+BENCH_SLACK=75
+LEFT=$(( TOTAL - ($(date +%s) - T0) ))
+if (( LEFT > BENCH_SLACK + 30 )); then
+  timeout "$LEFT" $PY bench/gpu_bench.py --json "$RES/gpu_bench.json" --budget $(( LEFT - BENCH_SLACK )) \
+    || { fail "benchmark (exit $?)"; $PY bench/gpu_bench.py --table-only "$RES/gpu_bench.json" || true; }
+else
+  fail "benchmark skipped: only ${LEFT}s left of ${TOTAL}s"
+fi
+
+log "results in $RES; total $(( $(date +%s) - T0 ))s; status $STATUS"
+exit $STATUS

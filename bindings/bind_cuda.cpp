@@ -1,0 +1,946 @@
+// Bindings of the CUDA backend: __cuda_array_interface__ parsing (every build) and, in CUDA
+// builds, the device top-k and the GPU-resident arena. Device selection and output allocation
+// (CuPy / PyTorch) happen in python/lamina/_device.py; here arrays are validated, their device
+// is resolved from the data pointer, the execution stream waits for every producer stream the
+// arrays name, and the launch runs with the GIL released.
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "common.hpp"
+#include "cuda_array.hpp"
+#include "lamina/arena.hpp"
+#include "lamina/topk.hpp"
+#if defined(LAMINA_WITH_CUDA)
+#include "arena_cuda.hpp"
+#include "kernels_cuda.hpp"
+#include "kv_cuda.hpp"
+#include "lamina_cuda.hpp"
+#include "topk_cuda.hpp"
+#endif
+
+namespace lamina::py_detail {
+
+namespace {
+
+py::dict cai_info(const CudaArray& a) {
+  py::dict d;
+  d["ptr"] = py::int_(a.ptr);
+  d["shape"] = py::tuple(py::cast(a.shape));
+  d["strides"] = a.strides.empty() ? py::object(py::none()) : py::object(py::tuple(py::cast(a.strides)));
+  d["typestr"] = a.typestr;
+  d["itemsize"] = a.itemsize;
+  d["readonly"] = a.readonly;
+  d["version"] = a.version;
+  d["stream"] = a.has_stream ? py::object(py::int_(a.stream)) : py::object(py::none());
+  d["c_contiguous"] = a.c_contiguous();
+  return d;
+}
+
+#if defined(LAMINA_WITH_CUDA)
+
+void* as_stream(std::uintptr_t s) { return reinterpret_cast<void*>(s); }
+
+// Device of a set of arrays (all must agree) and the producer streams to wait for.
+struct DeviceCall {
+  int device = -1;
+  std::string first;
+  std::vector<std::uintptr_t> producers;
+
+  void add(const CudaArray& a, const char* name) {
+    if (a.has_stream) producers.push_back(a.stream);
+    if (a.size() == 0) return;
+    const int dev = cuda::pointer_device(reinterpret_cast<const void*>(a.ptr));
+    if (device < 0) {
+      device = dev;
+      first = name;
+    } else {
+      LAMINA_CHECK(dev == device, name, " is on cuda:", dev, " but ", first, " is on cuda:",
+                   device, "; pass all arrays on one device (lamina never copies between devices)");
+    }
+  }
+  // With the GIL released: the execution stream waits for the producers.
+  void order_after_producers(void* exec) const {
+    for (std::uintptr_t p : producers) cuda::stream_wait(exec, as_stream(p));
+  }
+};
+
+bool is_f16_code(const CudaArray& a) { return a.kind == 'f' && a.itemsize == 2; }
+
+// 2-D rows with unit inner stride (row padding allowed); returns the row stride in elements.
+std::size_t row_stride_elems(const CudaArray& a, const char* name) {
+  LAMINA_CHECK(a.shape.size() == 2, name, " must be 2-dimensional (n x dim), got ndim=",
+               a.shape.size());
+  if (a.strides.empty()) return static_cast<std::size_t>(a.shape[1]);
+  LAMINA_CHECK(a.shape[1] <= 1 || a.strides[1] == a.itemsize, name,
+               " must have contiguous rows; pass ", name, ".copy()");
+  LAMINA_CHECK(a.shape[0] <= 1 || (a.strides[0] % a.itemsize == 0 &&
+                                   a.strides[0] / a.itemsize >= a.shape[1]),
+               name, " has an unsupported row stride; pass ", name, ".copy()");
+  return a.shape[0] <= 1 ? static_cast<std::size_t>(a.shape[1])
+                         : static_cast<std::size_t>(a.strides[0] / a.itemsize);
+}
+
+void check_out(const CudaArray& s, const CudaArray& i, std::size_t nq, std::size_t k) {
+  LAMINA_CHECK(static_cast<std::size_t>(s.shape[0]) == nq && static_cast<std::size_t>(s.shape[1]) == k,
+               "out scores must have shape (", nq, ", ", k, "), got (", s.shape[0], ", ",
+               s.shape[1], ")");
+  LAMINA_CHECK(static_cast<std::size_t>(i.shape[0]) == nq && static_cast<std::size_t>(i.shape[1]) == k,
+               "out ids must have shape (", nq, ", ", k, "), got (", i.shape[0], ", ", i.shape[1],
+               ")");
+}
+
+DType parse_dtype_name(const std::string& s) {
+  if (s == "float32" || s == "f4" || s == "<f4") return DType::F32;
+  if (s == "float16" || s == "f2" || s == "<f2") return DType::F16;
+  throw ValueError("unsupported arena dtype '" + s + "'; expected 'float32' or 'float16'");
+}
+
+void layer_mask_from(const py::handle& layers, uint64_t mask[4]) {
+  mask[0] = mask[1] = mask[2] = mask[3] = 0;
+  for (auto item : layers) {
+    if (!py::isinstance<py::int_>(item))
+      throw TypeError("layers must be a sequence of ints in [0, 255]");
+    const long long l = item.cast<long long>();
+    LAMINA_CHECK(l >= 0 && l <= 255, "layer values must be in [0, 255], got ", l);
+    mask[l >> 6] |= 1ull << (l & 63);
+  }
+}
+
+// Namespace argument of search: None, an int, or a uint64 numpy array with one per query.
+struct NsArg {
+  uint64_t scalar = 0;
+  py::array arr;
+  const uint64_t* ptr = nullptr;
+  std::size_t n = 0;
+};
+void parse_ns(const py::object& ns, std::size_t nq, NsArg& r) {
+  if (ns.is_none()) return;
+  if (py::isinstance<py::int_>(ns)) {
+    py::int_ i = ns;
+    LAMINA_CHECK(py::int_(0) <= i, "namespace must be in [0, 2^64)");
+    r.scalar = i.cast<uint64_t>();
+    r.ptr = &r.scalar;
+    r.n = 1;
+    return;
+  }
+  r.arr = checked_array<uint64_t>(ns, "namespace", 1, "uint64");
+  LAMINA_CHECK(static_cast<std::size_t>(r.arr.shape(0)) == nq,
+               "namespace must be one value or one per query (", nq, "), got ", r.arr.shape(0));
+  r.ptr = static_cast<const uint64_t*>(r.arr.data());
+  r.n = nq;
+}
+
+py::array check_slots(const py::handle& obj) { return checked_array<int64_t>(obj, "slots", 1, "int64"); }
+
+cuda::ColKind col_kind(const CudaArray& a, const char* name) {
+  if (a.kind == 'f' && a.itemsize == 4) return cuda::ColKind::F32;
+  if (a.kind == 'i' && a.itemsize == 4) return cuda::ColKind::I32;
+  if (a.kind == 'i' && a.itemsize == 8) return cuda::ColKind::I64;
+  throw TypeError(std::string(name) + " must have dtype float32, int32 or int64, got typestr '" +
+                  a.typestr + "'; convert explicitly with .astype(...)");
+}
+
+CudaArray vec1d(const py::handle& obj, const char* name) {
+  CudaArray a = parse_cai(obj, name);
+  LAMINA_CHECK(a.shape.size() == 1, name, " must be 1-dimensional, got ndim=", a.shape.size());
+  LAMINA_CHECK(a.c_contiguous(), name, " must be contiguous; pass ", name, ".copy()");
+  return a;
+}
+
+// Scalar or per-row (device float32 / float64, length m) parameter.
+cuda::DeviceParam device_param(const py::object& p, std::size_t m, const char* name, DeviceCall& call) {
+  cuda::DeviceParam out;
+  if (!has_cai(p)) {
+    if (!(py::isinstance<py::float_>(p) || py::isinstance<py::int_>(p)))
+      throw TypeError(std::string(name) + " must be a float or a CUDA array of float32/float64");
+    out.scalar = p.cast<double>();
+    return out;
+  }
+  CudaArray a = vec1d(p, name);
+  LAMINA_CHECK(static_cast<std::size_t>(a.shape[0]) == m, name, " must have one value per updated row (",
+               m, "), got ", a.shape[0]);
+  call.add(a, name);
+  if (a.kind == 'f' && a.itemsize == 4) out.f32 = reinterpret_cast<const float*>(a.ptr);
+  else if (a.kind == 'f' && a.itemsize == 8) out.f64 = reinterpret_cast<const double*>(a.ptr);
+  else throw TypeError(std::string(name) + " must have dtype float32 or float64, got '" + a.typestr + "'");
+  return out;
+}
+
+template <bool kDamped>
+void cuda_rows_call(const py::object& rows, const py::object& targets, const py::object& param,
+                    const py::object& index, bool renormalize, const py::object& out,
+                    std::uintptr_t stream, const char* pname) {
+  CudaArray r = checked_cuda_array(rows, "rows", 2, "f4", "float32", true);
+  CudaArray t = checked_cuda_array(targets, "targets", 2, "f4", "float32", false);
+  LAMINA_CHECK(t.shape[1] == r.shape[1], "targets must have ", r.shape[1], " columns like rows, got ",
+               t.shape[1]);
+  const std::size_t n = r.shape[0], d = r.shape[1], m = t.shape[0];
+  DeviceCall call;
+  call.add(r, "rows");
+  call.add(t, "targets");
+  const int64_t* idx = nullptr;
+  if (!index.is_none()) {
+    CudaArray ia = checked_cuda_array(index, "index", 1, "i8", "int64", false);
+    LAMINA_CHECK(static_cast<std::size_t>(ia.shape[0]) == m, "index must have one entry per target row (",
+                 m, "), got ", ia.shape[0]);
+    call.add(ia, "index");
+    idx = reinterpret_cast<const int64_t*>(ia.ptr);
+  }
+  cuda::DeviceParam p = device_param(param, m, pname, call);
+  CudaArray o = checked_cuda_array(out, "out", 1, "f4", "float32", true);
+  LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) == m, "out must have length ", m, ", got ", o.shape[0]);
+  call.add(o, "out");
+  py::gil_scoped_release nogil;
+  if (call.device < 0) return;
+  cuda::DeviceGuard guard(call.device);
+  call.order_after_producers(as_stream(stream));
+  float* rp = reinterpret_cast<float*>(r.ptr);
+  const float* tp = reinterpret_cast<const float*>(t.ptr);
+  float* op = reinterpret_cast<float*>(o.ptr);
+  if constexpr (kDamped)
+    cuda::damped_update(rp, n, d, tp, m, idx, p, op, as_stream(stream));
+  else
+    cuda::ema_blend(rp, n, d, tp, m, idx, p, renormalize, op, as_stream(stream));
+}
+
+#endif  // LAMINA_WITH_CUDA
+
+}  // namespace
+
+void register_cuda(py::module_& m) {
+  m.def("_cuda_array_info",
+        [](const py::object& obj, const std::string& name) { return cai_info(parse_cai(obj, name.c_str())); },
+        py::arg("obj"), py::arg("name") = "array",
+        "Parsed, validated __cuda_array_interface__ of obj (no device access).");
+  m.def("_check_cuda_array",
+        [](const py::object& obj, const std::string& name, int ndim, const std::string& code,
+           const std::string& fix, bool writable) {
+          return cai_info(checked_cuda_array(obj, name.c_str(), ndim, code.c_str(), fix.c_str(), writable));
+        },
+        py::arg("obj"), py::arg("name"), py::arg("ndim"), py::arg("dtype_code"),
+        py::arg("fix_dtype"), py::arg("writable") = false);
+
+#if defined(LAMINA_WITH_CUDA)
+  m.def("cuda_pointer_device", [](std::uintptr_t ptr) {
+    return cuda::pointer_device(reinterpret_cast<const void*>(ptr));
+  });
+  m.def("cuda_max_k", []() { return cuda::kMaxK; });
+
+  m.def(
+      "cuda_topk",
+      [](const py::object& queries, const py::object& vectors, long long k,
+         const std::string& metric, const py::object& out_scores, const py::object& out_ids,
+         std::uintptr_t stream) {
+        LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
+        const Metric met = parse_metric(metric);
+        CudaArray v = parse_cai(vectors, "vectors");
+        if (!(v.kind == 'f' && (v.itemsize == 4 || v.itemsize == 2)))
+          throw TypeError("vectors must have dtype float32 or float16, got typestr '" + v.typestr + "'");
+        const std::size_t vstride = row_stride_elems(v, "vectors");
+        LAMINA_CHECK(v.shape[0] > 0, "vectors is empty (0 rows); nothing to search");
+        LAMINA_CHECK(v.shape[1] > 0, "vectors must have at least one column");
+        const std::size_t dim = v.shape[1], n = v.shape[0];
+        CudaArray q = checked_cuda_array(queries, "queries", 2, "f4", "float32", false);
+        LAMINA_CHECK(static_cast<std::size_t>(q.shape[1]) == dim, "queries must have ", dim,
+                     " columns (the vectors' dim), got shape (", q.shape[0], ", ", q.shape[1], ")");
+        const std::size_t nq = q.shape[0];
+        CudaArray so = checked_cuda_array(out_scores, "out scores", 2, "f4", "float32", true);
+        CudaArray io = checked_cuda_array(out_ids, "out ids", 2, "i8", "int64", true);
+        check_out(so, io, nq, k);
+        DeviceCall call;
+        call.add(q, "queries");
+        call.add(v, "vectors");
+        call.add(so, "out scores");
+        call.add(io, "out ids");
+        if (nq == 0) return;
+        cuda::DeviceRows rows;
+        rows.base = reinterpret_cast<const void*>(v.ptr);
+        rows.stride = vstride;
+        rows.dim = dim;
+        rows.f16 = is_f16_code(v);
+        py::gil_scoped_release nogil;
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::topk_search(reinterpret_cast<const float*>(q.ptr), nq, rows, n, cuda::DeviceFilter{},
+                          static_cast<std::size_t>(k), met, nullptr,
+                          reinterpret_cast<float*>(so.ptr), reinterpret_cast<int64_t*>(io.ptr),
+                          as_stream(stream));
+      },
+      py::arg("queries"), py::arg("vectors"), py::arg("k"), py::arg("metric"),
+      py::arg("out_scores"), py::arg("out_ids"), py::arg("stream"));
+
+  m.def(
+      "cuda_heat_scores",
+      [](const py::object& visits, const py::object& ilen, const py::object& last, double now,
+         double a, double b, double c, double mu, const py::object& out, std::uintptr_t stream) {
+        CudaArray v = vec1d(visits, "visits");
+        CudaArray l = vec1d(ilen, "interaction_len");
+        CudaArray t = checked_cuda_array(last, "last_access", 1, "f8", "float64", false);
+        CudaArray o = checked_cuda_array(out, "out", 1, "f4", "float32", true);
+        const cuda::ColKind vk = col_kind(v, "visits"), lk = col_kind(l, "interaction_len");
+        const py::ssize_t n = t.shape[0];
+        LAMINA_CHECK(v.shape[0] == n && l.shape[0] == n && o.shape[0] == n,
+                     "visits, interaction_len, last_access and out must have the same length, got ",
+                     v.shape[0], ", ", l.shape[0], ", ", n, ", ", o.shape[0]);
+        DeviceCall call;
+        call.add(v, "visits");
+        call.add(l, "interaction_len");
+        call.add(t, "last_access");
+        call.add(o, "out");
+        py::gil_scoped_release nogil;
+        if (call.device < 0) {  // n == 0: nothing to do, but parameters are still checked
+          cuda::heat_scores(nullptr, vk, nullptr, lk, nullptr, 0, now, a, b, c, mu, nullptr, nullptr);
+          return;
+        }
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::heat_scores(reinterpret_cast<const void*>(v.ptr), vk, reinterpret_cast<const void*>(l.ptr), lk,
+                          reinterpret_cast<const double*>(t.ptr), n, now, a, b, c, mu,
+                          reinterpret_cast<float*>(o.ptr), as_stream(stream));
+      },
+      py::arg("visits"), py::arg("interaction_len"), py::arg("last_access"), py::arg("now"),
+      py::arg("a"), py::arg("b"), py::arg("c"), py::arg("mu"), py::arg("out"), py::arg("stream"));
+  m.def("cuda_ema_blend",
+        [](const py::object& rows, const py::object& targets, const py::object& alpha,
+           const py::object& index, bool renormalize, const py::object& out, std::uintptr_t stream) {
+          cuda_rows_call<false>(rows, targets, alpha, index, renormalize, out, stream, "alpha");
+        },
+        py::arg("rows"), py::arg("targets"), py::arg("alpha"), py::arg("index"),
+        py::arg("renormalize"), py::arg("out"), py::arg("stream"));
+  m.def("cuda_damped_update",
+        [](const py::object& rows, const py::object& targets, const py::object& lam,
+           const py::object& index, const py::object& out, std::uintptr_t stream) {
+          cuda_rows_call<true>(rows, targets, lam, index, false, out, stream, "lam");
+        },
+        py::arg("rows"), py::arg("targets"), py::arg("lam"), py::arg("index"), py::arg("out"),
+        py::arg("stream"));
+
+  m.def(
+      "cuda_softmax_gate",
+      [](const py::object& relevance, const py::object& beta, const py::object& max_entropy,
+         int max_doublings, const py::object& gamma, const py::object& beta_used,
+         std::uintptr_t stream) {
+        CudaArray r = checked_cuda_array(relevance, "relevance", 2, "f4", "float32", false);
+        CudaArray g = checked_cuda_array(gamma, "out", 2, "f4", "float32", true);
+        CudaArray bu = checked_cuda_array(beta_used, "beta_used", 1, "f8", "float64", true);
+        const std::size_t b = r.shape[0], L = r.shape[1];
+        LAMINA_CHECK(g.shape[0] == r.shape[0] && g.shape[1] == r.shape[1], "out must have shape (",
+                     b, ", ", L, "), got (", g.shape[0], ", ", g.shape[1], ")");
+        LAMINA_CHECK(static_cast<std::size_t>(bu.shape[0]) == b, "beta_used must have length ", b);
+        DeviceCall call;
+        call.add(r, "relevance");
+        call.add(g, "out");
+        call.add(bu, "beta_used");
+        cuda::DeviceParam p = device_param(beta, b, "beta", call);
+        const bool has_eps = !max_entropy.is_none();
+        const double eps = has_eps ? max_entropy.cast<double>() : 0.0;
+        py::gil_scoped_release nogil;
+        if (call.device < 0) {  // b == 0: parameters are still checked
+          cuda::softmax_gate(nullptr, 0, L, p, has_eps, eps, max_doublings, nullptr, nullptr, nullptr);
+          return;
+        }
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::softmax_gate(reinterpret_cast<const float*>(r.ptr), b, L, p, has_eps, eps,
+                           max_doublings, reinterpret_cast<float*>(g.ptr),
+                           reinterpret_cast<double*>(bu.ptr), as_stream(stream));
+      },
+      py::arg("relevance"), py::arg("beta"), py::arg("max_entropy"), py::arg("max_doublings"),
+      py::arg("out"), py::arg("beta_used"), py::arg("stream"));
+  m.def(
+      "cuda_select_hot",
+      [](const py::object& heat, double threshold, const py::object& namespaces,
+         const py::object& out, std::uintptr_t stream) -> std::size_t {
+        CudaArray h = checked_cuda_array(heat, "heat", 1, "f4", "float32", false);
+        CudaArray o = checked_cuda_array(out, "out", 1, "i8", "int64", true);
+        const std::size_t n = h.shape[0];
+        LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) >= n, "out must have room for ", n,
+                     " indices, got ", o.shape[0]);
+        DeviceCall call;
+        call.add(h, "heat");
+        call.add(o, "out");
+        const uint64_t* nsp = nullptr;
+        if (!namespaces.is_none()) {
+          CudaArray ns = checked_cuda_array(namespaces, "namespaces", 1, "u8", "uint64", false);
+          LAMINA_CHECK(static_cast<std::size_t>(ns.shape[0]) == n, "namespaces must have length ",
+                       n, " (one per heat value), got ", ns.shape[0]);
+          call.add(ns, "namespaces");
+          nsp = reinterpret_cast<const uint64_t*>(ns.ptr);
+        }
+        py::gil_scoped_release nogil;
+        if (call.device < 0) return cuda::select_hot(nullptr, 0, threshold, nullptr, nullptr, nullptr);
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        return cuda::select_hot(reinterpret_cast<const float*>(h.ptr), n, threshold, nsp,
+                                reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+      },
+      py::arg("heat"), py::arg("threshold"), py::arg("namespaces"), py::arg("out"),
+      py::arg("stream"));
+  m.def(
+      "cuda_evict_to_capacity",
+      [](const py::object& scores, const py::object& namespaces, long long default_capacity,
+         const py::object& cap_keys, const py::object& cap_values, const py::object& live,
+         const py::object& out, std::uintptr_t stream) -> std::size_t {
+        CudaArray s = checked_cuda_array(scores, "scores", 1, "f4", "float32", false);
+        CudaArray ns = checked_cuda_array(namespaces, "namespaces", 1, "u8", "uint64", false);
+        CudaArray o = checked_cuda_array(out, "out", 1, "i8", "int64", true);
+        py::array keys = checked_array<uint64_t>(cap_keys, "capacity keys", 1, "uint64");
+        py::array vals = checked_array<int64_t>(cap_values, "capacity values", 1, "int64");
+        LAMINA_CHECK(keys.shape(0) == vals.shape(0), "capacity keys and values differ in length");
+        const std::size_t n = s.shape[0];
+        LAMINA_CHECK(static_cast<std::size_t>(ns.shape[0]) == n, "namespaces must have length ", n,
+                     " (one per score), got ", ns.shape[0]);
+        LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) >= n, "out must have room for ", n,
+                     " indices, got ", o.shape[0]);
+        DeviceCall call;
+        call.add(s, "scores");
+        call.add(ns, "namespaces");
+        call.add(o, "out");
+        const uint8_t* lp = nullptr;
+        if (!live.is_none()) {
+          CudaArray lv = parse_cai(live, "live");
+          LAMINA_CHECK(lv.shape.size() == 1 && lv.c_contiguous(), "live must be 1-dimensional and contiguous");
+          if (!((lv.kind == 'b' || lv.kind == 'u') && lv.itemsize == 1))
+            throw TypeError("live must have dtype bool or uint8, got typestr '" + lv.typestr +
+                            "'; convert explicitly, e.g. live.astype('uint8')");
+          LAMINA_CHECK(static_cast<std::size_t>(lv.shape[0]) == n, "live must have length ", n,
+                       ", got ", lv.shape[0]);
+          call.add(lv, "live");
+          lp = reinterpret_cast<const uint8_t*>(lv.ptr);
+        }
+        const uint64_t* kp = static_cast<const uint64_t*>(keys.data());
+        const int64_t* vp = static_cast<const int64_t*>(vals.data());
+        const std::size_t nc = keys.shape(0);
+        py::gil_scoped_release nogil;
+        if (call.device < 0)
+          return cuda::evict_to_capacity(nullptr, nullptr, 0, nullptr, default_capacity, kp, vp,
+                                         nc, nullptr, nullptr);
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        return cuda::evict_to_capacity(reinterpret_cast<const float*>(s.ptr),
+                                       reinterpret_cast<const uint64_t*>(ns.ptr), n, lp,
+                                       default_capacity, kp, vp, nc,
+                                       reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+      },
+      py::arg("scores"), py::arg("namespaces"), py::arg("default_capacity"), py::arg("cap_keys"),
+      py::arg("cap_values"), py::arg("live"), py::arg("out"), py::arg("stream"));
+
+  // ---- KV selection (lamina.kv on device arrays) -----------------------------------------
+  m.def(
+      "cuda_kv_window_scores",
+      [](const py::object& x, long long kv_heads, long long n_candidates,
+         const std::string& window_reduce, bool causal_normalize, const std::string& pool,
+         long long kernel, const std::string& group_reduce, const py::object& scale_per_row,
+         const py::object& scale_per_token, const py::object& out, std::uintptr_t stream) {
+        CudaArray a = parse_cai(x, "scores");
+        LAMINA_CHECK(a.shape.size() == 3 || a.shape.size() == 4,
+                     "scores must be (L, H, S) or (L, H, w, S), got ndim=", a.shape.size());
+        a = checked_cuda_array(x, "scores", static_cast<int>(a.shape.size()), "f4", "float32", false);
+        const bool win = a.shape.size() == 4;
+        lamina::kv::ScoreSpec sp;
+        sp.layers = a.shape[0];
+        sp.heads = a.shape[1];
+        sp.window = win ? a.shape[2] : 0;
+        sp.seq_len = a.shape.back();
+        LAMINA_CHECK(kv_heads >= 1, "n_kv_heads must be >= 1, got ", kv_heads);
+        sp.kv_heads = static_cast<std::size_t>(kv_heads);
+        LAMINA_CHECK(n_candidates >= 0 && static_cast<std::size_t>(n_candidates) <= sp.seq_len,
+                     "n_candidates must be in [0, ", sp.seq_len, "], got ", n_candidates);
+        sp.n_candidates = static_cast<std::size_t>(n_candidates);
+        auto reduce = [](const std::string& s, const char* what) {
+          if (s == "mean") return lamina::kv::Reduce::Mean;
+          if (s == "max") return lamina::kv::Reduce::Max;
+          if (s == "sum") return lamina::kv::Reduce::Sum;
+          throw ValueError(std::string(what) + " must be 'mean', 'max' or 'sum', got '" + s + "'");
+        };
+        sp.window_reduce = reduce(window_reduce, "window_reduce");
+        sp.causal_normalize = causal_normalize;
+        if (pool == "none") sp.pool = lamina::kv::Pool::None;
+        else if (pool == "max") sp.pool = lamina::kv::Pool::Max;
+        else if (pool == "avg") sp.pool = lamina::kv::Pool::Avg;
+        else throw ValueError("pooling must be 'max', 'avg' or 'none', got '" + pool + "'");
+        LAMINA_CHECK(kernel >= 1, "kernel_size must be >= 1, got ", kernel);
+        sp.kernel = static_cast<std::size_t>(kernel);
+        sp.group_reduce = reduce(group_reduce, "gqa reduction");
+        LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.seq_len >= 1,
+                     "scores must be non-empty, got a zero-length axis");
+        LAMINA_CHECK(!win || sp.window >= 1, "window attention needs at least one row");
+        LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "the number of query heads (", sp.heads,
+                     ") must be a multiple of n_kv_heads (", sp.kv_heads, ")");
+        DeviceCall call;
+        call.add(a, "scores");
+        const float* per_row = nullptr;
+        const float* per_token = nullptr;
+        if (!scale_per_row.is_none()) {
+          CudaArray v = checked_cuda_array(scale_per_row, "value_norms", 2, "f4", "float32", false);
+          LAMINA_CHECK(static_cast<std::size_t>(v.shape[0]) == sp.layers &&
+                           static_cast<std::size_t>(v.shape[1]) == sp.kv_heads,
+                       "per-head value_norms must have shape (", sp.layers, ", ", sp.kv_heads, ")");
+          call.add(v, "value_norms");
+          per_row = reinterpret_cast<const float*>(v.ptr);
+        }
+        if (!scale_per_token.is_none()) {
+          CudaArray v = checked_cuda_array(scale_per_token, "value_norms", 3, "f4", "float32", false);
+          LAMINA_CHECK(static_cast<std::size_t>(v.shape[0]) == sp.layers &&
+                           static_cast<std::size_t>(v.shape[1]) == sp.kv_heads &&
+                           static_cast<std::size_t>(v.shape[2]) == sp.seq_len,
+                       "per-token value_norms must have shape (", sp.layers, ", ", sp.kv_heads,
+                       ", ", sp.seq_len, ")");
+          call.add(v, "value_norms");
+          per_token = reinterpret_cast<const float*>(v.ptr);
+        }
+        CudaArray o = checked_cuda_array(out, "out", 3, "f4", "float32", true);
+        LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) == sp.layers &&
+                         static_cast<std::size_t>(o.shape[1]) == sp.kv_heads &&
+                         static_cast<std::size_t>(o.shape[2]) == sp.n_candidates,
+                     "out must have shape (", sp.layers, ", ", sp.kv_heads, ", ", sp.n_candidates, ")");
+        call.add(o, "out");
+        py::gil_scoped_release nogil;
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::kv::window_scores(reinterpret_cast<const float*>(a.ptr), sp, per_row, per_token,
+                                reinterpret_cast<float*>(o.ptr), as_stream(stream));
+      },
+      py::arg("scores"), py::arg("kv_heads"), py::arg("n_candidates"), py::arg("window_reduce"),
+      py::arg("causal_normalize"), py::arg("pool"), py::arg("kernel"), py::arg("group_reduce"),
+      py::arg("scale_per_row"), py::arg("scale_per_token"), py::arg("out"), py::arg("stream"));
+  m.def(
+      "cuda_kv_layer_entropy",
+      [](const py::object& scores, std::uintptr_t stream) {
+        CudaArray s = checked_cuda_array(scores, "scores", 3, "f4", "float32", false);
+        const std::size_t L = s.shape[0], Hkv = s.shape[1], n = s.shape[2];
+        DeviceCall call;
+        call.add(s, "scores");
+        py::array_t<double> out(L);
+        double* o = out.mutable_data();
+        {
+          py::gil_scoped_release nogil;
+          if (call.device >= 0) {
+            cuda::DeviceGuard guard(call.device);
+            call.order_after_producers(as_stream(stream));
+            cuda::kv::layer_entropy(reinterpret_cast<const float*>(s.ptr), L, Hkv, n, o, as_stream(stream));
+          } else {
+            for (std::size_t l = 0; l < L; ++l) o[l] = 0.0;
+          }
+        }
+        return out;
+      },
+      py::arg("scores"), py::arg("stream"));
+  m.def(
+      "cuda_kv_layer_head_counts",
+      [](const py::object& scores, const py::object& total, const py::object& floor,
+         std::uintptr_t stream) {
+        CudaArray s = checked_cuda_array(scores, "scores", 3, "f4", "float32", false);
+        const std::size_t L = s.shape[0], Hkv = s.shape[1], n = s.shape[2];
+        py::array t = checked_array<int64_t>(total, "total", 1, "int64");
+        LAMINA_CHECK(static_cast<std::size_t>(t.shape(0)) == L, "total must have one entry per layer (", L, ")");
+        py::array f;
+        const int64_t* fp = nullptr;
+        if (!floor.is_none()) {
+          f = checked_array<int64_t>(floor, "floor", 1, "int64");
+          LAMINA_CHECK(static_cast<std::size_t>(f.shape(0)) == L, "floor must have one entry per layer (", L, ")");
+          fp = static_cast<const int64_t*>(f.data());
+        }
+        DeviceCall call;
+        call.add(s, "scores");
+        py::array_t<int64_t> out({L, Hkv});
+        {
+          const int64_t* tp = static_cast<const int64_t*>(t.data());
+          int64_t* o = out.mutable_data();
+          py::gil_scoped_release nogil;
+          if (call.device >= 0) {
+            cuda::DeviceGuard guard(call.device);
+            call.order_after_producers(as_stream(stream));
+          }
+          cuda::kv::layer_head_counts(reinterpret_cast<const float*>(s.ptr), L, Hkv, n, tp, fp, o,
+                                      as_stream(stream));
+        }
+        return out;
+      },
+      py::arg("scores"), py::arg("total"), py::arg("floor"), py::arg("stream"));
+  m.def(
+      "cuda_kv_select_rows",
+      [](const py::object& scores, const py::object& k, long long n, long long tail,
+         const py::object& out, std::uintptr_t stream) {
+        py::array kk = checked_array<int64_t>(k, "k", 2, "int64");
+        const std::size_t L = kk.shape(0), Hkv = kk.shape(1), R = L * Hkv;
+        LAMINA_CHECK(n >= 0 && tail >= 0, "n and tail must be >= 0");
+        DeviceCall call;
+        const float* sp = nullptr;
+        if (!scores.is_none()) {
+          CudaArray s = checked_cuda_array(scores, "scores", 3, "f4", "float32", false);
+          LAMINA_CHECK(static_cast<std::size_t>(s.shape[0]) == L &&
+                           static_cast<std::size_t>(s.shape[1]) == Hkv && s.shape[2] == n,
+                       "scores must have shape (", L, ", ", Hkv, ", ", n, ")");
+          call.add(s, "scores");
+          sp = reinterpret_cast<const float*>(s.ptr);
+        }
+        const int64_t* kp = static_cast<const int64_t*>(kk.data());
+        py::array_t<int64_t> offsets(R + 1);
+        int64_t* op = offsets.mutable_data();
+        op[0] = 0;
+        for (std::size_t r = 0; r < R; ++r) {
+          LAMINA_CHECK(kp[r] >= 0 && kp[r] <= n, "k[", r / Hkv, ", ", r % Hkv, "] = ", kp[r],
+                       " is outside [0, ", n, "]");
+          op[r + 1] = op[r] + kp[r] + tail;
+        }
+        CudaArray o = checked_cuda_array(out, "out", 1, "i8", "int64", true);
+        LAMINA_CHECK(o.shape[0] == op[R], "out must have length ", op[R], " (the kept total), got ",
+                     o.shape[0]);
+        call.add(o, "out");
+        {
+          py::gil_scoped_release nogil;
+          if (call.device >= 0) {
+            cuda::DeviceGuard guard(call.device);
+            call.order_after_producers(as_stream(stream));
+            cuda::kv::select_rows(sp, R, static_cast<std::size_t>(n), kp,
+                                  static_cast<std::size_t>(tail), op,
+                                  reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+          }
+        }
+        return offsets;
+      },
+      py::arg("scores"), py::arg("k"), py::arg("n"), py::arg("tail"), py::arg("out"),
+      py::arg("stream"));
+  m.def(
+      "cuda_kv_fill_rows",
+      [](const py::object& pattern, long long n_rows, const py::object& out, std::uintptr_t stream) {
+        py::array p = checked_array<int64_t>(pattern, "pattern", 1, "int64");
+        LAMINA_CHECK(n_rows >= 0, "n_rows must be >= 0");
+        CudaArray o = checked_cuda_array(out, "out", 1, "i8", "int64", true);
+        const std::size_t len = p.shape(0);
+        LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) == len * static_cast<std::size_t>(n_rows),
+                     "out must have length ", len * n_rows);
+        DeviceCall call;
+        call.add(o, "out");
+        const int64_t* pp = static_cast<const int64_t*>(p.data());
+        py::gil_scoped_release nogil;
+        if (call.device < 0) return;
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::kv::fill_rows(pp, len, static_cast<std::size_t>(n_rows),
+                            reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+      },
+      py::arg("pattern"), py::arg("n_rows"), py::arg("out"), py::arg("stream"));
+  m.def(
+      "cuda_kv_l1_norms",
+      [](const py::object& values, const py::object& out, std::uintptr_t stream) {
+        CudaArray v = parse_cai(values, "values");
+        LAMINA_CHECK(v.shape.size() >= 1, "values must have at least one dimension");
+        v = checked_cuda_array(values, "values", static_cast<int>(v.shape.size()), "f4", "float32", false);
+        const std::size_t D = v.shape.back();
+        LAMINA_CHECK(D >= 1, "values must have a non-empty last axis (head_dim)");
+        const std::size_t rows = static_cast<std::size_t>(v.size()) / D;
+        CudaArray o = checked_cuda_array(out, "out", static_cast<int>(v.shape.size()) - 1, "f4",
+                                         "float32", true);
+        LAMINA_CHECK(static_cast<std::size_t>(o.size()) == rows, "out must hold ", rows, " norms");
+        DeviceCall call;
+        call.add(v, "values");
+        call.add(o, "out");
+        py::gil_scoped_release nogil;
+        if (call.device < 0) return;
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::kv::l1_norms(reinterpret_cast<const float*>(v.ptr), rows, D,
+                           reinterpret_cast<float*>(o.ptr), as_stream(stream));
+      },
+      py::arg("values"), py::arg("out"), py::arg("stream"));
+  m.def(
+      "cuda_kv_gather",
+      [](const py::object& src, const py::object& offsets_dev, const py::object& offsets_host,
+         const py::object& indices, long long padded_len, const py::object& out,
+         std::uintptr_t stream) {
+        CudaArray a = parse_cai(src, "keys/values");
+        LAMINA_CHECK(a.shape.size() == 4, "keys/values must be 4-dimensional (L, H_kv, S, D), got ndim=",
+                     a.shape.size());
+        LAMINA_CHECK(a.c_contiguous(), "keys/values must be C-contiguous; pass a contiguous copy");
+        const std::size_t L = a.shape[0], Hkv = a.shape[1], S = a.shape[2], D = a.shape[3];
+        const std::size_t R = L * Hkv;
+        py::array oh = checked_array<int64_t>(offsets_host, "offsets", 1, "int64");
+        LAMINA_CHECK(static_cast<std::size_t>(oh.shape(0)) == R + 1, "offsets must have L*H_kv+1 = ",
+                     R + 1, " entries");
+        const int64_t* ohp = static_cast<const int64_t*>(oh.data());
+        CudaArray od = checked_cuda_array(offsets_dev, "offsets (device)", 1, "i8", "int64", false);
+        CudaArray id = checked_cuda_array(indices, "indices", 1, "i8", "int64", false);
+        LAMINA_CHECK(static_cast<std::size_t>(od.shape[0]) == R + 1, "device offsets must have ", R + 1, " entries");
+        LAMINA_CHECK(ohp[0] == 0 && ohp[R] == id.shape[0],
+                     "offsets must start at 0 and end at len(indices)");
+        CudaArray o = parse_cai(out, "out");
+        LAMINA_CHECK(o.typestr == a.typestr, "out must have the dtype of keys/values");
+        LAMINA_CHECK(o.c_contiguous() && !o.readonly, "out must be contiguous and writable");
+        const std::size_t rows_out = padded_len > 0 ? R * static_cast<std::size_t>(padded_len)
+                                                    : static_cast<std::size_t>(ohp[R]);
+        LAMINA_CHECK(static_cast<std::size_t>(o.size()) == rows_out * D, "out has the wrong size");
+        DeviceCall call;
+        call.add(a, "keys/values");
+        call.add(od, "offsets");
+        call.add(id, "indices");
+        call.add(o, "out");
+        const std::size_t row_bytes = D * static_cast<std::size_t>(a.itemsize);
+        py::gil_scoped_release nogil;
+        if (call.device < 0) return;
+        cuda::DeviceGuard guard(call.device);
+        call.order_after_producers(as_stream(stream));
+        cuda::kv::gather_rows(reinterpret_cast<const void*>(a.ptr), R, S, row_bytes,
+                              reinterpret_cast<const int64_t*>(od.ptr), ohp,
+                              reinterpret_cast<const int64_t*>(id.ptr),
+                              static_cast<std::size_t>(padded_len > 0 ? padded_len : 0),
+                              reinterpret_cast<void*>(o.ptr), as_stream(stream));
+      },
+      py::arg("src"), py::arg("offsets_dev"), py::arg("offsets_host"), py::arg("indices"),
+      py::arg("padded_len"), py::arg("out"), py::arg("stream"));
+
+  using CA = cuda::CudaVectorArena;
+  py::class_<CA, std::shared_ptr<CA>>(m, "CudaVectorArena")
+      .def(py::init([](long long dim, const std::string& dtype, long long capacity, int device) {
+             LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
+             LAMINA_CHECK(capacity >= 0, "capacity must be >= 0, got ", capacity);
+             return std::make_shared<CA>(dim, parse_dtype_name(dtype), capacity, device);
+           }),
+           py::arg("dim"), py::arg("dtype") = "float32", py::arg("capacity") = 1024,
+           py::arg("device") = 0)
+      .def_property_readonly("dim", &CA::dim)
+      .def_property_readonly("dtype", [](const CA& A) { return A.dtype() == DType::F16 ? "float16" : "float32"; })
+      .def_property_readonly("capacity", &CA::capacity)
+      .def_property_readonly("high_water", &CA::high_water)
+      .def_property_readonly("stride", &CA::stride)
+      .def_property_readonly("device", &CA::device)
+      .def("__len__", &CA::size)
+      .def("reserve", [](CA& A, long long c) {
+        LAMINA_CHECK(c >= 0, "capacity must be >= 0");
+        py::gil_scoped_release nogil;
+        A.reserve(c);
+      })
+      .def(
+          "add",
+          [](CA& A, const py::object& vectors, const py::object& ns, const py::object& layer,
+             std::uintptr_t stream) {
+            const bool f16 = A.dtype() == DType::F16;
+            const char* code = f16 ? "f2" : "f4";
+            const char* fix = f16 ? "float16" : "float32";
+            const void* src = nullptr;
+            bool on_device = false;
+            std::size_t n = 0;
+            py::array host;
+            DeviceCall call;
+            if (has_cai(vectors)) {
+              CudaArray v = checked_cuda_array(vectors, "vectors", 2, code, fix, false);
+              LAMINA_CHECK(static_cast<std::size_t>(v.shape[1]) == A.dim(), "vectors must have ",
+                           A.dim(), " columns (the arena's dim), got shape (", v.shape[0], ", ",
+                           v.shape[1], ")");
+              call.add(v, "vectors");
+              LAMINA_CHECK(v.size() == 0 || call.device == A.device(), "vectors are on cuda:",
+                           call.device, " but the arena is on cuda:", A.device());
+              src = reinterpret_cast<const void*>(v.ptr);
+              on_device = true;
+              n = v.shape[0];
+            } else {
+              if (!py::isinstance<py::array>(vectors))
+                throw TypeError(std::string("vectors must be a numpy array or a CUDA array of dtype ") + fix);
+              host = py::reinterpret_borrow<py::array>(vectors);
+              if (f16) {
+                if (!(host.dtype().kind() == 'f' && host.dtype().itemsize() == 2))
+                  throw TypeError("vectors must have dtype float16 for a float16 arena, got " +
+                                  dtype_str(host.dtype()) + "; convert explicitly with vectors.astype(numpy.float16)");
+                LAMINA_CHECK(host.ndim() == 2, "vectors must be 2-dimensional (n x dim), got ndim=", host.ndim());
+                LAMINA_CHECK(host.flags() & py::array::c_style,
+                             "vectors must be C-contiguous; pass numpy.ascontiguousarray(vectors)");
+              } else {
+                host = checked_array<float>(vectors, "vectors", 2, "float32");
+              }
+              LAMINA_CHECK(static_cast<std::size_t>(host.shape(1)) == A.dim(), "vectors must have ",
+                           A.dim(), " columns (the arena's dim), got shape (", host.shape(0), ", ",
+                           host.shape(1), ")");
+              src = host.data();
+              n = host.shape(0);
+            }
+            uint64_t ns_scalar = 0;
+            uint8_t layer_scalar = 0;
+            const uint64_t* nsp = &ns_scalar;
+            const uint8_t* lp = &layer_scalar;
+            bool ns_rows = false, layer_rows = false;
+            py::array ns_arr, layer_arr;
+            if (py::isinstance<py::int_>(ns)) {
+              py::int_ i = ns;
+              LAMINA_CHECK(py::int_(0) <= i, "namespace must be in [0, 2^64)");
+              ns_scalar = i.cast<uint64_t>();
+            } else {
+              ns_arr = checked_array<uint64_t>(ns, "namespace", 1, "uint64");
+              LAMINA_CHECK(static_cast<std::size_t>(ns_arr.shape(0)) == n,
+                           "namespace must be one value or one per row (", n, "), got ", ns_arr.shape(0));
+              nsp = static_cast<const uint64_t*>(ns_arr.data());
+              ns_rows = true;
+            }
+            if (py::isinstance<py::int_>(layer)) {
+              const long long l = layer.cast<long long>();
+              LAMINA_CHECK(l >= 0 && l <= 255, "layer must be in [0, 255], got ", l);
+              layer_scalar = static_cast<uint8_t>(l);
+            } else {
+              layer_arr = checked_array<uint8_t>(layer, "layer", 1, "uint8");
+              LAMINA_CHECK(static_cast<std::size_t>(layer_arr.shape(0)) == n,
+                           "layer must be one value or one per row (", n, "), got ", layer_arr.shape(0));
+              lp = static_cast<const uint8_t*>(layer_arr.data());
+              layer_rows = true;
+            }
+            py::array_t<int64_t> out(n);
+            {
+              int64_t* o = out.mutable_data();
+              py::gil_scoped_release nogil;
+              cuda::DeviceGuard guard(A.device());
+              call.order_after_producers(as_stream(stream));
+              A.add(src, on_device, n, nsp, ns_rows, lp, layer_rows, o, as_stream(stream));
+            }
+            return out;
+          },
+          py::arg("vectors"), py::arg("namespace") = 0, py::arg("layer") = 0, py::arg("stream") = 0)
+      .def("remove",
+           [](CA& A, const py::object& slots, std::uintptr_t stream) {
+             py::array s = check_slots(slots);
+             const int64_t* p = static_cast<const int64_t*>(s.data());
+             const std::size_t n = s.shape(0);
+             py::gil_scoped_release nogil;
+             A.remove(p, n, as_stream(stream));
+           },
+           py::arg("slots"), py::arg("stream") = 0)
+      .def("get",
+           [](const CA& A, const py::object& slots, std::uintptr_t stream) {
+             py::array s = check_slots(slots);
+             const std::size_t n = s.shape(0);
+             py::array out(A.dtype() == DType::F16 ? py::dtype("float16") : py::dtype("float32"),
+                           std::vector<py::ssize_t>{(py::ssize_t)n, (py::ssize_t)A.dim()});
+             {
+               const int64_t* p = static_cast<const int64_t*>(s.data());
+               void* o = out.mutable_data();
+               py::gil_scoped_release nogil;
+               A.get(p, n, o, as_stream(stream));
+             }
+             return out;
+           },
+           py::arg("slots"), py::arg("stream") = 0)
+      .def("contains",
+           [](const CA& A, const py::object& slots) {
+             py::array s = check_slots(slots);
+             py::array_t<bool> out(s.shape(0));
+             A.contains(static_cast<const int64_t*>(s.data()), s.shape(0),
+                        reinterpret_cast<uint8_t*>(out.mutable_data()));
+             return out;
+           })
+      .def("namespaces_of",
+           [](const CA& A, const py::object& slots) {
+             py::array s = check_slots(slots);
+             py::array_t<uint64_t> out(s.shape(0));
+             A.namespaces_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
+             return out;
+           })
+      .def("layers_of",
+           [](const CA& A, const py::object& slots) {
+             py::array s = check_slots(slots);
+             py::array_t<uint8_t> out(s.shape(0));
+             A.layers_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
+             return out;
+           })
+      .def("set_layer",
+           [](CA& A, const py::object& slots, long long layer, std::uintptr_t stream) {
+             LAMINA_CHECK(layer >= 0 && layer <= 255, "layer must be in [0, 255], got ", layer);
+             py::array s = check_slots(slots);
+             A.set_layer(static_cast<const int64_t*>(s.data()), s.shape(0),
+                         static_cast<uint8_t>(layer), as_stream(stream));
+           },
+           py::arg("slots"), py::arg("layer"), py::arg("stream") = 0)
+      .def("namespace_size", [](const CA& A, uint64_t ns) { return A.namespace_size(ns); })
+      .def("columns",
+           [](const CA& A) {
+             std::vector<uint64_t> ns;
+             std::vector<uint8_t> layers, live;
+             A.columns(ns, layers, live);
+             py::array_t<uint64_t> a(ns.size());
+             py::array_t<uint8_t> b(layers.size());
+             py::array_t<bool> c(live.size());
+             std::copy(ns.begin(), ns.end(), a.mutable_data());
+             std::copy(layers.begin(), layers.end(), b.mutable_data());
+             for (std::size_t i = 0; i < live.size(); ++i) c.mutable_data()[i] = live[i] != 0;
+             return py::make_tuple(a, b, c);
+           })
+      .def("device_view",
+           [](const CA& A) {
+             py::dict d;
+             d["ptr"] = py::int_(reinterpret_cast<std::uintptr_t>(A.device_rows()));
+             d["rows"] = A.high_water();
+             d["dim"] = A.dim();
+             d["stride"] = A.stride();
+             d["typestr"] = A.dtype() == DType::F16 ? "<f2" : "<f4";
+             d["stream"] = py::int_(reinterpret_cast<std::uintptr_t>(A.stream()));
+             return d;
+           })
+      .def(
+          "search",
+          [](const CA& A, const py::object& queries, long long k, const std::string& metric,
+             const py::object& ns, const py::object& layers, const py::object& out_scores,
+             const py::object& out_ids, std::uintptr_t stream) -> py::object {
+            LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
+            const Metric met = parse_metric(metric);
+            uint64_t mask[4];
+            const uint64_t* maskp = nullptr;
+            if (!layers.is_none()) {
+              layer_mask_from(layers, mask);
+              maskp = mask;
+            }
+            if (!has_cai(queries)) {
+              py::array q = checked_array<float>(queries, "queries", 2, "float32");
+              LAMINA_CHECK(static_cast<std::size_t>(q.shape(1)) == A.dim(), "queries must have ",
+                           A.dim(), " columns (the arena's dim), got shape (", q.shape(0), ", ",
+                           q.shape(1), ")");
+              const std::size_t nq = q.shape(0);
+              const float* qp = static_cast<const float*>(q.data());
+              for (std::size_t i = 0; i < nq * A.dim(); ++i)
+                LAMINA_CHECK(std::isfinite(qp[i]), "queries[", i / A.dim(),
+                             "] contains NaN or Inf; pass finite queries");
+              NsArg nsa;
+              parse_ns(ns, nq, nsa);
+              py::array_t<float> scores({nq, static_cast<std::size_t>(k)});
+              py::array_t<int64_t> ids({nq, static_cast<std::size_t>(k)});
+              {
+                float* so = scores.mutable_data();
+                int64_t* io = ids.mutable_data();
+                py::gil_scoped_release nogil;
+                A.search_host(qp, nq, k, met, nsa.ptr, nsa.n, maskp, so, io);
+              }
+              return py::make_tuple(scores, ids);
+            }
+            CudaArray q = checked_cuda_array(queries, "queries", 2, "f4", "float32", false);
+            LAMINA_CHECK(static_cast<std::size_t>(q.shape[1]) == A.dim(), "queries must have ",
+                         A.dim(), " columns (the arena's dim), got shape (", q.shape[0], ", ",
+                         q.shape[1], ")");
+            const std::size_t nq = q.shape[0];
+            NsArg nsa;
+              parse_ns(ns, nq, nsa);
+            CudaArray so = checked_cuda_array(out_scores, "out scores", 2, "f4", "float32", true);
+            CudaArray io = checked_cuda_array(out_ids, "out ids", 2, "i8", "int64", true);
+            check_out(so, io, nq, k);
+            DeviceCall call;
+            call.add(q, "queries");
+            call.add(so, "out scores");
+            call.add(io, "out ids");
+            LAMINA_CHECK(call.device < 0 || call.device == A.device(), "queries are on cuda:",
+                         call.device, " but the arena is on cuda:", A.device());
+            if (nq > 0) {
+              py::gil_scoped_release nogil;
+              cuda::DeviceGuard guard(A.device());
+              call.order_after_producers(as_stream(stream));
+              A.search(reinterpret_cast<const float*>(q.ptr), nq, k, met, nsa.ptr, nsa.n, maskp,
+                       reinterpret_cast<float*>(so.ptr), reinterpret_cast<int64_t*>(io.ptr),
+                       as_stream(stream));
+            }
+            return py::make_tuple(out_scores, out_ids);
+          },
+          py::arg("queries"), py::arg("k"), py::arg("metric") = "ip",
+          py::arg("namespace") = py::none(), py::arg("layers") = py::none(),
+          py::arg("out_scores") = py::none(), py::arg("out_ids") = py::none(),
+          py::arg("stream") = 0);
+#endif
+}
+
+}  // namespace lamina::py_detail

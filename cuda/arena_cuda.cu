@@ -1,0 +1,586 @@
+// GPU-resident vector arena (see arena_cuda.hpp).
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cub/device/device_radix_sort.cuh>
+#include <cstring>
+
+#include "arena_cuda.hpp"
+#include "check.cuh"
+#include "lamina_cuda.hpp"
+#include "topk_cuda.hpp"
+#include "topk_select.cuh"
+
+namespace lamina::cuda {
+
+using detail::as_stream;
+using detail::Scratch;
+using detail::warp_sum;
+
+namespace {
+
+constexpr uint32_t kMaxGeneration = 0x7fffffffu;  // keeps handles non-negative (as on the CPU)
+
+template <typename T>
+__device__ __forceinline__ bool nonfinite(T v) {
+  return !(fabsf(static_cast<float>(v)) <= 3.402823466e38f);
+}
+
+template <typename T>
+__global__ void check_finite_kernel(const T* __restrict__ v, std::size_t count, unsigned* flag) {
+  bool bad = false;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(blockDim.x) * gridDim.x)
+    bad = bad || nonfinite(v[i]);
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1u);
+}
+
+// One warp per new row: copy, |x|^2 and the columns.
+template <typename T>
+__global__ void scatter_kernel(const T* __restrict__ src, std::size_t n, int dim,
+                               std::size_t stride, const uint32_t* __restrict__ rows,
+                               const uint64_t* __restrict__ ns, const uint8_t* __restrict__ layers,
+                               const uint32_t* __restrict__ gens, T* __restrict__ dst,
+                               uint64_t* d_ns, uint8_t* d_layer, uint8_t* d_live, float* d_sq,
+                               uint32_t* d_gen) {
+  const int lane = threadIdx.x & 31;
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x / 32) + (threadIdx.x >> 5);
+  if (i >= n) return;
+  const uint32_t r = rows[i];
+  const T* s = src + i * dim;
+  T* o = dst + static_cast<std::size_t>(r) * stride;
+  float ss = 0.f;
+  for (int j = lane; j < dim; j += 32) {
+    const T v = s[j];
+    o[j] = v;
+    const float f = static_cast<float>(v);
+    ss = fmaf(f, f, ss);
+  }
+  ss = warp_sum(ss);
+  if (lane == 0) {
+    d_sq[r] = ss;
+    d_ns[r] = ns[i];
+    d_layer[r] = layers[i];
+    d_live[r] = 1;
+    d_gen[r] = gens[i];
+  }
+}
+
+template <typename T>
+__global__ void clear_kernel(T* __restrict__ dst, std::size_t stride,
+                             const uint32_t* __restrict__ rows, const uint32_t* __restrict__ gens,
+                             std::size_t n, uint64_t* d_ns, uint8_t* d_layer, uint8_t* d_live,
+                             float* d_sq, uint32_t* d_gen) {
+  const int lane = threadIdx.x & 31;
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x / 32) + (threadIdx.x >> 5);
+  if (i >= n) return;
+  const uint32_t r = rows[i];
+  T* o = dst + static_cast<std::size_t>(r) * stride;
+  for (std::size_t j = lane; j < stride; j += 32) o[j] = T(0.f);
+  if (lane == 0) {
+    d_sq[r] = 0.f;
+    d_ns[r] = 0;
+    d_layer[r] = 0;
+    d_live[r] = 0;
+    d_gen[r] = gens[i];
+  }
+}
+
+template <typename T>
+__global__ void gather_kernel(const T* __restrict__ src, std::size_t stride, int dim,
+                              const uint32_t* __restrict__ rows, std::size_t n, T* __restrict__ out) {
+  const int lane = threadIdx.x & 31;
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x / 32) + (threadIdx.x >> 5);
+  if (i >= n) return;
+  const T* s = src + static_cast<std::size_t>(rows[i]) * stride;
+  for (int j = lane; j < dim; j += 32) out[i * dim + j] = s[j];
+}
+
+__global__ void set_layer_kernel(uint8_t* d_layer, const uint32_t* __restrict__ rows,
+                                 std::size_t n, uint8_t layer) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) d_layer[rows[i]] = layer;
+}
+
+__global__ void iota_kernel(uint32_t* v, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) v[i] = static_cast<uint32_t>(i);
+}
+
+unsigned blocks_for(std::size_t n, unsigned per_block) {
+  return static_cast<unsigned>(std::max<std::size_t>(1, (n + per_block - 1) / per_block));
+}
+
+template <class T>
+T* upload(Scratch& scr, const std::vector<T>& h, cudaStream_t st) {
+  T* d = scr.alloc<T>(h.size());
+  if (!h.empty())
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, st));
+  return d;
+}
+
+template <class T>
+void grow_column(T*& col, std::size_t used, std::size_t cap, cudaStream_t st) {
+  T* fresh = nullptr;
+  LAMINA_CUDA_CHECK(cudaMalloc(&fresh, cap * sizeof(T)));
+  LAMINA_CUDA_CHECK(cudaMemsetAsync(fresh, 0, cap * sizeof(T), st));
+  if (col && used)
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(fresh, col, used * sizeof(T), cudaMemcpyDeviceToDevice, st));
+  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+  if (col) LAMINA_CUDA_CHECK(cudaFree(col));
+  col = fresh;
+}
+
+// Orders the arena's stream after the caller's on entry, and the caller's after the arena's on
+// exit (also when an exception leaves the method).
+class StreamScope {
+ public:
+  StreamScope(void* caller, void* own) : caller_(caller), own_(own) { stream_wait(own_, caller_); }
+  ~StreamScope() {
+    try {
+      stream_wait(caller_, own_);
+    } catch (...) {
+    }
+  }
+
+ private:
+  void* caller_;
+  void* own_;
+};
+
+}  // namespace
+
+CudaVectorArena::CudaVectorArena(std::size_t dim, DType dtype, std::size_t capacity, int device)
+    : dim_(dim), dtype_(dtype), device_(device) {
+  LAMINA_CHECK(dim >= 1 && dim <= (1u << 20), "dim must be in [1, 2^20], got ", dim);
+  LAMINA_CHECK(device >= 0 && device < device_count(), "CUDA device ", device,
+               " does not exist (", device_count(), " usable devices)");
+  const std::size_t per_line = 64 / elt();
+  stride_ = (dim + per_line - 1) / per_line * per_line;
+  DeviceGuard g(device_);
+  cudaStream_t s;
+  LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream_ = s;
+  std::unique_lock lk(mu_);
+  grow_locked(std::max<std::size_t>(capacity, 16));
+}
+
+CudaVectorArena::~CudaVectorArena() {
+  int prev = -1;
+  if (cudaGetDevice(&prev) != cudaSuccess) return;  // driver gone (interpreter shutdown)
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(as_stream(stream_));
+  for (void* p : {rows_, static_cast<void*>(d_ns_), static_cast<void*>(d_layer_),
+                  static_cast<void*>(d_live_), static_cast<void*>(d_sqnorm_),
+                  static_cast<void*>(d_gen_), static_cast<void*>(d_csr_)})
+    if (p) cudaFree(p);
+  cudaStreamDestroy(as_stream(stream_));
+  cudaSetDevice(prev);
+}
+
+std::size_t CudaVectorArena::capacity() const {
+  std::shared_lock lk(mu_);
+  return capacity_;
+}
+std::size_t CudaVectorArena::size() const {
+  std::shared_lock lk(mu_);
+  return live_count_;
+}
+std::size_t CudaVectorArena::high_water() const {
+  std::shared_lock lk(mu_);
+  return high_water_;
+}
+
+void CudaVectorArena::grow_locked(std::size_t min_capacity) {
+  if (min_capacity <= capacity_ && rows_) return;
+  LAMINA_CHECK(min_capacity < 0xffffffffull, "arena capacity is limited to 2^32 - 1 rows");
+  std::size_t cap = std::max<std::size_t>(capacity_ * 2, min_capacity);
+  cap = std::min<std::size_t>(cap, 0xfffffffeull);
+  const cudaStream_t st = as_stream(stream_);
+  char* rows = static_cast<char*>(rows_);
+  {
+    char* fresh = nullptr;
+    const cudaError_t e = cudaMalloc(&fresh, cap * stride_ * elt());
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw std::runtime_error("out of device memory growing the GPU arena to " +
+                               std::to_string(cap) + " rows (" + cudaGetErrorString(e) + ")");
+    }
+    LAMINA_CUDA_CHECK(cudaMemsetAsync(fresh, 0, cap * stride_ * elt(), st));
+    if (rows && high_water_)
+      LAMINA_CUDA_CHECK(cudaMemcpyAsync(fresh, rows, high_water_ * stride_ * elt(),
+                                        cudaMemcpyDeviceToDevice, st));
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+    if (rows) LAMINA_CUDA_CHECK(cudaFree(rows));
+    rows_ = fresh;
+  }
+  grow_column(d_ns_, high_water_, cap, st);
+  grow_column(d_layer_, high_water_, cap, st);
+  grow_column(d_live_, high_water_, cap, st);
+  grow_column(d_sqnorm_, high_water_, cap, st);
+  grow_column(d_gen_, high_water_, cap, st);
+  ns_.resize(cap);
+  layer_.resize(cap);
+  live_.resize(cap);
+  gen_.resize(cap);
+  capacity_ = cap;
+}
+
+void CudaVectorArena::reserve(std::size_t capacity) {
+  DeviceGuard g(device_);
+  std::unique_lock lk(mu_);
+  grow_locked(capacity);
+}
+
+uint32_t CudaVectorArena::row_of_checked(int64_t h) const {
+  LAMINA_CHECK_INDEX(h >= 0, "slot ", h, " is not a valid slot (negative)");
+  const uint64_t row = static_cast<uint64_t>(h) & 0xffffffffull;
+  const uint64_t gen = static_cast<uint64_t>(h) >> 32;
+  LAMINA_CHECK_INDEX(row < high_water_, "slot ", h, " is out of range (arena has ", high_water_,
+                     " rows)");
+  LAMINA_CHECK_INDEX(live_[row] && gen_[row] == gen, "slot ", h,
+                     " is stale: its row was removed (and possibly reused)");
+  return static_cast<uint32_t>(row);
+}
+
+std::vector<uint32_t> CudaVectorArena::rows_checked(const int64_t* handles, std::size_t n) const {
+  std::vector<uint32_t> rows(n);
+  for (std::size_t i = 0; i < n; ++i) rows[i] = row_of_checked(handles[i]);
+  return rows;
+}
+
+void CudaVectorArena::add(const void* vectors, bool on_device, std::size_t n, const uint64_t* ns,
+                          bool ns_per_row, const uint8_t* layers, bool layers_per_row,
+                          int64_t* out, void* stream) {
+  if (n == 0) return;
+  DeviceGuard g(device_);
+  StreamScope scope(stream, stream_);
+  const cudaStream_t st = as_stream(stream_);
+  const std::size_t count = n * dim_;
+  const bool f16 = dtype_ == DType::F16;
+  if (on_device) {
+    Scratch scr(st);
+    unsigned* flag = scr.alloc<unsigned>(1);
+    LAMINA_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(unsigned), st));
+    const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(blocks_for(count, 256), 4096));
+    if (f16)
+      check_finite_kernel<<<blocks, 256, 0, st>>>(static_cast<const __half*>(vectors), count, flag);
+    else
+      check_finite_kernel<<<blocks, 256, 0, st>>>(static_cast<const float*>(vectors), count, flag);
+    LAMINA_CUDA_LAUNCHED();
+    unsigned h = 0;
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(&h, flag, sizeof h, cudaMemcpyDeviceToHost, st));
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+    LAMINA_CHECK(h == 0, "vectors contain NaN or Inf; only finite vectors can be stored");
+  } else {
+    if (f16) {
+      const uint16_t* p = static_cast<const uint16_t*>(vectors);
+      for (std::size_t i = 0; i < count; ++i)
+        LAMINA_CHECK(!half_is_nonfinite(p[i]), "vectors[", i / dim_,
+                     "] contains NaN or Inf; only finite vectors can be stored");
+    } else {
+      const float* p = static_cast<const float*>(vectors);
+      for (std::size_t i = 0; i < count; ++i)
+        LAMINA_CHECK(std::isfinite(p[i]), "vectors[", i / dim_,
+                     "] contains NaN or Inf; only finite vectors can be stored");
+    }
+  }
+
+  std::unique_lock lk(mu_);
+  const std::size_t reuse = std::min(n, free_.size());
+  grow_locked(high_water_ + (n - reuse));
+  std::vector<uint32_t> rows(n), gens(n);
+  std::vector<uint64_t> nsv(n);
+  std::vector<uint8_t> lv(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    uint32_t row;
+    if (!free_.empty()) {
+      row = free_.back();
+      free_.pop_back();
+    } else {
+      row = static_cast<uint32_t>(high_water_++);
+      gen_[row] = 0;
+    }
+    rows[i] = row;
+    gens[i] = gen_[row];
+    nsv[i] = ns_per_row ? ns[i] : ns[0];
+    lv[i] = layers_per_row ? layers[i] : layers[0];
+    ns_[row] = nsv[i];
+    layer_[row] = lv[i];
+    live_[row] = 1;
+    ++ns_count_[nsv[i]];
+    ++live_count_;
+    out[i] = (static_cast<int64_t>(gens[i]) << 32) | static_cast<int64_t>(row);
+  }
+  {
+    std::lock_guard cl(csr_mu_);
+    csr_dirty_ = true;
+  }
+  Scratch scr(st);
+  const void* src = vectors;
+  if (!on_device) {
+    void* d = scr.alloc<char>(count * elt());
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(d, vectors, count * elt(), cudaMemcpyHostToDevice, st));
+    src = d;
+  }
+  const uint32_t* d_rows = upload(scr, rows, st);
+  const uint64_t* d_nsv = upload(scr, nsv, st);
+  const uint8_t* d_lv = upload(scr, lv, st);
+  const uint32_t* d_gens = upload(scr, gens, st);
+  const unsigned blocks = blocks_for(n, 8);
+  if (f16)
+    scatter_kernel<<<blocks, 256, 0, st>>>(static_cast<const __half*>(src), n, int(dim_), stride_,
+                                           d_rows, d_nsv, d_lv, d_gens, static_cast<__half*>(rows_),
+                                           d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
+  else
+    scatter_kernel<<<blocks, 256, 0, st>>>(static_cast<const float*>(src), n, int(dim_), stride_,
+                                           d_rows, d_nsv, d_lv, d_gens, static_cast<float*>(rows_),
+                                           d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
+  LAMINA_CUDA_LAUNCHED();
+}
+
+void CudaVectorArena::remove(const int64_t* handles, std::size_t n, void* stream) {
+  DeviceGuard g(device_);
+  StreamScope scope(stream, stream_);
+  std::unique_lock lk(mu_);
+  std::vector<uint32_t> rows = rows_checked(handles, n);
+  {
+    std::vector<uint32_t> sorted(rows);
+    std::sort(sorted.begin(), sorted.end());
+    auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+    LAMINA_CHECK(dup == sorted.end(), "slot for row ", (dup == sorted.end() ? 0 : *dup),
+                 " appears more than once in remove(); pass each slot once");
+  }
+  if (n == 0) return;
+  std::vector<uint32_t> gens(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const uint32_t row = rows[i];
+    auto it = ns_count_.find(ns_[row]);
+    LAMINA_ASSERT(it != ns_count_.end() && it->second > 0);
+    if (--it->second == 0) ns_count_.erase(it);
+    live_[row] = 0;
+    ns_[row] = 0;
+    layer_[row] = 0;
+    --live_count_;
+    if (gen_[row] < kMaxGeneration) {
+      ++gen_[row];
+      free_.push_back(row);
+    }
+    gens[i] = gen_[row];
+  }
+  {
+    std::lock_guard cl(csr_mu_);
+    csr_dirty_ = true;
+  }
+  const cudaStream_t st = as_stream(stream_);
+  Scratch scr(st);
+  const uint32_t* d_rows = upload(scr, rows, st);
+  const uint32_t* d_gens = upload(scr, gens, st);
+  if (dtype_ == DType::F16)
+    clear_kernel<<<blocks_for(n, 8), 256, 0, st>>>(static_cast<__half*>(rows_), stride_, d_rows,
+                                                   d_gens, n, d_ns_, d_layer_, d_live_,
+                                                   d_sqnorm_, d_gen_);
+  else
+    clear_kernel<<<blocks_for(n, 8), 256, 0, st>>>(static_cast<float*>(rows_), stride_, d_rows,
+                                                   d_gens, n, d_ns_, d_layer_, d_live_,
+                                                   d_sqnorm_, d_gen_);
+  LAMINA_CUDA_LAUNCHED();
+}
+
+void CudaVectorArena::get(const int64_t* handles, std::size_t n, void* out, void* stream) const {
+  DeviceGuard g(device_);
+  StreamScope scope(stream, stream_);
+  std::shared_lock lk(mu_);
+  std::vector<uint32_t> rows = rows_checked(handles, n);
+  if (n == 0) return;
+  const cudaStream_t st = as_stream(stream_);
+  Scratch scr(st);
+  const uint32_t* d_rows = upload(scr, rows, st);
+  char* d_out = scr.alloc<char>(n * dim_ * elt());
+  if (dtype_ == DType::F16)
+    gather_kernel<<<blocks_for(n, 8), 256, 0, st>>>(static_cast<const __half*>(rows_), stride_,
+                                                    int(dim_), d_rows, n,
+                                                    reinterpret_cast<__half*>(d_out));
+  else
+    gather_kernel<<<blocks_for(n, 8), 256, 0, st>>>(static_cast<const float*>(rows_), stride_,
+                                                    int(dim_), d_rows, n,
+                                                    reinterpret_cast<float*>(d_out));
+  LAMINA_CUDA_LAUNCHED();
+  LAMINA_CUDA_CHECK(cudaMemcpyAsync(out, d_out, n * dim_ * elt(), cudaMemcpyDeviceToHost, st));
+  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+void CudaVectorArena::set_layer(const int64_t* handles, std::size_t n, uint8_t layer,
+                                void* stream) {
+  DeviceGuard g(device_);
+  StreamScope scope(stream, stream_);
+  std::unique_lock lk(mu_);
+  std::vector<uint32_t> rows = rows_checked(handles, n);
+  if (n == 0) return;
+  for (uint32_t r : rows) layer_[r] = layer;
+  const cudaStream_t st = as_stream(stream_);
+  Scratch scr(st);
+  const uint32_t* d_rows = upload(scr, rows, st);
+  set_layer_kernel<<<blocks_for(n, 256), 256, 0, st>>>(d_layer_, d_rows, n, layer);
+  LAMINA_CUDA_LAUNCHED();
+}
+
+void CudaVectorArena::contains(const int64_t* handles, std::size_t n, uint8_t* out) const {
+  std::shared_lock lk(mu_);
+  for (std::size_t i = 0; i < n; ++i) {
+    const int64_t h = handles[i];
+    const uint64_t row = static_cast<uint64_t>(h) & 0xffffffffull;
+    const uint64_t gen = static_cast<uint64_t>(h) >> 32;
+    out[i] = h >= 0 && row < high_water_ && live_[row] && gen_[row] == gen;
+  }
+}
+
+void CudaVectorArena::namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const {
+  std::shared_lock lk(mu_);
+  std::vector<uint32_t> rows = rows_checked(handles, n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = ns_[rows[i]];
+}
+
+void CudaVectorArena::layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const {
+  std::shared_lock lk(mu_);
+  std::vector<uint32_t> rows = rows_checked(handles, n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = layer_[rows[i]];
+}
+
+std::size_t CudaVectorArena::namespace_size(uint64_t ns) const {
+  std::shared_lock lk(mu_);
+  auto it = ns_count_.find(ns);
+  return it == ns_count_.end() ? 0 : it->second;
+}
+
+void CudaVectorArena::columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
+                              std::vector<uint8_t>& live) const {
+  std::shared_lock lk(mu_);
+  ns.assign(ns_.begin(), ns_.begin() + high_water_);
+  layers.assign(layer_.begin(), layer_.begin() + high_water_);
+  live.assign(live_.begin(), live_.begin() + high_water_);
+}
+
+void CudaVectorArena::ensure_csr_locked() const {
+  if (!csr_dirty_) return;
+  const cudaStream_t st = as_stream(stream_);
+  const std::size_t n = high_water_;
+  if (csr_cap_ < n) {
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+    if (d_csr_) LAMINA_CUDA_CHECK(cudaFree(d_csr_));
+    d_csr_ = nullptr;
+    LAMINA_CUDA_CHECK(cudaMalloc(&d_csr_, std::max<std::size_t>(n, 1) * sizeof(uint32_t)));
+    csr_cap_ = std::max<std::size_t>(n, 1);
+  }
+  // Removed rows carry namespace 0, so they sort into namespace 0's range (the live mask skips
+  // them); the host knows every range from its counts without reading the device.
+  std::vector<std::pair<uint64_t, std::size_t>> counts(ns_count_.begin(), ns_count_.end());
+  const std::size_t dead = high_water_ - live_count_;
+  if (dead) {
+    auto it = std::find_if(counts.begin(), counts.end(), [](auto& p) { return p.first == 0; });
+    if (it == counts.end()) counts.emplace_back(0, dead);
+    else it->second += dead;
+  }
+  std::sort(counts.begin(), counts.end());
+  csr_off_.clear();
+  std::size_t off = 0;
+  for (auto& [key, c] : counts) {
+    csr_off_[key] = {off, c};
+    off += c;
+  }
+  LAMINA_ASSERT(off == n);
+  if (n > 0) {
+    const uint64_t max_key = counts.empty() ? 0 : counts.back().first;
+    const int end_bit = max_key ? 64 - __builtin_clzll(max_key) : 1;
+    Scratch scr(st);
+    uint64_t* keys_out = scr.alloc<uint64_t>(n);
+    uint32_t* vals_in = scr.alloc<uint32_t>(n);
+    iota_kernel<<<blocks_for(n, 256), 256, 0, st>>>(vals_in, n);
+    LAMINA_CUDA_LAUNCHED();
+    std::size_t temp_bytes = 0;
+    LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, d_ns_, keys_out, vals_in,
+                                                      d_csr_, n, 0, end_bit, st));
+    void* temp = scr.alloc<char>(temp_bytes);
+    LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, d_ns_, keys_out, vals_in,
+                                                      d_csr_, n, 0, end_bit, st));
+  }
+  csr_dirty_ = false;
+}
+
+void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
+                             const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
+                             float* out_scores, int64_t* out_ids, void* stream) const {
+  LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
+  DeviceGuard g(device_);
+  StreamScope scope(stream, stream_);
+  std::shared_lock lk(mu_);
+  LAMINA_CHECK(live_count_ > 0, "the arena is empty; add vectors before searching");
+  const cudaStream_t st = as_stream(stream_);
+  DeviceRows rs;
+  rs.base = rows_;
+  rs.stride = stride_;
+  rs.dim = dim_;
+  rs.f16 = dtype_ == DType::F16;
+  rs.sqnorms = d_sqnorm_;
+  DeviceFilter f;
+  if (live_count_ != high_water_) f.live = d_live_;
+  if (layer_mask) {
+    f.layers = d_layer_;
+    std::copy(layer_mask, layer_mask + 4, f.layer_mask);
+  }
+  if (ns == nullptr) {
+    topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+    return;
+  }
+  LAMINA_CHECK(n_ns == 1 || n_ns == nq, "namespace must be one value or one per query (", nq,
+               "), got ", n_ns);
+  std::lock_guard cl(csr_mu_);
+  ensure_csr_locked();
+  auto range = [&](uint64_t v) -> std::pair<std::size_t, std::size_t> {
+    auto it = csr_off_.find(v);
+    if (it == csr_off_.end()) return {0, 0};
+    return it->second;
+  };
+  f.use_row_list = true;
+  f.row_list = d_csr_;
+  if (n_ns == 1 || std::all_of(ns, ns + n_ns, [&](uint64_t v) { return v == ns[0]; })) {
+    const auto [off, cnt] = range(ns[0]);
+    f.row_list = d_csr_ + off;
+    f.row_list_len = cnt;
+    topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+    return;
+  }
+  std::vector<int64_t> seg(2 * nq);
+  std::size_t longest = 0;
+  for (std::size_t q = 0; q < nq; ++q) {
+    const auto [off, cnt] = range(ns[q]);
+    seg[2 * q] = static_cast<int64_t>(off);
+    seg[2 * q + 1] = static_cast<int64_t>(off + cnt);
+    longest = std::max(longest, cnt);
+  }
+  Scratch scr(st);
+  f.segments = upload(scr, seg, st);
+  f.row_list_len = high_water_;
+  f.max_segment = longest;
+  topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+}
+
+void CudaVectorArena::search_host(const float* queries, std::size_t nq, std::size_t k,
+                                  Metric metric, const uint64_t* ns, std::size_t n_ns,
+                                  const uint64_t* layer_mask, float* out_scores,
+                                  int64_t* out_ids) const {
+  if (nq == 0) return;
+  DeviceGuard g(device_);
+  const cudaStream_t st = as_stream(stream_);
+  Scratch scr(st);
+  float* dq = scr.alloc<float>(nq * dim_);
+  float* ds = scr.alloc<float>(nq * k);
+  int64_t* di = scr.alloc<int64_t>(nq * k);
+  LAMINA_CUDA_CHECK(cudaMemcpyAsync(dq, queries, nq * dim_ * sizeof(float), cudaMemcpyHostToDevice, st));
+  search(dq, nq, k, metric, ns, n_ns, layer_mask, ds, di, stream_);
+  LAMINA_CUDA_CHECK(cudaMemcpyAsync(out_scores, ds, nq * k * sizeof(float), cudaMemcpyDeviceToHost, st));
+  LAMINA_CUDA_CHECK(cudaMemcpyAsync(out_ids, di, nq * k * sizeof(int64_t), cudaMemcpyDeviceToHost, st));
+  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+}  // namespace lamina::cuda

@@ -1,0 +1,128 @@
+// cuda/arena_cuda.hpp — a VectorArena whose rows and columns live in device memory.
+//
+// Same model as lamina/arena.hpp (rows padded to a 64-byte stride, namespace / layer / live /
+// squared-norm / generation columns, handles (generation << 32) | row, stale handles refused,
+// removed rows zeroed and reused LIFO), with the columns in device memory and a host mirror of
+// the bookkeeping columns (namespace, layer, live, generation, free list, rows per namespace).
+// The mirror is what lets add / remove / set_layer run without reading the device: only the
+// returned handles (computed on the host) and search results cross back.
+//
+// Streams: every method takes the caller's stream. The arena runs its device work on its own
+// stream, ordered after the work already queued on the caller's stream, and makes the caller's
+// stream wait for it, so calls from several streams are serialised correctly.
+// Synchronisation: add() with device input synchronises once (finiteness check), get() and
+// search() synchronise once (results / NaN check); remove() and set_layer() do not.
+//
+// Namespace search: a CSR of rows sorted by namespace (device radix sort) is rebuilt lazily on
+// the first namespace-filtered search after a change (O(rows) on the device), then one launch
+// answers b queries, each restricted to its own namespace.
+//
+// Thread safety: like VectorArena (shared reader lock for reads, exclusive for writes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "lamina/arena.hpp"
+#include "lamina/topk.hpp"
+
+namespace lamina::cuda {
+
+class CudaVectorArena {
+ public:
+  /// dim >= 1; capacity: initial rows (grows by doubling); device: CUDA ordinal.
+  CudaVectorArena(std::size_t dim, DType dtype, std::size_t capacity, int device);
+  ~CudaVectorArena();
+  CudaVectorArena(const CudaVectorArena&) = delete;
+  CudaVectorArena& operator=(const CudaVectorArena&) = delete;
+
+  std::size_t dim() const { return dim_; }
+  DType dtype() const { return dtype_; }
+  std::size_t stride() const { return stride_; }
+  int device() const { return device_; }
+  std::size_t capacity() const;
+  std::size_t size() const;
+  std::size_t high_water() const;
+
+  /// Append n rows (n x dim, C-contiguous, dtype()): `vectors` is device memory of this device
+  /// when `on_device`, else host memory. ns / layers: one value or n values (host). Rows must be
+  /// finite (ValueError, nothing added). Writes n handles to `out` (host).
+  void add(const void* vectors, bool on_device, std::size_t n, const uint64_t* ns,
+           bool ns_per_row, const uint8_t* layers, bool layers_per_row, int64_t* out,
+           void* stream);
+  /// Grow the block to hold at least `capacity` rows.
+  void reserve(std::size_t capacity);
+  /// All-or-nothing removal (IndexError for stale / out-of-range, ValueError for duplicates).
+  void remove(const int64_t* handles, std::size_t n, void* stream);
+  /// Copy rows to host memory `out` (n x dim of dtype()).
+  void get(const int64_t* handles, std::size_t n, void* out, void* stream) const;
+  void set_layer(const int64_t* handles, std::size_t n, uint8_t layer, void* stream);
+  void contains(const int64_t* handles, std::size_t n, uint8_t* out) const;
+  void namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const;
+  void layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const;
+  std::size_t namespace_size(uint64_t ns) const;
+  void columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
+               std::vector<uint8_t>& live) const;
+
+  /// Exact top-k; queries (nq x dim float32) and outputs (nq x k) are device memory of this
+  /// device. Filters as VectorArena::search (ns, n_ns and layer_mask are host memory).
+  void search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
+              const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
+              float* out_scores, int64_t* out_ids, void* stream) const;
+
+  /// As search(), with queries and outputs in host memory (uploads the queries, downloads the
+  /// results).
+  void search_host(const float* queries, std::size_t nq, std::size_t k, Metric metric,
+                   const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
+                   float* out_scores, int64_t* out_ids) const;
+
+  /// The arena's own stream (cudaStream_t): consumers of device_rows() order after it.
+  void* stream() const { return stream_; }
+
+  /// Device pointer to the row block (valid until the next growth) and the rows in use.
+  const void* device_rows() const { return rows_; }
+
+ private:
+  std::size_t elt() const { return dtype_ == DType::F16 ? 2 : 4; }
+  uint32_t row_of_checked(int64_t h) const;
+  std::vector<uint32_t> rows_checked(const int64_t* handles, std::size_t n) const;
+  void grow_locked(std::size_t min_capacity);
+  void ensure_csr_locked() const;  // on stream_, under csr_mu_
+
+  std::size_t dim_;
+  DType dtype_;
+  std::size_t stride_;
+  int device_;
+  void* stream_ = nullptr;  // cudaStream_t owned by the arena
+  std::size_t capacity_ = 0;
+  std::size_t high_water_ = 0;
+  std::size_t live_count_ = 0;
+  // device columns
+  void* rows_ = nullptr;
+  uint64_t* d_ns_ = nullptr;
+  uint8_t* d_layer_ = nullptr;
+  uint8_t* d_live_ = nullptr;
+  float* d_sqnorm_ = nullptr;
+  uint32_t* d_gen_ = nullptr;
+  // host mirror
+  std::vector<uint64_t> ns_;
+  std::vector<uint8_t> layer_;
+  std::vector<uint8_t> live_;
+  std::vector<uint32_t> gen_;
+  std::vector<uint32_t> free_;
+  std::unordered_map<uint64_t, std::size_t> ns_count_;
+  // namespace CSR (lazy)
+  mutable std::mutex csr_mu_;
+  mutable bool csr_dirty_ = true;
+  mutable uint32_t* d_csr_ = nullptr;
+  mutable std::size_t csr_cap_ = 0;
+  mutable std::unordered_map<uint64_t, std::pair<std::size_t, std::size_t>> csr_off_;
+  mutable std::shared_mutex mu_;
+};
+
+}  // namespace lamina::cuda

@@ -1,0 +1,755 @@
+// Exact top-k on the GPU: fused scoring + warp-list selection, then merge passes.
+// See topk_cuda.hpp for the contract and the structure.
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <vector>
+
+#include "check.cuh"
+#include "topk_cuda.hpp"
+#include "topk_select.cuh"
+
+namespace lamina::cuda {
+
+using detail::better;
+using detail::kFullMask;
+using detail::kNoId;
+using detail::WarpList;
+using detail::warp_sum;
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMergeGroup = 32;  // lists merged per warp and pass
+
+enum : unsigned { kFlagNonFinite = 1u, kFlagZeroQuery = 2u, kFlagBadQuery = 4u };
+
+struct Filter {
+  const uint8_t* live;
+  const uint8_t* layers;
+  uint64_t lmask[4];
+  const uint32_t* row_list;
+
+  __device__ __forceinline__ uint32_t row_of(std::size_t u) const {
+    return row_list ? row_list[u] : static_cast<uint32_t>(u);
+  }
+  __device__ __forceinline__ bool passes(uint32_t r) const {
+    if (live && !live[r]) return false;
+    if (layers) {
+      const uint8_t l = layers[r];
+      if (!((lmask[l >> 6] >> (l & 63)) & 1ull)) return false;
+    }
+    return true;
+  }
+};
+
+// Internal scores are "higher is better" (l2 distances negated), as in cpp/topk.cpp.
+__device__ __forceinline__ float finish_score(float dot, int metric, float qsq, float qinv,
+                                              float rsq) {
+  if (metric == 1) {
+    const float rinv = rsq > 0.f ? 1.0f / sqrtf(rsq) : 0.f;
+    return dot * qinv * rinv;
+  }
+  if (metric == 2) return -fmaxf(__fsub_rn(__fadd_rn(qsq, rsq), __fmul_rn(2.0f, dot)), 0.0f);
+  return dot;
+}
+
+// ---- per-query preparation ------------------------------------------------------------------
+
+// One warp per query: |q|^2, 1/|q| and finiteness; optionally the scaled hi/lo float16 split for
+// the tensor-core path (Qh/Ql: nq_pad x dpad, pre-zeroed).
+__global__ void query_prep_kernel(const float* __restrict__ Q, int nq, int d, int metric,
+                                  float* __restrict__ qsq, float* __restrict__ qinv,
+                                  __half* __restrict__ Qh, __half* __restrict__ Ql,
+                                  float* __restrict__ qscale, int dpad, unsigned* flags) {
+  const int lane = threadIdx.x & 31;
+  const int q = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (q >= nq) return;
+  const float* qp = Q + static_cast<std::size_t>(q) * d;
+  float ss = 0.f, mx = 0.f;
+  bool finite = true;
+  for (int j = lane; j < d; j += 32) {
+    const float v = qp[j];
+    finite = finite && (fabsf(v) <= FLT_MAX);
+    ss = fmaf(v, v, ss);
+    mx = fmaxf(mx, fabsf(v));
+  }
+  ss = warp_sum(ss);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, o));
+  finite = __all_sync(kFullMask, finite);
+  if (lane == 0) {
+    if (!finite) atomicOr(flags, kFlagBadQuery);
+    if (qsq) qsq[q] = ss;
+    if (qinv) {
+      if (metric == 1 && !(ss > 0.f)) atomicOr(flags, kFlagZeroQuery);
+      qinv[q] = ss > 0.f ? 1.0f / sqrtf(ss) : 0.f;
+    }
+  }
+  if (Qh) {
+    int e = 0;
+    if (mx > 0.f && finite) frexpf(mx, &e);  // mx = m * 2^e, m in [0.5, 1)
+    if (lane == 0) qscale[q] = ldexpf(1.0f, e);
+    __half* hp = Qh + static_cast<std::size_t>(q) * dpad;
+    __half* lp = Ql + static_cast<std::size_t>(q) * dpad;
+    for (int j = lane; j < d; j += 32) {
+      const float v = ldexpf(qp[j], -e);  // exact (power of two)
+      const __half h = __float2half_rn(v);
+      hp[j] = h;
+      lp[j] = __float2half_rn(v - __half2float(h));
+    }
+  }
+}
+
+template <typename T>
+__global__ void row_sqnorm_kernel(const T* __restrict__ X, std::size_t n, std::size_t stride,
+                                  int d, float* __restrict__ out) {
+  const int lane = threadIdx.x & 31;
+  const std::size_t r = static_cast<std::size_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (r >= n) return;
+  const T* p = X + r * stride;
+  float ss = 0.f;
+  for (int j = lane; j < d; j += 32) {
+    const float v = static_cast<float>(p[j]);
+    ss = fmaf(v, v, ss);
+  }
+  ss = warp_sum(ss);
+  if (lane == 0) out[r] = ss;
+}
+
+// ---- bandwidth path: warps stream whole rows --------------------------------------------------
+
+template <typename T, bool VEC>
+struct Chunk;
+template <>
+struct Chunk<float, true> {
+  static constexpr int E = 4;
+  __device__ __forceinline__ static void load(const float* p, int c, float* v) {
+    const float4 x = __ldg(reinterpret_cast<const float4*>(p) + c);
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+  }
+};
+template <>
+struct Chunk<__half, true> {
+  static constexpr int E = 8;
+  __device__ __forceinline__ static void load(const __half* p, int c, float* v) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p) + c);
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(h[i]);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+};
+template <typename T>
+struct Chunk<T, false> {
+  static constexpr int E = 1;
+  __device__ __forceinline__ static void load(const T* p, int c, float* v) {
+    v[0] = static_cast<float>(p[c]);
+  }
+};
+
+template <bool VEC, int E>
+__device__ __forceinline__ void load_query(const float* q, int c, float* v) {
+  if constexpr (VEC) {
+#pragma unroll
+    for (int i = 0; i < E / 4; ++i) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(q) + c * (E / 4) + i);
+      v[4 * i] = x.x, v[4 * i + 1] = x.y, v[4 * i + 2] = x.z, v[4 * i + 3] = x.w;
+    }
+  } else {
+    v[0] = __ldg(q + c);
+  }
+}
+
+struct ScanArgs {
+  const float* Q;
+  int nq;
+  int d;
+  const float* qsq;
+  const float* qinv;
+  const void* X;
+  std::size_t xstride;
+  const float* xsq;
+  int metric;
+  Filter f;
+  std::size_t n_units;
+  const int64_t* seg;
+  std::size_t units_per_block;
+  int k;
+  int n_lists;
+  float* cand_s;
+  uint32_t* cand_i;
+  unsigned* flags;
+};
+
+// Block (x, y): query group x (QB queries; with segments QB == 1 and the group is one query),
+// units [y * upb, (y + 1) * upb) of that group's range. Each warp keeps one list per query and
+// writes it out as list (y * kWarps + warp).
+template <typename T, int QB, int J, bool VEC>
+__global__ void __launch_bounds__(kThreads) scan_kernel(const ScanArgs a) {
+  using C = Chunk<T, VEC>;
+  constexpr int E = C::E;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int q0 = blockIdx.x * QB;
+  const int nqb = min(QB, a.nq - q0);
+  std::size_t lo = 0, hi = a.n_units;
+  if (a.seg) {
+    lo = static_cast<std::size_t>(a.seg[2 * q0]);
+    hi = static_cast<std::size_t>(a.seg[2 * q0 + 1]);
+  }
+  const std::size_t b0 = lo + static_cast<std::size_t>(blockIdx.y) * a.units_per_block;
+  const std::size_t b1 = min(hi, b0 + a.units_per_block);
+  const int kpos = a.k - 1;
+  const bool need_xsq = a.metric != 0 && a.xsq == nullptr;
+  const int nch = a.d / E;
+  const T* X = static_cast<const T*>(a.X);
+
+  WarpList<J> L[QB];
+#pragma unroll
+  for (int q = 0; q < QB; ++q) L[q].init();
+
+  for (std::size_t base = b0 + static_cast<std::size_t>(warp) * 32; base < b1;
+       base += kWarps * 32) {
+    float mys[QB];
+#pragma unroll
+    for (int q = 0; q < QB; ++q) mys[q] = 0.f;
+    float myx = 0.f;
+#pragma unroll 1
+    for (int i0 = 0; i0 < 32; i0 += 4) {
+      if (base + i0 >= b1) break;
+      const T* rp[4];
+      bool ok[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const std::size_t u = base + i0 + r;
+        ok[r] = u < b1;
+        rp[r] = X + static_cast<std::size_t>(ok[r] ? a.f.row_of(u) : 0) * a.xstride;
+      }
+      float acc[4][QB];
+      float xs[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        xs[r] = 0.f;
+#pragma unroll
+        for (int q = 0; q < QB; ++q) acc[r][q] = 0.f;
+      }
+      for (int c = lane; c < nch; c += 32) {
+        float xv[4][E];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          if (ok[r]) {
+            C::load(rp[r], c, xv[r]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < E; ++e) xv[r][e] = 0.f;
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < QB; ++q) {
+          if (q < nqb) {
+            float qv[E];
+            load_query<VEC, E>(a.Q + static_cast<std::size_t>(q0 + q) * a.d, c, qv);
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+              for (int e = 0; e < E; ++e) acc[r][q] = fmaf(xv[r][e], qv[e], acc[r][q]);
+          }
+        }
+        if (need_xsq) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int e = 0; e < E; ++e) xs[r] = fmaf(xv[r][e], xv[r][e], xs[r]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+#pragma unroll
+        for (int q = 0; q < QB; ++q) {
+          const float t = warp_sum(acc[r][q]);
+          if (lane == i0 + r) mys[q] = t;
+        }
+        if (need_xsq) {
+          const float t = warp_sum(xs[r]);
+          if (lane == i0 + r) myx = t;
+        }
+      }
+    }
+    const std::size_t u = base + lane;
+    bool valid = u < b1;
+    uint32_t row = 0;
+    if (valid) {
+      row = a.f.row_of(u);
+      valid = a.f.passes(row);
+    }
+    float rsq = 0.f;
+    if (valid && a.metric != 0) rsq = a.xsq ? a.xsq[row] : myx;
+#pragma unroll
+    for (int q = 0; q < QB; ++q) {
+      if (q < nqb) {
+        const float s = finish_score(mys[q], a.metric, a.qsq ? a.qsq[q0 + q] : 0.f,
+                                     a.qinv ? a.qinv[q0 + q] : 0.f, rsq);
+        bool ok = valid;
+        if (ok && !(fabsf(s) <= FLT_MAX)) {
+          atomicOr(a.flags, kFlagNonFinite);
+          ok = false;
+        }
+        L[q].offer(s, row, ok, kpos, lane);
+      }
+    }
+  }
+  const int list = blockIdx.y * kWarps + warp;
+#pragma unroll
+  for (int q = 0; q < QB; ++q) {
+    if (q < nqb) {
+      const std::size_t o = (static_cast<std::size_t>(q0 + q) * a.n_lists + list) * a.k;
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+        const int p = j * 32 + lane;
+        if (p < a.k) {
+          a.cand_s[o + p] = L[q].s[j];
+          a.cand_i[o + p] = L[q].id[j];
+        }
+      }
+    }
+  }
+}
+
+// ---- compute path: tensor-core tiles (float16 rows, batch >= 16) -----------------------------
+
+namespace wm = nvcuda::wmma;
+constexpr int kTQ = 64;   // queries per block
+constexpr int kTN = 128;  // rows per tile (8 warps x 16)
+constexpr int kTK = 32;   // dims per stage
+constexpr int kXLd = kTK + 8;
+constexpr int kQLd = kTK + 8;
+constexpr int kSLd = kTN + 4;
+
+struct WmmaArgs {
+  const __half* Qh;
+  const __half* Ql;
+  const float* qscale;
+  int nq;
+  int dpad;
+  const float* qsq;
+  const float* qinv;
+  const __half* X;
+  std::size_t xstride;
+  int d;
+  const float* xsq;
+  int metric;
+  Filter f;
+  std::size_t n_units;
+  std::size_t tiles_per_block;
+  int k;
+  int n_lists;
+  float* cand_s;
+  uint32_t* cand_i;
+  unsigned* flags;
+};
+
+constexpr std::size_t wmma_smem_bytes(int J) {
+  return sizeof(__half) * (kTN * kXLd + 2 * kTQ * kQLd) + sizeof(float) * kTQ * kSLd +
+         (sizeof(float) + sizeof(uint32_t)) * kTQ * 32 * J;
+}
+
+template <int J, bool VEC>
+__global__ void __launch_bounds__(kThreads) wmma_kernel(const WmmaArgs a) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __half* Xs = reinterpret_cast<__half*>(smem);
+  __half* Qhs = Xs + kTN * kXLd;
+  __half* Qls = Qhs + kTQ * kQLd;
+  float* St = reinterpret_cast<float*>(Qls + kTQ * kQLd);
+  float* Ls = St + kTQ * kSLd;
+  uint32_t* Li = reinterpret_cast<uint32_t*>(Ls + kTQ * 32 * J);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int qb = blockIdx.y * kTQ;
+  for (int e = tid; e < kTQ * 32 * J; e += kThreads) {
+    Ls[e] = -INFINITY;
+    Li[e] = kNoId;
+  }
+  const std::size_t n_tiles = (a.n_units + kTN - 1) / kTN;
+  const std::size_t t0 = static_cast<std::size_t>(blockIdx.x) * a.tiles_per_block;
+  const std::size_t t1 = min(n_tiles, t0 + a.tiles_per_block);
+  const int kpos = a.k - 1;
+
+  for (std::size_t t = t0; t < t1; ++t) {
+    const std::size_t u0 = t * kTN;
+    wm::fragment<wm::accumulator, 16, 16, 16, float> acc[kTQ / 16];
+#pragma unroll
+    for (int f = 0; f < kTQ / 16; ++f) wm::fill_fragment(acc[f], 0.0f);
+    for (int k0 = 0; k0 < a.dpad; k0 += kTK) {
+      __syncthreads();
+      for (int c = tid; c < kTN * kTK / 8; c += kThreads) {
+        const int r = c / (kTK / 8), cc = c % (kTK / 8);
+        const std::size_t u = u0 + r;
+        const int col = k0 + cc * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (u < a.n_units) {
+          const __half* p = a.X + static_cast<std::size_t>(a.f.row_of(u)) * a.xstride + col;
+          if constexpr (VEC) {
+            if (col < a.d) v = __ldg(reinterpret_cast<const uint4*>(p));
+          } else {
+            __half tmp[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) tmp[e] = col + e < a.d ? p[e] : __float2half_rn(0.f);
+            v = *reinterpret_cast<const uint4*>(tmp);
+          }
+        }
+        *reinterpret_cast<uint4*>(Xs + r * kXLd + cc * 8) = v;
+      }
+      for (int c = tid; c < kTQ * kTK / 8; c += kThreads) {
+        const int q = c / (kTK / 8), cc = c % (kTK / 8);
+        const std::size_t off = static_cast<std::size_t>(qb + q) * a.dpad + k0 + cc * 8;
+        *reinterpret_cast<uint4*>(Qhs + q * kQLd + cc * 8) =
+            __ldg(reinterpret_cast<const uint4*>(a.Qh + off));
+        *reinterpret_cast<uint4*>(Qls + q * kQLd + cc * 8) =
+            __ldg(reinterpret_cast<const uint4*>(a.Ql + off));
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < kTK; kk += 16) {
+        wm::fragment<wm::matrix_a, 16, 16, 16, __half, wm::row_major> fa;
+        wm::load_matrix_sync(fa, Xs + warp * 16 * kXLd + kk, kXLd);
+#pragma unroll
+        for (int f = 0; f < kTQ / 16; ++f) {
+          wm::fragment<wm::matrix_b, 16, 16, 16, __half, wm::col_major> fb;
+          wm::load_matrix_sync(fb, Qhs + f * 16 * kQLd + kk, kQLd);
+          wm::mma_sync(acc[f], fa, fb, acc[f]);
+          wm::load_matrix_sync(fb, Qls + f * 16 * kQLd + kk, kQLd);
+          wm::mma_sync(acc[f], fa, fb, acc[f]);
+        }
+      }
+    }
+    // St[q][r] = score of query qb + q against unit u0 + r.
+#pragma unroll
+    for (int f = 0; f < kTQ / 16; ++f)
+      wm::store_matrix_sync(St + f * 16 * kSLd + warp * 16, acc[f], kSLd, wm::mem_col_major);
+    __syncthreads();
+
+    uint32_t rows[kTN / 32];
+    bool live[kTN / 32];
+    float rsq[kTN / 32];
+#pragma unroll
+    for (int i = 0; i < kTN / 32; ++i) {
+      const std::size_t u = u0 + lane + 32 * i;
+      live[i] = u < a.n_units;
+      rows[i] = live[i] ? a.f.row_of(u) : 0;
+      live[i] = live[i] && a.f.passes(rows[i]);
+      rsq[i] = live[i] && a.metric != 0 ? a.xsq[rows[i]] : 0.f;
+    }
+    for (int ql = warp; ql < kTQ; ql += kWarps) {
+      const int q = qb + ql;
+      if (q >= a.nq) break;
+      float* ls = Ls + ql * 32 * J;
+      uint32_t* li = Li + ql * 32 * J;
+      const float ts = ls[kpos];
+      const uint32_t ti = li[kpos];
+      const float scale = a.qscale[q];
+      const float qs = a.qsq ? a.qsq[q] : 0.f, qi = a.qinv ? a.qinv[q] : 0.f;
+      float cs[kTN / 32];
+      bool cv[kTN / 32];
+      bool any = false;
+#pragma unroll
+      for (int i = 0; i < kTN / 32; ++i) {
+        cs[i] = finish_score(St[ql * kSLd + lane + 32 * i] * scale, a.metric, qs, qi, rsq[i]);
+        cv[i] = live[i];
+        if (cv[i] && !(fabsf(cs[i]) <= FLT_MAX)) {
+          atomicOr(a.flags, kFlagNonFinite);
+          cv[i] = false;
+        }
+        any = any || (cv[i] && better(cs[i], rows[i], ts, ti));
+      }
+      if (__any_sync(kFullMask, any)) {
+        WarpList<J> L;
+        L.load(ls, li, lane);
+#pragma unroll
+        for (int i = 0; i < kTN / 32; ++i) L.offer(cs[i], rows[i], cv[i], kpos, lane);
+        L.store(ls, li, lane);
+      }
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < kTQ * a.k; e += kThreads) {
+    const int ql = e / a.k, p = e % a.k;
+    const int q = qb + ql;
+    if (q >= a.nq) continue;
+    const std::size_t o = (static_cast<std::size_t>(q) * a.n_lists + blockIdx.x) * a.k + p;
+    a.cand_s[o] = Ls[ql * 32 * J + p];
+    a.cand_i[o] = Li[ql * 32 * J + p];
+  }
+}
+
+// ---- merge passes ------------------------------------------------------------------------------
+
+// Block (q, o), one warp: merges lists [o * group, (o + 1) * group) of query q. FINAL writes the
+// user-facing result (metric sign, padding, handles).
+template <int J, bool FINAL>
+__global__ void merge_kernel(const float* __restrict__ in_s, const uint32_t* __restrict__ in_i,
+                             int n_in, int k, int group, float* __restrict__ out_s,
+                             uint32_t* __restrict__ out_i, int n_out, int metric,
+                             float* __restrict__ res_s, int64_t* __restrict__ res_i,
+                             const uint32_t* __restrict__ gen) {
+  const int lane = threadIdx.x;
+  const int q = blockIdx.x, o = blockIdx.y;
+  const int l0 = o * group, l1 = min(n_in, l0 + group);
+  const std::size_t base = (static_cast<std::size_t>(q) * n_in + l0) * k;
+  const std::size_t count = static_cast<std::size_t>(max(l1 - l0, 0)) * k;
+  WarpList<J> L;
+  L.init();
+  for (std::size_t t = 0; t < count; t += 32) {
+    const std::size_t e = t + lane;
+    bool v = e < count;
+    const float s = v ? in_s[base + e] : -INFINITY;
+    const uint32_t i = v ? in_i[base + e] : kNoId;
+    v = v && i != kNoId;
+    L.offer(s, i, v, k - 1, lane);
+  }
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+    const int p = j * 32 + lane;
+    if (p >= k) continue;
+    if constexpr (FINAL) {
+      const std::size_t r = static_cast<std::size_t>(q) * k + p;
+      if (L.id[j] == kNoId) {
+        res_s[r] = metric == 2 ? INFINITY : -INFINITY;
+        res_i[r] = -1;
+      } else {
+        res_s[r] = metric == 2 ? -L.s[j] : L.s[j];
+        const int64_t row = L.id[j];
+        res_i[r] = gen ? ((static_cast<int64_t>(gen[row]) << 32) | row) : row;
+      }
+    } else {
+      const std::size_t r = (static_cast<std::size_t>(q) * n_out + o) * k + p;
+      out_s[r] = L.s[j];
+      out_i[r] = L.id[j];
+    }
+  }
+}
+
+// ---- host side ------------------------------------------------------------------------------
+
+int pick_j(std::size_t k) {
+  int j = 1;
+  while (static_cast<std::size_t>(32 * j) < k) j *= 2;
+  return j;
+}
+
+template <int J>
+void launch_merges(cudaStream_t st, detail::Scratch& scr, const float* cs, const uint32_t* ci,
+                   int n_lists, int nq, int k, int metric, float* out_s, int64_t* out_i,
+                   const uint32_t* gen) {
+  while (true) {
+    if (n_lists <= kMergeGroup) {
+      merge_kernel<J, true><<<dim3(nq, 1), 32, 0, st>>>(cs, ci, n_lists, k, n_lists, nullptr,
+                                                         nullptr, 1, metric, out_s, out_i, gen);
+      LAMINA_CUDA_LAUNCHED();
+      return;
+    }
+    const int n_out = (n_lists + kMergeGroup - 1) / kMergeGroup;
+    float* ns = scr.alloc<float>(static_cast<std::size_t>(nq) * n_out * k);
+    uint32_t* ni = scr.alloc<uint32_t>(static_cast<std::size_t>(nq) * n_out * k);
+    merge_kernel<J, false><<<dim3(nq, n_out), 32, 0, st>>>(cs, ci, n_lists, k, kMergeGroup, ns,
+                                                           ni, n_out, metric, nullptr, nullptr,
+                                                           nullptr);
+    LAMINA_CUDA_LAUNCHED();
+    cs = ns;
+    ci = ni;
+    n_lists = n_out;
+  }
+}
+
+void merges(int J, cudaStream_t st, detail::Scratch& scr, const float* cs, const uint32_t* ci,
+            int n_lists, int nq, int k, int metric, float* out_s, int64_t* out_i,
+            const uint32_t* gen) {
+  switch (J) {
+    case 1: return launch_merges<1>(st, scr, cs, ci, n_lists, nq, k, metric, out_s, out_i, gen);
+    case 2: return launch_merges<2>(st, scr, cs, ci, n_lists, nq, k, metric, out_s, out_i, gen);
+    case 4: return launch_merges<4>(st, scr, cs, ci, n_lists, nq, k, metric, out_s, out_i, gen);
+    case 8: return launch_merges<8>(st, scr, cs, ci, n_lists, nq, k, metric, out_s, out_i, gen);
+    case 16: return launch_merges<16>(st, scr, cs, ci, n_lists, nq, k, metric, out_s, out_i, gen);
+    default: return launch_merges<32>(st, scr, cs, ci, n_lists, nq, k, metric, out_s, out_i, gen);
+  }
+}
+
+template <typename T, int QB, int J, bool VEC>
+void launch_scan(dim3 grid, cudaStream_t st, const ScanArgs& a) {
+  scan_kernel<T, QB, J, VEC><<<grid, kThreads, 0, st>>>(a);
+  LAMINA_CUDA_LAUNCHED();
+}
+
+template <typename T, bool VEC>
+void scan_dispatch(int QB, int J, dim3 grid, cudaStream_t st, const ScanArgs& a) {
+  if (QB == 1) {
+    switch (J) {
+      case 1: return launch_scan<T, 1, 1, VEC>(grid, st, a);
+      case 2: return launch_scan<T, 1, 2, VEC>(grid, st, a);
+      case 4: return launch_scan<T, 1, 4, VEC>(grid, st, a);
+      case 8: return launch_scan<T, 1, 8, VEC>(grid, st, a);
+      case 16: return launch_scan<T, 1, 16, VEC>(grid, st, a);
+      default: return launch_scan<T, 1, 32, VEC>(grid, st, a);
+    }
+  }
+  switch (J) {  // QB == max_group(J)
+    case 1: return launch_scan<T, 8, 1, VEC>(grid, st, a);
+    case 2: return launch_scan<T, 8, 2, VEC>(grid, st, a);
+    case 4: return launch_scan<T, 4, 4, VEC>(grid, st, a);
+    default: return launch_scan<T, 2, 8, VEC>(grid, st, a);
+  }
+}
+
+// Queries served per row read for a list size J (keeps lists in registers: QB * J <= 16).
+int max_group(int J) { return J <= 2 ? 8 : J == 4 ? 4 : J == 8 ? 2 : 1; }
+
+template <int J, bool VEC>
+void launch_wmma(dim3 grid, cudaStream_t st, const WmmaArgs& a) {
+  const std::size_t bytes = wmma_smem_bytes(J);
+  LAMINA_CUDA_CHECK(cudaFuncSetAttribute(wmma_kernel<J, VEC>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes)));
+  wmma_kernel<J, VEC><<<grid, kThreads, bytes, st>>>(a);
+  LAMINA_CUDA_LAUNCHED();
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+
+void topk_search(const float* queries, std::size_t nq, const DeviceRows& rows,
+                 std::size_t n_rows, const DeviceFilter& filter, std::size_t k, Metric metric,
+                 const uint32_t* generations, float* out_scores, int64_t* out_ids,
+                 void* stream) {
+  LAMINA_CHECK(k >= 1 && k <= kMaxK, "k must be in [1, ", kMaxK, "] on the GPU, got ", k);
+  LAMINA_CHECK(rows.dim >= 1, "dimension must be >= 1");
+  LAMINA_CHECK(n_rows <= 0xfffffffeull, "at most 2^32 - 2 rows per search");
+  LAMINA_CHECK(nq <= 0x7fffffffull, "too many queries in one call");
+  if (nq == 0) return;
+  const cudaStream_t st = detail::as_stream(stream);
+  const int d = static_cast<int>(rows.dim);
+  const int im = static_cast<int>(metric);
+  const std::size_t n_units = filter.use_row_list ? filter.row_list_len : n_rows;
+  const bool segmented = filter.segments != nullptr;
+  const int J = pick_j(k);
+  const int sms = detail::sm_count();
+  detail::Scratch scr(st);
+
+  unsigned* flags = scr.alloc<unsigned>(1);
+  LAMINA_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned), st));
+  float* qsq = nullptr;
+  float* qinv = nullptr;
+  if (metric != Metric::IP) {
+    qsq = scr.alloc<float>(nq);
+    qinv = scr.alloc<float>(nq);
+  }
+
+  Filter f{filter.live, filter.layers, {}, filter.use_row_list ? filter.row_list : nullptr};
+  std::copy(filter.layer_mask, filter.layer_mask + 4, f.lmask);
+
+  const bool use_wmma = rows.f16 && nq >= 16 && J <= 4 && !segmented;
+  const int kq = static_cast<int>(k);
+  float* cand_s = nullptr;
+  uint32_t* cand_i = nullptr;
+  int n_lists = 0;
+
+  if (use_wmma) {
+    const int dpad = (d + kTK - 1) / kTK * kTK;
+    const std::size_t nq_pad = (nq + kTQ - 1) / kTQ * kTQ;
+    __half* Qh = scr.alloc<__half>(nq_pad * dpad);
+    __half* Ql = scr.alloc<__half>(nq_pad * dpad);
+    float* qscale = scr.alloc<float>(nq);
+    LAMINA_CUDA_CHECK(cudaMemsetAsync(Qh, 0, nq_pad * dpad * sizeof(__half), st));
+    LAMINA_CUDA_CHECK(cudaMemsetAsync(Ql, 0, nq_pad * dpad * sizeof(__half), st));
+    query_prep_kernel<<<(nq + 7) / 8, 256, 0, st>>>(queries, static_cast<int>(nq), d, im, qsq,
+                                                    qinv, Qh, Ql, qscale, dpad, flags);
+    LAMINA_CUDA_LAUNCHED();
+    const float* xsq = rows.sqnorms;
+    if (metric != Metric::IP && !xsq && n_rows) {
+      float* t = scr.alloc<float>(n_rows);
+      row_sqnorm_kernel<__half><<<(n_rows + 7) / 8, 256, 0, st>>>(
+          static_cast<const __half*>(rows.base), n_rows, rows.stride, d, t);
+      LAMINA_CUDA_LAUNCHED();
+      xsq = t;
+    }
+    const std::size_t n_tiles = std::max<std::size_t>(1, (n_units + kTN - 1) / kTN);
+    const std::size_t qtiles = nq_pad / kTQ;
+    std::size_t bx = std::max<std::size_t>(1, (2 * static_cast<std::size_t>(sms) + qtiles - 1) / qtiles);
+    bx = std::min(bx, n_tiles);
+    const std::size_t tpb = (n_tiles + bx - 1) / bx;
+    bx = (n_tiles + tpb - 1) / tpb;
+    n_lists = static_cast<int>(bx);
+    cand_s = scr.alloc<float>(nq * n_lists * k);
+    cand_i = scr.alloc<uint32_t>(nq * n_lists * k);
+    WmmaArgs a{Qh, Ql, qscale, static_cast<int>(nq), dpad, qsq, qinv,
+               static_cast<const __half*>(rows.base), rows.stride, d, xsq, im, f, n_units,
+               tpb, kq, n_lists, cand_s, cand_i, flags};
+    const bool vec = aligned16(rows.base) && rows.stride % 8 == 0 && d % 8 == 0;
+    const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(qtiles));
+    if (vec) {
+      if (J == 1) launch_wmma<1, true>(grid, st, a);
+      else if (J == 2) launch_wmma<2, true>(grid, st, a);
+      else launch_wmma<4, true>(grid, st, a);
+    } else {
+      if (J == 1) launch_wmma<1, false>(grid, st, a);
+      else if (J == 2) launch_wmma<2, false>(grid, st, a);
+      else launch_wmma<4, false>(grid, st, a);
+    }
+  } else {
+    query_prep_kernel<<<(nq + 7) / 8, 256, 0, st>>>(queries, static_cast<int>(nq), d, im, qsq,
+                                                    qinv, nullptr, nullptr, nullptr, 0, flags);
+    LAMINA_CUDA_LAUNCHED();
+    const int QB = (segmented || nq == 1) ? 1 : max_group(J);
+    const std::size_t gy = segmented ? nq : (nq + QB - 1) / QB;
+    std::size_t upb, gx;
+    const std::size_t step = kWarps * 32;
+    if (segmented) {
+      upb = 8 * step;
+      gx = std::max<std::size_t>(1, (filter.max_segment + upb - 1) / upb);
+    } else {
+      gx = std::max<std::size_t>(1, (4 * static_cast<std::size_t>(sms) + gy - 1) / gy);
+      gx = std::min(gx, std::max<std::size_t>(1, (n_units + step - 1) / step));
+      upb = ((n_units + gx - 1) / gx + step - 1) / step * step;
+      upb = std::max(upb, step);
+      gx = std::max<std::size_t>(1, (n_units + upb - 1) / upb);
+    }
+    n_lists = static_cast<int>(gx * kWarps);
+    cand_s = scr.alloc<float>(nq * n_lists * k);
+    cand_i = scr.alloc<uint32_t>(nq * n_lists * k);
+    const std::size_t elt = rows.f16 ? 2 : 4;
+    const bool vec = aligned16(rows.base) && aligned16(queries) &&
+                     (rows.stride * elt) % 16 == 0 && (d * elt) % 16 == 0 && d % 4 == 0;
+    ScanArgs a{queries, static_cast<int>(nq), d, qsq, qinv, rows.base, rows.stride,
+               rows.sqnorms, im, f, n_units, filter.segments, upb, kq, n_lists, cand_s, cand_i,
+               flags};
+    LAMINA_CHECK(gx <= 65535, "a namespace is too large for one GPU launch");
+    const dim3 grid(static_cast<unsigned>(gy), static_cast<unsigned>(gx));
+    if (rows.f16) {
+      if (vec) scan_dispatch<__half, true>(QB, J, grid, st, a);
+      else scan_dispatch<__half, false>(QB, J, grid, st, a);
+    } else {
+      if (vec) scan_dispatch<float, true>(QB, J, grid, st, a);
+      else scan_dispatch<float, false>(QB, J, grid, st, a);
+    }
+  }
+  merges(J, st, scr, cand_s, cand_i, n_lists, static_cast<int>(nq), kq, im, out_scores, out_ids,
+         generations);
+
+  unsigned hflags = 0;
+  LAMINA_CUDA_CHECK(cudaMemcpyAsync(&hflags, flags, sizeof(unsigned), cudaMemcpyDeviceToHost, st));
+  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+  LAMINA_CHECK(!(hflags & kFlagBadQuery),
+               "queries contain NaN or Inf; pass finite queries");
+  LAMINA_CHECK(!(hflags & kFlagZeroQuery),
+               "a query has zero norm; cosine similarity is undefined");
+  LAMINA_CHECK(!(hflags & kFlagNonFinite),
+               "a similarity score is NaN or Inf: the vectors or queries contain NaN/Inf, or "
+               "their values overflow float32; pass finite vectors of moderate magnitude");
+}
+
+}  // namespace lamina::cuda
