@@ -161,7 +161,7 @@ def _check_consistent(db: Path, acked: set[int], ended: set[int]) -> None:
                 assert m._recs[k].status == "active" and m._recs[k].parent_id == parent
         for r in m._recs.values():
             if r.status == "active":
-                assert m._arena.contains([r.slot])[0]
+                assert r.id in m._vectors
             if r.kind == "segment":
                 assert all(x in m._recs for x in r.members)
         # and the database is usable: keep going

@@ -15,8 +15,10 @@ Write path (``add``, ``end_session``) and read path (``context``, ``search``) of
   update of eq. 9–10 (``kernels.damped_update``; drift in ``stats()``).
 * **archive** — every raw turn ever added; eviction never touches it.
 
-Every vector lives in one :class:`lamina.VectorArena` (namespace = user × layer), searched with
-the native exact top-k; the layer gate is ``kernels.softmax_gate`` (eq. 7, entropy bound ε).
+Vectors live in a :class:`~lamina.layer_index.LayerIndex`: two native arenas (the archive apart
+from the active layers), one namespace per (user, layer), searched with the native exact top-k up
+to ``MemoryConfig.ann_threshold`` vectors and through hnswlib past it; the layer gate is
+``kernels.softmax_gate`` (eq. 7, entropy bound ε).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from .extract import (ExtractiveSummarizer, Fact, FactExtractor, RuleFactExtract
                       is_functional)
 from .items import LAYERS, Context, MemoryItem
 from .llm import LLM, LLMFactExtractor, LLMSummarizer
-from .search import VectorArena
+from .layer_index import LayerIndex
 from .store import ID_SHIFT, Store
 
 __all__ = ["Memory", "MemoryConfig"]
@@ -85,6 +87,15 @@ class MemoryConfig:
     Ablation: ``layers`` names the active layers in use (default all three); leaving out
     ``episodic`` or ``semantic`` stops writing to it and reading from it (turns still reach the
     archive), which is how ``lamina eval`` measures what each layer contributes.
+    Index: a (user, layer) with at most ``ann_threshold`` vectors is searched exactly (native
+    top-k); past it through an hnswlib graph (``ann_m`` [M], ``ann_ef_construction``,
+    ``ann_ef_search`` [ef, at least k]), built lazily on the first search that needs it (also
+    after reopening) and kept up to date incrementally. The default 20 000 sits above every
+    active layer at the default capacities (C_e = 2 000 leaves plus their tree nodes and session
+    summaries, C_s = 5 000 plus profiles), so the active layers stay exact — exact search of a few
+    thousand rows costs well under a millisecond — while the archive, which grows by one row per
+    turn forever, switches to ANN where exact search of one user's turns starts to cost
+    milliseconds per query (``bench/bench_memory.py``, ``bench/bench_layer_index.py``).
     """
 
     working_capacity: int = 16
@@ -114,10 +125,15 @@ class MemoryConfig:
     stale_penalty: float = 0.5
     synchronous: str = "NORMAL"
     layers: tuple[str, ...] = ("working", "episodic", "semantic")
+    ann_threshold: int = 20_000
+    ann_m: int = 16
+    ann_ef_construction: int = 100
+    ann_ef_search: int = 96
 
     def __post_init__(self) -> None:
         ints = ("working_capacity", "episodic_capacity", "semantic_capacity", "min_segment_turns",
-                "max_segment_turns", "summary_words", "candidates", "relevance_top")
+                "max_segment_turns", "summary_words", "candidates", "relevance_top", "ann_threshold", "ann_m",
+                "ann_ef_construction", "ann_ef_search")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("synchronous", "layers") or (f.name == "max_entropy" and v is None):
@@ -134,6 +150,8 @@ class MemoryConfig:
                     raise ValueError(f"MemoryConfig.{f.name} must be finite, got {v}")
         if self.working_capacity < 2:
             raise ValueError("MemoryConfig.working_capacity must be >= 2 (half of it is dequeued on overflow)")
+        if self.ann_m < 2:
+            raise ValueError(f"MemoryConfig.ann_m must be >= 2 (hnswlib links per node), got {self.ann_m}")
         if self.min_segment_turns > self.max_segment_turns:
             raise ValueError("MemoryConfig.min_segment_turns must be <= max_segment_turns")
         for nm in ("alpha", "working_share", "stale_penalty"):
@@ -155,19 +173,19 @@ class MemoryConfig:
 
 
 class _Rec:
-    """In-memory mirror of one ``items`` row (plus its arena slot)."""
+    """In-memory mirror of one ``items`` row."""
 
     __slots__ = ("id", "user_id", "session_id", "layer", "kind", "status", "text", "summary", "speaker",
                  "source_id", "sources", "members", "created_at", "timestamp", "last_access", "access_count",
                  "interaction_len", "strength", "domain", "commitment", "subject", "predicate", "object",
-                 "valid_from", "valid_to", "superseded_by", "parent_id", "depth", "seq", "slot")
+                 "valid_from", "valid_to", "superseded_by", "parent_id", "depth", "seq")
 
     def __init__(self, **kw: Any) -> None:
         for k in self.__slots__:
             setattr(self, k, kw.get(k))
 
     def row(self, emb: npt.NDArray[np.float32]) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in self.__slots__ if k != "slot"}
+        d = {k: getattr(self, k) for k in self.__slots__}
         d["embedding"] = np.ascontiguousarray(emb, dtype=np.float32).tobytes()
         return d
 
@@ -314,11 +332,11 @@ class Memory:
     # ------------------------------------------------------------------ state (re)building
     def _load(self) -> None:
         """Rebuild every in-memory structure from the database."""
-        self._arena = VectorArena(self._dim, "float32", capacity=1024)
+        c = self.config
+        self._vectors = LayerIndex(self._dim, c.ann_threshold, c.ann_m, c.ann_ef_construction, c.ann_ef_search)
         self._recs: dict[int, _Rec] = {}
         self._ntok: dict[int, tuple[Any, int]] = {}
         self._pending: dict[int, _Rec] = {}  # records whose access bumps are not yet written
-        self._by_slot: dict[int, int] = {}
         self._users: dict[str, _User] = {}
         self._sessions: dict[tuple[str, str], list[Any]] = {}
         for uid, idx, dt, dl, du in self._store.users():
@@ -331,7 +349,6 @@ class Memory:
         for row in self._store.load_items():
             emb = row.pop("embedding")
             r = _Rec(**row)
-            r.slot = None
             self._recs[r.id] = r
             u = self._users[r.user_id]
             u.ids.add(r.id)
@@ -344,10 +361,7 @@ class Memory:
             self._index(u, r)
         for ns, (ids, embs) in pending.items():
             X = np.frombuffer(b"".join(embs), dtype=np.float32).reshape(len(ids), self._dim)
-            slots = self._arena.add(np.ascontiguousarray(X), namespace=ns, layer=ns & 7)
-            for i, s in zip(ids, slots.tolist()):
-                self._recs[i].slot = s
-                self._by_slot[s] = i
+            self._vectors.add(ns, ids, X)
         for u in self._users.values():
             for lst in u.working.values():
                 lst.sort(key=lambda i: self._recs[i].seq)
@@ -400,12 +414,10 @@ class Memory:
         return self._embed(texts)
 
     def _vec(self, r: _Rec) -> npt.NDArray[np.float32]:
-        return self._arena.get([r.slot])[0]
+        return self._vectors.get([r.id])[0]
 
     def _vecs(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
-        if not ids:
-            return np.zeros((0, self._dim), dtype=np.float32)
-        return self._arena.get([self._recs[i].slot for i in ids]).astype(np.float32, copy=False)
+        return self._vectors.get(ids)
 
     def _user(self, user_id: str, create: bool = False) -> Optional[_User]:
         u = self._users.get(user_id)
@@ -440,18 +452,12 @@ class Memory:
         return r
 
     def _place(self, u: _User, r: _Rec, emb: npt.NDArray[np.float32]) -> None:
-        ns = self._ns(u, r.layer)
-        (slot,) = self._arena.add(np.ascontiguousarray(emb.reshape(1, -1), dtype=np.float32), namespace=ns,
-                                  layer=ns & 7).tolist()
-        r.slot = slot
-        self._by_slot[slot] = r.id
+        self._vectors.add(self._ns(u, r.layer), [r.id], emb.reshape(1, -1))
         u.n_active[r.layer] += 1
 
     def _unplace(self, u: _User, r: _Rec) -> npt.NDArray[np.float32]:
         emb = self._vec(r)
-        self._arena.remove([r.slot])
-        del self._by_slot[r.slot]
-        r.slot = None
+        self._vectors.remove([r.id])
         u.n_active[r.layer] -= 1
         return emb
 
@@ -1028,26 +1034,22 @@ class Memory:
 
     def _candidates_multi(self, u: _User, q: npt.NDArray[np.float32], layers: Sequence[str], k: int,
                           now: Optional[float], domain: Optional[str]) -> dict[str, list[tuple[float, _Rec]]]:
-        """Top-k per layer in one native call (one query row per layer, each its own namespace)."""
+        """Top-k per layer: one native call per arena for the layers searched exactly (one query
+        row per (user, layer) namespace), hnswlib for layers past ``ann_threshold``."""
         res: dict[str, list[tuple[float, _Rec]]] = {L: [] for L in layers}
         live = [L for L in layers if u.n_active.get(L, 0) > 0]
         if not live:
             return res
-        kk = min(k, max(u.n_active[L] for L in live))
-        Q = np.ascontiguousarray(np.repeat(q.reshape(1, -1), len(live), axis=0))
-        ns = np.array([self._ns(u, L) for L in live], dtype=np.uint64)
-        scores, slots = self._arena.search(Q, kk, metric="cosine", namespace=ns, layers=[LAYERS[L] for L in live])
-        for row, L in enumerate(live):
-            res[L] = self._hits(scores[row], slots[row], now, domain)
+        found = self._vectors.search(q, [self._ns(u, L) for L in live], k)
+        for L, (scores, ids) in zip(live, found):
+            res[L] = self._hits(scores, ids, now, domain)
         return res
 
-    def _hits(self, scores: npt.NDArray[np.float32], slots: npt.NDArray[np.int64], now: Optional[float],
+    def _hits(self, scores: list[float], ids: list[int], now: Optional[float],
               domain: Optional[str]) -> list[tuple[float, _Rec]]:
         out: list[tuple[float, _Rec]] = []
-        for s, sl in zip(scores.tolist(), slots.tolist()):
-            if sl < 0:
-                continue
-            r = self._recs[self._by_slot[sl]]
+        for s, i in zip(scores, ids):
+            r = self._recs[i]
             if now is not None and r.timestamp is not None and r.timestamp > now:
                 continue  # replay: the future is not known yet
             if domain is not None and r.domain is not None and r.domain != domain:
@@ -1480,6 +1482,9 @@ class Memory:
                                   "last": float(users[-1].drift_last) if len(users) == 1 else None,
                                   "updates": int(sum(u.drift_updates for u in users)),
                                   "lambda": float(self.config.profile_lambda)},
+                # (user/layer) searched through hnswlib (past ann_threshold), the rest exactly
+                "ann_layers": sorted(f"{u.user_id}/{L}" for u in users for L in LAYERS
+                                     if self._vectors.uses_ann(self._ns(u, L))),
                 "llm": repr(self.llm) if self.llm is not None else None,
                 "llm_fallbacks": int(getattr(self._summarizer, "failures", 0)) + int(getattr(self._extractor, "failures", 0)),
                 "config": asdict(self.config),

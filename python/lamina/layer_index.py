@@ -1,0 +1,257 @@
+"""Per-(user, layer) vector index of :class:`lamina.Memory`: native arenas, hnswlib past a size.
+
+Storage: two :class:`lamina.VectorArena` s — one for the **archive** (every raw turn ever added:
+unbounded, searched only on request) and one for the **active** layers (working, episodic,
+semantic, and superseded facts in ``history``: bounded by the capacities). Keeping them apart
+keeps the few thousand active rows of a user dense in memory instead of scattered among
+hundreds of thousands of archive rows. Each (user, layer) is one arena namespace
+(``user_idx << 3 | layer code``); the arena keeps one posting list per namespace, so a search
+reads that namespace's rows and no others.
+
+Search: a (user, layer) with at most ``ann_threshold`` vectors is searched exactly (native
+top-k, cosine). Past it, an hnswlib graph over that (user, layer) answers instead (labels are
+item ids; space "cosine", so scores are the same cosines the exact path returns). The graph is
+built lazily on the first search that needs it — from the arena, so reopening a database
+rebuilds it from the stored embeddings — and then kept up to date lazily too: rows added since
+the last search are inserted at the next search; removals are ``mark_deleted`` (re-adding an
+item id, e.g. a re-embedded summary, updates its point in place). When deleted points outnumber
+live ones the graph is rebuilt; when a layer shrinks below half the threshold it goes back to
+exact search and the graph is dropped. Callers see the same interface either way. A bulk build
+uses every thread, so the graph — hence an approximate answer — may differ slightly between
+runs; below the threshold results are exact and deterministic.
+
+Thread safety: none of its own; :class:`lamina.Memory` calls it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._info import get_num_threads
+from .search import VectorArena
+
+__all__ = ["LayerIndex"]
+
+ARCHIVE_LAYER = 3  # items.LAYERS["archive"]
+_BULK_ROWS = 4096  # pending inserts at least this many: multi-threaded graph construction
+
+
+def _import_hnswlib() -> Any:
+    try:
+        import hnswlib
+    except ImportError as e:  # pragma: no cover - hnswlib is a declared dependency
+        raise ImportError("lamina.Memory needs hnswlib for layers past MemoryConfig.ann_threshold: "
+                          "pip install hnswlib (or raise ann_threshold to keep exact search)") from e
+    return hnswlib
+
+
+class _Graph:
+    """hnswlib graph of one namespace plus the ids not yet inserted (lazy maintenance)."""
+
+    __slots__ = ("index", "pending", "deleted", "live")
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+        self.pending: set[int] = set()  # item ids in the arena but not yet in the graph
+        self.deleted: set[int] = set()  # labels marked deleted in the graph (re-adding revives)
+        self.live = 0  # points in the graph, not deleted
+
+
+class LayerIndex:
+    """Vectors of every active item, keyed by item id, grouped by namespace (user × layer).
+
+    Parameters
+    ----------
+    dim : int
+        Embedding dimension.
+    ann_threshold : int
+        A namespace with more vectors than this is searched through hnswlib.
+    ann_m, ann_ef_construction, ann_ef_search : int
+        hnswlib ``M``, ``ef_construction`` and the query-time ``ef`` (at least k is used).
+    """
+
+    def __init__(self, dim: int, ann_threshold: int, ann_m: int = 16, ann_ef_construction: int = 100,
+                 ann_ef_search: int = 96) -> None:
+        self.dim = int(dim)
+        self.ann_threshold = int(ann_threshold)
+        self.ann_m = int(ann_m)
+        self.ann_ef_construction = int(ann_ef_construction)
+        self.ann_ef_search = int(ann_ef_search)
+        self._arenas = (VectorArena(self.dim, "float32", capacity=1024),  # active layers
+                        VectorArena(self.dim, "float32", capacity=1024))  # archive
+        self._loc: dict[int, tuple[int, int, int]] = {}  # item id -> (arena, slot, namespace)
+        self._by_slot: tuple[dict[int, int], dict[int, int]] = ({}, {})
+        self._graphs: dict[int, _Graph] = {}
+        self.ann_builds = 0  # graphs built (stats, tests)
+
+    # ------------------------------------------------------------------ rows
+    @staticmethod
+    def _which(namespace: int) -> int:
+        return 1 if (namespace & 7) == ARCHIVE_LAYER else 0
+
+    def __contains__(self, item_id: int) -> bool:
+        return item_id in self._loc
+
+    def __len__(self) -> int:
+        return len(self._loc)
+
+    def count(self, namespace: int) -> int:
+        """Vectors stored under ``namespace``."""
+        return self._arenas[self._which(namespace)].namespace_size(namespace)
+
+    def add(self, namespace: int, ids: Sequence[int], vectors: npt.NDArray[np.float32]) -> None:
+        """Store ``vectors`` (shape (n, dim), float32) for new item ids under ``namespace``."""
+        if not len(ids):
+            return
+        a = self._which(namespace)
+        X = np.ascontiguousarray(vectors.reshape(len(ids), self.dim), dtype=np.float32)
+        slots = self._arenas[a].add(X, namespace=namespace, layer=namespace & 7).tolist()
+        bs = self._by_slot[a]
+        for i, s in zip(ids, slots):
+            self._loc[i] = (a, s, namespace)
+            bs[s] = i
+        g = self._graphs.get(namespace)
+        if g is not None:
+            g.pending.update(ids)
+
+    def remove(self, ids: Sequence[int]) -> None:
+        """Drop the vectors of these item ids (all must be stored)."""
+        per: tuple[list[int], list[int]] = ([], [])
+        for i in ids:
+            a, s, ns = self._loc.pop(i)
+            per[a].append(s)
+            del self._by_slot[a][s]
+            g = self._graphs.get(ns)
+            if g is not None:
+                if i in g.pending:
+                    g.pending.discard(i)
+                else:
+                    g.index.mark_deleted(i)
+                    g.deleted.add(i)
+                    g.live -= 1
+        for a in (0, 1):
+            if per[a]:
+                self._arenas[a].remove(per[a])
+
+    def get(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
+        """Vectors of these item ids, shape (n, dim), float32."""
+        out = np.empty((len(ids), self.dim), dtype=np.float32)
+        if not len(ids):
+            return out
+        locs = [self._loc[i] for i in ids]
+        for a in (0, 1):
+            pos = [j for j, loc in enumerate(locs) if loc[0] == a]
+            if pos:
+                out[pos] = self._arenas[a].get([locs[j][1] for j in pos])
+        return out
+
+    def _namespace_ids(self, namespace: int) -> list[int]:
+        return [i for i, loc in self._loc.items() if loc[2] == namespace]
+
+    # ------------------------------------------------------------------ search
+    def uses_ann(self, namespace: int) -> bool:
+        """Whether a search of ``namespace`` goes through hnswlib (hysteresis: a graph, once
+        built, serves until the namespace drops under half the threshold)."""
+        n = self.count(namespace)
+        if namespace in self._graphs:
+            return 2 * n >= self.ann_threshold
+        return n > self.ann_threshold
+
+    def search(self, q: npt.NDArray[np.float32], namespaces: Sequence[int],
+               k: int) -> list[tuple[list[float], list[int]]]:
+        """Top-``k`` item ids by cosine for each namespace (best first; fewer when a namespace
+        holds fewer). ``q``: shape (dim,) or (1, dim), float32, finite, non-zero."""
+        q = np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32)
+        out: list[tuple[list[float], list[int]]] = [([], []) for _ in namespaces]
+        exact: tuple[list[int], list[int]] = ([], [])  # positions in `namespaces`, per arena
+        for j, ns in enumerate(namespaces):
+            n = self.count(ns)
+            if n == 0:
+                continue
+            if self.uses_ann(ns):
+                out[j] = self._ann_search(q, ns, min(k, n))
+            else:
+                self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
+                exact[self._which(ns)].append(j)
+        for a in (0, 1):
+            pos = exact[a]
+            if not pos:
+                continue
+            kk = min(k, max(self.count(namespaces[j]) for j in pos))
+            nss = np.array([namespaces[j] for j in pos], dtype=np.uint64)
+            Q = np.ascontiguousarray(np.repeat(q, len(pos), axis=0))
+            # One thread: a user's namespaces are small, and a spawned worker waiting for a core
+            # on a busy machine costs more than it saves. Concurrency comes from many callers.
+            scores, slots = self._arenas[a].search(Q, kk, metric="cosine", namespace=nss, threads=1)
+            bs = self._by_slot[a]
+            for row, j in enumerate(pos):
+                sl = slots[row]
+                keep = sl >= 0
+                out[j] = (scores[row][keep].tolist(), [bs[s] for s in sl[keep].tolist()])
+        return out
+
+    def _graph(self, namespace: int) -> _Graph:
+        g = self._graphs.get(namespace)
+        if g is not None and len(g.deleted) > max(g.live, 1024):
+            g = None  # mostly tombstones: rebuild
+        if g is None:
+            hnswlib = _import_hnswlib()
+            ids = self._namespace_ids(namespace)
+            index = hnswlib.Index(space="cosine", dim=self.dim)
+            index.init_index(max_elements=max(2 * len(ids), 1024), ef_construction=self.ann_ef_construction,
+                             M=self.ann_m, random_seed=0)
+            g = _Graph(index)
+            g.pending.update(ids)
+            self._graphs[namespace] = g
+            self.ann_builds += 1
+        if g.pending:
+            ids = sorted(g.pending)
+            fresh = sum(1 for i in ids if i not in g.deleted)  # revived labels reuse their point
+            need = g.index.get_current_count() + fresh
+            if need > g.index.get_max_elements():
+                g.index.resize_index(max(2 * need, 1024))
+            # A bulk build uses every thread (one-off, seconds at 10^5 rows); the few rows added
+            # between two searches go in on the calling thread.
+            threads = get_num_threads() if len(ids) >= _BULK_ROWS else 1
+            g.index.add_items(self.get(ids), np.asarray(ids, dtype=np.uint64), num_threads=threads)
+            g.deleted.difference_update(ids)
+            g.live += len(ids)
+            g.pending.clear()
+        return g
+
+    def _ann_search(self, q: npt.NDArray[np.float32], namespace: int, k: int) -> tuple[list[float], list[int]]:
+        g = self._graph(namespace)
+        g.index.set_ef(max(self.ann_ef_search, k))
+        try:
+            labels, dist = g.index.knn_query(q, k=k, num_threads=1)
+        except RuntimeError:  # fewer reachable points than k (many tombstones): exact instead
+            return self._exact_one(q, namespace, k)
+        return (1.0 - dist[0]).astype(np.float32).tolist(), [int(x) for x in labels[0]]
+
+    def _exact_one(self, q: npt.NDArray[np.float32], namespace: int, k: int) -> tuple[list[float], list[int]]:
+        a = self._which(namespace)
+        scores, slots = self._arenas[a].search(q, k, metric="cosine", namespace=namespace, threads=1)
+        keep = slots[0] >= 0
+        return scores[0][keep].tolist(), [self._by_slot[a][s] for s in slots[0][keep].tolist()]
+
+    def exact_search(self, q: npt.NDArray[np.float32], namespace: int, k: int) -> tuple[list[float], list[int]]:
+        """Exact top-``k`` of one namespace, whatever its size (the reference for the ANN path)."""
+        n = self.count(namespace)
+        if n == 0:
+            return [], []
+        return self._exact_one(np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32), namespace, min(k, n))
+
+    # ------------------------------------------------------------------ stats
+    def info(self) -> dict[str, Any]:
+        """Rows per arena and the namespaces currently served by hnswlib."""
+        return {"active_rows": len(self._arenas[0]), "archive_rows": len(self._arenas[1]),
+                "ann_threshold": self.ann_threshold, "ann_namespaces": len(self._graphs),
+                "ann_builds": self.ann_builds}
+
+    def graph_namespaces(self) -> list[int]:
+        """Namespaces that currently have an hnswlib graph."""
+        return sorted(self._graphs)
