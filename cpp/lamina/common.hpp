@@ -8,7 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <sstream>
+#include <cstdio>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 
@@ -28,11 +29,30 @@ struct TypeError : std::domain_error {
 };
 
 namespace detail {
+// Message building without iostreams: a module that links libstdc++ statically (some
+// toolchains do by default) can crash formatting numbers through an uninitialised locale.
+inline void append(std::string& s, const char* x) { s += x ? x : "(null)"; }
+inline void append(std::string& s, const std::string& x) { s += x; }
+inline void append(std::string& s, char x) { s += x; }
+inline void append(std::string& s, bool x) { s += x ? "true" : "false"; }
+template <class T>
+inline void append(std::string& s, const T& x) {
+  static_assert(std::is_arithmetic_v<T>, "LAMINA_CHECK message parts: strings or numbers");
+  char buf[64];
+  if constexpr (std::is_floating_point_v<T>) {
+    std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(x));
+  } else if constexpr (std::is_signed_v<T>) {
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(x));
+  } else {
+    std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(x));
+  }
+  s += buf;
+}
 template <class... Args>
 std::string concat(Args&&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
+  std::string s;
+  (append(s, args), ...);
+  return s;
 }
 }  // namespace detail
 
