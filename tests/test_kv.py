@@ -363,6 +363,45 @@ def test_snapkv_scores_match_reference(p, pool, k, gqa, data):
     np.testing.assert_array_equal(got, want)
 
 
+def awkward_floats(rng, shape):
+    """Float32 values over the whole finite range a quotient can hit: subnormals, tiny,
+    ordinary and huge magnitudes (small enough that sums of 9 stay finite), both signs, +-0."""
+    e = rng.integers(-149, 122, size=shape)
+    x = (rng.random(shape) + 1.0) * np.exp2(e.astype(np.float64))
+    x = np.where(rng.random(shape) < 0.5, -x, x).astype(F32)
+    x[rng.random(shape) < 0.05] = F32(0.0)
+    x[rng.random(shape) < 0.05] = F32(-0.0)
+    return x
+
+
+@pytest.mark.parametrize("k", [3, 5, 7, 9, 11])
+def test_avg_pool_and_means_divide_exactly(isa, k):
+    """Avg pooling, the window mean and the GQA mean divide by small integers; the native
+    core may do that as a multiply plus a correction (kv_score.cpp div_by): the quotients must
+    be the IEEE ones bit for bit, also for subnormal, huge and signed-zero inputs."""
+    rng = np.random.default_rng(k)
+    L, hkv, G, w, S = 2, 2, 3, 5, 700
+    r = k // 2
+    x = awkward_floats(rng, (L, hkv * G, S))
+    n = S - 4
+    got = kv.SnapKV(window_size=4, kernel_size=k, pooling="avg", gqa="mean").score(
+        x, n_kv_heads=hkv
+    )
+    want = ref_rows(x, hkv, n, pool="avg", k=k, gqa="mean")
+    np.testing.assert_array_equal(got, want)
+    # interior positions: the same bits (the reference's zero padding can flip the sign of a
+    # zero at the edges only)
+    np.testing.assert_array_equal(got[..., r : n - r].view(np.uint32), want[..., r : n - r].view(np.uint32))
+    xw = awkward_floats(rng, (L, hkv * G, w, S)) / F32(w)
+    got = kv.SnapKV(kernel_size=k, pooling="avg", gqa="mean").score(xw, n_kv_heads=hkv)
+    want = ref_rows(xw, hkv, S - w, pool="avg", k=k, gqa="mean")
+    np.testing.assert_array_equal(got, want)
+    # the divisor alone, every sign and magnitude: window mean, no pooling, no GQA
+    got = kv.SnapKV(kernel_size=1, pooling="none", gqa="mean").score(xw, n_kv_heads=hkv * G)
+    want = ref_reduce(xw, S - w)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 # ---------------------------------------------------------------------------------------------
 # methods vs references
 # ---------------------------------------------------------------------------------------------
