@@ -518,20 +518,37 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
     detail::LavaScratchPtr lava = detail::make_lava_scratch();
   };
   std::vector<Worker> ws(nt > 0 ? nt : 1);
-  // pass 1: entropy sums and the value-norm scale of every row; the scores are dropped
+  // pass 1: entropy sums, the value-norm scale and the best ~2 * per_head entries of every
+  // row (a few percent of it); the rest of the scores is dropped
   std::vector<RowEntropySums> sums(rows);
   std::vector<float> nu(rows, 1.0f);
+  std::vector<detail::RowCandidates> cands(rows);
+  // the candidates' storage stays with the calling thread between calls (rows * cap * 8
+  // bytes, ~5 MiB at L = 32, H_kv = 8, per_head = 1k): fresh pages would cost more than
+  // the pass they save
+  const std::size_t want = per_head + per_head / 4 + 64, cap = 2 * want;
+  static thread_local std::vector<float> cand_vals;
+  static thread_local std::vector<int32_t> cand_pos;
+  if (cand_vals.size() < rows * cap) {
+    cand_vals.resize(rows * cap);
+    cand_pos.resize(rows * cap);
+  }
+  float* const cvals = cand_vals.data();  // the caller's storage: workers use these pointers
+  int32_t* const cpos = cand_pos.data();
   const bool scaled = scale.per_row || scale.per_token;
   parallel_for(rows, nt, [&](std::size_t r, int worker) {
     Worker& W = ws[worker];
     if (W.buf.size() < n) W.buf.resize(n);
     fn(in, sp, scale, W.buf.data(), W.bufs, r, &sums[r], scaled ? &nu[r] : nullptr);
+    detail::row_candidates(W.buf.data(), n, want, cap, cvals + r * cap, cpos + r * cap,
+                           cands[r], *W.lava);
   });
   entropy_from_sums(sums.data(), L, Hkv, n, entropy);
   apportion(entropy, L, static_cast<int64_t>(L * per_head), static_cast<int64_t>(n),
             layer_budget);
-  // pass 2, per layer: the layer's scores again (same arithmetic, the scale now per row),
-  // then counts, head budgets and row selections while they are in cache
+  // pass 2, per layer: counts, head budgets and row selections from the candidates; rows (or
+  // layers) whose candidates do not suffice are scored again (same arithmetic, the scale now
+  // per row) and selected from their scores
   RowScale per_row;
   if (scaled) per_row.per_row = nu.data();
   std::vector<std::vector<int64_t>> per_layer(L);
@@ -539,10 +556,20 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
   parallel_for(L, nl, [&](std::size_t l, int worker) {
     Worker& W = ws[worker];
     if (W.buf.size() < Hkv * n) W.buf.resize(Hkv * n);
-    for (std::size_t g = 0; g < Hkv; ++g)
-      fn(in, sp, per_row, W.buf.data() + g * n, W.bufs, l * Hkv + g, nullptr, nullptr);
-    detail::lava_layer(W.buf.data(), Hkv, n, static_cast<std::size_t>(layer_budget[l]), alpha,
-                       tail, counts + l * Hkv, head_budgets + l * Hkv, per_layer[l], *W.lava);
+    const std::size_t b = static_cast<std::size_t>(layer_budget[l]);
+    auto row = [&](std::size_t g) {
+      float* dst = W.buf.data() + g * n;
+      fn(in, sp, per_row, dst, W.bufs, l * Hkv + g, nullptr, nullptr);
+      return static_cast<const float*>(dst);
+    };
+    if (detail::lava_layer_candidates(cands.data() + l * Hkv, Hkv, n, b, alpha, tail,
+                                      counts + l * Hkv, head_budgets + l * Hkv, per_layer[l],
+                                      *W.lava, row)) {
+      return;
+    }
+    for (std::size_t g = 0; g < Hkv; ++g) row(g);
+    detail::lava_layer(W.buf.data(), Hkv, n, b, alpha, tail, counts + l * Hkv,
+                       head_budgets + l * Hkv, per_layer[l], *W.lava);
   });
   detail::lava_finish(per_layer, rows, tail, head_budgets, offsets, out, threads);
 }

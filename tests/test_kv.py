@@ -918,6 +918,35 @@ def test_lava_long_rows_matches_reference(isa, kind, alpha, budget):
     assert int(ks.lengths.sum()) == L * hkv * budget
 
 
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_lava_candidate_paths_and_threads(isa, alpha):
+    """LAVa keeps each row's best entries between its two passes; layers or rows whose kept
+    entries do not suffice (a dominant head, a layer budget well above the mean, ties) are
+    scored again. Every path must give the reference's result, on any thread count."""
+    L, H, hkv, S, w, budget = 6, 4, 4, 4200, 16, 600
+    rng = np.random.default_rng(7)
+    x = np.exp(rng.standard_normal((L, H, S), dtype=F32) * F32(1.5))
+    x[1] = np.exp(rng.standard_normal((H, S), dtype=F32) * F32(0.2))  # flat: larger budget
+    x[2, 0] *= F32(50.0)  # one dominant head
+    x[3] = np.floor(x[3] * F32(2.0))  # heavy ties
+    x[4:] = np.exp(rng.standard_normal((2, H, S), dtype=F32) * F32(6.0))  # sharp: small budgets
+    x /= x.sum(axis=-1, keepdims=True)
+    norms = rng.random((L, hkv, S), dtype=F32) * 4 + 0.5
+    got = [
+        kv.select(x, budget, "lava", value_norms=norms, n_kv_heads=hkv, window_size=w,
+                  floor_alpha=alpha, threads=t)
+        for t in (1, 2)
+    ]
+    for ks in got:
+        check_invariants(ks)
+        ref, _ = ref_lava(x, budget, hkv, w, 7, "max", "max", alpha, norms, ks.info["entropy"])
+        assert_keepset(ks, ref, L, hkv, S)
+    np.testing.assert_array_equal(got[0].indices, got[1].indices)
+    np.testing.assert_array_equal(got[0].offsets, got[1].offsets)
+    lb = got[0].info["layer_budgets"]
+    assert lb.max() > 2 * lb.min()  # the layers differ as intended
+
+
 @given(st.lists(st.floats(0, 10), min_size=1, max_size=12), st.data())
 def test_native_apportion_matches_python(weights, data):
     # the native LAVa pass splits head budgets with a C++ port of base.apportion
