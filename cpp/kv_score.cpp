@@ -75,13 +75,16 @@ LAMINA_KV_INLINE void min_max(const float* x, std::size_t n, float* mn, float* m
 
 // Exact division by a small integer d: q = x * r (r = RN(1/d)), e = x - q * d (exact with an
 // FMA), q' = e == 0 ? q : RN(q + e * r) (Markstein's correction). For the d with
-// exact_divisor(d) this equals the IEEE quotient x / d bit for bit for every float x (checked
-// exhaustively over all 2^32 bit patterns for each such d; e == 0 keeps -0.0 / d == -0.0),
-// at the cost of three multiply-adds instead of a divide (a 512-bit divide issues once every
-// ~10 cycles). kIsa: 0 baseline (plain division: no FMA there), 1 AVX2 (+FMA), 2 AVX-512F.
-constexpr float kExactDivisorMax = 32.0f;
+// exact_divisor(d) -- odd d <= 33 and powers of two <= 32 -- this equals the IEEE quotient
+// x / d bit for bit for every float x (checked exhaustively over all 2^32 bit patterns by
+// bench/check_exact_division.cpp; e == 0 keeps -0.0 / d == -0.0). Even d that are not powers
+// of two (6, 10, 12, ...) are NOT exact (subnormal quotients differ) and keep the divide.
+// Three multiply-adds instead of a divide (a 512-bit divide issues once every ~10 cycles).
+// kIsa: 0 baseline (plain division: no FMA there), 1 AVX2 (+FMA), 2 AVX-512F.
 inline bool exact_divisor(float d) {
-  return d >= 1.0f && d <= kExactDivisorMax && d == std::floor(d);
+  if (!(d >= 1.0f && d <= 33.0f) || d != std::floor(d)) return false;
+  const unsigned u = static_cast<unsigned>(d);
+  return (u & 1u) != 0 || (u & (u - 1u)) == 0;  // odd or a power of two
 }
 #if defined(LAMINA_KV_X86)
 __attribute__((target("avx2,fma"))) void div_exact_avx2(float* o, std::size_t m, float d,
