@@ -521,17 +521,22 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
     detail::LavaScratchPtr lava = detail::make_lava_scratch();
   };
   std::vector<Worker> ws(nt > 0 ? nt : 1);
-  // pass 1: entropy sums, the value-norm scale and the best ~2 * per_head entries of every
+  // pass 1: entropy sums, the value-norm scale and the best ~1.25 * per_head entries of every
   // row (a few percent of it); the rest of the scores is dropped
   std::vector<RowEntropySums> sums(rows);
   std::vector<float> nu(rows, 1.0f);
   std::vector<detail::RowCandidates> cands(rows);
-  // the candidates' storage stays with the calling thread between calls (rows * cap * 8
-  // bytes, ~5 MiB at L = 32, H_kv = 8, per_head = 1k): fresh pages would cost more than
-  // the pass they save
+  // the candidates' storage stays with the calling thread between calls when it is small
+  // (rows * cap * 8 bytes <= 16 MiB; ~5 MiB at L = 32, H_kv = 8, per_head = 1k): fresh pages
+  // would cost more than the pass they save. Larger requests use storage freed on return.
   const std::size_t want = per_head + per_head / 4 + 64, cap = 2 * want;
-  static thread_local std::vector<float> cand_vals;
-  static thread_local std::vector<int32_t> cand_pos;
+  static thread_local std::vector<float> kept_vals;
+  static thread_local std::vector<int32_t> kept_pos;
+  std::vector<float> own_vals;
+  std::vector<int32_t> own_pos;
+  const bool keep = rows * cap * (sizeof(float) + sizeof(int32_t)) <= (std::size_t{16} << 20);
+  std::vector<float>& cand_vals = keep ? kept_vals : own_vals;
+  std::vector<int32_t>& cand_pos = keep ? kept_pos : own_pos;
   if (cand_vals.size() < rows * cap) {
     cand_vals.resize(rows * cap);
     cand_pos.resize(rows * cap);
