@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,33 @@ LavaScratchPtr make_lava_scratch();
 void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
                 std::size_t tail, int64_t* counts, int64_t* head_budgets,
                 std::vector<int64_t>& out, LavaScratch& scratch);
+/// A row's best entries, kept between lava_select's passes: every x[j] >= lo (vals) with j
+/// (pos), in position order, m of them, stored by the caller (valid == false: none kept, the
+/// row must be scored again).
+struct RowCandidates {
+  const float* vals = nullptr;
+  const int32_t* pos = nullptr;
+  std::size_t m = 0;
+  float lo = 0.0f;
+  bool valid = false;
+};
+/// Collects about `want` of the best entries of x[0..n) into vals / pos (cap entries each)
+/// and describes them in c: the sample's order statistic of rank ~want sets lo, one SIMD pass
+/// collects. Leaves c invalid when the row is short, `want` is a large share of n, or more
+/// than cap entries reach lo (ties).
+void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t cap,
+                    float* vals, int32_t* pos, RowCandidates& c, LavaScratch& scratch);
+/// lava_layer's result from the rows' candidates (rows[g], g < kv_heads), without the
+/// layer's scores: valid when every row has candidates, they hold the layer's top
+/// kv_heads * b, and every entry at or above the global cut was collected (the cut is not
+/// below any row's lo). A row whose candidates are fewer than its head budget is selected
+/// from row(g), its scores. Returns false, having written nothing, when the candidates do not
+/// suffice (then lava_layer on the layer's scores gives the result).
+bool lava_layer_candidates(const RowCandidates* rows, std::size_t kv_heads, std::size_t n,
+                           std::size_t b, double alpha, std::size_t tail, int64_t* counts,
+                           int64_t* head_budgets, std::vector<int64_t>& out,
+                           LavaScratch& scratch,
+                           const std::function<const float*(std::size_t)>& row);
 /// Offsets from the head budgets (rows = L * H_kv), then each layer's positions copied to out
 /// (per_layer is emptied).
 void lava_finish(std::vector<std::vector<int64_t>>& per_layer, std::size_t rows,

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kv_internal.hpp"
@@ -72,11 +73,68 @@ LAMINA_KV_INLINE void min_max(const float* x, std::size_t n, float* mn, float* m
   *mx = from_order_key(hi);
 }
 
+// Exact division by a small integer d: q = x * r (r = RN(1/d)), e = x - q * d (exact with an
+// FMA), q' = e == 0 ? q : RN(q + e * r) (Markstein's correction). For the d with
+// exact_divisor(d) -- odd d <= 33 and powers of two <= 32 -- this equals the IEEE quotient
+// x / d bit for bit for every float x (checked exhaustively over all 2^32 bit patterns by
+// bench/check_exact_division.cpp; e == 0 keeps -0.0 / d == -0.0). Even d that are not powers
+// of two (6, 10, 12, ...) are NOT exact (subnormal quotients differ) and keep the divide.
+// Three multiply-adds instead of a divide (a 512-bit divide issues once every ~10 cycles).
+// kIsa: 0 baseline (plain division: no FMA there), 1 AVX2 (+FMA), 2 AVX-512F.
+inline bool exact_divisor(float d) {
+  if (!(d >= 1.0f && d <= 33.0f) || d != std::floor(d)) return false;
+  const unsigned u = static_cast<unsigned>(d);
+  return (u & 1u) != 0 || (u & (u - 1u)) == 0;  // odd or a power of two
+}
+#if defined(LAMINA_KV_X86)
+__attribute__((target("avx2,fma"))) void div_exact_avx2(float* o, std::size_t m, float d,
+                                                        float r) {
+  for (std::size_t i = 0; i < m; ++i) {
+    const float x = o[i], q = x * r, e = std::fma(-q, d, x);
+    o[i] = e == 0.0f ? q : std::fma(e, r, q);
+  }
+}
+#endif
+template <int kIsa>
+LAMINA_KV_INLINE void div_by(float* o, std::size_t m, float d) {
+#if defined(LAMINA_KV_X86)
+  if (kIsa > 0 && exact_divisor(d)) {
+    const float r = 1.0f / d;
+    if (kIsa == 1) {
+      div_exact_avx2(o, m, d, r);
+      return;
+    }
+    for (std::size_t i = 0; i < m; ++i) {
+      const float x = o[i], q = x * r, e = std::fma(-q, d, x);
+      o[i] = e == 0.0f ? q : std::fma(e, r, q);
+    }
+    return;
+  }
+#endif
+  for (std::size_t i = 0; i < m; ++i) o[i] /= d;
+}
+
+// out[i] = max or ordered sum of base[i .. i + K) for i < m, in registers (one pass, K loads
+// per output): the same operations in the same order as the k-pass form below.
+template <std::size_t K, bool kMax>
+LAMINA_KV_INLINE void pool_fixed(const float* __restrict base, std::size_t m,
+                                 float* __restrict o) {
+  for (std::size_t i = 0; i < m; ++i) {
+    float s = base[i];
+    for (std::size_t d = 1; d < K; ++d) {
+      const float v = base[i + d];
+      s = kMax ? (v > s ? v : s) : s + v;
+    }
+    o[i] = s;
+  }
+}
+
 // 1-D pooling of a[0..n) with kernel k (odd), stride 1, padding k/2, for the output positions
 // [j0, j1) only, written to out[0 .. j1 - j0). Per position, the same operations in the same
 // order whatever the block bounds: Max: m = a[lo], then m = a[i] > m ? a[i] : m for ascending
 // in-range i; Avg: s = a[lo] + ... (ascending, in range) / k. Blocks of kBlock outputs keep
-// the k passes over the block in L1.
+// the k passes over the block in L1; the usual kernels (3 to 9) run in one pass.
+template <int kIsa>
 LAMINA_KV_INLINE void pool_block(const float* a, std::size_t n, std::size_t k, bool is_max,
                                  std::size_t j0, std::size_t j1, float* out) {
   const std::size_t r = k / 2;
@@ -102,19 +160,32 @@ LAMINA_KV_INLINE void pool_block(const float* a, std::size_t n, std::size_t k, b
   const std::size_t m = i1 - i0;
   float* o = out + (i0 - j0);
   const float* base = a + (i0 - r);
-  std::memcpy(o, base, m * sizeof(float));
-  if (is_max) {
-    for (std::size_t d = 1; d < k; ++d) {
-      const float* src = base + d;
-      for (std::size_t i = 0; i < m; ++i) o[i] = src[i] > o[i] ? src[i] : o[i];
+  auto fixed = [&](auto kmax) {
+    constexpr bool mx = decltype(kmax)::value;
+    switch (k) {
+      case 3: pool_fixed<3, mx>(base, m, o); return true;
+      case 5: pool_fixed<5, mx>(base, m, o); return true;
+      case 7: pool_fixed<7, mx>(base, m, o); return true;
+      case 9: pool_fixed<9, mx>(base, m, o); return true;
+      default: return false;
     }
-  } else {
-    for (std::size_t d = 1; d < k; ++d) {
-      const float* src = base + d;
-      for (std::size_t i = 0; i < m; ++i) o[i] += src[i];
+  };
+  const bool done = is_max ? fixed(std::true_type{}) : fixed(std::false_type{});
+  if (!done) {
+    std::memcpy(o, base, m * sizeof(float));
+    if (is_max) {
+      for (std::size_t d = 1; d < k; ++d) {
+        const float* src = base + d;
+        for (std::size_t i = 0; i < m; ++i) o[i] = src[i] > o[i] ? src[i] : o[i];
+      }
+    } else {
+      for (std::size_t d = 1; d < k; ++d) {
+        const float* src = base + d;
+        for (std::size_t i = 0; i < m; ++i) o[i] += src[i];
+      }
     }
-    for (std::size_t i = 0; i < m; ++i) o[i] /= kf;
   }
+  if (!is_max) div_by<kIsa>(o, m, kf);
   for (std::size_t j = i1; j < j1; ++j) edge(j);
 }
 
@@ -202,6 +273,7 @@ constexpr std::size_t kBlock = 1024;  // score_row's block (4 KiB: pooling passe
 // checked (w == 0 input), pooled and folded into acc; the last head's pass also applies the
 // group mean, the scale and the finiteness check. Per element the operations and their order
 // are those of ScoreSpec, independent of the blocking.
+template <int kIsa>
 LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowScale& scale,
                                 float* acc, RowBuffers& B, std::size_t r, RowEntropySums* st,
                                 float* nu_out) {
@@ -265,8 +337,7 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
                    "] contains NaN or Inf (or its window sum overflows float32); pass "
                    "finite attention weights");
       if (sp.window_reduce == Reduce::Mean) {
-        const float wf = static_cast<float>(w);
-        for (std::size_t j = 0; j < n; ++j) red[j] /= wf;
+        div_by<kIsa>(red, n, static_cast<float>(w));
       } else if (sp.causal_normalize) {
         for (std::size_t j = 0; j < n; ++j)
           red[j] /= static_cast<float>(std::min(w, S - j));
@@ -285,13 +356,13 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
       const float* p;
       if (q == 0) {
         if (pooled) {
-          pool_block(a, n, sp.kernel, is_max, j0, j1, dst);
+          pool_block<kIsa>(a, n, sp.kernel, is_max, j0, j1, dst);
         } else {
           std::memcpy(dst, a + j0, len * sizeof(float));
         }
       } else {
         if (pooled) {
-          pool_block(a, n, sp.kernel, is_max, j0, j1, tmp);
+          pool_block<kIsa>(a, n, sp.kernel, is_max, j0, j1, tmp);
           p = tmp;
         } else {
           p = a + j0;
@@ -303,8 +374,7 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
         }
       }
       if (last) {
-        if (mean)
-          for (std::size_t j = 0; j < len; ++j) dst[j] /= gf;
+        if (mean) div_by<kIsa>(dst, len, gf);
         if (scaled)
           for (std::size_t j = 0; j < len; ++j) dst[j] *= nu;
         LAMINA_CHECK(all_finite(dst, len), "scores of row [", l, ", ", g,
@@ -320,21 +390,21 @@ using ScoreRowFn = void (*)(const float*, const ScoreSpec&, const RowScale&, flo
 
 void score_row_base(const float* in, const ScoreSpec& sp, const RowScale& sc, float* acc,
                     RowBuffers& B, std::size_t r, RowEntropySums* st, float* nu) {
-  score_row(in, sp, sc, acc, B, r, st, nu);
+  score_row<0>(in, sp, sc, acc, B, r, st, nu);
 }
 #if defined(LAMINA_KV_X86)
 __attribute__((target("avx2"))) void score_row_avx2(const float* in, const ScoreSpec& sp,
                                                     const RowScale& sc, float* acc,
                                                     RowBuffers& B, std::size_t r,
                                                     RowEntropySums* st, float* nu) {
-  score_row(in, sp, sc, acc, B, r, st, nu);
+  score_row<1>(in, sp, sc, acc, B, r, st, nu);
 }
 __attribute__((target("avx512f,avx2"))) void score_row_avx512(const float* in,
                                                               const ScoreSpec& sp,
                                                               const RowScale& sc, float* acc,
                                                               RowBuffers& B, std::size_t r,
                                                               RowEntropySums* st, float* nu) {
-  score_row(in, sp, sc, acc, B, r, st, nu);
+  score_row<2>(in, sp, sc, acc, B, r, st, nu);
 }
 #endif
 
@@ -451,20 +521,42 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
     detail::LavaScratchPtr lava = detail::make_lava_scratch();
   };
   std::vector<Worker> ws(nt > 0 ? nt : 1);
-  // pass 1: entropy sums and the value-norm scale of every row; the scores are dropped
+  // pass 1: entropy sums, the value-norm scale and the best ~1.25 * per_head entries of every
+  // row (a few percent of it); the rest of the scores is dropped
   std::vector<RowEntropySums> sums(rows);
   std::vector<float> nu(rows, 1.0f);
+  std::vector<detail::RowCandidates> cands(rows);
+  // the candidates' storage stays with the calling thread between calls when it is small
+  // (rows * cap * 8 bytes <= 16 MiB; ~5 MiB at L = 32, H_kv = 8, per_head = 1k): fresh pages
+  // would cost more than the pass they save. Larger requests use storage freed on return.
+  const std::size_t want = per_head + per_head / 4 + 64, cap = 2 * want;
+  static thread_local std::vector<float> kept_vals;
+  static thread_local std::vector<int32_t> kept_pos;
+  std::vector<float> own_vals;
+  std::vector<int32_t> own_pos;
+  const bool keep = rows * cap * (sizeof(float) + sizeof(int32_t)) <= (std::size_t{16} << 20);
+  std::vector<float>& cand_vals = keep ? kept_vals : own_vals;
+  std::vector<int32_t>& cand_pos = keep ? kept_pos : own_pos;
+  if (cand_vals.size() < rows * cap) {
+    cand_vals.resize(rows * cap);
+    cand_pos.resize(rows * cap);
+  }
+  float* const cvals = cand_vals.data();  // the caller's storage: workers use these pointers
+  int32_t* const cpos = cand_pos.data();
   const bool scaled = scale.per_row || scale.per_token;
   parallel_for(rows, nt, [&](std::size_t r, int worker) {
     Worker& W = ws[worker];
     if (W.buf.size() < n) W.buf.resize(n);
     fn(in, sp, scale, W.buf.data(), W.bufs, r, &sums[r], scaled ? &nu[r] : nullptr);
+    detail::row_candidates(W.buf.data(), n, want, cap, cvals + r * cap, cpos + r * cap,
+                           cands[r], *W.lava);
   });
   entropy_from_sums(sums.data(), L, Hkv, n, entropy);
   apportion(entropy, L, static_cast<int64_t>(L * per_head), static_cast<int64_t>(n),
             layer_budget);
-  // pass 2, per layer: the layer's scores again (same arithmetic, the scale now per row),
-  // then counts, head budgets and row selections while they are in cache
+  // pass 2, per layer: counts, head budgets and row selections from the candidates; rows (or
+  // layers) whose candidates do not suffice are scored again (same arithmetic, the scale now
+  // per row) and selected from their scores
   RowScale per_row;
   if (scaled) per_row.per_row = nu.data();
   std::vector<std::vector<int64_t>> per_layer(L);
@@ -472,10 +564,20 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
   parallel_for(L, nl, [&](std::size_t l, int worker) {
     Worker& W = ws[worker];
     if (W.buf.size() < Hkv * n) W.buf.resize(Hkv * n);
-    for (std::size_t g = 0; g < Hkv; ++g)
-      fn(in, sp, per_row, W.buf.data() + g * n, W.bufs, l * Hkv + g, nullptr, nullptr);
-    detail::lava_layer(W.buf.data(), Hkv, n, static_cast<std::size_t>(layer_budget[l]), alpha,
-                       tail, counts + l * Hkv, head_budgets + l * Hkv, per_layer[l], *W.lava);
+    const std::size_t b = static_cast<std::size_t>(layer_budget[l]);
+    auto row = [&](std::size_t g) {
+      float* dst = W.buf.data() + g * n;
+      fn(in, sp, per_row, dst, W.bufs, l * Hkv + g, nullptr, nullptr);
+      return static_cast<const float*>(dst);
+    };
+    if (detail::lava_layer_candidates(cands.data() + l * Hkv, Hkv, n, b, alpha, tail,
+                                      counts + l * Hkv, head_budgets + l * Hkv, per_layer[l],
+                                      *W.lava, row)) {
+      return;
+    }
+    for (std::size_t g = 0; g < Hkv; ++g) row(g);
+    detail::lava_layer(W.buf.data(), Hkv, n, b, alpha, tail, counts + l * Hkv,
+                       head_budgets + l * Hkv, per_layer[l], *W.lava);
   });
   detail::lava_finish(per_layer, rows, tail, head_budgets, offsets, out, threads);
 }

@@ -337,65 +337,41 @@ struct LavaScratch {
 void LavaScratchDeleter::operator()(LavaScratch* p) const { delete p; }
 LavaScratchPtr make_lava_scratch() { return LavaScratchPtr(new LavaScratch()); }
 
-void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
-                std::size_t tail, int64_t* cnt, int64_t* hb, std::vector<int64_t>& out,
-                LavaScratch& W) {
-  const RowKernels& K = row_kernels();
-  const std::size_t N = kv_heads * n, tot = kv_heads * b;
-  std::size_t m = 0;  // collected candidates (values >= the sample's low end, flat positions)
-  if (tot == 0 || tot == N) {
-    for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = static_cast<int64_t>(b);
-  } else {
-    float lo = -kInf, hi = kInf;
-    bool ok = N > kExactBelow && N <= static_cast<std::size_t>(INT32_MAX);
-    if (ok) {
-      sample_bracket(s, N, tot, &lo, &hi);
-      ok = hi == kInf && lo != -kInf;
-    }
-    if (ok) {
-      if (W.v.size() < N + kSlack) {
-        W.v.resize(N + kSlack);
-        W.p.resize(N + kSlack);
-      }
-      m = K.collect(s, N, lo, W.v.data(), W.p.data());
-      ok = m >= tot;
-    }
-    if (ok) {  // global cut among the candidates; counts from their flat positions
-      float* bb = W.w.floats(m);
-      std::copy(W.v.data(), W.v.data() + m, bb);
-      const float cut = select_value(bb, m, tot);
-      std::size_t gt, eq;
-      K.count(W.v.data(), m, cut, &gt, &eq);
-      std::size_t take_equal = tot - gt;
-      for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = 0;
-      for (std::size_t i = 0; i < m; ++i) {
-        const float y = W.v[i];
-        const bool tie = y == cut && take_equal > 0;
-        take_equal -= tie;
-        if ((y > cut) | tie) ++cnt[static_cast<std::size_t>(W.p[i]) / n];
-      }
-    } else {  // the sample misled or the budget is a large share: the general cut
-      m = 0;
-      const Cut c = find_cut(s, N, tot, W.w, K);
-      std::size_t eq_left = c.take_equal;
-      for (std::size_t g = 0; g < kv_heads; ++g) {
-        std::size_t gt, eq;
-        K.count(s + g * n, n, c.value, &gt, &eq);
-        const std::size_t take = std::min(eq, eq_left);
-        eq_left -= take;
-        cnt[g] = static_cast<int64_t>(gt + take);
-      }
-    }
+namespace {
+
+// counts of the layer's global top `tot` from the collected candidates W.v / W.p [0, m) (flat
+// positions g * n + j, ascending), which hold every entry >= their cut: the cut, then the
+// first `take_equal` ties in flat order, as in layer_head_counts.
+void counts_from_collected(std::size_t kv_heads, std::size_t n, std::size_t tot, std::size_t m,
+                           float cut, int64_t* cnt, LavaScratch& W, const RowKernels& K) {
+  std::size_t gt, eq;
+  K.count(W.v.data(), m, cut, &gt, &eq);
+  std::size_t take_equal = tot - gt;
+  for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = 0;
+  for (std::size_t i = 0; i < m; ++i) {
+    const float y = W.v[i];
+    const bool tie = y == cut && take_equal > 0;
+    take_equal -= tie;
+    if ((y > cut) | tie) ++cnt[static_cast<std::size_t>(W.p[i]) / n];
   }
+}
+
+// Head budgets from the counts, then each row's top k_g appended to out (rows in order, each
+// followed by the tail): from the row's run of collected candidates W.v / W.p [0, m) when it
+// holds at least k_g of them (then the row's k_g-th largest is >= the row's collection
+// threshold, so every kept entry was collected, in position order), else from the row's
+// scores, row(g).
+void lava_rows(std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
+               std::size_t tail, const int64_t* cnt, int64_t* hb, std::vector<int64_t>& out,
+               LavaScratch& W, std::size_t m, const std::function<const float*(std::size_t)>& row,
+               const RowKernels& K) {
+  const std::size_t tot = kv_heads * b;
   W.mixed.resize(kv_heads);
   for (std::size_t g = 0; g < kv_heads; ++g)
     W.mixed[g] = (1.0 - alpha) * static_cast<double>(cnt[g]) + alpha * static_cast<double>(b);
   apportion(W.mixed.data(), kv_heads, static_cast<int64_t>(tot), static_cast<int64_t>(n), hb);
 
   out.reserve(out.size() + static_cast<std::size_t>(tot) + kv_heads * tail);
-  // per-row top k_g: from the row's run of candidates when it holds at least k_g of them
-  // (then the row's k_g-th largest is >= the low end, so every kept entry was collected, in
-  // position order), else from the row itself
   std::size_t c0 = 0;
   for (std::size_t g = 0; g < kv_heads; ++g) {
     const std::size_t k = static_cast<std::size_t>(hb[g]);
@@ -424,10 +400,120 @@ void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t
       LAMINA_ASSERT(w == k);
       for (std::size_t t = 0; t < tail; ++t) o[k + t] = static_cast<int64_t>(n + t);
     } else {
-      select_row(s + g * n, n, k, tail, o, W.scratch);
+      select_row(k > 0 && k < n ? row(g) : nullptr, n, k, tail, o, W.scratch);
     }
     c0 = c1;
   }
+}
+
+}  // namespace
+
+void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
+                std::size_t tail, int64_t* cnt, int64_t* hb, std::vector<int64_t>& out,
+                LavaScratch& W) {
+  const RowKernels& K = row_kernels();
+  const std::size_t N = kv_heads * n, tot = kv_heads * b;
+  std::size_t m = 0;  // collected candidates (values >= the sample's low end, flat positions)
+  if (tot == 0 || tot == N) {
+    for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = static_cast<int64_t>(b);
+  } else {
+    float lo = -kInf, hi = kInf;
+    bool ok = N > kExactBelow && N <= static_cast<std::size_t>(INT32_MAX);
+    if (ok) {
+      sample_bracket(s, N, tot, &lo, &hi);
+      ok = hi == kInf && lo != -kInf;
+    }
+    if (ok) {
+      if (W.v.size() < N + kSlack) {
+        W.v.resize(N + kSlack);
+        W.p.resize(N + kSlack);
+      }
+      m = K.collect(s, N, lo, W.v.data(), W.p.data());
+      ok = m >= tot;
+    }
+    if (ok) {  // global cut among the candidates; counts from their flat positions
+      float* bb = W.w.floats(m);
+      std::copy(W.v.data(), W.v.data() + m, bb);
+      counts_from_collected(kv_heads, n, tot, m, select_value(bb, m, tot), cnt, W, K);
+    } else {  // the sample misled or the budget is a large share: the general cut
+      m = 0;
+      const Cut c = find_cut(s, N, tot, W.w, K);
+      std::size_t eq_left = c.take_equal;
+      for (std::size_t g = 0; g < kv_heads; ++g) {
+        std::size_t gt, eq;
+        K.count(s + g * n, n, c.value, &gt, &eq);
+        const std::size_t take = std::min(eq, eq_left);
+        eq_left -= take;
+        cnt[g] = static_cast<int64_t>(gt + take);
+      }
+    }
+  }
+  lava_rows(kv_heads, n, b, alpha, tail, cnt, hb, out, W, m,
+            [&](std::size_t g) { return s + g * n; }, K);
+}
+
+void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t cap,
+                    float* vals, int32_t* pos, RowCandidates& c, LavaScratch& W) {
+  c.valid = false;
+  c.m = 0;
+  if (n <= kExactBelow || n > static_cast<std::size_t>(INT32_MAX) || want == 0 ||
+      4 * want > n || cap < want)
+    return;
+  float sample[kSample];
+  for (std::size_t i = 0; i < kSample; ++i) sample[i] = x[(i * n) / kSample];
+  const std::size_t r = (want * kSample + n - 1) / n;  // < kSample / 4
+  std::nth_element(sample, sample + r, sample + kSample, std::greater<float>());
+  const float lo = sample[r];
+  if (W.v.size() < n + kSlack) {
+    W.v.resize(n + kSlack);
+    W.p.resize(n + kSlack);
+  }
+  const std::size_t m = row_kernels().collect(x, n, lo, W.v.data(), W.p.data());
+  if (m > cap) return;
+  std::copy(W.v.data(), W.v.data() + m, vals);
+  std::copy(W.p.data(), W.p.data() + m, pos);
+  c.vals = vals;
+  c.pos = pos;
+  c.m = m;
+  c.lo = lo;
+  c.valid = true;
+}
+
+bool lava_layer_candidates(const RowCandidates* rows, std::size_t kv_heads, std::size_t n,
+                           std::size_t b, double alpha, std::size_t tail, int64_t* cnt,
+                           int64_t* hb, std::vector<int64_t>& out, LavaScratch& W,
+                           const std::function<const float*(std::size_t)>& row) {
+  const RowKernels& K = row_kernels();
+  const std::size_t N = kv_heads * n, tot = kv_heads * b;
+  if (tot == 0 || tot == N || N > static_cast<std::size_t>(INT32_MAX)) return false;
+  std::size_t m = 0;
+  float lo_max = -kInf;
+  for (std::size_t g = 0; g < kv_heads; ++g) {
+    if (!rows[g].valid) return false;
+    m += rows[g].m;
+    lo_max = std::max(lo_max, rows[g].lo);
+  }
+  if (m < tot) return false;
+  if (W.v.size() < m + kSlack) {
+    W.v.resize(m + kSlack);
+    W.p.resize(m + kSlack);
+  }
+  std::size_t at = 0;
+  for (std::size_t g = 0; g < kv_heads; ++g) {  // the layer's candidates in flat order
+    const RowCandidates& c = rows[g];
+    const int32_t base = static_cast<int32_t>(g * n);
+    std::copy(c.vals, c.vals + c.m, W.v.data() + at);
+    for (std::size_t i = 0; i < c.m; ++i) W.p[at + i] = c.pos[i] + base;
+    at += c.m;
+  }
+  float* bb = W.w.floats(m);
+  std::copy(W.v.data(), W.v.data() + m, bb);
+  const float cut = select_value(bb, m, tot);
+  // every entry >= cut was collected only if no row's threshold lies above the cut
+  if (cut < lo_max) return false;
+  counts_from_collected(kv_heads, n, tot, m, cut, cnt, W, K);
+  lava_rows(kv_heads, n, b, alpha, tail, cnt, hb, out, W, m, row, K);
+  return true;
 }
 
 void lava_finish(std::vector<std::vector<int64_t>>& per_layer, std::size_t rows,

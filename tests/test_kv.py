@@ -363,6 +363,45 @@ def test_snapkv_scores_match_reference(p, pool, k, gqa, data):
     np.testing.assert_array_equal(got, want)
 
 
+def awkward_floats(rng, shape):
+    """Float32 values over the whole finite range a quotient can hit: subnormals, tiny,
+    ordinary and huge magnitudes (small enough that sums of 9 stay finite), both signs, +-0."""
+    e = rng.integers(-149, 122, size=shape)
+    x = (rng.random(shape) + 1.0) * np.exp2(e.astype(np.float64))
+    x = np.where(rng.random(shape) < 0.5, -x, x).astype(F32)
+    x[rng.random(shape) < 0.05] = F32(0.0)
+    x[rng.random(shape) < 0.05] = F32(-0.0)
+    return x
+
+
+@pytest.mark.parametrize("k,G,w", [(3, 3, 5), (5, 6, 6), (7, 3, 4), (9, 10, 5), (11, 2, 12)])
+def test_avg_pool_and_means_divide_exactly(isa, k, G, w):
+    """Avg pooling, the window mean and the GQA mean divide by small integers; the native
+    core may do that as a multiply plus a correction (kv_score.cpp div_by): the quotients must
+    be the IEEE ones bit for bit, also for subnormal, huge and signed-zero inputs."""
+    rng = np.random.default_rng(k)
+    L, hkv, S = 2, 2, 700
+    r = k // 2
+    x = awkward_floats(rng, (L, hkv * G, S))
+    n = S - 4
+    got = kv.SnapKV(window_size=4, kernel_size=k, pooling="avg", gqa="mean").score(
+        x, n_kv_heads=hkv
+    )
+    want = ref_rows(x, hkv, n, pool="avg", k=k, gqa="mean")
+    np.testing.assert_array_equal(got, want)
+    # interior positions: the same bits (the reference's zero padding can flip the sign of a
+    # zero at the edges only)
+    np.testing.assert_array_equal(got[..., r : n - r].view(np.uint32), want[..., r : n - r].view(np.uint32))
+    xw = awkward_floats(rng, (L, hkv * G, w, S)) / F32(w)
+    got = kv.SnapKV(kernel_size=k, pooling="avg", gqa="mean").score(xw, n_kv_heads=hkv)
+    want = ref_rows(xw, hkv, S - w, pool="avg", k=k, gqa="mean")
+    np.testing.assert_array_equal(got, want)
+    # the divisor alone, every sign and magnitude: window mean, no pooling, no GQA
+    got = kv.SnapKV(kernel_size=1, pooling="none", gqa="mean").score(xw, n_kv_heads=hkv * G)
+    want = ref_reduce(xw, S - w)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 # ---------------------------------------------------------------------------------------------
 # methods vs references
 # ---------------------------------------------------------------------------------------------
@@ -877,6 +916,35 @@ def test_lava_long_rows_matches_reference(isa, kind, alpha, budget):
     lb = ks.info["layer_budgets"]
     np.testing.assert_array_equal(lb, apportion(ks.info["entropy"], L * (budget - w), S - w))
     assert int(ks.lengths.sum()) == L * hkv * budget
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_lava_candidate_paths_and_threads(isa, alpha):
+    """LAVa keeps each row's best entries between its two passes; layers or rows whose kept
+    entries do not suffice (a dominant head, a layer budget well above the mean, ties) are
+    scored again. Every path must give the reference's result, on any thread count."""
+    L, H, hkv, S, w, budget = 6, 4, 4, 4200, 16, 600
+    rng = np.random.default_rng(7)
+    x = np.exp(rng.standard_normal((L, H, S), dtype=F32) * F32(1.5))
+    x[1] = np.exp(rng.standard_normal((H, S), dtype=F32) * F32(0.2))  # flat: larger budget
+    x[2, 0] *= F32(50.0)  # one dominant head
+    x[3] = np.floor(x[3] * F32(2.0))  # heavy ties
+    x[4:] = np.exp(rng.standard_normal((2, H, S), dtype=F32) * F32(6.0))  # sharp: small budgets
+    x /= x.sum(axis=-1, keepdims=True)
+    norms = rng.random((L, hkv, S), dtype=F32) * 4 + 0.5
+    got = [
+        kv.select(x, budget, "lava", value_norms=norms, n_kv_heads=hkv, window_size=w,
+                  floor_alpha=alpha, threads=t)
+        for t in (1, 2)
+    ]
+    for ks in got:
+        check_invariants(ks)
+        ref, _ = ref_lava(x, budget, hkv, w, 7, "max", "max", alpha, norms, ks.info["entropy"])
+        assert_keepset(ks, ref, L, hkv, S)
+    np.testing.assert_array_equal(got[0].indices, got[1].indices)
+    np.testing.assert_array_equal(got[0].offsets, got[1].offsets)
+    lb = got[0].info["layer_budgets"]
+    assert lb.max() > 2 * lb.min()  # the layers differ as intended
 
 
 @given(st.lists(st.floats(0, 10), min_size=1, max_size=12), st.data())
