@@ -6,6 +6,8 @@
 # Stages have their own timeouts; a failing stage is reported and the next one still runs;
 # the exit status is non-zero if any stage failed. The whole run is capped at 450 s (7.5 min;
 # GPU_CHECK_TOTAL_S overrides), the benchmark taking what the earlier stages left.
+# GPU_BENCH_ARGS is passed to bench/gpu_bench.py (e.g. "--only topk,rows" for a short rerun);
+# GPU_CHECK_CPU_TESTS=0 skips the CPU-twin sanity tests.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -60,8 +62,10 @@ PYTEST_ARGS=(-q -rs -p no:cacheprovider -W default --junitxml="$RES/gpu_tests.xm
 $PY -c "import hypothesis" 2>/dev/null || PYTEST_ARGS+=(--noconftest)
 log "GPU tests"
 timeout 180 $PY -m pytest "${PYTEST_ARGS[@]}" tests/test_cuda.py || fail "GPU tests"
-log "CPU twins of the GPU kernels (sanity)"
-timeout 45 $PY -m pytest "${PYTEST_ARGS[@]}" -x tests/test_topk.py tests/test_arena.py || fail "CPU top-k / arena tests"
+if [[ "${GPU_CHECK_CPU_TESTS:-1}" != 0 ]]; then
+  log "CPU twins of the GPU kernels (sanity)"
+  timeout 45 $PY -m pytest "${PYTEST_ARGS[@]}" -x tests/test_topk.py tests/test_arena.py || fail "CPU top-k / arena tests"
+fi
 
 # ---- 3. benchmark --------------------------------------------------------------------------
 log "benchmark"
@@ -72,7 +76,7 @@ TOTAL=${GPU_CHECK_TOTAL_S:-450}
 BENCH_SLACK=75
 LEFT=$(( TOTAL - ($(date +%s) - T0) ))
 if (( LEFT > BENCH_SLACK + 30 )); then
-  timeout "$LEFT" $PY bench/gpu_bench.py --json "$RES/gpu_bench.json" --budget $(( LEFT - BENCH_SLACK )) \
+  timeout "$LEFT" $PY bench/gpu_bench.py --json "$RES/gpu_bench.json" --budget $(( LEFT - BENCH_SLACK )) ${GPU_BENCH_ARGS:-} \
     || { fail "benchmark (exit $?)"; $PY bench/gpu_bench.py --table-only "$RES/gpu_bench.json" || true; }
 else
   fail "benchmark skipped: only ${LEFT}s left of ${TOTAL}s"

@@ -51,6 +51,75 @@ class Scratch {
   int count_ = 0;
 };
 
+/// Host-visible error words for one launcher call: pinned, mapped host memory (zero-copy) that
+/// kernels write with plain stores of 1 (word i = error kind i; idempotent, so racing blocks
+/// need no atomics), read by the host after the one cudaStreamSynchronize the call makes
+/// anyway. This replaces a device flag + cudaMemsetAsync + cudaMemcpyAsync (two extra
+/// operations and a device-to-host copy on every call). Each thread keeps a small stack of
+/// word blocks (allocated once per thread, never freed); a call takes the next
+/// block, zeroes it on the host before its launches, and gives it back on return. If a call
+/// leaves before synchronising (an exception between launches), the destructor synchronises
+/// the stream so no kernel of it can write into a block a later call reuses.
+class HostFlags {
+ public:
+  static constexpr int kWords = 8;
+  explicit HostFlags(cudaStream_t s) : s_(s) {
+    Pool& p = pool();
+    if (p.depth == kDepth) throw std::logic_error("lamina internal error: HostFlags nested too deep");
+    if (!p.block[p.depth]) {
+      void* h = nullptr;
+      LAMINA_CUDA_CHECK(cudaHostAlloc(&h, kWords * sizeof(unsigned),
+                                      cudaHostAllocMapped | cudaHostAllocPortable));
+      p.block[p.depth] = static_cast<unsigned*>(h);
+    }
+    h_ = p.block[p.depth++];
+    for (int i = 0; i < kWords; ++i) reinterpret_cast<volatile unsigned*>(h_)[i] = 0u;
+  }
+  HostFlags(const HostFlags&) = delete;
+  HostFlags& operator=(const HostFlags&) = delete;
+  ~HostFlags() {
+    if (!synced_) cudaStreamSynchronize(s_);  // errors surface elsewhere; never throw here
+    --pool().depth;
+  }
+  /// The words as seen by kernels (unified addressing: the host pointer is valid on the device).
+  unsigned* device() const { return h_; }
+  /// Synchronise the stream (once) and read word i.
+  unsigned read(int i) {
+    sync();
+    return reinterpret_cast<volatile unsigned*>(h_)[i];
+  }
+  void sync() {
+    if (synced_) return;
+    synced_ = true;
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(s_));
+  }
+  /// Zero the words again (after a sync) for a second launch phase of the same call.
+  void reset() {
+    sync();
+    for (int i = 0; i < kWords; ++i) reinterpret_cast<volatile unsigned*>(h_)[i] = 0u;
+    synced_ = false;
+  }
+
+ private:
+  static constexpr int kDepth = 4;
+  struct Pool {
+    unsigned* block[kDepth] = {};
+    int depth = 0;
+  };
+  static Pool& pool() {
+    thread_local Pool p;
+    return p;
+  }
+  cudaStream_t s_;
+  unsigned* h_ = nullptr;
+  bool synced_ = false;
+};
+
+/// Kernel side of HostFlags: mark error kind `word` (a plain store; no atomics on host memory).
+__device__ __forceinline__ void raise_flag(unsigned* words, int word) {
+  reinterpret_cast<volatile unsigned*>(words)[word] = 1u;
+}
+
 inline int sm_count() {
   int dev = 0, n = 0;
   LAMINA_CUDA_CHECK(cudaGetDevice(&dev));

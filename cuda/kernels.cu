@@ -17,34 +17,74 @@ using detail::warp_sum;
 
 namespace {
 
-enum : unsigned { kBad = 1u, kIndexRange = 2u, kIndexDup = 4u, kParam = 8u };
+// Word indices of HostFlags (check.cuh) written by the kernels of this file.
+enum : int { kBad = 0, kIndexRange = 1, kIndexDup = 2, kParam = 3 };
 
+// Resident blocks of `kernel` (threads per block, no dynamic shared memory) on the current
+// device: one full wave of a grid-stride kernel. Computed once per kernel (the process's
+// devices are assumed alike; the SM count is read per call). `threads` must be the same for
+// every call of one kernel.
+template <auto Kernel>
+unsigned wave_blocks(int threads) {
+  static const int per_sm = [threads] {
+    int b = 0;
+    LAMINA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, Kernel, threads, 0));
+    return std::max(1, b);
+  }();
+  return static_cast<unsigned>(per_sm * detail::sm_count());
+}
+
+constexpr int kHeatThreads = 256;
+constexpr int kHeatUnroll = 4;  // rows per thread and step: 4 independent loads per column
+
+__device__ __forceinline__ float heat_one(float v, float l, double t, double now, float a,
+                                          float b, float c, double inv_mu, bool& bad) {
+  const float x = kmath::heat_recency_arg(now, t, inv_mu);
+  const float h = kmath::heat_value(v, l, kmath::fast_expf(x), a, b, c);
+  bad = bad || !kmath::is_finite(x) || !kmath::is_finite(h);
+  return h;
+}
+
+// Grid-stride, kHeatUnroll rows per thread and step (all loads issued before the math, so each
+// thread keeps 4 x (sizeof V + sizeof L + 8) bytes in flight), one grid wave.
 template <class V, class L>
-__global__ void heat_kernel(const V* __restrict__ visits, const L* __restrict__ ilen,
-                            const double* __restrict__ last, std::size_t n, double now, float a,
-                            float b, float c, double inv_mu, float* __restrict__ out,
-                            unsigned* flags) {
+__global__ void __launch_bounds__(kHeatThreads)
+    heat_kernel(const V* __restrict__ visits, const L* __restrict__ ilen,
+                const double* __restrict__ last, std::size_t n, double now, float a, float b,
+                float c, double inv_mu, float* __restrict__ out, unsigned* flags) {
   bool bad = false;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
-    const float x = kmath::heat_recency_arg(now, last[i], inv_mu);
-    const float h = kmath::heat_value(kmath::count_to_float(visits[i]),
-                                      kmath::count_to_float(ilen[i]), kmath::fast_expf(x), a, b, c);
-    bad = bad || !kmath::is_finite(x) || !kmath::is_finite(h);
-    out[i] = h;
+  const std::size_t stride = static_cast<std::size_t>(blockDim.x) * gridDim.x;
+  std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  for (; i + (kHeatUnroll - 1) * stride < n; i += kHeatUnroll * stride) {
+    V v[kHeatUnroll];
+    L l[kHeatUnroll];
+    double t[kHeatUnroll];
+#pragma unroll
+    for (int u = 0; u < kHeatUnroll; ++u) {
+      v[u] = __ldg(visits + i + u * stride);
+      l[u] = __ldg(ilen + i + u * stride);
+      t[u] = __ldg(last + i + u * stride);
+    }
+#pragma unroll
+    for (int u = 0; u < kHeatUnroll; ++u)
+      out[i + u * stride] = heat_one(kmath::count_to_float(v[u]), kmath::count_to_float(l[u]),
+                                     t[u], now, a, b, c, inv_mu, bad);
   }
-  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flags, kBad);
+  for (; i < n; i += stride)
+    out[i] = heat_one(kmath::count_to_float(visits[i]), kmath::count_to_float(ilen[i]), last[i],
+                      now, a, b, c, inv_mu, bad);
+  if (__syncthreads_or(bad) && threadIdx.x == 0) detail::raise_flag(flags, kBad);
 }
 
 template <class V, class L>
 void launch_heat(const void* v, const void* l, const double* last, std::size_t n, double now,
                  float a, float b, float c, double inv_mu, float* out, unsigned* flags,
                  cudaStream_t st) {
-  const unsigned blocks =
-      static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 8u * detail::sm_count() * 8u));
-  heat_kernel<V, L><<<std::max(1u, blocks), 256, 0, st>>>(static_cast<const V*>(v),
-                                                          static_cast<const L*>(l), last, n, now,
-                                                          a, b, c, inv_mu, out, flags);
+  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(
+      (n + kHeatThreads - 1) / kHeatThreads, wave_blocks<heat_kernel<V, L>>(kHeatThreads)));
+  heat_kernel<V, L><<<std::max(1u, blocks), kHeatThreads, 0, st>>>(
+      static_cast<const V*>(v), static_cast<const L*>(l), last, n, now, a, b, c, inv_mu, out,
+      flags);
   LAMINA_CUDA_LAUNCHED();
 }
 
@@ -57,13 +97,6 @@ void heat_by_len(const void* v, const void* l, ColKind lk, const double* last, s
     case ColKind::I32: return launch_heat<V, int32_t>(v, l, last, n, now, a, b, c, inv_mu, out, flags, st);
     case ColKind::I64: return launch_heat<V, int64_t>(v, l, last, n, now, a, b, c, inv_mu, out, flags, st);
   }
-}
-
-unsigned read_flags(unsigned* d_flags, cudaStream_t st) {
-  unsigned h = 0;
-  LAMINA_CUDA_CHECK(cudaMemcpyAsync(&h, d_flags, sizeof h, cudaMemcpyDeviceToHost, st));
-  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
-  return h;
 }
 
 // ---- blend / damped ---------------------------------------------------------------------------
@@ -79,15 +112,15 @@ __global__ void validate_kernel(const int64_t* __restrict__ index, std::size_t m
   for (std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; k < m;
        k += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
     const double v = param_at(p, k);
-    if (!(v >= lo && v <= hi) || isinf(v)) atomicOr(flags, kParam);  // also catches NaN
+    if (!(v >= lo && v <= hi) || isinf(v)) detail::raise_flag(flags, kParam);  // also NaN
     if (!index) continue;
     const int64_t r = index[k];
     if (r < 0 || static_cast<uint64_t>(r) >= n) {
-      atomicOr(flags, kIndexRange);
+      detail::raise_flag(flags, kIndexRange);
       continue;
     }
     const unsigned bit = 1u << (r & 31);
-    if (atomicOr(bitmap + (r >> 5), bit) & bit) atomicOr(flags, kIndexDup);
+    if (atomicOr(bitmap + (r >> 5), bit) & bit) detail::raise_flag(flags, kIndexDup);
   }
 }
 
@@ -128,7 +161,7 @@ __global__ void rows_kernel(float* __restrict__ rows, std::size_t d,
   if (!finite) {
     if (lane == 0) {
       drift[k] = __int_as_float(0x7fc00000);
-      atomicOr(flags, kBad);
+      detail::raise_flag(flags, kBad);
     }
     return;
   }
@@ -147,6 +180,137 @@ __global__ void rows_kernel(float* __restrict__ rows, std::size_t d,
   }
   acc = warp_sum(acc);
   if (lane == 0) drift[k] = acc;
+}
+
+// Vector path (d % 4 == 0, rows and targets 16-byte aligned, d <= 128 * NV): one warp per
+// updated row, each lane holding NV float4 of the row and of its target in registers, so every
+// element is read once and written once (no second pass for the norm or the write), with R
+// rows per warp and step loaded before any math (2 x 16 x NV x R bytes in flight per lane).
+// Grid-stride over rows, one grid wave. Per-element math is rows_kernel's; the sums (norm,
+// drift) add per lane then across the warp, as there.
+template <bool kDamped, bool kRenorm, int NV, int R>
+__global__ void __launch_bounds__(256)
+    rows_vec_kernel(float* __restrict__ rows, std::size_t d, const float* __restrict__ targets,
+                    std::size_t m, const int64_t* __restrict__ index, DeviceParam p,
+                    float* __restrict__ drift, unsigned* flags) {
+  const int lane = threadIdx.x & 31;
+  const std::size_t nv = d / 4;
+  const std::size_t warps = static_cast<std::size_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::size_t k0 = (blockIdx.x * static_cast<std::size_t>(blockDim.x / 32) + (threadIdx.x >> 5)) * R;
+       k0 < m; k0 += warps * R) {
+    float4 xv[R][NV], tv[R][NV];
+    float4* xp[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const std::size_t k = k0 + r;
+      const bool ok = k < m;
+      xp[r] = reinterpret_cast<float4*>(rows + (ok ? (index ? static_cast<std::size_t>(index[k]) : k) : 0) * d);
+      const float4* tp = reinterpret_cast<const float4*>(targets + (ok ? k : 0) * d);
+#pragma unroll
+      for (int v = 0; v < NV; ++v) {
+        const std::size_t c = lane + 32 * v;
+        if (ok && c < nv) {
+          xv[r][v] = xp[r][c];
+          tv[r][v] = __ldg(tp + c);
+        } else {
+          xv[r][v] = make_float4(0.f, 0.f, 0.f, 0.f);
+          tv[r][v] = xv[r][v];
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const std::size_t k = k0 + r;
+      if (k >= m) break;  // warp-uniform
+      float w1, w2;
+      const double pv = param_at(p, k);
+      if constexpr (kDamped) {
+        kmath::damped_weights(pv, &w1, &w2);
+      } else {
+        w1 = static_cast<float>(pv);
+        w2 = static_cast<float>(1.0 - pv);
+      }
+      auto step = [&](float a, float b) {
+        if constexpr (kDamped) return kmath::damped_step(a, b, w1, w2);
+        else return kmath::ema_step(a, b, w1, w2);
+      };
+      bool finite = true;
+      float sv[NV][4];
+      float nrm = 0.f;
+#pragma unroll
+      for (int v = 0; v < NV; ++v) {
+        const float xa[4] = {xv[r][v].x, xv[r][v].y, xv[r][v].z, xv[r][v].w};
+        const float ta[4] = {tv[r][v].x, tv[r][v].y, tv[r][v].z, tv[r][v].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          finite = finite && kmath::is_finite(xa[e]) && kmath::is_finite(ta[e]);
+          sv[v][e] = step(xa[e], ta[e]);
+          if constexpr (kRenorm) nrm += sv[v][e] * sv[v][e];
+        }
+      }
+      finite = __all_sync(detail::kFullMask, finite);
+      if (!finite) {
+        if (lane == 0) {
+          drift[k] = __int_as_float(0x7fc00000);
+          detail::raise_flag(flags, kBad);
+        }
+        continue;
+      }
+      float scale = 1.0f;
+      if constexpr (kRenorm) {
+        nrm = warp_sum(nrm);
+        scale = nrm > 0.0f ? 1.0f / sqrtf(nrm) : 1.0f;
+      }
+      float acc = 0.f;
+#pragma unroll
+      for (int v = 0; v < NV; ++v) {
+        const float xa[4] = {xv[r][v].x, xv[r][v].y, xv[r][v].z, xv[r][v].w};
+        float o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float sx = sv[v][e];
+          if constexpr (kRenorm) sx = sx * scale;
+          acc += kmath::sq_delta(sx, xa[e]);
+          o[e] = sx;
+        }
+        const std::size_t c = lane + 32 * v;
+        if (c < nv) xp[r][c] = make_float4(o[0], o[1], o[2], o[3]);
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) drift[k] = acc;
+    }
+  }
+}
+
+template <bool kDamped, bool kRenorm, int NV>
+void launch_rows_vec(float* rows, std::size_t d, const float* targets, std::size_t m,
+                     const int64_t* index, const DeviceParam& p, float* drift, unsigned* flags,
+                     cudaStream_t st) {
+  constexpr int R = NV <= 2 ? 2 : 1;
+  constexpr auto kernel = rows_vec_kernel<kDamped, kRenorm, NV, R>;
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<std::size_t>((m + 8 * R - 1) / (8 * R), wave_blocks<kernel>(256)));
+  kernel<<<std::max(1u, blocks), 256, 0, st>>>(rows, d, targets, m, index, p, drift, flags);
+  LAMINA_CUDA_LAUNCHED();
+}
+
+template <bool kDamped, bool kRenorm>
+void launch_rows(float* rows, std::size_t d, const float* targets, std::size_t m,
+                 const int64_t* index, const DeviceParam& p, float* drift, unsigned* flags,
+                 cudaStream_t st) {
+  const bool vec = d % 4 == 0 && d <= 512 && reinterpret_cast<std::uintptr_t>(rows) % 16 == 0 &&
+                   reinterpret_cast<std::uintptr_t>(targets) % 16 == 0;
+  if (vec) {
+    switch ((d + 127) / 128) {
+      case 1: return launch_rows_vec<kDamped, kRenorm, 1>(rows, d, targets, m, index, p, drift, flags, st);
+      case 2: return launch_rows_vec<kDamped, kRenorm, 2>(rows, d, targets, m, index, p, drift, flags, st);
+      case 3: return launch_rows_vec<kDamped, kRenorm, 3>(rows, d, targets, m, index, p, drift, flags, st);
+      default: return launch_rows_vec<kDamped, kRenorm, 4>(rows, d, targets, m, index, p, drift, flags, st);
+    }
+  }
+  rows_kernel<kDamped, kRenorm><<<static_cast<unsigned>((m + 7) / 8), 256, 0, st>>>(
+      rows, d, targets, m, index, p, drift, flags);
+  LAMINA_CUDA_LAUNCHED();
 }
 
 bool overlaps(const void* a, std::size_t ab, const void* b, std::size_t bb) {
@@ -171,10 +335,10 @@ void run_rows(float* rows, std::size_t n, std::size_t d, const float* targets, s
                  p.scalar, " is out of range; expected ", range);
   if (m == 0) return;
   const cudaStream_t st = as_stream(stream);
-  Scratch scr(st);
-  unsigned* flags = scr.alloc<unsigned>(1);
-  LAMINA_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned), st));
+  detail::HostFlags hf(st);
+  unsigned* flags = hf.device();
   if (index || p.f32 || p.f64) {
+    Scratch scr(st);
     unsigned* bitmap = nullptr;
     if (index) {
       bitmap = scr.alloc<unsigned>((n + 31) / 32);
@@ -183,21 +347,18 @@ void run_rows(float* rows, std::size_t n, std::size_t d, const float* targets, s
     const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((m + 255) / 256, 4096));
     validate_kernel<<<blocks, 256, 0, st>>>(index, m, n, bitmap, p, lo, hi, flags);
     LAMINA_CUDA_LAUNCHED();
-    const unsigned f = read_flags(flags, st);
-    LAMINA_CHECK_INDEX(!(f & kIndexRange), "index has entries out of range for ", n,
+    LAMINA_CHECK_INDEX(!hf.read(kIndexRange), "index has entries out of range for ", n,
                        " rows (valid: 0 <= index < n; negative indices are not accepted)");
-    LAMINA_CHECK(!(f & kIndexDup), "index contains a row more than once; each row may be "
+    LAMINA_CHECK(!hf.read(kIndexDup), "index contains a row more than once; each row may be "
                  "updated at most once per call (combine the targets first, e.g. average them)");
-    LAMINA_CHECK(!(f & kParam), pname, " has values out of range; expected ", range);
+    LAMINA_CHECK(!hf.read(kParam), pname, " has values out of range; expected ", range);
+    hf.reset();
   }
-  const unsigned blocks = static_cast<unsigned>((m + 7) / 8);
   if (renorm)
-    rows_kernel<kDamped, true><<<blocks, 256, 0, st>>>(rows, d, targets, m, index, p, drift, flags);
+    launch_rows<kDamped, true>(rows, d, targets, m, index, p, drift, flags, st);
   else
-    rows_kernel<kDamped, false><<<blocks, 256, 0, st>>>(rows, d, targets, m, index, p, drift, flags);
-  LAMINA_CUDA_LAUNCHED();
-  const unsigned f = read_flags(flags, st);
-  LAMINA_CHECK(!(f & kBad), "some updated row(s) contain NaN or Inf (their drift is NaN); those "
+    launch_rows<kDamped, false>(rows, d, targets, m, index, p, drift, flags, st);
+  LAMINA_CHECK(!hf.read(kBad), "some updated row(s) contain NaN or Inf (their drift is NaN); those "
                "rows were left unchanged, all other rows were updated. Pass finite values");
 }
 
@@ -271,9 +432,8 @@ void heat_scores(const void* visits, ColKind vk, const void* interaction_len, Co
                "mu (the recency time scale, seconds) must be finite and > 0, got ", mu);
   if (n == 0) return;
   const cudaStream_t st = as_stream(stream);
-  Scratch scr(st);
-  unsigned* flags = scr.alloc<unsigned>(1);
-  LAMINA_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned), st));
+  detail::HostFlags hf(st);
+  unsigned* flags = hf.device();
   const float fa = static_cast<float>(a), fb = static_cast<float>(b), fc = static_cast<float>(c);
   const double inv_mu = 1.0 / mu;
   switch (vk) {
@@ -281,7 +441,7 @@ void heat_scores(const void* visits, ColKind vk, const void* interaction_len, Co
     case ColKind::I32: heat_by_len<int32_t>(visits, interaction_len, lk, last_access, n, now, fa, fb, fc, inv_mu, heat, flags, st); break;
     case ColKind::I64: heat_by_len<int64_t>(visits, interaction_len, lk, last_access, n, now, fa, fb, fc, inv_mu, heat, flags, st); break;
   }
-  LAMINA_CHECK(!(read_flags(flags, st) & kBad),
+  LAMINA_CHECK(!hf.read(kBad),
                "a heat input is NaN/Inf or a heat overflows float32; pass finite visits, "
                "interaction_len and last_access (seconds) and check the weights");
 }

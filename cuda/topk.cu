@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "check.cuh"
@@ -25,7 +27,8 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMergeGroup = 32;  // lists merged per warp and pass
 
-enum : unsigned { kFlagNonFinite = 1u, kFlagZeroQuery = 2u, kFlagBadQuery = 4u };
+// Word indices of the call's HostFlags (check.cuh).
+enum : int { kFlagNonFinite = 0, kFlagZeroQuery = 1, kFlagBadQuery = 2 };
 
 struct Filter {
   const uint8_t* live;
@@ -82,10 +85,10 @@ __global__ void query_prep_kernel(const float* __restrict__ Q, int nq, int d, in
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, o));
   finite = __all_sync(kFullMask, finite);
   if (lane == 0) {
-    if (!finite) atomicOr(flags, kFlagBadQuery);
+    if (!finite) detail::raise_flag(flags, kFlagBadQuery);
     if (qsq) qsq[q] = ss;
     if (qinv) {
-      if (metric == 1 && !(ss > 0.f)) atomicOr(flags, kFlagZeroQuery);
+      if (metric == 1 && !(ss > 0.f)) detail::raise_flag(flags, kFlagZeroQuery);
       qinv[q] = ss > 0.f ? 1.0f / sqrtf(ss) : 0.f;
     }
   }
@@ -191,8 +194,12 @@ struct ScanArgs {
 // Block (x, y): query group x (QB queries; with segments QB == 1 and the group is one query),
 // units [y * upb, (y + 1) * upb) of that group's range. Each warp keeps one list per query and
 // writes it out as list (y * kWarps + warp).
+// Batch 1 with short lists is bandwidth-bound: the register cap of 4 resident blocks per SM
+// (<= 64 registers) doubles the warps, and so the row bytes, in flight per SM.
+constexpr int scan_min_blocks(int QB, int J) { return QB == 1 && J <= 2 ? 3 : 1; }
+
 template <typename T, int QB, int J, bool VEC>
-__global__ void __launch_bounds__(kThreads) scan_kernel(const ScanArgs a) {
+__global__ void __launch_bounds__(kThreads, scan_min_blocks(QB, J)) scan_kernel(const ScanArgs a) {
   using C = Chunk<T, VEC>;
   constexpr int E = C::E;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -297,7 +304,7 @@ __global__ void __launch_bounds__(kThreads) scan_kernel(const ScanArgs a) {
                                      a.qinv ? a.qinv[q0 + q] : 0.f, rsq);
         bool ok = valid;
         if (ok && !(fabsf(s) <= FLT_MAX)) {
-          atomicOr(a.flags, kFlagNonFinite);
+          detail::raise_flag(a.flags, kFlagNonFinite);
           ok = false;
         }
         L[q].offer(s, row, ok, kpos, lane);
@@ -462,7 +469,7 @@ __global__ void __launch_bounds__(kThreads) wmma_kernel(const WmmaArgs a) {
         cs[i] = finish_score(St[ql * kSLd + lane + 32 * i] * scale, a.metric, qs, qi, rsq[i]);
         cv[i] = live[i];
         if (cv[i] && !(fabsf(cs[i]) <= FLT_MAX)) {
-          atomicOr(a.flags, kFlagNonFinite);
+          detail::raise_flag(a.flags, kFlagNonFinite);
           cv[i] = false;
         }
         any = any || (cv[i] && better(cs[i], rows[i], ts, ti));
@@ -579,30 +586,45 @@ void merges(int J, cudaStream_t st, detail::Scratch& scr, const float* cs, const
   }
 }
 
-template <typename T, int QB, int J, bool VEC>
-void launch_scan(dim3 grid, cudaStream_t st, const ScanArgs& a) {
-  scan_kernel<T, QB, J, VEC><<<grid, kThreads, 0, st>>>(a);
-  LAMINA_CUDA_LAUNCHED();
-}
+using ScanKernel = void (*)(const ScanArgs);
 
 template <typename T, bool VEC>
-void scan_dispatch(int QB, int J, dim3 grid, cudaStream_t st, const ScanArgs& a) {
+ScanKernel scan_kernel_for(int QB, int J) {
   if (QB == 1) {
     switch (J) {
-      case 1: return launch_scan<T, 1, 1, VEC>(grid, st, a);
-      case 2: return launch_scan<T, 1, 2, VEC>(grid, st, a);
-      case 4: return launch_scan<T, 1, 4, VEC>(grid, st, a);
-      case 8: return launch_scan<T, 1, 8, VEC>(grid, st, a);
-      case 16: return launch_scan<T, 1, 16, VEC>(grid, st, a);
-      default: return launch_scan<T, 1, 32, VEC>(grid, st, a);
+      case 1: return scan_kernel<T, 1, 1, VEC>;
+      case 2: return scan_kernel<T, 1, 2, VEC>;
+      case 4: return scan_kernel<T, 1, 4, VEC>;
+      case 8: return scan_kernel<T, 1, 8, VEC>;
+      case 16: return scan_kernel<T, 1, 16, VEC>;
+      default: return scan_kernel<T, 1, 32, VEC>;
     }
   }
   switch (J) {  // QB == max_group(J)
-    case 1: return launch_scan<T, 8, 1, VEC>(grid, st, a);
-    case 2: return launch_scan<T, 8, 2, VEC>(grid, st, a);
-    case 4: return launch_scan<T, 4, 4, VEC>(grid, st, a);
-    default: return launch_scan<T, 2, 8, VEC>(grid, st, a);
+    case 1: return scan_kernel<T, 8, 1, VEC>;
+    case 2: return scan_kernel<T, 8, 2, VEC>;
+    case 4: return scan_kernel<T, 4, 4, VEC>;
+    default: return scan_kernel<T, 2, 8, VEC>;
   }
+}
+
+ScanKernel pick_scan_kernel(bool f16, bool vec, int QB, int J) {
+  if (f16) return vec ? scan_kernel_for<__half, true>(QB, J) : scan_kernel_for<__half, false>(QB, J);
+  return vec ? scan_kernel_for<float, true>(QB, J) : scan_kernel_for<float, false>(QB, J);
+}
+
+// Resident blocks per SM of a scan kernel (cached per kernel; devices assumed alike).
+int scan_blocks_per_sm(ScanKernel kern) {
+  static std::mutex mu;
+  static std::vector<std::pair<ScanKernel, int>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& e : cache)
+    if (e.first == kern) return e.second;
+  int b = 0;
+  LAMINA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kern, kThreads, 0));
+  b = std::max(1, b);
+  cache.emplace_back(kern, b);
+  return b;
 }
 
 // Queries served per row read for a list size J (keeps lists in registers: QB * J <= 16).
@@ -640,8 +662,8 @@ void topk_search(const float* queries, std::size_t nq, const DeviceRows& rows,
   const int sms = detail::sm_count();
   detail::Scratch scr(st);
 
-  unsigned* flags = scr.alloc<unsigned>(1);
-  LAMINA_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned), st));
+  detail::HostFlags hf(st);
+  unsigned* flags = hf.device();
   float* qsq = nullptr;
   float* qinv = nullptr;
   if (metric != Metric::IP) {
@@ -705,6 +727,10 @@ void topk_search(const float* queries, std::size_t nq, const DeviceRows& rows,
                                                     qinv, nullptr, nullptr, nullptr, 0, flags);
     LAMINA_CUDA_LAUNCHED();
     const int QB = (segmented || nq == 1) ? 1 : max_group(J);
+    const std::size_t elt = rows.f16 ? 2 : 4;
+    const bool vec = aligned16(rows.base) && aligned16(queries) &&
+                     (rows.stride * elt) % 16 == 0 && (d * elt) % 16 == 0 && d % 4 == 0;
+    const ScanKernel kern = pick_scan_kernel(rows.f16, vec, QB, J);
     const std::size_t gy = segmented ? nq : (nq + QB - 1) / QB;
     std::size_t upb, gx;
     const std::size_t step = kWarps * 32;
@@ -712,7 +738,10 @@ void topk_search(const float* queries, std::size_t nq, const DeviceRows& rows,
       upb = 8 * step;
       gx = std::max<std::size_t>(1, (filter.max_segment + upb - 1) / upb);
     } else {
-      gx = std::max<std::size_t>(1, (4 * static_cast<std::size_t>(sms) + gy - 1) / gy);
+      // One full wave of resident blocks over all query groups (batch 1: every SM holds as
+      // many scanning warps as registers allow, to keep the most bytes in flight).
+      const std::size_t wave = static_cast<std::size_t>(sms) * scan_blocks_per_sm(kern);
+      gx = std::max<std::size_t>(1, (wave + gy - 1) / gy);
       gx = std::min(gx, std::max<std::size_t>(1, (n_units + step - 1) / step));
       upb = ((n_units + gx - 1) / gx + step - 1) / step * step;
       upb = std::max(upb, step);
@@ -721,33 +750,22 @@ void topk_search(const float* queries, std::size_t nq, const DeviceRows& rows,
     n_lists = static_cast<int>(gx * kWarps);
     cand_s = scr.alloc<float>(nq * n_lists * k);
     cand_i = scr.alloc<uint32_t>(nq * n_lists * k);
-    const std::size_t elt = rows.f16 ? 2 : 4;
-    const bool vec = aligned16(rows.base) && aligned16(queries) &&
-                     (rows.stride * elt) % 16 == 0 && (d * elt) % 16 == 0 && d % 4 == 0;
     ScanArgs a{queries, static_cast<int>(nq), d, qsq, qinv, rows.base, rows.stride,
                rows.sqnorms, im, f, n_units, filter.segments, upb, kq, n_lists, cand_s, cand_i,
                flags};
     LAMINA_CHECK(gx <= 65535, "a namespace is too large for one GPU launch");
     const dim3 grid(static_cast<unsigned>(gy), static_cast<unsigned>(gx));
-    if (rows.f16) {
-      if (vec) scan_dispatch<__half, true>(QB, J, grid, st, a);
-      else scan_dispatch<__half, false>(QB, J, grid, st, a);
-    } else {
-      if (vec) scan_dispatch<float, true>(QB, J, grid, st, a);
-      else scan_dispatch<float, false>(QB, J, grid, st, a);
-    }
+    kern<<<grid, kThreads, 0, st>>>(a);
+    LAMINA_CUDA_LAUNCHED();
   }
   merges(J, st, scr, cand_s, cand_i, n_lists, static_cast<int>(nq), kq, im, out_scores, out_ids,
          generations);
 
-  unsigned hflags = 0;
-  LAMINA_CUDA_CHECK(cudaMemcpyAsync(&hflags, flags, sizeof(unsigned), cudaMemcpyDeviceToHost, st));
-  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
-  LAMINA_CHECK(!(hflags & kFlagBadQuery),
+  LAMINA_CHECK(!hf.read(kFlagBadQuery),
                "queries contain NaN or Inf; pass finite queries");
-  LAMINA_CHECK(!(hflags & kFlagZeroQuery),
+  LAMINA_CHECK(!hf.read(kFlagZeroQuery),
                "a query has zero norm; cosine similarity is undefined");
-  LAMINA_CHECK(!(hflags & kFlagNonFinite),
+  LAMINA_CHECK(!hf.read(kFlagNonFinite),
                "a similarity score is NaN or Inf: the vectors or queries contain NaN/Inf, or "
                "their values overflow float32; pass finite vectors of moderate magnitude");
 }
