@@ -611,9 +611,14 @@ import numpy as np
 from lamina import kernels as K
 rng = np.random.default_rng(5)
 h = hashlib.sha256()
-r = rng.standard_normal((1000, 5)).astype(np.float32)
-for part in K.softmax_gate(r, 3.0, max_entropy=0.4):
-    h.update(part.tobytes())
+for L in (5, 2, 3, 4):  # L = 2..4 take the register-resident SIMD path
+    r = rng.standard_normal((1000, L)).astype(np.float32)
+    r[::7, 1] = r[::7, 0]  # ties
+    for beta in (3.0, -2.0, 0.0, rng.uniform(-4, 4, 1000).astype(np.float32)):
+        for part in K.softmax_gate(r, beta):
+            h.update(part.tobytes())
+    for part in K.softmax_gate(r, 3.0, max_entropy=0.4):
+        h.update(part.tobytes())
 rows = rng.standard_normal((300, 77)).astype(np.float32)
 t = rng.standard_normal((300, 77)).astype(np.float32)
 h.update(K.ema_blend(rows, t, rng.random(300), renormalize=True).tobytes())
