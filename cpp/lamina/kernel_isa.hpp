@@ -48,6 +48,10 @@ struct GateJob {
   float eps = 0.0f;
   float* gamma = nullptr;
   double* beta_used = nullptr;  // receives β per row (the driver overwrites doubled rows)
+  // Write γ and β_used with non-temporal (streaming) stores where the SIMD paths can (large
+  // outputs: saves the read-for-ownership traffic). The driver then calls stream_fence()
+  // before its workers finish.
+  bool stream = false;
 };
 /// Flags returned by gate_tile.
 constexpr unsigned kGateNonFinite = 1u;  // some row has NaN/Inf (tile.chk[i] != 0)
@@ -86,5 +90,9 @@ struct Table {
 
 /// The table for the ISA in use.
 const Table& table();
+
+/// Orders this thread's earlier non-temporal stores before its later stores (SFENCE on x86;
+/// nothing elsewhere).
+void stream_fence();
 
 }  // namespace lamina::kisa
