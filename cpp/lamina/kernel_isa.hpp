@@ -38,7 +38,9 @@ struct BadRows {
 };
 
 /// Rows of the softmax gate are processed in tiles of kGateTile rows, transposed to
-/// layer-major so every inner loop runs over the tile's rows with unit stride.
+/// layer-major so every inner loop runs over the tile's rows with unit stride. On the SIMD
+/// paths L = 2..4 skips the transpose: 16 (AVX-512) or 8 (AVX2) rows are de-interleaved into
+/// one register per layer with lane permutes and evaluated in registers.
 constexpr std::size_t kGateTile = 64;
 struct GateJob {
   const float* relevance = nullptr;
