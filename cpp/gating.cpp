@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -16,6 +17,10 @@ namespace lamina {
 
 namespace {
 constexpr std::size_t kTilesPerTask = 16;
+// Calls whose outputs (γ and β_used) exceed this are written with non-temporal stores on the
+// SIMD paths: outputs this size do not stay in the core's caches anyway, and streaming them
+// saves the read-for-ownership of every output line (a third of the traffic for L = 3).
+constexpr std::size_t kStreamOutputBytes = std::size_t(8) << 20;
 }  // namespace
 
 void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const RowParam& beta,
@@ -43,7 +48,18 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
 
   const float eps = static_cast<float>(max_entropy);
   const std::size_t T = kisa::kGateTile;
-  const std::size_t n_tiles = (b + T - 1) / T;
+  const bool stream = b * (L * sizeof(float) + sizeof(double)) >= kStreamOutputBytes;
+  // Tiles of T rows on a grid shifted so that γ of every tile but the first starts on a
+  // 64-byte boundary when some row within the first 16 does (streaming stores need it).
+  std::size_t shift = 0;
+  if (stream)
+    for (std::size_t a0 = 1; a0 < 16; ++a0)
+      if (reinterpret_cast<std::uintptr_t>(gamma) % 64 != 0 &&
+          reinterpret_cast<std::uintptr_t>(gamma + a0 * L) % 64 == 0) {
+        shift = T - a0;
+        break;
+      }
+  const std::size_t n_tiles = (b + shift + T - 1) / T;
   const std::size_t n_tasks = (n_tiles + kTilesPerTask - 1) / kTilesPerTask;
   const int nt = threads_for(b * L, std::size_t(1) << 16, threads);
   const kisa::Table& K = kisa::table();
@@ -56,6 +72,7 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   job.eps = eps;
   job.gamma = gamma;
   job.beta_used = beta_used;
+  job.stream = stream;
   std::atomic<std::size_t> first_bad{b};
 
   // Rows over the ε bound after the first pass are doubled in rounds over a compacted list,
@@ -73,7 +90,8 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
     std::vector<Pending> pending, next;
     const std::size_t t_end = std::min(n_tiles, (task + 1) * kTilesPerTask);
     for (std::size_t t = task * kTilesPerTask; t < t_end; ++t) {
-      const std::size_t i0 = t * T, nrows = std::min(T, b - i0);
+      const std::size_t i0 = t * T > shift ? t * T - shift : 0;
+      const std::size_t nrows = std::min((t + 1) * T - shift, b) - i0;
       if (K.gate_tile(job, i0, nrows, B) == 0) continue;
       for (std::size_t i = 0; i < nrows; ++i) {
         if (B.chk[i] != 0.0f) {  // NaN/Inf somewhere in this row
@@ -86,6 +104,7 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
         }
       }
     }
+    if (stream) kisa::stream_fence();  // before the doubling rounds overwrite β_used
     std::size_t rows[T];
     while (!pending.empty()) {
       next.clear();

@@ -3,6 +3,8 @@
 #include "lamina/kernel_isa.hpp"
 #include "lamina/kernel_math.hpp"
 
+#include <immintrin.h>
+
 namespace lamina::kisa::avx2_isa {
 #define LAMINA_KISA_NAME "avx2"
 #include "kernel_loops.inc"

@@ -3,6 +3,12 @@
 #include "lamina/kernel_isa.hpp"
 #include "lamina/kernel_math.hpp"
 
+// GCC 12 reports its own _mm512_undefined_* placeholders inside the intrinsics as
+// "maybe uninitialized" (simd_avx512.cpp silences the same with -Wno-maybe-uninitialized).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
 namespace lamina::kisa::avx512_isa {
 #define LAMINA_KISA_NAME "avx512"
 #include "kernel_loops.inc"

@@ -2,6 +2,10 @@
 // supports, capped by LAMINA_SIMD).
 #include <cstring>
 
+#if defined(LAMINA_HAVE_X86_SIMD)
+#include <immintrin.h>
+#endif
+
 #include "lamina/kernel_isa.hpp"
 #include "lamina/simd.hpp"
 
@@ -22,6 +26,12 @@ const Table& table() {
     return scalar_isa::get_table();
   }();
   return t;
+}
+
+void stream_fence() {
+#if defined(LAMINA_HAVE_X86_SIMD)
+  _mm_sfence();
+#endif
 }
 
 }  // namespace lamina::kisa

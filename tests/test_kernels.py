@@ -182,6 +182,28 @@ def test_softmax_gate_out_and_threads():
     np.testing.assert_allclose(g1, ref_softmax(r, u1), rtol=2e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("L", [2, 3, 4])
+def test_softmax_gate_large_outputs_match_small_calls(L):
+    # Outputs over 8 MiB take the streaming-store path (γ written from a shifted, 64-byte
+    # aligned tile grid); small calls do not. Same bits either way, for any `out` alignment.
+    rng = np.random.default_rng(L)
+    n = (8 << 20) // (4 * L + 8) + 1000
+    r = rng.standard_normal((n, L)).astype(np.float32)
+    r[::5, 1] = r[::5, 0]  # ties
+    beta = rng.uniform(0.5, 4.0, n).astype(np.float32)
+    beta[::97] = -1.5
+    base = np.empty(n * L + 16, np.float32)
+    for off, eps in ((0, None), (1, None), (3, 0.4)):
+        out = base[off : off + n * L].reshape(n, L)
+        b = np.where(beta > 0, beta, 1.0).astype(np.float32) if eps is not None else beta
+        g, used = K.softmax_gate(r, b, max_entropy=eps, out=out)
+        for lo in range(0, n, 50_000):
+            gs, us = K.softmax_gate(r[lo : lo + 50_000], b[lo : lo + 50_000], max_entropy=eps)
+            np.testing.assert_array_equal(g[lo : lo + 50_000], gs)
+            np.testing.assert_array_equal(used[lo : lo + 50_000], us)
+    np.testing.assert_allclose(g, ref_softmax(r, used), rtol=2e-5, atol=1e-6)
+
+
 def test_softmax_gate_empty():
     g, used = K.softmax_gate(np.zeros((0, 3), np.float32), 1.0, max_entropy=0.1)
     assert g.shape == (0, 3) and used.shape == (0,)
@@ -611,8 +633,17 @@ import numpy as np
 from lamina import kernels as K
 rng = np.random.default_rng(5)
 h = hashlib.sha256()
-r = rng.standard_normal((1000, 5)).astype(np.float32)
-for part in K.softmax_gate(r, 3.0, max_entropy=0.4):
+for L in (5, 2, 3, 4):  # L = 2..4 take the register-resident SIMD path
+    r = rng.standard_normal((1000, L)).astype(np.float32)
+    r[::7, 1] = r[::7, 0]  # ties
+    for beta in (3.0, -2.0, 0.0, rng.uniform(-4, 4, 1000).astype(np.float32)):
+        for part in K.softmax_gate(r, beta):
+            h.update(part.tobytes())
+    for part in K.softmax_gate(r, 3.0, max_entropy=0.4):
+        h.update(part.tobytes())
+r = rng.standard_normal((450_000, 3)).astype(np.float32)  # over 8 MiB of output: streamed
+out = np.empty(r.size + 1, np.float32)[1:].reshape(r.shape)
+for part in K.softmax_gate(r, 2.0, out=out) + K.softmax_gate(r, 2.0, max_entropy=0.4):
     h.update(part.tobytes())
 rows = rng.standard_normal((300, 77)).astype(np.float32)
 t = rng.standard_normal((300, 77)).astype(np.float32)

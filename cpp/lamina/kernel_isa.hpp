@@ -38,7 +38,9 @@ struct BadRows {
 };
 
 /// Rows of the softmax gate are processed in tiles of kGateTile rows, transposed to
-/// layer-major so every inner loop runs over the tile's rows with unit stride.
+/// layer-major so every inner loop runs over the tile's rows with unit stride. On the SIMD
+/// paths L = 2..4 skips the transpose: 16 (AVX-512) or 8 (AVX2) rows are de-interleaved into
+/// one register per layer with lane permutes and evaluated in registers.
 constexpr std::size_t kGateTile = 64;
 struct GateJob {
   const float* relevance = nullptr;
@@ -48,6 +50,10 @@ struct GateJob {
   float eps = 0.0f;
   float* gamma = nullptr;
   double* beta_used = nullptr;  // receives β per row (the driver overwrites doubled rows)
+  // Write γ and β_used with non-temporal (streaming) stores where the SIMD paths can (large
+  // outputs: saves the read-for-ownership traffic). The driver then calls stream_fence()
+  // before its workers finish.
+  bool stream = false;
 };
 /// Flags returned by gate_tile.
 constexpr unsigned kGateNonFinite = 1u;  // some row has NaN/Inf (tile.chk[i] != 0)
@@ -86,5 +92,9 @@ struct Table {
 
 /// The table for the ISA in use.
 const Table& table();
+
+/// Orders this thread's earlier non-temporal stores before its later stores (SFENCE on x86;
+/// nothing elsewhere).
+void stream_fence();
 
 }  // namespace lamina::kisa
