@@ -62,7 +62,7 @@ _NO_TREE = -1  # parent id of episodic items outside the tree (session summaries
 _TURN_VIEW = 5
 _TKEY = 1 << 62
 # Kinds that describe many turns at once (summaries, promoted notes, entity profiles): they
-# enter a context only after the specific items (turns, facts) unless they score higher.
+# enter a context only after the specific items (turns, facts).
 _GENERAL = ("summary", "note", "profile")
 
 
@@ -1232,8 +1232,8 @@ class Memory:
         """Fill the budget: working memory first (at most its γ share, bounded by
         ``working_share``), then every layer's candidates in one order of gate-weighted score
         s·(γ_L/γ_max)^(1/β) = s·exp(r_L − r_max) (the gate as a prior over layers, so the budget
-        follows item scores rather than fixed shares), specific items (turns, facts) before
-        aggregates (summaries, notes, profiles) unless an aggregate outscores every specific item."""
+        follows item scores rather than fixed shares); aggregates (summaries, notes, profiles) only
+        fill what the specific items (turns, facts) above the floor leave."""
         c = self.config
         chosen: list[tuple[float, _Rec]] = []
         taken: set[int] = set()
@@ -1277,8 +1277,9 @@ class Memory:
         g_max = max(gates.values())
         prior = {L: (g / g_max) ** (1.0 / beta) if beta > 0 and g > 0 else 1.0 for L, g in gates.items()}
         pool = [(s * prior[L], s, r) for L in gates for s, r in per_layer.get(L, [])]
-        best_specific = max((w for w, _, r in pool if r.kind not in _GENERAL), default=-math.inf)
-        pool.sort(key=lambda x: (x[2].kind in _GENERAL and x[0] <= best_specific, -x[0], x[2].seq))
+        # Aggregates go last: their long texts score high against almost any question (cosine
+        # favours long, general texts) while holding none of the raw turns the answer needs.
+        pool.sort(key=lambda x: (x[2].kind in _GENERAL, -x[0], x[2].seq))
         for _, s, r in pool:
             if used >= budget:
                 break
