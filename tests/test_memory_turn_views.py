@@ -84,3 +84,15 @@ def test_aggregates_only_after_specific_items() -> None:
         kinds = [it.kind for it in sorted(big.items, key=lambda it: -it.score)]
         assert "summary" in kinds  # with room left, aggregates do come in
     m.close()
+
+
+def test_repeated_turn_text_shown_once() -> None:
+    """A turn repeating the words of a turn already in the context is skipped (budget goes to new text)."""
+    m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=4, layers=("working", "episodic")))
+    for s in range(1, 4):
+        _session(m, s, [("Alice", "Work has been hectic lately.")] + LINES)
+    ctx = m.context("how has work been", "u", budget=60, now=T0 + 9 * DAY)
+    texts = [it.text for it in ctx.items if it.kind == "turn"]
+    assert texts.count("Work has been hectic lately.") == 1
+    assert len(texts) == len(set(texts)) and len(texts) >= 2
+    m.close()

@@ -1239,6 +1239,7 @@ class Memory:
         taken: set[int] = set()
         covered: set[str] = set()
         fact_keys: set[tuple[str, str, str]] = set()
+        seen_text: set[str] = set()  # a turn repeating the words of one already taken adds nothing
         used = 0
 
         def try_take(s: float, r: _Rec, limit: int) -> int:
@@ -1253,10 +1254,15 @@ class Memory:
                     return 0  # the turn it renders verbatim is already in the context
             elif r.sources and set(r.sources) <= covered:
                 return 0  # dedupe: the raw text of all its sources is already in the context
+            tk = _norm_key(r.text) if r.kind == "turn" else None
+            if tk is not None and tk in seen_text:
+                return 0
             n = self._ntokens(r)
             if n > limit:
                 return 0
             taken.add(r.id)
+            if tk is not None:
+                seen_text.add(tk)
             if r.kind in ("turn", "segment"):
                 covered.update(r.sources)
             elif r.kind == "fact" and r.sources:
