@@ -56,6 +56,14 @@ _ACTIVE = ("working", "episodic", "semantic")
 _COMMITMENTS = ("persist", "ephemeral", "verify")
 _ROOT = 0  # parent id of the top-level nodes of a user's tree
 _NO_TREE = -1  # parent id of episodic items outside the tree (session summaries)
+# Per-turn vectors of the active episodic leaves live in their own namespace of the active arena
+# (layer code 5, ``user_idx << 3 | 5``), keyed by the turn's item id with this bit set (item ids
+# stay below 2**60): a leaf is found by its best-matching turn, not by the mean of its turns.
+_TURN_VIEW = 5
+_TKEY = 1 << 62
+# Kinds that describe many turns at once (summaries, promoted notes, entity profiles): they
+# enter a context only after the specific items (turns, facts).
+_GENERAL = ("summary", "note", "profile")
 
 
 @dataclass(frozen=True)
@@ -192,7 +200,7 @@ class _Rec:
 
 class _User:
     __slots__ = ("user_id", "idx", "ids", "by_src", "working", "children", "current", "max_depth", "drift_total", "drift_last",
-                 "drift_updates", "stale", "profiles", "n_active")
+                 "drift_updates", "stale", "profiles", "n_active", "seg_of")
 
     def __init__(self, user_id: str, idx: int) -> None:
         self.user_id = user_id
@@ -209,6 +217,7 @@ class _User:
         self.drift_updates = 0
         self.stale: Optional[_Staleness] = None  # cache, rebuilt after fact changes
         self.n_active = {name: 0 for name in LAYERS}
+        self.seg_of: dict[int, int] = {}  # turn id -> id of the active episodic leaf holding it
 
 
 def _now() -> float:
@@ -362,6 +371,9 @@ class Memory:
         for ns, (ids, embs) in pending.items():
             X = np.frombuffer(b"".join(embs), dtype=np.float32).reshape(len(ids), self._dim)
             self._vectors.add(ns, ids, X)
+        for r in list(self._recs.values()):
+            if r.kind == "segment" and r.status == "active" and r.layer == "episodic":
+                self._add_turn_views(self._users[r.user_id], r, [m for m in r.members if m in self._vectors])
         for u in self._users.values():
             for lst in u.working.values():
                 lst.sort(key=lambda i: self._recs[i].seq)
@@ -450,6 +462,23 @@ class Memory:
         new_rows.append(r.row(emb))
         self._index(u, r)
         return r
+
+    def _add_turn_views(self, u: _User, leaf: _Rec, members: Sequence[int],
+                        embs: Optional[npt.NDArray[np.float32]] = None) -> None:
+        """Index the member turns of an episodic leaf one by one (provenance: ``u.seg_of``)."""
+        if not members:
+            return
+        X = self._vecs(members) if embs is None else embs
+        self._vectors.add(((u.idx << 3) | _TURN_VIEW), [m | _TKEY for m in members], X)
+        for m in members:
+            u.seg_of[m] = leaf.id
+
+    def _drop_turn_views(self, u: _User, leaf: _Rec) -> None:
+        keys = [m | _TKEY for m in (leaf.members or ()) if u.seg_of.get(m) == leaf.id]
+        for m in leaf.members or ():
+            if u.seg_of.get(m) == leaf.id:
+                del u.seg_of[m]
+        self._vectors.remove([k for k in keys if k in self._vectors])
 
     def _place(self, u: _User, r: _Rec, emb: npt.NDArray[np.float32]) -> None:
         self._vectors.add(self._ns(u, r.layer), [r.id], emb.reshape(1, -1))
@@ -628,6 +657,7 @@ class Memory:
                                  created_at=recs[0].timestamp, interaction_len=float(len(recs)),
                                  domain=recs[0].domain, parent_id=None, depth=1)
             self._tree_insert(u, leaf, e, rows, updates)
+            self._add_turn_views(u, leaf, [r.id for r in recs], np.ascontiguousarray(embs[seg]))
         self._store.insert_items(rows)
         self._store.update_items(updates)
         if "semantic" not in self.config.layers:
@@ -974,6 +1004,8 @@ class Memory:
             if x.status != "active":
                 continue
             self._unplace(u, x)
+            if x.kind == "segment":
+                self._drop_turn_views(u, x)
             x.status = "evicted"
             updates.append((x.id, {"status": "evicted"}))
             if x.kind == "fact":
@@ -1128,12 +1160,22 @@ class Memory:
             stale = self._stale(u)
             per_layer: dict[str, list[tuple[float, _Rec]]] = {}
             rel: dict[str, float] = {}
-            found = self._candidates_multi(u, q, layers, c.candidates, t_now, domain)
+            # enough candidates to fill the budget: a rendered turn takes at least 4 tokens
+            # ("[date time] speaker: word"), so budget/4 items can always fill it
+            m = max(c.candidates, -(-budget // 4))
+            found = self._candidates_multi(u, q, layers, m, t_now, domain)
+            via: dict[int, str] = {}  # turn id -> "episodic" for turns found through their leaf
+            if "episodic" in found:
+                found["episodic"] = self._episodic_candidates(u, q, found["episodic"], m, t_now, domain)
+                via = {r.id: "episodic" for _, r in found["episodic"] if r.kind == "turn"}
             for L in layers:
                 cands = found[L]
                 if not cands:
                     continue
-                rel[L] = float(np.mean([s for s, _ in cands[: c.relevance_top]]))
+                # r_i from the layer's best specific items (turns, facts); aggregates only when
+                # the layer has nothing else
+                spec = [s for s, r in cands if r.kind not in _GENERAL] or [s for s, _ in cands]
+                rel[L] = float(np.mean(sorted(spec, reverse=True)[: c.relevance_top]))
                 adj: list[tuple[float, _Rec]] = []
                 for s, r in cands:
                     if stale and r.kind != "fact":
@@ -1150,24 +1192,54 @@ class Memory:
             gamma, beta_used = kernels.softmax_gate(r_arr, float(c.beta), max_entropy=c.max_entropy)
             gamma = np.asarray(gamma, dtype=np.float64).reshape(-1)
             gates = {L: float(g) for L, g in zip(names, gamma)}
-            chosen = self._fill(per_layer, gates, budget)
+            b_used = float(np.asarray(beta_used).reshape(-1)[0])
+            chosen = self._fill(per_layer, gates, b_used, budget)
             if not chosen:
-                return Context(items=[], gates=gates, beta=float(np.asarray(beta_used).reshape(-1)[0]), abstain=True,
-                               query=query, budget=budget)
+                return Context(items=[], gates=gates, beta=b_used, abstain=True, query=query, budget=budget)
             ordered = _lost_in_the_middle(chosen)
             bump_t = t_now if t_now is not None else _now()
-            items = [self._item(r, s) for s, r in ordered]
-            self._bump([r for _, r in ordered], bump_t)
-            return Context(items=items, gates=gates, beta=float(np.asarray(beta_used).reshape(-1)[0]), abstain=False,
-                           query=query, budget=budget)
+            items = []
+            for s, r in ordered:
+                it = self._item(r, s)
+                if r.id in via and r.status == "active" and r.layer == "archive":
+                    it.layer = "episodic"  # an episode's turn, shown on its own
+                items.append(it)
+            # a turn shown for its episode also heats the episode (promotion, eviction)
+            heated: dict[int, _Rec] = {}
+            for _, r in ordered:
+                heated[r.id] = r
+                leaf = u.seg_of.get(r.id) if r.id in via else None
+                if leaf is not None:
+                    heated[leaf] = self._recs[leaf]
+            self._bump(list(heated.values()), bump_t)
+            return Context(items=items, gates=gates, beta=b_used, abstain=False, query=query, budget=budget)
 
-    def _fill(self, per_layer: dict[str, list[tuple[float, _Rec]]], gates: dict[str, float],
+    def _episodic_candidates(self, u: _User, q: npt.NDArray[np.float32], found: list[tuple[float, _Rec]], k: int,
+                             now: Optional[float], domain: Optional[str]) -> list[tuple[float, _Rec]]:
+        """Episodic candidates: the turns of active leaves, each scored on its own (a leaf is as
+        relevant as its best turn, and only its matching turns are shown), plus the layer's
+        summaries (tree nodes, session summaries). Leaves themselves are not candidates."""
+        out = [(s, r) for s, r in found if r.kind != "segment"]
+        ns = ((u.idx << 3) | _TURN_VIEW)
+        if self._vectors.count(ns):
+            ((scores, keys),) = self._vectors.search(q, [ns], k)
+            out.extend(self._hits(scores, [int(x) & ~_TKEY for x in keys], now, domain))
+        out.sort(key=lambda x: (-x[0], x[1].seq))
+        return out
+
+    def _fill(self, per_layer: dict[str, list[tuple[float, _Rec]]], gates: dict[str, float], beta: float,
               budget: int) -> list[tuple[float, _Rec]]:
+        """Fill the budget: working memory first (at most its γ share, bounded by
+        ``working_share``), then every layer's candidates in one order of gate-weighted score
+        s·(γ_L/γ_max)^(1/β) = s·exp(r_L − r_max) (the gate as a prior over layers, so the budget
+        follows item scores rather than fixed shares); aggregates (summaries, notes, profiles) only
+        fill what the specific items (turns, facts) above the floor leave."""
         c = self.config
         chosen: list[tuple[float, _Rec]] = []
         taken: set[int] = set()
         covered: set[str] = set()
         fact_keys: set[tuple[str, str, str]] = set()
+        seen_text: set[str] = set()  # a turn repeating the words of one already taken adds nothing
         used = 0
 
         def try_take(s: float, r: _Rec, limit: int) -> int:
@@ -1178,12 +1250,19 @@ class Memory:
                 fk = (_norm_key(r.subject or ""), r.predicate or "", _norm_key(r.object or ""))
                 if fk in fact_keys:
                     return 0
+                if r.sources and r.sources[-1] in covered:
+                    return 0  # the turn it renders verbatim is already in the context
             elif r.sources and set(r.sources) <= covered:
                 return 0  # dedupe: the raw text of all its sources is already in the context
+            tk = _norm_key(r.text) if r.kind == "turn" else None
+            if tk is not None and tk in seen_text:
+                return 0
             n = self._ntokens(r)
             if n > limit:
                 return 0
             taken.add(r.id)
+            if tk is not None:
+                seen_text.add(tk)
             if r.kind in ("turn", "segment"):
                 covered.update(r.sources)
             elif r.kind == "fact" and r.sources:
@@ -1194,18 +1273,20 @@ class Memory:
             used += n
             return n
 
-        order = sorted(gates, key=lambda L: (L != "working", -gates[L]))
-        for L in order:
-            share = gates[L] * budget
-            if L == "working":
-                share = min(share, c.working_share * budget) if len(gates) > 1 else budget
+        if "working" in gates:
+            share = min(gates["working"], c.working_share) * budget if len(gates) > 1 else budget
             left = int(share)
-            for s, r in per_layer.get(L, []):
+            for s, r in per_layer.get("working", []):
                 if left <= 0:
                     break
                 left -= try_take(s, r, min(left, budget - used))
-        pool = sorted(((s, r) for L in order for s, r in per_layer.get(L, [])), key=lambda x: (-x[0], x[1].seq))
-        for s, r in pool:
+        g_max = max(gates.values())
+        prior = {L: (g / g_max) ** (1.0 / beta) if beta > 0 and g > 0 else 1.0 for L, g in gates.items()}
+        pool = [(s * prior[L], s, r) for L in gates for s, r in per_layer.get(L, [])]
+        # Aggregates go last: their long texts score high against almost any question (cosine
+        # favours long, general texts) while holding none of the raw turns the answer needs.
+        pool.sort(key=lambda x: (x[2].kind in _GENERAL, -x[0], x[2].seq))
+        for _, s, r in pool:
             if used >= budget:
                 break
             try_take(s, r, budget - used)
@@ -1348,6 +1429,10 @@ class Memory:
                         fields_["summary"] = text
                     if r.status == "active":
                         self._move(u, r, r.layer, emb)
+                    leaf = u.seg_of.get(r.id)
+                    if leaf is not None:  # re-index the turn under its leaf
+                        self._vectors.remove([r.id | _TKEY])
+                        self._vectors.add(((u.idx << 3) | _TURN_VIEW), [r.id | _TKEY], emb.reshape(1, -1))
                     self._store.update_items([(r.id, fields_)])
             except BaseException:
                 self._reload_after_failure()
