@@ -133,7 +133,6 @@ void parse_ns(const py::object& ns, std::size_t nq, NsArg& r) {
   r.n = nq;
 }
 
-py::array check_slots(const py::handle& obj) { return checked_array<int64_t>(obj, "slots", 1, "int64"); }
 
 cuda::ColKind col_kind(const CudaArray& a, const char* name) {
   if (a.kind == 'f' && a.itemsize == 4) return cuda::ColKind::F32;
@@ -694,7 +693,9 @@ void register_cuda(py::module_& m) {
       py::arg("padded_len"), py::arg("out"), py::arg("stream"));
 
   using CA = cuda::CudaVectorArena;
-  py::class_<CA, std::shared_ptr<CA>>(m, "CudaVectorArena")
+  py::class_<CA, std::shared_ptr<CA>> arena_cls(m, "CudaVectorArena");
+  def_slot_columns<CA>(arena_cls);
+  arena_cls
       .def(py::init([](long long dim, const std::string& dtype, long long capacity, int device) {
              LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
              LAMINA_CHECK(capacity >= 0, "capacity must be >= 0, got ", capacity);
@@ -820,28 +821,6 @@ void register_cuda(py::module_& m) {
              return out;
            },
            py::arg("slots"), py::arg("stream") = 0)
-      .def("contains",
-           [](const CA& A, const py::object& slots) {
-             py::array s = check_slots(slots);
-             py::array_t<bool> out(s.shape(0));
-             A.contains(static_cast<const int64_t*>(s.data()), s.shape(0),
-                        reinterpret_cast<uint8_t*>(out.mutable_data()));
-             return out;
-           })
-      .def("namespaces_of",
-           [](const CA& A, const py::object& slots) {
-             py::array s = check_slots(slots);
-             py::array_t<uint64_t> out(s.shape(0));
-             A.namespaces_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
-             return out;
-           })
-      .def("layers_of",
-           [](const CA& A, const py::object& slots) {
-             py::array s = check_slots(slots);
-             py::array_t<uint8_t> out(s.shape(0));
-             A.layers_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
-             return out;
-           })
       .def("set_layer",
            [](CA& A, const py::object& slots, long long layer, std::uintptr_t stream) {
              LAMINA_CHECK(layer >= 0 && layer <= 255, "layer must be in [0, 255], got ", layer);

@@ -60,10 +60,6 @@ py::array check_vectors(const py::handle& obj, const VectorArena& A) {
   return v;
 }
 
-py::array check_slots(const py::handle& obj) {
-  return checked_array<int64_t>(obj, "slots", 1, "int64");
-}
-
 void layer_mask_from(const py::handle& layers, uint64_t mask[4]) {
   mask[0] = mask[1] = mask[2] = mask[3] = 0;
   for (auto item : layers) {
@@ -115,7 +111,9 @@ void register_search(py::module_& m) {
       py::arg("queries"), py::arg("vectors"), py::arg("k"), py::arg("metric") = "ip",
       py::arg("threads") = 0);
 
-  py::class_<VectorArena, std::shared_ptr<VectorArena>>(m, "VectorArena")
+  py::class_<VectorArena, std::shared_ptr<VectorArena>> arena_cls(m, "VectorArena");
+  def_slot_columns<VectorArena>(arena_cls);
+  arena_cls
       .def(py::init([](long long dim, const std::string& dtype, long long capacity) {
              LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
              LAMINA_CHECK(capacity >= 0, "capacity must be >= 0, got ", capacity);
@@ -203,28 +201,6 @@ void register_search(py::module_& m) {
                py::gil_scoped_release nogil;
                A.get(p, n, o);
              }
-             return out;
-           })
-      .def("contains",
-           [](const VectorArena& A, const py::object& slots) {
-             py::array s = check_slots(slots);
-             py::array_t<bool> out(s.shape(0));
-             A.contains(static_cast<const int64_t*>(s.data()), s.shape(0),
-                        reinterpret_cast<uint8_t*>(out.mutable_data()));
-             return out;
-           })
-      .def("namespaces_of",
-           [](const VectorArena& A, const py::object& slots) {
-             py::array s = check_slots(slots);
-             py::array_t<uint64_t> out(s.shape(0));
-             A.namespaces_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
-             return out;
-           })
-      .def("layers_of",
-           [](const VectorArena& A, const py::object& slots) {
-             py::array s = check_slots(slots);
-             py::array_t<uint8_t> out(s.shape(0));
-             A.layers_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
              return out;
            })
       .def("set_layer",

@@ -42,6 +42,38 @@ py::array checked_array(const py::handle& obj, const char* name, int ndim,
   return a;
 }
 
+/// Slot handles: int64, 1-D, C-contiguous.
+inline py::array check_slots(const py::handle& obj) {
+  return checked_array<int64_t>(obj, "slots", 1, "int64");
+}
+
+/// contains / namespaces_of / layers_of: the same per-slot column reads for every arena type
+/// (host VectorArena and the CUDA arena, whose bookkeeping columns live on the host).
+template <class Arena, class Cls>
+void def_slot_columns(Cls& cls) {
+  cls.def("contains",
+          [](const Arena& A, const py::object& slots) {
+            py::array s = check_slots(slots);
+            py::array_t<bool> out(s.shape(0));
+            A.contains(static_cast<const int64_t*>(s.data()), s.shape(0),
+                       reinterpret_cast<uint8_t*>(out.mutable_data()));
+            return out;
+          })
+      .def("namespaces_of",
+           [](const Arena& A, const py::object& slots) {
+             py::array s = check_slots(slots);
+             py::array_t<uint64_t> out(s.shape(0));
+             A.namespaces_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
+             return out;
+           })
+      .def("layers_of", [](const Arena& A, const py::object& slots) {
+        py::array s = check_slots(slots);
+        py::array_t<uint8_t> out(s.shape(0));
+        A.layers_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
+        return out;
+      });
+}
+
 /// Register translators for lamina's exception types (ValueError and IndexError map through
 /// their std bases; TypeError needs its own).
 void register_exceptions(py::module_& m);

@@ -6,34 +6,23 @@
 #include <cstring>
 
 #include "lamina/common.hpp"
+#include "lamina/kernel_math.hpp"
 #include "lamina/parallel.hpp"
 
 namespace lamina {
 
 namespace {
 
-// exp(x) for x in [-87, 0], Cephes polynomial after Cody-Waite reduction; written with plain
-// arithmetic (round-to-nearest via the 1.5*2^23 trick, exponent via integer bits) so that the
-// compiler vectorises the loops that call it. Relative error ~1 ulp. (kmath::fast_expf has the
-// same core, but its NaN / overflow / underflow selects keep GCC from if-converting the GELU
-// loop: 10x slower here, and this argument is never NaN, positive or below -87.)
+// exp(x) for x in [-87, 0] with kmath::expf_reduced (the core of kmath::fast_expf) and a plain
+// 2^n scale, so that the compiler vectorises the loops that call it. Relative error ~1 ulp.
+// (kmath::fast_expf itself adds NaN / overflow / underflow selects that keep GCC from
+// if-converting the GELU loop: 10x slower here, and this argument is never NaN, positive or
+// below -87.)
 inline float exp_nonpos(float x) {
   x = std::max(x, -87.0f);
-  const float magic = 12582912.0f;  // 1.5 * 2^23
-  float n = (x * 1.44269504088896341f + magic) - magic;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * (r * r) + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
+  float n;
+  const float y = kmath::expf_reduced(x, n);
+  return y * kmath::bits_to_float((static_cast<int32_t>(n) + 127) << 23);
 }
 
 // x * Phi(x), Phi(-|x|) = erfc(|x|/sqrt2)/2, erfc(z) = t*exp(-z^2 + P(t)), t = 1/(1+z/2)

@@ -53,6 +53,23 @@ static inline LAMINA_HD int32_t float_to_bits(float f) {
 static inline LAMINA_HD bool is_finite(float v) { return (v - v) == 0.0f; }
 static inline LAMINA_HD bool is_finite(double v) { return (v - v) == 0.0; }
 
+/// Core of the exp approximations: for finite x in [ln(FLT_MIN), ln(FLT_MAX)], returns e^r with
+/// r = x - n·ln2 (Cody-Waite split, Cephes degree-5 polynomial) and writes n = round(x / ln2)
+/// (1.5·2^23 trick, exact for |n| < 2^22); e^x = e^r · 2^n. Callers build 2^n.
+static inline LAMINA_HD float expf_reduced(float x, float& n) {
+  const float kShift = 12582912.0f;
+  n = (x * 1.44269504088896341f + kShift) - kShift;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  return p * (r * r) + r + 1.0f;
+}
+
 // ---- exp / log -----------------------------------------------------------------------------
 /// e^x in float32, max relative error ~2 ulp for x in [-87.33, 88.72].
 /// Results below FLT_MIN (x < -87.3365) flush to +0; x > 88.7228 gives +Inf; NaN gives NaN.
@@ -64,18 +81,8 @@ static inline LAMINA_HD float fast_expf(float x) {
   const float kHi = 88.7228391117f;   // ln(FLT_MAX)
   float xc = x > kLo ? x : kLo;       // NaN -> kLo here; restored at the end
   xc = xc < kHi ? xc : kHi;
-  // n = round(x / ln2) with the 1.5·2^23 trick (exact for |n| < 2^22).
-  const float kShift = 12582912.0f;
-  const float n = (xc * 1.44269504088896341f + kShift) - kShift;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * (r * r) + r + 1.0f;
+  float n;
+  const float y = expf_reduced(xc, n);
   const int32_t ni = static_cast<int32_t>(n);          // in [-126, 128]
   const int32_t n1 = ni > 127 ? 127 : ni;              // 2^n = 2^n1 · 2^(n - n1)
   const float scale = bits_to_float((n1 + 127) << 23);
