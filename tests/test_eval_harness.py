@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lamina.cli import main
@@ -166,16 +167,42 @@ def test_cli_eval_locomo(tmp_path, capsys):
     data.write_text(json.dumps([dict(_sample())]))
     out = tmp_path / "res.json"
     rc = main(["eval", "locomo", "--data", str(tmp_path), "--embedder", "hashing", "--budgets", "32,64",
-               "--systems", "bm25,lamina", "--out", str(out), "--quiet"])
+               "--systems", "bm25,lamina", "--out", str(out), "--quiet", "--cache", str(tmp_path / "v.sqlite")])
     assert rc == 0
     text = capsys.readouterr().out
     assert "1 conversations" in text and "budget 64 tokens" in text and "reader: skipped" in text
     res = json.loads(out.read_text())  # strict JSON: NaN written as null
     assert set(res["results"]) == {"bm25", "lamina"}
     assert res["dataset"]["load_report"]["questions"] == 6
+    assert res["embedder"]["from_cache"] == 0 and res["embedder"]["texts_embedded"] > 0
+    # a rerun embeds nothing: every vector comes back from the cache file
+    rc = main(["eval", "locomo", "--data", str(tmp_path), "--embedder", "hashing", "--budgets", "32",
+               "--systems", "bm25", "--out", str(out), "--quiet", "--cache", str(tmp_path / "v.sqlite")])
+    assert rc == 0 and "read from the cache" in capsys.readouterr().out
+    res2 = json.loads(out.read_text())
+    # (the first run also embedded lamina's summaries and facts; this one needs turns and questions)
+    assert res2["embedder"]["texts_embedded"] == 0 and 0 < res2["embedder"]["from_cache"] <= res["embedder"]["texts_embedded"]
     assert main(["eval", "locomo", "--data", str(tmp_path / "missing.json")]) == 2
     with pytest.raises(SystemExit):
         main(["eval", "locomo", "--budgets", "0,5"])
+
+
+def test_cached_embedder_file_round_trip(tmp_path):
+    from lamina.eval.systems import CachedEmbedder
+
+    texts = ["I moved to Paris", "my dog is called Max", "I moved to Paris", "ünïcode ✓"]
+    a = CachedEmbedder(Hashing(dim=64), str(tmp_path / "c" / "v.sqlite"))
+    Ea = a.embed(texts)
+    assert a.embedded == 3 and a.from_disk == 0
+    a.close()
+    b = CachedEmbedder(Hashing(dim=64), str(tmp_path / "c" / "v.sqlite"))
+    Eb = b.embed(texts[::-1])
+    assert b.embedded == 0 and b.from_disk == 3
+    np.testing.assert_array_equal(Eb[::-1], Ea)  # bit for bit
+    # another model (here: another dim) never reads these vectors
+    c = CachedEmbedder(Hashing(dim=32), str(tmp_path / "c" / "v.sqlite"))
+    assert c.embed(texts[:1]).shape == (1, 32) and c.embedded == 1
+    b.close(), c.close()
 
 
 def test_run_locomo_rejects_bad_arguments(synthetic):

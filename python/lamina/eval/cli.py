@@ -24,6 +24,12 @@ def _budgets(s: str) -> list[int]:
     return out
 
 
+def _default_cache() -> str:
+    """``$LAMINA_CACHE_DIR/eval-vectors.sqlite`` (default ``~/.cache/lamina``)."""
+    root = os.environ.get("LAMINA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "lamina")
+    return os.path.join(root, "eval-vectors.sqlite")
+
+
 def _json_safe(x: Any) -> Any:
     if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
         return None
@@ -59,11 +65,16 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
     convs, rep = load_locomo(data, captions=not args.no_captions, limit=args.limit_conversations)
     systems = ALL_SYSTEMS if not args.systems else [s.strip() for s in args.systems.split(",") if s.strip()]
     embedder = get_embedder(args.embedder)
+    cache = None if args.no_cache else (args.cache or _default_cache())
+    if cache is not None:
+        from .systems import CachedEmbedder
+
+        embedder = CachedEmbedder(embedder, cache)
     reader = _reader(args)
     print(f"LoCoMo: {rep.conversations} conversations, {rep.sessions} sessions, {rep.turns} turns, "
           f"{rep.questions} questions; evidence ids {rep.evidence_ids}: {len(rep.repaired_evidence)} repaired, "
           f"{len(rep.malformed_evidence)} unparseable, {len(rep.missing_evidence)} pointing at no turn")
-    print(f"embedder: {embedder.name}; systems: {', '.join(systems)}; budgets: {args.budgets}")
+    print(f"embedder: {embedder.name}; vector cache: {cache or 'off'}; systems: {', '.join(systems)}; budgets: {args.budgets}")
     if reader is None:
         print("reader: skipped (no OpenAI-compatible endpoint: set --reader-model [--reader-url] or "
               "LAMINA_READER_MODEL [LAMINA_READER_BASE_URL]); F1 / BLEU-1 are not reported")
@@ -77,6 +88,10 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
     if e["texts_per_s"]:
         print(f"\nembedding: {e['texts_embedded']} distinct texts in {e['seconds']:.1f} s "
               f"({e['texts_per_s']:.0f} texts/s); total {res['elapsed_seconds']:.0f} s")
+    if e.get("from_cache"):
+        print(f"embedding: {e['from_cache']} vectors read from the cache {cache}")
+    if cache is not None:
+        embedder.close()
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(_json_safe(res), f, indent=1)
@@ -107,5 +122,9 @@ def add_eval_parser(sub: Any) -> None:
     lo.add_argument("--reader-url", default=None, help="base URL of the endpoint (…/v1)")
     lo.add_argument("--reader-budget", type=int, default=1024, help="budget whose contexts the reader answers from")
     lo.add_argument("--reader-timeout", type=float, default=60.0)
+    lo.add_argument("--cache", default=None,
+                    help="SQLite file of embedded texts reused across runs "
+                         "(default $LAMINA_CACHE_DIR/eval-vectors.sqlite, ~/.cache/lamina)")
+    lo.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing on disk")
     lo.add_argument("--quiet", action="store_true", help="no progress bar")
     lo.set_defaults(func=_cmd_eval_locomo)

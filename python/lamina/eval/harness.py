@@ -252,7 +252,7 @@ def run_locomo(convs: Sequence[Conversation], embedder: Any, *, budgets: Sequenc
                     "questions_per_category": {
                         CATEGORY_NAMES[c]: sum(1 for cv in convs for q in cv.questions if q.category == c)
                         for c in CATEGORY_NAMES}},
-        "embedder": {"name": emb.name, "dim": emb.dim, "texts_embedded": emb.embedded,
+        "embedder": {"name": emb.name, "dim": emb.dim, "texts_embedded": emb.embedded, "from_cache": emb.from_disk,
                      "seconds": round(emb.seconds, 3),
                      "texts_per_s": (emb.embedded / emb.seconds) if emb.seconds > 0 else None},
         "budgets": budgets,

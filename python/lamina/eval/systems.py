@@ -22,7 +22,10 @@ bounded-store counterpart of lamina's layer capacities used for the retention me
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
+import sqlite3
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
@@ -72,14 +75,30 @@ class CachedEmbedder:
     """Memoises an embedder's vectors by text, so that every system of one run pays for each
     distinct text once (the vectors are the inner embedder's, bit for bit).
 
+    With ``path``, vectors are also kept in a SQLite file keyed by the embedder's ``name`` and the
+    SHA-256 of the text, so a rerun (another budget, system or code change) embeds nothing it has
+    embedded before. Each batch is written in one transaction: a crash loses at most the batch in
+    flight, never a half-written vector. Vectors read back are the stored float32 bytes.
+
     Thread safety: not thread-safe (the evaluation is single-threaded).
     """
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, path: Optional[str] = None) -> None:
         self.inner = inner
         self._cache: dict[str, npt.NDArray[np.float32]] = {}
         self.seconds = 0.0
         self.embedded = 0
+        self.from_disk = 0
+        self.path = path
+        self._db: Optional[sqlite3.Connection] = None
+        if path is not None:
+            d = os.path.dirname(os.path.abspath(path))
+            os.makedirs(d, exist_ok=True)
+            self._db = sqlite3.connect(path)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key BLOB NOT NULL, "
+                             "dim INTEGER NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (model, key))")
+            self._db.commit()
 
     @property
     def dim(self) -> int:
@@ -89,10 +108,33 @@ class CachedEmbedder:
     def name(self) -> str:
         return str(self.inner.name)
 
+    @staticmethod
+    def _key(text: str) -> bytes:
+        return hashlib.sha256(text.encode("utf-8")).digest()
+
+    def _load(self, texts: list[str]) -> list[str]:
+        """Fill the memo from the file; returns the texts still missing."""
+        if self._db is None or not texts:
+            return texts
+        dim, name = self.dim, self.name
+        missing = []
+        for i in range(0, len(texts), 500):
+            chunk = texts[i:i + 500]
+            keys = {self._key(t): t for t in chunk}
+            q = ",".join("?" * len(keys))
+            rows = self._db.execute(f"SELECT key, dim, vec FROM vectors WHERE model = ? AND key IN ({q})",
+                                    [name, *keys]).fetchall()
+            for k, d, v in rows:
+                if int(d) == dim and len(v) == 4 * dim:
+                    self._cache[keys[bytes(k)]] = np.frombuffer(v, dtype=np.float32).copy()
+                    self.from_disk += 1
+            missing.extend(t for t in chunk if t not in self._cache)
+        return missing
+
     def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
         import time
 
-        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        missing = self._load([t for t in dict.fromkeys(texts) if t not in self._cache])
         if missing:
             t0 = time.perf_counter()
             E = self.inner.embed(missing)
@@ -100,10 +142,20 @@ class CachedEmbedder:
             self.embedded += len(missing)
             for t, e in zip(missing, E):
                 self._cache[t] = np.array(e, dtype=np.float32)
+            if self._db is not None:
+                with self._db:
+                    self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
+                                         [(self.name, self._key(t), self.dim, self._cache[t].tobytes())
+                                          for t in missing])
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for i, t in enumerate(texts):
             out[i] = self._cache[t]
         return out
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
 
 
 def render_turn(t: Turn) -> str:
