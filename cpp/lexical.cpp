@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <unordered_set>
@@ -22,13 +23,21 @@ struct Posting {
   uint32_t pos;  // document position in its namespace
   uint32_t tf;
 };
+struct TermCount {
+  uint32_t term;  // term id in the namespace
+  uint32_t tf;
+};
 
 // Per-thread scoring scratch: acc[pos] is 0 for every position between queries (reset through
 // the touched list), so a query never clears the whole array.
 struct Scratch {
   std::vector<float> acc;
-  std::vector<uint32_t> touched;
-  std::vector<uint32_t> terms;
+  std::vector<uint32_t> touched;  // touched[0 .. n_touched): positions with acc != 0
+  std::size_t n_touched = 0;
+  std::vector<uint32_t> terms, order, rank;
+  std::vector<TermCount> matches;  // (1 + processing index, tf)
+  std::vector<float> weights, rest, part;
+  std::vector<std::size_t> rest_df;
   std::vector<std::pair<float, int64_t>> heap;
 };
 thread_local Scratch t_scratch;
@@ -36,8 +45,19 @@ thread_local Scratch t_scratch;
 struct ResetTouched {
   Scratch& s;
   ~ResetTouched() {
-    for (uint32_t p : s.touched) s.acc[p] = 0.0f;
-    s.touched.clear();
+    for (std::size_t i = 0; i < s.n_touched; ++i) s.acc[s.touched[i]] = 0.0f;
+    s.n_touched = 0;
+  }
+};
+
+// Length normalisation of one query: norm(len) = c0 + c1 * len = k1 * (1 - b + b * len / avgdl).
+struct Norm {
+  float c0, c1;
+  // One term's BM25 contribution, w = idf * (k1 + 1). Both search phases use it, so a score
+  // never depends on the phase that computed it.
+  float contribution(float w, uint32_t tf_count, float len) const {
+    const float tf = static_cast<float>(tf_count);
+    return w * tf / (tf + c0 + c1 * len);
   }
 };
 
@@ -67,9 +87,10 @@ struct LexicalIndex::Namespace {
   std::vector<int64_t> key;
   std::vector<float> len;
   std::vector<uint8_t> live;
-  // Forward index: distinct term ids of position p are fwd[fwd_off[p] .. fwd_off[p + 1]).
+  // Forward index: the distinct terms of position p and their counts are
+  // fwd[fwd_off[p] .. fwd_off[p + 1]).
   std::vector<std::size_t> fwd_off{0};
-  std::vector<uint32_t> fwd;
+  std::vector<TermCount> fwd;
   // Inverted index: term hash -> term id -> postings sorted by position.
   std::unordered_map<uint64_t, uint32_t> term_ids;
   std::vector<std::vector<Posting>> postings;
@@ -135,7 +156,7 @@ void LexicalIndex::add(const int64_t* keys, std::size_t n, const uint64_t* ns, b
       const uint32_t t = it->second;
       s.postings[t].push_back({pos, static_cast<uint32_t>(e - j)});
       if (s.df[t]++ == 0) ++s.n_terms_live;
-      s.fwd.push_back(t);
+      s.fwd.push_back({t, static_cast<uint32_t>(e - j)});
       ++s.n_postings;
       j = e;
     }
@@ -179,7 +200,7 @@ std::size_t LexicalIndex::remove(const int64_t* keys, std::size_t n, bool missin
     ++s.n_dead;
     s.total_len -= static_cast<uint64_t>(s.len[p]);
     for (std::size_t j = s.fwd_off[p]; j < s.fwd_off[p + 1]; ++j)
-      if (--s.df[s.fwd[j]] == 0) --s.n_terms_live;
+      if (--s.df[s.fwd[j].term] == 0) --s.n_terms_live;
     keys_.erase(key);
     if (touched.empty() || touched.back() != &s) touched.push_back(&s);
   }
@@ -231,7 +252,7 @@ void LexicalIndex::compact_locked(Namespace& s) {
   std::vector<int64_t> key;
   std::vector<float> len;
   std::vector<std::size_t> fwd_off;
-  std::vector<uint32_t> fwd;
+  std::vector<TermCount> fwd;
   key.reserve(next);
   len.reserve(next);
   fwd_off.reserve(next + 1);
@@ -239,7 +260,8 @@ void LexicalIndex::compact_locked(Namespace& s) {
   fwd_off.push_back(0);
   for (std::size_t p = 0; p < n_pos; ++p) {
     if (new_pos[p] == kNone) continue;
-    for (std::size_t j = s.fwd_off[p]; j < s.fwd_off[p + 1]; ++j) fwd.push_back(new_term[s.fwd[j]]);
+    for (std::size_t j = s.fwd_off[p]; j < s.fwd_off[p + 1]; ++j)
+      fwd.push_back({new_term[s.fwd[j].term], s.fwd[j].tf});
     fwd_off.push_back(fwd.size());
     key.push_back(s.key[p]);
     len.push_back(s.len[p]);
@@ -297,39 +319,126 @@ void LexicalIndex::search_one(Namespace* s, const uint64_t* terms, std::size_t n
   std::fill(out_keys, out_keys + k, int64_t(-1));
   if (!s || s->n_live == 0 || n_terms == 0) return;
   Scratch& sc = t_scratch;
-  // Distinct known query terms, in first-occurrence order (fixes the float summation order).
+  const double n_docs = static_cast<double>(s->n_live);
+  // Distinct known query terms with their weight w = idf * (k1 + 1), an upper bound of any
+  // document's contribution from the term (tf / (tf + norm) <= 1, also after float rounding).
   sc.terms.clear();
+  sc.weights.clear();
   for (std::size_t i = 0; i < n_terms; ++i) {
     auto it = s->term_ids.find(terms[i]);
     if (it == s->term_ids.end() || s->df[it->second] == 0) continue;
-    if (std::find(sc.terms.begin(), sc.terms.end(), it->second) == sc.terms.end())
-      sc.terms.push_back(it->second);
+    if (std::find(sc.terms.begin(), sc.terms.end(), it->second) != sc.terms.end()) continue;
+    const double df = static_cast<double>(s->df[it->second]);
+    sc.terms.push_back(it->second);
+    sc.weights.push_back(static_cast<float>(std::log1p((n_docs - df + 0.5) / (df + 0.5)) * (k1_ + 1.0)));
   }
-  if (sc.terms.empty()) return;
+  const std::size_t m = sc.terms.size();
+  if (m == 0) return;
+  // Rarest (heaviest) terms first; ties keep the query order. This fixes the summation order.
+  sc.order.resize(m);
+  for (std::size_t i = 0; i < m; ++i) sc.order[i] = static_cast<uint32_t>(i);
+  std::stable_sort(sc.order.begin(), sc.order.end(),
+                   [&](uint32_t a, uint32_t b) { return sc.weights[a] > sc.weights[b]; });
+  // rest[i]: float sum, in processing order, of the weights of terms i..m-1. Float addition is
+  // monotone, so a document that matches only terms >= i ends with a score <= rest[i].
+  sc.rest.assign(m + 1, 0.0f);
+  sc.rest_df.assign(m + 1, 0);
+  for (std::size_t i = 0; i < m; ++i) {
+    float r = 0.0f;
+    for (std::size_t j = i; j < m; ++j) r += sc.weights[sc.order[j]];
+    sc.rest[i] = r;
+  }
+  for (std::size_t i = m; i-- > 0;)
+    sc.rest_df[i] = sc.rest_df[i + 1] + s->postings[sc.terms[sc.order[i]]].size();
+
   if (sc.acc.size() < s->key.size()) sc.acc.resize(s->key.size(), 0.0f);
   ResetTouched reset{sc};
-  const double n_docs = static_cast<double>(s->n_live);
-  const double avgdl = static_cast<double>(s->total_len) / n_docs;
   const float c0 = static_cast<float>(k1_ * (1.0 - b_));
+  const double avgdl = static_cast<double>(s->total_len) / n_docs;
   const float c1 = avgdl > 0.0 ? static_cast<float>(k1_ * b_ / avgdl) : 0.0f;
+  const Norm norm{c0, c1};
   float* acc = sc.acc.data();
   const float* len = s->len.data();
-  for (uint32_t t : sc.terms) {
-    const double df = static_cast<double>(s->df[t]);
-    const float w = static_cast<float>(std::log1p((n_docs - df + 0.5) / (df + 0.5)) * (k1_ + 1.0));
+  const uint8_t* live = s->live.data();
+  const int64_t* key = s->key.data();
+
+  // Phase 1: every posting of the heaviest terms opens or updates an accumulator. Once the k-th
+  // best partial score theta (a lower bound of the final k-th score) exceeds rest[i], no
+  // document outside the touched set can reach the top k (MaxScore, Turtle & Flood 1995): phase
+  // 2 then completes only the touched documents, from their forward-index entries, instead of
+  // reading the long posting lists of the remaining (common) terms.
+  const double terms_per_doc =
+      static_cast<double>(s->n_postings) / static_cast<double>(std::max<std::size_t>(s->key.size(), 1));
+  if (sc.touched.size() < s->key.size() + 1) sc.touched.resize(s->key.size() + 1);
+  uint32_t* touched = sc.touched.data();
+  std::size_t n_touched = 0;
+  std::size_t i = 0;
+  bool pruned = false;
+  for (; i < m; ++i) {
+    const uint32_t t = sc.terms[sc.order[i]];
+    const float w = sc.weights[sc.order[i]];
     for (const Posting& q : s->postings[t]) {
-      const float tf = static_cast<float>(q.tf);
-      const float c = w * tf / (tf + c0 + c1 * len[q.pos]);
-      if (acc[q.pos] == 0.0f) sc.touched.push_back(q.pos);
+      const float c = norm.contribution(w, q.tf, len[q.pos]);
+      // Branch-free append: the slot is always written, kept only on a first touch.
+      touched[n_touched] = q.pos;
+      n_touched += acc[q.pos] == 0.0f;
       acc[q.pos] += c;
     }
+    sc.n_touched = n_touched;
+    if (i + 1 == m) break;
+    // Finding theta and completing the touched documents cost O(touched * terms per document):
+    // only worth it when well below the postings left to read.
+    const double cost = static_cast<double>(n_touched) * (terms_per_doc + 2.0);
+    if (n_touched < k || 2.0 * cost > static_cast<double>(sc.rest_df[i + 1])) continue;
+    sc.part.clear();
+    for (std::size_t j = 0; j < n_touched; ++j) {
+      const uint32_t p = touched[j];
+      if (live[p]) sc.part.push_back(acc[p]);
+    }
+    if (sc.part.size() < k) continue;
+    std::nth_element(sc.part.begin(), sc.part.begin() + (k - 1), sc.part.end(), std::greater<float>());
+    if (sc.rest[i + 1] < sc.part[k - 1]) {
+      pruned = true;
+      ++i;
+      break;
+    }
   }
+  if (pruned) {
+    // rank[t] = 1 + processing index of query term t, for the terms left (0: not left).
+    if (sc.rank.size() < s->postings.size()) sc.rank.resize(s->postings.size(), 0);
+    for (std::size_t j = i; j < m; ++j) sc.rank[sc.terms[sc.order[j]]] = static_cast<uint32_t>(j + 1);
+    struct ResetRank {
+      Scratch& sc;
+      std::size_t from, m;
+      ~ResetRank() {
+        for (std::size_t j = from; j < m; ++j) sc.rank[sc.terms[sc.order[j]]] = 0;
+      }
+    } reset_rank{sc, i, m};
+    const uint32_t* rank = sc.rank.data();
+    const TermCount* fwd = s->fwd.data();
+    const std::size_t* off = s->fwd_off.data();
+    for (std::size_t j = 0; j < n_touched; ++j) {
+      const uint32_t p = touched[j];
+      if (!live[p]) continue;
+      // Matches of document p with the terms left, added in processing order as in phase 1.
+      sc.matches.clear();
+      for (std::size_t e = off[p]; e < off[p + 1]; ++e)
+        if (const uint32_t r = rank[fwd[e].term]) sc.matches.push_back({r, fwd[e].tf});
+      if (sc.matches.empty()) continue;
+      std::sort(sc.matches.begin(), sc.matches.end(),
+                [](const TermCount& x, const TermCount& y) { return x.term < y.term; });
+      float a = acc[p];
+      for (const TermCount& mt : sc.matches)
+        a += norm.contribution(sc.weights[sc.order[mt.term - 1]], mt.tf, len[p]);
+      acc[p] = a;
+    }
+  }
+
   // Bounded heap whose front is the worst kept candidate.
   auto& heap = sc.heap;
   heap.clear();
-  const uint8_t* live = s->live.data();
-  const int64_t* key = s->key.data();
-  for (uint32_t p : sc.touched) {
+  for (std::size_t j = 0; j < n_touched; ++j) {
+    const uint32_t p = touched[j];
     if (!live[p]) continue;
     std::pair<float, int64_t> cand{acc[p], key[p]};
     if (heap.size() < k) {
@@ -342,9 +451,9 @@ void LexicalIndex::search_one(Namespace* s, const uint64_t* terms, std::size_t n
     }
   }
   std::sort_heap(heap.begin(), heap.end(), ranks_before);
-  for (std::size_t i = 0; i < heap.size(); ++i) {
-    out_scores[i] = heap[i].first;
-    out_keys[i] = heap[i].second;
+  for (std::size_t j = 0; j < heap.size(); ++j) {
+    out_scores[j] = heap[j].first;
+    out_keys[j] = heap[j].second;
   }
 }
 

@@ -193,6 +193,32 @@ def test_matches_eval_bm25_baseline(docs, queries):
         check_topk(ref, sc[0], ky[0], len(docs))
 
 
+def test_skewed_corpus_with_pruning_matches_reference():
+    """Zipf-like term frequencies and queries mixing rare and common terms: the search skips the
+    common terms' postings for documents that cannot reach the top k; results stay exact."""
+    from lamina.eval.systems import _BM25Index
+
+    rng = np.random.default_rng(5)
+    vocab = [f"v{i}" for i in range(300)]
+    p = 1.0 / (np.arange(1, 301) + 2.0)
+    p /= p.sum()
+    docs = [list(rng.choice(vocab, size=int(rng.integers(1, 15)), p=p)) for _ in range(3000)]
+    ix = lamina.LexicalIndex()
+    ix.add(range(3000), docs)
+    gone = list(range(0, 3000, 7))  # tombstones inside the posting lists
+    ix.remove(gone)
+    kept = [i for i in range(3000) if i % 7]
+    base = _BM25Index([docs[i] for i in kept])
+    queries = [[vocab[int(rng.integers(100, 300))], vocab[int(rng.integers(0, 5))], vocab[int(rng.integers(0, 30))]]
+               for _ in range(40)]
+    queries += [[vocab[0], vocab[1], vocab[2]], [vocab[299], vocab[298]]]
+    for k in (1, 3, 10):
+        sc, ky = ix.search_many(queries, 0, k)
+        for qi, q in enumerate(queries):
+            ref = {kept[j]: float(s) for j, s in enumerate(base.scores(q)) if s > 0}
+            check_topk(ref, sc[qi], ky[qi], k)
+
+
 def test_per_query_namespaces_in_one_batch():
     ix = lamina.LexicalIndex()
     ref = RefBM25()
