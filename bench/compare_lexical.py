@@ -11,9 +11,10 @@ figure for its own queries, and the work of a query grows with it. Every system 
 separately, since every system needs it) and answers the same queries (k = 10), on one thread.
 
 Reported per size: build time (and per document), the cost of one incremental add and remove
-on the built index, per-query latency for one query at a time and in a batch of 64, and the
-ratio of the pure-Python baseline (and rank_bm25's BM25Okapi when installed) to lamina
-(> 1: lamina is faster).
+on the built index (through the Python API, tokens given), per-query latency for one query at a
+time (wall and CPU time of this process; the CPU time is the steadier figure on a shared
+machine) and per query in a batch of 64 (CPU), and the ratios of the pure-Python baseline (and
+rank_bm25's BM25Okapi when installed) to lamina (> 1: lamina is faster; query x uses CPU time).
 
     python bench/compare_lexical.py                 # n = 10k, 100k
     python bench/compare_lexical.py --sizes 100000 --out bench/results/lexical.json
@@ -87,16 +88,27 @@ def make_queries(rng: np.random.Generator, vocab: list[str], docs: list[list[str
     return qs
 
 
-def per_call(fn: Callable[[Any], Any], items: list[Any], reps: int = 3) -> float:
-    """Median over reps of (time to call fn on every item) / len(items), in seconds."""
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux), 0 where unavailable."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
+def per_call(fn: Callable[[Any], Any], items: list[Any], reps: int = 3) -> tuple[float, float]:
+    """(wall, CPU) seconds per item: medians over reps of one pass calling fn on every item.
+    On a shared machine the CPU time (this process only) is the steadier of the two."""
     fn(items[0])
-    best = []
+    wall, cpu = [], []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for it in items:
             fn(it)
-        best.append((time.perf_counter() - t0) / len(items))
-    return float(np.median(best))
+        wall.append((time.perf_counter() - t0) / len(items))
+        cpu.append((time.process_time() - c0) / len(items))
+    return float(np.median(wall)), float(np.median(cpu))
 
 
 def py_topk(ix: _BM25Index, q: list[str], k: int) -> np.ndarray:
@@ -126,10 +138,12 @@ def run(n: int, n_queries: int, seed: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
 
     # -- lamina
+    rss0 = rss_bytes()
     t0 = time.perf_counter()
     lx = lamina.LexicalIndex()
     lx.add(np.arange(n, dtype=np.int64), docs)
     t_build = time.perf_counter() - t0
+    mem = (rss_bytes() - rss0) / n
     extra = [tokenize(t) for t in make_lines(rng, vocab, 1000)]
     keys = np.arange(n, n + len(extra))
     t0 = time.perf_counter()
@@ -141,21 +155,23 @@ def run(n: int, n_queries: int, seed: int) -> list[dict[str, Any]]:
         lx.remove(int(key))
     t_rm1 = (time.perf_counter() - t0) / len(extra)
     lx.compact()
-    t_q = per_call(lambda q: lx.search(q, 0, K), queries)
+    t_q, c_q = per_call(lambda q: lx.search(q, 0, K), queries)
     batches = [queries[i:i + 64] for i in range(0, len(queries) - 63, 64)]
-    t_b = per_call(lambda b: lx.search_many(b, 0, K, threads=1), batches) / 64
+    t_b = per_call(lambda b: lx.search_many(b, 0, K, threads=1), batches)[1] / 64
     st = lx.stats(0)
     rows.append({"n": n, "system": "lamina", "build_s": t_build, "build_us_doc": t_build / n * 1e6,
                  "add1_us": t_add1 * 1e6, "remove1_us": t_rm1 * 1e6, "query_us": t_q * 1e6,
-                 "batch64_us_q": t_b * 1e6, "postings": st["postings"]})
+                 "query_cpu_us": c_q * 1e6,
+                 "batch64_us_q": t_b * 1e6, "postings": st["postings"], "rss_bytes_doc": mem})
+    print(f"lamina index memory: ~{mem:.0f} bytes per document (resident set growth while building)")
 
     # -- pure-Python BM25 (lamina.eval's baseline): numpy scores over all docs + top-k
     t0 = time.perf_counter()
     px = _BM25Index(docs)
     t_build = time.perf_counter() - t0
-    t_q = per_call(lambda q: py_topk(px, q, K), queries[: max(20, n_queries // 4)])
+    t_q, c_q = per_call(lambda q: py_topk(px, q, K), queries[: max(20, n_queries // 4)])
     rows.append({"n": n, "system": "python-bm25", "build_s": t_build, "build_us_doc": t_build / n * 1e6,
-                 "query_us": t_q * 1e6})
+                 "query_us": t_q * 1e6, "query_cpu_us": c_q * 1e6})
 
     # agreement on the top-1 (a sanity check that both rank the same way)
     agree = 0
@@ -176,18 +192,18 @@ def run(n: int, n_queries: int, seed: int) -> list[dict[str, Any]]:
         t0 = time.perf_counter()
         rb = BM25Okapi(docs, k1=1.2, b=0.75)
         t_build = time.perf_counter() - t0
-        t_q = per_call(lambda q: np.argsort(-rb.get_scores(q))[:K], queries[:20])
+        t_q, c_q = per_call(lambda q: np.argsort(-rb.get_scores(q))[:K], queries[:20])
         rows.append({"n": n, "system": "rank_bm25", "build_s": t_build, "build_us_doc": t_build / n * 1e6,
-                     "query_us": t_q * 1e6})
+                     "query_us": t_q * 1e6, "query_cpu_us": c_q * 1e6})
 
     base = rows[0]
     for r in rows:
         r["build_ratio"] = r["build_s"] / base["build_s"]
-        r["query_ratio"] = r["query_us"] / base["query_us"]
+        r["query_ratio"] = r["query_cpu_us"] / base["query_cpu_us"]
     print_table(rows, [("system", "system", ">12"), ("build_s", "build s", ".3f"),
                        ("build_us_doc", "us/doc", ".2f"), ("add1_us", "add1 us", ".1f"),
                        ("remove1_us", "rm1 us", ".1f"), ("query_us", "query us", ".1f"),
-                       ("batch64_us_q", "b64 us/q", ".1f"), ("build_ratio", "build x", ".1f"),
+                       ("query_cpu_us", "q cpu us", ".1f"), ("batch64_us_q", "b64 cpu/q", ".1f"), ("build_ratio", "build x", ".1f"),
                        ("query_ratio", "query x", ".1f")])
     return rows
 
@@ -203,7 +219,7 @@ def main() -> None:
     facts = machine_facts()
     facts["loadavg"] = os.getloadavg()
     print(f"cpu: {facts.get('cpu')}, {facts['cpu_count']} cores, load {facts['loadavg']}, one thread")
-    print("x columns: time of the system / time of lamina (> 1: lamina is faster)")
+    print("x columns: time of the system / time of lamina (> 1: lamina is faster; query x: CPU time)")
     rows: list[dict[str, Any]] = []
     for n in (int(s) for s in args.sizes.split(",")):
         rows += run(n, args.queries, args.seed)

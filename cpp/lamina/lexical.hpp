@@ -13,8 +13,9 @@
 //              idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * len(d) / avgdl))
 //   idf(t)   = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))          (always > 0)
 // Only documents sharing at least one term with the query are candidates, so every returned
-// score is > 0. Scores are accumulated in float32 term by term in the query's first-occurrence
-// order of terms, so two documents with the same term counts and length score identically.
+// score is > 0. Scores are accumulated in float32, term by term, rarest term (largest idf)
+// first, ties in query order: two documents with the same term counts and length score
+// identically (bit for bit).
 //
 // Ordering, ties, padding: results are sorted by descending score; equal scores are ordered by
 // the smaller key first (deterministic, independent of insertion order and thread count). When
@@ -27,10 +28,18 @@
 // the document) and dead documents cost no memory or search time in the long run. A namespace
 // whose last document is removed is dropped entirely.
 //
-// Complexity: add is O(len(d) log len(d)) per document (one hash lookup per distinct term);
-// a query costs O(sum of the df of its terms + m log k) where m is the number of matching
-// documents, using a per-thread dense accumulator indexed by the document's position in its
-// namespace and a touched list (no per-query allocation once warm).
+// Complexity: add is O(len(d) log len(d)) per document (one hash lookup per distinct term).
+// A query is scored term at a time into a per-thread dense accumulator indexed by the
+// document's position in its namespace, with a touched list (no per-query allocation once
+// warm): at most O(sum of the df of its terms + m log k), m = matching documents. Exact
+// MaxScore pruning: once the k-th best partial score exceeds the largest score the remaining
+// (common) terms could still add, documents not yet seen cannot reach the top k, and the
+// documents seen are completed from a forward index instead of reading the remaining posting
+// lists. The result is identical with or without pruning.
+//
+// Memory: per document 21 bytes of columns and one hash-map node for its key (~50 bytes), plus
+// 16 bytes per distinct term of the document (posting and forward entry); per distinct term of
+// a namespace, one hash-map node and one posting-list header (~70 bytes).
 //
 // Thread safety: any number of concurrent readers (search, contains, count, size, stats) or one
 // writer (add, remove, compact) at a time, enforced by an internal reader/writer lock.
