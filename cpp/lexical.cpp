@@ -19,6 +19,10 @@ constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 // Lengths are kept as float for the scoring loop; below 2^24 they are exact.
 constexpr std::size_t kMaxDocLen = std::size_t(1) << 24;
 
+}  // namespace
+
+// Entries of the inverted and forward indexes (named namespace: LexicalIndex members hold them).
+namespace lexical_detail {
 struct Posting {
   uint32_t pos;  // document position in its namespace
   uint32_t tf;
@@ -27,10 +31,14 @@ struct TermCount {
   uint32_t term;  // term id in the namespace
   uint32_t tf;
 };
+}  // namespace lexical_detail
+using lexical_detail::Posting;
+using lexical_detail::TermCount;
 
-// Per-thread scoring scratch: acc[pos] is 0 for every position between queries (reset through
-// the touched list), so a query never clears the whole array.
-struct Scratch {
+// Scoring scratch of one worker: acc[pos] is 0 for every position between queries (reset
+// through the touched list), so a query never clears the whole array. Pooled in the index, so a
+// worker thread created for one batch reuses warm buffers instead of allocating N floats.
+struct LexicalIndex::Scratch {
   std::vector<float> acc;
   std::vector<uint32_t> touched;  // touched[0 .. n_touched): positions with acc != 0
   std::size_t n_touched = 0;
@@ -40,7 +48,10 @@ struct Scratch {
   std::vector<std::size_t> rest_df;
   std::vector<std::pair<float, int64_t>> heap;
 };
-thread_local Scratch t_scratch;
+
+namespace {
+
+using Scratch = LexicalIndex::Scratch;
 
 struct ResetTouched {
   Scratch& s;
@@ -313,12 +324,11 @@ LexicalStats LexicalIndex::stats(uint64_t ns) const {
   return st;
 }
 
-void LexicalIndex::search_one(Namespace* s, const uint64_t* terms, std::size_t n_terms,
+void LexicalIndex::search_one(Scratch& sc, Namespace* s, const uint64_t* terms, std::size_t n_terms,
                               std::size_t k, float* out_scores, int64_t* out_keys) const {
   std::fill(out_scores, out_scores + k, -std::numeric_limits<float>::infinity());
   std::fill(out_keys, out_keys + k, int64_t(-1));
   if (!s || s->n_live == 0 || n_terms == 0) return;
-  Scratch& sc = t_scratch;
   const double n_docs = static_cast<double>(s->n_live);
   // Distinct known query terms with their weight w = idf * (k1 + 1), an upper bound of any
   // document's contribution from the term (tf / (tf + norm) <= 1, also after float rounding).
@@ -472,14 +482,36 @@ void LexicalIndex::search(const uint64_t* hashes, std::size_t n_hashes, const in
   }
   // One worker per ~64k postings of estimated work: thread start-up costs tens of microseconds.
   const int threads = threads_for(work, std::size_t(1) << 16, n_threads);
-  auto run = [&](std::size_t q, int) {
-    search_one(spaces[q], hashes + offsets[q], static_cast<std::size_t>(offsets[q + 1] - offsets[q]),
-               k, out_scores + q * k, out_keys + q * k);
+  const std::size_t n_workers = (threads <= 1 || nq <= 1) ? 1 : std::min<std::size_t>(threads, nq);
+  std::vector<std::unique_ptr<Scratch>> scratch;
+  {
+    std::lock_guard<std::mutex> g(scratch_mu_);
+    while (scratch.size() < n_workers) {
+      if (scratch_pool_.empty()) {
+        scratch.push_back(std::make_unique<Scratch>());
+      } else {
+        scratch.push_back(std::move(scratch_pool_.back()));
+        scratch_pool_.pop_back();
+      }
+    }
+  }
+  struct GiveBack {
+    const LexicalIndex& ix;
+    std::vector<std::unique_ptr<Scratch>>& s;
+    ~GiveBack() {
+      std::lock_guard<std::mutex> g(ix.scratch_mu_);
+      for (auto& p : s) ix.scratch_pool_.push_back(std::move(p));
+    }
+  } give_back{*this, scratch};
+  auto run = [&](std::size_t q, int worker) {
+    search_one(*scratch[static_cast<std::size_t>(worker)], spaces[q], hashes + offsets[q],
+               static_cast<std::size_t>(offsets[q + 1] - offsets[q]), k, out_scores + q * k,
+               out_keys + q * k);
   };
-  if (threads <= 1 || nq <= 1) {
+  if (n_workers == 1) {
     for (std::size_t q = 0; q < nq; ++q) run(q, 0);
   } else {
-    parallel_for(nq, threads, run);
+    parallel_for(nq, static_cast<int>(n_workers), run);
   }
 }
 

@@ -48,6 +48,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string_view>
 #include <unordered_map>
@@ -113,6 +114,8 @@ class LexicalIndex {
   /// Compact every namespace that holds dead documents now (normally automatic).
   void compact();
 
+  struct Scratch;  // scoring buffers of one search worker (pooled; see lexical.cpp)
+
  private:
   struct Namespace;
   struct Loc {
@@ -121,13 +124,15 @@ class LexicalIndex {
   };
   Namespace* find_locked(uint64_t ns) const;
   void compact_locked(Namespace& s);
-  void search_one(Namespace* s, const uint64_t* terms, std::size_t n_terms, std::size_t k,
-                  float* out_scores, int64_t* out_keys) const;
+  void search_one(Scratch& sc, Namespace* s, const uint64_t* terms, std::size_t n_terms,
+                  std::size_t k, float* out_scores, int64_t* out_keys) const;
 
   double k1_, b_;
   std::unordered_map<uint64_t, std::unique_ptr<Namespace>> spaces_;
   std::unordered_map<int64_t, Loc> keys_;
   mutable std::shared_mutex mu_;
+  mutable std::mutex scratch_mu_;  // guards scratch_pool_ (buffers of finished searches)
+  mutable std::vector<std::unique_ptr<Scratch>> scratch_pool_;
 };
 
 }  // namespace lamina
