@@ -139,6 +139,10 @@ void LexicalIndex::add(const int64_t* keys, std::size_t n, const uint64_t* ns, b
       const std::size_t len = static_cast<std::size_t>(offsets[i + 1] - offsets[i]);
       LAMINA_CHECK(len < kMaxDocLen, "document ", i, " has ", len, " terms; the limit is ",
                    kMaxDocLen - 1);
+      const uint64_t ns_id = ns_per_doc ? ns[i] : ns[0];
+      const Namespace* sp = find_locked(ns_id);
+      LAMINA_CHECK(!sp || sp->key.size() + n < kNone - 1, "namespace ", ns_id,
+                   " would exceed 2^32 - 2 documents");
     }
   }
   keys_.reserve(keys_.size() + n);
@@ -151,7 +155,6 @@ void LexicalIndex::add(const int64_t* keys, std::size_t n, const uint64_t* ns, b
       slot->id = ns_id;
     }
     Namespace& s = *slot;
-    LAMINA_CHECK(s.key.size() < kNone - 1, "namespace ", ns_id, " is full (2^32 - 2 documents)");
     const uint32_t pos = static_cast<uint32_t>(s.key.size());
     const std::size_t len = static_cast<std::size_t>(offsets[i + 1] - offsets[i]);
     sorted.assign(hashes + offsets[i], hashes + offsets[i + 1]);

@@ -279,6 +279,8 @@ def test_empty_index_empty_namespace_and_unknown_terms():
     assert np.all(np.isneginf(sc[0])) and sc[1, 0] > 0
     sc, ky = ix.search_many([], 1, 3)
     assert sc.shape == ky.shape == (0, 3)
+    ix.add([], [])  # empty batches are no-ops
+    assert ix.remove([]) == 0 and len(ix) == 1
 
 
 def test_documents_without_terms_count_in_statistics():

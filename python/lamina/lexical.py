@@ -167,7 +167,7 @@ class LexicalIndex:
         """Live documents in ``namespace`` (0 for a namespace never used)."""
         return int(self._ix.count(_ns(namespace)))
 
-    def stats(self, namespace: NamespaceArg) -> dict[str, float]:
+    def stats(self, namespace: NamespaceArg) -> dict[str, Union[int, float]]:
         """``docs`` (N), ``avg_len`` (avgdl), ``terms`` (distinct live terms), ``postings``
         (stored, including removed documents not yet compacted) and ``dead_docs``."""
         return dict(self._ix.stats(_ns(namespace)))
