@@ -85,5 +85,6 @@ void register_hashing(py::module_& m);
 void register_kernels(py::module_& m);
 void register_kv(py::module_& m);
 void register_encoder(py::module_& m);
+void register_lexical(py::module_& m);
 
 }  // namespace lamina::py_detail

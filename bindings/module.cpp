@@ -15,4 +15,5 @@ PYBIND11_MODULE(_core, m) {
   lamina::py_detail::register_kernels(m);
   lamina::py_detail::register_kv(m);
   lamina::py_detail::register_encoder(m);
+  lamina::py_detail::register_lexical(m);
 }

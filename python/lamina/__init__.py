@@ -6,6 +6,7 @@ from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set
 from . import kernels
 from . import kv
 from .search import Metric, VectorArena, topk
+from .lexical import LexicalIndex, tokenize
 from . import embedders
 from .extract import Fact, FactExtractor, Summarizer, Turn
 from .items import Context, MemoryItem
@@ -17,6 +18,8 @@ __version__ = str(build_info()["version"])
 __all__ = [
     "VectorArena",
     "topk",
+    "LexicalIndex",
+    "tokenize",
     "kv",
     "Metric",
     "kernels",
