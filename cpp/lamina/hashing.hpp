@@ -30,7 +30,10 @@
 
 namespace lamina {
 
-/// 64-bit FNV-1a of bytes, starting from `seed` (the FNV offset basis by default).
+/// 64-bit FNV-1a of bytes, starting from `seed`. The default, 1469598103934665603, is NOT the
+/// standard FNV offset basis (14695981039346656037: a digit was lost when this was first written);
+/// it is kept because the hashing embedder's vectors — stored in users' databases — depend on it.
+/// Any fixed seed hashes equally well (fmix64 finalises every feature hash).
 uint64_t fnv1a64(std::string_view s, uint64_t seed = 1469598103934665603ull);
 
 class HashingEmbedder {

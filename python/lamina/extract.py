@@ -219,6 +219,21 @@ def _clean_obj(s: str) -> str:
     return s.strip()
 
 
+# An object must name something: not a clause ("that you chose pottery", "how it's both ..."),
+# an infinitive ("to"), a pronoun ("it", "them") or function words only.
+_CLAUSE_HEAD = frozenset("""to that how what when where why who whom which whether if it it's its they them
+this these those there here you your yours he she him her we us our me myself yourself being doing having
+seeing going getting making so as because""".split())
+_FUNCTION = _CLAUSE_HEAD | frozenset("""a an the of in on at for with and or but is are was were be been
+very really just also too much many some any all more most""".split())
+
+
+def _is_noun_phrase(obj: str) -> bool:
+    w = [x.strip(".,!?;:'\"").lower() for x in obj.split()]
+    w = [x for x in w if x]
+    return bool(w) and w[0] not in _CLAUSE_HEAD and any(x not in _FUNCTION for x in w)
+
+
 class RuleFactExtractor:
     """𝒜 by rules over first-person statements; the speaker is the subject.
 
@@ -247,7 +262,7 @@ class RuleFactExtractor:
                         obj = _clean_obj(obj)
                         if not obj or len(obj.split()) > self.max_object_words:
                             continue
-                        if obj.lower() in {"it", "there", "that", "this", "here", "them"}:
+                        if not _is_noun_phrase(obj):
                             continue
                         if (pred, obj.lower()) in seen or any(p == pred for p, _ in seen) and functional:
                             continue
