@@ -62,6 +62,8 @@ struct LavaScratchDeleter {
 };
 using LavaScratchPtr = std::unique_ptr<LavaScratch, LavaScratchDeleter>;
 LavaScratchPtr make_lava_scratch();
+/// Bytes of storage a LavaScratch holds.
+std::size_t scratch_bytes(const LavaScratch& scratch);
 void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
                 std::size_t tail, int64_t* counts, int64_t* head_budgets, int64_t* out,
                 LavaScratch& scratch);

@@ -595,8 +595,23 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
     RowBuffers bufs;
     std::vector<float> buf;  // one row (pass 1) or one layer (pass 2)
     detail::LavaScratchPtr lava = detail::make_lava_scratch();
+    std::size_t bytes() const {
+      return (bufs.reduced.capacity() + buf.capacity()) * sizeof(float) +
+             detail::scratch_bytes(*lava);
+    }
   };
-  std::vector<Worker> ws(nt > 0 ? nt : 1);
+  // The calling thread's scratch stays with it between calls while it is at most 16 MiB
+  // (fresh pages for it cost more than the selection passes it serves); other workers run
+  // on threads of their own and get fresh scratch.
+  static thread_local Worker kept_worker;
+  std::vector<Worker> extra(nt > 1 ? nt - 1 : 0);
+  struct Release {  // on every exit
+    Worker& w;
+    ~Release() {
+      if (w.bytes() > (std::size_t{16} << 20)) w = Worker();
+    }
+  } release{kept_worker};
+  auto worker_of = [&](int i) -> Worker& { return i == 0 ? kept_worker : extra[i - 1]; };
   // pass 1: entropy sums, the value-norm scale and the best ~1.25 * per_head entries of every
   // row (a few percent of it); the rest of the scores is dropped
   std::vector<RowEntropySums> sums(rows);
@@ -621,7 +636,7 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
   int32_t* const cpos = cand_pos.data();
   const bool scaled = scale.per_row || scale.per_token;
   parallel_for(rows, nt, [&](std::size_t r, int worker) {
-    Worker& W = ws[worker];
+    Worker& W = worker_of(worker);
     if (W.buf.size() < n) W.buf.resize(n);
     fn(in, sp, scale, W.buf.data(), W.bufs, r, &sums[r], scaled ? &nu[r] : nullptr);
     detail::row_candidates(W.buf.data(), n, want, cap, cvals + r * cap, cpos + r * cap,
@@ -641,7 +656,7 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
                                   (layer_budget[l] + static_cast<int64_t>(tail));
   const int nl = nt < 1 ? 1 : std::min<int>(nt, static_cast<int>(L));
   parallel_for(L, nl, [&](std::size_t l, int worker) {
-    Worker& W = ws[worker];
+    Worker& W = worker_of(worker);
     const std::size_t b = static_cast<std::size_t>(layer_budget[l]);
     auto row = [&](std::size_t g) {  // only the rows (or layers) scored again need W.buf
       if (W.buf.size() < Hkv * n) W.buf.resize(Hkv * n);

@@ -364,6 +364,14 @@ struct LavaScratch {
 };
 void LavaScratchDeleter::operator()(LavaScratch* p) const { delete p; }
 LavaScratchPtr make_lava_scratch() { return LavaScratchPtr(new LavaScratch()); }
+std::size_t scratch_bytes(const LavaScratch& s) {
+  auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
+  const Workspace& w = s.w;
+  const Workspace& x = s.scratch.w;
+  return b(s.v) + b(s.p) + b(s.seg) + b(s.eq) + b(s.mixed) + b(w.buf) + b(w.cvals) +
+         b(w.cpos) + b(w.layer) + b(w.pos) + b(x.buf) + b(x.cvals) + b(x.cpos) + b(x.layer) +
+         b(x.pos);
+}
 
 namespace {
 
