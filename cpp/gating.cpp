@@ -83,10 +83,14 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
     float beta;
     int k;
   };
-  parallel_for(n_tasks, nt, [&](std::size_t task, int) {
-    kisa::GateTile B;
+  // one tile buffer per worker, sized once (not per task: ~1k tasks per million rows)
+  std::vector<kisa::GateTile> tiles(nt > 0 ? nt : 1);
+  for (kisa::GateTile& B : tiles) {
     B.r.resize(L * T);
     B.e.resize(L * T);
+  }
+  parallel_for(n_tasks, nt, [&](std::size_t task, int worker) {
+    kisa::GateTile& B = tiles[worker];
     std::vector<Pending> pending, next;
     const std::size_t t_end = std::min(n_tiles, (task + 1) * kTilesPerTask);
     for (std::size_t t = task * kTilesPerTask; t < t_end; ++t) {
