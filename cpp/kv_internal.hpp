@@ -81,8 +81,13 @@ struct RowCandidates {
 /// and describes them in c: the sample's order statistic of rank ~want sets lo, one SIMD pass
 /// collects. Leaves c invalid when the row is short, `want` is a large share of n, or more
 /// than cap entries reach lo (ties).
-void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t cap,
-                    float* vals, int32_t* pos, RowCandidates& c, LavaScratch& scratch);
+/// When fewer than `at_least` reach that threshold, the row is collected again at a lower one
+/// (up to twice). `prefetch` (may be null): memory the caller reads next (prefetch_n floats,
+/// e.g. the next row's input), fetched into the caches while the first pass runs (a hint).
+void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t at_least,
+                    std::size_t cap, float* vals, int32_t* pos, RowCandidates& c,
+                    LavaScratch& scratch, const float* prefetch = nullptr,
+                    std::size_t prefetch_n = 0);
 /// lava_layer's result from the rows' candidates (rows[g], g < kv_heads), without the
 /// layer's scores: valid when every row has candidates, they hold the layer's top
 /// kv_heads * b, and every entry at or above the global cut was collected (the cut is not

@@ -621,6 +621,7 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
   // (rows * cap * 8 bytes <= 16 MiB; ~5 MiB at L = 32, H_kv = 8, per_head = 1k): fresh pages
   // would cost more than the pass they save. Larger requests use storage freed on return.
   const std::size_t want = per_head + per_head / 4 + 64, cap = 2 * want;
+  const std::size_t at_least = per_head + per_head / 8 + 32;  // re-collect rows short of this
   static thread_local std::vector<float> kept_vals;
   static thread_local std::vector<int32_t> kept_pos;
   std::vector<float> own_vals;
@@ -639,8 +640,12 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
     Worker& W = worker_of(worker);
     if (W.buf.size() < n) W.buf.resize(n);
     fn(in, sp, scale, W.buf.data(), W.bufs, r, &sums[r], scaled ? &nu[r] : nullptr);
-    detail::row_candidates(W.buf.data(), n, want, cap, cvals + r * cap, cpos + r * cap,
-                           cands[r], *W.lava);
+    // the next row's scores ([L,H,S] input: they follow this row's) stream in meanwhile
+    const std::size_t G = sp.heads / Hkv;
+    const bool pf = sp.window == 0 && r + 1 < rows;
+    detail::row_candidates(W.buf.data(), n, want, at_least, cap, cvals + r * cap, cpos + r * cap,
+                           cands[r], *W.lava, pf ? in + (r + 1) * G * sp.seq_len : nullptr,
+                           pf ? sp.seq_len : 0);
   });
   entropy_from_sums(sums.data(), L, Hkv, n, entropy);
   apportion(entropy, L, static_cast<int64_t>(L * per_head), static_cast<int64_t>(n),
