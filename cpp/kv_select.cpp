@@ -359,6 +359,8 @@ struct LavaScratch {
   std::vector<int32_t> p;
   std::vector<std::size_t> seg;  // row g's candidates are v / p [seg[g], seg[g + 1])
   std::vector<std::size_t> eq;   // per row: candidates equal to the layer's cut
+  std::vector<std::size_t> ge;   // per row: candidates >= the layer's cut
+  float cut = 0.0f;              // the layer's cut (valid with the counts)
   SelectScratch scratch;
   std::vector<double> mixed;
 };
@@ -395,10 +397,13 @@ void counts_from_collected(std::size_t kv_heads, std::size_t tot, float cut, int
                            LavaScratch& W, const RowKernels& K) {
   std::size_t gt_all = 0;
   W.eq.resize(kv_heads);
+  W.ge.resize(kv_heads);
+  W.cut = cut;
   for (std::size_t g = 0; g < kv_heads; ++g) {
     std::size_t gt;
     K.count(W.v.data() + W.seg[g], W.seg[g + 1] - W.seg[g], cut, &gt, &W.eq[g]);
     cnt[g] = static_cast<int64_t>(gt);
+    W.ge[g] = gt + W.eq[g];
     gt_all += gt;
   }
   std::size_t take_equal = tot - gt_all;
@@ -432,9 +437,20 @@ void lava_rows(std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
     const std::size_t c1 = have_candidates ? W.seg[g + 1] : 0;
     const std::size_t mr = c1 - c0;
     if (k > 0 && k < n && mr >= k) {
+      // the row's k-th largest candidate: among those >= the layer's cut when it is one of
+      // them (k <= ge), else the (k - ge)-th largest of those below the cut
       float* bb = W.w.floats(mr);
-      std::copy(W.v.data() + c0, W.v.data() + c1, bb);
-      const float cut = select_value(bb, mr, k);
+      const std::size_t ge = W.ge[g];
+      std::size_t mm, need, above;
+      if (k <= ge) {
+        mm = K.band(W.v.data() + c0, mr, W.cut, kInf, bb, &above);
+        need = k;
+      } else {
+        mm = K.band(W.v.data() + c0, mr, -kInf, std::nextafter(W.cut, -kInf), bb, &above);
+        need = k - ge;
+      }
+      LAMINA_ASSERT(need >= 1 && need <= mm);
+      const float cut = select_value(bb, mm, need);
       std::size_t gt, eq;
       K.count(W.v.data() + c0, mr, cut, &gt, &eq);
       std::size_t take_equal = k - gt, w = 0;
@@ -592,11 +608,13 @@ bool lava_layer_candidates(const RowCandidates* rows, std::size_t kv_heads, std:
     at += c.m;
   }
   W.seg[kv_heads] = at;
+  // every entry >= the cut was collected only if no row's threshold lies above the cut, i.e.
+  // if at least tot candidates are >= lo_max; the cut is then found among those
   float* bb = W.w.floats(m);
-  std::copy(W.v.data(), W.v.data() + m, bb);
-  const float cut = select_value(bb, m, tot);
-  // every entry >= cut was collected only if no row's threshold lies above the cut
-  if (cut < lo_max) return false;
+  std::size_t above;
+  const std::size_t m_hi = K.band(W.v.data(), m, lo_max, kInf, bb, &above);
+  if (m_hi < tot) return false;
+  const float cut = select_value(bb, m_hi, tot);
   counts_from_collected(kv_heads, tot, cut, cnt, W, K);
   lava_rows(kv_heads, n, b, alpha, tail, cnt, hb, out, W, true, row, K);
   return true;
