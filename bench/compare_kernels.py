@@ -1,10 +1,11 @@
 """lamina.kernels vs the best numpy formulation of the same formula, in one process.
 
 For every kernel at ``--rows`` rows (d = ``--dim`` for the row updates) this prints the best-of
-``--repeat`` wall time of lamina on one thread and on all threads, of numpy (single-threaded by
-nature), the speed-up over numpy, and the achieved bandwidth (minimum bytes the kernel must
-move / time) as a fraction of this machine's streaming bandwidth, measured here as a large
-numpy copy (read + write bytes / time; one thread, and all threads with one chunk per thread).
+``--repeat`` wall time of lamina on one thread and on all threads, of numpy (single-threaded:
+its BLAS is pinned to one thread with threadpoolctl), the speed-up over numpy, and the achieved
+bandwidth (minimum bytes the kernel must move / time) as a fraction of this machine's streaming
+bandwidth, measured here as a large numpy copy (read + write bytes / time; one thread, and all
+threads with one chunk per thread).
 
 Bar (issue 3): each row kernel >= 3x numpy at 1M rows and >= 50% of the one-thread streaming
 bandwidth on one thread. ``evict_to_capacity`` and ``select_hot`` are selections, not row
@@ -24,6 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
+
+try:  # numpy's BLAS pinned to one thread: the references are timed single-threaded
+    from threadpoolctl import threadpool_limits
+except ImportError:  # pragma: no cover - optional
+    threadpool_limits = None
 
 import lamina
 from lamina import kernels as K
@@ -169,6 +175,9 @@ def main() -> None:
                     help="one-thread timings by wall clock or by the calling thread's CPU time "
                     "(thread: robust on a shared machine; all-thread runs always use wall time)")
     args = ap.parse_args()
+    # numpy (and any BLAS it calls) on one thread: the numpy columns are one-thread timings,
+    # and idle BLAS worker threads must not compete with lamina's threads for the cores
+    blas_limit = threadpool_limits(limits=1) if threadpool_limits is not None else None
     global CLOCK
     CLOCK = time.thread_time if args.clock == "thread" else time.perf_counter
 
@@ -181,7 +190,8 @@ def main() -> None:
     bwT = copy_bandwidth(256 << 20, all_threads, R) if all_threads > 1 else bw1
     print(f"machine: {cpu_model()}, {os.cpu_count()} logical CPUs; numpy {np.__version__}; "
           f"lamina {lamina.__version__} simd={lamina.build_info()['simd_active']}")
-    print(f"one-thread clock: {args.clock}")
+    print(f"one-thread clock: {args.clock}; numpy BLAS threads: "
+          f"{1 if blas_limit is not None else 'default (threadpoolctl missing)'}")
     print(f"streaming bandwidth (numpy copy, read+write): 1 thread {bw1 / 1e9:.1f} GB/s, "
           f"{all_threads} threads {bwT / 1e9:.1f} GB/s")
 

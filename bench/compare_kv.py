@@ -2,8 +2,8 @@
 
 For each method and sequence length this prints the best-of-``--repeat`` wall time of
 ``lamina.kv.select`` on one thread and on all threads, of a vectorised numpy implementation of
-the same method (single-threaded by nature), and the speed-ups; ``x cpu`` is the ratio of the
-process CPU times of numpy and of lamina on one thread, which stays meaningful when other jobs
+the same method (single-threaded; numpy's BLAS is pinned to one thread with threadpoolctl),
+and the speed-ups; ``x cpu`` is the ratio of the process CPU times of numpy and of lamina on one thread, which stays meaningful when other jobs
 share the machine (wall-clock ratios then understate what the threads can do). The numpy versions are the
 fastest plain-numpy formulations we know: in-place ufuncs over shifted views for pooling,
 ``argpartition`` for top-k, one ``argpartition`` per layer for cross-head top-k, and a loop over
@@ -29,6 +29,11 @@ import time
 from typing import Any, Callable
 
 import numpy as np
+
+try:  # numpy's BLAS pinned to one thread: the references are timed single-threaded
+    from threadpoolctl import threadpool_limits
+except ImportError:  # pragma: no cover - optional
+    threadpool_limits = None
 
 import lamina
 from lamina import kv
@@ -215,6 +220,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
+    # numpy (and any BLAS it calls) on one thread: the numpy columns are one-thread timings,
+    # and idle BLAS worker threads must not compete with lamina's threads for the cores
+    blas_limit = threadpool_limits(limits=1) if threadpool_limits is not None else None
 
     L, H, hkv, b = args.layers, args.heads, args.kv_heads, args.budget
     threads = lamina.get_num_threads()
@@ -225,6 +233,7 @@ def main() -> None:
         "lamina_threads": threads,
         "simd_active": info.get("simd_active"),
         "numpy": np.__version__,
+        "numpy_threads": 1 if blas_limit is not None else "default (threadpoolctl missing)",
         "python": platform.python_version(),
         "L": L, "H": H, "H_kv": hkv, "budget": b,
     }

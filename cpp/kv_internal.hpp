@@ -54,17 +54,19 @@ void check_select_args(std::size_t n_rows, std::size_t n, const int64_t* k, std:
                        const int64_t* offsets);
 
 /// LAVa's work on one layer's scores s [H_kv, n] with layer budget b (see kv::lava_layers):
-/// writes the layer's counts and head budgets (H_kv each) and appends its kept positions
-/// (rows in order, each followed by the tail) to `out`.
+/// writes the layer's counts and head budgets (H_kv each) and its kept positions (rows in
+/// order, each followed by the tail: H_kv * (b + tail) entries) to `out`.
 struct LavaScratch;
 struct LavaScratchDeleter {
   void operator()(LavaScratch* p) const;
 };
 using LavaScratchPtr = std::unique_ptr<LavaScratch, LavaScratchDeleter>;
 LavaScratchPtr make_lava_scratch();
+/// Bytes of storage a LavaScratch holds.
+std::size_t scratch_bytes(const LavaScratch& scratch);
 void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
-                std::size_t tail, int64_t* counts, int64_t* head_budgets,
-                std::vector<int64_t>& out, LavaScratch& scratch);
+                std::size_t tail, int64_t* counts, int64_t* head_budgets, int64_t* out,
+                LavaScratch& scratch);
 /// A row's best entries, kept between lava_select's passes: every x[j] >= lo (vals) with j
 /// (pos), in position order, m of them, stored by the caller (valid == false: none kept, the
 /// row must be scored again).
@@ -79,8 +81,13 @@ struct RowCandidates {
 /// and describes them in c: the sample's order statistic of rank ~want sets lo, one SIMD pass
 /// collects. Leaves c invalid when the row is short, `want` is a large share of n, or more
 /// than cap entries reach lo (ties).
-void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t cap,
-                    float* vals, int32_t* pos, RowCandidates& c, LavaScratch& scratch);
+/// When fewer than `at_least` reach that threshold, the row is collected again at a lower one
+/// (up to twice). `prefetch` (may be null): memory the caller reads next (prefetch_n floats,
+/// e.g. the next row's input), fetched into the caches while the first pass runs (a hint).
+void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t at_least,
+                    std::size_t cap, float* vals, int32_t* pos, RowCandidates& c,
+                    LavaScratch& scratch, const float* prefetch = nullptr,
+                    std::size_t prefetch_n = 0);
 /// lava_layer's result from the rows' candidates (rows[g], g < kv_heads), without the
 /// layer's scores: valid when every row has candidates, they hold the layer's top
 /// kv_heads * b, and every entry at or above the global cut was collected (the cut is not
@@ -89,14 +96,12 @@ void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t
 /// suffice (then lava_layer on the layer's scores gives the result).
 bool lava_layer_candidates(const RowCandidates* rows, std::size_t kv_heads, std::size_t n,
                            std::size_t b, double alpha, std::size_t tail, int64_t* counts,
-                           int64_t* head_budgets, std::vector<int64_t>& out,
-                           LavaScratch& scratch,
+                           int64_t* head_budgets, int64_t* out, LavaScratch& scratch,
                            const std::function<const float*(std::size_t)>& row);
-/// Offsets from the head budgets (rows = L * H_kv), then each layer's positions copied to out
-/// (per_layer is emptied).
-void lava_finish(std::vector<std::vector<int64_t>>& per_layer, std::size_t rows,
-                 std::size_t tail, const int64_t* head_budgets, int64_t* offsets, int64_t* out,
-                 int threads);
+/// offsets[0..rows] of the rows (rows = L * H_kv): offsets[r + 1] = offsets[r] + head_budgets[r]
+/// + tail.
+void lava_offsets(std::size_t rows, std::size_t tail, const int64_t* head_budgets,
+                  int64_t* offsets);
 
 /// The active kernels (see above).
 const RowKernels& row_kernels();

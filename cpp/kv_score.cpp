@@ -48,9 +48,8 @@ LAMINA_KV_INLINE bool all_finite(const float* x, std::size_t n) {
   return bad == 0;
 }
 
-// Smallest and largest of x[0..n), n >= 1 (finite). Runs on order-preserving integer keys:
-// unsigned min/max reductions vectorise without -ffast-math (float compares-and-selects do
-// not). Of -0.0 and +0.0 the minimum is -0.0 and the maximum +0.0.
+// Order-preserving integer keys of finite floats (unsigned min/max reductions vectorise
+// without -ffast-math; float compares-and-selects do not); -0.0 sorts below +0.0.
 LAMINA_KV_INLINE uint32_t order_key(float v) {
   uint32_t u;
   std::memcpy(&u, &v, sizeof u);
@@ -61,16 +60,6 @@ LAMINA_KV_INLINE float from_order_key(uint32_t k) {
   float v;
   std::memcpy(&v, &u, sizeof v);
   return v;
-}
-LAMINA_KV_INLINE void min_max(const float* x, std::size_t n, float* mn, float* mx) {
-  uint32_t lo = 0xffffffffu, hi = 0u;
-  for (std::size_t i = 0; i < n; ++i) {
-    const uint32_t k = order_key(x[i]);
-    lo = k < lo ? k : lo;
-    hi = k > hi ? k : hi;
-  }
-  *mn = from_order_key(lo);
-  *mx = from_order_key(hi);
 }
 
 // Exact division by a small integer d: q = x * r (r = RN(1/d)), e = x - q * d (exact with an
@@ -218,47 +207,93 @@ LAMINA_KV_INLINE float fast_log(float x) {
   return m + y + 0.693359375f * e;
 }
 
-// z = sum s, slogs = sum s log s, mn = min s. Float partial sums (kLanes lanes) over blocks of
-// 1024, double across blocks.
+// Entropy sums of one block x[0..len), len <= kEntropyBlock, added to the running totals:
+// float partial sums over kLanes lanes (lane l takes the x[i] with i = l mod kLanes of the
+// full groups of kLanes, lane 0 then the rest in order), combined into the doubles lane by
+// lane; *mn_key = min(*mn_key, order keys of the block). Whole rows are summed block by block
+// (entropy_sums), window_scores sums each block while it is in L1: the same arithmetic.
+constexpr std::size_t kEntropyBlock = 1024;  // multiple of kLanes
+#if defined(__GNUC__) || defined(__clang__)
+typedef float LaneVec __attribute__((vector_size(kLanes * sizeof(float))));
+#endif
+LAMINA_KV_INLINE void entropy_block(const float* x, std::size_t len, double* zd, double* sd,
+                                    uint32_t* mn_key) {
+  uint32_t lo = *mn_key;
+  for (std::size_t i = 0; i < len; ++i) {
+    const uint32_t k = order_key(x[i]);
+    lo = k < lo ? k : lo;
+  }
+  *mn_key = lo;
+  float t[kEntropyBlock];
+  for (std::size_t i = 0; i < len; ++i) {  // elementwise: vectorises
+    // s log s with log's argument raised to FLT_MIN (integer max on the bit pattern of a
+    // non-negative float): 0 log 0 = 0 exactly, a subnormal s contributes below 1e-36.
+    uint32_t u;
+    std::memcpy(&u, x + i, sizeof u);
+    u = u > 0x00800000u ? u : 0x00800000u;
+    float xl;
+    std::memcpy(&xl, &u, sizeof xl);
+    t[i] = x[i] * fast_log(xl);
+  }
+  float zl[kLanes], sl[kLanes];
+  std::size_t i = 0;
+#if defined(__GNUC__) || defined(__clang__)
+  // one vector register (or two / four) per accumulator: the element loop below is what
+  // this computes, but compilers vectorise it badly (across i instead of across lanes)
+  LaneVec zv = {}, sv = {};
+  for (; i + kLanes <= len; i += kLanes) {
+    LaneVec a, b;
+    std::memcpy(&a, x + i, sizeof a);
+    std::memcpy(&b, t + i, sizeof b);
+    zv += a;
+    sv += b;
+  }
+  std::memcpy(zl, &zv, sizeof zl);
+  std::memcpy(sl, &sv, sizeof sl);
+#else
+  for (std::size_t l = 0; l < kLanes; ++l) zl[l] = sl[l] = 0.0f;
+  for (; i + kLanes <= len; i += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) {
+      zl[l] += x[i + l];
+      sl[l] += t[i + l];
+    }
+#endif
+  for (; i < len; ++i) {
+    zl[0] += x[i];
+    sl[0] += t[i];
+  }
+  double z = *zd, sdd = *sd;
+  for (std::size_t l = 0; l < kLanes; ++l) {
+    z += zl[l];
+    sdd += sl[l];
+  }
+  *zd = z;
+  *sd = sdd;
+}
+
+// z = sum s, slogs = sum s log s, mn = min s (0 when N = 0): entropy_block over blocks of
+// kEntropyBlock.
 LAMINA_KV_INLINE void entropy_sums(const float* s, std::size_t N, double* z, double* slogs,
                                    float* mn) {
-  constexpr std::size_t kBlock = 1024;  // multiple of kLanes
   double zd = 0.0, sd = 0.0;
-  float m = 0.0f, mx = 0.0f;
-  if (N) min_max(s, N, &m, &mx);
-  float t[kBlock];
-  for (std::size_t b = 0; b < N; b += kBlock) {
-    const std::size_t len = std::min(N - b, kBlock);
-    const float* x = s + b;
-    for (std::size_t i = 0; i < len; ++i) {  // elementwise: vectorises
-      // s log s with log's argument raised to FLT_MIN (integer max on the bit pattern of a
-      // non-negative float): 0 log 0 = 0 exactly, a subnormal s contributes below 1e-36.
-      uint32_t u;
-      std::memcpy(&u, x + i, sizeof u);
-      u = u > 0x00800000u ? u : 0x00800000u;
-      float xl;
-      std::memcpy(&xl, &u, sizeof xl);
-      t[i] = x[i] * fast_log(xl);
-    }
-    float zl[kLanes] = {}, sl[kLanes] = {};
-    std::size_t i = 0;
-    for (; i + kLanes <= len; i += kLanes)
-      for (std::size_t l = 0; l < kLanes; ++l) {
-        zl[l] += x[i + l];
-        sl[l] += t[i + l];
-      }
-    for (; i < len; ++i) {
-      zl[0] += x[i];
-      sl[0] += t[i];
-    }
-    for (std::size_t l = 0; l < kLanes; ++l) {
-      zd += zl[l];
-      sd += sl[l];
-    }
-  }
+  uint32_t lo = 0xffffffffu;
+  for (std::size_t b = 0; b < N; b += kEntropyBlock)
+    entropy_block(s + b, std::min(N - b, kEntropyBlock), &zd, &sd, &lo);
   *z = zd;
   *slogs = sd;
-  *mn = m;
+  *mn = N ? from_order_key(lo) : 0.0f;
+}
+
+// Prefetches the cache lines of x[0..m) (a hint: no effect on results); kLocality as in
+// __builtin_prefetch (3: all levels, 1: L2 and beyond).
+template <int kLocality>
+LAMINA_KV_INLINE void prefetch_lines(const float* x, std::size_t m) {
+#if defined(__GNUC__) || defined(__clang__)
+  for (std::size_t i = 0; i < m; i += 64 / sizeof(float)) __builtin_prefetch(x + i, 0, kLocality);
+#else
+  (void)x;
+  (void)m;
+#endif
 }
 
 struct RowBuffers {
@@ -266,6 +301,7 @@ struct RowBuffers {
 };
 
 constexpr std::size_t kBlock = 1024;  // score_row's block (4 KiB: pooling passes stay in L1)
+constexpr std::size_t kPrefetchAhead = 2 * kBlock;  // score prefetch distance (positions)
 
 // One (layer, KV head) row of window_scores; see ScoreSpec for the arithmetic and its order.
 // Writes the row to acc[0..n); with `st`, also its entropy sums (for LAVa) while it is hot.
@@ -291,16 +327,27 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
     if (scale.per_row) {
       nu = scale.per_row[r];
     } else {
+      // one pass: finiteness, the minimum over the row, nu = the maximum over the candidates
       const float* v = scale.per_token + r * S;
-      LAMINA_CHECK(all_finite(v, S), "value_norms[", l, ", ", g, "] contains NaN or Inf");
-      float vmin = 0.0f, vmax;
-      nu = 0.0f;
-      if (n > 0) min_max(v, n, &vmin, &nu);  // nu = max over the candidates
-      if (S > n) {
-        float tmin;
-        min_max(v + n, S - n, &tmin, &vmax);
-        vmin = n > 0 ? std::min(vmin, tmin) : tmin;
+      uint32_t bad = 0, lo = 0xffffffffu, hi = 0u;
+      for (std::size_t i = 0; i < n; ++i) {
+        uint32_t u;
+        std::memcpy(&u, v + i, sizeof u);
+        bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+        const uint32_t k = order_key(v[i]);
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
       }
+      for (std::size_t i = n; i < S; ++i) {
+        uint32_t u;
+        std::memcpy(&u, v + i, sizeof u);
+        bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+        const uint32_t k = order_key(v[i]);
+        lo = k < lo ? k : lo;
+      }
+      LAMINA_CHECK(bad == 0, "value_norms[", l, ", ", g, "] contains NaN or Inf");
+      const float vmin = from_order_key(lo);  // S >= 1 entries
+      nu = n > 0 ? from_order_key(hi) : 0.0f;
       LAMINA_CHECK(vmin >= 0.0f, "value_norms must be >= 0 (they are L1 norms); row [", l,
                    ", ", g, "] has ", vmin);
     }
@@ -308,9 +355,23 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
                  "] must be finite and >= 0, got ", nu);
   }
   if (nu_out) *nu_out = nu;
+  // Software prefetch, spread over this row's blocks: the next row's value norms (read by its
+  // first pass before any compute would hide their latency) and, for [L,H,S] input, the
+  // scores kPrefetchAhead positions ahead (the next row's follow this row's in memory). The
+  // hardware prefetchers stop at page boundaries and ramp up again on every new stream.
+  const float* pf_norm = nullptr;
+  std::size_t pf_norm_left = 0;
+  if (scale.per_token && r + 1 < sp.layers * Hkv) {
+    pf_norm = scale.per_token + (r + 1) * S;
+    pf_norm_left = S;
+  }
+  const float* const in_end = in + sp.layers * H * (w > 0 ? w : 1) * S;
   const bool mean = G > 1 && sp.group_reduce == Reduce::Mean;
   const float gf = static_cast<float>(G);
 
+  static_assert(kBlock == kEntropyBlock, "entropy sums are taken per score block");
+  double ez = 0.0, es = 0.0;
+  uint32_t emin = 0xffffffffu;
   alignas(64) float tmp[kBlock];
   for (std::size_t q = 0; q < G; ++q) {
     const std::size_t h = g * G + q;
@@ -347,6 +408,16 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
     const bool last = q + 1 == G;
     for (std::size_t j0 = 0; j0 < n; j0 += kBlock) {
       const std::size_t j1 = std::min(n, j0 + kBlock), len = j1 - j0;
+      if (w == 0) {
+        const float* ahead = a + j1 + kPrefetchAhead;
+        prefetch_lines<3>(ahead, ahead < in_end ? std::min(len, std::size_t(in_end - ahead)) : 0);
+      }
+      if (pf_norm_left) {
+        const std::size_t m = std::min(pf_norm_left, kBlock);
+        prefetch_lines<1>(pf_norm, m);  // used from L2 by the next row
+        pf_norm += m;
+        pf_norm_left -= m;
+      }
       if (w == 0) {  // the inputs this block's pooling reads, before they are used
         const std::size_t c0 = j0 >= rad ? j0 - rad : 0, c1 = std::min(n, j1 + rad);
         LAMINA_CHECK(all_finite(a + c0, c1 - c0), "scores[", l, ", ", h,
@@ -379,10 +450,15 @@ LAMINA_KV_INLINE void score_row(const float* in, const ScoreSpec& sp, const RowS
           for (std::size_t j = 0; j < len; ++j) dst[j] *= nu;
         LAMINA_CHECK(all_finite(dst, len), "scores of row [", l, ", ", g,
                      "] overflow float32 after scaling; rescale the inputs");
+        if (st) entropy_block(dst, len, &ez, &es, &emin);  // while the block is in L1
       }
     }
   }
-  if (st) entropy_sums(acc, n, &st->sum, &st->sum_slogs, &st->min);
+  if (st) {  // entropy_sums(acc, n, ...), block by block above
+    st->sum = ez;
+    st->sum_slogs = es;
+    st->min = n ? from_order_key(emin) : 0.0f;
+  }
 }
 
 using ScoreRowFn = void (*)(const float*, const ScoreSpec&, const RowScale&, float*, RowBuffers&,
@@ -519,8 +595,23 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
     RowBuffers bufs;
     std::vector<float> buf;  // one row (pass 1) or one layer (pass 2)
     detail::LavaScratchPtr lava = detail::make_lava_scratch();
+    std::size_t bytes() const {
+      return (bufs.reduced.capacity() + buf.capacity()) * sizeof(float) +
+             detail::scratch_bytes(*lava);
+    }
   };
-  std::vector<Worker> ws(nt > 0 ? nt : 1);
+  // The calling thread's scratch stays with it between calls while it is at most 16 MiB
+  // (fresh pages for it cost more than the selection passes it serves); other workers run
+  // on threads of their own and get fresh scratch.
+  static thread_local Worker kept_worker;
+  std::vector<Worker> extra(nt > 1 ? nt - 1 : 0);
+  struct Release {  // on every exit
+    Worker& w;
+    ~Release() {
+      if (w.bytes() > (std::size_t{16} << 20)) w = Worker();
+    }
+  } release{kept_worker};
+  auto worker_of = [&](int i) -> Worker& { return i == 0 ? kept_worker : extra[i - 1]; };
   // pass 1: entropy sums, the value-norm scale and the best ~1.25 * per_head entries of every
   // row (a few percent of it); the rest of the scores is dropped
   std::vector<RowEntropySums> sums(rows);
@@ -530,6 +621,7 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
   // (rows * cap * 8 bytes <= 16 MiB; ~5 MiB at L = 32, H_kv = 8, per_head = 1k): fresh pages
   // would cost more than the pass they save. Larger requests use storage freed on return.
   const std::size_t want = per_head + per_head / 4 + 64, cap = 2 * want;
+  const std::size_t at_least = per_head + per_head / 8 + 32;  // re-collect rows short of this
   static thread_local std::vector<float> kept_vals;
   static thread_local std::vector<int32_t> kept_pos;
   std::vector<float> own_vals;
@@ -545,11 +637,15 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
   int32_t* const cpos = cand_pos.data();
   const bool scaled = scale.per_row || scale.per_token;
   parallel_for(rows, nt, [&](std::size_t r, int worker) {
-    Worker& W = ws[worker];
+    Worker& W = worker_of(worker);
     if (W.buf.size() < n) W.buf.resize(n);
     fn(in, sp, scale, W.buf.data(), W.bufs, r, &sums[r], scaled ? &nu[r] : nullptr);
-    detail::row_candidates(W.buf.data(), n, want, cap, cvals + r * cap, cpos + r * cap,
-                           cands[r], *W.lava);
+    // the next row's scores ([L,H,S] input: they follow this row's) stream in meanwhile
+    const std::size_t G = sp.heads / Hkv;
+    const bool pf = sp.window == 0 && r + 1 < rows;
+    detail::row_candidates(W.buf.data(), n, want, at_least, cap, cvals + r * cap, cpos + r * cap,
+                           cands[r], *W.lava, pf ? in + (r + 1) * G * sp.seq_len : nullptr,
+                           pf ? sp.seq_len : 0);
   });
   entropy_from_sums(sums.data(), L, Hkv, n, entropy);
   apportion(entropy, L, static_cast<int64_t>(L * per_head), static_cast<int64_t>(n),
@@ -559,27 +655,30 @@ void lava_select(const float* in, const ScoreSpec& sp, const RowScale& scale,
   // per row) and selected from their scores
   RowScale per_row;
   if (scaled) per_row.per_row = nu.data();
-  std::vector<std::vector<int64_t>> per_layer(L);
+  std::vector<int64_t> start(L + 1, 0);  // where layer l's kept positions go in out
+  for (std::size_t l = 0; l < L; ++l)
+    start[l + 1] = start[l] + static_cast<int64_t>(Hkv) *
+                                  (layer_budget[l] + static_cast<int64_t>(tail));
   const int nl = nt < 1 ? 1 : std::min<int>(nt, static_cast<int>(L));
   parallel_for(L, nl, [&](std::size_t l, int worker) {
-    Worker& W = ws[worker];
-    if (W.buf.size() < Hkv * n) W.buf.resize(Hkv * n);
+    Worker& W = worker_of(worker);
     const std::size_t b = static_cast<std::size_t>(layer_budget[l]);
-    auto row = [&](std::size_t g) {
+    auto row = [&](std::size_t g) {  // only the rows (or layers) scored again need W.buf
+      if (W.buf.size() < Hkv * n) W.buf.resize(Hkv * n);
       float* dst = W.buf.data() + g * n;
       fn(in, sp, per_row, dst, W.bufs, l * Hkv + g, nullptr, nullptr);
       return static_cast<const float*>(dst);
     };
     if (detail::lava_layer_candidates(cands.data() + l * Hkv, Hkv, n, b, alpha, tail,
-                                      counts + l * Hkv, head_budgets + l * Hkv, per_layer[l],
-                                      *W.lava, row)) {
+                                      counts + l * Hkv, head_budgets + l * Hkv,
+                                      out + start[l], *W.lava, row)) {
       return;
     }
     for (std::size_t g = 0; g < Hkv; ++g) row(g);
     detail::lava_layer(W.buf.data(), Hkv, n, b, alpha, tail, counts + l * Hkv,
-                       head_budgets + l * Hkv, per_layer[l], *W.lava);
+                       head_budgets + l * Hkv, out + start[l], *W.lava);
   });
-  detail::lava_finish(per_layer, rows, tail, head_budgets, offsets, out, threads);
+  detail::lava_offsets(rows, tail, head_budgets, offsets);
 }
 
 void entropy_from_sums(const RowEntropySums* sums, std::size_t layers, std::size_t kv_heads,

@@ -96,6 +96,39 @@ float select_value(float* v, std::size_t m, std::size_t need) {
   return from_key(k[need - 1]);
 }
 
+// The value of rank r (0-based, descending) among s[0..m), r < m: the value
+// nth_element(s, s + r, s + m, greater) leaves at s[r] (a -0.0 there may come out as +0.0 or
+// the reverse; they compare equal, which is all callers use). s may be reordered. Small ranks
+// (the sample thresholds of the selections) keep the r + 1 largest in a sorted buffer: after
+// the first few hundred values almost none enters, so the scan is predictable, unlike
+// nth_element's partitioning.
+float rank_desc(float* s, std::size_t m, std::size_t r) {
+  constexpr std::size_t kTopMax = 64;
+  if (r >= kTopMax) {
+    std::nth_element(s, s + r, s + m, std::greater<float>());
+    return s[r];
+  }
+  float top[kTopMax];  // descending, top[0..c)
+  std::size_t c = 0;
+  for (std::size_t i = 0; i < m; ++i) {
+    const float v = s[i];
+    std::size_t j;
+    if (c <= r) {
+      j = c++;
+    } else if (v > top[r]) {
+      j = r;  // drops the current top[r]
+    } else {
+      continue;
+    }
+    while (j > 0 && top[j - 1] < v) {
+      top[j] = top[j - 1];
+      --j;
+    }
+    top[j] = v;
+  }
+  return top[r];
+}
+
 Cut exact_cut(const float* x, std::size_t n, std::size_t k, Workspace& W, const RowKernels& K) {
   float* b = W.floats(n);
   std::copy(x, x + n, b);
@@ -120,16 +153,9 @@ void sample_bracket(const float* x, std::size_t n, std::size_t k, float* lo, flo
   const long r_lo = static_cast<long>(std::ceil(q + d));
   *lo = -kInf;
   *hi = kInf;
-  std::size_t lo_end = kSample;
-  if (r_lo < static_cast<long>(kSample)) {
-    std::nth_element(sample, sample + r_lo, sample + kSample, std::greater<float>());
-    *lo = sample[r_lo];
-    lo_end = static_cast<std::size_t>(r_lo);
-  }
-  if (r_hi >= 0) {
-    std::nth_element(sample, sample + r_hi, sample + lo_end, std::greater<float>());
-    *hi = sample[r_hi];
-  }
+  if (r_lo < static_cast<long>(kSample))
+    *lo = rank_desc(sample, kSample, static_cast<std::size_t>(r_lo));
+  if (r_hi >= 0) *hi = rank_desc(sample, kSample, static_cast<std::size_t>(r_hi));
 }
 
 Cut find_cut(const float* x, std::size_t n, std::size_t k, Workspace& W, const RowKernels& K) {
@@ -331,39 +357,71 @@ struct LavaScratch {
   Workspace w;
   std::vector<float> v;
   std::vector<int32_t> p;
+  std::vector<std::size_t> seg;  // row g's candidates are v / p [seg[g], seg[g + 1])
+  std::vector<std::size_t> eq;   // per row: candidates equal to the layer's cut
+  std::vector<std::size_t> ge;   // per row: candidates >= the layer's cut
+  float cut = 0.0f;              // the layer's cut (valid with the counts)
   SelectScratch scratch;
   std::vector<double> mixed;
 };
 void LavaScratchDeleter::operator()(LavaScratch* p) const { delete p; }
 LavaScratchPtr make_lava_scratch() { return LavaScratchPtr(new LavaScratch()); }
+std::size_t scratch_bytes(const LavaScratch& s) {
+  auto b = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
+  const Workspace& w = s.w;
+  const Workspace& x = s.scratch.w;
+  return b(s.v) + b(s.p) + b(s.seg) + b(s.eq) + b(s.mixed) + b(w.buf) + b(w.cvals) +
+         b(w.cpos) + b(w.layer) + b(w.pos) + b(x.buf) + b(x.cvals) + b(x.cpos) + b(x.layer) +
+         b(x.pos);
+}
 
 namespace {
 
-// counts of the layer's global top `tot` from the collected candidates W.v / W.p [0, m) (flat
-// positions g * n + j, ascending), which hold every entry >= their cut: the cut, then the
-// first `take_equal` ties in flat order, as in layer_head_counts.
-void counts_from_collected(std::size_t kv_heads, std::size_t n, std::size_t tot, std::size_t m,
-                           float cut, int64_t* cnt, LavaScratch& W, const RowKernels& K) {
-  std::size_t gt, eq;
-  K.count(W.v.data(), m, cut, &gt, &eq);
-  std::size_t take_equal = tot - gt;
-  for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = 0;
-  for (std::size_t i = 0; i < m; ++i) {
-    const float y = W.v[i];
-    const bool tie = y == cut && take_equal > 0;
-    take_equal -= tie;
-    if ((y > cut) | tie) ++cnt[static_cast<std::size_t>(W.p[i]) / n];
+// Row bounds of the collected candidates W.v / W.p [0, m) (flat positions g * n + j,
+// ascending) into W.seg.
+void segment_rows(std::size_t kv_heads, std::size_t n, std::size_t m, LavaScratch& W) {
+  W.seg.resize(kv_heads + 1);
+  W.seg[0] = 0;
+  for (std::size_t g = 1; g < kv_heads; ++g)
+    W.seg[g] = static_cast<std::size_t>(
+        std::lower_bound(W.p.data() + W.seg[g - 1], W.p.data() + m,
+                         static_cast<int32_t>(g * n)) -
+        W.p.data());
+  W.seg[kv_heads] = m;
+}
+
+// counts of the layer's global top `tot` from the collected candidates (rows W.seg), which
+// hold every entry >= their cut: per row the entries above the cut, then the first
+// `take_equal` ties in flat order, as in layer_head_counts.
+void counts_from_collected(std::size_t kv_heads, std::size_t tot, float cut, int64_t* cnt,
+                           LavaScratch& W, const RowKernels& K) {
+  std::size_t gt_all = 0;
+  W.eq.resize(kv_heads);
+  W.ge.resize(kv_heads);
+  W.cut = cut;
+  for (std::size_t g = 0; g < kv_heads; ++g) {
+    std::size_t gt;
+    K.count(W.v.data() + W.seg[g], W.seg[g + 1] - W.seg[g], cut, &gt, &W.eq[g]);
+    cnt[g] = static_cast<int64_t>(gt);
+    W.ge[g] = gt + W.eq[g];
+    gt_all += gt;
+  }
+  std::size_t take_equal = tot - gt_all;
+  for (std::size_t g = 0; g < kv_heads; ++g) {
+    const std::size_t take = std::min(W.eq[g], take_equal);
+    cnt[g] += static_cast<int64_t>(take);
+    take_equal -= take;
   }
 }
 
-// Head budgets from the counts, then each row's top k_g appended to out (rows in order, each
-// followed by the tail): from the row's run of collected candidates W.v / W.p [0, m) when it
-// holds at least k_g of them (then the row's k_g-th largest is >= the row's collection
-// threshold, so every kept entry was collected, in position order), else from the row's
-// scores, row(g).
+// Head budgets from the counts, then each row's top k_g written to out (rows in order, each
+// followed by the tail; tot + kv_heads * tail entries): from the row's collected candidates
+// W.v / W.p [W.seg[g], W.seg[g + 1]) when they are at least k_g (then the row's k_g-th largest
+// is >= the row's collection threshold, so every kept entry was collected, in position
+// order), else from the row's scores, row(g).
 void lava_rows(std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
-               std::size_t tail, const int64_t* cnt, int64_t* hb, std::vector<int64_t>& out,
-               LavaScratch& W, std::size_t m, const std::function<const float*(std::size_t)>& row,
+               std::size_t tail, const int64_t* cnt, int64_t* hb, int64_t* out, LavaScratch& W,
+               bool have_candidates, const std::function<const float*(std::size_t)>& row,
                const RowKernels& K) {
   const std::size_t tot = kv_heads * b;
   W.mixed.resize(kv_heads);
@@ -371,21 +429,28 @@ void lava_rows(std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
     W.mixed[g] = (1.0 - alpha) * static_cast<double>(cnt[g]) + alpha * static_cast<double>(b);
   apportion(W.mixed.data(), kv_heads, static_cast<int64_t>(tot), static_cast<int64_t>(n), hb);
 
-  out.reserve(out.size() + static_cast<std::size_t>(tot) + kv_heads * tail);
-  std::size_t c0 = 0;
   for (std::size_t g = 0; g < kv_heads; ++g) {
     const std::size_t k = static_cast<std::size_t>(hb[g]);
-    const std::size_t at = out.size();
-    out.resize(at + k + tail);
-    int64_t* o = out.data() + at;
-    std::size_t c1 = c0;
-    const int32_t end = static_cast<int32_t>((g + 1) * n);
-    while (c1 < m && W.p[c1] < end) ++c1;
+    int64_t* o = out;
+    out += k + tail;
+    const std::size_t c0 = have_candidates ? W.seg[g] : 0;
+    const std::size_t c1 = have_candidates ? W.seg[g + 1] : 0;
     const std::size_t mr = c1 - c0;
     if (k > 0 && k < n && mr >= k) {
+      // the row's k-th largest candidate: among those >= the layer's cut when it is one of
+      // them (k <= ge), else the (k - ge)-th largest of those below the cut
       float* bb = W.w.floats(mr);
-      std::copy(W.v.data() + c0, W.v.data() + c1, bb);
-      const float cut = select_value(bb, mr, k);
+      const std::size_t ge = W.ge[g];
+      std::size_t mm, need, above;
+      if (k <= ge) {
+        mm = K.band(W.v.data() + c0, mr, W.cut, kInf, bb, &above);
+        need = k;
+      } else {
+        mm = K.band(W.v.data() + c0, mr, -kInf, std::nextafter(W.cut, -kInf), bb, &above);
+        need = k - ge;
+      }
+      LAMINA_ASSERT(need >= 1 && need <= mm);
+      const float cut = select_value(bb, mm, need);
       std::size_t gt, eq;
       K.count(W.v.data() + c0, mr, cut, &gt, &eq);
       std::size_t take_equal = k - gt, w = 0;
@@ -402,18 +467,16 @@ void lava_rows(std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
     } else {
       select_row(k > 0 && k < n ? row(g) : nullptr, n, k, tail, o, W.scratch);
     }
-    c0 = c1;
   }
 }
 
 }  // namespace
 
 void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t b, double alpha,
-                std::size_t tail, int64_t* cnt, int64_t* hb, std::vector<int64_t>& out,
-                LavaScratch& W) {
+                std::size_t tail, int64_t* cnt, int64_t* hb, int64_t* out, LavaScratch& W) {
   const RowKernels& K = row_kernels();
   const std::size_t N = kv_heads * n, tot = kv_heads * b;
-  std::size_t m = 0;  // collected candidates (values >= the sample's low end, flat positions)
+  bool have = false;  // collected candidates (values >= the sample's low end, flat positions)
   if (tot == 0 || tot == N) {
     for (std::size_t g = 0; g < kv_heads; ++g) cnt[g] = static_cast<int64_t>(b);
   } else {
@@ -423,6 +486,7 @@ void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t
       sample_bracket(s, N, tot, &lo, &hi);
       ok = hi == kInf && lo != -kInf;
     }
+    std::size_t m = 0;
     if (ok) {
       if (W.v.size() < N + kSlack) {
         W.v.resize(N + kSlack);
@@ -434,9 +498,11 @@ void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t
     if (ok) {  // global cut among the candidates; counts from their flat positions
       float* bb = W.w.floats(m);
       std::copy(W.v.data(), W.v.data() + m, bb);
-      counts_from_collected(kv_heads, n, tot, m, select_value(bb, m, tot), cnt, W, K);
+      const float cut = select_value(bb, m, tot);
+      segment_rows(kv_heads, n, m, W);
+      counts_from_collected(kv_heads, tot, cut, cnt, W, K);
+      have = true;
     } else {  // the sample misled or the budget is a large share: the general cut
-      m = 0;
       const Cut c = find_cut(s, N, tot, W.w, K);
       std::size_t eq_left = c.take_equal;
       for (std::size_t g = 0; g < kv_heads; ++g) {
@@ -448,12 +514,13 @@ void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t
       }
     }
   }
-  lava_rows(kv_heads, n, b, alpha, tail, cnt, hb, out, W, m,
+  lava_rows(kv_heads, n, b, alpha, tail, cnt, hb, out, W, have,
             [&](std::size_t g) { return s + g * n; }, K);
 }
 
-void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t cap,
-                    float* vals, int32_t* pos, RowCandidates& c, LavaScratch& W) {
+void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t at_least,
+                    std::size_t cap, float* vals, int32_t* pos, RowCandidates& c,
+                    LavaScratch& W, const float* prefetch, std::size_t prefetch_n) {
   c.valid = false;
   c.m = 0;
   if (n <= kExactBelow || n > static_cast<std::size_t>(INT32_MAX) || want == 0 ||
@@ -461,14 +528,46 @@ void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t
     return;
   float sample[kSample];
   for (std::size_t i = 0; i < kSample; ++i) sample[i] = x[(i * n) / kSample];
-  const std::size_t r = (want * kSample + n - 1) / n;  // < kSample / 4
-  std::nth_element(sample, sample + r, sample + kSample, std::greater<float>());
-  const float lo = sample[r];
+  std::size_t r = (want * kSample + n - 1) / n;  // < kSample / 4
+  float lo = rank_desc(sample, kSample, r);
   if (W.v.size() < n + kSlack) {
     W.v.resize(n + kSlack);
     W.p.resize(n + kSlack);
   }
-  const std::size_t m = row_kernels().collect(x, n, lo, W.v.data(), W.p.data());
+  const RowKernels& K = row_kernels();
+  // collect in chunks; between them (first pass only), prefetch an equal share of the
+  // caller's next input, so that memory streams while this pass computes on cached data
+  // (chunks of kChunk, a multiple of every ISA's vector width: the same entries as one call)
+  auto collect = [&](bool pf) {
+    constexpr std::size_t kChunk = 2048;
+    std::size_t m = 0;
+    const std::size_t chunks = (n + kChunk - 1) / kChunk;
+    const std::size_t pf_step = pf && chunks ? (prefetch_n + chunks - 1) / chunks : 0;
+    for (std::size_t j0 = 0, pf0 = 0; j0 < n; j0 += kChunk) {
+      const std::size_t len = std::min(kChunk, n - j0);
+      const std::size_t got = K.collect(x + j0, len, lo, W.v.data() + m, W.p.data() + m);
+      if (j0 > 0)
+        for (std::size_t i = m; i < m + got; ++i) W.p[i] += static_cast<int32_t>(j0);
+      m += got;
+#if defined(__GNUC__) || defined(__clang__)
+      if (pf && prefetch) {
+        const std::size_t pf1 = std::min(prefetch_n, pf0 + pf_step);
+        for (; pf0 < pf1; pf0 += 64 / sizeof(float)) __builtin_prefetch(prefetch + pf0, 0, 1);
+      }
+#endif
+    }
+    return m;
+  };
+  std::size_t m = collect(true);
+  // A sample order statistic misses its target count by ~1 / sqrt(r) (20% at r ~ 20). Rows
+  // left with fewer than `at_least` are collected again (from cache) at a lower sample rank
+  // scaled by the shortfall: a short row would otherwise send its layer, or itself, back to
+  // the input in the second pass.
+  for (int again = 0; again < 2 && m < at_least && r + 1 < kSample; ++again) {
+    r = std::min(kSample - 1, ((r + 1) * want + m) / std::max<std::size_t>(m, 1) + 1);
+    lo = rank_desc(sample, kSample, r);
+    m = collect(false);
+  }
   if (m > cap) return;
   std::copy(W.v.data(), W.v.data() + m, vals);
   std::copy(W.p.data(), W.p.data() + m, pos);
@@ -481,7 +580,7 @@ void row_candidates(const float* x, std::size_t n, std::size_t want, std::size_t
 
 bool lava_layer_candidates(const RowCandidates* rows, std::size_t kv_heads, std::size_t n,
                            std::size_t b, double alpha, std::size_t tail, int64_t* cnt,
-                           int64_t* hb, std::vector<int64_t>& out, LavaScratch& W,
+                           int64_t* hb, int64_t* out, LavaScratch& W,
                            const std::function<const float*(std::size_t)>& row) {
   const RowKernels& K = row_kernels();
   const std::size_t N = kv_heads * n, tot = kv_heads * b;
@@ -498,37 +597,34 @@ bool lava_layer_candidates(const RowCandidates* rows, std::size_t kv_heads, std:
     W.v.resize(m + kSlack);
     W.p.resize(m + kSlack);
   }
+  W.seg.resize(kv_heads + 1);
   std::size_t at = 0;
   for (std::size_t g = 0; g < kv_heads; ++g) {  // the layer's candidates in flat order
     const RowCandidates& c = rows[g];
     const int32_t base = static_cast<int32_t>(g * n);
+    W.seg[g] = at;
     std::copy(c.vals, c.vals + c.m, W.v.data() + at);
     for (std::size_t i = 0; i < c.m; ++i) W.p[at + i] = c.pos[i] + base;
     at += c.m;
   }
+  W.seg[kv_heads] = at;
+  // every entry >= the cut was collected only if no row's threshold lies above the cut, i.e.
+  // if at least tot candidates are >= lo_max; the cut is then found among those
   float* bb = W.w.floats(m);
-  std::copy(W.v.data(), W.v.data() + m, bb);
-  const float cut = select_value(bb, m, tot);
-  // every entry >= cut was collected only if no row's threshold lies above the cut
-  if (cut < lo_max) return false;
-  counts_from_collected(kv_heads, n, tot, m, cut, cnt, W, K);
-  lava_rows(kv_heads, n, b, alpha, tail, cnt, hb, out, W, m, row, K);
+  std::size_t above;
+  const std::size_t m_hi = K.band(W.v.data(), m, lo_max, kInf, bb, &above);
+  if (m_hi < tot) return false;
+  const float cut = select_value(bb, m_hi, tot);
+  counts_from_collected(kv_heads, tot, cut, cnt, W, K);
+  lava_rows(kv_heads, n, b, alpha, tail, cnt, hb, out, W, true, row, K);
   return true;
 }
 
-void lava_finish(std::vector<std::vector<int64_t>>& per_layer, std::size_t rows,
-                 std::size_t tail, const int64_t* head_budgets, int64_t* offsets, int64_t* out,
-                 int threads) {
+void lava_offsets(std::size_t rows, std::size_t tail, const int64_t* head_budgets,
+                  int64_t* offsets) {
   offsets[0] = 0;
   for (std::size_t r = 0; r < rows; ++r)
     offsets[r + 1] = offsets[r] + head_budgets[r] + static_cast<int64_t>(tail);
-  const std::size_t layers = per_layer.size(), kv_heads = layers ? rows / layers : 0;
-  const int nt = threads_for(static_cast<std::size_t>(offsets[rows]), kMinPerThread, threads);
-  parallel_for(layers, nt, [&](std::size_t l, int) {
-    std::vector<int64_t>& v = per_layer[l];
-    std::memcpy(out + offsets[l * kv_heads], v.data(), v.size() * sizeof(int64_t));
-    std::vector<int64_t>().swap(v);
-  });
 }
 
 }  // namespace detail
@@ -542,16 +638,21 @@ void lava_layers(const float* scores, std::size_t layers, std::size_t kv_heads, 
                  "lava_layers: layer_budget[", l, "] = ", layer_budget[l], " is outside [0, ",
                  n, "]");
   const std::size_t N = kv_heads * n;
+  // layer l's kept positions start after those of the layers before it (each keeps
+  // H_kv * (layer_budget + tail))
+  std::vector<int64_t> start(layers + 1, 0);
+  for (std::size_t l = 0; l < layers; ++l)
+    start[l + 1] = start[l] + static_cast<int64_t>(kv_heads) *
+                                  (layer_budget[l] + static_cast<int64_t>(tail));
   const int nt = threads_for(layers * (N + 1), kMinPerThread, threads);
   std::vector<detail::LavaScratchPtr> ws(nt > 0 ? nt : 1);
   for (auto& w : ws) w = detail::make_lava_scratch();
-  std::vector<std::vector<int64_t>> per_layer(layers);
   parallel_for(layers, nt, [&](std::size_t l, int worker) {
     detail::lava_layer(scores + l * N, kv_heads, n, static_cast<std::size_t>(layer_budget[l]),
                        alpha, tail, counts + l * kv_heads, head_budgets + l * kv_heads,
-                       per_layer[l], *ws[worker]);
+                       out + start[l], *ws[worker]);
   });
-  detail::lava_finish(per_layer, layers * kv_heads, tail, head_budgets, offsets, out, threads);
+  detail::lava_offsets(layers * kv_heads, tail, head_budgets, offsets);
 }
 
 void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_heads,

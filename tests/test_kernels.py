@@ -184,8 +184,10 @@ def test_softmax_gate_out_and_threads():
 
 @pytest.mark.parametrize("L", [2, 3, 4])
 def test_softmax_gate_large_outputs_match_small_calls(L):
-    # Outputs over 8 MiB take the streaming-store path (γ written from a shifted, 64-byte
-    # aligned tile grid); small calls do not. Same bits either way, for any `out` alignment.
+    # Outputs over the streaming threshold (half the last-level cache, at least 8 MiB;
+    # LAMINA_GATE_STREAM_BYTES overrides it: see test_softmax_gate_streaming_path) take the
+    # streaming-store path (γ written from a shifted, 64-byte aligned tile grid); small calls
+    # do not. Same bits either way, for any `out` alignment.
     rng = np.random.default_rng(L)
     n = (8 << 20) // (4 * L + 8) + 1000
     r = rng.standard_normal((n, L)).astype(np.float32)
@@ -202,6 +204,23 @@ def test_softmax_gate_large_outputs_match_small_calls(L):
             np.testing.assert_array_equal(g[lo : lo + 50_000], gs)
             np.testing.assert_array_equal(used[lo : lo + 50_000], us)
     np.testing.assert_allclose(g, ref_softmax(r, used), rtol=2e-5, atol=1e-6)
+
+
+def test_softmax_gate_streaming_path():
+    # the large-output test with the streaming threshold forced to 8 MiB (on a machine with a
+    # large last-level cache the default threshold is far above what a test can allocate)
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.path[:0] = [{tests!r}]\n"
+        "import test_kernels as t\n"
+        "for L in (2, 3, 4):\n"
+        "    t.test_softmax_gate_large_outputs_match_small_calls(L)\n"
+    ).format(tests=os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, LAMINA_GATE_STREAM_BYTES=str(8 << 20))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
 
 
 def test_softmax_gate_empty():
@@ -664,7 +683,8 @@ def test_all_isa_paths_give_identical_bits():
     isas = lamina.build_info()["simd_available"]
     digests = {}
     for isa in isas:
-        env = dict(os.environ, LAMINA_SIMD=isa)
+        # the 450k-row gate streams its outputs (threshold forced to 8 MiB)
+        env = dict(os.environ, LAMINA_SIMD=isa, LAMINA_GATE_STREAM_BYTES=str(8 << 20))
         out = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env=env, capture_output=True,
                              text=True, check=True)
         digests[isa] = out.stdout

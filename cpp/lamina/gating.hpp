@@ -22,9 +22,11 @@
 // ε < 0 or not finite, max_doublings outside [0, 1024]; NaN/Inf in relevance (found during
 // the pass: gamma is then partly written).
 //
-// Memory: when gamma and beta_used together exceed 8 MiB, the SIMD paths write them with
-// non-temporal (streaming) stores: they bypass the caches, so a caller that reads γ right
-// after the call reads it from memory (outputs this large leave the core's caches anyway).
+// Memory: when gamma and beta_used together exceed half the last-level cache (at least
+// 8 MiB; environment variable LAMINA_GATE_STREAM_BYTES overrides the threshold), the SIMD
+// paths write them with non-temporal (streaming) stores: they bypass the caches, so a caller
+// that reads γ right after the call reads it from memory (outputs this large leave the caches
+// anyway). Smaller outputs are written with plain stores and stay cached.
 //
 // Threads: row tiles of 64 rows split by parallel_for (`threads` <= 0: default); results do
 // not depend on the thread count, the ISA path (scalar / AVX2 / AVX-512) or the output

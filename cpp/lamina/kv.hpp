@@ -145,9 +145,11 @@ void lava_layers(const float* scores, std::size_t layers, std::size_t kv_heads, 
 /// apportion(entropy, L * per_head, n) (written to layer_budget[L]), then lava_layers' work
 /// per layer (counts, head_budgets, offsets [L*H_kv + 1], out). The score tensor is never
 /// stored: the first pass keeps only each row's best ~1.25 * per_head + 64 entries (with their
-/// positions; the storage, L * H_kv * 2 * that * 8 bytes, stays with the calling thread for
-/// reuse when it is at most 16 MiB), from which the per-layer selections run; a layer or row they do not cover (a
-/// dominant head, a layer budget well above per_head, many ties) is scored again.
+/// positions; at least per_head + per_head / 8 + 32 where ties allow: a row the sampled
+/// threshold left short is collected again from cache; the storage, L * H_kv * 2 * that * 8
+/// bytes, stays with the calling thread for reuse when it is at most 16 MiB, as does the
+/// calling thread's scratch), from which the per-layer selections run; a layer or row they do
+/// not cover (a dominant head, a layer budget well above per_head, many ties) is scored again.
 /// Preconditions (ValueError): those of window_scores, per_head <= n, 0 <= alpha <= 1;
 /// out holds L * H_kv * (per_head + tail) entries.
 void lava_select(const float* in, const ScoreSpec& spec, const RowScale& scale,
