@@ -1,10 +1,12 @@
 """Per-(user, layer) vector index of :class:`lamina.Memory`: native arenas, hnswlib past a size.
 
-Storage: two :class:`lamina.VectorArena` s — one for the **archive** (every raw turn ever added:
-unbounded, searched only on request) and one for the **active** layers (working, episodic,
-semantic, and superseded facts in ``history``: bounded by the capacities). Keeping them apart
-keeps the few thousand active rows of a user dense in memory instead of scattered among
-hundreds of thousands of archive rows. Each (user, layer) is one arena namespace
+Storage: four :class:`lamina.VectorArena` s — one for the **archive** (every raw turn ever
+added: unbounded, searched only on request), one for the searched **active** layers (working,
+episodic, semantic: bounded by the capacities), one for the per-turn views of episodes, and one
+for superseded facts (``history``). Keeping them apart keeps the few thousand active rows of a
+user dense in memory instead of scattered among hundreds of thousands of archive rows, and lets
+a search of one layer of a large user scan that layer's rows sequentially without reading the
+others. Each (user, layer) is one arena namespace
 (``user_idx << 3 | layer code``); the arena keeps one posting list per namespace, so a search
 reads that namespace's rows and no others.
 
@@ -37,6 +39,7 @@ from .search import VectorArena
 __all__ = ["LayerIndex"]
 
 ARCHIVE_LAYER = 3  # items.LAYERS["archive"]
+_ARENA_OF = {ARCHIVE_LAYER: 1, 5: 2, 4: 3}  # layer code -> arena (5: turn views, 4: history)
 _BULK_ROWS = 4096  # pending inserts at least this many: multi-threaded graph construction
 
 
@@ -81,17 +84,21 @@ class LayerIndex:
         self.ann_m = int(ann_m)
         self.ann_ef_construction = int(ann_ef_construction)
         self.ann_ef_search = int(ann_ef_search)
-        self._arenas = (VectorArena(self.dim, "float32", capacity=1024),  # active layers
-                        VectorArena(self.dim, "float32", capacity=1024))  # archive
+        # One arena per kind of namespace (see _which), so that a search of one user's layer reads
+        # rows of that kind only: with a single large user, a namespace is most of its arena and
+        # is scanned sequentially without touching the rows of other kinds.
+        self._arenas = tuple(VectorArena(self.dim, "float32", capacity=1024) for _ in range(4))
         self._loc: dict[int, tuple[int, int, int]] = {}  # item id -> (arena, slot, namespace)
-        self._by_slot: tuple[dict[int, int], dict[int, int]] = ({}, {})
+        self._by_slot: tuple[dict[int, int], ...] = tuple({} for _ in self._arenas)
         self._graphs: dict[int, _Graph] = {}
         self.ann_builds = 0  # graphs built (stats, tests)
 
     # ------------------------------------------------------------------ rows
     @staticmethod
     def _which(namespace: int) -> int:
-        return 1 if (namespace & 7) == ARCHIVE_LAYER else 0
+        """Arena of a namespace by its layer code (low 3 bits): 0 the searched active layers
+        (working, episodic, semantic), 1 the archive, 2 per-turn views of episodes, 3 history."""
+        return _ARENA_OF.get(namespace & 7, 0)
 
     def __contains__(self, item_id: int) -> bool:
         return item_id in self._loc
@@ -120,7 +127,7 @@ class LayerIndex:
 
     def remove(self, ids: Sequence[int]) -> None:
         """Drop the vectors of these item ids (all must be stored)."""
-        per: tuple[list[int], list[int]] = ([], [])
+        per: tuple[list[int], ...] = tuple([] for _ in self._arenas)
         for i in ids:
             a, s, ns = self._loc.pop(i)
             per[a].append(s)
@@ -133,7 +140,7 @@ class LayerIndex:
                     g.index.mark_deleted(i)
                     g.deleted.add(i)
                     g.live -= 1
-        for a in (0, 1):
+        for a in range(len(self._arenas)):
             if per[a]:
                 self._arenas[a].remove(per[a])
 
@@ -143,7 +150,7 @@ class LayerIndex:
         if not len(ids):
             return out
         locs = [self._loc[i] for i in ids]
-        for a in (0, 1):
+        for a in range(len(self._arenas)):
             pos = [j for j, loc in enumerate(locs) if loc[0] == a]
             if pos:
                 out[pos] = self._arenas[a].get([locs[j][1] for j in pos])
@@ -167,7 +174,7 @@ class LayerIndex:
         holds fewer). ``q``: shape (dim,) or (1, dim), float32, finite, non-zero."""
         q = np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32)
         out: list[tuple[list[float], list[int]]] = [([], []) for _ in namespaces]
-        exact: tuple[list[int], list[int]] = ([], [])  # positions in `namespaces`, per arena
+        exact: tuple[list[int], ...] = tuple([] for _ in self._arenas)  # positions in `namespaces`, per arena
         for j, ns in enumerate(namespaces):
             n = self.count(ns)
             if n == 0:
@@ -177,7 +184,7 @@ class LayerIndex:
             else:
                 self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
                 exact[self._which(ns)].append(j)
-        for a in (0, 1):
+        for a in range(len(self._arenas)):
             pos = exact[a]
             if not pos:
                 continue
@@ -248,7 +255,9 @@ class LayerIndex:
     # ------------------------------------------------------------------ stats
     def info(self) -> dict[str, Any]:
         """Rows per arena and the namespaces currently served by hnswlib."""
-        return {"active_rows": len(self._arenas[0]), "archive_rows": len(self._arenas[1]),
+        a = self._arenas
+        return {"active_rows": len(a[0]) + len(a[2]) + len(a[3]), "archive_rows": len(a[1]),
+                "turn_view_rows": len(a[2]), "history_rows": len(a[3]),
                 "ann_threshold": self.ann_threshold, "ann_namespaces": len(self._graphs),
                 "ann_builds": self.ann_builds}
 
