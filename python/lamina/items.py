@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
-__all__ = ["MemoryItem", "Context", "LAYERS", "format_time"]
+__all__ = ["MemoryItem", "Context", "LAYERS", "format_time", "render_grouped"]
 
 #: Layer names and their arena layer codes. ``history`` holds superseded facts (never current).
 LAYERS: dict[str, int] = {"working": 0, "episodic": 1, "semantic": 2, "archive": 3, "history": 4}
@@ -108,6 +108,70 @@ class MemoryItem:
             return f"[{format_time(self.timestamp)}] {self.speaker}: {self.text}"
         return f"[{format_time(self.timestamp)}] {self.text}"
 
+    # -- grouped rendering (Context.render): raw turns of one session and day share a header
+    def turn_lines(self) -> Optional[list[tuple[Optional[float], str]]]:
+        """For items that show raw turns in a context: (time, ``"Speaker: text"``) per turn;
+        None for the others (they render on their own).
+
+        ``turn`` and ``segment`` items show their turns; a *current* fact shows the turn it was
+        extracted from (its statement, attributed by the speaker line — the fact sentence would
+        repeat it); a superseded fact, or one without a source turn, renders as a fact line with
+        its validity (:meth:`render`)."""
+        if self.kind == "segment" and self.turns:
+            return [(t, f"{sp}: {tx}" if sp else tx) for t, sp, tx in self.turns]
+        if self.kind == "turn":
+            return [(self.timestamp, f"{self.speaker}: {self.text}" if self.speaker else self.text)]
+        if self.kind == "fact" and self.current and self.turns and self.commitment != "verify":
+            t, sp, tx = self.turns[-1]
+            return [(t, f"{sp}: {tx}" if sp else tx)]
+        return None
+
+    def group_key(self) -> tuple[Optional[str], str]:
+        """Turns with the same key are rendered under one ``[date time]`` header."""
+        t = self.turns[-1][0] if self.kind == "fact" and self.turns else self.timestamp
+        return (self.session_id, _format_day(t))
+
+
+def group_header(t: Optional[float]) -> str:
+    """Header line of a group of raw turns: ``[YYYY-MM-DD HH:MM]`` of its earliest turn."""
+    return f"[{format_time(t)}]"
+
+
+#: Whitespace words of a group header ("[YYYY-MM-DD" "HH:MM]"; "[?]" without a time).
+def header_tokens(t: Optional[float]) -> int:
+    return 1 if t is None else 2
+
+
+def render_grouped(items: "list[MemoryItem]") -> str:
+    """Render items in their order; raw turns (``turn`` / ``segment`` items) of the same session
+    and day are gathered under one ``[date time]`` header at the place of the first of them,
+    in time order, one ``Speaker: text`` line each. Facts, summaries, notes and profiles render
+    on their own (:meth:`MemoryItem.render`)."""
+    blocks: list[Any] = []
+    groups: dict[tuple[Optional[str], str], list[tuple[Optional[float], int, str]]] = {}
+    for it in items:
+        lines = it.turn_lines()
+        if lines is None:
+            blocks.append(it.render())
+            continue
+        key = it.group_key()
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = []
+            blocks.append(g)
+        for t, ln in lines:
+            g.append((t, len(g), ln))
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, str):
+            out.append(b)
+            continue
+        b.sort(key=lambda x: (x[0] if x[0] is not None else float("-inf"), x[1]))
+        ts = [t for t, _, _ in b if t is not None]
+        out.append(group_header(min(ts) if ts else None))
+        out.extend(ln for _, _, ln in b)
+    return "\n".join(out)
+
 
 @dataclass
 class Context:
@@ -137,10 +201,11 @@ class Context:
     budget: int
 
     def render(self) -> str:
-        """Prompt text: one block per item, with dates and speakers."""
+        """Prompt text with dates and speakers: items in their order, raw turns of the same
+        session and day under one ``[date time]`` header (see :func:`render_grouped`)."""
         if self.abstain:
             return ""
-        return "\n".join(it.render() for it in self.items)
+        return render_grouped(self.items)
 
     @property
     def tokens(self) -> int:

@@ -44,6 +44,7 @@ from .extract import (ExtractiveSummarizer, Fact, FactExtractor, RuleFactExtract
 from .items import LAYERS, Context, MemoryItem
 from .llm import LLM, LLMFactExtractor, LLMSummarizer
 from .layer_index import LayerIndex
+from .lexical import LexicalIndex
 from .store import ID_SHIFT, Store
 
 __all__ = ["Memory", "MemoryConfig"]
@@ -64,6 +65,11 @@ _TKEY = 1 << 62
 # Kinds that describe many turns at once (summaries, promoted notes, entity profiles): they
 # enter a context only after the specific items (turns, facts).
 _GENERAL = ("summary", "note", "profile")
+# No item adds fewer tokens to a context than one word ("Speaker: text" under an open group
+# header counts its words only); a group's "[YYYY-MM-DD HH:MM]" header costs 2 (1 when the
+# time is unknown: counted as 2, never under-counted).
+_MIN_ITEM_TOKENS = 1
+_HEADER_TOKENS = 2
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,16 @@ class MemoryConfig:
     ``beta`` [β] and ``max_entropy`` [ε] of the gate (None: no bound); ``min_similarity`` (the
     firewall floor: below it nothing is returned and the context abstains);
     ``working_share`` (the largest share of the budget working memory gets first);
-    ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p)).
+    ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p));
+    ``lexical``: episodic turns are also ranked by BM25 over ``speaker + text`` (native
+    :class:`lamina.LexicalIndex`, per-user statistics) and the two rankings are fused by
+    reciprocal rank (``rrf_k``), each turn keeping a score on the cosine scale;
+    ``speaker_scope`` (attribution firewall: when the query names exactly one of the people
+    this user's memory knows — speakers of turns, subjects of facts — the items it returns that
+    are attributed to someone else score ×(1 − p) and are ordered accordingly, so the named
+    person's memories come first and another person's are never presented as the best match;
+    which items enter the context is decided before it — the firewall does not hide relevant
+    memories; 0 disables).
 
     Storage: ``synchronous`` "NORMAL" (survives kill -9) or "FULL" (also power loss).
 
@@ -137,14 +152,21 @@ class MemoryConfig:
     ann_m: int = 16
     ann_ef_construction: int = 100
     ann_ef_search: int = 96
+    lexical: bool = True
+    rrf_k: int = 60
+    speaker_scope: float = 0.5
 
     def __post_init__(self) -> None:
         ints = ("working_capacity", "episodic_capacity", "semantic_capacity", "min_segment_turns",
                 "max_segment_turns", "summary_words", "candidates", "relevance_top", "ann_threshold", "ann_m",
-                "ann_ef_construction", "ann_ef_search")
+                "ann_ef_construction", "ann_ef_search", "rrf_k")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("synchronous", "layers") or (f.name == "max_entropy" and v is None):
+                continue
+            if f.name == "lexical":
+                if not isinstance(v, bool):
+                    raise TypeError(f"MemoryConfig.lexical must be a bool, got {type(v).__name__}")
                 continue
             if f.name in ints:
                 if isinstance(v, bool) or not isinstance(v, int):
@@ -162,7 +184,7 @@ class MemoryConfig:
             raise ValueError(f"MemoryConfig.ann_m must be >= 2 (hnswlib links per node), got {self.ann_m}")
         if self.min_segment_turns > self.max_segment_turns:
             raise ValueError("MemoryConfig.min_segment_turns must be <= max_segment_turns")
-        for nm in ("alpha", "working_share", "stale_penalty"):
+        for nm in ("alpha", "working_share", "stale_penalty", "speaker_scope"):
             if not 0.0 <= getattr(self, nm) <= 1.0:
                 raise ValueError(f"MemoryConfig.{nm} must be in [0, 1], got {getattr(self, nm)}")
         for nm in ("profile_lambda", "heat_a", "heat_b", "heat_c", "beta"):
@@ -200,7 +222,7 @@ class _Rec:
 
 class _User:
     __slots__ = ("user_id", "idx", "ids", "by_src", "working", "children", "current", "max_depth", "drift_total", "drift_last",
-                 "drift_updates", "stale", "profiles", "n_active", "seg_of")
+                 "drift_updates", "stale", "profiles", "n_active", "seg_of", "people")
 
     def __init__(self, user_id: str, idx: int) -> None:
         self.user_id = user_id
@@ -218,6 +240,7 @@ class _User:
         self.stale: Optional[_Staleness] = None  # cache, rebuilt after fact changes
         self.n_active = {name: 0 for name in LAYERS}
         self.seg_of: dict[int, int] = {}  # turn id -> id of the active episodic leaf holding it
+        self.people: dict[str, tuple[str, "re.Pattern[str]"]] = {}  # name key -> (name, word-bounded pattern)
 
 
 def _now() -> float:
@@ -343,8 +366,10 @@ class Memory:
         """Rebuild every in-memory structure from the database."""
         c = self.config
         self._vectors = LayerIndex(self._dim, c.ann_threshold, c.ann_m, c.ann_ef_construction, c.ann_ef_search)
+        self._lex = LexicalIndex()
         self._recs: dict[int, _Rec] = {}
-        self._ntok: dict[int, tuple[Any, int]] = {}
+        self._ntok: dict[int, tuple[Any, Any]] = {}
+        self._tkey: dict[int, tuple[str, str]] = {}
         self._pending: dict[int, _Rec] = {}  # records whose access bumps are not yet written
         self._users: dict[str, _User] = {}
         self._sessions: dict[tuple[str, str], list[Any]] = {}
@@ -384,6 +409,9 @@ class Memory:
         """Add a record to the per-user indexes (working queues, tree, current facts, profiles)."""
         if r.kind == "turn" and r.source_id is not None:
             u.by_src[r.source_id] = r.id
+        who = r.speaker if r.kind == "turn" else (r.subject if r.kind == "fact" else None)
+        if who and _norm_key(who) not in u.people:
+            u.people[_norm_key(who)] = (who, re.compile(r"(?<!\w)" + re.escape(" ".join(who.split())) + r"(?!\w)", re.I))
         if r.status != "active":
             return
         if r.layer == "working":
@@ -470,6 +498,8 @@ class Memory:
             return
         X = self._vecs(members) if embs is None else embs
         self._vectors.add(((u.idx << 3) | _TURN_VIEW), [m | _TKEY for m in members], X)
+        self._lex.add(list(members), [f"{self._recs[m].speaker or ''} {self._recs[m].text}" for m in members],
+                      (u.idx << 3) | _TURN_VIEW)
         for m in members:
             u.seg_of[m] = leaf.id
 
@@ -479,6 +509,7 @@ class Memory:
             if u.seg_of.get(m) == leaf.id:
                 del u.seg_of[m]
         self._vectors.remove([k for k in keys if k in self._vectors])
+        self._lex.remove([k & ~_TKEY for k in keys], missing_ok=True)
 
     def _place(self, u: _User, r: _Rec, emb: npt.NDArray[np.float32]) -> None:
         self._vectors.add(self._ns(u, r.layer), [r.id], emb.reshape(1, -1))
@@ -1020,7 +1051,32 @@ class Memory:
                 if not sib and x.parent_id != _ROOT:
                     u.children.pop(x.parent_id, None)
                     stack.append(self._recs[x.parent_id])  # an internal node with no children goes too
+                elif len(sib) == 1 and x.parent_id != _ROOT:
+                    self._splice(u, self._recs[x.parent_id], updates)
         self._store.update_items(updates)
+
+    def _splice(self, u: _User, node: _Rec, updates: list[tuple[int, dict[str, Any]]]) -> None:
+        """An internal node left with one child is replaced by that child (which moves up a level
+        with its subtree), so that evictions do not leave chains of one-child summaries behind:
+        without this, internal nodes outlive their leaves and the tree grows without bound."""
+        (child,) = u.children.pop(node.id)
+        parent = node.parent_id
+        sib = u.children.get(parent, [])
+        if node.id in sib:
+            sib[sib.index(node.id)] = child
+            sib.sort(key=lambda i: self._recs[i].seq)
+        c = self._recs[child]
+        c.parent_id = parent
+        updates.append((c.id, {"parent_id": parent}))
+        stack = [c]
+        while stack:
+            y = stack.pop()
+            y.depth = max(0, int(y.depth) - 1)
+            updates.append((y.id, {"depth": y.depth}))
+            stack.extend(self._recs[k] for k in u.children.get(y.id, []))
+        self._unplace(u, node)
+        node.status = "evicted"
+        updates.append((node.id, {"status": "evicted"}))
 
     # ------------------------------------------------------------------ read path
     def _query_vec(self, query: str, query_embedding: Optional[npt.NDArray[np.float32]]) -> npt.NDArray[np.float32]:
@@ -1046,10 +1102,13 @@ class Memory:
             hist: set[str] = set()
             cur: set[str] = set()
             values: dict[str, set[str]] = {}
+            resolved: set[int] = set()
             for r in self._urecs(u):
                 if r.kind != "fact" or r.status != "active":
                     continue
                 (hist if r.layer == "history" else cur).update(r.sources)
+                if r.layer == "history" and r.superseded_by is not None:
+                    resolved.add(int(r.superseded_by))
                 if r.layer == "history":
                     key = (_norm_key(r.subject or ""), r.predicate or "")
                     now_ids = u.current.get(key, [])
@@ -1057,7 +1116,7 @@ class Memory:
                     old = _norm_key(r.object or "")
                     if old and now_vals and old not in now_vals:
                         values.setdefault(old, set()).update(now_vals)
-            u.stale = _Staleness(frozenset(hist - cur), values)
+            u.stale = _Staleness(frozenset(hist - cur), values, frozenset(resolved))
         return u.stale
 
     def _candidates(self, u: _User, q: npt.NDArray[np.float32], layer: str, k: int,
@@ -1079,9 +1138,12 @@ class Memory:
 
     def _hits(self, scores: list[float], ids: list[int], now: Optional[float],
               domain: Optional[str]) -> list[tuple[float, _Rec]]:
+        recs = self._recs
+        if now is None and domain is None:
+            return [(float(s), recs[i]) for s, i in zip(scores, ids)]
         out: list[tuple[float, _Rec]] = []
         for s, i in zip(scores, ids):
-            r = self._recs[i]
+            r = recs[i]
             if now is not None and r.timestamp is not None and r.timestamp > now:
                 continue  # replay: the future is not known yet
             if domain is not None and r.domain is not None and r.domain != domain:
@@ -1158,42 +1220,23 @@ class Memory:
                 return empty
             layers = [L for L in _ACTIVE if L in c.layers] + (["archive"] if include_archive else [])
             stale = self._stale(u)
-            per_layer: dict[str, list[tuple[float, _Rec]]] = {}
-            rel: dict[str, float] = {}
-            # enough candidates to fill the budget: a rendered turn takes at least 4 tokens
-            # ("[date time] speaker: word"), so budget/4 items can always fill it
-            m = max(c.candidates, -(-budget // 4))
-            found = self._candidates_multi(u, q, layers, m, t_now, domain)
-            via: dict[int, str] = {}  # turn id -> "episodic" for turns found through their leaf
-            if "episodic" in found:
-                found["episodic"] = self._episodic_candidates(u, q, found["episodic"], m, t_now, domain)
-                via = {r.id: "episodic" for _, r in found["episodic"] if r.kind == "turn"}
-            for L in layers:
-                cands = found[L]
-                if not cands:
-                    continue
-                # r_i from the layer's best specific items (turns, facts); aggregates only when
-                # the layer has nothing else
-                spec = [s for s, r in cands if r.kind not in _GENERAL] or [s for s, _ in cands]
-                rel[L] = float(np.mean(sorted(spec, reverse=True)[: c.relevance_top]))
-                adj: list[tuple[float, _Rec]] = []
-                for s, r in cands:
-                    if stale and r.kind != "fact":
-                        s = s * (1.0 - c.stale_penalty * stale.weight(r.id, r.text, r.sources))
-                    if s >= c.min_similarity:
-                        adj.append((s, r))
-                adj.sort(key=lambda x: (-x[0], x[1].seq))
-                per_layer[L] = adj
-            names = [L for L in layers if L in rel]
-            if not names or not any(per_layer[L] for L in names):
-                empty.gates = {}
-                return empty
-            r_arr = np.array([[rel[L] for L in names]], dtype=np.float32)
-            gamma, beta_used = kernels.softmax_gate(r_arr, float(c.beta), max_entropy=c.max_entropy)
-            gamma = np.asarray(gamma, dtype=np.float64).reshape(-1)
-            gates = {L: float(g) for L, g in zip(names, gamma)}
-            b_used = float(np.asarray(beta_used).reshape(-1)[0])
-            chosen = self._fill(per_layer, gates, b_used, budget)
+            # Candidate depth adapts to the item sizes: a rendered turn takes at least 4 tokens
+            # ("[date time] speaker: word"), so budget/4 candidates per layer can always fill the
+            # budget, but typical items are several times longer. Start at budget/8 and go to
+            # budget/4 only when the fill ran out of candidates with room left for a typical item
+            # while some layer had more to give.
+            m = max(c.candidates, -(-budget // 8))
+            m_max = max(c.candidates, -(-budget // 4))
+            while True:
+                sel = self._select(u, q, query, layers, m, t_now, domain, budget, stale)
+                if sel is None:
+                    return empty
+                chosen, used, gates, b_used, via, truncated = sel
+                room = budget - used
+                typical = used / len(chosen) if chosen else 0.0
+                if m >= m_max or not truncated or room < max(_MIN_ITEM_TOKENS, typical):
+                    break
+                m = m_max
             if not chosen:
                 return Context(items=[], gates=gates, beta=b_used, abstain=True, query=query, budget=budget)
             ordered = _lost_in_the_middle(chosen)
@@ -1214,37 +1257,172 @@ class Memory:
             self._bump(list(heated.values()), bump_t)
             return Context(items=items, gates=gates, beta=b_used, abstain=False, query=query, budget=budget)
 
-    def _episodic_candidates(self, u: _User, q: npt.NDArray[np.float32], found: list[tuple[float, _Rec]], k: int,
-                             now: Optional[float], domain: Optional[str]) -> list[tuple[float, _Rec]]:
+    @staticmethod
+    def _scope(u: _User, query: str) -> Optional[str]:
+        """The one person the query names among those this user's memory attributes items to
+        (speakers of turns, subjects of facts); None when it names none or several."""
+        named = [k for k, (_, pat) in u.people.items() if pat.search(query)]
+        return named[0] if len(named) == 1 else None
+
+    def _select(self, u: _User, q: npt.NDArray[np.float32], query: str, layers: Sequence[str], m: int,
+                t_now: Optional[float], domain: Optional[str], budget: int, stale: "_Staleness"
+                ) -> Optional[tuple[list[tuple[float, _Rec]], int, dict[str, float], float, set[int], bool]]:
+        """Candidates at depth ``m`` per layer, the gate, and the budget fill.
+
+        Returns None when no layer has a candidate above the floor; else (chosen, tokens used,
+        gates, β used, ids of turns found through their episode, whether some layer returned
+        ``m`` candidates — it may hold more)."""
+        c = self.config
+        per_layer: dict[str, list[tuple[float, _Rec]]] = {}
+        rel: dict[str, float] = {}
+        scope = self._scope(u, query) if c.speaker_scope > 0 else None
+        scope_name = u.people[scope][0] if scope is not None else None
+        shown: dict[int, float] = {}  # scores lowered by the speaker scope (presentation only)
+        found = self._candidates_multi(u, q, layers, m, t_now, domain)
+        truncated = any(len(v) >= m for v in found.values())
+        via: set[int] = set()  # turns found through their leaf
+        if "episodic" in found:
+            found["episodic"], folded = self._episodic_candidates(u, q, query, found["episodic"], m, t_now, domain,
+                                                                  found.get("semantic", ()))
+            if folded:
+                found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
+            via = {r.id for _, r in found["episodic"] if r.kind == "turn"}
+            truncated = truncated or len(via) >= m
+        for L in layers:
+            cands = found[L]
+            if not cands:
+                continue
+            # r_i from the layer's best specific items (turns, facts); aggregates only when
+            # the layer has nothing else
+            spec = [s for s, r in cands if r.kind not in _GENERAL] or [s for s, _ in cands]
+            rel[L] = float(np.mean(sorted(spec, reverse=True)[: c.relevance_top]))
+            adj: list[tuple[float, _Rec]] = []
+            floor, sp, stp = c.min_similarity, c.speaker_scope, c.stale_penalty
+            for s, r in cands:
+                if stale and r.kind != "fact":
+                    w = stale.weight(r.id, r.text, r.sources)
+                    if w:
+                        s = _penalize(s, stp * w)
+                if s < floor:
+                    continue
+                adj.append((s, r))
+                if scope is not None:
+                    who = r.speaker if r.kind == "turn" else (r.subject if r.kind in ("fact", "profile") else None)
+                    if who is not None and who != scope_name and _norm_key(who) != scope:
+                        shown[r.id] = s - abs(s) * sp  # _penalize, inline (hot loop)
+            adj.sort(key=lambda x: (-x[0], x[1].id in shown, x[1].seq))  # ties: the named person first
+            per_layer[L] = adj
+        names = [L for L in layers if L in rel]
+        if not names or not any(per_layer[L] for L in names):
+            return None
+        r_arr = np.array([[rel[L] for L in names]], dtype=np.float32)
+        gamma, beta_used = kernels.softmax_gate(r_arr, float(c.beta), max_entropy=c.max_entropy)
+        gamma = np.asarray(gamma, dtype=np.float64).reshape(-1)
+        gates = {L: float(g) for L, g in zip(names, gamma)}
+        b_used = float(np.asarray(beta_used).reshape(-1)[0])
+        chosen, used = self._fill(per_layer, gates, b_used, budget, shown)
+        if shown:
+            chosen = [(shown.get(r.id, s), r) for s, r in chosen]
+        return chosen, used, gates, b_used, via, truncated
+
+    def _episodic_candidates(self, u: _User, q: npt.NDArray[np.float32], query: str,
+                             found: list[tuple[float, _Rec]], k: int, now: Optional[float],
+                             domain: Optional[str], facts: Sequence[tuple[float, _Rec]] = ()
+                             ) -> tuple[list[tuple[float, _Rec]], set[int]]:
         """Episodic candidates: the turns of active leaves, each scored on its own (a leaf is as
         relevant as its best turn, and only its matching turns are shown), plus the layer's
-        summaries (tree nodes, session summaries). Leaves themselves are not candidates."""
+        summaries (tree nodes, session summaries). Leaves themselves are not candidates.
+
+        Turns are ranked by reciprocal-rank fusion (RRF, ``rrf_k``) of the dense (cosine of the
+        turn) and lexical (BM25 over speaker + text) rankings. Each keeps a score on the cosine
+        scale: the i-th turn in fused order gets the i-th largest cosine of the candidates (the
+        layer's score distribution is unchanged — gate, floor and abstention read it as before —
+        while the order follows both channels).
+
+        Current facts (``facts``, the semantic layer's candidates) whose source turn belongs to
+        an active episode are folded into that turn: a fact is derived from its turn, which holds
+        the statement verbatim, so it takes the turn's place and rank (and renders as the turn,
+        see :meth:`MemoryItem.turn_lines`) when the turn is a candidate, and is dropped when the
+        turn is not — rankings follow the primary evidence, not the cosine of a short derived
+        sentence. A fact that superseded another keeps its own score when higher (current beats
+        stale). Facts whose turn has left the episodic layer stand on their own.
+
+        Returns the candidates and the ids of the folded facts (the caller drops those from
+        the semantic layer's list).
+        """
         out = [(s, r) for s, r in found if r.kind != "segment"]
+        folded: set[int] = set()
         ns = ((u.idx << 3) | _TURN_VIEW)
         if self._vectors.count(ns):
             ((scores, keys),) = self._vectors.search(q, [ns], k)
-            out.extend(self._hits(scores, [int(x) & ~_TKEY for x in keys], now, domain))
+            dense = self._hits(scores, [int(x) & ~_TKEY for x in keys], now, domain)
+            lists = [dense]
+            if self.config.lexical:
+                lscores, lkeys = self._lex.search(query, ns, k)
+                lists.append(self._hits(lscores.tolist(), lkeys.tolist(), now, domain))
+            fact_of: dict[int, tuple[float, _Rec]] = {}  # source turn -> its best current fact
+            resolved = self._stale(u).resolved
+            for s, f in facts:
+                t = u.by_src.get(f.sources[-1]) if f.kind == "fact" and f.sources else None
+                if t is None or t not in u.seg_of:
+                    continue  # its turn is not an active episode's: the fact stands on its own
+                folded.add(f.id)
+                fact_of.setdefault(t, (s, f))
+            lists = [x for x in lists if x]
+            if len(lists) > 1:
+                cos = {r.id: s for s, r in dense}
+                extra = list({r.id: r for x in lists[1:] for _, r in x if r.id not in cos}.values())
+                if extra:
+                    V = self._vecs([r.id for r in extra])
+                    for r, s in zip(extra, (V @ q.reshape(-1)).tolist()):
+                        cos[r.id] = float(s)
+                kk = float(self.config.rrf_k)
+                fused: dict[int, float] = {}
+                recs: dict[int, _Rec] = {}
+                for x in lists:
+                    for i, (_, r) in enumerate(x):
+                        fused[r.id] = fused.get(r.id, 0.0) + 1.0 / (kk + 1 + i)
+                        recs[r.id] = r
+                order = sorted(fused, key=lambda i: (-fused[i], recs[i].seq))
+                dist = sorted(cos.values(), reverse=True)
+                dense = [(s, recs[i]) for s, i in zip(dist, order)]
+            if fact_of:
+                # a fact that resolved a conflict (superseded another) is the current value of
+                # something that changed: it keeps its own score when that is higher, so that
+                # current beats stale even when the new statement is worded unlike the question
+                dense = [(max(s, fact_of[r.id][0]) if fact_of[r.id][1].id in resolved else s, fact_of[r.id][1])
+                         if r.id in fact_of else (s, r) for s, r in dense]
+            out.extend(dense)
         out.sort(key=lambda x: (-x[0], x[1].seq))
-        return out
+        return out, folded
 
     def _fill(self, per_layer: dict[str, list[tuple[float, _Rec]]], gates: dict[str, float], beta: float,
-              budget: int) -> list[tuple[float, _Rec]]:
+              budget: int, demoted: Optional[Mapping[int, float]] = None) -> tuple[list[tuple[float, _Rec]], int]:
         """Fill the budget: working memory first (at most its γ share, bounded by
         ``working_share``), then every layer's candidates in one order of gate-weighted score
         s·(γ_L/γ_max)^(1/β) = s·exp(r_L − r_max) (the gate as a prior over layers, so the budget
         follows item scores rather than fixed shares); aggregates (summaries, notes, profiles) only
-        fill what the specific items (turns, facts) above the floor leave."""
+        fill what the specific items (turns, facts) above the floor leave. ``demoted``: items the
+        speaker scope ranks lower — on equal scores they come after the others (so that of two
+        identical statements the named person's is the one kept)."""
         c = self.config
+        demoted = demoted or {}
         chosen: list[tuple[float, _Rec]] = []
         taken: set[int] = set()
         covered: set[str] = set()
         fact_keys: set[tuple[str, str, str]] = set()
         seen_text: set[str] = set()  # a turn repeating the words of one already taken adds nothing
+        groups: set[tuple[Optional[str], str]] = set()  # (session, day) groups already opened
         used = 0
 
         def try_take(s: float, r: _Rec, limit: int) -> int:
             nonlocal used
-            if r.id in taken:
+            # the size test first: once the budget is nearly full most candidates fail it, and
+            # it costs two dictionary lookups
+            n, gk = self._ntokens(r)
+            if gk is not None and gk not in groups:
+                n += _HEADER_TOKENS  # this item opens a new [date time] group
+            if n > limit or r.id in taken:
                 return 0
             if r.kind == "fact":
                 fk = (_norm_key(r.subject or ""), r.predicate or "", _norm_key(r.object or ""))
@@ -1254,12 +1432,11 @@ class Memory:
                     return 0  # the turn it renders verbatim is already in the context
             elif r.sources and set(r.sources) <= covered:
                 return 0  # dedupe: the raw text of all its sources is already in the context
-            tk = _norm_key(r.text) if r.kind == "turn" else None
+            tk = self._text_key(r) if r.kind == "turn" else None
             if tk is not None and tk in seen_text:
                 return 0
-            n = self._ntokens(r)
-            if n > limit:
-                return 0
+            if gk is not None:
+                groups.add(gk)
             taken.add(r.id)
             if tk is not None:
                 seen_text.add(tk)
@@ -1268,7 +1445,7 @@ class Memory:
             elif r.kind == "fact" and r.sources:
                 covered.add(r.sources[-1])  # a fact renders its latest source turn
             if r.kind == "fact":
-                fact_keys.add((_norm_key(r.subject or ""), r.predicate or "", _norm_key(r.object or "")))
+                fact_keys.add(fk)
             chosen.append((s, r))
             used += n
             return n
@@ -1285,22 +1462,40 @@ class Memory:
         pool = [(s * prior[L], s, r) for L in gates for s, r in per_layer.get(L, [])]
         # Aggregates go last: their long texts score high against almost any question (cosine
         # favours long, general texts) while holding none of the raw turns the answer needs.
-        pool.sort(key=lambda x: (x[2].kind in _GENERAL, -x[0], x[2].seq))
+        pool.sort(key=lambda x: (x[2].kind in _GENERAL, -x[0], x[2].id in demoted, x[2].seq))
         for _, s, r in pool:
-            if used >= budget:
-                break
+            if budget - used < _MIN_ITEM_TOKENS:
+                break  # no item is shorter than this
             try_take(s, r, budget - used)
-        return chosen
+        return chosen, used
 
-    def _ntokens(self, r: _Rec) -> int:
-        """Whitespace tokens of the item's rendering (cached; the key covers what can change)."""
-        key = (r.text, r.valid_to, r.superseded_by, len(r.members or ()), r.sources[-1] if r.sources else None)
+    def _text_key(self, r: _Rec) -> str:
+        """Normalised text of a turn (cached with its token count)."""
+        hit = self._tkey.get(r.id)
+        if hit is not None and hit[0] == r.text:
+            return hit[1]
+        k = _norm_key(r.text)
+        self._tkey[r.id] = (r.text, k)
+        return k
+
+    def _ntokens(self, r: _Rec) -> tuple[int, Optional[tuple[Optional[str], str]]]:
+        """Whitespace tokens the item adds to :meth:`Context.render`, and its group key: for
+        items showing raw turns, the ``Speaker: text`` lines only (a group's ``[date time]``
+        header is paid once per group, by the fill); for the others their whole rendering, and
+        None. Cached; the key covers what can change."""
+        key = (r.text, r.valid_to, r.superseded_by, len(r.members or ()), r.sources[-1] if r.sources else None,
+               r.timestamp, r.session_id)
         hit = self._ntok.get(r.id)
         if hit is not None and hit[0] == key:
             return hit[1]
-        n = len(self._item(r).render().split())
-        self._ntok[r.id] = (key, n)
-        return n
+        it = self._item(r)
+        lines = it.turn_lines()
+        if lines is None:
+            val: tuple[int, Optional[tuple[Optional[str], str]]] = (len(it.render().split()), None)
+        else:
+            val = (sum(len(ln.split()) for _, ln in lines), it.group_key())
+        self._ntok[r.id] = (key, val)
+        return val
 
     def _bump(self, recs: list[_Rec], t: float) -> None:
         """Access bumps are applied in memory now and written with the next write transaction
@@ -1433,6 +1628,8 @@ class Memory:
                     if leaf is not None:  # re-index the turn under its leaf
                         self._vectors.remove([r.id | _TKEY])
                         self._vectors.add(((u.idx << 3) | _TURN_VIEW), [r.id | _TKEY], emb.reshape(1, -1))
+                        self._lex.remove([r.id], missing_ok=True)
+                        self._lex.add([r.id], [f"{r.speaker or ''} {text}"], (u.idx << 3) | _TURN_VIEW)
                     self._store.update_items([(r.id, fields_)])
             except BaseException:
                 self._reload_after_failure()
@@ -1612,9 +1809,11 @@ class Memory:
 class _Staleness:
     """Sources and values that only support superseded facts (for the stale penalty)."""
 
-    def __init__(self, sources: frozenset[str], values: dict[str, set[str]]) -> None:
+    def __init__(self, sources: frozenset[str], values: dict[str, set[str]],
+                 resolved: frozenset[int] = frozenset()) -> None:
         self.sources = sources
         self.values = values
+        self.resolved = resolved  # ids of current facts that superseded another
         self._cache: dict[int, float] = {}
         self._re = (re.compile(r"\b(" + "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)) + r")\b",
                                re.I) if values else None)
@@ -1640,6 +1839,12 @@ class _Staleness:
         if not sources or not self.sources:
             return 0.0
         return sum(1 for x in sources if x in self.sources) / len(sources)
+
+
+def _penalize(s: float, w: float) -> float:
+    """Lower a cosine-scale score by the share ``w`` in [0, 1] of its magnitude (×(1 − w) for a
+    positive score; a negative one moves down too, never up)."""
+    return s - abs(s) * w
 
 
 def _lost_in_the_middle(chosen: list[tuple[float, _Rec]]) -> list[tuple[float, _Rec]]:

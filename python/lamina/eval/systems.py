@@ -57,11 +57,17 @@ class CtxItem:
 
 @dataclass
 class Ctx:
+    """A system's context: its items (for attribution) and, when the system renders its own
+    prompt text (lamina groups turns under shared date headers), that text."""
+
     items: list[CtxItem] = field(default_factory=list)
     abstain: bool = False
+    text: Optional[str] = None
 
     def render(self) -> str:
-        return "" if self.abstain else "\n".join(it.text for it in self.items)
+        if self.abstain:
+            return ""
+        return self.text if self.text is not None else "\n".join(it.text for it in self.items)
 
     @property
     def tokens(self) -> int:
@@ -377,7 +383,7 @@ class LaminaSystem:
         c = self.mem.context(question, self.user_id, budget=budget, now=now,
                              query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32))
         items = [CtxItem(it.render(), float(it.score), self._parts(it), it.layer) for it in c.items]
-        return Ctx(items, abstain=bool(c.abstain))
+        return Ctx(items, abstain=bool(c.abstain), text=c.render())
 
     def close(self) -> None:
         self.mem.close()
