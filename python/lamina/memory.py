@@ -1344,8 +1344,8 @@ class Memory:
         the statement verbatim, so it takes the turn's place and rank (and renders as the turn,
         see :meth:`MemoryItem.turn_lines`) when the turn is a candidate, and is dropped when the
         turn is not — rankings follow the primary evidence, not the cosine of a short derived
-        sentence. A fact that superseded another keeps its own score when higher (current beats
-        stale). Facts whose turn has left the episodic layer stand on their own.
+        sentence. Facts that superseded another (the current value of something that changed:
+        current beats stale) and facts whose turn has left the episodic layer stand on their own.
 
         Returns the candidates and the ids of the folded facts (the caller drops those from
         the semantic layer's list).
@@ -1364,8 +1364,10 @@ class Memory:
             resolved = self._stale(u).resolved
             for s, f in facts:
                 t = u.by_src.get(f.sources[-1]) if f.kind == "fact" and f.sources else None
-                if t is None or t not in u.seg_of:
-                    continue  # its turn is not an active episode's: the fact stands on its own
+                if t is None or t not in u.seg_of or f.id in resolved:
+                    # its turn is not an active episode's, or it is the current value of
+                    # something that changed (current beats stale): it stands on its own
+                    continue
                 folded.add(f.id)
                 fact_of.setdefault(t, (s, f))
             lists = [x for x in lists if x]
@@ -1387,11 +1389,7 @@ class Memory:
                 dist = sorted(cos.values(), reverse=True)
                 dense = [(s, recs[i]) for s, i in zip(dist, order)]
             if fact_of:
-                # a fact that resolved a conflict (superseded another) is the current value of
-                # something that changed: it keeps its own score when that is higher, so that
-                # current beats stale even when the new statement is worded unlike the question
-                dense = [(max(s, fact_of[r.id][0]) if fact_of[r.id][1].id in resolved else s, fact_of[r.id][1])
-                         if r.id in fact_of else (s, r) for s, r in dense]
+                dense = [(s, fact_of[r.id][1]) if r.id in fact_of else (s, r) for s, r in dense]
             out.extend(dense)
         out.sort(key=lambda x: (-x[0], x[1].seq))
         return out, folded
