@@ -15,6 +15,32 @@ Write path (``add``, ``end_session``) and read path (``context``, ``search``) of
   update of eq. 9–10 (``kernels.damped_update``; drift in ``stats()``).
 * **archive** — every raw turn ever added; eviction never touches it.
 
+Capacity projection Π_C (``end_session``, ``MemoryConfig.eviction = "coverage"``). Two pools: P_e
+(leaves and session summaries, at most C_e per user) and P_s (current facts and notes, C_s). An
+active pooled item *covers* the turns it renders verbatim (a leaf its member turns, a fact its
+latest source turn); c_t is the number of items covering turn t. The novelty of a covered turn is
+ν_t = 1 − max(0, cos(t, t′)) for its nearest covered turn t′ of another leaf (1 when there is
+none): a line said in many places ("that's great!") is worth little, a specific one close to 1.
+An item's value is its Shapley share of the coverage game v(S) = Σ_{t covered by S} ν_t,
+
+    V_i = Σ_{t rendered by i} ν_t / c_t,
+
+i.e. the novel raw text the active layers lose with it, shared evenly among the items that
+duplicate it (a fact whose turn is also in an active leaf holds half of it). Aggregates (session
+summaries, notes) render no raw text: V_i = (share of their source turns that no active item
+covers) × (1 − max(0, cos to the nearest active aggregate of the pool)), zero while their leaves
+survive — the cheapest to drop — and worth up to one specific turn once they are the last trace
+of a session. The retention score is
+
+    score_i = V_i · (1 + a·N_visit + R_i) + ε · exp(−Δt/μ)
+
+with MemoryOS visits N_visit (a = ``heat_a``), a fact's restatements R_i (its strength above 1),
+and recency (μ = ``heat_mu``) scaled by ε = ``eviction_tiebreak`` so that it only breaks ties:
+age alone evicts nothing (the α decay of strengths is not a term). Each round evicts the
+⌈excess/2⌉ lowest scores of every over-full pool (``kernels.evict_to_capacity``; on equal scores
+the newer item goes) and re-measures c_t, ν and V, so of two near-duplicates only one goes.
+``eviction = "heat"`` is the earlier rule: the lowest heat × strength (oldest first in practice).
+
 Vectors live in a :class:`~lamina.layer_index.LayerIndex`: two native arenas (the archive apart
 from the active layers), one namespace per (user, layer), searched with the native exact top-k up
 to ``MemoryConfig.ann_threshold`` vectors and through hnswlib past it; the layer gate is
@@ -84,6 +110,12 @@ class MemoryConfig:
     ``heat_c``·exp(−Δt/``heat_mu``) and ``promote_threshold`` [τ]; ``resolve_threshold`` [τ_s]:
     objects at least this similar are the same value; ``profile_lambda`` [λ] of the damped
     profile update e = (e* + λ·e_prev)/(1+λ) (0 disables damping).
+
+    Capacity projection Π_C: ``eviction`` "coverage" (default: beyond C_e / C_s, the items whose
+    raw text is most redundant go first — the Shapley share of novelty-weighted turn coverage
+    times 1 + ``heat_a``·N_visit, aggregates once their turns are gone; module docstring) or
+    "heat" (the lowest heat × strength); ``eviction_tiebreak`` [ε] scales the recency term
+    exp(−Δt/μ) that breaks ties between equally valuable items (0: the newer id goes).
 
     Read path: ``candidates`` [m] per layer; ``relevance_top`` similarities averaged into r_i;
     ``beta`` [β] and ``max_entropy`` [ε] of the gate (None: no bound); ``min_similarity`` (the
@@ -858,7 +890,8 @@ class Memory:
         Flushes the session's working memory into episodic segments (and facts), adds the session
         summary ŝ = ψ(session) and blends it into the matching earlier episode (eq. 5, α),
         decays episodic strengths by α, promotes hot episodes (heat > τ) to semantic notes, and
-        evicts the lowest heat × strength items over the capacities. Raw turns stay in the archive.
+        projects the layers onto their capacities (Π_C: the most redundant items go first; module
+        docstring). Raw turns stay in the archive.
 
         Parameters
         ----------
