@@ -15,6 +15,32 @@ Write path (``add``, ``end_session``) and read path (``context``, ``search``) of
   update of eq. 9–10 (``kernels.damped_update``; drift in ``stats()``).
 * **archive** — every raw turn ever added; eviction never touches it.
 
+Capacity projection Π_C (``end_session``, ``MemoryConfig.eviction = "coverage"``). Two pools: P_e
+(leaves and session summaries, at most C_e per user) and P_s (current facts and notes, C_s). An
+active pooled item *covers* the turns it renders verbatim (a leaf its member turns, a fact its
+latest source turn); c_t is the number of items covering turn t. The novelty of a covered turn is
+ν_t = 1 − max(0, cos(t, t′)) for its nearest covered turn t′ of another leaf (1 when there is
+none): a line said in many places ("that's great!") is worth little, a specific one close to 1.
+An item's value is its Shapley share of the coverage game v(S) = Σ_{t covered by S} ν_t,
+
+    V_i = Σ_{t rendered by i} ν_t / c_t,
+
+i.e. the novel raw text the active layers lose with it, shared evenly among the items that
+duplicate it (a fact whose turn is also in an active leaf holds half of it). Aggregates (session
+summaries, notes) render no raw text: V_i = (share of their source turns that no active item
+covers) × (1 − max(0, cos to the nearest active aggregate of the pool)), zero while their leaves
+survive — the cheapest to drop — and worth up to one specific turn once they are the last trace
+of a session. The retention score is
+
+    score_i = V_i · (1 + a·N_visit + R_i) + ε · exp(−Δt/μ)
+
+with MemoryOS visits N_visit (a = ``heat_a``), a fact's restatements R_i (its strength above 1),
+and recency (μ = ``heat_mu``) scaled by ε = ``eviction_tiebreak`` so that it only breaks ties:
+age alone evicts nothing (the α decay of strengths is not a term). Each round evicts the
+⌈excess/2⌉ lowest scores of every over-full pool (``kernels.evict_to_capacity``; on equal scores
+the newer item goes) and re-measures c_t, ν and V, so of two near-duplicates only one goes.
+``eviction = "heat"`` is the earlier rule: the lowest heat × strength (oldest first in practice).
+
 Vectors live in a :class:`~lamina.layer_index.LayerIndex`: two native arenas (the archive apart
 from the active layers), one namespace per (user, layer), searched with the native exact top-k up
 to ``MemoryConfig.ann_threshold`` vectors and through hnswlib past it; the layer gate is
@@ -45,6 +71,7 @@ from .items import LAYERS, Context, MemoryItem
 from .llm import LLM, LLMFactExtractor, LLMSummarizer
 from .layer_index import LayerIndex
 from .lexical import LexicalIndex
+from .search import topk as _topk
 from .store import ID_SHIFT, Store
 
 __all__ = ["Memory", "MemoryConfig"]
@@ -89,6 +116,12 @@ class MemoryConfig:
     ``heat_c``·exp(−Δt/``heat_mu``) and ``promote_threshold`` [τ]; ``resolve_threshold`` [τ_s]:
     objects at least this similar are the same value; ``profile_lambda`` [λ] of the damped
     profile update e = (e* + λ·e_prev)/(1+λ) (0 disables damping).
+
+    Capacity projection Π_C: ``eviction`` "coverage" (default: beyond C_e / C_s, the items whose
+    raw text is most redundant go first — the Shapley share of novelty-weighted turn coverage
+    times 1 + ``heat_a``·N_visit, aggregates once their turns are gone; module docstring) or
+    "heat" (the lowest heat × strength); ``eviction_tiebreak`` [ε] scales the recency term
+    exp(−Δt/μ) that breaks ties between equally valuable items (0: the newer id goes).
 
     Read path: ``candidates`` [m] per layer; ``relevance_top`` similarities averaged into r_i;
     ``beta`` [β] and ``max_entropy`` [ε] of the gate (None: no bound); ``min_similarity`` (the
@@ -137,6 +170,8 @@ class MemoryConfig:
     heat_c: float = 1.0
     heat_mu: float = 1e7
     promote_threshold: float = 5.0
+    eviction: str = "coverage"
+    eviction_tiebreak: float = 1e-3
     resolve_threshold: float = 0.9
     profile_lambda: float = 1.0
     candidates: int = 32
@@ -162,7 +197,7 @@ class MemoryConfig:
                 "ann_ef_construction", "ann_ef_search", "rrf_k")
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("synchronous", "layers") or (f.name == "max_entropy" and v is None):
+            if f.name in ("synchronous", "layers", "eviction") or (f.name == "max_entropy" and v is None):
                 continue
             if f.name == "lexical":
                 if not isinstance(v, bool):
@@ -198,6 +233,10 @@ class MemoryConfig:
                 or any(L not in _ACTIVE for L in self.layers)):
             raise ValueError(f"MemoryConfig.layers must be a tuple of {_ACTIVE} including 'working', "
                              f"got {self.layers!r}")
+        if self.eviction not in ("coverage", "heat"):
+            raise ValueError(f"MemoryConfig.eviction must be 'coverage' or 'heat', got {self.eviction!r}")
+        if self.eviction_tiebreak < 0:
+            raise ValueError(f"MemoryConfig.eviction_tiebreak must be >= 0, got {self.eviction_tiebreak}")
         if str(self.synchronous).upper() not in ("NORMAL", "FULL"):
             raise ValueError("MemoryConfig.synchronous must be 'NORMAL' or 'FULL'")
 
@@ -882,7 +921,8 @@ class Memory:
         Flushes the session's working memory into episodic segments (and facts), adds the session
         summary ŝ = ψ(session) and blends it into the matching earlier episode (eq. 5, α),
         decays episodic strengths by α, promotes hot episodes (heat > τ) to semantic notes, and
-        evicts the lowest heat × strength items over the capacities. Raw turns stay in the archive.
+        projects the layers onto their capacities (Π_C: the most redundant items go first; module
+        docstring). Raw turns stay in the archive.
 
         Parameters
         ----------
@@ -1006,26 +1046,35 @@ class Memory:
         return len(chosen)
 
     def _evict(self, u: _User, now: float) -> int:
-        """Capacity projection Π_C: lowest heat × strength beyond C_e / C_s leave the active layers."""
+        """Capacity projection Π_C: beyond C_e / C_s, the items whose loss costs least leave the
+        active layers (``MemoryConfig.eviction``; the rule is in the module docstring)."""
         c = self.config
-        n = 0
-        ep = [r for r in self._urecs(u) if r.layer == "episodic" and r.status == "active"
-              and (r.kind == "segment" or r.parent_id == _NO_TREE)]
-        sem = [r for r in self._urecs(u) if r.layer == "semantic"
-               and r.status == "active" and r.kind in ("fact", "note")]
-        for recs, cap in ((ep, c.episodic_capacity), (sem, c.semantic_capacity)):
-            if len(recs) <= cap:
-                continue
-            score = (self._heat(recs, now) * np.array([r.strength for r in recs], dtype=np.float32)).astype(np.float32)
-            ns = np.zeros(len(recs), dtype=np.uint64)
-            out = np.asarray(kernels.evict_to_capacity(np.ascontiguousarray(score), ns, int(cap))).reshape(-1)
-            victims = [recs[int(i)] for i in out]
-            for r in victims:
-                self._evict_one(u, r)
-            n += len(victims)
-        if n:
+        recs = sorted((r for r in self._urecs(u) if r.status == "active" and (
+            (r.layer == "episodic" and (r.kind == "segment" or r.parent_id == _NO_TREE))
+            or (r.layer == "semantic" and r.kind in ("fact", "note")))), key=lambda r: r.id)
+        ep = [r for r in recs if r.layer == "episodic"]
+        sem = [r for r in recs if r.layer == "semantic"]
+        if len(ep) <= c.episodic_capacity and len(sem) <= c.semantic_capacity:
+            return 0
+        if c.eviction == "heat":
+            victims: list[_Rec] = []
+            for pool, cap in ((ep, c.episodic_capacity), (sem, c.semantic_capacity)):
+                if len(pool) <= cap:
+                    continue
+                score = (self._heat(pool, now) * np.array([r.strength for r in pool], dtype=np.float32))
+                ns = np.zeros(len(pool), dtype=np.uint64)
+                out = np.asarray(kernels.evict_to_capacity(np.ascontiguousarray(score, dtype=np.float32), ns,
+                                                           int(cap))).reshape(-1)
+                victims.extend(pool[int(i)] for i in out)
+        else:
+            items = ep + sem
+            gone = _CoverageProjection(self, u, items, len(ep), now).run()
+            victims = [items[int(i)] for i in gone]
+        for r in victims:
+            self._evict_one(u, r)
+        if victims:
             u.max_depth = max((int(self._recs[i].depth) for kids in u.children.values() for i in kids), default=0)
-        return n
+        return len(victims)
 
     def _evict_one(self, u: _User, r: _Rec) -> None:
         updates: list[tuple[int, dict[str, Any]]] = []
@@ -1843,6 +1892,164 @@ def _penalize(s: float, w: float) -> float:
     """Lower a cosine-scale score by the share ``w`` in [0, 1] of its magnitude (×(1 − w) for a
     positive score; a negative one moves down too, never up)."""
     return s - abs(s) * w
+
+
+class _CoverageProjection:
+    """Π_C by coverage (``MemoryConfig.eviction == "coverage"``; the rule is in the module docstring).
+
+    ``items``: the pooled records of one user, sorted by id, episodic pool (leaves and session
+    summaries) first, then the semantic pool (current facts and notes). ``run`` returns the
+    indices of ``items`` to evict so that each pool fits its capacity.
+
+    Cost: building the incidence is O(items + sources); one exact top-k over the T raw turns of
+    the pooled items (O(T²·d), native, GIL released), repeated only when a turn's listed
+    neighbours are all gone; then O(log₂ excess) rounds of vector arithmetic, each with one
+    ``kernels.evict_to_capacity`` call.
+    """
+
+    _EXTRA = 16  # neighbours listed beyond one segment's worth, so rounds seldom need a new top-k
+
+    def __init__(self, mem: "Memory", u: _User, items: list[_Rec], n_episodic: int, now: float) -> None:
+        c = mem.config
+        self.c = c
+        self.items = items
+        n = len(items)
+        self.n = n
+        self.pool = np.zeros(n, dtype=np.uint64)
+        self.pool[n_episodic:] = 1
+        self.cap = (int(c.episodic_capacity), int(c.semantic_capacity))
+        col: dict[int, int] = {}  # turn record id -> column
+        raw_i: list[int] = []
+        raw_t: list[int] = []
+        agg_i: list[int] = []
+        agg_t: list[int] = []
+        raw_ids: list[int] = []
+        for i, r in enumerate(items):
+            if r.kind in ("segment", "fact"):
+                # Raw text the item renders verbatim: a leaf its member turns, a fact its latest source turn.
+                raw = list(r.members or ()) if r.kind == "segment" else (
+                    [u.by_src.get(r.sources[-1])] if r.sources else [])
+                for t in raw:
+                    if t is None or t not in mem._recs or t not in mem._vectors:
+                        continue
+                    j = col.get(t)
+                    if j is None:
+                        j = col[t] = len(col)
+                        raw_ids.append(t)
+                    raw_i.append(i)
+                    raw_t.append(j)
+        self.n_raw = len(raw_ids)
+        for i, r in enumerate(items):
+            if r.kind not in ("segment", "fact"):  # aggregates: session summaries, notes
+                for src in r.sources or ():
+                    t = u.by_src.get(src)
+                    if t is not None:
+                        agg_i.append(i)
+                        agg_t.append(col.setdefault(t, len(col)))
+        self.n_col = len(col)
+        self.raw_i = np.asarray(raw_i, dtype=np.int64)
+        self.raw_t = np.asarray(raw_t, dtype=np.int64)
+        self.agg_i = np.asarray(agg_i, dtype=np.int64)
+        self.agg_t = np.asarray(agg_t, dtype=np.int64)
+        self.is_agg = np.array([r.kind not in ("segment", "fact") for r in items], dtype=bool)
+        self.agg_n = np.bincount(self.agg_i, minlength=n).astype(np.float64)
+        # Turns that go together (one leaf) never count as each other's redundancy.
+        self.group = np.array([u.seg_of.get(t, -1 - t) for t in raw_ids], dtype=np.int64)
+        self.X = mem._vecs(raw_ids) if raw_ids else np.zeros((0, mem._dim), dtype=np.float32)
+        self.A = mem._vecs([r.id for r in items]) if bool(self.is_agg.any()) else None
+        self.k_turn = int(c.max_segment_turns) + 1 + self._EXTRA
+        self.nbr: Optional[tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]] = None
+        visits = np.array([r.access_count for r in items], dtype=np.float32)
+        restated = np.array([max(0.0, float(r.strength) - 1.0) if r.kind == "fact" else 0.0 for r in items])
+        self.use = 1.0 + float(c.heat_a) * visits.astype(np.float64) + restated
+        last = np.array([r.last_access if r.last_access is not None else now for r in items], dtype=np.float64)
+        zeros = np.zeros(n, dtype=np.float32)
+        self.recency = np.asarray(kernels.heat_scores(zeros, zeros, last, float(now), a=0.0, b=0.0, c=1.0,
+                                                      mu=float(c.heat_mu)), dtype=np.float64)
+
+    def _neighbours(self, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Top-k cosine neighbours of every raw turn among ``rows`` (indices into ``rows``' space
+        mapped back to raw columns; -1 padded)."""
+        X = np.ascontiguousarray(self.X[rows])
+        k = min(self.k_turn, len(rows))
+        S, I = _topk(X, X, k, "ip")
+        S = np.asarray(S, dtype=np.float32)
+        I = np.asarray(I, dtype=np.int64)
+        full_S = np.full((self.n_raw, k), -np.inf, dtype=np.float32)
+        full_I = np.full((self.n_raw, k), -1, dtype=np.int64)
+        full_S[rows] = S
+        full_I[rows] = np.where(I >= 0, rows[np.maximum(I, 0)], -1)
+        return full_S, full_I
+
+    def _turn_novelty(self, covered: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
+        """ν_t = 1 − max(0, cos to the nearest covered raw turn of another leaf); 1 with none."""
+        rows = np.flatnonzero(covered[: self.n_raw]).astype(np.int64)
+        nu = np.ones(self.n_col, dtype=np.float64)
+        if len(rows) < 2:
+            return nu
+        for attempt in range(2):
+            if self.nbr is None:
+                self.nbr = self._neighbours(rows)
+            S, I = self.nbr
+            ok = (I >= 0) & (self.group[np.maximum(I, 0)] != self.group[:, None])
+            live = ok & covered[np.maximum(I, 0)]
+            # A row whose listed neighbours all left (none padded) may have others: list them anew.
+            exhausted = covered[: self.n_raw] & ~live.any(axis=1) & (I >= 0).all(axis=1) & (I.shape[1] < len(rows))
+            if attempt == 0 and bool(exhausted.any()):
+                self.nbr = None
+                continue
+            break
+        best = np.where(live, S, -np.inf).max(axis=1)
+        nu[: self.n_raw] = np.where(np.isfinite(best), 1.0 - np.clip(best, 0.0, 1.0), 1.0)
+        return nu
+
+    def _agg_novelty(self, active: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
+        """ν_i of an aggregate: 1 − max(0, cos to the nearest active aggregate of its pool)."""
+        nu = np.ones(self.n, dtype=np.float64)
+        if self.A is None:
+            return nu
+        for p in (0, 1):
+            idx = np.flatnonzero(self.is_agg & active & (self.pool == p)).astype(np.int64)
+            if len(idx) < 2:
+                continue
+            Y = np.ascontiguousarray(self.A[idx])
+            S, I = _topk(Y, Y, 2, "ip")
+            S = np.asarray(S, dtype=np.float64)
+            I = np.asarray(I, dtype=np.int64)
+            other = np.where(I[:, 0] == np.arange(len(idx)), S[:, 1], S[:, 0])
+            nu[idx] = 1.0 - np.clip(other, 0.0, 1.0)
+        return nu
+
+    def scores(self, active: npt.NDArray[np.bool_]) -> npt.NDArray[np.float32]:
+        """Retention score per item: V_i · use_i + ε · recency_i (see the module docstring)."""
+        on = active[self.raw_i]
+        cover = np.bincount(self.raw_t[on], minlength=self.n_col)
+        nu = self._turn_novelty(cover > 0)
+        share = np.zeros(len(self.raw_t), dtype=np.float64)
+        share[on] = nu[self.raw_t[on]] / cover[self.raw_t[on]]
+        value = np.bincount(self.raw_i, weights=share, minlength=self.n)
+        if self.A is not None:
+            lost = np.bincount(self.agg_i, weights=(cover[self.agg_t] == 0).astype(np.float64), minlength=self.n)
+            frac = np.where(self.agg_n > 0, lost / np.maximum(self.agg_n, 1.0), 1.0)
+            value = np.where(self.is_agg, frac * self._agg_novelty(active), value)
+        score = value * self.use + float(self.c.eviction_tiebreak) * self.recency
+        return np.ascontiguousarray(score, dtype=np.float32)
+
+    def run(self) -> npt.NDArray[np.int64]:
+        active = np.ones(self.n, dtype=bool)
+        while True:
+            caps: dict[int, int] = {}
+            for p in (0, 1):
+                cnt = int(np.count_nonzero(active & (self.pool == p)))
+                excess = cnt - self.cap[p]
+                if excess > 0:  # halve the excess per round: redundancy is re-measured in between
+                    caps[p] = cnt - (excess + 1) // 2
+            if not caps:
+                break
+            out = np.asarray(kernels.evict_to_capacity(self.scores(active), self.pool, caps,
+                                                       live=active.view(np.uint8))).reshape(-1)
+            active[out] = False
+        return np.flatnonzero(~active).astype(np.int64)
 
 
 def _lost_in_the_middle(chosen: list[tuple[float, _Rec]]) -> list[tuple[float, _Rec]]:
