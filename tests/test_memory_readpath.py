@@ -132,9 +132,9 @@ def test_render_grouped_layout() -> None:
     assert out[4] == "[2023-05-09 12:46]" and out[5] == "Ann: other day"
 
 
-def test_candidate_depth_adapts_to_short_items() -> None:
-    """Items shorter than budget/8 tokens: the first depth cannot fill the budget, the second
-    (budget/4) does — the context is as full as the old fixed depth made it."""
+def test_short_items_fill_the_budget() -> None:
+    """One-word turns ("A: word", 2 tokens each under a shared header): budget/4 candidates per
+    layer still fill the budget to within one item."""
     m = Memory(embedder="hashing", config=MemoryConfig(layers=("working", "episodic"), min_similarity=-1.0,
                                                        candidates=4))
     rng = random.Random(1)

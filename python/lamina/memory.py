@@ -1269,23 +1269,15 @@ class Memory:
                 return empty
             layers = [L for L in _ACTIVE if L in c.layers] + (["archive"] if include_archive else [])
             stale = self._stale(u)
-            # Candidate depth adapts to the item sizes: a rendered turn takes at least 4 tokens
-            # ("[date time] speaker: word"), so budget/4 candidates per layer can always fill the
-            # budget, but typical items are several times longer. Start at budget/8 and go to
-            # budget/4 only when the fill ran out of candidates with room left for a typical item
-            # while some layer had more to give.
-            m = max(c.candidates, -(-budget // 8))
-            m_max = max(c.candidates, -(-budget // 4))
-            while True:
-                sel = self._select(u, q, query, layers, m, t_now, domain, budget, stale)
-                if sel is None:
-                    return empty
-                chosen, used, gates, b_used, via, truncated = sel
-                room = budget - used
-                typical = used / len(chosen) if chosen else 0.0
-                if m >= m_max or not truncated or room < max(_MIN_ITEM_TOKENS, typical):
-                    break
-                m = m_max
+            # enough candidates to fill the budget unless items average under 4 tokens (a turn
+            # on its own renders as "[date time]" + "Speaker: word"); a shallower first search
+            # with a deeper retry was measured slower (the retry ran for half the queries of
+            # bench/bench_memory.py) and lost recall on LoCoMo (shallower fusion lists)
+            m = max(c.candidates, -(-budget // 4))
+            sel = self._select(u, q, query, layers, m, t_now, domain, budget, stale)
+            if sel is None:
+                return empty
+            chosen, used, gates, b_used, via = sel
             if not chosen:
                 return Context(items=[], gates=gates, beta=b_used, abstain=True, query=query, budget=budget)
             ordered = _lost_in_the_middle(chosen)
@@ -1315,12 +1307,11 @@ class Memory:
 
     def _select(self, u: _User, q: npt.NDArray[np.float32], query: str, layers: Sequence[str], m: int,
                 t_now: Optional[float], domain: Optional[str], budget: int, stale: "_Staleness"
-                ) -> Optional[tuple[list[tuple[float, _Rec]], int, dict[str, float], float, set[int], bool]]:
+                ) -> Optional[tuple[list[tuple[float, _Rec]], int, dict[str, float], float, set[int]]]:
         """Candidates at depth ``m`` per layer, the gate, and the budget fill.
 
         Returns None when no layer has a candidate above the floor; else (chosen, tokens used,
-        gates, β used, ids of turns found through their episode, whether some layer returned
-        ``m`` candidates — it may hold more)."""
+        gates, β used, ids of turns found through their episode)."""
         c = self.config
         per_layer: dict[str, list[tuple[float, _Rec]]] = {}
         rel: dict[str, float] = {}
@@ -1328,7 +1319,6 @@ class Memory:
         scope_name = u.people[scope][0] if scope is not None else None
         shown: dict[int, float] = {}  # scores lowered by the speaker scope (presentation only)
         found = self._candidates_multi(u, q, layers, m, t_now, domain)
-        truncated = any(len(v) >= m for v in found.values())
         via: set[int] = set()  # turns found through their leaf
         if "episodic" in found:
             found["episodic"], folded = self._episodic_candidates(u, q, query, found["episodic"], m, t_now, domain,
@@ -1336,7 +1326,6 @@ class Memory:
             if folded:
                 found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
             via = {r.id for _, r in found["episodic"] if r.kind == "turn"}
-            truncated = truncated or len(via) >= m
         for L in layers:
             cands = found[L]
             if not cands:
@@ -1372,7 +1361,7 @@ class Memory:
         chosen, used = self._fill(per_layer, gates, b_used, budget, shown)
         if shown:
             chosen = [(shown.get(r.id, s), r) for s, r in chosen]
-        return chosen, used, gates, b_used, via, truncated
+        return chosen, used, gates, b_used, via
 
     def _episodic_candidates(self, u: _User, q: npt.NDArray[np.float32], query: str,
                              found: list[tuple[float, _Rec]], k: int, now: Optional[float],
