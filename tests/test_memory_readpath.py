@@ -133,17 +133,22 @@ def test_render_grouped_layout() -> None:
 
 
 def test_short_items_fill_the_budget() -> None:
-    """One-word turns ("A: word", 2 tokens each under a shared header): budget/4 candidates per
-    layer still fill the budget to within one item."""
-    m = Memory(embedder="hashing", config=MemoryConfig(layers=("working", "episodic"), min_similarity=-1.0,
-                                                       candidates=4))
+    """One-word turns ("A: word", 2 tokens each under a shared header, mostly repeats): the
+    distinct ones are taken once each, and summaries fill what is left."""
+    m = Memory(embedder="hashing", config=MemoryConfig(layers=("working", "episodic"), min_similarity=-1.0))
     rng = random.Random(1)
+    said = set()
     for s in range(30):
-        m.add([{"speaker": "A", "text": rng.choice(WORDS), "id": f"{s}:{i}", "timestamp": T0 + s * DAY + i}
-               for i in range(10)], "u", f"s{s}")
+        msgs = [{"speaker": "A", "text": rng.choice(WORDS), "id": f"{s}:{i}", "timestamp": T0 + s * DAY + i}
+                for i in range(10)]
+        said.update(x["text"] for x in msgs)
+        m.add(msgs, "u", f"s{s}")
         m.end_session("u", f"s{s}")
     ctx = m.context("coffee", "u", budget=256, now=T0 + 99 * DAY)
-    assert ctx.tokens > 256 - 8  # "A: word" lines plus headers: filled to within one item
+    lines = [ln for ln in ctx.render().split("\n") if ln.startswith("A: ")]
+    assert "A: coffee" in lines and len(lines) == len(set(lines)) and set(lines) <= {f"A: {w}" for w in said}
+    assert sum(1 for it in ctx.items if it.kind == "summary") >= 1
+    assert 256 * 3 // 4 < ctx.tokens <= 256
     m.close()
 
 

@@ -87,7 +87,11 @@ class LayerIndex:
         # One arena per kind of namespace (see _which), so that a search of one user's layer reads
         # rows of that kind only: with a single large user, a namespace is most of its arena and
         # is scanned sequentially without touching the rows of other kinds.
-        self._arenas = tuple(VectorArena(self.dim, "float32", capacity=1024) for _ in range(4))
+        # The per-turn views (arena 2) are a pure search index — the turns' own float32 vectors
+        # live in the archive, and Memory re-scores the candidates from them — so they are
+        # stored as float16: half the bytes each search reads (float32 accumulation).
+        self._arenas = tuple(VectorArena(self.dim, "float16" if a == 2 else "float32", capacity=1024)
+                             for a in range(4))
         self._loc: dict[int, tuple[int, int, int]] = {}  # item id -> (arena, slot, namespace)
         self._by_slot: tuple[dict[int, int], ...] = tuple({} for _ in self._arenas)
         self._graphs: dict[int, _Graph] = {}
@@ -115,7 +119,7 @@ class LayerIndex:
         if not len(ids):
             return
         a = self._which(namespace)
-        X = np.ascontiguousarray(vectors.reshape(len(ids), self.dim), dtype=np.float32)
+        X = np.ascontiguousarray(vectors.reshape(len(ids), self.dim), dtype=self._arenas[a].dtype)
         slots = self._arenas[a].add(X, namespace=namespace, layer=namespace & 7).tolist()
         bs = self._by_slot[a]
         for i, s in zip(ids, slots):
@@ -149,11 +153,17 @@ class LayerIndex:
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         if not len(ids):
             return out
-        locs = [self._loc[i] for i in ids]
-        for a in range(len(self._arenas)):
-            pos = [j for j, loc in enumerate(locs) if loc[0] == a]
-            if pos:
-                out[pos] = self._arenas[a].get([locs[j][1] for j in pos])
+        per: dict[int, tuple[list[int], list[int]]] = {}  # arena -> (positions, slots)
+        loc = self._loc
+        for j, i in enumerate(ids):
+            a, s, _ = loc[i]
+            p = per.get(a)
+            if p is None:
+                p = per[a] = ([], [])
+            p[0].append(j)
+            p[1].append(s)
+        for a, (pos, slots) in per.items():
+            out[pos] = self._arenas[a].get(slots)  # float16 rows widen
         return out
 
     def _namespace_ids(self, namespace: int) -> list[int]:

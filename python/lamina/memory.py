@@ -1318,7 +1318,14 @@ class Memory:
         scope = self._scope(u, query) if c.speaker_scope > 0 else None
         scope_name = u.people[scope][0] if scope is not None else None
         shown: dict[int, float] = {}  # scores lowered by the speaker scope (presentation only)
-        found = self._candidates_multi(u, q, layers, m, t_now, domain)
+        # The episodic layer's own rows are leaves (found through their turns instead) and
+        # summaries (aggregates: they only fill what specific items leave), so c.candidates
+        # of them are enough; the other layers get m.
+        rest = [L for L in layers if L != "episodic"]
+        found = self._candidates_multi(u, q, rest, m, t_now, domain)
+        if "episodic" in layers:
+            found.update(self._candidates_multi(u, q, ["episodic"], min(m, c.candidates), t_now, domain))
+            found = {L: found[L] for L in layers}
         via: set[int] = set()  # turns found through their leaf
         if "episodic" in found:
             found["episodic"], folded = self._episodic_candidates(u, q, query, found["episodic"], m, t_now, domain,
@@ -1394,10 +1401,20 @@ class Memory:
         if self._vectors.count(ns):
             ((scores, keys),) = self._vectors.search(q, [ns], k)
             dense = self._hits(scores, [int(x) & ~_TKEY for x in keys], now, domain)
-            lists = [dense]
+            lex: list[tuple[float, _Rec]] = []
             if self.config.lexical:
                 lscores, lkeys = self._lex.search(query, ns, k)
-                lists.append(self._hits(lscores.tolist(), lkeys.tolist(), now, domain))
+                lex = self._hits(lscores.tolist(), lkeys.tolist(), now, domain)
+            # The turn views are stored as float16 (half the bytes each search reads): every
+            # candidate (dense or lexical) is scored exactly from its turn's float32 vector.
+            both = {r.id: r for _, r in dense}
+            both.update((r.id, r) for _, r in lex)
+            cos: dict[int, float] = {}
+            if both:
+                ids = list(both)
+                cos = dict(zip(ids, (self._vecs(ids) @ q.reshape(-1)).tolist()))
+                dense = sorted(((cos[r.id], r) for _, r in dense), key=lambda x: (-x[0], x[1].seq))
+            lists = [dense, lex]
             fact_of: dict[int, tuple[float, _Rec]] = {}  # source turn -> its best current fact
             resolved = self._stale(u).resolved
             for s, f in facts:
@@ -1410,12 +1427,6 @@ class Memory:
                 fact_of.setdefault(t, (s, f))
             lists = [x for x in lists if x]
             if len(lists) > 1:
-                cos = {r.id: s for s, r in dense}
-                extra = list({r.id: r for x in lists[1:] for _, r in x if r.id not in cos}.values())
-                if extra:
-                    V = self._vecs([r.id for r in extra])
-                    for r, s in zip(extra, (V @ q.reshape(-1)).tolist()):
-                        cos[r.id] = float(s)
                 kk = float(self.config.rrf_k)
                 fused: dict[int, float] = {}
                 recs: dict[int, _Rec] = {}
