@@ -83,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--sessions", type=int, default=20)
     d.add_argument("--turns", type=int, default=30, help="turns per session")
     d.add_argument("--budget", type=int, default=256, help="context budget in tokens")
-    d.add_argument("--embedder", default="auto", help="auto | hashing | minilm")
+    d.add_argument("--embedder", default="hashing",
+                   help="hashing (default: the embedded, deterministic one — same numbers on every machine) "
+                        "| auto (MiniLM when installed) | minilm")
     d.add_argument("--seed", type=int, default=7)
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_demo)

@@ -218,7 +218,7 @@ def _ask(mem: Any, q: Question, budget: int, now: float, turns: dict[str, str], 
 
 
 def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20, turns: int = 30, budget: int = 256,
-             seed: int = 7, embedder: str = "auto", out: TextIO = sys.stdout, progress: bool = True) -> dict[str, Any]:
+             seed: int = 7, embedder: str = "hashing", out: TextIO = sys.stdout, progress: bool = True) -> dict[str, Any]:
     """Generate, ingest, ask; print the results table; return the numbers."""
     from . import Memory
 
