@@ -137,11 +137,6 @@ def group_header(t: Optional[float]) -> str:
     return f"[{format_time(t)}]"
 
 
-#: Whitespace words of a group header ("[YYYY-MM-DD" "HH:MM]"; "[?]" without a time).
-def header_tokens(t: Optional[float]) -> int:
-    return 1 if t is None else 2
-
-
 def render_grouped(items: "list[MemoryItem]") -> str:
     """Render items in their order; raw turns (``turn`` / ``segment`` items) of the same session
     and day are gathered under one ``[date time]`` header at the place of the first of them,

@@ -1426,7 +1426,7 @@ class Memory:
                 folded.add(f.id)
                 fact_of.setdefault(t, (s, f))
             lists = [x for x in lists if x]
-            if len(lists) > 1:
+            if lists:  # (one list alone keeps its order: a turn found only lexically is kept too)
                 kk = float(self.config.rrf_k)
                 fused: dict[int, float] = {}
                 recs: dict[int, _Rec] = {}
