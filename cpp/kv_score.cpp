@@ -9,6 +9,7 @@
 
 #include "kv_internal.hpp"
 #include "lamina/common.hpp"
+#include "lamina/kernel_math.hpp"
 #include "lamina/kv.hpp"
 #include "lamina/parallel.hpp"
 
@@ -178,35 +179,6 @@ LAMINA_KV_INLINE void pool_block(const float* a, std::size_t n, std::size_t k, b
   for (std::size_t j = i1; j < j1; ++j) edge(j);
 }
 
-// log(x) for normal x > 0 in float32 (Cephes logf: frexp, then a degree-9 polynomial on
-// [sqrt(1/2), sqrt(2)); about 1 ulp). Integer bit tricks only, no branch, so it vectorises.
-LAMINA_KV_INLINE float fast_log(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  const int32_t ex = static_cast<int32_t>(u >> 23) - 126;
-  u = (u & 0x007fffffu) | 0x3f000000u;       // mantissa in [0.5, 1)
-  const uint32_t small = u < 0x3f3504f3u;     // mantissa < sqrt(1/2): use 2m, exponent - 1
-  u += small << 23;
-  float m;
-  std::memcpy(&m, &u, sizeof m);
-  const float e = static_cast<float>(ex - static_cast<int32_t>(small));
-  m -= 1.0f;  // in [sqrt(1/2) - 1, sqrt(2) - 1), exact
-  const float z = m * m;
-  float y = 7.0376836292e-2f;
-  y = y * m - 1.1514610310e-1f;
-  y = y * m + 1.1676998740e-1f;
-  y = y * m - 1.2420140846e-1f;
-  y = y * m + 1.4249322787e-1f;
-  y = y * m - 1.6668057665e-1f;
-  y = y * m + 2.0000714765e-1f;
-  y = y * m - 2.4999993993e-1f;
-  y = y * m + 3.3333331174e-1f;
-  y = y * m * z;
-  y += -2.12194440e-4f * e;
-  y += -0.5f * z;
-  return m + y + 0.693359375f * e;
-}
-
 // Entropy sums of one block x[0..len), len <= kEntropyBlock, added to the running totals:
 // float partial sums over kLanes lanes (lane l takes the x[i] with i = l mod kLanes of the
 // full groups of kLanes, lane 0 then the rest in order), combined into the doubles lane by
@@ -233,7 +205,7 @@ LAMINA_KV_INLINE void entropy_block(const float* x, std::size_t len, double* zd,
     u = u > 0x00800000u ? u : 0x00800000u;
     float xl;
     std::memcpy(&xl, &u, sizeof xl);
-    t[i] = x[i] * fast_log(xl);
+    t[i] = x[i] * kmath::fast_logf(xl);
   }
   float zl[kLanes], sl[kLanes];
   std::size_t i = 0;

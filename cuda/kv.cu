@@ -8,6 +8,7 @@
 #include "check.cuh"
 #include "cub_util.cuh"
 #include "kv_cuda.hpp"
+#include "lamina/kernel_math.hpp"
 
 namespace lamina::cuda::kv {
 
@@ -139,32 +140,6 @@ __global__ void score_kernel(const float* __restrict__ a, std::size_t a_stride, 
 
 // ---- layer_entropy -------------------------------------------------------------------------
 
-// cpp/kv_score.cpp's fast_log, operation for operation (Cephes logf, ~1 ulp).
-__device__ __forceinline__ float kv_fast_log(float x) {
-  uint32_t u = __float_as_uint(x);
-  const int32_t ex = static_cast<int32_t>(u >> 23) - 126;
-  u = (u & 0x007fffffu) | 0x3f000000u;
-  const uint32_t small = u < 0x3f3504f3u;
-  u += small << 23;
-  float m = __uint_as_float(u);
-  const float e = static_cast<float>(ex - static_cast<int32_t>(small));
-  m -= 1.0f;
-  const float z = m * m;
-  float y = 7.0376836292e-2f;
-  y = y * m - 1.1514610310e-1f;
-  y = y * m + 1.1676998740e-1f;
-  y = y * m - 1.2420140846e-1f;
-  y = y * m + 1.4249322787e-1f;
-  y = y * m - 1.6668057665e-1f;
-  y = y * m + 2.0000714765e-1f;
-  y = y * m - 2.4999993993e-1f;
-  y = y * m + 3.3333331174e-1f;
-  y = y * m * z;
-  y += -2.12194440e-4f * e;
-  y += -0.5f * z;
-  return m + y + 0.693359375f * e;
-}
-
 constexpr std::size_t kEntBlock = 1024, kLanes = 16;
 
 // One thread per (row, block of 1024, lane): the CPU's float partial sums of s and s·log s
@@ -181,7 +156,7 @@ __global__ void entropy_partials(const float* __restrict__ s, std::size_t R, std
     auto add = [&](float v) {
       uint32_t u = __float_as_uint(v);
       u = u > 0x00800000u ? u : 0x00800000u;
-      const float t = v * kv_fast_log(__uint_as_float(u));
+      const float t = v * kmath::fast_logf(__uint_as_float(u));  // as the CPU twin
       z += v;
       sl += t;
       neg = neg || v < 0.0f;

@@ -114,7 +114,8 @@ static inline LAMINA_HD float fast_expf_nonpos(float x) {
 }
 
 /// Natural log in float32 for positive, normal, finite x (max error ~1 ulp); other inputs give
-/// unspecified results (callers guarantee x >= 1 here). Cephes logf, branch-free.
+/// unspecified results (the gate calls it with x >= 1, the KV layer entropy with x raised to
+/// FLT_MIN). Cephes logf, branch-free (selects only, so elementwise loops vectorise).
 static inline LAMINA_HD float fast_logf(float x) {
   const int32_t bits = float_to_bits(x);
   int32_t e = ((bits >> 23) & 0xff) - 126;                      // x = m · 2^e, m in [0.5, 1)
