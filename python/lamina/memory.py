@@ -1415,16 +1415,16 @@ class Memory:
                 cos = dict(zip(ids, (self._vecs(ids) @ q.reshape(-1)).tolist()))
                 dense = sorted(((cos[r.id], r) for _, r in dense), key=lambda x: (-x[0], x[1].seq))
             lists = [dense, lex]
-            fact_of: dict[int, tuple[float, _Rec]] = {}  # source turn -> its best current fact
+            fact_of: dict[int, _Rec] = {}  # source turn -> its best-scored current fact
             resolved = self._stale(u).resolved
-            for s, f in facts:
+            for _, f in facts:
                 t = u.by_src.get(f.sources[-1]) if f.kind == "fact" and f.sources else None
                 if t is None or t not in u.seg_of or f.id in resolved:
                     # its turn is not an active episode's, or it is the current value of
                     # something that changed (current beats stale): it stands on its own
                     continue
                 folded.add(f.id)
-                fact_of.setdefault(t, (s, f))
+                fact_of.setdefault(t, f)
             lists = [x for x in lists if x]
             if lists:  # (one list alone keeps its order: a turn found only lexically is kept too)
                 kk = float(self.config.rrf_k)
@@ -1438,7 +1438,7 @@ class Memory:
                 dist = sorted(cos.values(), reverse=True)
                 dense = [(s, recs[i]) for s, i in zip(dist, order)]
             if fact_of:
-                dense = [(s, fact_of[r.id][1]) if r.id in fact_of else (s, r) for s, r in dense]
+                dense = [(s, fact_of.get(r.id, r)) for s, r in dense]
             out.extend(dense)
         out.sort(key=lambda x: (-x[0], x[1].seq))
         return out, folded
