@@ -147,3 +147,59 @@ def test_ann_config_validation() -> None:
         MemoryConfig(ann_m=1)
     with pytest.raises(TypeError, match="ann_ef_search"):
         MemoryConfig(ann_ef_search=1.5)  # type: ignore[arg-type]
+
+
+def test_layer_index_keyed_gets_and_array_search(emb) -> None:  # type: ignore[no-untyped-def]
+    """get_keyed (one array lookup per id) and search_arrays agree with get / search, through
+    removals, slot reuse and re-adds; a missing id is a KeyError, never another row."""
+    idx = LayerIndex(emb.dim, ann_threshold=10_000)
+    tag = 5 << 40  # Memory's ids: database tag << 40 | sequence number
+    arch, view = (2 << 3) | 3, (2 << 3) | 5
+    X = emb.embed(_sentences(300, 7))
+    ids = [tag | i for i in range(1, 301)]
+    idx.add(arch, ids, X)
+    idx.add(view, [i | (1 << 62) for i in ids[:200]], X[:200])  # turn views: keys with a tag bit
+    pick = np.array(ids[::7][::-1], dtype=np.int64)
+    np.testing.assert_array_equal(idx.get_keyed(3, pick), idx.get(pick.tolist()))
+    np.testing.assert_array_equal(idx.get_keyed(3, pick), X[(pick & ((1 << 40) - 1)) - 1])
+    np.testing.assert_allclose(idx.get_keyed(5, pick[pick <= (tag | 200)] | (1 << 62)),
+                               X[(pick[pick <= (tag | 200)] & ((1 << 40) - 1)) - 1], atol=2e-3)  # float16 rows
+    assert idx.get_keyed(3, np.empty(0, dtype=np.int64)).shape == (0, emb.dim)
+    idx.remove(ids[:50])
+    with pytest.raises(KeyError):
+        idx.get_keyed(3, np.array([ids[10]], dtype=np.int64))
+    with pytest.raises(KeyError):
+        idx.get_keyed(3, np.array([tag | 10_000], dtype=np.int64))
+    idx.add(arch, [tag | 1000, ids[3]], X[:2])  # reuses freed slots; a re-added id gets its new row
+    np.testing.assert_array_equal(idx.get_keyed(3, np.array([ids[3], tag | 1000], dtype=np.int64)), X[[1, 0]])
+    for q in emb.embed(_sentences(10, 8)):
+        for ns in (arch, view):
+            s_a, i_a = idx.search_arrays(q, ns, 20)
+            (s_l, i_l), = idx.search(q, [ns], 20)
+            assert s_a.dtype == np.float32 and i_a.dtype == np.int64
+            assert s_a.tolist() == s_l and i_a.tolist() == i_l
+    assert [len(x) for x in idx.search_arrays(X[0], (9 << 3) | 3, 5)] == [0, 0]
+
+
+def test_context_reads_summaries_not_leaves_and_search_still_finds_leaves() -> None:
+    """Episodic leaves live in their own namespace: a context searches the layer's summaries
+    (leaves are reached through their turns), search(layers=["episodic"]) returns both."""
+    m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=4, max_segment_turns=2))
+    texts = _sentences(60, 9)
+    for s in range(3):
+        m.add([{"speaker": "Ann", "text": t, "timestamp": 1.6e9 + 60 * i} for i, t in enumerate(texts[s * 20:(s + 1) * 20])],
+              "u", f"s{s}")
+        m.end_session("u", f"s{s}")
+    u = m._users["u"]
+    leaves = [r for r in m._recs.values() if r.kind == "segment" and r.status == "active" and r.layer == "episodic"]
+    summaries = [r for r in m._recs.values() if r.kind == "summary" and r.status == "active"]
+    assert leaves and summaries
+    assert m._vectors.count((u.idx << 3) | 6) == len(leaves)
+    assert m._vectors.count(m._ns(u, "episodic")) == len(summaries)
+    hits = m.search(leaves[0].text, "u", k=5, layers=["episodic"])
+    assert hits[0].id == leaves[0].id and hits[0].kind == "segment"
+    assert {h.kind for h in m.search(summaries[0].text, "u", k=50, layers=["episodic"])} >= {"segment", "summary"}
+    ctx = m.context(texts[3], "u", budget=4096)
+    assert not [it for it in ctx.items if it.kind == "segment"]
+    assert any(it.kind == "summary" for it in ctx.items)  # a large budget leaves room for aggregates
+    m.close()

@@ -26,7 +26,7 @@ def _snapshot(m: Memory) -> dict[str, Any]:
     """Everything that defines the state: records, vectors of active items, indexes, drift."""
     recs = {}
     for i, r in m._recs.items():
-        d = {k: getattr(r, k) for k in r.__slots__ if k != "slot"}
+        d = {k: getattr(r, k) for k in r.FIELDS}  # (not the read-path render caches)
         d["sources"] = tuple(d["sources"])
         d["vec"] = m._vec(r).tobytes() if r.status == "active" else None
         recs[i] = d

@@ -41,6 +41,9 @@ __all__ = ["LayerIndex"]
 ARCHIVE_LAYER = 3  # items.LAYERS["archive"]
 _ARENA_OF = {ARCHIVE_LAYER: 1, 5: 2, 4: 3}  # layer code -> arena (5: turn views, 4: history)
 _BULK_ROWS = 4096  # pending inserts at least this many: multi-threaded graph construction
+_ROW = 0xFFFFFFFF  # an arena slot's row (the high bits are its generation)
+_KEY_BITS = 40  # :meth:`LayerIndex.get_keyed`: ids whose low 40 bits are unique within an arena
+_KEY_MASK = (1 << _KEY_BITS) - 1
 
 
 def _import_hnswlib() -> Any:
@@ -93,7 +96,11 @@ class LayerIndex:
         self._arenas = tuple(VectorArena(self.dim, "float16" if a == 2 else "float32", capacity=1024)
                              for a in range(4))
         self._loc: dict[int, tuple[int, int, int]] = {}  # item id -> (arena, slot, namespace)
-        self._by_slot: tuple[dict[int, int], ...] = tuple({} for _ in self._arenas)
+        # item id of each arena row (row = slot & _ROW; -1: free), so that search results map to
+        # ids in one numpy gather
+        self._id_of_row: list[npt.NDArray[np.int64]] = [np.full(1024, -1, dtype=np.int64) for _ in self._arenas]
+        # slot of each id by its low _KEY_BITS bits, per arena (-1: none), for get_keyed
+        self._slot_of_key: list[npt.NDArray[np.int64]] = [np.full(1024, -1, dtype=np.int64) for _ in self._arenas]
         self._graphs: dict[int, _Graph] = {}
         self.ann_builds = 0  # graphs built (stats, tests)
 
@@ -120,11 +127,24 @@ class LayerIndex:
             return
         a = self._which(namespace)
         X = np.ascontiguousarray(vectors.reshape(len(ids), self.dim), dtype=self._arenas[a].dtype)
-        slots = self._arenas[a].add(X, namespace=namespace, layer=namespace & 7).tolist()
-        bs = self._by_slot[a]
-        for i, s in zip(ids, slots):
+        slot_arr = self._arenas[a].add(X, namespace=namespace, layer=namespace & 7)
+        rows = slot_arr & _ROW
+        top = int(rows.max()) + 1
+        if top > len(self._id_of_row[a]):
+            grown = np.full(max(top, 2 * len(self._id_of_row[a])), -1, dtype=np.int64)
+            grown[: len(self._id_of_row[a])] = self._id_of_row[a]
+            self._id_of_row[a] = grown
+        id_arr = np.asarray(ids, dtype=np.int64)
+        self._id_of_row[a][rows] = id_arr
+        keys = id_arr & _KEY_MASK
+        top = int(keys.max()) + 1
+        if top > len(self._slot_of_key[a]):
+            grown = np.full(max(top, 2 * len(self._slot_of_key[a])), -1, dtype=np.int64)
+            grown[: len(self._slot_of_key[a])] = self._slot_of_key[a]
+            self._slot_of_key[a] = grown
+        self._slot_of_key[a][keys] = slot_arr
+        for i, s in zip(ids, slot_arr.tolist()):
             self._loc[i] = (a, s, namespace)
-            bs[s] = i
         g = self._graphs.get(namespace)
         if g is not None:
             g.pending.update(ids)
@@ -135,7 +155,10 @@ class LayerIndex:
         for i in ids:
             a, s, ns = self._loc.pop(i)
             per[a].append(s)
-            del self._by_slot[a][s]
+            self._id_of_row[a][s & _ROW] = -1
+            k = i & _KEY_MASK
+            if k < len(self._slot_of_key[a]) and self._slot_of_key[a][k] == s:
+                self._slot_of_key[a][k] = -1
             g = self._graphs.get(ns)
             if g is not None:
                 if i in g.pending:
@@ -153,8 +176,13 @@ class LayerIndex:
         out = np.empty((len(ids), self.dim), dtype=np.float32)
         if not len(ids):
             return out
-        per: dict[int, tuple[list[int], list[int]]] = {}  # arena -> (positions, slots)
         loc = self._loc
+        where = [loc[i] for i in ids]
+        a0 = where[0][0]
+        if all(w[0] == a0 for w in where):  # the common case: one arena
+            out[:] = self._arenas[a0].get([w[1] for w in where])
+            return out
+        per: dict[int, tuple[list[int], list[int]]] = {}  # arena -> (positions, slots)
         for j, i in enumerate(ids):
             a, s, _ = loc[i]
             p = per.get(a)
@@ -165,6 +193,24 @@ class LayerIndex:
         for a, (pos, slots) in per.items():
             out[pos] = self._arenas[a].get(slots)  # float16 rows widen
         return out
+
+    def get_keyed(self, layer_code: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """:meth:`get` for ids all stored under namespaces of layer ``layer_code``, by one array
+        lookup (no per-id Python work). Requires the low 40 bits of an id to be unique among the
+        ids stored in that layer's arena (true of :class:`lamina.Memory`'s ids: database tag <<
+        40 | sequence number). Raises KeyError for an id not stored there."""
+        a = _ARENA_OF.get(layer_code & 7, 0)
+        keys = ids & _KEY_MASK
+        table = self._slot_of_key[a]
+        if len(keys) and int(keys.max()) >= len(table):
+            raise KeyError("an id is not stored in this layer's arena")
+        slots = table[keys]
+        if len(slots) and int(slots.min()) < 0:
+            raise KeyError(f"id {int(ids[int(np.argmin(slots))])} is not stored in this layer's arena")
+        if not len(slots):
+            return np.empty((0, self.dim), dtype=np.float32)
+        out = self._arenas[a].get(slots)
+        return out if out.dtype == np.float32 else out.astype(np.float32)
 
     def _namespace_ids(self, namespace: int) -> list[int]:
         return [i for i, loc in self._loc.items() if loc[2] == namespace]
@@ -204,12 +250,30 @@ class LayerIndex:
             # One thread: a user's namespaces are small, and a spawned worker waiting for a core
             # on a busy machine costs more than it saves. Concurrency comes from many callers.
             scores, slots = self._arenas[a].search(Q, kk, metric="cosine", namespace=nss, threads=1)
-            bs = self._by_slot[a]
+            id_of = self._id_of_row[a]
             for row, j in enumerate(pos):
                 sl = slots[row]
                 keep = sl >= 0
-                out[j] = (scores[row][keep].tolist(), [bs[s] for s in sl[keep].tolist()])
+                out[j] = (scores[row][keep].tolist(), id_of[sl[keep] & _ROW].tolist())
         return out
+
+    def search_arrays(self, q: npt.NDArray[np.float32], namespace: int,
+                      k: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """:meth:`search` of one namespace, as arrays: (cosines, float32; item ids, int64), best
+        first, at most ``k`` each."""
+        n = self.count(namespace)
+        if n == 0:
+            return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
+        if self.uses_ann(namespace):
+            sc, ids = self._ann_search(np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32),
+                                       namespace, min(k, n))
+            return np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64)
+        self._graphs.pop(namespace, None)  # shrunk under half the threshold: back to exact
+        a = self._which(namespace)
+        scores, slots = self._arenas[a].search(np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32),
+                                               min(k, n), metric="cosine", namespace=namespace, threads=1)
+        keep = slots[0] >= 0
+        return scores[0][keep], self._id_of_row[a][slots[0][keep] & _ROW]
 
     def _graph(self, namespace: int) -> _Graph:
         g = self._graphs.get(namespace)
@@ -253,7 +317,7 @@ class LayerIndex:
         a = self._which(namespace)
         scores, slots = self._arenas[a].search(q, k, metric="cosine", namespace=namespace, threads=1)
         keep = slots[0] >= 0
-        return scores[0][keep].tolist(), [self._by_slot[a][s] for s in slots[0][keep].tolist()]
+        return scores[0][keep].tolist(), self._id_of_row[a][slots[0][keep] & _ROW].tolist()
 
     def exact_search(self, q: npt.NDArray[np.float32], namespace: int, k: int) -> tuple[list[float], list[int]]:
         """Exact top-``k`` of one namespace, whatever its size (the reference for the ANN path)."""

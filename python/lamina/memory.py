@@ -88,6 +88,11 @@ _NO_TREE = -1  # parent id of episodic items outside the tree (session summaries
 # (layer code 5, ``user_idx << 3 | 5``), keyed by the turn's item id with this bit set (item ids
 # stay below 2**60): a leaf is found by its best-matching turn, not by the mean of its turns.
 _TURN_VIEW = 5
+# The episodic leaves (segments) have a namespace of their own (layer code 6): a context looks for
+# episodes through their turns (above), so its search of the episodic layer reads only the
+# summaries; search() of the episodic layer reads both.
+_LEAF = 6
+_ARCHIVE = LAYERS["archive"]
 _TKEY = 1 << 62
 # Kinds that describe many turns at once (summaries, promoted notes, entity profiles): they
 # enter a context only after the specific items (turns, facts).
@@ -242,19 +247,23 @@ class MemoryConfig:
 
 
 class _Rec:
-    """In-memory mirror of one ``items`` row."""
+    """In-memory mirror of one ``items`` row (plus two render caches of the read path)."""
 
-    __slots__ = ("id", "user_id", "session_id", "layer", "kind", "status", "text", "summary", "speaker",
-                 "source_id", "sources", "members", "created_at", "timestamp", "last_access", "access_count",
-                 "interaction_len", "strength", "domain", "commitment", "subject", "predicate", "object",
-                 "valid_from", "valid_to", "superseded_by", "parent_id", "depth", "seq")
+    FIELDS = ("id", "user_id", "session_id", "layer", "kind", "status", "text", "summary", "speaker",
+              "source_id", "sources", "members", "created_at", "timestamp", "last_access", "access_count",
+              "interaction_len", "strength", "domain", "commitment", "subject", "predicate", "object",
+              "valid_from", "valid_to", "superseded_by", "parent_id", "depth", "seq")
+    # nt: (key, (tokens, group key)) of Memory._ntokens; tk: (text, normalised text) of _text_key
+    __slots__ = FIELDS + ("nt", "tk")
 
     def __init__(self, **kw: Any) -> None:
-        for k in self.__slots__:
+        for k in self.FIELDS:
             setattr(self, k, kw.get(k))
+        self.nt = None
+        self.tk = None
 
     def row(self, emb: npt.NDArray[np.float32]) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in self.__slots__}
+        d = {k: getattr(self, k) for k in self.FIELDS}
         d["embedding"] = np.ascontiguousarray(emb, dtype=np.float32).tobytes()
         return d
 
@@ -407,8 +416,6 @@ class Memory:
         self._vectors = LayerIndex(self._dim, c.ann_threshold, c.ann_m, c.ann_ef_construction, c.ann_ef_search)
         self._lex = LexicalIndex()
         self._recs: dict[int, _Rec] = {}
-        self._ntok: dict[int, tuple[Any, Any]] = {}
-        self._tkey: dict[int, tuple[str, str]] = {}
         self._pending: dict[int, _Rec] = {}  # records whose access bumps are not yet written
         self._users: dict[str, _User] = {}
         self._sessions: dict[tuple[str, str], list[Any]] = {}
@@ -426,7 +433,7 @@ class Memory:
             u = self._users[r.user_id]
             u.ids.add(r.id)
             if r.status == "active":
-                ns = self._ns(u, r.layer)
+                ns = self._ns_of(u, r)
                 ids, embs = pending.setdefault(ns, ([], []))
                 ids.append(r.id)
                 embs.append(emb)
@@ -471,6 +478,11 @@ class Memory:
 
     def _ns(self, u: _User, layer: str) -> int:
         return (u.idx << 3) | LAYERS[layer]
+
+    @staticmethod
+    def _ns_of(u: _User, r: _Rec) -> int:
+        """Namespace of an active record's vector (its layer's; episodic leaves: _LEAF)."""
+        return (u.idx << 3) | (_LEAF if r.kind == "segment" and r.layer == "episodic" else LAYERS[r.layer])
 
     def _reload_after_failure(self) -> None:
         try:
@@ -551,7 +563,7 @@ class Memory:
         self._lex.remove([k & ~_TKEY for k in keys], missing_ok=True)
 
     def _place(self, u: _User, r: _Rec, emb: npt.NDArray[np.float32]) -> None:
-        self._vectors.add(self._ns(u, r.layer), [r.id], emb.reshape(1, -1))
+        self._vectors.add(self._ns_of(u, r), [r.id], emb.reshape(1, -1))
         u.n_active[r.layer] += 1
 
     def _unplace(self, u: _User, r: _Rec) -> npt.NDArray[np.float32]:
@@ -1168,21 +1180,29 @@ class Memory:
             u.stale = _Staleness(frozenset(hist - cur), values, frozenset(resolved))
         return u.stale
 
-    def _candidates(self, u: _User, q: npt.NDArray[np.float32], layer: str, k: int,
-                    now: Optional[float], domain: Optional[str]) -> list[tuple[float, _Rec]]:
-        return self._candidates_multi(u, q, [layer], k, now, domain)[layer]
-
     def _candidates_multi(self, u: _User, q: npt.NDArray[np.float32], layers: Sequence[str], k: int,
-                          now: Optional[float], domain: Optional[str]) -> dict[str, list[tuple[float, _Rec]]]:
+                          now: Optional[float], domain: Optional[str], leaves: bool = True,
+                          k_of: Optional[Mapping[str, int]] = None) -> dict[str, list[tuple[float, _Rec]]]:
         """Top-k per layer: one native call per arena for the layers searched exactly (one query
-        row per (user, layer) namespace), hnswlib for layers past ``ann_threshold``."""
+        row per (user, layer) namespace), hnswlib for layers past ``ann_threshold``.
+
+        The episodic layer's leaves are searched only with ``leaves`` (its list is then the
+        top-k of leaves and of summaries each, for the caller to rank). ``k_of``: a smaller k
+        for some layers (their top-k is the prefix of the top-``k``)."""
         res: dict[str, list[tuple[float, _Rec]]] = {L: [] for L in layers}
         live = [L for L in layers if u.n_active.get(L, 0) > 0]
         if not live:
             return res
-        found = self._vectors.search(q, [self._ns(u, L) for L in live], k)
+        nss = [self._ns(u, L) for L in live]
+        if leaves and "episodic" in live:
+            nss.append((u.idx << 3) | _LEAF)
+        found = self._vectors.search(q, nss, k)
         for L, (scores, ids) in zip(live, found):
+            if k_of and L in k_of:
+                scores, ids = scores[: k_of[L]], ids[: k_of[L]]
             res[L] = self._hits(scores, ids, now, domain)
+        if len(found) > len(live):
+            res["episodic"] += self._hits(*found[-1], now, domain)
         return res
 
     def _hits(self, scores: list[float], ids: list[int], now: Optional[float],
@@ -1199,6 +1219,12 @@ class Memory:
                 continue  # domain gate
             out.append((float(s), r))
         return out
+
+    @staticmethod
+    def _visible(r: _Rec, now: Optional[float], domain: Optional[str]) -> bool:
+        """Whether a candidate passes the replay clock and the domain gate (see :meth:`_hits`)."""
+        return not ((now is not None and r.timestamp is not None and r.timestamp > now)
+                    or (domain is not None and r.domain is not None and r.domain != domain))
 
     def _item(self, r: _Rec, score: float = 0.0) -> MemoryItem:
         turns: tuple[tuple[Optional[float], Optional[str], str], ...] = ()
@@ -1318,21 +1344,18 @@ class Memory:
         scope = self._scope(u, query) if c.speaker_scope > 0 else None
         scope_name = u.people[scope][0] if scope is not None else None
         shown: dict[int, float] = {}  # scores lowered by the speaker scope (presentation only)
-        # The episodic layer's own rows are leaves (found through their turns instead) and
-        # summaries (aggregates: they only fill what specific items leave), so c.candidates
-        # of them are enough; the other layers get m.
-        rest = [L for L in layers if L != "episodic"]
-        found = self._candidates_multi(u, q, rest, m, t_now, domain)
-        if "episodic" in layers:
-            found.update(self._candidates_multi(u, q, ["episodic"], min(m, c.candidates), t_now, domain))
-            found = {L: found[L] for L in layers}
+        other: dict[str, bool] = {}  # speaker / subject -> is someone else than the named person
+        # The episodic layer's own rows searched here are its summaries (aggregates: they only
+        # fill what specific items leave), so c.candidates of them are enough (its leaves are
+        # found through their turns instead); the other layers get m.
+        found = self._candidates_multi(u, q, layers, m, t_now, domain, leaves=False,
+                                       k_of={"episodic": min(m, c.candidates)})
         via: set[int] = set()  # turns found through their leaf
         if "episodic" in found:
-            found["episodic"], folded = self._episodic_candidates(u, q, query, found["episodic"], m, t_now, domain,
-                                                                  found.get("semantic", ()))
+            found["episodic"], folded, via = self._episodic_candidates(u, q, query, found["episodic"], m, t_now,
+                                                                       domain, found.get("semantic", ()))
             if folded:
                 found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
-            via = {r.id for _, r in found["episodic"] if r.kind == "turn"}
         for L in layers:
             cands = found[L]
             if not cands:
@@ -1340,22 +1363,36 @@ class Memory:
             # r_i from the layer's best specific items (turns, facts); aggregates only when
             # the layer has nothing else
             spec = [s for s, r in cands if r.kind not in _GENERAL] or [s for s, _ in cands]
-            rel[L] = float(np.mean(sorted(spec, reverse=True)[: c.relevance_top]))
+            top = sorted(spec, reverse=True)[: c.relevance_top]
+            acc = 0.0
+            for x in top:  # the mean, summed in order (as numpy does for so few values)
+                acc += x
+            rel[L] = acc / len(top)
             adj: list[tuple[float, _Rec]] = []
             floor, sp, stp = c.min_similarity, c.speaker_scope, c.stale_penalty
+            # (hot loop: stale.weight and _penalize inlined; names resolved once)
+            wcache = stale._cache if stale else None
             for s, r in cands:
-                if stale and r.kind != "fact":
-                    w = stale.weight(r.id, r.text, r.sources)
+                kind = r.kind
+                if wcache is not None and kind != "fact":
+                    w = wcache.get(r.id)
+                    if w is None:
+                        w = stale.weight(r.id, r.text, r.sources)
                     if w:
-                        s = _penalize(s, stp * w)
+                        s = s - abs(s) * (stp * w)  # _penalize(s, stp * w)
                 if s < floor:
                     continue
                 adj.append((s, r))
                 if scope is not None:
-                    who = r.speaker if r.kind == "turn" else (r.subject if r.kind in ("fact", "profile") else None)
-                    if who is not None and who != scope_name and _norm_key(who) != scope:
-                        shown[r.id] = s - abs(s) * sp  # _penalize, inline (hot loop)
-            adj.sort(key=lambda x: (-x[0], x[1].id in shown, x[1].seq))  # ties: the named person first
+                    who = r.speaker if kind == "turn" else (r.subject if kind in ("fact", "profile") else None)
+                    if who is not None:
+                        o = other.get(who)
+                        if o is None:
+                            o = other[who] = who != scope_name and _norm_key(who) != scope
+                        if o:
+                            shown[r.id] = s - abs(s) * sp  # _penalize
+            if L == "working":  # the fill walks working memory in this order; the rest it ranks itself
+                adj.sort(key=lambda x: (-x[0], x[1].id in shown, x[1].seq))  # ties: the named person first
             per_layer[L] = adj
         names = [L for L in layers if L in rel]
         if not names or not any(per_layer[L] for L in names):
@@ -1373,7 +1410,7 @@ class Memory:
     def _episodic_candidates(self, u: _User, q: npt.NDArray[np.float32], query: str,
                              found: list[tuple[float, _Rec]], k: int, now: Optional[float],
                              domain: Optional[str], facts: Sequence[tuple[float, _Rec]] = ()
-                             ) -> tuple[list[tuple[float, _Rec]], set[int]]:
+                             ) -> tuple[list[tuple[float, _Rec]], set[int], set[int]]:
         """Episodic candidates: the turns of active leaves, each scored on its own (a leaf is as
         relevant as its best turn, and only its matching turns are shown), plus the layer's
         summaries (tree nodes, session summaries). Leaves themselves are not candidates.
@@ -1392,29 +1429,22 @@ class Memory:
         sentence. Facts that superseded another (the current value of something that changed:
         current beats stale) and facts whose turn has left the episodic layer stand on their own.
 
-        Returns the candidates and the ids of the folded facts (the caller drops those from
-        the semantic layer's list).
+        Returns the candidates (in no particular order: the caller ranks them), the ids of the
+        folded facts (the caller drops those from the semantic layer's list) and the ids of the
+        turns among the candidates.
         """
         out = [(s, r) for s, r in found if r.kind != "segment"]
         folded: set[int] = set()
+        via = {r.id for _, r in out if r.kind == "turn"}
         ns = ((u.idx << 3) | _TURN_VIEW)
         if self._vectors.count(ns):
-            ((scores, keys),) = self._vectors.search(q, [ns], k)
-            dense = self._hits(scores, [int(x) & ~_TKEY for x in keys], now, domain)
-            lex: list[tuple[float, _Rec]] = []
-            if self.config.lexical:
-                lscores, lkeys = self._lex.search(query, ns, k)
-                lex = self._hits(lscores.tolist(), lkeys.tolist(), now, domain)
-            # The turn views are stored as float16 (half the bytes each search reads): every
-            # candidate (dense or lexical) is scored exactly from its turn's float32 vector.
-            both = {r.id: r for _, r in dense}
-            both.update((r.id, r) for _, r in lex)
-            cos: dict[int, float] = {}
-            if both:
-                ids = list(both)
-                cos = dict(zip(ids, (self._vecs(ids) @ q.reshape(-1)).tolist()))
-                dense = sorted(((cos[r.id], r) for _, r in dense), key=lambda x: (-x[0], x[1].seq))
-            lists = [dense, lex]
+            recs = self._recs
+            _, d_ids = self._vectors.search_arrays(q, ns, k)
+            d_ids = d_ids & ~_TKEY
+            l_ids = self._lex.search(query, ns, k)[1] if self.config.lexical else np.empty(0, dtype=np.int64)
+            if now is not None or domain is not None:  # replay / domain gate, as in _hits
+                d_ids = d_ids[[self._visible(recs[i], now, domain) for i in d_ids.tolist()]]
+                l_ids = l_ids[[self._visible(recs[i], now, domain) for i in l_ids.tolist()]]
             fact_of: dict[int, _Rec] = {}  # source turn -> its best-scored current fact
             resolved = self._stale(u).resolved
             for _, f in facts:
@@ -1425,23 +1455,38 @@ class Memory:
                     continue
                 folded.add(f.id)
                 fact_of.setdefault(t, f)
-            lists = [x for x in lists if x]
-            if lists:  # (one list alone keeps its order: a turn found only lexically is kept too)
+            nd, nl = len(d_ids), len(l_ids)
+            if nd or nl:
+                # The turn views are stored as float16 (half the bytes each search reads): every
+                # candidate (dense or lexical) is scored exactly from its turn's float32 vector.
+                if nd and nl:
+                    dset = set(d_ids.tolist())
+                    ids = np.concatenate([d_ids, l_ids[[i not in dset for i in l_ids.tolist()]]])
+                else:
+                    ids = d_ids if nd else l_ids
+                cos = self._vectors.get_keyed(_ARCHIVE, ids) @ q.reshape(-1)
+                seq = ids & ((1 << ID_SHIFT) - 1)
+                # dense rank: by exact cosine (ties: older first); lexical rank: BM25 order.
+                # One list alone keeps its order (a turn found only lexically is kept too).
+                dense_rank = np.lexsort((seq[:nd], -cos[:nd]))
                 kk = float(self.config.rrf_k)
-                fused: dict[int, float] = {}
-                recs: dict[int, _Rec] = {}
-                for x in lists:
-                    for i, (_, r) in enumerate(x):
-                        fused[r.id] = fused.get(r.id, 0.0) + 1.0 / (kk + 1 + i)
-                        recs[r.id] = r
-                order = sorted(fused, key=lambda i: (-fused[i], recs[i].seq))
-                dist = sorted(cos.values(), reverse=True)
-                dense = [(s, recs[i]) for s, i in zip(dist, order)]
-            if fact_of:
-                dense = [(s, fact_of.get(r.id, r)) for s, r in dense]
-            out.extend(dense)
-        out.sort(key=lambda x: (-x[0], x[1].seq))
-        return out, folded
+                if nd and nl:  # where each lexical hit sits in ids
+                    by_id = np.argsort(ids)
+                    pos = np.concatenate([dense_rank, by_id[np.searchsorted(ids, l_ids, sorter=by_id)]])
+                else:
+                    pos = dense_rank if nd else np.arange(nl)
+                contrib = np.concatenate([1.0 / (kk + 1 + np.arange(nd)), 1.0 / (kk + 1 + np.arange(nl))])
+                fused = np.bincount(pos, weights=contrib, minlength=len(ids))
+                order = np.lexsort((seq, -fused))
+                dist = np.sort(cos)[::-1].tolist()
+                ranked = ids[order].tolist()
+                if fact_of:
+                    out.extend(zip(dist, [fact_of.get(i) or recs[i] for i in ranked]))
+                    via.update(i for i in ranked if i not in fact_of)
+                else:
+                    out.extend(zip(dist, [recs[i] for i in ranked]))
+                    via.update(ranked)
+        return out, folded, via
 
     def _fill(self, per_layer: dict[str, list[tuple[float, _Rec]]], gates: dict[str, float], beta: float,
               budget: int, demoted: Optional[Mapping[int, float]] = None) -> tuple[list[tuple[float, _Rec]], int]:
@@ -1506,23 +1551,27 @@ class Memory:
                 left -= try_take(s, r, min(left, budget - used))
         g_max = max(gates.values())
         prior = {L: (g / g_max) ** (1.0 / beta) if beta > 0 and g > 0 else 1.0 for L, g in gates.items()}
-        pool = [(s * prior[L], s, r) for L in gates for s, r in per_layer.get(L, [])]
         # Aggregates go last: their long texts score high against almost any question (cosine
         # favours long, general texts) while holding none of the raw turns the answer needs.
-        pool.sort(key=lambda x: (x[2].kind in _GENERAL, -x[0], x[2].id in demoted, x[2].seq))
-        for _, s, r in pool:
+        # Ties: the named person's first (not demoted), then the older. (The key is a total order,
+        # so the pool's input order does not matter.)
+        pool = [(r.kind in _GENERAL, -(s * prior[L]), r.id in demoted, r.seq, i, s, r)
+                for i, (L, s, r) in enumerate((L, s, r) for L in gates for s, r in per_layer.get(L, []))]
+        pool.sort()  # (i: a record in two layers, e.g. working and archive, never compares records)
+        for _, _, _, _, _, s, r in pool:
             if budget - used < _MIN_ITEM_TOKENS:
                 break  # no item is shorter than this
             try_take(s, r, budget - used)
         return chosen, used
 
-    def _text_key(self, r: _Rec) -> str:
-        """Normalised text of a turn (cached with its token count)."""
-        hit = self._tkey.get(r.id)
+    @staticmethod
+    def _text_key(r: _Rec) -> str:
+        """Normalised text of a turn (cached on the record, keyed by its text)."""
+        hit = r.tk
         if hit is not None and hit[0] == r.text:
             return hit[1]
         k = _norm_key(r.text)
-        self._tkey[r.id] = (r.text, k)
+        r.tk = (r.text, k)
         return k
 
     def _ntokens(self, r: _Rec) -> tuple[int, Optional[tuple[Optional[str], str]]]:
@@ -1532,7 +1581,7 @@ class Memory:
         None. Cached; the key covers what can change."""
         key = (r.text, r.valid_to, r.superseded_by, len(r.members or ()), r.sources[-1] if r.sources else None,
                r.timestamp, r.session_id)
-        hit = self._ntok.get(r.id)
+        hit = r.nt
         if hit is not None and hit[0] == key:
             return hit[1]
         it = self._item(r)
@@ -1541,7 +1590,7 @@ class Memory:
             val: tuple[int, Optional[tuple[Optional[str], str]]] = (len(it.render().split()), None)
         else:
             val = (sum(len(ln.split()) for _, ln in lines), it.group_key())
-        self._ntok[r.id] = (key, val)
+        r.nt = (key, val)
         return val
 
     def _bump(self, recs: list[_Rec], t: float) -> None:
@@ -1813,7 +1862,8 @@ class Memory:
                                   "lambda": float(self.config.profile_lambda)},
                 # (user/layer) searched through hnswlib (past ann_threshold), the rest exactly
                 "ann_layers": sorted(f"{u.user_id}/{L}" for u in users for L in LAYERS
-                                     if self._vectors.uses_ann(self._ns(u, L))),
+                                     if self._vectors.uses_ann(self._ns(u, L))
+                                     or (L == "episodic" and self._vectors.uses_ann((u.idx << 3) | _LEAF))),
                 "llm": repr(self.llm) if self.llm is not None else None,
                 "llm_fallbacks": int(getattr(self._summarizer, "failures", 0)) + int(getattr(self._extractor, "failures", 0)),
                 "config": asdict(self.config),
