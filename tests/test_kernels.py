@@ -369,9 +369,14 @@ def test_heat_scores_defaults_and_worked_example():
     np.testing.assert_allclose(h, [np.exp(-1.0)], rtol=1e-6)
 
 
-def test_heat_scores_large_int64_counts_round_like_numpy():
-    v = np.array([2**40 + 12345, -(2**45) - 7, 2**52 + 1, 0], dtype=np.int64)
-    h = K.heat_scores(v, np.zeros(4, np.int64), np.zeros(4), 1e12, c=0.0)
+@pytest.mark.parametrize("n", [4, 16, 37])  # the tail loop alone, one SIMD step, both
+def test_heat_scores_large_int64_counts_round_like_numpy(n):
+    rng = np.random.default_rng(n)
+    v = rng.integers(-(2**53) + 1, 2**53, n)
+    v[:4] = [2**40 + 12345, -(2**45) - 7, 2**52 + 1, 0]
+    h = K.heat_scores(v, np.zeros(n, np.int64), np.zeros(n), 1e12, c=0.0)
+    np.testing.assert_array_equal(h, v.astype(np.float32))
+    h = K.heat_scores(np.zeros(n, np.float32), v, np.zeros(n), 1e12, c=0.0)
     np.testing.assert_array_equal(h, v.astype(np.float32))
 
 
@@ -671,6 +676,17 @@ h.update(K.damped_update(rows, t, 2.5).tobytes())
 h.update(rows.tobytes())
 v = rng.integers(0, 99, 5000)
 h.update(K.heat_scores(v, v.astype(np.int32), 1e9 - rng.uniform(0, 1e8, 5000), 1e9).tobytes())
+# every count dtype pair, a ragged tail, recency arguments from underflow (< ln FLT_MIN) to
+# e^40, and int64 counts beyond 2^53 (rounded to double first, then to float32, on every path)
+big = rng.integers(-(2**62), 2**62, 1037)
+big[:64:2] = 2**60 + 2**36 + 1  # just above a float32 midpoint: double rounding lands on it
+big[1:64:2] = -(2**55) - 2**31 - 1
+last = 1e9 + rng.uniform(-95.0, 40.0, 1037) * 1e6
+for vd in (np.float32, np.int32, np.int64):
+    for ld in (np.float32, np.int32, np.int64):
+        vv = big.astype(vd) if vd is np.int64 else rng.integers(0, 1000, 1037).astype(vd)
+        h.update(K.heat_scores(vv, rng.integers(0, 50, 1037).astype(ld), last, 1e9,
+                               a=0.5, b=2.0, c=3.0, mu=1e6).tobytes())
 sys.stdout.write(h.hexdigest())
 """
 

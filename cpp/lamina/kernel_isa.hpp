@@ -3,7 +3,10 @@
 // (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp, each with its own per-file flags)
 // and chosen at run time: the same ISA as simd::kernels() (so LAMINA_SIMD caps it too).
 // All variants are built with -ffp-contract=off and compute the same per-element operations
-// in the same order (kernel_math.hpp), so their results are bit-identical.
+// in the same order (kernel_math.hpp), so their results are bit-identical. One exception to
+// "one set of flags per file": on the AVX-512 path the heat loop is also compiled with
+// AVX-512DQ (a function-level target attribute: int64 -> double conversions in one
+// instruction) and used when the CPU reports DQ (every AVX-512 Xeon; not Xeon Phi).
 //
 // The drivers in blend.cpp / gating.cpp / heat.cpp validate arguments, split work with
 // parallel_for and report errors; the functions here only loop. Pure functions of their
