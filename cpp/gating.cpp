@@ -106,7 +106,7 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
 
   // per-worker scratch, sized once (not per task); the SIMD rounds' lists uninitialised
   const std::size_t workers = nt > 0 ? static_cast<std::size_t>(nt) : 1;
-  std::vector<kisa::GateTile> tiles(workers);
+  std::unique_ptr<kisa::GateTile[]> tiles(new kisa::GateTile[workers]);  // arrays not zeroed
   const std::size_t lv_floats =
       job.entropy && L <= 4 ? kisa::gate_levels_floats(L, std::min(T, b)) : 0;
   std::unique_ptr<float[]> lv(lv_floats ? new float[lv_floats * workers] : nullptr);
