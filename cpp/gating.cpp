@@ -22,7 +22,8 @@
 namespace lamina {
 
 namespace {
-constexpr std::size_t kTilesPerTask = 1;  // 1024 rows
+constexpr std::size_t kRowsPerTask = 1024;
+constexpr std::size_t kPlainTile = 64;  // rows per tile without the ε bound (see kGateTile)
 // Calls whose outputs (γ and β_used) exceed stream_output_bytes() are written with
 // non-temporal stores on the SIMD paths: outputs that cannot stay in the last-level cache
 // would be written back to memory anyway, and streaming them saves the read-for-ownership of
@@ -74,7 +75,9 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   }
   if (b == 0) return;
 
-  const std::size_t T = kisa::kGateTile;
+  const bool doubling = has_max_entropy && max_doublings > 0;
+  const std::size_t T = doubling ? kisa::kGateTile : kPlainTile;
+  const std::size_t kTilesPerTask = kRowsPerTask / T;
   const bool stream = b * (L * sizeof(float) + sizeof(double)) >= stream_output_bytes();
   // Tiles of T rows on a grid shifted so that γ of every tile but the first starts on a
   // 64-byte boundary when some row within the first 16 does (streaming stores need it).
@@ -96,7 +99,7 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   job.L = L;
   job.beta = beta;
   // The ε bound: rows with H(γ) > ε are doubled inside the tile kernels (see kisa::GateJob).
-  job.entropy = has_max_entropy && max_doublings > 0;
+  job.entropy = doubling;
   job.eps = static_cast<float>(max_entropy);
   job.max_doublings = max_doublings;
   job.gamma = gamma;
@@ -104,16 +107,21 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   job.stream = stream;
   std::atomic<std::size_t> first_bad{b};
 
-  // per-worker scratch, sized once (not per task); the SIMD rounds' lists uninitialised
+  // per-worker scratch, sized once (not per task), uninitialised: the kernels write before
+  // they read. L x kGateTile floats twice (portable loops), and with the ε bound on the SIMD
+  // paths (L <= 4) the rounds' lists.
   const std::size_t workers = nt > 0 ? static_cast<std::size_t>(nt) : 1;
-  std::unique_ptr<kisa::GateTile[]> tiles(new kisa::GateTile[workers]);  // arrays not zeroed
+  std::unique_ptr<kisa::GateTile[]> tiles(new kisa::GateTile[workers]);
+  const std::size_t re_floats = 2 * L * kisa::kGateTile;
   const std::size_t lv_floats =
-      job.entropy && L <= 4 ? kisa::gate_levels_floats(L, std::min(T, b)) : 0;
-  std::unique_ptr<float[]> lv(lv_floats ? new float[lv_floats * workers] : nullptr);
+      doubling && L <= 4 ? kisa::gate_levels_floats(L, std::min(T, b)) : 0;
+  const std::size_t per_worker = re_floats + lv_floats;
+  std::unique_ptr<float[]> scratch(new float[per_worker * workers]);
   for (std::size_t w = 0; w < workers; ++w) {
-    tiles[w].r.resize(L * T);
-    tiles[w].e.resize(L * T);
-    tiles[w].lv = lv_floats ? lv.get() + w * lv_floats : nullptr;
+    float* p = scratch.get() + w * per_worker;
+    tiles[w].r = p;
+    tiles[w].e = p + L * kisa::kGateTile;
+    tiles[w].lv = lv_floats ? p + re_floats : nullptr;
   }
   parallel_for(n_tasks, nt, [&](std::size_t task, int worker) {
     kisa::GateTile& B = tiles[worker];

@@ -40,7 +40,9 @@ struct BadRows {
   std::size_t first;
 };
 
-/// Rows of the softmax gate are processed in tiles of kGateTile rows. The portable loops
+/// Rows of the softmax gate are processed in tiles of at most kGateTile rows (the driver uses
+/// 64 without the ε bound, where small tiles are faster, and 1024 with it, where long lists of
+/// rows to double keep the vectors full). The portable loops
 /// transpose a tile to layer-major so every inner loop runs over the tile's rows with unit
 /// stride; on the SIMD paths L = 2..4 skips the transpose: 16 (AVX-512) or 8 (AVX2) rows are
 /// de-interleaved into one register per layer with lane permutes and evaluated in registers.
@@ -66,11 +68,13 @@ struct GateJob {
 };
 /// Flag returned by gate_tile: some row has NaN/Inf (tile.chk[i] != 0).
 constexpr unsigned kGateNonFinite = 1u;
-/// Per-worker scratch of the gate. `r`, `e`: L x kGateTile floats each (portable loops).
-/// `lv`: the doubling rounds' lists on the SIMD paths, gate_levels_floats(L, rows) floats
-/// (uninitialised; owned by the driver).
+/// Per-worker scratch of the gate; the pointers are owned by the driver and need no
+/// initialisation. `r`, `e`: L x kGateTile floats each (portable loops, layer stride
+/// kGateTile). `lv`: the doubling rounds' lists on the SIMD paths, gate_levels_floats(L, rows)
+/// floats.
 struct GateTile {
-  std::vector<float> r, e;
+  float* r = nullptr;
+  float* e = nullptr;
   float* lv = nullptr;
   alignas(64) float beta[kGateTile];
   alignas(64) float chk[kGateTile];  // 0 when the row is finite
