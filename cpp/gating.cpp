@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -21,7 +22,8 @@
 namespace lamina {
 
 namespace {
-constexpr std::size_t kTilesPerTask = 16;
+constexpr std::size_t kRowsPerTask = 1024;
+constexpr std::size_t kPlainTile = 64;  // rows per tile without the ε bound (see kGateTile)
 // Calls whose outputs (γ and β_used) exceed stream_output_bytes() are written with
 // non-temporal stores on the SIMD paths: outputs that cannot stay in the last-level cache
 // would be written back to memory anyway, and streaming them saves the read-for-ownership of
@@ -73,8 +75,9 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   }
   if (b == 0) return;
 
-  const float eps = static_cast<float>(max_entropy);
-  const std::size_t T = kisa::kGateTile;
+  const bool doubling = has_max_entropy && max_doublings > 0;
+  const std::size_t T = doubling ? kisa::kGateTile : kPlainTile;
+  const std::size_t kTilesPerTask = kRowsPerTask / T;
   const bool stream = b * (L * sizeof(float) + sizeof(double)) >= stream_output_bytes();
   // Tiles of T rows on a grid shifted so that γ of every tile but the first starts on a
   // 64-byte boundary when some row within the first 16 does (streaming stores need it).
@@ -95,70 +98,47 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   job.b = b;
   job.L = L;
   job.beta = beta;
-  job.entropy = has_max_entropy;
-  job.eps = eps;
+  // The ε bound: rows with H(γ) > ε are doubled inside the tile kernels (see kisa::GateJob).
+  job.entropy = doubling;
+  job.eps = static_cast<float>(max_entropy);
+  job.max_doublings = max_doublings;
   job.gamma = gamma;
   job.beta_used = beta_used;
   job.stream = stream;
   std::atomic<std::size_t> first_bad{b};
 
-  // Rows over the ε bound after the first pass are doubled in rounds over a compacted list,
-  // kGateTile rows per vectorised call: per row exactly the loop
-  //   while (H > ε && k < max_doublings && β <= FLT_MAX/2) { β *= 2; recompute; ++k; }
-  struct Pending {
-    std::size_t row;
-    float beta;
-    int k;
-  };
-  // one tile buffer per worker, sized once (not per task: ~1k tasks per million rows)
-  std::vector<kisa::GateTile> tiles(nt > 0 ? nt : 1);
-  for (kisa::GateTile& B : tiles) {
-    B.r.resize(L * T);
-    B.e.resize(L * T);
+  // per-worker scratch, sized once (not per task), uninitialised: the kernels write before
+  // they read. L x kGateTile floats twice (portable loops), and with the ε bound on the SIMD
+  // paths (L <= 4) the rounds' lists.
+  const std::size_t workers = nt > 0 ? static_cast<std::size_t>(nt) : 1;
+  std::unique_ptr<kisa::GateTile[]> tiles(new kisa::GateTile[workers]);
+  const std::size_t re_floats = 2 * L * kisa::kGateTile;
+  const std::size_t lv_floats =
+      doubling && L <= 4 ? kisa::gate_levels_floats(L, std::min(T, b)) : 0;
+  const std::size_t per_worker = re_floats + lv_floats;
+  std::unique_ptr<float[]> scratch(new float[per_worker * workers]);
+  for (std::size_t w = 0; w < workers; ++w) {
+    float* p = scratch.get() + w * per_worker;
+    tiles[w].r = p;
+    tiles[w].e = p + L * kisa::kGateTile;
+    tiles[w].lv = lv_floats ? p + re_floats : nullptr;
   }
   parallel_for(n_tasks, nt, [&](std::size_t task, int worker) {
     kisa::GateTile& B = tiles[worker];
-    std::vector<Pending> pending, next;
     const std::size_t t_end = std::min(n_tiles, (task + 1) * kTilesPerTask);
     for (std::size_t t = task * kTilesPerTask; t < t_end; ++t) {
       const std::size_t i0 = t * T > shift ? t * T - shift : 0;
       const std::size_t nrows = std::min((t + 1) * T - shift, b) - i0;
       if (K.gate_tile(job, i0, nrows, B) == 0) continue;
-      for (std::size_t i = 0; i < nrows; ++i) {
+      for (std::size_t i = 0; i < nrows; ++i)
         if (B.chk[i] != 0.0f) {  // NaN/Inf somewhere in this row
           std::size_t cur = first_bad.load();
           while (i0 + i < cur && !first_bad.compare_exchange_weak(cur, i0 + i)) {
           }
-        } else if (has_max_entropy && B.ent[i] > eps && max_doublings > 0 &&
-                   B.beta[i] <= FLT_MAX / 2) {
-          pending.push_back({i0 + i, B.beta[i], 0});
+          break;
         }
-      }
     }
-    if (stream) kisa::stream_fence();  // before the doubling rounds overwrite β_used
-    std::size_t rows[T];
-    while (!pending.empty()) {
-      next.clear();
-      for (std::size_t p0 = 0; p0 < pending.size(); p0 += T) {
-        const std::size_t cnt = std::min(T, pending.size() - p0);
-        for (std::size_t i = 0; i < cnt; ++i) {
-          Pending& q = pending[p0 + i];
-          q.beta *= 2.0f;
-          ++q.k;
-          rows[i] = q.row;
-          B.beta[i] = q.beta;
-        }
-        K.gate_rows(job, rows, cnt, B);
-        for (std::size_t i = 0; i < cnt; ++i) {
-          const Pending& q = pending[p0 + i];
-          if (B.ent[i] > eps && q.k < max_doublings && q.beta <= FLT_MAX / 2)
-            next.push_back(q);
-          else  // the caller's β·2^k, exactly
-            beta_used[q.row] = std::ldexp(beta[q.row], q.k);
-        }
-      }
-      pending.swap(next);
-    }
+    if (stream) kisa::stream_fence();
   });
 
   if (const std::size_t i = first_bad.load(); i < b)

@@ -3,6 +3,11 @@
 #include "lamina/kernel_isa.hpp"
 #include "lamina/kernel_math.hpp"
 
+#include <algorithm>
+#include <cfloat>
+#include <cstring>
+#include <type_traits>
+
 #include <immintrin.h>
 
 namespace lamina::kisa::avx2_isa {

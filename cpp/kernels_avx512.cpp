@@ -3,6 +3,11 @@
 #include "lamina/kernel_isa.hpp"
 #include "lamina/kernel_math.hpp"
 
+#include <algorithm>
+#include <cfloat>
+#include <cstring>
+#include <type_traits>
+
 // GCC 12 reports its own _mm512_undefined_* placeholders inside the intrinsics as
 // "maybe uninitialized" (simd_avx512.cpp silences the same with -Wno-maybe-uninitialized).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -3,6 +3,11 @@
 #include "lamina/kernel_isa.hpp"
 #include "lamina/kernel_math.hpp"
 
+#include <algorithm>
+#include <cfloat>
+#include <cstring>
+#include <type_traits>
+
 namespace lamina::kisa::scalar_isa {
 #define LAMINA_KISA_NAME "scalar"
 #include "kernel_loops.inc"

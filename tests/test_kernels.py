@@ -223,6 +223,92 @@ def test_softmax_gate_streaming_path():
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
 
 
+def doubling_oracle(r, beta, eps, max_doublings):
+    """The ε bound one doubling at a time: each step asks the kernel (max_doublings=1) whether
+    a row's H(γ) at its current β is over ε (it then returns 2β, or β at the FLT_MAX/2 cap);
+    the final γ is the plain gate at the β reached. Exact, so the multi-round kernel must
+    match it bit for bit."""
+    used = np.broadcast_to(np.asarray(beta, np.float64), (len(r),)).copy()
+    active = np.arange(len(r))
+    for _ in range(max_doublings):
+        if active.size == 0:
+            break
+        _, u1 = K.softmax_gate(r[active], used[active], max_entropy=eps, max_doublings=1)
+        active = active[u1 != used[active]]
+        used[active] *= 2
+    g, _ = K.softmax_gate(r, used)
+    return g, used
+
+
+@st.composite
+def doubling_case(draw):
+    L = draw(st.integers(1, 10))  # 1, 2..4 (register path), 5..8, and the generic L
+    n = draw(st.integers(1, 80))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    # rows scaled by 2^-u: each needs about u more doublings, so the lanes of one vector stop
+    # at different rounds (some past the 12 compacted rounds, into the in-register loop)
+    r = rng.standard_normal((n, L)) * 2.0 ** -rng.integers(0, 18, (n, 1))
+    if draw(st.booleans()):
+        r[:: draw(st.integers(2, 5))] = 0.25  # ties: H = ln L at every β, they run to the cap
+    beta = rng.uniform(0.05, 4.0, n) if draw(st.booleans()) else draw(st.floats(0.05, 4.0))
+    return r.astype(np.float32), beta, draw(st.floats(0.0, 1.2)), draw(st.integers(0, 24))
+
+
+@given(case=doubling_case())
+def test_softmax_gate_doubling_rounds_match_one_at_a_time(case):
+    r, beta, eps, max_doublings = case
+    g, used = K.softmax_gate(r, beta, max_entropy=eps, max_doublings=max_doublings)
+    g_ref, used_ref = doubling_oracle(r, beta, eps, max_doublings)
+    np.testing.assert_array_equal(used, used_ref)
+    np.testing.assert_array_equal(g, g_ref)
+    k = np.log2(used / np.asarray(beta, np.float64))
+    assert ((k >= 0) & (k <= max_doublings)).all()
+
+
+@pytest.mark.parametrize("L", [2, 3, 4, 6])
+def test_softmax_gate_doubling_many_tiles(L):
+    # more rows than one tile (1024), a ragged end, per-row β, every stopping round mixed
+    rng = np.random.default_rng(L)
+    n = 2600
+    r = (rng.standard_normal((n, L)) * 2.0 ** -rng.integers(0, 16, (n, 1))).astype(np.float32)
+    r[::11] = 1.0
+    beta = rng.uniform(0.5, 3.0, n)
+    for eps, maxd in ((0.5, 32), (0.2, 1), (0.7, 0), (0.05, 40)):
+        g, used = K.softmax_gate(r, beta, max_entropy=eps, max_doublings=maxd)
+        g_ref, used_ref = doubling_oracle(r, beta, eps, maxd)
+        np.testing.assert_array_equal(used, used_ref)
+        np.testing.assert_array_equal(g, g_ref)
+        np.testing.assert_allclose(g, ref_softmax(r, used), rtol=2e-5, atol=1e-6)
+        k = np.round(np.log2(used / beta)).astype(int)
+        H = ref_entropy(g)
+        assert ((H <= eps + 1e-5) | (k == maxd) | (r[:, :1] == r).all(axis=1)).all()
+
+
+def test_softmax_gate_doubling_stops_below_float_max():
+    # ties never meet ε: β doubles while β <= FLT_MAX/2, so it ends in (FLT_MAX/2, FLT_MAX]
+    fmax = float(np.finfo(np.float32).max)
+    beta = np.array([fmax / 4, fmax / 2, fmax, fmax / 3, 1.5, 2.0**100] * 6)
+    r = np.ones((len(beta), 3), np.float32)
+    g, used = K.softmax_gate(r, beta, max_entropy=0.1, max_doublings=1024)
+    want = beta.copy()
+    while (m := want <= fmax / 2).any():
+        want[m] *= 2
+    np.testing.assert_array_equal(used, want)
+    np.testing.assert_array_equal(g, np.float32(1.0) / np.float32(3.0))
+    g, used = K.softmax_gate(r, beta, max_entropy=0.1, max_doublings=1)
+    np.testing.assert_array_equal(used, np.where(beta <= fmax / 2, 2 * beta, beta))
+
+
+def test_softmax_gate_doubling_reports_the_first_bad_row():
+    rng = np.random.default_rng(3)
+    r = rng.standard_normal((3000, 3)).astype(np.float32)
+    r[2047, 2] = np.nan
+    r[2900, 0] = np.inf
+    with pytest.raises(ValueError, match=r"relevance\[2047\]"):
+        K.softmax_gate(r, 1.0, max_entropy=0.3)
+
+
 def test_softmax_gate_empty():
     g, used = K.softmax_gate(np.zeros((0, 3), np.float32), 1.0, max_entropy=0.1)
     assert g.shape == (0, 3) and used.shape == (0,)
@@ -369,9 +455,14 @@ def test_heat_scores_defaults_and_worked_example():
     np.testing.assert_allclose(h, [np.exp(-1.0)], rtol=1e-6)
 
 
-def test_heat_scores_large_int64_counts_round_like_numpy():
-    v = np.array([2**40 + 12345, -(2**45) - 7, 2**52 + 1, 0], dtype=np.int64)
-    h = K.heat_scores(v, np.zeros(4, np.int64), np.zeros(4), 1e12, c=0.0)
+@pytest.mark.parametrize("n", [4, 16, 37])  # the tail loop alone, one SIMD step, both
+def test_heat_scores_large_int64_counts_round_like_numpy(n):
+    rng = np.random.default_rng(n)
+    v = rng.integers(-(2**53) + 1, 2**53, n)
+    v[:4] = [2**40 + 12345, -(2**45) - 7, 2**52 + 1, 0]
+    h = K.heat_scores(v, np.zeros(n, np.int64), np.zeros(n), 1e12, c=0.0)
+    np.testing.assert_array_equal(h, v.astype(np.float32))
+    h = K.heat_scores(np.zeros(n, np.float32), v, np.zeros(n), 1e12, c=0.0)
     np.testing.assert_array_equal(h, v.astype(np.float32))
 
 
@@ -660,6 +751,14 @@ for L in (5, 2, 3, 4):  # L = 2..4 take the register-resident SIMD path
             h.update(part.tobytes())
     for part in K.softmax_gate(r, 3.0, max_entropy=0.4):
         h.update(part.tobytes())
+    # the ε bound's rounds: per-row β, rows stopping at every round (some past the compacted
+    # rounds), ties running to the cap, max_doublings 0 / 1 / 40, more rows than one tile
+    r2 = (rng.standard_normal((2500, L)) * 2.0 ** -rng.integers(0, 18, (2500, 1))).astype(np.float32)
+    r2[::13] = 0.5
+    for beta, eps, maxd in ((rng.uniform(0.1, 4, 2500), 0.3, 40), (2.0, 0.5, 1),
+                            (2.0, 0.5, 0), (1.7e38, 0.05, 1024)):
+        for part in K.softmax_gate(r2, beta, max_entropy=eps, max_doublings=maxd):
+            h.update(part.tobytes())
 r = rng.standard_normal((450_000, 3)).astype(np.float32)  # over 8 MiB of output: streamed
 out = np.empty(r.size + 1, np.float32)[1:].reshape(r.shape)
 for part in K.softmax_gate(r, 2.0, out=out) + K.softmax_gate(r, 2.0, max_entropy=0.4):
@@ -671,6 +770,17 @@ h.update(K.damped_update(rows, t, 2.5).tobytes())
 h.update(rows.tobytes())
 v = rng.integers(0, 99, 5000)
 h.update(K.heat_scores(v, v.astype(np.int32), 1e9 - rng.uniform(0, 1e8, 5000), 1e9).tobytes())
+# every count dtype pair, a ragged tail, recency arguments from underflow (< ln FLT_MIN) to
+# e^40, and int64 counts beyond 2^53 (rounded to double first, then to float32, on every path)
+big = rng.integers(-(2**62), 2**62, 1037)
+big[:64:2] = 2**60 + 2**36 + 1  # just above a float32 midpoint: double rounding lands on it
+big[1:64:2] = -(2**55) - 2**31 - 1
+last = 1e9 + rng.uniform(-95.0, 40.0, 1037) * 1e6
+for vd in (np.float32, np.int32, np.int64):
+    for ld in (np.float32, np.int32, np.int64):
+        vv = big.astype(vd) if vd is np.int64 else rng.integers(0, 1000, 1037).astype(vd)
+        h.update(K.heat_scores(vv, rng.integers(0, 50, 1037).astype(ld), last, 1e9,
+                               a=0.5, b=2.0, c=3.0, mu=1e6).tobytes())
 sys.stdout.write(h.hexdigest())
 """
 

@@ -28,7 +28,12 @@
 // that reads γ right after the call reads it from memory (outputs this large leave the caches
 // anyway). Smaller outputs are written with plain stores and stay cached.
 //
-// Threads: row tiles of 64 rows split by parallel_for (`threads` <= 0: default); results do
+// Cost: one softmax (with its entropy) per row and per doubling. The doubling rounds run inside
+// the row tiles: on the SIMD paths with L = 2..4 the rows of a tile still over ε are compacted
+// into a list and re-evaluated a full vector at a time (so each doubling costs about one row
+// evaluation, not a vector per row); other L double within the tile.
+//
+// Threads: row tiles of 1024 rows split by parallel_for (`threads` <= 0: default); results do
 // not depend on the thread count, the ISA path (scalar / AVX2 / AVX-512) or the output
 // alignment (bit for bit). Reentrant.
 #pragma once

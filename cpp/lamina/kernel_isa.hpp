@@ -3,7 +3,10 @@
 // (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp, each with its own per-file flags)
 // and chosen at run time: the same ISA as simd::kernels() (so LAMINA_SIMD caps it too).
 // All variants are built with -ffp-contract=off and compute the same per-element operations
-// in the same order (kernel_math.hpp), so their results are bit-identical.
+// in the same order (kernel_math.hpp), so their results are bit-identical. One exception to
+// "one set of flags per file": on the AVX-512 path the heat loop is also compiled with
+// AVX-512DQ (a function-level target attribute: int64 -> double conversions in one
+// instruction) and used when the CPU reports DQ (every AVX-512 Xeon; not Xeon Phi).
 //
 // The drivers in blend.cpp / gating.cpp / heat.cpp validate arguments, split work with
 // parallel_for and report errors; the functions here only loop. Pure functions of their
@@ -37,34 +40,58 @@ struct BadRows {
   std::size_t first;
 };
 
-/// Rows of the softmax gate are processed in tiles of kGateTile rows, transposed to
-/// layer-major so every inner loop runs over the tile's rows with unit stride. On the SIMD
-/// paths L = 2..4 skips the transpose: 16 (AVX-512) or 8 (AVX2) rows are de-interleaved into
-/// one register per layer with lane permutes and evaluated in registers.
-constexpr std::size_t kGateTile = 64;
+/// Rows of the softmax gate are processed in tiles of at most kGateTile rows (the driver uses
+/// 64 without the ε bound, where small tiles are faster, and 1024 with it, where long lists of
+/// rows to double keep the vectors full). The portable loops
+/// transpose a tile to layer-major so every inner loop runs over the tile's rows with unit
+/// stride; on the SIMD paths L = 2..4 skips the transpose: 16 (AVX-512) or 8 (AVX2) rows are
+/// de-interleaved into one register per layer with lane permutes and evaluated in registers.
+constexpr std::size_t kGateTile = 1024;
+/// The ε bound's doubling rounds of a tile on the SIMD paths (L = 2..4): rows still over ε
+/// after round r are compacted (in order) into the list of round r + 1, evaluated a full
+/// vector at a time, and their results expanded back on the way up. Rounds past kGateLevels
+/// (rare: rows whose entropy needs more than 2^12·β) iterate in registers instead.
+constexpr int kGateLevels = 12;
 struct GateJob {
   const float* relevance = nullptr;
   std::size_t b = 0, L = 0;
   RowParam beta;
-  bool entropy = false;  // compute H(γ) and flag rows with H(γ) > eps
+  bool entropy = false;  // apply the ε bound (doubling β while H(γ) > eps), max_doublings > 0
   float eps = 0.0f;
+  int max_doublings = 0;
   float* gamma = nullptr;
-  double* beta_used = nullptr;  // receives β per row (the driver overwrites doubled rows)
+  double* beta_used = nullptr;  // receives β·2^k per row
   // Write γ and β_used with non-temporal (streaming) stores where the SIMD paths can (large
   // outputs: saves the read-for-ownership traffic). The driver then calls stream_fence()
   // before its workers finish.
   bool stream = false;
 };
-/// Flags returned by gate_tile.
-constexpr unsigned kGateNonFinite = 1u;  // some row has NaN/Inf (tile.chk[i] != 0)
-constexpr unsigned kGateOverEps = 2u;    // some row has H(γ) > eps (tile.ent[i])
+/// Flag returned by gate_tile: some row has NaN/Inf (tile.chk[i] != 0).
+constexpr unsigned kGateNonFinite = 1u;
+/// Per-worker scratch of the gate; the pointers are owned by the driver and need no
+/// initialisation. `r`, `e`: L x kGateTile floats each (portable loops, layer stride
+/// kGateTile). `lv`: the doubling rounds' lists on the SIMD paths, gate_levels_floats(L, rows)
+/// floats.
 struct GateTile {
-  std::vector<float> r, e;  // L x kGateTile each
+  float* r = nullptr;
+  float* e = nullptr;
+  float* lv = nullptr;
   alignas(64) float beta[kGateTile];
   alignas(64) float chk[kGateTile];  // 0 when the row is finite
   alignas(64) float ent[kGateTile];  // H(γ) when job.entropy
   alignas(64) float ref[kGateTile], sum[kGateTile], gz[kGateTile];
+  alignas(64) float pbeta[kGateTile];  // portable doubling rounds: β, k and row per list entry
+  int pk[kGateTile];
+  std::size_t prow[kGateTile];
+  uint32_t over[kGateLevels + 1][kGateTile / 8];  // SIMD rounds: lanes passed on, per vector
 };
+/// Floats of GateTile::lv for tiles of up to `rows` rows (rows <= kGateTile) of L <= 4 layers:
+/// levels 0..kGateLevels, each with L relevance, 1 β, L γ and 1 k columns of rows + 16 slots
+/// (rounded up to whole vectors, plus one vector of slack for full-vector stores).
+constexpr std::size_t gate_level_stride(std::size_t rows) { return (rows + 15) / 16 * 16 + 16; }
+constexpr std::size_t gate_levels_floats(std::size_t L, std::size_t rows) {
+  return (kGateLevels + 1) * (2 * L + 2) * gate_level_stride(rows);
+}
 
 struct HeatJob {
   NumColumn visits, ilen;
@@ -78,14 +105,10 @@ struct Table {
   const char* isa;
   /// Updates the job's rows k in [lo, hi); `backup` is scratch for one row (job.d floats).
   BadRows (*blend_rows)(const BlendJob& job, std::size_t lo, std::size_t hi, float* backup);
-  /// γ for rows [i0, i0 + nrows), nrows <= kGateTile, written to job.gamma, β to
-  /// job.beta_used; per-row finiteness, entropy and float β left in `tile`. Returns
-  /// kGateNonFinite | kGateOverEps flags (0: nothing left to do for this tile).
+  /// γ for rows [i0, i0 + nrows), nrows <= kGateTile, written to job.gamma, β·2^k to
+  /// job.beta_used (job.entropy: the ε bound resolved per row, as documented in gating.hpp);
+  /// per-row finiteness left in tile.chk. Returns kGateNonFinite when some row has NaN/Inf.
   unsigned (*gate_tile)(const GateJob& job, std::size_t i0, std::size_t nrows, GateTile& tile);
-  /// γ and H(γ) (in tile.ent) of the listed rows (nrows <= kGateTile) at the β values already
-  /// in tile.beta[0..nrows); γ is written back to those rows. One doubling round of the ε bound.
-  void (*gate_rows)(const GateJob& job, const std::size_t* rows, std::size_t nrows,
-                    GateTile& tile);
   /// Heat of rows [lo, hi); nonzero when a recency argument or a heat is not finite.
   unsigned (*heat_block)(const HeatJob& job, std::size_t lo, std::size_t hi);
 };

@@ -233,6 +233,8 @@ static inline LAMINA_HD float heat_recency(double now, double last, double inv_m
 /// Count columns (N_visit, L_interaction) as float32. int64 goes through two exact int32
 /// halves in double (SSE2 has no int64 -> float conversion, this form vectorises); exact in
 /// double for |v| < 2^53, so the single rounding to float32 matches a direct conversion.
+/// (Beyond 2^53 the value is rounded twice, to double then to float32; the AVX-512DQ heat loop
+/// rounds the same way with vcvtqq2pd + vcvtpd2ps, so every path gives the same bits.)
 static inline LAMINA_HD float count_to_float(float v) { return v; }
 static inline LAMINA_HD float count_to_float(int32_t v) { return static_cast<float>(v); }
 static inline LAMINA_HD float count_to_float(int64_t v) {
