@@ -1360,20 +1360,15 @@ class Memory:
             cands = found[L]
             if not cands:
                 continue
-            # r_i from the layer's best specific items (turns, facts); aggregates only when
-            # the layer has nothing else
-            spec = [s for s, r in cands if r.kind not in _GENERAL] or [s for s, _ in cands]
-            top = sorted(spec, reverse=True)[: c.relevance_top]
-            acc = 0.0
-            for x in top:  # the mean, summed in order (as numpy does for so few values)
-                acc += x
-            rel[L] = acc / len(top)
             adj: list[tuple[float, _Rec]] = []
+            spec: list[float] = []  # scores of the layer's specific items (turns, facts)
             floor, sp, stp = c.min_similarity, c.speaker_scope, c.stale_penalty
             # (hot loop: stale.weight and _penalize inlined; names resolved once)
             wcache = stale._cache if stale else None
             for s, r in cands:
                 kind = r.kind
+                if kind not in _GENERAL:
+                    spec.append(s)
                 if wcache is not None and kind != "fact":
                     w = wcache.get(r.id)
                     if w is None:
@@ -1391,6 +1386,12 @@ class Memory:
                             o = other[who] = who != scope_name and _norm_key(who) != scope
                         if o:
                             shown[r.id] = s - abs(s) * sp  # _penalize
+            # r_i from the layer's best specific items; aggregates only when it has nothing else
+            top = sorted(spec or [s for s, _ in cands], reverse=True)[: c.relevance_top]
+            acc = 0.0
+            for x in top:  # the mean, summed in order (as numpy does for so few values)
+                acc += x
+            rel[L] = acc / len(top)
             if L == "working":  # the fill walks working memory in this order; the rest it ranks itself
                 adj.sort(key=lambda x: (-x[0], x[1].id in shown, x[1].seq))  # ties: the named person first
             per_layer[L] = adj
@@ -1555,9 +1556,12 @@ class Memory:
         # favours long, general texts) while holding none of the raw turns the answer needs.
         # Ties: the named person's first (not demoted), then the older. (The key is a total order,
         # so the pool's input order does not matter.)
-        pool = [(r.kind in _GENERAL, -(s * prior[L]), r.id in demoted, r.seq, i, s, r)
-                for i, (L, s, r) in enumerate((L, s, r) for L in gates for s, r in per_layer.get(L, []))]
-        pool.sort()  # (i: a record in two layers, e.g. working and archive, never compares records)
+        pool: list[tuple[bool, float, bool, int, int, float, _Rec]] = []
+        for L in gates:
+            p = prior[L]
+            for s, r in per_layer.get(L, ()):
+                pool.append((r.kind in _GENERAL, -(s * p), r.id in demoted, r.seq, len(pool), s, r))
+        pool.sort()  # (the position: a record in two layers, e.g. working and archive, never compares records)
         for _, _, _, _, _, s, r in pool:
             if budget - used < _MIN_ITEM_TOKENS:
                 break  # no item is shorter than this
@@ -1579,8 +1583,11 @@ class Memory:
         items showing raw turns, the ``Speaker: text`` lines only (a group's ``[date time]``
         header is paid once per group, by the fill); for the others their whole rendering, and
         None. Cached; the key covers what can change."""
-        key = (r.text, r.valid_to, r.superseded_by, len(r.members or ()), r.sources[-1] if r.sources else None,
-               r.timestamp, r.session_id)
+        if r.kind == "turn":  # (a turn renders its speaker, immutable, and these)
+            key: tuple[Any, ...] = (r.text, r.timestamp, r.session_id)
+        else:
+            key = (r.text, r.valid_to, r.superseded_by, len(r.members or ()), r.sources[-1] if r.sources else None,
+                   r.timestamp, r.session_id)
         hit = r.nt
         if hit is not None and hit[0] == key:
             return hit[1]
