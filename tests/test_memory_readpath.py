@@ -180,3 +180,19 @@ def test_rule_facts_need_a_noun_phrase_object() -> None:
     assert objs("I love it.") == []
     assert objs("I love hiking and painting.") == [("likes", "hiking")]
     assert objs("I moved to Paris last week.") == [("lives_in", "Paris")]
+
+
+def test_staleness_prefilter_never_changes_a_weight() -> None:
+    """The casefolded-substring prefilter of _Staleness only skips texts the value pattern
+    cannot match: weights equal the pattern-only computation on tricky texts."""
+    from lamina.memory import _Staleness
+
+    st = _Staleness(frozenset({"s1"}), {"paris": {"berlin"}, "new york": {"oslo"}, "straße": {"weg"}})
+    ref = _Staleness(frozenset({"s1"}), {"paris": {"berlin"}, "new york": {"oslo"}, "straße": {"weg"}})
+    ref._folded = ("",)  # "" occurs in every text: the pattern always runs
+    texts = ["I live in PARIS now", "Parisian food is great", "paris and berlin", "New   York!", "new yorker",
+             "Straße", "STRASSE", "we moved to Oslo from new york", "nothing here", "paris.", "(PARIS)", ""]
+    for i, t in enumerate(texts):
+        for src in ((), ("s1",), ("s2",), ("s1", "s2")):
+            assert st._weight(t, src) == ref._weight(t, src), (t, src)
+    assert st._weight("I live in PARIS now", ()) == 1.0 and st._weight("paris and berlin", ()) == 0.0

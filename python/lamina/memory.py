@@ -67,7 +67,7 @@ from . import kernels
 from .embedders import Embedder, check_embeddings, get_embedder
 from .extract import (ExtractiveSummarizer, Fact, FactExtractor, RuleFactExtractor, Summarizer, Turn, fact_sentence,
                       is_functional)
-from .items import LAYERS, Context, MemoryItem
+from .items import LAYERS, Context, MemoryItem, _format_day
 from .llm import LLM, LLMFactExtractor, LLMSummarizer
 from .layer_index import LayerIndex
 from .lexical import LexicalIndex
@@ -270,7 +270,7 @@ class _Rec:
 
 class _User:
     __slots__ = ("user_id", "idx", "ids", "by_src", "working", "children", "current", "max_depth", "drift_total", "drift_last",
-                 "drift_updates", "stale", "profiles", "n_active", "seg_of", "people")
+                 "drift_updates", "stale", "stale_last", "facts", "profiles", "n_active", "seg_of", "people")
 
     def __init__(self, user_id: str, idx: int) -> None:
         self.user_id = user_id
@@ -286,6 +286,8 @@ class _User:
         self.drift_last = 0.0
         self.drift_updates = 0
         self.stale: Optional[_Staleness] = None  # cache, rebuilt after fact changes
+        self.stale_last: Optional[_Staleness] = None  # the last one built (reused while equal)
+        self.facts: list[int] = []  # ids of every fact record (any layer or status)
         self.n_active = {name: 0 for name in LAYERS}
         self.seg_of: dict[int, int] = {}  # turn id -> id of the active episodic leaf holding it
         self.people: dict[str, tuple[str, "re.Pattern[str]"]] = {}  # name key -> (name, word-bounded pattern)
@@ -455,6 +457,8 @@ class Memory:
         """Add a record to the per-user indexes (working queues, tree, current facts, profiles)."""
         if r.kind == "turn" and r.source_id is not None:
             u.by_src[r.source_id] = r.id
+        elif r.kind == "fact":
+            u.facts.append(r.id)
         who = r.speaker if r.kind == "turn" else (r.subject if r.kind == "fact" else None)
         if who and _norm_key(who) not in u.people:
             u.people[_norm_key(who)] = (who, re.compile(r"(?<!\w)" + re.escape(" ".join(who.split())) + r"(?!\w)", re.I))
@@ -553,6 +557,9 @@ class Memory:
                       (u.idx << 3) | _TURN_VIEW)
         for m in members:
             u.seg_of[m] = leaf.id
+            # the read path's per-turn caches, now rather than on a context's first sight of it
+            self._ntokens(self._recs[m])
+            self._text_key(self._recs[m])
 
     def _drop_turn_views(self, u: _User, leaf: _Rec) -> None:
         keys = [m | _TKEY for m in (leaf.members or ()) if u.seg_of.get(m) == leaf.id]
@@ -1164,8 +1171,9 @@ class Memory:
             cur: set[str] = set()
             values: dict[str, set[str]] = {}
             resolved: set[int] = set()
-            for r in self._urecs(u):
-                if r.kind != "fact" or r.status != "active":
+            for i in u.facts:
+                r = self._recs[i]
+                if r.status != "active":
                     continue
                 (hist if r.layer == "history" else cur).update(r.sources)
                 if r.layer == "history" and r.superseded_by is not None:
@@ -1177,7 +1185,11 @@ class Memory:
                     old = _norm_key(r.object or "")
                     if old and now_vals and old not in now_vals:
                         values.setdefault(old, set()).update(now_vals)
-            u.stale = _Staleness(frozenset(hist - cur), values, frozenset(resolved))
+            st = _Staleness(frozenset(hist - cur), values, frozenset(resolved))
+            last = u.stale_last
+            if last is not None and (last.sources, last.values, last.resolved) == (st.sources, st.values, st.resolved):
+                st = last  # nothing it depends on changed: keep its per-item cache
+            u.stale = u.stale_last = st
         return u.stale
 
     def _candidates_multi(self, u: _User, q: npt.NDArray[np.float32], layers: Sequence[str], k: int,
@@ -1372,7 +1384,7 @@ class Memory:
                 if wcache is not None and kind != "fact":
                     w = wcache.get(r.id)
                     if w is None:
-                        w = stale.weight(r.id, r.text, r.sources)
+                        w = stale.weight(r.id, r.text, r.sources, self._text_key(r))
                     if w:
                         s = s - abs(s) * (stp * w)  # _penalize(s, stp * w)
                 if s < floor:
@@ -1585,9 +1597,15 @@ class Memory:
         None. Cached; the key covers what can change."""
         if r.kind == "turn":  # (a turn renders its speaker, immutable, and these)
             key: tuple[Any, ...] = (r.text, r.timestamp, r.session_id)
-        else:
-            key = (r.text, r.valid_to, r.superseded_by, len(r.members or ()), r.sources[-1] if r.sources else None,
-                   r.timestamp, r.session_id)
+            hit = r.nt
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            # MemoryItem.turn_lines() and group_key() of a turn, without building the item
+            line = f"{r.speaker}: {r.text}" if r.speaker else r.text
+            r.nt = (key, (len(line.split()), (r.session_id, _format_day(r.timestamp))))
+            return r.nt[1]
+        key = (r.text, r.valid_to, r.superseded_by, len(r.members or ()), r.sources[-1] if r.sources else None,
+               r.timestamp, r.session_id)
         hit = r.nt
         if hit is not None and hit[0] == key:
             return hit[1]
@@ -1921,27 +1939,34 @@ class _Staleness:
         self._cache: dict[int, float] = {}
         self._re = (re.compile(r"\b(" + "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)) + r")\b",
                                re.I) if values else None)
+        # Prefilter: the pattern can match only where a value occurs case-insensitively, so a
+        # text none of whose casefolded substrings is a casefolded value is skipped.
+        self._folded = tuple({v.casefold() for v in values})
 
     def __bool__(self) -> bool:
         return bool(self.sources) or bool(self.values)
 
-    def weight(self, item_id: int, text: str, sources: Sequence[str]) -> float:
+    def weight(self, item_id: int, text: str, sources: Sequence[str], low: Optional[str] = None) -> float:
         """1 when the text names a superseded value and not its current one (or all its sources
         are stale); else the share of stale sources. Cached per item (this object is rebuilt
-        whenever facts or texts change)."""
+        whenever facts or texts change). ``low``: the text's ``_norm_key``, when known."""
         w = self._cache.get(item_id)
         if w is None:
-            w = self._cache[item_id] = self._weight(text, sources)
+            w = self._cache[item_id] = self._weight(text, sources, low)
         return w
 
-    def _weight(self, text: str, sources: Sequence[str]) -> float:
+    def _weight(self, text: str, sources: Sequence[str], low: Optional[str] = None) -> float:
         if self._re is not None:
-            low = " ".join(text.lower().split())
-            for m in self._re.finditer(low):
+            if low is None:
+                low = _norm_key(text)
+            folded = low.casefold()
+            for m in (self._re.finditer(low) if any(v in folded for v in self._folded) else ()):
                 if not any(cur in low for cur in self.values.get(m.group(1), ())):
                     return 1.0
         if not sources or not self.sources:
             return 0.0
+        if len(sources) == 1:  # (a turn)
+            return 1.0 if sources[0] in self.sources else 0.0
         return sum(1 for x in sources if x in self.sources) / len(sources)
 
 
