@@ -239,11 +239,12 @@ class LayerIndex:
         q = np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32)
         out: list[tuple[list[float], list[int]]] = [([], []) for _ in namespaces]
         exact: tuple[list[int], ...] = tuple([] for _ in self._arenas)  # positions in `namespaces`, per arena
+        sizes = [self.count(ns) for ns in namespaces]
         for j, ns in enumerate(namespaces):
-            n = self.count(ns)
+            n = sizes[j]
             if n == 0:
                 continue
-            if self.uses_ann(ns):
+            if (2 * n >= self.ann_threshold) if ns in self._graphs else (n > self.ann_threshold):  # uses_ann
                 out[j] = self._ann_search(q, ns, min(k, n))
             else:
                 self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
@@ -252,10 +253,11 @@ class LayerIndex:
             pos = exact[a]
             if not pos:
                 continue
-            kk = min(k, max(self.count(namespaces[j]) for j in pos))
+            most = max(sizes[j] for j in pos)
+            kk = min(k, most)
             nss = np.array([namespaces[j] for j in pos], dtype=np.uint64)
             Q = np.ascontiguousarray(np.repeat(q, len(pos), axis=0))
-            big = max(self.count(namespaces[j]) for j in pos) >= PARALLEL_ROWS
+            big = most >= PARALLEL_ROWS
             scores, slots = self._arenas[a].search(Q, kk, metric="cosine", namespace=nss, threads=0 if big else 1)
             id_of = self._id_of_row[a]
             for row, j in enumerate(pos):
