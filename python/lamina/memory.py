@@ -1575,9 +1575,16 @@ class Memory:
                 pool.append((r.kind in _GENERAL, -(s * p), r.id in demoted, r.seq, len(pool), s, r))
         pool.sort()  # (the position: a record in two layers, e.g. working and archive, never compares records)
         for _, _, _, _, _, s, r in pool:
-            if budget - used < _MIN_ITEM_TOKENS:
+            left = budget - used
+            if left < _MIN_ITEM_TOKENS:
                 break  # no item is shorter than this
-            try_take(s, r, budget - used)
+            nt = r.nt  # (once the budget is nearly full most turns fail on size: test that first,
+            if nt is not None and r.kind == "turn":  # from the record's cache, as _ntokens would)
+                key, (n, gk) = nt
+                if key[0] == r.text and key[1] == r.timestamp and key[2] == r.session_id and \
+                        n + (_HEADER_TOKENS if gk not in groups else 0) > left:
+                    continue
+            try_take(s, r, left)
         return chosen, used
 
     @staticmethod
