@@ -1375,7 +1375,9 @@ class Memory:
             adj: list[tuple[float, _Rec]] = []
             spec: list[float] = []  # scores of the layer's specific items (turns, facts)
             floor, sp, stp = c.min_similarity, c.speaker_scope, c.stale_penalty
-            # (hot loop: stale.weight and _penalize inlined; names resolved once)
+            # (hot loop: names resolved once.) A penalty w in [0, 1] lowers a cosine-scale score
+            # by the share w of its magnitude: s - |s|·w (×(1 − w) for a positive score; a
+            # negative one moves down too, never up).
             wcache = stale._cache if stale else None
             for s, r in cands:
                 kind = r.kind
@@ -1386,7 +1388,7 @@ class Memory:
                     if w is None:
                         w = stale.weight(r.id, r.text, r.sources, self._text_key(r))
                     if w:
-                        s = s - abs(s) * (stp * w)  # _penalize(s, stp * w)
+                        s = s - abs(s) * (stp * w)  # the stale penalty
                 if s < floor:
                     continue
                 adj.append((s, r))
@@ -1397,7 +1399,7 @@ class Memory:
                         if o is None:
                             o = other[who] = who != scope_name and _norm_key(who) != scope
                         if o:
-                            shown[r.id] = s - abs(s) * sp  # _penalize
+                            shown[r.id] = s - abs(s) * sp  # the speaker-scope penalty
             # r_i from the layer's best specific items; aggregates only when it has nothing else
             top = sorted(spec or [s for s, _ in cands], reverse=True)[: c.relevance_top]
             acc = 0.0
@@ -1975,12 +1977,6 @@ class _Staleness:
         if len(sources) == 1:  # (a turn)
             return 1.0 if sources[0] in self.sources else 0.0
         return sum(1 for x in sources if x in self.sources) / len(sources)
-
-
-def _penalize(s: float, w: float) -> float:
-    """Lower a cosine-scale score by the share ``w`` in [0, 1] of its magnitude (×(1 − w) for a
-    positive score; a negative one moves down too, never up)."""
-    return s - abs(s) * w
 
 
 class _CoverageProjection:
