@@ -196,3 +196,23 @@ def test_staleness_prefilter_never_changes_a_weight() -> None:
         for src in ((), ("s1",), ("s2",), ("s1", "s2")):
             assert st._weight(t, src) == ref._weight(t, src), (t, src)
     assert st._weight("I live in PARIS now", ()) == 1.0 and st._weight("paris and berlin", ()) == 0.0
+
+
+def test_token_count_follows_an_updated_source_turn() -> None:
+    """A current fact renders its source turn: after update() of that turn the fill counts the
+    new text (the cached count was keyed on the fact alone), so the budget still holds."""
+    m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=2, min_segment_turns=1, max_segment_turns=1))
+    m.add([{"speaker": "Ann", "text": "My dog is called Max.", "id": "d1", "timestamp": T0}], "u", "s1")
+    m.add([{"speaker": "Ann", "text": "I work as a nurse.", "id": "d2", "timestamp": T0 + 60}], "u", "s1")
+    m.end_session("u", "s1")
+    fact = next(f for f in m.facts("u") if f.sources == ("d1",))
+    m.context("what is Ann's dog called", "u", budget=64)  # caches the fact's token count
+    turn = m._recs[m._users["u"].by_src["d1"]]
+    long = "My dog is called Max " + " ".join(f"word{i}" for i in range(30))
+    m.update(turn.id, long)
+    n, _ = m._ntokens(m._recs[fact.id])
+    assert n == len(f"Ann: {long}".split())
+    for budget in (8, 16, 32, 40, 64):
+        ctx = m.context("what is Ann's dog called", "u", budget=budget)
+        assert ctx.tokens == len(ctx.render().split()) <= budget
+    m.close()

@@ -1613,8 +1613,13 @@ class Memory:
             line = f"{r.speaker}: {r.text}" if r.speaker else r.text
             r.nt = (key, (len(line.split()), (r.session_id, _format_day(r.timestamp))))
             return r.nt[1]
+        src = None  # a fact renders its latest source turn
+        if r.kind == "fact" and r.sources:
+            u = self._users.get(r.user_id)
+            src = self._recs.get(u.by_src.get(r.sources[-1], -1)) if u is not None else None
         key = (r.text, r.valid_to, r.superseded_by, len(r.members or ()), r.sources[-1] if r.sources else None,
-               r.timestamp, r.session_id)
+               r.timestamp, r.session_id, r.valid_from, r.commitment,
+               (src.text, src.timestamp, src.speaker) if src is not None else None)
         hit = r.nt
         if hit is not None and hit[0] == key:
             return hit[1]
