@@ -12,16 +12,17 @@ reads that namespace's rows and no others.
 
 Search: a (user, layer) with at most ``ann_threshold`` vectors is searched exactly (native
 top-k, cosine; namespaces of at least ``PARALLEL_ROWS`` rows with lamina's thread setting, the
-others on the calling thread — results are the same either way). Past it, an hnswlib graph over that (user, layer) answers instead (labels are
-item ids; space "cosine", so scores are the same cosines the exact path returns). The graph is
-built lazily on the first search that needs it — from the arena, so reopening a database
-rebuilds it from the stored embeddings — and then kept up to date lazily too: rows added since
-the last search are inserted at the next search; removals are ``mark_deleted`` (re-adding an
-item id, e.g. a re-embedded summary, updates its point in place). When deleted points outnumber
-live ones the graph is rebuilt; when a layer shrinks below half the threshold it goes back to
-exact search and the graph is dropped. Callers see the same interface either way. A bulk build
-uses every thread, so the graph — hence an approximate answer — may differ slightly between
-runs; below the threshold results are exact and deterministic.
+others on the calling thread — results are the same either way). Past it, an hnswlib graph over
+that (user, layer) answers instead (labels are item ids; space "cosine", so scores are the same
+cosines the exact path returns). The graph is built lazily on the first search that needs it —
+from the arena, so reopening a database rebuilds it from the stored embeddings — and then kept
+up to date lazily too: rows added since the last search are inserted at the next search;
+removals are ``mark_deleted`` (re-adding an item id, e.g. a re-embedded summary, updates its
+point in place). When deleted points outnumber live ones the graph is rebuilt; when a layer
+shrinks below half the threshold it goes back to exact search and the graph is dropped. Callers
+see the same interface either way. A bulk build uses every thread, so the graph — hence an
+approximate answer — may differ slightly between runs; below the threshold results are exact
+and deterministic.
 
 Thread safety: none of its own; :class:`lamina.Memory` calls it under its lock.
 """
@@ -29,7 +30,7 @@ Thread safety: none of its own; :class:`lamina.Memory` calls it under its lock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import numpy.typing as npt
@@ -61,6 +62,15 @@ def _import_hnswlib() -> Any:
         raise ImportError("lamina.Memory needs hnswlib for layers past MemoryConfig.ann_threshold: "
                           "pip install hnswlib (or raise ann_threshold to keep exact search)") from e
     return hnswlib
+
+
+def _fit(table: npt.NDArray[np.int64], size: int) -> npt.NDArray[np.int64]:
+    """``table`` grown (doubling, new entries -1) to hold at least ``size`` entries."""
+    if size <= len(table):
+        return table
+    grown = np.full(max(size, 2 * len(table)), -1, dtype=np.int64)
+    grown[: len(table)] = table
+    return grown
 
 
 class _Graph:
@@ -137,19 +147,11 @@ class LayerIndex:
         X = np.ascontiguousarray(vectors.reshape(len(ids), self.dim), dtype=self._arenas[a].dtype)
         slot_arr = self._arenas[a].add(X, namespace=namespace, layer=namespace & 7)
         rows = slot_arr & _ROW
-        top = int(rows.max()) + 1
-        if top > len(self._id_of_row[a]):
-            grown = np.full(max(top, 2 * len(self._id_of_row[a])), -1, dtype=np.int64)
-            grown[: len(self._id_of_row[a])] = self._id_of_row[a]
-            self._id_of_row[a] = grown
         id_arr = np.asarray(ids, dtype=np.int64)
-        self._id_of_row[a][rows] = id_arr
         keys = id_arr & _KEY_MASK
-        top = int(keys.max()) + 1
-        if top > len(self._slot_of_key[a]):
-            grown = np.full(max(top, 2 * len(self._slot_of_key[a])), -1, dtype=np.int64)
-            grown[: len(self._slot_of_key[a])] = self._slot_of_key[a]
-            self._slot_of_key[a] = grown
+        self._id_of_row[a] = _fit(self._id_of_row[a], int(rows.max()) + 1)
+        self._id_of_row[a][rows] = id_arr
+        self._slot_of_key[a] = _fit(self._slot_of_key[a], int(keys.max()) + 1)
         self._slot_of_key[a][keys] = slot_arr
         for i, s in zip(ids, slot_arr.tolist()):
             self._loc[i] = (a, s, namespace)
@@ -224,10 +226,11 @@ class LayerIndex:
         return [i for i, loc in self._loc.items() if loc[2] == namespace]
 
     # ------------------------------------------------------------------ search
-    def uses_ann(self, namespace: int) -> bool:
+    def uses_ann(self, namespace: int, size: Optional[int] = None) -> bool:
         """Whether a search of ``namespace`` goes through hnswlib (hysteresis: a graph, once
-        built, serves until the namespace drops under half the threshold)."""
-        n = self.count(namespace)
+        built, serves until the namespace drops under half the threshold). ``size``: its
+        :meth:`count`, when the caller has it."""
+        n = self.count(namespace) if size is None else size
         if namespace in self._graphs:
             return 2 * n >= self.ann_threshold
         return n > self.ann_threshold
@@ -244,7 +247,7 @@ class LayerIndex:
             n = sizes[j]
             if n == 0:
                 continue
-            if (2 * n >= self.ann_threshold) if ns in self._graphs else (n > self.ann_threshold):  # uses_ann
+            if self.uses_ann(ns, n):
                 out[j] = self._ann_search(q, ns, min(k, n))
             else:
                 self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
@@ -273,7 +276,7 @@ class LayerIndex:
         n = self.count(namespace)
         if n == 0:
             return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
-        if self.uses_ann(namespace):
+        if self.uses_ann(namespace, n):
             sc, ids = self._ann_search(np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32),
                                        namespace, min(k, n))
             return np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64)
