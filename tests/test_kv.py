@@ -296,18 +296,7 @@ def resolved(budget, S):
 # ---------------------------------------------------------------------------------------------
 
 
-ISAS = ["scalar", "avx2", "avx512"]
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    """Run a test on each SIMD path of the selection kernels this CPU supports."""
-    try:
-        _core.kv_simd_isa(request.param)
-    except ValueError:
-        pytest.skip(f"{request.param} not available on this CPU")
-    yield request.param
-    _core.kv_simd_isa("")
+# (the `isa` fixture, one run per SIMD path of the selection kernels, is in conftest.py)
 
 
 def check_cut(x, k):

@@ -20,16 +20,6 @@ from lamina.kv.base import apportion
 F32 = np.float32
 
 
-@pytest.fixture(params=["scalar", "avx2", "avx512"])
-def isa(request):
-    try:
-        _core.kv_simd_isa(request.param)
-    except ValueError:
-        pytest.skip(f"{request.param} not available on this CPU")
-    yield request.param
-    _core.kv_simd_isa("")
-
-
 def ref_top(row: np.ndarray, k: int) -> np.ndarray:
     """Positions of the k best of a row (ties: smaller position), ascending."""
     order = np.lexsort((np.arange(row.size), -row.astype(np.float64)))

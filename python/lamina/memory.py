@@ -1222,19 +1222,12 @@ class Memory:
         recs = self._recs
         if now is None and domain is None:
             return [(float(s), recs[i]) for s, i in zip(scores, ids)]
-        out: list[tuple[float, _Rec]] = []
-        for s, i in zip(scores, ids):
-            r = recs[i]
-            if now is not None and r.timestamp is not None and r.timestamp > now:
-                continue  # replay: the future is not known yet
-            if domain is not None and r.domain is not None and r.domain != domain:
-                continue  # domain gate
-            out.append((float(s), r))
-        return out
+        return [(float(s), recs[i]) for s, i in zip(scores, ids) if self._visible(recs[i], now, domain)]
 
     @staticmethod
     def _visible(r: _Rec, now: Optional[float], domain: Optional[str]) -> bool:
-        """Whether a candidate passes the replay clock and the domain gate (see :meth:`_hits`)."""
+        """Whether a candidate passes the replay clock (the future is not known yet) and the
+        domain gate (items tagged with another domain are blocked)."""
         return not ((now is not None and r.timestamp is not None and r.timestamp > now)
                     or (domain is not None and r.domain is not None and r.domain != domain))
 
@@ -1457,7 +1450,7 @@ class Memory:
             _, d_ids = self._vectors.search_arrays(q, ns, k)
             d_ids = d_ids & ~_TKEY
             l_ids = self._lex.search(query, ns, k)[1] if self.config.lexical else np.empty(0, dtype=np.int64)
-            if now is not None or domain is not None:  # replay / domain gate, as in _hits
+            if now is not None or domain is not None:  # replay clock / domain gate
                 d_ids = d_ids[[self._visible(recs[i], now, domain) for i in d_ids.tolist()]]
                 l_ids = l_ids[[self._visible(recs[i], now, domain) for i in l_ids.tolist()]]
             fact_of: dict[int, _Rec] = {}  # source turn -> its best-scored current fact
