@@ -165,7 +165,7 @@ void register_kernels(py::module_& m) {
   m.def(
       "softmax_gate",
       [](const py::object& relevance, const py::object& beta, const py::object& max_entropy,
-         int max_doublings, const py::object& out, int threads) {
+         int max_doublings, const py::object& out, int threads, int predict) {
         py::array r = checked_array<float>(relevance, "relevance", 2, "float32");
         const std::size_t b = r.shape(0), L = r.shape(1);
         const RowParam bp = row_param(beta, "beta", b, "rows of relevance");
@@ -185,12 +185,14 @@ void register_kernels(py::module_& m) {
           float* gp = gamma.mutable_data();
           double* bu = beta_used.mutable_data();
           py::gil_scoped_release nogil;
-          softmax_gate(rp, b, L, bp, has_eps, eps, max_doublings, gp, bu, threads);
+          softmax_gate(rp, b, L, bp, has_eps, eps, max_doublings, gp, bu, threads, predict);
         }
         return py::make_tuple(gamma, beta_used);
       },
       py::arg("relevance"), py::arg("beta"), py::arg("max_entropy") = py::none(),
-      py::arg("max_doublings") = 32, py::arg("out") = py::none(), py::arg("threads") = 0);
+      py::arg("max_doublings") = 32, py::arg("out") = py::none(), py::arg("threads") = 0,
+      // internal: the ε predictor (-1 by size, 0 off, 1 on); tests compare the paths
+      py::arg("predict") = -1);
 
   m.def(
       "ema_blend",

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -24,6 +25,7 @@ namespace lamina {
 namespace {
 constexpr std::size_t kRowsPerTask = 1024;
 constexpr std::size_t kPlainTile = 64;  // rows per tile without the ε bound (see kGateTile)
+constexpr std::size_t kPredictMinRows = 256;  // smaller calls skip building the predictor
 // Calls whose outputs (γ and β_used) exceed stream_output_bytes() are written with
 // non-temporal stores on the SIMD paths: outputs that cannot stay in the last-level cache
 // would be written back to memory anyway, and streaming them saves the read-for-ownership of
@@ -50,11 +52,101 @@ std::size_t stream_output_bytes() {
   }();
   return bytes;
 }
+
+// ---- the ε bound's predictor (kisa::GatePredictor) ------------------------------------------
+// Exact entropy (double) of the logits (0, −u, −u/q), q in [0, 1] (q = 0: the third layer is
+// absent, as for L = 2), and its derivative in u: the logits are t·w with w = (0, −1, −1/q) at
+// t = u, and dH/dt = −t·Var(w) under γ.
+struct EntropyAt {
+  double h, dh;
+};
+EntropyAt entropy_at(double u, double q) {
+  const double ea = std::exp(-u);
+  const double w2 = q > 0.0 ? 1.0 / q : 0.0;
+  const double eb = q > 0.0 ? std::exp(-u * w2) : 0.0;
+  const double s = 1.0 + ea + eb;
+  const double mean = -(ea + eb * w2) / s, sq = (ea + eb * w2 * w2) / s;
+  return {std::log(s) + u * (ea + eb * w2) / s, -u * (sq - mean * mean)};
+}
+
+// The u > 0 at which the entropy of (0, −u, −u/q) equals e, bracketed: a lower (upper) bound
+// within a relative 1e-9 of it, checked against entropy_at. 0 when the entropy never exceeds
+// e (e >= ln 3, or ln 2 at q = 0); the upper bound is +Inf when e <= 0 (the entropy only
+// tends to 0). Safeguarded Newton from `start` (at most the root).
+double entropy_root(double q, double e, double start, bool upper) {
+  if (e >= (q > 0.0 ? std::log(3.0) : std::log(2.0))) return 0.0;
+  if (e <= 0.0) return upper ? HUGE_VAL : 0.0;
+  double lo = 0.0, hi = std::max(1.0, 2.0 * start);
+  while (entropy_at(hi, q).h > e) hi *= 2.0;  // H -> 0 as u grows, and e > 0
+  double u = std::clamp(start, lo, hi);
+  for (int it = 0; it < 200 && hi - lo > 1e-13 * hi; ++it) {
+    const EntropyAt f = entropy_at(u, q);
+    if (f.h > e) lo = u; else hi = u;
+    double next = f.dh < 0.0 ? u - (f.h - e) / f.dh : 0.5 * (lo + hi);
+    if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+    u = next;
+  }
+  if (upper) {
+    double r = u * (1.0 + 1e-9);
+    while (entropy_at(r, q).h > e) r *= 1.0 + 1e-6;
+    return r;
+  }
+  double r = u * (1.0 - 1e-9);
+  while (r > 0.0 && entropy_at(r, q).h <= e) r *= 1.0 - 1e-6;
+  return r;
+}
+
+// The predictor's tables for L = 2 or 3 at the kernel's float ε (see kisa::GatePredictor),
+// for an ISA whose approximate reciprocal has relative error <= rcp_err. Cell i holds the rows
+// whose computed q = x1·rcp(x2) is in [i/64, (i+1)/64); the true q is within 2·rcp_err of
+// that, and the root grows with q: lo is the root for ε + δ at the cell's lowest q, hi the
+// root for ε − δ at its highest. Stored: −2·lo·(1 − 4·rcp_err) and −hi·(1 + 4·rcp_err)
+// rounded outwards (the kernel divides them by −x1 with the same reciprocal).
+void build_predictor(std::size_t L, float eps, double rcp_err, kisa::GatePredictor& P) {
+  const double e = static_cast<double>(eps), d = kisa::kGatePredSlack;
+  const double n = kisa::kGatePredCells, m = 2.0 * rcp_err + 0x1p-20;
+  const double shrink = 1.0 - 4.0 * rcp_err - 0x1p-20, grow = 1.0 + 4.0 * rcp_err + 0x1p-20;
+  P.ties_over = e + d < std::log(2.0);
+  double lo_prev = 0.0, hi_prev = 0.0;
+  for (int i = 0; i < kisa::kGatePredCells; ++i) {
+    const double q_lo = L == 2 ? 0.0 : std::max(0.0, i / n - m);
+    const double q_hi = L == 2 ? 0.0 : std::min(1.0, (i + 1) / n + m);
+    const double lo = entropy_root(q_lo, e + d, lo_prev, false);
+    const double hi = entropy_root(q_hi, e - d, hi_prev, true);
+    const double lo2 = 2.0 * lo * shrink, hi2 = hi * grow;
+    float fl = static_cast<float>(lo2);
+    if (static_cast<double>(fl) > lo2) fl = std::nextafter(fl, 0.0f);
+    float fh = static_cast<float>(hi2);
+    if (static_cast<double>(fh) < hi2) fh = std::nextafter(fh, HUGE_VALF);
+    P.nlo[i] = -fl;  // -0.0f for a zero bound: x·(negative) stays +0
+    P.nhi[i] = -fh;
+    lo_prev = lo;
+    hi_prev = std::isfinite(hi) ? hi : 0.0;
+  }
+}
+
+// The predictor for this call: built once per (L, ε) per thread (about 20 µs) and reused.
+const kisa::GatePredictor* predictor(std::size_t L, float eps) {
+  struct Cache {
+    bool valid = false;
+    std::size_t L = 0;
+    float eps = 0.0f;
+    kisa::GatePredictor P;
+  };
+  static thread_local Cache c;
+  if (!c.valid || c.L != L || std::memcmp(&c.eps, &eps, sizeof eps) != 0) {
+    build_predictor(L, eps, kisa::table().rcp_error, c.P);
+    c.valid = true;
+    c.L = L;
+    c.eps = eps;
+  }
+  return &c.P;
+}
 }  // namespace
 
 void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const RowParam& beta,
                   bool has_max_entropy, double max_entropy, int max_doublings, float* gamma,
-                  double* beta_used, int threads) {
+                  double* beta_used, int threads, int predict) {
   LAMINA_CHECK(L >= 1, "relevance must have at least one column (one per memory layer), got 0");
   const std::size_t nb = beta.per_row() ? b : 1;
   for (std::size_t i = 0; i < nb; ++i) {
@@ -76,8 +168,13 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   if (b == 0) return;
 
   const bool doubling = has_max_entropy && max_doublings > 0;
+  // Rows of 2 or 3 layers start their doublings where the predictor's proof ends (same
+  // results, about one softmax per row instead of one per round; see kisa::GatePredictor).
+  const bool use_pred = doubling && (L == 2 || L == 3) &&
+                        (predict > 0 || (predict < 0 && b >= kPredictMinRows));
   const std::size_t T = doubling ? kisa::kGateTile : kPlainTile;
-  const std::size_t kTilesPerTask = kRowsPerTask / T;
+  // (the predictor's list of rows to settle is processed per task: 16 tiles fill its vectors)
+  const std::size_t kTilesPerTask = use_pred ? 16 : kRowsPerTask / T;
   const bool stream = b * (L * sizeof(float) + sizeof(double)) >= stream_output_bytes();
   // Tiles of T rows on a grid shifted so that γ of every tile but the first starts on a
   // 64-byte boundary when some row within the first 16 does (streaming stores need it).
@@ -102,6 +199,7 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   job.entropy = doubling;
   job.eps = static_cast<float>(max_entropy);
   job.max_doublings = max_doublings;
+  if (use_pred) job.pred = predictor(L, job.eps);
   job.gamma = gamma;
   job.beta_used = beta_used;
   job.stream = stream;
@@ -114,7 +212,7 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   std::unique_ptr<kisa::GateTile[]> tiles(new kisa::GateTile[workers]);
   const std::size_t re_floats = 2 * L * kisa::kGateTile;
   const std::size_t lv_floats =
-      doubling && L <= 4 ? kisa::gate_levels_floats(L, std::min(T, b)) : 0;
+      doubling && L <= 4 ? kisa::gate_levels_floats(L, kisa::kGateTile) : 0;
   const std::size_t per_worker = re_floats + lv_floats;
   std::unique_ptr<float[]> scratch(new float[per_worker * workers]);
   for (std::size_t w = 0; w < workers; ++w) {
@@ -138,6 +236,7 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
           break;
         }
     }
+    if (use_pred) K.gate_flush(job, B);  // the rows the tiles left to settle
     if (stream) kisa::stream_fence();
   });
 

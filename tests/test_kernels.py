@@ -223,17 +223,25 @@ def test_softmax_gate_streaming_path():
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
 
 
+def gate_exact(r, beta, eps, max_doublings, predict):
+    """softmax_gate with the ε predictor forced on (1) or off (0): an internal switch of
+    lamina._core (the public function picks by size; results must not depend on it)."""
+    from lamina import _core
+
+    return _core.softmax_gate(r, K._row_param(beta, "beta"), eps, max_doublings, None, 0, predict)
+
+
 def doubling_oracle(r, beta, eps, max_doublings):
-    """The ε bound one doubling at a time: each step asks the kernel (max_doublings=1) whether
-    a row's H(γ) at its current β is over ε (it then returns 2β, or β at the FLT_MAX/2 cap);
-    the final γ is the plain gate at the β reached. Exact, so the multi-round kernel must
-    match it bit for bit."""
+    """The ε bound one doubling at a time: each step asks the kernel (max_doublings=1, the
+    predictor off) whether a row's H(γ) at its current β is over ε (it then returns 2β, or β at
+    the FLT_MAX/2 cap); the final γ is the plain gate at the β reached. Exact, so the
+    multi-round kernel must match it bit for bit."""
     used = np.broadcast_to(np.asarray(beta, np.float64), (len(r),)).copy()
     active = np.arange(len(r))
     for _ in range(max_doublings):
         if active.size == 0:
             break
-        _, u1 = K.softmax_gate(r[active], used[active], max_entropy=eps, max_doublings=1)
+        _, u1 = gate_exact(r[active], used[active], eps, 1, 0)
         active = active[u1 != used[active]]
         used[active] *= 2
     g, _ = K.softmax_gate(r, used)
@@ -283,6 +291,111 @@ def test_softmax_gate_doubling_many_tiles(L):
         k = np.round(np.log2(used / beta)).astype(int)
         H = ref_entropy(g)
         assert ((H <= eps + 1e-5) | (k == maxd) | (r[:, :1] == r).all(axis=1)).all()
+
+
+@st.composite
+def predictor_case(draw):
+    L = draw(st.sampled_from([2, 3]))
+    n = draw(st.integers(1, 400))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    r = rng.standard_normal((n, L))
+    kind = draw(st.sampled_from(["plain", "scaled", "ties", "tiny", "huge"]))
+    if kind == "scaled":  # rows needing 0 .. ~30 doublings, lanes of a vector stopping apart
+        r *= 2.0 ** -rng.integers(0, 30, (n, 1))
+    elif kind == "ties":  # ties at the maximum (H >= ln 2 at every β) and constant rows
+        r[::3, 1] = r[::3, 0]
+        r[::7] = 0.5
+    elif kind == "tiny":  # gaps that are subnormal after scaling by β
+        r *= 1e-38
+    elif kind == "huge":
+        r *= 1e37
+    if draw(st.booleans()):
+        beta = rng.uniform(0.05, 4.0, n)
+    else:
+        beta = draw(st.sampled_from([1.0, 2.0, 0.3, 1e-30, 3e37, 1.7e38, 2.5e-38]))
+    eps = draw(
+        st.one_of(
+            st.floats(0.0, 1.2),
+            st.sampled_from([0.0, 1e-6, np.log(2) - 1e-4, np.log(2), np.log(2) + 1e-4,
+                             np.log(3) - 1e-4, np.log(3), 1.5]),
+        )
+    )
+    return r.astype(np.float32), beta, float(eps), draw(st.integers(0, 200))
+
+
+@given(case=predictor_case())
+def test_softmax_gate_predictor_matches_the_rounds(case):
+    # the predictor (L = 2, 3) starts each row's doublings where its proof ends; the rows it
+    # cannot settle go through the exact rounds: the same bits as the rounds alone
+    r, beta, eps, maxd = case
+    g1, u1 = gate_exact(r, beta, eps, maxd, 1)
+    g0, u0 = gate_exact(r, beta, eps, maxd, 0)
+    np.testing.assert_array_equal(u1, u0)
+    np.testing.assert_array_equal(g1, g0)
+
+
+def _rows_near_the_bound(L, eps, n, rng):
+    """Rows whose exact entropy at some β·2^k is within a relative 1e-9 .. 1e-3 of ε: the
+    predictor's proofs are tightest there (and its tables' cells end there)."""
+
+    def H(u, q):  # entropy of the logits (0, -u, -u/q); L = 2: q = 0
+        ea = np.exp(-u)
+        eb = np.where(q > 0, np.exp(-u / np.where(q > 0, q, 1.0)), 0.0)
+        s = 1.0 + ea + eb
+        w2 = np.where(q > 0, 1.0 / np.where(q > 0, q, 1.0), 0.0)
+        return np.log(s) + u * (ea + eb * w2) / s
+
+    if L == 2:
+        q = np.zeros(n)
+    else:  # random, and on the predictor's cell edges i/64
+        q = np.where(np.arange(n) % 2 == 0, rng.random(n), (np.arange(n) % 65) / 64.0)
+        q = np.clip(q, 1e-3, 1.0)
+    lo, hi = np.zeros(n), np.full(n, 64.0)
+    for _ in range(80):  # bisection for H(u, q) = ε
+        mid = 0.5 * (lo + hi)
+        over = H(mid, q) > eps
+        lo = np.where(over, mid, lo)
+        hi = np.where(over, hi, mid)
+    u = lo * (1.0 + rng.choice([-1, 1], n) * 10.0 ** rng.uniform(-9, -3, n))
+    x1 = u * 2.0 ** -rng.integers(0, 12, n)  # the bound sits k doublings up
+    cols = [np.zeros(n), -x1] + ([-x1 / np.maximum(q, 1e-3)] if L == 3 else [])
+    r = np.stack(cols, axis=1) + rng.uniform(-3, 3, (n, 1))
+    for i in range(n):  # the maximum in any column
+        r[i] = np.roll(r[i], rng.integers(0, L))
+    return r.astype(np.float32)
+
+
+@pytest.mark.parametrize(  # (L = 2 has H < ln 2 for every row: no bound above it)
+    "L,eps", [(2, 0.05), (2, 0.3), (2, 0.5), (2, 0.69), (3, 0.05), (3, 0.3), (3, 0.5),
+              (3, 0.69), (3, 0.9)]
+)
+def test_softmax_gate_predictor_near_the_bound(L, eps):
+    rng = np.random.default_rng(int(eps * 1000) + L)
+    r = _rows_near_the_bound(L, eps, 20_000, rng)
+    for beta in (1.0, rng.uniform(0.5, 2.0, len(r))):
+        g1, u1 = gate_exact(r, beta, eps, 40, 1)
+        g0, u0 = gate_exact(r, beta, eps, 40, 0)
+        np.testing.assert_array_equal(u1, u0)
+        np.testing.assert_array_equal(g1, g0)
+    # and the public entry point (the predictor by size) on the same rows
+    g, u = K.softmax_gate(r, 1.0, max_entropy=eps, max_doublings=40)
+    g0, u0 = gate_exact(r, 1.0, eps, 40, 0)
+    np.testing.assert_array_equal(u, u0)
+    np.testing.assert_array_equal(g, g0)
+
+
+def test_softmax_gate_predictor_reports_nonfinite_rows():
+    r = np.random.default_rng(3).standard_normal((5000, 3)).astype(np.float32)
+    for bad in (np.nan, np.inf, -np.inf):
+        x = r.copy()
+        x[3111, 2] = bad
+        with pytest.raises(ValueError, match=r"relevance\[3111\]"):
+            gate_exact(x, 2.0, 0.5, 32, 1)
+    x = np.clip(r, -1, 1) * np.float32(3e38)  # row sums overflow, rows finite: no error
+    g1, u1 = gate_exact(x, 2.0, 0.5, 32, 1)
+    g0, u0 = gate_exact(x, 2.0, 0.5, 32, 0)
+    np.testing.assert_array_equal(g1, g0)
+    np.testing.assert_array_equal(u1, u0)
 
 
 def test_softmax_gate_doubling_stops_below_float_max():

@@ -33,6 +33,16 @@
 // into a list and re-evaluated a full vector at a time (so each doubling costs about one row
 // evaluation, not a vector per row); other L double within the tile.
 //
+// Predictor (L = 2, 3 on the SIMD paths): a row whose entropy at β·2^k is proven to exceed ε
+// (from its two logit gaps and a per-ε table of the exact entropy's level set, with a margin
+// covering the float kernel's error; see kisa::GatePredictor) starts its doublings at the
+// first k the proof does not cover, and stops there without computing its entropy when the
+// table also proves H <= ε; the other rows (about 1%) take the exact rounds from there. So
+// about one softmax per row is computed instead of one per round. Same results bit for bit:
+// the skipped rounds would all have doubled.
+// `predict`: -1 (default) uses it for calls of at least 256 rows (building the table costs
+// about 20 µs per thread and ε, then it is cached), 0 never, 1 always (tests).
+//
 // Threads: row tiles of 1024 rows split by parallel_for (`threads` <= 0: default); results do
 // not depend on the thread count, the ISA path (scalar / AVX2 / AVX-512) or the output
 // alignment (bit for bit). Reentrant.
@@ -47,6 +57,6 @@ namespace lamina {
 /// Eq. 7 over b rows of L relevances. `beta`: scalar or per row (length b).
 void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const RowParam& beta,
                   bool has_max_entropy, double max_entropy, int max_doublings, float* gamma,
-                  double* beta_used, int threads);
+                  double* beta_used, int threads, int predict = -1);
 
 }  // namespace lamina

@@ -52,6 +52,33 @@ constexpr std::size_t kGateTile = 1024;
 /// vector at a time, and their results expanded back on the way up. Rounds past kGateLevels
 /// (rare: rows whose entropy needs more than 2^12·β) iterate in registers instead.
 constexpr int kGateLevels = 12;
+/// The ε bound's predictor for L = 2 and 3 (SIMD paths; tables built per ε by the driver,
+/// gating.cpp; kernel in kernel_loops.inc, gate_tile_pred_v). A row's logits at β are
+/// z = β·(r − r_max) <= 0; x1 <= x2 are the gaps −z of the layers other than the maximum
+/// (L = 2: x1 only, x2 = ∞). Doubling β k times scales them by exactly 2^k (while x1 is a
+/// normal float), and the exact entropy of the logits (0, −u, −u/q), u = 2^k·x1, q = x1/x2, is
+/// F(u, q): decreasing in u, increasing in q (the smallest probability's logit rises). With
+/// δ = kGatePredSlack, a bound on the float kernel's entropy error (|H_float − H_exact| is
+/// below 2e-6 for L <= 3 by error analysis of its ~2 ulp exps and log and one division; at
+/// most 2.1e-7 measured over 4·10^7 random rows), per cell i of q (the computed
+/// q in [i/64, (i+1)/64), widened by the reciprocal's error):
+///   lo[i] <= the u with F(u, q) = ε + δ for every q of the cell: 2^k·x1 <= lo proves the
+///          kernel's H at k doublings is > ε, so the rounds before the first k without that
+///          proof (k_a, capped by max_doublings and the FLT_MAX/2 bound) all double;
+///   hi[i] >= the u with F(u, q) = ε − δ for every q of the cell: 2^k·x1 >= hi proves H <= ε,
+///          so the row stops at k_a; rows without that proof (about 1%) go through the exact
+///          rounds from k_a with their entropy computed.
+/// Ties at the maximum (x1 = 0) have H >= ln 2 at every β: `ties_over` says ε + δ < ln 2, so
+/// they start at the cap. Rows the proof does not cover (NaN/Inf, subnormal gaps) start at 0.
+constexpr int kGatePredCells = 64;
+constexpr double kGatePredSlack = 1e-4;
+struct GatePredictor {
+  // −2·lo and −hi per cell, widened by the reciprocal's error (Table::rcp_error): negated
+  // because the kernel multiplies them by rcp(−x1); 2·lo so that floor(log2(2·lo/x1)) is k_a.
+  alignas(64) float nlo[kGatePredCells];
+  alignas(64) float nhi[kGatePredCells];
+  bool ties_over = false;
+};
 struct GateJob {
   const float* relevance = nullptr;
   std::size_t b = 0, L = 0;
@@ -59,6 +86,9 @@ struct GateJob {
   bool entropy = false;  // apply the ε bound (doubling β while H(γ) > eps), max_doublings > 0
   float eps = 0.0f;
   int max_doublings = 0;
+  // The ε bound's predictor (L = 2, 3 on the SIMD paths; see GatePredictor), or null: every
+  // row then starts its doublings at k = 0.
+  const GatePredictor* pred = nullptr;
   float* gamma = nullptr;
   double* beta_used = nullptr;  // receives β·2^k per row
   // Write γ and β_used with non-temporal (streaming) stores where the SIMD paths can (large
@@ -84,6 +114,9 @@ struct GateTile {
   int pk[kGateTile];
   std::size_t prow[kGateTile];
   uint32_t over[kGateLevels + 1][kGateTile / 8];  // SIMD rounds: lanes passed on, per vector
+  // The predictor's list of rows still to settle (in lv, see gate_list_stride): entries, and
+  // the first row of the job its rows are counted from.
+  std::size_t list_n = 0, list_base = 0;
 };
 /// Floats of GateTile::lv for tiles of up to `rows` rows (rows <= kGateTile) of L <= 4 layers:
 /// levels 0..kGateLevels, each with L relevance, 1 β, L γ and 1 k columns of rows + 16 slots
@@ -92,6 +125,13 @@ constexpr std::size_t gate_level_stride(std::size_t rows) { return (rows + 15) /
 constexpr std::size_t gate_levels_floats(std::size_t L, std::size_t rows) {
   return (kGateLevels + 1) * (2 * L + 2) * gate_level_stride(rows);
 }
+/// The predictor's list (L = 2, 3): capacity in rows, and floats per column (two buffers of
+/// L + 3 columns fit in gate_levels_floats(L, kGateTile)).
+constexpr std::size_t kGateListCap = 4 * kGateTile;
+constexpr std::size_t gate_list_stride() { return kGateListCap + 64; }
+static_assert(2 * 6 * gate_list_stride() <= gate_levels_floats(3, kGateTile) &&
+                  2 * 5 * gate_list_stride() <= gate_levels_floats(2, kGateTile),
+              "the predictor's list must fit the doubling rounds' scratch");
 
 struct HeatJob {
   NumColumn visits, ilen;
@@ -109,8 +149,14 @@ struct Table {
   /// job.beta_used (job.entropy: the ε bound resolved per row, as documented in gating.hpp);
   /// per-row finiteness left in tile.chk. Returns kGateNonFinite when some row has NaN/Inf.
   unsigned (*gate_tile)(const GateJob& job, std::size_t i0, std::size_t nrows, GateTile& tile);
+  /// Settles the rows the predictor's path left on the worker's list (tile.list_n of them):
+  /// called by the driver after each task's tiles when job.pred is set.
+  void (*gate_flush)(const GateJob& job, GateTile& tile);
   /// Heat of rows [lo, hi); nonzero when a recency argument or a heat is not finite.
   unsigned (*heat_block)(const HeatJob& job, std::size_t lo, std::size_t hi);
+  /// Relative error bound of the approximate reciprocal the gate's predictor uses (its
+  /// tables widen their cells and bounds by it; 0 where the predictor is not used).
+  double rcp_error;
 };
 
 /// The table for the ISA in use.
