@@ -126,11 +126,10 @@ constexpr std::size_t gate_levels_floats(std::size_t L, std::size_t rows) {
   return (kGateLevels + 1) * (2 * L + 2) * gate_level_stride(rows);
 }
 /// The predictor's list (L = 2, 3): capacity in rows, and floats per column (two buffers of
-/// L + 3 columns fit in gate_levels_floats(L, kGateTile)).
+/// 3 columns fit in gate_levels_floats(L, kGateTile)).
 constexpr std::size_t kGateListCap = 4 * kGateTile;
 constexpr std::size_t gate_list_stride() { return kGateListCap + 64; }
-static_assert(2 * 6 * gate_list_stride() <= gate_levels_floats(3, kGateTile) &&
-                  2 * 5 * gate_list_stride() <= gate_levels_floats(2, kGateTile),
+static_assert(2 * 3 * gate_list_stride() <= gate_levels_floats(2, kGateTile),
               "the predictor's list must fit the doubling rounds' scratch");
 
 struct HeatJob {
