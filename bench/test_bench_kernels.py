@@ -23,6 +23,7 @@ from compare_kernels import (
     np_heat,
     np_select_hot,
     np_softmax_gate,
+    np_softmax_gate_eps,
 )
 
 pytestmark = pytest.mark.slow
@@ -91,7 +92,7 @@ def test_softmax_gate_lamina(benchmark, cols):
     benchmark(K.softmax_gate, r, 2.0, out=out)
 
 
-@pytest.mark.benchmark(group="softmax_gate 1M x 3")
+@pytest.mark.benchmark(group="softmax_gate with max_entropy 1M x 3")
 def test_softmax_gate_eps_lamina(benchmark, cols):
     r = cols["relevance"]
     out = np.empty_like(r)
@@ -102,6 +103,12 @@ def test_softmax_gate_eps_lamina(benchmark, cols):
 def test_softmax_gate_numpy(benchmark, cols):
     r = cols["relevance"]
     benchmark(np_softmax_gate, r, 2.0, np.empty_like(r))
+
+
+@pytest.mark.benchmark(group="softmax_gate with max_entropy 1M x 3")
+def test_softmax_gate_eps_numpy(benchmark, cols):
+    r = cols["relevance"]
+    benchmark(np_softmax_gate_eps, r, 2.0, 0.5, 32, np.empty_like(r))
 
 
 @pytest.mark.benchmark(group="heat_scores 1M")
