@@ -211,8 +211,11 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
   const std::size_t workers = nt > 0 ? static_cast<std::size_t>(nt) : 1;
   std::unique_ptr<kisa::GateTile[]> tiles(new kisa::GateTile[workers]);
   const std::size_t re_floats = 2 * L * kisa::kGateTile;
+  // (the doubling rounds' lists for tiles of min(T, b) rows; with the predictor, its list)
   const std::size_t lv_floats =
-      doubling && L <= 4 ? kisa::gate_levels_floats(L, kisa::kGateTile) : 0;
+      doubling && L <= 4 ? std::max(kisa::gate_levels_floats(L, std::min(T, b)),
+                                    use_pred ? kisa::gate_list_floats() : std::size_t(0))
+                         : 0;
   const std::size_t per_worker = re_floats + lv_floats;
   std::unique_ptr<float[]> scratch(new float[per_worker * workers]);
   for (std::size_t w = 0; w < workers; ++w) {

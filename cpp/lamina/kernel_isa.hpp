@@ -101,7 +101,7 @@ constexpr unsigned kGateNonFinite = 1u;
 /// Per-worker scratch of the gate; the pointers are owned by the driver and need no
 /// initialisation. `r`, `e`: L x kGateTile floats each (portable loops, layer stride
 /// kGateTile). `lv`: the doubling rounds' lists on the SIMD paths, gate_levels_floats(L, rows)
-/// floats.
+/// floats, and at least gate_list_floats() with the predictor.
 struct GateTile {
   float* r = nullptr;
   float* e = nullptr;
@@ -125,12 +125,11 @@ constexpr std::size_t gate_level_stride(std::size_t rows) { return (rows + 15) /
 constexpr std::size_t gate_levels_floats(std::size_t L, std::size_t rows) {
   return (kGateLevels + 1) * (2 * L + 2) * gate_level_stride(rows);
 }
-/// The predictor's list (L = 2, 3): capacity in rows, and floats per column (two buffers of
-/// 3 columns fit in gate_levels_floats(L, kGateTile)).
+/// The predictor's list (L = 2, 3; kept in GateTile::lv): capacity in rows, floats per column,
+/// and floats in all (two buffers of 3 columns).
 constexpr std::size_t kGateListCap = 4 * kGateTile;
 constexpr std::size_t gate_list_stride() { return kGateListCap + 64; }
-static_assert(2 * 3 * gate_list_stride() <= gate_levels_floats(2, kGateTile),
-              "the predictor's list must fit the doubling rounds' scratch");
+constexpr std::size_t gate_list_floats() { return 2 * 3 * gate_list_stride(); }
 
 struct HeatJob {
   NumColumn visits, ilen;
