@@ -13,13 +13,18 @@ namespace lamina {
 namespace {
 std::atomic<int> g_num_threads{0};
 
+// LAMINA_NUM_THREADS, else the hardware threads: read once (hardware_concurrency() costs a
+// system call, a few µs, which every small kernel call with the default thread count paid).
 int env_or_hw_threads() {
-  if (const char* s = std::getenv("LAMINA_NUM_THREADS")) {
-    int v = std::atoi(s);
-    if (v >= 1) return v;
-  }
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
+  static const int n = [] {
+    if (const char* s = std::getenv("LAMINA_NUM_THREADS")) {
+      const int v = std::atoi(s);
+      if (v >= 1) return v;
+    }
+    const unsigned hw = std::thread::hardware_concurrency();
+    return hw == 0 ? 1 : static_cast<int>(hw);
+  }();
+  return n;
 }
 }  // namespace
 
