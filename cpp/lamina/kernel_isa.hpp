@@ -114,6 +114,8 @@ struct GateTile {
   int pk[kGateTile];
   std::size_t prow[kGateTile];
   uint32_t over[kGateLevels + 1][kGateTile / 8];  // SIMD rounds: lanes passed on, per vector
+  // (the predictor's path: `ent` holds each row's k, over[0] each vector's rows to settle,
+  // `prow` the vectors that have some)
   // The predictor's list of rows still to settle (in lv, see gate_list_stride): entries, and
   // the first row of the job its rows are counted from.
   std::size_t list_n = 0, list_base = 0;
