@@ -15,7 +15,7 @@ from hypothesis.extra.numpy import arrays
 
 from lamina import _core
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 REFERENCE = SHARED_DATA / "minilm" / "reference.json"
 
 

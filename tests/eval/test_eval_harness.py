@@ -16,7 +16,7 @@ from lamina.eval import ALL_SYSTEMS, format_tables, load_locomo, run_locomo
 from lamina.eval.harness import Reader, named_speaker
 from lamina.eval.locomo import conversations_from, parse_session_date
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 _LINES = [
     ("Alice", "I adopted a golden retriever puppy named Biscuit.", "Bob", "Biscuit is a lovely name for a dog!"),
