@@ -20,6 +20,7 @@ import os
 import platform
 import random
 import time
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,11 @@ def turn(rng: random.Random, i: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + f" number {i}."
 
 
+def _as_dict(x: Any) -> Any:
+    """Memory.stats()'s report as a dict (a typed report's to_dict(), or the dict itself)."""
+    return x.to_dict() if hasattr(x, "to_dict") else x
+
+
 def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
     m = Memory(embedder="hashing", config=MemoryConfig())
@@ -53,13 +59,13 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
     for i in range(n_items):
         msg = [{"speaker": "Ann" if i % 2 else "Ben", "text": turn(rng, i), "timestamp": t + i * 60}]
         t0 = time.perf_counter()
-        m.add(msg, "u", f"s{sess}")
+        m.add(msg, user_id="u", session_id=f"s{sess}")
         add_t.append(time.perf_counter() - t0)
         if (i + 1) % session_len == 0:
-            m.end_session("u", f"s{sess}")
+            m.end_session(user_id="u", session_id=f"s{sess}")
             sess += 1
     fill_s = time.perf_counter() - t_fill
-    st = m.stats("u")
+    st = _as_dict(m.stats(user_id="u"))
     rss1 = rss_bytes()
     texts = [turn(rng, i) for i in range(200)]
     t0 = time.perf_counter()
@@ -69,17 +75,17 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
     queries = [f"where did Ann move {rng.choice(WORDS)}" for _ in range(n_queries)]
     qv = emb.embed(queries)
     t0 = time.perf_counter()
-    m.context(queries[0], "u", budget=512, query_embedding=qv[0], include_archive=True)
-    ann_build_s = time.perf_counter() - t0 if m.stats("u")["ann_layers"] else 0.0
+    m.context(queries[0], user_id="u", budget=512, query_embedding=qv[0], include_archive=True)
+    ann_build_s = time.perf_counter() - t0 if _as_dict(m.stats(user_id="u"))["ann_layers"] else 0.0
     ctx_t, ctx_cpu, arch_t = [], [], []
     for i in range(n_queries):
         t0 = time.perf_counter()
         c0 = time.thread_time()
-        m.context(queries[i], "u", budget=512, query_embedding=qv[i])
+        m.context(queries[i], user_id="u", budget=512, query_embedding=qv[i])
         ctx_cpu.append(time.thread_time() - c0)
         ctx_t.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        m.context(queries[i], "u", budget=512, query_embedding=qv[i], include_archive=True)
+        m.context(queries[i], user_id="u", budget=512, query_embedding=qv[i], include_archive=True)
         arch_t.append(time.perf_counter() - t0)
     m.close()
     a = np.array(add_t) * 1e3

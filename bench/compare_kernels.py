@@ -21,8 +21,8 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import numpy as np
 

@@ -26,7 +26,9 @@ import json
 import os
 import platform
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -148,7 +150,7 @@ def np_adakv(x, b, hkv, w=64, k=5, alpha=0.2):
 
 
 def np_lava(x, b, hkv, norms, w=32, k=7, alpha=0.2):
-    L, H, S = x.shape[0], x.shape[1], x.shape[-1]
+    L, S = x.shape[0], x.shape[-1]
     n, bp = S - w, b - w
     p = np_pool(np_window_mean(x, n), "max", k)
     nu = norms[..., :n].max(axis=-1)
@@ -255,30 +257,29 @@ def main() -> None:
             vn = norms if m == "lava" else None
             w64 = 64 if kind == "scores" else args.window_rows
             w32 = 32 if kind == "scores" else args.window_rows
+            ref: Callable[[], Any]
             if m == "snapkv":
-                ref = lambda: np_snapkv(x, b, hkv, w=w64)  # noqa: E731
+                ref = partial(np_snapkv, x, b, hkv, w=w64)
             elif m == "h2o":
-                ref = lambda: np_h2o(x, b, hkv)  # noqa: E731
+                ref = partial(np_h2o, x, b, hkv)
             elif m == "pyramidkv":
-                ref = lambda: np_pyramidkv(x, b, hkv, w=w64)  # noqa: E731
+                ref = partial(np_pyramidkv, x, b, hkv, w=w64)
             elif m == "adakv":
-                ref = lambda: np_adakv(x, b, hkv, w=w64)  # noqa: E731
+                ref = partial(np_adakv, x, b, hkv, w=w64)
             elif m == "lava":
-                ref = lambda: np_lava(x, b, hkv, norms, w=w32)  # noqa: E731
+                ref = partial(np_lava, x, b, hkv, norms, w=w32)
             else:
                 raise SystemExit(f"no numpy version of {m}")
-
-            def run(t: int, m: str = m, vn: Any = vn) -> kv.KeepSet:
-                return kv.select(x, b, m, value_norms=vn, n_kv_heads=hkv, threads=t)
+            run = partial(kv.select, x, b, m, value_norms=vn, n_kv_heads=hkv)
 
             t_np = best_of(ref, args.repeat)
-            t_1 = best_of(lambda: run(1), args.repeat)
-            t_n = best_of(lambda: run(0), args.repeat)
+            t_1 = best_of(partial(run, threads=1), args.repeat)
+            t_n = best_of(partial(run, threads=0), args.repeat)
             # CPU time of the two single-threaded runs: robust to other load on a shared box
             c_np = best_of(ref, args.repeat, time.process_time)
-            c_1 = best_of(lambda: run(1), args.repeat, time.process_time)
+            c_1 = best_of(partial(run, threads=1), args.repeat, time.process_time)
             # agreement: same multiset of kept scores for uniform methods; totals otherwise
-            ks = run(0)
+            ks = run(threads=0)
             rows_np, s_np = ref()
             n = s_np.shape[-1]
             if m in ("snapkv", "h2o", "pyramidkv", "adakv"):

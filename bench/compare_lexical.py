@@ -27,14 +27,14 @@ import os
 import sys
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _util import machine_facts, print_table, write_json  # noqa: E402
-
 import lamina  # noqa: E402
+from _util import machine_facts, print_table, write_json  # noqa: E402
 from lamina.eval.systems import _BM25Index  # noqa: E402
 from lamina.lexical import STOP_WORDS, tokenize  # noqa: E402
 

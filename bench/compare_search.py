@@ -19,14 +19,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _util import blas_threads, machine_facts, print_table, stream_bandwidth, timeit, write_json  # noqa: E402
-
 import lamina  # noqa: E402
+from _util import blas_threads, machine_facts, print_table, stream_bandwidth, timeit, write_json  # noqa: E402
 
 
 def numpy_topk(Q: np.ndarray, X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                         got = fn(Q, args.k)
                         idx = np.asarray(got[1] if name != "hnswlib-bf" else got[0])
                         agree = float(np.mean([len(set(a) & set(r)) / args.k for a, r in zip(idx, ref_idx)]))
-                        t = timeit(lambda: fn(Q, args.k), min_time=args.min_time)
+                        t = timeit(partial(fn, Q, args.k), min_time=args.min_time)
                         times[name] = t
                         rows_out.append({
                             "n": n, "batch": b, "threads": threads, "system": name,
@@ -120,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             Q = rng.standard_normal((b, args.dim), dtype=np.float32)
             for threads in args.threads:
                 t_arg = 1 if threads == 1 else 0
-                tu = timeit(lambda: arena.search(Q, args.k, threads=t_arg), min_time=args.min_time)
-                tf = timeit(lambda: arena.search(Q, args.k, namespace=3, threads=t_arg), min_time=args.min_time)
+                tu = timeit(partial(arena.search, Q, args.k, threads=t_arg), min_time=args.min_time)
+                tf = timeit(partial(arena.search, Q, args.k, namespace=3, threads=t_arg), min_time=args.min_time)
                 rows_out.append({
                     "n": n, "batch": b, "threads": threads, "system": "lamina-arena-unfiltered",
                     "ms": tu * 1e3, "qps": b / tu, "gbps": nbytes / tu / 1e9,

@@ -14,8 +14,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lamina import kernels as K
-
 from compare_kernels import (
     np_damped_update,
     np_ema_blend,
@@ -25,6 +23,7 @@ from compare_kernels import (
     np_softmax_gate,
     np_softmax_gate_eps,
 )
+from lamina import kernels as K
 
 pytestmark = pytest.mark.slow
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _info
 from .eval.cli import add_eval_parser
@@ -16,7 +18,7 @@ from .search import VectorArena, topk
 __all__ = ["main"]
 
 
-def _time(fn, min_time: float = 0.5) -> float:
+def _time(fn: Callable[[], object], min_time: float = 0.5) -> float:
     fn()  # warm-up
     n, t0 = 0, time.perf_counter()
     while True:
@@ -25,6 +27,12 @@ def _time(fn, min_time: float = 0.5) -> float:
         dt = time.perf_counter() - t0
         if dt >= min_time:
             return dt / n
+
+
+def _np_topk(Q: npt.NDArray[np.float32], X: npt.NDArray[np.float32], k: int) -> None:
+    S = Q @ X.T
+    idx = np.argpartition(-S, k - 1, axis=1)[:, :k]
+    np.take_along_axis(S, idx, axis=1)
 
 
 def _cmd_bench_search(args: argparse.Namespace) -> int:
@@ -40,16 +48,10 @@ def _cmd_bench_search(args: argparse.Namespace) -> int:
     print(f"{'case':<28}{'lamina ms':>11}{'numpy ms':>11}{'ratio':>8}")
     for b in args.batches:
         Q = rng.standard_normal((b, d), dtype=np.float32)
-
-        def np_ref() -> None:
-            S = Q @ X.T
-            idx = np.argpartition(-S, args.k - 1, axis=1)[:, : args.k]
-            np.take_along_axis(S, idx, axis=1)
-
-        t_l = _time(lambda: topk(Q, X, args.k))
-        t_n = _time(np_ref)
+        t_l = _time(partial(topk, Q, X, args.k))
+        t_n = _time(partial(_np_topk, Q, X, args.k))
         print(f"{'topk batch ' + str(b):<28}{t_l * 1e3:>11.2f}{t_n * 1e3:>11.2f}{t_n / t_l:>7.2f}x")
-        t_f = _time(lambda: arena.search(Q, args.k, namespace=3))
+        t_f = _time(partial(arena.search, Q, args.k, namespace=3))
         print(f"{'arena 10% namespace b=' + str(b):<28}{t_f * 1e3:>11.2f}{'':>11}{'':>8}")
     # correctness spot check against numpy
     Q = rng.standard_normal((4, d), dtype=np.float32)

@@ -18,11 +18,14 @@ import random
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .memory import Memory
 
 __all__ = ["Conversation", "Question", "generate", "run_demo"]
 
@@ -103,7 +106,7 @@ def generate(n_users: int = 4, n_sessions: int = 12, turns_per_session: int = 24
         event_ev: list[tuple[str, str, str, float, int]] = []
         for s in range(n_sessions):
             day = start + _dt.timedelta(days=7 * s + rng.randrange(0, 3))
-            lines: list[tuple[str, str, Optional[tuple[str, str]]]] = []
+            lines: list[tuple[str, str, tuple[str, str] | None]] = []
             for p in (a, b):
                 st = persona[p]
                 if s == 0:
@@ -151,9 +154,9 @@ def generate(n_users: int = 4, n_sessions: int = 12, turns_per_session: int = 24
             qs.append(Question(uid, f"What is {p}'s favorite food?", food[0], [food[1]], "stable", p))
             sib = evidence[(p, "sibling")][0]
             qs.append(Question(uid, f"What is the name of {p}'s sister?", sib[0], [sib[1]], "stable", p))
-        for sp, ev, sid, t, s in event_ev:
+        for sp, happened, sid, t, s in event_ev:
             date = _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%Y-%m-%d")
-            qs.append(Question(uid, f"When did {sp} {ev}?", date, [sid], "event", sp, period=s))
+            qs.append(Question(uid, f"When did {sp} {happened}?", date, [sid], "event", sp, period=s))
         convs.append(Conversation(uid, (a, b), sessions, qs))
     return convs
 
@@ -184,13 +187,23 @@ class _Bar:
         self.stream.flush()
 
 
+@runtime_checkable
+class _HasToDict(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def _as_dict(x: Mapping[str, Any] | _HasToDict) -> Mapping[str, Any]:
+    """A report of Memory.stats() / end_session() as a mapping (a typed report's to_dict(), or the dict)."""
+    return x.to_dict() if isinstance(x, _HasToDict) else x
+
+
 def _norm_tokens(s: str) -> list[str]:
     return [w for w in re.findall(r"[a-z0-9]+", s.lower()) if w not in {"a", "an", "the", "and"}]
 
 
-def _ask(mem: Any, q: Question, budget: int, now: float, turns: dict[str, str], history_tokens: int) -> dict[str, Any]:
+def _ask(mem: Memory, q: Question, budget: int, now: float, turns: dict[str, str], history_tokens: int) -> dict[str, Any]:
     t0 = time.perf_counter()
-    ctx = mem.context(q.text, q.user_id, budget=budget, now=now)
+    ctx = mem.context(q.text, user_id=q.user_id, budget=budget, now=now)
     dt = time.perf_counter() - t0
     text = ctx.render()
     ev = [s for s in q.evidence]
@@ -212,7 +225,7 @@ def _ask(mem: Any, q: Question, budget: int, now: float, turns: dict[str, str], 
         out["supersession"] = float(best is not None and bool(re.search(r"\b" + re.escape(q.answer.lower()) + r"\b", best))
                                     and not any(re.search(r"\b" + re.escape(v.lower()) + r"\b", best) for v in q.stale))
         pred = "lives_in" if "live" in q.text else "works_as"
-        cur = [f.object for f in mem.facts(q.user_id, subject=q.subject) if f.predicate == pred]
+        cur = [f.object for f in mem.facts(user_id=q.user_id, subject=q.subject) if f.predicate == pred]
         out["fact_current"] = float(cur == [q.answer])
     return out
 
@@ -220,7 +233,7 @@ def _ask(mem: Any, q: Question, budget: int, now: float, turns: dict[str, str], 
 def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20, turns: int = 30, budget: int = 256,
              seed: int = 7, embedder: str = "hashing", out: TextIO = sys.stdout, progress: bool = True) -> dict[str, Any]:
     """Generate, ingest, ask; print the results table; return the numbers."""
-    from . import Memory
+    from .memory import Memory
 
     convs = generate(users, sessions, turns, seed)
     for suffix in ("", "-wal", "-shm"):
@@ -240,15 +253,15 @@ def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20
         for si, (sid, msgs) in enumerate(c.sessions):
             for m in msgs:
                 t0 = time.perf_counter()
-                mem.add([m], c.user_id, sid)
+                mem.add([m], user_id=c.user_id, session_id=sid)
                 add_lat.append(time.perf_counter() - t0)
                 hist_tokens[c.user_id] += len(f"{m['speaker']}: {m['text']}".split())
                 if bar:
                     bar.update()
-            mem.end_session(c.user_id, sid)
+            mem.end_session(user_id=c.user_id, session_id=sid)
             if si == 0:  # period 1: ask the questions whose evidence is in the first session
                 now = msgs[-1]["timestamp"] + 3600
-                for qi, q in enumerate(c.questions):
+                for q in c.questions:
                     if q.kind != "current" and q.period == 0:
                         early[id(q)] = _ask(mem, q, budget, now, texts, hist_tokens[c.user_id])
     ingest_s = time.perf_counter() - t_start
@@ -260,7 +273,7 @@ def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20
             results.append((q, _ask(mem, q, budget, now, texts, hist_tokens[c.user_id])))
             if qbar:
                 qbar.update()
-    st = mem.stats()
+    st = _as_dict(mem.stats())
     mem.close()
 
     def mean(xs: Iterable[float]) -> float:
@@ -274,7 +287,7 @@ def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20
     ctx_lat = np.array([r["latency"] for _, r in results]) * 1e3
     add_ms = np.array(add_lat) * 1e3
     rows = [
-        ("evidence recall@%d (all questions)" % budget, f"{mean(r['evidence'] for _, r in results):.3f}"),
+        (f"evidence recall@{budget} (all questions)", f"{mean(r['evidence'] for _, r in results):.3f}"),
         ("  current-state questions", f"{mean(r['evidence'] for q, r in results if q.kind == 'current'):.3f}"),
         ("  stable facts (stated in session 1)", f"{mean(r['evidence'] for q, r in results if q.kind == 'stable'):.3f}"),
         ("  dated events", f"{mean(r['evidence'] for q, r in results if q.kind == 'event'):.3f}"),

@@ -39,7 +39,6 @@ Conventions shared by every function here:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Optional, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -56,8 +55,8 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float32]
-RowParam = Union[float, npt.NDArray[np.floating]]
-CountArray = Union[npt.NDArray[np.float32], npt.NDArray[np.int32], npt.NDArray[np.int64]]
+RowParam = float | npt.NDArray[np.floating]
+CountArray = npt.NDArray[np.float32] | npt.NDArray[np.int32] | npt.NDArray[np.int64]
 
 
 def _is_real(x: object) -> bool:
@@ -70,7 +69,7 @@ def _real(x: object, name: str) -> float:
     return float(x)  # type: ignore[arg-type]
 
 
-def _row_param(x: object, name: str) -> Union[float, np.ndarray]:
+def _row_param(x: object, name: str) -> float | np.ndarray:
     """A scalar becomes a Python float; an array is passed on untouched (checked natively)."""
     if _is_real(x):
         return float(x)  # type: ignore[arg-type]
@@ -118,10 +117,10 @@ def _threads(threads: int) -> int:
 def softmax_gate(
     relevance: FloatArray,
     beta: RowParam,
-    max_entropy: Optional[float] = None,
+    max_entropy: float | None = None,
     *,
     max_doublings: int = 32,
-    out: Optional[FloatArray] = None,
+    out: FloatArray | None = None,
     threads: int = 0,
 ) -> tuple[FloatArray, npt.NDArray[np.float64]]:
     """Layer gate γ = softmax(β·r) per row — eq. 7 — with the entropy bound H(γ) ≤ ε of
@@ -198,10 +197,10 @@ def ema_blend(
     rows: FloatArray,
     targets: FloatArray,
     alpha: RowParam,
-    index: Optional[npt.NDArray[np.int64]] = None,
+    index: npt.NDArray[np.int64] | None = None,
     renormalize: bool = False,
     *,
-    out: Optional[FloatArray] = None,
+    out: FloatArray | None = None,
     threads: int = 0,
 ) -> FloatArray:
     """EMA blend of eq. 5, in place: ``rows ← α·rows + (1−α)·targets``; returns ‖Δ‖² per row.
@@ -260,9 +259,9 @@ def damped_update(
     rows: FloatArray,
     targets: FloatArray,
     lam: RowParam,
-    index: Optional[npt.NDArray[np.int64]] = None,
+    index: npt.NDArray[np.int64] | None = None,
     *,
-    out: Optional[FloatArray] = None,
+    out: FloatArray | None = None,
     threads: int = 0,
 ) -> FloatArray:
     """Retention-regularised update of eq. 9-10 in closed form, in place; returns ‖Δ‖².
@@ -313,7 +312,7 @@ def heat_scores(
     c: float = 1.0,
     mu: float = 1e7,
     *,
-    out: Optional[FloatArray] = None,
+    out: FloatArray | None = None,
     threads: int = 0,
 ) -> FloatArray:
     """MemoryOS heat: ``a·N_visit + b·L_interaction + c·exp(−(now − last_access)/μ)``.
@@ -376,7 +375,7 @@ def heat_scores(
 def select_hot(
     heat: FloatArray,
     threshold: float,
-    namespaces: Optional[npt.NDArray[np.uint64]] = None,
+    namespaces: npt.NDArray[np.uint64] | None = None,
     *,
     threads: int = 0,
 ) -> npt.NDArray[np.int64]:
@@ -417,9 +416,9 @@ def select_hot(
 def evict_to_capacity(
     scores: FloatArray,
     namespaces: npt.NDArray[np.uint64],
-    capacity: Union[int, Mapping[int, int]],
+    capacity: int | Mapping[int, int],
     *,
-    live: Optional[npt.NDArray[Union[np.bool_, np.uint8]]] = None,
+    live: npt.NDArray[np.bool_ | np.uint8] | None = None,
     threads: int = 0,
 ) -> npt.NDArray[np.int64]:
     """Capacity projection Π_C of Algorithm 1: rows to evict so each namespace keeps ≤ C rows.

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Union
 
 import numpy as np
 import numpy.typing as npt
@@ -47,9 +46,9 @@ aren weren haven hasn hadn couldn wouldn shouldn im ive dont youre thats
 
 _WORD = re.compile(r"[^\W_]+")  # runs of Unicode letters and digits (underscores separate)
 
-TokensOrText = Union[str, Sequence[str]]
-KeysArg = Union[int, Iterable[int], npt.ArrayLike]
-NamespaceArg = Union[int, np.integer]
+TokensOrText = str | Sequence[str]
+KeysArg = int | Iterable[int] | npt.ArrayLike
+NamespaceArg = int | np.integer
 
 
 def tokenize(text: str) -> list[str]:
@@ -167,7 +166,7 @@ class LexicalIndex:
         """Live documents in ``namespace`` (0 for a namespace never used)."""
         return int(self._ix.count(_ns(namespace)))
 
-    def stats(self, namespace: NamespaceArg) -> dict[str, Union[int, float]]:
+    def stats(self, namespace: NamespaceArg) -> dict[str, int | float]:
         """``docs`` (N), ``avg_len`` (avgdl), ``terms`` (distinct live terms), ``postings``
         (stored, including removed documents not yet compacted) and ``dead_docs``."""
         return dict(self._ix.stats(_ns(namespace)))
@@ -177,7 +176,7 @@ class LexicalIndex:
         self,
         keys: KeysArg,
         docs: Sequence[TokensOrText],
-        namespace: Union[NamespaceArg, Sequence[int], npt.NDArray[np.uint64]] = 0,
+        namespace: NamespaceArg | Sequence[int] | npt.NDArray[np.uint64] = 0,
     ) -> None:
         """Add documents.
 
@@ -258,7 +257,7 @@ class LexicalIndex:
     def search_many(
         self,
         queries: Sequence[TokensOrText],
-        namespaces: Union[NamespaceArg, Sequence[int], npt.NDArray[np.uint64]] = 0,
+        namespaces: NamespaceArg | Sequence[int] | npt.NDArray[np.uint64] = 0,
         k: int = 10,
         *,
         threads: int = 0,
@@ -286,8 +285,8 @@ class LexicalIndex:
         return self._ix.search(hashes, offsets, ns, k, int(threads))
 
     @staticmethod
-    def _namespaces(namespace: Union[NamespaceArg, Sequence[int], npt.NDArray[np.uint64]], n: int,
-                    per: str) -> Union[int, npt.NDArray[np.uint64]]:
+    def _namespaces(namespace: NamespaceArg | Sequence[int] | npt.NDArray[np.uint64], n: int,
+                    per: str) -> int | npt.NDArray[np.uint64]:
         if isinstance(namespace, (bool, np.bool_)):
             raise TypeError("namespace must be an int or a sequence of ints, not bool")
         if isinstance(namespace, (int, np.integer)):

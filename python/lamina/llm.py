@@ -18,7 +18,7 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .extract import (
     ExtractiveSummarizer,
@@ -60,8 +60,8 @@ class OpenAIChat:
     Thread safety: thread-safe (no shared mutable state; one HTTP request per call).
     """
 
-    def __init__(self, base_url: Optional[str] = None, model: Optional[str] = None,
-                 api_key: Optional[str] = None, timeout: float = 30.0) -> None:
+    def __init__(self, base_url: str | None = None, model: str | None = None,
+                 api_key: str | None = None, timeout: float = 30.0) -> None:
         self.base_url = (base_url or os.environ.get("LAMINA_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
                          or "https://api.openai.com/v1").rstrip("/")
         m = model or os.environ.get("LAMINA_LLM_MODEL") or os.environ.get("OPENAI_MODEL")
@@ -117,7 +117,7 @@ def _dialogue(turns: Sequence[Turn]) -> str:
 class LLMSummarizer:
     """ψ by an LLM (JSON ``{"summary": str}``), falling back to ``fallback`` on any failure."""
 
-    def __init__(self, llm: LLM, fallback: Optional[Summarizer] = None) -> None:
+    def __init__(self, llm: LLM, fallback: Summarizer | None = None) -> None:
         self.llm = llm
         self.fallback: Summarizer = fallback or ExtractiveSummarizer()
         self.failures = 0
@@ -147,7 +147,7 @@ class LLMFactExtractor:
     to ``fallback`` (and is logged).
     """
 
-    def __init__(self, llm: LLM, fallback: Optional[FactExtractor] = None) -> None:
+    def __init__(self, llm: LLM, fallback: FactExtractor | None = None) -> None:
         self.llm = llm
         self.fallback: FactExtractor = fallback or RuleFactExtractor()
         self.failures = 0

@@ -17,7 +17,7 @@ distance, computed as FAISS does).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -27,10 +27,10 @@ from . import _core, _device
 __all__ = ["VectorArena", "topk", "Metric"]
 
 Metric = Literal["ip", "cosine", "l2"]
-NamespaceArg = Union[int, np.integer, npt.NDArray[np.uint64], None]
+NamespaceArg = int | np.integer | npt.NDArray[np.uint64] | None
 
 
-def _as_slots(slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.int64]:
+def _as_slots(slots: int | Iterable[int] | npt.ArrayLike) -> npt.NDArray[np.int64]:
     arr = np.asarray(slots)
     if arr.ndim == 0:
         arr = arr.reshape(1)
@@ -45,7 +45,7 @@ def _as_slots(slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
-def _namespace(ns: NamespaceArg) -> Union[int, npt.NDArray[np.uint64], None]:
+def _namespace(ns: NamespaceArg) -> int | npt.NDArray[np.uint64] | None:
     if ns is None:
         return None
     if isinstance(ns, (bool, np.bool_)):
@@ -168,7 +168,7 @@ class VectorArena:
     def __init__(
         self,
         dim: int,
-        dtype: Union[str, np.dtype, type] = "float32",
+        dtype: str | np.dtype | type = "float32",
         capacity: int = 1024,
         device: str = "cpu",
     ) -> None:
@@ -223,8 +223,8 @@ class VectorArena:
     def add(
         self,
         vectors: npt.NDArray[np.floating],
-        namespace: Union[int, npt.NDArray[np.uint64]] = 0,
-        layer: Union[int, npt.NDArray[np.uint8]] = 0,
+        namespace: int | npt.NDArray[np.uint64] = 0,
+        layer: int | npt.NDArray[np.uint8] = 0,
     ) -> npt.NDArray[np.int64]:
         """Append rows.
 
@@ -251,7 +251,7 @@ class VectorArena:
                              "with VectorArena(..., device='cuda') or pass a numpy array")
         return self._a.add(vectors, ns, layer)
 
-    def remove(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> None:
+    def remove(self, slots: int | Iterable[int] | npt.ArrayLike) -> None:
         """Remove rows. All slots are checked first; on any error nothing is removed.
 
         Raises
@@ -263,7 +263,7 @@ class VectorArena:
         """
         self._a.remove(_as_slots(slots))
 
-    def set_layer(self, slots: Union[int, Iterable[int], npt.ArrayLike], layer: int) -> None:
+    def set_layer(self, slots: int | Iterable[int] | npt.ArrayLike, layer: int) -> None:
         """Move rows to another layer (0..255)."""
         self._a.set_layer(_as_slots(slots), int(layer))
 
@@ -272,19 +272,19 @@ class VectorArena:
         self._a.reserve(int(capacity))
 
     # -- reads ---------------------------------------------------------------------------
-    def get(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.floating]:
+    def get(self, slots: int | Iterable[int] | npt.ArrayLike) -> npt.NDArray[np.floating]:
         """Copies of rows, shape (len(slots), dim), dtype ``self.dtype``."""
         return self._a.get(_as_slots(slots))
 
-    def contains(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.bool_]:
+    def contains(self, slots: int | Iterable[int] | npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each slot names a live row, shape (len(slots),)."""
         return self._a.contains(_as_slots(slots))
 
-    def namespaces_of(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.uint64]:
+    def namespaces_of(self, slots: int | Iterable[int] | npt.ArrayLike) -> npt.NDArray[np.uint64]:
         """Namespace of each slot, shape (len(slots),)."""
         return self._a.namespaces_of(_as_slots(slots))
 
-    def layers_of(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.uint8]:
+    def layers_of(self, slots: int | Iterable[int] | npt.ArrayLike) -> npt.NDArray[np.uint8]:
         """Layer of each slot, shape (len(slots),)."""
         return self._a.layers_of(_as_slots(slots))
 
@@ -324,7 +324,7 @@ class VectorArena:
         k: int,
         metric: Metric = "ip",
         namespace: NamespaceArg = None,
-        layers: Union[Iterable[int], None] = None,
+        layers: Iterable[int] | None = None,
         *,
         threads: int = 0,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:

@@ -7,9 +7,23 @@ import math
 
 import pytest
 
-from lamina.eval.metrics import (answer_token_recall, answer_tokens, bleu1, context_usage, count_tokens,
-                                 distractor_coverage, evidence_recall, f1_multi, f1_score, false_memory,
-                                 normalize_answer, percentile, porter_stem, retention, score_answer)
+from lamina.eval.metrics import (
+    answer_token_recall,
+    answer_tokens,
+    bleu1,
+    context_usage,
+    count_tokens,
+    distractor_coverage,
+    evidence_recall,
+    f1_multi,
+    f1_score,
+    false_memory,
+    normalize_answer,
+    percentile,
+    porter_stem,
+    retention,
+    score_answer,
+)
 
 
 def test_normalize_answer_official_steps():

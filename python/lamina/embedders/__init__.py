@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Union
 
 from .base import Embedder, check_embeddings, check_texts
 from .hashing import Hashing
@@ -26,7 +25,7 @@ __all__ = [
 _log = logging.getLogger("lamina")
 
 
-def _try_minilm() -> Union[Embedder, None]:
+def _try_minilm() -> Embedder | None:
     try:
         mod = importlib.import_module("lamina.embedders.minilm")
     except ImportError:
@@ -44,7 +43,7 @@ def _try_minilm() -> Union[Embedder, None]:
         return None
 
 
-def get_embedder(spec: Union[str, Embedder, None] = "auto") -> Embedder:
+def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
     """Resolve an embedder.
 
     Parameters

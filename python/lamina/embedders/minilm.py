@@ -24,7 +24,6 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +43,7 @@ def _has_files(d: Path) -> bool:
     return all((d / f).is_file() for f in MINILM_FILES)
 
 
-def find_minilm_dir() -> Optional[Path]:
+def find_minilm_dir() -> Path | None:
     """Locate the all-MiniLM-L6-v2 model folder, or return ``None``.
 
     Looks at ``$LAMINA_MINILM_DIR`` first, then at the ``model`` folder of the installed
@@ -105,8 +104,8 @@ class MiniLM:
     threads.
     """
 
-    def __init__(self, model_dir: Union[str, Path, None] = None, *,
-                 max_length: Optional[int] = None, batch_size: int = 64,
+    def __init__(self, model_dir: str | Path | None = None, *,
+                 max_length: int | None = None, batch_size: int = 64,
                  max_batch_tokens: int = 4096) -> None:
         try:
             from safetensors.numpy import load_file

@@ -22,13 +22,21 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any, Optional, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
 from .locomo import Conversation, LoadReport, Question
-from .metrics import (CATEGORY_NAMES, answer_token_recall, context_usage, count_tokens, evidence_recall,
-                      false_memory, percentile, score_answer)
+from .metrics import (
+    CATEGORY_NAMES,
+    answer_token_recall,
+    context_usage,
+    count_tokens,
+    evidence_recall,
+    false_memory,
+    percentile,
+    score_answer,
+)
 from .systems import BASELINES, LAMINA_VARIANTS, CachedEmbedder, Ctx, make_system, render_turn
 
 __all__ = ["ALL_SYSTEMS", "PERIODS", "RETENTION_CAPACITY", "named_speaker", "run_locomo", "format_tables",
@@ -43,7 +51,7 @@ _DAY = 86400.0
 class _Bar:
     """A one-line stderr progress bar (no dependency)."""
 
-    def __init__(self, total: int, label: str, stream: Optional[TextIO]) -> None:
+    def __init__(self, total: int, label: str, stream: TextIO | None) -> None:
         self.total, self.label, self.stream, self.n = max(1, total), label, stream, 0
         self.t0 = time.perf_counter()
         self._last = 0.0
@@ -67,7 +75,7 @@ class _Bar:
         self.stream.flush()
 
 
-def named_speaker(question: str, speakers: Sequence[str]) -> Optional[str]:
+def named_speaker(question: str, speakers: Sequence[str]) -> str | None:
     """The one speaker a question names (None when it names neither or both)."""
     import re
 
@@ -171,9 +179,9 @@ def _periods(conv: Conversation, n: int = PERIODS) -> list[list[int]]:
 
 
 def run_locomo(convs: Sequence[Conversation], embedder: Any, *, budgets: Sequence[int] = (256, 512, 1024, 2048),
-               systems: Sequence[str] = ALL_SYSTEMS, retention: bool = True, reader: Optional[Reader] = None,
-               reader_budget: int = 1024, progress: Optional[TextIO] = sys.stderr,
-               load_report: Optional[LoadReport] = None) -> dict[str, Any]:
+               systems: Sequence[str] = ALL_SYSTEMS, retention: bool = True, reader: Reader | None = None,
+               reader_budget: int = 1024, progress: TextIO | None = sys.stderr,
+               load_report: LoadReport | None = None) -> dict[str, Any]:
     """Run the evaluation; returns a JSON-serialisable dict (see module docs).
 
     Parameters
@@ -377,7 +385,7 @@ def format_tables(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_recall(results: dict[str, Any], path: str) -> Optional[str]:
+def plot_recall(results: dict[str, Any], path: str) -> str | None:
     """Overall evidence recall vs budget per system as a PNG; returns None, or why it could not."""
     try:
         import matplotlib

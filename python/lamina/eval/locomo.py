@@ -21,7 +21,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any
 
 __all__ = ["Turn", "Session", "Question", "Conversation", "LoadReport", "load_locomo", "parse_session_date",
            "conversations_from"]
@@ -56,8 +56,8 @@ class Question:
     qid: str
     question: str
     category: int
-    answer: Optional[str]
-    adversarial_answer: Optional[str]
+    answer: str | None
+    adversarial_answer: str | None
     evidence: tuple[str, ...]
     bad_evidence: tuple[str, ...] = ()
 
@@ -108,7 +108,7 @@ def _turn_text(raw: dict[str, Any], captions: bool) -> str:
 
 
 def conversations_from(samples: list[dict[str, Any]], *, captions: bool = True,
-                       report: Optional[LoadReport] = None) -> list[Conversation]:
+                       report: LoadReport | None = None) -> list[Conversation]:
     """Build conversations from parsed LoCoMo JSON samples (see module docs)."""
     rep = report if report is not None else LoadReport()
     out: list[Conversation] = []
@@ -168,8 +168,8 @@ def conversations_from(samples: list[dict[str, Any]], *, captions: bool = True,
     return out
 
 
-def load_locomo(path: Union[str, "os.PathLike[str]"], *, captions: bool = True,
-                limit: Optional[int] = None) -> tuple[list[Conversation], LoadReport]:
+def load_locomo(path: str | os.PathLike[str], *, captions: bool = True,
+                limit: int | None = None) -> tuple[list[Conversation], LoadReport]:
     """Load a LoCoMo JSON file (the official ``locomo10.json`` format or a cut of it).
 
     Parameters

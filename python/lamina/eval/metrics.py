@@ -28,7 +28,6 @@ import re
 import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Optional
 
 from .stem import porter_stem
 
@@ -134,8 +133,8 @@ def distractor_coverage(distractor: str, text: str) -> float:
     return len(d & t) / len(d)
 
 
-def false_memory(abstain: bool, top_parts: Sequence[tuple[Optional[str], str]], distractor: str,
-                 named_speaker: Optional[str]) -> bool:
+def false_memory(abstain: bool, top_parts: Sequence[tuple[str | None, str]], distractor: str,
+                 named_speaker: str | None) -> bool:
     """Did this adversarial question get a false memory at the top of its context?
 
     Parameters
@@ -217,7 +216,7 @@ def bleu1(prediction: str, gold: str) -> float:
     return bp * precision
 
 
-def score_answer(prediction: str, gold: Optional[str], category: int) -> dict[str, float]:
+def score_answer(prediction: str, gold: str | None, category: int) -> dict[str, float]:
     """Official per-category scoring of one reader answer.
 
     Returns ``{"f1": ..., "bleu1": ...}``. Category 5 scores 1 when the prediction contains

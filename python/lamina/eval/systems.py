@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -51,7 +51,7 @@ class CtxItem:
 
     text: str
     score: float
-    parts: tuple[tuple[Optional[str], str], ...]
+    parts: tuple[tuple[str | None, str], ...]
     layer: str = "raw"
 
 
@@ -62,7 +62,7 @@ class Ctx:
 
     items: list[CtxItem] = field(default_factory=list)
     abstain: bool = False
-    text: Optional[str] = None
+    text: str | None = None
 
     def render(self) -> str:
         if self.abstain:
@@ -73,7 +73,7 @@ class Ctx:
     def tokens(self) -> int:
         return count_tokens(self.render())
 
-    def top(self) -> Optional[CtxItem]:
+    def top(self) -> CtxItem | None:
         return max(self.items, key=lambda it: it.score) if self.items and not self.abstain else None
 
 
@@ -89,14 +89,14 @@ class CachedEmbedder:
     Thread safety: not thread-safe (the evaluation is single-threaded).
     """
 
-    def __init__(self, inner: Any, path: Optional[str] = None) -> None:
+    def __init__(self, inner: Any, path: str | None = None) -> None:
         self.inner = inner
         self._cache: dict[str, npt.NDArray[np.float32]] = {}
         self.seconds = 0.0
         self.embedded = 0
         self.from_disk = 0
         self.path = path
-        self._db: Optional[sqlite3.Connection] = None
+        self._db: sqlite3.Connection | None = None
         if path is not None:
             d = os.path.dirname(os.path.abspath(path))
             os.makedirs(d, exist_ok=True)
@@ -176,7 +176,7 @@ class RawTurns(ABC):
 
     name = "raw"
 
-    def __init__(self, embedder: CachedEmbedder, capacity: Optional[int] = None) -> None:
+    def __init__(self, embedder: CachedEmbedder, capacity: int | None = None) -> None:
         if capacity is not None and capacity < 1:
             raise ValueError(f"capacity must be >= 1 turn, got {capacity}")
         self.embedder = embedder
@@ -185,7 +185,7 @@ class RawTurns(ABC):
         self._vecs: list[npt.NDArray[np.float32]] = []
         self._rendered: list[str] = []
         self._ntok: list[int] = []
-        self._bm25: Optional[_BM25Index] = None
+        self._bm25: _BM25Index | None = None
 
     def ingest(self, session: Session) -> None:
         if not session.turns:
@@ -202,7 +202,7 @@ class RawTurns(ABC):
             del self.turns[:cut], self._vecs[:cut], self._rendered[:cut], self._ntok[:cut]
         self._bm25 = None
 
-    def _visible(self, now: Optional[float]) -> int:
+    def _visible(self, now: float | None) -> int:
         """Number of leading turns stated at or before ``now`` (turns are in time order)."""
         if now is None:
             return len(self.turns)
@@ -231,7 +231,7 @@ class RawTurns(ABC):
     def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
         """Order of the first ``n`` turns for the question (best first) and their scores."""
 
-    def context(self, question: str, budget: int, now: Optional[float], q_emb: npt.NDArray[np.float32]) -> Ctx:
+    def context(self, question: str, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> Ctx:
         n = self._visible(now)
         if n == 0:
             return Ctx([], abstain=True)
@@ -258,7 +258,7 @@ class Recency(RawTurns):
     def ranking(self, question, q_emb, n):
         return list(range(n - 1, -1, -1)), [float(i) for i in range(n - 1, -1, -1)]
 
-    def context(self, question: str, budget: int, now: Optional[float], q_emb: npt.NDArray[np.float32]) -> Ctx:
+    def context(self, question: str, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> Ctx:
         n = self._visible(now)
         chosen: list[int] = []
         used = 0
@@ -365,11 +365,11 @@ class LaminaSystem:
         sid = f"session_{session.number}"
         msgs = [{"speaker": t.speaker, "text": t.text, "id": t.dia_id, "timestamp": t.timestamp}
                 for t in session.turns]
-        self.mem.add(msgs, self.user_id, sid)
-        self.mem.end_session(self.user_id, sid, now=session.turns[-1].timestamp)
+        self.mem.add(msgs, user_id=self.user_id, session_id=sid)
+        self.mem.end_session(user_id=self.user_id, session_id=sid, now=session.turns[-1].timestamp)
 
     @staticmethod
-    def _parts(it: MemoryItem) -> tuple[tuple[Optional[str], str], ...]:
+    def _parts(it: MemoryItem) -> tuple[tuple[str | None, str], ...]:
         if it.kind == "turn":
             return ((it.speaker, it.text),)
         if it.kind == "segment" and it.turns:
@@ -379,8 +379,8 @@ class LaminaSystem:
             return tuple(parts) + ((it.subject, it.text),)
         return ((None, it.text),)  # summaries, notes, profiles: attributed to nobody
 
-    def context(self, question: str, budget: int, now: Optional[float], q_emb: npt.NDArray[np.float32]) -> Ctx:
-        c = self.mem.context(question, self.user_id, budget=budget, now=now,
+    def context(self, question: str, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> Ctx:
+        c = self.mem.context(question, user_id=self.user_id, budget=budget, now=now,
                              query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32))
         items = [CtxItem(it.render(), float(it.score), self._parts(it), it.layer) for it in c.items]
         return Ctx(items, abstain=bool(c.abstain), text=c.render())
@@ -389,8 +389,8 @@ class LaminaSystem:
         self.mem.close()
 
 
-def make_system(name: str, embedder: CachedEmbedder, user_id: str, *, capacity_turns: Optional[int] = None,
-                base_config: Optional[MemoryConfig] = None) -> Any:
+def make_system(name: str, embedder: CachedEmbedder, user_id: str, *, capacity_turns: int | None = None,
+                base_config: MemoryConfig | None = None) -> Any:
     """Build a fresh system by name. ``capacity_turns``: the retention capacity — for a baseline,
     the turns it keeps; for lamina, C_e + C_s, split evenly between episodic and semantic."""
     if name in BASELINES:

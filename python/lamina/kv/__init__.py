@@ -64,7 +64,7 @@ raises ``ValueError``; ``threads`` is ignored on the device.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -103,7 +103,7 @@ METHODS: dict[str, type[KVMethod]] = {
 """Method name -> class."""
 
 
-def make_method(method: Union[str, KVMethod], **params: Any) -> KVMethod:
+def make_method(method: str | KVMethod, **params: Any) -> KVMethod:
     """A method instance from its name and hyper-parameters (or an instance, unchanged).
 
     Raises
@@ -135,9 +135,9 @@ def make_method(method: Union[str, KVMethod], **params: Any) -> KVMethod:
 def select(
     scores: npt.NDArray[np.float32],
     budget: Budget,
-    method: Union[str, KVMethod] = "snapkv",
-    value_norms: Optional[npt.NDArray[np.float32]] = None,
-    n_kv_heads: Optional[int] = None,
+    method: str | KVMethod = "snapkv",
+    value_norms: npt.NDArray[np.float32] | None = None,
+    n_kv_heads: int | None = None,
     *,
     threads: int = 0,
     **params: Any,

@@ -6,7 +6,7 @@ the small per-layer results (entropies, head counts, offsets) are always host ar
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -79,7 +79,7 @@ def layer_entropy(rows: Any, threads: int) -> npt.NDArray[np.float64]:
 
 
 def layer_head_counts(rows: Any, total: npt.NDArray[np.int64],
-                      floor: Optional[npt.NDArray[np.int64]], threads: int) -> npt.NDArray[np.int64]:
+                      floor: npt.NDArray[np.int64] | None, threads: int) -> npt.NDArray[np.int64]:
     """Kept entries per (layer, KV head) of a per-layer global top-k (host int64 array)."""
     if on_device(("scores", rows)):
         return _core.cuda_kv_layer_head_counts(rows, total, floor, _device.current_stream(rows))  # type: ignore[no-any-return]

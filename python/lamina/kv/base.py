@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +18,7 @@ from . import _ops
 
 __all__ = ["KeepSet", "KVMethod", "Budget", "resolve_budget", "apportion"]
 
-Budget = Union[int, float]
+Budget = int | float
 """An int (tokens kept per KV head on average) or a float in (0, 1) (kvpress compression_ratio)."""
 
 
@@ -92,7 +92,7 @@ class KeepSet:
         """True when ``indices`` lives in device memory (a CUDA array)."""
         return _device.is_device_array(self.indices)
 
-    def to_host(self) -> "KeepSet":
+    def to_host(self) -> KeepSet:
         """This set with ``indices`` copied to a numpy array (itself when already on the host)."""
         if not self.on_device:
             return self
@@ -293,7 +293,7 @@ def check_scores(scores: Any) -> npt.NDArray[np.float32]:
     return scores
 
 
-def check_kv_heads(n_kv_heads: Optional[int], n_heads: int) -> int:
+def check_kv_heads(n_kv_heads: int | None, n_heads: int) -> int:
     """H_kv from the caller (None: no GQA, H_kv = H); must divide H."""
     if n_kv_heads is None:
         return n_heads
@@ -349,7 +349,7 @@ def keep_all(n_layers: int, n_heads: int, seq_len: int, method: str, budget: int
 
 
 def select_rows(
-    scores: Optional[npt.NDArray[np.float32]],
+    scores: npt.NDArray[np.float32] | None,
     k: npt.NDArray[np.int64],
     n: int,
     tail: int,
@@ -379,8 +379,8 @@ class KVMethod:
         self,
         scores: npt.NDArray[np.float32],
         budget: Budget,
-        value_norms: Optional[npt.NDArray[np.float32]] = None,
-        n_kv_heads: Optional[int] = None,
+        value_norms: npt.NDArray[np.float32] | None = None,
+        n_kv_heads: int | None = None,
         *,
         threads: int = 0,
     ) -> KeepSet:
@@ -422,7 +422,7 @@ class KVMethod:
         self,
         scores: npt.NDArray[np.float32],
         budget: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         n_kv_heads: int,
         threads: int,
     ) -> KeepSet:

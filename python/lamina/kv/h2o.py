@@ -16,7 +16,7 @@ is this rule applied again to an updated score; lamina does not keep decode stat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Optional
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -78,7 +78,7 @@ class H2O(KVMethod):
         self,
         scores: npt.NDArray[np.float32],
         budget: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         n_kv_heads: int,
         threads: int,
     ) -> KeepSet:

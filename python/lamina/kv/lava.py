@@ -53,7 +53,7 @@ GQA max.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -102,7 +102,7 @@ class LAVa(SnapKV):
 
     def _scale_args(
         self,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         scores: npt.NDArray[np.float32],
         n_kv_heads: int,
     ) -> tuple[Any, Any]:
@@ -153,7 +153,7 @@ class LAVa(SnapKV):
         x: npt.NDArray[np.float32],
         w: int,
         n_kv_heads: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         per_head: int,
         threads: int,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -64,7 +64,7 @@ class SnapKV(KVMethod):
 
     name: ClassVar[str] = "snapkv"
     default_window: ClassVar[int] = 64
-    window_size: Optional[int] = None
+    window_size: int | None = None
     kernel_size: int = 5
     pooling: Literal["avg", "max", "none"] = "avg"
     gqa: Literal["mean", "max"] = "mean"
@@ -102,8 +102,8 @@ class SnapKV(KVMethod):
     def score(
         self,
         scores: npt.NDArray[np.float32],
-        n_kv_heads: Optional[int] = None,
-        value_norms: Optional[npt.NDArray[np.float32]] = None,
+        n_kv_heads: int | None = None,
+        value_norms: npt.NDArray[np.float32] | None = None,
         *,
         threads: int = 0,
     ) -> npt.NDArray[np.float32]:
@@ -131,7 +131,7 @@ class SnapKV(KVMethod):
         return self._score(x, w, hkv, value_norms, check_threads(threads))
 
     def _scale_args(
-        self, value_norms: Optional[npt.NDArray[np.float32]], scores: npt.NDArray[np.float32], n_kv_heads: int
+        self, value_norms: npt.NDArray[np.float32] | None, scores: npt.NDArray[np.float32], n_kv_heads: int
     ) -> tuple[Any, Any]:
         return None, None
 
@@ -140,7 +140,7 @@ class SnapKV(KVMethod):
         x: npt.NDArray[np.float32],
         w: int,
         n_kv_heads: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         threads: int,
         entropy: bool = False,
     ) -> Any:
@@ -169,7 +169,7 @@ class SnapKV(KVMethod):
         x: npt.NDArray[np.float32],
         w: int,
         n_kv_heads: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         per_head: int,
         threads: int,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
@@ -182,7 +182,7 @@ class SnapKV(KVMethod):
         x: npt.NDArray[np.float32],
         w: int,
         n_kv_heads: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         per_head: int,
         threads: int,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
@@ -197,7 +197,7 @@ class SnapKV(KVMethod):
         self,
         scores: npt.NDArray[np.float32],
         budget: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         n_kv_heads: int,
         threads: int,
     ) -> KeepSet:

@@ -10,7 +10,7 @@ are selected, not re-rotated: re-apply RoPE to the compacted cache (kvpress
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -45,7 +45,7 @@ class StreamingLLM(KVMethod):
         self,
         scores: npt.NDArray[np.float32],
         budget: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         n_kv_heads: int,
         threads: int,
     ) -> KeepSet:
