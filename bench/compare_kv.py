@@ -133,8 +133,9 @@ def np_counts(s_layer: np.ndarray, total: int) -> np.ndarray:
 
 def np_rows_varying(s: np.ndarray, k: np.ndarray, n: int, S: int) -> list[np.ndarray]:
     tail = np.arange(n, S)
-    return [np.concatenate([np_top_row(s[l, g], int(k[l, g])), tail])
-            for l in range(s.shape[0]) for g in range(s.shape[1])]
+    return [
+        np.concatenate([np_top_row(s[l, g], int(k[l, g])), tail]) for l in range(s.shape[0]) for g in range(s.shape[1])
+    ]
 
 
 def np_adakv(x, b, hkv, w=64, k=5, alpha=0.2):
@@ -216,8 +217,9 @@ def main() -> None:
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--seq", type=int, nargs="+", default=[8192, 32768])
     ap.add_argument("--budget", type=int, default=1024)
-    ap.add_argument("--window-rows", type=int, default=0,
-                    help="also time window attention input (L, H, w, S) with this w (0: off)")
+    ap.add_argument(
+        "--window-rows", type=int, default=0, help="also time window attention input (L, H, w, S) with this w (0: off)"
+    )
     ap.add_argument("--methods", nargs="+", default=["snapkv", "lava", "adakv", "pyramidkv", "h2o"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default="")
@@ -237,7 +239,10 @@ def main() -> None:
         "numpy": np.__version__,
         "numpy_threads": 1 if blas_limit is not None else "default (threadpoolctl missing)",
         "python": platform.python_version(),
-        "L": L, "H": H, "H_kv": hkv, "budget": b,
+        "L": L,
+        "H": H,
+        "H_kv": hkv,
+        "budget": b,
     }
     print(json.dumps(facts))
     rng = np.random.default_rng(0)
@@ -247,8 +252,10 @@ def main() -> None:
         inputs.append(("scores", S, lambda S=S: make_scores(rng, L, H, S)))
         if args.window_rows:
             inputs.append(("window", S, lambda S=S: make_window(rng, L, H, args.window_rows, S)))
-    header = f"{'method':10s} {'input':7s} {'S':>6s} {'numpy ms':>9s} {'1 thr ms':>9s} {'x':>6s} " \
-             f"{f'{threads} thr ms':>9s} {'x':>6s} {'x cpu':>6s}  agree"
+    header = (
+        f"{'method':10s} {'input':7s} {'S':>6s} {'numpy ms':>9s} {'1 thr ms':>9s} {'x':>6s} "
+        f"{f'{threads} thr ms':>9s} {'x':>6s} {'x cpu':>6s}  agree"
+    )
     print(header)
     for kind, S, make in inputs:
         x = make()
@@ -289,14 +296,25 @@ def main() -> None:
             else:
                 agree = f"total {ks.total} (np {sum(len(r) for r in rows_np)})"
             row = {
-                "method": m, "input": kind, "S": S, "numpy_s": t_np, "lamina_1t_s": t_1,
-                "lamina_s": t_n, "speedup_1t": t_np / t_1, "speedup": t_np / t_n,
-                "numpy_cpu_s": c_np, "lamina_1t_cpu_s": c_1, "speedup_1t_cpu": c_np / c_1,
+                "method": m,
+                "input": kind,
+                "S": S,
+                "numpy_s": t_np,
+                "lamina_1t_s": t_1,
+                "lamina_s": t_n,
+                "speedup_1t": t_np / t_1,
+                "speedup": t_np / t_n,
+                "numpy_cpu_s": c_np,
+                "lamina_1t_cpu_s": c_1,
+                "speedup_1t_cpu": c_np / c_1,
                 "agreement": agree,
             }
             results.append(row)
-            print(f"{m:10s} {kind:7s} {S:6d} {t_np * 1e3:9.1f} {t_1 * 1e3:9.1f} {t_np / t_1:6.1f} "
-                  f"{t_n * 1e3:9.1f} {t_np / t_n:6.1f} {c_np / c_1:6.1f}  {agree}", flush=True)
+            print(
+                f"{m:10s} {kind:7s} {S:6d} {t_np * 1e3:9.1f} {t_1 * 1e3:9.1f} {t_np / t_1:6.1f} "
+                f"{t_n * 1e3:9.1f} {t_np / t_n:6.1f} {c_np / c_1:6.1f}  {agree}",
+                flush=True,
+            )
         del x
     if args.out:
         with open(args.out, "w") as f:

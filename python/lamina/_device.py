@@ -46,8 +46,7 @@ def require_cuda() -> None:
         raise RuntimeError("got a CUDA array (__cuda_array_interface__), but " + REBUILD_HINT)
     if _core.cuda_device_count() == 0:
         raise RuntimeError(
-            "got a CUDA array, but no CUDA device is usable (no GPU or no driver); "
-            "pass numpy arrays to run on the CPU"
+            "got a CUDA array, but no CUDA device is usable (no GPU or no driver); pass numpy arrays to run on the CPU"
         )
 
 
@@ -156,8 +155,9 @@ class DeviceView:
     ``torch.as_tensor`` to use it. ``stream`` tells consumers which stream to wait for.
     """
 
-    def __init__(self, owner: Any, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-                 typestr: str, stream: int) -> None:
+    def __init__(
+        self, owner: Any, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], typestr: str, stream: int
+    ) -> None:
         self._owner = owner
         self.__cuda_array_interface__ = {
             "shape": shape,

@@ -38,8 +38,10 @@ def _np_topk(Q: npt.NDArray[np.float32], X: npt.NDArray[np.float32], k: int) -> 
 def _cmd_bench_search(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     n, d = args.rows, args.dim
-    print(f"lamina {_info.build_info()['version']} — exact top-{args.k} search, {n} x {d} float32, "
-          f"SIMD {_info.build_info()['simd_active']}, {_info.get_num_threads()} threads")
+    print(
+        f"lamina {_info.build_info()['version']} — exact top-{args.k} search, {n} x {d} float32, "
+        f"SIMD {_info.build_info()['simd_active']}, {_info.get_num_threads()} threads"
+    )
     X = rng.standard_normal((n, d), dtype=np.float32)
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     arena = VectorArena(d, capacity=n)
@@ -64,8 +66,16 @@ def _cmd_bench_search(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    run_demo(db_path=args.db, users=args.users, sessions=args.sessions, turns=args.turns, budget=args.budget,
-             seed=args.seed, embedder=args.embedder, progress=not args.quiet)
+    run_demo(
+        db_path=args.db,
+        users=args.users,
+        sessions=args.sessions,
+        turns=args.turns,
+        budget=args.budget,
+        seed=args.seed,
+        embedder=args.embedder,
+        progress=not args.quiet,
+    )
     return 0
 
 
@@ -85,9 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--sessions", type=int, default=20)
     d.add_argument("--turns", type=int, default=30, help="turns per session")
     d.add_argument("--budget", type=int, default=256, help="context budget in tokens")
-    d.add_argument("--embedder", default="hashing",
-                   help="hashing (default: the embedded, deterministic one — same numbers on every machine) "
-                        "| auto (MiniLM when installed) | minilm")
+    d.add_argument(
+        "--embedder",
+        default="hashing",
+        help="hashing (default: the embedded, deterministic one — same numbers on every machine) "
+        "| auto (MiniLM when installed) | minilm",
+    )
     d.add_argument("--seed", type=int, default=7)
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_demo)

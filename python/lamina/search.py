@@ -103,8 +103,7 @@ def topk(
     """
     k = _check_k(k)
     outs = _device.out_pair(out) if out is not None else (None, None)
-    if _device.on_device(("queries", queries), ("vectors", vectors), ("out[0]", outs[0]),
-                         ("out[1]", outs[1])):
+    if _device.on_device(("queries", queries), ("vectors", vectors), ("out[0]", outs[0]), ("out[1]", outs[1])):
         nq = int(queries.shape[0]) if len(queries.shape) else 0
         scores = outs[0] if out is not None else _device.empty_like_device(queries, (nq, k), np.float32)
         ids = outs[1] if out is not None else _device.empty_like_device(queries, (nq, k), np.int64)
@@ -247,8 +246,10 @@ class VectorArena:
             stream = _device.current_stream(vectors) if _device.is_device_array(vectors) else 0
             return self._a.add(vectors, ns, layer, stream)
         if _device.is_device_array(vectors):
-            raise ValueError("vectors are on a CUDA device but this arena is on the CPU; create it "
-                             "with VectorArena(..., device='cuda') or pass a numpy array")
+            raise ValueError(
+                "vectors are on a CUDA device but this arena is on the CPU; create it "
+                "with VectorArena(..., device='cuda') or pass a numpy array"
+            )
         return self._a.add(vectors, ns, layer)
 
     def remove(self, slots: int | Iterable[int] | npt.ArrayLike) -> None:
@@ -305,8 +306,14 @@ class VectorArena:
         if self._cuda:
             v = self._a.device_view()
             elt = 2 if v["typestr"] == "<f2" else 4
-            return _device.DeviceView(self._a, v["ptr"], (v["rows"], v["dim"]),  # type: ignore[return-value]
-                                      (v["stride"] * elt, elt), v["typestr"], v["stream"])
+            return _device.DeviceView(
+                self._a,
+                v["ptr"],
+                (v["rows"], v["dim"]),  # type: ignore[return-value]
+                (v["stride"] * elt, elt),
+                v["typestr"],
+                v["stream"],
+            )
         return self._a.vectors_view()
 
     def live_mask(self) -> npt.NDArray[np.bool_]:
@@ -366,10 +373,13 @@ class VectorArena:
                 nq = int(queries.shape[0])
                 scores = _device.empty_like_device(queries, (nq, k), np.float32)
                 ids = _device.empty_like_device(queries, (nq, k), np.int64)
-                return self._a.search(queries, k, str(metric), _namespace(namespace), ls, scores, ids,
-                                      _device.current_stream(queries))
+                return self._a.search(
+                    queries, k, str(metric), _namespace(namespace), ls, scores, ids, _device.current_stream(queries)
+                )
             return self._a.search(queries, k, str(metric), _namespace(namespace), ls)
         if _device.is_device_array(queries):
-            raise ValueError("queries are on a CUDA device but this arena is on the CPU; pass a "
-                             "numpy array or use VectorArena(..., device='cuda')")
+            raise ValueError(
+                "queries are on a CUDA device but this arena is on the CPU; pass a "
+                "numpy array or use VectorArena(..., device='cuda')"
+            )
         return self._a.search(queries, k, str(metric), _namespace(namespace), ls, int(threads))

@@ -18,7 +18,12 @@ from .hashing import Hashing
 from .minilm import MiniLM, find_minilm_dir
 
 __all__ = [
-    "Embedder", "Hashing", "MiniLM", "find_minilm_dir", "get_embedder", "check_texts",
+    "Embedder",
+    "Hashing",
+    "MiniLM",
+    "find_minilm_dir",
+    "get_embedder",
+    "check_texts",
     "check_embeddings",
 ]
 
@@ -78,8 +83,10 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
         if s == "minilm":
             e = _try_minilm()
             if e is None:
-                raise ValueError("embedder 'minilm' is not available locally (module or model files "
-                                 "missing); use embedder='hashing' or 'auto'")
+                raise ValueError(
+                    "embedder 'minilm' is not available locally (module or model files "
+                    "missing); use embedder='hashing' or 'auto'"
+                )
             return e
         raise ValueError(f"unknown embedder {spec!r}; expected 'auto', 'hashing', 'minilm' or an Embedder instance")
     if hasattr(spec, "embed") and hasattr(spec, "dim"):

@@ -68,5 +68,7 @@ def check_embeddings(x: object, n: int, dim: int, who: str) -> npt.NDArray[np.fl
     if n:
         norms = np.linalg.norm(x, axis=1)
         if not np.allclose(norms, 1.0, atol=1e-3):
-            raise ValueError(f"{who}.embed must return unit-norm rows (got norms in [{norms.min():.3g}, {norms.max():.3g}])")
+            raise ValueError(
+                f"{who}.embed must return unit-norm rows (got norms in [{norms.min():.3g}, {norms.max():.3g}])"
+            )
     return x

@@ -52,8 +52,7 @@ __all__ = [
 ]
 
 #: Official LoCoMo category integers -> names (never the relabelled third-party names).
-CATEGORY_NAMES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop",
-                                  5: "adversarial"}
+CATEGORY_NAMES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
@@ -85,6 +84,7 @@ def answer_tokens(s: str) -> list[str]:
 
 
 # ---- retrieval metrics -------------------------------------------------------------------------
+
 
 def evidence_recall(evidence_texts: Sequence[str], context_text: str) -> float:
     """Share of evidence turns whose raw text occurs in the rendered context.
@@ -133,8 +133,9 @@ def distractor_coverage(distractor: str, text: str) -> float:
     return len(d & t) / len(d)
 
 
-def false_memory(abstain: bool, top_parts: Sequence[tuple[str | None, str]], distractor: str,
-                 named_speaker: str | None) -> bool:
+def false_memory(
+    abstain: bool, top_parts: Sequence[tuple[str | None, str]], distractor: str, named_speaker: str | None
+) -> bool:
     """Did this adversarial question get a false memory at the top of its context?
 
     Parameters
@@ -182,6 +183,7 @@ def percentile(values: Iterable[float], q: float) -> float:
 
 
 # ---- reader metrics (official rules) -------------------------------------------------------------
+
 
 def f1_score(prediction: str, gold: str) -> float:
     """Token F1 between normalised, stemmed multisets of tokens."""

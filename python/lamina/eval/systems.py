@@ -41,8 +41,21 @@ from ..search import topk
 from .locomo import Session, Turn
 from .metrics import answer_tokens, count_tokens
 
-__all__ = ["CtxItem", "Ctx", "CachedEmbedder", "render_turn", "RawTurns", "Recency", "DenseRAG", "BM25",
-           "HybridRAG", "LaminaSystem", "BASELINES", "LAMINA_VARIANTS", "make_system"]
+__all__ = [
+    "CtxItem",
+    "Ctx",
+    "CachedEmbedder",
+    "render_turn",
+    "RawTurns",
+    "Recency",
+    "DenseRAG",
+    "BM25",
+    "HybridRAG",
+    "LaminaSystem",
+    "BASELINES",
+    "LAMINA_VARIANTS",
+    "make_system",
+]
 
 
 @dataclass
@@ -102,8 +115,10 @@ class CachedEmbedder:
             os.makedirs(d, exist_ok=True)
             self._db = sqlite3.connect(path)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key BLOB NOT NULL, "
-                             "dim INTEGER NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (model, key))")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key BLOB NOT NULL, "
+                "dim INTEGER NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (model, key))"
+            )
             self._db.commit()
 
     @property
@@ -125,11 +140,12 @@ class CachedEmbedder:
         dim, name = self.dim, self.name
         missing = []
         for i in range(0, len(texts), 500):
-            chunk = texts[i:i + 500]
+            chunk = texts[i : i + 500]
             keys = {self._key(t): t for t in chunk}
             q = ",".join("?" * len(keys))
-            rows = self._db.execute(f"SELECT key, dim, vec FROM vectors WHERE model = ? AND key IN ({q})",
-                                    [name, *keys]).fetchall()
+            rows = self._db.execute(
+                f"SELECT key, dim, vec FROM vectors WHERE model = ? AND key IN ({q})", [name, *keys]
+            ).fetchall()
             for k, d, v in rows:
                 if int(d) == dim and len(v) == 4 * dim:
                     self._cache[keys[bytes(k)]] = np.frombuffer(v, dtype=np.float32).copy()
@@ -150,9 +166,10 @@ class CachedEmbedder:
                 self._cache[t] = np.array(e, dtype=np.float32)
             if self._db is not None:
                 with self._db:
-                    self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
-                                         [(self.name, self._key(t), self.dim, self._cache[t].tobytes())
-                                          for t in missing])
+                    self._db.executemany(
+                        "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
+                        [(self.name, self._key(t), self.dim, self._cache[t].tobytes()) for t in missing],
+                    )
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for i, t in enumerate(texts):
             out[i] = self._cache[t]
@@ -170,6 +187,7 @@ def render_turn(t: Turn) -> str:
 
 
 # ---- raw-turn baselines ---------------------------------------------------------------------------
+
 
 class RawTurns(ABC):
     """Shared store of the baselines: raw turns, their vectors, a BM25 index, optional FIFO capacity."""
@@ -363,8 +381,7 @@ class LaminaSystem:
         if not session.turns:
             return
         sid = f"session_{session.number}"
-        msgs = [{"speaker": t.speaker, "text": t.text, "id": t.dia_id, "timestamp": t.timestamp}
-                for t in session.turns]
+        msgs = [{"speaker": t.speaker, "text": t.text, "id": t.dia_id, "timestamp": t.timestamp} for t in session.turns]
         self.mem.add(msgs, user_id=self.user_id, session_id=sid)
         self.mem.end_session(user_id=self.user_id, session_id=sid, now=session.turns[-1].timestamp)
 
@@ -380,8 +397,13 @@ class LaminaSystem:
         return ((None, it.text),)  # summaries, notes, profiles: attributed to nobody
 
     def context(self, question: str, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> Ctx:
-        c = self.mem.context(question, user_id=self.user_id, budget=budget, now=now,
-                             query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32))
+        c = self.mem.context(
+            question,
+            user_id=self.user_id,
+            budget=budget,
+            now=now,
+            query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32),
+        )
         items = [CtxItem(it.render(), float(it.score), self._parts(it), it.layer) for it in c.items]
         return Ctx(items, abstain=bool(c.abstain), text=c.render())
 
@@ -389,8 +411,14 @@ class LaminaSystem:
         self.mem.close()
 
 
-def make_system(name: str, embedder: CachedEmbedder, user_id: str, *, capacity_turns: int | None = None,
-                base_config: MemoryConfig | None = None) -> Any:
+def make_system(
+    name: str,
+    embedder: CachedEmbedder,
+    user_id: str,
+    *,
+    capacity_turns: int | None = None,
+    base_config: MemoryConfig | None = None,
+) -> Any:
     """Build a fresh system by name. ``capacity_turns``: the retention capacity — for a baseline,
     the turns it keeps; for lamina, C_e + C_s, split evenly between episodic and semantic."""
     if name in BASELINES:

@@ -97,9 +97,7 @@ __all__ = [
     "LAVa",
 ]
 
-METHODS: dict[str, type[KVMethod]] = {
-    cls.name: cls for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa)
-}
+METHODS: dict[str, type[KVMethod]] = {cls.name: cls for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa)}
 """Method name -> class."""
 
 
@@ -126,9 +124,7 @@ def make_method(method: str | KVMethod, **params: Any) -> KVMethod:
     valid = [f.name for f in fields(cls)]
     bad = sorted(set(params) - set(valid))
     if bad:
-        raise TypeError(
-            f"{cls.name} got unknown parameter(s) {', '.join(bad)}; valid: {', '.join(valid) or 'none'}"
-        )
+        raise TypeError(f"{cls.name} got unknown parameter(s) {', '.join(bad)}; valid: {', '.join(valid) or 'none'}")
     return cls(**params)
 
 
@@ -259,15 +255,12 @@ def compress(
     k = _check_cache(keys, "keys")
     v = _check_cache(values, "values")
     if k.shape != v.shape or k.dtype != v.dtype:
-        raise ValueError(
-            f"keys and values must match, got {k.shape} {k.dtype} and {v.shape} {v.dtype}"
-        )
+        raise ValueError(f"keys and values must match, got {k.shape} {k.dtype} and {v.shape} {v.dtype}")
     if not isinstance(keep, KeepSet):
         raise TypeError(f"keep must be a KeepSet, got {type(keep).__name__}")
     if keep.on_device:
         raise ValueError(
-            "keep holds device indices but keys/values are host arrays; pass device keys/values "
-            "or keep.to_host()"
+            "keep holds device indices but keys/values are host arrays; pass device keys/values or keep.to_host()"
         )
     L, hkv, S, _ = k.shape
     if keep.lengths.shape != (L, hkv) or keep.seq_len != S:
@@ -280,8 +273,7 @@ def compress(
         max_len = int(keep.lengths.max()) if keep.lengths.size else 0
         if max_len == 0:
             shape = (L, hkv, 0, k.shape[3])
-            return CompressedKV(np.zeros(shape, k.dtype), np.zeros(shape, v.dtype),
-                                keep.offsets, keep.lengths, True)
+            return CompressedKV(np.zeros(shape, k.dtype), np.zeros(shape, v.dtype), keep.offsets, keep.lengths, True)
         ko = _core.kv_gather(k, keep.offsets, keep.indices, max_len, nt)
         vo = _core.kv_gather(v, keep.offsets, keep.indices, max_len, nt)
     else:
@@ -319,8 +311,7 @@ def _compress_device(keys: Any, values: Any, keep: KeepSet, padded: bool) -> Com
     outs = []
     for src in (k, v):
         o = _device.empty_like_device(k, shape, dt)
-        _core.cuda_kv_gather(src, offsets_dev, keep.offsets, keep.indices,
-                             max_len if padded else 0, o, stream)
+        _core.cuda_kv_gather(src, offsets_dev, keep.offsets, keep.indices, max_len if padded else 0, o, stream)
         outs.append(o)
     return CompressedKV(outs[0], outs[1], keep.offsets, keep.lengths, padded)
 

@@ -128,9 +128,7 @@ class KeepSet:
     def head(self, layer: int, head: int) -> npt.NDArray[np.int64]:
         """Kept positions of one (layer, KV head), ascending (a read-only view)."""
         if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
-            raise IndexError(
-                f"(layer, head) = ({layer}, {head}) outside ({self.n_layers}, {self.n_heads})"
-            )
+            raise IndexError(f"(layer, head) = ({layer}, {head}) outside ({self.n_layers}, {self.n_heads})")
         r = layer * self.n_heads + head
         return self.indices[self.offsets[r] : self.offsets[r + 1]]
 
@@ -182,13 +180,9 @@ def resolve_budget(budget: Budget, seq_len: int) -> int:
             )
         b = int(seq_len * (1.0 - r))
         if b < 1:
-            raise ValueError(
-                f"compression_ratio {r} keeps 0 of {seq_len} tokens per head; lower it"
-            )
+            raise ValueError(f"compression_ratio {r} keeps 0 of {seq_len} tokens per head; lower it")
         return b
-    raise TypeError(
-        f"budget must be an int (tokens per head) or a float in (0, 1), got {type(budget).__name__}"
-    )
+    raise TypeError(f"budget must be an int (tokens per head) or a float in (0, 1), got {type(budget).__name__}")
 
 
 def apportion(weights: npt.ArrayLike, total: int, cap: int) -> npt.NDArray[np.int64]:
@@ -254,8 +248,7 @@ def check_scores(scores: Any) -> npt.NDArray[np.float32]:
         shape = tuple(int(s) for s in cai["shape"])
         if len(shape) not in (3, 4):
             raise ValueError(
-                "scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, "
-                f"got shape {shape}"
+                f"scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, got shape {shape}"
             )
         if 0 in shape:
             raise ValueError(f"scores must be non-empty, got shape {shape}")
@@ -273,13 +266,11 @@ def check_scores(scores: Any) -> npt.NDArray[np.float32]:
         )
     if scores.dtype != np.float32:
         raise TypeError(
-            f"scores must have dtype float32, got {scores.dtype}; convert explicitly with "
-            "scores.astype(numpy.float32)"
+            f"scores must have dtype float32, got {scores.dtype}; convert explicitly with scores.astype(numpy.float32)"
         )
     if scores.ndim not in (3, 4):
         raise ValueError(
-            "scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, "
-            f"got shape {scores.shape}"
+            f"scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, got shape {scores.shape}"
         )
     if 0 in scores.shape:
         raise ValueError(f"scores must be non-empty, got shape {scores.shape}")
@@ -301,9 +292,7 @@ def check_kv_heads(n_kv_heads: int | None, n_heads: int) -> int:
         raise TypeError(f"n_kv_heads must be an int or None, got {type(n_kv_heads).__name__}")
     hkv = int(n_kv_heads)
     if hkv < 1 or n_heads % hkv != 0:
-        raise ValueError(
-            f"n_kv_heads must divide the number of query heads ({n_heads}), got {hkv}"
-        )
+        raise ValueError(f"n_kv_heads must divide the number of query heads ({n_heads}), got {hkv}")
     return hkv
 
 
@@ -332,8 +321,7 @@ def check_fraction(value: Any, name: str) -> float:
     return v
 
 
-def keep_all(n_layers: int, n_heads: int, seq_len: int, method: str, budget: int,
-             like: Any = None) -> KeepSet:
+def keep_all(n_layers: int, n_heads: int, seq_len: int, method: str, budget: int, like: Any = None) -> KeepSet:
     """Every position of every row (the cache is not longer than the budget); indices on
     ``like``'s device when it is a CUDA array."""
     r = n_layers * n_heads

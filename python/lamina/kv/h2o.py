@@ -70,8 +70,17 @@ class H2O(KVMethod):
         if self.normalize and scores.ndim != 4:
             raise ValueError("h2o normalize=True needs window attention (L, H, w, S)")
         return _ops.window_scores(  # type: ignore[no-any-return]
-            scores, n_kv_heads, n_candidates, "sum", bool(self.normalize), "none", 1,
-            self.gqa, None, None, threads,
+            scores,
+            n_kv_heads,
+            n_candidates,
+            "sum",
+            bool(self.normalize),
+            "none",
+            1,
+            self.gqa,
+            None,
+            None,
+            threads,
         )
 
     def _select(
@@ -92,8 +101,19 @@ class H2O(KVMethod):
         k = np.full((L, n_kv_heads), heavy, dtype=np.int64)
         # scored and selected row by row in one native pass (see H2O.score for the scores)
         idx, off = _ops.score_select(
-            scores, n_kv_heads, n, "sum", bool(self.normalize), "none", 1, self.gqa, None, None,
-            k, recent, threads,
+            scores,
+            n_kv_heads,
+            n,
+            "sum",
+            bool(self.normalize),
+            "none",
+            1,
+            self.gqa,
+            None,
+            None,
+            k,
+            recent,
+            threads,
         )
         return KeepSet(
             indices=idx,

@@ -147,8 +147,18 @@ class SnapKV(KVMethod):
         per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
         n = x.shape[-1] - w
         return _ops.window_scores(  # type: ignore[no-any-return]
-            x, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size), self.gqa,
-            per_row, per_token, threads, entropy,
+            x,
+            n_kv_heads,
+            n,
+            "mean",
+            False,
+            self.pooling,
+            int(self.kernel_size),
+            self.gqa,
+            per_row,
+            per_token,
+            threads,
+            entropy,
         )
 
     # -- budgets -----------------------------------------------------------------------
@@ -214,15 +224,24 @@ class SnapKV(KVMethod):
             )
         n = S - w
         if self.scores_decide_budgets:
-            idx, off, k, info = self._budget_and_select(
-                scores, w, n_kv_heads, value_norms, budget - w, threads
-            )
+            idx, off, k, info = self._budget_and_select(scores, w, n_kv_heads, value_norms, budget - w, threads)
         else:
             k, info = self._static_budgets(L, n_kv_heads, budget - w, n)
             per_row, per_token = self._scale_args(value_norms, scores, n_kv_heads)
             idx, off = _ops.score_select(
-                scores, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size),
-                self.gqa, per_row, per_token, k, w, threads,
+                scores,
+                n_kv_heads,
+                n,
+                "mean",
+                False,
+                self.pooling,
+                int(self.kernel_size),
+                self.gqa,
+                per_row,
+                per_token,
+                k,
+                w,
+                threads,
             )
         info["window_size"] = w
         return KeepSet(
