@@ -10,11 +10,14 @@ without the CUDA backend raises ``RuntimeError`` saying how to rebuild.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from . import _core
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 __all__ = [
     "REBUILD_HINT",
@@ -35,7 +38,14 @@ REBUILD_HINT = (
 )
 
 
-def is_device_array(x: Any) -> bool:
+class CudaArrayLike(Protocol):
+    """An object exposing ``__cuda_array_interface__`` (CuPy array, PyTorch CUDA tensor, ...)."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+
+def is_device_array(x: object) -> TypeIs[CudaArrayLike]:
     """True when ``x`` exposes ``__cuda_array_interface__``."""
     return x is not None and hasattr(x, "__cuda_array_interface__")
 
@@ -159,6 +169,7 @@ class DeviceView:
         self, owner: Any, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], typestr: str, stream: int
     ) -> None:
         self._owner = owner
+        self._shape = shape
         self.__cuda_array_interface__ = {
             "shape": shape,
             "strides": strides,
@@ -170,7 +181,7 @@ class DeviceView:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.__cuda_array_interface__["shape"])
+        return tuple(self._shape)
 
 
 def out_pair(out: Any, names: tuple[str, str] = ("scores", "ids")) -> tuple[Any, Any]:

@@ -9,6 +9,7 @@ on four-letter words, ``y -> i`` only after a consonant that is not the first le
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 __all__ = ["porter_stem"]
@@ -63,7 +64,11 @@ def _cvc(w: str) -> bool:
     return len(w) == 2 and not _cons(w, 0) and _cons(w, 1)
 
 
-def _rules(word: str, rules) -> str:
+#: (suffix, replacement, condition on the stem or None); suffix "*d": a double consonant
+_Rule = tuple[str, str, Callable[[str], bool] | None]
+
+
+def _rules(word: str, rules: Sequence[_Rule]) -> str:
     """Apply the first rule whose suffix matches (and stop there, matched or not)."""
     for suffix, repl, cond in rules:
         if suffix == "*d":

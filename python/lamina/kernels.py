@@ -178,7 +178,7 @@ def softmax_gate(
     if isinstance(max_doublings, (bool, np.bool_)) or not isinstance(max_doublings, (int, np.integer)):
         raise TypeError(f"max_doublings must be an int, got {type(max_doublings).__name__}")
     if _device.on_device(("relevance", relevance), ("out", out), ("beta", _array_or_none(beta))):
-        shape = tuple(int(s) for s in relevance.shape)  # type: ignore[attr-defined]
+        shape = tuple(int(s) for s in relevance.shape)
         if len(shape) != 2:
             raise ValueError(f"relevance must be 2-dimensional (b, L), got shape {shape}")
         gamma = out if out is not None else _device.empty_like_device(relevance, shape, np.float32)
@@ -192,7 +192,7 @@ def softmax_gate(
             beta_used,
             _device.current_stream(relevance),
         )
-        return gamma, beta_used  # type: ignore[return-value]
+        return gamma, beta_used
     gamma, beta_used = _core.softmax_gate(
         relevance, _row_param(beta, "beta"), eps, int(max_doublings), out, _threads(threads)
     )
@@ -373,7 +373,7 @@ def heat_scores(
             heat,
             _device.current_stream(last_access),
         )
-        return heat  # type: ignore[no-any-return]
+        return heat
     return _core.heat_scores(
         visits,
         interaction_len,

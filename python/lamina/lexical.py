@@ -112,7 +112,8 @@ def _check_k(k: int) -> int:
     return int(k)
 
 
-def _terms(item: TokensOrText, what: str) -> Sequence[str]:
+def _terms(item: object, what: str) -> Sequence[str]:
+    # item: a TokensOrText from the caller, checked here (anything else raises TypeError)
     """A text is tokenized; a token list is taken as is (checked natively: str items only)."""
     if isinstance(item, str):
         return tokenize(item)

@@ -176,6 +176,7 @@ class VectorArena:
             raise TypeError(f"dim must be an int, got {type(dim).__name__}")
         kind, ordinal = _device.parse_device(device)
         self._cuda = kind == "cuda"
+        self._a: _core.VectorArena | _core.CudaVectorArena
         if self._cuda:
             if not _core.has_cuda():
                 raise RuntimeError("VectorArena(device='cuda'): " + _device.REBUILD_HINT)
@@ -185,10 +186,22 @@ class VectorArena:
         else:
             self._a = _core.VectorArena(int(dim), name, int(capacity))
 
+    def _dev(self) -> _core.CudaVectorArena:
+        """The native arena of a ``device="cuda"`` arena."""
+        a = self._a
+        assert not isinstance(a, _core.VectorArena)
+        return a
+
+    def _host(self) -> _core.VectorArena:
+        """The native arena of a ``device="cpu"`` arena."""
+        a = self._a
+        assert isinstance(a, _core.VectorArena)
+        return a
+
     @property
     def device(self) -> str:
         """``"cpu"`` or ``"cuda:N"``."""
-        return f"cuda:{self._a.device}" if self._cuda else "cpu"
+        return f"cuda:{self._dev().device}" if self._cuda else "cpu"
 
     # -- facts ---------------------------------------------------------------------------
     @property
@@ -223,7 +236,7 @@ class VectorArena:
         self,
         vectors: npt.NDArray[np.floating],
         namespace: int | npt.NDArray[np.uint64] = 0,
-        layer: int | npt.NDArray[np.uint8] = 0,
+        layer: int | np.integer | npt.NDArray[np.uint8] = 0,
     ) -> npt.NDArray[np.int64]:
         """Append rows.
 
@@ -244,7 +257,7 @@ class VectorArena:
             layer = int(layer)
         if self._cuda:
             stream = _device.current_stream(vectors) if _device.is_device_array(vectors) else 0
-            return self._a.add(vectors, ns, layer, stream)
+            return self._dev().add(vectors, ns, layer, stream)
         if _device.is_device_array(vectors):
             raise ValueError(
                 "vectors are on a CUDA device but this arena is on the CPU; create it "
@@ -304,7 +317,7 @@ class VectorArena:
         still reads the old block (a snapshot) rather than dangling.
         """
         if self._cuda:
-            v = self._a.device_view()
+            v = self._dev().device_view()
             elt = 2 if v["typestr"] == "<f2" else 4
             return _device.DeviceView(
                 self._a,
@@ -314,7 +327,7 @@ class VectorArena:
                 v["typestr"],
                 v["stream"],
             )
-        return self._a.vectors_view()
+        return self._host().vectors_view()
 
     def live_mask(self) -> npt.NDArray[np.bool_]:
         """Copy of the live flags, shape (high_water,)."""
@@ -373,7 +386,7 @@ class VectorArena:
                 nq = int(queries.shape[0])
                 scores = _device.empty_like_device(queries, (nq, k), np.float32)
                 ids = _device.empty_like_device(queries, (nq, k), np.int64)
-                return self._a.search(
+                return self._dev().search(
                     queries, k, str(metric), _namespace(namespace), ls, scores, ids, _device.current_stream(queries)
                 )
             return self._a.search(queries, k, str(metric), _namespace(namespace), ls)
@@ -382,4 +395,4 @@ class VectorArena:
                 "queries are on a CUDA device but this arena is on the CPU; pass a "
                 "numpy array or use VectorArena(..., device='cuda')"
             )
-        return self._a.search(queries, k, str(metric), _namespace(namespace), ls, int(threads))
+        return self._host().search(queries, k, str(metric), _namespace(namespace), ls, int(threads))

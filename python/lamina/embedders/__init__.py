@@ -42,7 +42,8 @@ def _try_minilm() -> Embedder | None:
     try:
         if callable(avail) and not avail():
             return None
-        return cls()
+        emb: Embedder = cls()  # a dynamically imported class: typed here, at the boundary
+        return emb
     except (ImportError, OSError, FileNotFoundError, RuntimeError, ValueError) as e:
         _log.info("lamina: MiniLM embedder unavailable (%s); using Hashing", e)
         return None
@@ -92,5 +93,5 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
     if hasattr(spec, "embed") and hasattr(spec, "dim"):
         if not hasattr(spec, "name"):
             raise TypeError("a custom embedder needs a `name` attribute (a short stable description)")
-        return spec  # type: ignore[return-value]
+        return spec
     raise TypeError(f"embedder must be a name or an object with dim, name and embed(texts); got {type(spec).__name__}")

@@ -278,9 +278,9 @@ class MiniLM:
         hd = H // nh
         ids = np.zeros((b, T), dtype=np.int64)
         mask = np.zeros((b, T), dtype=np.float32)
-        for i, x in enumerate(batch):
-            ids[i, : len(x)] = x
-            mask[i, : len(x)] = 1.0
+        for i, row_ids in enumerate(batch):
+            ids[i, : len(row_ids)] = row_ids
+            mask[i, : len(row_ids)] = 1.0
 
         # Embeddings: word + position + token type 0, LayerNorm.
         x = self._word[ids]  # (b, T, H)
@@ -320,6 +320,6 @@ class MiniLM:
 
         # Mean pooling over real tokens, then L2 normalisation.
         x3 = x.reshape(b, T, H)
-        pooled = np.einsum("bth,bt->bh", x3, mask) / mask.sum(axis=1, keepdims=True)
+        pooled: npt.NDArray[np.float32] = np.einsum("bth,bt->bh", x3, mask) / mask.sum(axis=1, keepdims=True)
         pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
         return pooled.astype(np.float32, copy=False)

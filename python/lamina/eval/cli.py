@@ -56,7 +56,7 @@ def _reader(args: argparse.Namespace) -> Any:
 
 
 def _cmd_eval_locomo(args: argparse.Namespace) -> int:
-    from ..embedders import get_embedder
+    from ..embedders import Embedder, get_embedder
     from .harness import ALL_SYSTEMS, format_tables, plot_recall, run_locomo
     from .locomo import load_locomo
 
@@ -69,12 +69,13 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
         return 2
     convs, rep = load_locomo(data, captions=not args.no_captions, limit=args.limit_conversations)
     systems = ALL_SYSTEMS if not args.systems else [s.strip() for s in args.systems.split(",") if s.strip()]
-    embedder = get_embedder(args.embedder)
+    embedder: Embedder = get_embedder(args.embedder)
     cache = None if args.no_cache else (args.cache or _default_cache())
+    cached = None
     if cache is not None:
         from .systems import CachedEmbedder
 
-        embedder = CachedEmbedder(embedder, cache)
+        embedder = cached = CachedEmbedder(embedder, cache)
     reader = _reader(args)
     print(
         f"LoCoMo: {rep.conversations} conversations, {rep.sessions} sessions, {rep.turns} turns, "
@@ -111,8 +112,8 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
         )
     if e.get("from_cache"):
         print(f"embedding: {e['from_cache']} vectors read from the cache {cache}")
-    if cache is not None:
-        embedder.close()
+    if cached is not None:
+        cached.close()
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(_json_safe(res), f, indent=1)

@@ -26,6 +26,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from ..embedders import Embedder
+from ..llm import LLM
 from .locomo import Conversation, LoadReport, Question
 from .metrics import (
     CATEGORY_NAMES,
@@ -104,7 +106,7 @@ class Reader:
     )
     QA5 = "Based on the above context, answer the following question.\n\nQuestion: {} Short answer:"
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: LLM) -> None:
         self.llm = llm
         self.model = str(getattr(llm, "model", "unknown"))
 
@@ -203,7 +205,7 @@ def _periods(conv: Conversation, n: int = PERIODS) -> list[list[int]]:
 
 def run_locomo(
     convs: Sequence[Conversation],
-    embedder: Any,
+    embedder: Embedder,
     *,
     budgets: Sequence[int] = (256, 512, 1024, 2048),
     systems: Sequence[str] = ALL_SYSTEMS,
@@ -264,8 +266,8 @@ def run_locomo(
         for name in systems:
             sysm = make_system(name, emb, conv.sample_id)
             t0 = time.perf_counter()
-            for s in conv.sessions:
-                sysm.ingest(s)
+            for session in conv.sessions:
+                sysm.ingest(session)
             ingest_s[name] += time.perf_counter() - t0
             for q in conv.questions:
                 ev_texts = [by_id[e].text for e in q.evidence]

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..embedders import Embedder
 from ..items import MemoryItem, format_time
 from ..memory import Memory, MemoryConfig
 from ..search import topk
@@ -102,7 +103,7 @@ class CachedEmbedder:
     Thread safety: not thread-safe (the evaluation is single-threaded).
     """
 
-    def __init__(self, inner: Any, path: str | None = None) -> None:
+    def __init__(self, inner: Embedder, path: str | None = None) -> None:
         self.inner = inner
         self._cache: dict[str, npt.NDArray[np.float32]] = {}
         self.seconds = 0.0
@@ -138,7 +139,7 @@ class CachedEmbedder:
         if self._db is None or not texts:
             return texts
         dim, name = self.dim, self.name
-        missing = []
+        missing: list[str] = []
         for i in range(0, len(texts), 500):
             chunk = texts[i : i + 500]
             keys = {self._key(t): t for t in chunk}
@@ -273,7 +274,7 @@ class RawTurns(ABC):
 class Recency(RawTurns):
     name = "recency"
 
-    def ranking(self, question, q_emb, n):
+    def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
         return list(range(n - 1, -1, -1)), [float(i) for i in range(n - 1, -1, -1)]
 
     def context(self, question: str, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> Ctx:
@@ -293,14 +294,14 @@ class Recency(RawTurns):
 class DenseRAG(RawTurns):
     name = "dense-rag"
 
-    def ranking(self, question, q_emb, n):
+    def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
         return self._dense(q_emb, n)
 
 
 class BM25(RawTurns):
     name = "bm25"
 
-    def ranking(self, question, q_emb, n):
+    def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
         return self._lexical(question, n)
 
 
@@ -308,7 +309,7 @@ class HybridRAG(RawTurns):
     name = "hybrid-rag"
     rrf_k = 60
 
-    def ranking(self, question, q_emb, n):
+    def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
         d_order, _ = self._dense(q_emb, n)
         l_order, l_scores = self._lexical(question, n)
         fused = np.zeros(n)
@@ -336,8 +337,8 @@ class _BM25Index:
                 a = acc.setdefault(w, ([], []))
                 a[0].append(i)
                 a[1].append(float(tf))
-        for w, (ii, tf) in acc.items():
-            self.post[w] = (np.array(ii, dtype=np.int64), np.array(tf))
+        for w, (ii, tfs) in acc.items():
+            self.post[w] = (np.array(ii, dtype=np.int64), np.array(tfs))
 
     def scores(self, query: list[str]) -> npt.NDArray[np.float64]:
         s = np.zeros(self.n)

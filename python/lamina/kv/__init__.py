@@ -198,14 +198,16 @@ class CompressedKV:
     padded: bool
 
 
-def _check_cache(x: Any, name: str) -> npt.NDArray[Any]:
+def _check_cache(x: object, name: str) -> None:
+    """TypeError / ValueError unless ``x`` is a 4-D numeric KV cache (L, H_kv, S, D): a C-contiguous
+    numpy array, or a CUDA array."""
     if _device.is_device_array(x):
         cai = x.__cuda_array_interface__
         if cai["typestr"][1] not in "fiu":
             raise TypeError(f"{name} must have a numeric dtype, got typestr {cai['typestr']!r}")
         if len(cai["shape"]) != 4:
             raise ValueError(f"{name} must be (L, H_kv, S, D), got shape {tuple(cai['shape'])}")
-        return x  # type: ignore[no-any-return]
+        return
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
     if x.dtype.kind not in "fiu" or x.dtype.hasobject:
@@ -214,7 +216,6 @@ def _check_cache(x: Any, name: str) -> npt.NDArray[Any]:
         raise ValueError(f"{name} must be (L, H_kv, S, D), got shape {x.shape}")
     if not x.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous; pass numpy.ascontiguousarray({name})")
-    return x
 
 
 def compress(
@@ -252,8 +253,9 @@ def compress(
     _ops.check_same_side(("keys", keys), ("values", values))
     if _ops.on_device(("keys", keys), ("values", values)):
         return _compress_device(keys, values, keep, bool(padded))
-    k = _check_cache(keys, "keys")
-    v = _check_cache(values, "values")
+    _check_cache(keys, "keys")
+    _check_cache(values, "values")
+    k, v = keys, values
     if k.shape != v.shape or k.dtype != v.dtype:
         raise ValueError(f"keys and values must match, got {k.shape} {k.dtype} and {v.shape} {v.dtype}")
     if not isinstance(keep, KeepSet):
@@ -283,8 +285,9 @@ def compress(
 
 
 def _compress_device(keys: Any, values: Any, keep: KeepSet, padded: bool) -> CompressedKV:
-    k = _check_cache(keys, "keys")
-    v = _check_cache(values, "values")
+    _check_cache(keys, "keys")
+    _check_cache(values, "values")
+    k, v = keys, values  # CUDA arrays (checked)
     ks = tuple(int(s) for s in k.__cuda_array_interface__["shape"])
     vs = tuple(int(s) for s in v.__cuda_array_interface__["shape"])
     kt, vt = k.__cuda_array_interface__["typestr"], v.__cuda_array_interface__["typestr"]

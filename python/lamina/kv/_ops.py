@@ -109,7 +109,7 @@ def score_select(
         causal,
         pool,
         kernel,
-        gqa,  # type: ignore[no-any-return]
+        gqa,
         per_row,
         per_token,
         np.ascontiguousarray(k, dtype=np.int64),
@@ -121,8 +121,8 @@ def score_select(
 def layer_entropy(rows: Any, threads: int) -> npt.NDArray[np.float64]:
     """Normalised entropy per layer (host float64 array, also for device rows)."""
     if on_device(("scores", rows)):
-        return _core.cuda_kv_layer_entropy(rows, _device.current_stream(rows))  # type: ignore[no-any-return]
-    return _core.kv_layer_entropy(rows, threads)  # type: ignore[no-any-return]
+        return _core.cuda_kv_layer_entropy(rows, _device.current_stream(rows))
+    return _core.kv_layer_entropy(rows, threads)
 
 
 def layer_head_counts(
@@ -130,8 +130,8 @@ def layer_head_counts(
 ) -> npt.NDArray[np.int64]:
     """Kept entries per (layer, KV head) of a per-layer global top-k (host int64 array)."""
     if on_device(("scores", rows)):
-        return _core.cuda_kv_layer_head_counts(rows, total, floor, _device.current_stream(rows))  # type: ignore[no-any-return]
-    return _core.kv_layer_head_counts(rows, total, floor, threads)  # type: ignore[no-any-return]
+        return _core.cuda_kv_layer_head_counts(rows, total, floor, _device.current_stream(rows))
+    return _core.kv_layer_head_counts(rows, total, floor, threads)
 
 
 def select_rows(

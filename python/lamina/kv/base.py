@@ -158,6 +158,18 @@ class KeepSet:
         )
 
 
+def is_integral(x: object) -> bool:
+    """``isinstance(x, numbers.Integral)`` (int, numpy integers, ...) as a plain bool: mypy does not
+    know that int is registered with ``numbers.Integral``, so the check must not narrow the type."""
+    return isinstance(x, numbers.Integral)
+
+
+def is_real(x: object) -> bool:
+    """``isinstance(x, numbers.Real)`` (int, float, numpy scalars, ...) as a plain bool (see
+    :func:`is_integral`)."""
+    return isinstance(x, numbers.Real)
+
+
 def resolve_budget(budget: Budget, seq_len: int) -> int:
     """Tokens kept per KV head on average, from an int budget or a compression ratio.
 
@@ -166,12 +178,12 @@ def resolve_budget(budget: Budget, seq_len: int) -> int:
     """
     if isinstance(budget, (bool, np.bool_)):
         raise TypeError("budget must be an int (tokens per head) or a float in (0, 1), not bool")
-    if isinstance(budget, numbers.Integral):
+    if is_integral(budget):
         b = int(budget)
         if b < 1:
             raise ValueError(f"budget must be >= 1 token per head, got {b}")
         return min(b, seq_len)
-    if isinstance(budget, numbers.Real):
+    if is_real(budget):
         r = float(budget)
         if not 0.0 < r < 1.0:
             raise ValueError(
@@ -258,7 +270,7 @@ def check_scores(scores: Any) -> npt.NDArray[np.float32]:
                 f"positions), got shape {shape}"
             )
         _device.require_cuda()
-        return scores  # type: ignore[no-any-return]
+        return scores  # type: ignore[return-value]  # a CUDA array, typed as the host array it stands for
     if not isinstance(scores, np.ndarray):
         raise TypeError(
             f"scores must be a numpy.ndarray of dtype float32, got {type(scores).__name__}; "
@@ -288,7 +300,7 @@ def check_kv_heads(n_kv_heads: int | None, n_heads: int) -> int:
     """H_kv from the caller (None: no GQA, H_kv = H); must divide H."""
     if n_kv_heads is None:
         return n_heads
-    if isinstance(n_kv_heads, (bool, np.bool_)) or not isinstance(n_kv_heads, numbers.Integral):
+    if isinstance(n_kv_heads, (bool, np.bool_)) or not is_integral(n_kv_heads):
         raise TypeError(f"n_kv_heads must be an int or None, got {type(n_kv_heads).__name__}")
     hkv = int(n_kv_heads)
     if hkv < 1 or n_heads % hkv != 0:
@@ -297,7 +309,7 @@ def check_kv_heads(n_kv_heads: int | None, n_heads: int) -> int:
 
 
 def check_threads(threads: int) -> int:
-    if isinstance(threads, (bool, np.bool_)) or not isinstance(threads, numbers.Integral):
+    if isinstance(threads, (bool, np.bool_)) or not is_integral(threads):
         raise TypeError(f"threads must be an int, got {type(threads).__name__}")
     if threads < 0:
         raise ValueError(f"threads must be >= 0 (0: default), got {threads}")

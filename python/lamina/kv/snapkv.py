@@ -20,7 +20,6 @@ kvpress where ``PyramidKVPress`` subclasses ``SnapKVPress``.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -34,6 +33,7 @@ from .base import (
     check_kv_heads,
     check_scores,
     check_threads,
+    is_integral,
     keep_all,
     select_rows,
 )
@@ -72,12 +72,12 @@ class SnapKV(KVMethod):
     def validate(self) -> None:
         ws = self.window_size
         if ws is not None:
-            if isinstance(ws, (bool, np.bool_)) or not isinstance(ws, numbers.Integral):
+            if isinstance(ws, (bool, np.bool_)) or not is_integral(ws):
                 raise TypeError(f"window_size must be an int or None, got {type(ws).__name__}")
             if ws < 1:
                 raise ValueError(f"window_size must be >= 1, got {ws}")
         k = self.kernel_size
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
+        if isinstance(k, (bool, np.bool_)) or not is_integral(k):
             raise TypeError(f"kernel_size must be an int, got {type(k).__name__}")
         if k < 1 or k % 2 == 0:
             raise ValueError(f"kernel_size must be odd and >= 1 (length-preserving pooling), got {k}")
@@ -128,7 +128,8 @@ class SnapKV(KVMethod):
         w = self.window(x)
         if w >= x.shape[-1]:
             raise ValueError(f"window_size ({w}) must be smaller than S ({x.shape[-1]})")
-        return self._score(x, w, hkv, value_norms, check_threads(threads))
+        rows: npt.NDArray[np.float32] = self._score(x, w, hkv, value_norms, check_threads(threads))
+        return rows
 
     def _scale_args(
         self, value_norms: npt.NDArray[np.float32] | None, scores: npt.NDArray[np.float32], n_kv_heads: int
@@ -146,7 +147,7 @@ class SnapKV(KVMethod):
     ) -> Any:
         per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
         n = x.shape[-1] - w
-        return _ops.window_scores(  # type: ignore[no-any-return]
+        return _ops.window_scores(
             x,
             n_kv_heads,
             n,
