@@ -44,7 +44,9 @@ class LLMError(RuntimeError):
 class LLM(Protocol):
     """A chat model: ``complete(messages) -> str`` (the assistant message content)."""
 
-    def complete(self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int = 512) -> str: ...
+    def complete(self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int = 512) -> str:
+        """The model's reply to chat ``messages`` (``{"role": ..., "content": ...}`` dicts)."""
+        ...
 
 
 class OpenAIChat:

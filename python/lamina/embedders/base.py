@@ -37,7 +37,15 @@ class Embedder(Protocol):
     @property
     def name(self) -> str: ...
 
-    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]: ...
+    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        """Embed ``texts``.
+
+        Returns
+        -------
+        ndarray, shape (len(texts), dim), float32
+            One row per text (unit L2 norm for the bundled embedders).
+        """
+        ...
 
 
 def check_texts(texts: Sequence[str], what: str = "texts") -> list[str]:

@@ -52,6 +52,8 @@ class Turn:
 
 @dataclass(frozen=True)
 class Session:
+    """One session of a conversation: its number (1-based), start time (epoch seconds) and turns."""
+
     number: int
     timestamp: float
     turns: tuple[Turn, ...]
@@ -72,6 +74,8 @@ class Question:
 
 @dataclass
 class Conversation:
+    """A LoCoMo sample: two speakers, their sessions in order and the gold questions."""
+
     sample_id: str
     speakers: tuple[str, str]
     sessions: list[Session]
@@ -82,11 +86,14 @@ class Conversation:
         return [t for s in self.sessions for t in s.turns]
 
     def turn_by_id(self) -> dict[str, Turn]:
+        """Every turn by its dialogue id (``D<session>:<turn>``)."""
         return {t.dia_id: t for t in self.turns}
 
 
 @dataclass
 class LoadReport:
+    """Counts of what :func:`load_locomo` read, and the evidence ids it could not use."""
+
     conversations: int = 0
     sessions: int = 0
     turns: int = 0

@@ -155,6 +155,12 @@ class CachedEmbedder:
         return missing
 
     def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        """The inner embedder's vectors, each distinct text embedded once.
+
+        Returns
+        -------
+        ndarray, shape (len(texts), dim), float32
+        """
         import time
 
         missing = self._load([t for t in dict.fromkeys(texts) if t not in self._cache])
