@@ -11,7 +11,8 @@ from . import embedders
 from .extract import Fact, FactExtractor, Summarizer, Turn
 from .items import Context, MemoryItem
 from .llm import LLM, OpenAIChat
-from .memory import Memory, MemoryConfig
+from .errors import InvalidInput, LaminaError, NotFoundError
+from .memory import ClosedError, DeleteReport, Memory, MemoryConfig, MemoryStats, ProfileDrift, SessionReport
 
 __version__ = str(build_info()["version"])
 
@@ -25,6 +26,14 @@ __all__ = [
     "kernels",
     "Memory",
     "MemoryConfig",
+    "SessionReport",
+    "DeleteReport",
+    "MemoryStats",
+    "ProfileDrift",
+    "LaminaError",
+    "InvalidInput",
+    "NotFoundError",
+    "ClosedError",
     "MemoryItem",
     "Context",
     "embedders",

@@ -190,7 +190,7 @@ def _norm_tokens(s: str) -> list[str]:
 
 def _ask(mem: Any, q: Question, budget: int, now: float, turns: dict[str, str], history_tokens: int) -> dict[str, Any]:
     t0 = time.perf_counter()
-    ctx = mem.context(q.text, q.user_id, budget=budget, now=now)
+    ctx = mem.context(q.text, user_id=q.user_id, budget=budget, now=now)
     dt = time.perf_counter() - t0
     text = ctx.render()
     ev = [s for s in q.evidence]
@@ -212,7 +212,7 @@ def _ask(mem: Any, q: Question, budget: int, now: float, turns: dict[str, str], 
         out["supersession"] = float(best is not None and bool(re.search(r"\b" + re.escape(q.answer.lower()) + r"\b", best))
                                     and not any(re.search(r"\b" + re.escape(v.lower()) + r"\b", best) for v in q.stale))
         pred = "lives_in" if "live" in q.text else "works_as"
-        cur = [f.object for f in mem.facts(q.user_id, subject=q.subject) if f.predicate == pred]
+        cur = [f.object for f in mem.facts(user_id=q.user_id, subject=q.subject) if f.predicate == pred]
         out["fact_current"] = float(cur == [q.answer])
     return out
 
@@ -220,7 +220,7 @@ def _ask(mem: Any, q: Question, budget: int, now: float, turns: dict[str, str], 
 def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20, turns: int = 30, budget: int = 256,
              seed: int = 7, embedder: str = "hashing", out: TextIO = sys.stdout, progress: bool = True) -> dict[str, Any]:
     """Generate, ingest, ask; print the results table; return the numbers."""
-    from . import Memory
+    from .memory import Memory
 
     convs = generate(users, sessions, turns, seed)
     for suffix in ("", "-wal", "-shm"):
@@ -240,12 +240,12 @@ def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20
         for si, (sid, msgs) in enumerate(c.sessions):
             for m in msgs:
                 t0 = time.perf_counter()
-                mem.add([m], c.user_id, sid)
+                mem.add([m], user_id=c.user_id, session_id=sid)
                 add_lat.append(time.perf_counter() - t0)
                 hist_tokens[c.user_id] += len(f"{m['speaker']}: {m['text']}".split())
                 if bar:
                     bar.update()
-            mem.end_session(c.user_id, sid)
+            mem.end_session(user_id=c.user_id, session_id=sid)
             if si == 0:  # period 1: ask the questions whose evidence is in the first session
                 now = msgs[-1]["timestamp"] + 3600
                 for qi, q in enumerate(c.questions):
@@ -260,7 +260,7 @@ def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20
             results.append((q, _ask(mem, q, budget, now, texts, hist_tokens[c.user_id])))
             if qbar:
                 qbar.update()
-    st = mem.stats()
+    st = mem.stats().to_dict()
     mem.close()
 
     def mean(xs: Iterable[float]) -> float:

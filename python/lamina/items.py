@@ -6,7 +6,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-__all__ = ["MemoryItem", "Context", "LAYERS", "format_time", "render_grouped"]
+__all__ = ["MemoryItem", "Context", "LAYERS", "format_time", "format_day", "render_grouped"]
 
 #: Layer names and their arena layer codes. ``history`` holds superseded facts (never current).
 LAYERS: dict[str, int] = {"working": 0, "episodic": 1, "semantic": 2, "archive": 3, "history": 4}
@@ -20,7 +20,7 @@ def format_time(t: Optional[float]) -> str:
     return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def _format_day(t: Optional[float]) -> str:
+def format_day(t: Optional[float]) -> str:
     if t is None:
         return "?"
     return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%Y-%m-%d")
@@ -88,18 +88,18 @@ class MemoryItem:
     def render(self) -> str:
         """Prompt text with dates and speakers."""
         if self.kind == "fact":
-            tag = "fact" if self.current else f"fact, until {_format_day(self.valid_to)}"
+            tag = "fact" if self.current else f"fact, until {format_day(self.valid_to)}"
             if self.commitment == "verify":
                 tag += ", verify"
-            out = f"[{tag}, since {_format_day(self.valid_from)}] {self.text}"
+            out = f"[{tag}, since {format_day(self.valid_from)}] {self.text}"
             if self.turns:  # the latest source turn, verbatim
                 t, sp, tx = self.turns[-1]
                 out += f' (from {sp + ": " if sp else ""}"{tx}")'
             return out
         if self.kind in ("note", "profile"):
-            return f"[{self.kind}, {_format_day(self.timestamp)}] {self.text}"
+            return f"[{self.kind}, {format_day(self.timestamp)}] {self.text}"
         if self.kind == "summary":
-            return f"[summary, {_format_day(self.timestamp)}] {self.text}"
+            return f"[summary, {format_day(self.timestamp)}] {self.text}"
         if self.kind == "segment" and self.turns:
             return "\n".join(
                 f"[{format_time(t)}] {sp}: {tx}" if sp else f"[{format_time(t)}] {tx}" for t, sp, tx in self.turns
@@ -129,7 +129,7 @@ class MemoryItem:
     def group_key(self) -> tuple[Optional[str], str]:
         """Turns with the same key are rendered under one ``[date time]`` header."""
         t = self.turns[-1][0] if self.kind == "fact" and self.turns else self.timestamp
-        return (self.session_id, _format_day(t))
+        return (self.session_id, format_day(t))
 
 
 def group_header(t: Optional[float]) -> str:

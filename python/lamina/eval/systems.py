@@ -365,8 +365,8 @@ class LaminaSystem:
         sid = f"session_{session.number}"
         msgs = [{"speaker": t.speaker, "text": t.text, "id": t.dia_id, "timestamp": t.timestamp}
                 for t in session.turns]
-        self.mem.add(msgs, self.user_id, sid)
-        self.mem.end_session(self.user_id, sid, now=session.turns[-1].timestamp)
+        self.mem.add(msgs, user_id=self.user_id, session_id=sid)
+        self.mem.end_session(user_id=self.user_id, session_id=sid, now=session.turns[-1].timestamp)
 
     @staticmethod
     def _parts(it: MemoryItem) -> tuple[tuple[Optional[str], str], ...]:
@@ -380,7 +380,7 @@ class LaminaSystem:
         return ((None, it.text),)  # summaries, notes, profiles: attributed to nobody
 
     def context(self, question: str, budget: int, now: Optional[float], q_emb: npt.NDArray[np.float32]) -> Ctx:
-        c = self.mem.context(question, self.user_id, budget=budget, now=now,
+        c = self.mem.context(question, user_id=self.user_id, budget=budget, now=now,
                              query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32))
         items = [CtxItem(it.render(), float(it.score), self._parts(it), it.layer) for it in c.items]
         return Ctx(items, abstain=bool(c.abstain), text=c.render())

@@ -1,4 +1,8 @@
-"""SQLite persistence for :class:`lamina.Memory` (stdlib ``sqlite3``, WAL mode).
+"""Persistence of :class:`lamina.Memory`: the :class:`Store` protocol and its SQLite backend.
+
+This is the only module of the memory loop that speaks SQL. :class:`Store` is what the loop
+needs of a backend (transactions, meta values, ids, users, sessions, item rows, revisions);
+:class:`SQLiteStore` implements it on the stdlib ``sqlite3`` in WAL mode.
 
 The database is the source of truth: every write of the memory loop happens inside one
 ``BEGIN IMMEDIATE`` transaction, and the in-memory state (records, arenas, trees) is rebuilt
@@ -18,12 +22,18 @@ import os
 import secrets
 import sqlite3
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
-__all__ = ["Store", "SCHEMA_VERSION", "ITEM_COLUMNS"]
+__all__ = ["Store", "SQLiteStore", "SCHEMA_VERSION", "ITEM_COLUMNS", "ID_SHIFT", "seq_of"]
 
 SCHEMA_VERSION = 1
 ID_SHIFT = 40  # item id = (database tag << 40) | sequence number
+
+
+def seq_of(item_id: int) -> int:
+    """The sequence number of an item id (its low ``ID_SHIFT`` bits)."""
+    return item_id & ((1 << ID_SHIFT) - 1)
+
 
 ITEM_COLUMNS = (
     "id", "user_id", "session_id", "layer", "kind", "status", "text", "summary", "speaker",
@@ -56,8 +66,70 @@ CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
 """
 
 
-class Store:
-    """One SQLite database. Not thread-safe by itself: ``Memory`` serialises all calls."""
+UserRow = tuple[str, int, float, float, int]  # user_id, namespace index, drift total / last / updates
+SessionRow = tuple[str, str, str, Optional[float], Optional[float]]  # user, session, status, started, ended
+
+
+class Store(Protocol):
+    """What the memory loop needs of a database. Calls are serialised by the caller (one
+    :class:`lamina.Memory` lock); every write happens inside :meth:`tx`."""
+
+    path: Optional[str]
+
+    def tx(self) -> contextlib.AbstractContextManager[None]:
+        """One transaction: committed when the block ends, rolled back (and re-raised) on error."""
+        ...
+
+    def close(self) -> None: ...
+
+    def get_meta(self, key: str) -> Optional[str]: ...
+
+    def set_meta(self, key: str, value: str) -> None: ...
+
+    def new_ids(self, n: int) -> list[int]:
+        """``n`` fresh item ids, persisted with the enclosing transaction."""
+        ...
+
+    def reset_ids(self) -> None:
+        """Forget ids handed out by a rolled-back transaction (re-read the counter)."""
+        ...
+
+    def owns(self, item_id: int) -> bool:
+        """Whether an item id was made by this database."""
+        ...
+
+    def users(self) -> list[UserRow]: ...
+
+    def add_user(self, user_id: str, ns: int) -> None: ...
+
+    def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None: ...
+
+    def sessions(self) -> list[SessionRow]: ...
+
+    def upsert_session(self, user_id: str, session_id: str, status: str, started_at: Optional[float],
+                       ended_at: Optional[float]) -> None: ...
+
+    def insert_items(self, rows: list[dict[str, Any]]) -> None: ...
+
+    def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None: ...
+
+    def bump_access(self, rows: list[tuple[int, Optional[float], int]]) -> None: ...
+
+    def delete_items(self, ids: list[int]) -> None: ...
+
+    def delete_user(self, user_id: str) -> None: ...
+
+    def load_items(self) -> Iterator[dict[str, Any]]:
+        """Every item row (``ITEM_COLUMNS``, decoded), in id sequence order."""
+        ...
+
+    def add_revision(self, item_id: int, text: str, changed_at: float) -> None: ...
+
+    def revisions(self, item_id: int) -> list[tuple[str, float]]: ...
+
+
+class SQLiteStore:
+    """One SQLite database (WAL mode). Not thread-safe by itself: ``Memory`` serialises all calls."""
 
     def __init__(self, path: Optional[str], synchronous: str = "NORMAL") -> None:
         if synchronous.upper() not in ("NORMAL", "FULL"):
@@ -119,11 +191,14 @@ class Store:
         self.set_meta("next_seq", str(self.next_seq))
         return [(self.tag << ID_SHIFT) | s for s in range(start, start + n)]
 
+    def reset_ids(self) -> None:
+        self.next_seq = int(self.get_meta("next_seq") or 1)
+
     def owns(self, item_id: int) -> bool:
         return (item_id >> ID_SHIFT) == self.tag
 
     # -- users / sessions --------------------------------------------------------------------
-    def users(self) -> list[tuple[str, int, float, float, int]]:
+    def users(self) -> list[UserRow]:
         return [tuple(r) for r in self.conn.execute(
             "SELECT user_id, ns, drift_total, drift_last, drift_updates FROM users ORDER BY ns")]  # type: ignore[misc]
 
@@ -134,7 +209,7 @@ class Store:
         self.conn.execute("UPDATE users SET drift_total=?, drift_last=?, drift_updates=? WHERE user_id=?",
                           (total, last, updates, user_id))
 
-    def sessions(self) -> list[tuple[str, str, str, Optional[float], Optional[float]]]:
+    def sessions(self) -> list[SessionRow]:
         return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
             "SELECT user_id, session_id, status, started_at, ended_at FROM sessions")]
 
@@ -160,7 +235,7 @@ class Store:
             self.conn.execute(f"UPDATE items SET {sets} WHERE id=?",
                               tuple(_enc(k, v) for k, v in fields.items()) + (item_id,))
 
-    def bump_access(self, rows: list[tuple[int, float, int]]) -> None:
+    def bump_access(self, rows: list[tuple[int, Optional[float], int]]) -> None:
         """(access_count, last_access, id) per row."""
         self.conn.executemany("UPDATE items SET access_count=?, last_access=? WHERE id=?", rows)
 
