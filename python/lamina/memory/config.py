@@ -111,9 +111,21 @@ class MemoryConfig:
     speaker_scope: float = 0.5
 
     def __post_init__(self) -> None:
-        ints = ("working_capacity", "episodic_capacity", "semantic_capacity", "min_segment_turns",
-                "max_segment_turns", "summary_words", "candidates", "relevance_top", "ann_threshold", "ann_m",
-                "ann_ef_construction", "ann_ef_search", "rrf_k")
+        ints = (
+            "working_capacity",
+            "episodic_capacity",
+            "semantic_capacity",
+            "min_segment_turns",
+            "max_segment_turns",
+            "summary_words",
+            "candidates",
+            "relevance_top",
+            "ann_threshold",
+            "ann_m",
+            "ann_ef_construction",
+            "ann_ef_search",
+            "rrf_k",
+        )
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("synchronous", "layers", "eviction") or (f.name == "max_entropy" and v is None):
@@ -148,10 +160,14 @@ class MemoryConfig:
             raise InvalidInput("MemoryConfig.heat_mu must be > 0")
         if self.max_entropy is not None and self.max_entropy <= 0:
             raise InvalidInput("MemoryConfig.max_entropy must be > 0 or None")
-        if (not isinstance(self.layers, tuple) or "working" not in self.layers
-                or any(L not in ACTIVE_LAYERS for L in self.layers)):
-            raise InvalidInput(f"MemoryConfig.layers must be a tuple of {ACTIVE_LAYERS} including 'working', "
-                             f"got {self.layers!r}")
+        if (
+            not isinstance(self.layers, tuple)
+            or "working" not in self.layers
+            or any(L not in ACTIVE_LAYERS for L in self.layers)
+        ):
+            raise InvalidInput(
+                f"MemoryConfig.layers must be a tuple of {ACTIVE_LAYERS} including 'working', got {self.layers!r}"
+            )
         if self.eviction not in ("coverage", "heat"):
             raise InvalidInput(f"MemoryConfig.eviction must be 'coverage' or 'heat', got {self.eviction!r}")
         if self.eviction_tiebreak < 0:

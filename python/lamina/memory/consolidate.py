@@ -31,8 +31,8 @@ Vec = npt.NDArray[np.float32]
 
 
 def turn_views(recs: Iterable[Record]) -> list[Turn]:
-    """The turns as ψ and 𝒜 see them."""
-    return [Turn(r.source_id, r.speaker, r.text, r.timestamp) for r in recs]
+    """The turns as ψ and 𝒜 see them (a turn's source id is set when it is added)."""
+    return [Turn(r.source_id or f"t{r.id}", r.speaker, r.text, r.timestamp) for r in recs]
 
 
 def dequeue(tx: Tx, models: Models, u: UserState, session_id: str, n: int) -> None:
@@ -79,7 +79,7 @@ def consolidate(tx: Tx, models: Models, u: UserState, turns: list[Record], embs:
     """Segments -> episodic leaves (MemTree insertion) and facts -> semantic (Resolve)."""
     st = tx.st
     c = st.config
-    for seg in (segments(tx, embs) if "episodic" in c.layers else []):
+    for seg in segments(tx, embs) if "episodic" in c.layers else []:
         recs = [turns[i] for i in seg]
         e = unit(embs[seg].mean(axis=0))
         summary = models.summarizer.summarize(turn_views(recs), c.summary_words) or recs[0].text
@@ -87,10 +87,23 @@ def consolidate(tx: Tx, models: Models, u: UserState, turns: list[Record], embs:
         srcs: list[str] = []
         for r in recs:
             srcs.extend(r.sources)
-        leaf = tx.new_record(u, e, session_id=recs[-1].session_id, layer="episodic", kind="segment", text=text,
-                             summary=summary, sources=tuple(dict.fromkeys(srcs)), members=[r.id for r in recs],
-                             timestamp=recs[-1].timestamp, created_at=recs[0].timestamp,
-                             interaction_len=float(len(recs)), domain=recs[0].domain, parent_id=None, depth=1)
+        leaf = tx.new_record(
+            u,
+            e,
+            session_id=recs[-1].session_id,
+            layer="episodic",
+            kind="segment",
+            text=text,
+            summary=summary,
+            sources=tuple(dict.fromkeys(srcs)),
+            members=[r.id for r in recs],
+            timestamp=recs[-1].timestamp,
+            created_at=recs[0].timestamp,
+            interaction_len=float(len(recs)),
+            domain=recs[0].domain,
+            parent_id=None,
+            depth=1,
+        )
         _tree_insert(tx, models, u, leaf, e)
         st.add_turn_views(u, leaf, [r.id for r in recs], np.ascontiguousarray(embs[seg]))
     if "semantic" not in c.layers:
@@ -118,9 +131,21 @@ def _tree_insert(tx: Tx, models: Models, u: UserState, leaf: Record, e: Vec) -> 
             parent = old.parent_id
             assert parent is not None
             sib = u.children[parent]
-            node = tx.new_record(u, st.vec(old), session_id=leaf.session_id, layer="episodic", kind="summary",
-                                 text=old.summary or old.text, summary=old.summary, sources=(), members=[],
-                                 timestamp=old.timestamp, created_at=old.created_at, parent_id=None, depth=old.depth)
+            node = tx.new_record(
+                u,
+                st.vec(old),
+                session_id=leaf.session_id,
+                layer="episodic",
+                kind="summary",
+                text=old.summary or old.text,
+                summary=old.summary,
+                sources=(),
+                members=[],
+                timestamp=old.timestamp,
+                created_at=old.created_at,
+                parent_id=None,
+                depth=old.depth,
+            )
             sib[sib.index(v)] = node.id
             sib.sort(key=lambda i: st.recs[i].seq)
             node.parent_id = parent
@@ -185,15 +210,16 @@ def end_session(tx: Tx, models: Models, u: UserState, session_id: str, t_now: fl
     if st.sessions[(u.user_id, session_id)][0] == "ended" and session_id not in u.working:
         return report  # already consolidated
     n_seg0 = u.n_active["episodic"]
-    session_turns = sorted((r for r in st.urecs(u) if r.session_id == session_id
-                            and r.kind == "turn" and r.commitment != "ephemeral"), key=lambda r: r.seq)
+    session_turns = sorted(
+        (r for r in st.urecs(u) if r.session_id == session_id and r.kind == "turn" and r.commitment != "ephemeral"),
+        key=lambda r: r.seq,
+    )
     if session_id in u.working:
         dequeue(tx, models, u, session_id, len(u.working[session_id]))
     if t_now is None:
         t_now = max((r.timestamp for r in session_turns if r.timestamp is not None), default=wall_clock())
     # Strength decay of earlier episodes (the α·M_{t-1} part of eq. 5).
-    old_ep = [r for r in st.urecs(u) if r.layer == "episodic"
-              and r.status == "active" and r.session_id != session_id]
+    old_ep = [r for r in st.urecs(u) if r.layer == "episodic" and r.status == "active" and r.session_id != session_id]
     for r in old_ep:
         r.strength *= c.alpha
         tx.changed(r, "strength")
@@ -210,8 +236,9 @@ def end_session(tx: Tx, models: Models, u: UserState, session_id: str, t_now: fl
     return report
 
 
-def _session_summary(tx: Tx, models: Models, u: UserState, session_id: str, session_turns: list[Record],
-                     old_ep: list[Record]) -> float:
+def _session_summary(
+    tx: Tx, models: Models, u: UserState, session_id: str, session_turns: list[Record], old_ep: list[Record]
+) -> float:
     """Add ŝ = ψ(session) to the episodic layer, blended first into the most similar earlier
     session summary (eq. 5, ``kernels.ema_blend``); returns the blend's drift (0: none)."""
     st = tx.st
@@ -227,7 +254,7 @@ def _session_summary(tx: Tx, models: Models, u: UserState, session_id: str, sess
         sims = P @ s_emb[0]
         b = int(np.argmax(sims))
         if float(sims[b]) >= c.blend_threshold:
-            row = np.ascontiguousarray(P[b:b + 1])
+            row = np.ascontiguousarray(P[b : b + 1])
             d = kernels.ema_blend(row, np.ascontiguousarray(s_emb), float(c.alpha), renormalize=True)
             drift = float(np.asarray(d).reshape(-1)[0])
             m = st.recs[prev[b]]
@@ -236,8 +263,19 @@ def _session_summary(tx: Tx, models: Models, u: UserState, session_id: str, sess
     srcs: list[str] = []
     for r in session_turns:
         srcs.extend(r.sources)
-    tx.new_record(u, s_emb[0], session_id=session_id, layer="episodic", kind="summary", text=summary,
-                  summary=summary, sources=tuple(dict.fromkeys(srcs)), timestamp=session_turns[-1].timestamp,
-                  created_at=session_turns[0].timestamp, interaction_len=float(len(session_turns)),
-                  parent_id=NO_TREE, depth=0)
+    tx.new_record(
+        u,
+        s_emb[0],
+        session_id=session_id,
+        layer="episodic",
+        kind="summary",
+        text=summary,
+        summary=summary,
+        sources=tuple(dict.fromkeys(srcs)),
+        timestamp=session_turns[-1].timestamp,
+        created_at=session_turns[0].timestamp,
+        interaction_len=float(len(session_turns)),
+        parent_id=NO_TREE,
+        depth=0,
+    )
     return drift

@@ -26,13 +26,19 @@ def gate(relevance: Mapping[str, float], layers: Sequence[str], config: MemoryCo
     names = [L for L in layers if L in relevance]
     r_arr = np.array([[relevance[L] for L in names]], dtype=np.float32)
     gamma, beta_used = kernels.softmax_gate(r_arr, float(config.beta), max_entropy=config.max_entropy)
-    gamma = np.asarray(gamma, dtype=np.float64).reshape(-1)
-    gates = {L: float(g) for L, g in zip(names, gamma)}
+    g64 = np.asarray(gamma, dtype=np.float64).reshape(-1)
+    gates = {L: float(g) for L, g in zip(names, g64)}
     return gates, float(np.asarray(beta_used).reshape(-1)[0])
 
 
-def fill(st: MemoryState, per_layer: dict[str, Scored], gates: dict[str, float], beta: float, budget: int,
-         demoted: Mapping[int, float] | None = None) -> tuple[Scored, int]:
+def fill(
+    st: MemoryState,
+    per_layer: dict[str, Scored],
+    gates: dict[str, float],
+    beta: float,
+    budget: int,
+    demoted: Mapping[int, float] | None = None,
+) -> tuple[Scored, int]:
     """Fill the budget: working memory first (at most its γ share, bounded by
     ``working_share``), then every layer's candidates in one order of gate-weighted score
     s·(γ_L/γ_max)^(1/β) = s·exp(r_L − r_max) (the gate as a prior over layers, so the budget
@@ -111,11 +117,16 @@ def fill(st: MemoryState, per_layer: dict[str, Scored], gates: dict[str, float],
         nt = r.nt  # (once the budget is nearly full most turns fail on size: test that first,
         if nt is not None and r.kind == "turn":  # from the record's cache, as _ntokens would)
             key, (n, gk) = nt
-            if key[0] == r.text and key[1] == r.timestamp and key[2] == r.session_id and \
-                    n + (HEADER_TOKENS if gk not in groups else 0) > left:
+            if (
+                key[0] == r.text
+                and key[1] == r.timestamp
+                and key[2] == r.session_id
+                and n + (HEADER_TOKENS if gk not in groups else 0) > left
+            ):
                 continue
         try_take(s, r, left)
     return chosen, used
+
 
 def item_tokens(st: MemoryState, r: Record) -> TokenCount:
     """Whitespace tokens the item adds to :meth:`lamina.Context.render`, and its group key: for
@@ -128,9 +139,18 @@ def item_tokens(st: MemoryState, r: Record) -> TokenCount:
     if r.kind == "fact" and r.sources:
         u = st.users.get(r.user_id)
         src = st.recs.get(u.by_src.get(r.sources[-1], -1)) if u is not None else None
-    key: tuple[Any, ...] = (r.text, r.valid_to, r.superseded_by, len(r.members or ()),
-                            r.sources[-1] if r.sources else None, r.timestamp, r.session_id, r.valid_from,
-                            r.commitment, (src.text, src.timestamp, src.speaker) if src is not None else None)
+    key: tuple[Any, ...] = (
+        r.text,
+        r.valid_to,
+        r.superseded_by,
+        len(r.members or ()),
+        r.sources[-1] if r.sources else None,
+        r.timestamp,
+        r.session_id,
+        r.valid_from,
+        r.commitment,
+        (src.text, src.timestamp, src.speaker) if src is not None else None,
+    )
     hit = r.nt
     if hit is not None and hit[0] == key:
         return hit[1]

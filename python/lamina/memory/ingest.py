@@ -65,8 +65,9 @@ def parse_messages(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
     return parsed
 
 
-def add_turns(tx: Tx, models: Models, msgs: list[Message], emb: npt.NDArray[np.float32], user_id: str,
-              session_id: str) -> list[int]:
+def add_turns(
+    tx: Tx, models: Models, msgs: list[Message], emb: npt.NDArray[np.float32], user_id: str, session_id: str
+) -> list[int]:
     """Append turns (every message has its event time) to the session's working memory and
     the archive; returns their ids. Overflow (more than ``working_capacity``) dequeues the
     oldest turns down to half the capacity."""
@@ -80,9 +81,20 @@ def add_turns(tx: Tx, models: Models, msgs: list[Message], emb: npt.NDArray[np.f
         tx.store.upsert_session(user_id, session_id, "open", started, None)
     ids: list[int] = []
     for m, e in zip(msgs, emb):
-        r = tx.new_record(u, e, session_id=session_id, layer="working", kind="turn", text=m.text, speaker=m.speaker,
-                          timestamp=m.timestamp, created_at=m.timestamp, domain=m.domain, commitment=m.commitment,
-                          interaction_len=1.0)
+        r = tx.new_record(
+            u,
+            e,
+            session_id=session_id,
+            layer="working",
+            kind="turn",
+            text=m.text,
+            speaker=m.speaker,
+            timestamp=m.timestamp,
+            created_at=m.timestamp,
+            domain=m.domain,
+            commitment=m.commitment,
+            interaction_len=1.0,
+        )
         r.source_id = m.source_id if m.source_id is not None else f"t{r.id}"
         r.sources = (r.source_id,)
         u.by_src[r.source_id] = r.id

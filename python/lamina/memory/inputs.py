@@ -10,7 +10,6 @@ import datetime as _dt
 import math
 import time
 from collections.abc import Sequence
-from typing import Union
 
 import numpy as np
 
@@ -21,7 +20,7 @@ __all__ = ["TimeLike", "to_time", "check_id", "check_count", "check_layers", "wa
 
 #: An event time: seconds since the Unix epoch, a ``datetime`` (naive means UTC) or an ISO-8601
 #: string; None where the argument is optional.
-TimeLike = Union[float, int, _dt.datetime, str, None]
+TimeLike = float | int | _dt.datetime | str | None
 
 
 def wall_clock() -> float:

@@ -79,9 +79,16 @@ class Memory:
     :meth:`close`; a killed process loses only those bumps since its last write.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, embedder: str | Embedder | None = "auto",
-                 config: MemoryConfig | None = None, *, llm: LLM | None = None,
-                 summarizer: Summarizer | None = None, fact_extractor: FactExtractor | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        embedder: str | Embedder | None = "auto",
+        config: MemoryConfig | None = None,
+        *,
+        llm: LLM | None = None,
+        summarizer: Summarizer | None = None,
+        fact_extractor: FactExtractor | None = None,
+    ) -> None:
         if config is None:
             config = MemoryConfig()
         if not isinstance(config, MemoryConfig):
@@ -107,8 +114,10 @@ class Memory:
                 self._store.set_meta("dim", str(self._dim))
         if name is not None and name != self._embedder.name:
             self._store.close()
-            raise InvalidInput(f"database {self._path} was built with embedder {name!r}, not "
-                               f"{self._embedder.name!r}; open it with embedder={name.split('-')[0]!r}")
+            raise InvalidInput(
+                f"database {self._path} was built with embedder {name!r}, not "
+                f"{self._embedder.name!r}; open it with embedder={name.split('-')[0]!r}"
+            )
         self._st = MemoryState.load(self._store, config, self._dim)
 
     # ------------------------------------------------------------------ the unit of work
@@ -179,8 +188,9 @@ class Memory:
         return r
 
     # ------------------------------------------------------------------ write path
-    def add(self, messages: Sequence[Mapping[str, Any]], *, user_id: str, session_id: str,
-            timestamp: TimeLike = None) -> list[int]:
+    def add(
+        self, messages: Sequence[Mapping[str, Any]], *, user_id: str, session_id: str, timestamp: TimeLike = None
+    ) -> list[int]:
         """Append turns to working memory and the archive (one atomic transaction).
 
         Parameters
@@ -283,8 +293,9 @@ class Memory:
             r = self._record(item_id, user_id)
             doomed = {r.id}
             if r.kind == "turn":
-                doomed.update(x.id for x in self._st.urecs(self._st.users[r.user_id])
-                              if x.id != r.id and r.source_id in x.sources)
+                doomed.update(
+                    x.id for x in self._st.urecs(self._st.users[r.user_id]) if x.id != r.id and r.source_id in x.sources
+                )
             with self._write() as tx:
                 tx.store.delete_items(sorted(doomed))
             # Simplest exact way to keep trees, fact indexes and profiles consistent: rebuild.
@@ -304,9 +315,17 @@ class Memory:
             return DeleteReport(deleted=n)
 
     # ------------------------------------------------------------------ read path
-    def context(self, query: str, *, user_id: str, budget: int = 1024, now: TimeLike = None,
-                domain: str | None = None, include_archive: bool = False,
-                query_embedding: npt.NDArray[np.float32] | None = None) -> Context:
+    def context(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        budget: int = 1024,
+        now: TimeLike = None,
+        domain: str | None = None,
+        include_archive: bool = False,
+        query_embedding: npt.NDArray[np.float32] | None = None,
+    ) -> Context:
         """Build a budgeted context for ``query`` from ``user_id``'s memory.
 
         Per active layer (working, episodic, semantic; the archive too with
@@ -394,8 +413,16 @@ class Memory:
         with self._lock:
             self._flush_pending()
 
-    def search(self, query: str, *, user_id: str, k: int = 10, layers: Sequence[str] | None = None,
-               now: TimeLike = None, query_embedding: npt.NDArray[np.float32] | None = None) -> list[MemoryItem]:
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        k: int = 10,
+        layers: Sequence[str] | None = None,
+        now: TimeLike = None,
+        query_embedding: npt.NDArray[np.float32] | None = None,
+    ) -> list[MemoryItem]:
         """Top-k items of ``user_id`` by cosine similarity (no budget, gate or floor; no access bump).
 
         Parameters
@@ -460,8 +487,11 @@ class Memory:
             r = self._record(item_id, user_id)
             if r.kind == "fact" and r.predicate is not None:
                 key = (norm_key(r.subject or ""), r.predicate)
-                chain = [x for x in st.urecs(st.users[r.user_id]) if x.kind == "fact"
-                         and (norm_key(x.subject or ""), x.predicate) == key]
+                chain = [
+                    x
+                    for x in st.urecs(st.users[r.user_id])
+                    if x.kind == "fact" and (norm_key(x.subject or ""), x.predicate) == key
+                ]
                 if not is_functional(r.predicate):
                     chain = [x for x in chain if norm_key(x.object or "") == norm_key(r.object or "")]
                 chain.sort(key=lambda x: (x.valid_from or 0.0, x.seq))
@@ -478,9 +508,14 @@ class Memory:
             u = st.users.get(user_id)
             if u is None:
                 return []
-            out = [st.item(r) for r in st.urecs(u) if r.kind == "fact"
-                   and r.status == "active" and (r.layer == "semantic" or not current)
-                   and (subject is None or norm_key(r.subject or "") == norm_key(subject))]
+            out = [
+                st.item(r)
+                for r in st.urecs(u)
+                if r.kind == "fact"
+                and r.status == "active"
+                and (r.layer == "semantic" or not current)
+                and (subject is None or norm_key(r.subject or "") == norm_key(subject))
+            ]
             out.sort(key=lambda it: (it.subject or "", it.predicate or "", it.valid_from or 0.0))
             return out
 
@@ -512,23 +547,38 @@ class Memory:
             ann = st.vectors.uses_ann
             summ, ext = self._models.summarizer, self._models.extractor
             return MemoryStats(
-                embedder=self._embedder.name, dim=self._dim, path=self._path, users=len(users),
+                embedder=self._embedder.name,
+                dim=self._dim,
+                path=self._path,
+                users=len(users),
                 sessions=sum(1 for (uid, _s) in st.sessions if uid in uids),
                 open_sessions=sum(1 for (uid, _s), v in st.sessions.items() if uid in uids and v[0] == "open"),
-                items=len(recs), layers=layers, kinds=kinds, archive_turns=turns,
-                facts_current=sum(1 for r in recs if r.kind == "fact" and r.layer == "semantic"
-                                  and r.status == "active"),
-                facts_superseded=layers["history"], evicted=evicted,
-                profile_drift=ProfileDrift(total=float(sum(u.drift_total for u in users)),
-                                           last=float(users[-1].drift_last) if len(users) == 1 else None,
-                                           updates=int(sum(u.drift_updates for u in users)),
-                                           lambda_=float(self.config.profile_lambda)),
+                items=len(recs),
+                layers=layers,
+                kinds=kinds,
+                archive_turns=turns,
+                facts_current=sum(
+                    1 for r in recs if r.kind == "fact" and r.layer == "semantic" and r.status == "active"
+                ),
+                facts_superseded=layers["history"],
+                evicted=evicted,
+                profile_drift=ProfileDrift(
+                    total=float(sum(u.drift_total for u in users)),
+                    last=float(users[-1].drift_last) if len(users) == 1 else None,
+                    updates=int(sum(u.drift_updates for u in users)),
+                    lambda_=float(self.config.profile_lambda),
+                ),
                 # (user/layer) searched through hnswlib (past ann_threshold), the rest exactly
-                ann_layers=sorted(f"{u.user_id}/{L}" for u in users for L in LAYERS
-                                  if ann(u.ns(LAYERS[L])) or (L == "episodic" and ann(u.ns(NsCode.LEAF)))),
+                ann_layers=sorted(
+                    f"{u.user_id}/{L}"
+                    for u in users
+                    for L in LAYERS
+                    if ann(u.ns(LAYERS[L])) or (L == "episodic" and ann(u.ns(NsCode.LEAF)))
+                ),
                 llm=repr(self.llm) if self.llm is not None else None,
                 llm_fallbacks=int(getattr(summ, "failures", 0)) + int(getattr(ext, "failures", 0)),
-                config=asdict(self.config))
+                config=asdict(self.config),
+            )
 
     def users(self) -> list[str]:
         """All user ids."""

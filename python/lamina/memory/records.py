@@ -17,9 +17,25 @@ import numpy.typing as npt
 
 from ..items import LAYERS, format_day
 
-__all__ = ["Record", "NsCode", "namespace", "record_namespace", "ITEM_FIELDS", "ROOT", "NO_TREE", "TURN_KEY",
-           "GENERAL_KINDS", "COMMITMENTS", "HEADER_TOKENS", "MIN_ITEM_TOKENS", "TokenCount", "norm_key", "unit",
-           "text_key", "turn_tokens"]
+__all__ = [
+    "Record",
+    "NsCode",
+    "namespace",
+    "record_namespace",
+    "ITEM_FIELDS",
+    "ROOT",
+    "NO_TREE",
+    "TURN_KEY",
+    "GENERAL_KINDS",
+    "COMMITMENTS",
+    "HEADER_TOKENS",
+    "MIN_ITEM_TOKENS",
+    "TokenCount",
+    "norm_key",
+    "unit",
+    "text_key",
+    "turn_tokens",
+]
 
 
 class NsCode(IntEnum):
@@ -68,10 +84,37 @@ MIN_ITEM_TOKENS = 1
 HEADER_TOKENS = 2
 
 #: Columns of the ``items`` table a record holds (the embedding apart).
-ITEM_FIELDS = ("id", "user_id", "session_id", "layer", "kind", "status", "text", "summary", "speaker",
-               "source_id", "sources", "members", "created_at", "timestamp", "last_access", "access_count",
-               "interaction_len", "strength", "domain", "commitment", "subject", "predicate", "object",
-               "valid_from", "valid_to", "superseded_by", "parent_id", "depth", "seq")
+ITEM_FIELDS = (
+    "id",
+    "user_id",
+    "session_id",
+    "layer",
+    "kind",
+    "status",
+    "text",
+    "summary",
+    "speaker",
+    "source_id",
+    "sources",
+    "members",
+    "created_at",
+    "timestamp",
+    "last_access",
+    "access_count",
+    "interaction_len",
+    "strength",
+    "domain",
+    "commitment",
+    "subject",
+    "predicate",
+    "object",
+    "valid_from",
+    "valid_to",
+    "superseded_by",
+    "parent_id",
+    "depth",
+    "seq",
+)
 
 
 #: Tokens an item adds to a rendered context, and its group key (session, day) when it shows raw

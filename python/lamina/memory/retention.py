@@ -49,8 +49,10 @@ def heat(st: MemoryState, recs: list[Record], now: float) -> npt.NDArray[np.floa
     visits = np.array([r.access_count for r in recs], dtype=np.float32)
     ilen = np.array([r.interaction_len for r in recs], dtype=np.float32)
     last = np.array([r.last_access if r.last_access is not None else now for r in recs], dtype=np.float64)
-    return np.asarray(kernels.heat_scores(visits, ilen, last, float(now), a=c.heat_a, b=c.heat_b, c=c.heat_c,
-                                          mu=c.heat_mu), dtype=np.float32)
+    return np.asarray(
+        kernels.heat_scores(visits, ilen, last, float(now), a=c.heat_a, b=c.heat_b, c=c.heat_c, mu=c.heat_mu),
+        dtype=np.float32,
+    )
 
 
 def promote(tx: Tx, models: Models, u: UserState, now: float) -> int:
@@ -65,9 +67,20 @@ def promote(tx: Tx, models: Models, u: UserState, now: float) -> int:
     chosen = [leaves[int(i)] for i in hot]
     embs = models.embed([r.summary or r.text for r in chosen])
     for r, e in zip(chosen, embs):
-        tx.new_record(u, e, session_id=r.session_id, layer="semantic", kind="note", text=r.summary or r.text,
-                      summary=r.summary, sources=r.sources, timestamp=r.timestamp, created_at=now, domain=r.domain,
-                      last_access=now)
+        tx.new_record(
+            u,
+            e,
+            session_id=r.session_id,
+            layer="semantic",
+            kind="note",
+            text=r.summary or r.text,
+            summary=r.summary,
+            sources=r.sources,
+            timestamp=r.timestamp,
+            created_at=now,
+            domain=r.domain,
+            last_access=now,
+        )
         r.access_count, r.interaction_len, r.last_access = 0, 0.0, now
         tx.changed(r, "access_count", "interaction_len", "last_access")
     return len(chosen)
@@ -78,9 +91,18 @@ def evict(tx: Tx, u: UserState, now: float) -> int:
     active layers (``MemoryConfig.eviction``; the rule is in the module docstring)."""
     st = tx.st
     c = st.config
-    recs = sorted((r for r in st.urecs(u) if r.status == "active" and (
-        (r.layer == "episodic" and (r.kind == "segment" or r.parent_id == NO_TREE))
-        or (r.layer == "semantic" and r.kind in ("fact", "note")))), key=lambda r: r.id)
+    recs = sorted(
+        (
+            r
+            for r in st.urecs(u)
+            if r.status == "active"
+            and (
+                (r.layer == "episodic" and (r.kind == "segment" or r.parent_id == NO_TREE))
+                or (r.layer == "semantic" and r.kind in ("fact", "note"))
+            )
+        ),
+        key=lambda r: r.id,
+    )
     ep = [r for r in recs if r.layer == "episodic"]
     sem = [r for r in recs if r.layer == "semantic"]
     if len(ep) <= c.episodic_capacity and len(sem) <= c.semantic_capacity:
@@ -92,8 +114,9 @@ def evict(tx: Tx, u: UserState, now: float) -> int:
                 continue
             score = heat(st, pool, now) * np.array([r.strength for r in pool], dtype=np.float32)
             ns = np.zeros(len(pool), dtype=np.uint64)
-            out = np.asarray(kernels.evict_to_capacity(np.ascontiguousarray(score, dtype=np.float32), ns,
-                                                       int(cap))).reshape(-1)
+            out = np.asarray(
+                kernels.evict_to_capacity(np.ascontiguousarray(score, dtype=np.float32), ns, int(cap))
+            ).reshape(-1)
             victims.extend(pool[int(i)] for i in out)
     else:
         items = ep + sem
@@ -193,8 +216,11 @@ class CoverageProjection:
         for i, r in enumerate(items):
             if r.kind in ("segment", "fact"):
                 # Raw text the item renders verbatim: a leaf its member turns, a fact its latest source turn.
-                raw = list(r.members or ()) if r.kind == "segment" else (
-                    [u.by_src.get(r.sources[-1])] if r.sources else [])
+                raw = (
+                    list(r.members or ())
+                    if r.kind == "segment"
+                    else ([u.by_src.get(r.sources[-1])] if r.sources else [])
+                )
                 for t in raw:
                     if t is None or t not in st.recs or t not in st.vectors:
                         continue
@@ -230,8 +256,10 @@ class CoverageProjection:
         self.use = 1.0 + float(c.heat_a) * visits.astype(np.float64) + restated
         last = np.array([r.last_access if r.last_access is not None else now for r in items], dtype=np.float64)
         zeros = np.zeros(n, dtype=np.float32)
-        self.recency = np.asarray(kernels.heat_scores(zeros, zeros, last, float(now), a=0.0, b=0.0, c=1.0,
-                                                      mu=float(c.heat_mu)), dtype=np.float64)
+        self.recency = np.asarray(
+            kernels.heat_scores(zeros, zeros, last, float(now), a=0.0, b=0.0, c=1.0, mu=float(c.heat_mu)),
+            dtype=np.float64,
+        )
 
     def _neighbours(self, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-k cosine neighbours of every raw turn among ``rows`` (indices into ``rows``' space
@@ -312,7 +340,8 @@ class CoverageProjection:
                     caps[p] = cnt - (excess + 1) // 2
             if not caps:
                 break
-            out = np.asarray(kernels.evict_to_capacity(self.scores(active), self.pool, caps,
-                                                       live=active.view(np.uint8))).reshape(-1)
+            out = np.asarray(
+                kernels.evict_to_capacity(self.scores(active), self.pool, caps, live=active.view(np.uint8))
+            ).reshape(-1)
             active[out] = False
         return np.flatnonzero(~active).astype(np.int64)

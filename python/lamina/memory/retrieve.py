@@ -97,8 +97,17 @@ class Candidates:
     via: set[int] = field(default_factory=set)
 
 
-def rank_layers(st: MemoryState, u: UserState, q: Vec, query: str, layers: Sequence[str], m: int,
-                t_now: float | None, domain: str | None, stale: Staleness) -> Candidates | None:
+def rank_layers(
+    st: MemoryState,
+    u: UserState,
+    q: Vec,
+    query: str,
+    layers: Sequence[str],
+    m: int,
+    t_now: float | None,
+    domain: str | None,
+    stale: Staleness,
+) -> Candidates | None:
     """Candidates at depth ``m`` per layer with their adjusted scores; None when no layer has a
     candidate above the floor."""
     c = st.config
@@ -112,8 +121,9 @@ def rank_layers(st: MemoryState, u: UserState, q: Vec, query: str, layers: Seque
     # found through their turns instead); the other layers get m.
     found = candidates(st, u, q, layers, m, t_now, domain, leaves=False, k_of={"episodic": min(m, c.candidates)})
     if "episodic" in found:
-        found["episodic"], folded, out.via = episodic_candidates(st, u, q, query, found["episodic"], m, t_now,
-                                                                 domain, found.get("semantic", ()))
+        found["episodic"], folded, out.via = episodic_candidates(
+            st, u, q, query, found["episodic"], m, t_now, domain, found.get("semantic", ())
+        )
         if folded:
             found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
     for L in layers:
@@ -163,9 +173,17 @@ def rank_layers(st: MemoryState, u: UserState, q: Vec, query: str, layers: Seque
     return out
 
 
-def candidates(st: MemoryState, u: UserState, q: Vec, layers: Sequence[str], k: int, now: float | None,
-               domain: str | None, leaves: bool = True,
-               k_of: Mapping[str, int] | None = None) -> dict[str, Scored]:
+def candidates(
+    st: MemoryState,
+    u: UserState,
+    q: Vec,
+    layers: Sequence[str],
+    k: int,
+    now: float | None,
+    domain: str | None,
+    leaves: bool = True,
+    k_of: Mapping[str, int] | None = None,
+) -> dict[str, Scored]:
     """Top-k per layer: one native call per arena for the layers searched exactly (one query
     row per (user, layer) namespace), hnswlib for layers past ``ann_threshold``.
 
@@ -200,14 +218,23 @@ def hits(st: MemoryState, scores: list[float], ids: list[int], now: float | None
 def visible(r: Record, now: float | None, domain: str | None) -> bool:
     """Whether a candidate passes the replay clock (the future is not known yet) and the
     domain gate (items tagged with another domain are blocked)."""
-    return not ((now is not None and r.timestamp is not None and r.timestamp > now)
-                or (domain is not None and r.domain is not None and r.domain != domain))
+    return not (
+        (now is not None and r.timestamp is not None and r.timestamp > now)
+        or (domain is not None and r.domain is not None and r.domain != domain)
+    )
 
 
-
-def episodic_candidates(st: MemoryState, u: UserState, q: Vec, query: str, found: Scored, k: int,
-                        now: float | None, domain: str | None, facts: Sequence[tuple[float, Record]] = ()
-                        ) -> tuple[Scored, set[int], set[int]]:
+def episodic_candidates(
+    st: MemoryState,
+    u: UserState,
+    q: Vec,
+    query: str,
+    found: Scored,
+    k: int,
+    now: float | None,
+    domain: str | None,
+    facts: Sequence[tuple[float, Record]] = (),
+) -> tuple[Scored, set[int], set[int]]:
     """Episodic candidates: the turns of active leaves, each scored on its own (a leaf is as
     relevant as its best turn, and only its matching turns are shown), plus the layer's
     summaries (tree nodes, session summaries). Leaves themselves are not candidates.

@@ -49,9 +49,20 @@ def resolve(tx: Tx, models: Models, u: UserState, facts: list[Fact], by_src: Map
             tx.changed(r, "sources", "strength")
             u.stale = None
             continue
-        fact = {"kind": "fact", "text": f.text, "subject": f.subject, "predicate": f.predicate, "object": f.object,
-                "sources": tuple(f.sources), "timestamp": t, "created_at": t, "valid_from": t, "domain": domain,
-                "commitment": commitment, "session_id": session_id}
+        fact = {
+            "kind": "fact",
+            "text": f.text,
+            "subject": f.subject,
+            "predicate": f.predicate,
+            "object": f.object,
+            "sources": tuple(f.sources),
+            "timestamp": t,
+            "created_at": t,
+            "valid_from": t,
+            "domain": domain,
+            "commitment": commitment,
+            "session_id": session_id,
+        }
         if f.functional and cur_ids:
             cur = st.recs[cur_ids[0]]
             assert cur.valid_from is not None
@@ -81,7 +92,7 @@ def update_profile(tx: Tx, models: Models, u: UserState, subject: str) -> None:
     if not facts:
         return
     facts.sort(key=lambda r: (r.predicate or "", r.valid_from or 0.0))
-    parts = [fact_sentence(subject, r.predicate or "", r.object or "")[len(subject) + 1:] for r in facts]
+    parts = [fact_sentence(subject, r.predicate or "", r.object or "")[len(subject) + 1 :] for r in facts]
     text = f"{subject}: " + "; ".join(parts)
     target = models.embed([text])
     t = max(r.valid_from or 0.0 for r in facts)
@@ -90,13 +101,21 @@ def update_profile(tx: Tx, models: Models, u: UserState, subject: str) -> None:
         srcs.extend(r.sources)
     pid = u.profiles.get(sk)
     if pid is None:
-        tx.new_record(u, target[0], layer="semantic", kind="profile", text=text, subject=subject,
-                      sources=tuple(dict.fromkeys(srcs)), timestamp=t, created_at=t)
+        tx.new_record(
+            u,
+            target[0],
+            layer="semantic",
+            kind="profile",
+            text=text,
+            subject=subject,
+            sources=tuple(dict.fromkeys(srcs)),
+            timestamp=t,
+            created_at=t,
+        )
         return
     p = st.recs[pid]
     rows = st.vec(p).reshape(1, -1).astype(np.float32)
-    drift = kernels.damped_update(rows, np.ascontiguousarray(target, dtype=np.float32),
-                                  float(st.config.profile_lambda))
+    drift = kernels.damped_update(rows, np.ascontiguousarray(target, dtype=np.float32), float(st.config.profile_lambda))
     d = float(np.asarray(drift).reshape(-1)[0])
     u.drift_total += d
     u.drift_last = d

@@ -20,14 +20,18 @@ class Staleness:
     resolved : ids of current facts that superseded another
     """
 
-    def __init__(self, sources: frozenset[str], values: dict[str, set[str]],
-                 resolved: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self, sources: frozenset[str], values: dict[str, set[str]], resolved: frozenset[int] = frozenset()
+    ) -> None:
         self.sources = sources
         self.values = values
         self.resolved = resolved
         self.cache: dict[int, float] = {}
-        self._re = (re.compile(r"\b(" + "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)) + r")\b",
-                               re.I) if values else None)
+        self._re = (
+            re.compile(r"\b(" + "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)) + r")\b", re.I)
+            if values
+            else None
+        )
         # Prefilter: the pattern can match only where a value occurs case-insensitively, so a
         # text none of whose casefolded substrings is a casefolded value is skipped.
         self._folded = tuple({v.casefold() for v in values})
@@ -53,7 +57,7 @@ class Staleness:
             if low is None:
                 low = norm_key(text)
             folded = low.casefold()
-            for m in (self._re.finditer(low) if any(v in folded for v in self._folded) else ()):
+            for m in self._re.finditer(low) if any(v in folded for v in self._folded) else ():
                 if not any(cur in low for cur in self.values.get(m.group(1), ())):
                     return 1.0
         if not sources or not self.sources:

@@ -26,8 +26,18 @@ from ..items import LAYERS, MemoryItem
 from ..layer_index import LayerIndex
 from ..lexical import LexicalIndex
 from .config import MemoryConfig
-from .records import (NO_TREE, ROOT, TURN_KEY, NsCode, Record, namespace, norm_key, record_namespace, text_key,
-                      turn_tokens)
+from .records import (
+    NO_TREE,
+    ROOT,
+    TURN_KEY,
+    NsCode,
+    Record,
+    namespace,
+    norm_key,
+    record_namespace,
+    text_key,
+    turn_tokens,
+)
 from .staleness import Staleness
 from .store import Store, seq_of
 
@@ -39,9 +49,26 @@ Vec = npt.NDArray[np.float32]
 class UserState:
     """Per-user indexes over the user's records (ids only; the records live in the state)."""
 
-    __slots__ = ("user_id", "idx", "ids", "by_src", "working", "children", "current", "max_depth", "drift_total",
-                 "drift_last", "drift_updates", "stale", "stale_last", "facts", "profiles", "n_active", "seg_of",
-                 "people")
+    __slots__ = (
+        "user_id",
+        "idx",
+        "ids",
+        "by_src",
+        "working",
+        "children",
+        "current",
+        "max_depth",
+        "drift_total",
+        "drift_last",
+        "drift_updates",
+        "stale",
+        "stale_last",
+        "facts",
+        "profiles",
+        "n_active",
+        "seg_of",
+        "people",
+    )
 
     def __init__(self, user_id: str, idx: int) -> None:
         self.user_id = user_id
@@ -158,29 +185,52 @@ class MemoryState:
         return [self.recs[i] for i in u.ids]
 
     def vec(self, r: Record) -> Vec:
-        return self.vectors.get([r.id])[0]
+        """The vector of an active record, shape (dim,)."""
+        v: Vec = self.vectors.get([r.id])[0]
+        return v
 
     def vecs(self, ids: Sequence[int]) -> Vec:
+        """Vectors of active records by id, shape (len(ids), dim)."""
         return self.vectors.get(ids)
 
     def item(self, r: Record, score: float = 0.0) -> MemoryItem:
         """The public view of a record (with the raw turns it renders)."""
         turns: tuple[tuple[float | None, str | None, str], ...] = ()
         if r.kind == "segment":
-            turns = tuple((self.recs[m].timestamp, self.recs[m].speaker, self.recs[m].text)
-                          for m in r.members if m in self.recs)
+            turns = tuple(
+                (self.recs[m].timestamp, self.recs[m].speaker, self.recs[m].text) for m in r.members if m in self.recs
+            )
         if r.kind == "fact" and r.sources:
             u = self.users[r.user_id]
             src = self.recs.get(u.by_src.get(r.sources[-1], -1))
             if src is not None:
                 turns = ((src.timestamp, src.speaker, src.text),)
         layer = r.layer if r.status == "active" else ("archive" if r.kind == "turn" else r.layer)
-        return MemoryItem(id=r.id, text=r.text, layer=layer, kind=r.kind, user_id=r.user_id, session_id=r.session_id,
-                          score=score, sources=tuple(r.sources), timestamp=r.timestamp, speaker=r.speaker,
-                          subject=r.subject, predicate=r.predicate, object=r.object, valid_from=r.valid_from,
-                          valid_to=r.valid_to, superseded_by=r.superseded_by, summary=r.summary,
-                          access_count=int(r.access_count), last_access=r.last_access, strength=float(r.strength),
-                          domain=r.domain, commitment=r.commitment, turns=turns)
+        return MemoryItem(
+            id=r.id,
+            text=r.text,
+            layer=layer,
+            kind=r.kind,
+            user_id=r.user_id,
+            session_id=r.session_id,
+            score=score,
+            sources=tuple(r.sources),
+            timestamp=r.timestamp,
+            speaker=r.speaker,
+            subject=r.subject,
+            predicate=r.predicate,
+            object=r.object,
+            valid_from=r.valid_from,
+            valid_to=r.valid_to,
+            superseded_by=r.superseded_by,
+            summary=r.summary,
+            access_count=int(r.access_count),
+            last_access=r.last_access,
+            strength=float(r.strength),
+            domain=r.domain,
+            commitment=r.commitment,
+            turns=turns,
+        )
 
     # ------------------------------------------------------------------ vectors
     def place(self, u: UserState, r: Record, emb: Vec) -> None:
@@ -296,8 +346,7 @@ class Tx:
         self.store.insert_items([r.row(e) for r, e in self._new.values()])
         updates: list[tuple[int, dict[str, Any]]] = []
         for rid, (r, cols) in self._changed.items():
-            updates.append((rid, {c: (self._embs[rid].tobytes() if c == "embedding" else getattr(r, c))
-                                  for c in cols}))
+            updates.append((rid, {c: (self._embs[rid].tobytes() if c == "embedding" else getattr(r, c)) for c in cols}))
         self.store.update_items(updates)
         self._new.clear()
         self._changed.clear()

@@ -22,7 +22,7 @@ import os
 import secrets
 import sqlite3
 from collections.abc import Iterator
-from typing import Any, Optional, Protocol
+from typing import Any, Protocol
 
 __all__ = ["Store", "SQLiteStore", "SCHEMA_VERSION", "ITEM_COLUMNS", "ID_SHIFT", "seq_of"]
 
@@ -36,10 +36,36 @@ def seq_of(item_id: int) -> int:
 
 
 ITEM_COLUMNS = (
-    "id", "user_id", "session_id", "layer", "kind", "status", "text", "summary", "speaker",
-    "source_id", "sources", "members", "embedding", "created_at", "timestamp", "last_access",
-    "access_count", "interaction_len", "strength", "domain", "commitment", "subject", "predicate",
-    "object", "valid_from", "valid_to", "superseded_by", "parent_id", "depth", "seq",
+    "id",
+    "user_id",
+    "session_id",
+    "layer",
+    "kind",
+    "status",
+    "text",
+    "summary",
+    "speaker",
+    "source_id",
+    "sources",
+    "members",
+    "embedding",
+    "created_at",
+    "timestamp",
+    "last_access",
+    "access_count",
+    "interaction_len",
+    "strength",
+    "domain",
+    "commitment",
+    "subject",
+    "predicate",
+    "object",
+    "valid_from",
+    "valid_to",
+    "superseded_by",
+    "parent_id",
+    "depth",
+    "seq",
 )
 
 _SCHEMA = """
@@ -67,14 +93,14 @@ CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
 
 
 UserRow = tuple[str, int, float, float, int]  # user_id, namespace index, drift total / last / updates
-SessionRow = tuple[str, str, str, Optional[float], Optional[float]]  # user, session, status, started, ended
+SessionRow = tuple[str, str, str, float | None, float | None]  # user, session, status, started, ended
 
 
 class Store(Protocol):
     """What the memory loop needs of a database. Calls are serialised by the caller (one
     :class:`lamina.Memory` lock); every write happens inside :meth:`tx`."""
 
-    path: Optional[str]
+    path: str | None
 
     def tx(self) -> contextlib.AbstractContextManager[None]:
         """One transaction: committed when the block ends, rolled back (and re-raised) on error."""
@@ -82,7 +108,7 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
-    def get_meta(self, key: str) -> Optional[str]: ...
+    def get_meta(self, key: str) -> str | None: ...
 
     def set_meta(self, key: str, value: str) -> None: ...
 
@@ -106,14 +132,15 @@ class Store(Protocol):
 
     def sessions(self) -> list[SessionRow]: ...
 
-    def upsert_session(self, user_id: str, session_id: str, status: str, started_at: Optional[float],
-                       ended_at: Optional[float]) -> None: ...
+    def upsert_session(
+        self, user_id: str, session_id: str, status: str, started_at: float | None, ended_at: float | None
+    ) -> None: ...
 
     def insert_items(self, rows: list[dict[str, Any]]) -> None: ...
 
     def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None: ...
 
-    def bump_access(self, rows: list[tuple[int, Optional[float], int]]) -> None: ...
+    def bump_access(self, rows: list[tuple[int, float | None, int]]) -> None: ...
 
     def delete_items(self, ids: list[int]) -> None: ...
 
@@ -131,7 +158,7 @@ class Store(Protocol):
 class SQLiteStore:
     """One SQLite database (WAL mode). Not thread-safe by itself: ``Memory`` serialises all calls."""
 
-    def __init__(self, path: Optional[str], synchronous: str = "NORMAL") -> None:
+    def __init__(self, path: str | None, synchronous: str = "NORMAL") -> None:
         if synchronous.upper() not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
         self.path = path
@@ -176,13 +203,15 @@ class SQLiteStore:
         self.conn.close()
 
     # -- meta / ids --------------------------------------------------------------------------
-    def get_meta(self, key: str) -> Optional[str]:
+    def get_meta(self, key: str) -> str | None:
         r = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return None if r is None else str(r[0])
 
     def set_meta(self, key: str, value: str) -> None:
-        self.conn.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                          (key, value))
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, value),
+        )
 
     def new_ids(self, n: int) -> list[int]:
         """n fresh item ids (persisted with the enclosing transaction)."""
@@ -199,43 +228,57 @@ class SQLiteStore:
 
     # -- users / sessions --------------------------------------------------------------------
     def users(self) -> list[UserRow]:
-        return [tuple(r) for r in self.conn.execute(
-            "SELECT user_id, ns, drift_total, drift_last, drift_updates FROM users ORDER BY ns")]  # type: ignore[misc]
+        return [
+            (str(u), int(ns), float(t), float(last), int(n))
+            for u, ns, t, last, n in self.conn.execute(
+                "SELECT user_id, ns, drift_total, drift_last, drift_updates FROM users ORDER BY ns"
+            )
+        ]
 
     def add_user(self, user_id: str, ns: int) -> None:
         self.conn.execute("INSERT INTO users(user_id, ns) VALUES(?, ?)", (user_id, ns))
 
     def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None:
-        self.conn.execute("UPDATE users SET drift_total=?, drift_last=?, drift_updates=? WHERE user_id=?",
-                          (total, last, updates, user_id))
+        self.conn.execute(
+            "UPDATE users SET drift_total=?, drift_last=?, drift_updates=? WHERE user_id=?",
+            (total, last, updates, user_id),
+        )
 
     def sessions(self) -> list[SessionRow]:
-        return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
-            "SELECT user_id, session_id, status, started_at, ended_at FROM sessions")]
+        return [
+            (str(u), str(s), str(status), started, ended)
+            for u, s, status, started, ended in self.conn.execute(
+                "SELECT user_id, session_id, status, started_at, ended_at FROM sessions"
+            )
+        ]
 
-    def upsert_session(self, user_id: str, session_id: str, status: str, started_at: Optional[float],
-                       ended_at: Optional[float]) -> None:
+    def upsert_session(
+        self, user_id: str, session_id: str, status: str, started_at: float | None, ended_at: float | None
+    ) -> None:
         self.conn.execute(
             "INSERT INTO sessions(user_id, session_id, status, started_at, ended_at) VALUES(?,?,?,?,?) "
             "ON CONFLICT(user_id, session_id) DO UPDATE SET status=excluded.status, ended_at=excluded.ended_at",
-            (user_id, session_id, status, started_at, ended_at))
+            (user_id, session_id, status, started_at, ended_at),
+        )
 
     # -- items -------------------------------------------------------------------------------
     def insert_items(self, rows: list[dict[str, Any]]) -> None:
         cols = ",".join(ITEM_COLUMNS)
         qs = ",".join("?" for _ in ITEM_COLUMNS)
-        self.conn.executemany(f"INSERT INTO items({cols}) VALUES({qs})",
-                              [tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) for r in rows])
+        self.conn.executemany(
+            f"INSERT INTO items({cols}) VALUES({qs})", [tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) for r in rows]
+        )
 
     def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None:
         for item_id, fields in updates:
             if not fields:
                 continue
             sets = ",".join(f"{k}=?" for k in fields)
-            self.conn.execute(f"UPDATE items SET {sets} WHERE id=?",
-                              tuple(_enc(k, v) for k, v in fields.items()) + (item_id,))
+            self.conn.execute(
+                f"UPDATE items SET {sets} WHERE id=?", tuple(_enc(k, v) for k, v in fields.items()) + (item_id,)
+            )
 
-    def bump_access(self, rows: list[tuple[int, Optional[float], int]]) -> None:
+    def bump_access(self, rows: list[tuple[int, float | None, int]]) -> None:
         """(access_count, last_access, id) per row."""
         self.conn.executemany("UPDATE items SET access_count=?, last_access=? WHERE id=?", rows)
 
@@ -256,12 +299,17 @@ class SQLiteStore:
 
     def add_revision(self, item_id: int, text: str, changed_at: float) -> None:
         seq = self.conn.execute("SELECT COUNT(*) FROM revisions WHERE item_id=?", (item_id,)).fetchone()[0]
-        self.conn.execute("INSERT INTO revisions(item_id, text, changed_at, seq) VALUES(?,?,?,?)",
-                          (item_id, text, changed_at, seq))
+        self.conn.execute(
+            "INSERT INTO revisions(item_id, text, changed_at, seq) VALUES(?,?,?,?)", (item_id, text, changed_at, seq)
+        )
 
     def revisions(self, item_id: int) -> list[tuple[str, float]]:
-        return [(str(t), float(c)) for t, c in self.conn.execute(
-            "SELECT text, changed_at FROM revisions WHERE item_id=? ORDER BY seq", (item_id,))]
+        return [
+            (str(t), float(c))
+            for t, c in self.conn.execute(
+                "SELECT text, changed_at FROM revisions WHERE item_id=? ORDER BY seq", (item_id,)
+            )
+        ]
 
 
 def _enc(col: str, v: Any) -> Any:
