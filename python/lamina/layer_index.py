@@ -38,7 +38,15 @@ import numpy.typing as npt
 from ._info import get_num_threads
 from .search import VectorArena
 
-__all__ = ["LayerIndex"]
+__all__ = ["LayerIndex", "NAMESPACE_BITS", "layer_code"]
+
+NAMESPACE_BITS = 3  # a namespace is user_idx << NAMESPACE_BITS | layer code
+
+
+def layer_code(namespace: int) -> int:
+    """The layer code of a namespace (its low ``NAMESPACE_BITS`` bits)."""
+    return namespace & ((1 << NAMESPACE_BITS) - 1)
+
 
 ARCHIVE_LAYER = 3  # items.LAYERS["archive"]
 _ARENA_OF = {ARCHIVE_LAYER: 1, 5: 2, 4: 3}  # layer code -> arena (5: turn views, 4: history)
@@ -129,7 +137,7 @@ class LayerIndex:
     def _which(namespace: int) -> int:
         """Arena of a namespace by its layer code (low 3 bits): 0 the searched active layers
         (working, episodic, semantic), 1 the archive, 2 per-turn views of episodes, 3 history."""
-        return _ARENA_OF.get(namespace & 7, 0)
+        return _ARENA_OF.get(layer_code(namespace), 0)
 
     def __contains__(self, item_id: int) -> bool:
         return item_id in self._loc
@@ -147,7 +155,7 @@ class LayerIndex:
             return
         a = self._which(namespace)
         X = np.ascontiguousarray(vectors.reshape(len(ids), self.dim), dtype=self._arenas[a].dtype)
-        slot_arr = self._arenas[a].add(X, namespace=namespace, layer=namespace & 7)
+        slot_arr = self._arenas[a].add(X, namespace=namespace, layer=layer_code(namespace))
         rows = slot_arr & _ROW
         id_arr = np.asarray(ids, dtype=np.int64)
         keys = id_arr & _KEY_MASK
@@ -206,12 +214,12 @@ class LayerIndex:
             out[pos] = self._arenas[a].get(slots)  # float16 rows widen
         return out
 
-    def get_keyed(self, layer_code: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-        """:meth:`get` for ids all stored under namespaces of layer ``layer_code``, by one array
+    def get_keyed(self, code: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """:meth:`get` for ids all stored under namespaces of layer ``code``, by one array
         lookup (no per-id Python work). Requires the low 40 bits of an id to be unique among the
         ids stored in that layer's arena (true of :class:`lamina.Memory`'s ids: database tag <<
         40 | sequence number). Raises KeyError for an id not stored there."""
-        a = _ARENA_OF.get(layer_code & 7, 0)
+        a = _ARENA_OF.get(layer_code(code), 0)
         keys = ids & _KEY_MASK
         table = self._slot_of_key[a]
         if len(keys) and int(keys.max()) >= len(table):

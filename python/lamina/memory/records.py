@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..items import LAYERS, format_day
+from ..layer_index import NAMESPACE_BITS
 
 __all__ = [
     "Record",
@@ -59,8 +60,9 @@ class NsCode(IntEnum):
 
 
 def namespace(user_idx: int, code: int) -> int:
-    """The arena namespace of a user's layer: ``user_idx << 3 | code``."""
-    return (user_idx << 3) | code
+    """The arena namespace of a user's layer: ``user_idx << 3 | code`` (the inverse is
+    :func:`lamina.layer_index.layer_code`)."""
+    return (user_idx << NAMESPACE_BITS) | code
 
 
 def record_namespace(user_idx: int, r: Record) -> int:
