@@ -20,7 +20,6 @@ import os
 import platform
 import random
 import time
-from typing import Any
 
 import numpy as np
 
@@ -44,11 +43,6 @@ def turn(rng: random.Random, i: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + f" number {i}."
 
 
-def _as_dict(x: Any) -> Any:
-    """Memory.stats()'s report as a dict (a typed report's to_dict(), or the dict itself)."""
-    return x.to_dict() if hasattr(x, "to_dict") else x
-
-
 def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
     m = Memory(embedder="hashing", config=MemoryConfig())
@@ -67,7 +61,7 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
             m.end_session(user_id="u", session_id=f"s{sess}")
             sess += 1
     fill_s = time.perf_counter() - t_fill
-    st = _as_dict(m.stats(user_id="u"))
+    st = m.stats(user_id="u").to_dict()
     rss1 = rss_bytes()
     texts = [turn(rng, i) for i in range(200)]
     t0 = time.perf_counter()
@@ -78,7 +72,7 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
     qv = emb.embed(queries)
     t0 = time.perf_counter()
     m.context(queries[0], user_id="u", budget=512, query_embedding=qv[0], include_archive=True)
-    ann_build_s = time.perf_counter() - t0 if _as_dict(m.stats(user_id="u"))["ann_layers"] else 0.0
+    ann_build_s = time.perf_counter() - t0 if m.stats(user_id="u").to_dict()["ann_layers"] else 0.0
     ctx_t, ctx_cpu, arch_t = [], [], []
     for i in range(n_queries):
         t0 = time.perf_counter()

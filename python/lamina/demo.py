@@ -18,9 +18,9 @@ import random
 import re
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
@@ -263,16 +263,6 @@ class _Bar:
         self.stream.flush()
 
 
-@runtime_checkable
-class _HasToDict(Protocol):
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-def _as_dict(x: Mapping[str, Any] | _HasToDict) -> Mapping[str, Any]:
-    """A report of Memory.stats() / end_session() as a mapping (a typed report's to_dict(), or the dict)."""
-    return x.to_dict() if isinstance(x, _HasToDict) else x
-
-
 def _norm_tokens(s: str) -> list[str]:
     return [w for w in re.findall(r"[a-z0-9]+", s.lower()) if w not in {"a", "an", "the", "and"}]
 
@@ -370,7 +360,7 @@ def run_demo(
             results.append((q, _ask(mem, q, budget, now, texts, hist_tokens[c.user_id])))
             if qbar:
                 qbar.update()
-    st = _as_dict(mem.stats())
+    st = mem.stats().to_dict()
     mem.close()
 
     def mean(xs: Iterable[float]) -> float:
