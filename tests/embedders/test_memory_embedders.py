@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -61,7 +62,7 @@ def test_deterministic_across_processes() -> None:
         capture_output=True,
         text=True,
         check=True,
-        env={"PYTHONHASHSEED": "123", "PATH": "", "PYTHONPATH": ":".join(sys.path)},
+        env={"PYTHONHASHSEED": "123", "PATH": os.environ.get("PATH", ""), "PYTHONPATH": ":".join(sys.path)},
     )
     x = Hashing().embed(["Caroline went to the LGBTQ support group", "héllo wörld 42"])
     assert out.stdout == hashlib.sha256(x.tobytes()).hexdigest()
