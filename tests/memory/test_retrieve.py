@@ -218,7 +218,9 @@ def test_context_reads_summaries_not_leaves_and_search_still_finds_leaves(tmp_pa
     assert any(it.kind == "summary" for it in ctx.items)  # a large budget leaves room for aggregates
     m.close()
     # where the vectors live: the state rebuilt from the file
-    st = MemoryState.load(SQLiteStore(str(path)), cfg, get_embedder("hashing").dim)
+    store = SQLiteStore(str(path))
+    st = MemoryState.load(store, cfg, get_embedder("hashing").dim)
+    store.close()
     u = st.users["u"]
     assert st.vectors.count(u.ns(NsCode.LEAF)) == len(leaves)
     assert st.vectors.count(u.ns(NsCode.EPISODIC)) == len(summaries)
@@ -288,7 +290,9 @@ def test_memory_switch_to_ann_is_transparent(tmp_path: Path) -> None:
     ann.close()
     exact.close()
     # reopening rebuilds the graph from the stored embeddings, lazily: on the first search that needs it
-    st = MemoryState.load(SQLiteStore(str(tmp_path / "ann.db")), ann_cfg, get_embedder("hashing").dim)
+    store = SQLiteStore(str(tmp_path / "ann.db"))
+    st = MemoryState.load(store, ann_cfg, get_embedder("hashing").dim)
+    store.close()
     u = st.users["u"]
     assert st.vectors.ann_builds == 0 and st.vectors.uses_ann(u.ns(NsCode.ARCHIVE))
     emb = get_embedder("hashing")
