@@ -113,10 +113,17 @@ def test_bad_replies_fall_back_and_log(server: str, bad: Any, caplog: pytest.Log
 def test_memory_with_llm_survives_a_dead_server(caplog: pytest.LogCaptureFixture) -> None:
     dead = OpenAIChat(base_url="http://127.0.0.1:9/v1", model="m", timeout=0.5)  # discard port: refused
     with caplog.at_level(logging.WARNING, logger="lamina"):
-        m = Memory(llm=dead, config=MemoryConfig(working_capacity=2))
+        m = Memory(embedder="hashing", llm=dead, config=MemoryConfig(working_capacity=2))
         m.add([{"speaker": "Alice", "text": "I moved to Lisbon last month."},
-               {"speaker": "Bob", "text": "Nice."}, {"speaker": "Alice", "text": "Yes!"}], "u", "s", timestamp=1.7e9)
-        m.end_session("u", "s")
-    assert [f.object for f in m.facts("u")] == ["Lisbon"]
-    assert m.stats()["llm_fallbacks"] >= 2 and "OpenAIChat" in m.stats()["llm"]
+               {"speaker": "Bob", "text": "Nice."}, {"speaker": "Alice", "text": "Yes!"}], user_id="u", session_id="s",
+              timestamp=1.7e9)
+        m.end_session(user_id="u", session_id="s")
+    assert [f.object for f in m.facts(user_id="u") if f.kind == "fact"] == ["Lisbon"]
+    st = m.stats()
+    # every ψ and 𝒜 call fell back, and each fallback was logged once: ψ of the two leaves (the
+    # overflow's two turns, then the last one) and of the session, 𝒜 of the two batches
+    logged = sum("falls back" in r.message or "using the" in r.message for r in caplog.records)
+    assert st.kinds == {"turn": 3, "segment": 2, "fact": 1, "profile": 1, "summary": 1}
+    assert st.llm_fallbacks == logged == 5
+    assert st.llm == repr(dead) and "OpenAIChat" in st.llm
     m.close()
