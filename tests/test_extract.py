@@ -7,8 +7,15 @@ import numpy as np
 import pytest
 
 from lamina.embedders import get_embedder
-from lamina.extract import (ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer, Turn, fact_sentence,
-                            is_functional)
+from lamina.extract import (
+    ExtractiveSummarizer,
+    FactExtractor,
+    RuleFactExtractor,
+    Summarizer,
+    Turn,
+    fact_sentence,
+    is_functional,
+)
 
 
 def _facts(text: str, speaker: str | None = "Ann") -> list[tuple[str, str, str]]:
@@ -28,9 +35,17 @@ def test_short_runs_are_kept_whole_with_speakers() -> None:
 
 def test_long_runs_keep_the_most_central_sentences_in_order() -> None:
     emb = get_embedder("hashing")
-    turns = [Turn(str(i), "Ann", t) for i, t in enumerate([
-        "The cat sat on the mat in the sun.", "Quantum flux capacitors hum loudly tonight.",
-        "The cat on the mat slept in the sun.", "A cat and a mat in the warm sun."])]
+    turns = [
+        Turn(str(i), "Ann", t)
+        for i, t in enumerate(
+            [
+                "The cat sat on the mat in the sun.",
+                "Quantum flux capacitors hum loudly tonight.",
+                "The cat on the mat slept in the sun.",
+                "A cat and a mat in the warm sun.",
+            ]
+        )
+    ]
     for s in (ExtractiveSummarizer(emb.embed), ExtractiveSummarizer()):
         out = s.summarize(turns, 20)
         assert len(out.split()) <= 20 and "Quantum" not in out  # the outlier goes
@@ -57,34 +72,49 @@ def test_summaries_use_the_given_embedder() -> None:
     assert calls == [[t.text for t in turns]] and "3" not in out and out.startswith("sentence number 0")
 
 
-@pytest.mark.parametrize("text,want", [
-    ("I moved to Paris last week.", [("Ann", "lives_in", "Paris")]),
-    ("I've just relocated to the city of Porto.", [("Ann", "lives_in", "Porto")]),
-    ("I am living in New York these days.", [("Ann", "lives_in", "New York")]),
-    ("I'm from Lisbon.", [("Ann", "from", "Lisbon")]),
-    ("I work as a nurse at the hospital.", [("Ann", "works_as", "nurse at the hospital")]),
-    ("I work at Google.", [("Ann", "works_at", "Google")]),
-    ("I'm 34 years old.", [("Ann", "age", "34")]),
-    ("My wife is Maria.", [("Ann", "spouse", "Maria")]),
-    pytest.param("My wife is called Maria.", [("Ann", "spouse", "Maria"), ("Ann", "wife_name", "Maria")],
-                 marks=pytest.mark.xfail(strict=True, reason="bug: the spouse / partner rules try 'is' before "
-                                         "'is called' / 'is named', so the object becomes 'called Maria'")),
-    ("I drive a Volvo.", [("Ann", "drives", "Volvo")]),
-    ("My birthday is on May 3rd.", [("Ann", "birthday", "May 3rd")]),
-    ("My favorite color is green.", [("Ann", "favorite_color", "green")]),
-    ("My dog is called Max.", [("Ann", "dog_name", "Max")]),
-    ("I have a cat named Luna.", [("Ann", "cat_name", "Luna")]),
-    ("I'm allergic to peanuts.", [("Ann", "allergic_to", "peanuts")]),
-    ("I love hiking and painting.", [("Ann", "likes", "hiking")]),
-])
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("I moved to Paris last week.", [("Ann", "lives_in", "Paris")]),
+        ("I've just relocated to the city of Porto.", [("Ann", "lives_in", "Porto")]),
+        ("I am living in New York these days.", [("Ann", "lives_in", "New York")]),
+        ("I'm from Lisbon.", [("Ann", "from", "Lisbon")]),
+        ("I work as a nurse at the hospital.", [("Ann", "works_as", "nurse at the hospital")]),
+        ("I work at Google.", [("Ann", "works_at", "Google")]),
+        ("I'm 34 years old.", [("Ann", "age", "34")]),
+        ("My wife is Maria.", [("Ann", "spouse", "Maria")]),
+        pytest.param(
+            "My wife is called Maria.",
+            [("Ann", "spouse", "Maria"), ("Ann", "wife_name", "Maria")],
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="bug: the spouse / partner rules try 'is' before "
+                "'is called' / 'is named', so the object becomes 'called Maria'",
+            ),
+        ),
+        ("I drive a Volvo.", [("Ann", "drives", "Volvo")]),
+        ("My birthday is on May 3rd.", [("Ann", "birthday", "May 3rd")]),
+        ("My favorite color is green.", [("Ann", "favorite_color", "green")]),
+        ("My dog is called Max.", [("Ann", "dog_name", "Max")]),
+        ("I have a cat named Luna.", [("Ann", "cat_name", "Luna")]),
+        ("I'm allergic to peanuts.", [("Ann", "allergic_to", "peanuts")]),
+        ("I love hiking and painting.", [("Ann", "likes", "hiking")]),
+    ],
+)
 def test_rule_facts(text: str, want: list[tuple[str, str, str]]) -> None:
     assert _facts(text) == want
 
 
 def test_rule_facts_need_a_noun_phrase_object() -> None:
     # (the last: an object over six words is dropped as unreliable)
-    for text in ("I love to paint.", "I love that you chose pottery.", "I love how it is both calm and fun.",
-                 "I love it.", "I love the.", "I moved to the little blue house on the corner of Elm Street."):
+    for text in (
+        "I love to paint.",
+        "I love that you chose pottery.",
+        "I love how it is both calm and fun.",
+        "I love it.",
+        "I love the.",
+        "I moved to the little blue house on the corner of Elm Street.",
+    ):
         assert _facts(text) == [], text
 
 

@@ -107,8 +107,11 @@ def test_layer_index_keyed_gets_and_array_search(emb) -> None:  # type: ignore[n
     pick = np.array(ids[::7][::-1], dtype=np.int64)
     np.testing.assert_array_equal(idx.get_keyed(3, pick), idx.get(pick.tolist()))
     np.testing.assert_array_equal(idx.get_keyed(3, pick), X[(pick & ((1 << 40) - 1)) - 1])
-    np.testing.assert_allclose(idx.get_keyed(5, pick[pick <= (tag | 200)] | (1 << 62)),
-                               X[(pick[pick <= (tag | 200)] & ((1 << 40) - 1)) - 1], atol=2e-3)  # float16 rows
+    np.testing.assert_allclose(
+        idx.get_keyed(5, pick[pick <= (tag | 200)] | (1 << 62)),
+        X[(pick[pick <= (tag | 200)] & ((1 << 40) - 1)) - 1],
+        atol=2e-3,
+    )  # float16 rows
     assert idx.get_keyed(3, np.empty(0, dtype=np.int64)).shape == (0, emb.dim)
     idx.remove(ids[:50])
     with pytest.raises(KeyError):
@@ -120,7 +123,7 @@ def test_layer_index_keyed_gets_and_array_search(emb) -> None:  # type: ignore[n
     for q in emb.embed(_sentences(10, 8)):
         for ns in (arch, view):
             s_a, i_a = idx.search_arrays(q, ns, 20)
-            (s_l, i_l), = idx.search(q, [ns], 20)
+            ((s_l, i_l),) = idx.search(q, [ns], 20)
             assert s_a.dtype == np.float32 and i_a.dtype == np.int64
             assert s_a.tolist() == s_l and i_a.tolist() == i_l
     assert [len(x) for x in idx.search_arrays(X[0], (9 << 3) | 3, 5)] == [0, 0]

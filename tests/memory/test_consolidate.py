@@ -42,8 +42,9 @@ def test_segments_cut_by_similarity_to_the_running_centroid() -> None:
 
 def test_leaves_hold_their_turns_and_summaries(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
-    m = Memory(p, embedder="hashing", config=MemoryConfig(working_capacity=16, min_segment_turns=2,
-                                                        max_segment_turns=3))
+    m = Memory(
+        p, embedder="hashing", config=MemoryConfig(working_capacity=16, min_segment_turns=2, max_segment_turns=3)
+    )
     ids = chat(m, "u", "s1", FILLER, T0, "D1")
     rep = m.end_session(user_id="u", session_id="s1")
     recs = item_rows(p)
@@ -55,8 +56,9 @@ def test_leaves_hold_their_turns_and_summaries(tmp_path: Path) -> None:
         turns = [recs[i] for i in r["members"]]
         assert r["text"] == "\n".join(f"{t['speaker']}: {t['text']}" for t in turns)
         assert r["sources"] == tuple(t["source_id"] for t in turns)
-        assert r["summary"] == summ.summarize([Turn(t["source_id"], t["speaker"], t["text"], t["timestamp"])
-                                               for t in turns], 60)
+        assert r["summary"] == summ.summarize(
+            [Turn(t["source_id"], t["speaker"], t["text"], t["timestamp"]) for t in turns], 60
+        )
         assert r["timestamp"] == turns[-1]["timestamp"] and r["created_at"] == turns[0]["timestamp"]
         assert r["interaction_len"] == len(turns) and r["session_id"] == "s1"
     # the session summary: ψ of all its turns, outside the tree (parent -1)
@@ -128,8 +130,14 @@ def test_alpha_decays_earlier_episodes(tmp_path: Path) -> None:
 def test_end_session_reports_and_repeats(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
     m = Memory(p, embedder="hashing")
-    chat(m, "u", "s", [("Alice", "I moved to Paris last week."), ("Alice", "My dog is called Max.")] + FILLER[:2],
-         T0, "D")
+    chat(
+        m,
+        "u",
+        "s",
+        [("Alice", "I moved to Paris last week."), ("Alice", "My dog is called Max.")] + FILLER[:2],
+        T0,
+        "D",
+    )
     rep = m.end_session(user_id="u", session_id="s", now=T0 + 3600)
     assert rep.facts == 2 and rep.promoted == 0 and rep.evicted == 0
     assert rep.to_dict() == {"segments": rep.segments, "facts": 2, "promoted": 0, "evicted": 0, "blend_drift": 0.0}

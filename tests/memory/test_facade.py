@@ -99,7 +99,7 @@ def test_errors_of_bad_input() -> None:
     with pytest.raises(TypeError):
         m.add([{"speaker": "A", "text": "fine"}, {"speaker": "A", "text": None}], user_id="u", session_id="s")
     assert m.users() == [] and m.stats().items == 0
-    ids = m.add(ok, user_id="u", session_id="s", timestamp=T0)
+    m.add(ok, user_id="u", session_id="s", timestamp=T0)
     with pytest.raises(lamina.InvalidInput):
         m.context("q", user_id="u", budget=0)
     with pytest.raises(TypeError):
@@ -199,8 +199,12 @@ def test_closed() -> None:
 
 def test_query_embedding() -> None:
     m = Memory(embedder="hashing")
-    m.add([{"role": "user", "content": "I work as a nurse at the city hospital."}], user_id="u", session_id="s",
-          timestamp=T0)
+    m.add(
+        [{"role": "user", "content": "I work as a nurse at the city hospital."}],
+        user_id="u",
+        session_id="s",
+        timestamp=T0,
+    )
     m.add([{"role": "user", "content": "The weather is grey today."}], user_id="u", session_id="s", timestamp=T0 + 1)
     q = m.embedder.embed(["what is the user's job"])[0]
     a = m.search("what is the user's job", user_id="u")
@@ -209,8 +213,11 @@ def test_query_embedding() -> None:
     c1 = m.context("what is the user's job", user_id="u", budget=50, now=T0 + DAY)
     c2 = m.context("other words", user_id="u", budget=50, now=T0 + DAY, query_embedding=q)
     assert [x.id for x in c1.items] == [x.id for x in c2.items]
-    for bad in (np.zeros(3, np.float32), np.zeros(m.embedder.dim, np.float32),
-                np.full(m.embedder.dim, np.nan, np.float32)):
+    for bad in (
+        np.zeros(3, np.float32),
+        np.zeros(m.embedder.dim, np.float32),
+        np.full(m.embedder.dim, np.nan, np.float32),
+    ):
         with pytest.raises(lamina.InvalidInput):
             m.search("q", user_id="u", query_embedding=bad)
     with pytest.raises(TypeError):
@@ -244,8 +251,12 @@ def test_threads_share_one_memory() -> None:
     def worker(k: int) -> None:
         try:
             for i in range(8):
-                m.add([{"speaker": "A", "text": f"user {k} note {i} about topic {k}"}], user_id=f"u{k}",
-                      session_id="s", timestamp=T0 + i)
+                m.add(
+                    [{"speaker": "A", "text": f"user {k} note {i} about topic {k}"}],
+                    user_id=f"u{k}",
+                    session_id="s",
+                    timestamp=T0 + i,
+                )
                 m.context(f"topic {k}", user_id=f"u{k}")
             m.end_session(user_id=f"u{k}", session_id="s")
         except BaseException as e:  # pragma: no cover - reported below

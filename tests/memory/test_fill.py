@@ -22,9 +22,14 @@ from lamina.memory.state import MemoryState, UserState
 
 WORDS = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
 
-LINES = [("Alice", "The weather was lovely this morning."), ("Bob", "I watched a football match yesterday."),
-         ("Alice", "My sister adopted a grey kitten called Pepper."), ("Bob", "Did you try the new bakery downtown?"),
-         ("Alice", "I have been reading a mystery novel."), ("Bob", "Sounds fun, who is the author?")]
+LINES = [
+    ("Alice", "The weather was lovely this morning."),
+    ("Bob", "I watched a football match yesterday."),
+    ("Alice", "My sister adopted a grey kitten called Pepper."),
+    ("Bob", "Did you try the new bakery downtown?"),
+    ("Alice", "I have been reading a mystery novel."),
+    ("Bob", "Sounds fun, who is the author?"),
+]
 
 
 def expected_tokens(items: Sequence[MemoryItem]) -> int:
@@ -66,8 +71,7 @@ def test_context_budget_gates_render_and_bumps() -> None:
     assert "Max" in ctx.render() and "2023-05-08" in ctx.render()
     assert "D1:0" in ctx.sources and ctx.sources == {s for it in ctx.items for s in it.sources}
     # lost-in-the-middle order: best first, second best last
-    wide = m.context("weather football bakery croissants mystery novel author", user_id="u", budget=400,
-                     now=T0 + DAY)
+    wide = m.context("weather football bakery croissants mystery novel author", user_id="u", budget=400, now=T0 + DAY)
     shown.update(it.id for it in wide.items)
     scores = [it.score for it in wide.items]
     assert len(scores) >= 3 and scores[0] == max(scores) and scores[-1] == sorted(scores)[-2]
@@ -85,17 +89,27 @@ def shared_memory() -> Memory:
     m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=6))
     rng = random.Random(0)
     for s in range(20):
-        chat(m, "u", f"s{s}", [("Ann" if i % 2 else "Ben", " ".join(rng.choice(WORDS) for _ in range(8)))
-                               for i in range(12)], T0 + s * DAY, f"D{s}")
+        chat(
+            m,
+            "u",
+            f"s{s}",
+            [("Ann" if i % 2 else "Ben", " ".join(rng.choice(WORDS) for _ in range(8))) for i in range(12)],
+            T0 + s * DAY,
+            f"D{s}",
+        )
         m.end_session(user_id="u", session_id=f"s{s}")
-    m.add([{"speaker": "Ann", "text": "I moved to Lisbon last week.", "timestamp": T0 + 40 * DAY}], user_id="u",
-          session_id="live")
+    m.add(
+        [{"speaker": "Ann", "text": "I moved to Lisbon last week.", "timestamp": T0 + 40 * DAY}],
+        user_id="u",
+        session_id="live",
+    )
     yield m
     m.close()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(budget=st.integers(1, 400), seed=st.integers(0, 10_000))
 def test_grouped_render_never_exceeds_the_budget(shared_memory: Memory, budget: int, seed: int) -> None:
     rng = random.Random(seed)
@@ -116,8 +130,10 @@ def test_short_items_fill_the_budget() -> None:
     rng = random.Random(1)
     said = set()
     for s in range(30):
-        msgs = [{"speaker": "A", "text": rng.choice(WORDS), "id": f"{s}:{i}", "timestamp": T0 + s * DAY + i}
-                for i in range(10)]
+        msgs = [
+            {"speaker": "A", "text": rng.choice(WORDS), "id": f"{s}:{i}", "timestamp": T0 + s * DAY + i}
+            for i in range(10)
+        ]
         said.update(x["text"] for x in msgs)
         m.add(msgs, user_id="u", session_id=f"s{s}")
         m.end_session(user_id="u", session_id=f"s{s}")
@@ -160,12 +176,15 @@ def test_repeated_turn_text_shown_once() -> None:
 def test_token_count_follows_an_updated_source_turn() -> None:
     """A current fact renders its source turn: after update() of that turn the fill counts the
     new text (the cached count was keyed on the fact alone), so the budget still holds."""
-    m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=2, min_segment_turns=1,
-                                                      max_segment_turns=1))
-    (d1,) = m.add([{"speaker": "Ann", "text": "My dog is called Max.", "id": "d1", "timestamp": T0}],
-                  user_id="u", session_id="s1")
-    m.add([{"speaker": "Ann", "text": "I work as a nurse.", "id": "d2", "timestamp": T0 + 60}], user_id="u",
-          session_id="s1")
+    m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=2, min_segment_turns=1, max_segment_turns=1))
+    (d1,) = m.add(
+        [{"speaker": "Ann", "text": "My dog is called Max.", "id": "d1", "timestamp": T0}], user_id="u", session_id="s1"
+    )
+    m.add(
+        [{"speaker": "Ann", "text": "I work as a nurse.", "id": "d2", "timestamp": T0 + 60}],
+        user_id="u",
+        session_id="s1",
+    )
     m.end_session(user_id="u", session_id="s1")
     fact = next(f for f in m.facts(user_id="u") if f.sources == ("d1",))
     m.context("what is Ann's dog called", user_id="u", budget=64)  # caches the fact's token count
@@ -182,11 +201,34 @@ def test_item_tokens_of_a_fact_follow_its_source_turn() -> None:
     st = MemoryState(MemoryConfig(), 4)
     u = UserState("u", 1)
     st.users["u"] = u
-    turn = Record(id=1, user_id="u", layer="archive", kind="turn", text="My dog is called Max.", seq=1,
-                  speaker="Ann", session_id="s", source_id="d1", sources=("d1",), timestamp=T0)
-    fact = Record(id=2, user_id="u", layer="semantic", kind="fact", text="Ann's dog is called Max", seq=2,
-                  subject="Ann", predicate="dog_name", object="Max", sources=("d1",), session_id="s",
-                  timestamp=T0, valid_from=T0)
+    turn = Record(
+        id=1,
+        user_id="u",
+        layer="archive",
+        kind="turn",
+        text="My dog is called Max.",
+        seq=1,
+        speaker="Ann",
+        session_id="s",
+        source_id="d1",
+        sources=("d1",),
+        timestamp=T0,
+    )
+    fact = Record(
+        id=2,
+        user_id="u",
+        layer="semantic",
+        kind="fact",
+        text="Ann's dog is called Max",
+        seq=2,
+        subject="Ann",
+        predicate="dog_name",
+        object="Max",
+        sources=("d1",),
+        session_id="s",
+        timestamp=T0,
+        valid_from=T0,
+    )
     for r in (turn, fact):
         st.recs[r.id] = r
         u.ids.add(r.id)
@@ -216,8 +258,10 @@ def test_gate() -> None:
 
 
 def _scored(scores: list[float]) -> list[tuple[float, Record]]:
-    return [(s, Record(id=i + 1, user_id="u", layer="episodic", kind="turn", text=str(s), seq=i + 1))
-            for i, s in enumerate(scores)]
+    return [
+        (s, Record(id=i + 1, user_id="u", layer="episodic", kind="turn", text=str(s), seq=i + 1))
+        for i, s in enumerate(scores)
+    ]
 
 
 def test_lost_in_the_middle() -> None:

@@ -41,11 +41,19 @@ def test_add_returns_ids_and_archive_keeps_everything(mem: Memory) -> None:
 
 def test_working_memory_is_a_fifo_per_session(mem: Memory) -> None:
     for i in range(6):  # up to C_w: nothing leaves working memory
-        mem.add([{"speaker": "A", "text": f"line {i} about the garden", "id": f"a{i}"}], user_id="u", session_id="s1",
-                timestamp=T0 + i)
+        mem.add(
+            [{"speaker": "A", "text": f"line {i} about the garden", "id": f"a{i}"}],
+            user_id="u",
+            session_id="s1",
+            timestamp=T0 + i,
+        )
     assert mem.stats(user_id="u").layers["working"] == 6 and not active_leaves(mem)
-    mem.add([{"speaker": "A", "text": "line 6 about the garden", "id": "a6"}], user_id="u", session_id="s1",
-            timestamp=T0 + 6)
+    mem.add(
+        [{"speaker": "A", "text": "line 6 about the garden", "id": "a6"}],
+        user_id="u",
+        session_id="s1",
+        timestamp=T0 + 6,
+    )
     # the 7th turn overflows: the oldest 7 - 6 + 3 = 4 are dequeued (down to half of C_w)
     working = sorted(everything(mem, "u", "working"), key=lambda it: it.id)
     assert [it.sources[0] for it in working] == ["a4", "a5", "a6"]
@@ -85,8 +93,12 @@ def test_messages_role_content_ids_and_times(mem: Memory) -> None:
 
 def test_ephemeral_turns_reach_the_archive_only(mem: Memory) -> None:
     chat(mem, "u", "s", FILLER[:2], T0, "D")
-    (eph,) = mem.add([{"speaker": "Alice", "text": "My pin code is 1234.", "id": "secret", "commitment": "ephemeral"}],
-                     user_id="u", session_id="s", timestamp=T0 + 600)
+    (eph,) = mem.add(
+        [{"speaker": "Alice", "text": "My pin code is 1234.", "id": "secret", "commitment": "ephemeral"}],
+        user_id="u",
+        session_id="s",
+        timestamp=T0 + 600,
+    )
     rep = mem.end_session(user_id="u", session_id="s")
     assert rep.segments >= 1
     assert mem.get(eph).layer == "archive"
@@ -105,8 +117,7 @@ def test_an_ended_session_reopens_on_add(mem: Memory) -> None:
 
 
 def test_parse_messages() -> None:
-    msgs = parse_messages([{"role": "a", "content": "x", "id": 3, "timestamp": "2023-05-08T00:00:00"},
-                           {"text": "y"}])
+    msgs = parse_messages([{"role": "a", "content": "x", "id": 3, "timestamp": "2023-05-08T00:00:00"}, {"text": "y"}])
     assert msgs == [
         Message("x", "a", "3", dt.datetime(2023, 5, 8, tzinfo=dt.timezone.utc).timestamp(), None, "persist"),
         Message("y", None, None, None, None, "persist"),

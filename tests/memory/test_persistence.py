@@ -11,7 +11,6 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from memkit import T0, check_tree, item_rows, public_view, rows
@@ -20,20 +19,39 @@ import lamina
 from lamina import Memory, MemoryConfig
 from lamina.items import LAYERS
 
-LINES = ["I moved to Paris last spring.", "My dog is called Max.", "The weather is nice.", "I work as a nurse.",
-         "We watched a movie.", "I moved to Berlin for a job.", "Let's get coffee soon.", "I love hiking."]
+LINES = [
+    "I moved to Paris last spring.",
+    "My dog is called Max.",
+    "The weather is nice.",
+    "I work as a nurse.",
+    "We watched a movie.",
+    "I moved to Berlin for a job.",
+    "Let's get coffee soon.",
+    "I love hiking.",
+]
 
 
 def _fill(m: Memory) -> list[int]:
     ids = []
     for s in range(3):
         for u in ("alice", "bob"):
-            ids += m.add([{"speaker": u.title(), "text": LINES[(s * 3 + j) % len(LINES)], "id": f"{u}{s}:{j}"}
-                          for j in range(5)], user_id=u, session_id=f"s{s}", timestamp=T0 + s * 86400)
+            ids += m.add(
+                [
+                    {"speaker": u.title(), "text": LINES[(s * 3 + j) % len(LINES)], "id": f"{u}{s}:{j}"}
+                    for j in range(5)
+                ],
+                user_id=u,
+                session_id=f"s{s}",
+                timestamp=T0 + s * 86400,
+            )
             m.context("where does she live", user_id=u, now=T0 + s * 86400 + 100)
             m.end_session(user_id=u, session_id=f"s{s}")
-    ids += m.add([{"speaker": "Alice", "text": "Still in the live session."}], user_id="alice", session_id="s9",
-                 timestamp=T0 + 9e5)
+    ids += m.add(
+        [{"speaker": "Alice", "text": "Still in the live session."}],
+        user_id="alice",
+        session_id="s9",
+        timestamp=T0 + 9e5,
+    )
     return ids
 
 
@@ -56,12 +74,14 @@ def test_reopen_restores_exact_state(tmp_path: Path) -> None:
         # the live session is still open and continues where it was
         assert m2.stats(user_id="alice").open_sessions == 1
         assert [it.text for it in m2.search("live session", user_id="alice", layers=["working"])] == [
-            "Still in the live session."]
+            "Still in the live session."
+        ]
     assert before.keys() == after.keys()
     for k in before:
         assert before[k] == after[k], k
     assert [(it.id, round(it.score, 6)) for it in ctx_before.items] == [
-        (it.id, round(it.score, 6)) for it in ctx_after.items]
+        (it.id, round(it.score, 6)) for it in ctx_after.items
+    ]
     assert ctx_before.render() == ctx_after.render()
 
 
@@ -147,8 +167,9 @@ def _check_consistent(db: Path, acked: set[int], ended: set[int]) -> None:
     for r in recs.values():
         if r["kind"] == "segment":
             assert all(x in recs for x in r["members"])
-    with Memory(db, embedder="hashing", config=MemoryConfig(working_capacity=4, max_segment_turns=2,
-                                                            episodic_capacity=6)) as m:
+    with Memory(
+        db, embedder="hashing", config=MemoryConfig(working_capacity=4, max_segment_turns=2, episodic_capacity=6)
+    ) as m:
         # every active item is indexed: the searches of its layer find it
         active = {i for i, r in recs.items() if r["status"] == "active"}
         found = {it.id for L in LAYERS for it in m.search("city", user_id="ann", k=len(recs) + 1, layers=[L])}

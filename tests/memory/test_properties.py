@@ -18,8 +18,14 @@ PETS = ["Max", "Rex", "Luna"]
 USERS = [f"user{i}" for i in range(5)]
 
 op = st.one_of(
-    st.tuples(st.just("add"), st.sampled_from(USERS), st.integers(0, 2), st.sampled_from(CITIES), st.sampled_from(PETS),
-              st.integers(1, 4)),
+    st.tuples(
+        st.just("add"),
+        st.sampled_from(USERS),
+        st.integers(0, 2),
+        st.sampled_from(CITIES),
+        st.sampled_from(PETS),
+        st.integers(1, 4),
+    ),
     st.tuples(st.just("end"), st.sampled_from(USERS), st.integers(0, 2)),
     st.tuples(st.just("ctx"), st.sampled_from(USERS), st.sampled_from(CITIES + PETS)),
     st.tuples(st.just("del"), st.sampled_from(USERS)),
@@ -84,8 +90,12 @@ def _run(ops: list[tuple], path: Path) -> None:  # type: ignore[type-arg]
             m.end_session(user_id=u, session_id=s)
         cur = [f for f in m.facts(user_id=u) if f.predicate == "lives_in"]
         assert len(cur) <= 1  # one current value of a functional predicate
-        evicted = rows(path, "SELECT COUNT(*) AS n FROM items WHERE user_id=? AND kind='fact' AND "
-                             "predicate='lives_in' AND status='evicted'", u)[0]["n"]
+        evicted = rows(
+            path,
+            "SELECT COUNT(*) AS n FROM items WHERE user_id=? AND kind='fact' AND "
+            "predicate='lives_in' AND status='evicted'",
+            u,
+        )[0]["n"]
         if evicted == 0:  # (the capacity projection may take a current fact out)
             assert [f.object for f in cur] == [latest_city[u]]  # the newest statement is the current value
         for f in m.facts(user_id=u, current=False):

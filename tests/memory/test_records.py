@@ -5,8 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from lamina.items import LAYERS
-from lamina.memory.records import ITEM_FIELDS, NsCode, Record, namespace, norm_key, record_namespace, text_key, \
-    turn_tokens, unit
+from lamina.memory.records import (
+    ITEM_FIELDS,
+    NsCode,
+    Record,
+    namespace,
+    norm_key,
+    record_namespace,
+    text_key,
+    turn_tokens,
+    unit,
+)
 from lamina.memory.store import ITEM_COLUMNS
 
 
@@ -17,8 +26,9 @@ def _rec(**kw: object) -> Record:
 
 
 def test_namespaces() -> None:
-    assert [int(c) for c in NsCode][:5] == [LAYERS[L] for L in ("working", "episodic", "semantic", "archive",
-                                                                 "history")]
+    assert [int(c) for c in NsCode][:5] == [
+        LAYERS[L] for L in ("working", "episodic", "semantic", "archive", "history")
+    ]
     assert namespace(5, NsCode.TURN_VIEW) == (5 << 3) | 5
     assert record_namespace(2, _rec()) == namespace(2, NsCode.LEAF)  # episodic leaves apart from summaries
     assert record_namespace(2, _rec(kind="summary")) == namespace(2, NsCode.EPISODIC)

@@ -73,20 +73,38 @@ class PerTurnFacts:
     """𝒜 that makes one multi-valued fact of every turn (its own predicate)."""
 
     def extract(self, turns: Sequence[Turn]) -> list[Fact]:
-        return [Fact(subject=t.speaker or "x", predicate=f"said {t.text}", object=t.text, text=f"fact {t.text}",
-                     sources=(t.source_id,), timestamp=t.timestamp, functional=False) for t in turns]
+        return [
+            Fact(
+                subject=t.speaker or "x",
+                predicate=f"said {t.text}",
+                object=t.text,
+                text=f"fact {t.text}",
+                sources=(t.source_id,),
+                timestamp=t.timestamp,
+                functional=False,
+            )
+            for t in turns
+        ]
 
 
 def _session(m: Memory, s: int, texts: list[str]) -> SessionReport:
     t = T0 + s * DAY
-    m.add([{"speaker": "Ann", "text": x, "id": f"D{s}:{i}", "timestamp": t + 60 * i} for i, x in enumerate(texts)],
-          user_id="u", session_id=f"s{s}")
+    m.add(
+        [{"speaker": "Ann", "text": x, "id": f"D{s}:{i}", "timestamp": t + 60 * i} for i, x in enumerate(texts)],
+        user_id="u",
+        session_id=f"s{s}",
+    )
     return m.end_session(user_id="u", session_id=f"s{s}")
 
 
 def _episodic_cfg(**kw: object) -> MemoryConfig:
-    base = dict(working_capacity=8, min_segment_turns=1, max_segment_turns=1, episodic_capacity=3,
-                layers=("working", "episodic"))
+    base = dict(
+        working_capacity=8,
+        min_segment_turns=1,
+        max_segment_turns=1,
+        episodic_capacity=3,
+        layers=("working", "episodic"),
+    )
     base.update(kw)
     return MemoryConfig(**base)  # type: ignore[arg-type]
 
@@ -112,8 +130,7 @@ def test_redundant_leaf_goes_before_unique_ones_and_summaries_first() -> None:
 
 def test_capacity_eviction_never_touches_archive(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
-    m = Memory(p, embedder="hashing", config=MemoryConfig(working_capacity=4, episodic_capacity=3,
-                                                        max_segment_turns=2))
+    m = Memory(p, embedder="hashing", config=MemoryConfig(working_capacity=4, episodic_capacity=3, max_segment_turns=2))
     n = 0
     for s in range(4):
         n += len(chat(m, "u", f"s{s}", FILLER, T0 + s * DAY, f"D{s}"))
@@ -196,8 +213,17 @@ def test_heat_formula() -> None:
     cfg = MemoryConfig(heat_a=2.0, heat_b=0.5, heat_c=3.0, heat_mu=100.0)
     st = MemoryState(cfg, 4)
     recs = [
-        Record(id=1, user_id="u", layer="episodic", kind="segment", text="a", seq=1, access_count=3,
-               interaction_len=4.0, last_access=900.0),
+        Record(
+            id=1,
+            user_id="u",
+            layer="episodic",
+            kind="segment",
+            text="a",
+            seq=1,
+            access_count=3,
+            interaction_len=4.0,
+            last_access=900.0,
+        ),
         Record(id=2, user_id="u", layer="episodic", kind="segment", text="b", seq=2),  # never accessed: now
     ]
     got = heat(st, recs, 1000.0)
@@ -207,8 +233,7 @@ def test_heat_formula() -> None:
 
 def test_hot_episodes_are_promoted_to_notes() -> None:
     # a two-turn leaf has heat 0.5·2 + exp(0) = 2 at the end of its session: above τ = 1.5
-    m = Memory(embedder="hashing", config=MemoryConfig(promote_threshold=1.5, min_segment_turns=2,
-                                                      max_segment_turns=2))
+    m = Memory(embedder="hashing", config=MemoryConfig(promote_threshold=1.5, min_segment_turns=2, max_segment_turns=2))
     chat(m, "u", "s", FILLER, T0, "D")
     rep = m.end_session(user_id="u", session_id="s")
     leaves = active_leaves(m)
@@ -225,13 +250,20 @@ def test_hot_episodes_are_promoted_to_notes() -> None:
 
 def test_one_child_tree_nodes_are_spliced_out(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
-    m = Memory(p, embedder="hashing", config=MemoryConfig(episodic_capacity=12, max_segment_turns=3,
-                                                        min_segment_turns=2))
+    m = Memory(
+        p, embedder="hashing", config=MemoryConfig(episodic_capacity=12, max_segment_turns=3, min_segment_turns=2)
+    )
     rng = random.Random(5)
     words = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
     for s in range(25):
-        chat(m, "u", f"s{s}", [("Ann" if i % 2 else "Ben", " ".join(rng.choice(words) for _ in range(8)))
-                               for i in range(8)], T0 + s * DAY, f"D{s}")
+        chat(
+            m,
+            "u",
+            f"s{s}",
+            [("Ann" if i % 2 else "Ben", " ".join(rng.choice(words) for _ in range(8))) for i in range(8)],
+            T0 + s * DAY,
+            f"D{s}",
+        )
         m.end_session(user_id="u", session_id=f"s{s}")
     assert m.stats(user_id="u").evicted > 0
     tree = check_tree(p, "u")
@@ -257,9 +289,13 @@ def test_capacities_hold_exactly(c_e: int, c_s: int, tmp_path: Path) -> None:
         texts = []
         for _ in range(int(rng.integers(2, 7))):
             k = int(rng.integers(0, 3))
-            texts.append([f"I live in {LIVES[int(rng.integers(0, 8))]} now.",
-                          f"I love {HOBBIES[int(rng.integers(0, 8))]} a lot.",
-                          f"We talked about the weather on day {int(rng.integers(0, 99))}."][k])
+            texts.append(
+                [
+                    f"I live in {LIVES[int(rng.integers(0, 8))]} now.",
+                    f"I love {HOBBIES[int(rng.integers(0, 8))]} a lot.",
+                    f"We talked about the weather on day {int(rng.integers(0, 99))}.",
+                ][k]
+            )
         rep = _session(m, s, texts)
         recs = item_rows(path)
         newly = {i: r for i, r in recs.items() if r["status"] == "evicted" and i not in gone}
@@ -311,8 +347,9 @@ class Clustered:
         return out
 
 
-def _reference_projection(vecs: np.ndarray, last: np.ndarray, now: float, cap: int, eps: float, mu: float,
-                          summary: bool = True) -> set[int]:
+def _reference_projection(
+    vecs: np.ndarray, last: np.ndarray, now: float, cap: int, eps: float, mu: float, summary: bool = True
+) -> set[int]:
     """Plain numpy Π_C for one session of one-turn leaves (rows 0..n-1), with its summary (row n;
     ``last`` has n + 1 entries) or without: exact nearest neighbours every round, ⌈excess/2⌉
     evicted per round."""
@@ -342,8 +379,13 @@ N, N_DUP, CAP = 44, 30, 9
 
 
 def _cfg() -> MemoryConfig:
-    return MemoryConfig(working_capacity=64, min_segment_turns=1, max_segment_turns=1, episodic_capacity=CAP,
-                        layers=("working", "episodic"))
+    return MemoryConfig(
+        working_capacity=64,
+        min_segment_turns=1,
+        max_segment_turns=1,
+        episodic_capacity=CAP,
+        layers=("working", "episodic"),
+    )
 
 
 def _messages() -> list[dict[str, Any]]:
@@ -357,8 +399,11 @@ def _messages() -> list[dict[str, Any]]:
 # list width with the number of turns covered *now* instead of when the lists were made; once
 # fewer turns than k_turn remain, such a turn gets novelty 1 although covered turns it never
 # listed remain, and the projection departs from its rule (seeds 3 and 4 here).
-NEIGHBOUR_BUG = pytest.mark.xfail(reason="CoverageProjection._turn_novelty does not re-list exhausted neighbour "
-                                         "lists once fewer covered turns than k_turn remain", strict=True)
+NEIGHBOUR_BUG = pytest.mark.xfail(
+    reason="CoverageProjection._turn_novelty does not re-list exhausted neighbour "
+    "lists once fewer covered turns than k_turn remain",
+    strict=True,
+)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, pytest.param(3, marks=NEIGHBOUR_BUG), pytest.param(4, marks=NEIGHBOUR_BUG)])
@@ -378,7 +423,8 @@ def test_projection_matches_a_plain_numpy_reference(seed: int, tmp_path: Path) -
     last = np.array([r["last_access"] for r in leaves] + [summary["last_access"]])
     want = _reference_projection(vecs, last, now, CAP, cfg.eviction_tiebreak, cfg.heat_mu)
     got = {i for i, r in enumerate(leaves) if r["status"] == "evicted"} | (
-        {N} if summary["status"] == "evicted" else set())
+        {N} if summary["status"] == "evicted" else set()
+    )
     assert got == want
     assert len(got) == N + 1 - CAP == rep.evicted
     assert sum(1 for r in leaves[:N_DUP] if r["status"] == "active") <= 1  # of the near-copies, one at most stays
@@ -402,8 +448,9 @@ def _leaf_state(emb: Clustered, cfg: MemoryConfig) -> tuple[MemoryState, Any, li
 
 
 @pytest.mark.parametrize("seed,k_turn", [(2, 2), (3, 2), (4, 2), (4, N), pytest.param(4, 18, marks=NEIGHBOUR_BUG)])
-def test_coverage_projection_relists_exhausted_neighbours(seed: int, k_turn: int,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_coverage_projection_relists_exhausted_neighbours(
+    seed: int, k_turn: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """CoverageProjection on its own: with each turn listing only its nearest neighbour
     (k_turn = 2: itself and one), rounds outlive the lists and the neighbours are listed anew;
     with k_turn = N every list holds every turn. The result equals the reference."""

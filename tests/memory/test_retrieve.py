@@ -21,13 +21,19 @@ from lamina.memory.store import SQLiteStore
 
 WORDS = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
 
-LINES = [("Alice", "The weather was lovely this morning."), ("Bob", "I watched a football match yesterday."),
-         ("Alice", "My sister adopted a grey kitten called Pepper."), ("Bob", "Did you try the new bakery downtown?"),
-         ("Alice", "I have been reading a mystery novel."), ("Bob", "Sounds fun, who is the author?")]
+LINES = [
+    ("Alice", "The weather was lovely this morning."),
+    ("Bob", "I watched a football match yesterday."),
+    ("Alice", "My sister adopted a grey kitten called Pepper."),
+    ("Bob", "Did you try the new bakery downtown?"),
+    ("Alice", "I have been reading a mystery novel."),
+    ("Bob", "Sounds fun, who is the author?"),
+]
 
 
-def _fill(m: Memory, n_sessions: int, per: int, rng: random.Random,
-          needle: tuple[int, int, str, str] | None = None) -> None:
+def _fill(
+    m: Memory, n_sessions: int, per: int, rng: random.Random, needle: tuple[int, int, str, str] | None = None
+) -> None:
     for s in range(n_sessions):
         t = T0 + s * DAY
         msgs = []
@@ -55,8 +61,9 @@ def test_lexical_channel_finds_a_turn_by_its_words() -> None:
 
 
 def test_matching_turn_alone_and_leaf_heated() -> None:
-    m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=4, semantic_capacity=1,
-                                                      layers=("working", "episodic")))
+    m = Memory(
+        embedder="hashing", config=MemoryConfig(working_capacity=4, semantic_capacity=1, layers=("working", "episodic"))
+    )
     chat(m, "u", "s1", LINES, T0 + DAY, "D1")
     m.end_session(user_id="u", session_id="s1")
     ctx = m.context("grey kitten Pepper", user_id="u", budget=12, now=T0 + 9 * DAY)
@@ -68,7 +75,8 @@ def test_matching_turn_alone_and_leaf_heated() -> None:
     (leaf,) = [it for it in active_leaves(m) if "D1:2" in it.sources]
     assert m.get(leaf.id).access_count == 1 and m.get(leaf.id).last_access == T0 + 9 * DAY
     assert [m.get(it.id).access_count for it in active_leaves(m) if it.id != leaf.id] == [0] * (
-        len(active_leaves(m)) - 1)
+        len(active_leaves(m)) - 1
+    )
     # a leaf's score is its best turn's cosine (not the mean of its turns)
     q = m.embedder.embed(["grey kitten Pepper"])[0]
     assert abs(top.score - float(m.embedder.embed([LINES[2][1]])[0] @ q)) < 1e-5
@@ -76,13 +84,18 @@ def test_matching_turn_alone_and_leaf_heated() -> None:
 
 
 def test_speaker_scope_prefers_the_named_person() -> None:
-    lines = [("Ann", "I went hiking in the Alps with my cousin last summer."),
-             ("Ben", "I went hiking in the Alps with my cousin last summer."),
-             ("Ann", "The bakery downtown sells great bread."), ("Ben", "My office moved to the fifth floor.")]
+    lines = [
+        ("Ann", "I went hiking in the Alps with my cousin last summer."),
+        ("Ben", "I went hiking in the Alps with my cousin last summer."),
+        ("Ann", "The bakery downtown sells great bread."),
+        ("Ben", "My office moved to the fifth floor."),
+    ]
     tops = {}
     for sc in (0.5, 0.0):
-        m = Memory(embedder="hashing", config=MemoryConfig(speaker_scope=sc, layers=("working", "episodic"),
-                                                           min_similarity=-1.0))
+        m = Memory(
+            embedder="hashing",
+            config=MemoryConfig(speaker_scope=sc, layers=("working", "episodic"), min_similarity=-1.0),
+        )
         chat(m, "u", "s1", lines, T0, "D1")
         m.end_session(user_id="u", session_id="s1")
         ctx = m.context("Where did Ben go hiking in the Alps", user_id="u", budget=200, now=T0 + DAY)
@@ -98,10 +111,17 @@ def test_scope_needs_exactly_one_known_name() -> None:
     u = UserState("u", 1)
     people = [("turn", "Ann"), ("turn", "Ben"), ("turn", "Mary  Jane"), ("fact", "Carol")]
     for i, (kind, who) in enumerate(people, 1):
-        kw = {"speaker": who, "source_id": f"s{i}"} if kind == "turn" else {
-            "subject": who, "predicate": "likes", "object": "tea"}
-        st.index(u, Record(id=i, user_id="u", layer="archive" if kind == "turn" else "history", kind=kind,
-                           text="x", seq=i, **kw))  # type: ignore[arg-type]
+        kw = (
+            {"speaker": who, "source_id": f"s{i}"}
+            if kind == "turn"
+            else {"subject": who, "predicate": "likes", "object": "tea"}
+        )
+        st.index(
+            u,
+            Record(
+                id=i, user_id="u", layer="archive" if kind == "turn" else "history", kind=kind, text="x", seq=i, **kw
+            ),
+        )  # type: ignore[arg-type]
     assert scope(u, "what does ann like?") == "ann"
     assert scope(u, "What do Ann and Ben like?") is None
     assert scope(u, "What does Annabel like?") is None  # whole words only
@@ -132,10 +152,16 @@ def test_now_hides_the_future() -> None:
 
 def test_domain_gate() -> None:
     m = Memory(embedder="hashing")
-    m.add([{"speaker": "A", "text": "the quarterly report is due friday", "domain": "work", "id": "w"},
-           {"speaker": "A", "text": "the quarterly report of the garden club", "domain": "home", "id": "h"},
-           {"speaker": "A", "text": "the quarterly report untagged", "id": "n"}], user_id="u", session_id="s",
-          timestamp=T0)
+    m.add(
+        [
+            {"speaker": "A", "text": "the quarterly report is due friday", "domain": "work", "id": "w"},
+            {"speaker": "A", "text": "the quarterly report of the garden club", "domain": "home", "id": "h"},
+            {"speaker": "A", "text": "the quarterly report untagged", "id": "n"},
+        ],
+        user_id="u",
+        session_id="s",
+        timestamp=T0,
+    )
     got = {it.sources[0] for it in m.context("quarterly report", user_id="u", domain="work", now=T0 + 1).items}
     assert got == {"w", "n"}  # another domain's items are blocked, untagged ones pass
     assert {it.sources[0] for it in m.context("quarterly report", user_id="u", now=T0 + 1).items} == {"w", "h", "n"}
@@ -203,16 +229,24 @@ def test_context_reads_summaries_not_leaves_and_search_still_finds_leaves(tmp_pa
     rng = random.Random(9)
     texts = [" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(60)]
     for s in range(3):
-        m.add([{"speaker": "Ann", "text": t, "timestamp": 1.6e9 + 60 * i}
-               for i, t in enumerate(texts[s * 20:(s + 1) * 20])], user_id="u", session_id=f"s{s}")
+        m.add(
+            [
+                {"speaker": "Ann", "text": t, "timestamp": 1.6e9 + 60 * i}
+                for i, t in enumerate(texts[s * 20 : (s + 1) * 20])
+            ],
+            user_id="u",
+            session_id=f"s{s}",
+        )
         m.end_session(user_id="u", session_id=f"s{s}")
     leaves = active_leaves(m)
     summaries = [it for it in everything(m, "u", "episodic") if it.kind == "summary"]
     assert leaves and summaries
     hits = m.search(leaves[0].text, user_id="u", k=5, layers=["episodic"])
     assert hits[0].id == leaves[0].id and hits[0].kind == "segment"
-    assert {h.kind for h in m.search(summaries[0].text, user_id="u", k=50, layers=["episodic"])} >= {"segment",
-                                                                                                    "summary"}
+    assert {h.kind for h in m.search(summaries[0].text, user_id="u", k=50, layers=["episodic"])} >= {
+        "segment",
+        "summary",
+    }
     ctx = m.context(texts[3], user_id="u", budget=4096)
     assert not [it for it in ctx.items if it.kind == "segment"]
     assert any(it.kind == "summary" for it in ctx.items)  # a large budget leaves room for aggregates
@@ -256,11 +290,17 @@ def _fill_ann(m: Memory, n: int, seed: int) -> None:
     texts = _sentences(n, seed)
     for s in range(0, n, 50):
         for i in range(s, min(n, s + 50)):
-            m.add([{"speaker": "Ann" if i % 2 else "Ben", "text": texts[i], "id": f"x{i}",
-                    "timestamp": 1.6e9 + 60 * i}], user_id="u", session_id=f"s{s}")
+            m.add(
+                [{"speaker": "Ann" if i % 2 else "Ben", "text": texts[i], "id": f"x{i}", "timestamp": 1.6e9 + 60 * i}],
+                user_id="u",
+                session_id=f"s{s}",
+            )
         m.end_session(user_id="u", session_id=f"s{s}")
-        m.add([{"speaker": "Ann", "text": "other user talks about pasta and piano", "timestamp": 1.6e9}],
-              user_id="v", session_id=f"s{s}")
+        m.add(
+            [{"speaker": "Ann", "text": "other user talks about pasta and piano", "timestamp": 1.6e9}],
+            user_id="v",
+            session_id=f"s{s}",
+        )
 
 
 def test_memory_switch_to_ann_is_transparent(tmp_path: Path) -> None:

@@ -88,7 +88,12 @@ def test_out_of_order_fact_goes_to_history(mem: Memory) -> None:
     (cur,) = [f for f in mem.facts(user_id="u") if f.predicate == "lives_in"]
     old, new = mem.history(cur.id)
     assert (old.object, old.layer, old.valid_from, old.valid_to, old.superseded_by) == (
-        "London", "history", T0, T0 + 10 * DAY, cur.id)
+        "London",
+        "history",
+        T0,
+        T0 + 10 * DAY,
+        cur.id,
+    )
     assert new == mem.get(cur.id) and new.valid_to is None
 
 
@@ -113,8 +118,7 @@ def test_resolve_threshold_decides_what_is_the_same_value() -> None:
 
 
 def test_multi_valued_predicates_accumulate(mem: Memory) -> None:
-    chat(mem, "u", "s1", [("Alice", "I love hiking."), ("Alice", "I love chess."), ("Bob", "I love chess.")],
-         T0, "D1")
+    chat(mem, "u", "s1", [("Alice", "I love hiking."), ("Alice", "I love chess."), ("Bob", "I love chess.")], T0, "D1")
     assert mem.end_session(user_id="u", session_id="s1").facts == 3
     likes = [(f.subject, f.object) for f in mem.facts(user_id="u") if f.predicate == "likes"]
     assert likes == [("Alice", "hiking"), ("Alice", "chess"), ("Bob", "chess")]  # by subject, predicate, time
@@ -124,17 +128,27 @@ def test_multi_valued_predicates_accumulate(mem: Memory) -> None:
 
 
 def test_verify_commitment_carries_to_the_fact(mem: Memory) -> None:
-    mem.add([{"speaker": "Alice", "text": "I work as a pilot.", "commitment": "verify"},
-             {"speaker": "Bob", "text": "Really?"}], user_id="u", session_id="s", timestamp=T0)
+    mem.add(
+        [
+            {"speaker": "Alice", "text": "I work as a pilot.", "commitment": "verify"},
+            {"speaker": "Bob", "text": "Really?"},
+        ],
+        user_id="u",
+        session_id="s",
+        timestamp=T0,
+    )
     mem.end_session(user_id="u", session_id="s")
     (f,) = [f for f in mem.facts(user_id="u") if f.predicate == "works_as"]
     assert f.commitment == "verify" and f.render().startswith("[fact, verify, since 2023-05-08] Alice works as pilot")
     assert f.turn_lines() is None  # a fact to verify shows as a fact, not as its turn
 
 
-@pytest.mark.xfail(reason="bug: update_profile cuts len(subject) + 1 characters off fact_sentence(), which for "
-                          "X_name / favorite_X predicates starts with \"Alice's\": the profile reads \"Alice: s dog "
-                          "is called Max\"", strict=True)
+@pytest.mark.xfail(
+    reason="bug: update_profile cuts len(subject) + 1 characters off fact_sentence(), which for "
+    'X_name / favorite_X predicates starts with "Alice\'s": the profile reads "Alice: s dog '
+    'is called Max"',
+    strict=True,
+)
 def test_profile_text_of_possessive_facts(mem: Memory) -> None:
     chat(mem, "u", "s", [("Alice", "My dog is called Max."), ("Alice", "My favorite color is green.")], T0, "D")
     mem.end_session(user_id="u", session_id="s")

@@ -35,8 +35,20 @@ def reference_weight(text: str, sources: Sequence[str]) -> float:
     return sum(1 for s in sources if s in STALE) / len(sources)
 
 
-TEXTS = ["I live in PARIS now", "Parisian food is great", "paris and berlin", "New   York!", "new yorker",
-         "Straße", "STRASSE", "we moved to Oslo from new york", "nothing here", "paris.", "(PARIS)", ""]
+TEXTS = [
+    "I live in PARIS now",
+    "Parisian food is great",
+    "paris and berlin",
+    "New   York!",
+    "new yorker",
+    "Straße",
+    "STRASSE",
+    "we moved to Oslo from new york",
+    "nothing here",
+    "paris.",
+    "(PARIS)",
+    "",
+]
 
 
 def test_weight_follows_the_rule_on_tricky_texts() -> None:

@@ -17,8 +17,16 @@ from lamina.memory.records import ITEM_FIELDS, NsCode
 from lamina.memory.state import MemoryState, Tx
 from lamina.memory.store import SQLiteStore
 
-LINES = ["I moved to Paris last spring.", "My dog is called Max.", "The weather is nice.", "I work as a nurse.",
-         "We watched a movie.", "I moved to Berlin for a job.", "Let's get coffee soon.", "I love hiking."]
+LINES = [
+    "I moved to Paris last spring.",
+    "My dog is called Max.",
+    "The weather is nice.",
+    "I work as a nurse.",
+    "We watched a movie.",
+    "I moved to Berlin for a job.",
+    "Let's get coffee soon.",
+    "I love hiking.",
+]
 CFG = MemoryConfig(working_capacity=4, episodic_capacity=4, max_segment_turns=2)
 DIM = get_embedder("hashing").dim
 
@@ -27,12 +35,23 @@ def _fill(m: Memory) -> list[int]:
     ids = []
     for s in range(3):
         for u in ("alice", "bob"):
-            ids += m.add([{"speaker": u.title(), "text": LINES[(s * 3 + j) % len(LINES)], "id": f"{u}{s}:{j}"}
-                          for j in range(5)], user_id=u, session_id=f"s{s}", timestamp=T0 + s * DAY)
+            ids += m.add(
+                [
+                    {"speaker": u.title(), "text": LINES[(s * 3 + j) % len(LINES)], "id": f"{u}{s}:{j}"}
+                    for j in range(5)
+                ],
+                user_id=u,
+                session_id=f"s{s}",
+                timestamp=T0 + s * DAY,
+            )
             m.context("where does she live", user_id=u, now=T0 + s * DAY + 100)
             m.end_session(user_id=u, session_id=f"s{s}")
-    ids += m.add([{"speaker": "Alice", "text": "Still in the live session."}], user_id="alice", session_id="s9",
-                 timestamp=T0 + 9e5)
+    ids += m.add(
+        [{"speaker": "Alice", "text": "Still in the live session."}],
+        user_id="alice",
+        session_id="s9",
+        timestamp=T0 + 9e5,
+    )
     return ids
 
 
@@ -124,8 +143,7 @@ def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
     cfg = MemoryConfig(working_capacity=4)
     m = Memory(p, embedder="hashing", config=cfg, summarizer=Boom())
-    ids = m.add([{"speaker": "A", "text": f"line {i}"} for i in range(3)], user_id="u", session_id="s",
-                timestamp=T0)
+    ids = m.add([{"speaker": "A", "text": f"line {i}"} for i in range(3)], user_id="u", session_id="s", timestamp=T0)
     queries = ["line", "more"]
 
     def view() -> dict[str, Any]:
@@ -133,8 +151,7 @@ def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
 
     before, on_disk = view(), dump(p)
     with pytest.raises(RuntimeError):  # overflow: the dequeue calls ψ, which raises
-        m.add([{"speaker": "A", "text": f"more {i}"} for i in range(6)], user_id="u", session_id="s",
-              timestamp=T0 + 1)
+        m.add([{"speaker": "A", "text": f"more {i}"} for i in range(6)], user_id="u", session_id="s", timestamp=T0 + 1)
     assert view() == before and dump(p) == on_disk
     with pytest.raises(RuntimeError):
         m.end_session(user_id="u", session_id="s")
@@ -151,12 +168,23 @@ def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
 
 
 def _session(m: Memory, s: int) -> list[int]:
-    lines = [("Alice", "The weather was lovely this morning"), ("Bob", "I watched a football match"),
-             ("Alice", "My sister adopted a grey kitten"), ("Bob", "Did you try the new bakery downtown"),
-             ("Alice", "I have been reading a mystery novel"), ("Bob", "Sounds fun, who is the author")]
+    lines = [
+        ("Alice", "The weather was lovely this morning"),
+        ("Bob", "I watched a football match"),
+        ("Alice", "My sister adopted a grey kitten"),
+        ("Bob", "Did you try the new bakery downtown"),
+        ("Alice", "I have been reading a mystery novel"),
+        ("Bob", "Sounds fun, who is the author"),
+    ]
     t = T0 + s * DAY
-    ids = m.add([{"speaker": sp, "text": f"{tx} on day {s}.", "id": f"D{s}:{i}", "timestamp": t + 60 * i}
-                 for i, (sp, tx) in enumerate(lines)], user_id="u", session_id=f"s{s}")
+    ids = m.add(
+        [
+            {"speaker": sp, "text": f"{tx} on day {s}.", "id": f"D{s}:{i}", "timestamp": t + 60 * i}
+            for i, (sp, tx) in enumerate(lines)
+        ],
+        user_id="u",
+        session_id=f"s{s}",
+    )
     m.end_session(user_id="u", session_id=f"s{s}")
     return ids
 

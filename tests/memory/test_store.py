@@ -18,8 +18,19 @@ def _store(path: Path | None = None) -> Store:
 
 
 def _row(rid: int, **kw: object) -> dict[str, object]:
-    r = Record(id=rid, user_id="u", layer="working", kind="turn", text=f"text {rid}", seq=seq_of(rid),
-               session_id="s", sources=(f"t{rid}", "x"), members=[1, 2], timestamp=1.5, **kw)  # type: ignore[arg-type]
+    r = Record(
+        id=rid,
+        user_id="u",
+        layer="working",
+        kind="turn",
+        text=f"text {rid}",
+        seq=seq_of(rid),
+        session_id="s",
+        sources=(f"t{rid}", "x"),
+        members=[1, 2],
+        timestamp=1.5,
+        **kw,
+    )  # type: ignore[arg-type]
     return r.row(np.arange(4, dtype=np.float32) + rid % 7)
 
 
