@@ -121,7 +121,7 @@ def test_errors_of_bad_input() -> None:
         m.search("q", user_id="u", k=-1)
     assert isinstance(exc.value, lamina.LaminaError)
     with pytest.raises(TypeError):
-        Memory(config={"working_capacity": 3})  # type: ignore[arg-type]
+        Memory(embedder="hashing", config={"working_capacity": 3})  # type: ignore[arg-type]
     m.close()
 
 
