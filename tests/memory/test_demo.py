@@ -32,7 +32,8 @@ def test_run_demo_small(tmp_path: Path) -> None:
     cur = [r for q, r in res["results"] if q.kind == "current"]
     assert sum(r["fact_current"] for r in cur) == len(cur)  # Resolve got every current value
     with Memory(str(db), embedder="hashing") as m:
-        assert m.stats()["archive_turns"] == 2 * 5 * 16
+        st = m.stats()
+        assert st.archive_turns == 2 * 5 * 16 and st.users == 2 and st.sessions == 2 * 5
 
 
 def test_cli_has_demo() -> None:

@@ -1,0 +1,61 @@
+"""lamina.memory.config: MemoryConfig validation (TypeError for wrong types, InvalidInput for values)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lamina import InvalidInput, MemoryConfig
+
+
+def test_defaults_are_valid_and_frozen() -> None:
+    c = MemoryConfig()
+    assert c.working_capacity == 16 and c.layers == ("working", "episodic", "semantic") and c.eviction == "coverage"
+    with pytest.raises(AttributeError):
+        c.alpha = 0.5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"alpha": 1.5}, "alpha"),
+        ({"working_capacity": 0}, "working_capacity"),
+        ({"working_capacity": 1}, "working_capacity"),
+        ({"min_segment_turns": 4, "max_segment_turns": 3}, "min_segment_turns"),
+        ({"beta": -1.0}, "beta"),
+        ({"heat_mu": 0.0}, "heat_mu"),
+        ({"max_entropy": 0.0}, "max_entropy"),
+        ({"min_similarity": float("nan")}, "finite"),
+        ({"layers": ("episodic",)}, "layers"),
+        ({"layers": ["working"]}, "layers"),
+        ({"synchronous": "OFF"}, "synchronous"),
+        ({"ann_threshold": 0}, "ann_threshold"),
+        ({"ann_m": 1}, "ann_m"),
+        ({"eviction": "lru"}, "eviction"),
+        ({"eviction_tiebreak": -1.0}, "eviction_tiebreak"),
+        ({"speaker_scope": 2.0}, "speaker_scope"),
+    ],
+)
+def test_bad_values(kw: dict, match: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(InvalidInput, match=match) as exc:
+        MemoryConfig(**kw)
+    assert isinstance(exc.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"ann_ef_search": 1.5}, "ann_ef_search"),
+        ({"working_capacity": True}, "working_capacity"),
+        ({"alpha": "0.5"}, "alpha"),
+        ({"eviction_tiebreak": "0"}, "eviction_tiebreak"),
+        ({"lexical": 1}, "lexical"),
+    ],
+)
+def test_bad_types(kw: dict, match: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(TypeError, match=match):
+        MemoryConfig(**kw)
+
+
+def test_max_entropy_may_be_none_and_synchronous_any_case() -> None:
+    assert MemoryConfig(max_entropy=None).max_entropy is None
+    assert MemoryConfig(synchronous="full").synchronous == "full"  # type: ignore[arg-type]

@@ -1,0 +1,169 @@
+"""Consolidation (lamina.memory.consolidate): segments, MemTree insertion, summaries ψ, the
+session summary and its EMA blend (eq. 5), the α decay, end_session reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from memkit import DAY, FILLER, T0, active_leaves, chat, check_tree, item_rows, rows, unit
+
+from lamina import Memory, MemoryConfig, SessionReport
+from lamina.extract import ExtractiveSummarizer, Turn
+from lamina.memory.consolidate import segments
+from lamina.memory.state import MemoryState, Tx
+from lamina.memory.store import SQLiteStore
+
+
+def _segments(embs: list[list[float]], **cfg: object) -> list[list[int]]:
+    st = MemoryState(MemoryConfig(**cfg), len(embs[0]))  # type: ignore[arg-type]
+    tx = Tx(SQLiteStore(None), st)
+    return segments(tx, np.asarray([unit(e) for e in embs], dtype=np.float32))
+
+
+E0, E1, E2 = [1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 1.0, 0]
+
+
+def test_segments_cut_by_similarity_to_the_running_centroid() -> None:
+    assert _segments([E0, E0, E0, E1, E1, E2]) == [[0, 1, 2], [3, 4, 5]]  # a short tail joins the last segment
+    assert _segments([E0, E0, E1, E1, E2, E2]) == [[0, 1], [2, 3], [4, 5]]
+    # below min_segment_turns a turn joins whatever its similarity
+    assert _segments([E0, E1, E1], min_segment_turns=2) == [[0, 1, 2]]
+    assert _segments([E0, E1, E2], min_segment_turns=1) == [[0], [1], [2]]
+    # max_segment_turns cuts similar runs; a tail that would overflow stays on its own
+    assert _segments([E0] * 7, max_segment_turns=3) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert _segments([E0] * 7, max_segment_turns=3, min_segment_turns=1) == [[0, 1, 2], [3, 4, 5], [6]]
+    # the threshold: cos(E0 + 0.5·E1, centroid E0) ≈ 0.89
+    near = [1.0, 0.5, 0, 0]
+    assert _segments([E0, E0, near], segment_threshold=0.85) == [[0, 1, 2]]
+    assert _segments([E0, E0, near, near], segment_threshold=0.95) == [[0, 1], [2, 3]]
+
+
+def test_leaves_hold_their_turns_and_summaries(tmp_path: Path) -> None:
+    p = tmp_path / "m.db"
+    m = Memory(
+        p, embedder="hashing", config=MemoryConfig(working_capacity=16, min_segment_turns=2, max_segment_turns=3)
+    )
+    ids = chat(m, "u", "s1", FILLER, T0, "D1")
+    rep = m.end_session(user_id="u", session_id="s1")
+    recs = item_rows(p)
+    leaves = sorted((r for r in recs.values() if r["kind"] == "segment"), key=lambda r: r["id"])
+    assert [x for r in leaves for x in r["members"]] == ids  # every turn in exactly one leaf, in order
+    assert all(2 <= len(r["members"]) <= 3 for r in leaves)
+    summ = ExtractiveSummarizer(m.embedder.embed)
+    for r in leaves:
+        turns = [recs[i] for i in r["members"]]
+        assert r["text"] == "\n".join(f"{t['speaker']}: {t['text']}" for t in turns)
+        assert r["sources"] == tuple(t["source_id"] for t in turns)
+        assert r["summary"] == summ.summarize(
+            [Turn(t["source_id"], t["speaker"], t["text"], t["timestamp"]) for t in turns], 60
+        )
+        assert r["timestamp"] == turns[-1]["timestamp"] and r["created_at"] == turns[0]["timestamp"]
+        assert r["interaction_len"] == len(turns) and r["session_id"] == "s1"
+    # the session summary: ψ of all its turns, outside the tree (parent -1)
+    (s,) = [r for r in recs.values() if r["kind"] == "summary" and r["parent_id"] == -1]
+    assert s["sources"] == tuple(f"D1:{i}" for i in range(6)) and s["interaction_len"] == 6
+    assert s["text"] == summ.summarize([Turn(f"D1:{i}", sp, tx) for i, (sp, tx) in enumerate(FILLER)], 60)
+    # the report: net new active episodic items (leaves, tree nodes, the summary)
+    n_episodic = sum(1 for r in recs.values() if r["layer"] == "episodic" and r["status"] == "active")
+    assert rep == SessionReport(segments=n_episodic, facts=0, promoted=0, evicted=0, blend_drift=0.0)
+    assert {it.id for it in active_leaves(m)} == {r["id"] for r in leaves}
+    m.close()
+
+
+def test_memtree_structure_invariants(tmp_path: Path) -> None:
+    p = tmp_path / "m.db"
+    m = Memory(p, embedder="hashing", config=MemoryConfig(working_capacity=4, max_segment_turns=2, tree_theta0=0.05))
+    for s in range(3):
+        chat(m, "u", f"s{s}", FILLER + [("Alice", f"I went hiking at trail {s}.")], T0 + s * DAY, f"D{s}")
+        m.end_session(user_id="u", session_id=f"s{s}")
+    tree = check_tree(p, "u")
+    internal = [r for r in tree if r["kind"] == "summary"]
+    assert internal  # some internal node exists with θ0 this low
+    for node in internal:  # an internal node's text is ψ of its children, and its sources their union
+        kids = [r for r in tree if r["parent_id"] == node["id"]]
+        assert len(kids) >= 2
+        assert set(node["sources"]) == {s for k in kids for s in k["sources"]}
+        assert node["text"] == node["summary"]
+    m.close()
+
+
+def test_ema_blend_of_the_session_summary(tmp_path: Path) -> None:
+    p = tmp_path / "m.db"
+    m = Memory(p, embedder="hashing", config=MemoryConfig(alpha=0.9, blend_threshold=0.5))
+    chat(m, "u", "s1", FILLER, T0, "D1")
+    r1 = m.end_session(user_id="u", session_id="s1")
+    assert r1.blend_drift == 0.0  # nothing to blend into
+    (first,) = rows(p, "SELECT id, text, embedding FROM items WHERE kind='summary' AND parent_id=-1")
+    P = np.frombuffer(first["embedding"], dtype=np.float32).astype(np.float64)
+    chat(m, "u", "s2", FILLER[:5] + [("Bob", "And who wrote it?")], T0 + DAY, "D2")
+    r2 = m.end_session(user_id="u", session_id="s2")
+    both = rows(p, "SELECT id, text, embedding FROM items WHERE kind='summary' AND parent_id=-1 ORDER BY id")
+    assert [b["id"] for b in both][0] == first["id"] and len(both) == 2
+    s_new = m.embedder.embed([both[1]["text"]])[0].astype(np.float64)
+    assert float(P @ s_new) >= 0.5  # similar enough to blend
+    want = 0.9 * P + 0.1 * s_new
+    want /= np.linalg.norm(want)
+    blended = np.frombuffer(both[0]["embedding"], dtype=np.float32)
+    np.testing.assert_allclose(blended, want, atol=1e-6)  # stored: α·e + (1−α)·ŝ, renormalised
+    assert r2.blend_drift == pytest.approx(float(np.sum((want - P) ** 2)), rel=1e-4)
+    assert np.frombuffer(both[1]["embedding"], dtype=np.float32) == pytest.approx(s_new, abs=1e-6)
+    m.close()
+
+
+def test_alpha_decays_earlier_episodes(tmp_path: Path) -> None:
+    m = Memory(tmp_path / "m.db", embedder="hashing", config=MemoryConfig(alpha=0.8))
+    chat(m, "u", "s1", FILLER, T0, "D1")
+    m.end_session(user_id="u", session_id="s1")
+    first = active_leaves(m)
+    assert first and all(it.strength == 1.0 for it in first)
+    chat(m, "u", "s2", [("Alice", "A different topic: volcanoes and lava.")] * 2, T0 + DAY, "D2")
+    m.end_session(user_id="u", session_id="s2")
+    assert [m.get(it.id).strength for it in first] == pytest.approx([0.8] * len(first))
+    chat(m, "u", "s3", [("Bob", "Chess openings are fun.")] * 2, T0 + 2 * DAY, "D3")
+    m.end_session(user_id="u", session_id="s3")
+    assert [m.get(it.id).strength for it in first] == pytest.approx([0.64] * len(first))
+    m.close()
+
+
+def test_end_session_reports_and_repeats(tmp_path: Path) -> None:
+    p = tmp_path / "m.db"
+    m = Memory(p, embedder="hashing")
+    chat(
+        m,
+        "u",
+        "s",
+        [("Alice", "I moved to Paris last week."), ("Alice", "My dog is called Max.")] + FILLER[:2],
+        T0,
+        "D",
+    )
+    rep = m.end_session(user_id="u", session_id="s", now=T0 + 3600)
+    assert rep.facts == 2 and rep.promoted == 0 and rep.evicted == 0
+    assert rep.to_dict() == {"segments": rep.segments, "facts": 2, "promoted": 0, "evicted": 0, "blend_drift": 0.0}
+    assert rows(p, "SELECT status, ended_at FROM sessions") == [{"status": "ended", "ended_at": T0 + 3600}]
+    # ending an ended session again does nothing
+    before = item_rows(p)
+    assert m.end_session(user_id="u", session_id="s") == SessionReport()
+    assert item_rows(p) == before
+    # without ``now`` the session ends at its last turn's time
+    chat(m, "u", "t", FILLER[2:4], T0 + DAY, "E")
+    m.end_session(user_id="u", session_id="t")
+    assert rows(p, "SELECT ended_at FROM sessions WHERE session_id='t'") == [{"ended_at": T0 + DAY + 60}]
+    m.close()
+
+
+def test_layers_ablation_writes_only_the_layers_in_use() -> None:
+    m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=4, layers=("working",)))
+    chat(m, "u", "s", [("Alice", "I moved to Paris last week.")] + FILLER, T0, "D")
+    rep = m.end_session(user_id="u", session_id="s")
+    st = m.stats(user_id="u")
+    assert rep == SessionReport() and st.archive_turns == 7 and st.layers["archive"] == 7
+    assert st.layers["episodic"] == st.layers["semantic"] == 0
+    m2 = Memory(embedder="hashing", config=MemoryConfig(working_capacity=4, layers=("working", "episodic")))
+    chat(m2, "u", "s", [("Alice", "I moved to Paris last week.")] + FILLER, T0, "D")
+    m2.end_session(user_id="u", session_id="s")
+    assert m2.stats(user_id="u").layers["semantic"] == 0 and m2.facts(user_id="u") == []
+    assert m2.stats(user_id="u").layers["episodic"] > 0
+    m.close()
+    m2.close()

@@ -1,0 +1,157 @@
+"""lamina.memory.store: SQLiteStore through the Store protocol (transactions, ids, meta, users,
+sessions, item rows, revisions)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lamina.memory.records import Record
+from lamina.memory.store import ID_SHIFT, ITEM_COLUMNS, SCHEMA_VERSION, SQLiteStore, Store, seq_of
+
+
+def _store(path: Path | None = None) -> Store:
+    return SQLiteStore(None if path is None else str(path))
+
+
+def _row(rid: int, **kw: object) -> dict[str, object]:
+    r = Record(
+        id=rid,
+        user_id="u",
+        layer="working",
+        kind="turn",
+        text=f"text {rid}",
+        seq=seq_of(rid),
+        session_id="s",
+        sources=(f"t{rid}", "x"),
+        members=[1, 2],
+        timestamp=1.5,
+        **kw,
+    )  # type: ignore[arg-type]
+    return r.row(np.arange(4, dtype=np.float32) + rid % 7)
+
+
+def test_tx_commits_and_rolls_back(tmp_path: Path) -> None:
+    p = tmp_path / "s.db"
+    s = _store(p)
+    with s.tx():
+        s.set_meta("a", "1")
+    with pytest.raises(RuntimeError):
+        with s.tx():
+            s.set_meta("a", "2")
+            s.set_meta("b", "x")
+            raise RuntimeError("boom")
+    assert s.get_meta("a") == "1" and s.get_meta("b") is None
+    # committed means on disk: another connection sees it (WAL mode)
+    conn = sqlite3.connect(p)
+    assert conn.execute("SELECT value FROM meta WHERE key='a'").fetchone() == ("1",)
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    conn.close()
+    s.close()
+
+
+def test_ids_are_tagged_and_persist(tmp_path: Path) -> None:
+    p = tmp_path / "s.db"
+    s = _store(p)
+    with s.tx():
+        a = s.new_ids(3)
+    assert [seq_of(i) for i in a] == [1, 2, 3] and len({i >> ID_SHIFT for i in a}) == 1
+    assert all(s.owns(i) for i in a)
+    other = _store()
+    with other.tx():
+        (o,) = other.new_ids(1)
+    assert not s.owns(o) and not other.owns(a[0])  # each database has its own tag
+    other.close()
+    # ids handed out by a rolled-back transaction are handed out again after reset_ids
+    with pytest.raises(RuntimeError):
+        with s.tx():
+            lost = s.new_ids(2)
+            raise RuntimeError
+    s.reset_ids()
+    with s.tx():
+        again = s.new_ids(2)
+    assert again == lost and [seq_of(i) for i in again] == [4, 5]
+    s.close()
+    s2 = _store(p)  # the counter and the tag survive reopening
+    with s2.tx():
+        (nxt,) = s2.new_ids(1)
+    assert seq_of(nxt) == 6 and s2.owns(a[0])
+    assert s2.get_meta("schema_version") == str(SCHEMA_VERSION)
+    s2.close()
+
+
+def test_schema_version_and_synchronous_are_checked(tmp_path: Path) -> None:
+    p = tmp_path / "s.db"
+    SQLiteStore(str(p)).close()
+    conn = sqlite3.connect(p)
+    conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(ValueError, match="schema version 99"):
+        SQLiteStore(str(p))
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteStore(None, synchronous="OFF")
+    full = SQLiteStore(None, synchronous="full")
+    assert full.conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
+    full.close()
+
+
+def test_users_and_sessions() -> None:
+    s = _store()
+    with s.tx():
+        s.add_user("bob", 2)
+        s.add_user("ann", 1)
+        s.set_drift("ann", 0.5, 0.25, 2)
+        s.upsert_session("ann", "s1", "open", 10.0, None)
+        s.upsert_session("ann", "s1", "ended", 99.0, 20.0)  # started_at is kept on update
+    assert s.users() == [("ann", 1, 0.5, 0.25, 2), ("bob", 2, 0.0, 0.0, 0)]  # by namespace index
+    assert s.sessions() == [("ann", "s1", "ended", 10.0, 20.0)]
+    with pytest.raises(sqlite3.IntegrityError):
+        with s.tx():
+            s.add_user("carl", 1)  # namespace indexes are unique
+    assert [u[0] for u in s.users()] == ["ann", "bob"]
+
+
+def test_items_round_trip_updates_and_deletes() -> None:
+    s = _store()
+    with s.tx():
+        ids = s.new_ids(3)
+        s.add_user("u", 1)
+        rows = [_row(i) for i in ids]
+        s.insert_items(rows)
+    loaded = list(s.load_items())
+    assert [r["id"] for r in loaded] == ids and set(loaded[0]) == set(ITEM_COLUMNS)
+    for got, want in zip(loaded, rows):
+        assert got == want  # sources back as a tuple, members as a list, the embedding as bytes
+    assert isinstance(loaded[0]["sources"], tuple) and isinstance(loaded[0]["members"], list)
+    with s.tx():
+        s.update_items([(ids[0], {"text": "new", "members": [7]}), (ids[1], {})])
+        s.bump_access([(5, 123.0, ids[2])])
+    by_id = {r["id"]: r for r in s.load_items()}
+    assert by_id[ids[0]]["text"] == "new" and by_id[ids[0]]["members"] == [7]
+    assert by_id[ids[0]]["summary"] is None and by_id[ids[1]] == rows[1]  # nothing else changed
+    assert (by_id[ids[2]]["access_count"], by_id[ids[2]]["last_access"]) == (5, 123.0)
+    with s.tx():
+        s.add_revision(ids[0], "old", 1.0)
+        s.add_revision(ids[0], "older", 2.0)
+        s.add_revision(ids[1], "x", 3.0)
+    assert s.revisions(ids[0]) == [("old", 1.0), ("older", 2.0)] and s.revisions(ids[2]) == []
+    with s.tx():
+        s.delete_items([ids[0]])
+    assert [r["id"] for r in s.load_items()] == ids[1:] and s.revisions(ids[0]) == []
+    with s.tx():
+        s.upsert_session("u", "s", "open", 1.0, None)
+        s.delete_user("u")
+    assert list(s.load_items()) == [] and s.users() == [] and s.sessions() == [] and s.revisions(ids[1]) == []
+
+
+def test_load_items_orders_by_sequence() -> None:
+    s = _store()
+    with s.tx():
+        ids = s.new_ids(3)
+        s.add_user("u", 1)
+        s.insert_items([_row(ids[2]), _row(ids[0]), _row(ids[1])])
+    assert [r["id"] for r in s.load_items()] == ids
