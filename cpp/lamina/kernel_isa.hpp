@@ -1,7 +1,8 @@
 // lamina/kernel_isa.hpp — internal to cpp/: the hot loops of the memory kernels (blend.cpp,
 // gating.cpp, heat.cpp), compiled once per instruction set from cpp/kernel_loops.inc
 // (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp, each with its own per-file flags)
-// and chosen at run time: the same ISA as simd::kernels() (so LAMINA_SIMD caps it too).
+// and chosen at run time by lamina/isa.hpp's rule (a Family of Tables, kernels_dispatch.cpp):
+// the same ISA as the dot kernels, so LAMINA_SIMD caps it too.
 // All variants are built with -ffp-contract=off and compute the same per-element operations
 // in the same order (kernel_math.hpp), so their results are bit-identical. One exception to
 // "one set of flags per file": on the AVX-512 path the heat loop is also compiled with
@@ -159,7 +160,7 @@ struct Table {
   double rcp_error;
 };
 
-/// The table for the ISA in use.
+/// The table for the ISA in use (isa::active()).
 const Table& table();
 
 /// Orders this thread's earlier non-temporal stores before its later stores (SFENCE on x86;
