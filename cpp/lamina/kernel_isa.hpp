@@ -54,7 +54,7 @@ constexpr std::size_t kGateTile = 1024;
 /// (rare: rows whose entropy needs more than 2^12·β) iterate in registers instead.
 constexpr int kGateLevels = 12;
 /// The ε bound's predictor for L = 2 and 3 (SIMD paths; tables built per ε by the driver,
-/// gating.cpp; kernel in kernel_loops.inc, gate_tile_pred_v). A row's logits at β are
+/// gating.cpp; kernel in gate_predict.inc, gate_tile_pred_v). A row's logits at β are
 /// z = β·(r − r_max) <= 0; x1 <= x2 are the gaps −z of the layers other than the maximum
 /// (L = 2: x1 only, x2 = ∞). Doubling β k times scales them by exactly 2^k (while x1 is a
 /// normal float), and the exact entropy of the logits (0, −u, −u/q), u = 2^k·x1, q = x1/x2, is
