@@ -61,7 +61,7 @@ void register_search(py::module_& m) {
       py::arg("threads") = 0);
 
   py::class_<VectorArena, std::shared_ptr<VectorArena>> arena_cls(m, "VectorArena");
-  def_slot_columns<VectorArena>(arena_cls);
+  def_arena_common<VectorArena>(arena_cls);
   arena_cls
       .def(py::init([](long long dim, const std::string& dtype, long long capacity) {
              LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
@@ -69,19 +69,6 @@ void register_search(py::module_& m) {
              return std::make_shared<VectorArena>(dim, parse_dtype(dtype), capacity);
            }),
            py::arg("dim"), py::arg("dtype") = "float32", py::arg("capacity") = 1024)
-      .def_property_readonly("dim", &VectorArena::dim)
-      .def_property_readonly("dtype", [](const VectorArena& A) {
-        return A.dtype() == DType::F16 ? "float16" : "float32";
-      })
-      .def_property_readonly("capacity", &VectorArena::capacity)
-      .def_property_readonly("high_water", &VectorArena::high_water)
-      .def_property_readonly("stride", &VectorArena::stride)
-      .def("__len__", &VectorArena::size)
-      .def("reserve", [](VectorArena& A, long long c) {
-        LAMINA_CHECK(c >= 0, "capacity must be >= 0");
-        py::gil_scoped_release nogil;
-        A.reserve(c);
-      })
       .def(
           "add",
           [](VectorArena& A, const py::object& vectors, const py::object& ns,
@@ -128,7 +115,6 @@ void register_search(py::module_& m) {
              A.set_layer(static_cast<const int64_t*>(s.data()), s.shape(0),
                          static_cast<uint8_t>(layer));
            })
-      .def("namespace_size", [](const VectorArena& A, uint64_t ns) { return A.namespace_size(ns); })
       .def(
           "search",
           [](const VectorArena& A, const py::object& queries, long long k,
@@ -170,19 +156,7 @@ void register_search(py::module_& m) {
                            v.storage.get(), owner);
              py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
              return arr;
-           })
-      .def("columns", [](const VectorArena& A) {
-        std::vector<uint64_t> ns;
-        std::vector<uint8_t> layers, live;
-        A.columns(ns, layers, live);
-        py::array_t<uint64_t> a(ns.size());
-        py::array_t<uint8_t> b(layers.size());
-        py::array_t<bool> c(live.size());
-        std::copy(ns.begin(), ns.end(), a.mutable_data());
-        std::copy(layers.begin(), layers.end(), b.mutable_data());
-        for (std::size_t i = 0; i < live.size(); ++i) c.mutable_data()[i] = live[i] != 0;
-        return py::make_tuple(a, b, c);
-      });
+           });
 }
 
 }  // namespace lamina::py_detail
