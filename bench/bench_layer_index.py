@@ -39,17 +39,24 @@ def main() -> None:
     c = MemoryConfig()
     emb = get_embedder("hashing")
     info = lamina.build_info()
-    print(f"lamina {info['version']} | {platform.processor() or platform.machine()} | {os.cpu_count()} cpus | "
-          f"SIMD {info['simd_active']} | load {os.getloadavg()[0]:.1f} | M={c.ann_m} efC={c.ann_ef_construction} "
-          f"ef={c.ann_ef_search} k={args.k}")
+    print(
+        f"lamina {info['version']} | {platform.processor() or platform.machine()} | {os.cpu_count()} cpus | "
+        f"SIMD {info['simd_active']} | load {os.getloadavg()[0]:.1f} | M={c.ann_m} efC={c.ann_ef_construction} "
+        f"ef={c.ann_ef_search} k={args.k}"
+    )
     hdr = ("rows", "exact ms", "hnsw ms", "exact/hnsw", "recall", "build us/row")
     print(("{:>13}" * len(hdr)).format(*hdr))
     rng = random.Random(0)
     for n in args.sizes:
         X = emb.embed([turn(rng, i) for i in range(n)])
         Q = emb.embed([f"where did Ann move {turn(rng, n + i)}" for i in range(args.queries)])
-        idx = LayerIndex(emb.dim, ann_threshold=n - 1, ann_m=c.ann_m, ann_ef_construction=c.ann_ef_construction,
-                         ann_ef_search=c.ann_ef_search)
+        idx = LayerIndex(
+            emb.dim,
+            ann_threshold=n - 1,
+            ann_m=c.ann_m,
+            ann_ef_construction=c.ann_ef_construction,
+            ann_ef_search=c.ann_ef_search,
+        )
         ns, other = (1 << 3) | 3, (2 << 3) | 3
         idx.add(ns, list(range(1, n + 1)), X)
         idx.add(other, list(range(n + 1, 2 * n + 1)), X[::-1].copy())
@@ -63,8 +70,10 @@ def main() -> None:
         got = [idx.search(q, [ns], args.k)[0][1] for q in Q]
         t_ann = (time.perf_counter() - t0) / len(Q) * 1e3
         recall = float(np.mean([len(set(g) & set(e)) / len(e) for g, e in zip(got, exact)]))
-        print(f"{n:>13}{t_exact:>13.3f}{t_ann:>13.3f}{t_exact / t_ann:>13.2f}{recall:>13.3f}{build / n * 1e6:>13.1f}",
-              flush=True)
+        print(
+            f"{n:>13}{t_exact:>13.3f}{t_ann:>13.3f}{t_exact / t_ann:>13.2f}{recall:>13.3f}{build / n * 1e6:>13.1f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@ import numpy as np
 import lamina
 from lamina import Memory, MemoryConfig
 
-WORDS = ("coffee hiking paris berlin garden piano dinner movie weekend trip sister dog cat job office meeting "
-         "concert marathon beach mountain recipe book novel train flight museum birthday party gym yoga").split()
+WORDS = (
+    "coffee hiking paris berlin garden piano dinner movie weekend trip sister dog cat job office meeting "
+    "concert marathon beach mountain recipe book novel train flight museum birthday party gym yoga"
+).split()
 
 
 def rss_bytes() -> int:
@@ -53,13 +55,13 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
     for i in range(n_items):
         msg = [{"speaker": "Ann" if i % 2 else "Ben", "text": turn(rng, i), "timestamp": t + i * 60}]
         t0 = time.perf_counter()
-        m.add(msg, "u", f"s{sess}")
+        m.add(msg, user_id="u", session_id=f"s{sess}")
         add_t.append(time.perf_counter() - t0)
         if (i + 1) % session_len == 0:
-            m.end_session("u", f"s{sess}")
+            m.end_session(user_id="u", session_id=f"s{sess}")
             sess += 1
     fill_s = time.perf_counter() - t_fill
-    st = m.stats("u")
+    st = m.stats(user_id="u").to_dict()
     rss1 = rss_bytes()
     texts = [turn(rng, i) for i in range(200)]
     t0 = time.perf_counter()
@@ -69,31 +71,41 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
     queries = [f"where did Ann move {rng.choice(WORDS)}" for _ in range(n_queries)]
     qv = emb.embed(queries)
     t0 = time.perf_counter()
-    m.context(queries[0], "u", budget=512, query_embedding=qv[0], include_archive=True)
-    ann_build_s = time.perf_counter() - t0 if m.stats("u")["ann_layers"] else 0.0
+    m.context(queries[0], user_id="u", budget=512, query_embedding=qv[0], include_archive=True)
+    ann_build_s = time.perf_counter() - t0 if m.stats(user_id="u").to_dict()["ann_layers"] else 0.0
     ctx_t, ctx_cpu, arch_t = [], [], []
     for i in range(n_queries):
         t0 = time.perf_counter()
         c0 = time.thread_time()
-        m.context(queries[i], "u", budget=512, query_embedding=qv[i])
+        m.context(queries[i], user_id="u", budget=512, query_embedding=qv[i])
         ctx_cpu.append(time.thread_time() - c0)
         ctx_t.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        m.context(queries[i], "u", budget=512, query_embedding=qv[i], include_archive=True)
+        m.context(queries[i], user_id="u", budget=512, query_embedding=qv[i], include_archive=True)
         arch_t.append(time.perf_counter() - t0)
     m.close()
     a = np.array(add_t) * 1e3
     c = np.array(ctx_t) * 1e3
     cc = np.array(ctx_cpu) * 1e3
     ca = np.array(arch_t) * 1e3
-    return {"items_per_user": st["items"], "turns": n_items, "active": sum(st["layers"][k] for k in ("working", "episodic", "semantic")),
-            "add_p50_ms": float(np.percentile(a, 50)), "add_p99_ms": float(np.percentile(a, 99)),
-            "embed_ms_per_text": embed_ms,
-            "context_p50_ms": float(np.percentile(c, 50)), "context_p99_ms": float(np.percentile(c, 99)),
-            "context_cpu_p50_ms": float(np.percentile(cc, 50)), "context_cpu_p99_ms": float(np.percentile(cc, 99)),
-            "context_archive_p50_ms": float(np.percentile(ca, 50)), "context_archive_p99_ms": float(np.percentile(ca, 99)),
-            "bytes_per_item": (rss1 - rss0) / max(1, st["items"]), "fill_s": fill_s, "ann_build_s": ann_build_s,
-            "ann_layers": st["ann_layers"]}
+    return {
+        "items_per_user": st["items"],
+        "turns": n_items,
+        "active": sum(st["layers"][k] for k in ("working", "episodic", "semantic")),
+        "add_p50_ms": float(np.percentile(a, 50)),
+        "add_p99_ms": float(np.percentile(a, 99)),
+        "embed_ms_per_text": embed_ms,
+        "context_p50_ms": float(np.percentile(c, 50)),
+        "context_p99_ms": float(np.percentile(c, 99)),
+        "context_cpu_p50_ms": float(np.percentile(cc, 50)),
+        "context_cpu_p99_ms": float(np.percentile(cc, 99)),
+        "context_archive_p50_ms": float(np.percentile(ca, 50)),
+        "context_archive_p99_ms": float(np.percentile(ca, 99)),
+        "bytes_per_item": (rss1 - rss0) / max(1, st["items"]),
+        "fill_s": fill_s,
+        "ann_build_s": ann_build_s,
+        "ann_layers": st["ann_layers"],
+    }
 
 
 def main() -> None:
@@ -105,22 +117,41 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="write JSON results here")
     args = ap.parse_args()
     info = lamina.build_info()
-    print(f"lamina {info['version']} | {platform.processor() or platform.machine()} | {os.cpu_count()} cpus | "
-          f"SIMD {info['simd_active']} | threads {lamina.get_num_threads()} | load {os.getloadavg()[0]:.1f} | "
-          f"embedder hashing-384 | ann_threshold {MemoryConfig().ann_threshold}")
-    hdr = ("turns", "items", "active", "add p50", "add p99", "embed/txt", "ctx p50", "ctx p99", "cpu p50", "cpu p99",
-           "ctx+arch p50",
-           "ctx+arch p99", "B/item", "fill s", "ann build s")
+    print(
+        f"lamina {info['version']} | {platform.processor() or platform.machine()} | {os.cpu_count()} cpus | "
+        f"SIMD {info['simd_active']} | threads {lamina.get_num_threads()} | load {os.getloadavg()[0]:.1f} | "
+        f"embedder hashing-384 | ann_threshold {MemoryConfig().ann_threshold}"
+    )
+    hdr = (
+        "turns",
+        "items",
+        "active",
+        "add p50",
+        "add p99",
+        "embed/txt",
+        "ctx p50",
+        "ctx p99",
+        "cpu p50",
+        "cpu p99",
+        "ctx+arch p50",
+        "ctx+arch p99",
+        "B/item",
+        "fill s",
+        "ann build s",
+    )
     print(("{:>10}" * (len(hdr) - 1) + "{:>12}").format(*hdr) + "   (ms unless noted; ctx excludes embedding)")
     res = []
     for n in args.sizes:
         r = run(n, min(args.session_len, n), args.queries, args.seed)
         res.append(r)
-        print(f"{r['turns']:>10}{r['items_per_user']:>10}{r['active']:>10}{r['add_p50_ms']:>10.3f}{r['add_p99_ms']:>10.2f}"
-              f"{r['embed_ms_per_text']:>10.3f}{r['context_p50_ms']:>10.3f}{r['context_p99_ms']:>10.3f}"
-              f"{r['context_cpu_p50_ms']:>10.3f}{r['context_cpu_p99_ms']:>10.3f}"
-              f"{r['context_archive_p50_ms']:>10.2f}{r['context_archive_p99_ms']:>10.2f}{r['bytes_per_item']:>10.0f}"
-              f"{r['fill_s']:>10.1f}{r['ann_build_s']:>12.2f}", flush=True)
+        print(
+            f"{r['turns']:>10}{r['items_per_user']:>10}{r['active']:>10}{r['add_p50_ms']:>10.3f}{r['add_p99_ms']:>10.2f}"
+            f"{r['embed_ms_per_text']:>10.3f}{r['context_p50_ms']:>10.3f}{r['context_p99_ms']:>10.3f}"
+            f"{r['context_cpu_p50_ms']:>10.3f}{r['context_cpu_p99_ms']:>10.3f}"
+            f"{r['context_archive_p50_ms']:>10.2f}{r['context_archive_p99_ms']:>10.2f}{r['bytes_per_item']:>10.0f}"
+            f"{r['fill_s']:>10.1f}{r['ann_build_s']:>12.2f}",
+            flush=True,
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"build": info, "results": res}, f, indent=2)

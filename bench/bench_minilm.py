@@ -24,16 +24,45 @@ def chat_lines(n: int, seed: int = 0) -> list[str]:
 
     rng = random.Random(seed)
     who = ["I", "My sister", "Caroline", "We", "My kids", "Melanie", "John", "Our team", "Tim"]
-    did = ["went hiking", "painted a sunset", "started a new job", "adopted a puppy",
-           "visited Paris", "ran a charity race", "baked sourdough bread", "joined a book club",
-           "moved to Seattle", "fixed the old car", "learned to play guitar", "went camping"]
-    when = ["last weekend", "yesterday", "on 7 May 2023", "two weeks ago", "this morning",
-            "after work", "during the summer break", "on my birthday"]
-    tail = ["and it was amazing!", "- so relaxing.", "with friends.", "haha", "!",
-            "and took photos.", "so fun :)", "but it rained."]
-    return [f"{rng.choice(['Hey!', 'Wow,', '', ''])} {rng.choice(who)} "
-            f"{rng.choice(did)} {rng.choice(when)} {rng.choice(tail)}".strip()
-            for _ in range(n)]
+    did = [
+        "went hiking",
+        "painted a sunset",
+        "started a new job",
+        "adopted a puppy",
+        "visited Paris",
+        "ran a charity race",
+        "baked sourdough bread",
+        "joined a book club",
+        "moved to Seattle",
+        "fixed the old car",
+        "learned to play guitar",
+        "went camping",
+    ]
+    when = [
+        "last weekend",
+        "yesterday",
+        "on 7 May 2023",
+        "two weeks ago",
+        "this morning",
+        "after work",
+        "during the summer break",
+        "on my birthday",
+    ]
+    tail = [
+        "and it was amazing!",
+        "- so relaxing.",
+        "with friends.",
+        "haha",
+        "!",
+        "and took photos.",
+        "so fun :)",
+        "but it rained.",
+    ]
+    return [
+        f"{rng.choice(['Hey!', 'Wow,', '', ''])} {rng.choice(who)} "
+        f"{rng.choice(did)} {rng.choice(when)} {rng.choice(tail)}".strip()
+        for _ in range(n)
+    ]
 
 
 def timed(fn, runs: int = 3) -> list[float]:
@@ -63,19 +92,25 @@ def main() -> int:
     lines = chat_lines(args.n)
     m = MiniLM(batch_size=args.batch)
     mean_tok = float(np.mean([len(x) for x in m.tokenize(lines)]))
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus visible, "
-          f"{args.threads} threads, numpy {np.__version__}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus visible, "
+        f"{args.threads} threads, numpy {np.__version__}"
+    )
     print(f"{args.n} chat lines, {mean_tok:.1f} word pieces on average, batch {args.batch}")
     t_l = timed(lambda: m.embed(lines))
     sps_l = args.n / statistics.median(t_l)
-    print(f"lamina MiniLM (numpy + native kernels): {sps_l:8.1f} sentences/s "
-          f"(runs: {', '.join(f'{t:.2f}s' for t in t_l)})")
+    print(
+        f"lamina MiniLM (numpy + native kernels): {sps_l:8.1f} sentences/s "
+        f"(runs: {', '.join(f'{t:.2f}s' for t in t_l)})"
+    )
     try:
         import torch
         from sentence_transformers import SentenceTransformer
     except ImportError:
-        print("sentence-transformers/torch not importable here: no side-by-side run. "
-              "Reference (README of the reference file): ~320 sentences/s under torch, 2 threads.")
+        print(
+            "sentence-transformers/torch not importable here: no side-by-side run. "
+            "Reference (README of the reference file): ~320 sentences/s under torch, 2 threads."
+        )
         return 0
     torch.set_num_threads(args.threads)
     st = SentenceTransformer(str(m.model_dir), device="cpu")

@@ -21,8 +21,8 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import numpy as np
 
@@ -171,9 +171,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="'all threads' count (0: default)")
     ap.add_argument("--only", default="", help="comma-separated kernel names to run")
     ap.add_argument("--out", default="", help="write the results as JSON here")
-    ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
-                    help="one-thread timings by wall clock or by the calling thread's CPU time "
-                    "(thread: robust on a shared machine; all-thread runs always use wall time)")
+    ap.add_argument(
+        "--clock",
+        choices=["wall", "thread"],
+        default="wall",
+        help="one-thread timings by wall clock or by the calling thread's CPU time "
+        "(thread: robust on a shared machine; all-thread runs always use wall time)",
+    )
     args = ap.parse_args()
     # numpy (and any BLAS it calls) on one thread: the numpy columns are one-thread timings,
     # and idle BLAS worker threads must not compete with lamina's threads for the cores
@@ -188,12 +192,18 @@ def main() -> None:
 
     bw1 = copy_bandwidth(256 << 20, 1, R)
     bwT = copy_bandwidth(256 << 20, all_threads, R) if all_threads > 1 else bw1
-    print(f"machine: {cpu_model()}, {os.cpu_count()} logical CPUs; numpy {np.__version__}; "
-          f"lamina {lamina.__version__} simd={lamina.build_info()['simd_active']}")
-    print(f"one-thread clock: {args.clock}; numpy BLAS threads: "
-          f"{1 if blas_limit is not None else 'default (threadpoolctl missing)'}")
-    print(f"streaming bandwidth (numpy copy, read+write): 1 thread {bw1 / 1e9:.1f} GB/s, "
-          f"{all_threads} threads {bwT / 1e9:.1f} GB/s")
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} logical CPUs; numpy {np.__version__}; "
+        f"lamina {lamina.__version__} simd={lamina.build_info()['simd_active']}"
+    )
+    print(
+        f"one-thread clock: {args.clock}; numpy BLAS threads: "
+        f"{1 if blas_limit is not None else 'default (threadpoolctl missing)'}"
+    )
+    print(
+        f"streaming bandwidth (numpy copy, read+write): 1 thread {bw1 / 1e9:.1f} GB/s, "
+        f"{all_threads} threads {bwT / 1e9:.1f} GB/s"
+    )
 
     cases: list[dict] = []
 
@@ -213,11 +223,13 @@ def main() -> None:
         lamina.set_num_threads(0)
         res["t_numpy"] = t_np
         cases.append(res)
-        print(f"{name:<24} numpy {t_np * 1e3:8.2f} ms | 1 thr {res['t_lamina_1'] * 1e3:8.2f} ms "
-              f"x{res['ratio_1']:5.1f} {res['gbps_1']:6.1f} GB/s ({res['bw_frac_1']:4.0%}) | "
-              f"{all_threads} thr {res['t_lamina_all'] * 1e3:8.2f} ms x{res['ratio_all']:5.1f} "
-              f"{res['gbps_all']:6.1f} GB/s ({res['bw_frac_all']:4.0%})"
-              + ("" if row_kernel else "  [selection]"), flush=True)
+        print(
+            f"{name:<24} numpy {t_np * 1e3:8.2f} ms | 1 thr {res['t_lamina_1'] * 1e3:8.2f} ms "
+            f"x{res['ratio_1']:5.1f} {res['gbps_1']:6.1f} GB/s ({res['bw_frac_1']:4.0%}) | "
+            f"{all_threads} thr {res['t_lamina_all'] * 1e3:8.2f} ms x{res['ratio_all']:5.1f} "
+            f"{res['gbps_all']:6.1f} GB/s ({res['bw_frac_all']:4.0%})" + ("" if row_kernel else "  [selection]"),
+            flush=True,
+        )
 
     # -- row updates, n x d
     if not only or only & {"ema_blend", "ema_blend_renorm", "damped_update", "ema_blend_index"}:
@@ -226,14 +238,27 @@ def main() -> None:
         scratch = np.empty_like(rows)
         drift = np.empty(n, np.float32)
         upd_bytes = 3 * rows.nbytes + drift.nbytes  # read rows, read targets, write rows, drift
-        case("ema_blend", upd_bytes, lambda: K.ema_blend(rows, targets, 0.9, out=drift),
-             lambda: np_ema_blend(rows, targets, 0.9, scratch))
-        case("ema_blend_renorm", upd_bytes,
-             lambda: K.ema_blend(rows, targets, 0.9, renormalize=True, out=drift),
-             lambda: (np_ema_blend(rows, targets, 0.9, scratch),
-                      rows.__itruediv__(np.linalg.norm(rows, axis=1, keepdims=True))))
-        case("damped_update", upd_bytes, lambda: K.damped_update(rows, targets, 4.0, out=drift),
-             lambda: np_damped_update(rows, targets, 4.0, scratch))
+        case(
+            "ema_blend",
+            upd_bytes,
+            lambda: K.ema_blend(rows, targets, 0.9, out=drift),
+            lambda: np_ema_blend(rows, targets, 0.9, scratch),
+        )
+        case(
+            "ema_blend_renorm",
+            upd_bytes,
+            lambda: K.ema_blend(rows, targets, 0.9, renormalize=True, out=drift),
+            lambda: (
+                np_ema_blend(rows, targets, 0.9, scratch),
+                rows.__itruediv__(np.linalg.norm(rows, axis=1, keepdims=True)),
+            ),
+        )
+        case(
+            "damped_update",
+            upd_bytes,
+            lambda: K.damped_update(rows, targets, 4.0, out=drift),
+            lambda: np_damped_update(rows, targets, 4.0, scratch),
+        )
         m = n // 10
         index = np.sort(rng.choice(n, m, replace=False)).astype(np.int64)
         tsub = targets[:m].copy()
@@ -244,8 +269,7 @@ def main() -> None:
             np_ema_blend(sub, tsub, 0.9, ssub)
             rows[index] = sub
 
-        case("ema_blend_index", 3 * tsub.nbytes + 8 * m,
-             lambda: K.ema_blend(rows, tsub, 0.9, index=index), np_index)
+        case("ema_blend_index", 3 * tsub.nbytes + 8 * m, lambda: K.ema_blend(rows, tsub, 0.9, index=index), np_index)
         del rows, targets, scratch
 
     # -- softmax gate, n x L
@@ -253,11 +277,18 @@ def main() -> None:
     g_out = np.empty_like(r)
     g_scratch = np.empty_like(r)
     gate_bytes = 2 * r.nbytes + 8 * n
-    case("softmax_gate", gate_bytes, lambda: K.softmax_gate(r, 2.0, out=g_out),
-         lambda: np_softmax_gate(r, 2.0, g_scratch))
-    case("softmax_gate_eps", gate_bytes,
-         lambda: K.softmax_gate(r, 2.0, max_entropy=0.5, out=g_out),
-         lambda: np_softmax_gate_eps(r, 2.0, 0.5, 32, g_scratch))
+    case(
+        "softmax_gate",
+        gate_bytes,
+        lambda: K.softmax_gate(r, 2.0, out=g_out),
+        lambda: np_softmax_gate(r, 2.0, g_scratch),
+    )
+    case(
+        "softmax_gate_eps",
+        gate_bytes,
+        lambda: K.softmax_gate(r, 2.0, max_entropy=0.5, out=g_out),
+        lambda: np_softmax_gate_eps(r, 2.0, 0.5, 32, g_scratch),
+    )
 
     # -- heat
     visits = rng.integers(0, 100, n).astype(np.int64)
@@ -266,36 +297,58 @@ def main() -> None:
     last = now - rng.uniform(0, 3e7, n)
     heat = np.empty(n, np.float32)
     s64 = np.empty(n)
-    case("heat_scores", visits.nbytes + ilen.nbytes + last.nbytes + heat.nbytes,
-         lambda: K.heat_scores(visits, ilen, last, now, out=heat),
-         lambda: np_heat(visits, ilen, last, now, 1.0, 1.0, 1.0, 1e7, s64))
+    case(
+        "heat_scores",
+        visits.nbytes + ilen.nbytes + last.nbytes + heat.nbytes,
+        lambda: K.heat_scores(visits, ilen, last, now, out=heat),
+        lambda: np_heat(visits, ilen, last, now, 1.0, 1.0, 1.0, 1e7, s64),
+    )
     visits32 = visits.astype(np.float32)
     ilen32 = ilen.astype(np.int32)
-    case("heat_scores_f32_i32", visits32.nbytes + ilen32.nbytes + last.nbytes + heat.nbytes,
-         lambda: K.heat_scores(visits32, ilen32, last, now, out=heat),
-         lambda: np_heat(visits32, ilen32, last, now, 1.0, 1.0, 1.0, 1e7, s64))
+    case(
+        "heat_scores_f32_i32",
+        visits32.nbytes + ilen32.nbytes + last.nbytes + heat.nbytes,
+        lambda: K.heat_scores(visits32, ilen32, last, now, out=heat),
+        lambda: np_heat(visits32, ilen32, last, now, 1.0, 1.0, 1.0, 1e7, s64),
+    )
 
     # -- selections
     h = K.heat_scores(visits, ilen, last, now)
     thr = float(np.quantile(h, 0.9))
     ns = rng.integers(0, args.namespaces, n).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     n_hot = int((h > thr).sum())
-    case("select_hot", h.nbytes + 8 * n_hot, lambda: K.select_hot(h, thr),
-         lambda: np_select_hot(h, thr), row_kernel=False)
-    case("select_hot_ns", h.nbytes + 16 * n_hot, lambda: K.select_hot(h, thr, ns),
-         lambda: np_select_hot(h, thr, ns), row_kernel=False)
+    case(
+        "select_hot",
+        h.nbytes + 8 * n_hot,
+        lambda: K.select_hot(h, thr),
+        lambda: np_select_hot(h, thr),
+        row_kernel=False,
+    )
+    case(
+        "select_hot_ns",
+        h.nbytes + 16 * n_hot,
+        lambda: K.select_hot(h, thr, ns),
+        lambda: np_select_hot(h, thr, ns),
+        row_kernel=False,
+    )
     scores = (h * rng.random(n, dtype=np.float32)).astype(np.float32)
     cap = max(1, n // args.namespaces // 2)
     assert np.array_equal(K.evict_to_capacity(scores, ns, cap), np_evict(scores, ns, cap))
-    case("evict_to_capacity", scores.nbytes + ns.nbytes + 8 * n // 2,
-         lambda: K.evict_to_capacity(scores, ns, cap), lambda: np_evict(scores, ns, cap),
-         row_kernel=False)
+    case(
+        "evict_to_capacity",
+        scores.nbytes + ns.nbytes + 8 * n // 2,
+        lambda: K.evict_to_capacity(scores, ns, cap),
+        lambda: np_evict(scores, ns, cap),
+        row_kernel=False,
+    )
 
     rows_k = [c for c in cases if c["row_kernel"]]
     ok_ratio = all(c["ratio_1"] >= 3 for c in rows_k)
     ok_bw = all(c["bw_frac_1"] >= 0.5 for c in rows_k)
-    print(f"\nbar (row kernels, one thread): >= 3x numpy: {'PASS' if ok_ratio else 'FAIL'}; "
-          f">= 50% streaming bandwidth: {'PASS' if ok_bw else 'FAIL'}")
+    print(
+        f"\nbar (row kernels, one thread): >= 3x numpy: {'PASS' if ok_ratio else 'FAIL'}; "
+        f">= 50% streaming bandwidth: {'PASS' if ok_bw else 'FAIL'}"
+    )
     if args.out:
         report = {
             "machine": {"cpu": cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform()},

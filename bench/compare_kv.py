@@ -26,7 +26,9 @@ import json
 import os
 import platform
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -131,8 +133,9 @@ def np_counts(s_layer: np.ndarray, total: int) -> np.ndarray:
 
 def np_rows_varying(s: np.ndarray, k: np.ndarray, n: int, S: int) -> list[np.ndarray]:
     tail = np.arange(n, S)
-    return [np.concatenate([np_top_row(s[l, g], int(k[l, g])), tail])
-            for l in range(s.shape[0]) for g in range(s.shape[1])]
+    return [
+        np.concatenate([np_top_row(s[l, g], int(k[l, g])), tail]) for l in range(s.shape[0]) for g in range(s.shape[1])
+    ]
 
 
 def np_adakv(x, b, hkv, w=64, k=5, alpha=0.2):
@@ -148,7 +151,7 @@ def np_adakv(x, b, hkv, w=64, k=5, alpha=0.2):
 
 
 def np_lava(x, b, hkv, norms, w=32, k=7, alpha=0.2):
-    L, H, S = x.shape[0], x.shape[1], x.shape[-1]
+    L, S = x.shape[0], x.shape[-1]
     n, bp = S - w, b - w
     p = np_pool(np_window_mean(x, n), "max", k)
     nu = norms[..., :n].max(axis=-1)
@@ -214,8 +217,9 @@ def main() -> None:
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--seq", type=int, nargs="+", default=[8192, 32768])
     ap.add_argument("--budget", type=int, default=1024)
-    ap.add_argument("--window-rows", type=int, default=0,
-                    help="also time window attention input (L, H, w, S) with this w (0: off)")
+    ap.add_argument(
+        "--window-rows", type=int, default=0, help="also time window attention input (L, H, w, S) with this w (0: off)"
+    )
     ap.add_argument("--methods", nargs="+", default=["snapkv", "lava", "adakv", "pyramidkv", "h2o"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default="")
@@ -235,7 +239,10 @@ def main() -> None:
         "numpy": np.__version__,
         "numpy_threads": 1 if blas_limit is not None else "default (threadpoolctl missing)",
         "python": platform.python_version(),
-        "L": L, "H": H, "H_kv": hkv, "budget": b,
+        "L": L,
+        "H": H,
+        "H_kv": hkv,
+        "budget": b,
     }
     print(json.dumps(facts))
     rng = np.random.default_rng(0)
@@ -245,8 +252,10 @@ def main() -> None:
         inputs.append(("scores", S, lambda S=S: make_scores(rng, L, H, S)))
         if args.window_rows:
             inputs.append(("window", S, lambda S=S: make_window(rng, L, H, args.window_rows, S)))
-    header = f"{'method':10s} {'input':7s} {'S':>6s} {'numpy ms':>9s} {'1 thr ms':>9s} {'x':>6s} " \
-             f"{f'{threads} thr ms':>9s} {'x':>6s} {'x cpu':>6s}  agree"
+    header = (
+        f"{'method':10s} {'input':7s} {'S':>6s} {'numpy ms':>9s} {'1 thr ms':>9s} {'x':>6s} "
+        f"{f'{threads} thr ms':>9s} {'x':>6s} {'x cpu':>6s}  agree"
+    )
     print(header)
     for kind, S, make in inputs:
         x = make()
@@ -255,30 +264,29 @@ def main() -> None:
             vn = norms if m == "lava" else None
             w64 = 64 if kind == "scores" else args.window_rows
             w32 = 32 if kind == "scores" else args.window_rows
+            ref: Callable[[], Any]
             if m == "snapkv":
-                ref = lambda: np_snapkv(x, b, hkv, w=w64)  # noqa: E731
+                ref = partial(np_snapkv, x, b, hkv, w=w64)
             elif m == "h2o":
-                ref = lambda: np_h2o(x, b, hkv)  # noqa: E731
+                ref = partial(np_h2o, x, b, hkv)
             elif m == "pyramidkv":
-                ref = lambda: np_pyramidkv(x, b, hkv, w=w64)  # noqa: E731
+                ref = partial(np_pyramidkv, x, b, hkv, w=w64)
             elif m == "adakv":
-                ref = lambda: np_adakv(x, b, hkv, w=w64)  # noqa: E731
+                ref = partial(np_adakv, x, b, hkv, w=w64)
             elif m == "lava":
-                ref = lambda: np_lava(x, b, hkv, norms, w=w32)  # noqa: E731
+                ref = partial(np_lava, x, b, hkv, norms, w=w32)
             else:
                 raise SystemExit(f"no numpy version of {m}")
-
-            def run(t: int, m: str = m, vn: Any = vn) -> kv.KeepSet:
-                return kv.select(x, b, m, value_norms=vn, n_kv_heads=hkv, threads=t)
+            run = partial(kv.select, x, b, m, value_norms=vn, n_kv_heads=hkv)
 
             t_np = best_of(ref, args.repeat)
-            t_1 = best_of(lambda: run(1), args.repeat)
-            t_n = best_of(lambda: run(0), args.repeat)
+            t_1 = best_of(partial(run, threads=1), args.repeat)
+            t_n = best_of(partial(run, threads=0), args.repeat)
             # CPU time of the two single-threaded runs: robust to other load on a shared box
             c_np = best_of(ref, args.repeat, time.process_time)
-            c_1 = best_of(lambda: run(1), args.repeat, time.process_time)
+            c_1 = best_of(partial(run, threads=1), args.repeat, time.process_time)
             # agreement: same multiset of kept scores for uniform methods; totals otherwise
-            ks = run(0)
+            ks = run(threads=0)
             rows_np, s_np = ref()
             n = s_np.shape[-1]
             if m in ("snapkv", "h2o", "pyramidkv", "adakv"):
@@ -288,14 +296,25 @@ def main() -> None:
             else:
                 agree = f"total {ks.total} (np {sum(len(r) for r in rows_np)})"
             row = {
-                "method": m, "input": kind, "S": S, "numpy_s": t_np, "lamina_1t_s": t_1,
-                "lamina_s": t_n, "speedup_1t": t_np / t_1, "speedup": t_np / t_n,
-                "numpy_cpu_s": c_np, "lamina_1t_cpu_s": c_1, "speedup_1t_cpu": c_np / c_1,
+                "method": m,
+                "input": kind,
+                "S": S,
+                "numpy_s": t_np,
+                "lamina_1t_s": t_1,
+                "lamina_s": t_n,
+                "speedup_1t": t_np / t_1,
+                "speedup": t_np / t_n,
+                "numpy_cpu_s": c_np,
+                "lamina_1t_cpu_s": c_1,
+                "speedup_1t_cpu": c_np / c_1,
                 "agreement": agree,
             }
             results.append(row)
-            print(f"{m:10s} {kind:7s} {S:6d} {t_np * 1e3:9.1f} {t_1 * 1e3:9.1f} {t_np / t_1:6.1f} "
-                  f"{t_n * 1e3:9.1f} {t_np / t_n:6.1f} {c_np / c_1:6.1f}  {agree}", flush=True)
+            print(
+                f"{m:10s} {kind:7s} {S:6d} {t_np * 1e3:9.1f} {t_1 * 1e3:9.1f} {t_np / t_1:6.1f} "
+                f"{t_n * 1e3:9.1f} {t_np / t_n:6.1f} {c_np / c_1:6.1f}  {agree}",
+                flush=True,
+            )
         del x
     if args.out:
         with open(args.out, "w") as f:

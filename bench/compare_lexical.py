@@ -27,14 +27,14 @@ import os
 import sys
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _util import machine_facts, print_table, write_json  # noqa: E402
-
 import lamina  # noqa: E402
+from _util import machine_facts, print_table, write_json  # noqa: E402
 from lamina.eval.systems import _BM25Index  # noqa: E402
 from lamina.lexical import STOP_WORDS, tokenize  # noqa: E402
 
@@ -67,7 +67,7 @@ def make_lines(rng: np.random.Generator, vocab: list[str], n: int) -> list[str]:
     content = zipf_words(rng, vocab, int(lens.sum()))
     lines, at = [], 0
     for m in lens:
-        words = content[at:at + m]
+        words = content[at : at + m]
         at += m
         out = []
         for w in words:
@@ -130,10 +130,12 @@ def run(n: int, n_queries: int, seed: int) -> list[dict[str, Any]]:
     mean_terms = float(np.mean([len(d) for d in docs]))
     df = Counter(w for d in docs for w in set(d))
     sum_df = np.array([sum(df[w] for w in set(q)) / n for q in queries])
-    print(f"\nn = {n}: {mean_terms:.1f} terms per document, most frequent term in "
-          f"{df.most_common(1)[0][1] / n:.0%} of documents; tokenize {t_tok * 1e6:.1f} us/line (same "
-          f"for every system)\n{n_queries} queries of {np.mean([len(q) for q in queries]):.1f} terms, summed "
-          f"df / N: mean {sum_df.mean():.2f}, p90 {np.percentile(sum_df, 90):.2f}, max {sum_df.max():.2f}")
+    print(
+        f"\nn = {n}: {mean_terms:.1f} terms per document, most frequent term in "
+        f"{df.most_common(1)[0][1] / n:.0%} of documents; tokenize {t_tok * 1e6:.1f} us/line (same "
+        f"for every system)\n{n_queries} queries of {np.mean([len(q) for q in queries]):.1f} terms, summed "
+        f"df / N: mean {sum_df.mean():.2f}, p90 {np.percentile(sum_df, 90):.2f}, max {sum_df.max():.2f}"
+    )
 
     rows: list[dict[str, Any]] = []
 
@@ -156,13 +158,24 @@ def run(n: int, n_queries: int, seed: int) -> list[dict[str, Any]]:
     t_rm1 = (time.perf_counter() - t0) / len(extra)
     lx.compact()
     t_q, c_q = per_call(lambda q: lx.search(q, 0, K), queries)
-    batches = [queries[i:i + 64] for i in range(0, len(queries) - 63, 64)]
+    batches = [queries[i : i + 64] for i in range(0, len(queries) - 63, 64)]
     t_b = per_call(lambda b: lx.search_many(b, 0, K, threads=1), batches)[1] / 64
     st = lx.stats(0)
-    rows.append({"n": n, "system": "lamina", "build_s": t_build, "build_us_doc": t_build / n * 1e6,
-                 "add1_us": t_add1 * 1e6, "remove1_us": t_rm1 * 1e6, "query_us": t_q * 1e6,
-                 "query_cpu_us": c_q * 1e6,
-                 "batch64_us_q": t_b * 1e6, "postings": st["postings"], "rss_bytes_doc": mem})
+    rows.append(
+        {
+            "n": n,
+            "system": "lamina",
+            "build_s": t_build,
+            "build_us_doc": t_build / n * 1e6,
+            "add1_us": t_add1 * 1e6,
+            "remove1_us": t_rm1 * 1e6,
+            "query_us": t_q * 1e6,
+            "query_cpu_us": c_q * 1e6,
+            "batch64_us_q": t_b * 1e6,
+            "postings": st["postings"],
+            "rss_bytes_doc": mem,
+        }
+    )
     print(f"lamina index memory: ~{mem:.0f} bytes per document (resident set growth while building)")
 
     # -- pure-Python BM25 (lamina.eval's baseline): numpy scores over all docs + top-k
@@ -170,8 +183,16 @@ def run(n: int, n_queries: int, seed: int) -> list[dict[str, Any]]:
     px = _BM25Index(docs)
     t_build = time.perf_counter() - t0
     t_q, c_q = per_call(lambda q: py_topk(px, q, K), queries[: max(20, n_queries // 4)])
-    rows.append({"n": n, "system": "python-bm25", "build_s": t_build, "build_us_doc": t_build / n * 1e6,
-                 "query_us": t_q * 1e6, "query_cpu_us": c_q * 1e6})
+    rows.append(
+        {
+            "n": n,
+            "system": "python-bm25",
+            "build_s": t_build,
+            "build_us_doc": t_build / n * 1e6,
+            "query_us": t_q * 1e6,
+            "query_cpu_us": c_q * 1e6,
+        }
+    )
 
     # agreement on the top-1 (a sanity check that both rank the same way)
     agree = 0
@@ -193,18 +214,36 @@ def run(n: int, n_queries: int, seed: int) -> list[dict[str, Any]]:
         rb = BM25Okapi(docs, k1=1.2, b=0.75)
         t_build = time.perf_counter() - t0
         t_q, c_q = per_call(lambda q: np.argsort(-rb.get_scores(q))[:K], queries[:20])
-        rows.append({"n": n, "system": "rank_bm25", "build_s": t_build, "build_us_doc": t_build / n * 1e6,
-                     "query_us": t_q * 1e6, "query_cpu_us": c_q * 1e6})
+        rows.append(
+            {
+                "n": n,
+                "system": "rank_bm25",
+                "build_s": t_build,
+                "build_us_doc": t_build / n * 1e6,
+                "query_us": t_q * 1e6,
+                "query_cpu_us": c_q * 1e6,
+            }
+        )
 
     base = rows[0]
     for r in rows:
         r["build_ratio"] = r["build_s"] / base["build_s"]
         r["query_ratio"] = r["query_cpu_us"] / base["query_cpu_us"]
-    print_table(rows, [("system", "system", ">12"), ("build_s", "build s", ".3f"),
-                       ("build_us_doc", "us/doc", ".2f"), ("add1_us", "add1 us", ".1f"),
-                       ("remove1_us", "rm1 us", ".1f"), ("query_us", "query us", ".1f"),
-                       ("query_cpu_us", "q cpu us", ".1f"), ("batch64_us_q", "b64 cpu/q", ".1f"), ("build_ratio", "build x", ".1f"),
-                       ("query_ratio", "query x", ".1f")])
+    print_table(
+        rows,
+        [
+            ("system", "system", ">12"),
+            ("build_s", "build s", ".3f"),
+            ("build_us_doc", "us/doc", ".2f"),
+            ("add1_us", "add1 us", ".1f"),
+            ("remove1_us", "rm1 us", ".1f"),
+            ("query_us", "query us", ".1f"),
+            ("query_cpu_us", "q cpu us", ".1f"),
+            ("batch64_us_q", "b64 cpu/q", ".1f"),
+            ("build_ratio", "build x", ".1f"),
+            ("query_ratio", "query x", ".1f"),
+        ],
+    )
     return rows
 
 

@@ -19,14 +19,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _util import blas_threads, machine_facts, print_table, stream_bandwidth, timeit, write_json  # noqa: E402
-
 import lamina  # noqa: E402
+from _util import blas_threads, machine_facts, print_table, stream_bandwidth, timeit, write_json  # noqa: E402
 
 
 def numpy_topk(Q: np.ndarray, X: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -104,14 +105,22 @@ def main(argv: list[str] | None = None) -> int:
                         got = fn(Q, args.k)
                         idx = np.asarray(got[1] if name != "hnswlib-bf" else got[0])
                         agree = float(np.mean([len(set(a) & set(r)) / args.k for a, r in zip(idx, ref_idx)]))
-                        t = timeit(lambda: fn(Q, args.k), min_time=args.min_time)
+                        t = timeit(partial(fn, Q, args.k), min_time=args.min_time)
                         times[name] = t
-                        rows_out.append({
-                            "n": n, "batch": b, "threads": threads, "system": name,
-                            "ms": t * 1e3, "qps": b / t, "gbps": nbytes / t / 1e9,
-                            "bw_frac": nbytes / t / 1e9 / bw, "recall_vs_numpy": agree,
-                        })
-                    for r in rows_out[-len(systems):]:
+                        rows_out.append(
+                            {
+                                "n": n,
+                                "batch": b,
+                                "threads": threads,
+                                "system": name,
+                                "ms": t * 1e3,
+                                "qps": b / t,
+                                "gbps": nbytes / t / 1e9,
+                                "bw_frac": nbytes / t / 1e9 / bw,
+                                "recall_vs_numpy": agree,
+                            }
+                        )
+                    for r in rows_out[-len(systems) :]:
                         r["lamina_speedup"] = r["ms"] / (times["lamina"] * 1e3)
         # filtered search: a namespace holding 10% of the rows, vs unfiltered, in one arena
         arena = lamina.VectorArena(args.dim, capacity=n)
@@ -120,27 +129,52 @@ def main(argv: list[str] | None = None) -> int:
             Q = rng.standard_normal((b, args.dim), dtype=np.float32)
             for threads in args.threads:
                 t_arg = 1 if threads == 1 else 0
-                tu = timeit(lambda: arena.search(Q, args.k, threads=t_arg), min_time=args.min_time)
-                tf = timeit(lambda: arena.search(Q, args.k, namespace=3, threads=t_arg), min_time=args.min_time)
-                rows_out.append({
-                    "n": n, "batch": b, "threads": threads, "system": "lamina-arena-unfiltered",
-                    "ms": tu * 1e3, "qps": b / tu, "gbps": nbytes / tu / 1e9,
-                })
-                rows_out.append({
-                    "n": n, "batch": b, "threads": threads, "system": "lamina-arena-ns10%",
-                    "ms": tf * 1e3, "qps": b / tf, "filtered_vs_unfiltered_throughput": tu / tf,
-                })
+                tu = timeit(partial(arena.search, Q, args.k, threads=t_arg), min_time=args.min_time)
+                tf = timeit(partial(arena.search, Q, args.k, namespace=3, threads=t_arg), min_time=args.min_time)
+                rows_out.append(
+                    {
+                        "n": n,
+                        "batch": b,
+                        "threads": threads,
+                        "system": "lamina-arena-unfiltered",
+                        "ms": tu * 1e3,
+                        "qps": b / tu,
+                        "gbps": nbytes / tu / 1e9,
+                    }
+                )
+                rows_out.append(
+                    {
+                        "n": n,
+                        "batch": b,
+                        "threads": threads,
+                        "system": "lamina-arena-ns10%",
+                        "ms": tf * 1e3,
+                        "qps": b / tf,
+                        "filtered_vs_unfiltered_throughput": tu / tf,
+                    }
+                )
         del X
 
     print()
-    print_table(rows_out, [
-        ("n", "n", "d"), ("batch", "batch", "d"), ("threads", "threads", "d"), ("system", "system", ">24"),
-        ("ms", "ms/batch", ".2f"), ("qps", "queries/s", ".1f"), ("gbps", "GB/s", ".1f"),
-        ("bw_frac", "of stream", ".2f"), ("lamina_speedup", "lamina x", ".2f"),
-        ("filtered_vs_unfiltered_throughput", "filt/unf", ".2f"), ("recall_vs_numpy", "agree", ".2f"),
-    ])
-    write_json(args.out, {"machine": facts, "stream_gbps": {"1": bw1, "all": bwn}, "results": rows_out,
-                          "args": vars(args)})
+    print_table(
+        rows_out,
+        [
+            ("n", "n", "d"),
+            ("batch", "batch", "d"),
+            ("threads", "threads", "d"),
+            ("system", "system", ">24"),
+            ("ms", "ms/batch", ".2f"),
+            ("qps", "queries/s", ".1f"),
+            ("gbps", "GB/s", ".1f"),
+            ("bw_frac", "of stream", ".2f"),
+            ("lamina_speedup", "lamina x", ".2f"),
+            ("filtered_vs_unfiltered_throughput", "filt/unf", ".2f"),
+            ("recall_vs_numpy", "agree", ".2f"),
+        ],
+    )
+    write_json(
+        args.out, {"machine": facts, "stream_gbps": {"1": bw1, "all": bwn}, "results": rows_out, "args": vars(args)}
+    )
     return 0
 
 

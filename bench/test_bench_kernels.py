@@ -14,8 +14,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lamina import kernels as K
-
 from compare_kernels import (
     np_damped_update,
     np_ema_blend,
@@ -25,6 +23,7 @@ from compare_kernels import (
     np_softmax_gate,
     np_softmax_gate_eps,
 )
+from lamina import kernels as K
 
 pytestmark = pytest.mark.slow
 
@@ -51,8 +50,16 @@ def cols():
     heat = K.heat_scores(visits, ilen, last, now)
     ns = rng.integers(0, NAMESPACES, N).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     relevance = rng.standard_normal((N, 3), dtype=np.float32)
-    return dict(now=now, visits=visits, ilen=ilen, last=last, heat=heat, ns=ns, relevance=relevance,
-                thr=float(np.quantile(heat, 0.9)))
+    return dict(
+        now=now,
+        visits=visits,
+        ilen=ilen,
+        last=last,
+        heat=heat,
+        ns=ns,
+        relevance=relevance,
+        thr=float(np.quantile(heat, 0.9)),
+    )
 
 
 @pytest.mark.benchmark(group="ema_blend 1M x 384")
@@ -119,8 +126,7 @@ def test_heat_scores_lamina(benchmark, cols):
 
 @pytest.mark.benchmark(group="heat_scores 1M")
 def test_heat_scores_numpy(benchmark, cols):
-    benchmark(np_heat, cols["visits"], cols["ilen"], cols["last"], cols["now"], 1.0, 1.0, 1.0, 1e7,
-              np.empty(N))
+    benchmark(np_heat, cols["visits"], cols["ilen"], cols["last"], cols["now"], 1.0, 1.0, 1.0, 1e7, np.empty(N))
 
 
 @pytest.mark.benchmark(group="select_hot 1M")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+from . import embedders, kernels, kv
 from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
-from . import kernels
-from . import kv
-from .search import Metric, VectorArena, topk
-from .lexical import LexicalIndex, tokenize
-from . import embedders
+from .errors import InvalidInput, LaminaError, NotFoundError
 from .extract import Fact, FactExtractor, Summarizer, Turn
 from .items import Context, MemoryItem
+from .lexical import LexicalIndex, tokenize
 from .llm import LLM, OpenAIChat
-from .memory import Memory, MemoryConfig
+from .memory import ClosedError, DeleteReport, Memory, MemoryConfig, MemoryStats, ProfileDrift, SessionReport
+from .search import Metric, VectorArena, topk
 
 __version__ = str(build_info()["version"])
 
@@ -25,6 +24,14 @@ __all__ = [
     "kernels",
     "Memory",
     "MemoryConfig",
+    "SessionReport",
+    "DeleteReport",
+    "MemoryStats",
+    "ProfileDrift",
+    "LaminaError",
+    "InvalidInput",
+    "NotFoundError",
+    "ClosedError",
     "MemoryItem",
     "Context",
     "embedders",

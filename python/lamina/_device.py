@@ -10,11 +10,14 @@ without the CUDA backend raises ``RuntimeError`` saying how to rebuild.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from . import _core
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 __all__ = [
     "REBUILD_HINT",
@@ -35,7 +38,14 @@ REBUILD_HINT = (
 )
 
 
-def is_device_array(x: Any) -> bool:
+class CudaArrayLike(Protocol):
+    """An object exposing ``__cuda_array_interface__`` (CuPy array, PyTorch CUDA tensor, ...)."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+
+def is_device_array(x: object) -> TypeIs[CudaArrayLike]:
     """True when ``x`` exposes ``__cuda_array_interface__``."""
     return x is not None and hasattr(x, "__cuda_array_interface__")
 
@@ -46,8 +56,7 @@ def require_cuda() -> None:
         raise RuntimeError("got a CUDA array (__cuda_array_interface__), but " + REBUILD_HINT)
     if _core.cuda_device_count() == 0:
         raise RuntimeError(
-            "got a CUDA array, but no CUDA device is usable (no GPU or no driver); "
-            "pass numpy arrays to run on the CPU"
+            "got a CUDA array, but no CUDA device is usable (no GPU or no driver); pass numpy arrays to run on the CPU"
         )
 
 
@@ -156,9 +165,11 @@ class DeviceView:
     ``torch.as_tensor`` to use it. ``stream`` tells consumers which stream to wait for.
     """
 
-    def __init__(self, owner: Any, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...],
-                 typestr: str, stream: int) -> None:
+    def __init__(
+        self, owner: Any, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], typestr: str, stream: int
+    ) -> None:
         self._owner = owner
+        self._shape = shape
         self.__cuda_array_interface__ = {
             "shape": shape,
             "strides": strides,
@@ -170,7 +181,7 @@ class DeviceView:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.__cuda_array_interface__["shape"])
+        return tuple(self._shape)
 
 
 def out_pair(out: Any, names: tuple[str, str] = ("scores", "ids")) -> tuple[Any, Any]:

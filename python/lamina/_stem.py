@@ -9,15 +9,28 @@ on four-letter words, ``y -> i`` only after a consonant that is not the first le
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 __all__ = ["porter_stem"]
 
 _IRREGULAR = {
-    "skies": "sky", "sky": "sky", "dying": "die", "lying": "lie", "tying": "tie", "news": "news",
-    "innings": "inning", "inning": "inning", "outings": "outing", "outing": "outing",
-    "cannings": "canning", "canning": "canning", "howe": "howe", "proceed": "proceed",
-    "exceed": "exceed", "succeed": "succeed",
+    "skies": "sky",
+    "sky": "sky",
+    "dying": "die",
+    "lying": "lie",
+    "tying": "tie",
+    "news": "news",
+    "innings": "inning",
+    "inning": "inning",
+    "outings": "outing",
+    "outing": "outing",
+    "cannings": "canning",
+    "canning": "canning",
+    "howe": "howe",
+    "proceed": "proceed",
+    "exceed": "exceed",
+    "succeed": "succeed",
 }
 _VOWELS = frozenset("aeiou")
 
@@ -47,12 +60,15 @@ def _double_cons(w: str) -> bool:
 
 def _cvc(w: str) -> bool:
     if len(w) >= 3:
-        return (_cons(w, len(w) - 3) and not _cons(w, len(w) - 2) and _cons(w, len(w) - 1)
-                and w[-1] not in "wxy")
+        return _cons(w, len(w) - 3) and not _cons(w, len(w) - 2) and _cons(w, len(w) - 1) and w[-1] not in "wxy"
     return len(w) == 2 and not _cons(w, 0) and _cons(w, 1)
 
 
-def _rules(word: str, rules) -> str:
+#: (suffix, replacement, condition on the stem or None); suffix "*d": a double consonant
+_Rule = tuple[str, str, Callable[[str], bool] | None]
+
+
+def _rules(word: str, rules: Sequence[_Rule]) -> str:
     """Apply the first rule whose suffix matches (and stop there, matched or not)."""
     for suffix, repl, cond in rules:
         if suffix == "*d":
@@ -92,11 +108,16 @@ def _step1b(w: str) -> str:
             break
     else:
         return w
-    return _rules(s, [
-        ("at", "ate", None), ("bl", "ble", None), ("iz", "ize", None),
-        ("*d", s[-1], lambda stem: s[-1] not in "lsz"),
-        ("", "e", lambda stem: _m(stem) == 1 and _cvc(stem)),
-    ])
+    return _rules(
+        s,
+        [
+            ("at", "ate", None),
+            ("bl", "ble", None),
+            ("iz", "ize", None),
+            ("*d", s[-1], lambda stem: s[-1] not in "lsz"),
+            ("", "e", lambda stem: _m(stem) == 1 and _cvc(stem)),
+        ],
+    )
 
 
 def _step1c(w: str) -> str:
@@ -104,10 +125,26 @@ def _step1c(w: str) -> str:
 
 
 _STEP2 = [
-    ("ational", "ate"), ("tional", "tion"), ("enci", "ence"), ("anci", "ance"), ("izer", "ize"),
-    ("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"), ("ousli", "ous"),
-    ("ization", "ize"), ("ation", "ate"), ("ator", "ate"), ("alism", "al"), ("iveness", "ive"),
-    ("fulness", "ful"), ("ousness", "ous"), ("aliti", "al"), ("iviti", "ive"), ("biliti", "ble"),
+    ("ational", "ate"),
+    ("tional", "tion"),
+    ("enci", "ence"),
+    ("anci", "ance"),
+    ("izer", "ize"),
+    ("bli", "ble"),
+    ("alli", "al"),
+    ("entli", "ent"),
+    ("eli", "e"),
+    ("ousli", "ous"),
+    ("ization", "ize"),
+    ("ation", "ate"),
+    ("ator", "ate"),
+    ("alism", "al"),
+    ("iveness", "ive"),
+    ("fulness", "ful"),
+    ("ousness", "ous"),
+    ("aliti", "al"),
+    ("iviti", "ive"),
+    ("biliti", "ble"),
     ("fulli", "ful"),
 ]
 
@@ -121,14 +158,25 @@ def _step2(w: str) -> str:
 
 
 def _step3(w: str) -> str:
-    return _rules(w, [(s, r, _pos) for s, r in (
-        ("icate", "ic"), ("ative", ""), ("alize", "al"), ("iciti", "ic"), ("ical", "ic"),
-        ("ful", ""), ("ness", ""))])
+    return _rules(
+        w,
+        [
+            (s, r, _pos)
+            for s, r in (
+                ("icate", "ic"),
+                ("ative", ""),
+                ("alize", "al"),
+                ("iciti", "ic"),
+                ("ical", "ic"),
+                ("ful", ""),
+                ("ness", ""),
+            )
+        ],
+    )
 
 
 def _step4(w: str) -> str:
-    rules = [(s, "", _gt1) for s in ("al", "ance", "ence", "er", "ic", "able", "ible", "ant",
-                                      "ement", "ment", "ent")]
+    rules = [(s, "", _gt1) for s in ("al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement", "ment", "ent")]
     rules.append(("ion", "", lambda stem: _m(stem) > 1 and stem[-1:] in ("s", "t")))
     rules += [(s, "", _gt1) for s in ("ou", "ism", "ate", "iti", "ous", "ive", "ize")]
     return _rules(w, rules)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _info
 from .eval.cli import add_eval_parser
@@ -16,7 +18,7 @@ from .search import VectorArena, topk
 __all__ = ["main"]
 
 
-def _time(fn, min_time: float = 0.5) -> float:
+def _time(fn: Callable[[], object], min_time: float = 0.5) -> float:
     fn()  # warm-up
     n, t0 = 0, time.perf_counter()
     while True:
@@ -27,11 +29,19 @@ def _time(fn, min_time: float = 0.5) -> float:
             return dt / n
 
 
+def _np_topk(Q: npt.NDArray[np.float32], X: npt.NDArray[np.float32], k: int) -> None:
+    S = Q @ X.T
+    idx = np.argpartition(-S, k - 1, axis=1)[:, :k]
+    np.take_along_axis(S, idx, axis=1)
+
+
 def _cmd_bench_search(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     n, d = args.rows, args.dim
-    print(f"lamina {_info.build_info()['version']} — exact top-{args.k} search, {n} x {d} float32, "
-          f"SIMD {_info.build_info()['simd_active']}, {_info.get_num_threads()} threads")
+    print(
+        f"lamina {_info.build_info()['version']} — exact top-{args.k} search, {n} x {d} float32, "
+        f"SIMD {_info.build_info()['simd_active']}, {_info.get_num_threads()} threads"
+    )
     X = rng.standard_normal((n, d), dtype=np.float32)
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     arena = VectorArena(d, capacity=n)
@@ -40,16 +50,10 @@ def _cmd_bench_search(args: argparse.Namespace) -> int:
     print(f"{'case':<28}{'lamina ms':>11}{'numpy ms':>11}{'ratio':>8}")
     for b in args.batches:
         Q = rng.standard_normal((b, d), dtype=np.float32)
-
-        def np_ref() -> None:
-            S = Q @ X.T
-            idx = np.argpartition(-S, args.k - 1, axis=1)[:, : args.k]
-            np.take_along_axis(S, idx, axis=1)
-
-        t_l = _time(lambda: topk(Q, X, args.k))
-        t_n = _time(np_ref)
+        t_l = _time(partial(topk, Q, X, args.k))
+        t_n = _time(partial(_np_topk, Q, X, args.k))
         print(f"{'topk batch ' + str(b):<28}{t_l * 1e3:>11.2f}{t_n * 1e3:>11.2f}{t_n / t_l:>7.2f}x")
-        t_f = _time(lambda: arena.search(Q, args.k, namespace=3))
+        t_f = _time(partial(arena.search, Q, args.k, namespace=3))
         print(f"{'arena 10% namespace b=' + str(b):<28}{t_f * 1e3:>11.2f}{'':>11}{'':>8}")
     # correctness spot check against numpy
     Q = rng.standard_normal((4, d), dtype=np.float32)
@@ -62,8 +66,16 @@ def _cmd_bench_search(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    run_demo(db_path=args.db, users=args.users, sessions=args.sessions, turns=args.turns, budget=args.budget,
-             seed=args.seed, embedder=args.embedder, progress=not args.quiet)
+    run_demo(
+        db_path=args.db,
+        users=args.users,
+        sessions=args.sessions,
+        turns=args.turns,
+        budget=args.budget,
+        seed=args.seed,
+        embedder=args.embedder,
+        progress=not args.quiet,
+    )
     return 0
 
 
@@ -83,9 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--sessions", type=int, default=20)
     d.add_argument("--turns", type=int, default=30, help="turns per session")
     d.add_argument("--budget", type=int, default=256, help="context budget in tokens")
-    d.add_argument("--embedder", default="hashing",
-                   help="hashing (default: the embedded, deterministic one — same numbers on every machine) "
-                        "| auto (MiniLM when installed) | minilm")
+    d.add_argument(
+        "--embedder",
+        default="hashing",
+        help="hashing (default: the embedded, deterministic one — same numbers on every machine) "
+        "| auto (MiniLM when installed) | minilm",
+    )
     d.add_argument("--seed", type=int, default=7)
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_demo)
@@ -96,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``lamina`` command line on ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 

@@ -20,33 +20,82 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Optional, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .memory import Memory
 
 __all__ = ["Conversation", "Question", "generate", "run_demo"]
 
 NAMES = ["Alice", "Bruno", "Chloe", "Dmitri", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Keiko", "Liam"]
-CITIES = ["Paris", "Berlin", "Lisbon", "Toronto", "Osaka", "Nairobi", "Denver", "Prague", "Madrid", "Oslo",
-          "Seattle", "Dublin", "Vienna", "Austin"]
-JOBS = ["nurse", "architect", "chef", "teacher", "software engineer", "photographer", "pilot", "pharmacist",
-        "journalist", "carpenter"]
-PETS = [("dog", ["Max", "Biscuit", "Rocky", "Pepper"]), ("cat", ["Luna", "Mochi", "Tiger", "Olive"]),
-        ("parrot", ["Kiwi", "Mango", "Rio"]), ("rabbit", ["Clover", "Hazel"])]
+CITIES = [
+    "Paris",
+    "Berlin",
+    "Lisbon",
+    "Toronto",
+    "Osaka",
+    "Nairobi",
+    "Denver",
+    "Prague",
+    "Madrid",
+    "Oslo",
+    "Seattle",
+    "Dublin",
+    "Vienna",
+    "Austin",
+]
+JOBS = [
+    "nurse",
+    "architect",
+    "chef",
+    "teacher",
+    "software engineer",
+    "photographer",
+    "pilot",
+    "pharmacist",
+    "journalist",
+    "carpenter",
+]
+PETS = [
+    ("dog", ["Max", "Biscuit", "Rocky", "Pepper"]),
+    ("cat", ["Luna", "Mochi", "Tiger", "Olive"]),
+    ("parrot", ["Kiwi", "Mango", "Rio"]),
+    ("rabbit", ["Clover", "Hazel"]),
+]
 FOODS = ["sushi", "lasagna", "ramen", "tacos", "paella", "dumplings", "falafel", "curry"]
 SIBLINGS = ["Ana", "Tomas", "Priya", "Yusuf", "Mei", "Oscar", "Sofia", "Lars"]
-EVENTS = [("ran my first marathon", "run a marathon"), ("went to a jazz concert", "go to a jazz concert"),
-          ("visited my grandmother", "visit their grandmother"), ("started pottery classes", "start pottery classes"),
-          ("got my driving license", "get a driving license"), ("adopted a bonsai tree", "adopt a bonsai tree"),
-          ("climbed a volcano", "climb a volcano"), ("baked sourdough bread", "bake sourdough bread")]
+EVENTS = [
+    ("ran my first marathon", "run a marathon"),
+    ("went to a jazz concert", "go to a jazz concert"),
+    ("visited my grandmother", "visit their grandmother"),
+    ("started pottery classes", "start pottery classes"),
+    ("got my driving license", "get a driving license"),
+    ("adopted a bonsai tree", "adopt a bonsai tree"),
+    ("climbed a volcano", "climb a volcano"),
+    ("baked sourdough bread", "bake sourdough bread"),
+]
 SMALL_TALK = [
-    "How has your week been?", "Pretty busy, but good overall.", "Did you catch the game on Sunday?",
-    "I have been trying to sleep earlier.", "The weather keeps changing every day.", "I finished a great book.",
-    "We should plan a video call with everyone.", "Work has been hectic lately.", "I tried a new coffee place.",
-    "My neighbours are renovating again.", "I started learning a few words of Italian.",
-    "That reminds me of our trip years ago.", "Haha, that is so true.", "I need a vacation soon.",
-    "I watched a documentary about octopuses.", "My phone screen cracked this morning.",
-    "Let us catch up again next week.", "Take care and talk soon!", "I am thinking of repainting my room.",
+    "How has your week been?",
+    "Pretty busy, but good overall.",
+    "Did you catch the game on Sunday?",
+    "I have been trying to sleep earlier.",
+    "The weather keeps changing every day.",
+    "I finished a great book.",
+    "We should plan a video call with everyone.",
+    "Work has been hectic lately.",
+    "I tried a new coffee place.",
+    "My neighbours are renovating again.",
+    "I started learning a few words of Italian.",
+    "That reminds me of our trip years ago.",
+    "Haha, that is so true.",
+    "I need a vacation soon.",
+    "I watched a documentary about octopuses.",
+    "My phone screen cracked this morning.",
+    "Let us catch up again next week.",
+    "Take care and talk soon!",
+    "I am thinking of repainting my room.",
     "The traffic was terrible today.",
 ]
 
@@ -90,11 +139,18 @@ def generate(n_users: int = 4, n_sessions: int = 12, turns_per_session: int = 24
         persona: dict[str, dict[str, Any]] = {}
         for p in (a, b):
             pet_kind, pet_names = rng.choice(PETS)
-            persona[p] = {"city": rng.choice(CITIES), "job": rng.choice(JOBS), "pet": (pet_kind, rng.choice(pet_names)),
-                          "food": rng.choice(FOODS), "sibling": rng.choice(SIBLINGS)}
+            persona[p] = {
+                "city": rng.choice(CITIES),
+                "job": rng.choice(JOBS),
+                "pet": (pet_kind, rng.choice(pet_names)),
+                "food": rng.choice(FOODS),
+                "sibling": rng.choice(SIBLINGS),
+            }
         # When facts change: a's city changes ~3 times, job once; b's city once (distractor).
-        moves = {p: sorted(rng.sample(range(2, n_sessions), k=min(3 if p == a else 1, max(1, n_sessions - 2))))
-                 for p in (a, b)}
+        moves = {
+            p: sorted(rng.sample(range(2, n_sessions), k=min(3 if p == a else 1, max(1, n_sessions - 2))))
+            for p in (a, b)
+        }
         job_change = {p: rng.randrange(3, n_sessions) if n_sessions > 3 else None for p in (a, b)}
         events = {p: rng.sample(EVENTS, k=min(3, len(EVENTS))) for p in (a, b)}
         event_sess = {p: sorted(rng.sample(range(n_sessions), k=len(events[p]))) for p in (a, b)}
@@ -103,7 +159,7 @@ def generate(n_users: int = 4, n_sessions: int = 12, turns_per_session: int = 24
         event_ev: list[tuple[str, str, str, float, int]] = []
         for s in range(n_sessions):
             day = start + _dt.timedelta(days=7 * s + rng.randrange(0, 3))
-            lines: list[tuple[str, str, Optional[tuple[str, str]]]] = []
+            lines: list[tuple[str, str, tuple[str, str] | None]] = []
             for p in (a, b):
                 st = persona[p]
                 if s == 0:
@@ -140,25 +196,48 @@ def generate(n_users: int = 4, n_sessions: int = 12, turns_per_session: int = 24
         qs: list[Question] = []
         for p in (a, b):
             hist = evidence[(p, "city")]
-            qs.append(Question(uid, f"Where does {p} live now?", hist[-1][0], [hist[-1][1]], "current", p,
-                               stale=[v for v, _, _ in hist[:-1] if v != hist[-1][0]], period=hist[-1][2]))
+            qs.append(
+                Question(
+                    uid,
+                    f"Where does {p} live now?",
+                    hist[-1][0],
+                    [hist[-1][1]],
+                    "current",
+                    p,
+                    stale=[v for v, _, _ in hist[:-1] if v != hist[-1][0]],
+                    period=hist[-1][2],
+                )
+            )
             hist = evidence[(p, "job")]
-            qs.append(Question(uid, f"What does {p} do for work these days?", hist[-1][0], [hist[-1][1]], "current", p,
-                               stale=[v for v, _, _ in hist[:-1] if v != hist[-1][0]], period=hist[-1][2]))
+            qs.append(
+                Question(
+                    uid,
+                    f"What does {p} do for work these days?",
+                    hist[-1][0],
+                    [hist[-1][1]],
+                    "current",
+                    p,
+                    stale=[v for v, _, _ in hist[:-1] if v != hist[-1][0]],
+                    period=hist[-1][2],
+                )
+            )
             pet = evidence[(p, "pet")][0]
-            qs.append(Question(uid, f"What is the name of {p}'s {persona[p]['pet'][0]}?", pet[0], [pet[1]], "stable", p))
+            qs.append(
+                Question(uid, f"What is the name of {p}'s {persona[p]['pet'][0]}?", pet[0], [pet[1]], "stable", p)
+            )
             food = evidence[(p, "food")][0]
             qs.append(Question(uid, f"What is {p}'s favorite food?", food[0], [food[1]], "stable", p))
             sib = evidence[(p, "sibling")][0]
             qs.append(Question(uid, f"What is the name of {p}'s sister?", sib[0], [sib[1]], "stable", p))
-        for sp, ev, sid, t, s in event_ev:
+        for sp, happened, sid, t, s in event_ev:
             date = _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%Y-%m-%d")
-            qs.append(Question(uid, f"When did {sp} {ev}?", date, [sid], "event", sp, period=s))
+            qs.append(Question(uid, f"When did {sp} {happened}?", date, [sid], "event", sp, period=s))
         convs.append(Conversation(uid, (a, b), sessions, qs))
     return convs
 
 
 # ---- running ---------------------------------------------------------------------------------
+
 
 class _Bar:
     """A small stderr progress bar (no dependency)."""
@@ -188,9 +267,11 @@ def _norm_tokens(s: str) -> list[str]:
     return [w for w in re.findall(r"[a-z0-9]+", s.lower()) if w not in {"a", "an", "the", "and"}]
 
 
-def _ask(mem: Any, q: Question, budget: int, now: float, turns: dict[str, str], history_tokens: int) -> dict[str, Any]:
+def _ask(
+    mem: Memory, q: Question, budget: int, now: float, turns: dict[str, str], history_tokens: int
+) -> dict[str, Any]:
     t0 = time.perf_counter()
-    ctx = mem.context(q.text, q.user_id, budget=budget, now=now)
+    ctx = mem.context(q.text, user_id=q.user_id, budget=budget, now=now)
     dt = time.perf_counter() - t0
     text = ctx.render()
     ev = [s for s in q.evidence]
@@ -198,8 +279,13 @@ def _ask(mem: Any, q: Question, budget: int, now: float, turns: dict[str, str], 
     ans = _norm_tokens(q.answer)
     low = set(_norm_tokens(text))
     ans_hit = sum(1 for w in ans if w in low) / max(1, len(ans))
-    out = {"evidence": ev_hit, "answer": ans_hit, "usage": ctx.tokens / max(1, history_tokens), "latency": dt,
-           "abstain": ctx.abstain}
+    out = {
+        "evidence": ev_hit,
+        "answer": ans_hit,
+        "usage": ctx.tokens / max(1, history_tokens),
+        "latency": dt,
+        "abstain": ctx.abstain,
+    }
     if q.kind == "current":
         # supersession: the best-scored item naming any value of this slot names the current one
         vals = [q.answer] + q.stale
@@ -209,18 +295,30 @@ def _ask(mem: Any, q: Question, budget: int, now: float, turns: dict[str, str], 
             if any(re.search(r"\b" + re.escape(v.lower()) + r"\b", r) for v in vals):
                 best = r
                 break
-        out["supersession"] = float(best is not None and bool(re.search(r"\b" + re.escape(q.answer.lower()) + r"\b", best))
-                                    and not any(re.search(r"\b" + re.escape(v.lower()) + r"\b", best) for v in q.stale))
+        out["supersession"] = float(
+            best is not None
+            and bool(re.search(r"\b" + re.escape(q.answer.lower()) + r"\b", best))
+            and not any(re.search(r"\b" + re.escape(v.lower()) + r"\b", best) for v in q.stale)
+        )
         pred = "lives_in" if "live" in q.text else "works_as"
-        cur = [f.object for f in mem.facts(q.user_id, subject=q.subject) if f.predicate == pred]
+        cur = [f.object for f in mem.facts(user_id=q.user_id, subject=q.subject) if f.predicate == pred]
         out["fact_current"] = float(cur == [q.answer])
     return out
 
 
-def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20, turns: int = 30, budget: int = 256,
-             seed: int = 7, embedder: str = "hashing", out: TextIO = sys.stdout, progress: bool = True) -> dict[str, Any]:
+def run_demo(
+    db_path: str = "lamina-demo.db",
+    users: int = 6,
+    sessions: int = 20,
+    turns: int = 30,
+    budget: int = 256,
+    seed: int = 7,
+    embedder: str = "hashing",
+    out: TextIO = sys.stdout,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Generate, ingest, ask; print the results table; return the numbers."""
-    from . import Memory
+    from .memory import Memory
 
     convs = generate(users, sessions, turns, seed)
     for suffix in ("", "-wal", "-shm"):
@@ -229,8 +327,10 @@ def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20
     mem = Memory(db_path, embedder=embedder)
     texts = {m["id"]: m["text"] for c in convs for m in c.turns()}
     n_turns = len(texts)
-    out.write(f"lamina demo: {len(convs)} users x {sessions} sessions x {turns} turns = {n_turns} turns, "
-              f"embedder {mem.embedder.name}, budget {budget} tokens\n")
+    out.write(
+        f"lamina demo: {len(convs)} users x {sessions} sessions x {turns} turns = {n_turns} turns, "
+        f"embedder {mem.embedder.name}, budget {budget} tokens\n"
+    )
     bar = _Bar(n_turns, "ingest") if progress else None
     add_lat: list[float] = []
     early: dict[int, dict[str, Any]] = {}
@@ -240,15 +340,15 @@ def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20
         for si, (sid, msgs) in enumerate(c.sessions):
             for m in msgs:
                 t0 = time.perf_counter()
-                mem.add([m], c.user_id, sid)
+                mem.add([m], user_id=c.user_id, session_id=sid)
                 add_lat.append(time.perf_counter() - t0)
                 hist_tokens[c.user_id] += len(f"{m['speaker']}: {m['text']}".split())
                 if bar:
                     bar.update()
-            mem.end_session(c.user_id, sid)
+            mem.end_session(user_id=c.user_id, session_id=sid)
             if si == 0:  # period 1: ask the questions whose evidence is in the first session
                 now = msgs[-1]["timestamp"] + 3600
-                for qi, q in enumerate(c.questions):
+                for q in c.questions:
                     if q.kind != "current" and q.period == 0:
                         early[id(q)] = _ask(mem, q, budget, now, texts, hist_tokens[c.user_id])
     ingest_s = time.perf_counter() - t_start
@@ -260,7 +360,7 @@ def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20
             results.append((q, _ask(mem, q, budget, now, texts, hist_tokens[c.user_id])))
             if qbar:
                 qbar.update()
-    st = mem.stats()
+    st = mem.stats().to_dict()
     mem.close()
 
     def mean(xs: Iterable[float]) -> float:
@@ -274,22 +374,39 @@ def run_demo(db_path: str = "lamina-demo.db", users: int = 6, sessions: int = 20
     ctx_lat = np.array([r["latency"] for _, r in results]) * 1e3
     add_ms = np.array(add_lat) * 1e3
     rows = [
-        ("evidence recall@%d (all questions)" % budget, f"{mean(r['evidence'] for _, r in results):.3f}"),
+        (f"evidence recall@{budget} (all questions)", f"{mean(r['evidence'] for _, r in results):.3f}"),
         ("  current-state questions", f"{mean(r['evidence'] for q, r in results if q.kind == 'current'):.3f}"),
-        ("  stable facts (stated in session 1)", f"{mean(r['evidence'] for q, r in results if q.kind == 'stable'):.3f}"),
+        (
+            "  stable facts (stated in session 1)",
+            f"{mean(r['evidence'] for q, r in results if q.kind == 'stable'):.3f}",
+        ),
         ("  dated events", f"{mean(r['evidence'] for q, r in results if q.kind == 'event'):.3f}"),
         ("answer-token recall", f"{mean(r['answer'] for _, r in results):.3f}"),
         ("context usage (context / history tokens)", f"{mean(r['usage'] for _, r in results):.2%}"),
-        (f"retention: recall after {sessions} sessions / after 1", f"{after:.3f} / {base:.3f} = {after / base:.2%}"
-         if base > 0 else "n/a"),
+        (
+            f"retention: recall after {sessions} sessions / after 1",
+            f"{after:.3f} / {base:.3f} = {after / base:.2%}" if base > 0 else "n/a",
+        ),
         ("supersession: current value ranked above stale", f"{mean(r['supersession'] for r in cur):.3f}"),
         ("supersession: semantic fact is the current value", f"{mean(r['fact_current'] for r in cur):.3f}"),
         ("abstained", f"{sum(r['abstain'] for _, r in results)}/{len(results)}"),
-        ("add latency p50 / p99 (ms, 1 turn per call)", f"{np.percentile(add_ms, 50):.2f} / {np.percentile(add_ms, 99):.2f}"),
-        ("context latency p50 / p99 (ms, incl. embedding)", f"{np.percentile(ctx_lat, 50):.2f} / {np.percentile(ctx_lat, 99):.2f}"),
+        (
+            "add latency p50 / p99 (ms, 1 turn per call)",
+            f"{np.percentile(add_ms, 50):.2f} / {np.percentile(add_ms, 99):.2f}",
+        ),
+        (
+            "context latency p50 / p99 (ms, incl. embedding)",
+            f"{np.percentile(ctx_lat, 50):.2f} / {np.percentile(ctx_lat, 99):.2f}",
+        ),
         ("ingest time (s, incl. end_session)", f"{ingest_s:.1f}"),
-        ("memory: items / facts current / superseded", f"{st['items']} / {st['facts_current']} / {st['facts_superseded']}"),
-        ("profile drift (sum of |de|^2, updates)", f"{st['profile_drift']['total']:.3f}, {st['profile_drift']['updates']}"),
+        (
+            "memory: items / facts current / superseded",
+            f"{st['items']} / {st['facts_current']} / {st['facts_superseded']}",
+        ),
+        (
+            "profile drift (sum of |de|^2, updates)",
+            f"{st['profile_drift']['total']:.3f}, {st['profile_drift']['updates']}",
+        ),
     ]
     w = max(len(k) for k, _ in rows) + 2
     out.write("\n" + "metric".ljust(w) + "value\n" + "-" * (w + 24) + "\n")

@@ -13,9 +13,9 @@ Both are deterministic and thread-safe (stateless).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -38,9 +38,9 @@ class Turn:
     """A raw turn as seen by summarisers and extractors."""
 
     source_id: str
-    speaker: Optional[str]
+    speaker: str | None
     text: str
-    timestamp: Optional[float] = None
+    timestamp: float | None = None
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Fact:
     object: str
     text: str
     sources: tuple[str, ...] = ()
-    timestamp: Optional[float] = None
+    timestamp: float | None = None
     functional: bool = True  # one current value per subject+predicate (Resolve supersedes)
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -87,7 +87,7 @@ class ExtractiveSummarizer:
         ``embed(list[str]) -> (n, d) unit-norm float32``; when None, word-overlap centrality.
     """
 
-    def __init__(self, embed: Optional[Callable[[list[str]], npt.NDArray[np.float32]]] = None) -> None:
+    def __init__(self, embed: Callable[[list[str]], npt.NDArray[np.float32]] | None = None) -> None:
         self._embed = embed
 
     def summarize(self, turns: Sequence[Turn], max_words: int = 60) -> str:
@@ -111,8 +111,9 @@ class ExtractiveSummarizer:
             for s in texts:
                 for w in set(re.findall(r"[a-z0-9]+", s.lower())):
                     vocab[w] = vocab.get(w, 0) + 1
-            score = np.array([sum(vocab[w] for w in set(re.findall(r"[a-z0-9]+", s.lower()))) /
-                              (1 + len(_words(s))) for s in texts])
+            score = np.array(
+                [sum(vocab[w] for w in set(re.findall(r"[a-z0-9]+", s.lower()))) / (1 + len(_words(s))) for s in texts]
+            )
         order = np.argsort(-score, kind="stable")
         chosen: list[int] = []
         used = 0
@@ -133,10 +134,24 @@ class ExtractiveSummarizer:
 # ---- rule-based facts ----------------------------------------------------------------------
 
 #: Predicates with one current value per subject; a new value supersedes the old (Resolve).
-FUNCTIONAL_PREDICATES = frozenset({
-    "lives_in", "works_as", "works_at", "age", "spouse", "partner", "drives", "from",
-    "studies", "birthday", "phone", "email", "relationship_status",
-})
+FUNCTIONAL_PREDICATES = frozenset(
+    {
+        "lives_in",
+        "works_as",
+        "works_at",
+        "age",
+        "spouse",
+        "partner",
+        "drives",
+        "from",
+        "studies",
+        "birthday",
+        "phone",
+        "email",
+        "relationship_status",
+    }
+)
+
 
 def is_functional(predicate: str) -> bool:
     """True when a predicate has one current value per subject (a new value supersedes)."""
@@ -160,7 +175,9 @@ def _pred(name: str, functional: bool = True) -> Callable[[re.Match[str]], tuple
     return lambda m: (name, m.group("obj"), functional)
 
 
-_rule(r"\bI(?:'ve| have)? (?:just |recently |finally )?(?:moved|relocated) (?:back )?to " + _OBJ + _END, _pred("lives_in"))
+_rule(
+    r"\bI(?:'ve| have)? (?:just |recently |finally )?(?:moved|relocated) (?:back )?to " + _OBJ + _END, _pred("lives_in")
+)
 _rule(r"\bI(?:'m| am)? (?:now |currently |still )?(?:live|living) in " + _OBJ + _END, _pred("lives_in"))
 _rule(r"\bI(?: now| currently)? live in " + _OBJ + _END, _pred("lives_in"))
 _rule(r"\bI(?:'m| am) (?:originally )?from " + _OBJ + _END, _pred("from"))
@@ -168,7 +185,10 @@ _rule(r"\bI (?:now |currently )?work as (?:an? )?" + _OBJ + _END, _pred("works_a
 _rule(r"\bI(?:'m| am) (?:now |currently )?working as (?:an? )?" + _OBJ + _END, _pred("works_as"))
 _rule(r"\bI (?:just )?(?:became|started as|got a job as) (?:an? )?" + _OBJ + _END, _pred("works_as"))
 _rule(r"\bI (?:now |currently )?work (?:at|for) " + _OBJ + _END, _pred("works_at"))
-_rule(r"\bI(?:'ve| have)? (?:just )?(?:started working|got a job|joined) (?:at|for|with)? ?" + _OBJ + _END, _pred("works_at"))
+_rule(
+    r"\bI(?:'ve| have)? (?:just )?(?:started working|got a job|joined) (?:at|for|with)? ?" + _OBJ + _END,
+    _pred("works_at"),
+)
 _rule(r"\bI(?:'m| am) (?P<obj>\d{1,3}) (?:years old|now)\b", _pred("age"))
 _rule(r"\bI(?:'m| am) (?:now )?(?:married|engaged) to " + _OBJ + _END, _pred("spouse"))
 _rule(r"\bmy (?:wife|husband|spouse) (?:is|is called|is named) " + _OBJ + _END, _pred("spouse"))
@@ -177,19 +197,33 @@ _rule(r"\bI (?:now )?drive an? " + _OBJ + _END, _pred("drives"))
 _rule(r"\bI (?:just )?(?:bought|got) (?:myself )?a new car,? an? " + _OBJ + _END, _pred("drives"))
 _rule(r"\bI(?:'m| am) (?:now )?studying " + _OBJ + _END, _pred("studies"))
 _rule(r"\bmy birthday is (?:on )?" + _OBJ + _END, _pred("birthday"))
-_rule(r"\bmy favou?rite (?P<what>[a-z]+(?: [a-z]+)?) (?:is|are) (?:now )?" + _OBJ + _END,
-      lambda m: (f"favorite_{m.group('what').lower().replace(' ', '_')}", m.group("obj"), True))
-_rule(r"\bmy (?P<what>[a-z]+(?: [a-z]+)?)(?:'s name is| is called| is named| named) " + _OBJ + _END,
-      lambda m: (f"{m.group('what').lower().replace(' ', '_')}_name", m.group("obj"), True))
-_rule(r"\bI have an? (?P<what>[a-z]+(?: [a-z]+)?) (?:called|named) " + _OBJ + _END,
-      lambda m: (f"{m.group('what').lower().replace(' ', '_')}_name", m.group("obj"), True))
+_rule(
+    r"\bmy favou?rite (?P<what>[a-z]+(?: [a-z]+)?) (?:is|are) (?:now )?" + _OBJ + _END,
+    lambda m: (f"favorite_{m.group('what').lower().replace(' ', '_')}", m.group("obj"), True),
+)
+_rule(
+    r"\bmy (?P<what>[a-z]+(?: [a-z]+)?)(?:'s name is| is called| is named| named) " + _OBJ + _END,
+    lambda m: (f"{m.group('what').lower().replace(' ', '_')}_name", m.group("obj"), True),
+)
+_rule(
+    r"\bI have an? (?P<what>[a-z]+(?: [a-z]+)?) (?:called|named) " + _OBJ + _END,
+    lambda m: (f"{m.group('what').lower().replace(' ', '_')}_name", m.group("obj"), True),
+)
 _rule(r"\bI (?:really )?(?:love|like|enjoy|adore) " + _OBJ + _END, _pred("likes", False))
 _rule(r"\bI(?:'m| am) allergic to " + _OBJ + _END, _pred("allergic_to", False))
 
 _PRED_TEXT = {
-    "lives_in": "lives in", "from": "is from", "works_as": "works as", "works_at": "works at",
-    "age": "is aged", "spouse": "is married to", "partner": "has partner", "drives": "drives",
-    "studies": "studies", "birthday": "has birthday on", "likes": "likes",
+    "lives_in": "lives in",
+    "from": "is from",
+    "works_as": "works as",
+    "works_at": "works at",
+    "age": "is aged",
+    "spouse": "is married to",
+    "partner": "has partner",
+    "drives": "drives",
+    "studies": "studies",
+    "birthday": "has birthday on",
+    "likes": "likes",
     "allergic_to": "is allergic to",
 }
 _STRIP_TAIL = re.compile(r"\s+(?:now|too|as well|though|then|again|already|actually|anymore)$", re.I)
@@ -221,11 +255,15 @@ def _clean_obj(s: str) -> str:
 
 # An object must name something: not a clause ("that you chose pottery", "how it's both ..."),
 # an infinitive ("to"), a pronoun ("it", "them") or function words only.
-_CLAUSE_HEAD = frozenset("""to that how what when where why who whom which whether if it it's its they them
+_CLAUSE_HEAD = frozenset(
+    """to that how what when where why who whom which whether if it it's its they them
 this these those there here you your yours he she him her we us our me myself yourself being doing having
-seeing going getting making so as because""".split())
-_FUNCTION = _CLAUSE_HEAD | frozenset("""a an the of in on at for with and or but is are was were be been
-very really just also too much many some any all more most""".split())
+seeing going getting making so as because""".split()
+)
+_FUNCTION = _CLAUSE_HEAD | frozenset(
+    """a an the of in on at for with and or but is are was were be been
+very really just also too much many some any all more most""".split()
+)
 
 
 def _is_noun_phrase(obj: str) -> bool:
@@ -267,7 +305,15 @@ class RuleFactExtractor:
                         if (pred, obj.lower()) in seen or any(p == pred for p, _ in seen) and functional:
                             continue
                         seen.add((pred, obj.lower()))
-                        out.append(Fact(subject=t.speaker, predicate=pred, object=obj,
-                                        text=fact_sentence(t.speaker, pred, obj), sources=(t.source_id,),
-                                        timestamp=t.timestamp, functional=functional))
+                        out.append(
+                            Fact(
+                                subject=t.speaker,
+                                predicate=pred,
+                                object=obj,
+                                text=fact_sentence(t.speaker, pred, obj),
+                                sources=(t.source_id,),
+                                timestamp=t.timestamp,
+                                functional=functional,
+                            )
+                        )
         return out

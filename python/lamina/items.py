@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
-__all__ = ["MemoryItem", "Context", "LAYERS", "format_time", "render_grouped"]
+__all__ = ["MemoryItem", "Context", "LAYERS", "format_time", "format_day", "render_grouped"]
 
 #: Layer names and their arena layer codes. ``history`` holds superseded facts (never current).
 LAYERS: dict[str, int] = {"working": 0, "episodic": 1, "semantic": 2, "archive": 3, "history": 4}
 LAYER_NAMES: dict[int, str] = {v: k for k, v in LAYERS.items()}
 
 
-def format_time(t: Optional[float]) -> str:
+def format_time(t: float | None) -> str:
     """Event time (seconds since the Unix epoch, UTC) as ``YYYY-MM-DD HH:MM`` (``?`` if None)."""
     if t is None:
         return "?"
     return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def _format_day(t: Optional[float]) -> str:
+def format_day(t: float | None) -> str:
     if t is None:
         return "?"
     return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%Y-%m-%d")
@@ -60,25 +60,25 @@ class MemoryItem:
     layer: str
     kind: str
     user_id: str = ""
-    session_id: Optional[str] = None
+    session_id: str | None = None
     score: float = 0.0
     sources: tuple[str, ...] = ()
-    timestamp: Optional[float] = None
-    speaker: Optional[str] = None
-    subject: Optional[str] = None
-    predicate: Optional[str] = None
-    object: Optional[str] = None
-    valid_from: Optional[float] = None
-    valid_to: Optional[float] = None
-    superseded_by: Optional[int] = None
-    summary: Optional[str] = None
+    timestamp: float | None = None
+    speaker: str | None = None
+    subject: str | None = None
+    predicate: str | None = None
+    object: str | None = None
+    valid_from: float | None = None
+    valid_to: float | None = None
+    superseded_by: int | None = None
+    summary: str | None = None
     access_count: int = 0
-    last_access: Optional[float] = None
+    last_access: float | None = None
     strength: float = 1.0
-    domain: Optional[str] = None
+    domain: str | None = None
     commitment: str = "persist"
     #: raw turns rendered with the item: a segment's turns, or a fact's latest source turn
-    turns: tuple[tuple[Optional[float], Optional[str], str], ...] = field(default=(), repr=False)
+    turns: tuple[tuple[float | None, str | None, str], ...] = field(default=(), repr=False)
 
     @property
     def current(self) -> bool:
@@ -88,18 +88,18 @@ class MemoryItem:
     def render(self) -> str:
         """Prompt text with dates and speakers."""
         if self.kind == "fact":
-            tag = "fact" if self.current else f"fact, until {_format_day(self.valid_to)}"
+            tag = "fact" if self.current else f"fact, until {format_day(self.valid_to)}"
             if self.commitment == "verify":
                 tag += ", verify"
-            out = f"[{tag}, since {_format_day(self.valid_from)}] {self.text}"
+            out = f"[{tag}, since {format_day(self.valid_from)}] {self.text}"
             if self.turns:  # the latest source turn, verbatim
                 t, sp, tx = self.turns[-1]
                 out += f' (from {sp + ": " if sp else ""}"{tx}")'
             return out
         if self.kind in ("note", "profile"):
-            return f"[{self.kind}, {_format_day(self.timestamp)}] {self.text}"
+            return f"[{self.kind}, {format_day(self.timestamp)}] {self.text}"
         if self.kind == "summary":
-            return f"[summary, {_format_day(self.timestamp)}] {self.text}"
+            return f"[summary, {format_day(self.timestamp)}] {self.text}"
         if self.kind == "segment" and self.turns:
             return "\n".join(
                 f"[{format_time(t)}] {sp}: {tx}" if sp else f"[{format_time(t)}] {tx}" for t, sp, tx in self.turns
@@ -109,7 +109,7 @@ class MemoryItem:
         return f"[{format_time(self.timestamp)}] {self.text}"
 
     # -- grouped rendering (Context.render): raw turns of one session and day share a header
-    def turn_lines(self) -> Optional[list[tuple[Optional[float], str]]]:
+    def turn_lines(self) -> list[tuple[float | None, str]] | None:
         """For items that show raw turns in a context: (time, ``"Speaker: text"``) per turn;
         None for the others (they render on their own).
 
@@ -126,24 +126,24 @@ class MemoryItem:
             return [(t, f"{sp}: {tx}" if sp else tx)]
         return None
 
-    def group_key(self) -> tuple[Optional[str], str]:
+    def group_key(self) -> tuple[str | None, str]:
         """Turns with the same key are rendered under one ``[date time]`` header."""
         t = self.turns[-1][0] if self.kind == "fact" and self.turns else self.timestamp
-        return (self.session_id, _format_day(t))
+        return (self.session_id, format_day(t))
 
 
-def group_header(t: Optional[float]) -> str:
+def group_header(t: float | None) -> str:
     """Header line of a group of raw turns: ``[YYYY-MM-DD HH:MM]`` of its earliest turn."""
     return f"[{format_time(t)}]"
 
 
-def render_grouped(items: "list[MemoryItem]") -> str:
+def render_grouped(items: list[MemoryItem]) -> str:
     """Render items in their order; raw turns (``turn`` / ``segment`` items) of the same session
     and day are gathered under one ``[date time]`` header at the place of the first of them,
     in time order, one ``Speaker: text`` line each. Facts, summaries, notes and profiles render
     on their own (:meth:`MemoryItem.render`)."""
     blocks: list[Any] = []
-    groups: dict[tuple[Optional[str], str], list[tuple[Optional[float], int, str]]] = {}
+    groups: dict[tuple[str | None, str], list[tuple[float | None, int, str]]] = {}
     for it in items:
         lines = it.turn_lines()
         if lines is None:

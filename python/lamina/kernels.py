@@ -39,7 +39,6 @@ Conventions shared by every function here:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Optional, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -56,8 +55,8 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float32]
-RowParam = Union[float, npt.NDArray[np.floating]]
-CountArray = Union[npt.NDArray[np.float32], npt.NDArray[np.int32], npt.NDArray[np.int64]]
+RowParam = float | npt.NDArray[np.floating]
+CountArray = npt.NDArray[np.float32] | npt.NDArray[np.int32] | npt.NDArray[np.int64]
 
 
 def _is_real(x: object) -> bool:
@@ -70,15 +69,13 @@ def _real(x: object, name: str) -> float:
     return float(x)  # type: ignore[arg-type]
 
 
-def _row_param(x: object, name: str) -> Union[float, np.ndarray]:
+def _row_param(x: object, name: str) -> float | np.ndarray:
     """A scalar becomes a Python float; an array is passed on untouched (checked natively)."""
     if _is_real(x):
         return float(x)  # type: ignore[arg-type]
     if isinstance(x, np.ndarray):
         return float(x) if x.ndim == 0 and _is_real(x[()]) else x
-    raise TypeError(
-        f"{name} must be a float or a 1-D float32/float64 numpy array, got {type(x).__name__}"
-    )
+    raise TypeError(f"{name} must be a float or a 1-D float32/float64 numpy array, got {type(x).__name__}")
 
 
 def _array_or_none(x: object) -> object:
@@ -94,8 +91,9 @@ def _device_param(x: object, name: str) -> object:
     raise TypeError(f"{name} must be a float or a 1-D float32/float64 CUDA array for device rows")
 
 
-def _device_rows(fn: str, rows: object, targets: object, param: object, pname: str,
-                 index: object, renormalize: bool, out: object) -> object:
+def _device_rows(
+    fn: str, rows: object, targets: object, param: object, pname: str, index: object, renormalize: bool, out: object
+) -> object:
     m = int(targets.shape[0]) if len(getattr(targets, "shape", ())) else 0  # type: ignore[attr-defined]
     drift = out if out is not None else _device.empty_like_device(rows, (m,), np.float32)
     stream = _device.current_stream(rows)
@@ -118,10 +116,10 @@ def _threads(threads: int) -> int:
 def softmax_gate(
     relevance: FloatArray,
     beta: RowParam,
-    max_entropy: Optional[float] = None,
+    max_entropy: float | None = None,
     *,
     max_doublings: int = 32,
-    out: Optional[FloatArray] = None,
+    out: FloatArray | None = None,
     threads: int = 0,
 ) -> tuple[FloatArray, npt.NDArray[np.float64]]:
     """Layer gate γ = softmax(β·r) per row — eq. 7 — with the entropy bound H(γ) ≤ ε of
@@ -180,14 +178,21 @@ def softmax_gate(
     if isinstance(max_doublings, (bool, np.bool_)) or not isinstance(max_doublings, (int, np.integer)):
         raise TypeError(f"max_doublings must be an int, got {type(max_doublings).__name__}")
     if _device.on_device(("relevance", relevance), ("out", out), ("beta", _array_or_none(beta))):
-        shape = tuple(int(s) for s in relevance.shape)  # type: ignore[attr-defined]
+        shape = tuple(int(s) for s in relevance.shape)
         if len(shape) != 2:
             raise ValueError(f"relevance must be 2-dimensional (b, L), got shape {shape}")
         gamma = out if out is not None else _device.empty_like_device(relevance, shape, np.float32)
         beta_used = _device.empty_like_device(relevance, (shape[0],), np.float64)
-        _core.cuda_softmax_gate(relevance, _device_param(beta, "beta"), eps, int(max_doublings),
-                                gamma, beta_used, _device.current_stream(relevance))
-        return gamma, beta_used  # type: ignore[return-value]
+        _core.cuda_softmax_gate(
+            relevance,
+            _device_param(beta, "beta"),
+            eps,
+            int(max_doublings),
+            gamma,
+            beta_used,
+            _device.current_stream(relevance),
+        )
+        return gamma, beta_used
     gamma, beta_used = _core.softmax_gate(
         relevance, _row_param(beta, "beta"), eps, int(max_doublings), out, _threads(threads)
     )
@@ -198,10 +203,10 @@ def ema_blend(
     rows: FloatArray,
     targets: FloatArray,
     alpha: RowParam,
-    index: Optional[npt.NDArray[np.int64]] = None,
+    index: npt.NDArray[np.int64] | None = None,
     renormalize: bool = False,
     *,
-    out: Optional[FloatArray] = None,
+    out: FloatArray | None = None,
     threads: int = 0,
 ) -> FloatArray:
     """EMA blend of eq. 5, in place: ``rows ← α·rows + (1−α)·targets``; returns ‖Δ‖² per row.
@@ -248,21 +253,20 @@ def ema_blend(
     """
     if not isinstance(renormalize, (bool, np.bool_)):
         raise TypeError(f"renormalize must be a bool, got {type(renormalize).__name__}")
-    if _device.on_device(("rows", rows), ("targets", targets), ("index", index), ("out", out),
-                         ("alpha", _array_or_none(alpha))):
+    if _device.on_device(
+        ("rows", rows), ("targets", targets), ("index", index), ("out", out), ("alpha", _array_or_none(alpha))
+    ):
         return _device_rows("ema", rows, targets, alpha, "alpha", index, bool(renormalize), out)  # type: ignore[return-value]
-    return _core.ema_blend(
-        rows, targets, _row_param(alpha, "alpha"), index, bool(renormalize), out, _threads(threads)
-    )
+    return _core.ema_blend(rows, targets, _row_param(alpha, "alpha"), index, bool(renormalize), out, _threads(threads))
 
 
 def damped_update(
     rows: FloatArray,
     targets: FloatArray,
     lam: RowParam,
-    index: Optional[npt.NDArray[np.int64]] = None,
+    index: npt.NDArray[np.int64] | None = None,
     *,
-    out: Optional[FloatArray] = None,
+    out: FloatArray | None = None,
     threads: int = 0,
 ) -> FloatArray:
     """Retention-regularised update of eq. 9-10 in closed form, in place; returns ‖Δ‖².
@@ -297,8 +301,9 @@ def damped_update(
     TypeError, ValueError, IndexError
         As :func:`ema_blend`, with λ < 0 or non-finite in place of the α range.
     """
-    if _device.on_device(("rows", rows), ("targets", targets), ("index", index), ("out", out),
-                         ("lam", _array_or_none(lam))):
+    if _device.on_device(
+        ("rows", rows), ("targets", targets), ("index", index), ("out", out), ("lam", _array_or_none(lam))
+    ):
         return _device_rows("damped", rows, targets, lam, "lam", index, False, out)  # type: ignore[return-value]
     return _core.damped_update(rows, targets, _row_param(lam, "lam"), index, out, _threads(threads))
 
@@ -313,7 +318,7 @@ def heat_scores(
     c: float = 1.0,
     mu: float = 1e7,
     *,
-    out: Optional[FloatArray] = None,
+    out: FloatArray | None = None,
     threads: int = 0,
 ) -> FloatArray:
     """MemoryOS heat: ``a·N_visit + b·L_interaction + c·exp(−(now − last_access)/μ)``.
@@ -351,14 +356,24 @@ def heat_scores(
     ValueError
         Length mismatch, NaN/Inf in any input, μ ≤ 0, a heat that overflows float32.
     """
-    if _device.on_device(("visits", visits), ("interaction_len", interaction_len),
-                         ("last_access", last_access), ("out", out)):
+    if _device.on_device(
+        ("visits", visits), ("interaction_len", interaction_len), ("last_access", last_access), ("out", out)
+    ):
         n = int(last_access.shape[0]) if len(getattr(last_access, "shape", ())) else 0
         heat = out if out is not None else _device.empty_like_device(last_access, (n,), np.float32)
-        _core.cuda_heat_scores(visits, interaction_len, last_access, _real(now, "now"), _real(a, "a"),
-                               _real(b, "b"), _real(c, "c"), _real(mu, "mu"), heat,
-                               _device.current_stream(last_access))
-        return heat  # type: ignore[no-any-return]
+        _core.cuda_heat_scores(
+            visits,
+            interaction_len,
+            last_access,
+            _real(now, "now"),
+            _real(a, "a"),
+            _real(b, "b"),
+            _real(c, "c"),
+            _real(mu, "mu"),
+            heat,
+            _device.current_stream(last_access),
+        )
+        return heat
     return _core.heat_scores(
         visits,
         interaction_len,
@@ -376,7 +391,7 @@ def heat_scores(
 def select_hot(
     heat: FloatArray,
     threshold: float,
-    namespaces: Optional[npt.NDArray[np.uint64]] = None,
+    namespaces: npt.NDArray[np.uint64] | None = None,
     *,
     threads: int = 0,
 ) -> npt.NDArray[np.int64]:
@@ -408,8 +423,7 @@ def select_hot(
     if _device.on_device(("heat", heat), ("namespaces", namespaces)):
         n = int(heat.shape[0]) if len(getattr(heat, "shape", ())) == 1 else 0
         buf = _device.empty_like_device(heat, (n,), np.int64)
-        k = _core.cuda_select_hot(heat, _real(threshold, "threshold"), namespaces, buf,
-                                  _device.current_stream(heat))
+        k = _core.cuda_select_hot(heat, _real(threshold, "threshold"), namespaces, buf, _device.current_stream(heat))
         return _device.trimmed(buf, int(k))  # type: ignore[no-any-return]
     return _core.select_hot(heat, _real(threshold, "threshold"), namespaces, _threads(threads))
 
@@ -417,9 +431,9 @@ def select_hot(
 def evict_to_capacity(
     scores: FloatArray,
     namespaces: npt.NDArray[np.uint64],
-    capacity: Union[int, Mapping[int, int]],
+    capacity: int | Mapping[int, int],
     *,
-    live: Optional[npt.NDArray[Union[np.bool_, np.uint8]]] = None,
+    live: npt.NDArray[np.bool_ | np.uint8] | None = None,
     threads: int = 0,
 ) -> npt.NDArray[np.int64]:
     """Capacity projection Π_C of Algorithm 1: rows to evict so each namespace keeps ≤ C rows.
@@ -481,13 +495,12 @@ def evict_to_capacity(
         keys = np.empty(0, dtype=np.uint64)
         vals = np.empty(0, dtype=np.int64)
     else:
-        raise TypeError(
-            f"capacity must be an int or a mapping {{namespace: capacity}}, got {type(capacity).__name__}"
-        )
+        raise TypeError(f"capacity must be an int or a mapping {{namespace: capacity}}, got {type(capacity).__name__}")
     if _device.on_device(("scores", scores), ("namespaces", namespaces), ("live", live)):
         n = int(scores.shape[0]) if len(getattr(scores, "shape", ())) == 1 else 0
         buf = _device.empty_like_device(scores, (n,), np.int64)
-        k = _core.cuda_evict_to_capacity(scores, namespaces, default, keys, vals, live, buf,
-                                         _device.current_stream(scores))
+        k = _core.cuda_evict_to_capacity(
+            scores, namespaces, default, keys, vals, live, buf, _device.current_stream(scores)
+        )
         return _device.trimmed(buf, int(k))  # type: ignore[no-any-return]
     return _core.evict_to_capacity(scores, namespaces, default, keys, vals, live, _threads(threads))

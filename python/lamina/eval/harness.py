@@ -22,17 +22,35 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any, Optional, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
+from ..embedders import Embedder
+from ..llm import LLM
 from .locomo import Conversation, LoadReport, Question
-from .metrics import (CATEGORY_NAMES, answer_token_recall, context_usage, count_tokens, evidence_recall,
-                      false_memory, percentile, score_answer)
+from .metrics import (
+    CATEGORY_NAMES,
+    answer_token_recall,
+    context_usage,
+    count_tokens,
+    evidence_recall,
+    false_memory,
+    percentile,
+    score_answer,
+)
 from .systems import BASELINES, LAMINA_VARIANTS, CachedEmbedder, Ctx, make_system, render_turn
 
-__all__ = ["ALL_SYSTEMS", "PERIODS", "RETENTION_CAPACITY", "named_speaker", "run_locomo", "format_tables",
-           "plot_recall", "Reader"]
+__all__ = [
+    "ALL_SYSTEMS",
+    "PERIODS",
+    "RETENTION_CAPACITY",
+    "named_speaker",
+    "run_locomo",
+    "format_tables",
+    "plot_recall",
+    "Reader",
+]
 
 ALL_SYSTEMS: tuple[str, ...] = tuple(BASELINES) + tuple(LAMINA_VARIANTS)
 PERIODS = 6
@@ -43,7 +61,7 @@ _DAY = 86400.0
 class _Bar:
     """A one-line stderr progress bar (no dependency)."""
 
-    def __init__(self, total: int, label: str, stream: Optional[TextIO]) -> None:
+    def __init__(self, total: int, label: str, stream: TextIO | None) -> None:
         self.total, self.label, self.stream, self.n = max(1, total), label, stream, 0
         self.t0 = time.perf_counter()
         self._last = 0.0
@@ -60,14 +78,16 @@ class _Bar:
         f = min(1.0, self.n / self.total)
         el = now - self.t0
         eta = el / f - el if f > 0 else 0.0
-        self.stream.write(f"\r{self.label} [{'#' * int(f * w)}{'-' * (w - int(f * w))}] {100 * f:5.1f}% "
-                          f"{el:6.0f}s elapsed, ~{eta:5.0f}s left {note[:40]:<40}")
+        self.stream.write(
+            f"\r{self.label} [{'#' * int(f * w)}{'-' * (w - int(f * w))}] {100 * f:5.1f}% "
+            f"{el:6.0f}s elapsed, ~{eta:5.0f}s left {note[:40]:<40}"
+        )
         if self.n >= self.total:
             self.stream.write("\n")
         self.stream.flush()
 
 
-def named_speaker(question: str, speakers: Sequence[str]) -> Optional[str]:
+def named_speaker(question: str, speakers: Sequence[str]) -> str | None:
     """The one speaker a question names (None when it names neither or both)."""
     import re
 
@@ -80,17 +100,21 @@ class Reader:
     the official LoCoMo scripts (short-phrase answers; category 2 asks for a date; category 5
     offers "Not mentioned in the conversation" beside the distractor)."""
 
-    QA = ("Based on the above context, write an answer in the form of a short phrase for the following "
-          "question. Answer with exact words from the context whenever possible.\n\nQuestion: {} Short answer:")
+    QA = (
+        "Based on the above context, write an answer in the form of a short phrase for the following "
+        "question. Answer with exact words from the context whenever possible.\n\nQuestion: {} Short answer:"
+    )
     QA5 = "Based on the above context, answer the following question.\n\nQuestion: {} Short answer:"
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: LLM) -> None:
         self.llm = llm
         self.model = str(getattr(llm, "model", "unknown"))
 
     def prompt(self, context: str, speakers: Sequence[str], q: Question) -> str:
-        head = (f"Below are excerpts from a conversation between two people: {speakers[0]} and {speakers[1]}. "
-                "Each line starts with the date and time it was said.\n\n")
+        head = (
+            f"Below are excerpts from a conversation between two people: {speakers[0]} and {speakers[1]}. "
+            "Each line starts with the date and time it was said.\n\n"
+        )
         text = q.question
         if q.category == 2:
             text += " Use DATE of CONVERSATION to answer with an approximate date."
@@ -103,8 +127,9 @@ class Reader:
         return head + context + "\n\n" + self.QA.format(text)
 
     def answer(self, context: str, speakers: Sequence[str], q: Question) -> str:
-        return self.llm.complete([{"role": "user", "content": self.prompt(context, speakers, q)}],
-                                 temperature=0.0, max_tokens=64).strip()
+        return self.llm.complete(
+            [{"role": "user", "content": self.prompt(context, speakers, q)}], temperature=0.0, max_tokens=64
+        ).strip()
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -112,14 +137,20 @@ def _mean(xs: Sequence[float]) -> float:
     return float(statistics.fmean(ys)) if ys else math.nan
 
 
-def _record(q: Question, ctx: Ctx, latency: float, ev_texts: list[str], history_tokens: int,
-            speakers: Sequence[str]) -> dict[str, Any]:
+def _record(
+    q: Question, ctx: Ctx, latency: float, ev_texts: list[str], history_tokens: int, speakers: Sequence[str]
+) -> dict[str, Any]:
     text = ctx.render()
     toks = count_tokens(text)
-    rec: dict[str, Any] = {"qid": q.qid, "cat": q.category, "ms": round(latency * 1e3, 4),
-                           "tokens": toks, "usage": context_usage(toks, history_tokens),
-                           "abstain": ctx.abstain,
-                           "ev": evidence_recall(ev_texts, text) if ev_texts else None}
+    rec: dict[str, Any] = {
+        "qid": q.qid,
+        "cat": q.category,
+        "ms": round(latency * 1e3, 4),
+        "tokens": toks,
+        "usage": context_usage(toks, history_tokens),
+        "abstain": ctx.abstain,
+        "ev": evidence_recall(ev_texts, text) if ev_texts else None,
+    }
     if q.category in (1, 2, 3, 4) and q.answer is not None:
         a = answer_token_recall(q.answer, text)
         rec["ans"] = None if math.isnan(a) else a
@@ -139,8 +170,10 @@ def _aggregate(recs: list[dict[str, Any]]) -> dict[str, Any]:
     ev["overall"] = _mean([r["ev"] for r in recs if r["cat"] in (1, 2, 3, 4) and r["ev"] is not None])
     ev["overall_with_5"] = _mean([r["ev"] for r in recs if r["ev"] is not None])
     out["evidence_recall"] = ev
-    ans: dict[str, float] = {CATEGORY_NAMES[c]: _mean([r["ans"] for r in recs if r["cat"] == c and r.get("ans") is not None])
-                             for c in (1, 2, 3, 4)}
+    ans: dict[str, float] = {
+        CATEGORY_NAMES[c]: _mean([r["ans"] for r in recs if r["cat"] == c and r.get("ans") is not None])
+        for c in (1, 2, 3, 4)
+    }
     ans["overall"] = _mean([r["ans"] for r in recs if r.get("ans") is not None])
     out["answer_token_recall"] = ans
     out["context_usage"] = _mean([r["usage"] for r in recs])
@@ -170,10 +203,18 @@ def _periods(conv: Conversation, n: int = PERIODS) -> list[list[int]]:
     return [list(map(int, g)) for g in np.array_split(np.array(idx), min(n, len(idx))) if len(g)]
 
 
-def run_locomo(convs: Sequence[Conversation], embedder: Any, *, budgets: Sequence[int] = (256, 512, 1024, 2048),
-               systems: Sequence[str] = ALL_SYSTEMS, retention: bool = True, reader: Optional[Reader] = None,
-               reader_budget: int = 1024, progress: Optional[TextIO] = sys.stderr,
-               load_report: Optional[LoadReport] = None) -> dict[str, Any]:
+def run_locomo(
+    convs: Sequence[Conversation],
+    embedder: Embedder,
+    *,
+    budgets: Sequence[int] = (256, 512, 1024, 2048),
+    systems: Sequence[str] = ALL_SYSTEMS,
+    retention: bool = True,
+    reader: Reader | None = None,
+    reader_budget: int = 1024,
+    progress: TextIO | None = sys.stderr,
+    load_report: LoadReport | None = None,
+) -> dict[str, Any]:
     """Run the evaluation; returns a JSON-serialisable dict (see module docs).
 
     Parameters
@@ -196,8 +237,9 @@ def run_locomo(convs: Sequence[Conversation], embedder: Any, *, budgets: Sequenc
         raise ValueError(f"reader_budget {reader_budget} must be one of the budgets {budgets}")
     emb = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
     per_q: dict[str, dict[int, list[dict[str, Any]]]] = {s: {b: [] for b in budgets} for s in systems}
-    ret: dict[str, dict[int, dict[str, list[float]]]] = {s: {b: {"first": [], "all": []} for b in budgets}
-                                                         for s in systems}
+    ret: dict[str, dict[int, dict[str, list[float]]]] = {
+        s: {b: {"first": [], "all": []} for b in budgets} for s in systems
+    }
     ingest_s: dict[str, float] = {s: 0.0 for s in systems}
     work = sum(len(c.questions) * len(systems) for c in convs)
     bar = _Bar(work, "locomo", progress)
@@ -212,13 +254,20 @@ def run_locomo(convs: Sequence[Conversation], embedder: Any, *, budgets: Sequenc
         emb.embed([t.text for t in turns] + [q.question for q in conv.questions])
         q_vecs = {q.qid: emb.embed([q.question])[0] for q in conv.questions}
         now = max(t.timestamp for t in turns) + _DAY
-        conv_info.append({"sample_id": conv.sample_id, "sessions": len(conv.sessions), "turns": len(turns),
-                          "history_tokens": history_tokens, "questions": len(conv.questions)})
+        conv_info.append(
+            {
+                "sample_id": conv.sample_id,
+                "sessions": len(conv.sessions),
+                "turns": len(turns),
+                "history_tokens": history_tokens,
+                "questions": len(conv.questions),
+            }
+        )
         for name in systems:
             sysm = make_system(name, emb, conv.sample_id)
             t0 = time.perf_counter()
-            for s in conv.sessions:
-                sysm.ingest(s)
+            for session in conv.sessions:
+                sysm.ingest(session)
             ingest_s[name] += time.perf_counter() - t0
             for q in conv.questions:
                 ev_texts = [by_id[e].text for e in q.evidence]
@@ -243,18 +292,31 @@ def run_locomo(convs: Sequence[Conversation], embedder: Any, *, budgets: Sequenc
     elapsed = time.perf_counter() - t_start
 
     results: dict[str, Any] = {
-        "dataset": {"conversations": conv_info,
-                    "load_report": None if load_report is None else {
-                        k: (len(v) if isinstance(v, list) else v) for k, v in asdict(load_report).items()},
-                    "evidence_problems": None if load_report is None else {
-                        "malformed": load_report.malformed_evidence, "repaired": load_report.repaired_evidence,
-                        "missing": load_report.missing_evidence},
-                    "questions_per_category": {
-                        CATEGORY_NAMES[c]: sum(1 for cv in convs for q in cv.questions if q.category == c)
-                        for c in CATEGORY_NAMES}},
-        "embedder": {"name": emb.name, "dim": emb.dim, "texts_embedded": emb.embedded, "from_cache": emb.from_disk,
-                     "seconds": round(emb.seconds, 3),
-                     "texts_per_s": (emb.embedded / emb.seconds) if emb.seconds > 0 else None},
+        "dataset": {
+            "conversations": conv_info,
+            "load_report": None
+            if load_report is None
+            else {k: (len(v) if isinstance(v, list) else v) for k, v in asdict(load_report).items()},
+            "evidence_problems": None
+            if load_report is None
+            else {
+                "malformed": load_report.malformed_evidence,
+                "repaired": load_report.repaired_evidence,
+                "missing": load_report.missing_evidence,
+            },
+            "questions_per_category": {
+                CATEGORY_NAMES[c]: sum(1 for cv in convs for q in cv.questions if q.category == c)
+                for c in CATEGORY_NAMES
+            },
+        },
+        "embedder": {
+            "name": emb.name,
+            "dim": emb.dim,
+            "texts_embedded": emb.embedded,
+            "from_cache": emb.from_disk,
+            "seconds": round(emb.seconds, 3),
+            "texts_per_s": (emb.embedded / emb.seconds) if emb.seconds > 0 else None,
+        },
         "budgets": budgets,
         "systems": list(systems),
         "protocol": {
@@ -263,7 +325,7 @@ def run_locomo(convs: Sequence[Conversation], embedder: Any, *, budgets: Sequenc
             "overall": "categories 1-4 (category 5 reported on its own)",
             "question_time": "one day after the last turn (questions come after the whole conversation)",
             "retention": f"{PERIODS} periods, capacity {RETENTION_CAPACITY:.0%} of the turns; lamina: C_e = C_s = "
-                         "half of it; baselines: newest turns (FIFO)",
+            "half of it; baselines: newest turns (FIFO)",
             "false_memory": "category 5 questions naming exactly one speaker",
         },
         "ingest_seconds": {s: round(v, 3) for s, v in ingest_s.items()},
@@ -282,21 +344,33 @@ def run_locomo(convs: Sequence[Conversation], embedder: Any, *, budgets: Sequenc
             if retention:
                 r1, r6 = ret[name][b]["first"], ret[name][b]["all"]
                 m1, m6 = _mean(r1), _mean(r6)
-                agg["retention"] = {"questions": len(r1), "recall_after_period_1": m1,
-                                    "recall_after_all_periods": m6,
-                                    "retention": (m6 / m1) if m1 and not math.isnan(m1) else math.nan}
+                agg["retention"] = {
+                    "questions": len(r1),
+                    "recall_after_period_1": m1,
+                    "recall_after_all_periods": m6,
+                    "retention": (m6 / m1) if m1 and not math.isnan(m1) else math.nan,
+                }
             results["results"][name][str(b)] = agg
     return results
 
 
-def _retention(conv: Conversation, systems: Sequence[str], budgets: Sequence[int], emb: CachedEmbedder,
-               q_vecs: dict[str, Any], ret: dict[str, dict[int, dict[str, list[float]]]]) -> None:
+def _retention(
+    conv: Conversation,
+    systems: Sequence[str],
+    budgets: Sequence[int],
+    emb: CachedEmbedder,
+    q_vecs: dict[str, Any],
+    ret: dict[str, dict[int, dict[str, list[float]]]],
+) -> None:
     periods = _periods(conv)
     if len(periods) < 2:
         return
     first = {conv.sessions[i].number for i in periods[0]}
-    qs = [q for q in conv.questions if q.category in (1, 2, 3, 4) and q.evidence
-          and all(int(e[1:].split(":")[0]) in first for e in q.evidence)]
+    qs = [
+        q
+        for q in conv.questions
+        if q.category in (1, 2, 3, 4) and q.evidence and all(int(e[1:].split(":")[0]) in first for e in q.evidence)
+    ]
     if not qs:
         return
     by_id = conv.turn_by_id()
@@ -333,6 +407,7 @@ def _retention(conv: Conversation, systems: Sequence[str], budgets: Sequence[int
 
 # ---- output -----------------------------------------------------------------------------------------
 
+
 def _pct(x: float) -> str:
     return "   -  " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:5.1f}%"
 
@@ -343,41 +418,52 @@ def format_tables(results: dict[str, Any]) -> str:
     cats = [CATEGORY_NAMES[c] for c in (1, 2, 3, 4, 5)]
     lines = []
     n_cat = results["dataset"]["questions_per_category"]
-    lines.append("questions: " + ", ".join(f"{k} {v}" for k, v in n_cat.items())
-                 + f"; embedder {results['embedder']['name']}")
+    lines.append(
+        "questions: " + ", ".join(f"{k} {v}" for k, v in n_cat.items()) + f"; embedder {results['embedder']['name']}"
+    )
     w = max(len(s) for s in results["systems"]) + 2
     for b in results["budgets"]:
         lines.append("")
         lines.append(f"budget {b} tokens — evidence recall by category (overall = categories 1-4)")
-        head = (f"{'system':<{w}}" + "".join(f"{c[:11]:>12}" for c in cats) + f"{'overall':>9}{'ans-rec':>9}"
-                f"{'usage':>8}{'FMR':>8}{'retain':>8}{'p50 ms':>9}{'p99 ms':>9}")
+        head = (
+            f"{'system':<{w}}" + "".join(f"{c[:11]:>12}" for c in cats) + f"{'overall':>9}{'ans-rec':>9}"
+            f"{'usage':>8}{'FMR':>8}{'retain':>8}{'p50 ms':>9}{'p99 ms':>9}"
+        )
         lines.append(head)
         lines.append("-" * len(head))
         for s in results["systems"]:
             a = results["results"][s][str(b)]
             ev = a["evidence_recall"]
             rt = a.get("retention", {}).get("retention", math.nan)
-            lines.append(f"{s:<{w}}" + "".join(f"{_pct(ev[c]):>12}" for c in cats)
-                         + f"{_pct(ev['overall']):>9}{_pct(a['answer_token_recall']['overall']):>9}"
-                         + f"{_pct(a['context_usage']):>8}{_pct(a['false_memory_rate']):>8}{_pct(rt):>8}"
-                         + f"{a['latency_ms']['p50']:>9.2f}{a['latency_ms']['p99']:>9.2f}")
+            lines.append(
+                f"{s:<{w}}"
+                + "".join(f"{_pct(ev[c]):>12}" for c in cats)
+                + f"{_pct(ev['overall']):>9}{_pct(a['answer_token_recall']['overall']):>9}"
+                + f"{_pct(a['context_usage']):>8}{_pct(a['false_memory_rate']):>8}{_pct(rt):>8}"
+                + f"{a['latency_ms']['p50']:>9.2f}{a['latency_ms']['p99']:>9.2f}"
+            )
     rd = results.get("reader", {})
     lines.append("")
     if rd.get("status") == "ran":
-        lines.append(f"reader {rd['model']} at budget {rd['budget']}: F1 / BLEU-1 (official LoCoMo rules; "
-                     "overall without category 5)")
+        lines.append(
+            f"reader {rd['model']} at budget {rd['budget']}: F1 / BLEU-1 (official LoCoMo rules; "
+            "overall without category 5)"
+        )
         for s in results["systems"]:
             r = results["results"][s][str(rd["budget"])].get("reader")
             if r:
-                lines.append(f"  {s:<{w}} F1 " + " ".join(f"{k} {100 * v:.1f}" for k, v in r["f1"].items())
-                             + f" | BLEU-1 overall {100 * r['bleu1']['overall (1-4)']:.1f}"
-                             + (f" | {r['errors']} failed calls" if r["errors"] else ""))
+                lines.append(
+                    f"  {s:<{w}} F1 "
+                    + " ".join(f"{k} {100 * v:.1f}" for k, v in r["f1"].items())
+                    + f" | BLEU-1 overall {100 * r['bleu1']['overall (1-4)']:.1f}"
+                    + (f" | {r['errors']} failed calls" if r["errors"] else "")
+                )
     else:
         lines.append("reader: skipped — no OpenAI-compatible endpoint configured (no F1 / BLEU-1 reported)")
     return "\n".join(lines)
 
 
-def plot_recall(results: dict[str, Any], path: str) -> Optional[str]:
+def plot_recall(results: dict[str, Any], path: str) -> str | None:
     """Overall evidence recall vs budget per system as a PNG; returns None, or why it could not."""
     try:
         import matplotlib

@@ -21,10 +21,18 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any
 
-__all__ = ["Turn", "Session", "Question", "Conversation", "LoadReport", "load_locomo", "parse_session_date",
-           "conversations_from"]
+__all__ = [
+    "Turn",
+    "Session",
+    "Question",
+    "Conversation",
+    "LoadReport",
+    "load_locomo",
+    "parse_session_date",
+    "conversations_from",
+]
 
 _DATE_FMT = "%I:%M %p on %d %B, %Y"
 _EVIDENCE = re.compile(r"D:?(\d+):(\d+)")
@@ -44,6 +52,8 @@ class Turn:
 
 @dataclass(frozen=True)
 class Session:
+    """One session of a conversation: its number (1-based), start time (epoch seconds) and turns."""
+
     number: int
     timestamp: float
     turns: tuple[Turn, ...]
@@ -56,14 +66,16 @@ class Question:
     qid: str
     question: str
     category: int
-    answer: Optional[str]
-    adversarial_answer: Optional[str]
+    answer: str | None
+    adversarial_answer: str | None
     evidence: tuple[str, ...]
     bad_evidence: tuple[str, ...] = ()
 
 
 @dataclass
 class Conversation:
+    """A LoCoMo sample: two speakers, their sessions in order and the gold questions."""
+
     sample_id: str
     speakers: tuple[str, str]
     sessions: list[Session]
@@ -74,11 +86,14 @@ class Conversation:
         return [t for s in self.sessions for t in s.turns]
 
     def turn_by_id(self) -> dict[str, Turn]:
+        """Every turn by its dialogue id (``D<session>:<turn>``)."""
         return {t.dia_id: t for t in self.turns}
 
 
 @dataclass
 class LoadReport:
+    """Counts of what :func:`load_locomo` read, and the evidence ids it could not use."""
+
     conversations: int = 0
     sessions: int = 0
     turns: int = 0
@@ -107,8 +122,9 @@ def _turn_text(raw: dict[str, Any], captions: bool) -> str:
     return text
 
 
-def conversations_from(samples: list[dict[str, Any]], *, captions: bool = True,
-                       report: Optional[LoadReport] = None) -> list[Conversation]:
+def conversations_from(
+    samples: list[dict[str, Any]], *, captions: bool = True, report: LoadReport | None = None
+) -> list[Conversation]:
     """Build conversations from parsed LoCoMo JSON samples (see module docs)."""
     rep = report if report is not None else LoadReport()
     out: list[Conversation] = []
@@ -117,8 +133,9 @@ def conversations_from(samples: list[dict[str, Any]], *, captions: bool = True,
         conv = s["conversation"]
         speakers = (str(conv["speaker_a"]), str(conv["speaker_b"]))
         numbers = sorted(int(m.group(1)) for k in conv for m in [_SESSION.fullmatch(k)] if m)
-        rep.empty_date_keys += sum(1 for k in conv if k.endswith("_date_time")
-                                   and not isinstance(conv.get(k[: -len("_date_time")]), list))
+        rep.empty_date_keys += sum(
+            1 for k in conv if k.endswith("_date_time") and not isinstance(conv.get(k[: -len("_date_time")]), list)
+        )
         sessions: list[Session] = []
         for n in numbers:
             raw_turns = conv[f"session_{n}"]
@@ -156,10 +173,17 @@ def conversations_from(samples: list[dict[str, Any]], *, captions: bool = True,
                         bad.append(f)
             ans = q.get("answer")
             adv = q.get("adversarial_answer")
-            questions.append(Question(
-                qid=f"{sid}#{i}", question=str(q["question"]), category=int(q["category"]),
-                answer=None if ans is None else str(ans), adversarial_answer=None if adv is None else str(adv),
-                evidence=tuple(ev), bad_evidence=tuple(bad)))
+            questions.append(
+                Question(
+                    qid=f"{sid}#{i}",
+                    question=str(q["question"]),
+                    category=int(q["category"]),
+                    answer=None if ans is None else str(ans),
+                    adversarial_answer=None if adv is None else str(adv),
+                    evidence=tuple(ev),
+                    bad_evidence=tuple(bad),
+                )
+            )
         rep.conversations += 1
         rep.sessions += len(sessions)
         rep.turns += sum(len(se.turns) for se in sessions)
@@ -168,8 +192,9 @@ def conversations_from(samples: list[dict[str, Any]], *, captions: bool = True,
     return out
 
 
-def load_locomo(path: Union[str, "os.PathLike[str]"], *, captions: bool = True,
-                limit: Optional[int] = None) -> tuple[list[Conversation], LoadReport]:
+def load_locomo(
+    path: str | os.PathLike[str], *, captions: bool = True, limit: int | None = None
+) -> tuple[list[Conversation], LoadReport]:
     """Load a LoCoMo JSON file (the official ``locomo10.json`` format or a cut of it).
 
     Parameters
@@ -192,8 +217,9 @@ def load_locomo(path: Union[str, "os.PathLike[str]"], *, captions: bool = True,
             raise FileNotFoundError(f"no locomo_dev.json or locomo10.json in {p}")
     with open(p, encoding="utf-8") as f:
         data = json.load(f)
-    if not isinstance(data, list) or not all(isinstance(s, dict) and "conversation" in s and "sample_id" in s
-                                             for s in data):
+    if not isinstance(data, list) or not all(
+        isinstance(s, dict) and "conversation" in s and "sample_id" in s for s in data
+    ):
         raise ValueError(f"{p} is not LoCoMo data (a list of samples with sample_id and conversation)")
     if limit is not None:
         if limit < 1:

@@ -28,7 +28,6 @@ import re
 import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Optional
 
 from .stem import porter_stem
 
@@ -53,8 +52,7 @@ __all__ = [
 ]
 
 #: Official LoCoMo category integers -> names (never the relabelled third-party names).
-CATEGORY_NAMES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop",
-                                  5: "adversarial"}
+CATEGORY_NAMES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 
 _PUNCT = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
@@ -86,6 +84,7 @@ def answer_tokens(s: str) -> list[str]:
 
 
 # ---- retrieval metrics -------------------------------------------------------------------------
+
 
 def evidence_recall(evidence_texts: Sequence[str], context_text: str) -> float:
     """Share of evidence turns whose raw text occurs in the rendered context.
@@ -134,8 +133,9 @@ def distractor_coverage(distractor: str, text: str) -> float:
     return len(d & t) / len(d)
 
 
-def false_memory(abstain: bool, top_parts: Sequence[tuple[Optional[str], str]], distractor: str,
-                 named_speaker: Optional[str]) -> bool:
+def false_memory(
+    abstain: bool, top_parts: Sequence[tuple[str | None, str]], distractor: str, named_speaker: str | None
+) -> bool:
     """Did this adversarial question get a false memory at the top of its context?
 
     Parameters
@@ -184,6 +184,7 @@ def percentile(values: Iterable[float], q: float) -> float:
 
 # ---- reader metrics (official rules) -------------------------------------------------------------
 
+
 def f1_score(prediction: str, gold: str) -> float:
     """Token F1 between normalised, stemmed multisets of tokens."""
     p, g = answer_tokens(prediction), answer_tokens(gold)
@@ -217,7 +218,7 @@ def bleu1(prediction: str, gold: str) -> float:
     return bp * precision
 
 
-def score_answer(prediction: str, gold: Optional[str], category: int) -> dict[str, float]:
+def score_answer(prediction: str, gold: str | None, category: int) -> dict[str, float]:
     """Official per-category scoring of one reader answer.
 
     Returns ``{"f1": ..., "bleu1": ...}``. Category 5 scores 1 when the prediction contains

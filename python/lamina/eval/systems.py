@@ -30,19 +30,33 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ..embedders import Embedder
 from ..items import MemoryItem, format_time
 from ..memory import Memory, MemoryConfig
 from ..search import topk
 from .locomo import Session, Turn
 from .metrics import answer_tokens, count_tokens
 
-__all__ = ["CtxItem", "Ctx", "CachedEmbedder", "render_turn", "RawTurns", "Recency", "DenseRAG", "BM25",
-           "HybridRAG", "LaminaSystem", "BASELINES", "LAMINA_VARIANTS", "make_system"]
+__all__ = [
+    "CtxItem",
+    "Ctx",
+    "CachedEmbedder",
+    "render_turn",
+    "RawTurns",
+    "Recency",
+    "DenseRAG",
+    "BM25",
+    "HybridRAG",
+    "LaminaSystem",
+    "BASELINES",
+    "LAMINA_VARIANTS",
+    "make_system",
+]
 
 
 @dataclass
@@ -51,7 +65,7 @@ class CtxItem:
 
     text: str
     score: float
-    parts: tuple[tuple[Optional[str], str], ...]
+    parts: tuple[tuple[str | None, str], ...]
     layer: str = "raw"
 
 
@@ -62,7 +76,7 @@ class Ctx:
 
     items: list[CtxItem] = field(default_factory=list)
     abstain: bool = False
-    text: Optional[str] = None
+    text: str | None = None
 
     def render(self) -> str:
         if self.abstain:
@@ -73,7 +87,7 @@ class Ctx:
     def tokens(self) -> int:
         return count_tokens(self.render())
 
-    def top(self) -> Optional[CtxItem]:
+    def top(self) -> CtxItem | None:
         return max(self.items, key=lambda it: it.score) if self.items and not self.abstain else None
 
 
@@ -89,21 +103,23 @@ class CachedEmbedder:
     Thread safety: not thread-safe (the evaluation is single-threaded).
     """
 
-    def __init__(self, inner: Any, path: Optional[str] = None) -> None:
+    def __init__(self, inner: Embedder, path: str | None = None) -> None:
         self.inner = inner
         self._cache: dict[str, npt.NDArray[np.float32]] = {}
         self.seconds = 0.0
         self.embedded = 0
         self.from_disk = 0
         self.path = path
-        self._db: Optional[sqlite3.Connection] = None
+        self._db: sqlite3.Connection | None = None
         if path is not None:
             d = os.path.dirname(os.path.abspath(path))
             os.makedirs(d, exist_ok=True)
             self._db = sqlite3.connect(path)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key BLOB NOT NULL, "
-                             "dim INTEGER NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (model, key))")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key BLOB NOT NULL, "
+                "dim INTEGER NOT NULL, vec BLOB NOT NULL, PRIMARY KEY (model, key))"
+            )
             self._db.commit()
 
     @property
@@ -123,13 +139,14 @@ class CachedEmbedder:
         if self._db is None or not texts:
             return texts
         dim, name = self.dim, self.name
-        missing = []
+        missing: list[str] = []
         for i in range(0, len(texts), 500):
-            chunk = texts[i:i + 500]
+            chunk = texts[i : i + 500]
             keys = {self._key(t): t for t in chunk}
             q = ",".join("?" * len(keys))
-            rows = self._db.execute(f"SELECT key, dim, vec FROM vectors WHERE model = ? AND key IN ({q})",
-                                    [name, *keys]).fetchall()
+            rows = self._db.execute(
+                f"SELECT key, dim, vec FROM vectors WHERE model = ? AND key IN ({q})", [name, *keys]
+            ).fetchall()
             for k, d, v in rows:
                 if int(d) == dim and len(v) == 4 * dim:
                     self._cache[keys[bytes(k)]] = np.frombuffer(v, dtype=np.float32).copy()
@@ -138,6 +155,12 @@ class CachedEmbedder:
         return missing
 
     def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        """The inner embedder's vectors, each distinct text embedded once.
+
+        Returns
+        -------
+        ndarray, shape (len(texts), dim), float32
+        """
         import time
 
         missing = self._load([t for t in dict.fromkeys(texts) if t not in self._cache])
@@ -150,9 +173,10 @@ class CachedEmbedder:
                 self._cache[t] = np.array(e, dtype=np.float32)
             if self._db is not None:
                 with self._db:
-                    self._db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
-                                         [(self.name, self._key(t), self.dim, self._cache[t].tobytes())
-                                          for t in missing])
+                    self._db.executemany(
+                        "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
+                        [(self.name, self._key(t), self.dim, self._cache[t].tobytes()) for t in missing],
+                    )
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for i, t in enumerate(texts):
             out[i] = self._cache[t]
@@ -171,12 +195,13 @@ def render_turn(t: Turn) -> str:
 
 # ---- raw-turn baselines ---------------------------------------------------------------------------
 
+
 class RawTurns(ABC):
     """Shared store of the baselines: raw turns, their vectors, a BM25 index, optional FIFO capacity."""
 
     name = "raw"
 
-    def __init__(self, embedder: CachedEmbedder, capacity: Optional[int] = None) -> None:
+    def __init__(self, embedder: CachedEmbedder, capacity: int | None = None) -> None:
         if capacity is not None and capacity < 1:
             raise ValueError(f"capacity must be >= 1 turn, got {capacity}")
         self.embedder = embedder
@@ -185,7 +210,7 @@ class RawTurns(ABC):
         self._vecs: list[npt.NDArray[np.float32]] = []
         self._rendered: list[str] = []
         self._ntok: list[int] = []
-        self._bm25: Optional[_BM25Index] = None
+        self._bm25: _BM25Index | None = None
 
     def ingest(self, session: Session) -> None:
         if not session.turns:
@@ -202,7 +227,7 @@ class RawTurns(ABC):
             del self.turns[:cut], self._vecs[:cut], self._rendered[:cut], self._ntok[:cut]
         self._bm25 = None
 
-    def _visible(self, now: Optional[float]) -> int:
+    def _visible(self, now: float | None) -> int:
         """Number of leading turns stated at or before ``now`` (turns are in time order)."""
         if now is None:
             return len(self.turns)
@@ -231,7 +256,7 @@ class RawTurns(ABC):
     def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
         """Order of the first ``n`` turns for the question (best first) and their scores."""
 
-    def context(self, question: str, budget: int, now: Optional[float], q_emb: npt.NDArray[np.float32]) -> Ctx:
+    def context(self, question: str, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> Ctx:
         n = self._visible(now)
         if n == 0:
             return Ctx([], abstain=True)
@@ -255,10 +280,10 @@ class RawTurns(ABC):
 class Recency(RawTurns):
     name = "recency"
 
-    def ranking(self, question, q_emb, n):
+    def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
         return list(range(n - 1, -1, -1)), [float(i) for i in range(n - 1, -1, -1)]
 
-    def context(self, question: str, budget: int, now: Optional[float], q_emb: npt.NDArray[np.float32]) -> Ctx:
+    def context(self, question: str, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> Ctx:
         n = self._visible(now)
         chosen: list[int] = []
         used = 0
@@ -275,14 +300,14 @@ class Recency(RawTurns):
 class DenseRAG(RawTurns):
     name = "dense-rag"
 
-    def ranking(self, question, q_emb, n):
+    def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
         return self._dense(q_emb, n)
 
 
 class BM25(RawTurns):
     name = "bm25"
 
-    def ranking(self, question, q_emb, n):
+    def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
         return self._lexical(question, n)
 
 
@@ -290,7 +315,7 @@ class HybridRAG(RawTurns):
     name = "hybrid-rag"
     rrf_k = 60
 
-    def ranking(self, question, q_emb, n):
+    def ranking(self, question: str, q_emb: npt.NDArray[np.float32], n: int) -> tuple[list[int], list[float]]:
         d_order, _ = self._dense(q_emb, n)
         l_order, l_scores = self._lexical(question, n)
         fused = np.zeros(n)
@@ -318,8 +343,8 @@ class _BM25Index:
                 a = acc.setdefault(w, ([], []))
                 a[0].append(i)
                 a[1].append(float(tf))
-        for w, (ii, tf) in acc.items():
-            self.post[w] = (np.array(ii, dtype=np.int64), np.array(tf))
+        for w, (ii, tfs) in acc.items():
+            self.post[w] = (np.array(ii, dtype=np.int64), np.array(tfs))
 
     def scores(self, query: list[str]) -> npt.NDArray[np.float64]:
         s = np.zeros(self.n)
@@ -363,13 +388,12 @@ class LaminaSystem:
         if not session.turns:
             return
         sid = f"session_{session.number}"
-        msgs = [{"speaker": t.speaker, "text": t.text, "id": t.dia_id, "timestamp": t.timestamp}
-                for t in session.turns]
-        self.mem.add(msgs, self.user_id, sid)
-        self.mem.end_session(self.user_id, sid, now=session.turns[-1].timestamp)
+        msgs = [{"speaker": t.speaker, "text": t.text, "id": t.dia_id, "timestamp": t.timestamp} for t in session.turns]
+        self.mem.add(msgs, user_id=self.user_id, session_id=sid)
+        self.mem.end_session(user_id=self.user_id, session_id=sid, now=session.turns[-1].timestamp)
 
     @staticmethod
-    def _parts(it: MemoryItem) -> tuple[tuple[Optional[str], str], ...]:
+    def _parts(it: MemoryItem) -> tuple[tuple[str | None, str], ...]:
         if it.kind == "turn":
             return ((it.speaker, it.text),)
         if it.kind == "segment" and it.turns:
@@ -379,9 +403,14 @@ class LaminaSystem:
             return tuple(parts) + ((it.subject, it.text),)
         return ((None, it.text),)  # summaries, notes, profiles: attributed to nobody
 
-    def context(self, question: str, budget: int, now: Optional[float], q_emb: npt.NDArray[np.float32]) -> Ctx:
-        c = self.mem.context(question, self.user_id, budget=budget, now=now,
-                             query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32))
+    def context(self, question: str, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> Ctx:
+        c = self.mem.context(
+            question,
+            user_id=self.user_id,
+            budget=budget,
+            now=now,
+            query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32),
+        )
         items = [CtxItem(it.render(), float(it.score), self._parts(it), it.layer) for it in c.items]
         return Ctx(items, abstain=bool(c.abstain), text=c.render())
 
@@ -389,8 +418,14 @@ class LaminaSystem:
         self.mem.close()
 
 
-def make_system(name: str, embedder: CachedEmbedder, user_id: str, *, capacity_turns: Optional[int] = None,
-                base_config: Optional[MemoryConfig] = None) -> Any:
+def make_system(
+    name: str,
+    embedder: CachedEmbedder,
+    user_id: str,
+    *,
+    capacity_turns: int | None = None,
+    base_config: MemoryConfig | None = None,
+) -> Any:
     """Build a fresh system by name. ``capacity_turns``: the retention capacity — for a baseline,
     the turns it keeps; for lamina, C_e + C_s, split evenly between episodic and semantic."""
     if name in BASELINES:

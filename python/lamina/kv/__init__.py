@@ -64,7 +64,7 @@ raises ``ValueError``; ``threads`` is ignored on the device.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Optional, Union
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -97,13 +97,11 @@ __all__ = [
     "LAVa",
 ]
 
-METHODS: dict[str, type[KVMethod]] = {
-    cls.name: cls for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa)
-}
+METHODS: dict[str, type[KVMethod]] = {cls.name: cls for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa)}
 """Method name -> class."""
 
 
-def make_method(method: Union[str, KVMethod], **params: Any) -> KVMethod:
+def make_method(method: str | KVMethod, **params: Any) -> KVMethod:
     """A method instance from its name and hyper-parameters (or an instance, unchanged).
 
     Raises
@@ -126,18 +124,16 @@ def make_method(method: Union[str, KVMethod], **params: Any) -> KVMethod:
     valid = [f.name for f in fields(cls)]
     bad = sorted(set(params) - set(valid))
     if bad:
-        raise TypeError(
-            f"{cls.name} got unknown parameter(s) {', '.join(bad)}; valid: {', '.join(valid) or 'none'}"
-        )
+        raise TypeError(f"{cls.name} got unknown parameter(s) {', '.join(bad)}; valid: {', '.join(valid) or 'none'}")
     return cls(**params)
 
 
 def select(
     scores: npt.NDArray[np.float32],
     budget: Budget,
-    method: Union[str, KVMethod] = "snapkv",
-    value_norms: Optional[npt.NDArray[np.float32]] = None,
-    n_kv_heads: Optional[int] = None,
+    method: str | KVMethod = "snapkv",
+    value_norms: npt.NDArray[np.float32] | None = None,
+    n_kv_heads: int | None = None,
     *,
     threads: int = 0,
     **params: Any,
@@ -202,14 +198,16 @@ class CompressedKV:
     padded: bool
 
 
-def _check_cache(x: Any, name: str) -> npt.NDArray[Any]:
+def _check_cache(x: object, name: str) -> None:
+    """TypeError / ValueError unless ``x`` is a 4-D numeric KV cache (L, H_kv, S, D): a C-contiguous
+    numpy array, or a CUDA array."""
     if _device.is_device_array(x):
         cai = x.__cuda_array_interface__
         if cai["typestr"][1] not in "fiu":
             raise TypeError(f"{name} must have a numeric dtype, got typestr {cai['typestr']!r}")
         if len(cai["shape"]) != 4:
             raise ValueError(f"{name} must be (L, H_kv, S, D), got shape {tuple(cai['shape'])}")
-        return x  # type: ignore[no-any-return]
+        return
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
     if x.dtype.kind not in "fiu" or x.dtype.hasobject:
@@ -218,7 +216,6 @@ def _check_cache(x: Any, name: str) -> npt.NDArray[Any]:
         raise ValueError(f"{name} must be (L, H_kv, S, D), got shape {x.shape}")
     if not x.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous; pass numpy.ascontiguousarray({name})")
-    return x
 
 
 def compress(
@@ -256,18 +253,16 @@ def compress(
     _ops.check_same_side(("keys", keys), ("values", values))
     if _ops.on_device(("keys", keys), ("values", values)):
         return _compress_device(keys, values, keep, bool(padded))
-    k = _check_cache(keys, "keys")
-    v = _check_cache(values, "values")
+    _check_cache(keys, "keys")
+    _check_cache(values, "values")
+    k, v = keys, values
     if k.shape != v.shape or k.dtype != v.dtype:
-        raise ValueError(
-            f"keys and values must match, got {k.shape} {k.dtype} and {v.shape} {v.dtype}"
-        )
+        raise ValueError(f"keys and values must match, got {k.shape} {k.dtype} and {v.shape} {v.dtype}")
     if not isinstance(keep, KeepSet):
         raise TypeError(f"keep must be a KeepSet, got {type(keep).__name__}")
     if keep.on_device:
         raise ValueError(
-            "keep holds device indices but keys/values are host arrays; pass device keys/values "
-            "or keep.to_host()"
+            "keep holds device indices but keys/values are host arrays; pass device keys/values or keep.to_host()"
         )
     L, hkv, S, _ = k.shape
     if keep.lengths.shape != (L, hkv) or keep.seq_len != S:
@@ -280,8 +275,7 @@ def compress(
         max_len = int(keep.lengths.max()) if keep.lengths.size else 0
         if max_len == 0:
             shape = (L, hkv, 0, k.shape[3])
-            return CompressedKV(np.zeros(shape, k.dtype), np.zeros(shape, v.dtype),
-                                keep.offsets, keep.lengths, True)
+            return CompressedKV(np.zeros(shape, k.dtype), np.zeros(shape, v.dtype), keep.offsets, keep.lengths, True)
         ko = _core.kv_gather(k, keep.offsets, keep.indices, max_len, nt)
         vo = _core.kv_gather(v, keep.offsets, keep.indices, max_len, nt)
     else:
@@ -291,8 +285,9 @@ def compress(
 
 
 def _compress_device(keys: Any, values: Any, keep: KeepSet, padded: bool) -> CompressedKV:
-    k = _check_cache(keys, "keys")
-    v = _check_cache(values, "values")
+    _check_cache(keys, "keys")
+    _check_cache(values, "values")
+    k, v = keys, values  # CUDA arrays (checked)
     ks = tuple(int(s) for s in k.__cuda_array_interface__["shape"])
     vs = tuple(int(s) for s in v.__cuda_array_interface__["shape"])
     kt, vt = k.__cuda_array_interface__["typestr"], v.__cuda_array_interface__["typestr"]
@@ -319,8 +314,7 @@ def _compress_device(keys: Any, values: Any, keep: KeepSet, padded: bool) -> Com
     outs = []
     for src in (k, v):
         o = _device.empty_like_device(k, shape, dt)
-        _core.cuda_kv_gather(src, offsets_dev, keep.offsets, keep.indices,
-                             max_len if padded else 0, o, stream)
+        _core.cuda_kv_gather(src, offsets_dev, keep.offsets, keep.indices, max_len if padded else 0, o, stream)
         outs.append(o)
     return CompressedKV(outs[0], outs[1], keep.offsets, keep.lengths, padded)
 

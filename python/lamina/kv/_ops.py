@@ -6,7 +6,7 @@ the small per-layer results (entropies, head counts, offsets) are always host ar
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -41,53 +41,102 @@ def check_same_side(*named: tuple[str, Any]) -> None:
         _device.on_device(*named)  # raises the shared mixed-device ValueError
 
 
-def window_scores(x: Any, n_kv_heads: int, n: int, window_reduce: str, causal: bool, pool: str,
-                  kernel: int, gqa: str, per_row: Any, per_token: Any, threads: int,
-                  entropy: bool = False) -> Any:
+def window_scores(
+    x: Any,
+    n_kv_heads: int,
+    n: int,
+    window_reduce: str,
+    causal: bool,
+    pool: str,
+    kernel: int,
+    gqa: str,
+    per_row: Any,
+    per_token: Any,
+    threads: int,
+    entropy: bool = False,
+) -> Any:
     """Rows (L, H_kv, n) of :func:`lamina._core.kv_window_scores` (see cpp/lamina/kv.hpp);
     with ``entropy`` the pair (rows, per-layer normalised entropy as a host float64 array)."""
     if on_device(("scores", x), ("value_norms", per_row), ("value_norms", per_token)):
         out = _device.empty_like_device(x, (int(x.shape[0]), int(n_kv_heads), int(n)), np.float32)
-        _core.cuda_kv_window_scores(x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa,
-                                    per_row, per_token, out, _device.current_stream(x))
+        _core.cuda_kv_window_scores(
+            x,
+            n_kv_heads,
+            n,
+            window_reduce,
+            causal,
+            pool,
+            kernel,
+            gqa,
+            per_row,
+            per_token,
+            out,
+            _device.current_stream(x),
+        )
         if entropy:
             return out, layer_entropy(out, threads)
         return out
-    return _core.kv_window_scores(x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa,
-                                  per_row, per_token, threads, entropy)
+    return _core.kv_window_scores(
+        x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa, per_row, per_token, threads, entropy
+    )
 
 
-def score_select(x: Any, n_kv_heads: int, n: int, window_reduce: str, causal: bool, pool: str,
-                 kernel: int, gqa: str, per_row: Any, per_token: Any,
-                 k: npt.NDArray[np.int64], tail: int, threads: int) -> tuple[Any, npt.NDArray[np.int64]]:
+def score_select(
+    x: Any,
+    n_kv_heads: int,
+    n: int,
+    window_reduce: str,
+    causal: bool,
+    pool: str,
+    kernel: int,
+    gqa: str,
+    per_row: Any,
+    per_token: Any,
+    k: npt.NDArray[np.int64],
+    tail: int,
+    threads: int,
+) -> tuple[Any, npt.NDArray[np.int64]]:
     """window_scores + select_rows: fused in one native pass on the host; on the device the
     scores are materialised and selected from (the same result)."""
     if on_device(("scores", x), ("value_norms", per_row), ("value_norms", per_token)):
-        rows = window_scores(x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa,
-                             per_row, per_token, threads)
+        rows = window_scores(x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa, per_row, per_token, threads)
         return select_rows(rows, k, n, tail, threads)
-    return _core.kv_score_select(x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa,  # type: ignore[no-any-return]
-                                 per_row, per_token, np.ascontiguousarray(k, dtype=np.int64),
-                                 tail, threads)
+    return _core.kv_score_select(
+        x,
+        n_kv_heads,
+        n,
+        window_reduce,
+        causal,
+        pool,
+        kernel,
+        gqa,
+        per_row,
+        per_token,
+        np.ascontiguousarray(k, dtype=np.int64),
+        tail,
+        threads,
+    )
 
 
 def layer_entropy(rows: Any, threads: int) -> npt.NDArray[np.float64]:
     """Normalised entropy per layer (host float64 array, also for device rows)."""
     if on_device(("scores", rows)):
-        return _core.cuda_kv_layer_entropy(rows, _device.current_stream(rows))  # type: ignore[no-any-return]
-    return _core.kv_layer_entropy(rows, threads)  # type: ignore[no-any-return]
+        return _core.cuda_kv_layer_entropy(rows, _device.current_stream(rows))
+    return _core.kv_layer_entropy(rows, threads)
 
 
-def layer_head_counts(rows: Any, total: npt.NDArray[np.int64],
-                      floor: Optional[npt.NDArray[np.int64]], threads: int) -> npt.NDArray[np.int64]:
+def layer_head_counts(
+    rows: Any, total: npt.NDArray[np.int64], floor: npt.NDArray[np.int64] | None, threads: int
+) -> npt.NDArray[np.int64]:
     """Kept entries per (layer, KV head) of a per-layer global top-k (host int64 array)."""
     if on_device(("scores", rows)):
-        return _core.cuda_kv_layer_head_counts(rows, total, floor, _device.current_stream(rows))  # type: ignore[no-any-return]
-    return _core.kv_layer_head_counts(rows, total, floor, threads)  # type: ignore[no-any-return]
+        return _core.cuda_kv_layer_head_counts(rows, total, floor, _device.current_stream(rows))
+    return _core.kv_layer_head_counts(rows, total, floor, threads)
 
 
-def select_rows(scores: Any, k: npt.NDArray[np.int64], n: int, tail: int, threads: int,
-                like: Any = None) -> tuple[Any, npt.NDArray[np.int64]]:
+def select_rows(
+    scores: Any, k: npt.NDArray[np.int64], n: int, tail: int, threads: int, like: Any = None
+) -> tuple[Any, npt.NDArray[np.int64]]:
     """(indices, offsets): per-row top-k plus the tail ``[n, n + tail)``. Indices are on the
     device of ``scores`` (or ``like`` when scores is None), offsets on the host."""
     k = np.ascontiguousarray(k, dtype=np.int64)

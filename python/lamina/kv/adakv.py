@@ -24,7 +24,7 @@ largest remainder instead).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -63,7 +63,7 @@ class AdaKV(SnapKV):
         x: npt.NDArray[np.float32],
         w: int,
         n_kv_heads: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         per_head: int,
         threads: int,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:

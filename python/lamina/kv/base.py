@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -18,7 +18,7 @@ from . import _ops
 
 __all__ = ["KeepSet", "KVMethod", "Budget", "resolve_budget", "apportion"]
 
-Budget = Union[int, float]
+Budget = int | float
 """An int (tokens kept per KV head on average) or a float in (0, 1) (kvpress compression_ratio)."""
 
 
@@ -92,7 +92,7 @@ class KeepSet:
         """True when ``indices`` lives in device memory (a CUDA array)."""
         return _device.is_device_array(self.indices)
 
-    def to_host(self) -> "KeepSet":
+    def to_host(self) -> KeepSet:
         """This set with ``indices`` copied to a numpy array (itself when already on the host)."""
         if not self.on_device:
             return self
@@ -128,9 +128,7 @@ class KeepSet:
     def head(self, layer: int, head: int) -> npt.NDArray[np.int64]:
         """Kept positions of one (layer, KV head), ascending (a read-only view)."""
         if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
-            raise IndexError(
-                f"(layer, head) = ({layer}, {head}) outside ({self.n_layers}, {self.n_heads})"
-            )
+            raise IndexError(f"(layer, head) = ({layer}, {head}) outside ({self.n_layers}, {self.n_heads})")
         r = layer * self.n_heads + head
         return self.indices[self.offsets[r] : self.offsets[r + 1]]
 
@@ -160,6 +158,18 @@ class KeepSet:
         )
 
 
+def is_integral(x: object) -> bool:
+    """``isinstance(x, numbers.Integral)`` (int, numpy integers, ...) as a plain bool: mypy does not
+    know that int is registered with ``numbers.Integral``, so the check must not narrow the type."""
+    return isinstance(x, numbers.Integral)
+
+
+def is_real(x: object) -> bool:
+    """``isinstance(x, numbers.Real)`` (int, float, numpy scalars, ...) as a plain bool (see
+    :func:`is_integral`)."""
+    return isinstance(x, numbers.Real)
+
+
 def resolve_budget(budget: Budget, seq_len: int) -> int:
     """Tokens kept per KV head on average, from an int budget or a compression ratio.
 
@@ -168,12 +178,12 @@ def resolve_budget(budget: Budget, seq_len: int) -> int:
     """
     if isinstance(budget, (bool, np.bool_)):
         raise TypeError("budget must be an int (tokens per head) or a float in (0, 1), not bool")
-    if isinstance(budget, numbers.Integral):
+    if is_integral(budget):
         b = int(budget)
         if b < 1:
             raise ValueError(f"budget must be >= 1 token per head, got {b}")
         return min(b, seq_len)
-    if isinstance(budget, numbers.Real):
+    if is_real(budget):
         r = float(budget)
         if not 0.0 < r < 1.0:
             raise ValueError(
@@ -182,13 +192,9 @@ def resolve_budget(budget: Budget, seq_len: int) -> int:
             )
         b = int(seq_len * (1.0 - r))
         if b < 1:
-            raise ValueError(
-                f"compression_ratio {r} keeps 0 of {seq_len} tokens per head; lower it"
-            )
+            raise ValueError(f"compression_ratio {r} keeps 0 of {seq_len} tokens per head; lower it")
         return b
-    raise TypeError(
-        f"budget must be an int (tokens per head) or a float in (0, 1), got {type(budget).__name__}"
-    )
+    raise TypeError(f"budget must be an int (tokens per head) or a float in (0, 1), got {type(budget).__name__}")
 
 
 def apportion(weights: npt.ArrayLike, total: int, cap: int) -> npt.NDArray[np.int64]:
@@ -254,8 +260,7 @@ def check_scores(scores: Any) -> npt.NDArray[np.float32]:
         shape = tuple(int(s) for s in cai["shape"])
         if len(shape) not in (3, 4):
             raise ValueError(
-                "scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, "
-                f"got shape {shape}"
+                f"scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, got shape {shape}"
             )
         if 0 in shape:
             raise ValueError(f"scores must be non-empty, got shape {shape}")
@@ -265,7 +270,7 @@ def check_scores(scores: Any) -> npt.NDArray[np.float32]:
                 f"positions), got shape {shape}"
             )
         _device.require_cuda()
-        return scores  # type: ignore[no-any-return]
+        return scores  # type: ignore[return-value]  # a CUDA array, typed as the host array it stands for
     if not isinstance(scores, np.ndarray):
         raise TypeError(
             f"scores must be a numpy.ndarray of dtype float32, got {type(scores).__name__}; "
@@ -273,13 +278,11 @@ def check_scores(scores: Any) -> npt.NDArray[np.float32]:
         )
     if scores.dtype != np.float32:
         raise TypeError(
-            f"scores must have dtype float32, got {scores.dtype}; convert explicitly with "
-            "scores.astype(numpy.float32)"
+            f"scores must have dtype float32, got {scores.dtype}; convert explicitly with scores.astype(numpy.float32)"
         )
     if scores.ndim not in (3, 4):
         raise ValueError(
-            "scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, "
-            f"got shape {scores.shape}"
+            f"scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, got shape {scores.shape}"
         )
     if 0 in scores.shape:
         raise ValueError(f"scores must be non-empty, got shape {scores.shape}")
@@ -293,22 +296,20 @@ def check_scores(scores: Any) -> npt.NDArray[np.float32]:
     return scores
 
 
-def check_kv_heads(n_kv_heads: Optional[int], n_heads: int) -> int:
+def check_kv_heads(n_kv_heads: int | None, n_heads: int) -> int:
     """H_kv from the caller (None: no GQA, H_kv = H); must divide H."""
     if n_kv_heads is None:
         return n_heads
-    if isinstance(n_kv_heads, (bool, np.bool_)) or not isinstance(n_kv_heads, numbers.Integral):
+    if isinstance(n_kv_heads, (bool, np.bool_)) or not is_integral(n_kv_heads):
         raise TypeError(f"n_kv_heads must be an int or None, got {type(n_kv_heads).__name__}")
     hkv = int(n_kv_heads)
     if hkv < 1 or n_heads % hkv != 0:
-        raise ValueError(
-            f"n_kv_heads must divide the number of query heads ({n_heads}), got {hkv}"
-        )
+        raise ValueError(f"n_kv_heads must divide the number of query heads ({n_heads}), got {hkv}")
     return hkv
 
 
 def check_threads(threads: int) -> int:
-    if isinstance(threads, (bool, np.bool_)) or not isinstance(threads, numbers.Integral):
+    if isinstance(threads, (bool, np.bool_)) or not is_integral(threads):
         raise TypeError(f"threads must be an int, got {type(threads).__name__}")
     if threads < 0:
         raise ValueError(f"threads must be >= 0 (0: default), got {threads}")
@@ -332,8 +333,7 @@ def check_fraction(value: Any, name: str) -> float:
     return v
 
 
-def keep_all(n_layers: int, n_heads: int, seq_len: int, method: str, budget: int,
-             like: Any = None) -> KeepSet:
+def keep_all(n_layers: int, n_heads: int, seq_len: int, method: str, budget: int, like: Any = None) -> KeepSet:
     """Every position of every row (the cache is not longer than the budget); indices on
     ``like``'s device when it is a CUDA array."""
     r = n_layers * n_heads
@@ -349,7 +349,7 @@ def keep_all(n_layers: int, n_heads: int, seq_len: int, method: str, budget: int
 
 
 def select_rows(
-    scores: Optional[npt.NDArray[np.float32]],
+    scores: npt.NDArray[np.float32] | None,
     k: npt.NDArray[np.int64],
     n: int,
     tail: int,
@@ -379,8 +379,8 @@ class KVMethod:
         self,
         scores: npt.NDArray[np.float32],
         budget: Budget,
-        value_norms: Optional[npt.NDArray[np.float32]] = None,
-        n_kv_heads: Optional[int] = None,
+        value_norms: npt.NDArray[np.float32] | None = None,
+        n_kv_heads: int | None = None,
         *,
         threads: int = 0,
     ) -> KeepSet:
@@ -422,7 +422,7 @@ class KVMethod:
         self,
         scores: npt.NDArray[np.float32],
         budget: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         n_kv_heads: int,
         threads: int,
     ) -> KeepSet:

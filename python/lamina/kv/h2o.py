@@ -16,7 +16,7 @@ is this rule applied again to an updated score; lamina does not keep decode stat
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Optional
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -70,15 +70,24 @@ class H2O(KVMethod):
         if self.normalize and scores.ndim != 4:
             raise ValueError("h2o normalize=True needs window attention (L, H, w, S)")
         return _ops.window_scores(  # type: ignore[no-any-return]
-            scores, n_kv_heads, n_candidates, "sum", bool(self.normalize), "none", 1,
-            self.gqa, None, None, threads,
+            scores,
+            n_kv_heads,
+            n_candidates,
+            "sum",
+            bool(self.normalize),
+            "none",
+            1,
+            self.gqa,
+            None,
+            None,
+            threads,
         )
 
     def _select(
         self,
         scores: npt.NDArray[np.float32],
         budget: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         n_kv_heads: int,
         threads: int,
     ) -> KeepSet:
@@ -92,8 +101,19 @@ class H2O(KVMethod):
         k = np.full((L, n_kv_heads), heavy, dtype=np.int64)
         # scored and selected row by row in one native pass (see H2O.score for the scores)
         idx, off = _ops.score_select(
-            scores, n_kv_heads, n, "sum", bool(self.normalize), "none", 1, self.gqa, None, None,
-            k, recent, threads,
+            scores,
+            n_kv_heads,
+            n,
+            "sum",
+            bool(self.normalize),
+            "none",
+            1,
+            self.gqa,
+            None,
+            None,
+            k,
+            recent,
+            threads,
         )
         return KeepSet(
             indices=idx,

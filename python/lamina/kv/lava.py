@@ -53,7 +53,7 @@ GQA max.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -102,7 +102,7 @@ class LAVa(SnapKV):
 
     def _scale_args(
         self,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         scores: npt.NDArray[np.float32],
         n_kv_heads: int,
     ) -> tuple[Any, Any]:
@@ -129,9 +129,7 @@ class LAVa(SnapKV):
                 f"{(L, n_kv_heads)}, got {vshape}"
             )
         if not isinstance(value_norms, np.ndarray):
-            raise TypeError(
-                f"value_norms must be a numpy.ndarray of dtype float32, got {type(value_norms).__name__}"
-            )
+            raise TypeError(f"value_norms must be a numpy.ndarray of dtype float32, got {type(value_norms).__name__}")
         if value_norms.dtype != np.float32:
             raise TypeError(
                 f"value_norms must have dtype float32, got {value_norms.dtype}; convert "
@@ -153,7 +151,7 @@ class LAVa(SnapKV):
         x: npt.NDArray[np.float32],
         w: int,
         n_kv_heads: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         per_head: int,
         threads: int,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
@@ -162,8 +160,18 @@ class LAVa(SnapKV):
             # host: scores, entropies, layer budgets (base.apportion's rule), head counts,
             # head budgets and row selections in one native call (lamina::kv::lava_select)
             idx, off, counts, k, entropy, layer_b = _core.kv_lava_select(
-                x, n_kv_heads, x.shape[-1] - w, self.pooling, int(self.kernel_size), self.gqa,
-                per_row, per_token, per_head, float(self.floor_alpha), w, threads,
+                x,
+                n_kv_heads,
+                x.shape[-1] - w,
+                self.pooling,
+                int(self.kernel_size),
+                self.gqa,
+                per_row,
+                per_token,
+                per_head,
+                float(self.floor_alpha),
+                w,
+                threads,
             )
         else:  # CUDA arrays: the same steps through the device kernels
             rows, entropy = self._score(x, w, n_kv_heads, value_norms, threads, entropy=True)

@@ -19,14 +19,13 @@ fallback is needed. With one layer the budget is uniform.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from .base import apportion
+from .base import apportion, is_real
 from .snapkv import SnapKV
 
 __all__ = ["PyramidKV"]
@@ -49,7 +48,7 @@ class PyramidKV(SnapKV):
 
     def validate(self) -> None:
         super().validate()
-        if isinstance(self.beta, bool) or not isinstance(self.beta, numbers.Real):
+        if isinstance(self.beta, bool) or not is_real(self.beta):
             raise TypeError(f"beta must be a number >= 1, got {type(self.beta).__name__}")
         if not float(self.beta) >= 1.0:
             raise ValueError(f"beta must be >= 1, got {self.beta}")

@@ -20,9 +20,8 @@ kvpress where ``PyramidKVPress`` subclasses ``SnapKVPress``.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +33,7 @@ from .base import (
     check_kv_heads,
     check_scores,
     check_threads,
+    is_integral,
     keep_all,
     select_rows,
 )
@@ -64,7 +64,7 @@ class SnapKV(KVMethod):
 
     name: ClassVar[str] = "snapkv"
     default_window: ClassVar[int] = 64
-    window_size: Optional[int] = None
+    window_size: int | None = None
     kernel_size: int = 5
     pooling: Literal["avg", "max", "none"] = "avg"
     gqa: Literal["mean", "max"] = "mean"
@@ -72,12 +72,12 @@ class SnapKV(KVMethod):
     def validate(self) -> None:
         ws = self.window_size
         if ws is not None:
-            if isinstance(ws, (bool, np.bool_)) or not isinstance(ws, numbers.Integral):
+            if isinstance(ws, (bool, np.bool_)) or not is_integral(ws):
                 raise TypeError(f"window_size must be an int or None, got {type(ws).__name__}")
             if ws < 1:
                 raise ValueError(f"window_size must be >= 1, got {ws}")
         k = self.kernel_size
-        if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
+        if isinstance(k, (bool, np.bool_)) or not is_integral(k):
             raise TypeError(f"kernel_size must be an int, got {type(k).__name__}")
         if k < 1 or k % 2 == 0:
             raise ValueError(f"kernel_size must be odd and >= 1 (length-preserving pooling), got {k}")
@@ -102,8 +102,8 @@ class SnapKV(KVMethod):
     def score(
         self,
         scores: npt.NDArray[np.float32],
-        n_kv_heads: Optional[int] = None,
-        value_norms: Optional[npt.NDArray[np.float32]] = None,
+        n_kv_heads: int | None = None,
+        value_norms: npt.NDArray[np.float32] | None = None,
         *,
         threads: int = 0,
     ) -> npt.NDArray[np.float32]:
@@ -128,10 +128,11 @@ class SnapKV(KVMethod):
         w = self.window(x)
         if w >= x.shape[-1]:
             raise ValueError(f"window_size ({w}) must be smaller than S ({x.shape[-1]})")
-        return self._score(x, w, hkv, value_norms, check_threads(threads))
+        rows: npt.NDArray[np.float32] = self._score(x, w, hkv, value_norms, check_threads(threads))
+        return rows
 
     def _scale_args(
-        self, value_norms: Optional[npt.NDArray[np.float32]], scores: npt.NDArray[np.float32], n_kv_heads: int
+        self, value_norms: npt.NDArray[np.float32] | None, scores: npt.NDArray[np.float32], n_kv_heads: int
     ) -> tuple[Any, Any]:
         return None, None
 
@@ -140,15 +141,25 @@ class SnapKV(KVMethod):
         x: npt.NDArray[np.float32],
         w: int,
         n_kv_heads: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         threads: int,
         entropy: bool = False,
     ) -> Any:
         per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
         n = x.shape[-1] - w
-        return _ops.window_scores(  # type: ignore[no-any-return]
-            x, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size), self.gqa,
-            per_row, per_token, threads, entropy,
+        return _ops.window_scores(
+            x,
+            n_kv_heads,
+            n,
+            "mean",
+            False,
+            self.pooling,
+            int(self.kernel_size),
+            self.gqa,
+            per_row,
+            per_token,
+            threads,
+            entropy,
         )
 
     # -- budgets -----------------------------------------------------------------------
@@ -169,7 +180,7 @@ class SnapKV(KVMethod):
         x: npt.NDArray[np.float32],
         w: int,
         n_kv_heads: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         per_head: int,
         threads: int,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
@@ -182,7 +193,7 @@ class SnapKV(KVMethod):
         x: npt.NDArray[np.float32],
         w: int,
         n_kv_heads: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         per_head: int,
         threads: int,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
@@ -197,7 +208,7 @@ class SnapKV(KVMethod):
         self,
         scores: npt.NDArray[np.float32],
         budget: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         n_kv_heads: int,
         threads: int,
     ) -> KeepSet:
@@ -214,15 +225,24 @@ class SnapKV(KVMethod):
             )
         n = S - w
         if self.scores_decide_budgets:
-            idx, off, k, info = self._budget_and_select(
-                scores, w, n_kv_heads, value_norms, budget - w, threads
-            )
+            idx, off, k, info = self._budget_and_select(scores, w, n_kv_heads, value_norms, budget - w, threads)
         else:
             k, info = self._static_budgets(L, n_kv_heads, budget - w, n)
             per_row, per_token = self._scale_args(value_norms, scores, n_kv_heads)
             idx, off = _ops.score_select(
-                scores, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size),
-                self.gqa, per_row, per_token, k, w, threads,
+                scores,
+                n_kv_heads,
+                n,
+                "mean",
+                False,
+                self.pooling,
+                int(self.kernel_size),
+                self.gqa,
+                per_row,
+                per_token,
+                k,
+                w,
+                threads,
             )
         info["window_size"] = w
         return KeepSet(

@@ -10,7 +10,7 @@ are selected, not re-rotated: re-apply RoPE to the compacted cache (kvpress
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -45,7 +45,7 @@ class StreamingLLM(KVMethod):
         self,
         scores: npt.NDArray[np.float32],
         budget: int,
-        value_norms: Optional[npt.NDArray[np.float32]],
+        value_norms: npt.NDArray[np.float32] | None,
         n_kv_heads: int,
         threads: int,
     ) -> KeepSet:
@@ -54,13 +54,9 @@ class StreamingLLM(KVMethod):
         if budget >= S:
             return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
         if budget < n_sink:
-            raise ValueError(
-                f"streaming: budget ({budget} tokens per head) must be >= n_sink ({n_sink})"
-            )
+            raise ValueError(f"streaming: budget ({budget} tokens per head) must be >= n_sink ({n_sink})")
         recent = budget - n_sink
-        row = np.concatenate(
-            [np.arange(n_sink, dtype=np.int64), np.arange(S - recent, S, dtype=np.int64)]
-        )
+        row = np.concatenate([np.arange(n_sink, dtype=np.int64), np.arange(S - recent, S, dtype=np.int64)])
         rows = L * n_kv_heads
         return KeepSet(
             indices=_ops.fill_rows(row, rows, scores),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -51,11 +52,18 @@ def test_case_and_apostrophes_and_similarity() -> None:
 
 def test_deterministic_across_processes() -> None:
     """Same bytes in a fresh interpreter (no per-process hash seeds)."""
-    code = ("import hashlib,sys; from lamina.embedders import Hashing; "
-            "x=Hashing().embed(['Caroline went to the LGBTQ support group', 'héllo wörld 42']); "
-            "sys.stdout.write(hashlib.sha256(x.tobytes()).hexdigest())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "123", "PATH": "", "PYTHONPATH": ":".join(sys.path)})
+    code = (
+        "import hashlib,sys; from lamina.embedders import Hashing; "
+        "x=Hashing().embed(['Caroline went to the LGBTQ support group', 'héllo wörld 42']); "
+        "sys.stdout.write(hashlib.sha256(x.tobytes()).hexdigest())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "123", "PATH": os.environ.get("PATH", ""), "PYTHONPATH": ":".join(sys.path)},
+    )
     x = Hashing().embed(["Caroline went to the LGBTQ support group", "héllo wörld 42"])
     assert out.stdout == hashlib.sha256(x.tobytes()).hexdigest()
 

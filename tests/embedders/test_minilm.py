@@ -15,7 +15,7 @@ from hypothesis.extra.numpy import arrays
 
 from lamina import _core
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 REFERENCE = SHARED_DATA / "minilm" / "reference.json"
 
 
@@ -60,8 +60,7 @@ def test_bias_gelu_large_block_uses_threads_and_matches():
     np.testing.assert_allclose(t[0], [0.0, 0.0, 40.0, 200.0, 0.0], atol=1e-30)
 
 
-@given(arrays(np.float32, st.tuples(st.integers(1, 6), st.integers(1, 50)), elements=finite),
-       st.booleans())
+@given(arrays(np.float32, st.tuples(st.integers(1, 6), st.integers(1, 50)), elements=finite), st.booleans())
 def test_add_layer_norm_matches_numpy(x, with_res):
     d = x.shape[1]
     w = np.linspace(0.5, 1.5, d, dtype=np.float32)
@@ -96,6 +95,7 @@ def test_encoder_kernels_reject_bad_input():
 
 
 # ---- the model -------------------------------------------------------------------------------
+
 
 def _minilm_missing() -> str | None:
     for mod in ("tokenizers", "safetensors"):

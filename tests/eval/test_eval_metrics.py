@@ -7,9 +7,23 @@ import math
 
 import pytest
 
-from lamina.eval.metrics import (answer_token_recall, answer_tokens, bleu1, context_usage, count_tokens,
-                                 distractor_coverage, evidence_recall, f1_multi, f1_score, false_memory,
-                                 normalize_answer, percentile, porter_stem, retention, score_answer)
+from lamina.eval.metrics import (
+    answer_token_recall,
+    answer_tokens,
+    bleu1,
+    context_usage,
+    count_tokens,
+    distractor_coverage,
+    evidence_recall,
+    f1_multi,
+    f1_score,
+    false_memory,
+    normalize_answer,
+    percentile,
+    porter_stem,
+    retention,
+    score_answer,
+)
 
 
 def test_normalize_answer_official_steps():
@@ -20,13 +34,35 @@ def test_normalize_answer_official_steps():
     assert normalize_answer(2023) == "2023"
 
 
-@pytest.mark.parametrize("word, stem", [
-    ("caresses", "caress"), ("ponies", "poni"), ("ties", "tie"), ("cats", "cat"), ("feed", "feed"),
-    ("agreed", "agre"), ("plastered", "plaster"), ("motoring", "motor"), ("sing", "sing"),
-    ("hopping", "hop"), ("falling", "fall"), ("filing", "file"), ("happy", "happi"), ("sky", "sky"),
-    ("relational", "relat"), ("generously", "gener"), ("dying", "die"), ("is", "is"), ("Running", "run"),
-    ("adoption", "adopt"), ("agencies", "agenc"), ("painting", "paint"), ("cried", "cri"), ("died", "die"),
-])
+@pytest.mark.parametrize(
+    "word, stem",
+    [
+        ("caresses", "caress"),
+        ("ponies", "poni"),
+        ("ties", "tie"),
+        ("cats", "cat"),
+        ("feed", "feed"),
+        ("agreed", "agre"),
+        ("plastered", "plaster"),
+        ("motoring", "motor"),
+        ("sing", "sing"),
+        ("hopping", "hop"),
+        ("falling", "fall"),
+        ("filing", "file"),
+        ("happy", "happi"),
+        ("sky", "sky"),
+        ("relational", "relat"),
+        ("generously", "gener"),
+        ("dying", "die"),
+        ("is", "is"),
+        ("Running", "run"),
+        ("adoption", "adopt"),
+        ("agencies", "agenc"),
+        ("painting", "paint"),
+        ("cried", "cri"),
+        ("died", "die"),
+    ],
+)
 def test_porter_stem_known_words(word, stem):
     assert porter_stem(word) == stem
 
@@ -36,11 +72,13 @@ def test_porter_stem_matches_nltk_default_mode():
     from nltk.stem import PorterStemmer
 
     ps = PorterStemmer()
-    words = ("abilities abundantly accompanied activities adjustable allowance analogously archaeology "
-             "bowdlerize callousness conditional conformably controlling decisiveness dependent digitizer "
-             "electrical electricity feudalism formality formalize generalization hesitancy hopefulness "
-             "innings irritant predication radically replacement sensibility triplicate vietnamization "
-             "exceed succeed proceeding lying tying skies news outings cannings howe fully geology").split()
+    words = (
+        "abilities abundantly accompanied activities adjustable allowance analogously archaeology "
+        "bowdlerize callousness conditional conformably controlling decisiveness dependent digitizer "
+        "electrical electricity feudalism formality formalize generalization hesitancy hopefulness "
+        "innings irritant predication radically replacement sensibility triplicate vietnamization "
+        "exceed succeed proceeding lying tying skies news outings cannings howe fully geology"
+    ).split()
     for w in words:
         assert porter_stem(w) == ps.stem(w), w
 

@@ -16,7 +16,7 @@ from lamina.eval import ALL_SYSTEMS, format_tables, load_locomo, run_locomo
 from lamina.eval.harness import Reader, named_speaker
 from lamina.eval.locomo import conversations_from, parse_session_date
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 _LINES = [
     ("Alice", "I adopted a golden retriever puppy named Biscuit.", "Bob", "Biscuit is a lovely name for a dog!"),
@@ -46,24 +46,47 @@ def _sample() -> dict:
     conv = {"speaker_a": "Alice", "speaker_b": "Bob"}
     for i, (s1, t1, s2, t2) in enumerate(_LINES, start=1):
         conv[f"session_{i}_date_time"] = f"{i}:00 pm on {i} May, 2023"
-        conv[f"session_{i}"] = [{"speaker": s1, "dia_id": f"D{i}:1", "text": t1},
-                                {"speaker": s2, "dia_id": f"D{i}:2", "text": t2,
-                                 **({"blip_caption": "a photo of a lake at dusk"} if i == 5 else {})}]
+        conv[f"session_{i}"] = [
+            {"speaker": s1, "dia_id": f"D{i}:1", "text": t1},
+            {
+                "speaker": s2,
+                "dia_id": f"D{i}:2",
+                "text": t2,
+                **({"blip_caption": "a photo of a lake at dusk"} if i == 5 else {}),
+            },
+        ]
     conv["session_7_date_time"] = "1:00 pm on 9 May, 2023"  # a date with no session: ignored
     qa = [
         {"question": "What is the name of Alice's puppy?", "answer": "Biscuit", "evidence": ["D1:1"], "category": 4},
         {"question": "What instrument is Bob learning?", "answer": "the cello", "evidence": ["D2:1"], "category": 4},
-        {"question": "Where did Dana move, and what did Alice paint?", "answer": "Lisbon, a sunset",
-         "evidence": ["D3:1; D5:1"], "category": 1},
-        {"question": "When did Bob run the Berlin marathon?", "answer": "3 May 2023", "evidence": ["D4:1"],
-         "category": 2},
-        {"question": "Would Bob enjoy travelling to Japan?", "answer": "Likely yes; he booked Kyoto",
-         "evidence": ["D6:1", "D"], "category": 3},
-        {"question": "What instrument is Alice learning to play?", "adversarial_answer": "the cello",
-         "evidence": ["D2:1", "D9:9"], "category": 5},
+        {
+            "question": "Where did Dana move, and what did Alice paint?",
+            "answer": "Lisbon, a sunset",
+            "evidence": ["D3:1; D5:1"],
+            "category": 1,
+        },
+        {
+            "question": "When did Bob run the Berlin marathon?",
+            "answer": "3 May 2023",
+            "evidence": ["D4:1"],
+            "category": 2,
+        },
+        {
+            "question": "Would Bob enjoy travelling to Japan?",
+            "answer": "Likely yes; he booked Kyoto",
+            "evidence": ["D6:1", "D"],
+            "category": 3,
+        },
+        {
+            "question": "What instrument is Alice learning to play?",
+            "adversarial_answer": "the cello",
+            "evidence": ["D2:1", "D9:9"],
+            "category": 5,
+        },
     ]
-    return _Poison(sample_id="syn-1", conversation=conv, qa=qa, observation=None, event_summary=None,
-                   session_summary=None)
+    return _Poison(
+        sample_id="syn-1", conversation=conv, qa=qa, observation=None, event_summary=None, session_summary=None
+    )
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +173,16 @@ class _FakeLLM:
 def test_reader_scores_with_official_rules(synthetic):
     convs, _ = synthetic
     llm = _FakeLLM()
-    res = run_locomo(convs, Hashing(), budgets=[400], systems=["bm25"], retention=False,
-                     reader=Reader(llm), reader_budget=400, progress=None)
+    res = run_locomo(
+        convs,
+        Hashing(),
+        budgets=[400],
+        systems=["bm25"],
+        retention=False,
+        reader=Reader(llm),
+        reader_budget=400,
+        progress=None,
+    )
     assert res["reader"] == {"status": "ran", "model": "fake-reader-1", "budget": 400}
     recs = {r["qid"]: r for r in res["per_question"]["bm25"][400]}
     assert recs["syn-1#0"]["f1"] == 1.0  # Biscuit
@@ -166,8 +197,25 @@ def test_cli_eval_locomo(tmp_path, capsys):
     data = tmp_path / "locomo_dev.json"
     data.write_text(json.dumps([dict(_sample())]))
     out = tmp_path / "res.json"
-    rc = main(["eval", "locomo", "--data", str(tmp_path), "--embedder", "hashing", "--budgets", "32,64",
-               "--systems", "bm25,lamina", "--out", str(out), "--quiet", "--cache", str(tmp_path / "v.sqlite")])
+    rc = main(
+        [
+            "eval",
+            "locomo",
+            "--data",
+            str(tmp_path),
+            "--embedder",
+            "hashing",
+            "--budgets",
+            "32,64",
+            "--systems",
+            "bm25,lamina",
+            "--out",
+            str(out),
+            "--quiet",
+            "--cache",
+            str(tmp_path / "v.sqlite"),
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "1 conversations" in text and "budget 64 tokens" in text and "reader: skipped" in text
@@ -176,12 +224,32 @@ def test_cli_eval_locomo(tmp_path, capsys):
     assert res["dataset"]["load_report"]["questions"] == 6
     assert res["embedder"]["from_cache"] == 0 and res["embedder"]["texts_embedded"] > 0
     # a rerun embeds nothing: every vector comes back from the cache file
-    rc = main(["eval", "locomo", "--data", str(tmp_path), "--embedder", "hashing", "--budgets", "32",
-               "--systems", "bm25", "--out", str(out), "--quiet", "--cache", str(tmp_path / "v.sqlite")])
+    rc = main(
+        [
+            "eval",
+            "locomo",
+            "--data",
+            str(tmp_path),
+            "--embedder",
+            "hashing",
+            "--budgets",
+            "32",
+            "--systems",
+            "bm25",
+            "--out",
+            str(out),
+            "--quiet",
+            "--cache",
+            str(tmp_path / "v.sqlite"),
+        ]
+    )
     assert rc == 0 and "read from the cache" in capsys.readouterr().out
     res2 = json.loads(out.read_text())
     # (the first run also embedded lamina's summaries and facts; this one needs turns and questions)
-    assert res2["embedder"]["texts_embedded"] == 0 and 0 < res2["embedder"]["from_cache"] <= res["embedder"]["texts_embedded"]
+    assert (
+        res2["embedder"]["texts_embedded"] == 0
+        and 0 < res2["embedder"]["from_cache"] <= res["embedder"]["texts_embedded"]
+    )
     assert main(["eval", "locomo", "--data", str(tmp_path / "missing.json")]) == 2
     with pytest.raises(SystemExit):
         main(["eval", "locomo", "--budgets", "0,5"])
@@ -217,8 +285,9 @@ def test_run_locomo_rejects_bad_arguments(synthetic):
 def test_first_locomo_conversation():
     convs, rep = load_locomo(SHARED_DATA / "locomo", limit=1)
     assert rep.questions == 199 and rep.turns == 419
-    res = run_locomo(convs, Hashing(), budgets=[1024], systems=["recency", "bm25", "lamina"], progress=None,
-                     load_report=rep)
+    res = run_locomo(
+        convs, Hashing(), budgets=[1024], systems=["recency", "bm25", "lamina"], progress=None, load_report=rep
+    )
     bm, rc, lam = (res["results"][s]["1024"] for s in ("bm25", "recency", "lamina"))
     assert bm["evidence_recall"]["overall"] > rc["evidence_recall"]["overall"]
     for a in (bm, rc, lam):

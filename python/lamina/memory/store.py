@@ -1,4 +1,8 @@
-"""SQLite persistence for :class:`lamina.Memory` (stdlib ``sqlite3``, WAL mode).
+"""Persistence of :class:`lamina.Memory`: the :class:`Store` protocol and its SQLite backend.
+
+This is the only module of the memory loop that speaks SQL. :class:`Store` is what the loop
+needs of a backend (transactions, meta values, ids, users, sessions, item rows, revisions);
+:class:`SQLiteStore` implements it on the stdlib ``sqlite3`` in WAL mode.
 
 The database is the source of truth: every write of the memory loop happens inside one
 ``BEGIN IMMEDIATE`` transaction, and the in-memory state (records, arenas, trees) is rebuilt
@@ -18,18 +22,50 @@ import os
 import secrets
 import sqlite3
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any, Protocol
 
-__all__ = ["Store", "SCHEMA_VERSION", "ITEM_COLUMNS"]
+__all__ = ["Store", "SQLiteStore", "SCHEMA_VERSION", "ITEM_COLUMNS", "ID_SHIFT", "seq_of"]
 
 SCHEMA_VERSION = 1
 ID_SHIFT = 40  # item id = (database tag << 40) | sequence number
 
+
+def seq_of(item_id: int) -> int:
+    """The sequence number of an item id (its low ``ID_SHIFT`` bits)."""
+    return item_id & ((1 << ID_SHIFT) - 1)
+
+
 ITEM_COLUMNS = (
-    "id", "user_id", "session_id", "layer", "kind", "status", "text", "summary", "speaker",
-    "source_id", "sources", "members", "embedding", "created_at", "timestamp", "last_access",
-    "access_count", "interaction_len", "strength", "domain", "commitment", "subject", "predicate",
-    "object", "valid_from", "valid_to", "superseded_by", "parent_id", "depth", "seq",
+    "id",
+    "user_id",
+    "session_id",
+    "layer",
+    "kind",
+    "status",
+    "text",
+    "summary",
+    "speaker",
+    "source_id",
+    "sources",
+    "members",
+    "embedding",
+    "created_at",
+    "timestamp",
+    "last_access",
+    "access_count",
+    "interaction_len",
+    "strength",
+    "domain",
+    "commitment",
+    "subject",
+    "predicate",
+    "object",
+    "valid_from",
+    "valid_to",
+    "superseded_by",
+    "parent_id",
+    "depth",
+    "seq",
 )
 
 _SCHEMA = """
@@ -56,10 +92,73 @@ CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
 """
 
 
-class Store:
-    """One SQLite database. Not thread-safe by itself: ``Memory`` serialises all calls."""
+UserRow = tuple[str, int, float, float, int]  # user_id, namespace index, drift total / last / updates
+SessionRow = tuple[str, str, str, float | None, float | None]  # user, session, status, started, ended
 
-    def __init__(self, path: Optional[str], synchronous: str = "NORMAL") -> None:
+
+class Store(Protocol):
+    """What the memory loop needs of a database. Calls are serialised by the caller (one
+    :class:`lamina.Memory` lock); every write happens inside :meth:`tx`."""
+
+    path: str | None
+
+    def tx(self) -> contextlib.AbstractContextManager[None]:
+        """One transaction: committed when the block ends, rolled back (and re-raised) on error."""
+        ...
+
+    def close(self) -> None: ...
+
+    def get_meta(self, key: str) -> str | None: ...
+
+    def set_meta(self, key: str, value: str) -> None: ...
+
+    def new_ids(self, n: int) -> list[int]:
+        """``n`` fresh item ids, persisted with the enclosing transaction."""
+        ...
+
+    def reset_ids(self) -> None:
+        """Forget ids handed out by a rolled-back transaction (re-read the counter)."""
+        ...
+
+    def owns(self, item_id: int) -> bool:
+        """Whether an item id was made by this database."""
+        ...
+
+    def users(self) -> list[UserRow]: ...
+
+    def add_user(self, user_id: str, ns: int) -> None: ...
+
+    def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None: ...
+
+    def sessions(self) -> list[SessionRow]: ...
+
+    def upsert_session(
+        self, user_id: str, session_id: str, status: str, started_at: float | None, ended_at: float | None
+    ) -> None: ...
+
+    def insert_items(self, rows: list[dict[str, Any]]) -> None: ...
+
+    def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None: ...
+
+    def bump_access(self, rows: list[tuple[int, float | None, int]]) -> None: ...
+
+    def delete_items(self, ids: list[int]) -> None: ...
+
+    def delete_user(self, user_id: str) -> None: ...
+
+    def load_items(self) -> Iterator[dict[str, Any]]:
+        """Every item row (``ITEM_COLUMNS``, decoded), in id sequence order."""
+        ...
+
+    def add_revision(self, item_id: int, text: str, changed_at: float) -> None: ...
+
+    def revisions(self, item_id: int) -> list[tuple[str, float]]: ...
+
+
+class SQLiteStore:
+    """One SQLite database (WAL mode). Not thread-safe by itself: ``Memory`` serialises all calls."""
+
+    def __init__(self, path: str | None, synchronous: str = "NORMAL") -> None:
         if synchronous.upper() not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
         self.path = path
@@ -104,13 +203,15 @@ class Store:
         self.conn.close()
 
     # -- meta / ids --------------------------------------------------------------------------
-    def get_meta(self, key: str) -> Optional[str]:
+    def get_meta(self, key: str) -> str | None:
         r = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return None if r is None else str(r[0])
 
     def set_meta(self, key: str, value: str) -> None:
-        self.conn.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                          (key, value))
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, value),
+        )
 
     def new_ids(self, n: int) -> list[int]:
         """n fresh item ids (persisted with the enclosing transaction)."""
@@ -119,48 +220,65 @@ class Store:
         self.set_meta("next_seq", str(self.next_seq))
         return [(self.tag << ID_SHIFT) | s for s in range(start, start + n)]
 
+    def reset_ids(self) -> None:
+        self.next_seq = int(self.get_meta("next_seq") or 1)
+
     def owns(self, item_id: int) -> bool:
         return (item_id >> ID_SHIFT) == self.tag
 
     # -- users / sessions --------------------------------------------------------------------
-    def users(self) -> list[tuple[str, int, float, float, int]]:
-        return [tuple(r) for r in self.conn.execute(
-            "SELECT user_id, ns, drift_total, drift_last, drift_updates FROM users ORDER BY ns")]  # type: ignore[misc]
+    def users(self) -> list[UserRow]:
+        return [
+            (str(u), int(ns), float(t), float(last), int(n))
+            for u, ns, t, last, n in self.conn.execute(
+                "SELECT user_id, ns, drift_total, drift_last, drift_updates FROM users ORDER BY ns"
+            )
+        ]
 
     def add_user(self, user_id: str, ns: int) -> None:
         self.conn.execute("INSERT INTO users(user_id, ns) VALUES(?, ?)", (user_id, ns))
 
     def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None:
-        self.conn.execute("UPDATE users SET drift_total=?, drift_last=?, drift_updates=? WHERE user_id=?",
-                          (total, last, updates, user_id))
+        self.conn.execute(
+            "UPDATE users SET drift_total=?, drift_last=?, drift_updates=? WHERE user_id=?",
+            (total, last, updates, user_id),
+        )
 
-    def sessions(self) -> list[tuple[str, str, str, Optional[float], Optional[float]]]:
-        return [tuple(r) for r in self.conn.execute(  # type: ignore[misc]
-            "SELECT user_id, session_id, status, started_at, ended_at FROM sessions")]
+    def sessions(self) -> list[SessionRow]:
+        return [
+            (str(u), str(s), str(status), started, ended)
+            for u, s, status, started, ended in self.conn.execute(
+                "SELECT user_id, session_id, status, started_at, ended_at FROM sessions"
+            )
+        ]
 
-    def upsert_session(self, user_id: str, session_id: str, status: str, started_at: Optional[float],
-                       ended_at: Optional[float]) -> None:
+    def upsert_session(
+        self, user_id: str, session_id: str, status: str, started_at: float | None, ended_at: float | None
+    ) -> None:
         self.conn.execute(
             "INSERT INTO sessions(user_id, session_id, status, started_at, ended_at) VALUES(?,?,?,?,?) "
             "ON CONFLICT(user_id, session_id) DO UPDATE SET status=excluded.status, ended_at=excluded.ended_at",
-            (user_id, session_id, status, started_at, ended_at))
+            (user_id, session_id, status, started_at, ended_at),
+        )
 
     # -- items -------------------------------------------------------------------------------
     def insert_items(self, rows: list[dict[str, Any]]) -> None:
         cols = ",".join(ITEM_COLUMNS)
         qs = ",".join("?" for _ in ITEM_COLUMNS)
-        self.conn.executemany(f"INSERT INTO items({cols}) VALUES({qs})",
-                              [tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) for r in rows])
+        self.conn.executemany(
+            f"INSERT INTO items({cols}) VALUES({qs})", [tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) for r in rows]
+        )
 
     def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None:
         for item_id, fields in updates:
             if not fields:
                 continue
             sets = ",".join(f"{k}=?" for k in fields)
-            self.conn.execute(f"UPDATE items SET {sets} WHERE id=?",
-                              tuple(_enc(k, v) for k, v in fields.items()) + (item_id,))
+            self.conn.execute(
+                f"UPDATE items SET {sets} WHERE id=?", tuple(_enc(k, v) for k, v in fields.items()) + (item_id,)
+            )
 
-    def bump_access(self, rows: list[tuple[int, float, int]]) -> None:
+    def bump_access(self, rows: list[tuple[int, float | None, int]]) -> None:
         """(access_count, last_access, id) per row."""
         self.conn.executemany("UPDATE items SET access_count=?, last_access=? WHERE id=?", rows)
 
@@ -181,12 +299,17 @@ class Store:
 
     def add_revision(self, item_id: int, text: str, changed_at: float) -> None:
         seq = self.conn.execute("SELECT COUNT(*) FROM revisions WHERE item_id=?", (item_id,)).fetchone()[0]
-        self.conn.execute("INSERT INTO revisions(item_id, text, changed_at, seq) VALUES(?,?,?,?)",
-                          (item_id, text, changed_at, seq))
+        self.conn.execute(
+            "INSERT INTO revisions(item_id, text, changed_at, seq) VALUES(?,?,?,?)", (item_id, text, changed_at, seq)
+        )
 
     def revisions(self, item_id: int) -> list[tuple[str, float]]:
-        return [(str(t), float(c)) for t, c in self.conn.execute(
-            "SELECT text, changed_at FROM revisions WHERE item_id=? ORDER BY seq", (item_id,))]
+        return [
+            (str(t), float(c))
+            for t, c in self.conn.execute(
+                "SELECT text, changed_at FROM revisions WHERE item_id=? ORDER BY seq", (item_id,)
+            )
+        ]
 
 
 def _enc(col: str, v: Any) -> Any:

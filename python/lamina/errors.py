@@ -1,0 +1,27 @@
+"""The exceptions of lamina's public API.
+
+Every error lamina raises about a caller's input derives from :class:`LaminaError` and from the
+built-in exception such code has always caught (``ValueError``, ``KeyError``), so that both
+``except lamina.LaminaError`` and ``except ValueError`` / ``except KeyError`` work.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LaminaError", "InvalidInput", "NotFoundError"]
+
+
+class LaminaError(Exception):
+    """Base class of lamina's errors."""
+
+
+class InvalidInput(LaminaError, ValueError):
+    """An argument has the right type but a value lamina cannot accept (an empty text, a
+    negative budget, a time that is not ISO-8601, ...). Nothing was written."""
+
+
+class NotFoundError(LaminaError, KeyError):
+    """An id names nothing: an unknown user or session, an item id that does not exist (or was
+    deleted), an id of another database, or another user's item."""
+
+    def __str__(self) -> str:  # KeyError's str() quotes its argument; show the message as written
+        return str(self.args[0]) if self.args else ""

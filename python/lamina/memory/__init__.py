@@ -1,0 +1,48 @@
+"""``lamina.memory``: the multi-layer memory loop (MLMF Algorithm 1 with MemoryOS / MemTree tiers).
+
+Write path (``add``, ``end_session``) and read path (``context``, ``search``) of DESIGN.md §2:
+
+* **working** — raw turns of each live (user, session), FIFO, at most ``working_capacity``;
+  on overflow the oldest half is dequeued, cut into segments of adjacent turns by embedding
+  similarity and inserted into the episodic tree (the raw turns move to the archive).
+* **episodic** — a MemTree per user: segment leaves (raw turns + extractive summary ψ) under
+  internal summary nodes, descended while cos ≥ θ(d) = θ0·exp(λ·d/D); session summaries
+  EMA-blended (eq. 5, ``kernels.ema_blend``); heat (``kernels.heat_scores``) drives promotion
+  (``kernels.select_hot``) to the semantic layer and capacity eviction (``kernels.evict_to_capacity``).
+* **semantic** — facts (subject, predicate, object) with validity and provenance, resolved so
+  that a new value of a functional predicate supersedes the old one (kept in ``history``), notes
+  promoted from hot episodes, and one profile per entity whose embedding moves by the damped
+  update of eq. 9–10 (``kernels.damped_update``; drift in ``stats()``).
+* **archive** — every raw turn ever added; eviction never touches it.
+
+Capacity projection Π_C (``end_session``): beyond C_e / C_s the items whose raw text is most
+redundant go first (the Shapley share of novelty-weighted turn coverage; ``eviction="heat"``: the
+lowest heat × strength); the rule is written out in :mod:`lamina.memory.retention`.
+
+Vectors live in a :class:`~lamina.layer_index.LayerIndex`: two native arenas (the archive apart
+from the active layers), one namespace per (user, layer), searched with the native exact top-k up
+to ``MemoryConfig.ann_threshold`` vectors and through hnswlib past it; the layer gate is
+``kernels.softmax_gate`` (eq. 7, entropy bound ε).
+
+The package reads top-down as the loop (imports flow one way, from the first to the last):
+
+* :mod:`~lamina.memory.config` (``MemoryConfig``), :mod:`~lamina.memory.inputs` (argument checks),
+  :mod:`~lamina.memory.records` (the record, namespace codes, ``namespace()``),
+  :mod:`~lamina.memory.reports` (typed results);
+* :mod:`~lamina.memory.store` (the ``Store`` protocol and SQLite, the only SQL),
+  :mod:`~lamina.memory.state` (per-user state, arenas, the unit of work ``Tx``);
+* the stages: :mod:`~lamina.memory.ingest` (add, working FIFO), :mod:`~lamina.memory.consolidate`
+  (segments, MemTree, summaries, EMA blend), :mod:`~lamina.memory.semantic` (facts, supersession,
+  profiles), :mod:`~lamina.memory.retention` (heat, promotion, eviction),
+  :mod:`~lamina.memory.retrieve` (candidates, lexical fusion, staleness, firewall),
+  :mod:`~lamina.memory.fill` (gate, budget fill, order);
+* :mod:`~lamina.memory.memory`, the façade ``Memory``.
+"""
+
+from __future__ import annotations
+
+from .config import MemoryConfig
+from .memory import ClosedError, Memory
+from .reports import DeleteReport, MemoryStats, ProfileDrift, SessionReport
+
+__all__ = ["Memory", "MemoryConfig", "ClosedError", "SessionReport", "DeleteReport", "MemoryStats", "ProfileDrift"]

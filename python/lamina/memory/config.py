@@ -1,0 +1,176 @@
+"""``MemoryConfig``: every parameter of the memory loop, validated once."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from ..errors import InvalidInput
+
+__all__ = ["MemoryConfig", "Eviction", "Synchronous", "ACTIVE_LAYERS"]
+
+#: The capacity projection's rule (see :mod:`lamina.memory.retention`).
+Eviction = Literal["coverage", "heat"]
+#: SQLite's ``synchronous`` setting: NORMAL survives kill -9, FULL also power loss.
+Synchronous = Literal["NORMAL", "FULL"]
+#: The active layers, in the order the read path visits them.
+ACTIVE_LAYERS = ("working", "episodic", "semantic")
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Parameters of the memory loop (paper symbols in brackets).
+
+    Capacities: ``working_capacity`` [C_w] turns per live session; ``episodic_capacity`` [C_e]
+    leaves and session summaries per user; ``semantic_capacity`` [C_s] current facts and notes per
+    user (profiles are not counted; superseded facts live in ``history`` and are not counted).
+
+    Write path: ``segment_threshold`` (a turn joins the running segment while its cosine to the
+    segment centroid is at least this), ``min_segment_turns`` / ``max_segment_turns``;
+    ``tree_theta0`` [θ0] and ``tree_lambda`` [λ_tree] of θ(d) = θ0·exp(λ·d/D);
+    ``summary_words`` (ψ length); ``alpha`` [α] EMA retention (eq. 5): strengths decay by α per
+    ended session and the matching episode's embedding becomes α·e + (1−α)·ŝ when its cosine to
+    ŝ is at least ``blend_threshold``; heat [MemoryOS] = ``heat_a``·N_visit + ``heat_b``·L +
+    ``heat_c``·exp(−Δt/``heat_mu``) and ``promote_threshold`` [τ]; ``resolve_threshold`` [τ_s]:
+    objects at least this similar are the same value; ``profile_lambda`` [λ] of the damped
+    profile update e = (e* + λ·e_prev)/(1+λ) (0 disables damping).
+
+    Capacity projection Π_C: ``eviction`` "coverage" (default: beyond C_e / C_s, the items whose
+    raw text is most redundant go first — the Shapley share of novelty-weighted turn coverage
+    times 1 + ``heat_a``·N_visit, aggregates once their turns are gone; module docstring) or
+    "heat" (the lowest heat × strength); ``eviction_tiebreak`` [ε] scales the recency term
+    exp(−Δt/μ) that breaks ties between equally valuable items (0: the newer id goes).
+
+    Read path: ``candidates`` [m] per layer; ``relevance_top`` similarities averaged into r_i;
+    ``beta`` [β] and ``max_entropy`` [ε] of the gate (None: no bound); ``min_similarity`` (the
+    firewall floor: below it nothing is returned and the context abstains);
+    ``working_share`` (the largest share of the budget working memory gets first);
+    ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p));
+    ``lexical``: episodic turns are also ranked by BM25 over ``speaker + text`` (native
+    :class:`lamina.LexicalIndex`, per-user statistics) and the two rankings are fused by
+    reciprocal rank (``rrf_k``), each turn keeping a score on the cosine scale;
+    ``speaker_scope`` (attribution firewall: when the query names exactly one of the people
+    this user's memory knows — speakers of turns, subjects of facts — the items it returns that
+    are attributed to someone else score ×(1 − p) and are ordered accordingly, so the named
+    person's memories come first and another person's are never presented as the best match;
+    which items enter the context is decided before it — the firewall does not hide relevant
+    memories; 0 disables).
+
+    Storage: ``synchronous`` "NORMAL" (survives kill -9) or "FULL" (also power loss).
+
+    Ablation: ``layers`` names the active layers in use (default all three); leaving out
+    ``episodic`` or ``semantic`` stops writing to it and reading from it (turns still reach the
+    archive), which is how ``lamina eval`` measures what each layer contributes.
+    Index: a (user, layer) with at most ``ann_threshold`` vectors is searched exactly (native
+    top-k); past it through an hnswlib graph (``ann_m`` [M], ``ann_ef_construction``,
+    ``ann_ef_search`` [ef, at least k]), built lazily on the first search that needs it (also
+    after reopening) and kept up to date incrementally. The default 20 000 sits above every
+    active layer at the default capacities (C_e = 2 000 leaves plus their tree nodes and session
+    summaries, C_s = 5 000 plus profiles), so the active layers stay exact — exact search of a few
+    thousand rows costs well under a millisecond — while the archive, which grows by one row per
+    turn forever, switches to ANN where exact search of one user's turns starts to cost
+    milliseconds per query (``bench/bench_memory.py``, ``bench/bench_layer_index.py``).
+    """
+
+    working_capacity: int = 16
+    episodic_capacity: int = 2000
+    semantic_capacity: int = 5000
+    segment_threshold: float = 0.2
+    min_segment_turns: int = 2
+    max_segment_turns: int = 6
+    tree_theta0: float = 0.4
+    tree_lambda: float = 0.5
+    summary_words: int = 60
+    alpha: float = 0.9
+    blend_threshold: float = 0.5
+    heat_a: float = 1.0
+    heat_b: float = 0.5
+    heat_c: float = 1.0
+    heat_mu: float = 1e7
+    promote_threshold: float = 5.0
+    eviction: Eviction = "coverage"
+    eviction_tiebreak: float = 1e-3
+    resolve_threshold: float = 0.9
+    profile_lambda: float = 1.0
+    candidates: int = 32
+    relevance_top: int = 3
+    beta: float = 5.0
+    max_entropy: float | None = 1.0
+    min_similarity: float = 0.12
+    working_share: float = 0.5
+    stale_penalty: float = 0.5
+    synchronous: Synchronous = "NORMAL"
+    layers: tuple[str, ...] = ("working", "episodic", "semantic")
+    ann_threshold: int = 20_000
+    ann_m: int = 16
+    ann_ef_construction: int = 100
+    ann_ef_search: int = 96
+    lexical: bool = True
+    rrf_k: int = 60
+    speaker_scope: float = 0.5
+
+    def __post_init__(self) -> None:
+        ints = (
+            "working_capacity",
+            "episodic_capacity",
+            "semantic_capacity",
+            "min_segment_turns",
+            "max_segment_turns",
+            "summary_words",
+            "candidates",
+            "relevance_top",
+            "ann_threshold",
+            "ann_m",
+            "ann_ef_construction",
+            "ann_ef_search",
+            "rrf_k",
+        )
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("synchronous", "layers", "eviction") or (f.name == "max_entropy" and v is None):
+                continue
+            if f.name == "lexical":
+                if not isinstance(v, bool):
+                    raise TypeError(f"MemoryConfig.lexical must be a bool, got {type(v).__name__}")
+                continue
+            if f.name in ints:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise TypeError(f"MemoryConfig.{f.name} must be an int, got {type(v).__name__}")
+                if v < 1:
+                    raise InvalidInput(f"MemoryConfig.{f.name} must be >= 1, got {v}")
+            else:
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise TypeError(f"MemoryConfig.{f.name} must be a number, got {type(v).__name__}")
+                if not math.isfinite(v):
+                    raise InvalidInput(f"MemoryConfig.{f.name} must be finite, got {v}")
+        if self.working_capacity < 2:
+            raise InvalidInput("MemoryConfig.working_capacity must be >= 2 (half of it is dequeued on overflow)")
+        if self.ann_m < 2:
+            raise InvalidInput(f"MemoryConfig.ann_m must be >= 2 (hnswlib links per node), got {self.ann_m}")
+        if self.min_segment_turns > self.max_segment_turns:
+            raise InvalidInput("MemoryConfig.min_segment_turns must be <= max_segment_turns")
+        for nm in ("alpha", "working_share", "stale_penalty", "speaker_scope"):
+            if not 0.0 <= getattr(self, nm) <= 1.0:
+                raise InvalidInput(f"MemoryConfig.{nm} must be in [0, 1], got {getattr(self, nm)}")
+        for nm in ("profile_lambda", "heat_a", "heat_b", "heat_c", "beta"):
+            if getattr(self, nm) < 0:
+                raise InvalidInput(f"MemoryConfig.{nm} must be >= 0, got {getattr(self, nm)}")
+        if self.heat_mu <= 0:
+            raise InvalidInput("MemoryConfig.heat_mu must be > 0")
+        if self.max_entropy is not None and self.max_entropy <= 0:
+            raise InvalidInput("MemoryConfig.max_entropy must be > 0 or None")
+        if (
+            not isinstance(self.layers, tuple)
+            or "working" not in self.layers
+            or any(L not in ACTIVE_LAYERS for L in self.layers)
+        ):
+            raise InvalidInput(
+                f"MemoryConfig.layers must be a tuple of {ACTIVE_LAYERS} including 'working', got {self.layers!r}"
+            )
+        if self.eviction not in ("coverage", "heat"):
+            raise InvalidInput(f"MemoryConfig.eviction must be 'coverage' or 'heat', got {self.eviction!r}")
+        if self.eviction_tiebreak < 0:
+            raise InvalidInput(f"MemoryConfig.eviction_tiebreak must be >= 0, got {self.eviction_tiebreak}")
+        if str(self.synchronous).upper() not in ("NORMAL", "FULL"):
+            raise InvalidInput("MemoryConfig.synchronous must be 'NORMAL' or 'FULL'")

@@ -1,0 +1,281 @@
+"""Consolidation: working memory → episodic segments in the MemTree (with summaries ψ) and facts
+(:mod:`lamina.memory.semantic`); at the end of a session its summary ŝ, the EMA blend into the
+matching earlier episode (eq. 5), the α decay of strengths, promotion and the capacity projection
+(:mod:`lamina.memory.retention`).
+
+MemTree insertion: a new leaf descends from the root while its cosine to the best child is at
+least θ(d) = θ0·exp(λ·d/D) (D the tree's height); reaching a leaf expands it into an internal
+node holding both; every internal node on the path is re-summarised from its children.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import kernels
+from ..extract import Turn
+from .inputs import wall_clock
+from .records import NO_TREE, ROOT, Record, unit
+from .reports import SessionReport
+from .retention import evict, promote
+from .semantic import resolve
+from .state import Models, Tx, UserState
+
+__all__ = ["dequeue", "end_session", "turn_views"]
+
+Vec = npt.NDArray[np.float32]
+
+
+def turn_views(recs: Iterable[Record]) -> list[Turn]:
+    """The turns as ψ and 𝒜 see them (a turn's source id is set when it is added)."""
+    return [Turn(r.source_id or f"t{r.id}", r.speaker, r.text, r.timestamp) for r in recs]
+
+
+def dequeue(tx: Tx, models: Models, u: UserState, session_id: str, n: int) -> None:
+    """Move the oldest n turns of a session's working memory to the archive and the tree."""
+    st = tx.st
+    q = u.working[session_id]
+    out, u.working[session_id] = q[:n], q[n:]
+    if not u.working[session_id]:
+        del u.working[session_id]
+    turns = [st.recs[i] for i in out]
+    embs = st.vecs(out)
+    for r in turns:
+        st.move(u, r, "archive")
+        tx.changed(r, "layer")
+    keep = [(r, e) for r, e in zip(turns, embs) if r.commitment != "ephemeral"]
+    if keep:
+        consolidate(tx, models, u, [r for r, _ in keep], np.stack([e for _, e in keep]))
+
+
+def segments(tx: Tx, embs: Vec) -> list[list[int]]:
+    """Cut adjacent turns into segments: a turn joins while cos(turn, centroid) >= threshold."""
+    c = tx.st.config
+    dim = tx.st.dim
+    segs: list[list[int]] = []
+    cur: list[int] = []
+    centroid = np.zeros(dim, dtype=np.float32)
+    for i in range(len(embs)):
+        if cur:
+            sim = float(embs[i] @ unit(centroid))
+            if len(cur) >= c.max_segment_turns or (len(cur) >= c.min_segment_turns and sim < c.segment_threshold):
+                segs.append(cur)
+                cur, centroid = [], np.zeros(dim, dtype=np.float32)
+        cur.append(i)
+        centroid = centroid + embs[i]
+    if cur:
+        if segs and len(cur) < c.min_segment_turns and len(segs[-1]) + len(cur) <= c.max_segment_turns:
+            segs[-1].extend(cur)
+        else:
+            segs.append(cur)
+    return segs
+
+
+def consolidate(tx: Tx, models: Models, u: UserState, turns: list[Record], embs: Vec) -> None:
+    """Segments -> episodic leaves (MemTree insertion) and facts -> semantic (Resolve)."""
+    st = tx.st
+    c = st.config
+    for seg in segments(tx, embs) if "episodic" in c.layers else []:
+        recs = [turns[i] for i in seg]
+        e = unit(embs[seg].mean(axis=0))
+        summary = models.summarizer.summarize(turn_views(recs), c.summary_words) or recs[0].text
+        text = "\n".join(f"{r.speaker}: {r.text}" if r.speaker else r.text for r in recs)
+        srcs: list[str] = []
+        for r in recs:
+            srcs.extend(r.sources)
+        leaf = tx.new_record(
+            u,
+            e,
+            session_id=recs[-1].session_id,
+            layer="episodic",
+            kind="segment",
+            text=text,
+            summary=summary,
+            sources=tuple(dict.fromkeys(srcs)),
+            members=[r.id for r in recs],
+            timestamp=recs[-1].timestamp,
+            created_at=recs[0].timestamp,
+            interaction_len=float(len(recs)),
+            domain=recs[0].domain,
+            parent_id=None,
+            depth=1,
+        )
+        _tree_insert(tx, models, u, leaf, e)
+        st.add_turn_views(u, leaf, [r.id for r in recs], np.ascontiguousarray(embs[seg]))
+    if "semantic" not in c.layers:
+        return
+    facts = models.extractor.extract(turn_views(turns))
+    resolve(tx, models, u, facts, {r.source_id: r for r in turns if r.source_id is not None})
+
+
+# -- MemTree
+def _theta(tx: Tx, depth: int, height: int) -> float:
+    c = tx.st.config
+    return c.tree_theta0 * math.exp(c.tree_lambda * depth / max(1, height))
+
+
+def _tree_insert(tx: Tx, models: Models, u: UserState, leaf: Record, e: Vec) -> None:
+    st = tx.st
+    v, depth = ROOT, 0
+    path: list[int] = []
+    height = max(1, u.max_depth)
+    # The leaf was indexed under parent None; attach it properly below.
+    while True:
+        if v != ROOT and st.recs[v].kind == "segment":
+            # Leaf expansion: a new internal node takes v's place, v and the new leaf under it.
+            old = st.recs[v]
+            parent = old.parent_id
+            assert parent is not None
+            sib = u.children[parent]
+            node = tx.new_record(
+                u,
+                st.vec(old),
+                session_id=leaf.session_id,
+                layer="episodic",
+                kind="summary",
+                text=old.summary or old.text,
+                summary=old.summary,
+                sources=(),
+                members=[],
+                timestamp=old.timestamp,
+                created_at=old.created_at,
+                parent_id=None,
+                depth=old.depth,
+            )
+            sib[sib.index(v)] = node.id
+            sib.sort(key=lambda i: st.recs[i].seq)
+            node.parent_id = parent
+            u.children[node.id] = [v]
+            old.parent_id, old.depth = node.id, old.depth + 1
+            tx.changed(old, "parent_id", "depth")
+            _attach(u, leaf, node.id, old.depth)
+            path.append(node.id)
+            break
+        kids = u.children.get(v, [])
+        if not kids:
+            _attach(u, leaf, v, depth + 1)
+            break
+        sims = st.vecs(kids) @ e
+        b = int(np.argmax(sims))
+        if float(sims[b]) >= _theta(tx, depth, height):
+            v = kids[b]
+            depth += 1
+            if st.recs[v].kind == "summary":
+                path.append(v)
+            continue
+        _attach(u, leaf, v, depth + 1)
+        break
+    for nid in reversed(path):  # deepest first, so parents see fresh child summaries
+        _resummarise(tx, models, u, st.recs[nid], leaf)
+
+
+def _attach(u: UserState, leaf: Record, parent: int, depth: int) -> None:
+    leaf.parent_id, leaf.depth = parent, depth
+    u.children.setdefault(parent, []).append(leaf.id)
+    u.max_depth = max(u.max_depth, depth)
+
+
+def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Record) -> None:
+    """Re-summarise an ancestor of a newly inserted leaf (its sources and interaction length
+    grow by the leaf's; a freshly expanded node also takes its first child's)."""
+    st = tx.st
+    kids = [st.recs[k] for k in u.children.get(node.id, [])]
+    if not kids:
+        return
+    views = [Turn(str(k.id), None, k.summary or k.text, k.timestamp) for k in kids]
+    summary = models.summarizer.summarize(views, st.config.summary_words) or kids[-1].text
+    grow = list(leaf.sources)
+    if not node.sources:  # new internal node from a leaf expansion: its first child's provenance
+        grow = [s for k in kids if k.id != leaf.id for s in k.sources] + grow
+        node.interaction_len = float(sum(k.interaction_len for k in kids if k.id != leaf.id))
+    node.text = node.summary = summary
+    node.sources = tuple(dict.fromkeys(tuple(node.sources) + tuple(grow)))
+    node.timestamp = max((k.timestamp for k in kids if k.timestamp is not None), default=node.timestamp)
+    node.interaction_len = float(node.interaction_len or 0.0) + float(leaf.interaction_len)
+    emb = models.embed([summary])[0]
+    st.move(u, node, "episodic", emb)
+    tx.changed(node, "text", "summary", "sources", "timestamp", "interaction_len", emb=emb)
+
+
+# -- end of session
+def end_session(tx: Tx, models: Models, u: UserState, session_id: str, t_now: float | None) -> SessionReport:
+    """Consolidate a session (see :meth:`lamina.Memory.end_session`) inside ``tx``."""
+    st = tx.st
+    c = st.config
+    report = SessionReport()
+    if st.sessions[(u.user_id, session_id)][0] == "ended" and session_id not in u.working:
+        return report  # already consolidated
+    n_seg0 = u.n_active["episodic"]
+    session_turns = sorted(
+        (r for r in st.urecs(u) if r.session_id == session_id and r.kind == "turn" and r.commitment != "ephemeral"),
+        key=lambda r: r.seq,
+    )
+    if session_id in u.working:
+        dequeue(tx, models, u, session_id, len(u.working[session_id]))
+    if t_now is None:
+        t_now = max((r.timestamp for r in session_turns if r.timestamp is not None), default=wall_clock())
+    # Strength decay of earlier episodes (the α·M_{t-1} part of eq. 5).
+    old_ep = [r for r in st.urecs(u) if r.layer == "episodic" and r.status == "active" and r.session_id != session_id]
+    for r in old_ep:
+        r.strength *= c.alpha
+        tx.changed(r, "strength")
+    if session_turns and "episodic" in c.layers:
+        report.blend_drift = _session_summary(tx, models, u, session_id, session_turns, old_ep)
+    report.promoted = promote(tx, models, u, t_now) if "semantic" in c.layers else 0
+    report.evicted = evict(tx, u, t_now)
+    report.segments = max(0, u.n_active["episodic"] - n_seg0)
+    report.facts = tx.facts_added
+    key = (u.user_id, session_id)
+    started = st.sessions[key][1]
+    st.sessions[key] = ["ended", started, t_now]
+    tx.store.upsert_session(u.user_id, session_id, "ended", started, t_now)
+    return report
+
+
+def _session_summary(
+    tx: Tx, models: Models, u: UserState, session_id: str, session_turns: list[Record], old_ep: list[Record]
+) -> float:
+    """Add ŝ = ψ(session) to the episodic layer, blended first into the most similar earlier
+    session summary (eq. 5, ``kernels.ema_blend``); returns the blend's drift (0: none)."""
+    st = tx.st
+    c = st.config
+    summary = models.summarizer.summarize(turn_views(session_turns), c.summary_words)
+    if not summary.strip():
+        return 0.0
+    drift = 0.0
+    s_emb = models.embed([summary])
+    prev = [r.id for r in old_ep if r.kind == "summary" and r.parent_id == NO_TREE]
+    if prev:
+        P = st.vecs(prev)
+        sims = P @ s_emb[0]
+        b = int(np.argmax(sims))
+        if float(sims[b]) >= c.blend_threshold:
+            row = np.ascontiguousarray(P[b : b + 1])
+            d = kernels.ema_blend(row, np.ascontiguousarray(s_emb), float(c.alpha), renormalize=True)
+            drift = float(np.asarray(d).reshape(-1)[0])
+            m = st.recs[prev[b]]
+            st.move(u, m, "episodic", row[0])
+            tx.changed(m, emb=row[0])
+    srcs: list[str] = []
+    for r in session_turns:
+        srcs.extend(r.sources)
+    tx.new_record(
+        u,
+        s_emb[0],
+        session_id=session_id,
+        layer="episodic",
+        kind="summary",
+        text=summary,
+        summary=summary,
+        sources=tuple(dict.fromkeys(srcs)),
+        timestamp=session_turns[-1].timestamp,
+        created_at=session_turns[0].timestamp,
+        interaction_len=float(len(session_turns)),
+        parent_id=NO_TREE,
+        depth=0,
+    )
+    return drift

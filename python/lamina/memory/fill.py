@@ -1,0 +1,174 @@
+"""The read path's choice: the layer gate γ = softmax(β·r) with the entropy bound ε (eq. 7,
+``kernels.softmax_gate``), the budget fill (working memory first, then every layer by
+gate-weighted score, duplicates dropped, aggregates last), the token count of what an item adds
+to the rendered context, and the order against lost-in-the-middle."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import kernels
+from .config import MemoryConfig
+from .records import GENERAL_KINDS, HEADER_TOKENS, MIN_ITEM_TOKENS, Record, TokenCount, norm_key, text_key, turn_tokens
+from .state import MemoryState
+
+__all__ = ["gate", "fill", "item_tokens", "lost_in_the_middle"]
+
+Scored = list[tuple[float, Record]]
+
+
+def gate(relevance: Mapping[str, float], layers: Sequence[str], config: MemoryConfig) -> tuple[dict[str, float], float]:
+    """γ per layer (over ``layers`` that have a relevance, in that order) and the β used
+    (raised past ``config.beta`` until the gate's entropy is at most ``config.max_entropy``)."""
+    names = [L for L in layers if L in relevance]
+    r_arr = np.array([[relevance[L] for L in names]], dtype=np.float32)
+    gamma, beta_used = kernels.softmax_gate(r_arr, float(config.beta), max_entropy=config.max_entropy)
+    g64 = np.asarray(gamma, dtype=np.float64).reshape(-1)
+    gates = {L: float(g) for L, g in zip(names, g64)}
+    return gates, float(np.asarray(beta_used).reshape(-1)[0])
+
+
+def fill(
+    st: MemoryState,
+    per_layer: dict[str, Scored],
+    gates: dict[str, float],
+    beta: float,
+    budget: int,
+    demoted: Mapping[int, float] | None = None,
+) -> tuple[Scored, int]:
+    """Fill the budget: working memory first (at most its γ share, bounded by
+    ``working_share``), then every layer's candidates in one order of gate-weighted score
+    s·(γ_L/γ_max)^(1/β) = s·exp(r_L − r_max) (the gate as a prior over layers, so the budget
+    follows item scores rather than fixed shares); aggregates (summaries, notes, profiles) only
+    fill what the specific items (turns, facts) above the floor leave. ``demoted``: items the
+    speaker scope ranks lower — on equal scores they come after the others (so that of two
+    identical statements the named person's is the one kept)."""
+    c = st.config
+    demoted = demoted or {}
+    chosen: list[tuple[float, Record]] = []
+    taken: set[int] = set()
+    covered: set[str] = set()
+    fact_keys: set[tuple[str, str, str]] = set()
+    seen_text: set[str] = set()  # a turn repeating the words of one already taken adds nothing
+    groups: set[tuple[str | None, str]] = set()  # (session, day) groups already opened
+    used = 0
+
+    def try_take(s: float, r: Record, limit: int) -> int:
+        nonlocal used
+        # the size test first: once the budget is nearly full most candidates fail it, and
+        # it costs two dictionary lookups
+        n, gk = item_tokens(st, r)
+        if gk is not None and gk not in groups:
+            n += HEADER_TOKENS  # this item opens a new [date time] group
+        if n > limit or r.id in taken:
+            return 0
+        if r.kind == "fact":
+            fk = (norm_key(r.subject or ""), r.predicate or "", norm_key(r.object or ""))
+            if fk in fact_keys:
+                return 0
+            if r.sources and r.sources[-1] in covered:
+                return 0  # the turn it renders verbatim is already in the context
+        elif r.sources and set(r.sources) <= covered:
+            return 0  # dedupe: the raw text of all its sources is already in the context
+        tk = text_key(r) if r.kind == "turn" else None
+        if tk is not None and tk in seen_text:
+            return 0
+        if gk is not None:
+            groups.add(gk)
+        taken.add(r.id)
+        if tk is not None:
+            seen_text.add(tk)
+        if r.kind in ("turn", "segment"):
+            covered.update(r.sources)
+        elif r.kind == "fact" and r.sources:
+            covered.add(r.sources[-1])  # a fact renders its latest source turn
+        if r.kind == "fact":
+            fact_keys.add(fk)
+        chosen.append((s, r))
+        used += n
+        return n
+
+    if "working" in gates:
+        share = min(gates["working"], c.working_share) * budget if len(gates) > 1 else budget
+        left = int(share)
+        for s, r in per_layer.get("working", []):
+            if left <= 0:
+                break
+            left -= try_take(s, r, min(left, budget - used))
+    g_max = max(gates.values())
+    prior = {L: (g / g_max) ** (1.0 / beta) if beta > 0 and g > 0 else 1.0 for L, g in gates.items()}
+    # Aggregates go last: their long texts score high against almost any question (cosine
+    # favours long, general texts) while holding none of the raw turns the answer needs.
+    # Ties: the named person's first (not demoted), then the older. (The key is a total order,
+    # so the pool's input order does not matter.)
+    pool: list[tuple[bool, float, bool, int, int, float, Record]] = []
+    for L in gates:
+        p = prior[L]
+        for s, r in per_layer.get(L, ()):
+            pool.append((r.kind in GENERAL_KINDS, -(s * p), r.id in demoted, r.seq, len(pool), s, r))
+    pool.sort()  # (the position: a record in two layers, e.g. working and archive, never compares records)
+    for _, _, _, _, _, s, r in pool:
+        left = budget - used
+        if left < MIN_ITEM_TOKENS:
+            break  # no item is shorter than this
+        nt = r.nt  # (once the budget is nearly full most turns fail on size: test that first,
+        if nt is not None and r.kind == "turn":  # from the record's cache, as _ntokens would)
+            key, (n, gk) = nt
+            if (
+                key[0] == r.text
+                and key[1] == r.timestamp
+                and key[2] == r.session_id
+                and n + (HEADER_TOKENS if gk not in groups else 0) > left
+            ):
+                continue
+        try_take(s, r, left)
+    return chosen, used
+
+
+def item_tokens(st: MemoryState, r: Record) -> TokenCount:
+    """Whitespace tokens the item adds to :meth:`lamina.Context.render`, and its group key: for
+    items showing raw turns, the ``Speaker: text`` lines only (a group's ``[date time]`` header
+    is paid once per group, by the fill); for the others their whole rendering, and None.
+    Cached on the record; the key covers what can change."""
+    if r.kind == "turn":  # (a turn renders its speaker, immutable, and these)
+        return turn_tokens(r)
+    src = None  # a fact renders its latest source turn
+    if r.kind == "fact" and r.sources:
+        u = st.users.get(r.user_id)
+        src = st.recs.get(u.by_src.get(r.sources[-1], -1)) if u is not None else None
+    key: tuple[Any, ...] = (
+        r.text,
+        r.valid_to,
+        r.superseded_by,
+        len(r.members or ()),
+        r.sources[-1] if r.sources else None,
+        r.timestamp,
+        r.session_id,
+        r.valid_from,
+        r.commitment,
+        (src.text, src.timestamp, src.speaker) if src is not None else None,
+    )
+    hit = r.nt
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    it = st.item(r)
+    lines = it.turn_lines()
+    if lines is None:
+        val: TokenCount = (len(it.render().split()), None)
+    else:
+        val = (sum(len(ln.split()) for _, ln in lines), it.group_key())
+    r.nt = (key, val)
+    return val
+
+
+def lost_in_the_middle(chosen: Scored) -> Scored:
+    """Best first, second best last, the rest alternating inwards (weakest in the middle)."""
+    ranked = sorted(chosen, key=lambda x: (-x[0], x[1].seq))
+    front: Scored = []
+    back: Scored = []
+    for i, x in enumerate(ranked):
+        (front if i % 2 == 0 else back).append(x)
+    return front + back[::-1]

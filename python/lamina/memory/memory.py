@@ -1,0 +1,614 @@
+"""``lamina.Memory``: the façade of the memory loop. Each public method checks its arguments,
+takes the lock and runs the stages: :mod:`~lamina.memory.ingest` (add),
+:mod:`~lamina.memory.consolidate` (end of session, with :mod:`~lamina.memory.semantic` and
+:mod:`~lamina.memory.retention`), :mod:`~lamina.memory.retrieve` and :mod:`~lamina.memory.fill`
+(context). Every write goes through :meth:`Memory._write`, the one unit of work."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..embedders import Embedder, check_embeddings, get_embedder
+from ..errors import InvalidInput, LaminaError, NotFoundError
+from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer, is_functional
+from ..items import LAYERS, Context, MemoryItem
+from ..llm import LLM, LLMFactExtractor, LLMSummarizer
+from . import consolidate, fill, ingest, retrieve
+from .config import ACTIVE_LAYERS, MemoryConfig
+from .inputs import TimeLike, check_count, check_id, check_layers, to_time, wall_clock
+from .records import NsCode, Record, norm_key
+from .reports import DeleteReport, MemoryStats, ProfileDrift, SessionReport
+from .state import MemoryState, Models, Tx, UserState
+from .store import SQLiteStore, Store
+
+__all__ = ["Memory", "ClosedError"]
+
+_log = logging.getLogger("lamina")
+
+
+class ClosedError(LaminaError, ValueError):
+    """The :class:`Memory` was closed."""
+
+
+class Memory:
+    """Multi-layer long-term memory for LLM agents, persisted in SQLite.
+
+    Parameters
+    ----------
+    path : str, os.PathLike or None
+        SQLite database file (created if missing; reopening restores the exact state). None keeps
+        everything in memory.
+    embedder : "auto", "hashing", "minilm" or an :class:`~lamina.embedders.Embedder`
+        ``"auto"`` uses MiniLM when its model files are present locally, else the native hashing
+        embedder. A database remembers its embedder; reopening with a different one raises.
+    config : MemoryConfig, optional
+    llm : LLM, optional
+        A chat model (e.g. :class:`lamina.OpenAIChat`); when given, ψ and 𝒜 are prompted (JSON
+        validated; failures fall back to the defaults and are logged).
+    summarizer, fact_extractor : optional
+        Replace ψ / 𝒜 explicitly (they take precedence over ``llm``).
+
+    Identifiers (``user_id``, ``session_id``) are keyword-only on every method. Unknown ids raise
+    :class:`lamina.NotFoundError` (a ``KeyError``), values lamina cannot accept
+    :class:`lamina.InvalidInput` (a ``ValueError``), wrong types ``TypeError``; nothing is
+    written then.
+
+    Thread safety
+    -------------
+    Thread-safe. One ``Memory`` may be shared by many threads: every operation that reads or
+    changes state holds one internal re-entrant lock, so operations are linearizable (each takes
+    effect atomically at some point between its call and its return). Embedding, the expensive
+    part, runs outside the lock, and native searches release the GIL.
+
+    Durability and atomicity
+    ------------------------
+    Every public write (``add``, ``end_session``, ``update``, ``delete``, ``delete_user``) is one
+    SQLite transaction: when it returns, its effects survive a killed process (WAL); when it
+    raises (bad input, a failed summariser, a crash), nothing of it is visible, in the database or
+    in memory. The access statistics that ``context`` bumps (visit counts, last access: they feed
+    heat) are kept in memory and written before the next write, by :meth:`flush` and by
+    :meth:`close`; a killed process loses only those bumps since its last write.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        embedder: str | Embedder | None = "auto",
+        config: MemoryConfig | None = None,
+        *,
+        llm: LLM | None = None,
+        summarizer: Summarizer | None = None,
+        fact_extractor: FactExtractor | None = None,
+    ) -> None:
+        if config is None:
+            config = MemoryConfig()
+        if not isinstance(config, MemoryConfig):
+            raise TypeError(f"config must be a lamina.MemoryConfig, got {type(config).__name__}")
+        self.config = config
+        self._embedder = get_embedder(embedder)
+        self._dim = int(self._embedder.dim)
+        self._lock = threading.RLock()
+        self._closed = False
+        self.llm = llm
+        base_sum = ExtractiveSummarizer(self._embed)
+        if summarizer is None:
+            summarizer = LLMSummarizer(llm, base_sum) if llm is not None else base_sum
+        if fact_extractor is None:
+            fact_extractor = LLMFactExtractor(llm, RuleFactExtractor()) if llm is not None else RuleFactExtractor()
+        self._models = Models(self._embed, summarizer, fact_extractor)
+        self._path = None if path is None else os.fspath(path)
+        self._store: Store = SQLiteStore(self._path, synchronous=str(config.synchronous))
+        with self._store.tx():
+            name = self._store.get_meta("embedder")
+            if name is None:
+                self._store.set_meta("embedder", self._embedder.name)
+                self._store.set_meta("dim", str(self._dim))
+        if name is not None and name != self._embedder.name:
+            self._store.close()
+            raise InvalidInput(
+                f"database {self._path} was built with embedder {name!r}, not "
+                f"{self._embedder.name!r}; open it with embedder={name.split('-')[0]!r}"
+            )
+        self._st = MemoryState.load(self._store, config, self._dim)
+
+    # ------------------------------------------------------------------ the unit of work
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Tx]:
+        """One write: the lock, pending access bumps written, one store transaction whose rows
+        the stages collect in the yielded :class:`Tx`; on any failure the transaction rolls back
+        and the in-memory state is rebuilt from the store, so nothing of the write remains."""
+        with self._lock:
+            self._check_open()
+            self._flush_pending()
+            try:
+                with self._store.tx():
+                    tx = Tx(self._store, self._st)
+                    yield tx
+                    tx.commit()
+            except BaseException:
+                self._reload()
+                raise
+
+    def _reload(self) -> None:
+        try:
+            self._store.reset_ids()
+            self._st = MemoryState.load(self._store, self.config, self._dim)
+        except Exception:  # pragma: no cover - the database itself is unusable
+            _log.exception("lamina: could not rebuild state after a failed write")
+            raise
+
+    def _flush_pending(self) -> None:
+        """Write pending access bumps (caller holds the lock, outside any transaction)."""
+        st = self._st
+        if not st.pending:
+            return
+        rows = [(r.access_count, r.last_access, r.id) for r in st.pending.values() if r.id in st.recs]
+        with self._store.tx():
+            self._store.bump_access(rows)
+        st.pending.clear()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("this Memory is closed")
+
+    def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        x = self._embedder.embed(texts)
+        return check_embeddings(x, len(texts), self._dim, type(self._embedder).__name__)
+
+    def _known_user(self, user_id: str) -> UserState:
+        u = self._st.users.get(user_id)
+        if u is None:
+            raise NotFoundError(f"unknown user_id {user_id!r}")
+        return u
+
+    def _record(self, item_id: int, user_id: str | None) -> Record:
+        """The record of an id this database made (and, with ``user_id``, that user's)."""
+        if isinstance(item_id, bool) or not isinstance(item_id, (int, np.integer)):
+            raise TypeError(f"item_id must be an int, got {type(item_id).__name__}")
+        iid = int(item_id)
+        if iid <= 0 or not self._store.owns(iid):
+            raise NotFoundError(f"item id {iid} does not belong to this database (ids are database-specific)")
+        r = self._st.recs.get(iid)
+        if r is None:
+            raise NotFoundError(f"item id {iid} does not exist (deleted?)")
+        if user_id is not None:
+            check_id(user_id, "user_id")
+            self._known_user(user_id)
+            if r.user_id != user_id:
+                raise NotFoundError(f"item id {iid} does not belong to user {user_id!r}")
+        return r
+
+    # ------------------------------------------------------------------ write path
+    def add(
+        self, messages: Sequence[Mapping[str, Any]], *, user_id: str, session_id: str, timestamp: TimeLike = None
+    ) -> list[int]:
+        """Append turns to working memory and the archive (one atomic transaction).
+
+        Parameters
+        ----------
+        messages : list of dict
+            Each: ``speaker`` or ``role`` (str), ``text`` or ``content`` (non-empty str), and
+            optionally ``id`` (source id, str or int; default ``t<item id>``), ``timestamp``
+            (event time: seconds since the epoch, datetime or ISO string), ``domain`` (str),
+            ``commitment`` ("persist", "ephemeral": never consolidated, or "verify").
+        user_id, session_id : str
+        timestamp : event time for messages without one (default: the wall clock now).
+
+        Returns
+        -------
+        list of int — the item ids of the new turns, in order.
+
+        Raises
+        ------
+        TypeError, InvalidInput
+            Bad messages, ids or times (nothing is written).
+        """
+        self._check_open()
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        default_t = to_time(timestamp, "timestamp")
+        msgs = ingest.parse_messages(messages)
+        emb = self._embed([m.text for m in msgs])
+        wall = wall_clock()
+        for m in msgs:
+            if m.timestamp is None:
+                m.timestamp = default_t if default_t is not None else wall
+        with self._write() as tx:
+            return ingest.add_turns(tx, self._models, msgs, emb, user_id, session_id)
+
+    def end_session(self, *, user_id: str, session_id: str, now: TimeLike = None) -> SessionReport:
+        """Consolidate a session (one atomic transaction).
+
+        Flushes the session's working memory into episodic segments (and facts), adds the session
+        summary ŝ = ψ(session) and blends it into the matching earlier episode (eq. 5, α),
+        decays episodic strengths by α, promotes hot episodes (heat > τ) to semantic notes, and
+        projects the layers onto their capacities (Π_C: the most redundant items go first; see
+        :mod:`lamina.memory.retention`). Raw turns stay in the archive. Ending an ended session
+        again does nothing.
+
+        Parameters
+        ----------
+        now : event time of the consolidation (default: the session's last turn time).
+
+        Raises
+        ------
+        NotFoundError
+            Unknown user or session.
+        """
+        self._check_open()
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        t_now = to_time(now, "now")
+        with self._lock:
+            self._check_open()
+            u = self._known_user(user_id)
+            if (user_id, session_id) not in self._st.sessions:
+                raise NotFoundError(f"unknown session {session_id!r} for user {user_id!r}")
+            with self._write() as tx:
+                return consolidate.end_session(tx, self._models, u, session_id, t_now)
+
+    def update(self, item_id: int, text: str, *, user_id: str | None = None, timestamp: TimeLike = None) -> MemoryItem:
+        """Replace an item's text (re-embedded); the previous text is kept in :meth:`history`."""
+        self._check_open()
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if not text.strip():
+            raise InvalidInput("text is empty")
+        t = to_time(timestamp, "timestamp")
+        emb = self._embed([text])[0]
+        with self._lock:
+            self._check_open()
+            r = self._record(item_id, user_id)
+            with self._write() as tx:
+                st = tx.st
+                u = st.users[r.user_id]
+                tx.store.add_revision(r.id, r.text, t if t is not None else wall_clock())
+                r.text = text
+                u.stale = None
+                tx.changed(r, "text", emb=emb)
+                if r.kind in ("summary", "note"):
+                    r.summary = text
+                    tx.changed(r, "summary")
+                if r.status == "active":
+                    st.move(u, r, r.layer, emb)
+                if r.id in u.seg_of:  # re-index the turn under its leaf
+                    st.reindex_turn_view(u, r, emb)
+            return self._st.item(self._st.recs[r.id])
+
+    def delete(self, item_id: int, *, user_id: str | None = None) -> DeleteReport:
+        """Delete an item. Deleting a raw turn also deletes what was derived from it (segments,
+        summaries, facts, notes whose sources include it), so its text leaves every layer."""
+        self._check_open()
+        with self._lock:
+            self._check_open()
+            r = self._record(item_id, user_id)
+            doomed = {r.id}
+            if r.kind == "turn":
+                doomed.update(
+                    x.id for x in self._st.urecs(self._st.users[r.user_id]) if x.id != r.id and r.source_id in x.sources
+                )
+            with self._write() as tx:
+                tx.store.delete_items(sorted(doomed))
+            # Simplest exact way to keep trees, fact indexes and profiles consistent: rebuild.
+            self._reload()
+            return DeleteReport(deleted=len(doomed))
+
+    def delete_user(self, *, user_id: str) -> DeleteReport:
+        """Delete every item, session and statistic of a user."""
+        self._check_open()
+        check_id(user_id, "user_id")
+        with self._lock:
+            self._check_open()
+            n = len(self._known_user(user_id).ids)
+            with self._write() as tx:
+                tx.store.delete_user(user_id)
+            self._reload()
+            return DeleteReport(deleted=n)
+
+    # ------------------------------------------------------------------ read path
+    def context(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        budget: int = 1024,
+        now: TimeLike = None,
+        domain: str | None = None,
+        include_archive: bool = False,
+        query_embedding: npt.NDArray[np.float32] | None = None,
+    ) -> Context:
+        """Build a budgeted context for ``query`` from ``user_id``'s memory.
+
+        Per active layer (working, episodic, semantic; the archive too with
+        ``include_archive=True``): top-m candidates by cosine; layer relevance r_i = mean of the
+        top ``relevance_top`` similarities; γ = softmax_gate(β·r) with the entropy bound ε;
+        the budget is split ∝ γ (working first, at most ``working_share``), filled by score, then
+        the rest by global score; duplicates (sources already covered) are dropped; items under
+        ``min_similarity`` never enter (nothing left → ``abstain``); the result is ordered against
+        lost-in-the-middle. Returned items get ``access_count`` += 1 and ``last_access`` = now.
+
+        Parameters
+        ----------
+        query : str
+        user_id : str
+            An unknown user has no memories: the context abstains.
+        budget : int
+            Token budget (whitespace words of the rendered context), >= 1.
+        now : event time of the question (default: wall clock). When given, items stated after
+            ``now`` are invisible (replays behave as if it were then).
+        domain : str, optional
+            Domain gate: items tagged with another domain are blocked.
+        query_embedding : ndarray, shape (dim,), float32, optional
+            Precomputed query vector (skips embedding).
+        """
+        self._check_open()
+        check_id(user_id, "user_id")
+        budget = check_count(budget, "budget", " (tokens)")
+        t_now = to_time(now, "now")
+        if domain is not None and not isinstance(domain, str):
+            raise TypeError("domain must be a str or None")
+        q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
+        c = self.config
+        with self._lock:
+            self._check_open()
+            st = self._st
+            u = st.users.get(user_id)
+            empty = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
+            if u is None:
+                return empty
+            layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
+            stale = retrieve.staleness(st, u)
+            # enough candidates to fill the budget unless items average under 4 tokens (a turn
+            # on its own renders as "[date time]" + "Speaker: word"); a shallower first search
+            # with a deeper retry was measured slower (the retry ran for half the queries of
+            # bench/bench_memory.py) and lost recall on LoCoMo (shallower fusion lists)
+            m = max(c.candidates, -(-budget // 4))
+            cands = retrieve.rank_layers(st, u, q, query, layers, m, t_now, domain, stale)
+            if cands is None:
+                return empty
+            gates, b_used = fill.gate(cands.relevance, layers, c)
+            chosen, _ = fill.fill(st, cands.per_layer, gates, b_used, budget, cands.demoted)
+            if cands.demoted:
+                chosen = [(cands.demoted.get(r.id, s), r) for s, r in chosen]
+            if not chosen:
+                return Context(items=[], gates=gates, beta=b_used, abstain=True, query=query, budget=budget)
+            ordered = fill.lost_in_the_middle(chosen)
+            items = []
+            for s, r in ordered:
+                it = st.item(r, s)
+                if r.id in cands.via and r.status == "active" and r.layer == "archive":
+                    it.layer = "episodic"  # an episode's turn, shown on its own
+                items.append(it)
+            self._bump(u, ordered, cands.via, t_now if t_now is not None else wall_clock())
+            return Context(items=items, gates=gates, beta=b_used, abstain=False, query=query, budget=budget)
+
+    def _bump(self, u: UserState, shown: list[tuple[float, Record]], via: set[int], t: float) -> None:
+        """Visits: the items shown, and the episode of a turn shown for its episode (heat feeds
+        promotion and eviction). Applied in memory now, written with the next write (or
+        :meth:`flush` / :meth:`close`): reads stay off the disk path."""
+        st = self._st
+        heated: dict[int, Record] = {}
+        for _, r in shown:
+            heated[r.id] = r
+            leaf = u.seg_of.get(r.id) if r.id in via else None
+            if leaf is not None:
+                heated[leaf] = st.recs[leaf]
+        for r in heated.values():
+            r.access_count += 1
+            r.last_access = t
+            st.pending[r.id] = r
+
+    def flush(self) -> None:
+        """Write pending access statistics of ``context`` calls to the database."""
+        self._check_open()
+        with self._lock:
+            self._flush_pending()
+
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        k: int = 10,
+        layers: Sequence[str] | None = None,
+        now: TimeLike = None,
+        query_embedding: npt.NDArray[np.float32] | None = None,
+    ) -> list[MemoryItem]:
+        """Top-k items of ``user_id`` by cosine similarity (no budget, gate or floor; no access bump).
+
+        Parameters
+        ----------
+        layers : list of str, optional
+            Any of ``working``, ``episodic``, ``semantic``, ``archive`` (every raw turn ever added,
+            including those still in working memory), ``history`` (superseded facts). Default:
+            the active layers.
+        """
+        self._check_open()
+        check_id(user_id, "user_id")
+        k = check_count(k, "k")
+        names = list(ACTIVE_LAYERS) if layers is None else check_layers(layers)
+        archive_only = layers is not None and "archive" in layers and "working" not in layers
+        if "archive" in names and "working" not in names:
+            names.append("working")  # archive = every raw turn, live ones included
+        t_now = to_time(now, "now")
+        q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
+        with self._lock:
+            self._check_open()
+            st = self._st
+            u = st.users.get(user_id)
+            if u is None:
+                return []
+            hits: list[tuple[float, Record]] = []
+            for lst in retrieve.candidates(st, u, q, list(dict.fromkeys(names)), k, t_now, None).values():
+                hits.extend(lst)
+            if archive_only:
+                hits = [(s, r) for s, r in hits if r.kind == "turn"]
+            hits.sort(key=lambda x: (-x[0], x[1].seq))
+            out = []
+            for s, r in hits[:k]:
+                it = st.item(r, s)
+                if archive_only:
+                    it.layer = "archive"
+                out.append(it)
+            return out
+
+    # ------------------------------------------------------------------ inspection
+    def get(self, item_id: int, *, user_id: str | None = None) -> MemoryItem:
+        """The item with this id (any layer, evicted and superseded included).
+
+        Raises
+        ------
+        NotFoundError
+            Unknown id, an id of another database, or (with ``user_id``) another user's item.
+        """
+        self._check_open()
+        with self._lock:
+            return self._st.item(self._record(item_id, user_id))
+
+    def history(self, item_id: int, *, user_id: str | None = None) -> list[MemoryItem]:
+        """Versions of an item, oldest first, ending with the current one.
+
+        For a fact: every fact on the same subject + predicate in time order (superseded ones
+        carry ``valid_to`` and ``superseded_by``). For other items: earlier texts set by
+        :meth:`update` (as items with ``kind`` unchanged and ``timestamp`` = change time).
+        """
+        self._check_open()
+        with self._lock:
+            st = self._st
+            r = self._record(item_id, user_id)
+            if r.kind == "fact" and r.predicate is not None:
+                key = (norm_key(r.subject or ""), r.predicate)
+                chain = [
+                    x
+                    for x in st.urecs(st.users[r.user_id])
+                    if x.kind == "fact" and (norm_key(x.subject or ""), x.predicate) == key
+                ]
+                if not is_functional(r.predicate):
+                    chain = [x for x in chain if norm_key(x.object or "") == norm_key(r.object or "")]
+                chain.sort(key=lambda x: (x.valid_from or 0.0, x.seq))
+                return [st.item(x) for x in chain]
+            out = [replace(st.item(r), text=t, timestamp=ct) for t, ct in self._store.revisions(r.id)]
+            return out + [st.item(r)]
+
+    def facts(self, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
+        """Semantic facts of a user (current only by default; ``current=False`` adds history)."""
+        self._check_open()
+        check_id(user_id, "user_id")
+        with self._lock:
+            st = self._st
+            u = st.users.get(user_id)
+            if u is None:
+                return []
+            out = [
+                st.item(r)
+                for r in st.urecs(u)
+                if r.kind == "fact"
+                and r.status == "active"
+                and (r.layer == "semantic" or not current)
+                and (subject is None or norm_key(r.subject or "") == norm_key(subject))
+            ]
+            out.sort(key=lambda it: (it.subject or "", it.predicate or "", it.valid_from or 0.0))
+            return out
+
+    def stats(self, *, user_id: str | None = None) -> MemoryStats:
+        """Counts and state: items per layer, archive turns, facts (current / superseded), evicted
+        items, sessions, users, profile drift (sum / last ‖Δe‖² of the damped updates), the embedder,
+        the database path and LLM fallbacks (see :class:`lamina.MemoryStats`)."""
+        self._check_open()
+        with self._lock:
+            st = self._st
+            if user_id is not None:
+                check_id(user_id, "user_id")
+                users = [self._known_user(user_id)]
+            else:
+                users = list(st.users.values())
+            uids = {u.user_id for u in users}
+            layers = {L: 0 for L in LAYERS}
+            kinds: dict[str, int] = {}
+            evicted = turns = 0
+            recs = [r for u in users for r in st.urecs(u)]
+            for r in recs:
+                if r.kind == "turn":
+                    turns += 1
+                if r.status == "active":
+                    layers[r.layer] += 1
+                    kinds[r.kind] = kinds.get(r.kind, 0) + 1
+                else:
+                    evicted += 1
+            ann = st.vectors.uses_ann
+            summ, ext = self._models.summarizer, self._models.extractor
+            return MemoryStats(
+                embedder=self._embedder.name,
+                dim=self._dim,
+                path=self._path,
+                users=len(users),
+                sessions=sum(1 for (uid, _s) in st.sessions if uid in uids),
+                open_sessions=sum(1 for (uid, _s), v in st.sessions.items() if uid in uids and v[0] == "open"),
+                items=len(recs),
+                layers=layers,
+                kinds=kinds,
+                archive_turns=turns,
+                facts_current=sum(
+                    1 for r in recs if r.kind == "fact" and r.layer == "semantic" and r.status == "active"
+                ),
+                facts_superseded=layers["history"],
+                evicted=evicted,
+                profile_drift=ProfileDrift(
+                    total=float(sum(u.drift_total for u in users)),
+                    last=float(users[-1].drift_last) if len(users) == 1 else None,
+                    updates=int(sum(u.drift_updates for u in users)),
+                    lambda_=float(self.config.profile_lambda),
+                ),
+                # (user/layer) searched through hnswlib (past ann_threshold), the rest exactly
+                ann_layers=sorted(
+                    f"{u.user_id}/{L}"
+                    for u in users
+                    for L in LAYERS
+                    if ann(u.ns(LAYERS[L])) or (L == "episodic" and ann(u.ns(NsCode.LEAF)))
+                ),
+                llm=repr(self.llm) if self.llm is not None else None,
+                llm_fallbacks=int(getattr(summ, "failures", 0)) + int(getattr(ext, "failures", 0)),
+                config=asdict(self.config),
+            )
+
+    def users(self) -> list[str]:
+        """All user ids."""
+        with self._lock:
+            return sorted(self._st.users)
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder in use."""
+        return self._embedder
+
+    @property
+    def path(self) -> str | None:
+        """The database file (None: in memory)."""
+        return self._path
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Close the database (idempotent). Later calls raise :class:`ClosedError`."""
+        with self._lock:
+            if not self._closed:
+                self._flush_pending()
+                self._closed = True
+                self._store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Memory(path={self._path!r}, embedder={self._embedder.name!r}, users={len(self._st.users)})"

@@ -1,0 +1,111 @@
+"""Typed results of the memory's write and inspection calls (each with ``to_dict()``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["SessionReport", "DeleteReport", "ProfileDrift", "MemoryStats"]
+
+
+@dataclass(slots=True)
+class SessionReport:
+    """What :meth:`lamina.Memory.end_session` did.
+
+    Attributes
+    ----------
+    segments : int
+        Net change of the active episodic items (new leaves, tree nodes and the session summary,
+        less those evicted), at least 0.
+    facts : int
+        Facts inserted (new values, superseded or not; restatements only strengthen).
+    promoted : int
+        Hot episodes promoted to semantic notes (heat > τ).
+    evicted : int
+        Items the capacity projection took out of the active layers.
+    blend_drift : float
+        ‖Δe‖² of the EMA blend of the session summary into the matching earlier one (0: none).
+    """
+
+    segments: int = 0
+    facts: int = 0
+    promoted: int = 0
+    evicted: int = 0
+    blend_drift: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class DeleteReport:
+    """What :meth:`lamina.Memory.delete` / :meth:`~lamina.Memory.delete_user` removed.
+
+    Attributes
+    ----------
+    deleted : int
+        Items deleted (a raw turn takes what was derived from it along).
+    """
+
+    deleted: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class ProfileDrift:
+    """The damped profile updates (eq. 9–10): sum and last ‖Δe‖², how many, and λ."""
+
+    total: float
+    last: float | None
+    updates: int
+    lambda_: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"total": self.total, "last": self.last, "updates": self.updates, "lambda": self.lambda_}
+
+
+@dataclass(slots=True)
+class MemoryStats:
+    """Counts and state of a memory (or of one user), from :meth:`lamina.Memory.stats`.
+
+    Attributes
+    ----------
+    embedder, dim, path : the embedder's name and dimension, the database file (None: in memory)
+    users, sessions, open_sessions : counts
+    items : every stored item (any layer or status)
+    layers : active items per layer (``history``: superseded facts)
+    kinds : active items per kind
+    archive_turns : raw turns ever added (and not deleted)
+    facts_current, facts_superseded : semantic facts
+    evicted : items the capacity projection took out of the active layers
+    profile_drift : :class:`ProfileDrift` (``last`` only for one user)
+    ann_layers : ``user/layer`` served by hnswlib (past ``ann_threshold``)
+    llm, llm_fallbacks : the LLM in use (repr) and how often its replies fell back to the defaults
+    config : the :class:`~lamina.MemoryConfig` as a dict
+    """
+
+    embedder: str
+    dim: int
+    path: str | None
+    users: int
+    sessions: int
+    open_sessions: int
+    items: int
+    layers: dict[str, int]
+    kinds: dict[str, int]
+    archive_turns: int
+    facts_current: int
+    facts_superseded: int
+    evicted: int
+    profile_drift: ProfileDrift
+    ann_layers: list[str]
+    llm: str | None
+    llm_fallbacks: int
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        d["profile_drift"] = self.profile_drift.to_dict()
+        return d

@@ -1,0 +1,347 @@
+"""Retention: heat (MemoryOS), promotion of hot episodes to semantic notes, and the capacity
+projection Π_C that keeps each user's pools within C_e / C_s at the end of a session.
+
+Two pools: P_e (leaves and session summaries, at most C_e per user) and P_s (current facts and
+notes, C_s). ``MemoryConfig.eviction = "coverage"`` (default): an active pooled item *covers* the
+turns it renders verbatim (a leaf its member turns, a fact its latest source turn); c_t is the
+number of items covering turn t. The novelty of a covered turn is ν_t = 1 − max(0, cos(t, t′)) for
+its nearest covered turn t′ of another leaf (1 when there is none): a line said in many places
+("that's great!") is worth little, a specific one close to 1. An item's value is its Shapley share
+of the coverage game v(S) = Σ_{t covered by S} ν_t,
+
+    V_i = Σ_{t rendered by i} ν_t / c_t,
+
+i.e. the novel raw text the active layers lose with it, shared evenly among the items that
+duplicate it (a fact whose turn is also in an active leaf holds half of it). Aggregates (session
+summaries, notes) render no raw text: V_i = (share of their source turns that no active item
+covers) × (1 − max(0, cos to the nearest active aggregate of the pool)), zero while their leaves
+survive — the cheapest to drop — and worth up to one specific turn once they are the last trace
+of a session. The retention score is
+
+    score_i = V_i · (1 + a·N_visit + R_i) + ε · exp(−Δt/μ)
+
+with MemoryOS visits N_visit (a = ``heat_a``), a fact's restatements R_i (its strength above 1),
+and recency (μ = ``heat_mu``) scaled by ε = ``eviction_tiebreak`` so that it only breaks ties:
+age alone evicts nothing (the α decay of strengths is not a term). Each round evicts the
+⌈excess/2⌉ lowest scores of every over-full pool (``kernels.evict_to_capacity``; on equal scores
+the newer item goes) and re-measures c_t, ν and V, so of two near-duplicates only one goes.
+``eviction = "heat"`` is the earlier rule: the lowest heat × strength (oldest first in practice).
+Evicted internal MemTree nodes go with their last child; a node left with one child is spliced
+out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import kernels
+from ..search import topk
+from .records import NO_TREE, ROOT, Record, norm_key
+from .state import MemoryState, Models, Tx, UserState
+
+__all__ = ["heat", "promote", "evict", "CoverageProjection"]
+
+
+def heat(st: MemoryState, recs: list[Record], now: float) -> npt.NDArray[np.float32]:
+    """MemoryOS heat = a·N_visit + b·L_interaction + c·exp(−Δt/μ) per record (``kernels.heat_scores``)."""
+    c = st.config
+    visits = np.array([r.access_count for r in recs], dtype=np.float32)
+    ilen = np.array([r.interaction_len for r in recs], dtype=np.float32)
+    last = np.array([r.last_access if r.last_access is not None else now for r in recs], dtype=np.float64)
+    return np.asarray(
+        kernels.heat_scores(visits, ilen, last, float(now), a=c.heat_a, b=c.heat_b, c=c.heat_c, mu=c.heat_mu),
+        dtype=np.float32,
+    )
+
+
+def promote(tx: Tx, models: Models, u: UserState, now: float) -> int:
+    """Episodes with heat > τ become semantic notes (their facts are already extracted)."""
+    st = tx.st
+    leaves = [r for r in st.urecs(u) if r.layer == "episodic" and r.status == "active" and r.kind == "segment"]
+    if not leaves:
+        return 0
+    hot = np.asarray(kernels.select_hot(heat(st, leaves, now), float(st.config.promote_threshold))).reshape(-1)
+    if hot.size == 0:
+        return 0
+    chosen = [leaves[int(i)] for i in hot]
+    embs = models.embed([r.summary or r.text for r in chosen])
+    for r, e in zip(chosen, embs):
+        tx.new_record(
+            u,
+            e,
+            session_id=r.session_id,
+            layer="semantic",
+            kind="note",
+            text=r.summary or r.text,
+            summary=r.summary,
+            sources=r.sources,
+            timestamp=r.timestamp,
+            created_at=now,
+            domain=r.domain,
+            last_access=now,
+        )
+        r.access_count, r.interaction_len, r.last_access = 0, 0.0, now
+        tx.changed(r, "access_count", "interaction_len", "last_access")
+    return len(chosen)
+
+
+def evict(tx: Tx, u: UserState, now: float) -> int:
+    """Capacity projection Π_C: beyond C_e / C_s, the items whose loss costs least leave the
+    active layers (``MemoryConfig.eviction``; the rule is in the module docstring)."""
+    st = tx.st
+    c = st.config
+    recs = sorted(
+        (
+            r
+            for r in st.urecs(u)
+            if r.status == "active"
+            and (
+                (r.layer == "episodic" and (r.kind == "segment" or r.parent_id == NO_TREE))
+                or (r.layer == "semantic" and r.kind in ("fact", "note"))
+            )
+        ),
+        key=lambda r: r.id,
+    )
+    ep = [r for r in recs if r.layer == "episodic"]
+    sem = [r for r in recs if r.layer == "semantic"]
+    if len(ep) <= c.episodic_capacity and len(sem) <= c.semantic_capacity:
+        return 0
+    if c.eviction == "heat":
+        victims: list[Record] = []
+        for pool, cap in ((ep, c.episodic_capacity), (sem, c.semantic_capacity)):
+            if len(pool) <= cap:
+                continue
+            score = heat(st, pool, now) * np.array([r.strength for r in pool], dtype=np.float32)
+            ns = np.zeros(len(pool), dtype=np.uint64)
+            out = np.asarray(
+                kernels.evict_to_capacity(np.ascontiguousarray(score, dtype=np.float32), ns, int(cap))
+            ).reshape(-1)
+            victims.extend(pool[int(i)] for i in out)
+    else:
+        items = ep + sem
+        gone = CoverageProjection(st, u, items, len(ep), now).run()
+        victims = [items[int(i)] for i in gone]
+    for r in victims:
+        _evict_one(tx, u, r)
+    if victims:
+        u.max_depth = max((int(st.recs[i].depth) for kids in u.children.values() for i in kids), default=0)
+    return len(victims)
+
+
+def _evict_one(tx: Tx, u: UserState, r: Record) -> None:
+    st = tx.st
+    stack = [r]
+    while stack:
+        x = stack.pop()
+        if x.status != "active":
+            continue
+        st.unplace(u, x)
+        if x.kind == "segment":
+            st.drop_turn_views(u, x)
+        x.status = "evicted"
+        tx.changed(x, "status")
+        if x.kind == "fact":
+            lst = u.current.get((norm_key(x.subject or ""), x.predicate or ""), [])
+            if x.id in lst:
+                lst.remove(x.id)
+            u.stale = None
+        if x.layer == "episodic" and x.parent_id is not None and x.parent_id != NO_TREE:
+            sib = u.children.get(x.parent_id, [])
+            if x.id in sib:
+                sib.remove(x.id)
+            if not sib and x.parent_id != ROOT:
+                u.children.pop(x.parent_id, None)
+                stack.append(st.recs[x.parent_id])  # an internal node with no children goes too
+            elif len(sib) == 1 and x.parent_id != ROOT:
+                _splice(tx, u, st.recs[x.parent_id])
+
+
+def _splice(tx: Tx, u: UserState, node: Record) -> None:
+    """An internal node left with one child is replaced by that child (which moves up a level
+    with its subtree), so that evictions do not leave chains of one-child summaries behind:
+    without this, internal nodes outlive their leaves and the tree grows without bound."""
+    st = tx.st
+    (child,) = u.children.pop(node.id)
+    parent = node.parent_id
+    assert parent is not None
+    sib = u.children.get(parent, [])
+    if node.id in sib:
+        sib[sib.index(node.id)] = child
+        sib.sort(key=lambda i: st.recs[i].seq)
+    c = st.recs[child]
+    c.parent_id = parent
+    tx.changed(c, "parent_id")
+    stack = [c]
+    while stack:
+        y = stack.pop()
+        y.depth = max(0, int(y.depth) - 1)
+        tx.changed(y, "depth")
+        stack.extend(st.recs[k] for k in u.children.get(y.id, []))
+    st.unplace(u, node)
+    node.status = "evicted"
+    tx.changed(node, "status")
+
+
+class CoverageProjection:
+    """Π_C by coverage (``MemoryConfig.eviction == "coverage"``; the rule is in the module docstring).
+
+    ``items``: the pooled records of one user, sorted by id, episodic pool (leaves and session
+    summaries) first, then the semantic pool (current facts and notes). ``run`` returns the
+    indices of ``items`` to evict so that each pool fits its capacity.
+
+    Cost: building the incidence is O(items + sources); one exact top-k over the T raw turns of
+    the pooled items (O(T²·d), native, GIL released), repeated only when a turn's listed
+    neighbours are all gone; then O(log₂ excess) rounds of vector arithmetic, each with one
+    ``kernels.evict_to_capacity`` call.
+    """
+
+    _EXTRA = 16  # neighbours listed beyond one segment's worth, so rounds seldom need a new top-k
+
+    def __init__(self, st: MemoryState, u: UserState, items: list[Record], n_episodic: int, now: float) -> None:
+        c = st.config
+        self.c = c
+        self.items = items
+        n = len(items)
+        self.n = n
+        self.pool = np.zeros(n, dtype=np.uint64)
+        self.pool[n_episodic:] = 1
+        self.cap = (int(c.episodic_capacity), int(c.semantic_capacity))
+        col: dict[int, int] = {}  # turn record id -> column
+        raw_i: list[int] = []
+        raw_t: list[int] = []
+        agg_i: list[int] = []
+        agg_t: list[int] = []
+        raw_ids: list[int] = []
+        for i, r in enumerate(items):
+            if r.kind in ("segment", "fact"):
+                # Raw text the item renders verbatim: a leaf its member turns, a fact its latest source turn.
+                raw = (
+                    list(r.members or ())
+                    if r.kind == "segment"
+                    else ([u.by_src.get(r.sources[-1])] if r.sources else [])
+                )
+                for t in raw:
+                    if t is None or t not in st.recs or t not in st.vectors:
+                        continue
+                    j = col.get(t)
+                    if j is None:
+                        j = col[t] = len(col)
+                        raw_ids.append(t)
+                    raw_i.append(i)
+                    raw_t.append(j)
+        self.n_raw = len(raw_ids)
+        for i, r in enumerate(items):
+            if r.kind not in ("segment", "fact"):  # aggregates: session summaries, notes
+                for src in r.sources or ():
+                    t = u.by_src.get(src)
+                    if t is not None:
+                        agg_i.append(i)
+                        agg_t.append(col.setdefault(t, len(col)))
+        self.n_col = len(col)
+        self.raw_i = np.asarray(raw_i, dtype=np.int64)
+        self.raw_t = np.asarray(raw_t, dtype=np.int64)
+        self.agg_i = np.asarray(agg_i, dtype=np.int64)
+        self.agg_t = np.asarray(agg_t, dtype=np.int64)
+        self.is_agg = np.array([r.kind not in ("segment", "fact") for r in items], dtype=bool)
+        self.agg_n = np.bincount(self.agg_i, minlength=n).astype(np.float64)
+        # Turns that go together (one leaf) never count as each other's redundancy.
+        self.group = np.array([u.seg_of.get(t, -1 - t) for t in raw_ids], dtype=np.int64)
+        self.X = st.vecs(raw_ids) if raw_ids else np.zeros((0, st.dim), dtype=np.float32)
+        self.A = st.vecs([r.id for r in items]) if bool(self.is_agg.any()) else None
+        self.k_turn = int(c.max_segment_turns) + 1 + self._EXTRA
+        self.nbr: tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]] | None = None
+        visits = np.array([r.access_count for r in items], dtype=np.float32)
+        restated = np.array([max(0.0, float(r.strength) - 1.0) if r.kind == "fact" else 0.0 for r in items])
+        self.use = 1.0 + float(c.heat_a) * visits.astype(np.float64) + restated
+        last = np.array([r.last_access if r.last_access is not None else now for r in items], dtype=np.float64)
+        zeros = np.zeros(n, dtype=np.float32)
+        self.recency = np.asarray(
+            kernels.heat_scores(zeros, zeros, last, float(now), a=0.0, b=0.0, c=1.0, mu=float(c.heat_mu)),
+            dtype=np.float64,
+        )
+
+    def _neighbours(self, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Top-k cosine neighbours of every raw turn among ``rows`` (indices into ``rows``' space
+        mapped back to raw columns; -1 padded)."""
+        X = np.ascontiguousarray(self.X[rows])
+        k = min(self.k_turn, len(rows))
+        S, I = topk(X, X, k, "ip")
+        S = np.asarray(S, dtype=np.float32)
+        I = np.asarray(I, dtype=np.int64)
+        full_S = np.full((self.n_raw, k), -np.inf, dtype=np.float32)
+        full_I = np.full((self.n_raw, k), -1, dtype=np.int64)
+        full_S[rows] = S
+        full_I[rows] = np.where(I >= 0, rows[np.maximum(I, 0)], -1)
+        return full_S, full_I
+
+    def _turn_novelty(self, covered: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
+        """ν_t = 1 − max(0, cos to the nearest covered raw turn of another leaf); 1 with none."""
+        rows = np.flatnonzero(covered[: self.n_raw]).astype(np.int64)
+        nu = np.ones(self.n_col, dtype=np.float64)
+        if len(rows) < 2:
+            return nu
+        for attempt in range(2):
+            if self.nbr is None:
+                self.nbr = self._neighbours(rows)
+            S, I = self.nbr
+            ok = (I >= 0) & (self.group[np.maximum(I, 0)] != self.group[:, None])
+            live = ok & covered[np.maximum(I, 0)]
+            # A row whose listed neighbours all left (none padded) may have others: list them anew.
+            exhausted = covered[: self.n_raw] & ~live.any(axis=1) & (I >= 0).all(axis=1) & (I.shape[1] < len(rows))
+            if attempt == 0 and bool(exhausted.any()):
+                self.nbr = None
+                continue
+            break
+        best = np.where(live, S, -np.inf).max(axis=1)
+        nu[: self.n_raw] = np.where(np.isfinite(best), 1.0 - np.clip(best, 0.0, 1.0), 1.0)
+        return nu
+
+    def _agg_novelty(self, active: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
+        """ν_i of an aggregate: 1 − max(0, cos to the nearest active aggregate of its pool)."""
+        nu = np.ones(self.n, dtype=np.float64)
+        if self.A is None:
+            return nu
+        for p in (0, 1):
+            idx = np.flatnonzero(self.is_agg & active & (self.pool == p)).astype(np.int64)
+            if len(idx) < 2:
+                continue
+            Y = np.ascontiguousarray(self.A[idx])
+            S, I = topk(Y, Y, 2, "ip")
+            S = np.asarray(S, dtype=np.float64)
+            I = np.asarray(I, dtype=np.int64)
+            other = np.where(I[:, 0] == np.arange(len(idx)), S[:, 1], S[:, 0])
+            nu[idx] = 1.0 - np.clip(other, 0.0, 1.0)
+        return nu
+
+    def scores(self, active: npt.NDArray[np.bool_]) -> npt.NDArray[np.float32]:
+        """Retention score per item: V_i · use_i + ε · recency_i (see the module docstring)."""
+        on = active[self.raw_i]
+        cover = np.bincount(self.raw_t[on], minlength=self.n_col)
+        nu = self._turn_novelty(cover > 0)
+        share = np.zeros(len(self.raw_t), dtype=np.float64)
+        share[on] = nu[self.raw_t[on]] / cover[self.raw_t[on]]
+        value = np.bincount(self.raw_i, weights=share, minlength=self.n)
+        if self.A is not None:
+            lost = np.bincount(self.agg_i, weights=(cover[self.agg_t] == 0).astype(np.float64), minlength=self.n)
+            frac = np.where(self.agg_n > 0, lost / np.maximum(self.agg_n, 1.0), 1.0)
+            value = np.where(self.is_agg, frac * self._agg_novelty(active), value)
+        score = value * self.use + float(self.c.eviction_tiebreak) * self.recency
+        return np.ascontiguousarray(score, dtype=np.float32)
+
+    def run(self) -> npt.NDArray[np.int64]:
+        active = np.ones(self.n, dtype=bool)
+        while True:
+            caps: dict[int, int] = {}
+            for p in (0, 1):
+                cnt = int(np.count_nonzero(active & (self.pool == p)))
+                excess = cnt - self.cap[p]
+                if excess > 0:  # halve the excess per round: redundancy is re-measured in between
+                    caps[p] = cnt - (excess + 1) // 2
+            if not caps:
+                break
+            out = np.asarray(
+                kernels.evict_to_capacity(self.scores(active), self.pool, caps, live=active.view(np.uint8))
+            ).reshape(-1)
+            active[out] = False
+        return np.flatnonzero(~active).astype(np.int64)

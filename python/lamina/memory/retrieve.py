@@ -1,0 +1,313 @@
+"""The read path's candidates: per-layer top-k (native exact search, hnswlib past a size),
+episodic turns by reciprocal-rank fusion of their cosine and BM25, facts folded into the turns
+they came from, the stale penalty, the similarity floor, the attribution firewall (speaker
+scope) and the layer relevance r_i that the gate reads (:mod:`lamina.memory.fill`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import InvalidInput
+from ..items import LAYERS
+from .records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key
+from .staleness import Staleness
+from .state import MemoryState, UserState
+from .store import ID_SHIFT
+
+__all__ = ["Candidates", "query_vector", "staleness", "rank_layers", "candidates", "visible"]
+
+Vec = npt.NDArray[np.float32]
+Scored = list[tuple[float, Record]]
+
+
+def query_vector(embed: Callable[[list[str]], Vec], dim: int, query: str, query_embedding: Vec | None) -> Vec:
+    """The query as one row, shape (1, dim): embedded, or the caller's checked vector."""
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, got {type(query).__name__}")
+    if not query.strip():
+        raise InvalidInput("query is empty")
+    if query_embedding is None:
+        return embed([query])
+    q = query_embedding
+    if not isinstance(q, np.ndarray) or q.dtype != np.float32:
+        raise TypeError("query_embedding must be a float32 numpy array of shape (dim,)")
+    if q.shape != (dim,):
+        raise InvalidInput(f"query_embedding must have shape ({dim},), got {q.shape}")
+    if not np.isfinite(q).all() or not np.any(q):
+        raise InvalidInput("query_embedding must be finite and non-zero")
+    return np.ascontiguousarray(q.reshape(1, -1))
+
+
+def staleness(st: MemoryState, u: UserState) -> Staleness:
+    """What only supports superseded facts: their source turns, and their object values
+    (when the current value of the same subject + predicate is different). Cached per user."""
+    if u.stale is None:
+        hist: set[str] = set()
+        cur: set[str] = set()
+        values: dict[str, set[str]] = {}
+        resolved: set[int] = set()
+        for i in u.facts:
+            r = st.recs[i]
+            if r.status != "active":
+                continue
+            (hist if r.layer == "history" else cur).update(r.sources)
+            if r.layer == "history" and r.superseded_by is not None:
+                resolved.add(int(r.superseded_by))
+            if r.layer == "history":
+                key = (norm_key(r.subject or ""), r.predicate or "")
+                now_ids = u.current.get(key, [])
+                now_vals = {norm_key(st.recs[i].object or "") for i in now_ids}
+                old = norm_key(r.object or "")
+                if old and now_vals and old not in now_vals:
+                    values.setdefault(old, set()).update(now_vals)
+        s = Staleness(frozenset(hist - cur), values, frozenset(resolved))
+        last = u.stale_last
+        if last is not None and last.same_as(s):
+            s = last  # nothing it depends on changed: keep its per-item cache
+        u.stale = u.stale_last = s
+    return u.stale
+
+
+def scope(u: UserState, query: str) -> str | None:
+    """The one person the query names among those this user's memory attributes items to
+    (speakers of turns, subjects of facts); None when it names none or several."""
+    named = [k for k, (_, pat) in u.people.items() if pat.search(query)]
+    return named[0] if len(named) == 1 else None
+
+
+@dataclass(slots=True)
+class Candidates:
+    """Per-layer candidates of one query, ready for the gate and the fill.
+
+    Attributes
+    ----------
+    per_layer : layer -> (score, record) above the floor (working memory sorted best first)
+    relevance : layer -> r_i, the mean of its best ``relevance_top`` specific scores
+    demoted : record id -> its score lowered by the speaker scope (presentation only)
+    via : ids of turns found through their episode
+    """
+
+    per_layer: dict[str, Scored] = field(default_factory=dict)
+    relevance: dict[str, float] = field(default_factory=dict)
+    demoted: dict[int, float] = field(default_factory=dict)
+    via: set[int] = field(default_factory=set)
+
+
+def rank_layers(
+    st: MemoryState,
+    u: UserState,
+    q: Vec,
+    query: str,
+    layers: Sequence[str],
+    m: int,
+    t_now: float | None,
+    domain: str | None,
+    stale: Staleness,
+) -> Candidates | None:
+    """Candidates at depth ``m`` per layer with their adjusted scores; None when no layer has a
+    candidate above the floor."""
+    c = st.config
+    out = Candidates()
+    per_layer, rel, shown = out.per_layer, out.relevance, out.demoted
+    who_scope = scope(u, query) if c.speaker_scope > 0 else None
+    scope_name = u.people[who_scope][0] if who_scope is not None else None
+    other: dict[str, bool] = {}  # speaker / subject -> is someone else than the named person
+    # The episodic layer's own rows searched here are its summaries (aggregates: they only
+    # fill what specific items leave), so c.candidates of them are enough (its leaves are
+    # found through their turns instead); the other layers get m.
+    found = candidates(st, u, q, layers, m, t_now, domain, leaves=False, k_of={"episodic": min(m, c.candidates)})
+    if "episodic" in found:
+        found["episodic"], folded, out.via = episodic_candidates(
+            st, u, q, query, found["episodic"], m, t_now, domain, found.get("semantic", ())
+        )
+        if folded:
+            found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
+    for L in layers:
+        cands = found[L]
+        if not cands:
+            continue
+        adj: Scored = []
+        spec: list[float] = []  # scores of the layer's specific items (turns, facts)
+        floor, sp, stp = c.min_similarity, c.speaker_scope, c.stale_penalty
+        # (hot loop: names resolved once.) A penalty w in [0, 1] lowers a cosine-scale score
+        # by the share w of its magnitude: s - |s|·w (×(1 − w) for a positive score; a
+        # negative one moves down too, never up).
+        wcache = stale.cache if stale else None
+        for s, r in cands:
+            kind = r.kind
+            if kind not in GENERAL_KINDS:
+                spec.append(s)
+            if wcache is not None and kind != "fact":
+                w = wcache.get(r.id)
+                if w is None:
+                    w = stale.weight(r.id, r.text, r.sources, text_key(r))
+                if w:
+                    s = s - abs(s) * (stp * w)  # the stale penalty
+            if s < floor:
+                continue
+            adj.append((s, r))
+            if who_scope is not None:
+                who = r.speaker if kind == "turn" else (r.subject if kind in ("fact", "profile") else None)
+                if who is not None:
+                    o = other.get(who)
+                    if o is None:
+                        o = other[who] = who != scope_name and norm_key(who) != who_scope
+                    if o:
+                        shown[r.id] = s - abs(s) * sp  # the speaker-scope penalty
+        # r_i from the layer's best specific items; aggregates only when it has nothing else
+        top = sorted(spec or [s for s, _ in cands], reverse=True)[: c.relevance_top]
+        acc = 0.0
+        for x in top:  # the mean, summed in order (as numpy does for so few values)
+            acc += x
+        rel[L] = acc / len(top)
+        if L == "working":  # the fill walks working memory in this order; the rest it ranks itself
+            adj.sort(key=lambda x: (-x[0], x[1].id in shown, x[1].seq))  # ties: the named person first
+        per_layer[L] = adj
+    names = [L for L in layers if L in rel]
+    if not names or not any(per_layer[L] for L in names):
+        return None
+    return out
+
+
+def candidates(
+    st: MemoryState,
+    u: UserState,
+    q: Vec,
+    layers: Sequence[str],
+    k: int,
+    now: float | None,
+    domain: str | None,
+    leaves: bool = True,
+    k_of: Mapping[str, int] | None = None,
+) -> dict[str, Scored]:
+    """Top-k per layer: one native call per arena for the layers searched exactly (one query
+    row per (user, layer) namespace), hnswlib for layers past ``ann_threshold``.
+
+    The episodic layer's leaves are searched only with ``leaves`` (its list is then the
+    top-k of leaves and of summaries each, for the caller to rank). ``k_of``: a smaller k
+    for some layers (their top-k is the prefix of the top-``k``)."""
+    res: dict[str, list[tuple[float, Record]]] = {L: [] for L in layers}
+    live = [L for L in layers if u.n_active.get(L, 0) > 0]
+    if not live:
+        return res
+    nss = [u.ns(LAYERS[L]) for L in live]
+    if leaves and "episodic" in live:
+        nss.append(u.ns(NsCode.LEAF))
+    found = st.vectors.search(q, nss, k)
+    for L, (scores, ids) in zip(live, found):
+        if k_of and L in k_of:
+            scores, ids = scores[: k_of[L]], ids[: k_of[L]]
+        res[L] = hits(st, scores, ids, now, domain)
+    if len(found) > len(live):
+        res["episodic"] += hits(st, *found[-1], now, domain)
+    return res
+
+
+def hits(st: MemoryState, scores: list[float], ids: list[int], now: float | None, domain: str | None) -> Scored:
+    """Search results as (score, record), filtered by :func:`visible` when a clock or domain is set."""
+    recs = st.recs
+    if now is None and domain is None:
+        return [(float(s), recs[i]) for s, i in zip(scores, ids)]
+    return [(float(s), recs[i]) for s, i in zip(scores, ids) if visible(recs[i], now, domain)]
+
+
+def visible(r: Record, now: float | None, domain: str | None) -> bool:
+    """Whether a candidate passes the replay clock (the future is not known yet) and the
+    domain gate (items tagged with another domain are blocked)."""
+    return not (
+        (now is not None and r.timestamp is not None and r.timestamp > now)
+        or (domain is not None and r.domain is not None and r.domain != domain)
+    )
+
+
+def episodic_candidates(
+    st: MemoryState,
+    u: UserState,
+    q: Vec,
+    query: str,
+    found: Scored,
+    k: int,
+    now: float | None,
+    domain: str | None,
+    facts: Sequence[tuple[float, Record]] = (),
+) -> tuple[Scored, set[int], set[int]]:
+    """Episodic candidates: the turns of active leaves, each scored on its own (a leaf is as
+    relevant as its best turn, and only its matching turns are shown), plus the layer's
+    summaries (tree nodes, session summaries). Leaves themselves are not candidates.
+
+    Turns are ranked by reciprocal-rank fusion (RRF, ``rrf_k``) of the dense (cosine of the
+    turn) and lexical (BM25 over speaker + text) rankings. Each keeps a score on the cosine
+    scale: the i-th turn in fused order gets the i-th largest cosine of the candidates (the
+    layer's score distribution is unchanged — gate, floor and abstention read it as before —
+    while the order follows both channels).
+
+    Current facts (``facts``, the semantic layer's candidates) whose source turn belongs to
+    an active episode are folded into that turn: a fact is derived from its turn, which holds
+    the statement verbatim, so it takes the turn's place and rank (and renders as the turn,
+    see :meth:`lamina.MemoryItem.turn_lines`) when the turn is a candidate, and is dropped when the
+    turn is not — rankings follow the primary evidence, not the cosine of a short derived
+    sentence. Facts that superseded another (the current value of something that changed:
+    current beats stale) and facts whose turn has left the episodic layer stand on their own.
+
+    Returns the candidates (in no particular order: the caller ranks them), the ids of the
+    folded facts (the caller drops those from the semantic layer's list) and the ids of the
+    turns among the candidates.
+    """
+    out = [(s, r) for s, r in found if r.kind != "segment"]
+    folded: set[int] = set()
+    via = {r.id for _, r in out if r.kind == "turn"}
+    ns = u.ns(NsCode.TURN_VIEW)
+    if st.vectors.count(ns):
+        recs = st.recs
+        _, d_ids = st.vectors.search_arrays(q, ns, k)
+        d_ids = d_ids & ~TURN_KEY
+        l_ids = st.lex.search(query, ns, k)[1] if st.config.lexical else np.empty(0, dtype=np.int64)
+        if now is not None or domain is not None:  # replay clock / domain gate
+            d_ids = d_ids[[visible(recs[i], now, domain) for i in d_ids.tolist()]]
+            l_ids = l_ids[[visible(recs[i], now, domain) for i in l_ids.tolist()]]
+        fact_of: dict[int, Record] = {}  # source turn -> its best-scored current fact
+        resolved = staleness(st, u).resolved
+        for _, f in facts:
+            t = u.by_src.get(f.sources[-1]) if f.kind == "fact" and f.sources else None
+            if t is None or t not in u.seg_of or f.id in resolved:
+                # its turn is not an active episode's, or it is the current value of
+                # something that changed (current beats stale): it stands on its own
+                continue
+            folded.add(f.id)
+            fact_of.setdefault(t, f)
+        nd, nl = len(d_ids), len(l_ids)
+        if nd or nl:
+            # The turn views are stored as float16 (half the bytes each search reads): every
+            # candidate (dense or lexical) is scored exactly from its turn's float32 vector.
+            if nd and nl:
+                dset = set(d_ids.tolist())
+                ids = np.concatenate([d_ids, l_ids[[i not in dset for i in l_ids.tolist()]]])
+            else:
+                ids = d_ids if nd else l_ids
+            cos = st.vectors.get_keyed(NsCode.ARCHIVE, ids) @ q.reshape(-1)
+            seq = ids & ((1 << ID_SHIFT) - 1)
+            # dense rank: by exact cosine (ties: older first); lexical rank: BM25 order.
+            # One list alone keeps its order (a turn found only lexically is kept too).
+            dense_rank = np.lexsort((seq[:nd], -cos[:nd]))
+            kk = float(st.config.rrf_k)
+            if nd and nl:  # where each lexical hit sits in ids
+                by_id = np.argsort(ids)
+                pos = np.concatenate([dense_rank, by_id[np.searchsorted(ids, l_ids, sorter=by_id)]])
+            else:
+                pos = dense_rank if nd else np.arange(nl)
+            contrib = np.concatenate([1.0 / (kk + 1 + np.arange(nd)), 1.0 / (kk + 1 + np.arange(nl))])
+            fused = np.bincount(pos, weights=contrib, minlength=len(ids))
+            order = np.lexsort((seq, -fused))
+            dist = np.sort(cos)[::-1].tolist()
+            ranked = ids[order].tolist()
+            if fact_of:
+                out.extend(zip(dist, [fact_of.get(i) or recs[i] for i in ranked]))
+                via.update(i for i in ranked if i not in fact_of)
+            else:
+                out.extend(zip(dist, [recs[i] for i in ranked]))
+                via.update(ranked)
+    return out, folded, via

@@ -1,0 +1,67 @@
+"""What only supports superseded facts: the stale penalty of the read path."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .records import norm_key
+
+__all__ = ["Staleness"]
+
+
+class Staleness:
+    """Sources and values that only support superseded facts (for the stale penalty).
+
+    Parameters
+    ----------
+    sources : source ids whose every fact is superseded
+    values : superseded object value -> the current values of the same subject + predicate
+    resolved : ids of current facts that superseded another
+    """
+
+    def __init__(
+        self, sources: frozenset[str], values: dict[str, set[str]], resolved: frozenset[int] = frozenset()
+    ) -> None:
+        self.sources = sources
+        self.values = values
+        self.resolved = resolved
+        self.cache: dict[int, float] = {}
+        self._re = (
+            re.compile(r"\b(" + "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)) + r")\b", re.I)
+            if values
+            else None
+        )
+        # Prefilter: the pattern can match only where a value occurs case-insensitively, so a
+        # text none of whose casefolded substrings is a casefolded value is skipped.
+        self._folded = tuple({v.casefold() for v in values})
+
+    def __bool__(self) -> bool:
+        return bool(self.sources) or bool(self.values)
+
+    def same_as(self, other: Staleness) -> bool:
+        """Whether both were built from the same facts (then one's cache serves the other)."""
+        return (self.sources, self.values, self.resolved) == (other.sources, other.values, other.resolved)
+
+    def weight(self, item_id: int, text: str, sources: Sequence[str], low: str | None = None) -> float:
+        """1 when the text names a superseded value and not its current one (or all its sources
+        are stale); else the share of stale sources. Cached per item (this object is rebuilt
+        whenever facts or texts change). ``low``: the text's ``norm_key``, when known."""
+        w = self.cache.get(item_id)
+        if w is None:
+            w = self.cache[item_id] = self._weight(text, sources, low)
+        return w
+
+    def _weight(self, text: str, sources: Sequence[str], low: str | None = None) -> float:
+        if self._re is not None:
+            if low is None:
+                low = norm_key(text)
+            folded = low.casefold()
+            for m in self._re.finditer(low) if any(v in folded for v in self._folded) else ():
+                if not any(cur in low for cur in self.values.get(m.group(1), ())):
+                    return 1.0
+        if not sources or not self.sources:
+            return 0.0
+        if len(sources) == 1:  # (a turn)
+            return 1.0 if sources[0] in self.sources else 0.0
+        return sum(1 for x in sources if x in self.sources) / len(sources)

@@ -1,0 +1,364 @@
+"""The in-memory state of a :class:`lamina.Memory` and the unit of work that changes it.
+
+:class:`MemoryState` mirrors the database: every record, per-user indexes (working queues, the
+MemTree's children, current facts, profiles, the turns of active leaves, the people a user's
+memory knows), the sessions, and the vectors of the active items in a
+:class:`~lamina.layer_index.LayerIndex` (plus a :class:`~lamina.lexical.LexicalIndex` over the
+turns of active episodes). It is rebuilt from the store on open and after any failed write
+(:meth:`MemoryState.load`), so the store stays the one source of truth.
+
+:class:`Tx` is one write: records it creates and the columns it changes are collected while the
+stages run, and written to the store when the stage code is done (:meth:`Tx.commit`), inside the
+store's transaction. A new record is written once, as it is at commit time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..extract import FactExtractor, Summarizer
+from ..items import LAYERS, MemoryItem
+from ..layer_index import LayerIndex
+from ..lexical import LexicalIndex
+from .config import MemoryConfig
+from .records import (
+    NO_TREE,
+    ROOT,
+    TURN_KEY,
+    NsCode,
+    Record,
+    namespace,
+    norm_key,
+    record_namespace,
+    text_key,
+    turn_tokens,
+)
+from .staleness import Staleness
+from .store import Store, seq_of
+
+__all__ = ["UserState", "MemoryState", "Tx", "Models"]
+
+Vec = npt.NDArray[np.float32]
+
+
+class UserState:
+    """Per-user indexes over the user's records (ids only; the records live in the state)."""
+
+    __slots__ = (
+        "user_id",
+        "idx",
+        "ids",
+        "by_src",
+        "working",
+        "children",
+        "current",
+        "max_depth",
+        "drift_total",
+        "drift_last",
+        "drift_updates",
+        "stale",
+        "stale_last",
+        "facts",
+        "profiles",
+        "n_active",
+        "seg_of",
+        "people",
+    )
+
+    def __init__(self, user_id: str, idx: int) -> None:
+        self.user_id = user_id
+        self.idx = idx  # the user's namespace index (namespace() puts the layer code below it)
+        self.ids: set[int] = set()  # every record of this user
+        self.by_src: dict[str, int] = {}  # source id -> turn record id
+        self.working: dict[str, list[int]] = {}  # session -> turn ids in order
+        self.children: dict[int, list[int]] = {ROOT: []}
+        self.current: dict[tuple[str, str], list[int]] = {}  # (subject key, predicate) -> current fact ids
+        self.profiles: dict[str, int] = {}  # subject key -> profile item id
+        self.max_depth = 0
+        self.drift_total = 0.0
+        self.drift_last = 0.0
+        self.drift_updates = 0
+        self.stale: Staleness | None = None  # cache, rebuilt after fact changes
+        self.stale_last: Staleness | None = None  # the last one built (reused while equal)
+        self.facts: list[int] = []  # ids of every fact record (any layer or status)
+        self.n_active = {name: 0 for name in LAYERS}
+        self.seg_of: dict[int, int] = {}  # turn id -> id of the active episodic leaf holding it
+        self.people: dict[str, tuple[str, re.Pattern[str]]] = {}  # name key -> (name, word-bounded pattern)
+
+    def ns(self, code: int) -> int:
+        """This user's namespace of a layer code (:class:`~lamina.memory.records.NsCode`)."""
+        return namespace(self.idx, code)
+
+
+class MemoryState:
+    """Records, users, sessions and vector indexes of one memory (see the module docstring).
+
+    Thread safety: none of its own; :class:`lamina.Memory` holds its lock around every use.
+    """
+
+    def __init__(self, config: MemoryConfig, dim: int) -> None:
+        self.config = config
+        self.dim = dim
+        c = config
+        self.vectors = LayerIndex(dim, c.ann_threshold, c.ann_m, c.ann_ef_construction, c.ann_ef_search)
+        self.lex = LexicalIndex()
+        self.recs: dict[int, Record] = {}
+        self.pending: dict[int, Record] = {}  # records whose access bumps are not yet written
+        self.users: dict[str, UserState] = {}
+        self.sessions: dict[tuple[str, str], list[Any]] = {}  # (user, session) -> [status, started, ended]
+
+    # ------------------------------------------------------------------ (re)building
+    @classmethod
+    def load(cls, store: Store, config: MemoryConfig, dim: int) -> MemoryState:
+        """Rebuild every in-memory structure from the database."""
+        st = cls(config, dim)
+        for uid, idx, dt, dl, du in store.users():
+            u = UserState(uid, idx)
+            u.drift_total, u.drift_last, u.drift_updates = dt, dl, du
+            st.users[uid] = u
+        for uid, sid, status, started, ended in store.sessions():
+            st.sessions[(uid, sid)] = [status, started, ended]
+        pending: dict[int, tuple[list[int], list[bytes]]] = {}
+        for row in store.load_items():
+            emb = row.pop("embedding")
+            r = Record(**row)
+            st.recs[r.id] = r
+            u = st.users[r.user_id]
+            u.ids.add(r.id)
+            if r.status == "active":
+                ids, embs = pending.setdefault(record_namespace(u.idx, r), ([], []))
+                ids.append(r.id)
+                embs.append(emb)
+                u.n_active[r.layer] += 1
+            st.index(u, r)
+        for ns, (ids, embs) in pending.items():
+            X = np.frombuffer(b"".join(embs), dtype=np.float32).reshape(len(ids), dim)
+            st.vectors.add(ns, ids, X)
+        for r in list(st.recs.values()):
+            if r.kind == "segment" and r.status == "active" and r.layer == "episodic":
+                st.add_turn_views(st.users[r.user_id], r, [m for m in r.members if m in st.vectors])
+        for u in st.users.values():
+            for lst in u.working.values():
+                lst.sort(key=lambda i: st.recs[i].seq)
+            for lst in u.children.values():
+                lst.sort(key=lambda i: st.recs[i].seq)
+        return st
+
+    def index(self, u: UserState, r: Record) -> None:
+        """Add a record to the per-user indexes (working queues, tree, current facts, profiles)."""
+        if r.kind == "turn" and r.source_id is not None:
+            u.by_src[r.source_id] = r.id
+        elif r.kind == "fact":
+            u.facts.append(r.id)
+        who = r.speaker if r.kind == "turn" else (r.subject if r.kind == "fact" else None)
+        if who and norm_key(who) not in u.people:
+            u.people[norm_key(who)] = (who, re.compile(r"(?<!\w)" + re.escape(" ".join(who.split())) + r"(?!\w)", re.I))
+        if r.status != "active":
+            return
+        if r.layer == "working":
+            assert r.session_id is not None
+            u.working.setdefault(r.session_id, []).append(r.id)
+        elif r.layer == "episodic" and r.parent_id is not None and r.parent_id != NO_TREE:
+            u.children.setdefault(r.parent_id, []).append(r.id)
+            u.max_depth = max(u.max_depth, int(r.depth))
+        elif r.layer == "semantic" and r.kind == "fact":
+            assert r.subject is not None and r.predicate is not None
+            u.current.setdefault((norm_key(r.subject), r.predicate), []).append(r.id)
+            u.stale = None
+        elif r.layer == "semantic" and r.kind == "profile":
+            assert r.subject is not None
+            u.profiles[norm_key(r.subject)] = r.id
+        elif r.layer == "history":
+            u.stale = None
+
+    # ------------------------------------------------------------------ lookups
+    def user(self, user_id: str) -> UserState | None:
+        return self.users.get(user_id)
+
+    def urecs(self, u: UserState) -> list[Record]:
+        """Every record of a user (in the id set's order)."""
+        return [self.recs[i] for i in u.ids]
+
+    def vec(self, r: Record) -> Vec:
+        """The vector of an active record, shape (dim,)."""
+        v: Vec = self.vectors.get([r.id])[0]
+        return v
+
+    def vecs(self, ids: Sequence[int]) -> Vec:
+        """Vectors of active records by id, shape (len(ids), dim)."""
+        return self.vectors.get(ids)
+
+    def item(self, r: Record, score: float = 0.0) -> MemoryItem:
+        """The public view of a record (with the raw turns it renders)."""
+        turns: tuple[tuple[float | None, str | None, str], ...] = ()
+        if r.kind == "segment":
+            turns = tuple(
+                (self.recs[m].timestamp, self.recs[m].speaker, self.recs[m].text) for m in r.members if m in self.recs
+            )
+        if r.kind == "fact" and r.sources:
+            u = self.users[r.user_id]
+            src = self.recs.get(u.by_src.get(r.sources[-1], -1))
+            if src is not None:
+                turns = ((src.timestamp, src.speaker, src.text),)
+        layer = r.layer if r.status == "active" else ("archive" if r.kind == "turn" else r.layer)
+        return MemoryItem(
+            id=r.id,
+            text=r.text,
+            layer=layer,
+            kind=r.kind,
+            user_id=r.user_id,
+            session_id=r.session_id,
+            score=score,
+            sources=tuple(r.sources),
+            timestamp=r.timestamp,
+            speaker=r.speaker,
+            subject=r.subject,
+            predicate=r.predicate,
+            object=r.object,
+            valid_from=r.valid_from,
+            valid_to=r.valid_to,
+            superseded_by=r.superseded_by,
+            summary=r.summary,
+            access_count=int(r.access_count),
+            last_access=r.last_access,
+            strength=float(r.strength),
+            domain=r.domain,
+            commitment=r.commitment,
+            turns=turns,
+        )
+
+    # ------------------------------------------------------------------ vectors
+    def place(self, u: UserState, r: Record, emb: Vec) -> None:
+        """Put an active record's vector in its namespace."""
+        self.vectors.add(record_namespace(u.idx, r), [r.id], emb.reshape(1, -1))
+        u.n_active[r.layer] += 1
+
+    def unplace(self, u: UserState, r: Record) -> Vec:
+        """Take a record's vector out of the index (returns it)."""
+        emb = self.vec(r)
+        self.vectors.remove([r.id])
+        u.n_active[r.layer] -= 1
+        return emb
+
+    def move(self, u: UserState, r: Record, layer: str, emb: Vec | None = None) -> None:
+        """Move an active record to another layer (or replace its vector when ``emb`` is given)."""
+        old = self.unplace(u, r)
+        r.layer = layer
+        self.place(u, r, old if emb is None else emb)
+
+    def add_turn_views(self, u: UserState, leaf: Record, members: Sequence[int], embs: Vec | None = None) -> None:
+        """Index the member turns of an episodic leaf one by one (provenance: ``u.seg_of``)."""
+        if not members:
+            return
+        X = self.vecs(members) if embs is None else embs
+        ns = u.ns(NsCode.TURN_VIEW)
+        self.vectors.add(ns, [m | TURN_KEY for m in members], X)
+        self.lex.add(list(members), [f"{self.recs[m].speaker or ''} {self.recs[m].text}" for m in members], ns)
+        for m in members:
+            u.seg_of[m] = leaf.id
+            # the read path's per-turn caches, now rather than on a context's first sight of it
+            turn_tokens(self.recs[m])
+            text_key(self.recs[m])
+
+    def drop_turn_views(self, u: UserState, leaf: Record) -> None:
+        keys = [m | TURN_KEY for m in (leaf.members or ()) if u.seg_of.get(m) == leaf.id]
+        for m in leaf.members or ():
+            if u.seg_of.get(m) == leaf.id:
+                del u.seg_of[m]
+        self.vectors.remove([k for k in keys if k in self.vectors])
+        self.lex.remove([k & ~TURN_KEY for k in keys], missing_ok=True)
+
+    def reindex_turn_view(self, u: UserState, r: Record, emb: Vec) -> None:
+        """A turn of an active leaf got a new text: replace its view and its lexical entry."""
+        ns = u.ns(NsCode.TURN_VIEW)
+        self.vectors.remove([r.id | TURN_KEY])
+        self.vectors.add(ns, [r.id | TURN_KEY], emb.reshape(1, -1))
+        self.lex.remove([r.id], missing_ok=True)
+        self.lex.add([r.id], [f"{r.speaker or ''} {r.text}"], ns)
+
+
+class Tx:
+    """One write of the memory loop (made by :meth:`lamina.Memory._write`, inside the store's
+    transaction).
+
+    Stages create records through :meth:`new_record` and report the columns they change on
+    existing records through :meth:`changed`; :meth:`commit` writes both. A record created in
+    this write is inserted as it is at commit time (later changes need no report).
+    """
+
+    def __init__(self, store: Store, st: MemoryState) -> None:
+        self.store = store
+        self.st = st
+        self._new: dict[int, tuple[Record, Vec]] = {}
+        self._changed: dict[int, tuple[Record, dict[str, None]]] = {}
+        self._embs: dict[int, Vec] = {}
+        self.facts_added = 0  # facts inserted by this write (end_session reports)
+
+    def user(self, user_id: str) -> UserState:
+        """The user's state, created (and stored) on first use."""
+        st = self.st
+        u = st.users.get(user_id)
+        if u is None:
+            idx = 1 + max((x.idx for x in st.users.values()), default=0)
+            if idx >= (1 << 60):
+                raise ValueError("too many users")
+            self.store.add_user(user_id, idx)
+            u = UserState(user_id, idx)
+            st.users[user_id] = u
+        return u
+
+    def new_record(self, u: UserState, emb: Vec, **kw: Any) -> Record:
+        """Create an active record (unless ``status`` says otherwise), index it and put its
+        vector in the arena; it is inserted at commit."""
+        (rid,) = self.store.new_ids(1)
+        r = Record(id=rid, user_id=u.user_id, seq=seq_of(rid), **kw)
+        if r.last_access is None:
+            r.last_access = r.timestamp
+        st = self.st
+        st.recs[rid] = r
+        u.ids.add(rid)
+        st.place(u, r, emb)
+        self._new[rid] = (r, emb)
+        st.index(u, r)
+        return r
+
+    def changed(self, r: Record, *columns: str, emb: Vec | None = None) -> None:
+        """Columns of ``r`` changed in memory (``emb``: its new embedding)."""
+        if emb is not None:
+            if r.id in self._new:
+                self._new[r.id] = (r, emb)
+            else:
+                self._embs[r.id] = emb
+                columns = (*columns, "embedding")
+        if r.id in self._new or not columns:
+            return
+        entry = self._changed.setdefault(r.id, (r, {}))
+        for c in columns:
+            entry[1][c] = None
+
+    def commit(self) -> None:
+        """Write the collected rows (the caller commits the store's transaction)."""
+        self.store.insert_items([r.row(e) for r, e in self._new.values()])
+        updates: list[tuple[int, dict[str, Any]]] = []
+        for rid, (r, cols) in self._changed.items():
+            updates.append((rid, {c: (self._embs[rid].tobytes() if c == "embedding" else getattr(r, c)) for c in cols}))
+        self.store.update_items(updates)
+        self._new.clear()
+        self._changed.clear()
+        self._embs.clear()
+
+
+class Models:
+    """What the write path calls out to: the embedder, ψ (summariser) and 𝒜 (fact extractor)."""
+
+    __slots__ = ("embed", "summarizer", "extractor")
+
+    def __init__(self, embed: Callable[[list[str]], Vec], summarizer: Summarizer, extractor: FactExtractor) -> None:
+        self.embed = embed
+        self.summarizer = summarizer
+        self.extractor = extractor

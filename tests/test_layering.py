@@ -1,0 +1,157 @@
+"""Imports flow one way: no module of the package imports the package root, the module graph is
+acyclic, and the memory package's modules import only those below them (the loop read
+top-down: records/config -> store/state -> stages -> facade)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "python" / "lamina"
+
+# lamina.memory: each module may import only modules of a lower level.
+MEMORY_LEVELS = {
+    "config": 0,
+    "inputs": 0,
+    "records": 0,
+    "reports": 0,
+    "store": 0,
+    "staleness": 1,
+    "state": 2,
+    "semantic": 3,
+    "retention": 3,
+    "retrieve": 3,
+    "fill": 3,
+    "consolidate": 4,
+    "ingest": 5,
+    "memory": 6,
+}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PKG.rglob("*.py"):
+        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _imports(name: str) -> list[tuple[str, int, list[str]]]:
+    """(imported module, line, names) for every import of lamina modules in module ``name``."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    here = name if _is_package(name) else name.rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((a.name, node.lineno, []) for a in node.names if a.name.split(".")[0] == "lamina")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] == "lamina":
+                out.append((target, node.lineno, [a.name for a in node.names]))
+    return out
+
+
+def test_found_the_package() -> None:
+    assert "lamina" in MODULES and "lamina.memory.memory" in MODULES and len(MODULES) > 30
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n != "lamina"))
+def test_no_module_imports_the_package_root(name: str) -> None:
+    for target, line, names in _imports(name):  # from lamina import X: X must be a submodule
+        assert target != "lamina" or all(f"lamina.{n}" in MODULES or n == "_core" for n in names), (
+            f"{name}:{line} imports {names} from the package root; import them from their module"
+        )
+
+
+def _graph() -> dict[str, set[str]]:
+    g: dict[str, set[str]] = {}
+    for name in MODULES:
+        deps = set()
+        for target, _, names in _imports(name):
+            for n in names or [""]:
+                sub = f"{target}.{n}" if n else target
+                if sub in MODULES:
+                    deps.add(sub)
+                elif target in MODULES:
+                    deps.add(target)
+        deps.discard(name)
+        g[name] = deps
+    return g
+
+
+def test_module_graph_is_acyclic_below_the_packages() -> None:
+    """A package's __init__ re-exports its modules, so edges into a package are edges into its
+    __init__; modules below it never import it (checked above), which leaves no cycle."""
+    g = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> None:
+        state[n] = 1
+        stack.append(n)
+        for d in sorted(g[n]):
+            if _is_package(d) and n.startswith(d + "."):
+                continue  # a module importing a sibling through its own package
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(d) :] + [d]))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(g):
+        if n not in state:
+            visit(n)
+
+
+def test_memory_modules_import_only_lower_levels() -> None:
+    assert {n.split(".")[-1] for n in MODULES if n.startswith("lamina.memory.")} == set(MEMORY_LEVELS)
+    for mod, level in MEMORY_LEVELS.items():
+        for target, line, names in _imports(f"lamina.memory.{mod}"):
+            for n in names or [""]:
+                full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
+                if not full.startswith("lamina.memory."):
+                    assert full != "lamina.memory", f"lamina.memory.{mod}:{line} imports the package root"
+                    continue
+                dep = full.split(".")[2]
+                assert MEMORY_LEVELS[dep] < level, (
+                    f"lamina.memory.{mod} (level {level}) imports lamina.memory.{dep} (level {MEMORY_LEVELS[dep]})"
+                )
+
+
+def test_no_module_imports_the_memory_package_from_below() -> None:
+    """Modules the memory loop builds on (items, extract, search, kernels, ...) never import it."""
+    low = (
+        "lamina.items",
+        "lamina.extract",
+        "lamina.errors",
+        "lamina.search",
+        "lamina.kernels",
+        "lamina.lexical",
+        "lamina.layer_index",
+        "lamina.llm",
+        "lamina._info",
+        "lamina._device",
+        "lamina.embedders",
+    )
+    for name in MODULES:
+        if not name.startswith(low):
+            continue
+        for target, line, _ in _imports(name):
+            assert not target.startswith("lamina.memory"), f"{name}:{line} imports {target}"
