@@ -6,9 +6,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-settings.register_profile(
-    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
@@ -31,9 +29,7 @@ def _probe_cuda() -> int:
 
     n, expected = lamina.cuda_device_count(), driver_device_count()
     if n != expected:
-        raise RuntimeError(
-            f"lamina.cuda_device_count() is {n} but the CUDA driver reports {expected} device(s)"
-        )
+        raise RuntimeError(f"lamina.cuda_device_count() is {n} but the CUDA driver reports {expected} device(s)")
     if n > 0:
         lamina.cuda_selftest()  # initialises the runtime, round trip through device memory
     return n

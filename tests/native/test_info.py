@@ -40,6 +40,9 @@ def test_threads_setting():
 def test_cli_bench_search_runs():
     out = subprocess.run(
         [sys.executable, "-m", "lamina", "bench-search", "--rows", "3000", "--dim", "32", "--batches", "1", "4"],
-        capture_output=True, text=True, check=True, timeout=120,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     assert "agreement with numpy: 1.000" in out.stdout
