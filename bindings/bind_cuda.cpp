@@ -1,14 +1,17 @@
 // Bindings of the CUDA backend: __cuda_array_interface__ parsing (every build) and, in CUDA
-// builds, the device top-k and the GPU-resident arena. Device selection and output allocation
-// (CuPy / PyTorch) happen in python/lamina/_device.py; here arrays are validated, their device
-// is resolved from the data pointer, the execution stream waits for every producer stream the
-// arrays name, and the launch runs with the GIL released.
+// builds, the device top-k, memory kernels, KV selection and the GPU-resident arena. Device
+// selection and output allocation (CuPy / PyTorch) happen in python/lamina/_device.py; here
+// arrays are validated (with the host bindings' rules, checks.hpp, wherever a rule is not about
+// the kind of array), their device is resolved from the data pointer, and every launch goes
+// through DeviceCall::launch / run_on: the GIL released, the device made current, the
+// execution stream waiting for every producer stream the arrays name.
 #include <pybind11/stl.h>
 
-#include <cmath>
 #include <memory>
+#include <utility>
 #include <vector>
 
+#include "checks.hpp"
 #include "common.hpp"
 #include "cuda_array.hpp"
 #include "lamina/arena.hpp"
@@ -43,7 +46,8 @@ py::dict cai_info(const CudaArray& a) {
 
 void* as_stream(std::uintptr_t s) { return reinterpret_cast<void*>(s); }
 
-// Device of a set of arrays (all must agree) and the producer streams to wait for.
+// Device of a set of arrays (all must agree) and the producer streams to wait for; runs the
+// launch.
 struct DeviceCall {
   int device = -1;
   std::string first;
@@ -61,9 +65,29 @@ struct DeviceCall {
                    device, "; pass all arrays on one device (lamina never copies between devices)");
     }
   }
-  // With the GIL released: the execution stream waits for the producers.
-  void order_after_producers(void* exec) const {
-    for (std::uintptr_t p : producers) cuda::stream_wait(exec, as_stream(p));
+
+  // The launch tail: with the GIL released and `dev` current, the execution stream waits for
+  // the producers, then f(stream) runs (its result is returned).
+  template <class F>
+  auto run_on(int dev, std::uintptr_t stream, F&& f) const {
+    py::gil_scoped_release nogil;
+    cuda::DeviceGuard guard(dev);
+    for (std::uintptr_t p : producers) cuda::stream_wait(as_stream(stream), as_stream(p));
+    return f(as_stream(stream));
+  }
+  // The same on the arrays' device; when no array has elements (device < 0) empty() runs
+  // instead, with the GIL released and no device made current.
+  template <class F, class E>
+  auto launch(std::uintptr_t stream, F&& f, E&& empty) const {
+    if (device < 0) {
+      py::gil_scoped_release nogil;
+      return empty();
+    }
+    return run_on(device, stream, std::forward<F>(f));
+  }
+  template <class F>
+  void launch(std::uintptr_t stream, F&& f) const {
+    launch(stream, std::forward<F>(f), [] {});
   }
 };
 
@@ -83,56 +107,20 @@ std::size_t row_stride_elems(const CudaArray& a, const char* name) {
                          : static_cast<std::size_t>(a.strides[0] / a.itemsize);
 }
 
-void check_out(const CudaArray& s, const CudaArray& i, std::size_t nq, std::size_t k) {
+// The caller's device outputs of a search: scores (nq, k) float32 and ids (nq, k) int64.
+std::pair<CudaArray, CudaArray> search_outputs(const py::object& out_scores,
+                                               const py::object& out_ids, std::size_t nq,
+                                               std::size_t k) {
+  CudaArray s = checked_cuda_array(out_scores, "out scores", 2, "f4", "float32", true);
+  CudaArray i = checked_cuda_array(out_ids, "out ids", 2, "i8", "int64", true);
   LAMINA_CHECK(static_cast<std::size_t>(s.shape[0]) == nq && static_cast<std::size_t>(s.shape[1]) == k,
                "out scores must have shape (", nq, ", ", k, "), got (", s.shape[0], ", ",
                s.shape[1], ")");
   LAMINA_CHECK(static_cast<std::size_t>(i.shape[0]) == nq && static_cast<std::size_t>(i.shape[1]) == k,
                "out ids must have shape (", nq, ", ", k, "), got (", i.shape[0], ", ", i.shape[1],
                ")");
+  return {std::move(s), std::move(i)};
 }
-
-DType parse_dtype_name(const std::string& s) {
-  if (s == "float32" || s == "f4" || s == "<f4") return DType::F32;
-  if (s == "float16" || s == "f2" || s == "<f2") return DType::F16;
-  throw ValueError("unsupported arena dtype '" + s + "'; expected 'float32' or 'float16'");
-}
-
-void layer_mask_from(const py::handle& layers, uint64_t mask[4]) {
-  mask[0] = mask[1] = mask[2] = mask[3] = 0;
-  for (auto item : layers) {
-    if (!py::isinstance<py::int_>(item))
-      throw TypeError("layers must be a sequence of ints in [0, 255]");
-    const long long l = item.cast<long long>();
-    LAMINA_CHECK(l >= 0 && l <= 255, "layer values must be in [0, 255], got ", l);
-    mask[l >> 6] |= 1ull << (l & 63);
-  }
-}
-
-// Namespace argument of search: None, an int, or a uint64 numpy array with one per query.
-struct NsArg {
-  uint64_t scalar = 0;
-  py::array arr;
-  const uint64_t* ptr = nullptr;
-  std::size_t n = 0;
-};
-void parse_ns(const py::object& ns, std::size_t nq, NsArg& r) {
-  if (ns.is_none()) return;
-  if (py::isinstance<py::int_>(ns)) {
-    py::int_ i = ns;
-    LAMINA_CHECK(py::int_(0) <= i, "namespace must be in [0, 2^64)");
-    r.scalar = i.cast<uint64_t>();
-    r.ptr = &r.scalar;
-    r.n = 1;
-    return;
-  }
-  r.arr = checked_array<uint64_t>(ns, "namespace", 1, "uint64");
-  LAMINA_CHECK(static_cast<std::size_t>(r.arr.shape(0)) == nq,
-               "namespace must be one value or one per query (", nq, "), got ", r.arr.shape(0));
-  r.ptr = static_cast<const uint64_t*>(r.arr.data());
-  r.n = nq;
-}
-
 
 cuda::ColKind col_kind(const CudaArray& a, const char* name) {
   if (a.kind == 'f' && a.itemsize == 4) return cuda::ColKind::F32;
@@ -162,8 +150,8 @@ cuda::DeviceParam device_param(const py::object& p, std::size_t m, const char* n
   LAMINA_CHECK(static_cast<std::size_t>(a.shape[0]) == m, name, " must have one value per updated row (",
                m, "), got ", a.shape[0]);
   call.add(a, name);
-  if (a.kind == 'f' && a.itemsize == 4) out.f32 = reinterpret_cast<const float*>(a.ptr);
-  else if (a.kind == 'f' && a.itemsize == 8) out.f64 = reinterpret_cast<const double*>(a.ptr);
+  if (a.kind == 'f' && a.itemsize == 4) out.f32 = a.as<const float>();
+  else if (a.kind == 'f' && a.itemsize == 8) out.f64 = a.as<const double>();
   else throw TypeError(std::string(name) + " must have dtype float32 or float64, got '" + a.typestr + "'");
   return out;
 }
@@ -174,8 +162,7 @@ void cuda_rows_call(const py::object& rows, const py::object& targets, const py:
                     std::uintptr_t stream, const char* pname) {
   CudaArray r = checked_cuda_array(rows, "rows", 2, "f4", "float32", true);
   CudaArray t = checked_cuda_array(targets, "targets", 2, "f4", "float32", false);
-  LAMINA_CHECK(t.shape[1] == r.shape[1], "targets must have ", r.shape[1], " columns like rows, got ",
-               t.shape[1]);
+  check_targets(r.shape[1], t.shape);
   const std::size_t n = r.shape[0], d = r.shape[1], m = t.shape[0];
   DeviceCall call;
   call.add(r, "rows");
@@ -183,26 +170,23 @@ void cuda_rows_call(const py::object& rows, const py::object& targets, const py:
   const int64_t* idx = nullptr;
   if (!index.is_none()) {
     CudaArray ia = checked_cuda_array(index, "index", 1, "i8", "int64", false);
-    LAMINA_CHECK(static_cast<std::size_t>(ia.shape[0]) == m, "index must have one entry per target row (",
-                 m, "), got ", ia.shape[0]);
+    check_index(ia.shape[0], m, n);
     call.add(ia, "index");
-    idx = reinterpret_cast<const int64_t*>(ia.ptr);
+    idx = ia.as<const int64_t>();
+  } else {
+    check_index(-1, m, n);
   }
   cuda::DeviceParam p = device_param(param, m, pname, call);
   CudaArray o = checked_cuda_array(out, "out", 1, "f4", "float32", true);
-  LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) == m, "out must have length ", m, ", got ", o.shape[0]);
+  check_shape("out", o.shape, {static_cast<py::ssize_t>(m)});
   call.add(o, "out");
-  py::gil_scoped_release nogil;
-  if (call.device < 0) return;
-  cuda::DeviceGuard guard(call.device);
-  call.order_after_producers(as_stream(stream));
-  float* rp = reinterpret_cast<float*>(r.ptr);
-  const float* tp = reinterpret_cast<const float*>(t.ptr);
-  float* op = reinterpret_cast<float*>(o.ptr);
-  if constexpr (kDamped)
-    cuda::damped_update(rp, n, d, tp, m, idx, p, op, as_stream(stream));
-  else
-    cuda::ema_blend(rp, n, d, tp, m, idx, p, renormalize, op, as_stream(stream));
+  call.launch(stream, [&](void* st) {
+    if constexpr (kDamped)
+      cuda::damped_update(r.as<float>(), n, d, t.as<const float>(), m, idx, p, o.as<float>(), st);
+    else
+      cuda::ema_blend(r.as<float>(), n, d, t.as<const float>(), m, idx, p, renormalize,
+                      o.as<float>(), st);
+  });
 }
 
 #endif  // LAMINA_WITH_CUDA
@@ -233,7 +217,7 @@ void register_cuda(py::module_& m) {
       [](const py::object& queries, const py::object& vectors, long long k,
          const std::string& metric, const py::object& out_scores, const py::object& out_ids,
          std::uintptr_t stream) {
-        LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
+        check_k(k);
         const Metric met = parse_metric(metric);
         CudaArray v = parse_cai(vectors, "vectors");
         if (!(v.kind == 'f' && (v.itemsize == 4 || v.itemsize == 2)))
@@ -243,12 +227,10 @@ void register_cuda(py::module_& m) {
         LAMINA_CHECK(v.shape[1] > 0, "vectors must have at least one column");
         const std::size_t dim = v.shape[1], n = v.shape[0];
         CudaArray q = checked_cuda_array(queries, "queries", 2, "f4", "float32", false);
-        LAMINA_CHECK(static_cast<std::size_t>(q.shape[1]) == dim, "queries must have ", dim,
-                     " columns (the vectors' dim), got shape (", q.shape[0], ", ", q.shape[1], ")");
+        check_columns("queries", q.shape[0], q.shape[1], dim, "the vectors' dim");
         const std::size_t nq = q.shape[0];
-        CudaArray so = checked_cuda_array(out_scores, "out scores", 2, "f4", "float32", true);
-        CudaArray io = checked_cuda_array(out_ids, "out ids", 2, "i8", "int64", true);
-        check_out(so, io, nq, k);
+        const auto outs = search_outputs(out_scores, out_ids, nq, k);
+        const CudaArray &so = outs.first, &io = outs.second;
         DeviceCall call;
         call.add(q, "queries");
         call.add(v, "vectors");
@@ -256,21 +238,20 @@ void register_cuda(py::module_& m) {
         call.add(io, "out ids");
         if (nq == 0) return;
         cuda::DeviceRows rows;
-        rows.base = reinterpret_cast<const void*>(v.ptr);
+        rows.base = v.as<const void>();
         rows.stride = vstride;
         rows.dim = dim;
         rows.f16 = is_f16_code(v);
-        py::gil_scoped_release nogil;
-        cuda::DeviceGuard guard(call.device);
-        call.order_after_producers(as_stream(stream));
-        cuda::topk_search(reinterpret_cast<const float*>(q.ptr), nq, rows, n, cuda::DeviceFilter{},
-                          static_cast<std::size_t>(k), met, nullptr,
-                          reinterpret_cast<float*>(so.ptr), reinterpret_cast<int64_t*>(io.ptr),
-                          as_stream(stream));
+        call.launch(stream, [&](void* st) {
+          cuda::topk_search(q.as<const float>(), nq, rows, n, cuda::DeviceFilter{},
+                            static_cast<std::size_t>(k), met, nullptr, so.as<float>(),
+                            io.as<int64_t>(), st);
+        });
       },
       py::arg("queries"), py::arg("vectors"), py::arg("k"), py::arg("metric"),
       py::arg("out_scores"), py::arg("out_ids"), py::arg("stream"));
 
+  // ---- memory kernels (lamina.kernels on device arrays) ----------------------------------
   m.def(
       "cuda_heat_scores",
       [](const py::object& visits, const py::object& ilen, const py::object& last, double now,
@@ -281,24 +262,24 @@ void register_cuda(py::module_& m) {
         CudaArray o = checked_cuda_array(out, "out", 1, "f4", "float32", true);
         const cuda::ColKind vk = col_kind(v, "visits"), lk = col_kind(l, "interaction_len");
         const py::ssize_t n = t.shape[0];
-        LAMINA_CHECK(v.shape[0] == n && l.shape[0] == n && o.shape[0] == n,
-                     "visits, interaction_len, last_access and out must have the same length, got ",
-                     v.shape[0], ", ", l.shape[0], ", ", n, ", ", o.shape[0]);
+        check_length("visits", v.shape[0], n, "one per row, like last_access");
+        check_length("interaction_len", l.shape[0], n, "one per row, like last_access");
+        check_shape("out", o.shape, {n});
         DeviceCall call;
         call.add(v, "visits");
         call.add(l, "interaction_len");
         call.add(t, "last_access");
         call.add(o, "out");
-        py::gil_scoped_release nogil;
-        if (call.device < 0) {  // n == 0: nothing to do, but parameters are still checked
-          cuda::heat_scores(nullptr, vk, nullptr, lk, nullptr, 0, now, a, b, c, mu, nullptr, nullptr);
-          return;
-        }
-        cuda::DeviceGuard guard(call.device);
-        call.order_after_producers(as_stream(stream));
-        cuda::heat_scores(reinterpret_cast<const void*>(v.ptr), vk, reinterpret_cast<const void*>(l.ptr), lk,
-                          reinterpret_cast<const double*>(t.ptr), n, now, a, b, c, mu,
-                          reinterpret_cast<float*>(o.ptr), as_stream(stream));
+        call.launch(
+            stream,
+            [&](void* st) {
+              cuda::heat_scores(v.as<const void>(), vk, l.as<const void>(), lk,
+                                t.as<const double>(), n, now, a, b, c, mu, o.as<float>(), st);
+            },
+            [&] {  // n == 0: nothing to do, but the parameters are still checked
+              cuda::heat_scores(nullptr, vk, nullptr, lk, nullptr, 0, now, a, b, c, mu, nullptr,
+                                nullptr);
+            });
       },
       py::arg("visits"), py::arg("interaction_len"), py::arg("last_access"), py::arg("now"),
       py::arg("a"), py::arg("b"), py::arg("c"), py::arg("mu"), py::arg("out"), py::arg("stream"));
@@ -326,8 +307,7 @@ void register_cuda(py::module_& m) {
         CudaArray g = checked_cuda_array(gamma, "out", 2, "f4", "float32", true);
         CudaArray bu = checked_cuda_array(beta_used, "beta_used", 1, "f8", "float64", true);
         const std::size_t b = r.shape[0], L = r.shape[1];
-        LAMINA_CHECK(g.shape[0] == r.shape[0] && g.shape[1] == r.shape[1], "out must have shape (",
-                     b, ", ", L, "), got (", g.shape[0], ", ", g.shape[1], ")");
+        check_shape("out", g.shape, r.shape);
         LAMINA_CHECK(static_cast<std::size_t>(bu.shape[0]) == b, "beta_used must have length ", b);
         DeviceCall call;
         call.add(r, "relevance");
@@ -336,16 +316,16 @@ void register_cuda(py::module_& m) {
         cuda::DeviceParam p = device_param(beta, b, "beta", call);
         const bool has_eps = !max_entropy.is_none();
         const double eps = has_eps ? max_entropy.cast<double>() : 0.0;
-        py::gil_scoped_release nogil;
-        if (call.device < 0) {  // b == 0: parameters are still checked
-          cuda::softmax_gate(nullptr, 0, L, p, has_eps, eps, max_doublings, nullptr, nullptr, nullptr);
-          return;
-        }
-        cuda::DeviceGuard guard(call.device);
-        call.order_after_producers(as_stream(stream));
-        cuda::softmax_gate(reinterpret_cast<const float*>(r.ptr), b, L, p, has_eps, eps,
-                           max_doublings, reinterpret_cast<float*>(g.ptr),
-                           reinterpret_cast<double*>(bu.ptr), as_stream(stream));
+        call.launch(
+            stream,
+            [&](void* st) {
+              cuda::softmax_gate(r.as<const float>(), b, L, p, has_eps, eps, max_doublings,
+                                 g.as<float>(), bu.as<double>(), st);
+            },
+            [&] {  // b == 0: the parameters are still checked
+              cuda::softmax_gate(nullptr, 0, L, p, has_eps, eps, max_doublings, nullptr, nullptr,
+                                 nullptr);
+            });
       },
       py::arg("relevance"), py::arg("beta"), py::arg("max_entropy"), py::arg("max_doublings"),
       py::arg("out"), py::arg("beta_used"), py::arg("stream"));
@@ -364,17 +344,16 @@ void register_cuda(py::module_& m) {
         const uint64_t* nsp = nullptr;
         if (!namespaces.is_none()) {
           CudaArray ns = checked_cuda_array(namespaces, "namespaces", 1, "u8", "uint64", false);
-          LAMINA_CHECK(static_cast<std::size_t>(ns.shape[0]) == n, "namespaces must have length ",
-                       n, " (one per heat value), got ", ns.shape[0]);
+          check_length("namespaces", ns.shape[0], n, "one per heat value");
           call.add(ns, "namespaces");
-          nsp = reinterpret_cast<const uint64_t*>(ns.ptr);
+          nsp = ns.as<const uint64_t>();
         }
-        py::gil_scoped_release nogil;
-        if (call.device < 0) return cuda::select_hot(nullptr, 0, threshold, nullptr, nullptr, nullptr);
-        cuda::DeviceGuard guard(call.device);
-        call.order_after_producers(as_stream(stream));
-        return cuda::select_hot(reinterpret_cast<const float*>(h.ptr), n, threshold, nsp,
-                                reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+        return call.launch(
+            stream,
+            [&](void* st) {
+              return cuda::select_hot(h.as<const float>(), n, threshold, nsp, o.as<int64_t>(), st);
+            },
+            [&] { return cuda::select_hot(nullptr, 0, threshold, nullptr, nullptr, nullptr); });
       },
       py::arg("heat"), py::arg("threshold"), py::arg("namespaces"), py::arg("out"),
       py::arg("stream"));
@@ -388,10 +367,9 @@ void register_cuda(py::module_& m) {
         CudaArray o = checked_cuda_array(out, "out", 1, "i8", "int64", true);
         py::array keys = checked_array<uint64_t>(cap_keys, "capacity keys", 1, "uint64");
         py::array vals = checked_array<int64_t>(cap_values, "capacity values", 1, "int64");
-        LAMINA_CHECK(keys.shape(0) == vals.shape(0), "capacity keys and values differ in length");
+        check_capacity(keys.shape(0), vals.shape(0));
         const std::size_t n = s.shape[0];
-        LAMINA_CHECK(static_cast<std::size_t>(ns.shape[0]) == n, "namespaces must have length ", n,
-                     " (one per score), got ", ns.shape[0]);
+        check_evict_namespaces(ns.shape[0], n);
         LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) >= n, "out must have room for ", n,
                      " indices, got ", o.shape[0]);
         DeviceCall call;
@@ -405,24 +383,23 @@ void register_cuda(py::module_& m) {
           if (!((lv.kind == 'b' || lv.kind == 'u') && lv.itemsize == 1))
             throw TypeError("live must have dtype bool or uint8, got typestr '" + lv.typestr +
                             "'; convert explicitly, e.g. live.astype('uint8')");
-          LAMINA_CHECK(static_cast<std::size_t>(lv.shape[0]) == n, "live must have length ", n,
-                       ", got ", lv.shape[0]);
+          check_length("live", lv.shape[0], n, "one per row");
           call.add(lv, "live");
-          lp = reinterpret_cast<const uint8_t*>(lv.ptr);
+          lp = lv.as<const uint8_t>();
         }
         const uint64_t* kp = static_cast<const uint64_t*>(keys.data());
         const int64_t* vp = static_cast<const int64_t*>(vals.data());
         const std::size_t nc = keys.shape(0);
-        py::gil_scoped_release nogil;
-        if (call.device < 0)
-          return cuda::evict_to_capacity(nullptr, nullptr, 0, nullptr, default_capacity, kp, vp,
-                                         nc, nullptr, nullptr);
-        cuda::DeviceGuard guard(call.device);
-        call.order_after_producers(as_stream(stream));
-        return cuda::evict_to_capacity(reinterpret_cast<const float*>(s.ptr),
-                                       reinterpret_cast<const uint64_t*>(ns.ptr), n, lp,
-                                       default_capacity, kp, vp, nc,
-                                       reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+        return call.launch(
+            stream,
+            [&](void* st) {
+              return cuda::evict_to_capacity(s.as<const float>(), ns.as<const uint64_t>(), n, lp,
+                                             default_capacity, kp, vp, nc, o.as<int64_t>(), st);
+            },
+            [&] {
+              return cuda::evict_to_capacity(nullptr, nullptr, 0, nullptr, default_capacity, kp,
+                                             vp, nc, nullptr, nullptr);
+            });
       },
       py::arg("scores"), py::arg("namespaces"), py::arg("default_capacity"), py::arg("cap_keys"),
       py::arg("cap_values"), py::arg("live"), py::arg("out"), py::arg("stream"));
@@ -438,58 +415,24 @@ void register_cuda(py::module_& m) {
         LAMINA_CHECK(a.shape.size() == 3 || a.shape.size() == 4,
                      "scores must be (L, H, S) or (L, H, w, S), got ndim=", a.shape.size());
         a = checked_cuda_array(x, "scores", static_cast<int>(a.shape.size()), "f4", "float32", false);
-        const bool win = a.shape.size() == 4;
-        lamina::kv::ScoreSpec sp;
-        sp.layers = a.shape[0];
-        sp.heads = a.shape[1];
-        sp.window = win ? a.shape[2] : 0;
-        sp.seq_len = a.shape.back();
-        LAMINA_CHECK(kv_heads >= 1, "n_kv_heads must be >= 1, got ", kv_heads);
-        sp.kv_heads = static_cast<std::size_t>(kv_heads);
-        LAMINA_CHECK(n_candidates >= 0 && static_cast<std::size_t>(n_candidates) <= sp.seq_len,
-                     "n_candidates must be in [0, ", sp.seq_len, "], got ", n_candidates);
-        sp.n_candidates = static_cast<std::size_t>(n_candidates);
-        auto reduce = [](const std::string& s, const char* what) {
-          if (s == "mean") return lamina::kv::Reduce::Mean;
-          if (s == "max") return lamina::kv::Reduce::Max;
-          if (s == "sum") return lamina::kv::Reduce::Sum;
-          throw ValueError(std::string(what) + " must be 'mean', 'max' or 'sum', got '" + s + "'");
-        };
-        sp.window_reduce = reduce(window_reduce, "window_reduce");
-        sp.causal_normalize = causal_normalize;
-        if (pool == "none") sp.pool = lamina::kv::Pool::None;
-        else if (pool == "max") sp.pool = lamina::kv::Pool::Max;
-        else if (pool == "avg") sp.pool = lamina::kv::Pool::Avg;
-        else throw ValueError("pooling must be 'max', 'avg' or 'none', got '" + pool + "'");
-        LAMINA_CHECK(kernel >= 1, "kernel_size must be >= 1, got ", kernel);
-        sp.kernel = static_cast<std::size_t>(kernel);
-        sp.group_reduce = reduce(group_reduce, "gqa reduction");
-        LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.seq_len >= 1,
-                     "scores must be non-empty, got a zero-length axis");
-        LAMINA_CHECK(!win || sp.window >= 1, "window attention needs at least one row");
-        LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "the number of query heads (", sp.heads,
-                     ") must be a multiple of n_kv_heads (", sp.kv_heads, ")");
+        const lamina::kv::ScoreSpec sp =
+            score_spec(std::vector<std::size_t>(a.shape.begin(), a.shape.end()), kv_heads,
+                       n_candidates, window_reduce, causal_normalize, pool, kernel, group_reduce);
         DeviceCall call;
         call.add(a, "scores");
         const float* per_row = nullptr;
         const float* per_token = nullptr;
         if (!scale_per_row.is_none()) {
           CudaArray v = checked_cuda_array(scale_per_row, "value_norms", 2, "f4", "float32", false);
-          LAMINA_CHECK(static_cast<std::size_t>(v.shape[0]) == sp.layers &&
-                           static_cast<std::size_t>(v.shape[1]) == sp.kv_heads,
-                       "per-head value_norms must have shape (", sp.layers, ", ", sp.kv_heads, ")");
+          check_value_norms(v.shape, sp);
           call.add(v, "value_norms");
-          per_row = reinterpret_cast<const float*>(v.ptr);
+          per_row = v.as<const float>();
         }
         if (!scale_per_token.is_none()) {
           CudaArray v = checked_cuda_array(scale_per_token, "value_norms", 3, "f4", "float32", false);
-          LAMINA_CHECK(static_cast<std::size_t>(v.shape[0]) == sp.layers &&
-                           static_cast<std::size_t>(v.shape[1]) == sp.kv_heads &&
-                           static_cast<std::size_t>(v.shape[2]) == sp.seq_len,
-                       "per-token value_norms must have shape (", sp.layers, ", ", sp.kv_heads,
-                       ", ", sp.seq_len, ")");
+          check_value_norms(v.shape, sp);
           call.add(v, "value_norms");
-          per_token = reinterpret_cast<const float*>(v.ptr);
+          per_token = v.as<const float>();
         }
         CudaArray o = checked_cuda_array(out, "out", 3, "f4", "float32", true);
         LAMINA_CHECK(static_cast<std::size_t>(o.shape[0]) == sp.layers &&
@@ -497,11 +440,10 @@ void register_cuda(py::module_& m) {
                          static_cast<std::size_t>(o.shape[2]) == sp.n_candidates,
                      "out must have shape (", sp.layers, ", ", sp.kv_heads, ", ", sp.n_candidates, ")");
         call.add(o, "out");
-        py::gil_scoped_release nogil;
-        cuda::DeviceGuard guard(call.device);
-        call.order_after_producers(as_stream(stream));
-        cuda::kv::window_scores(reinterpret_cast<const float*>(a.ptr), sp, per_row, per_token,
-                                reinterpret_cast<float*>(o.ptr), as_stream(stream));
+        // scores are non-empty (score_spec), so the call has a device
+        call.launch(stream, [&](void* st) {
+          cuda::kv::window_scores(a.as<const float>(), sp, per_row, per_token, o.as<float>(), st);
+        });
       },
       py::arg("scores"), py::arg("kv_heads"), py::arg("n_candidates"), py::arg("window_reduce"),
       py::arg("causal_normalize"), py::arg("pool"), py::arg("kernel"), py::arg("group_reduce"),
@@ -515,16 +457,12 @@ void register_cuda(py::module_& m) {
         call.add(s, "scores");
         py::array_t<double> out(L);
         double* o = out.mutable_data();
-        {
-          py::gil_scoped_release nogil;
-          if (call.device >= 0) {
-            cuda::DeviceGuard guard(call.device);
-            call.order_after_producers(as_stream(stream));
-            cuda::kv::layer_entropy(reinterpret_cast<const float*>(s.ptr), L, Hkv, n, o, as_stream(stream));
-          } else {
-            for (std::size_t l = 0; l < L; ++l) o[l] = 0.0;
-          }
-        }
+        call.launch(
+            stream,
+            [&](void* st) { cuda::kv::layer_entropy(s.as<const float>(), L, Hkv, n, o, st); },
+            [&] {
+              for (std::size_t l = 0; l < L; ++l) o[l] = 0.0;
+            });
         return out;
       },
       py::arg("scores"), py::arg("stream"));
@@ -535,28 +473,24 @@ void register_cuda(py::module_& m) {
         CudaArray s = checked_cuda_array(scores, "scores", 3, "f4", "float32", false);
         const std::size_t L = s.shape[0], Hkv = s.shape[1], n = s.shape[2];
         py::array t = checked_array<int64_t>(total, "total", 1, "int64");
-        LAMINA_CHECK(static_cast<std::size_t>(t.shape(0)) == L, "total must have one entry per layer (", L, ")");
+        check_per_layer("total", t.shape(0), L);
         py::array f;
         const int64_t* fp = nullptr;
         if (!floor.is_none()) {
           f = checked_array<int64_t>(floor, "floor", 1, "int64");
-          LAMINA_CHECK(static_cast<std::size_t>(f.shape(0)) == L, "floor must have one entry per layer (", L, ")");
+          check_per_layer("floor", f.shape(0), L);
           fp = static_cast<const int64_t*>(f.data());
         }
         DeviceCall call;
         call.add(s, "scores");
         py::array_t<int64_t> out({L, Hkv});
-        {
-          const int64_t* tp = static_cast<const int64_t*>(t.data());
-          int64_t* o = out.mutable_data();
-          py::gil_scoped_release nogil;
-          if (call.device >= 0) {
-            cuda::DeviceGuard guard(call.device);
-            call.order_after_producers(as_stream(stream));
-          }
-          cuda::kv::layer_head_counts(reinterpret_cast<const float*>(s.ptr), L, Hkv, n, tp, fp, o,
-                                      as_stream(stream));
-        }
+        const int64_t* tp = static_cast<const int64_t*>(t.data());
+        int64_t* o = out.mutable_data();
+        auto counts = [&](void* st) {
+          cuda::kv::layer_head_counts(s.as<const float>(), L, Hkv, n, tp, fp, o, st);
+        };
+        // empty scores: the counts still come from the totals and floors (no device needed)
+        call.launch(stream, counts, [&] { counts(as_stream(stream)); });
         return out;
       },
       py::arg("scores"), py::arg("total"), py::arg("floor"), py::arg("stream"));
@@ -566,40 +500,27 @@ void register_cuda(py::module_& m) {
          const py::object& out, std::uintptr_t stream) {
         py::array kk = checked_array<int64_t>(k, "k", 2, "int64");
         const std::size_t L = kk.shape(0), Hkv = kk.shape(1), R = L * Hkv;
-        LAMINA_CHECK(n >= 0 && tail >= 0, "n and tail must be >= 0");
+        check_select_rows(n, tail);
         DeviceCall call;
         const float* sp = nullptr;
         if (!scores.is_none()) {
           CudaArray s = checked_cuda_array(scores, "scores", 3, "f4", "float32", false);
-          LAMINA_CHECK(static_cast<std::size_t>(s.shape[0]) == L &&
-                           static_cast<std::size_t>(s.shape[1]) == Hkv && s.shape[2] == n,
-                       "scores must have shape (", L, ", ", Hkv, ", ", n, ")");
+          check_select_scores(s.shape, L, Hkv, n);
           call.add(s, "scores");
-          sp = reinterpret_cast<const float*>(s.ptr);
+          sp = s.as<const float>();
         }
         const int64_t* kp = static_cast<const int64_t*>(kk.data());
         py::array_t<int64_t> offsets(R + 1);
         int64_t* op = offsets.mutable_data();
-        op[0] = 0;
-        for (std::size_t r = 0; r < R; ++r) {
-          LAMINA_CHECK(kp[r] >= 0 && kp[r] <= n, "k[", r / Hkv, ", ", r % Hkv, "] = ", kp[r],
-                       " is outside [0, ", n, "]");
-          op[r + 1] = op[r] + kp[r] + tail;
-        }
+        kv_offsets(kp, R, Hkv, n, tail, op);
         CudaArray o = checked_cuda_array(out, "out", 1, "i8", "int64", true);
         LAMINA_CHECK(o.shape[0] == op[R], "out must have length ", op[R], " (the kept total), got ",
                      o.shape[0]);
         call.add(o, "out");
-        {
-          py::gil_scoped_release nogil;
-          if (call.device >= 0) {
-            cuda::DeviceGuard guard(call.device);
-            call.order_after_producers(as_stream(stream));
-            cuda::kv::select_rows(sp, R, static_cast<std::size_t>(n), kp,
-                                  static_cast<std::size_t>(tail), op,
-                                  reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
-          }
-        }
+        call.launch(stream, [&](void* st) {
+          cuda::kv::select_rows(sp, R, static_cast<std::size_t>(n), kp,
+                                static_cast<std::size_t>(tail), op, o.as<int64_t>(), st);
+        });
         return offsets;
       },
       py::arg("scores"), py::arg("k"), py::arg("n"), py::arg("tail"), py::arg("out"),
@@ -616,12 +537,9 @@ void register_cuda(py::module_& m) {
         DeviceCall call;
         call.add(o, "out");
         const int64_t* pp = static_cast<const int64_t*>(p.data());
-        py::gil_scoped_release nogil;
-        if (call.device < 0) return;
-        cuda::DeviceGuard guard(call.device);
-        call.order_after_producers(as_stream(stream));
-        cuda::kv::fill_rows(pp, len, static_cast<std::size_t>(n_rows),
-                            reinterpret_cast<int64_t*>(o.ptr), as_stream(stream));
+        call.launch(stream, [&](void* st) {
+          cuda::kv::fill_rows(pp, len, static_cast<std::size_t>(n_rows), o.as<int64_t>(), st);
+        });
       },
       py::arg("pattern"), py::arg("n_rows"), py::arg("out"), py::arg("stream"));
   m.def(
@@ -631,7 +549,7 @@ void register_cuda(py::module_& m) {
         LAMINA_CHECK(v.shape.size() >= 1, "values must have at least one dimension");
         v = checked_cuda_array(values, "values", static_cast<int>(v.shape.size()), "f4", "float32", false);
         const std::size_t D = v.shape.back();
-        LAMINA_CHECK(D >= 1, "values must have a non-empty last axis (head_dim)");
+        check_head_dim(D);
         const std::size_t rows = static_cast<std::size_t>(v.size()) / D;
         CudaArray o = checked_cuda_array(out, "out", static_cast<int>(v.shape.size()) - 1, "f4",
                                          "float32", true);
@@ -639,12 +557,9 @@ void register_cuda(py::module_& m) {
         DeviceCall call;
         call.add(v, "values");
         call.add(o, "out");
-        py::gil_scoped_release nogil;
-        if (call.device < 0) return;
-        cuda::DeviceGuard guard(call.device);
-        call.order_after_producers(as_stream(stream));
-        cuda::kv::l1_norms(reinterpret_cast<const float*>(v.ptr), rows, D,
-                           reinterpret_cast<float*>(o.ptr), as_stream(stream));
+        call.launch(stream, [&](void* st) {
+          cuda::kv::l1_norms(v.as<const float>(), rows, D, o.as<float>(), st);
+        });
       },
       py::arg("values"), py::arg("out"), py::arg("stream"));
   m.def(
@@ -659,14 +574,12 @@ void register_cuda(py::module_& m) {
         const std::size_t L = a.shape[0], Hkv = a.shape[1], S = a.shape[2], D = a.shape[3];
         const std::size_t R = L * Hkv;
         py::array oh = checked_array<int64_t>(offsets_host, "offsets", 1, "int64");
-        LAMINA_CHECK(static_cast<std::size_t>(oh.shape(0)) == R + 1, "offsets must have L*H_kv+1 = ",
-                     R + 1, " entries");
+        check_offsets_count(oh.shape(0), R);
         const int64_t* ohp = static_cast<const int64_t*>(oh.data());
         CudaArray od = checked_cuda_array(offsets_dev, "offsets (device)", 1, "i8", "int64", false);
         CudaArray id = checked_cuda_array(indices, "indices", 1, "i8", "int64", false);
         LAMINA_CHECK(static_cast<std::size_t>(od.shape[0]) == R + 1, "device offsets must have ", R + 1, " entries");
-        LAMINA_CHECK(ohp[0] == 0 && ohp[R] == id.shape[0],
-                     "offsets must start at 0 and end at len(indices)");
+        check_offsets_span(ohp, R, id.shape[0]);
         CudaArray o = parse_cai(out, "out");
         LAMINA_CHECK(o.typestr == a.typestr, "out must have the dtype of keys/values");
         LAMINA_CHECK(o.c_contiguous() && !o.readonly, "out must be contiguous and writable");
@@ -679,121 +592,63 @@ void register_cuda(py::module_& m) {
         call.add(id, "indices");
         call.add(o, "out");
         const std::size_t row_bytes = D * static_cast<std::size_t>(a.itemsize);
-        py::gil_scoped_release nogil;
-        if (call.device < 0) return;
-        cuda::DeviceGuard guard(call.device);
-        call.order_after_producers(as_stream(stream));
-        cuda::kv::gather_rows(reinterpret_cast<const void*>(a.ptr), R, S, row_bytes,
-                              reinterpret_cast<const int64_t*>(od.ptr), ohp,
-                              reinterpret_cast<const int64_t*>(id.ptr),
-                              static_cast<std::size_t>(padded_len > 0 ? padded_len : 0),
-                              reinterpret_cast<void*>(o.ptr), as_stream(stream));
+        call.launch(stream, [&](void* st) {
+          cuda::kv::gather_rows(a.as<const void>(), R, S, row_bytes, od.as<const int64_t>(), ohp,
+                                id.as<const int64_t>(),
+                                static_cast<std::size_t>(padded_len > 0 ? padded_len : 0),
+                                o.as<void>(), st);
+        });
       },
       py::arg("src"), py::arg("offsets_dev"), py::arg("offsets_host"), py::arg("indices"),
       py::arg("padded_len"), py::arg("out"), py::arg("stream"));
 
+  // ---- the GPU-resident arena ------------------------------------------------------------
   using CA = cuda::CudaVectorArena;
   py::class_<CA, std::shared_ptr<CA>> arena_cls(m, "CudaVectorArena");
-  def_slot_columns<CA>(arena_cls);
+  def_arena_common<CA>(arena_cls);
   arena_cls
       .def(py::init([](long long dim, const std::string& dtype, long long capacity, int device) {
              LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
              LAMINA_CHECK(capacity >= 0, "capacity must be >= 0, got ", capacity);
-             return std::make_shared<CA>(dim, parse_dtype_name(dtype), capacity, device);
+             return std::make_shared<CA>(dim, parse_dtype(dtype), capacity, device);
            }),
            py::arg("dim"), py::arg("dtype") = "float32", py::arg("capacity") = 1024,
            py::arg("device") = 0)
-      .def_property_readonly("dim", &CA::dim)
-      .def_property_readonly("dtype", [](const CA& A) { return A.dtype() == DType::F16 ? "float16" : "float32"; })
-      .def_property_readonly("capacity", &CA::capacity)
-      .def_property_readonly("high_water", &CA::high_water)
-      .def_property_readonly("stride", &CA::stride)
       .def_property_readonly("device", &CA::device)
-      .def("__len__", &CA::size)
-      .def("reserve", [](CA& A, long long c) {
-        LAMINA_CHECK(c >= 0, "capacity must be >= 0");
-        py::gil_scoped_release nogil;
-        A.reserve(c);
-      })
       .def(
           "add",
           [](CA& A, const py::object& vectors, const py::object& ns, const py::object& layer,
              std::uintptr_t stream) {
             const bool f16 = A.dtype() == DType::F16;
-            const char* code = f16 ? "f2" : "f4";
-            const char* fix = f16 ? "float16" : "float32";
             const void* src = nullptr;
             bool on_device = false;
             std::size_t n = 0;
             py::array host;
             DeviceCall call;
             if (has_cai(vectors)) {
-              CudaArray v = checked_cuda_array(vectors, "vectors", 2, code, fix, false);
-              LAMINA_CHECK(static_cast<std::size_t>(v.shape[1]) == A.dim(), "vectors must have ",
-                           A.dim(), " columns (the arena's dim), got shape (", v.shape[0], ", ",
-                           v.shape[1], ")");
+              CudaArray v = checked_cuda_array(vectors, "vectors", 2, f16 ? "f2" : "f4",
+                                               f16 ? "float16" : "float32", false);
+              check_columns("vectors", v.shape[0], v.shape[1], A.dim(), "the arena's dim");
               call.add(v, "vectors");
               LAMINA_CHECK(v.size() == 0 || call.device == A.device(), "vectors are on cuda:",
                            call.device, " but the arena is on cuda:", A.device());
-              src = reinterpret_cast<const void*>(v.ptr);
+              src = v.as<const void>();
               on_device = true;
               n = v.shape[0];
             } else {
               if (!py::isinstance<py::array>(vectors))
-                throw TypeError(std::string("vectors must be a numpy array or a CUDA array of dtype ") + fix);
-              host = py::reinterpret_borrow<py::array>(vectors);
-              if (f16) {
-                if (!(host.dtype().kind() == 'f' && host.dtype().itemsize() == 2))
-                  throw TypeError("vectors must have dtype float16 for a float16 arena, got " +
-                                  dtype_str(host.dtype()) + "; convert explicitly with vectors.astype(numpy.float16)");
-                LAMINA_CHECK(host.ndim() == 2, "vectors must be 2-dimensional (n x dim), got ndim=", host.ndim());
-                LAMINA_CHECK(host.flags() & py::array::c_style,
-                             "vectors must be C-contiguous; pass numpy.ascontiguousarray(vectors)");
-              } else {
-                host = checked_array<float>(vectors, "vectors", 2, "float32");
-              }
-              LAMINA_CHECK(static_cast<std::size_t>(host.shape(1)) == A.dim(), "vectors must have ",
-                           A.dim(), " columns (the arena's dim), got shape (", host.shape(0), ", ",
-                           host.shape(1), ")");
+                throw TypeError(std::string("vectors must be a numpy array or a CUDA array of dtype ") +
+                                (f16 ? "float16" : "float32"));
+              host = check_host_vectors(vectors, A.dtype(), A.dim());
               src = host.data();
               n = host.shape(0);
             }
-            uint64_t ns_scalar = 0;
-            uint8_t layer_scalar = 0;
-            const uint64_t* nsp = &ns_scalar;
-            const uint8_t* lp = &layer_scalar;
-            bool ns_rows = false, layer_rows = false;
-            py::array ns_arr, layer_arr;
-            if (py::isinstance<py::int_>(ns)) {
-              py::int_ i = ns;
-              LAMINA_CHECK(py::int_(0) <= i, "namespace must be in [0, 2^64)");
-              ns_scalar = i.cast<uint64_t>();
-            } else {
-              ns_arr = checked_array<uint64_t>(ns, "namespace", 1, "uint64");
-              LAMINA_CHECK(static_cast<std::size_t>(ns_arr.shape(0)) == n,
-                           "namespace must be one value or one per row (", n, "), got ", ns_arr.shape(0));
-              nsp = static_cast<const uint64_t*>(ns_arr.data());
-              ns_rows = true;
-            }
-            if (py::isinstance<py::int_>(layer)) {
-              const long long l = layer.cast<long long>();
-              LAMINA_CHECK(l >= 0 && l <= 255, "layer must be in [0, 255], got ", l);
-              layer_scalar = static_cast<uint8_t>(l);
-            } else {
-              layer_arr = checked_array<uint8_t>(layer, "layer", 1, "uint8");
-              LAMINA_CHECK(static_cast<std::size_t>(layer_arr.shape(0)) == n,
-                           "layer must be one value or one per row (", n, "), got ", layer_arr.shape(0));
-              lp = static_cast<const uint8_t*>(layer_arr.data());
-              layer_rows = true;
-            }
+            const RowLabels lab = row_labels(ns, layer, n);
             py::array_t<int64_t> out(n);
-            {
-              int64_t* o = out.mutable_data();
-              py::gil_scoped_release nogil;
-              cuda::DeviceGuard guard(A.device());
-              call.order_after_producers(as_stream(stream));
-              A.add(src, on_device, n, nsp, ns_rows, lp, layer_rows, o, as_stream(stream));
-            }
+            int64_t* o = out.mutable_data();
+            call.run_on(A.device(), stream, [&](void* st) {
+              A.add(src, on_device, n, lab.ns(), lab.ns_rows, lab.layer(), lab.layer_rows, o, st);
+            });
             return out;
           },
           py::arg("vectors"), py::arg("namespace") = 0, py::arg("layer") = 0, py::arg("stream") = 0)
@@ -823,26 +678,12 @@ void register_cuda(py::module_& m) {
            py::arg("slots"), py::arg("stream") = 0)
       .def("set_layer",
            [](CA& A, const py::object& slots, long long layer, std::uintptr_t stream) {
-             LAMINA_CHECK(layer >= 0 && layer <= 255, "layer must be in [0, 255], got ", layer);
+             check_layer(layer);
              py::array s = check_slots(slots);
              A.set_layer(static_cast<const int64_t*>(s.data()), s.shape(0),
                          static_cast<uint8_t>(layer), as_stream(stream));
            },
            py::arg("slots"), py::arg("layer"), py::arg("stream") = 0)
-      .def("namespace_size", [](const CA& A, uint64_t ns) { return A.namespace_size(ns); })
-      .def("columns",
-           [](const CA& A) {
-             std::vector<uint64_t> ns;
-             std::vector<uint8_t> layers, live;
-             A.columns(ns, layers, live);
-             py::array_t<uint64_t> a(ns.size());
-             py::array_t<uint8_t> b(layers.size());
-             py::array_t<bool> c(live.size());
-             std::copy(ns.begin(), ns.end(), a.mutable_data());
-             std::copy(layers.begin(), layers.end(), b.mutable_data());
-             for (std::size_t i = 0; i < live.size(); ++i) c.mutable_data()[i] = live[i] != 0;
-             return py::make_tuple(a, b, c);
-           })
       .def("device_view",
            [](const CA& A) {
              py::dict d;
@@ -859,7 +700,7 @@ void register_cuda(py::module_& m) {
           [](const CA& A, const py::object& queries, long long k, const std::string& metric,
              const py::object& ns, const py::object& layers, const py::object& out_scores,
              const py::object& out_ids, std::uintptr_t stream) -> py::object {
-            LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
+            check_k(k);
             const Metric met = parse_metric(metric);
             uint64_t mask[4];
             const uint64_t* maskp = nullptr;
@@ -868,51 +709,37 @@ void register_cuda(py::module_& m) {
               maskp = mask;
             }
             if (!has_cai(queries)) {
-              py::array q = checked_array<float>(queries, "queries", 2, "float32");
-              LAMINA_CHECK(static_cast<std::size_t>(q.shape(1)) == A.dim(), "queries must have ",
-                           A.dim(), " columns (the arena's dim), got shape (", q.shape(0), ", ",
-                           q.shape(1), ")");
+              py::array q = check_host_queries(queries, A.dim(), "the arena's dim");
               const std::size_t nq = q.shape(0);
               const float* qp = static_cast<const float*>(q.data());
-              for (std::size_t i = 0; i < nq * A.dim(); ++i)
-                LAMINA_CHECK(std::isfinite(qp[i]), "queries[", i / A.dim(),
-                             "] contains NaN or Inf; pass finite queries");
-              NsArg nsa;
-              parse_ns(ns, nq, nsa);
+              const QueryNamespaces qns = query_namespaces(ns, nq);
               py::array_t<float> scores({nq, static_cast<std::size_t>(k)});
               py::array_t<int64_t> ids({nq, static_cast<std::size_t>(k)});
               {
                 float* so = scores.mutable_data();
                 int64_t* io = ids.mutable_data();
                 py::gil_scoped_release nogil;
-                A.search_host(qp, nq, k, met, nsa.ptr, nsa.n, maskp, so, io);
+                A.search_host(qp, nq, k, met, qns.ptr(), qns.n, maskp, so, io);
               }
               return py::make_tuple(scores, ids);
             }
             CudaArray q = checked_cuda_array(queries, "queries", 2, "f4", "float32", false);
-            LAMINA_CHECK(static_cast<std::size_t>(q.shape[1]) == A.dim(), "queries must have ",
-                         A.dim(), " columns (the arena's dim), got shape (", q.shape[0], ", ",
-                         q.shape[1], ")");
+            check_columns("queries", q.shape[0], q.shape[1], A.dim(), "the arena's dim");
             const std::size_t nq = q.shape[0];
-            NsArg nsa;
-              parse_ns(ns, nq, nsa);
-            CudaArray so = checked_cuda_array(out_scores, "out scores", 2, "f4", "float32", true);
-            CudaArray io = checked_cuda_array(out_ids, "out ids", 2, "i8", "int64", true);
-            check_out(so, io, nq, k);
+            const QueryNamespaces qns = query_namespaces(ns, nq);
+            const auto outs = search_outputs(out_scores, out_ids, nq, k);
+            const CudaArray &so = outs.first, &io = outs.second;
             DeviceCall call;
             call.add(q, "queries");
             call.add(so, "out scores");
             call.add(io, "out ids");
             LAMINA_CHECK(call.device < 0 || call.device == A.device(), "queries are on cuda:",
                          call.device, " but the arena is on cuda:", A.device());
-            if (nq > 0) {
-              py::gil_scoped_release nogil;
-              cuda::DeviceGuard guard(A.device());
-              call.order_after_producers(as_stream(stream));
-              A.search(reinterpret_cast<const float*>(q.ptr), nq, k, met, nsa.ptr, nsa.n, maskp,
-                       reinterpret_cast<float*>(so.ptr), reinterpret_cast<int64_t*>(io.ptr),
-                       as_stream(stream));
-            }
+            if (nq > 0)
+              call.run_on(A.device(), stream, [&](void* st) {
+                A.search(q.as<const float>(), nq, k, met, qns.ptr(), qns.n, maskp, so.as<float>(),
+                         io.as<int64_t>(), st);
+              });
             return py::make_tuple(out_scores, out_ids);
           },
           py::arg("queries"), py::arg("k"), py::arg("metric") = "ip",

@@ -2,7 +2,7 @@
 
 #include "common.hpp"
 #include "lamina/parallel.hpp"
-#include "lamina/simd.hpp"
+#include "lamina/isa.hpp"
 #if defined(LAMINA_WITH_CUDA)
 #include "lamina_cuda.hpp"
 #endif
@@ -32,8 +32,8 @@ void register_info(py::module_& m) {
     d["cxx_flags"] = LAMINA_CXX_FLAGS;
     d["cxx_standard"] = __cplusplus;
     d["simd_compiled"] = LAMINA_SIMD_PATHS;
-    d["simd_available"] = simd::available_isas();
-    d["simd_active"] = simd::kernels().isa;
+    d["simd_available"] = isa::available();
+    d["simd_active"] = isa::name(isa::active());
 #if defined(LAMINA_WITH_CUDA)
     d["cuda"] = true;
     d["cuda_architectures"] = LAMINA_CUDA_ARCHS;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "checks.hpp"
 #include "common.hpp"
 #include "lamina/blend.hpp"
 #include "lamina/evict.hpp"
@@ -17,13 +18,8 @@ namespace lamina::py_detail {
 
 namespace {
 
-std::string shape_str(const py::array& a) {
-  std::string s = "(";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(a.shape(i));
-  }
-  return s + (a.ndim() == 1 ? ",)" : ")");
+std::vector<py::ssize_t> shape_of(const py::array& a) {
+  return std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim());
 }
 
 bool is_number(const py::handle& o) {
@@ -62,10 +58,7 @@ py::array_t<T> out_array(const py::object& out, const std::vector<py::ssize_t>& 
                          const char* dtype_name) {
   if (out.is_none()) return py::array_t<T>(shape);
   py::array a = checked_array<T>(out, "out", static_cast<int>(shape.size()), dtype_name);
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    LAMINA_CHECK(a.shape(i) == shape[i], "out has shape ", shape_str(a), ", expected (",
-                 shape[0], shape.size() > 1 ? ", " + std::to_string(shape[1]) : std::string(","),
-                 ")");
+  check_shape("out", shape_of(a), shape);
   LAMINA_CHECK(a.writeable(), "out is read-only; pass a writable array");
   return py::reinterpret_borrow<py::array_t<T>>(a);
 }
@@ -100,18 +93,13 @@ RowUpdateArgs row_update_args(const py::object& rows_obj, const py::object& targ
   a.n = a.rows.shape(0);
   a.d = a.rows.shape(1);
   a.m = a.targets.shape(0);
-  LAMINA_CHECK(static_cast<std::size_t>(a.targets.shape(1)) == a.d, "targets has shape ",
-               shape_str(a.targets), " but rows has ", a.d,
-               " columns; targets must be (m, d) with the same d");
+  check_targets(a.d, shape_of(a.targets));
   if (!index_obj.is_none()) {
     a.index = checked_array<int64_t>(index_obj, "index", 1, "int64");
-    LAMINA_CHECK(static_cast<std::size_t>(a.index.shape(0)) == a.m, "index has ",
-                 a.index.shape(0), " entries but targets has ", a.m,
-                 " rows; targets holds one row per index entry");
+    check_index(a.index.shape(0), a.m, a.n);
     a.idx = static_cast<const int64_t*>(a.index.data());
   } else {
-    LAMINA_CHECK(a.m == a.n, "targets has ", a.m, " rows but rows has ", a.n,
-                 "; without index they must match (or pass index= to update a subset)");
+    check_index(-1, a.m, a.n);
   }
   return a;
 }
@@ -136,8 +124,7 @@ NumColumn num_column(const py::handle& obj, const char* name, std::size_t n) {
                     dtype_str(a.dtype()) + "; convert explicitly with " + name +
                     ".astype(numpy.float32)");
   }
-  LAMINA_CHECK(static_cast<std::size_t>(a.shape(0)) == n, name, " has ", a.shape(0),
-               " elements, expected ", n, " (one per row, like last_access)");
+  check_length(name, a.shape(0), n, "one per row, like last_access");
   c.data = a.data();
   return c;
 }
@@ -154,8 +141,7 @@ const uint8_t* live_mask(const py::object& obj, std::size_t n) {
   else
     throw TypeError("live must have dtype bool or uint8, got " + dtype_str(a.dtype()) +
                     "; convert explicitly with live.astype(numpy.bool_)");
-  LAMINA_CHECK(static_cast<std::size_t>(a.shape(0)) == n, "live has ", a.shape(0),
-               " elements, expected ", n, " (one per row)");
+  check_length("live", a.shape(0), n, "one per row");
   return static_cast<const uint8_t*>(a.data());
 }
 
@@ -263,8 +249,7 @@ void register_kernels(py::module_& m) {
         py::array ns;
         if (!namespaces.is_none()) {
           ns = checked_array<uint64_t>(namespaces, "namespaces", 1, "uint64");
-          LAMINA_CHECK(static_cast<std::size_t>(ns.shape(0)) == n, "namespaces has ",
-                       ns.shape(0), " elements, expected ", n, " (one per heat value)");
+          check_length("namespaces", ns.shape(0), n, "one per heat value");
           nsp = static_cast<const uint64_t*>(ns.data());
         }
         std::vector<int64_t> slots;
@@ -286,11 +271,10 @@ void register_kernels(py::module_& m) {
         py::array s = checked_array<float>(scores, "scores", 1, "float32");
         const std::size_t n = s.shape(0);
         py::array ns = checked_array<uint64_t>(namespaces, "namespaces", 1, "uint64");
-        LAMINA_CHECK(static_cast<std::size_t>(ns.shape(0)) == n, "namespaces has ", ns.shape(0),
-                     " elements but scores has ", n, "; pass one namespace per row");
+        check_evict_namespaces(ns.shape(0), n);
         py::array ck = checked_array<uint64_t>(cap_keys, "capacity keys", 1, "uint64");
         py::array cv = checked_array<int64_t>(cap_values, "capacity values", 1, "int64");
-        LAMINA_CHECK(ck.shape(0) == cv.shape(0), "capacity keys and values differ in length");
+        check_capacity(ck.shape(0), cv.shape(0));
         const uint8_t* lp = live_mask(live, n);
         std::vector<int64_t> slots;
         {

@@ -4,15 +4,13 @@
 #include <string>
 #include <vector>
 
+#include "checks.hpp"
 #include "common.hpp"
 #include "lamina/kv.hpp"
 
 namespace lamina::py_detail {
 
 namespace {
-
-using kv::Pool;
-using kv::Reduce;
 
 // float32, C-contiguous, ndim in {lo..hi}.
 py::array f32_array(const py::handle& obj, const char* name, int lo, int hi) {
@@ -26,20 +24,6 @@ py::array f32_array(const py::handle& obj, const char* name, int lo, int hi) {
                      (lo == hi ? "" : " to " + std::to_string(hi)) + " dimensions, got ndim=" +
                      std::to_string(nd));
   return checked_array<float>(obj, name, nd, "float32");
-}
-
-Pool parse_pool(const std::string& s) {
-  if (s == "none") return Pool::None;
-  if (s == "max") return Pool::Max;
-  if (s == "avg") return Pool::Avg;
-  throw ValueError("pooling must be 'max', 'avg' or 'none', got '" + s + "'");
-}
-
-Reduce parse_reduce(const std::string& s, const char* what) {
-  if (s == "mean") return Reduce::Mean;
-  if (s == "max") return Reduce::Max;
-  if (s == "sum") return Reduce::Sum;
-  throw ValueError(std::string(what) + " must be 'mean', 'max' or 'sum', got '" + s + "'");
 }
 
 std::size_t dim(const py::array& a, int i) { return static_cast<std::size_t>(a.shape(i)); }
@@ -59,42 +43,16 @@ ScoreArgs parse_score_args(const py::object& x, long long kv_heads, long long n_
   ScoreArgs A;
   A.x = f32_array(x, "scores", 3, 4);
   const py::array& a = A.x;
-  kv::ScoreSpec& sp = A.sp;
-  sp.layers = dim(a, 0);
-  sp.heads = dim(a, 1);
-  sp.window = a.ndim() == 4 ? dim(a, 2) : 0;
-  sp.seq_len = dim(a, a.ndim() - 1);
-  LAMINA_CHECK(kv_heads >= 1, "n_kv_heads must be >= 1, got ", kv_heads);
-  sp.kv_heads = static_cast<std::size_t>(kv_heads);
-  LAMINA_CHECK(n_candidates >= 0 && static_cast<std::size_t>(n_candidates) <= sp.seq_len,
-               "n_candidates must be in [0, ", sp.seq_len, "], got ", n_candidates);
-  sp.n_candidates = static_cast<std::size_t>(n_candidates);
-  sp.window_reduce = parse_reduce(window_reduce, "window_reduce");
-  sp.causal_normalize = causal_normalize;
-  sp.pool = parse_pool(pool);
-  LAMINA_CHECK(kernel >= 1, "kernel_size must be >= 1, got ", kernel);
-  sp.kernel = static_cast<std::size_t>(kernel);
-  sp.group_reduce = parse_reduce(group_reduce, "gqa reduction");
-  LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.seq_len >= 1,
-               "scores must be non-empty, got a zero-length axis");
-  LAMINA_CHECK(a.ndim() == 3 || sp.window >= 1, "window attention needs at least one row");
-  LAMINA_CHECK(sp.seq_len < (std::size_t{1} << 31), "sequences longer than 2^31 are not supported");
-  LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "the number of query heads (", sp.heads,
-               ") must be a multiple of n_kv_heads (", sp.kv_heads, ")");
+  A.sp = score_spec(std::vector<std::size_t>(a.shape(), a.shape() + a.ndim()), kv_heads,
+                    n_candidates, window_reduce, causal_normalize, pool, kernel, group_reduce);
   if (!scale_per_row.is_none()) {
     A.per_row = checked_array<float>(scale_per_row, "value_norms", 2, "float32");
-    LAMINA_CHECK(dim(A.per_row, 0) == sp.layers && dim(A.per_row, 1) == sp.kv_heads,
-                 "per-head value_norms must have shape (", sp.layers, ", ", sp.kv_heads,
-                 "), got (", A.per_row.shape(0), ", ", A.per_row.shape(1), ")");
+    check_value_norms({A.per_row.shape(0), A.per_row.shape(1)}, A.sp);
     A.scale.per_row = static_cast<const float*>(A.per_row.data());
   }
   if (!scale_per_token.is_none()) {
     A.per_token = checked_array<float>(scale_per_token, "value_norms", 3, "float32");
-    LAMINA_CHECK(dim(A.per_token, 0) == sp.layers && dim(A.per_token, 1) == sp.kv_heads &&
-                     dim(A.per_token, 2) == sp.seq_len,
-                 "per-token value_norms must have shape (", sp.layers, ", ", sp.kv_heads, ", ",
-                 sp.seq_len, "), got (", A.per_token.shape(0), ", ", A.per_token.shape(1), ", ",
-                 A.per_token.shape(2), ")");
+    check_value_norms({A.per_token.shape(0), A.per_token.shape(1), A.per_token.shape(2)}, A.sp);
     A.scale.per_token = static_cast<const float*>(A.per_token.data());
   }
   return A;
@@ -103,16 +61,9 @@ ScoreArgs parse_score_args(const py::object& x, long long kv_heads, long long n_
 // offsets[r + 1] = offsets[r] + k[r] + tail, with k checked against [0, n].
 py::array_t<int64_t> make_offsets(const py::array& kk, long long n, long long tail) {
   const std::size_t R = static_cast<std::size_t>(kk.size());
-  const int64_t* kp = static_cast<const int64_t*>(kk.data());
-  const std::size_t H = kk.ndim() == 2 ? dim(kk, 1) : 1;
   py::array_t<int64_t> offsets(R + 1);
-  int64_t* op = offsets.mutable_data();
-  op[0] = 0;
-  for (std::size_t r = 0; r < R; ++r) {
-    LAMINA_CHECK(kp[r] >= 0 && kp[r] <= n, "k[", r / H, ", ", r % H, "] = ", kp[r],
-                 " is outside [0, ", n, "]");
-    op[r + 1] = op[r] + kp[r] + tail;
-  }
+  kv_offsets(static_cast<const int64_t*>(kk.data()), R, kk.ndim() == 2 ? dim(kk, 1) : 1, n, tail,
+             offsets.mutable_data());
   return offsets;
 }
 
@@ -205,12 +156,12 @@ void register_kv(py::module_& m) {
         py::array s = checked_array<float>(scores, "scores", 3, "float32");
         const std::size_t L = dim(s, 0), Hkv = dim(s, 1), n = dim(s, 2);
         py::array t = checked_array<int64_t>(total, "total", 1, "int64");
-        LAMINA_CHECK(dim(t, 0) == L, "total must have one entry per layer (", L, ")");
+        check_per_layer("total", dim(t, 0), L);
         py::array f;
         const int64_t* fp = nullptr;
         if (!floor.is_none()) {
           f = checked_array<int64_t>(floor, "floor", 1, "int64");
-          LAMINA_CHECK(dim(f, 0) == L, "floor must have one entry per layer (", L, ")");
+          check_per_layer("floor", dim(f, 0), L);
           fp = static_cast<const int64_t*>(f.data());
         }
         py::array_t<int64_t> out({L, Hkv});
@@ -281,7 +232,7 @@ void register_kv(py::module_& m) {
         py::array s = checked_array<float>(scores, "scores", 3, "float32");
         const std::size_t L = dim(s, 0), Hkv = dim(s, 1), n = dim(s, 2);
         py::array lb = checked_array<int64_t>(layer_budget, "layer_budget", 1, "int64");
-        LAMINA_CHECK(dim(lb, 0) == L, "layer_budget must have one entry per layer (", L, ")");
+        check_per_layer("layer_budget", dim(lb, 0), L);
         LAMINA_CHECK(tail >= 0, "tail must be >= 0");
         const int64_t* lbp = static_cast<const int64_t*>(lb.data());
         int64_t total = 0;
@@ -314,14 +265,12 @@ void register_kv(py::module_& m) {
          int threads) {
         py::array kk = checked_array<int64_t>(k, "k", 2, "int64");
         const std::size_t L = dim(kk, 0), Hkv = dim(kk, 1), R = L * Hkv;
-        LAMINA_CHECK(n >= 0 && tail >= 0, "n and tail must be >= 0");
+        check_select_rows(n, tail);
         py::array s;
         const float* sp = nullptr;
         if (!scores.is_none()) {
           s = checked_array<float>(scores, "scores", 3, "float32");
-          LAMINA_CHECK(dim(s, 0) == L && dim(s, 1) == Hkv &&
-                           dim(s, 2) == static_cast<std::size_t>(n),
-                       "scores must have shape (", L, ", ", Hkv, ", ", n, ")");
+          check_select_scores({s.shape(0), s.shape(1), s.shape(2)}, L, Hkv, n);
           sp = static_cast<const float*>(s.data());
         }
         const int64_t* kp = static_cast<const int64_t*>(kk.data());
@@ -344,7 +293,7 @@ void register_kv(py::module_& m) {
       [](const py::object& values, int threads) {
         py::array v = f32_array(values, "values", 1, 8);
         const std::size_t D = dim(v, v.ndim() - 1);
-        LAMINA_CHECK(D >= 1, "values must have a non-empty last axis (head_dim)");
+        check_head_dim(D);
         const std::size_t rows = static_cast<std::size_t>(v.size()) / D;
         std::vector<py::ssize_t> shape(v.shape(), v.shape() + v.ndim() - 1);
         py::array_t<float> out(shape);
@@ -372,10 +321,9 @@ void register_kv(py::module_& m) {
         py::array idx = checked_array<int64_t>(indices, "indices", 1, "int64");
         const std::size_t L = dim(a, 0), Hkv = dim(a, 1), S = dim(a, 2), D = dim(a, 3);
         const std::size_t R = L * Hkv;
-        LAMINA_CHECK(dim(off, 0) == R + 1, "offsets must have L*H_kv+1 = ", R + 1, " entries");
+        check_offsets_count(dim(off, 0), R);
         const int64_t* op = static_cast<const int64_t*>(off.data());
-        LAMINA_CHECK(op[0] == 0 && op[R] == static_cast<int64_t>(dim(idx, 0)),
-                     "offsets must start at 0 and end at len(indices)");
+        check_offsets_span(op, R, dim(idx, 0));
         const std::size_t row_bytes = D * static_cast<std::size_t>(a.itemsize());
         std::vector<py::ssize_t> shape;
         if (padded_len > 0) {

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "checks.hpp"
 #include "common.hpp"
 #include "lamina/arena.hpp"
 #include "lamina/topk.hpp"
@@ -15,60 +16,8 @@ namespace {
 
 bool is_f16(const py::array& a) { return a.dtype().kind() == 'f' && a.dtype().itemsize() == 2; }
 
-// Queries: float32, 2-D, C-contiguous, finite, dim columns.
-py::array check_queries(const py::handle& obj, std::size_t dim) {
-  py::array q = checked_array<float>(obj, "queries", 2, "float32");
-  LAMINA_CHECK(static_cast<std::size_t>(q.shape(1)) == dim, "queries must have ", dim,
-               " columns (the vectors' dim), got shape (", q.shape(0), ", ", q.shape(1), ")");
-  const float* p = static_cast<const float*>(q.data());
-  const std::size_t n = static_cast<std::size_t>(q.size());
-  for (std::size_t i = 0; i < n; ++i)
-    LAMINA_CHECK(std::isfinite(p[i]), "queries[", i / dim, "] contains NaN or Inf; pass finite queries");
-  return q;
-}
-
-void check_k(long long k) { LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k); }
-
 std::pair<py::array_t<float>, py::array_t<int64_t>> alloc_out(std::size_t nq, std::size_t k) {
   return {py::array_t<float>({nq, k}), py::array_t<int64_t>({nq, k})};
-}
-
-DType parse_dtype(const std::string& s) {
-  if (s == "float32" || s == "f4" || s == "<f4") return DType::F32;
-  if (s == "float16" || s == "f2" || s == "<f2") return DType::F16;
-  throw ValueError("unsupported arena dtype '" + s + "'; expected 'float32' or 'float16'");
-}
-
-// Vectors for an arena of given dtype/dim: exact dtype, 2-D, C-contiguous.
-py::array check_vectors(const py::handle& obj, const VectorArena& A) {
-  py::array v;
-  if (A.dtype() == DType::F16) {
-    if (!py::isinstance<py::array>(obj))
-      throw TypeError("vectors must be a numpy.ndarray of dtype float16 for a float16 arena");
-    v = py::reinterpret_borrow<py::array>(obj);
-    if (!is_f16(v))
-      throw TypeError("vectors must have dtype float16 for a float16 arena, got " +
-                      dtype_str(v.dtype()) + "; convert explicitly with vectors.astype(numpy.float16)");
-    LAMINA_CHECK(v.ndim() == 2, "vectors must be 2-dimensional (n x dim), got ndim=", v.ndim());
-    LAMINA_CHECK(v.flags() & py::array::c_style,
-                 "vectors must be C-contiguous; pass numpy.ascontiguousarray(vectors)");
-  } else {
-    v = checked_array<float>(obj, "vectors", 2, "float32");
-  }
-  LAMINA_CHECK(static_cast<std::size_t>(v.shape(1)) == A.dim(), "vectors must have ", A.dim(),
-               " columns (the arena's dim), got shape (", v.shape(0), ", ", v.shape(1), ")");
-  return v;
-}
-
-void layer_mask_from(const py::handle& layers, uint64_t mask[4]) {
-  mask[0] = mask[1] = mask[2] = mask[3] = 0;
-  for (auto item : layers) {
-    if (!py::isinstance<py::int_>(item))
-      throw TypeError("layers must be a sequence of ints in [0, 255]");
-    long long l = item.cast<long long>();
-    LAMINA_CHECK(l >= 0 && l <= 255, "layer values must be in [0, 255], got ", l);
-    mask[l >> 6] |= 1ull << (l & 63);
-  }
 }
 
 }  // namespace
@@ -91,7 +40,7 @@ void register_search(py::module_& m) {
         LAMINA_CHECK(v.shape(0) > 0, "vectors is empty (0 rows); nothing to search");
         LAMINA_CHECK(v.shape(1) > 0, "vectors must have at least one column");
         const std::size_t dim = v.shape(1);
-        py::array q = check_queries(queries, dim);
+        py::array q = check_host_queries(queries, dim, "the vectors' dim");
         const std::size_t nq = q.shape(0), n = v.shape(0);
         auto [scores, ids] = alloc_out(nq, k);
         RowStore rs;
@@ -112,7 +61,7 @@ void register_search(py::module_& m) {
       py::arg("threads") = 0);
 
   py::class_<VectorArena, std::shared_ptr<VectorArena>> arena_cls(m, "VectorArena");
-  def_slot_columns<VectorArena>(arena_cls);
+  def_arena_common<VectorArena>(arena_cls);
   arena_cls
       .def(py::init([](long long dim, const std::string& dtype, long long capacity) {
              LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
@@ -120,63 +69,19 @@ void register_search(py::module_& m) {
              return std::make_shared<VectorArena>(dim, parse_dtype(dtype), capacity);
            }),
            py::arg("dim"), py::arg("dtype") = "float32", py::arg("capacity") = 1024)
-      .def_property_readonly("dim", &VectorArena::dim)
-      .def_property_readonly("dtype", [](const VectorArena& A) {
-        return A.dtype() == DType::F16 ? "float16" : "float32";
-      })
-      .def_property_readonly("capacity", &VectorArena::capacity)
-      .def_property_readonly("high_water", &VectorArena::high_water)
-      .def_property_readonly("stride", &VectorArena::stride)
-      .def("__len__", &VectorArena::size)
-      .def("reserve", [](VectorArena& A, long long c) {
-        LAMINA_CHECK(c >= 0, "capacity must be >= 0");
-        py::gil_scoped_release nogil;
-        A.reserve(c);
-      })
       .def(
           "add",
           [](VectorArena& A, const py::object& vectors, const py::object& ns,
              const py::object& layer) {
-            py::array v = check_vectors(vectors, A);
+            py::array v = check_host_vectors(vectors, A.dtype(), A.dim());
             const std::size_t n = v.shape(0);
-            uint64_t ns_scalar = 0;
-            uint8_t layer_scalar = 0;
-            const uint64_t* nsp = &ns_scalar;
-            const uint8_t* lp = &layer_scalar;
-            bool ns_rows = false, layer_rows = false;
-            py::array ns_arr, layer_arr;
-            if (py::isinstance<py::int_>(ns)) {
-              py::int_ i = ns;
-              LAMINA_CHECK(py::int_(0) <= i && i < py::int_(py::module_::import("builtins")
-                                                              .attr("pow")(2, 64)),
-                           "namespace must be in [0, 2^64)");
-              ns_scalar = i.cast<uint64_t>();
-            } else {
-              ns_arr = checked_array<uint64_t>(ns, "namespace", 1, "uint64");
-              LAMINA_CHECK(static_cast<std::size_t>(ns_arr.shape(0)) == n,
-                           "namespace must be one value or one per row (", n, "), got ",
-                           ns_arr.shape(0));
-              nsp = static_cast<const uint64_t*>(ns_arr.data());
-              ns_rows = true;
-            }
-            if (py::isinstance<py::int_>(layer)) {
-              long long l = layer.cast<long long>();
-              LAMINA_CHECK(l >= 0 && l <= 255, "layer must be in [0, 255], got ", l);
-              layer_scalar = static_cast<uint8_t>(l);
-            } else {
-              layer_arr = checked_array<uint8_t>(layer, "layer", 1, "uint8");
-              LAMINA_CHECK(static_cast<std::size_t>(layer_arr.shape(0)) == n,
-                           "layer must be one value or one per row (", n, "), got ",
-                           layer_arr.shape(0));
-              lp = static_cast<const uint8_t*>(layer_arr.data());
-              layer_rows = true;
-            }
+            const RowLabels lab = row_labels(ns, layer, n);
             py::array_t<int64_t> out(n);
             {
               const void* src = v.data();
               int64_t* o = out.mutable_data();
               py::gil_scoped_release nogil;
-              A.add(src, n, nsp, ns_rows, lp, layer_rows, o);
+              A.add(src, n, lab.ns(), lab.ns_rows, lab.layer(), lab.layer_rows, o);
             }
             return out;
           },
@@ -205,12 +110,11 @@ void register_search(py::module_& m) {
            })
       .def("set_layer",
            [](VectorArena& A, const py::object& slots, long long layer) {
-             LAMINA_CHECK(layer >= 0 && layer <= 255, "layer must be in [0, 255], got ", layer);
+             check_layer(layer);
              py::array s = check_slots(slots);
              A.set_layer(static_cast<const int64_t*>(s.data()), s.shape(0),
                          static_cast<uint8_t>(layer));
            })
-      .def("namespace_size", [](const VectorArena& A, uint64_t ns) { return A.namespace_size(ns); })
       .def(
           "search",
           [](const VectorArena& A, const py::object& queries, long long k,
@@ -218,28 +122,9 @@ void register_search(py::module_& m) {
              int threads) {
             check_k(k);
             const Metric met = parse_metric(metric);
-            py::array q = check_queries(queries, A.dim());
+            py::array q = check_host_queries(queries, A.dim(), "the vectors' dim");
             const std::size_t nq = q.shape(0);
-            uint64_t ns_scalar = 0;
-            const uint64_t* nsp = nullptr;
-            std::size_t n_ns = 0;
-            py::array ns_arr;
-            if (!ns.is_none()) {
-              if (py::isinstance<py::int_>(ns)) {
-                py::int_ i = ns;
-                LAMINA_CHECK(py::int_(0) <= i, "namespace must be in [0, 2^64)");
-                ns_scalar = i.cast<uint64_t>();
-                nsp = &ns_scalar;
-                n_ns = 1;
-              } else {
-                ns_arr = checked_array<uint64_t>(ns, "namespace", 1, "uint64");
-                LAMINA_CHECK(static_cast<std::size_t>(ns_arr.shape(0)) == nq,
-                             "namespace must be one value or one per query (", nq, "), got ",
-                             ns_arr.shape(0));
-                nsp = static_cast<const uint64_t*>(ns_arr.data());
-                n_ns = nq;
-              }
-            }
+            const QueryNamespaces qns = query_namespaces(ns, nq);
             uint64_t mask[4];
             const uint64_t* maskp = nullptr;
             if (!layers.is_none()) {
@@ -252,7 +137,7 @@ void register_search(py::module_& m) {
               float* so = scores.mutable_data();
               int64_t* io = ids.mutable_data();
               py::gil_scoped_release nogil;
-              A.search(qp, nq, k, met, nsp, n_ns, maskp, threads, so, io);
+              A.search(qp, nq, k, met, qns.ptr(), qns.n, maskp, threads, so, io);
             }
             return py::make_tuple(scores, ids);
           },
@@ -271,19 +156,7 @@ void register_search(py::module_& m) {
                            v.storage.get(), owner);
              py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
              return arr;
-           })
-      .def("columns", [](const VectorArena& A) {
-        std::vector<uint64_t> ns;
-        std::vector<uint8_t> layers, live;
-        A.columns(ns, layers, live);
-        py::array_t<uint64_t> a(ns.size());
-        py::array_t<uint8_t> b(layers.size());
-        py::array_t<bool> c(live.size());
-        std::copy(ns.begin(), ns.end(), a.mutable_data());
-        std::copy(layers.begin(), layers.end(), b.mutable_data());
-        for (std::size_t i = 0; i < live.size(); ++i) c.mutable_data()[i] = live[i] != 0;
-        return py::make_tuple(a, b, c);
-      });
+           });
 }
 
 }  // namespace lamina::py_detail

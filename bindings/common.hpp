@@ -8,8 +8,11 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
+#include "lamina/arena.hpp"
 #include "lamina/common.hpp"
 
 namespace lamina::py_detail {
@@ -71,6 +74,39 @@ void def_slot_columns(Cls& cls) {
         py::array_t<uint8_t> out(s.shape(0));
         A.layers_of(static_cast<const int64_t*>(s.data()), s.shape(0), out.mutable_data());
         return out;
+      });
+}
+
+/// The members every arena type shares (host VectorArena and the CUDA arena): shape and
+/// capacity properties, reserve, namespace_size and the bookkeeping columns.
+template <class Arena, class Cls>
+void def_arena_common(Cls& cls) {
+  def_slot_columns<Arena>(cls);
+  cls.def_property_readonly("dim", &Arena::dim)
+      .def_property_readonly("dtype",
+                             [](const Arena& A) { return A.dtype() == DType::F16 ? "float16" : "float32"; })
+      .def_property_readonly("capacity", &Arena::capacity)
+      .def_property_readonly("high_water", &Arena::high_water)
+      .def_property_readonly("stride", &Arena::stride)
+      .def("__len__", &Arena::size)
+      .def("reserve",
+           [](Arena& A, long long c) {
+             LAMINA_CHECK(c >= 0, "capacity must be >= 0");
+             py::gil_scoped_release nogil;
+             A.reserve(c);
+           })
+      .def("namespace_size", [](const Arena& A, uint64_t ns) { return A.namespace_size(ns); })
+      .def("columns", [](const Arena& A) {
+        std::vector<uint64_t> ns;
+        std::vector<uint8_t> layers, live;
+        A.columns(ns, layers, live);
+        py::array_t<uint64_t> a(ns.size());
+        py::array_t<uint8_t> b(layers.size());
+        py::array_t<bool> c(live.size());
+        std::copy(ns.begin(), ns.end(), a.mutable_data());
+        std::copy(layers.begin(), layers.end(), b.mutable_data());
+        for (std::size_t i = 0; i < live.size(); ++i) c.mutable_data()[i] = live[i] != 0;
+        return py::make_tuple(a, b, c);
       });
 }
 

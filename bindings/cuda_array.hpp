@@ -38,6 +38,11 @@ struct CudaArray {
     return n;
   }
   bool c_contiguous() const;
+  /// The data pointer as T* (device memory: for launchers only).
+  template <class T>
+  T* as() const {
+    return reinterpret_cast<T*>(ptr);
+  }
 };
 
 /// True when obj exposes __cuda_array_interface__ (CuPy, PyTorch CUDA tensors, Numba, ...).

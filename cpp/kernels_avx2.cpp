@@ -1,5 +1,6 @@
 // Memory-kernel hot loops, AVX2 path (per-file flags -mavx2 -mfma; used only when the CPU
 // has them; -ffp-contract=off keeps results identical to the other paths).
+#include "lamina/isa.hpp"
 #include "lamina/kernel_isa.hpp"
 #include "lamina/kernel_math.hpp"
 

@@ -1,5 +1,6 @@
 // Memory-kernel hot loops, AVX-512F path (per-file flags -mavx512f; used only when the CPU
 // has AVX-512F; -ffp-contract=off keeps results identical to the other paths).
+#include "lamina/isa.hpp"
 #include "lamina/kernel_isa.hpp"
 #include "lamina/kernel_math.hpp"
 

@@ -1,5 +1,6 @@
 // Memory-kernel hot loops, portable path (baseline ISA: SSE2 on x86-64; the fallback on
 // other CPUs).
+#include "lamina/isa.hpp"
 #include "lamina/kernel_isa.hpp"
 #include "lamina/kernel_math.hpp"
 

@@ -1,9 +1,10 @@
 // kv_internal.hpp — private to cpp/kv_*.cpp: the SIMD row primitives of the KV selection core.
 //
-// One table of function pointers per instruction set (scalar, AVX2, AVX-512F), chosen at run
-// time with lamina::simd's rule (the best the CPU supports, capped by LAMINA_SIMD). The
-// x86 variants are compiled from this project's sources with GCC/Clang `target` attributes
-// (no per-file flags, so no CMake change); nothing here needs -march=native.
+// One table of function pointers per instruction set (scalar, AVX2, AVX-512F): a family of
+// lamina/isa.hpp with its own Selector (selector(); the scoring loops of kv_score.cpp follow
+// it too), so the testing override _core.kv_simd_isa switches the KV kernels alone. The x86
+// variants are compiled from this project's sources with GCC/Clang `target` attributes (no
+// per-file flags); nothing here needs -march=native.
 // All functions are pure and thread-safe. Inputs are finite floats (checked by callers).
 #pragma once
 
@@ -13,6 +14,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "lamina/isa.hpp"
 
 namespace lamina::kv::detail {
 
@@ -103,6 +106,8 @@ bool lava_layer_candidates(const RowCandidates* rows, std::size_t kv_heads, std:
 void lava_offsets(std::size_t rows, std::size_t tail, const int64_t* head_budgets,
                   int64_t* offsets);
 
+/// The ISA choice of the KV kernels: isa::active() unless set_row_isa forced one.
+const isa::Selector& selector();
 /// The active kernels (see above).
 const RowKernels& row_kernels();
 /// Testing aid: force "scalar", "avx2" or "avx512" ("" restores the default). Throws

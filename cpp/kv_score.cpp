@@ -19,8 +19,9 @@ namespace {
 
 // The per-row loops below are written once and compiled three times: plain (baseline ISA)
 // and inside functions carrying GCC/Clang `target("avx2")` / `target("avx512f")` attributes,
-// into which they are force-inlined and auto-vectorised; the dispatch follows
-// lamina::simd's choice (kv::selection_isa()). No per-file flags, no -march=native.
+// into which they are force-inlined and auto-vectorised; a family of lamina/isa.hpp
+// (kScoreLoops) that follows the KV kernels' selector (kv_internal.hpp, so
+// _core.kv_simd_isa switches it too). No per-file flags, no -march=native.
 #if defined(__GNUC__) || defined(__clang__)
 #define LAMINA_KV_INLINE inline __attribute__((always_inline))
 #else
@@ -456,15 +457,6 @@ __attribute__((target("avx512f,avx2"))) void score_row_avx512(const float* in,
 }
 #endif
 
-ScoreRowFn score_row_fn() {
-#if defined(LAMINA_KV_X86)
-  const std::string isa = selection_isa();
-  if (isa == "avx512") return score_row_avx512;
-  if (isa == "avx2") return score_row_avx2;
-#endif
-  return score_row_base;
-}
-
 using EntropyFn = void (*)(const float*, std::size_t, double*, double*, float*);
 void entropy_base(const float* s, std::size_t N, double* z, double* sl, float* mn) {
   entropy_sums(s, N, z, sl, mn);
@@ -480,14 +472,28 @@ __attribute__((target("avx512f,avx2"))) void entropy_avx512(const float* s, std:
 }
 #endif
 
-EntropyFn entropy_fn() {
+// The scoring loops' family: one (score_row, entropy) pair per ISA.
+struct ScoreLoops {
+  ScoreRowFn score_row;
+  EntropyFn entropy;
+};
+const ScoreLoops kBase{score_row_base, entropy_base};
+const ScoreLoops& base_loops() { return kBase; }
 #if defined(LAMINA_KV_X86)
-  const std::string isa = selection_isa();
-  if (isa == "avx512") return entropy_avx512;
-  if (isa == "avx2") return entropy_avx2;
+const ScoreLoops kAvx2{score_row_avx2, entropy_avx2};
+const ScoreLoops kAvx512{score_row_avx512, entropy_avx512};
+const ScoreLoops& avx2_loops() { return kAvx2; }
+const ScoreLoops& avx512_loops() { return kAvx512; }
+#define LAMINA_KV_TABLE(t) &t
+#else
+#define LAMINA_KV_TABLE(t) nullptr
 #endif
-  return entropy_base;
-}
+constexpr isa::Family<ScoreLoops> kScoreLoops{&base_loops, LAMINA_KV_TABLE(avx2_loops),
+                                              LAMINA_KV_TABLE(avx512_loops)};
+#undef LAMINA_KV_TABLE
+
+ScoreRowFn score_row_fn() { return kScoreLoops.get(detail::selector()).score_row; }
+EntropyFn entropy_fn() { return kScoreLoops.get(detail::selector()).entropy; }
 
 }  // namespace
 

@@ -1,12 +1,11 @@
 // SIMD row primitives of the KV selection core (see kv_internal.hpp).
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "kv_internal.hpp"
 #include "lamina/common.hpp"
-#include "lamina/simd.hpp"
+#include "lamina/isa.hpp"
 
 #if defined(LAMINA_HAVE_X86_SIMD) && (defined(__GNUC__) || defined(__clang__))
 #define LAMINA_KV_X86 1
@@ -307,32 +306,27 @@ const RowKernels kAvx512{"avx512", count_avx512, band_avx512, positions_avx512,
                          nth_equal_avx512, collect_avx512};
 #endif  // LAMINA_KV_X86
 
-const RowKernels* by_name(const std::string& isa) {
+const RowKernels& scalar_table() { return kScalar; }
 #if defined(LAMINA_KV_X86)
-  if (isa == "avx512") return &kAvx512;
-  if (isa == "avx2") return &kAvx2;
+const RowKernels& avx2_table() { return kAvx2; }
+const RowKernels& avx512_table() { return kAvx512; }
+#define LAMINA_KV_TABLE(t) &t
+#else
+#define LAMINA_KV_TABLE(t) nullptr
 #endif
-  return &kScalar;
-}
+constexpr isa::Family<RowKernels> kRows{&scalar_table, LAMINA_KV_TABLE(avx2_table),
+                                        LAMINA_KV_TABLE(avx512_table)};
+#undef LAMINA_KV_TABLE
 
-std::atomic<const RowKernels*> g_override{nullptr};
+isa::Selector g_selector;
 
 }  // namespace
 
-const RowKernels& row_kernels() {
-  if (const RowKernels* o = g_override.load(std::memory_order_relaxed)) return *o;
-  static const RowKernels* best = by_name(simd::kernels().isa);
-  return *best;
-}
+const isa::Selector& selector() { return g_selector; }
 
-void set_row_isa(const std::string& isa) {
-  if (isa.empty()) {
-    g_override.store(nullptr);
-    return;
-  }
-  simd::kernels_for(isa);  // throws ValueError when unknown / unavailable
-  g_override.store(by_name(isa));
-}
+const RowKernels& row_kernels() { return kRows.get(g_selector); }
+
+void set_row_isa(const std::string& isa) { g_selector.force(isa); }
 
 const char* row_isa() { return row_kernels().isa; }
 

@@ -6,39 +6,53 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-settings.register_profile(
-    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
-def _cuda_devices() -> int:
-    try:
-        import lamina
+_cuda: dict[str, int] = {}
 
-        return lamina.cuda_device_count()
-    except Exception:
+
+def _probe_cuda() -> int:
+    """CUDA devices the gpu-marked tests can use: 0 when the build has no CUDA backend or the
+    driver sees no device. A CUDA build whose CUDA path fails to import or to initialise (an
+    error, or fewer devices than the driver reports) raises: those tests must fail, not skip."""
+    import lamina
+    from cuda_probe import driver_device_count
+
+    if not lamina.build_info()["cuda"]:
         return 0
+    from lamina import _device  # noqa: F401  (the CUDA path's Python side)
+
+    n, expected = lamina.cuda_device_count(), driver_device_count()
+    if n != expected:
+        raise RuntimeError(f"lamina.cuda_device_count() is {n} but the CUDA driver reports {expected} device(s)")
+    if n > 0:
+        lamina.cuda_selftest()  # initialises the runtime, round trip through device memory
+    return n
+
+
+def _cuda_devices() -> int:
+    if "n" not in _cuda:
+        try:
+            _cuda["n"] = _probe_cuda()
+        except Exception as e:  # a broken CUDA path fails the run (with the error), once
+            pytest.exit(
+                f"lamina is built with CUDA but its CUDA path is broken: {type(e).__name__}: {e}",
+                returncode=pytest.ExitCode.TESTS_FAILED,
+            )
+    return _cuda["n"]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") and _cuda_devices() == 0:
-        pytest.skip("needs a CUDA build of lamina and a CUDA device")
+        import lamina
+
+        if lamina.build_info()["cuda"]:
+            pytest.skip("needs a CUDA device (the CUDA driver reports none)")
+        pytest.skip("needs a CUDA build of lamina (this build has no CUDA backend)")
     if item.get_closest_marker("data") and not SHARED_DATA.exists():
         pytest.skip(f"needs the shared evaluation data at {SHARED_DATA}")
-
-
-@pytest.fixture(params=["scalar", "avx2", "avx512"])
-def isa(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """Run a test on each SIMD path of the KV selection kernels this CPU supports."""
-    from lamina import _core
-
-    try:
-        _core.kv_simd_isa(request.param)
-    except ValueError:
-        pytest.skip(f"{request.param} not available on this CPU")
-    yield request.param
-    _core.kv_simd_isa("")

@@ -1,7 +1,8 @@
 // lamina/kernel_isa.hpp — internal to cpp/: the hot loops of the memory kernels (blend.cpp,
 // gating.cpp, heat.cpp), compiled once per instruction set from cpp/kernel_loops.inc
 // (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp, each with its own per-file flags)
-// and chosen at run time: the same ISA as simd::kernels() (so LAMINA_SIMD caps it too).
+// and chosen at run time by lamina/isa.hpp's rule (a Family of Tables, kernels_dispatch.cpp):
+// the same ISA as the dot kernels, so LAMINA_SIMD caps it too.
 // All variants are built with -ffp-contract=off and compute the same per-element operations
 // in the same order (kernel_math.hpp), so their results are bit-identical. One exception to
 // "one set of flags per file": on the AVX-512 path the heat loop is also compiled with
@@ -53,7 +54,7 @@ constexpr std::size_t kGateTile = 1024;
 /// (rare: rows whose entropy needs more than 2^12·β) iterate in registers instead.
 constexpr int kGateLevels = 12;
 /// The ε bound's predictor for L = 2 and 3 (SIMD paths; tables built per ε by the driver,
-/// gating.cpp; kernel in kernel_loops.inc, gate_tile_pred_v). A row's logits at β are
+/// gating.cpp; kernel in gate_predict.inc, gate_tile_pred_v). A row's logits at β are
 /// z = β·(r − r_max) <= 0; x1 <= x2 are the gaps −z of the layers other than the maximum
 /// (L = 2: x1 only, x2 = ∞). Doubling β k times scales them by exactly 2^k (while x1 is a
 /// normal float), and the exact entropy of the logits (0, −u, −u/q), u = 2^k·x1, q = x1/x2, is
@@ -159,7 +160,7 @@ struct Table {
   double rcp_error;
 };
 
-/// The table for the ISA in use.
+/// The table for the ISA in use (isa::active()).
 const Table& table();
 
 /// Orders this thread's earlier non-temporal stores before its later stores (SFENCE on x86;

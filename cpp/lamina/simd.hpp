@@ -1,15 +1,13 @@
 // lamina/simd.hpp — dot-product block kernels with runtime ISA dispatch.
 //
 // The same kernel source (dot_kernels.inc) is compiled once per instruction set
-// (scalar, AVX2+FMA+F16C, AVX-512F) with per-file flags; the best one the CPU supports is
-// picked at first use. No -march=native anywhere: one binary runs on any x86-64 (and the
-// scalar path on any CPU). LAMINA_SIMD=scalar|avx2|avx512 caps the choice (for testing).
+// (scalar, AVX2+FMA+F16C, AVX-512F) with per-file flags (simd_<isa>.cpp); the table of the
+// ISA in use is picked by lamina/isa.hpp's rule (the best the CPU supports, capped by
+// LAMINA_SIMD=scalar|avx2|avx512).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
-#include <vector>
 
 namespace lamina::simd {
 
@@ -33,11 +31,7 @@ struct DotKernels {
   NormF16 sqnorm_f16;
 };
 
-/// The kernels for the best ISA this CPU supports (respecting LAMINA_SIMD).
+/// The kernels of the ISA in use (isa::active()).
 const DotKernels& kernels();
-/// Kernels of a named ISA ("scalar", "avx2", "avx512"); throws ValueError if unavailable here.
-const DotKernels& kernels_for(const std::string& isa);
-/// ISAs compiled into this build and supported by this CPU, best last.
-std::vector<std::string> available_isas();
 
 }  // namespace lamina::simd

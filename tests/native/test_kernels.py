@@ -218,11 +218,11 @@ def test_softmax_gate_streaming_path():
     import sys
 
     code = (
-        "import sys; sys.path[:0] = [{tests!r}]\n"
+        f"import sys; sys.path[:0] = [{os.path.dirname(os.path.abspath(__file__))!r}]\n"
         "import test_kernels as t\n"
         "for L in (2, 3, 4):\n"
         "    t.test_softmax_gate_large_outputs_match_small_calls(L)\n"
-    ).format(tests=os.path.dirname(os.path.abspath(__file__)))
+    )
     env = dict(os.environ, LAMINA_GATE_STREAM_BYTES=str(8 << 20))
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
 
@@ -320,8 +320,9 @@ def predictor_case(draw):
     eps = draw(
         st.one_of(
             st.floats(0.0, 1.2),
-            st.sampled_from([0.0, 1e-6, np.log(2) - 1e-4, np.log(2), np.log(2) + 1e-4,
-                             np.log(3) - 1e-4, np.log(3), 1.5]),
+            st.sampled_from(
+                [0.0, 1e-6, np.log(2) - 1e-4, np.log(2), np.log(2) + 1e-4, np.log(3) - 1e-4, np.log(3), 1.5]
+            ),
         )
     )
     return r.astype(np.float32), beta, float(eps), draw(st.integers(0, 200))
@@ -370,8 +371,7 @@ def _rows_near_the_bound(L, eps, n, rng):
 
 
 @pytest.mark.parametrize(  # (L = 2 has H < ln 2 for every row: no bound above it)
-    "L,eps", [(2, 0.05), (2, 0.3), (2, 0.5), (2, 0.69), (3, 0.05), (3, 0.3), (3, 0.5),
-              (3, 0.69), (3, 0.9)]
+    "L,eps", [(2, 0.05), (2, 0.3), (2, 0.5), (2, 0.69), (3, 0.05), (3, 0.3), (3, 0.5), (3, 0.69), (3, 0.9)]
 )
 def test_softmax_gate_predictor_near_the_bound(L, eps):
     rng = np.random.default_rng(int(eps * 1000) + L)
@@ -780,8 +780,9 @@ def test_bad_values_raise():
     with pytest.raises(ValueError, match="more than once"):
         K.ema_blend(r, t[:2], 0.5, index=np.array([1, 1], np.int64))
     with pytest.raises(ValueError, match="more than once"):  # sparse path (m < n / 64)
-        K.ema_blend(np.zeros((1000, 2), np.float32), np.zeros((2, 2), np.float32), 0.5,
-                    index=np.array([7, 7], np.int64))
+        K.ema_blend(
+            np.zeros((1000, 2), np.float32), np.zeros((2, 2), np.float32), 0.5, index=np.array([7, 7], np.int64)
+        )
     with pytest.raises(IndexError, match="out of range"):
         K.ema_blend(r, t[:1], 0.5, index=np.array([4], np.int64))
     with pytest.raises(IndexError, match="negative"):
@@ -829,7 +830,12 @@ def test_empty_inputs():
 def test_exported():
     assert lamina.kernels is K
     assert set(K.__all__) == {
-        "softmax_gate", "ema_blend", "damped_update", "heat_scores", "select_hot", "evict_to_capacity",
+        "softmax_gate",
+        "ema_blend",
+        "damped_update",
+        "heat_scores",
+        "select_hot",
+        "evict_to_capacity",
     }
 
 
@@ -915,7 +921,6 @@ def test_all_isa_paths_give_identical_bits():
     for isa in isas:
         # the 450k-row gate streams its outputs (threshold forced to 8 MiB)
         env = dict(os.environ, LAMINA_SIMD=isa, LAMINA_GATE_STREAM_BYTES=str(8 << 20))
-        out = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env=env, capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env=env, capture_output=True, text=True, check=True)
         digests[isa] = out.stdout
     assert len(set(digests.values())) == 1, digests

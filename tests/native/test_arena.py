@@ -96,8 +96,11 @@ def test_float16_storage():
 
 def test_search_filters_and_padding():
     a = lamina.VectorArena(2)
-    a.add(np.array([[1, 0], [0, 1], [1, 1]], np.float32), namespace=np.array([5, 5, 6], np.uint64),
-          layer=np.array([0, 1, 1], np.uint8))
+    a.add(
+        np.array([[1, 0], [0, 1], [1, 1]], np.float32),
+        namespace=np.array([5, 5, 6], np.uint64),
+        layer=np.array([0, 1, 1], np.uint8),
+    )
     q = np.array([[1, 1]], np.float32)
     s, i = a.search(q, 3, namespace=5)
     assert sorted(i[0, :2].tolist()) == [0, 1] and i[0, 2] == -1 and s[0, 2] == -np.inf

@@ -44,8 +44,7 @@ def ref_lava_layers(s, layer_budget, alpha, tail):
         mixed = (1.0 - alpha) * counts[l] + alpha * float(b)
         budgets[l] = apportion(mixed, hkv * b, n)
         for g in range(hkv):
-            rows.append(np.concatenate([ref_top(s[l, g], int(budgets[l, g])),
-                                        np.arange(n, n + tail)]))
+            rows.append(np.concatenate([ref_top(s[l, g], int(budgets[l, g])), np.arange(n, n + tail)]))
     return counts, budgets, rows
 
 
@@ -77,7 +76,7 @@ def test_lava_layers_matches_reference(isa, kind, alpha):
         np.testing.assert_array_equal(budgets, budgets_r)
         assert off[0] == 0 and off[-1] == idx.size == L * hkv * tail + hkv * layer_budget.sum()
         for r, ref in enumerate(rows_r):
-            np.testing.assert_array_equal(idx[off[r]:off[r + 1]], ref, err_msg=f"row {r}")
+            np.testing.assert_array_equal(idx[off[r] : off[r + 1]], ref, err_msg=f"row {r}")
     np.testing.assert_array_equal(results[0][0], results[1][0])
 
 

@@ -20,6 +20,7 @@ TOL = 1e-5
 
 # ---- reference ---------------------------------------------------------------------------------
 
+
 class RefBM25:
     """Plain-Python Okapi BM25 with per-namespace statistics (the documented formula)."""
 
@@ -83,16 +84,20 @@ def check_topk(ref: dict[int, float], scores: np.ndarray, keys: np.ndarray, k: i
 
 # ---- tokenize ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, tokens", [
-    ("She's been painting sunsets at the lake!", ["paint", "sunset", "lake"]),
-    ("I'll adopt two DOGS in 2023.", ["adopt", "two", "dog", "2023"]),
-    ("Caroline's support-group meeting", ["carolin", "support", "group", "meet"]),
-    ("don't, can't, won't", ["won"]),
-    ("snake_case_words", ["snake", "case", "word"]),
-    ("Café in München, 東京タワー", ["café", "münchen", "東京タワー"]),
-    ("", []),
-    ("the and of ... !!!", []),
-])
+
+@pytest.mark.parametrize(
+    "text, tokens",
+    [
+        ("She's been painting sunsets at the lake!", ["paint", "sunset", "lake"]),
+        ("I'll adopt two DOGS in 2023.", ["adopt", "two", "dog", "2023"]),
+        ("Caroline's support-group meeting", ["carolin", "support", "group", "meet"]),
+        ("don't, can't, won't", ["won"]),
+        ("snake_case_words", ["snake", "case", "word"]),
+        ("Café in München, 東京タワー", ["café", "münchen", "東京タワー"]),
+        ("", []),
+        ("the and of ... !!!", []),
+    ],
+)
 def test_tokenize_examples(text, tokens):
     assert tokenize(text) == tokens
 
@@ -108,9 +113,9 @@ def test_stop_words_are_lowercase_and_dropped():
 
 
 def test_eval_stemmer_still_importable():
+    from lamina._stem import porter_stem
     from lamina.eval.metrics import porter_stem as from_metrics
     from lamina.eval.stem import porter_stem as from_eval
-    from lamina._stem import porter_stem
 
     assert from_eval is porter_stem and from_metrics is porter_stem
 
@@ -129,7 +134,7 @@ def test_term_hash_is_fnv1a64_of_utf8(term):
 
 # ---- against the reference ---------------------------------------------------------------------
 
-VOCAB = ["w%d" % i for i in range(12)] + ["é", "日本"]
+VOCAB = [f"w{i}" for i in range(12)] + ["é", "日本"]
 docs_st = st.lists(st.sampled_from(VOCAB), min_size=0, max_size=8)
 
 
@@ -146,8 +151,9 @@ def test_matches_reference_under_add_remove(data, n_ops, k):
     for _ in range(n_ops):
         live = sorted(ref.docs)
         if live and data.draw(st.booleans(), label="remove?"):
-            gone = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=len(live), unique=True),
-                             label="remove")
+            gone = data.draw(
+                st.lists(st.sampled_from(live), min_size=1, max_size=len(live), unique=True), label="remove"
+            )
             assert ix.remove(gone) == len(gone)
             ref.remove(gone)
         else:
@@ -160,8 +166,9 @@ def test_matches_reference_under_add_remove(data, n_ops, k):
             ix.add(keys, docs, nss)
             ref.add(keys, docs, nss)
         assert len(ix) == len(ref.docs)
-        queries = data.draw(st.lists(st.lists(st.sampled_from(VOCAB + ["nope"]), max_size=4),
-                                     min_size=1, max_size=3), label="queries")
+        queries = data.draw(
+            st.lists(st.lists(st.sampled_from(VOCAB + ["nope"]), max_size=4), min_size=1, max_size=3), label="queries"
+        )
         for ns in range(3):
             assert ix.count(ns) == sum(1 for n, _ in ref.docs.values() if n == ns)
             sc, ky = ix.search_many(queries, ns, k)
@@ -178,8 +185,10 @@ def test_matches_reference_under_add_remove(data, n_ops, k):
 
 
 @settings(max_examples=25, deadline=None)
-@given(docs=st.lists(docs_st, min_size=1, max_size=30),
-       queries=st.lists(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4), min_size=1, max_size=4))
+@given(
+    docs=st.lists(docs_st, min_size=1, max_size=30),
+    queries=st.lists(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=4), min_size=1, max_size=4),
+)
 def test_matches_eval_bm25_baseline(docs, queries):
     from lamina.eval.systems import _BM25Index
 
@@ -209,8 +218,10 @@ def test_skewed_corpus_with_pruning_matches_reference():
     ix.remove(gone)
     kept = [i for i in range(3000) if i % 7]
     base = _BM25Index([docs[i] for i in kept])
-    queries = [[vocab[int(rng.integers(100, 300))], vocab[int(rng.integers(0, 5))], vocab[int(rng.integers(0, 30))]]
-               for _ in range(40)]
+    queries = [
+        [vocab[int(rng.integers(100, 300))], vocab[int(rng.integers(0, 5))], vocab[int(rng.integers(0, 30))]]
+        for _ in range(40)
+    ]
     queries += [[vocab[0], vocab[1], vocab[2]], [vocab[299], vocab[298]]]
     for k in (1, 3, 10):
         sc, ky = ix.search_many(queries, 0, k)
@@ -239,6 +250,7 @@ def test_per_query_namespaces_in_one_batch():
 
 
 # ---- semantics ---------------------------------------------------------------------------------
+
 
 def test_statistics_are_isolated_per_namespace():
     ix = lamina.LexicalIndex()
@@ -366,7 +378,9 @@ def test_threads_do_not_change_results():
     rng = np.random.default_rng(2)
     vocab = [f"t{i}" for i in range(40)]
     n = 6000
-    ix.add(range(n), [list(rng.choice(vocab, size=8)) for _ in range(n)], namespace=rng.integers(0, 2, n).astype(np.uint64))
+    ix.add(
+        range(n), [list(rng.choice(vocab, size=8)) for _ in range(n)], namespace=rng.integers(0, 2, n).astype(np.uint64)
+    )
     queries = [list(rng.choice(vocab, size=5)) for _ in range(64)]
     a = ix.search_many(queries, [i % 2 for i in range(64)], 10, threads=1)
     b = ix.search_many(queries, [i % 2 for i in range(64)], 10, threads=2)
@@ -400,6 +414,7 @@ def test_concurrent_readers_and_writer():
 
 
 # ---- errors ------------------------------------------------------------------------------------
+
 
 def test_add_errors_leave_index_unchanged():
     ix = lamina.LexicalIndex()

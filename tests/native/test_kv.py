@@ -11,12 +11,11 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import lamina
-from lamina import _core
-from lamina import kv
+from lamina import _core, kv
 from lamina.kv.base import apportion
 
 F32 = np.float32
@@ -88,9 +87,7 @@ def ref_counts(rows_l, total, floor=0):
     for g in range(hkv):
         pinned[g, ref_top(rows_l[g], floor)] = True
     head, pos = np.meshgrid(np.arange(hkv), np.arange(n), indexing="ij")
-    order = np.lexsort(
-        (pos.ravel(), head.ravel(), -rows_l.astype(np.float64).ravel(), ~pinned.ravel())
-    )
+    order = np.lexsort((pos.ravel(), head.ravel(), -rows_l.astype(np.float64).ravel(), ~pinned.ravel()))
     return np.bincount(head.ravel()[order[:total]], minlength=hkv)
 
 
@@ -137,8 +134,7 @@ def ref_snapkv(x, b, hkv, w, k, pool, gqa, nu=None):
         return [[np.arange(S)] * hkv for _ in range(L)]
     n = S - w
     rows = ref_rows(x, hkv, n, pool=pool, k=k, gqa=gqa, nu=nu)
-    return [[np.concatenate([ref_top(rows[l, g], b - w), np.arange(n, S)]) for g in range(hkv)]
-            for l in range(L)]
+    return [[np.concatenate([ref_top(rows[l, g], b - w), np.arange(n, S)]) for g in range(hkv)] for l in range(L)]
 
 
 def ref_streaming(L, hkv, S, b, n_sink):
@@ -155,8 +151,7 @@ def ref_h2o(x, b, hkv, recent_ratio, normalize, gqa):
     recent = int(b * recent_ratio)
     n = S - recent
     rows = ref_rows(x, hkv, n, reduce="sum", normalize=normalize, gqa=gqa)
-    return [[np.concatenate([ref_top(rows[l, g], b - recent), np.arange(n, S)]) for g in range(hkv)]
-            for l in range(L)]
+    return [[np.concatenate([ref_top(rows[l, g], b - recent), np.arange(n, S)]) for g in range(hkv)] for l in range(L)]
 
 
 def ref_adakv(x, b, hkv, w, k, pool, gqa, alpha):
@@ -191,8 +186,7 @@ def ref_pyramidkv(x, b, hkv, w, k, pool, gqa, beta):
     n, bp = S - w, b - w
     rows = ref_rows(x, hkv, n, pool=pool, k=k, gqa=gqa)
     lb = ref_pyramid_budgets(L, bp, n, beta)
-    return [[np.concatenate([ref_top(rows[l, g], lb[l]), np.arange(n, S)]) for g in range(hkv)]
-            for l in range(L)]
+    return [[np.concatenate([ref_top(rows[l, g], lb[l]), np.arange(n, S)]) for g in range(hkv)] for l in range(L)]
 
 
 def ref_entropy(rows):
@@ -338,8 +332,13 @@ def test_kth_largest_long_rows(isa, n, kind):
         check_cut(x, k)
 
 
-@given(shapes, st.sampled_from(["avg", "max", "none"]), st.sampled_from([1, 3, 5, 7]),
-       st.sampled_from(["mean", "max"]), st.data())
+@given(
+    shapes,
+    st.sampled_from(["avg", "max", "none"]),
+    st.sampled_from([1, 3, 5, 7]),
+    st.sampled_from(["mean", "max"]),
+    st.data(),
+)
 def test_snapkv_scores_match_reference(p, pool, k, gqa, data):
     H = p["hkv"] * p["G"]
     w = p["wrows"] if p["wrows"] else data.draw(st.integers(1, 8))
@@ -373,9 +372,7 @@ def test_avg_pool_and_means_divide_exactly(isa, k, G, w):
     r = k // 2
     x = awkward_floats(rng, (L, hkv * G, S))
     n = S - 4
-    got = kv.SnapKV(window_size=4, kernel_size=k, pooling="avg", gqa="mean").score(
-        x, n_kv_heads=hkv
-    )
+    got = kv.SnapKV(window_size=4, kernel_size=k, pooling="avg", gqa="mean").score(x, n_kv_heads=hkv)
     want = ref_rows(x, hkv, n, pool="avg", k=k, gqa="mean")
     np.testing.assert_array_equal(got, want)
     # interior positions: the same bits (the reference's zero padding can flip the sign of a
@@ -413,7 +410,7 @@ def test_streaming_matches_reference(p, n_sink, data):
     assert np.all(ks.lengths == b)
     if b < S:  # sinks and the recent window are always kept
         m = ks.mask()
-        assert m[:, :, :n_sink].all() and m[:, :, S - (b - n_sink):].all()
+        assert m[:, :, :n_sink].all() and m[:, :, S - (b - n_sink) :].all()
 
 
 @given(shapes, st.sampled_from([0.0, 0.25, 0.5, 1.0]), st.booleans(), st.sampled_from(["mean", "max"]), st.data())
@@ -434,7 +431,7 @@ def test_h2o_matches_reference(p, ratio, normalize, gqa, data):
     assert np.all(ks.lengths == b)
     if b < S:
         recent = int(b * ratio)
-        assert ks.mask()[:, :, S - recent:].all()
+        assert ks.mask()[:, :, S - recent :].all()
 
 
 def _window_case(p, data):
@@ -463,7 +460,7 @@ def test_snapkv_matches_reference(p, pool, k, gqa, data):
     assert_keepset(ks, ref_snapkv(x, b, p["hkv"], w, k, pool, gqa), p["L"], p["hkv"], S)
     assert np.all(ks.lengths == b)
     if b < S:
-        assert ks.mask()[:, :, S - w:].all(), "the observation window is always kept"
+        assert ks.mask()[:, :, S - w :].all(), "the observation window is always kept"
 
 
 @given(shapes, st.sampled_from([0.0, 0.2, 0.5, 1.0]), st.sampled_from(["avg", "max"]), st.data())
@@ -480,7 +477,7 @@ def test_adakv_matches_reference(p, alpha, pool, data):
     assert np.all(ks.lengths.sum(axis=1) == p["hkv"] * b), "each layer keeps H_kv * budget"
     if b < S:
         assert np.all(ks.lengths >= int((b - w) * alpha) + w), "floor respected"
-        assert ks.mask()[:, :, S - w:].all()
+        assert ks.mask()[:, :, S - w :].all()
 
 
 @given(shapes, st.sampled_from([1.0, 2.0, 20.0]), st.data())
@@ -499,7 +496,7 @@ def test_pyramidkv_matches_reference(p, beta, data):
     assert np.all(np.diff(ks.lengths[:, 0]) <= 0), "budgets do not grow with depth"
     assert np.all(ks.lengths == ks.lengths[:, :1]), "uniform within a layer"
     if b < S:
-        assert ks.mask()[:, :, S - w:].all()
+        assert ks.mask()[:, :, S - w :].all()
 
 
 @given(shapes, st.sampled_from([0.0, 0.2, 1.0]), st.booleans(), st.sampled_from(["max", "avg"]), st.data())
@@ -524,7 +521,7 @@ def test_lava_matches_reference(p, alpha, per_head_norms, pool, data):
         assert np.all((ks.info["entropy"] >= 0) & (ks.info["entropy"] <= 1))
         lb = ks.info["layer_budgets"]
         np.testing.assert_array_equal(ks.lengths.sum(axis=1), p["hkv"] * (lb + w))
-        assert np.all(ks.lengths <= S) and ks.mask()[:, :, S - w:].all()
+        assert np.all(ks.lengths <= S) and ks.mask()[:, :, S - w :].all()
 
 
 @pytest.mark.parametrize("method", ["h2o", "snapkv", "adakv", "pyramidkv", "lava"])
@@ -846,8 +843,12 @@ def test_rejects_bad_compress_input(x3):
         kv.compress(k, k, ks.indices)
     with pytest.raises(TypeError, match="numeric"):
         kv.compress(k.astype(object), k.astype(object), ks)
-    hand = kv.KeepSet(np.array([70], np.int64), np.r_[0, np.ones(8, np.int64)].cumsum().clip(0, 1).astype(np.int64),
-                      np.array([[1, 0, 0, 0], [0, 0, 0, 0]], np.int64), 64)
+    hand = kv.KeepSet(
+        np.array([70], np.int64),
+        np.r_[0, np.ones(8, np.int64)].cumsum().clip(0, 1).astype(np.int64),
+        np.array([[1, 0, 0, 0], [0, 0, 0, 0]], np.int64),
+        64,
+    )
     with pytest.raises(IndexError, match="outside"):
         kv.compress(k, k, hand)
 
@@ -897,8 +898,9 @@ def test_lava_long_rows_matches_reference(isa, kind, alpha, budget):
     L, H, hkv, S, w = 3, 4, 2, 3000, 16
     x = _long_rows(kind, L * H, S, 11).reshape(L, H, S)
     norms = np.random.default_rng(3).random((L, hkv, S), dtype=F32) * 4 + 0.5
-    ks = kv.select(x, budget, "lava", value_norms=norms, n_kv_heads=hkv, window_size=w,
-                   floor_alpha=alpha, pooling="max")
+    ks = kv.select(
+        x, budget, "lava", value_norms=norms, n_kv_heads=hkv, window_size=w, floor_alpha=alpha, pooling="max"
+    )
     check_invariants(ks)
     ref, _ = ref_lava(x, budget, hkv, w, 7, "max", "max", alpha, norms, ks.info["entropy"])
     assert_keepset(ks, ref, L, hkv, S)
@@ -922,8 +924,7 @@ def test_lava_candidate_paths_and_threads(isa, alpha):
     x /= x.sum(axis=-1, keepdims=True)
     norms = rng.random((L, hkv, S), dtype=F32) * 4 + 0.5
     got = [
-        kv.select(x, budget, "lava", value_norms=norms, n_kv_heads=hkv, window_size=w,
-                  floor_alpha=alpha, threads=t)
+        kv.select(x, budget, "lava", value_norms=norms, n_kv_heads=hkv, window_size=w, floor_alpha=alpha, threads=t)
         for t in (1, 2)
     ]
     for ks in got:

@@ -241,8 +241,15 @@ def _exact_scores(q: np.ndarray, x: np.ndarray, ids: np.ndarray, metric: str) ->
     return out
 
 
-def assert_same_topk(cpu: tuple[np.ndarray, np.ndarray], gpu: tuple[np.ndarray, np.ndarray],
-                     q: np.ndarray, x: np.ndarray, metric: str, seed: int, rows: Any = None) -> None:
+def assert_same_topk(
+    cpu: tuple[np.ndarray, np.ndarray],
+    gpu: tuple[np.ndarray, np.ndarray],
+    q: np.ndarray,
+    x: np.ndarray,
+    metric: str,
+    seed: int,
+    rows: Any = None,
+) -> None:
     """GPU == CPU twin up to float32 rounding: equal padding, scores within tolerance, and where
     ids differ the two candidates must score equally (a near tie) by an exact recomputation."""
     cs, ci = cpu
@@ -486,8 +493,9 @@ def test_row_kernels_refuse_mixed_devices() -> None:
     with pytest.raises(ValueError, match="host memory"):
         lamina.kernels.ema_blend(FakeDeviceArray((4, 3)), FakeDeviceArray((4, 3)), np.ones(4))
     with pytest.raises(ValueError, match="host memory"):
-        lamina.kernels.heat_scores(np.zeros(4, np.int32), FakeDeviceArray((4,), "<i4"),
-                                   FakeDeviceArray((4,), "<f8"), 1.0)
+        lamina.kernels.heat_scores(
+            np.zeros(4, np.int32), FakeDeviceArray((4,), "<i4"), FakeDeviceArray((4,), "<f8"), 1.0
+        )
 
 
 @pytest.mark.gpu
@@ -502,8 +510,7 @@ def test_gpu_heat_matches_cpu_bitwise(vt: str, lt: str) -> None:
     now, a, b, c, mu = 1.5e7, 0.7, 0.2, 3.0, 1e6
     cpu = lamina.kernels.heat_scores(visits, ilen, last, now, a, b, c, mu)
     out = cp.full(n, cp.nan, cp.float32)
-    res = lamina.kernels.heat_scores(cp.asarray(visits), cp.asarray(ilen), cp.asarray(last), now,
-                                     a, b, c, mu, out=out)
+    res = lamina.kernels.heat_scores(cp.asarray(visits), cp.asarray(ilen), cp.asarray(last), now, a, b, c, mu, out=out)
     assert res is out
     np.testing.assert_array_equal(cp.asnumpy(out), cpu, err_msg=f"seed={seed}")
     bad = cp.asarray(last)
@@ -535,9 +542,9 @@ def test_gpu_row_updates_match_cpu(fn: str, indexed: bool, per_row: bool) -> Non
         g_rows = cp.asarray(rows)
         g_param = cp.asarray(param) if per_row else param
         out = cp.full(m, cp.nan, cp.float32)
-        g_drift = getattr(lamina.kernels, fn)(g_rows, cp.asarray(targets), g_param,
-                                              None if index is None else cp.asarray(index),
-                                              out=out, **kw)
+        g_drift = getattr(lamina.kernels, fn)(
+            g_rows, cp.asarray(targets), g_param, None if index is None else cp.asarray(index), out=out, **kw
+        )
         assert g_drift is out
         msg = f"seed={seed} {fn} renorm={renorm}"
         np.testing.assert_allclose(cp.asnumpy(g_rows), cpu_rows, rtol=2e-6, atol=2e-6, err_msg=msg)
@@ -581,8 +588,7 @@ def test_selection_kernels_refuse_mixed_devices() -> None:
     with pytest.raises(ValueError, match="host memory"):
         k.evict_to_capacity(FakeDeviceArray((5,)), np.zeros(5, np.uint64), 2)
     with pytest.raises(ValueError, match="host memory"):
-        k.evict_to_capacity(FakeDeviceArray((5,)), FakeDeviceArray((5,), "<u8"), 2,
-                            live=np.ones(5, bool))
+        k.evict_to_capacity(FakeDeviceArray((5,)), FakeDeviceArray((5,), "<u8"), 2, live=np.ones(5, bool))
 
 
 @pytest.mark.skipif(lamina.cuda_device_count() > 0, reason="checks the no-device error path")
@@ -613,7 +619,8 @@ def test_gpu_softmax_gate_matches_cpu_bitwise(entropy: bool, per_row: bool) -> N
         g_cpu, b_cpu = lamina.kernels.softmax_gate(rel, beta, eps, max_doublings=20)
         out = cp.full((b, L), cp.nan, cp.float32)
         g_dev, b_dev = lamina.kernels.softmax_gate(
-            cp.asarray(rel), cp.asarray(beta) if per_row else beta, eps, max_doublings=20, out=out)
+            cp.asarray(rel), cp.asarray(beta) if per_row else beta, eps, max_doublings=20, out=out
+        )
         assert g_dev is out
         msg = f"seed={seed} L={L}"
         np.testing.assert_array_equal(cp.asnumpy(g_dev), g_cpu, err_msg=msg)
@@ -669,11 +676,15 @@ def test_gpu_evict_to_capacity_matches_cpu(with_live: bool, mapping: bool) -> No
     live = rng.random(n) < 0.8 if with_live else None
     if live is not None:
         scores[~live & (rng.random(n) < 0.1)] = np.nan  # dead rows are not read
-    cap: Any = ({int(k): int(rng.integers(0, 400)) for k in rng.choice(300, 120, replace=False)}
-                if mapping else int(rng.integers(0, 400)))
+    cap: Any = (
+        {int(k): int(rng.integers(0, 400)) for k in rng.choice(300, 120, replace=False)}
+        if mapping
+        else int(rng.integers(0, 400))
+    )
     cpu = lamina.kernels.evict_to_capacity(scores, ns, cap, live=live)
-    dev = lamina.kernels.evict_to_capacity(cp.asarray(scores), cp.asarray(ns), cap,
-                                           live=None if live is None else cp.asarray(live))
+    dev = lamina.kernels.evict_to_capacity(
+        cp.asarray(scores), cp.asarray(ns), cap, live=None if live is None else cp.asarray(live)
+    )
     np.testing.assert_array_equal(cp.asnumpy(dev), cpu, err_msg=f"seed={seed}")
     if n and live is None:
         bad = cp.asarray(scores)
@@ -714,16 +725,24 @@ def test_keepset_with_device_indices() -> None:
     from lamina import kv
 
     idx = FakeDeviceArray((6,), "<i8")
-    ks = kv.KeepSet(indices=idx, offsets=np.array([0, 3, 6], np.int64),  # type: ignore[arg-type]
-                    lengths=np.array([[3, 3]], np.int64), seq_len=8)
+    ks = kv.KeepSet(
+        indices=idx,
+        offsets=np.array([0, 3, 6], np.int64),  # type: ignore[arg-type]
+        lengths=np.array([[3, 3]], np.int64),
+        seq_len=8,
+    )
     assert ks.on_device and ks.total == 6
     with pytest.raises(ValueError, match="to_host"):
         ks.mask()
     with pytest.raises(ValueError, match="to_host"):
         ks.padded()
     with pytest.raises(TypeError, match="int64"):
-        kv.KeepSet(indices=FakeDeviceArray((6,), "<i4"), offsets=np.array([0, 3, 6], np.int64),  # type: ignore[arg-type]
-                   lengths=np.array([[3, 3]], np.int64), seq_len=8)
+        kv.KeepSet(
+            indices=FakeDeviceArray((6,), "<i4"),
+            offsets=np.array([0, 3, 6], np.int64),  # type: ignore[arg-type]
+            lengths=np.array([[3, 3]], np.int64),
+            seq_len=8,
+        )
     host = kv.select(np.ones((1, 2, 8), np.float32), 4, "streaming", n_sink=1)
     assert not host.on_device and host.to_host() is host
     with pytest.raises(ValueError, match="host arrays"):
@@ -752,8 +771,9 @@ def _assert_same_keep(cpu: Any, dev: Any, cp: Any, msg: str) -> None:
     np.testing.assert_array_equal(dev.lengths, cpu.lengths, err_msg=msg)
     for key in ("entropy", "layer_budgets", "head_counts", "head_budgets"):
         if key in cpu.info:
-            np.testing.assert_array_equal(np.asarray(dev.info[key]), np.asarray(cpu.info[key]),
-                                          err_msg=f"{msg} info[{key}]")
+            np.testing.assert_array_equal(
+                np.asarray(dev.info[key]), np.asarray(cpu.info[key]), err_msg=f"{msg} info[{key}]"
+            )
 
 
 @pytest.mark.gpu
@@ -794,13 +814,23 @@ def test_gpu_kv_select_matches_cpu(method: str, window: bool, ties: bool) -> Non
             cpu = kv.select(x, budget, method, value_norms=norms, n_kv_heads=hkv, **params)
         except ValueError:  # e.g. a budget below the window: the device path must refuse too
             with pytest.raises(ValueError):
-                kv.select(cp.asarray(x), budget, method,
-                          value_norms=None if norms is None else cp.asarray(norms),
-                          n_kv_heads=hkv, **params)
+                kv.select(
+                    cp.asarray(x),
+                    budget,
+                    method,
+                    value_norms=None if norms is None else cp.asarray(norms),
+                    n_kv_heads=hkv,
+                    **params,
+                )
             continue
-        dev = kv.select(cp.asarray(x), budget, method,
-                        value_norms=None if norms is None else cp.asarray(norms),
-                        n_kv_heads=hkv, **params)
+        dev = kv.select(
+            cp.asarray(x),
+            budget,
+            method,
+            value_norms=None if norms is None else cp.asarray(norms),
+            n_kv_heads=hkv,
+            **params,
+        )
         _assert_same_keep(cpu, dev, cp, msg)
 
 
@@ -812,8 +842,12 @@ def test_gpu_kv_scores_match_cpu_bitwise() -> None:
     rng, seed = fresh_rng()
     for window in (False, True):
         x, hkv = _kv_inputs(rng, window, False)
-        m = kv.SnapKV(window_size=None if window else 4, kernel_size=int(rng.choice([1, 3, 5])),
-                      pooling=str(rng.choice(["avg", "max"])), gqa=str(rng.choice(["mean", "max"])))
+        m = kv.SnapKV(
+            window_size=None if window else 4,
+            kernel_size=int(rng.choice([1, 3, 5])),
+            pooling=str(rng.choice(["avg", "max"])),
+            gqa=str(rng.choice(["mean", "max"])),
+        )
         cpu = m.score(x, hkv)
         dev = m.score(cp.asarray(x), hkv)
         np.testing.assert_array_equal(cp.asnumpy(dev), cpu, err_msg=f"seed={seed}")
