@@ -45,9 +45,7 @@ def ref_topk(
     out_s = np.full((Q.shape[0], k), pad)
     out_i = np.full((Q.shape[0], k), -1, dtype=np.int64)
     for q in range(Q.shape[0]):
-        mask = np.ones(n, bool) if candidates is None else (
-            candidates if candidates.ndim == 1 else candidates[q]
-        )
+        mask = np.ones(n, bool) if candidates is None else (candidates if candidates.ndim == 1 else candidates[q])
         rows = np.nonzero(mask)[0]
         key = S[q, rows] if metric == "l2" else -S[q, rows]
         order = np.lexsort((ids[rows], key))[:k]
