@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 
 
@@ -52,3 +54,29 @@ def ref_topk(
         out_s[q, : len(order)] = S[q, rows[order]]
         out_i[q, : len(order)] = rows[order]
     return out_s, out_i
+
+
+TOPICS = {
+    "travel": "flight hotel airport passport beach museum trip train luggage map".split(),
+    "food": "pasta recipe dinner bakery coffee soup garlic oven spices lunch".split(),
+    "work": "office meeting deadline manager project report salary team client email".split(),
+    "pets": "dog cat leash vet puppy kitten walk treats collar bowl".split(),
+    "music": "piano guitar concert song band choir drums album violin lyrics".split(),
+    "sport": "marathon gym yoga football tennis swim coach match bike race".split(),
+}
+
+
+def topic_sentences(n: int, seed: int) -> list[str]:
+    """Structured text: each sentence mixes words of one topic (clusters, not i.i.d. noise)."""
+    rng = random.Random(seed)
+    names = list(TOPICS)
+    out = []
+    for i in range(n):
+        words = TOPICS[names[rng.randrange(len(names))]]
+        out.append(" ".join(rng.choice(words) for _ in range(rng.randint(5, 10))) + f" note {i % 97}")
+    return out
+
+
+def recall(got: list[int], want: list[int]) -> float:
+    """Share of ``want`` found in ``got``."""
+    return len(set(got) & set(want)) / max(1, len(want))

@@ -3,37 +3,12 @@ same answers. (Memory switching to ANN: tests/memory/test_retrieve.py.)"""
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
 
 from lamina.embedders import get_embedder
 from lamina.layer_index import LayerIndex
-
-TOPICS = {
-    "travel": "flight hotel airport passport beach museum trip train luggage map".split(),
-    "food": "pasta recipe dinner bakery coffee soup garlic oven spices lunch".split(),
-    "work": "office meeting deadline manager project report salary team client email".split(),
-    "pets": "dog cat leash vet puppy kitten walk treats collar bowl".split(),
-    "music": "piano guitar concert song band choir drums album violin lyrics".split(),
-    "sport": "marathon gym yoga football tennis swim coach match bike race".split(),
-}
-
-
-def _sentences(n: int, seed: int) -> list[str]:
-    """Structured text: each sentence mixes words of one topic (clusters, not i.i.d. noise)."""
-    rng = random.Random(seed)
-    names = list(TOPICS)
-    out = []
-    for i in range(n):
-        words = TOPICS[names[rng.randrange(len(names))]]
-        out.append(" ".join(rng.choice(words) for _ in range(rng.randint(5, 10))) + f" note {i % 97}")
-    return out
-
-
-def _recall(got: list[int], want: list[int]) -> float:
-    return len(set(got) & set(want)) / max(1, len(want))
+from reference import recall, topic_sentences
 
 
 @pytest.fixture(scope="module")
@@ -45,17 +20,17 @@ def test_layer_index_ann_agrees_with_exact_just_above_threshold(emb) -> None:  #
     threshold = 400
     idx = LayerIndex(emb.dim, ann_threshold=threshold)
     big, small = (7 << 3) | 3, (7 << 3) | 1  # one user's archive and episodic namespaces
-    X = emb.embed(_sentences(threshold + 50, 1))
+    X = emb.embed(topic_sentences(threshold + 50, 1))
     idx.add(big, list(range(1, len(X) + 1)), X)
-    Y = emb.embed(_sentences(60, 2))
+    Y = emb.embed(topic_sentences(60, 2))
     idx.add(small, list(range(10_001, 10_061)), Y)
     assert idx.uses_ann(big) and not idx.uses_ann(small)
-    Q = emb.embed(_sentences(40, 3))
+    Q = emb.embed(topic_sentences(40, 3))
     recalls = []
     for q in Q:
         (s_big, i_big), (s_small, i_small) = idx.search(q, [big, small], 10)
         e_s, e_i = idx.exact_search(q, big, 10)
-        recalls.append(_recall(i_big, e_i))
+        recalls.append(recall(i_big, e_i))
         # scores are the same cosines the exact path reports, best first
         exact_cos = {i: float(X[i - 1] @ q) for i in i_big}
         np.testing.assert_allclose(s_big, [exact_cos[i] for i in i_big], atol=1e-4)
@@ -68,17 +43,17 @@ def test_layer_index_ann_agrees_with_exact_just_above_threshold(emb) -> None:  #
 def test_layer_index_removals_updates_and_fallback(emb) -> None:  # type: ignore[no-untyped-def]
     idx = LayerIndex(emb.dim, ann_threshold=300)
     ns = (3 << 3) | 3
-    X = emb.embed(_sentences(400, 4))
+    X = emb.embed(topic_sentences(400, 4))
     ids = list(range(1, 401))
     idx.add(ns, ids, X)
     q = X[0]
     assert idx.search(q, [ns], 5)[0][1][0] == 1 and idx.graph_namespaces() == [ns]
     gone = ids[:60]
     idx.remove(gone)  # mark_deleted in the graph
-    for q in emb.embed(_sentences(20, 5)):
+    for q in emb.embed(topic_sentences(20, 5)):
         got = idx.search(q, [ns], 10)[0][1]
         assert not set(got) & set(gone)
-        assert _recall(got, idx.exact_search(q, ns, 10)[1]) >= 0.7
+        assert recall(got, idx.exact_search(q, ns, 10)[1]) >= 0.7
     # re-adding a removed id with another vector updates its point
     idx.add(ns, [5], X[399:400])
     assert idx.search(X[399], [ns], 2)[0][1][:2] in ([5, 400], [400, 5])
@@ -100,7 +75,7 @@ def test_layer_index_keyed_gets_and_array_search(emb) -> None:  # type: ignore[n
     idx = LayerIndex(emb.dim, ann_threshold=10_000)
     tag = 5 << 40  # Memory's ids: database tag << 40 | sequence number
     arch, view = (2 << 3) | 3, (2 << 3) | 5
-    X = emb.embed(_sentences(300, 7))
+    X = emb.embed(topic_sentences(300, 7))
     ids = [tag | i for i in range(1, 301)]
     idx.add(arch, ids, X)
     idx.add(view, [i | (1 << 62) for i in ids[:200]], X[:200])  # turn views: keys with a tag bit
@@ -120,7 +95,7 @@ def test_layer_index_keyed_gets_and_array_search(emb) -> None:  # type: ignore[n
         idx.get_keyed(3, np.array([tag | 10_000], dtype=np.int64))
     idx.add(arch, [tag | 1000, ids[3]], X[:2])  # reuses freed slots; a re-added id gets its new row
     np.testing.assert_array_equal(idx.get_keyed(3, np.array([ids[3], tag | 1000], dtype=np.int64)), X[[1, 0]])
-    for q in emb.embed(_sentences(10, 8)):
+    for q in emb.embed(topic_sentences(10, 8)):
         for ns in (arch, view):
             s_a, i_a = idx.search_arrays(q, ns, 20)
             ((s_l, i_l),) = idx.search(q, [ns], 20)

@@ -15,18 +15,18 @@ PKG = Path(__file__).resolve().parents[1] / "python" / "lamina"
 MEMORY_LEVELS = {
     "config": 0,
     "inputs": 0,
-    "records": 0,
     "reports": 0,
     "store": 0,
-    "staleness": 1,
-    "state": 2,
-    "semantic": 3,
-    "retention": 3,
-    "retrieve": 3,
-    "fill": 3,
-    "consolidate": 4,
-    "ingest": 5,
-    "memory": 6,
+    "records": 1,
+    "staleness": 2,
+    "state": 3,
+    "semantic": 4,
+    "retention": 4,
+    "retrieve": 4,
+    "fill": 4,
+    "consolidate": 5,
+    "ingest": 6,
+    "memory": 7,
 }
 
 

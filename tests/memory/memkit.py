@@ -169,3 +169,41 @@ def check_tree(path: str | Path, user_id: str) -> list[dict[str, Any]]:
         assert r["depth"] == p["depth"] + 1, (r, p)
         assert set(r["sources"]) <= set(p["sources"]), (r, p)
     return tree
+
+
+#: Turns of fill(): places, a pet, a job and small talk.
+LINES = [
+    "I moved to Paris last spring.",
+    "My dog is called Max.",
+    "The weather is nice.",
+    "I work as a nurse.",
+    "We watched a movie.",
+    "I moved to Berlin for a job.",
+    "Let's get coffee soon.",
+    "I love hiking.",
+]
+
+
+def fill(m: Memory) -> list[int]:
+    """Three sessions of two users, a context per session, and a turn left in a live session."""
+    ids = []
+    for s in range(3):
+        for u in ("alice", "bob"):
+            ids += m.add(
+                [
+                    {"speaker": u.title(), "text": LINES[(s * 3 + j) % len(LINES)], "id": f"{u}{s}:{j}"}
+                    for j in range(5)
+                ],
+                user_id=u,
+                session_id=f"s{s}",
+                timestamp=T0 + s * DAY,
+            )
+            m.context("where does she live", user_id=u, now=T0 + s * DAY + 100)
+            m.end_session(user_id=u, session_id=f"s{s}")
+    ids += m.add(
+        [{"speaker": "Alice", "text": "Still in the live session."}],
+        user_id="alice",
+        session_id="s9",
+        timestamp=T0 + 9e5,
+    )
+    return ids

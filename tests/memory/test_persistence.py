@@ -13,47 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from memkit import T0, check_tree, item_rows, public_view, rows
+from memkit import T0, check_tree, fill, item_rows, public_view, rows
 
 import lamina
 from lamina import Memory, MemoryConfig
 from lamina.items import LAYERS
-
-LINES = [
-    "I moved to Paris last spring.",
-    "My dog is called Max.",
-    "The weather is nice.",
-    "I work as a nurse.",
-    "We watched a movie.",
-    "I moved to Berlin for a job.",
-    "Let's get coffee soon.",
-    "I love hiking.",
-]
-
-
-def _fill(m: Memory) -> list[int]:
-    ids = []
-    for s in range(3):
-        for u in ("alice", "bob"):
-            ids += m.add(
-                [
-                    {"speaker": u.title(), "text": LINES[(s * 3 + j) % len(LINES)], "id": f"{u}{s}:{j}"}
-                    for j in range(5)
-                ],
-                user_id=u,
-                session_id=f"s{s}",
-                timestamp=T0 + s * 86400,
-            )
-            m.context("where does she live", user_id=u, now=T0 + s * 86400 + 100)
-            m.end_session(user_id=u, session_id=f"s{s}")
-    ids += m.add(
-        [{"speaker": "Alice", "text": "Still in the live session."}],
-        user_id="alice",
-        session_id="s9",
-        timestamp=T0 + 9e5,
-    )
-    return ids
-
 
 QUERIES = ["Where does Alice live now?", "dog", "nurse job"]
 
@@ -62,7 +26,7 @@ def test_reopen_restores_exact_state(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
     cfg = MemoryConfig(working_capacity=4, episodic_capacity=4, max_segment_turns=2)
     with Memory(p, embedder="hashing", config=cfg) as m:
-        _fill(m)
+        fill(m)
         ctx_before = m.context("Where does Alice live now?", user_id="alice", now=T0 + 1e6)
         ids = sorted(item_rows(p))
         # includes the access bumps of that context (in memory until the close writes them)

@@ -18,6 +18,7 @@ from lamina.memory.records import NsCode, Record
 from lamina.memory.retrieve import candidates, query_vector, scope, visible
 from lamina.memory.state import MemoryState, UserState
 from lamina.memory.store import SQLiteStore
+from reference import recall, topic_sentences
 
 WORDS = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
 
@@ -261,33 +262,8 @@ def test_context_reads_summaries_not_leaves_and_search_still_finds_leaves(tmp_pa
     assert st.vectors.count(u.ns(NsCode.TURN_VIEW)) == sum(len(it.turns) for it in leaves)
 
 
-TOPICS = {
-    "travel": "flight hotel airport passport beach museum trip train luggage map".split(),
-    "food": "pasta recipe dinner bakery coffee soup garlic oven spices lunch".split(),
-    "work": "office meeting deadline manager project report salary team client email".split(),
-    "pets": "dog cat leash vet puppy kitten walk treats collar bowl".split(),
-    "music": "piano guitar concert song band choir drums album violin lyrics".split(),
-    "sport": "marathon gym yoga football tennis swim coach match bike race".split(),
-}
-
-
-def _sentences(n: int, seed: int) -> list[str]:
-    """Structured text: each sentence mixes words of one topic (clusters, not i.i.d. noise)."""
-    rng = random.Random(seed)
-    names = list(TOPICS)
-    out = []
-    for i in range(n):
-        words = TOPICS[names[rng.randrange(len(names))]]
-        out.append(" ".join(rng.choice(words) for _ in range(rng.randint(5, 10))) + f" note {i % 97}")
-    return out
-
-
-def _recall(got: list, want: list) -> float:  # type: ignore[type-arg]
-    return len(set(got) & set(want)) / max(1, len(want))
-
-
 def _fill_ann(m: Memory, n: int, seed: int) -> None:
-    texts = _sentences(n, seed)
+    texts = topic_sentences(n, seed)
     for s in range(0, n, 50):
         for i in range(s, min(n, s + 50)):
             m.add(
@@ -312,13 +288,13 @@ def test_memory_switch_to_ann_is_transparent(tmp_path: Path) -> None:
     _fill_ann(ann, 300, 6)
     assert ann.stats(user_id="u").ann_layers == ["u/archive"] and exact.stats(user_id="u").ann_layers == []
     assert ann.stats(user_id="v").ann_layers == []
-    queries = _sentences(25, 7)
+    queries = topic_sentences(25, 7)
     rec = []
     for qtext in queries:
         a = ann.search(qtext, user_id="u", k=10, layers=["archive"])
         e = exact.search(qtext, user_id="u", k=10, layers=["archive"])
         assert len(a) == 10 and all(it.layer == "archive" and it.kind == "turn" and it.user_id == "u" for it in a)
-        rec.append(_recall([it.sources[0] for it in a], [it.sources[0] for it in e]))
+        rec.append(recall([it.sources[0] for it in a], [it.sources[0] for it in e]))
         ca = ann.context(qtext, user_id="u", budget=200, include_archive=True)
         assert not ca.abstain and all(it.user_id == "u" for it in ca.items)
     assert np.mean(rec) >= 0.9, np.mean(rec)
@@ -342,5 +318,5 @@ def test_memory_switch_to_ann_is_transparent(tmp_path: Path) -> None:
     with Memory(tmp_path / "ann.db", embedder="hashing", config=ann_cfg) as re_:
         assert re_.stats(user_id="u").ann_layers == ["u/archive"]
         after = [[it.id for it in re_.search(q, user_id="u", k=10, layers=["archive"])] for q in queries[:10]]
-        assert np.mean([_recall(x, y) for x, y in zip(after, before)]) >= 0.9
+        assert np.mean([recall(x, y) for x, y in zip(after, before)]) >= 0.9
         assert hit.id not in {i for x in after for i in x}

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from memkit import DAY, T0, dump, item_rows, public_view
+from memkit import DAY, T0, dump, fill, item_rows, public_view
 
 from lamina import Memory, MemoryConfig
 from lamina.embedders import get_embedder
@@ -17,42 +17,8 @@ from lamina.memory.records import ITEM_FIELDS, NsCode
 from lamina.memory.state import MemoryState, Tx
 from lamina.memory.store import SQLiteStore
 
-LINES = [
-    "I moved to Paris last spring.",
-    "My dog is called Max.",
-    "The weather is nice.",
-    "I work as a nurse.",
-    "We watched a movie.",
-    "I moved to Berlin for a job.",
-    "Let's get coffee soon.",
-    "I love hiking.",
-]
 CFG = MemoryConfig(working_capacity=4, episodic_capacity=4, max_segment_turns=2)
 DIM = get_embedder("hashing").dim
-
-
-def _fill(m: Memory) -> list[int]:
-    ids = []
-    for s in range(3):
-        for u in ("alice", "bob"):
-            ids += m.add(
-                [
-                    {"speaker": u.title(), "text": LINES[(s * 3 + j) % len(LINES)], "id": f"{u}{s}:{j}"}
-                    for j in range(5)
-                ],
-                user_id=u,
-                session_id=f"s{s}",
-                timestamp=T0 + s * DAY,
-            )
-            m.context("where does she live", user_id=u, now=T0 + s * DAY + 100)
-            m.end_session(user_id=u, session_id=f"s{s}")
-    ids += m.add(
-        [{"speaker": "Alice", "text": "Still in the live session."}],
-        user_id="alice",
-        session_id="s9",
-        timestamp=T0 + 9e5,
-    )
-    return ids
 
 
 def _load(path: Path, cfg: MemoryConfig = CFG) -> MemoryState:
@@ -66,7 +32,7 @@ def _load(path: Path, cfg: MemoryConfig = CFG) -> MemoryState:
 def test_load_mirrors_the_database_and_the_live_memory(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
     with Memory(p, embedder="hashing", config=CFG) as m:
-        _fill(m)
+        fill(m)
         m.context("Where does Alice live now?", user_id="alice", now=T0 + 1e6)
         m.flush()  # the access bumps of those contexts, on disk
         st = _load(p)

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from ..items import LAYERS, format_day
 from ..layer_index import NAMESPACE_BITS
+from .store import ITEM_COLUMNS
 
 __all__ = [
     "Record",
@@ -85,38 +86,8 @@ COMMITMENTS = ("persist", "ephemeral", "verify")
 MIN_ITEM_TOKENS = 1
 HEADER_TOKENS = 2
 
-#: Columns of the ``items`` table a record holds (the embedding apart).
-ITEM_FIELDS = (
-    "id",
-    "user_id",
-    "session_id",
-    "layer",
-    "kind",
-    "status",
-    "text",
-    "summary",
-    "speaker",
-    "source_id",
-    "sources",
-    "members",
-    "created_at",
-    "timestamp",
-    "last_access",
-    "access_count",
-    "interaction_len",
-    "strength",
-    "domain",
-    "commitment",
-    "subject",
-    "predicate",
-    "object",
-    "valid_from",
-    "valid_to",
-    "superseded_by",
-    "parent_id",
-    "depth",
-    "seq",
-)
+#: Columns of the ``items`` table a record holds (the embedding lives in the arenas).
+ITEM_FIELDS = tuple(c for c in ITEM_COLUMNS if c != "embedding")
 
 
 #: Tokens an item adds to a rendered context, and its group key (session, day) when it shows raw
