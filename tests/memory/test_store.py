@@ -65,12 +65,12 @@ def test_ids_are_tagged_and_persist(tmp_path: Path) -> None:
         (o,) = other.new_ids(1)
     assert not s.owns(o) and not other.owns(a[0])  # each database has its own tag
     other.close()
-    # ids handed out by a rolled-back transaction are handed out again after reset_ids
+    # ids handed out by a rolled-back transaction are handed out again (each transaction reads
+    # the counter afresh)
     with pytest.raises(RuntimeError):
         with s.tx():
             lost = s.new_ids(2)
             raise RuntimeError
-    s.reset_ids()
     with s.tx():
         again = s.new_ids(2)
     assert again == lost and [seq_of(i) for i in again] == [4, 5]
@@ -81,6 +81,44 @@ def test_ids_are_tagged_and_persist(tmp_path: Path) -> None:
     assert seq_of(nxt) == 6 and s2.owns(a[0])
     assert s2.get_meta("schema_version") == str(SCHEMA_VERSION)
     s2.close()
+
+
+def test_two_connections_never_hand_out_the_same_id(tmp_path: Path) -> None:
+    """Each write transaction reads the id counter under the database's write lock, so two
+    handles of one file (two processes, say) interleave without a collision."""
+    p = tmp_path / "s.db"
+    a, b = _store(p), _store(p)
+    got: list[int] = []
+    for i in range(20):
+        s = a if i % 3 else b
+        with s.tx():
+            got += s.new_ids(1 + i % 2)
+    assert len(got) == len(set(got)) == sum(1 + i % 2 for i in range(20))
+    assert sorted(seq_of(i) for i in got) == list(range(1, len(got) + 1))
+    a.close()
+    b.close()
+
+
+def test_user_versions_count_writes_and_data_version_sees_other_connections(tmp_path: Path) -> None:
+    p = tmp_path / "s.db"
+    a, b = _store(p), _store(p)
+    with a.tx():
+        a.add_user("u", a.next_user_index())
+        a.add_user("v", a.next_user_index())
+        assert a.bump_versions(["u", "u", "v"]) == {"u": 1, "v": 1}
+    dv = b.data_version()
+    assert b.user_versions() == {"u": 1, "v": 1}
+    with a.tx():
+        assert a.bump_versions(["u", "gone"]) == {"u": 2}  # (a user without a row has no version)
+    assert b.data_version() != dv and b.user_versions() == {"u": 2, "v": 1}
+    dv_a = a.data_version()
+    with a.tx():
+        a.bump_versions(["v"])
+    assert a.data_version() == dv_a  # a connection's own commits do not move its data_version
+    with b.tx():
+        assert b.next_user_index() == 3
+    a.close()
+    b.close()
 
 
 def test_schema_version_and_synchronous_are_checked(tmp_path: Path) -> None:

@@ -118,33 +118,50 @@ class Memory:
                 f"database {self._path} was built with embedder {name!r}, not "
                 f"{self._embedder.name!r}; open it with embedder={name.split('-')[0]!r}"
             )
-        self._st = MemoryState.load(self._store, config, self._dim)
+        with self._store.read_tx():
+            self._st = MemoryState.load(self._store, config, self._dim)
 
     # ------------------------------------------------------------------ the unit of work
     @contextlib.contextmanager
     def _write(self) -> Iterator[Tx]:
-        """One write: the lock, pending access bumps written, one store transaction whose rows
-        the stages collect in the yielded :class:`Tx`; on any failure the transaction rolls back
-        and the in-memory state is rebuilt from the store, so nothing of the write remains."""
+        """One write: the lock, pending access bumps written, one store transaction (which holds
+        the database's write lock, so no other process writes meanwhile), the state caught up
+        with other writers inside it, then the stages, whose rows the yielded :class:`Tx`
+        collects; checks that raise before anything is touched leave the state as it is. On any
+        later failure the transaction rolls back and the users the write touched are rebuilt
+        from the store, so nothing of the write remains."""
         with self._lock:
             self._check_open()
             self._flush_pending()
+            tx = Tx(self._store, self._st)
             try:
                 with self._store.tx():
-                    tx = Tx(self._store, self._st)
+                    self._st.sync(self._store)
                     yield tx
                     tx.commit()
             except BaseException:
-                self._reload()
+                self._restore(tx.users)
                 raise
 
-    def _reload(self) -> None:
+    def _restore(self, user_ids: set[str]) -> None:
+        """Rebuild these users' state from the store (after a failed write)."""
+        if not user_ids:
+            return
         try:
-            self._store.reset_ids()
-            self._st = MemoryState.load(self._store, self.config, self._dim)
+            with self._store.read_tx():
+                versions = self._store.user_versions()
+                for uid in sorted(user_ids):
+                    self._st.reload_user(self._store, uid, versions)
         except Exception:  # pragma: no cover - the database itself is unusable
             _log.exception("lamina: could not rebuild state after a failed write")
             raise
+
+    def _sync(self) -> None:
+        """Catch up with other processes' writes before a read (caller holds the lock)."""
+        self._check_open()
+        if self._st.data_version != self._store.data_version():
+            with self._store.read_tx():
+                self._st.sync(self._store)
 
     def _flush_pending(self) -> None:
         """Write pending access bumps (caller holds the lock, outside any transaction)."""
@@ -248,13 +265,12 @@ class Memory:
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         t_now = to_time(now, "now")
-        with self._lock:
-            self._check_open()
+        with self._write() as tx:
             u = self._known_user(user_id)
             if (user_id, session_id) not in self._st.sessions:
                 raise NotFoundError(f"unknown session {session_id!r} for user {user_id!r}")
-            with self._write() as tx:
-                return consolidate.end_session(tx, self._models, u, session_id, t_now)
+            tx.touch(user_id)
+            return consolidate.end_session(tx, self._models, u, session_id, t_now)
 
     def update(self, item_id: int, text: str, *, user_id: str | None = None, timestamp: TimeLike = None) -> MemoryItem:
         """Replace an item's text (re-embedded); the previous text is kept in :meth:`history`."""
@@ -265,54 +281,51 @@ class Memory:
             raise InvalidInput("text is empty")
         t = to_time(timestamp, "timestamp")
         emb = self._embed([text])[0]
-        with self._lock:
-            self._check_open()
+        with self._write() as tx:
             r = self._record(item_id, user_id)
-            with self._write() as tx:
-                st = tx.st
-                u = st.users[r.user_id]
-                tx.store.add_revision(r.id, r.text, t if t is not None else wall_clock())
-                r.text = text
-                u.stale = None
-                tx.changed(r, "text", emb=emb)
-                if r.kind in ("summary", "note"):
-                    r.summary = text
-                    tx.changed(r, "summary")
-                if r.status == "active":
-                    st.move(u, r, r.layer, emb)
-                if r.id in u.seg_of:  # re-index the turn under its leaf
-                    st.reindex_turn_view(u, r, emb)
-            return self._st.item(self._st.recs[r.id])
+            st = tx.st
+            u = st.users[r.user_id]
+            tx.touch(r.user_id)
+            tx.store.add_revision(r.id, r.text, t if t is not None else wall_clock())
+            r.text = text
+            u.stale = None
+            tx.changed(r, "text", emb=emb)
+            if r.kind in ("summary", "note"):
+                r.summary = text
+                tx.changed(r, "summary")
+            if r.status == "active":
+                st.move(u, r, r.layer, emb)
+            if r.id in u.seg_of:  # re-index the turn under its leaf
+                st.reindex_turn_view(u, r, emb)
+        return self._st.item(r)
 
     def delete(self, item_id: int, *, user_id: str | None = None) -> DeleteReport:
         """Delete an item. Deleting a raw turn also deletes what was derived from it (segments,
         summaries, facts, notes whose sources include it), so its text leaves every layer."""
         self._check_open()
-        with self._lock:
-            self._check_open()
+        with self._write() as tx:
             r = self._record(item_id, user_id)
+            st = tx.st
             doomed = {r.id}
             if r.kind == "turn":
-                doomed.update(
-                    x.id for x in self._st.urecs(self._st.users[r.user_id]) if x.id != r.id and r.source_id in x.sources
-                )
-            with self._write() as tx:
-                tx.store.delete_items(sorted(doomed))
-            # Simplest exact way to keep trees, fact indexes and profiles consistent: rebuild.
-            self._reload()
-            return DeleteReport(deleted=len(doomed))
+                doomed.update(x.id for x in st.urecs(st.users[r.user_id]) if x.id != r.id and r.source_id in x.sources)
+            tx.touch(r.user_id)
+            tx.store.delete_items(sorted(doomed))
+            # The exact way to keep the user's tree, fact indexes and profiles consistent: rebuild
+            # that user (inside the transaction: the store shows this write's deletions).
+            st.reload_user(tx.store, r.user_id, tx.store.user_versions())
+        return DeleteReport(deleted=len(doomed))
 
     def delete_user(self, *, user_id: str) -> DeleteReport:
         """Delete every item, session and statistic of a user."""
         self._check_open()
         check_id(user_id, "user_id")
-        with self._lock:
-            self._check_open()
+        with self._write() as tx:
             n = len(self._known_user(user_id).ids)
-            with self._write() as tx:
-                tx.store.delete_user(user_id)
-            self._reload()
-            return DeleteReport(deleted=n)
+            tx.touch(user_id)
+            tx.store.delete_user(user_id)
+            tx.st.drop_user(user_id)
+        return DeleteReport(deleted=n)
 
     # ------------------------------------------------------------------ read path
     def context(
@@ -360,6 +373,7 @@ class Memory:
         c = self.config
         with self._lock:
             self._check_open()
+            self._sync()
             st = self._st
             u = st.users.get(user_id)
             empty = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
@@ -443,6 +457,7 @@ class Memory:
         q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
         with self._lock:
             self._check_open()
+            self._sync()
             st = self._st
             u = st.users.get(user_id)
             if u is None:
@@ -472,6 +487,7 @@ class Memory:
         """
         self._check_open()
         with self._lock:
+            self._sync()
             return self._st.item(self._record(item_id, user_id))
 
     def history(self, item_id: int, *, user_id: str | None = None) -> list[MemoryItem]:
@@ -483,6 +499,7 @@ class Memory:
         """
         self._check_open()
         with self._lock:
+            self._sync()
             st = self._st
             r = self._record(item_id, user_id)
             if r.kind == "fact" and r.predicate is not None:
@@ -504,6 +521,7 @@ class Memory:
         self._check_open()
         check_id(user_id, "user_id")
         with self._lock:
+            self._sync()
             st = self._st
             u = st.users.get(user_id)
             if u is None:
@@ -525,6 +543,7 @@ class Memory:
         the database path and LLM fallbacks (see :class:`lamina.MemoryStats`)."""
         self._check_open()
         with self._lock:
+            self._sync()
             st = self._st
             if user_id is not None:
                 check_id(user_id, "user_id")
@@ -583,6 +602,8 @@ class Memory:
     def users(self) -> list[str]:
         """All user ids."""
         with self._lock:
+            if not self._closed:
+                self._sync()
             return sorted(self._st.users)
 
     @property

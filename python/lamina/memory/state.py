@@ -15,7 +15,7 @@ store's transaction. A new record is written once, as it is at commit time.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ from .records import (
     turn_tokens,
 )
 from .staleness import Staleness
-from .store import Store, seq_of
+from .store import SessionRow, Store, UserRow, seq_of
 
 __all__ = ["UserState", "MemoryState", "Tx", "Models"]
 
@@ -68,6 +68,7 @@ class UserState:
         "n_active",
         "seg_of",
         "people",
+        "version",
     )
 
     def __init__(self, user_id: str, idx: int) -> None:
@@ -89,6 +90,7 @@ class UserState:
         self.n_active = {name: 0 for name in LAYERS}
         self.seg_of: dict[int, int] = {}  # turn id -> id of the active episodic leaf holding it
         self.people: dict[str, tuple[str, re.Pattern[str]]] = {}  # name key -> (name, word-bounded pattern)
+        self.version = 0  # the store's count of this user's committed writes, as of this state
 
     def ns(self, code: int) -> int:
         """This user's namespace of a layer code (:class:`~lamina.memory.records.NsCode`)."""
@@ -111,43 +113,96 @@ class MemoryState:
         self.pending: dict[int, Record] = {}  # records whose access bumps are not yet written
         self.users: dict[str, UserState] = {}
         self.sessions: dict[tuple[str, str], list[Any]] = {}  # (user, session) -> [status, started, ended]
+        self.data_version = -1  # the store's data_version when this state last caught up
 
     # ------------------------------------------------------------------ (re)building
     @classmethod
     def load(cls, store: Store, config: MemoryConfig, dim: int) -> MemoryState:
         """Rebuild every in-memory structure from the database."""
         st = cls(config, dim)
-        for uid, idx, dt, dl, du in store.users():
+        st._load_rows(store.users(), store.sessions(), store.load_items(), store.user_versions())
+        st.data_version = store.data_version()
+        return st
+
+    def _load_rows(
+        self,
+        users: list[UserRow],
+        sessions: list[SessionRow],
+        items: Iterable[dict[str, Any]],
+        versions: Mapping[str, int],
+    ) -> None:
+        """Add users (absent from the state) with their sessions and items (in id order)."""
+        for uid, idx, dt, dl, du in users:
             u = UserState(uid, idx)
             u.drift_total, u.drift_last, u.drift_updates = dt, dl, du
-            st.users[uid] = u
-        for uid, sid, status, started, ended in store.sessions():
-            st.sessions[(uid, sid)] = [status, started, ended]
+            u.version = versions.get(uid, 0)
+            self.users[uid] = u
+        for uid, sid, status, started, ended in sessions:
+            self.sessions[(uid, sid)] = [status, started, ended]
         pending: dict[int, tuple[list[int], list[bytes]]] = {}
-        for row in store.load_items():
+        leaves: list[Record] = []
+        touched: dict[str, UserState] = {}
+        for row in items:
             emb = row.pop("embedding")
             r = Record(**row)
-            st.recs[r.id] = r
-            u = st.users[r.user_id]
+            self.recs[r.id] = r
+            u = touched[r.user_id] = self.users[r.user_id]
             u.ids.add(r.id)
             if r.status == "active":
                 ids, embs = pending.setdefault(record_namespace(u.idx, r), ([], []))
                 ids.append(r.id)
                 embs.append(emb)
                 u.n_active[r.layer] += 1
-            st.index(u, r)
+                if r.kind == "segment" and r.layer == "episodic":
+                    leaves.append(r)
+            self.index(u, r)
         for ns, (ids, embs) in pending.items():
-            X = np.frombuffer(b"".join(embs), dtype=np.float32).reshape(len(ids), dim)
-            st.vectors.add(ns, ids, X)
-        for r in list(st.recs.values()):
-            if r.kind == "segment" and r.status == "active" and r.layer == "episodic":
-                st.add_turn_views(st.users[r.user_id], r, [m for m in r.members if m in st.vectors])
-        for u in st.users.values():
+            X = np.frombuffer(b"".join(embs), dtype=np.float32).reshape(len(ids), self.dim)
+            self.vectors.add(ns, ids, X)
+        for r in leaves:
+            self.add_turn_views(self.users[r.user_id], r, [m for m in r.members if m in self.vectors])
+        for u in touched.values():
             for lst in u.working.values():
-                lst.sort(key=lambda i: st.recs[i].seq)
+                lst.sort(key=lambda i: self.recs[i].seq)
             for lst in u.children.values():
-                lst.sort(key=lambda i: st.recs[i].seq)
-        return st
+                lst.sort(key=lambda i: self.recs[i].seq)
+
+    def drop_user(self, user_id: str) -> None:
+        """Forget a user's state (records, vectors, turn views, sessions, pending bumps)."""
+        u = self.users.pop(user_id, None)
+        if u is None:
+            return
+        views = [m | TURN_KEY for m in u.seg_of]
+        self.vectors.remove([k for k in views if k in self.vectors])
+        self.lex.remove(list(u.seg_of), missing_ok=True)
+        self.vectors.remove([i for i in u.ids if i in self.vectors])
+        for i in u.ids:
+            self.recs.pop(i, None)
+            self.pending.pop(i, None)
+        for key in [k for k in self.sessions if k[0] == user_id]:
+            del self.sessions[key]
+
+    def reload_user(self, store: Store, user_id: str, versions: Mapping[str, int]) -> None:
+        """Replace a user's state by what the store holds now (absent there: forgotten)."""
+        self.drop_user(user_id)
+        rows = store.users(user_id)
+        if rows:
+            self._load_rows(rows, store.sessions(user_id), store.load_items(user_id), versions)
+
+    def sync(self, store: Store) -> list[str]:
+        """Catch up with other writers of the store: each user whose version another writer moved
+        (or who appeared or went) is reloaded from the store. Cheap when nobody else wrote (the
+        store's data version is unchanged). Returns the users reloaded."""
+        dv = store.data_version()
+        if dv == self.data_version:
+            return []
+        versions = store.user_versions()
+        stale = [uid for uid in self.users if uid not in versions]
+        stale += [uid for uid, v in versions.items() if uid not in self.users or self.users[uid].version != v]
+        for uid in stale:
+            self.reload_user(store, uid, versions)
+        self.data_version = dv
+        return stale
 
     def index(self, u: UserState, r: Record) -> None:
         """Add a record to the per-user indexes (working queues, tree, current facts, profiles)."""
@@ -288,7 +343,10 @@ class Tx:
 
     Stages create records through :meth:`new_record` and report the columns they change on
     existing records through :meth:`changed`; :meth:`commit` writes both. A record created in
-    this write is inserted as it is at commit time (later changes need no report).
+    this write is inserted as it is at commit time (later changes need no report). Every user
+    the write touches (:meth:`touch`, and through records) counts one more version at commit,
+    which is how other processes on the store learn that their state of that user is stale; a
+    failed write rebuilds exactly those users from the store.
     """
 
     def __init__(self, store: Store, st: MemoryState) -> None:
@@ -297,14 +355,20 @@ class Tx:
         self._new: dict[int, tuple[Record, Vec]] = {}
         self._changed: dict[int, tuple[Record, dict[str, None]]] = {}
         self._embs: dict[int, Vec] = {}
+        self.users: set[str] = set()  # users this write touches
         self.facts_added = 0  # facts inserted by this write (end_session reports)
 
+    def touch(self, user_id: str) -> None:
+        """This write changes (or may change) the user's state."""
+        self.users.add(user_id)
+
     def user(self, user_id: str) -> UserState:
-        """The user's state, created (and stored) on first use."""
+        """The user's state, created (and stored) on first use; touched."""
         st = self.st
+        self.users.add(user_id)
         u = st.users.get(user_id)
         if u is None:
-            idx = 1 + max((x.idx for x in st.users.values()), default=0)
+            idx = self.store.next_user_index()  # (from the store: other processes add users too)
             if idx >= (1 << 60):
                 raise ValueError("too many users")
             self.store.add_user(user_id, idx)
@@ -320,6 +384,7 @@ class Tx:
         if r.last_access is None:
             r.last_access = r.timestamp
         st = self.st
+        self.users.add(u.user_id)
         st.recs[rid] = r
         u.ids.add(rid)
         st.place(u, r, emb)
@@ -329,6 +394,7 @@ class Tx:
 
     def changed(self, r: Record, *columns: str, emb: Vec | None = None) -> None:
         """Columns of ``r`` changed in memory (``emb``: its new embedding)."""
+        self.users.add(r.user_id)
         if emb is not None:
             if r.id in self._new:
                 self._new[r.id] = (r, emb)
@@ -348,6 +414,10 @@ class Tx:
         for rid, (r, cols) in self._changed.items():
             updates.append((rid, {c: (self._embs[rid].tobytes() if c == "embedding" else getattr(r, c)) for c in cols}))
         self.store.update_items(updates)
+        for uid, v in self.store.bump_versions(self.users).items():
+            u = self.st.users.get(uid)
+            if u is not None:
+                u.version = v
         self._new.clear()
         self._changed.clear()
         self._embs.clear()

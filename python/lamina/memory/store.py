@@ -21,12 +21,12 @@ import json
 import os
 import secrets
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 __all__ = ["Store", "SQLiteStore", "SCHEMA_VERSION", "ITEM_COLUMNS", "ID_SHIFT", "seq_of"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: users.version (the per-user change counter of every writer)
 ID_SHIFT = 40  # item id = (database tag << 40) | sequence number
 
 
@@ -73,7 +73,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS users (
   user_id TEXT PRIMARY KEY, ns INTEGER NOT NULL UNIQUE,
   drift_total REAL NOT NULL DEFAULT 0, drift_last REAL NOT NULL DEFAULT 0,
-  drift_updates INTEGER NOT NULL DEFAULT 0);
+  drift_updates INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS sessions (
   user_id TEXT NOT NULL, session_id TEXT NOT NULL, status TEXT NOT NULL,
   started_at REAL, ended_at REAL, PRIMARY KEY (user_id, session_id));
@@ -116,21 +116,21 @@ class Store(Protocol):
         """``n`` fresh item ids, persisted with the enclosing transaction."""
         ...
 
-    def reset_ids(self) -> None:
-        """Forget ids handed out by a rolled-back transaction (re-read the counter)."""
+    def read_tx(self) -> contextlib.AbstractContextManager[None]:
+        """A read-only transaction: the reads inside it see one snapshot of the store."""
         ...
 
     def owns(self, item_id: int) -> bool:
         """Whether an item id was made by this database."""
         ...
 
-    def users(self) -> list[UserRow]: ...
+    def users(self, user_id: str | None = None) -> list[UserRow]: ...
 
     def add_user(self, user_id: str, ns: int) -> None: ...
 
     def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None: ...
 
-    def sessions(self) -> list[SessionRow]: ...
+    def sessions(self, user_id: str | None = None) -> list[SessionRow]: ...
 
     def upsert_session(
         self, user_id: str, session_id: str, status: str, started_at: float | None, ended_at: float | None
@@ -146,8 +146,26 @@ class Store(Protocol):
 
     def delete_user(self, user_id: str) -> None: ...
 
-    def load_items(self) -> Iterator[dict[str, Any]]:
-        """Every item row (``ITEM_COLUMNS``, decoded), in id sequence order."""
+    def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every item row (``ITEM_COLUMNS``, decoded) of the store or of one user, in id
+        sequence order."""
+        ...
+
+    def data_version(self) -> int:
+        """A number that changes when another connection commits (cheap: no table read)."""
+        ...
+
+    def user_versions(self) -> dict[str, int]:
+        """user_id -> the user's version: it grows with every committed write of the user, by
+        any writer."""
+        ...
+
+    def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
+        """Count one more write for each user (inside the write's transaction); their new versions."""
+        ...
+
+    def next_user_index(self) -> int:
+        """A namespace index no user has (read inside the write's transaction)."""
         ...
 
     def add_revision(self, item_id: int, text: str, changed_at: float) -> None: ...
@@ -169,6 +187,7 @@ class SQLiteStore:
             if str(mode).lower() != "wal":
                 raise OSError(f"could not enable WAL mode on {path} (got {mode})")
         self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        self._ready = False
         with self.tx():
             for stmt in _SCHEMA.strip().split(";"):
                 if stmt.strip():
@@ -178,18 +197,27 @@ class SQLiteStore:
                 self.set_meta("schema_version", str(SCHEMA_VERSION))
                 self.set_meta("db_tag", str(1 + secrets.randbelow((1 << 22) - 1)))
                 self.set_meta("next_seq", "1")
+            elif int(v) == 1:  # version 1 had no per-user change counter
+                self.conn.execute("ALTER TABLE users ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+                self.set_meta("schema_version", str(SCHEMA_VERSION))
             elif int(v) != SCHEMA_VERSION:
                 raise ValueError(f"database schema version {v} is not supported (expected {SCHEMA_VERSION})")
         self.tag = int(self.get_meta("db_tag") or 0)
         self.next_seq = int(self.get_meta("next_seq") or 1)
-        self._in_tx = False
+        self._ready = True
 
     # -- transactions ------------------------------------------------------------------------
     @contextlib.contextmanager
     def tx(self) -> Iterator[None]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any exception (and re-raises)."""
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any exception (and re-raises).
+
+        ``BEGIN IMMEDIATE`` takes the database's write lock (waiting up to the connection's
+        timeout for another process's write to end), so the id counter is read afresh inside it:
+        ids never collide between processes."""
         self.conn.execute("BEGIN IMMEDIATE")
         self._in_tx = True
+        if self._ready:
+            self.next_seq = int(self.get_meta("next_seq") or 1)
         try:
             yield
             self.conn.execute("COMMIT")
@@ -198,6 +226,15 @@ class SQLiteStore:
             raise
         finally:
             self._in_tx = False
+
+    @contextlib.contextmanager
+    def read_tx(self) -> Iterator[None]:
+        """``BEGIN`` (deferred: a read snapshot in WAL mode, no lock) ... ``COMMIT``."""
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
 
     def close(self) -> None:
         self.conn.close()
@@ -220,20 +257,37 @@ class SQLiteStore:
         self.set_meta("next_seq", str(self.next_seq))
         return [(self.tag << ID_SHIFT) | s for s in range(start, start + n)]
 
-    def reset_ids(self) -> None:
-        self.next_seq = int(self.get_meta("next_seq") or 1)
-
     def owns(self, item_id: int) -> bool:
         return (item_id >> ID_SHIFT) == self.tag
 
     # -- users / sessions --------------------------------------------------------------------
-    def users(self) -> list[UserRow]:
-        return [
-            (str(u), int(ns), float(t), float(last), int(n))
-            for u, ns, t, last, n in self.conn.execute(
-                "SELECT user_id, ns, drift_total, drift_last, drift_updates FROM users ORDER BY ns"
-            )
-        ]
+    def users(self, user_id: str | None = None) -> list[UserRow]:
+        sql = "SELECT user_id, ns, drift_total, drift_last, drift_updates FROM users"
+        cur = (
+            self.conn.execute(sql + " ORDER BY ns")
+            if user_id is None
+            else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
+        )
+        return [(str(u), int(ns), float(t), float(last), int(n)) for u, ns, t, last, n in cur]
+
+    def user_versions(self) -> dict[str, int]:
+        return {str(u): int(v) for u, v in self.conn.execute("SELECT user_id, version FROM users")}
+
+    def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
+        uids = sorted(set(user_ids))
+        self.conn.executemany("UPDATE users SET version = version + 1 WHERE user_id=?", [(u,) for u in uids])
+        out = {}
+        for u in uids:
+            row = self.conn.execute("SELECT version FROM users WHERE user_id=?", (u,)).fetchone()
+            if row is not None:  # (a user deleted by this write has none)
+                out[u] = int(row[0])
+        return out
+
+    def next_user_index(self) -> int:
+        return int(self.conn.execute("SELECT COALESCE(MAX(ns), 0) + 1 FROM users").fetchone()[0])
+
+    def data_version(self) -> int:
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     def add_user(self, user_id: str, ns: int) -> None:
         self.conn.execute("INSERT INTO users(user_id, ns) VALUES(?, ?)", (user_id, ns))
@@ -244,13 +298,10 @@ class SQLiteStore:
             (total, last, updates, user_id),
         )
 
-    def sessions(self) -> list[SessionRow]:
-        return [
-            (str(u), str(s), str(status), started, ended)
-            for u, s, status, started, ended in self.conn.execute(
-                "SELECT user_id, session_id, status, started_at, ended_at FROM sessions"
-            )
-        ]
+    def sessions(self, user_id: str | None = None) -> list[SessionRow]:
+        sql = "SELECT user_id, session_id, status, started_at, ended_at FROM sessions"
+        cur = self.conn.execute(sql) if user_id is None else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
+        return [(str(u), str(s), str(status), started, ended) for u, s, status, started, ended in cur]
 
     def upsert_session(
         self, user_id: str, session_id: str, status: str, started_at: float | None, ended_at: float | None
@@ -292,8 +343,13 @@ class SQLiteStore:
         self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
         self.conn.execute("DELETE FROM users WHERE user_id=?", (user_id,))
 
-    def load_items(self) -> Iterator[dict[str, Any]]:
-        cur = self.conn.execute(f"SELECT {','.join(ITEM_COLUMNS)} FROM items ORDER BY seq")
+    def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
+        sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items"
+        cur = (
+            self.conn.execute(sql + " ORDER BY seq")
+            if user_id is None
+            else self.conn.execute(sql + " WHERE user_id=? ORDER BY seq", (user_id,))
+        )
         for row in cur:
             yield {c: _dec(c, v) for c, v in zip(ITEM_COLUMNS, row)}
 

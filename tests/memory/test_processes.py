@@ -1,0 +1,140 @@
+"""Several handles (processes, or connections in one process) on one SQLite file: ids and user
+namespaces never collide, a handle catches up with the others' writes before it reads or writes,
+and a handle opened before another's delete never serves or re-stores the deleted text."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from memkit import DAY, T0
+
+from lamina import Memory, MemoryConfig, NotFoundError
+
+SECRET = "zebracorn-7731"
+
+
+def _texts(path: Path) -> list[str]:
+    con = sqlite3.connect(path)
+    try:
+        return [f"{t}\n{s or ''}" for t, s in con.execute("SELECT text, summary FROM items")]
+    finally:
+        con.close()
+
+
+def _writer(path: Path, who: int, n: int, shared: bool) -> subprocess.Popen[str]:
+    code = textwrap.dedent(
+        f"""
+        import lamina
+        m = lamina.Memory({str(path)!r}, embedder="hashing")
+        for i in range({n}):
+            user = "shared" if {shared} else "u{who}"
+            m.add([{{"speaker": "P{who}", "text": f"process {who} says {{i}}"}}], user_id=user,
+                  session_id="s{who}", timestamp={T0} + i)
+        m.close()
+        print("ok")
+        """
+    )
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shared", [False, True], ids=["own-users", "one-user"])
+def test_four_processes_add_500_each_without_an_error(tmp_path: Path, shared: bool) -> None:
+    p = tmp_path / "m.db"
+    Memory(p, embedder="hashing").close()  # create the file (and its embedder) once
+    procs = [_writer(p, w, 500, shared) for w in range(4)]
+    outs = [pr.communicate(timeout=600) for pr in procs]
+    for pr, (out, err) in zip(procs, outs):
+        assert pr.returncode == 0 and out.strip() == "ok", err[-2000:]
+    with Memory(p, embedder="hashing") as m:
+        st = m.stats()
+        assert st.archive_turns == 2000 and st.users == (1 if shared else 4)
+        for w in range(4):
+            user = "shared" if shared else f"u{w}"
+            hits = m.search(f"process {w} says", user_id=user, k=600, layers=["archive"])
+            assert sum(1 for h in hits if h.text.startswith(f"process {w} says ")) == 500
+
+
+def test_handles_on_one_file_never_collide_on_ids_or_users(tmp_path: Path) -> None:
+    p = tmp_path / "m.db"
+    a, b = Memory(p, embedder="hashing"), Memory(p, embedder="hashing")
+    ids: list[int] = []
+    for i in range(30):
+        h = a if i % 2 else b
+        ids += h.add([{"speaker": "X", "text": f"turn {i}"}], user_id=f"user{i % 5}", session_id="s", timestamp=T0 + i)
+    assert len(set(ids)) == 30
+    assert sorted(a.users()) == sorted(b.users()) == [f"user{i}" for i in range(5)]
+    for h in (a, b):  # each handle sees every turn, whoever wrote it
+        for i in range(5):
+            got = {x.text for x in h.search("turn", user_id=f"user{i}", k=50, layers=["archive"])}
+            assert got == {f"turn {j}" for j in range(30) if j % 5 == i}
+    a.close()
+    b.close()
+    with Memory(p, embedder="hashing") as m:
+        assert m.stats().archive_turns == 30
+
+
+def test_a_stale_handle_never_serves_or_restores_deleted_text(tmp_path: Path) -> None:
+    p = tmp_path / "m.db"
+    cfg = MemoryConfig(working_capacity=8)
+    early = Memory(p, embedder="hashing", config=cfg)
+    lines = ["We planned the trip.", f"The door code is {SECRET}.", "See you on Monday.", "Bring the maps."]
+    ids = early.add(
+        [{"speaker": "Ann", "text": t, "id": f"D1:{i}"} for i, t in enumerate(lines)],
+        user_id="ann",
+        session_id="s1",
+        timestamp=T0,
+    )
+    assert SECRET in early.context("door code", user_id="ann", now=T0 + DAY).render()
+    other = Memory(p, embedder="hashing", config=cfg)  # another process, say
+    other.delete(ids[1], user_id="ann")
+    other.close()
+    # the early handle has the secret in its working memory; it must catch up first
+    assert SECRET not in early.context("door code", user_id="ann", now=T0 + DAY).render()
+    assert all(SECRET not in h.text for h in early.search("door code", user_id="ann", k=10, layers=["archive"]))
+    with pytest.raises(NotFoundError):
+        early.get(ids[1])
+    early.add([{"speaker": "Ann", "text": "One more thing."}], user_id="ann", session_id="s1", timestamp=T0 + 60)
+    early.end_session(user_id="ann", session_id="s1")  # consolidates the caught-up working memory
+    assert SECRET not in early.context("door code", user_id="ann", now=T0 + DAY).render()
+    early.close()
+    assert not any(SECRET in t for t in _texts(p))
+    with Memory(p, embedder="hashing", config=cfg) as m:
+        assert SECRET not in m.context("door code", user_id="ann", now=T0 + DAY).render()
+        assert m.stats(user_id="ann").archive_turns == 4
+
+
+def test_a_handle_sees_a_user_deleted_or_created_elsewhere(tmp_path: Path) -> None:
+    p = tmp_path / "m.db"
+    a = Memory(p, embedder="hashing")
+    a.add([{"speaker": "B", "text": "I live in Oslo."}], user_id="bea", session_id="s", timestamp=T0)
+    b = Memory(p, embedder="hashing")
+    b.delete_user(user_id="bea")
+    b.add([{"speaker": "C", "text": "I live in Lima."}], user_id="cai", session_id="s", timestamp=T0)
+    assert a.users() == ["cai"]
+    assert a.context("where", user_id="bea", now=T0 + 1).abstain
+    with pytest.raises(NotFoundError):
+        a.end_session(user_id="bea", session_id="s")
+    assert "Lima" in a.context("where does C live", user_id="cai", now=T0 + 1).render()
+    # a's next write to the deleted user starts the user afresh, with no trace of the old turns
+    a.add([{"speaker": "B", "text": "Back again."}], user_id="bea", session_id="s2", timestamp=T0 + 5)
+    assert [h.text for h in b.search("again", user_id="bea", k=5, layers=["archive"])] == ["Back again."]
+    a.close()
+    b.close()
+
+
+def test_end_session_of_a_session_added_by_another_handle(tmp_path: Path) -> None:
+    p = tmp_path / "m.db"
+    a, b = Memory(p, embedder="hashing"), Memory(p, embedder="hashing")
+    a.users()  # a's state is loaded before b writes
+    b.add([{"speaker": "D", "text": "My dog is called Rex."}], user_id="dan", session_id="s1", timestamp=T0)
+    rep = a.end_session(user_id="dan", session_id="s1")
+    assert rep.segments >= 1
+    assert [f.object for f in b.facts(user_id="dan")] == ["Rex"]
+    a.close()
+    b.close()
