@@ -193,3 +193,20 @@ def test_load_items_orders_by_sequence() -> None:
         s.add_user("u", 1)
         s.insert_items([_row(ids[2]), _row(ids[0]), _row(ids[1])])
     assert [r["id"] for r in s.load_items()] == ids
+
+
+def test_a_version_1_store_is_migrated_on_open(tmp_path: Path) -> None:
+    """Stores written before the per-user version existed (schema 1) open and count from 0."""
+    p = tmp_path / "s.db"
+    s = _store(p)
+    with s.tx():
+        s.add_user("u", 1)
+    s.close()
+    con = sqlite3.connect(p)
+    con.execute("ALTER TABLE users DROP COLUMN version")
+    con.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    con.commit()
+    con.close()
+    s = _store(p)
+    assert s.get_meta("schema_version") == str(SCHEMA_VERSION) and s.user_versions() == {"u": 0}
+    s.close()

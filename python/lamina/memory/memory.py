@@ -181,8 +181,16 @@ class Memory:
         x = self._embedder.embed(texts)
         return check_embeddings(x, len(texts), self._dim, type(self._embedder).__name__)
 
+    def _user(self, user_id: str) -> UserState | None:
+        """A user's state (loaded from the store if another writer moved it); caller holds the lock."""
+        st = self._st
+        if user_id not in st.unloaded:
+            return st.users.get(user_id)
+        with self._store.read_tx():
+            return st.user(self._store, user_id)
+
     def _known_user(self, user_id: str) -> UserState:
-        u = self._st.users.get(user_id)
+        u = self._user(user_id)
         if u is None:
             raise NotFoundError(f"unknown user_id {user_id!r}")
         return u
@@ -195,6 +203,12 @@ class Memory:
         if iid <= 0 or not self._store.owns(iid):
             raise NotFoundError(f"item id {iid} does not belong to this database (ids are database-specific)")
         r = self._st.recs.get(iid)
+        if r is None and self._st.unloaded:  # perhaps an item of a user another writer moved
+            with self._store.read_tx():
+                owner = self._store.item_user(iid)
+            if owner is not None:
+                self._user(owner)
+                r = self._st.recs.get(iid)
         if r is None:
             raise NotFoundError(f"item id {iid} does not exist (deleted?)")
         if user_id is not None:
@@ -375,7 +389,7 @@ class Memory:
             self._check_open()
             self._sync()
             st = self._st
-            u = st.users.get(user_id)
+            u = self._user(user_id)
             empty = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
             if u is None:
                 return empty
@@ -459,7 +473,7 @@ class Memory:
             self._check_open()
             self._sync()
             st = self._st
-            u = st.users.get(user_id)
+            u = self._user(user_id)
             if u is None:
                 return []
             hits: list[tuple[float, Record]] = []
@@ -523,7 +537,7 @@ class Memory:
         with self._lock:
             self._sync()
             st = self._st
-            u = st.users.get(user_id)
+            u = self._user(user_id)
             if u is None:
                 return []
             out = [
@@ -549,6 +563,8 @@ class Memory:
                 check_id(user_id, "user_id")
                 users = [self._known_user(user_id)]
             else:
+                with self._store.read_tx():
+                    st.load_all(self._store)
                 users = list(st.users.values())
             uids = {u.user_id for u in users}
             layers = {L: 0 for L in LAYERS}
@@ -604,7 +620,7 @@ class Memory:
         with self._lock:
             if not self._closed:
                 self._sync()
-            return sorted(self._st.users)
+            return sorted(set(self._st.users) | self._st.unloaded)
 
     @property
     def embedder(self) -> Embedder:
@@ -632,4 +648,4 @@ class Memory:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Memory(path={self._path!r}, embedder={self._embedder.name!r}, users={len(self._st.users)})"
+        return f"Memory(path={self._path!r}, embedder={self._embedder.name!r}, users={len(self._st.users) + len(self._st.unloaded)})"

@@ -114,6 +114,7 @@ class MemoryState:
         self.users: dict[str, UserState] = {}
         self.sessions: dict[tuple[str, str], list[Any]] = {}  # (user, session) -> [status, started, ended]
         self.data_version = -1  # the store's data_version when this state last caught up
+        self.unloaded: set[str] = set()  # users of the store whose state is loaded on first use
 
     # ------------------------------------------------------------------ (re)building
     @classmethod
@@ -191,18 +192,34 @@ class MemoryState:
 
     def sync(self, store: Store) -> list[str]:
         """Catch up with other writers of the store: each user whose version another writer moved
-        (or who appeared or went) is reloaded from the store. Cheap when nobody else wrote (the
-        store's data version is unchanged). Returns the users reloaded."""
+        (or who appeared or went) is dropped, to be loaded from the store when it is next used
+        (:meth:`user`), so a process pays only for the users it serves. Cheap when nobody else
+        wrote (the store's data version is unchanged). Returns the users dropped."""
         dv = store.data_version()
         if dv == self.data_version:
             return []
         versions = store.user_versions()
-        stale = [uid for uid in self.users if uid not in versions]
-        stale += [uid for uid, v in versions.items() if uid not in self.users or self.users[uid].version != v]
+        stale = [uid for uid in self.users if versions.get(uid) != self.users[uid].version]
         for uid in stale:
-            self.reload_user(store, uid, versions)
+            self.drop_user(uid)
+        self.unloaded = {uid for uid in versions if uid not in self.users}
         self.data_version = dv
         return stale
+
+    def user(self, store: Store, user_id: str) -> UserState | None:
+        """A user's state, loaded from the store if another writer moved it (None: no such user)."""
+        if user_id in self.unloaded:
+            self.unloaded.discard(user_id)
+            self.reload_user(store, user_id, store.user_versions(user_id))
+        return self.users.get(user_id)
+
+    def load_all(self, store: Store) -> None:
+        """Load every user :meth:`sync` left unloaded."""
+        if self.unloaded:
+            versions = store.user_versions()
+            for uid in sorted(self.unloaded):
+                self.reload_user(store, uid, versions)
+            self.unloaded.clear()
 
     def index(self, u: UserState, r: Record) -> None:
         """Add a record to the per-user indexes (working queues, tree, current facts, profiles)."""
@@ -232,9 +249,6 @@ class MemoryState:
             u.stale = None
 
     # ------------------------------------------------------------------ lookups
-    def user(self, user_id: str) -> UserState | None:
-        return self.users.get(user_id)
-
     def urecs(self, u: UserState) -> list[Record]:
         """Every record of a user (in the id set's order)."""
         return [self.recs[i] for i in u.ids]
@@ -366,7 +380,7 @@ class Tx:
         """The user's state, created (and stored) on first use; touched."""
         st = self.st
         self.users.add(user_id)
-        u = st.users.get(user_id)
+        u = st.user(self.store, user_id)
         if u is None:
             idx = self.store.next_user_index()  # (from the store: other processes add users too)
             if idx >= (1 << 60):

@@ -155,9 +155,13 @@ class Store(Protocol):
         """A number that changes when another connection commits (cheap: no table read)."""
         ...
 
-    def user_versions(self) -> dict[str, int]:
-        """user_id -> the user's version: it grows with every committed write of the user, by
-        any writer."""
+    def user_versions(self, user_id: str | None = None) -> dict[str, int]:
+        """user_id -> the user's version (of every user, or of one): it grows with every committed
+        write of the user, by any writer."""
+        ...
+
+    def item_user(self, item_id: int) -> str | None:
+        """The user an item belongs to (None: no such item)."""
         ...
 
     def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
@@ -188,6 +192,7 @@ class SQLiteStore:
                 raise OSError(f"could not enable WAL mode on {path} (got {mode})")
         self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
         self._ready = False
+        self._in_tx = False
         with self.tx():
             for stmt in _SCHEMA.strip().split(";"):
                 if stmt.strip():
@@ -229,11 +234,17 @@ class SQLiteStore:
 
     @contextlib.contextmanager
     def read_tx(self) -> Iterator[None]:
-        """``BEGIN`` (deferred: a read snapshot in WAL mode, no lock) ... ``COMMIT``."""
+        """``BEGIN`` (deferred: a read snapshot in WAL mode, no lock) ... ``COMMIT``; inside a
+        transaction already, the reads belong to it."""
+        if self._in_tx:
+            yield
+            return
         self.conn.execute("BEGIN")
+        self._in_tx = True
         try:
             yield
         finally:
+            self._in_tx = False
             self.conn.execute("COMMIT")
 
     def close(self) -> None:
@@ -270,8 +281,14 @@ class SQLiteStore:
         )
         return [(str(u), int(ns), float(t), float(last), int(n)) for u, ns, t, last, n in cur]
 
-    def user_versions(self) -> dict[str, int]:
-        return {str(u): int(v) for u, v in self.conn.execute("SELECT user_id, version FROM users")}
+    def user_versions(self, user_id: str | None = None) -> dict[str, int]:
+        sql = "SELECT user_id, version FROM users"
+        cur = self.conn.execute(sql) if user_id is None else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
+        return {str(u): int(v) for u, v in cur}
+
+    def item_user(self, item_id: int) -> str | None:
+        row = self.conn.execute("SELECT user_id FROM items WHERE id=?", (item_id,)).fetchone()
+        return None if row is None else str(row[0])
 
     def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
         uids = sorted(set(user_ids))
