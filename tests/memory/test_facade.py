@@ -56,7 +56,8 @@ def test_update_delete_history(tmp_path: Path) -> None:
     assert sorted(derived.values()) == ["fact", "profile", "segment", "summary", "turn"]
     n_before = m.stats().items
     rep = m.delete(ids[0])
-    assert rep == lamina.DeleteReport(deleted=len(derived)) and rep.to_dict() == {"deleted": len(derived)}
+    assert rep == lamina.DeleteReport(deleted=len(derived), ids=tuple(sorted(derived)))
+    assert rep.to_dict() == {"deleted": len(derived), "ids": sorted(derived)}
     assert m.stats().items == n_before - len(derived)
     assert [r["sources"] for r in item_rows(path).values()] == [("D:1",)]  # only the other turn is left
     assert not any(f.object == "Ana" for f in m.facts(user_id="u", current=False))
@@ -67,7 +68,8 @@ def test_update_delete_history(tmp_path: Path) -> None:
             m.get(i)
     n_user = m.stats(user_id="u").items
     assert n_user > 0
-    assert m.delete_user(user_id="u") == lamina.DeleteReport(deleted=n_user)
+    left = sorted(item_rows(path))
+    assert m.delete_user(user_id="u") == lamina.DeleteReport(deleted=n_user, ids=tuple(left))
     assert m.users() == [] and item_rows(path) == {}
     with pytest.raises(lamina.NotFoundError):
         m.stats(user_id="u")

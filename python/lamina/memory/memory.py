@@ -156,6 +156,12 @@ class Memory:
             self._store.bump_access(rows)
         st.pending.clear()
 
+    def _forget(self) -> None:
+        """After a committed delete: no copy of the deleted rows stays in the database files
+        (:meth:`Store.forget`); the rebuilt state holds none either (vectors included)."""
+        if not self._store.forget():
+            _log.warning("lamina: another connection reads %s; its write-ahead log is truncated later", self._path)
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("this Memory is closed")
@@ -300,7 +306,8 @@ class Memory:
                 tx.store.delete_items(sorted(doomed))
             # Simplest exact way to keep trees, fact indexes and profiles consistent: rebuild.
             self._reload()
-            return DeleteReport(deleted=len(doomed))
+            self._forget()
+            return DeleteReport(deleted=len(doomed), ids=tuple(sorted(doomed)))
 
     def delete_user(self, *, user_id: str) -> DeleteReport:
         """Delete every item, session and statistic of a user."""
@@ -308,11 +315,12 @@ class Memory:
         check_id(user_id, "user_id")
         with self._lock:
             self._check_open()
-            n = len(self._known_user(user_id).ids)
+            doomed = tuple(sorted(self._known_user(user_id).ids))
             with self._write() as tx:
                 tx.store.delete_user(user_id)
             self._reload()
-            return DeleteReport(deleted=n)
+            self._forget()
+            return DeleteReport(deleted=len(doomed), ids=doomed)
 
     # ------------------------------------------------------------------ read path
     def context(
