@@ -156,9 +156,12 @@ class Memory:
             self._store.bump_access(rows)
         st.pending.clear()
 
-    def _forget(self) -> None:
-        """After a committed delete: no copy of the deleted rows stays in the database files
-        (:meth:`Store.forget`); the rebuilt state holds none either (vectors included)."""
+    def _forget(self, old: MemoryState) -> None:
+        """After a committed delete and the rebuild of the state (which holds no deleted row):
+        the replaced state's vectors are zeroed (its arenas and graphs would otherwise linger in
+        freed memory), and no copy of the deleted rows stays in the database files
+        (:meth:`Store.forget`)."""
+        old.vectors.wipe()
         if not self._store.forget():
             _log.warning("lamina: another connection reads %s; its write-ahead log is truncated later", self._path)
 
@@ -305,8 +308,9 @@ class Memory:
             with self._write() as tx:
                 tx.store.delete_items(sorted(doomed))
             # Simplest exact way to keep trees, fact indexes and profiles consistent: rebuild.
+            old = self._st
             self._reload()
-            self._forget()
+            self._forget(old)
             return DeleteReport(deleted=len(doomed), ids=tuple(sorted(doomed)))
 
     def delete_user(self, *, user_id: str) -> DeleteReport:
@@ -318,8 +322,9 @@ class Memory:
             doomed = tuple(sorted(self._known_user(user_id).ids))
             with self._write() as tx:
                 tx.store.delete_user(user_id)
+            old = self._st
             self._reload()
-            self._forget()
+            self._forget(old)
             return DeleteReport(deleted=len(doomed), ids=doomed)
 
     # ------------------------------------------------------------------ read path
