@@ -24,7 +24,7 @@ from ..items import LAYERS, Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, fill, ingest, retrieve
 from .config import ACTIVE_LAYERS, MemoryConfig
-from .inputs import TimeLike, check_count, check_id, check_layers, to_time, wall_clock
+from .inputs import TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import NsCode, Record, norm_key
 from .reports import DeleteReport, MemoryStats, ProfileDrift, SessionReport
 from .state import MemoryState, Models, Tx, UserState
@@ -272,6 +272,7 @@ class Memory:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if not text.strip():
             raise InvalidInput("text is empty")
+        check_text(text, "text")
         t = to_time(timestamp, "timestamp")
         emb = self._embed([text])[0]
         with self._lock:
@@ -369,6 +370,8 @@ class Memory:
         t_now = to_time(now, "now")
         if domain is not None and not isinstance(domain, str):
             raise TypeError("domain must be a str or None")
+        if domain is not None:
+            check_text(domain, "domain")
         q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
         c = self.config
         with self._lock:
@@ -516,6 +519,8 @@ class Memory:
         """Semantic facts of a user (current only by default; ``current=False`` adds history)."""
         self._check_open()
         check_id(user_id, "user_id")
+        if subject is not None:
+            check_text(subject, "subject")
         with self._lock:
             st = self._st
             u = st.users.get(user_id)
