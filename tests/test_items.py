@@ -18,6 +18,15 @@ def test_times() -> None:
     assert format_time(None) == format_day(None) == "?"
 
 
+def test_times_that_cannot_be_shown_render_as_a_marker() -> None:
+    """Values outside the years 1-9999 (stored by an older version) or not finite never raise."""
+    for t in (1e20, -1e14, 253_402_300_800.0, -62_135_596_801.0, float("nan"), float("inf")):
+        assert format_time(t) == format_day(t) == "?", t
+    assert format_day(253_402_300_799.0) == "9999-12-31"
+    it = MemoryItem(id=1, text="hi", layer="working", kind="turn", speaker="A", timestamp=1e20)
+    assert it.render() == "[?] A: hi" and _ctx([it]).render() == "[?]\nA: hi"
+
+
 def test_render_of_each_kind() -> None:
     turn = MemoryItem(id=1, text="hello", layer="working", kind="turn", timestamp=T0, speaker="Ann")
     assert turn.render() == "[2023-05-08 12:46] Ann: hello"

@@ -102,3 +102,27 @@ def test_layer_index_keyed_gets_and_array_search(emb) -> None:  # type: ignore[n
             assert s_a.dtype == np.float32 and i_a.dtype == np.int64
             assert s_a.tolist() == s_l and i_a.tolist() == i_l
     assert [len(x) for x in idx.search_arrays(X[0], (9 << 3) | 3, 5)] == [0, 0]
+
+
+def test_layer_index_forget_drops_the_deleted_vectors_from_the_graph(emb) -> None:  # type: ignore[no-untyped-def]
+    """forget (a deletion) leaves no data of the deleted ids in any graph or arena row, and the
+    live items are served exactly as by an index that never held the deleted ones."""
+    ns = (4 << 3) | 3
+    X = emb.embed(topic_sentences(500, 9))
+    ids = list(range(1, 501))
+    idx, fresh = LayerIndex(emb.dim, ann_threshold=300), LayerIndex(emb.dim, ann_threshold=300)
+    idx.add(ns, ids, X)
+    idx.search(X[0], [ns], 5)  # builds the graph with every row
+    assert idx.graph_labels(ns) == ids
+    gone = ids[::9]
+    idx.remove(gone[:3])  # plain removals (evictions) only mark the points deleted
+    assert set(gone[:3]) <= set(idx.graph_labels(ns))
+    idx.forget(gone[3:])
+    assert idx.graph_labels(ns) == []  # dropped; rebuilt from the live rows on the next search
+    live = [i for i in ids if i not in gone]
+    fresh.add(ns, live, X[np.array(live) - 1])
+    for q in emb.embed(topic_sentences(20, 10)):
+        assert idx.search(q, [ns], 10) == fresh.search(q, [ns], 10)
+    assert idx.graph_labels(ns) == live == fresh.graph_labels(ns) and idx.ann_builds == 2
+    rows = idx.arena_rows()[1]  # the archive's arena
+    assert rows.shape[0] == 500 and int((np.abs(rows).sum(axis=1) == 0).sum()) == len(gone)

@@ -13,17 +13,24 @@ LAYERS: dict[str, int] = {"working": 0, "episodic": 1, "semantic": 2, "archive":
 LAYER_NAMES: dict[int, str] = {v: k for k, v in LAYERS.items()}
 
 
-def format_time(t: float | None) -> str:
-    """Event time (seconds since the Unix epoch, UTC) as ``YYYY-MM-DD HH:MM`` (``?`` if None)."""
+def _strftime(t: float | None, fmt: str) -> str:
     if t is None:
         return "?"
-    return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    try:
+        return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime(fmt)
+    except (OverflowError, ValueError, OSError):  # outside the years 1-9999 (an older database), NaN
+        return "?"
+
+
+def format_time(t: float | None) -> str:
+    """Event time (seconds since the Unix epoch, UTC) as ``YYYY-MM-DD HH:MM``; ``?`` if None or
+    not showable (outside the years 1–9999, which ``lamina.Memory`` refuses, or not finite)."""
+    return _strftime(t, "%Y-%m-%d %H:%M")
 
 
 def format_day(t: float | None) -> str:
-    if t is None:
-        return "?"
-    return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%Y-%m-%d")
+    """Event day as ``YYYY-MM-DD``; ``?`` where :func:`format_time` shows ``?``."""
+    return _strftime(t, "%Y-%m-%d")
 
 
 @dataclass

@@ -18,7 +18,8 @@ cosines the exact path returns). The graph is built lazily on the first search t
 from the arena, so reopening a database rebuilds it from the stored embeddings — and then kept
 up to date lazily too: rows added since the last search are inserted at the next search;
 removals are ``mark_deleted`` (re-adding an item id, e.g. a re-embedded summary, updates its
-point in place). When deleted points outnumber live ones the graph is rebuilt; when a layer
+point in place), except deletions (:meth:`LayerIndex.forget`): they drop the graph, which is
+rebuilt from the live rows, since a marked point keeps its vector. When deleted points outnumber live ones the graph is rebuilt; when a layer
 shrinks below half the threshold it goes back to exact search and the graph is dropped. Callers
 see the same interface either way. A bulk build uses every thread, so the graph — hence an
 approximate answer — may differ slightly between runs; below the threshold results are exact
@@ -190,6 +191,28 @@ class LayerIndex:
         for a in range(len(self._arenas)):
             if per[a]:
                 self._arenas[a].remove(per[a])
+
+    def forget(self, ids: Sequence[int]) -> None:
+        """:meth:`remove` for deletions: the arena rows are zeroed (as by every removal), and the
+        hnswlib graph of each namespace that held one of them is dropped, so that no graph keeps
+        a deleted vector (``mark_deleted`` leaves the point's data in the graph; hnswlib cannot
+        erase it). The next search of such a namespace builds its graph again from the live rows,
+        exactly as a reopened database would."""
+        doomed = {self._loc[i][2] for i in ids if i in self._loc}
+        for ns in doomed:
+            self._graphs.pop(ns, None)
+        self.remove(ids)
+
+    def graph_labels(self, namespace: int) -> list[int]:
+        """Item ids that the namespace's hnswlib graph holds data for, those marked deleted
+        included (empty without a graph). For debugging and tests."""
+        g = self._graphs.get(namespace)
+        return [] if g is None else sorted(int(i) for i in g.index.get_ids_list())
+
+    def arena_rows(self) -> tuple[npt.NDArray[np.floating], ...]:
+        """Read-only views of the four arenas' rows (see :attr:`lamina.VectorArena.vectors`;
+        removed rows read as zeros). For debugging and tests."""
+        return tuple(a.vectors for a in self._arenas)
 
     def get(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
         """Vectors of these item ids, shape (n, dim), float32."""

@@ -56,7 +56,8 @@ def test_update_delete_history(tmp_path: Path) -> None:
     assert sorted(derived.values()) == ["fact", "profile", "segment", "summary", "turn"]
     n_before = m.stats().items
     rep = m.delete(ids[0])
-    assert rep == lamina.DeleteReport(deleted=len(derived)) and rep.to_dict() == {"deleted": len(derived)}
+    assert rep == lamina.DeleteReport(deleted=len(derived), ids=tuple(sorted(derived)))
+    assert rep.to_dict() == {"deleted": len(derived), "ids": sorted(derived)}
     assert m.stats().items == n_before - len(derived)
     assert [r["sources"] for r in item_rows(path).values()] == [("D:1",)]  # only the other turn is left
     assert not any(f.object == "Ana" for f in m.facts(user_id="u", current=False))
@@ -67,7 +68,8 @@ def test_update_delete_history(tmp_path: Path) -> None:
             m.get(i)
     n_user = m.stats(user_id="u").items
     assert n_user > 0
-    assert m.delete_user(user_id="u") == lamina.DeleteReport(deleted=n_user)
+    left = sorted(item_rows(path))
+    assert m.delete_user(user_id="u") == lamina.DeleteReport(deleted=n_user, ids=tuple(left))
     assert m.users() == [] and item_rows(path) == {}
     with pytest.raises(lamina.NotFoundError):
         m.stats(user_id="u")
@@ -273,3 +275,98 @@ def test_threads_share_one_memory() -> None:
         hits = m.search("note about topic", user_id=f"u{k}", k=50, layers=["archive"])
         assert len(hits) == 8 and {it.user_id for it in hits} == {f"u{k}"}
     m.close()
+
+
+BAD_TEXT = "lone \ud800 surrogate"
+
+
+def test_every_text_argument_must_be_encodable_as_utf8(tmp_path: Path) -> None:
+    """A lone surrogate in any text a caller gives is InvalidInput naming the field, before
+    anything is embedded or written (not a RuntimeError of the native core, not a
+    UnicodeEncodeError of SQLite)."""
+    path = tmp_path / "m.db"
+    m = Memory(path, embedder="hashing")
+    (i,) = m.add([{"speaker": "A", "text": "hello there", "id": "x"}], user_id="u", session_id="s", timestamp=T0)
+    before = item_rows(path)
+    ok = {"speaker": "A", "text": "fine"}
+    calls = [
+        ("messages\\[0\\]\\['text'\\]", lambda: m.add([{**ok, "text": BAD_TEXT}], user_id="u", session_id="s")),
+        ("messages\\[0\\]\\['speaker'\\]", lambda: m.add([{**ok, "speaker": BAD_TEXT}], user_id="u", session_id="s")),
+        ("messages\\[0\\]\\['id'\\]", lambda: m.add([{**ok, "id": BAD_TEXT}], user_id="u", session_id="s")),
+        ("messages\\[0\\]\\['domain'\\]", lambda: m.add([{**ok, "domain": BAD_TEXT}], user_id="u", session_id="s")),
+        ("user_id", lambda: m.add([ok], user_id=BAD_TEXT, session_id="s")),
+        ("session_id", lambda: m.add([ok], user_id="u", session_id=BAD_TEXT)),
+        ("session_id", lambda: m.end_session(user_id="u", session_id=BAD_TEXT)),
+        ("query", lambda: m.context(BAD_TEXT, user_id="u")),
+        ("domain", lambda: m.context("hello", user_id="u", domain=BAD_TEXT)),
+        ("user_id", lambda: m.context("hello", user_id=BAD_TEXT)),
+        ("query", lambda: m.search(BAD_TEXT, user_id="u")),
+        ("text", lambda: m.update(i, BAD_TEXT)),
+        ("subject", lambda: m.facts(user_id="u", subject=BAD_TEXT)),
+        ("user_id", lambda: m.get(i, user_id=BAD_TEXT)),
+        ("user_id", lambda: m.delete_user(user_id=BAD_TEXT)),
+        ("user_id", lambda: m.stats(user_id=BAD_TEXT)),
+    ]
+    for name, call in calls:
+        with pytest.raises(lamina.InvalidInput, match=f"{name} is not valid Unicode text"):
+            call()
+    assert item_rows(path) == before and m.users() == ["u"]
+    m.close()
+
+
+def test_every_time_argument_must_be_showable(tmp_path: Path) -> None:
+    """Event times outside the years 1-9999 UTC are InvalidInput naming the argument; times at
+    the bounds are stored, rendered and consolidated."""
+    m = Memory(tmp_path / "m.db", embedder="hashing")
+    (i,) = m.add([{"speaker": "A", "text": "hello there"}], user_id="u", session_id="s", timestamp=T0)
+    for far in (1e20, -1e14, "0001-01-01T00:00:00+01:00"):
+        for name, call, kw in (
+            ("timestamp", m.add, {"messages": [{"text": "x"}], "user_id": "u", "session_id": "s", "timestamp": far}),
+            (
+                r"messages\[0\]\['timestamp'\]",
+                m.add,
+                {"messages": [{"text": "x", "timestamp": far}], "user_id": "u", "session_id": "s"},
+            ),
+            ("now", m.context, {"query": "hello", "user_id": "u", "now": far}),
+            ("now", m.search, {"query": "hello", "user_id": "u", "now": far}),
+            ("now", m.end_session, {"user_id": "u", "session_id": "s", "now": far}),
+            ("timestamp", m.update, {"item_id": i, "text": "new text", "timestamp": far}),
+        ):
+            with pytest.raises(lamina.InvalidInput, match=f"{name} .*outside the years 1-9999"):
+                call(**kw)  # type: ignore[operator]
+    assert m.stats().items == 1
+    lo, hi = "0001-01-01T00:00:00", "9999-12-31T23:59:59"
+    m.add([{"speaker": "B", "text": "the oldest thing", "timestamp": lo}], user_id="u", session_id="s")
+    m.add([{"speaker": "B", "text": "the newest thing"}], user_id="u", session_id="s", timestamp=hi)
+    ctx = m.context("oldest newest thing", user_id="u", now=hi)
+    assert "[9999-12-31 23:59]" in ctx.render() and "1-01-01 00:00]" in ctx.render()
+    m.end_session(user_id="u", session_id="s", now=hi)
+    assert m.context("oldest newest thing", user_id="u", now=hi).render()
+    m.close()
+
+
+def test_a_stored_time_the_render_cannot_show_does_not_break_the_memory(tmp_path: Path) -> None:
+    """A database written by an older version, which accepted any finite time, still works:
+    such times render as '?'."""
+    import sqlite3
+
+    path = tmp_path / "m.db"
+    with Memory(path, embedder="hashing") as m:
+        chat(m, "u", "s", [("Alice", "My dog is called Rex."), ("Bob", "I live in Oslo now.")], T0, "D")
+        m.end_session(user_id="u", session_id="s")
+        chat(m, "u", "s2", [("Alice", "Rex likes long walks."), *FILLER[:3]], T0 + DAY, "E")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE items SET timestamp=1e20, last_access=1e20 WHERE source_id='D:0'")
+        conn.execute("UPDATE items SET timestamp=-1e14, created_at=-1e14 WHERE source_id='E:0'")
+        conn.execute("UPDATE items SET timestamp=1e20, valid_from=1e20 WHERE kind='fact'")
+    conn.close()
+    with Memory(path, embedder="hashing") as m:
+        for now in (None, T0 + 2 * DAY):
+            ctx = m.context("What is the dog called? Rex walks", user_id="u", now=now, budget=2048)
+            assert not ctx.abstain and "[?]\nAlice: Rex likes long walks." in ctx.render()
+        assert "Rex" in m.context("dog Rex", user_id="u", budget=2048).render()
+        m.end_session(user_id="u", session_id="s2")
+        assert m.context("Rex", user_id="u").render()
+        m.search("Rex", user_id="u", layers=["archive"])
+        m.stats()

@@ -136,3 +136,28 @@ def test_parse_messages() -> None:
         parse_messages([{"text": "x", "domain": 1}])
     with pytest.raises(TypeError, match="id"):
         parse_messages([{"text": "x", "id": True}])
+
+
+@pytest.mark.parametrize("field", ["text", "content", "speaker", "role", "id", "domain"])
+def test_parse_messages_refuses_text_not_encodable_as_utf8(field: str) -> None:
+    name = {"content": "text", "role": "speaker"}.get(field, field)
+    msg = {"text": "fine", "speaker": "A", field: "bad \ud800 text"}
+    if field == "content":
+        del msg["text"]
+    if field == "role":
+        del msg["speaker"]
+    with pytest.raises(lamina.InvalidInput, match=rf"messages\[1\]\['{name}'\] is not valid Unicode text"):
+        parse_messages([{"text": "ok"}, msg])
+
+
+def test_add_refuses_times_the_render_cannot_show(mem: Memory) -> None:
+    ok = [{"speaker": "A", "text": "hello"}]
+    for kw, msgs, name in (
+        ({"timestamp": 1e20}, ok, "timestamp"),
+        ({"timestamp": -1e14}, ok, "timestamp"),
+        ({}, [{"text": "x", "timestamp": "10000-01-01"}], "ISO-8601"),
+        ({}, [{"text": "x"}, {"text": "y", "timestamp": 1e20}], r"messages\[1\]\['timestamp'\]"),
+    ):
+        with pytest.raises(lamina.InvalidInput, match=name):
+            mem.add(msgs, user_id="u", session_id="s", **kw)  # type: ignore[arg-type]
+    assert mem.users() == []

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lamina import InvalidInput
-from lamina.memory.inputs import check_count, check_id, check_layers, to_time
+from lamina.memory.inputs import MAX_TIME, MIN_TIME, check_count, check_id, check_layers, check_text, to_time
 
 
 def test_to_time() -> None:
@@ -49,3 +49,40 @@ def test_check_id_count_layers() -> None:
         check_layers(["working", "attic"])
     with pytest.raises(TypeError):
         check_layers("archive")
+
+
+def test_to_time_bounds() -> None:
+    """Event times outside what the render can show (years 1-9999 UTC) are refused, whatever
+    their form; the bounds themselves are accepted."""
+    utc = dt.timezone.utc
+    assert dt.datetime.fromtimestamp(MIN_TIME, tz=utc) == dt.datetime(1, 1, 1, tzinfo=utc)
+    assert dt.datetime.fromtimestamp(MAX_TIME, tz=utc) == dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=utc)
+    assert to_time(MIN_TIME, "t") == MIN_TIME and to_time(MAX_TIME, "t") == MAX_TIME
+    assert to_time("0001-01-01T00:00:00", "t") == MIN_TIME and to_time(dt.datetime(9999, 12, 31, 23, 59, 59), "t")
+    for bad in (
+        1e20,
+        -1e14,
+        MAX_TIME + 1,
+        MIN_TIME - 1,
+        np.float64(1e300),
+        np.int64(2**62),
+        10**400,  # beyond any float
+        dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=5))),  # 0000-12-31 19:00 UTC
+        dt.datetime(9999, 12, 31, 23, 0, tzinfo=dt.timezone(dt.timedelta(hours=-5))),
+        "9999-12-31T23:00:00-05:00",
+        "0001-01-01T00:00:00+01:00",
+    ):
+        with pytest.raises(InvalidInput, match="timestamp.*outside the years 1-9999"):
+            to_time(bad, "timestamp")
+
+
+def test_text_must_be_encodable_as_utf8() -> None:
+    assert check_text("héllo ✓ 🙂", "text") == "héllo ✓ 🙂" and check_text("", "text") == ""
+    for bad in ("\ud800", "ok \udfff", "a\ud83d"):  # lone surrogates
+        with pytest.raises(InvalidInput, match=r"speaker is not valid Unicode text.*index"):
+            check_text(bad, "speaker")
+        with pytest.raises(InvalidInput, match="user_id is not valid Unicode"):
+            check_id(bad, "user_id")
+    assert check_text("\ud83d\ude42".encode("utf-16", "surrogatepass").decode("utf-16"), "t") == "🙂"
+    with pytest.raises(TypeError, match="query must be a str"):
+        check_text(b"x", "query")

@@ -286,3 +286,28 @@ def test_bad_construction():
         lamina.VectorArena(3.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dtype"):
         lamina.VectorArena(4, dtype="int8")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_removed_rows_are_zeroed_and_the_rest_is_served_unchanged(dtype):
+    """remove() overwrites a row's vector with zeros (nothing of a deleted vector stays in the
+    block), and the searches of the remaining rows equal those of an arena that never held it."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((200, 24)).astype(dtype)
+    a, b = lamina.VectorArena(24, dtype), lamina.VectorArena(24, dtype)
+    s = a.add(x, namespace=np.arange(200, dtype=np.uint64) % 3)
+    gone = np.sort(rng.choice(200, size=40, replace=False))
+    keep = np.setdiff1d(np.arange(200), gone)
+    a.remove(s[gone])
+    rows = np.asarray(a.vectors)
+    assert not rows[gone].any() and np.array_equal(rows[keep], x[keep])
+    assert not a.live_mask()[gone].any()
+    sb = b.add(x[keep], namespace=keep.astype(np.uint64) % 3)
+    to_a = dict(zip(sb.tolist(), s[keep].tolist()))
+    q = rng.standard_normal((5, 24)).astype(np.float32)
+    for metric in ("ip", "cosine", "l2"):
+        for ns in (None, 1):
+            sa, ia = a.search(q, 10, metric, ns)
+            sc, ib = b.search(q, 10, metric, ns)
+            np.testing.assert_array_equal(sa, sc)
+            assert ia.tolist() == [[to_a[int(j)] for j in row] for row in ib]

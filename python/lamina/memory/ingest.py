@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidInput
 from .consolidate import dequeue
-from .inputs import to_time
+from .inputs import check_text, to_time
 from .records import COMMITMENTS
 from .state import Models, Tx
 
@@ -46,18 +46,23 @@ def parse_messages(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
             raise TypeError(f"messages[{i}] needs 'text' (or 'content') as a str, got {type(text).__name__}")
         if not text.strip():
             raise InvalidInput(f"messages[{i}] has empty text")
+        check_text(text, f"messages[{i}]['text']")
         sp = m.get("speaker", m.get("role"))
-        if sp is not None and not isinstance(sp, str):
-            raise TypeError(f"messages[{i}]['speaker'] must be a str, got {type(sp).__name__}")
+        if sp is not None:
+            if not isinstance(sp, str):
+                raise TypeError(f"messages[{i}]['speaker'] must be a str, got {type(sp).__name__}")
+            check_text(sp, f"messages[{i}]['speaker']")
         src = m.get("id")
         if src is not None:
             if isinstance(src, bool) or not isinstance(src, (str, int)):
                 raise TypeError(f"messages[{i}]['id'] must be a str or int, got {type(src).__name__}")
-            src = str(src)
+            src = check_text(str(src), f"messages[{i}]['id']")
         t = to_time(m.get("timestamp"), f"messages[{i}]['timestamp']")
         dom = m.get("domain")
-        if dom is not None and not isinstance(dom, str):
-            raise TypeError(f"messages[{i}]['domain'] must be a str")
+        if dom is not None:
+            if not isinstance(dom, str):
+                raise TypeError(f"messages[{i}]['domain'] must be a str")
+            check_text(dom, f"messages[{i}]['domain']")
         com = m.get("commitment", "persist")
         if com not in COMMITMENTS:
             raise InvalidInput(f"messages[{i}]['commitment'] must be one of {COMMITMENTS}, got {com!r}")

@@ -1,7 +1,12 @@
-"""Checks of the caller's arguments: identifiers, event times, budgets, ``k``, layer names.
+"""Checks of the caller's arguments: identifiers, texts, event times, budgets, ``k``, layer names.
 
 Each check returns the value in the form the memory loop uses, or raises ``TypeError`` (wrong
 type) / :class:`lamina.InvalidInput` (a value it cannot accept) naming the argument.
+
+Bounds: an event time must lie in the years 1–9999 UTC (:data:`MIN_TIME` .. :data:`MAX_TIME`,
+what ``datetime.fromtimestamp(t, tz=timezone.utc)`` and so the rendered ``[date time]`` can
+show); a text (identifiers included) must be encodable as UTF-8 (no lone surrogates), as the
+database and the native core store it.
 """
 
 from __future__ import annotations
@@ -16,11 +21,27 @@ import numpy as np
 from ..errors import InvalidInput
 from ..items import LAYERS
 
-__all__ = ["TimeLike", "to_time", "check_id", "check_count", "check_layers", "wall_clock"]
+__all__ = [
+    "TimeLike",
+    "MIN_TIME",
+    "MAX_TIME",
+    "to_time",
+    "check_id",
+    "check_text",
+    "check_count",
+    "check_layers",
+    "wall_clock",
+]
 
 #: An event time: seconds since the Unix epoch, a ``datetime`` (naive means UTC) or an ISO-8601
 #: string; None where the argument is optional.
 TimeLike = float | int | _dt.datetime | str | None
+
+_UTC = _dt.timezone.utc
+#: The earliest and latest event times accepted (seconds since the epoch): 0001-01-01 00:00:00
+#: and 9999-12-31 23:59:59 UTC.
+MIN_TIME = _dt.datetime(1, 1, 1, tzinfo=_UTC).timestamp()
+MAX_TIME = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_UTC).timestamp()
 
 
 def wall_clock() -> float:
@@ -35,29 +56,63 @@ def to_time(t: TimeLike, what: str) -> float | None:
     if isinstance(t, bool):
         raise TypeError(f"{what} must be seconds since the epoch, a datetime or an ISO-8601 string, not bool")
     if isinstance(t, (int, float, np.integer, np.floating)):
-        v = float(t)
+        try:
+            v = float(t)
+        except OverflowError:  # an int beyond any float
+            return _in_range(math.inf, t, what)
         if not math.isfinite(v):
             raise InvalidInput(f"{what} must be finite, got {t}")
-        return v
+        return _in_range(v, t, what)
     if isinstance(t, _dt.datetime):
         if t.tzinfo is None:
-            t = t.replace(tzinfo=_dt.timezone.utc)
-        return t.timestamp()
+            t = t.replace(tzinfo=_UTC)
+        return _in_range(t.timestamp(), t, what)
     if isinstance(t, str):
         try:
-            return to_time(_dt.datetime.fromisoformat(t.strip().replace("Z", "+00:00")), what)
+            d = _dt.datetime.fromisoformat(t.strip().replace("Z", "+00:00"))
         except ValueError:
             raise InvalidInput(f"{what} {t!r} is not an ISO-8601 time (e.g. '2023-05-08T13:56:00')") from None
+        return _in_range((d if d.tzinfo is not None else d.replace(tzinfo=_UTC)).timestamp(), t, what)
     raise TypeError(f"{what} must be seconds since the epoch, a datetime or an ISO-8601 string, got {type(t).__name__}")
 
 
+def _in_range(v: float, given: object, what: str) -> float:
+    if not MIN_TIME <= v <= MAX_TIME:
+        raise InvalidInput(
+            f"{what} {given!r} is outside the years 1-9999 UTC (seconds since the epoch in "
+            f"[{MIN_TIME:.0f}, {MAX_TIME:.0f}])"
+        )
+    return v
+
+
+def _utf8(v: str, what: str) -> str:
+    """``v`` itself, once it is known to be encodable as UTF-8 (no lone surrogates)."""
+    if not v.isascii():
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidInput(
+                f"{what} is not valid Unicode text: {v[e.start : e.end]!r} at index {e.start} "
+                "cannot be encoded as UTF-8 (a lone surrogate)"
+            ) from None
+    return v
+
+
 def check_id(v: object, what: str) -> str:
-    """A non-empty string identifier (``user_id``, ``session_id``)."""
+    """A non-empty string identifier (``user_id``, ``session_id``), encodable as UTF-8."""
     if not isinstance(v, str):
         raise TypeError(f"{what} must be a str, got {type(v).__name__}")
     if not v.strip():
         raise InvalidInput(f"{what} must be a non-empty string")
-    return v
+    return _utf8(v, what)
+
+
+def check_text(v: object, what: str) -> str:
+    """A str encodable as UTF-8 (a text, speaker, domain, subject, query; emptiness is the
+    caller's to check)."""
+    if not isinstance(v, str):
+        raise TypeError(f"{what} must be a str, got {type(v).__name__}")
+    return _utf8(v, what)
 
 
 def check_count(v: object, what: str, unit: str = "") -> int:

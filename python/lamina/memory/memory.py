@@ -24,7 +24,7 @@ from ..items import LAYERS, Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, fill, ingest, retrieve
 from .config import ACTIVE_LAYERS, MemoryConfig
-from .inputs import TimeLike, check_count, check_id, check_layers, to_time, wall_clock
+from .inputs import TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import NsCode, Record, norm_key
 from .reports import DeleteReport, MemoryStats, ProfileDrift, SessionReport
 from .state import MemoryState, Models, Tx, UserState
@@ -173,6 +173,13 @@ class Memory:
             self._store.bump_access(rows)
         st.pending.clear()
 
+    def _forget_files(self) -> None:
+        """After a committed delete: no copy of the deleted rows stays in the database files
+        (:meth:`Store.forget`; the state no longer holds them: their vectors were removed, which
+        zeroes the arena rows, and the graphs that held them dropped)."""
+        if not self._store.forget():
+            _log.warning("lamina: another connection reads %s; its write-ahead log is truncated later", self._path)
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("this Memory is closed")
@@ -293,6 +300,7 @@ class Memory:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if not text.strip():
             raise InvalidInput("text is empty")
+        check_text(text, "text")
         t = to_time(timestamp, "timestamp")
         emb = self._embed([text])[0]
         with self._write() as tx:
@@ -317,29 +325,36 @@ class Memory:
         """Delete an item. Deleting a raw turn also deletes what was derived from it (segments,
         summaries, facts, notes whose sources include it), so its text leaves every layer."""
         self._check_open()
-        with self._write() as tx:
-            r = self._record(item_id, user_id)
-            st = tx.st
-            doomed = {r.id}
-            if r.kind == "turn":
-                doomed.update(x.id for x in st.urecs(st.users[r.user_id]) if x.id != r.id and r.source_id in x.sources)
-            tx.touch(r.user_id)
-            tx.store.delete_items(sorted(doomed))
-            # The exact way to keep the user's tree, fact indexes and profiles consistent: rebuild
-            # that user (inside the transaction: the store shows this write's deletions).
-            st.reload_user(tx.store, r.user_id, tx.store.user_versions())
-        return DeleteReport(deleted=len(doomed))
+        with self._lock:
+            with self._write() as tx:
+                r = self._record(item_id, user_id)
+                st = tx.st
+                doomed = {r.id}
+                if r.kind == "turn":
+                    doomed.update(
+                        x.id for x in st.urecs(st.users[r.user_id]) if x.id != r.id and r.source_id in x.sources
+                    )
+                tx.touch(r.user_id)
+                tx.store.delete_items(sorted(doomed))
+                # The exact way to keep the user's tree, fact indexes and profiles consistent:
+                # rebuild that user (inside the transaction: the store shows this write's
+                # deletions; dropping the user's vectors also drops its namespaces' graphs).
+                st.reload_user(tx.store, r.user_id, tx.store.user_versions())
+            self._forget_files()
+        return DeleteReport(deleted=len(doomed), ids=tuple(sorted(doomed)))
 
     def delete_user(self, *, user_id: str) -> DeleteReport:
         """Delete every item, session and statistic of a user."""
         self._check_open()
         check_id(user_id, "user_id")
-        with self._write() as tx:
-            n = len(self._known_user(user_id).ids)
-            tx.touch(user_id)
-            tx.store.delete_user(user_id)
-            tx.st.drop_user(user_id)
-        return DeleteReport(deleted=n)
+        with self._lock:
+            with self._write() as tx:
+                doomed = tuple(sorted(self._known_user(user_id).ids))
+                tx.touch(user_id)
+                tx.store.delete_user(user_id)
+                tx.st.drop_user(user_id)
+            self._forget_files()
+        return DeleteReport(deleted=len(doomed), ids=doomed)
 
     # ------------------------------------------------------------------ read path
     def context(
@@ -383,6 +398,8 @@ class Memory:
         t_now = to_time(now, "now")
         if domain is not None and not isinstance(domain, str):
             raise TypeError("domain must be a str or None")
+        if domain is not None:
+            check_text(domain, "domain")
         q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
         c = self.config
         with self._lock:
@@ -534,6 +551,8 @@ class Memory:
         """Semantic facts of a user (current only by default; ``current=False`` adds history)."""
         self._check_open()
         check_id(user_id, "user_id")
+        if subject is not None:
+            check_text(subject, "subject")
         with self._lock:
             self._sync()
             st = self._st

@@ -45,12 +45,15 @@ class DeleteReport:
     ----------
     deleted : int
         Items deleted (a raw turn takes what was derived from it along).
+    ids : tuple of int
+        Their item ids, ascending (``deleted == len(ids)``).
     """
 
     deleted: int
+    ids: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"deleted": self.deleted, "ids": list(self.ids)}
 
 
 @dataclass(slots=True)

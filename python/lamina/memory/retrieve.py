@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidInput
 from ..items import LAYERS
+from .inputs import check_text
 from .records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key
 from .staleness import Staleness
 from .state import MemoryState, UserState
@@ -26,8 +27,7 @@ Scored = list[tuple[float, Record]]
 
 def query_vector(embed: Callable[[list[str]], Vec], dim: int, query: str, query_embedding: Vec | None) -> Vec:
     """The query as one row, shape (1, dim): embedded, or the caller's checked vector."""
-    if not isinstance(query, str):
-        raise TypeError(f"query must be a str, got {type(query).__name__}")
+    check_text(query, "query")
     if not query.strip():
         raise InvalidInput("query is empty")
     if query_embedding is None:

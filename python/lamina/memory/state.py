@@ -174,9 +174,11 @@ class MemoryState:
         if u is None:
             return
         views = [m | TURN_KEY for m in u.seg_of]
-        self.vectors.remove([k for k in views if k in self.vectors])
+        # forget, not remove: a graph keeps the data of points it only marks deleted, so the
+        # graphs of the user's namespaces go (rebuilt from the arena when next searched)
+        self.vectors.forget([k for k in views if k in self.vectors])
         self.lex.remove(list(u.seg_of), missing_ok=True)
-        self.vectors.remove([i for i in u.ids if i in self.vectors])
+        self.vectors.forget([i for i in u.ids if i in self.vectors])
         for i in u.ids:
             self.recs.pop(i, None)
             self.pending.pop(i, None)

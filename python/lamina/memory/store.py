@@ -12,6 +12,13 @@ same code path.
 Durability: WAL with ``synchronous=NORMAL`` survives a killed process (kill -9) for every
 committed transaction; ``synchronous="FULL"`` (``MemoryConfig.synchronous``) also survives power
 loss at the cost of an fsync per commit.
+
+Deletion forgets: the connection runs with ``PRAGMA secure_delete=ON`` (checked at open; it
+overwrites deleted cells and freed pages with zeros), and :meth:`SQLiteStore.forget`, run by
+``Memory`` after each committed ``delete`` / ``delete_user``, checkpoints the write-ahead log
+into the database and truncates it. Where the SQLite build refuses ``secure_delete``,
+``forget`` runs ``VACUUM`` first (a full rewrite without the deleted rows), so either way no copy
+of a deleted row stays in the ``.db``, ``-wal`` or ``-shm`` file.
 """
 
 from __future__ import annotations
@@ -146,6 +153,13 @@ class Store(Protocol):
 
     def delete_user(self, user_id: str) -> None: ...
 
+    def forget(self) -> bool:
+        """After a committed delete: make the deleted rows unrecoverable from the database files
+        (no copy left in free pages or the write-ahead log). Returns False when that could not be
+        completed now (e.g. another connection is reading the log); called outside any
+        transaction."""
+        ...
+
     def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Every item row (``ITEM_COLUMNS``, decoded) of the store or of one user, in id
         sequence order."""
@@ -193,6 +207,7 @@ class SQLiteStore:
         self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
         self._ready = False
         self._in_tx = False
+        self.secure_delete = _secure_delete(self.conn)
         with self.tx():
             for stmt in _SCHEMA.strip().split(";"):
                 if stmt.strip():
@@ -360,6 +375,19 @@ class SQLiteStore:
         self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
         self.conn.execute("DELETE FROM users WHERE user_id=?", (user_id,))
 
+    def forget(self) -> bool:
+        """Wipe what a committed delete left behind in the files: the deleted cells and freed
+        pages are zeroed as they are deleted (``PRAGMA secure_delete=ON``, set at open; on a
+        SQLite build that refuses it, a ``VACUUM`` here rewrites the database without them);
+        then ``PRAGMA wal_checkpoint(TRUNCATE)`` copies the zeroed pages into the database and
+        truncates the ``-wal`` file, whose older frames still hold the deleted rows. Returns
+        False when the checkpoint could not finish (another connection reads the log; it is
+        completed by a later ``forget`` or the last connection's close)."""
+        if not self.secure_delete:
+            self.conn.execute("VACUUM")
+        busy, _log, _done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return not busy
+
     def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
         sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items"
         cur = (
@@ -383,6 +411,12 @@ class SQLiteStore:
                 "SELECT text, changed_at FROM revisions WHERE item_id=? ORDER BY seq", (item_id,)
             )
         ]
+
+
+def _secure_delete(conn: sqlite3.Connection) -> bool:
+    """Turn ``secure_delete`` on (deleted content is overwritten with zeros); whether it took."""
+    row = conn.execute("PRAGMA secure_delete=ON").fetchone()
+    return row is not None and int(row[0]) == 1
 
 
 def _enc(col: str, v: Any) -> Any:
