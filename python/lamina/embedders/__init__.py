@@ -14,6 +14,7 @@ import importlib
 import logging
 
 from .base import Embedder, check_embeddings, check_texts
+from .cache import TextCache
 from .hashing import Hashing
 from .minilm import MiniLM, find_minilm_dir
 
@@ -25,6 +26,7 @@ __all__ = [
     "get_embedder",
     "check_texts",
     "check_embeddings",
+    "TextCache",
 ]
 
 _log = logging.getLogger("lamina")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..embedders import Embedder, check_embeddings, get_embedder
+from ..embedders import Embedder, TextCache, check_embeddings, get_embedder
 from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer, is_functional
 from ..items import LAYERS, Context, MemoryItem
@@ -33,6 +33,7 @@ from .store import SQLiteStore, Store
 __all__ = ["Memory", "ClosedError"]
 
 _log = logging.getLogger("lamina")
+_EMBED_CACHE_TEXTS = 65536  # distinct texts whose vectors a Memory keeps (about 100 MB at d = 384)
 
 
 class ClosedError(LaminaError, ValueError):
@@ -96,6 +97,8 @@ class Memory:
         self.config = config
         self._embedder = get_embedder(embedder)
         self._dim = int(self._embedder.dim)
+        # every text the loop embeds (turns, summary sentences, summaries, facts, queries) once
+        self._embed = TextCache(self._embed_new, self._dim, _EMBED_CACHE_TEXTS)
         self._lock = threading.RLock()
         self._closed = False
         self.llm = llm
@@ -184,7 +187,7 @@ class Memory:
         if self._closed:
             raise ClosedError("this Memory is closed")
 
-    def _embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+    def _embed_new(self, texts: list[str]) -> npt.NDArray[np.float32]:
         x = self._embedder.embed(texts)
         return check_embeddings(x, len(texts), self._dim, type(self._embedder).__name__)
 
