@@ -1,4 +1,5 @@
-"""Memory loop latency and footprint: add / context p50 / p99 at 1k, 10k, 100k items per user.
+"""Memory loop latency and footprint: add / context / end_session / delete p50 / p99 at 1k, 10k,
+100k items per user, and the fill time per 1k turns as the user grows.
 
 Embedding time is reported separately (context is timed with a precomputed query vector, and
 the embedder alone is timed on the same texts). Context is timed in wall-clock time and in the
@@ -49,17 +50,26 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
     emb = m.embedder
     rss0 = rss_bytes()
     add_t: list[float] = []
+    end_t: list[float] = []
+    ids: list[int] = []
+    per_1k: list[tuple[int, float]] = []  # (turns so far, seconds for the last 1k turns)
     t = 1.6e9
     sess = 0
-    t_fill = time.perf_counter()
+    t_fill = t_block = time.perf_counter()
     for i in range(n_items):
         msg = [{"speaker": "Ann" if i % 2 else "Ben", "text": turn(rng, i), "timestamp": t + i * 60}]
         t0 = time.perf_counter()
-        m.add(msg, user_id="u", session_id=f"s{sess}")
+        ids += m.add(msg, user_id="u", session_id=f"s{sess}")
         add_t.append(time.perf_counter() - t0)
         if (i + 1) % session_len == 0:
+            t0 = time.perf_counter()
             m.end_session(user_id="u", session_id=f"s{sess}")
+            end_t.append(time.perf_counter() - t0)
             sess += 1
+        if (i + 1) % 1000 == 0:
+            now = time.perf_counter()
+            per_1k.append((i + 1, now - t_block))
+            t_block = now
     fill_s = time.perf_counter() - t_fill
     st = m.stats(user_id="u").to_dict()
     rss1 = rss_bytes()
@@ -83,7 +93,14 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
         t0 = time.perf_counter()
         m.context(queries[i], user_id="u", budget=512, query_embedding=qv[i], include_archive=True)
         arch_t.append(time.perf_counter() - t0)
+    del_t = []
+    for rid in rng.sample(ids, min(20, len(ids))):
+        t0 = time.perf_counter()
+        m.delete(rid, user_id="u")
+        del_t.append(time.perf_counter() - t0)
     m.close()
+    e = np.array(end_t or [0.0]) * 1e3
+    d = np.array(del_t) * 1e3
     a = np.array(add_t) * 1e3
     c = np.array(ctx_t) * 1e3
     cc = np.array(ctx_cpu) * 1e3
@@ -103,6 +120,11 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
         "context_archive_p99_ms": float(np.percentile(ca, 99)),
         "bytes_per_item": (rss1 - rss0) / max(1, st["items"]),
         "fill_s": fill_s,
+        "end_session_p50_ms": float(np.percentile(e, 50)),
+        "end_session_p99_ms": float(np.percentile(e, 99)),
+        "delete_p50_ms": float(np.percentile(d, 50)),
+        "delete_p99_ms": float(np.percentile(d, 99)),
+        "fill_s_per_1k_turns": {str(n): round(sec, 3) for n, sec in per_1k if n in (1_000, 10_000, 50_000, 100_000)},
         "ann_build_s": ann_build_s,
         "ann_layers": st["ann_layers"],
     }
@@ -138,8 +160,15 @@ def main() -> None:
         "B/item",
         "fill s",
         "ann build s",
+        "end p50",
+        "end p99",
+        "del p50",
+        "del p99",
     )
-    print(("{:>10}" * (len(hdr) - 1) + "{:>12}").format(*hdr) + "   (ms unless noted; ctx excludes embedding)")
+    print(
+        ("{:>10}" * (len(hdr) - 5) + "{:>12}" + "{:>10}" * 4).format(*hdr)
+        + "   (ms unless noted; ctx excludes embedding)"
+    )
     res = []
     for n in args.sizes:
         r = run(n, min(args.session_len, n), args.queries, args.seed)
@@ -149,9 +178,11 @@ def main() -> None:
             f"{r['embed_ms_per_text']:>10.3f}{r['context_p50_ms']:>10.3f}{r['context_p99_ms']:>10.3f}"
             f"{r['context_cpu_p50_ms']:>10.3f}{r['context_cpu_p99_ms']:>10.3f}"
             f"{r['context_archive_p50_ms']:>10.2f}{r['context_archive_p99_ms']:>10.2f}{r['bytes_per_item']:>10.0f}"
-            f"{r['fill_s']:>10.1f}{r['ann_build_s']:>12.2f}",
+            f"{r['fill_s']:>10.1f}{r['ann_build_s']:>12.2f}{r['end_session_p50_ms']:>10.1f}"
+            f"{r['end_session_p99_ms']:>10.1f}{r['delete_p50_ms']:>10.1f}{r['delete_p99_ms']:>10.1f}",
             flush=True,
         )
+        print(f"{'':>10}fill seconds per 1k turns at 1k / 10k / 50k / 100k turns: {r['fill_s_per_1k_turns']}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"build": info, "results": res}, f, indent=2)
