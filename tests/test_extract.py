@@ -137,32 +137,3 @@ def test_fact_sentence_and_is_functional() -> None:
     assert fact_sentence("Ann", "plays_with", "Bo") == "Ann plays with Bo"
     assert is_functional("lives_in") and is_functional("dog_name") and is_functional("favorite_color")
     assert not is_functional("likes") and not is_functional("allergic_to")
-
-
-def test_summarizer_scores_sentences_by_their_turns_vectors() -> None:
-    """With every turn's vector given, nothing is embedded: a sentence scores as its turn (the
-    turn nearest the centroid first), and a turn's sentences are taken in their order."""
-    emb = get_embedder("hashing")
-    texts = [
-        "We flew to Lisbon for the conference. The hotel was near the river.",
-        "Lisbon had great food and the conference talks were good.",
-        "My cat knocked over a plant.",
-    ]
-    vecs = emb.embed(texts)
-    calls: list[list[str]] = []
-
-    def spy(ts: list[str]) -> np.ndarray:
-        calls.append(ts)
-        return emb.embed(ts)
-
-    turns = [Turn(str(i), "Ann", t, float(i), vecs[i]) for i, t in enumerate(texts)]
-    out = ExtractiveSummarizer(spy).summarize(turns, 12)
-    assert calls == []
-    c = vecs.mean(axis=0)
-    best = int(np.argmax(vecs @ c))
-    first = texts[best].split(". ")[0].rstrip(".")
-    assert out.startswith(f"Ann: {first}")
-    # without vectors the sentences are embedded (once each), as before
-    plain = [Turn(str(i), "Ann", t, float(i)) for i, t in enumerate(texts)]
-    ExtractiveSummarizer(spy).summarize(plain, 12)
-    assert len(calls) == 1 and len(calls[0]) == 4

@@ -35,18 +35,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Turn:
-    """A raw turn as seen by summarisers and extractors.
-
-    ``vector``: the turn's embedding, shape (d,), unit length, when the caller has it (the memory
-    loop always does); :class:`ExtractiveSummarizer` then scores the turn's sentences by it
-    instead of embedding them again.
-    """
+    """A raw turn as seen by summarisers and extractors."""
 
     source_id: str
     speaker: str | None
     text: str
     timestamp: float | None = None
-    vector: npt.NDArray[np.float32] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -87,10 +81,6 @@ def _words(s: str) -> list[str]:
 class ExtractiveSummarizer:
     """ψ by centrality: the sentences closest to the centroid, in order, with speakers.
 
-    A sentence is scored by the vector of its turn (:attr:`Turn.vector`) when every turn has one:
-    the sentences of one turn then share its score and are taken in their order. Otherwise the
-    sentences are embedded (``embed``) one by one, or, without ``embed``, scored by word overlap.
-
     Parameters
     ----------
     embed : callable, optional
@@ -101,23 +91,18 @@ class ExtractiveSummarizer:
         self._embed = embed
 
     def summarize(self, turns: Sequence[Turn], max_words: int = 60) -> str:
-        sents: list[tuple[int, str]] = []  # (turn, "Speaker: sentence")
-        for ti, t in enumerate(turns):
+        sents: list[tuple[int, str]] = []  # (order, "Speaker: sentence")
+        for t in turns:
             for s in _SENT.split(t.text.strip()):
                 s = s.strip()
                 if s:
-                    sents.append((ti, f"{t.speaker}: {s}" if t.speaker else s))
+                    sents.append((len(sents), f"{t.speaker}: {s}" if t.speaker else s))
         if not sents:
             return ""
         texts = [s for _, s in sents]
         if sum(len(_words(s)) for s in texts) <= max_words:
             return " ".join(texts)
-        vecs = [t.vector for t in turns]
-        if all(v is not None for v in vecs):
-            x = np.stack([np.asarray(vecs[ti], dtype=np.float32) for ti, _ in sents])
-            c = x.mean(axis=0)
-            score = x @ c
-        elif self._embed is not None:
+        if self._embed is not None:
             x = self._embed(texts)
             c = x.mean(axis=0)
             score = x @ c

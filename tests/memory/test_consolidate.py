@@ -167,30 +167,3 @@ def test_layers_ablation_writes_only_the_layers_in_use() -> None:
     assert m2.stats(user_id="u").layers["episodic"] > 0
     m.close()
     m2.close()
-
-
-def test_the_loop_embeds_about_one_text_per_turn() -> None:
-    """Turn vectors serve the summaries' sentence scores and each distinct text is embedded once
-    (issue: at most 2 texts per turn on average; the loop used to embed 8)."""
-    from lamina.demo import generate
-    from lamina.embedders import get_embedder
-
-    inner = get_embedder("hashing")
-    seen: list[str] = []
-
-    class Counting:
-        dim, name = inner.dim, inner.name
-
-        def embed(self, texts: list[str]) -> np.ndarray:
-            seen.extend(texts)
-            return inner.embed(texts)
-
-    conv = generate(1, 8, 24, seed=5)[0]
-    m = Memory(embedder=Counting(), config=MemoryConfig(episodic_capacity=30, semantic_capacity=30))
-    for sid, msgs in conv.sessions:
-        m.add(msgs, user_id=conv.user_id, session_id=sid)
-        m.end_session(user_id=conv.user_id, session_id=sid)
-    turns = sum(len(msgs) for _, msgs in conv.sessions)
-    assert m.stats().archive_turns == turns
-    assert len(seen) == len(set(seen))  # each distinct text once
-    assert len(seen) <= 2 * turns, (len(seen), turns)

@@ -11,7 +11,7 @@ node holding both; every internal node on the path is re-summarised from its chi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 import numpy as np
 import numpy.typing as npt
@@ -30,10 +30,9 @@ __all__ = ["dequeue", "end_session", "turn_views"]
 Vec = npt.NDArray[np.float32]
 
 
-def turn_views(recs: Sequence[Record], vecs: Vec) -> list[Turn]:
-    """The turns as ψ and 𝒜 see them, with their vectors, shape (len(recs), dim) (a turn's
-    source id is set when it is added)."""
-    return [Turn(r.source_id or f"t{r.id}", r.speaker, r.text, r.timestamp, v) for r, v in zip(recs, vecs)]
+def turn_views(recs: Iterable[Record]) -> list[Turn]:
+    """The turns as ψ and 𝒜 see them (a turn's source id is set when it is added)."""
+    return [Turn(r.source_id or f"t{r.id}", r.speaker, r.text, r.timestamp) for r in recs]
 
 
 def dequeue(tx: Tx, models: Models, u: UserState, session_id: str, n: int) -> None:
@@ -83,7 +82,7 @@ def consolidate(tx: Tx, models: Models, u: UserState, turns: list[Record], embs:
     for seg in segments(tx, embs) if "episodic" in c.layers else []:
         recs = [turns[i] for i in seg]
         e = unit(embs[seg].mean(axis=0))
-        summary = models.summarizer.summarize(turn_views(recs, embs[seg]), c.summary_words) or recs[0].text
+        summary = models.summarizer.summarize(turn_views(recs), c.summary_words) or recs[0].text
         text = "\n".join(f"{r.speaker}: {r.text}" if r.speaker else r.text for r in recs)
         srcs: list[str] = []
         for r in recs:
@@ -109,7 +108,7 @@ def consolidate(tx: Tx, models: Models, u: UserState, turns: list[Record], embs:
         st.add_turn_views(u, leaf, [r.id for r in recs], np.ascontiguousarray(embs[seg]))
     if "semantic" not in c.layers:
         return
-    facts = models.extractor.extract(turn_views(turns, embs))
+    facts = models.extractor.extract(turn_views(turns))
     resolve(tx, models, u, facts, {r.source_id: r for r in turns if r.source_id is not None})
 
 
@@ -187,7 +186,7 @@ def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Recor
     kids = [st.recs[k] for k in u.children.get(node.id, [])]
     if not kids:
         return
-    views = [Turn(str(k.id), None, k.summary or k.text, k.timestamp, st.vec(k)) for k in kids]
+    views = [Turn(str(k.id), None, k.summary or k.text, k.timestamp) for k in kids]
     summary = models.summarizer.summarize(views, st.config.summary_words) or kids[-1].text
     grow = list(leaf.sources)
     if not node.sources:  # new internal node from a leaf expansion: its first child's provenance
@@ -244,9 +243,7 @@ def _session_summary(
     session summary (eq. 5, ``kernels.ema_blend``); returns the blend's drift (0: none)."""
     st = tx.st
     c = st.config
-    summary = models.summarizer.summarize(
-        turn_views(session_turns, st.vecs([r.id for r in session_turns])), c.summary_words
-    )
+    summary = models.summarizer.summarize(turn_views(session_turns), c.summary_words)
     if not summary.strip():
         return 0.0
     drift = 0.0
