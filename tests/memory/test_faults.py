@@ -407,7 +407,7 @@ _PROC = textwrap.dedent(
     from lamina import Memory, MemoryConfig
     path = sys.argv[1]
     m = Memory(path, embedder="hashing", config=MemoryConfig({cfg}))
-    for n in range(60):
+    for n in range(120):
         user = "proc" if n % 2 else "shared"
         ids = m.add([{{"speaker": "P", "text": f"process line Kq{{700000 + n}}x here"}}], user_id=user,
                     session_id=f"p{{n // 5}}", timestamp={t} + n)
@@ -440,7 +440,7 @@ def test_threads_and_a_process_on_one_file(tmp_path: Path) -> None:
     stop = threading.Event()
 
     def writer(w: int) -> None:
-        for n in range(40):
+        for n in range(80):
             user = f"t{w}" if n % 3 else "shared"
             tok = 800000 + w * 1000 + n
             ids = m.add(
@@ -463,7 +463,7 @@ def test_threads_and_a_process_on_one_file(tmp_path: Path) -> None:
 
     def deleter() -> None:
         mine: list[int] = []
-        for n in range(30):
+        for n in range(60):
             user = "t2" if n % 2 else "shared"
             ids = m.add(
                 [{"speaker": "D", "text": f"deleter line Kq{810000 + n}x"}],
@@ -511,7 +511,7 @@ def test_threads_and_a_process_on_one_file(tmp_path: Path) -> None:
     for line in out.splitlines():
         _, user, iid = line.split()
         live[int(iid)] = user
-    assert len(live) == 60 + 80 + 20
+    assert len(live) == 120 + 2 * 80 + 60 - 20
     want = {u: sum(1 for x in live.values() if x == u) for u in set(live.values())}
     with Memory(path, embedder="hashing", config=CFG) as fresh:
         for h in (m, fresh):
