@@ -33,7 +33,7 @@ T0 = 1_683_550_000.0
 #: dangles, and an end_session that evicts such a child raises KeyError (every time). Until it is
 #: fixed the machine accepts that KeyError (the failed write must still leave nothing behind);
 #: set to False with the fix.
-TOLERATE_ORPHANED_SUBTREE = True
+TOLERATE_ORPHANED_SUBTREE = False
 TOKEN = re.compile(r"qz(\d+)x")
 #: Texts the rule extractor turns into facts (functional ones supersede), and small talk.
 TEMPLATES = [

@@ -25,7 +25,7 @@ from .retention import evict, promote
 from .semantic import resolve
 from .state import Models, Tx, UserState
 
-__all__ = ["dequeue", "end_session", "turn_views"]
+__all__ = ["dequeue", "end_session", "turn_views", "lift_orphans"]
 
 Vec = npt.NDArray[np.float32]
 
@@ -171,6 +171,33 @@ def _tree_insert(tx: Tx, models: Models, u: UserState, leaf: Record, e: Vec) -> 
         break
     for nid in reversed(path):  # deepest first, so parents see fresh child summaries
         _resummarise(tx, models, u, st.recs[nid], leaf)
+
+
+def lift_orphans(tx: Tx, u: UserState, doomed: set[int]) -> None:
+    """Before ``doomed`` records of ``u`` are deleted: a surviving tree node whose parent is
+    doomed moves, with its subtree, under the nearest ancestor that survives (the root when none
+    does), so that no active node points at a deleted one. (A deleted turn takes every node whose
+    sources hold it — its leaf and the leaf's ancestors —, but not their other children.)"""
+    st = tx.st
+    for x in sorted(st.urecs(u), key=lambda r: r.seq):
+        if x.id in doomed or x.status != "active" or x.layer != "episodic":
+            continue
+        if x.parent_id is None or x.parent_id in (ROOT, NO_TREE) or x.parent_id not in doomed:
+            continue
+        anchor = x.parent_id
+        while anchor not in (ROOT, NO_TREE) and anchor in doomed:
+            p = st.recs.get(anchor)
+            anchor = ROOT if p is None or p.parent_id is None else p.parent_id
+        base = 0 if anchor == ROOT else int(st.recs[anchor].depth)
+        shift = base + 1 - int(x.depth)
+        x.parent_id = anchor
+        tx.changed(x, "parent_id")
+        stack = [x]
+        while stack:
+            y = stack.pop()
+            y.depth = max(1, int(y.depth) + shift)
+            tx.changed(y, "depth")
+            stack.extend(st.recs[k] for k in u.children.get(y.id, []) if k not in doomed)
 
 
 def _attach(u: UserState, leaf: Record, parent: int, depth: int) -> None:

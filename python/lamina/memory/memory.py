@@ -123,6 +123,8 @@ class Memory:
             )
         with self._store.read_tx():
             self._st = MemoryState.load(self._store, config, self._dim)
+        if self._store.get_meta("wipe_pending") == "1":  # a delete whose wipe did not go through
+            self._forget_files()
 
     # ------------------------------------------------------------------ the unit of work
     @contextlib.contextmanager
@@ -142,9 +144,12 @@ class Memory:
                     self._st.sync(self._store)
                     yield tx
                     tx.commit()
+                    wipe = self._store.get_meta("wipe_pending") == "1"
             except BaseException:
                 self._restore(tx.users)
                 raise
+            if wipe:  # a delete (this one, or one whose wipe was blocked) left rows in the files
+                self._forget_files()
 
     def _restore(self, user_ids: set[str]) -> None:
         """Rebuild these users' state from the store (after a failed write)."""
@@ -179,8 +184,14 @@ class Memory:
     def _forget_files(self) -> None:
         """After a committed delete: no copy of the deleted rows stays in the database files
         (:meth:`Store.forget`; the state no longer holds them: their vectors were removed, which
-        zeroes the arena rows, and the graphs that held them dropped)."""
-        if not self._store.forget():
+        zeroes the arena rows, and the graphs that held them dropped). Deletes mark the store
+        (``wipe_pending`` in its meta table, inside their transaction); the mark is cleared once
+        the wipe went through, so a wipe that another connection's long read blocked is retried
+        after every later write of any process, and at the next open."""
+        if self._store.forget():
+            with self._store.tx():
+                self._store.set_meta("wipe_pending", "0")
+        else:
             _log.warning("lamina: another connection reads %s; its write-ahead log is truncated later", self._path)
 
     def _check_open(self) -> None:
@@ -338,12 +349,14 @@ class Memory:
                         x.id for x in st.urecs(st.users[r.user_id]) if x.id != r.id and r.source_id in x.sources
                     )
                 tx.touch(r.user_id)
+                consolidate.lift_orphans(tx, st.users[r.user_id], doomed)
+                tx.flush()
                 tx.store.delete_items(sorted(doomed))
+                tx.store.set_meta("wipe_pending", "1")
                 # The exact way to keep the user's tree, fact indexes and profiles consistent:
                 # rebuild that user (inside the transaction: the store shows this write's
                 # deletions; dropping the user's vectors also drops its namespaces' graphs).
                 st.reload_user(tx.store, r.user_id, tx.store.user_versions())
-            self._forget_files()
         return DeleteReport(deleted=len(doomed), ids=tuple(sorted(doomed)))
 
     def delete_user(self, *, user_id: str) -> DeleteReport:
@@ -355,8 +368,8 @@ class Memory:
                 doomed = tuple(sorted(self._known_user(user_id).ids))
                 tx.touch(user_id)
                 tx.store.delete_user(user_id)
+                tx.store.set_meta("wipe_pending", "1")
                 tx.st.drop_user(user_id)
-            self._forget_files()
         return DeleteReport(deleted=len(doomed), ids=doomed)
 
     # ------------------------------------------------------------------ read path

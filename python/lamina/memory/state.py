@@ -423,20 +423,25 @@ class Tx:
         for c in columns:
             entry[1][c] = None
 
-    def commit(self) -> None:
-        """Write the collected rows (the caller commits the store's transaction)."""
+    def flush(self) -> None:
+        """Write the rows collected so far (the write goes on; :meth:`commit` writes the rest)."""
         self.store.insert_items([r.row(e) for r, e in self._new.values()])
         updates: list[tuple[int, dict[str, Any]]] = []
         for rid, (r, cols) in self._changed.items():
             updates.append((rid, {c: (self._embs[rid].tobytes() if c == "embedding" else getattr(r, c)) for c in cols}))
         self.store.update_items(updates)
+        self._new.clear()
+        self._changed.clear()
+        self._embs.clear()
+
+    def commit(self) -> None:
+        """Write the collected rows and count the write in each touched user's version (the
+        caller commits the store's transaction)."""
+        self.flush()
         for uid, v in self.store.bump_versions(self.users).items():
             u = self.st.users.get(uid)
             if u is not None:
                 u.version = v
-        self._new.clear()
-        self._changed.clear()
-        self._embs.clear()
 
 
 class Models:
