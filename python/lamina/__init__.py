@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import embedders, kernels, kv
 from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
-from .errors import InvalidInput, LaminaError, NotFoundError
+from .errors import InvalidInput, LaminaError, NotFoundError, StoreBusy
 from .extract import Fact, FactExtractor, Summarizer, Turn
 from .items import Context, MemoryItem
 from .lexical import LexicalIndex, tokenize
@@ -31,6 +31,7 @@ __all__ = [
     "LaminaError",
     "InvalidInput",
     "NotFoundError",
+    "StoreBusy",
     "ClosedError",
     "MemoryItem",
     "Context",

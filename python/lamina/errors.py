@@ -7,7 +7,7 @@ built-in exception such code has always caught (``ValueError``, ``KeyError``), s
 
 from __future__ import annotations
 
-__all__ = ["LaminaError", "InvalidInput", "NotFoundError"]
+__all__ = ["LaminaError", "InvalidInput", "NotFoundError", "StoreBusy"]
 
 
 class LaminaError(Exception):
@@ -25,3 +25,8 @@ class NotFoundError(LaminaError, KeyError):
 
     def __str__(self) -> str:  # KeyError's str() quotes its argument; show the message as written
         return str(self.args[0]) if self.args else ""
+
+
+class StoreBusy(LaminaError, TimeoutError):
+    """Another connection (another process, say) held the database's write lock for longer than
+    the busy timeout (``lamina.Memory(busy_timeout=...)``). Nothing was written; retry later."""

@@ -138,3 +138,112 @@ def test_end_session_of_a_session_added_by_another_handle(tmp_path: Path) -> Non
     assert [f.object for f in b.facts(user_id="dan")] == ["Rex"]
     a.close()
     b.close()
+
+
+def test_a_user_deleted_and_created_again_elsewhere_is_never_taken_as_unchanged(tmp_path: Path) -> None:
+    """Versions are database-wide write numbers: a user deleted and created again by another
+    handle cannot come back to the version a stale handle holds (it used to: both were 1)."""
+    p = tmp_path / "m.db"
+    a = Memory(p, embedder="hashing")
+    a.add([{"speaker": "U", "text": f"my secret password is {SECRET}"}], user_id="u", session_id="s1", timestamp=T0)
+    b = Memory(p, embedder="hashing")
+    b.delete_user(user_id="u")
+    b.add([{"speaker": "U", "text": "hello again"}], user_id="u", session_id="s2", timestamp=T0 + 5)
+    assert [h.text for h in a.search("password", user_id="u", k=10, layers=["archive"])] == ["hello again"]
+    with pytest.raises(NotFoundError):
+        a.end_session(user_id="u", session_id="s1")  # that session went with the user
+    a.end_session(user_id="u", session_id="s2")
+    a.close()
+    b.close()
+    assert not any(SECRET in t for t in _texts(p))
+
+
+def test_a_write_blocked_by_a_slow_writer_raises_store_busy(tmp_path: Path) -> None:
+    """A write that waits longer than busy_timeout for another connection's write raises
+    lamina.StoreBusy (nothing written), not a raw sqlite3 error."""
+    import threading
+
+    from lamina import StoreBusy
+    from lamina.extract import ExtractiveSummarizer
+
+    p = tmp_path / "m.db"
+    started, release = threading.Event(), threading.Event()
+
+    class Slow(ExtractiveSummarizer):
+        def summarize(self, turns, max_words=60):  # type: ignore[no-untyped-def]
+            started.set()
+            release.wait(30)
+            return super().summarize(turns, max_words)
+
+    slow = Memory(p, embedder="hashing", summarizer=Slow())
+    slow.add([{"speaker": "A", "text": "We went hiking in the hills."}], user_id="a", session_id="s", timestamp=T0)
+    other = Memory(p, embedder="hashing", busy_timeout=0.2)
+    worker = threading.Thread(target=lambda: slow.end_session(user_id="a", session_id="s"))
+    worker.start()
+    assert started.wait(30)
+    try:
+        with pytest.raises(StoreBusy):
+            other.add([{"speaker": "B", "text": "Hello."}], user_id="b", session_id="s", timestamp=T0)
+    finally:
+        release.set()
+        worker.join(60)
+    assert other.users() == ["a"]  # the refused add wrote nothing
+    other.add([{"speaker": "B", "text": "Hello."}], user_id="b", session_id="s", timestamp=T0)  # now it can
+    assert other.users() == ["a", "b"]
+    slow.close()
+    other.close()
+
+
+def test_a_wipe_that_ran_while_another_delete_committed_does_not_cover_it(tmp_path: Path) -> None:
+    """Each delete counts a wipe generation; a wipe records only the generation it covered, so a
+    delete committed during another handle's wipe (and blocked by a reader) is still wiped by a
+    later write."""
+    p = tmp_path / "m.db"
+    a, c = Memory(p, embedder="hashing"), Memory(p, embedder="hashing")
+    a_ids = a.add([{"speaker": "U", "text": "alpha one"}], user_id="u", session_id="s", timestamp=T0)
+    c_ids = c.add([{"speaker": "V", "text": f"the vault code is {SECRET}"}], user_id="v", session_id="s", timestamp=T0)
+    reader = sqlite3.connect(p, isolation_level=None)
+    real = a._store.forget  # (the interleaving is forced: a's wipe, then a reader and c's delete)
+
+    def forget_then_interleave() -> bool:
+        ok = real()
+        reader.execute("BEGIN")
+        reader.execute("SELECT 1 FROM items").fetchone()
+        c.delete(c_ids[0], user_id="v")  # its own wipe is blocked by the reader
+        reader.execute("COMMIT")
+        return ok
+
+    a._store.forget = forget_then_interleave  # type: ignore[method-assign]
+    a.delete(a_ids[0], user_id="u")
+    a._store.forget = real  # type: ignore[method-assign]
+    a.add([{"speaker": "U", "text": "a later write"}], user_id="u", session_id="s", timestamp=T0 + 1)
+    for f in (p, Path(f"{p}-wal")):
+        assert not f.exists() or SECRET.encode() not in f.read_bytes(), f
+    reader.close()
+    a.close()
+    c.close()
+
+
+def test_a_delete_does_not_wait_for_a_reader_to_wipe_the_log(tmp_path: Path) -> None:
+    """The WAL truncation after a delete does not wait for another connection's read (it used
+    to wait the whole busy timeout, holding the write lock; with busy_timeout=60 a delete took a
+    minute): the delete returns, the wipe is retried by a later write."""
+    import threading
+
+    p = tmp_path / "m.db"
+    m = Memory(p, embedder="hashing", busy_timeout=60)
+    (sid,) = m.add([{"speaker": "U", "text": f"code {SECRET}"}], user_id="u", session_id="s", timestamp=T0)
+    reader = sqlite3.connect(p, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM items").fetchone()
+    worker = threading.Thread(target=lambda: m.delete(sid, user_id="u"))
+    worker.start()
+    worker.join(20)  # (a generous bound: the point is that it does not wait 60 s)
+    finished = not worker.is_alive()
+    reader.execute("COMMIT")
+    reader.close()
+    worker.join()
+    assert finished
+    m.add([{"speaker": "U", "text": "later"}], user_id="u", session_id="s", timestamp=T0 + 1)
+    assert SECRET.encode() not in Path(f"{p}-wal").read_bytes()
+    m.close()

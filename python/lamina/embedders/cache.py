@@ -50,6 +50,11 @@ class TextCache:
     def __len__(self) -> int:
         return len(self._lru)
 
+    def clear(self) -> None:
+        """Forget every vector (after a delete: no deleted text stays here)."""
+        with self._lock:
+            self._lru.clear()
+
     def __call__(self, texts: list[str]) -> Vec:
         if self.max_texts == 0:
             self.embedded += len(texts)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, replace
@@ -57,6 +58,10 @@ class Memory:
         validated; failures fall back to the defaults and are logged).
     summarizer, fact_extractor : optional
         Replace ψ / 𝒜 explicitly (they take precedence over ``llm``).
+    busy_timeout : float
+        Seconds a write waits for another connection's write (another process on the same file)
+        before it raises :class:`lamina.StoreBusy` (default 30: an LLM summariser may hold a
+        write for seconds).
 
     Identifiers (``user_id``, ``session_id``) are keyword-only on every method. Unknown ids raise
     :class:`lamina.NotFoundError` (a ``KeyError``), values lamina cannot accept
@@ -89,6 +94,7 @@ class Memory:
         llm: LLM | None = None,
         summarizer: Summarizer | None = None,
         fact_extractor: FactExtractor | None = None,
+        busy_timeout: float = 30.0,
     ) -> None:
         if config is None:
             config = MemoryConfig()
@@ -109,7 +115,7 @@ class Memory:
             fact_extractor = LLMFactExtractor(llm, RuleFactExtractor()) if llm is not None else RuleFactExtractor()
         self._models = Models(self._embed, summarizer, fact_extractor)
         self._path = None if path is None else os.fspath(path)
-        self._store: Store = SQLiteStore(self._path, synchronous=str(config.synchronous))
+        self._store: Store = SQLiteStore(self._path, synchronous=str(config.synchronous), busy_timeout=busy_timeout)
         with self._store.tx():
             name = self._store.get_meta("embedder")
             if name is None:
@@ -123,7 +129,7 @@ class Memory:
             )
         with self._store.read_tx():
             self._st = MemoryState.load(self._store, config, self._dim)
-        if self._store.get_meta("wipe_pending") == "1":  # a delete whose wipe did not go through
+        if self._wipe_pending():  # a delete whose wipe did not go through
             self._forget_files()
 
     # ------------------------------------------------------------------ the unit of work
@@ -144,7 +150,7 @@ class Memory:
                     self._st.sync(self._store)
                     yield tx
                     tx.commit()
-                    wipe = self._store.get_meta("wipe_pending") == "1"
+                    wipe = self._wipe_pending()
             except BaseException:
                 self._restore(tx.users)
                 raise
@@ -181,18 +187,33 @@ class Memory:
             self._store.bump_access(rows)
         st.pending.clear()
 
+    def _wipe_pending(self) -> bool:
+        """Whether a delete (of any process) has not been wiped from the files yet."""
+        return int(self._store.get_meta("wipe_gen") or 0) > int(self._store.get_meta("wiped_gen") or 0)
+
+    def _mark_wipe(self) -> None:
+        """Inside a delete's transaction: one more delete to wipe from the files."""
+        self._store.set_meta("wipe_gen", str(int(self._store.get_meta("wipe_gen") or 0) + 1))
+
     def _forget_files(self) -> None:
         """After a committed delete: no copy of the deleted rows stays in the database files
         (:meth:`Store.forget`; the state no longer holds them: their vectors were removed, which
-        zeroes the arena rows, and the graphs that held them dropped). Deletes mark the store
-        (``wipe_pending`` in its meta table, inside their transaction); the mark is cleared once
-        the wipe went through, so a wipe that another connection's long read blocked is retried
-        after every later write of any process, and at the next open."""
-        if self._store.forget():
+        zeroes the arena rows, and the graphs that held them dropped). Each delete counts one
+        more ``wipe_gen`` in the store's meta table, inside its transaction; a wipe that went
+        through records the generation it covered (``wiped_gen``), so a wipe that another
+        connection's long read blocked is retried after every later write of any process and at
+        the next open, and a delete committed while another wipe ran is never taken as wiped. A
+        failure here is logged: the write itself has committed."""
+        try:
+            gen = int(self._store.get_meta("wipe_gen") or 0)
+            if not self._store.forget():
+                _log.warning("lamina: another connection reads %s; its write-ahead log is wiped later", self._path)
+                return
             with self._store.tx():
-                self._store.set_meta("wipe_pending", "0")
-        else:
-            _log.warning("lamina: another connection reads %s; its write-ahead log is truncated later", self._path)
+                if int(self._store.get_meta("wiped_gen") or 0) < gen:
+                    self._store.set_meta("wiped_gen", str(gen))
+        except sqlite3.Error:
+            _log.exception("lamina: could not wipe the files of %s after a delete; retried later", self._path)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -333,7 +354,7 @@ class Memory:
                 st.move(u, r, r.layer, emb)
             if r.id in u.seg_of:  # re-index the turn under its leaf
                 st.reindex_turn_view(u, r, emb)
-        return self._st.item(r)
+            return st.item(r)
 
     def delete(self, item_id: int, *, user_id: str | None = None) -> DeleteReport:
         """Delete an item. Deleting a raw turn also deletes what was derived from it (segments,
@@ -352,7 +373,8 @@ class Memory:
                 consolidate.lift_orphans(tx, st.users[r.user_id], doomed)
                 tx.flush()
                 tx.store.delete_items(sorted(doomed))
-                tx.store.set_meta("wipe_pending", "1")
+                self._mark_wipe()
+                self._embed.clear()  # (no deleted text stays in the embedding cache)
                 # The exact way to keep the user's tree, fact indexes and profiles consistent:
                 # rebuild that user (inside the transaction: the store shows this write's
                 # deletions; dropping the user's vectors also drops its namespaces' graphs).
@@ -368,7 +390,8 @@ class Memory:
                 doomed = tuple(sorted(self._known_user(user_id).ids))
                 tx.touch(user_id)
                 tx.store.delete_user(user_id)
-                tx.store.set_meta("wipe_pending", "1")
+                self._mark_wipe()
+                self._embed.clear()
                 tx.st.drop_user(user_id)
         return DeleteReport(deleted=len(doomed), ids=doomed)
 
@@ -560,7 +583,9 @@ class Memory:
                     chain = [x for x in chain if norm_key(x.object or "") == norm_key(r.object or "")]
                 chain.sort(key=lambda x: (x.valid_from or 0.0, x.seq))
                 return [st.item(x) for x in chain]
-            out = [replace(st.item(r), text=t, timestamp=ct) for t, ct in self._store.revisions(r.id)]
+            with self._store.read_tx():
+                revisions = self._store.revisions(r.id)
+            out = [replace(st.item(r), text=t, timestamp=ct) for t, ct in revisions]
             return out + [st.item(r)]
 
     def facts(self, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:

@@ -211,8 +211,8 @@ class MemoryState:
     def user(self, store: Store, user_id: str) -> UserState | None:
         """A user's state, loaded from the store if another writer moved it (None: no such user)."""
         if user_id in self.unloaded:
-            self.unloaded.discard(user_id)
             self.reload_user(store, user_id, store.user_versions(user_id))
+            self.unloaded.discard(user_id)
         return self.users.get(user_id)
 
     def load_all(self, store: Store) -> None:

@@ -31,9 +31,13 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
+from ..errors import StoreBusy
+
 __all__ = ["Store", "SQLiteStore", "SCHEMA_VERSION", "ITEM_COLUMNS", "ID_SHIFT", "seq_of"]
 
-SCHEMA_VERSION = 2  # 2: users.version (the per-user change counter of every writer)
+SCHEMA_VERSION = 2  # 2: users.version (the database write number of the user's last write)
+
+
 ID_SHIFT = 40  # item id = (database tag << 40) | sequence number
 
 
@@ -179,7 +183,8 @@ class Store(Protocol):
         ...
 
     def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
-        """Count one more write for each user (inside the write's transaction); their new versions."""
+        """Count this write for each user (inside the write's transaction): their version becomes
+        the database's next write number (unique, increasing); returns the new versions."""
         ...
 
     def next_user_index(self) -> int:
@@ -194,12 +199,15 @@ class Store(Protocol):
 class SQLiteStore:
     """One SQLite database (WAL mode). Not thread-safe by itself: ``Memory`` serialises all calls."""
 
-    def __init__(self, path: str | None, synchronous: str = "NORMAL") -> None:
+    def __init__(self, path: str | None, synchronous: str = "NORMAL", busy_timeout: float = 30.0) -> None:
         if synchronous.upper() not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        if not busy_timeout >= 0:
+            raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
         self.path = path
+        self.busy_timeout = float(busy_timeout)
         target = ":memory:" if path is None else os.fspath(path)
-        self.conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
+        self.conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout)
         if path is not None:
             mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -233,12 +241,21 @@ class SQLiteStore:
 
         ``BEGIN IMMEDIATE`` takes the database's write lock (waiting up to the connection's
         timeout for another process's write to end), so the id counter is read afresh inside it:
-        ids never collide between processes."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        self._in_tx = True
-        if self._ready:
-            self.next_seq = int(self.get_meta("next_seq") or 1)
+        ids never collide between processes. Raises :class:`StoreBusy` when another connection
+        holds the write lock for longer than ``busy_timeout``."""
         try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e) or "busy" in str(e):
+                raise StoreBusy(
+                    f"{self.path}: another connection held the database's write lock for over "
+                    f"{self.busy_timeout:g} s (busy_timeout); nothing was written"
+                ) from e
+            raise
+        self._in_tx = True
+        try:
+            if self._ready:
+                self.next_seq = int(self.get_meta("next_seq") or 1)
             yield
             self.conn.execute("COMMIT")
         except BaseException:
@@ -307,13 +324,20 @@ class SQLiteStore:
 
     def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
         uids = sorted(set(user_ids))
-        self.conn.executemany("UPDATE users SET version = version + 1 WHERE user_id=?", [(u,) for u in uids])
-        out = {}
-        for u in uids:
-            row = self.conn.execute("SELECT version FROM users WHERE user_id=?", (u,)).fetchone()
-            if row is not None:  # (a user deleted by this write has none)
-                out[u] = int(row[0])
-        return out
+        if not uids:
+            return {}
+        # one number per write of the whole database, never reused: a user deleted and created
+        # again can never come back to a version another handle still holds
+        n = int(self.get_meta("write_seq") or 0) + 1
+        self.set_meta("write_seq", str(n))
+        self.conn.executemany("UPDATE users SET version=? WHERE user_id=?", [(n, u) for u in uids])
+        found = {
+            str(r[0])
+            for r in self.conn.execute(
+                f"SELECT user_id FROM users WHERE user_id IN ({','.join('?' for _ in uids)})", uids
+            )
+        }
+        return {u: n for u in uids if u in found}  # (a user deleted by this write has none)
 
     def next_user_index(self) -> int:
         return int(self.conn.execute("SELECT COALESCE(MAX(ns), 0) + 1 FROM users").fetchone()[0])
@@ -382,10 +406,17 @@ class SQLiteStore:
         then ``PRAGMA wal_checkpoint(TRUNCATE)`` copies the zeroed pages into the database and
         truncates the ``-wal`` file, whose older frames still hold the deleted rows. Returns
         False when the checkpoint could not finish (another connection reads the log; it is
-        completed by a later ``forget`` or the last connection's close)."""
+        completed by a later ``forget`` or the last connection's close); it does not wait for
+        readers."""
         if not self.secure_delete:
             self.conn.execute("VACUUM")
-        busy, _log, _done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        # without waiting: a reader that holds the log would otherwise stall this write (and,
+        # behind its lock, every other writer) for the whole busy timeout; a later write retries
+        self.conn.execute("PRAGMA busy_timeout=0")
+        try:
+            busy, _log, _done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
         return not busy
 
     def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
