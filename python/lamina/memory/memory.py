@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, replace
@@ -129,7 +128,7 @@ class Memory:
             )
         with self._store.read_tx():
             self._st = MemoryState.load(self._store, config, self._dim)
-        if self._wipe_pending():  # a delete whose wipe did not go through
+        if self._store.wipe_pending():  # a delete whose wipe did not go through
             self._forget_files()
 
     # ------------------------------------------------------------------ the unit of work
@@ -150,7 +149,7 @@ class Memory:
                     self._st.sync(self._store)
                     yield tx
                     tx.commit()
-                    wipe = self._wipe_pending()
+                    wipe = self._store.wipe_pending()
             except BaseException:
                 self._restore(tx.users)
                 raise
@@ -187,33 +186,14 @@ class Memory:
             self._store.bump_access(rows)
         st.pending.clear()
 
-    def _wipe_pending(self) -> bool:
-        """Whether a delete (of any process) has not been wiped from the files yet."""
-        return int(self._store.get_meta("wipe_gen") or 0) > int(self._store.get_meta("wiped_gen") or 0)
-
-    def _mark_wipe(self) -> None:
-        """Inside a delete's transaction: one more delete to wipe from the files."""
-        self._store.set_meta("wipe_gen", str(int(self._store.get_meta("wipe_gen") or 0) + 1))
-
     def _forget_files(self) -> None:
         """After a committed delete: no copy of the deleted rows stays in the database files
         (:meth:`Store.forget`; the state no longer holds them: their vectors were removed, which
-        zeroes the arena rows, and the graphs that held them dropped). Each delete counts one
-        more ``wipe_gen`` in the store's meta table, inside its transaction; a wipe that went
-        through records the generation it covered (``wiped_gen``), so a wipe that another
-        connection's long read blocked is retried after every later write of any process and at
-        the next open, and a delete committed while another wipe ran is never taken as wiped. A
-        failure here is logged: the write itself has committed."""
-        try:
-            gen = int(self._store.get_meta("wipe_gen") or 0)
-            if not self._store.forget():
-                _log.warning("lamina: another connection reads %s; its write-ahead log is wiped later", self._path)
-                return
-            with self._store.tx():
-                if int(self._store.get_meta("wiped_gen") or 0) < gen:
-                    self._store.set_meta("wiped_gen", str(gen))
-        except sqlite3.Error:
-            _log.exception("lamina: could not wipe the files of %s after a delete; retried later", self._path)
+        zeroes the arena rows, and the graphs that held them dropped). A wipe that another
+        connection's long read blocks stays pending in the store and is retried after every
+        later write of any process, and at the next open."""
+        if not self._store.forget():
+            _log.warning("lamina: another connection reads %s; its write-ahead log is wiped later", self._path)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -373,7 +353,7 @@ class Memory:
                 consolidate.lift_orphans(tx, st.users[r.user_id], doomed)
                 tx.flush()
                 tx.store.delete_items(sorted(doomed))
-                self._mark_wipe()
+                tx.store.mark_deleted()
                 self._embed.clear()  # (no deleted text stays in the embedding cache)
                 # The exact way to keep the user's tree, fact indexes and profiles consistent:
                 # rebuild that user (inside the transaction: the store shows this write's
@@ -390,7 +370,7 @@ class Memory:
                 doomed = tuple(sorted(self._known_user(user_id).ids))
                 tx.touch(user_id)
                 tx.store.delete_user(user_id)
-                self._mark_wipe()
+                tx.store.mark_deleted()
                 self._embed.clear()
                 tx.st.drop_user(user_id)
         return DeleteReport(deleted=len(doomed), ids=doomed)

@@ -159,9 +159,17 @@ class Store(Protocol):
 
     def forget(self) -> bool:
         """After a committed delete: make the deleted rows unrecoverable from the database files
-        (no copy left in free pages or the write-ahead log). Returns False when that could not be
-        completed now (e.g. another connection is reading the log); called outside any
-        transaction."""
+        (no copy left in free pages or the write-ahead log), and record that the deletes marked
+        so far are wiped. Returns False when that could not be completed now (e.g. another
+        connection is reading the log); called outside any transaction."""
+        ...
+
+    def mark_deleted(self) -> None:
+        """Inside a delete's transaction: one more delete for :meth:`forget` to wipe."""
+        ...
+
+    def wipe_pending(self) -> bool:
+        """Whether a delete (of any connection) has not been wiped from the files yet."""
         ...
 
     def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
@@ -407,17 +415,35 @@ class SQLiteStore:
         truncates the ``-wal`` file, whose older frames still hold the deleted rows. Returns
         False when the checkpoint could not finish (another connection reads the log; it is
         completed by a later ``forget`` or the last connection's close); it does not wait for
-        readers."""
-        if not self.secure_delete:
-            self.conn.execute("VACUUM")
-        # without waiting: a reader that holds the log would otherwise stall this write (and,
-        # behind its lock, every other writer) for the whole busy timeout; a later write retries
-        self.conn.execute("PRAGMA busy_timeout=0")
+        readers. Deletes count generations in the meta table (``wipe_gen``, :meth:`mark_deleted`);
+        a wipe that went through records the one it covered (``wiped_gen``)."""
         try:
-            busy, _log, _done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        finally:
-            self.conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
-        return not busy
+            gen = int(self.get_meta("wipe_gen") or 0)
+            if not self.secure_delete:
+                self.conn.execute("VACUUM")
+            # without waiting: a reader that holds the log would otherwise stall this write (and,
+            # behind its lock, every other writer) for the whole busy timeout; a later write retries
+            self.conn.execute("PRAGMA busy_timeout=0")
+            try:
+                busy, _log, _done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                self.conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            if busy:
+                return False
+            # only the generation read before the checkpoint is covered: a delete committed
+            # meanwhile (by another connection) stays pending
+            with self.tx():
+                if int(self.get_meta("wiped_gen") or 0) < gen:
+                    self.set_meta("wiped_gen", str(gen))
+            return True
+        except sqlite3.Error:
+            return False  # (a later write retries)
+
+    def mark_deleted(self) -> None:
+        self.set_meta("wipe_gen", str(int(self.get_meta("wipe_gen") or 0) + 1))
+
+    def wipe_pending(self) -> bool:
+        return int(self.get_meta("wipe_gen") or 0) > int(self.get_meta("wiped_gen") or 0)
 
     def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
         sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items"
