@@ -69,6 +69,8 @@ class UserState:
         "seg_of",
         "people",
         "version",
+        "active",
+        "session_turns",
     )
 
     def __init__(self, user_id: str, idx: int) -> None:
@@ -91,6 +93,8 @@ class UserState:
         self.seg_of: dict[int, int] = {}  # turn id -> id of the active episodic leaf holding it
         self.people: dict[str, tuple[str, re.Pattern[str]]] = {}  # name key -> (name, word-bounded pattern)
         self.version = 0  # the store's count of this user's committed writes, as of this state
+        self.active: dict[str, set[int]] = {name: set() for name in LAYERS}  # layer -> active record ids
+        self.session_turns: dict[str, list[int]] = {}  # session -> its turn ids (any layer), in order
 
     def ns(self, code: int) -> int:
         """This user's namespace of a layer code (:class:`~lamina.memory.records.NsCode`)."""
@@ -154,6 +158,7 @@ class MemoryState:
                 ids.append(r.id)
                 embs.append(emb)
                 u.n_active[r.layer] += 1
+                u.active[r.layer].add(r.id)
                 if r.kind == "segment" and r.layer == "episodic":
                     leaves.append(r)
             self.index(u, r)
@@ -166,6 +171,8 @@ class MemoryState:
             for lst in u.working.values():
                 lst.sort(key=lambda i: self.recs[i].seq)
             for lst in u.children.values():
+                lst.sort(key=lambda i: self.recs[i].seq)
+            for lst in u.session_turns.values():
                 lst.sort(key=lambda i: self.recs[i].seq)
 
     def drop_user(self, user_id: str) -> None:
@@ -225,8 +232,11 @@ class MemoryState:
 
     def index(self, u: UserState, r: Record) -> None:
         """Add a record to the per-user indexes (working queues, tree, current facts, profiles)."""
-        if r.kind == "turn" and r.source_id is not None:
-            u.by_src[r.source_id] = r.id
+        if r.kind == "turn":
+            if r.source_id is not None:
+                u.by_src[r.source_id] = r.id
+            if r.session_id is not None:
+                u.session_turns.setdefault(r.session_id, []).append(r.id)
         elif r.kind == "fact":
             u.facts.append(r.id)
         who = r.speaker if r.kind == "turn" else (r.subject if r.kind == "fact" else None)
@@ -254,6 +264,10 @@ class MemoryState:
     def urecs(self, u: UserState) -> list[Record]:
         """Every record of a user (in the id set's order)."""
         return [self.recs[i] for i in u.ids]
+
+    def active_recs(self, u: UserState, layer: str) -> list[Record]:
+        """The user's active records of one layer, in id (creation) order."""
+        return [self.recs[i] for i in sorted(u.active[layer])]
 
     def vec(self, r: Record) -> Vec:
         """The vector of an active record, shape (dim,)."""
@@ -308,12 +322,14 @@ class MemoryState:
         """Put an active record's vector in its namespace."""
         self.vectors.add(record_namespace(u.idx, r), [r.id], emb.reshape(1, -1))
         u.n_active[r.layer] += 1
+        u.active[r.layer].add(r.id)
 
     def unplace(self, u: UserState, r: Record) -> Vec:
         """Take a record's vector out of the index (returns it)."""
         emb = self.vec(r)
         self.vectors.remove([r.id])
         u.n_active[r.layer] -= 1
+        u.active[r.layer].discard(r.id)
         return emb
 
     def move(self, u: UserState, r: Record, layer: str, emb: Vec | None = None) -> None:
