@@ -178,7 +178,7 @@ def test_items_round_trip_updates_and_deletes() -> None:
         s.add_revision(ids[1], "x", 3.0)
     assert s.revisions(ids[0]) == [("old", 1.0), ("older", 2.0)] and s.revisions(ids[2]) == []
     with s.tx():
-        s.delete_items([ids[0]])
+        s.delete_items("u", [ids[0]])
     assert [r["id"] for r in s.load_items()] == ids[1:] and s.revisions(ids[0]) == []
     with s.tx():
         s.upsert_session("u", "s", "open", 1.0, None)
@@ -195,20 +195,46 @@ def test_load_items_orders_by_sequence() -> None:
     assert [r["id"] for r in s.load_items()] == ids
 
 
-def test_a_version_1_store_is_migrated_on_open(tmp_path: Path) -> None:
-    """Stores written before the per-user version existed (schema 1) open and count from 0."""
+def _downgrade(p: Path, version: int) -> None:
+    """Turn a store into one of an older schema (what an older lamina wrote)."""
+    con = sqlite3.connect(p)
+    for stmt in (
+        "DROP INDEX users_version",
+        "DROP INDEX items_user_version",
+        "DROP TABLE tombstones",
+        "DROP TABLE gone_users",
+        "ALTER TABLE items DROP COLUMN version",
+        "ALTER TABLE users DROP COLUMN born",
+    ):
+        con.execute(stmt)
+    if version < 2:
+        con.execute("ALTER TABLE users DROP COLUMN version")
+    con.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_store_is_migrated_on_open(tmp_path: Path, version: int) -> None:
+    """Stores written before the per-user version (schema 1) or the change log (schema 2) open,
+    keep their rows, and count changes from there."""
     p = tmp_path / "s.db"
     s = _store(p)
     with s.tx():
         s.add_user("u", 1)
+        (i,) = s.new_ids(1)
+        s.insert_items([_row(i)])
+        s.bump_versions(["u"])
     s.close()
-    con = sqlite3.connect(p)
-    con.execute("ALTER TABLE users DROP COLUMN version")
-    con.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
-    con.commit()
-    con.close()
+    _downgrade(p, version)
     s = _store(p)
-    assert s.get_meta("schema_version") == str(SCHEMA_VERSION) and s.user_versions() == {"u": 0}
+    assert s.get_meta("schema_version") == str(SCHEMA_VERSION)
+    assert s.user_versions() == {"u": 0 if version == 1 else 1} and [r["id"] for r in s.load_items()] == [i]
+    assert s.changes("u", 0) == ([], [])  # rows of older writes are not in the log (a handle loads them)
+    with s.tx():
+        s.update_items([(i, {"text": "new"})])
+        n = s.write_number()
+    assert [r["text"] for r in s.changes("u", 0)[0]] == ["new"] and s.last_write() == n
     s.close()
 
 
@@ -230,7 +256,7 @@ def test_secure_delete_and_forget(tmp_path: Path) -> None:
             s.add_revision(ids[0], f"needle-{secure} old", 1.0)
         assert f"needle-{secure}".encode() in Path(f"{p}-wal").read_bytes()
         with s.tx():
-            s.delete_items(ids)
+            s.delete_items("u", ids)
         assert s.forget() is True
         assert Path(f"{p}-wal").stat().st_size == 0
         assert f"needle-{secure}".encode() not in p.read_bytes()

@@ -23,7 +23,7 @@ from .records import NO_TREE, ROOT, Record, unit
 from .reports import SessionReport
 from .retention import evict, promote
 from .semantic import resolve
-from .state import Models, Tx, UserState
+from .state import MemoryState, Models, Tx, UserState
 
 __all__ = ["dequeue", "end_session", "turn_views", "lift_orphans"]
 
@@ -173,31 +173,36 @@ def _tree_insert(tx: Tx, models: Models, u: UserState, leaf: Record, e: Vec) -> 
         _resummarise(tx, models, u, st.recs[nid], leaf)
 
 
-def lift_orphans(tx: Tx, u: UserState, doomed: set[int]) -> None:
+def lift_orphans(st: MemoryState, u: UserState, doomed: set[int]) -> dict[int, dict[str, int]]:
     """Before ``doomed`` records of ``u`` are deleted: a surviving tree node whose parent is
     doomed moves, with its subtree, under the nearest ancestor that survives (the root when none
     does), so that no active node points at a deleted one. (A deleted turn takes every node whose
-    sources hold it — its leaf and the leaf's ancestors —, but not their other children.)"""
-    st = tx.st
-    for x in sorted(st.urecs(u), key=lambda r: r.seq):
-        if x.id in doomed or x.status != "active" or x.layer != "episodic":
-            continue
-        if x.parent_id is None or x.parent_id in (ROOT, NO_TREE) or x.parent_id not in doomed:
-            continue
+    sources hold it — its leaf and the leaf's ancestors —, but not their other children.)
+
+    Changes nothing: returns the new column values (``parent_id`` and/or ``depth``) per record
+    id, for the store; the state is patched from the store afterwards. Reads only the children
+    of the doomed nodes and their subtrees."""
+    moves: dict[int, dict[str, int]] = {}
+
+    def depth(i: int) -> int:
+        return moves[i]["depth"] if i in moves and "depth" in moves[i] else int(st.recs[i].depth)
+
+    orphans = {k for d in doomed for k in u.children.get(d, ()) if k not in doomed}
+    for xid in sorted(orphans, key=lambda i: st.recs[i].seq):
+        x = st.recs[xid]
+        assert x.parent_id is not None
         anchor = x.parent_id
         while anchor not in (ROOT, NO_TREE) and anchor in doomed:
             p = st.recs.get(anchor)
             anchor = ROOT if p is None or p.parent_id is None else p.parent_id
-        base = 0 if anchor == ROOT else int(st.recs[anchor].depth)
-        shift = base + 1 - int(x.depth)
-        x.parent_id = anchor
-        tx.changed(x, "parent_id")
-        stack = [x]
+        shift = (0 if anchor == ROOT else depth(anchor)) + 1 - depth(xid)
+        moves.setdefault(xid, {})["parent_id"] = anchor
+        stack = [xid]
         while stack:
             y = stack.pop()
-            y.depth = max(1, int(y.depth) + shift)
-            tx.changed(y, "depth")
-            stack.extend(st.recs[k] for k in u.children.get(y.id, []) if k not in doomed)
+            moves.setdefault(y, {})["depth"] = max(1, depth(y) + shift)
+            stack.extend(k for k in u.children.get(y, ()) if k not in doomed)
+    return moves
 
 
 def _attach(u: UserState, leaf: Record, parent: int, depth: int) -> None:
@@ -220,7 +225,7 @@ def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Recor
         grow = [s for k in kids if k.id != leaf.id for s in k.sources] + grow
         node.interaction_len = float(sum(k.interaction_len for k in kids if k.id != leaf.id))
     node.text = node.summary = summary
-    node.sources = tuple(dict.fromkeys(tuple(node.sources) + tuple(grow)))
+    st.set_sources(u, node, tuple(dict.fromkeys(tuple(node.sources) + tuple(grow))))
     node.timestamp = max((k.timestamp for k in kids if k.timestamp is not None), default=node.timestamp)
     node.interaction_len = float(node.interaction_len or 0.0) + float(leaf.interaction_len)
     emb = models.embed([summary])[0]

@@ -101,8 +101,7 @@ def add_turns(
             interaction_len=1.0,
         )
         r.source_id = m.source_id if m.source_id is not None else f"t{r.id}"
-        r.sources = (r.source_id,)
-        u.by_src[r.source_id] = r.id
+        st.set_sources(u, r, (r.source_id,))
         ids.append(r.id)
     cap = st.config.working_capacity
     q = u.working.setdefault(session_id, [])

@@ -325,7 +325,7 @@ class Memory:
             tx.touch(r.user_id)
             tx.store.add_revision(r.id, r.text, t if t is not None else wall_clock())
             r.text = text
-            u.stale = None
+            u.stale = u.stale_last = None  # (the staleness cache of an item is keyed by its id)
             tx.changed(r, "text", emb=emb)
             if r.kind in ("summary", "note"):
                 r.summary = text
@@ -344,21 +344,20 @@ class Memory:
             with self._write() as tx:
                 r = self._record(item_id, user_id)
                 st = tx.st
+                u = st.users[r.user_id]
                 doomed = {r.id}
-                if r.kind == "turn":
-                    doomed.update(
-                        x.id for x in st.urecs(st.users[r.user_id]) if x.id != r.id and r.source_id in x.sources
-                    )
+                if r.kind == "turn" and r.source_id is not None:
+                    doomed.update(u.derived.get(r.source_id, ()))  # what derives from the turn
                 tx.touch(r.user_id)
-                consolidate.lift_orphans(tx, st.users[r.user_id], doomed)
+                moves = consolidate.lift_orphans(st, u, doomed)
                 tx.flush()
-                tx.store.delete_items(sorted(doomed))
+                tx.store.update_items(sorted(moves.items()))
+                tx.store.delete_items(r.user_id, sorted(doomed))
                 tx.store.mark_deleted()
                 self._embed.clear()  # (no deleted text stays in the embedding cache)
-                # The exact way to keep the user's tree, fact indexes and profiles consistent:
-                # rebuild that user (inside the transaction: the store shows this write's
-                # deletions; dropping the user's vectors also drops its namespaces' graphs).
-                st.reload_user(tx.store, r.user_id, tx.store.user_versions())
+                # The state follows the store as another handle's would: the rows this write
+                # changed and the ids it deleted (the cost follows the change, not the user).
+                st.apply(u, tx.store.load_rows(sorted(moves)), doomed)
         return DeleteReport(deleted=len(doomed), ids=tuple(sorted(doomed)))
 
     def delete_user(self, *, user_id: str) -> DeleteReport:

@@ -44,7 +44,7 @@ def resolve(tx: Tx, models: Models, u: UserState, facts: list[Fact], by_src: Map
         same = next((i for i in cur_ids if _same_value(tx, models, st.recs[i].object or "", f.object)), None)
         if same is not None:  # reinforcement: same value stated again
             r = st.recs[same]
-            r.sources = tuple(dict.fromkeys(r.sources + tuple(f.sources)))
+            st.set_sources(u, r, tuple(dict.fromkeys(r.sources + tuple(f.sources))))
             r.strength += 1.0
             tx.changed(r, "sources", "strength")
             u.stale = None
@@ -121,6 +121,7 @@ def update_profile(tx: Tx, models: Models, u: UserState, subject: str) -> None:
     u.drift_last = d
     u.drift_updates += 1
     tx.store.set_drift(u.user_id, u.drift_total, u.drift_last, u.drift_updates)
-    p.text, p.timestamp, p.sources = text, t, tuple(dict.fromkeys(srcs))
+    p.text, p.timestamp = text, t
+    st.set_sources(u, p, tuple(dict.fromkeys(srcs)))
     st.move(u, p, "semantic", rows[0])
     tx.changed(p, "text", "timestamp", "sources", emb=rows[0])

@@ -14,6 +14,7 @@ store's transaction. A new record is written once, as it is at commit time.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -71,6 +72,9 @@ class UserState:
         "version",
         "active",
         "session_turns",
+        "derived",
+        "named",
+        "coverage",
     )
 
     def __init__(self, user_id: str, idx: int) -> None:
@@ -95,10 +99,31 @@ class UserState:
         self.version = 0  # the store's count of this user's committed writes, as of this state
         self.active: dict[str, set[int]] = {name: set() for name in LAYERS}  # layer -> active record ids
         self.session_turns: dict[str, list[int]] = {}  # session -> its turn ids (any layer), in order
+        self.derived: dict[str, set[int]] = {}  # source id -> ids of the records whose sources hold it
+        self.named: dict[str, list[int]] = {}  # person key -> ids of the records naming them, in order
+        self.coverage: Any = None  # retention's cache of coverage neighbours (never stored)
 
     def ns(self, code: int) -> int:
         """This user's namespace of a layer code (:class:`~lamina.memory.records.NsCode`)."""
         return namespace(self.idx, code)
+
+
+def _insert(lst: list[int], i: int) -> None:
+    """Insert an id into an id-ordered list (appending in the usual case)."""
+    if not lst or lst[-1] < i:
+        lst.append(i)
+    elif i not in lst:
+        bisect.insort(lst, i)
+
+
+def _discard(index: dict[Any, Any], key: Any, i: int, keep: Any = None) -> None:
+    """Remove an id from ``index[key]`` (a list or set); a key left empty goes (but ``keep``)."""
+    coll = index.get(key)
+    if coll is None or i not in coll:
+        return
+    coll.remove(i)
+    if not coll and key != keep:
+        del index[key]
 
 
 class MemoryState:
@@ -119,12 +144,14 @@ class MemoryState:
         self.sessions: dict[tuple[str, str], list[Any]] = {}  # (user, session) -> [status, started, ended]
         self.data_version = -1  # the store's data_version when this state last caught up
         self.unloaded: set[str] = set()  # users of the store whose state is loaded on first use
+        self.high_water = 0  # the store's last write number this state has caught up with
 
     # ------------------------------------------------------------------ (re)building
     @classmethod
     def load(cls, store: Store, config: MemoryConfig, dim: int) -> MemoryState:
-        """Rebuild every in-memory structure from the database."""
+        """Build every in-memory structure from the database (inside a read snapshot)."""
         st = cls(config, dim)
+        st.high_water = store.last_write()
         st._load_rows(store.users(), store.sessions(), store.load_items(), store.user_versions())
         st.data_version = store.data_version()
         return st
@@ -144,14 +171,20 @@ class MemoryState:
             self.users[uid] = u
         for uid, sid, status, started, ended in sessions:
             self.sessions[(uid, sid)] = [status, started, ended]
+        for r in self._add_rows(items):
+            self.add_turn_views(self.users[r.user_id], r, [m for m in r.members if m in self.vectors])
+
+    def _add_rows(self, items: Iterable[dict[str, Any]]) -> list[Record]:
+        """Index item rows (in id order) of users in the state; their vectors go to the arenas in
+        one call per namespace. Returns the active episodic leaves among them (their turn views
+        are the caller's: they need the member turns' vectors)."""
         pending: dict[int, tuple[list[int], list[bytes]]] = {}
         leaves: list[Record] = []
-        touched: dict[str, UserState] = {}
         for row in items:
             emb = row.pop("embedding")
             r = Record(**row)
             self.recs[r.id] = r
-            u = touched[r.user_id] = self.users[r.user_id]
+            u = self.users[r.user_id]
             u.ids.add(r.id)
             if r.status == "active":
                 ids, embs = pending.setdefault(record_namespace(u.idx, r), ([], []))
@@ -165,15 +198,7 @@ class MemoryState:
         for ns, (ids, embs) in pending.items():
             X = np.frombuffer(b"".join(embs), dtype=np.float32).reshape(len(ids), self.dim)
             self.vectors.add(ns, ids, X)
-        for r in leaves:
-            self.add_turn_views(self.users[r.user_id], r, [m for m in r.members if m in self.vectors])
-        for u in touched.values():
-            for lst in u.working.values():
-                lst.sort(key=lambda i: self.recs[i].seq)
-            for lst in u.children.values():
-                lst.sort(key=lambda i: self.recs[i].seq)
-            for lst in u.session_turns.values():
-                lst.sort(key=lambda i: self.recs[i].seq)
+        return leaves
 
     def drop_user(self, user_id: str) -> None:
         """Forget a user's state (records, vectors, turn views, sessions, pending bumps)."""
@@ -199,24 +224,90 @@ class MemoryState:
         if rows:
             self._load_rows(rows, store.sessions(user_id), store.load_items(user_id), versions)
 
+    def apply(self, u: UserState, rows: list[dict[str, Any]], dead: Iterable[int]) -> None:
+        """Patch a user's state with changed rows of the store (inserted or updated: ``rows``, in
+        id order) and deleted ids (``dead``): the old records leave every index, the rows enter
+        them, and what depends on both (turn views of the leaves that hold a changed turn, the
+        tree's height, cached fact staleness and coverage) is redone. The result equals the state
+        :meth:`reload_user` would build; the cost follows the change, not the user. Deleted
+        vectors are forgotten (arena rows zeroed, graphs that held them dropped)."""
+        dead = set(dead)
+        ids = dead | {int(row["id"]) for row in rows}
+        old = sorted((self.recs[i] for i in ids if i in u.ids), key=lambda r: r.seq)
+        gone = {r.id for r in old}
+        # leaves whose turn views show a changed turn: their views are built again below
+        refresh = {u.seg_of[r.id] for r in old if r.kind == "turn" and r.id in u.seg_of} - gone
+        for lid in sorted(refresh):
+            self.drop_turn_views(u, self.recs[lid])
+        for r in old:
+            self.unindex(u, r, forget=r.id in dead)
+        leaves = self._add_rows(rows)
+        leaves += [self.recs[i] for i in refresh if i in u.active["episodic"]]
+        for leaf in sorted(leaves, key=lambda r: r.seq):
+            self.add_turn_views(u, leaf, [m for m in leaf.members if m in self.vectors])
+        u.max_depth = max((int(self.recs[i].depth) for kids in u.children.values() for i in kids), default=0)
+        u.people = {k: u.people[k] for k in sorted(u.people, key=lambda k: u.named[k][0])}  # first named first
+        u.stale = u.stale_last = None  # (its per-item cache is keyed by id: texts may have changed)
+        u.coverage = None
+
+    def catch_up(self, store: Store, user_id: str) -> None:
+        """Bring a loaded user's state to the store's (inside a snapshot): apply the user's change
+        log since its version; a user deleted meanwhile is dropped, one deleted and created
+        again is loaded afresh."""
+        u = self.users.get(user_id)
+        if u is None:
+            return
+        version = store.user_versions(user_id).get(user_id)
+        born = store.user_born(user_id)
+        if version is None or born is None:
+            self.drop_user(user_id)
+            return
+        if version == u.version:
+            return
+        if born > u.version:
+            self.reload_user(store, user_id, {user_id: version})
+            return
+        rows, dead = store.changes(user_id, u.version)
+        self.apply(u, rows, dead)
+        for _uid, _idx, dt, dl, du in store.users(user_id):
+            u.drift_total, u.drift_last, u.drift_updates = dt, dl, du
+        for key in [k for k in self.sessions if k[0] == user_id]:
+            del self.sessions[key]
+        for uid, sid, status, started, ended in store.sessions(user_id):
+            self.sessions[(uid, sid)] = [status, started, ended]
+        u.version = version
+
     def sync(self, store: Store) -> list[str]:
-        """Catch up with other writers of the store: each user whose version another writer moved
-        (or who appeared or went) is dropped, to be loaded from the store when it is next used
-        (:meth:`user`), so a process pays only for the users it serves. Cheap when nobody else
-        wrote (the store's data version is unchanged). Returns the users dropped."""
+        """Catch up with other writers of the store (inside a snapshot or the write's
+        transaction): each loaded user whose version another writer moved applies its change log
+        (:meth:`catch_up`); users deleted elsewhere are dropped; users not loaded here are loaded
+        when first used (:meth:`user`), so a process pays only for the users it serves. Cheap
+        when nobody else wrote (the store's data version is unchanged: no table read); otherwise
+        one indexed read of the users written since the last catch-up. Returns the users caught
+        up or dropped."""
         dv = store.data_version()
         if dv == self.data_version:
             return []
-        versions = store.user_versions()
-        stale = [uid for uid in self.users if versions.get(uid) != self.users[uid].version]
-        for uid in stale:
+        moved, gone = store.moved_since(self.high_water)
+        self.high_water = store.last_write()
+        out = sorted(u.user_id for u in self.users.values() if u.idx in gone)
+        for uid in out:  # (created again meanwhile: loaded afresh when next used)
             self.drop_user(uid)
-        self.unloaded = {uid for uid in versions if uid not in self.users}
+        self.unloaded -= set(out)
+        for uid in sorted(moved):
+            u = self.users.get(uid)
+            if u is None:
+                self.unloaded.add(uid)
+            elif moved[uid] != u.version:
+                self.catch_up(store, uid)
+                out.append(uid)
+        if gone:  # a user deleted elsewhere that this state never loaded
+            self.unloaded &= set(store.user_versions())
         self.data_version = dv
-        return stale
+        return out
 
     def user(self, store: Store, user_id: str) -> UserState | None:
-        """A user's state, loaded from the store if another writer moved it (None: no such user)."""
+        """A user's state, loaded from the store on first use (None: no such user)."""
         if user_id in self.unloaded:
             self.reload_user(store, user_id, store.user_versions(user_id))
             self.unloaded.discard(user_id)
@@ -231,34 +322,108 @@ class MemoryState:
             self.unloaded.clear()
 
     def index(self, u: UserState, r: Record) -> None:
-        """Add a record to the per-user indexes (working queues, tree, current facts, profiles)."""
+        """Add a record to the per-user indexes (working queues, tree, current facts, profiles,
+        sources, people); :meth:`unindex` is its inverse. Lists stay in id (= creation) order."""
+        for src in r.sources:
+            u.derived.setdefault(src, set()).add(r.id)
         if r.kind == "turn":
             if r.source_id is not None:
-                u.by_src[r.source_id] = r.id
+                self._index_source(u, r.source_id)
             if r.session_id is not None:
-                u.session_turns.setdefault(r.session_id, []).append(r.id)
+                _insert(u.session_turns.setdefault(r.session_id, []), r.id)
         elif r.kind == "fact":
-            u.facts.append(r.id)
+            _insert(u.facts, r.id)
         who = r.speaker if r.kind == "turn" else (r.subject if r.kind == "fact" else None)
-        if who and norm_key(who) not in u.people:
-            u.people[norm_key(who)] = (who, re.compile(r"(?<!\w)" + re.escape(" ".join(who.split())) + r"(?!\w)", re.I))
+        if who:
+            key = norm_key(who)
+            lst = u.named.setdefault(key, [])
+            _insert(lst, r.id)
+            if lst[0] == r.id:  # the first record that names a person spells the name
+                u.people[key] = (who, re.compile(r"(?<!\w)" + re.escape(" ".join(who.split())) + r"(?!\w)", re.I))
         if r.status != "active":
             return
         if r.layer == "working":
             assert r.session_id is not None
-            u.working.setdefault(r.session_id, []).append(r.id)
+            _insert(u.working.setdefault(r.session_id, []), r.id)
         elif r.layer == "episodic" and r.parent_id is not None and r.parent_id != NO_TREE:
-            u.children.setdefault(r.parent_id, []).append(r.id)
+            _insert(u.children.setdefault(r.parent_id, []), r.id)
             u.max_depth = max(u.max_depth, int(r.depth))
         elif r.layer == "semantic" and r.kind == "fact":
             assert r.subject is not None and r.predicate is not None
-            u.current.setdefault((norm_key(r.subject), r.predicate), []).append(r.id)
+            _insert(u.current.setdefault((norm_key(r.subject), r.predicate), []), r.id)
             u.stale = None
         elif r.layer == "semantic" and r.kind == "profile":
             assert r.subject is not None
             u.profiles[norm_key(r.subject)] = r.id
         elif r.layer == "history":
             u.stale = None
+
+    def unindex(self, u: UserState, r: Record, *, forget: bool = False) -> None:
+        """Take a record out of the state: every per-user index, its vector (and, for a leaf,
+        its turn views), pending bumps. ``forget``: it is being deleted, so the graphs that held
+        its vector are dropped too (see :meth:`lamina.layer_index.LayerIndex.forget`)."""
+        if r.status == "active":
+            if r.id in self.vectors:
+                (self.vectors.forget if forget else self.vectors.remove)([r.id])
+                u.n_active[r.layer] -= 1
+                u.active[r.layer].discard(r.id)
+            if r.kind == "segment" and r.layer == "episodic":
+                self.drop_turn_views(u, r, forget=forget)
+            if r.layer == "working" and r.session_id is not None:
+                _discard(u.working, r.session_id, r.id)
+            elif r.layer == "episodic" and r.parent_id is not None and r.parent_id != NO_TREE:
+                _discard(u.children, r.parent_id, r.id, keep=ROOT)
+            elif r.layer == "semantic" and r.kind == "fact":
+                _discard(u.current, (norm_key(r.subject or ""), r.predicate or ""), r.id)
+            elif r.layer == "semantic" and r.kind == "profile":
+                if u.profiles.get(norm_key(r.subject or "")) == r.id:
+                    del u.profiles[norm_key(r.subject or "")]
+            u.stale = None
+        if r.kind == "turn":
+            if r.session_id is not None:
+                _discard(u.session_turns, r.session_id, r.id)
+        elif r.kind == "fact":
+            u.facts.remove(r.id)
+        who = r.speaker if r.kind == "turn" else (r.subject if r.kind == "fact" else None)
+        if who:
+            key = norm_key(who)
+            lst = u.named[key]
+            first = lst[0] == r.id
+            lst.remove(r.id)
+            if not lst:
+                del u.named[key]
+                del u.people[key]
+            elif first:  # the next record that names the person spells the name now
+                nxt = self.recs[lst[0]]
+                name = nxt.speaker if nxt.kind == "turn" else nxt.subject
+                assert name is not None
+                u.people[key] = (name, re.compile(r"(?<!\w)" + re.escape(" ".join(name.split())) + r"(?!\w)", re.I))
+        for src in r.sources:
+            _discard(u.derived, src, r.id)
+        if r.kind == "turn" and r.source_id is not None:
+            self._index_source(u, r.source_id, without=r.id)
+        u.ids.discard(r.id)
+        self.recs.pop(r.id, None)
+        self.pending.pop(r.id, None)
+
+    def _index_source(self, u: UserState, src: str, without: int | None = None) -> None:
+        """``u.by_src[src]``: the newest turn with that source id (as a load in id order leaves it)."""
+        turns = [i for i in u.derived.get(src, ()) if i != without and self.recs[i].kind == "turn"]
+        turns = [i for i in turns if self.recs[i].source_id == src]
+        if turns:
+            u.by_src[src] = max(turns)
+        else:
+            u.by_src.pop(src, None)
+
+    def set_sources(self, u: UserState, r: Record, sources: tuple[str, ...]) -> None:
+        """Change a record's provenance (keeps the index of what derives from each source)."""
+        for src in r.sources:
+            _discard(u.derived, src, r.id)
+        r.sources = sources
+        for src in sources:
+            u.derived.setdefault(src, set()).add(r.id)
+        if r.kind == "turn" and r.source_id is not None:
+            self._index_source(u, r.source_id)
 
     # ------------------------------------------------------------------ lookups
     def urecs(self, u: UserState) -> list[Record]:
@@ -352,12 +517,13 @@ class MemoryState:
             turn_tokens(self.recs[m])
             text_key(self.recs[m])
 
-    def drop_turn_views(self, u: UserState, leaf: Record) -> None:
+    def drop_turn_views(self, u: UserState, leaf: Record, *, forget: bool = False) -> None:
+        """Take a leaf's turn views out of the index (``forget``: their graphs too)."""
         keys = [m | TURN_KEY for m in (leaf.members or ()) if u.seg_of.get(m) == leaf.id]
         for m in leaf.members or ():
             if u.seg_of.get(m) == leaf.id:
                 del u.seg_of[m]
-        self.vectors.remove([k for k in keys if k in self.vectors])
+        (self.vectors.forget if forget else self.vectors.remove)([k for k in keys if k in self.vectors])
         self.lex.remove([k & ~TURN_KEY for k in keys], missing_ok=True)
 
     def reindex_turn_view(self, u: UserState, r: Record, emb: Vec) -> None:

@@ -5,9 +5,17 @@ needs of a backend (transactions, meta values, ids, users, sessions, item rows, 
 :class:`SQLiteStore` implements it on the stdlib ``sqlite3`` in WAL mode.
 
 The database is the source of truth: every write of the memory loop happens inside one
-``BEGIN IMMEDIATE`` transaction, and the in-memory state (records, arenas, trees) is rebuilt
-from it on open, and after any failed write. ``path=None`` uses an in-memory database with the
-same code path.
+``BEGIN IMMEDIATE`` transaction, and the in-memory state (records, arenas, trees) is built from
+it on open and after any failed write. ``path=None`` uses an in-memory database with the same
+code path.
+
+Change log: each write transaction gets the database's next write number
+(:meth:`SQLiteStore.write_number`); it stamps every item row the write inserts or updates
+(``items.version``), every id it deletes (a row in ``tombstones``) and every user it touches
+(``users.version``); a deleted user leaves its namespace index (``gone_users``). A handle whose state of a user is at version v catches up by reading the
+rows stamped after v and the tombstones after v (:meth:`SQLiteStore.changes`, indexed), not the
+whole user; a user deleted (a tombstone without an item id) or created again (``users.born``
+after v) is loaded afresh.
 
 Durability: WAL with ``synchronous=NORMAL`` survives a killed process (kill -9) for every
 committed transaction; ``synchronous="FULL"`` (``MemoryConfig.synchronous``) also survives power
@@ -35,7 +43,10 @@ from ..errors import StoreBusy
 
 __all__ = ["Store", "SQLiteStore", "SCHEMA_VERSION", "ITEM_COLUMNS", "ID_SHIFT", "seq_of"]
 
-SCHEMA_VERSION = 2  # 2: users.version (the database write number of the user's last write)
+SCHEMA_VERSION = 3
+# 2: users.version (the database write number of the user's last write)
+# 3: the change log: items.version (the write number of the row's last change), users.born (the
+#    write number that created the user) and tombstones (ids deleted by each write)
 
 
 ID_SHIFT = 40  # item id = (database tag << 40) | sequence number
@@ -84,7 +95,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS users (
   user_id TEXT PRIMARY KEY, ns INTEGER NOT NULL UNIQUE,
   drift_total REAL NOT NULL DEFAULT 0, drift_last REAL NOT NULL DEFAULT 0,
-  drift_updates INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0);
+  drift_updates INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0,
+  born INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS sessions (
   user_id TEXT NOT NULL, session_id TEXT NOT NULL, status TEXT NOT NULL,
   started_at REAL, ended_at REAL, PRIMARY KEY (user_id, session_id));
@@ -95,8 +107,15 @@ CREATE TABLE IF NOT EXISTS items (
   created_at REAL, timestamp REAL, last_access REAL, access_count INTEGER NOT NULL,
   interaction_len REAL NOT NULL, strength REAL NOT NULL, domain TEXT, commitment TEXT NOT NULL,
   subject TEXT, predicate TEXT, object TEXT, valid_from REAL, valid_to REAL,
-  superseded_by INTEGER, parent_id INTEGER, depth INTEGER NOT NULL, seq INTEGER NOT NULL);
+  superseded_by INTEGER, parent_id INTEGER, depth INTEGER NOT NULL, seq INTEGER NOT NULL,
+  version INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS items_user ON items(user_id);
+CREATE INDEX IF NOT EXISTS items_user_version ON items(user_id, version);
+CREATE INDEX IF NOT EXISTS users_version ON users(version);
+CREATE TABLE IF NOT EXISTS tombstones (user_id TEXT NOT NULL, item_id INTEGER NOT NULL, version INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tombstones_user ON tombstones(user_id, version);
+CREATE TABLE IF NOT EXISTS gone_users (ns INTEGER NOT NULL, version INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS gone_users_version ON gone_users(version);
 CREATE TABLE IF NOT EXISTS revisions (
   item_id INTEGER NOT NULL, text TEXT NOT NULL, changed_at REAL NOT NULL, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
@@ -153,9 +172,41 @@ class Store(Protocol):
 
     def bump_access(self, rows: list[tuple[int, float | None, int]]) -> None: ...
 
-    def delete_items(self, ids: list[int]) -> None: ...
+    def delete_items(self, user_id: str, ids: list[int]) -> None:
+        """Delete a user's items (and their revisions), leaving a tombstone per id for the change log."""
+        ...
 
-    def delete_user(self, user_id: str) -> None: ...
+    def delete_user(self, user_id: str) -> None:
+        """Delete a user with every item, revision and session (leaving its namespace index in
+        the change log, not its id)."""
+        ...
+
+    def write_number(self) -> int:
+        """This write transaction's number: the database's next, allocated on first use; it
+        stamps every row the write inserts, updates or deletes (the change log)."""
+        ...
+
+    def last_write(self) -> int:
+        """The number of the database's last committed write (0: none)."""
+        ...
+
+    def user_born(self, user_id: str) -> int | None:
+        """The write number that created the user (None: no such user)."""
+        ...
+
+    def moved_since(self, version: int) -> tuple[dict[str, int], set[int]]:
+        """Users written after write ``version`` (user_id -> version), and the namespace indexes
+        of users deleted after it."""
+        ...
+
+    def changes(self, user_id: str, since: int) -> tuple[list[dict[str, Any]], list[int]]:
+        """The change log of a user after write ``since``: the rows (decoded, as
+        :meth:`load_items`, in sequence order) inserted or updated since, and the ids deleted since."""
+        ...
+
+    def load_rows(self, ids: list[int]) -> list[dict[str, Any]]:
+        """These item rows (decoded; missing ids left out), in sequence order."""
+        ...
 
     def forget(self) -> bool:
         """After a committed delete: make the deleted rows unrecoverable from the database files
@@ -223,21 +274,20 @@ class SQLiteStore:
         self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
         self._ready = False
         self._in_tx = False
+        self._write_no: int | None = None  # this transaction's write number, once allocated
         self.secure_delete = _secure_delete(self.conn)
         with self.tx():
+            self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            v = self.get_meta("schema_version")
+            if v is not None and int(v) != SCHEMA_VERSION:
+                _migrate(self.conn, int(v))
             for stmt in _SCHEMA.strip().split(";"):
                 if stmt.strip():
                     self.conn.execute(stmt)
-            v = self.get_meta("schema_version")
             if v is None:
-                self.set_meta("schema_version", str(SCHEMA_VERSION))
                 self.set_meta("db_tag", str(1 + secrets.randbelow((1 << 22) - 1)))
                 self.set_meta("next_seq", "1")
-            elif int(v) == 1:  # version 1 had no per-user change counter
-                self.conn.execute("ALTER TABLE users ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
-                self.set_meta("schema_version", str(SCHEMA_VERSION))
-            elif int(v) != SCHEMA_VERSION:
-                raise ValueError(f"database schema version {v} is not supported (expected {SCHEMA_VERSION})")
+            self.set_meta("schema_version", str(SCHEMA_VERSION))
         self.tag = int(self.get_meta("db_tag") or 0)
         self.next_seq = int(self.get_meta("next_seq") or 1)
         self._ready = True
@@ -261,6 +311,7 @@ class SQLiteStore:
                 ) from e
             raise
         self._in_tx = True
+        self._write_no = None
         try:
             if self._ready:
                 self.next_seq = int(self.get_meta("next_seq") or 1)
@@ -271,6 +322,7 @@ class SQLiteStore:
             raise
         finally:
             self._in_tx = False
+            self._write_no = None
 
     @contextlib.contextmanager
     def read_tx(self) -> Iterator[None]:
@@ -330,14 +382,23 @@ class SQLiteStore:
         row = self.conn.execute("SELECT user_id FROM items WHERE id=?", (item_id,)).fetchone()
         return None if row is None else str(row[0])
 
+    def write_number(self) -> int:
+        """This transaction's write number (allocated on first use: the database's next one)."""
+        if self._write_no is None:
+            # one number per write of the whole database, never reused: a user deleted and
+            # created again can never come back to a version another handle still holds
+            self._write_no = int(self.get_meta("write_seq") or 0) + 1
+            self.set_meta("write_seq", str(self._write_no))
+        return self._write_no
+
+    def last_write(self) -> int:
+        return int(self.get_meta("write_seq") or 0)
+
     def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
         uids = sorted(set(user_ids))
         if not uids:
             return {}
-        # one number per write of the whole database, never reused: a user deleted and created
-        # again can never come back to a version another handle still holds
-        n = int(self.get_meta("write_seq") or 0) + 1
-        self.set_meta("write_seq", str(n))
+        n = self.write_number()
         self.conn.executemany("UPDATE users SET version=? WHERE user_id=?", [(n, u) for u in uids])
         found = {
             str(r[0])
@@ -354,7 +415,19 @@ class SQLiteStore:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     def add_user(self, user_id: str, ns: int) -> None:
-        self.conn.execute("INSERT INTO users(user_id, ns) VALUES(?, ?)", (user_id, ns))
+        self.conn.execute("INSERT INTO users(user_id, ns, born) VALUES(?, ?, ?)", (user_id, ns, self.write_number()))
+
+    def user_born(self, user_id: str) -> int | None:
+        row = self.conn.execute("SELECT born FROM users WHERE user_id=?", (user_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def moved_since(self, version: int) -> tuple[dict[str, int], set[int]]:
+        moved = {
+            str(u): int(v)
+            for u, v in self.conn.execute("SELECT user_id, version FROM users WHERE version > ?", (version,))
+        }
+        gone = {int(r[0]) for r in self.conn.execute("SELECT ns FROM gone_users WHERE version > ?", (version,))}
+        return moved, gone
 
     def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None:
         self.conn.execute(
@@ -378,34 +451,73 @@ class SQLiteStore:
 
     # -- items -------------------------------------------------------------------------------
     def insert_items(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
         cols = ",".join(ITEM_COLUMNS)
         qs = ",".join("?" for _ in ITEM_COLUMNS)
+        n = self.write_number()
         self.conn.executemany(
-            f"INSERT INTO items({cols}) VALUES({qs})", [tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) for r in rows]
+            f"INSERT INTO items({cols},version) VALUES({qs},?)",
+            [tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) + (n,) for r in rows],
         )
 
     def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None:
+        groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
         for item_id, fields in updates:
-            if not fields:
-                continue
-            sets = ",".join(f"{k}=?" for k in fields)
-            self.conn.execute(
-                f"UPDATE items SET {sets} WHERE id=?", tuple(_enc(k, v) for k, v in fields.items()) + (item_id,)
-            )
+            if fields:  # one statement per set of columns, run over all its rows
+                groups.setdefault(tuple(fields), []).append(tuple(_enc(k, v) for k, v in fields.items()) + (item_id,))
+        if not groups:
+            return
+        n = self.write_number()
+        for cols, rows in groups.items():
+            sets = ",".join(f"{k}=?" for k in cols)
+            self.conn.executemany(f"UPDATE items SET {sets},version={n} WHERE id=?", rows)
 
     def bump_access(self, rows: list[tuple[int, float | None, int]]) -> None:
         """(access_count, last_access, id) per row."""
         self.conn.executemany("UPDATE items SET access_count=?, last_access=? WHERE id=?", rows)
 
-    def delete_items(self, ids: list[int]) -> None:
+    def delete_items(self, user_id: str, ids: list[int]) -> None:
+        n = self.write_number()
         self.conn.executemany("DELETE FROM items WHERE id=?", [(i,) for i in ids])
         self.conn.executemany("DELETE FROM revisions WHERE item_id=?", [(i,) for i in ids])
+        self.conn.executemany(
+            "INSERT INTO tombstones(user_id, item_id, version) VALUES(?,?,?)", [(user_id, i, n) for i in ids]
+        )
 
     def delete_user(self, user_id: str) -> None:
+        row = self.conn.execute("SELECT ns FROM users WHERE user_id=?", (user_id,)).fetchone()
         self.conn.execute("DELETE FROM revisions WHERE item_id IN (SELECT id FROM items WHERE user_id=?)", (user_id,))
         self.conn.execute("DELETE FROM items WHERE user_id=?", (user_id,))
         self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
         self.conn.execute("DELETE FROM users WHERE user_id=?", (user_id,))
+        # the user's item tombstones give way to one for the whole user, by namespace index
+        # (the user id itself is forgotten)
+        self.conn.execute("DELETE FROM tombstones WHERE user_id=?", (user_id,))
+        if row is not None:
+            self.conn.execute("INSERT INTO gone_users(ns, version) VALUES(?, ?)", (int(row[0]), self.write_number()))
+
+    def changes(self, user_id: str, since: int) -> tuple[list[dict[str, Any]], list[int]]:
+        sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items WHERE user_id=? AND version > ? ORDER BY seq"
+        rows = [{c: _dec(c, v) for c, v in zip(ITEM_COLUMNS, row)} for row in self.conn.execute(sql, (user_id, since))]
+        dead = [
+            int(r[0])
+            for r in self.conn.execute(
+                "SELECT item_id FROM tombstones WHERE user_id=? AND version > ? AND item_id IS NOT NULL",
+                (user_id, since),
+            )
+        ]
+        return rows, dead
+
+    def load_rows(self, ids: list[int]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items WHERE id IN "
+        for i in range(0, len(ids), 500):
+            part = ids[i : i + 500]
+            cur = self.conn.execute(sql + f"({','.join('?' for _ in part)})", part)
+            out.extend({c: _dec(c, v) for c, v in zip(ITEM_COLUMNS, row)} for row in cur)
+        out.sort(key=lambda d: int(d["seq"]))
+        return out
 
     def forget(self) -> bool:
         """Wipe what a committed delete left behind in the files: the deleted cells and freed
@@ -468,6 +580,17 @@ class SQLiteStore:
                 "SELECT text, changed_at FROM revisions WHERE item_id=? ORDER BY seq", (item_id,)
             )
         ]
+
+
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Bring a store of an older schema to :data:`SCHEMA_VERSION` (inside the open transaction)."""
+    if version > SCHEMA_VERSION or version < 1:
+        raise ValueError(f"database schema version {version} is not supported (expected {SCHEMA_VERSION})")
+    if version < 2:  # per-user change counter
+        conn.execute("ALTER TABLE users ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+    if version < 3:  # the change log (rows of older writes carry version 0: a handle that opens loads them)
+        conn.execute("ALTER TABLE items ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+        conn.execute("ALTER TABLE users ADD COLUMN born INTEGER NOT NULL DEFAULT 0")
 
 
 def _secure_delete(conn: sqlite3.Connection) -> bool:
