@@ -28,6 +28,7 @@ from ..layer_index import LayerIndex
 from ..lexical import LexicalIndex
 from .config import MemoryConfig
 from .records import (
+    ITEM_FIELDS,
     NO_TREE,
     ROOT,
     TURN_KEY,
@@ -232,6 +233,7 @@ class MemoryState:
         :meth:`reload_user` would build; the cost follows the change, not the user. Deleted
         vectors are forgotten (arena rows zeroed, graphs that held them dropped)."""
         dead = set(dead)
+        rows = [row for row in rows if not (row["id"] in u.ids and self._patch(u, self.recs[row["id"]], row))]
         ids = dead | {int(row["id"]) for row in rows}
         old = sorted((self.recs[i] for i in ids if i in u.ids), key=lambda r: r.seq)
         gone = {r.id for r in old}
@@ -249,6 +251,36 @@ class MemoryState:
         u.people = {k: u.people[k] for k in sorted(u.people, key=lambda k: u.named[k][0])}  # first named first
         u.stale = u.stale_last = None  # (its per-item cache is keyed by id: texts may have changed)
         u.coverage = None
+
+    # columns a record can change in place: its vector, turn views and every index but the tree's
+    # and the sources' stay as they are (a strength decayed, a node moved in the tree, ...)
+    _IN_PLACE = (
+        frozenset(ITEM_FIELDS)
+        - {"parent_id", "sources"}
+        - {"status", "layer", "kind", "text", "members", "session_id", "speaker", "source_id", "subject", "predicate"}
+    )
+
+    def _patch(self, u: UserState, r: Record, row: dict[str, Any]) -> bool:
+        """Update a record from its changed row in place when that touches no vector, turn view
+        or index but the tree and the sources (True), else leave it for the full path (False)."""
+        for f in ITEM_FIELDS:
+            if f not in self._IN_PLACE and f not in ("parent_id", "sources") and getattr(r, f) != row[f]:
+                return False
+        if r.status == "active" and self.vec(r).tobytes() != row["embedding"]:
+            return False
+        tree = r.status == "active" and r.layer == "episodic" and r.parent_id not in (None, NO_TREE)
+        if tree != (r.status == "active" and r.layer == "episodic" and row["parent_id"] not in (None, NO_TREE)):
+            return False
+        if tree and row["parent_id"] != r.parent_id:
+            _discard(u.children, r.parent_id, r.id, keep=ROOT)
+            _insert(u.children.setdefault(row["parent_id"], []), r.id)
+        if tuple(row["sources"]) != r.sources:
+            self.set_sources(u, r, tuple(row["sources"]))
+        for f in self._IN_PLACE:
+            setattr(r, f, row[f])
+        r.parent_id = row["parent_id"]
+        self.pending.pop(r.id, None)
+        return True
 
     def catch_up(self, store: Store, user_id: str) -> None:
         """Bring a loaded user's state to the store's (inside a snapshot): apply the user's change
