@@ -255,7 +255,7 @@ def _check_after_kills(path: Path, acks: Acks, watcher: Memory) -> None:
 def test_two_writers_killed_at_random_points(tmp_path: Path) -> None:
     """Two writer processes on one file (adds and end_sessions; the second also deletes its own
     and the other's turns), SIGKILLed at random moments, LAMINA_FAULT_KILLS kills in all
-    (default 20, two per round; the issue's slow-suite figure is LAMINA_FAULT_KILLS=100). After
+    (default 100, two per round). After
     each round, through a fresh handle and through one kept open since the start: the file
     passes ``integrity_check``; every acknowledged add is there (unless its delete was
     acknowledged; a delete cut by the kill may or may not have happened); an acknowledged
@@ -264,7 +264,7 @@ def test_two_writers_killed_at_random_points(tmp_path: Path) -> None:
     takes further writes. At the end no store file holds an acknowledged-deleted text."""
     path = tmp_path / "m.db"
     Memory(path, embedder="hashing", config=CFG).close()
-    rounds = max(1, int(os.environ.get("LAMINA_FAULT_KILLS", "20")) // 2)
+    rounds = max(1, int(os.environ.get("LAMINA_FAULT_KILLS", "100")) // 2)
     rng = random.Random(1414)
     acks = Acks()
     watcher = Memory(path, embedder="hashing", config=CFG)
