@@ -3,6 +3,8 @@ same answers. (Memory switching to ANN: tests/memory/test_retrieve.py.)"""
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -104,7 +106,7 @@ def test_layer_index_keyed_gets_and_array_search(emb) -> None:  # type: ignore[n
     assert [len(x) for x in idx.search_arrays(X[0], (9 << 3) | 3, 5)] == [0, 0]
 
 
-def test_layer_index_forget_drops_the_deleted_vectors_from_the_graph(emb) -> None:  # type: ignore[no-untyped-def]
+def test_layer_index_forget_scrubs_the_deleted_vectors_from_the_graph(emb) -> None:  # type: ignore[no-untyped-def]
     """forget (a deletion) leaves no data of the deleted ids in any graph or arena row, and the
     live items are served exactly as by an index that never held the deleted ones."""
     ns = (4 << 3) | 3
@@ -115,14 +117,19 @@ def test_layer_index_forget_drops_the_deleted_vectors_from_the_graph(emb) -> Non
     idx.search(X[0], [ns], 5)  # builds the graph with every row
     assert idx.graph_labels(ns) == ids
     gone = ids[::9]
+    graph = idx._graphs[ns].index
+    stored = {i: np.asarray(graph.get_items([i]), dtype=np.float32)[0].tobytes() for i in gone}
     idx.remove(gone[:3])  # plain removals (evictions) only mark the points deleted
     assert set(gone[:3]) <= set(idx.graph_labels(ns))
-    idx.forget(gone[3:])
-    assert idx.graph_labels(ns) == []  # dropped; rebuilt from the live rows on the next search
+    assert all(stored[i] in pickle.dumps(graph) for i in gone[:3])  # ... and keep their data
+    idx.forget(gone)  # a deletion: of live points and of points an eviction only marked deleted
+    blob = pickle.dumps(idx._graphs[ns].index)  # every byte the graph holds
+    assert not any(v in blob for v in stored.values())
+    assert idx.graph_labels(ns) == ids  # overwritten in place and marked deleted: no rebuild
     live = [i for i in ids if i not in gone]
     fresh.add(ns, live, X[np.array(live) - 1])
     for q in emb.embed(topic_sentences(20, 10)):
         assert idx.search(q, [ns], 10) == fresh.search(q, [ns], 10)
-    assert idx.graph_labels(ns) == live == fresh.graph_labels(ns) and idx.ann_builds == 2
+    assert fresh.graph_labels(ns) == live and idx.ann_builds == 1
     rows = idx.arena_rows()[1]  # the archive's arena
     assert rows.shape[0] == 500 and int((np.abs(rows).sum(axis=1) == 0).sum()) == len(gone)

@@ -84,6 +84,15 @@ def _fit(table: npt.NDArray[np.int64], size: int) -> npt.NDArray[np.int64]:
     return grown
 
 
+def _scrub_vectors(ids: Sequence[int], dim: int) -> npt.NDArray[np.float32]:
+    """Vectors that overwrite deleted points in a graph: a function of each id alone, never of
+    stored data (spread out, so the overwritten points do not pile up in one place)."""
+    out = np.empty((len(ids), dim), dtype=np.float32)
+    for k, i in enumerate(ids):
+        out[k] = np.random.default_rng(int(i) & ((1 << 63) - 1)).standard_normal(dim)
+    return out
+
+
 class _Graph:
     """hnswlib graph of one namespace plus the ids not yet inserted (lazy maintenance)."""
 
@@ -193,15 +202,26 @@ class LayerIndex:
                 self._arenas[a].remove(per[a])
 
     def forget(self, ids: Sequence[int]) -> None:
-        """:meth:`remove` for deletions: the arena rows are zeroed (as by every removal), and the
-        hnswlib graph of each namespace that held one of them is dropped, so that no graph keeps
-        a deleted vector (``mark_deleted`` leaves the point's data in the graph; hnswlib cannot
-        erase it). The next search of such a namespace builds its graph again from the live rows,
-        exactly as a reopened database would."""
-        doomed = {self._loc[i][2] for i in ids if i in self._loc}
-        for ns in doomed:
+        """:meth:`remove` for deletions: the arena rows are zeroed (as by every removal), and no
+        hnswlib graph keeps the data of a deleted id. ``mark_deleted`` leaves a point's vector in
+        its graph (hnswlib cannot erase a point), so each point a graph holds for these ids —
+        live, or marked deleted by an earlier removal — is first overwritten in place with a
+        vector drawn from its id alone (hnswlib's update of an existing label; the graph's links
+        are repaired as for any update) and then marked deleted. The graph stays: no rebuild."""
+        ids = [int(i) for i in ids]
+        self.remove([i for i in ids if i in self._loc])
+        for g in self._graphs.values():
+            held = [i for i in ids if i in g.deleted]
+            if held:
+                g.index.add_items(_scrub_vectors(held, self.dim), np.asarray(held, dtype=np.uint64), num_threads=1)
+                for i in held:
+                    g.index.mark_deleted(i)
+
+    def drop_graphs(self, namespaces: Sequence[int]) -> None:
+        """Drop the hnswlib graphs of these namespaces (built again from the arena when next
+        searched): every point they held, marked deleted or not, goes with them."""
+        for ns in namespaces:
             self._graphs.pop(ns, None)
-        self.remove(ids)
 
     def graph_labels(self, namespace: int) -> list[int]:
         """Item ids that the namespace's hnswlib graph holds data for, those marked deleted

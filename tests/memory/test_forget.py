@@ -158,3 +158,30 @@ def test_search_of_the_remaining_items_is_unchanged(tmp_path: Path) -> None:
             hb = b.search(q, user_id="u", k=10, layers=["archive"])
             assert [(x.sources, round(x.score, 6)) for x in ha] == [(x.sources, round(x.score, 6)) for x in hb]
         assert np.all([SECRET not in it.text for it in a.search(SECRET, user_id="u", k=50, layers=list(LAYERS))])
+
+
+def test_no_graph_keeps_a_deleted_vector(tmp_path: Path) -> None:
+    """Past ``ann_threshold`` layers are hnswlib graphs; evictions only mark points deleted, so
+    a deleted turn's vector (and its evicted leaf's, and its turn view's) must be scrubbed from
+    every graph, whether the point was live or already marked deleted — without a rebuild."""
+    import pickle
+
+    cfg = MemoryConfig(ann_threshold=4, episodic_capacity=3, semantic_capacity=3, working_capacity=4)
+    m, ids = _build(tmp_path / "m.db", cfg)
+    with m:
+        for q in ("dog", "moved", "coffee"):
+            for layers in (["archive"], ["episodic"], ["semantic"]):
+                m.search(q, user_id="u", k=5, layers=layers)  # builds the graphs
+            m.context(q, user_id="u", budget=200)
+        vectors = m._st.vectors
+        doomed = [i for i in ids if i in vectors]
+        before = {i: vectors.get([i])[0].tobytes() for i in doomed}
+        builds, graphs = vectors.ann_builds, vectors.graph_namespaces()
+        assert graphs
+        rep = m.delete(ids[0], user_id="u")
+        assert ids[0] in rep.ids
+        blobs = [pickle.dumps(g.index) for g in vectors._graphs.values()]
+        assert blobs and not any(before[ids[0]] in b for b in blobs)
+        assert vectors.ann_builds == builds and vectors.graph_namespaces() == graphs  # scrubbed in place
+        hits = m.search(SECRET, user_id="u", k=50, layers=list(LAYERS))
+        assert all(f"dog is called {SECRET}" not in it.text for it in hits)

@@ -206,12 +206,11 @@ class MemoryState:
         u = self.users.pop(user_id, None)
         if u is None:
             return
-        views = [m | TURN_KEY for m in u.seg_of]
-        # forget, not remove: a graph keeps the data of points it only marks deleted, so the
-        # graphs of the user's namespaces go (rebuilt from the arena when next searched)
-        self.vectors.forget([k for k in views if k in self.vectors])
+        # a graph keeps the data of points it only marks deleted (evicted items' too): the
+        # graphs of the user's namespaces go whole (rebuilt from the arena when next searched)
+        self.vectors.drop_graphs([u.ns(code) for code in NsCode])
+        self.vectors.remove([k for i in u.ids for k in (i, i | TURN_KEY) if k in self.vectors])
         self.lex.remove(list(u.seg_of), missing_ok=True)
-        self.vectors.forget([i for i in u.ids if i in self.vectors])
         for i in u.ids:
             self.recs.pop(i, None)
             self.pending.pop(i, None)
@@ -392,11 +391,15 @@ class MemoryState:
 
     def unindex(self, u: UserState, r: Record, *, forget: bool = False) -> None:
         """Take a record out of the state: every per-user index, its vector (and, for a leaf,
-        its turn views), pending bumps. ``forget``: it is being deleted, so the graphs that held
-        its vector are dropped too (see :meth:`lamina.layer_index.LayerIndex.forget`)."""
+        its turn views), pending bumps. ``forget``: it is being deleted, so no graph may keep its
+        vector or its turn view, even from an earlier eviction (see
+        :meth:`lamina.layer_index.LayerIndex.forget`)."""
+        if forget:
+            self.vectors.forget([r.id, r.id | TURN_KEY] if r.kind == "turn" else [r.id])
         if r.status == "active":
-            if r.id in self.vectors:
-                (self.vectors.forget if forget else self.vectors.remove)([r.id])
+            if r.id in u.active[r.layer]:
+                if not forget:
+                    self.vectors.remove([r.id])
                 u.n_active[r.layer] -= 1
                 u.active[r.layer].discard(r.id)
             if r.kind == "segment" and r.layer == "episodic":
