@@ -137,3 +137,35 @@ def test_fact_sentence_and_is_functional() -> None:
     assert fact_sentence("Ann", "plays_with", "Bo") == "Ann plays with Bo"
     assert is_functional("lives_in") and is_functional("dog_name") and is_functional("favorite_color")
     assert not is_functional("likes") and not is_functional("allergic_to")
+
+
+def test_summaries_of_turns_with_vectors_embed_nothing() -> None:
+    """With every turn's vector given, nothing is embedded: sentences go by word-overlap
+    centrality, and on equal overlap the sentence of the more central turn comes first."""
+    calls: list[list[str]] = []
+
+    def spy(ts: list[str]) -> np.ndarray:
+        calls.append(ts)
+        return get_embedder("hashing").embed(ts)
+
+    texts = [
+        "The cat sat on the mat in the sun.",
+        "Quantum flux capacitors hum loudly tonight.",
+        "The cat on the mat slept in the sun.",
+        "A cat and a mat in the warm sun.",
+    ]
+    vecs = get_embedder("hashing").embed(texts)
+    turns = [Turn(str(i), "Ann", t, float(i), vecs[i]) for i, t in enumerate(texts)]
+    out = ExtractiveSummarizer(spy).summarize(turns, 20)
+    assert calls == [] and "Quantum" not in out and len(out.split()) <= 20
+    assert out == ExtractiveSummarizer().summarize(turns, 20)  # the word-overlap order
+    # equal overlap (the same sentence twice): the turn nearer the centroid wins
+    e = np.eye(3, dtype=np.float32)
+    tie = [Turn("a", "Ann", "Same words here.", None, e[1]), Turn("b", "Ben", "Same words here.", None, e[0])]
+    tie += [Turn("c", None, "Other.", None, e[0]), Turn("d", None, "Other.", None, e[0])]
+    assert ExtractiveSummarizer(spy).summarize(tie, 5) == "Ben: Same words here. Other."
+    assert calls == []
+    # a turn without a vector: the sentences are embedded, as before
+    plain = [Turn(t.source_id, t.speaker, t.text, t.timestamp) for t in turns]
+    ExtractiveSummarizer(spy).summarize(plain, 20)
+    assert len(calls) == 1 and len(calls[0]) == 4

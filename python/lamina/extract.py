@@ -35,12 +35,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Turn:
-    """A raw turn as seen by summarisers and extractors."""
+    """A raw turn as seen by summarisers and extractors.
+
+    ``vector``: the turn's embedding, shape (d,), unit length, when the caller has it (the memory
+    loop passes every turn's, and a tree node's children's); :class:`ExtractiveSummarizer` then
+    embeds nothing (its sentences are scored by word overlap, ties by the turn's centrality).
+    """
 
     source_id: str
     speaker: str | None
     text: str
     timestamp: float | None = None
+    vector: npt.NDArray[np.float32] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -78,43 +84,66 @@ def _words(s: str) -> list[str]:
     return s.split()
 
 
+def _overlap_scores(texts: Sequence[str]) -> npt.NDArray[np.float64]:
+    """Word-overlap centrality: the summed document frequency of a sentence's distinct words
+    over (1 + its length)."""
+    bags = [set(re.findall(r"[a-z0-9]+", s.lower())) for s in texts]
+    vocab: dict[str, int] = {}
+    for b in bags:
+        for w in b:
+            vocab[w] = vocab.get(w, 0) + 1
+    return np.array([sum(vocab[w] for w in b) / (1 + len(_words(s))) for b, s in zip(bags, texts)])
+
+
+def _centrality(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    out: npt.NDArray[np.float32] = x @ x.mean(axis=0)
+    return out
+
+
 class ExtractiveSummarizer:
     """ψ by centrality: the sentences closest to the centroid, in order, with speakers.
+
+    Sentences are scored in one of three ways:
+
+    * every turn carries its vector (:attr:`Turn.vector`, as the memory loop passes them):
+      nothing is embedded; word-overlap centrality, ties broken by the centrality of the
+      sentence's turn (its vector against the turns' centroid);
+    * otherwise with ``embed``: each ``Speaker: sentence`` is embedded and scored by its
+      similarity to the sentences' centroid;
+    * without ``embed``: word-overlap centrality (the summed document frequency of a sentence's
+      distinct words over 1 + its length).
 
     Parameters
     ----------
     embed : callable, optional
-        ``embed(list[str]) -> (n, d) unit-norm float32``; when None, word-overlap centrality.
+        ``embed(list[str]) -> (n, d) unit-norm float32``; used only when a turn has no vector.
     """
 
     def __init__(self, embed: Callable[[list[str]], npt.NDArray[np.float32]] | None = None) -> None:
         self._embed = embed
 
     def summarize(self, turns: Sequence[Turn], max_words: int = 60) -> str:
-        sents: list[tuple[int, str]] = []  # (order, "Speaker: sentence")
-        for t in turns:
+        sents: list[tuple[int, str]] = []  # (turn, "Speaker: sentence")
+        for ti, t in enumerate(turns):
             for s in _SENT.split(t.text.strip()):
                 s = s.strip()
                 if s:
-                    sents.append((len(sents), f"{t.speaker}: {s}" if t.speaker else s))
+                    sents.append((ti, f"{t.speaker}: {s}" if t.speaker else s))
         if not sents:
             return ""
         texts = [s for _, s in sents]
         if sum(len(_words(s)) for s in texts) <= max_words:
             return " ".join(texts)
-        if self._embed is not None:
-            x = self._embed(texts)
-            c = x.mean(axis=0)
-            score = x @ c
+        vecs = [t.vector for t in turns]
+        if all(v is not None for v in vecs):
+            # Nothing is embedded: word-overlap centrality first, then the centrality of the
+            # sentence's turn (its vector against the turns' centroid) on equal overlap.
+            V = np.stack([np.asarray(v, dtype=np.float32) for v in vecs])
+            turn_score = (V @ V.mean(axis=0))[[ti for ti, _ in sents]]
+            order = np.lexsort((-turn_score, -_overlap_scores(texts)))
         else:
-            vocab: dict[str, int] = {}
-            for s in texts:
-                for w in set(re.findall(r"[a-z0-9]+", s.lower())):
-                    vocab[w] = vocab.get(w, 0) + 1
-            score = np.array(
-                [sum(vocab[w] for w in set(re.findall(r"[a-z0-9]+", s.lower()))) / (1 + len(_words(s))) for s in texts]
-            )
-        order = np.argsort(-score, kind="stable")
+            score = _overlap_scores(texts) if self._embed is None else _centrality(self._embed(texts))
+            order = np.argsort(-score, kind="stable")
         chosen: list[int] = []
         used = 0
         for i in order:

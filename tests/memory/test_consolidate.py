@@ -86,6 +86,11 @@ def test_memtree_structure_invariants(tmp_path: Path) -> None:
         assert len(kids) >= 2
         assert set(node["sources"]) == {s for k in kids for s in k["sources"]}
         assert node["text"] == node["summary"]
+        # its vector: the centroid of its children's, each weighted by the turns under it
+        want = sum(len(k["sources"]) * np.frombuffer(k["embedding"], dtype=np.float32) for k in kids)
+        np.testing.assert_allclose(
+            np.frombuffer(node["embedding"], dtype=np.float32), want / np.linalg.norm(want), atol=1e-5
+        )
     m.close()
 
 
@@ -97,11 +102,15 @@ def test_ema_blend_of_the_session_summary(tmp_path: Path) -> None:
     assert r1.blend_drift == 0.0  # nothing to blend into
     (first,) = rows(p, "SELECT id, text, embedding FROM items WHERE kind='summary' AND parent_id=-1")
     P = np.frombuffer(first["embedding"], dtype=np.float32).astype(np.float64)
-    chat(m, "u", "s2", FILLER[:5] + [("Bob", "And who wrote it?")], T0 + DAY, "D2")
+    s2 = FILLER[:5] + [("Bob", "And who wrote it?")]
+    chat(m, "u", "s2", s2, T0 + DAY, "D2")
     r2 = m.end_session(user_id="u", session_id="s2")
     both = rows(p, "SELECT id, text, embedding FROM items WHERE kind='summary' AND parent_id=-1 ORDER BY id")
     assert [b["id"] for b in both][0] == first["id"] and len(both) == 2
-    s_new = m.embedder.embed([both[1]["text"]])[0].astype(np.float64)
+    # ŝ's vector: the centroid of the session's turn vectors (the summary is not embedded)
+    s_new = m.embedder.embed([tx for _, tx in s2]).astype(np.float64).mean(axis=0)
+    s_new /= np.linalg.norm(s_new)
+    np.testing.assert_allclose(np.frombuffer(both[1]["embedding"], dtype=np.float32), s_new, atol=1e-6)
     assert float(P @ s_new) >= 0.5  # similar enough to blend
     want = 0.9 * P + 0.1 * s_new
     want /= np.linalg.norm(want)
@@ -167,3 +176,40 @@ def test_layers_ablation_writes_only_the_layers_in_use() -> None:
     assert m2.stats(user_id="u").layers["episodic"] > 0
     m.close()
     m2.close()
+
+
+def test_the_loop_embeds_the_turns_facts_and_profiles_only() -> None:
+    """Summaries (segments, tree nodes, sessions) and notes embed nothing: each distinct text is
+    embedded once, and the texts besides the turns are facts and profiles (issue #14: at most
+    2 texts per turn on average)."""
+    from lamina.demo import generate
+    from lamina.embedders import get_embedder
+
+    inner = get_embedder("hashing")
+    seen: list[str] = []
+
+    class Counting:
+        dim, name = inner.dim, inner.name
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            seen.extend(texts)
+            return inner.embed(texts)
+
+    conv = generate(1, 8, 24, seed=5)[0]
+    m = Memory(embedder=Counting(), config=MemoryConfig(episodic_capacity=30, semantic_capacity=30))
+    turn_texts: set[str] = set()
+    for sid, msgs in conv.sessions:
+        m.add(msgs, user_id=conv.user_id, session_id=sid)
+        m.end_session(user_id=conv.user_id, session_id=sid)
+        turn_texts.update(str(x["text"]) for x in msgs)
+    turns = sum(len(msgs) for _, msgs in conv.sessions)
+    assert m.stats().archive_turns == turns and m.stats(user_id=conv.user_id).layers["episodic"] > 0
+    assert len(seen) == len(set(seen))  # each distinct text once
+    assert len(seen) <= 2 * turns, (len(seen), turns)
+    others = [t for t in seen if t not in turn_texts]
+    speakers = {str(x["speaker"]) for _, msgs in conv.sessions for x in msgs}
+    # facts' sentences, profiles ("Subject: ...") and objects compared by Resolve: never a
+    # summary (which quotes "Speaker: sentence" more than once)
+    assert all(sum(t.count(f"{sp}: ") for sp in speakers) <= 1 for t in others), others
+    assert len(others) <= turns // 4, (len(others), turns)
+    m.close()

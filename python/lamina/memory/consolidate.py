@@ -6,12 +6,17 @@ matching earlier episode (eq. 5), the α decay of strengths, promotion and the c
 MemTree insertion: a new leaf descends from the root while its cosine to the best child is at
 least θ(d) = θ0·exp(λ·d/D) (D the tree's height); reaching a leaf expands it into an internal
 node holding both; every internal node on the path is re-summarised from its children.
+
+Embedding: the loop embeds the turns (``Memory.add``) and the facts and profiles
+(:mod:`lamina.memory.semantic`), nothing else. Aggregates take the centroid of the turn vectors
+they stand for — a leaf its turns', a tree node its children's weighted by their turns, a session
+summary its turns' — and ψ scores sentences with the turn (or child) vectors it is given.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -30,9 +35,12 @@ __all__ = ["dequeue", "end_session", "turn_views", "lift_orphans"]
 Vec = npt.NDArray[np.float32]
 
 
-def turn_views(recs: Iterable[Record]) -> list[Turn]:
-    """The turns as ψ and 𝒜 see them (a turn's source id is set when it is added)."""
-    return [Turn(r.source_id or f"t{r.id}", r.speaker, r.text, r.timestamp) for r in recs]
+def turn_views(recs: Sequence[Record], vecs: Vec | None = None) -> list[Turn]:
+    """The turns as ψ and 𝒜 see them, with their vectors when given (shape (len(recs), dim));
+    a turn's source id is set when it is added."""
+    if vecs is None:
+        return [Turn(r.source_id or f"t{r.id}", r.speaker, r.text, r.timestamp) for r in recs]
+    return [Turn(r.source_id or f"t{r.id}", r.speaker, r.text, r.timestamp, v) for r, v in zip(recs, vecs)]
 
 
 def dequeue(tx: Tx, models: Models, u: UserState, session_id: str, n: int) -> None:
@@ -82,7 +90,7 @@ def consolidate(tx: Tx, models: Models, u: UserState, turns: list[Record], embs:
     for seg in segments(tx, embs) if "episodic" in c.layers else []:
         recs = [turns[i] for i in seg]
         e = unit(embs[seg].mean(axis=0))
-        summary = models.summarizer.summarize(turn_views(recs), c.summary_words) or recs[0].text
+        summary = models.summarizer.summarize(turn_views(recs, embs[seg]), c.summary_words) or recs[0].text
         text = "\n".join(f"{r.speaker}: {r.text}" if r.speaker else r.text for r in recs)
         srcs: list[str] = []
         for r in recs:
@@ -211,14 +219,28 @@ def _attach(u: UserState, leaf: Record, parent: int, depth: int) -> None:
     u.max_depth = max(u.max_depth, depth)
 
 
+def _centroid(vecs: Vec, turns: Sequence[int] | None = None) -> Vec:
+    """Unit mean of ``vecs`` (shape (n, dim)), row i weighted by ``turns[i]`` (at least 1): the
+    vector of an aggregate — a tree node (its children weighted by the turns under each), a
+    session summary (its turns) — as a leaf's is the unit mean of its turns. Nothing is embedded.
+    """
+    if turns is None:
+        return unit(vecs.mean(axis=0))
+    w = np.maximum(np.asarray(turns, dtype=np.float32), 1.0)
+    return unit((w[:, None] * vecs).sum(axis=0))
+
+
 def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Record) -> None:
     """Re-summarise an ancestor of a newly inserted leaf (its sources and interaction length
-    grow by the leaf's; a freshly expanded node also takes its first child's)."""
+    grow by the leaf's; a freshly expanded node also takes its first child's). Its vector is
+    the centroid of its children's (:func:`_centroid`), and ψ scores sentences with their
+    vectors: nothing is embedded."""
     st = tx.st
     kids = [st.recs[k] for k in u.children.get(node.id, [])]
     if not kids:
         return
-    views = [Turn(str(k.id), None, k.summary or k.text, k.timestamp) for k in kids]
+    kv = st.vecs([k.id for k in kids])
+    views = [Turn(str(k.id), None, k.summary or k.text, k.timestamp, v) for k, v in zip(kids, kv)]
     summary = models.summarizer.summarize(views, st.config.summary_words) or kids[-1].text
     grow = list(leaf.sources)
     if not node.sources:  # new internal node from a leaf expansion: its first child's provenance
@@ -228,7 +250,7 @@ def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Recor
     st.set_sources(u, node, tuple(dict.fromkeys(tuple(node.sources) + tuple(grow))))
     node.timestamp = max((k.timestamp for k in kids if k.timestamp is not None), default=node.timestamp)
     node.interaction_len = float(node.interaction_len or 0.0) + float(leaf.interaction_len)
-    emb = models.embed([summary])[0]
+    emb = _centroid(kv, [len(k.sources) for k in kids])
     st.move(u, node, "episodic", emb)
     tx.changed(node, "text", "summary", "sources", "timestamp", "interaction_len", emb=emb)
 
@@ -272,14 +294,16 @@ def _session_summary(
     tx: Tx, models: Models, u: UserState, session_id: str, session_turns: list[Record], old_ep: list[Record]
 ) -> float:
     """Add ŝ = ψ(session) to the episodic layer, blended first into the most similar earlier
-    session summary (eq. 5, ``kernels.ema_blend``); returns the blend's drift (0: none)."""
+    session summary (eq. 5, ``kernels.ema_blend``); returns the blend's drift (0: none). ŝ's
+    vector is the centroid of the session's turns (:func:`_centroid`): nothing is embedded."""
     st = tx.st
     c = st.config
-    summary = models.summarizer.summarize(turn_views(session_turns), c.summary_words)
+    tv = st.vecs([r.id for r in session_turns])
+    summary = models.summarizer.summarize(turn_views(session_turns, tv), c.summary_words)
     if not summary.strip():
         return 0.0
     drift = 0.0
-    s_emb = models.embed([summary])
+    s_emb = _centroid(tv).reshape(1, -1)
     prev = [r.id for r in old_ep if r.kind == "summary" and r.parent_id == NO_TREE]
     if prev:
         P = st.vecs(prev)

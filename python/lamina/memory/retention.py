@@ -56,7 +56,8 @@ def heat(st: MemoryState, recs: list[Record], now: float) -> npt.NDArray[np.floa
 
 
 def promote(tx: Tx, models: Models, u: UserState, now: float) -> int:
-    """Episodes with heat > τ become semantic notes (their facts are already extracted)."""
+    """Episodes with heat > τ become semantic notes (their facts are already extracted); a note
+    takes its leaf's vector (the centroid of the leaf's turns: nothing is embedded)."""
     st = tx.st
     leaves = [r for r in st.urecs(u) if r.layer == "episodic" and r.status == "active" and r.kind == "segment"]
     if not leaves:
@@ -65,7 +66,7 @@ def promote(tx: Tx, models: Models, u: UserState, now: float) -> int:
     if hot.size == 0:
         return 0
     chosen = [leaves[int(i)] for i in hot]
-    embs = models.embed([r.summary or r.text for r in chosen])
+    embs = st.vecs([r.id for r in chosen])
     for r, e in zip(chosen, embs):
         tx.new_record(
             u,
