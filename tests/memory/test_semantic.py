@@ -50,6 +50,11 @@ def test_supersession_history_and_current_beats_stale(mem: Memory) -> None:
     # centroid of its turns, below the floor for this question; when one does, it ranks lower)
     stale = [it.score for it in only if "London" in it.render()]
     assert all(facts[0].score > s for s in stale)
+    # a question naming both values brings the stale one in: it ranks below the current fact
+    ctx = mem.context("Where does Alice live now: London or Paris?", user_id="u", budget=300)
+    facts = [it for it in ctx.items if it.kind == "fact" and it.predicate == "lives_in"]
+    stale = [it.score for it in ctx.items if "London" in it.render() and "Paris" not in it.render()]
+    assert [f.object for f in facts] == ["Paris"] and stale and all(facts[0].score > s for s in stale)
     st = mem.stats(user_id="u")
     assert st.facts_superseded == 1 and st.facts_current == 1 and st.layers["history"] == 1
     assert [f.object for f in everything(mem, "u", "history")] == ["London"]
