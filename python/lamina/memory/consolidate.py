@@ -8,9 +8,13 @@ least θ(d) = θ0·exp(λ·d/D) (D the tree's height); reaching a leaf expands i
 node holding both; every internal node on the path is re-summarised from its children.
 
 Embedding: the loop embeds the turns (``Memory.add``) and the facts and profiles
-(:mod:`lamina.memory.semantic`), nothing else. Aggregates take the centroid of the turn vectors
-they stand for — a leaf its turns', a tree node its children's weighted by their turns, a session
-summary its turns' — and ψ scores sentences with the turn (or child) vectors it is given.
+(:mod:`lamina.memory.semantic`), nothing else. A leaf's vector is the centroid of its turns', a
+session summary's the centroid of the session's turns', and a tree node takes the vector of its
+most central child (the child nearest its children's centroid: a medoid, as ψ extracts the
+central sentences). Centroids of whole subtrees would converge on the corpus mean as a tree
+grows, match every new leaf above θ(d) and turn the tree into a chain (depth 47 against 13 after
+3,000 turns of ``bench/bench_memory.py``). ψ scores sentences with the turn (or child) vectors
+it is given.
 """
 
 from __future__ import annotations
@@ -219,21 +223,16 @@ def _attach(u: UserState, leaf: Record, parent: int, depth: int) -> None:
     u.max_depth = max(u.max_depth, depth)
 
 
-def _centroid(vecs: Vec, turns: Sequence[int] | None = None) -> Vec:
-    """Unit mean of ``vecs`` (shape (n, dim)), row i weighted by ``turns[i]`` (at least 1): the
-    vector of an aggregate — a tree node (its children weighted by the turns under each), a
-    session summary (its turns) — as a leaf's is the unit mean of its turns. Nothing is embedded.
-    """
-    if turns is None:
-        return unit(vecs.mean(axis=0))
-    w = np.maximum(np.asarray(turns, dtype=np.float32), 1.0)
-    return unit((w[:, None] * vecs).sum(axis=0))
+def _centroid(vecs: Vec) -> Vec:
+    """Unit mean of ``vecs`` (shape (n, dim)), shape (dim,): a session summary's vector (and a
+    leaf's, from its turns). Nothing is embedded."""
+    return unit(vecs.mean(axis=0))
 
 
 def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Record) -> None:
     """Re-summarise an ancestor of a newly inserted leaf (its sources and interaction length
     grow by the leaf's; a freshly expanded node also takes its first child's). Its vector is
-    the centroid of its children's (:func:`_centroid`), and ψ scores sentences with their
+    its most central child's (the medoid; see the module docstring), and ψ scores sentences with their
     vectors: nothing is embedded."""
     st = tx.st
     kids = [st.recs[k] for k in u.children.get(node.id, [])]
@@ -250,7 +249,7 @@ def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Recor
     st.set_sources(u, node, tuple(dict.fromkeys(tuple(node.sources) + tuple(grow))))
     node.timestamp = max((k.timestamp for k in kids if k.timestamp is not None), default=node.timestamp)
     node.interaction_len = float(node.interaction_len or 0.0) + float(leaf.interaction_len)
-    emb = _centroid(kv, [len(k.sources) for k in kids])
+    emb = np.ascontiguousarray(kv[int(np.argmax(kv @ _centroid(kv)))])  # the most central child's
     st.move(u, node, "episodic", emb)
     tx.changed(node, "text", "summary", "sources", "timestamp", "interaction_len", emb=emb)
 

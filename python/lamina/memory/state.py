@@ -451,11 +451,14 @@ class MemoryState:
             u.by_src.pop(src, None)
 
     def set_sources(self, u: UserState, r: Record, sources: tuple[str, ...]) -> None:
-        """Change a record's provenance (keeps the index of what derives from each source)."""
-        for src in r.sources:
+        """Change a record's provenance (keeps the index of what derives from each source; a
+        grown list, the usual change, costs its new part only)."""
+        old = r.sources
+        grown = sources[: len(old)] == old
+        for src in () if grown else old:
             _discard(u.derived, src, r.id)
         r.sources = sources
-        for src in sources:
+        for src in sources[len(old) :] if grown else sources:
             u.derived.setdefault(src, set()).add(r.id)
         if r.kind == "turn" and r.source_id is not None:
             self._index_source(u, r.source_id)
