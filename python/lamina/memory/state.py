@@ -26,6 +26,7 @@ from ..items import LAYERS, MemoryItem
 from ..layer_index import LayerIndex
 from ..lexical import LexicalIndex
 from .config import MemoryConfig
+from .coverage import TurnNeighbours
 from .records import (
     NO_TREE,
     ROOT,
@@ -71,6 +72,7 @@ class UserState:
         "version",
         "active",
         "session_turns",
+        "coverage",
     )
 
     def __init__(self, user_id: str, idx: int) -> None:
@@ -95,6 +97,9 @@ class UserState:
         self.version = 0  # the store's count of this user's committed writes, as of this state
         self.active: dict[str, set[int]] = {name: set() for name in LAYERS}  # layer -> active record ids
         self.session_turns: dict[str, list[int]] = {}  # session -> its turn ids (any layer), in order
+        # cache: the covered turns' neighbour lists of the capacity projection (never stored;
+        # None: built again when next needed — set it to None whenever the state is patched)
+        self.coverage: TurnNeighbours | None = None
 
     def ns(self, code: int) -> int:
         """This user's namespace of a layer code (:class:`~lamina.memory.records.NsCode`)."""
