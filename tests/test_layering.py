@@ -19,6 +19,7 @@ MEMORY_LEVELS = {
     "store": 0,
     "records": 1,
     "staleness": 2,
+    "coverage": 2,
     "state": 3,
     "semantic": 4,
     "retention": 4,

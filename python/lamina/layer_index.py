@@ -257,6 +257,18 @@ class LayerIndex:
             out[pos] = self._arenas[a].get(slots)  # float16 rows widen
         return out
 
+    def stamps(self, ids: Sequence[int]) -> npt.NDArray[np.int64]:
+        """A stamp of each id's stored vector, shape (len(ids),), int64 (-1: not stored).
+
+        The stamp is the vector's arena handle (generation << 32 | row, see
+        :class:`lamina.VectorArena`) with the arena in its top two bits: storing an id again
+        (removed and added, e.g. re-embedded) gives it a new stamp, so a caller that keeps data
+        derived from a vector can tell whether the vector is still the one it saw (for
+        generations below 2**29)."""
+        low = (1 << 61) - 1
+        vals = [-1 if w is None else (w[0] << 61) | (w[1] & low) for w in map(self._loc.get, ids)]
+        return np.array(vals, dtype=np.int64).reshape(len(vals))
+
     def get_keyed(self, code: int, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """:meth:`get` for ids all stored under namespaces of layer ``code``, by one array
         lookup (no per-id Python work). Requires the low 40 bits of an id to be unique among the

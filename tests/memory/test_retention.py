@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from memkit import DAY, FILLER, T0, active_leaves, chat, check_tree, everything, item_rows, leaf_texts, pooled
 
-import lamina.memory.retention as retention
 from lamina import InvalidInput, Memory, MemoryConfig, SessionReport
 from lamina.extract import ExtractiveSummarizer, Fact, RuleFactExtractor, Turn
 from lamina.memory.consolidate import dequeue
@@ -394,19 +393,7 @@ def _messages() -> list[dict[str, Any]]:
     return [{"speaker": "Ann", "text": f"t{i}", "id": f"D1:{i}", "timestamp": T0 + DAY * i} for i in range(N)]
 
 
-# Bug (lamina/memory/retention.py, CoverageProjection._turn_novelty): a turn whose listed
-# neighbours have all left is re-listed only while ``I.shape[1] < len(rows)``, i.e. comparing the
-# list width with the number of turns covered *now* instead of when the lists were made; once
-# fewer turns than k_turn remain, such a turn gets novelty 1 although covered turns it never
-# listed remain, and the projection departs from its rule (seeds 3 and 4 here).
-NEIGHBOUR_BUG = pytest.mark.xfail(
-    reason="CoverageProjection._turn_novelty does not re-list exhausted neighbour "
-    "lists once fewer covered turns than k_turn remain",
-    strict=True,
-)
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2, pytest.param(3, marks=NEIGHBOUR_BUG), pytest.param(4, marks=NEIGHBOUR_BUG)])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_projection_matches_a_plain_numpy_reference(seed: int, tmp_path: Path) -> None:
     emb = Clustered(N, N_DUP, seed)
     cfg = _cfg()
@@ -447,33 +434,27 @@ def _leaf_state(emb: Clustered, cfg: MemoryConfig) -> tuple[MemoryState, Any, li
     return st, u, leaves
 
 
-@pytest.mark.parametrize("seed,k_turn", [(2, 2), (3, 2), (4, 2), (4, N), pytest.param(4, 18, marks=NEIGHBOUR_BUG)])
-def test_coverage_projection_relists_exhausted_neighbours(
-    seed: int, k_turn: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.parametrize("seed,k_turn", [(2, 2), (3, 2), (4, 2), (4, N), (4, 18)])
+def test_coverage_projection_relists_exhausted_neighbours(seed: int, k_turn: int) -> None:
     """CoverageProjection on its own: with each turn listing only its nearest neighbour
     (k_turn = 2: itself and one), rounds outlive the lists and the neighbours are listed anew;
-    with k_turn = N every list holds every turn. The result equals the reference."""
-    calls = []
-    real = retention.topk
-
-    def counting(*a: object, **k: object) -> object:
-        calls.append(1)
-        return real(*a, **k)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(retention, "topk", counting)
+    with k_turn = N every list holds every turn; with 18, a list runs dry only once fewer turns
+    than 18 remain (the regression: such a list was not listed anew). The result equals the
+    reference."""
     emb = Clustered(N, N_DUP, seed)
     cfg = _cfg()
     st, u, leaves = _leaf_state(emb, cfg)
     assert [r.text for r in leaves] == [f"Ann: t{i}" for i in range(N)]
     now = T0 + DAY * (N + 1)
-    proj = CoverageProjection(st, u, leaves, len(leaves), now)
-    assert proj.k_turn == cfg.max_segment_turns + 1 + 16
-    proj.k_turn = k_turn
+    assert CoverageProjection(st, u, leaves, len(leaves), now).k_turn == cfg.max_segment_turns + 1 + 16
+    proj = CoverageProjection(st, u, leaves, len(leaves), now, k_turn=k_turn)
+    assert proj.k_turn == k_turn
     got = set(proj.run().tolist())
     vecs = np.stack([emb.vec[f"t{i}"] for i in range(N)]).astype(np.float64)
     last = np.array([r.last_access for r in leaves])
     assert got == _reference_projection(vecs, last, now, CAP, cfg.eviction_tiebreak, cfg.heat_mu, summary=False)
     assert len(got) == N - CAP
     if k_turn == 2:
-        assert len(calls) >= 2  # some turn outlived its listed neighbours: they were listed anew
+        assert proj.nb.relisted > 0  # some turn outlived its listed neighbours: they were listed anew
+    if k_turn == N:
+        assert proj.nb.relisted == 0

@@ -30,7 +30,7 @@ from ..extract import Turn
 from .inputs import wall_clock
 from .records import NO_TREE, ROOT, Record, unit
 from .reports import SessionReport
-from .retention import evict, promote
+from .retention import evict, observe_covered, promote
 from .semantic import resolve
 from .state import MemoryState, Models, Tx, UserState
 
@@ -62,6 +62,7 @@ def dequeue(tx: Tx, models: Models, u: UserState, session_id: str, n: int) -> No
     keep = [(r, e) for r, e in zip(turns, embs) if r.commitment != "ephemeral"]
     if keep:
         consolidate(tx, models, u, [r for r, _ in keep], np.stack([e for _, e in keep]))
+        observe_covered(st, u, [r.id for r, _ in keep if r.id in u.seg_of])
 
 
 def segments(tx: Tx, embs: Vec) -> list[list[int]]:
@@ -263,16 +264,15 @@ def end_session(tx: Tx, models: Models, u: UserState, session_id: str, t_now: fl
     if st.sessions[(u.user_id, session_id)][0] == "ended" and session_id not in u.working:
         return report  # already consolidated
     n_seg0 = u.n_active["episodic"]
-    session_turns = sorted(
-        (r for r in st.urecs(u) if r.session_id == session_id and r.kind == "turn" and r.commitment != "ephemeral"),
-        key=lambda r: r.seq,
-    )
+    session_turns = [
+        r for r in (st.recs[i] for i in u.session_turns.get(session_id, ())) if r.commitment != "ephemeral"
+    ]
     if session_id in u.working:
         dequeue(tx, models, u, session_id, len(u.working[session_id]))
     if t_now is None:
         t_now = max((r.timestamp for r in session_turns if r.timestamp is not None), default=wall_clock())
     # Strength decay of earlier episodes (the α·M_{t-1} part of eq. 5).
-    old_ep = [r for r in st.urecs(u) if r.layer == "episodic" and r.status == "active" and r.session_id != session_id]
+    old_ep = [r for r in st.active_recs(u, "episodic") if r.session_id != session_id]
     for r in old_ep:
         r.strength *= c.alpha
         tx.changed(r, "strength")

@@ -37,10 +37,34 @@ import numpy.typing as npt
 
 from .. import kernels
 from ..search import topk
+from .config import MemoryConfig
+from .coverage import TurnNeighbours
 from .records import NO_TREE, ROOT, Record, norm_key
 from .state import MemoryState, Models, Tx, UserState
 
-__all__ = ["heat", "promote", "evict", "CoverageProjection"]
+__all__ = ["heat", "promote", "evict", "pooled_items", "CoverageProjection", "observe_covered", "neighbour_k"]
+
+_EXTRA = 16  # neighbours listed beyond one segment's worth, so that lists seldom run dry
+
+
+def neighbour_k(c: MemoryConfig) -> int:
+    """Entries of a covered turn's neighbour list: itself, its leaf's other turns, and 16 more."""
+    return int(c.max_segment_turns) + 1 + _EXTRA
+
+
+def observe_covered(st: MemoryState, u: UserState, turn_ids: list[int]) -> None:
+    """Turns just covered by new leaves (the add path): list them in the user's neighbour lists
+    now, so that the capacity projection at the end of the session finds them listed (one
+    new × T block instead of the projection's). A user without lists gets them here only while
+    nothing else is covered (the projection builds them otherwise)."""
+    if st.config.eviction != "coverage" or not turn_ids:
+        return
+    nb = u.coverage
+    if nb is None:
+        if len(u.seg_of) > len(turn_ids):
+            return
+        nb = u.coverage = TurnNeighbours(st.dim, neighbour_k(st.config))
+    nb.observe(st.vectors, turn_ids)
 
 
 def heat(st: MemoryState, recs: list[Record], now: float) -> npt.NDArray[np.float32]:
@@ -59,7 +83,7 @@ def promote(tx: Tx, models: Models, u: UserState, now: float) -> int:
     """Episodes with heat > τ become semantic notes (their facts are already extracted); a note
     takes its leaf's vector (the centroid of the leaf's turns: nothing is embedded)."""
     st = tx.st
-    leaves = [r for r in st.urecs(u) if r.layer == "episodic" and r.status == "active" and r.kind == "segment"]
+    leaves = [r for r in st.active_recs(u, "episodic") if r.kind == "segment"]
     if not leaves:
         return 0
     hot = np.asarray(kernels.select_hot(heat(st, leaves, now), float(st.config.promote_threshold))).reshape(-1)
@@ -87,25 +111,21 @@ def promote(tx: Tx, models: Models, u: UserState, now: float) -> int:
     return len(chosen)
 
 
+def pooled_items(st: MemoryState, u: UserState) -> tuple[list[Record], int]:
+    """The user's pooled records in id order, the episodic pool (leaves, session summaries)
+    first, then the semantic pool (current facts, notes); and the episodic pool's size."""
+    ep = [r for r in st.active_recs(u, "episodic") if r.kind == "segment" or r.parent_id == NO_TREE]
+    sem = [r for r in st.active_recs(u, "semantic") if r.kind in ("fact", "note")]
+    return ep + sem, len(ep)
+
+
 def evict(tx: Tx, u: UserState, now: float) -> int:
     """Capacity projection Π_C: beyond C_e / C_s, the items whose loss costs least leave the
     active layers (``MemoryConfig.eviction``; the rule is in the module docstring)."""
     st = tx.st
     c = st.config
-    recs = sorted(
-        (
-            r
-            for r in st.urecs(u)
-            if r.status == "active"
-            and (
-                (r.layer == "episodic" and (r.kind == "segment" or r.parent_id == NO_TREE))
-                or (r.layer == "semantic" and r.kind in ("fact", "note"))
-            )
-        ),
-        key=lambda r: r.id,
-    )
-    ep = [r for r in recs if r.layer == "episodic"]
-    sem = [r for r in recs if r.layer == "semantic"]
+    items, n_ep = pooled_items(st, u)
+    ep, sem = items[:n_ep], items[n_ep:]
     if len(ep) <= c.episodic_capacity and len(sem) <= c.semantic_capacity:
         return 0
     if c.eviction == "heat":
@@ -189,17 +209,34 @@ class CoverageProjection:
 
     ``items``: the pooled records of one user, sorted by id, episodic pool (leaves and session
     summaries) first, then the semantic pool (current facts and notes). ``run`` returns the
-    indices of ``items`` to evict so that each pool fits its capacity.
+    indices of ``items`` to evict so that each pool fits its capacity; it assumes they are
+    evicted (the user's neighbour lists then forget the turns nothing covers any more).
 
-    Cost: building the incidence is O(items + sources); one exact top-k over the T raw turns of
-    the pooled items (O(T²·d), native, GIL released), repeated only when a turn's listed
-    neighbours are all gone; then O(log₂ excess) rounds of vector arithmetic, each with one
-    ``kernels.evict_to_capacity`` call.
+    The nearest neighbours of the T covered raw turns come from the user's
+    :class:`~lamina.memory.coverage.TurnNeighbours` (``UserState.coverage``), kept up to date as
+    turns become covered (:func:`observe_covered`, from the add path) and brought exactly to the
+    covered set here (new turns listed against the others: one new × T block); it is built from
+    scratch (one native T × T top-k) only when the user has none (a state loaded from the
+    store). ``k_turn``: entries per list (default ``max_segment_turns + 1 + 16``); another value
+    uses a private structure built here.
+
+    Cost: building the incidence is O(items + sources); syncing the lists O(T) plus the new
+    turns' block; then O(log₂ excess) rounds, each O(n + sources) vector arithmetic with one
+    ``kernels.evict_to_capacity`` call, where ν is re-read (O(K) each) only for turns whose
+    nearest neighbour lost its coverage — and re-listed (one row × T) only for a turn whose listed
+    neighbours all left.
     """
 
-    _EXTRA = 16  # neighbours listed beyond one segment's worth, so rounds seldom need a new top-k
-
-    def __init__(self, st: MemoryState, u: UserState, items: list[Record], n_episodic: int, now: float) -> None:
+    def __init__(
+        self,
+        st: MemoryState,
+        u: UserState,
+        items: list[Record],
+        n_episodic: int,
+        now: float,
+        *,
+        k_turn: int | None = None,
+    ) -> None:
         c = st.config
         self.c = c
         self.items = items
@@ -248,10 +285,21 @@ class CoverageProjection:
         self.agg_n = np.bincount(self.agg_i, minlength=n).astype(np.float64)
         # Turns that go together (one leaf) never count as each other's redundancy.
         self.group = np.array([u.seg_of.get(t, -1 - t) for t in raw_ids], dtype=np.int64)
-        self.X = st.vecs(raw_ids) if raw_ids else np.zeros((0, st.dim), dtype=np.float32)
         self.A = st.vecs([r.id for r in items]) if bool(self.is_agg.any()) else None
-        self.k_turn = int(c.max_segment_turns) + 1 + self._EXTRA
-        self.nbr: tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]] | None = None
+        k = neighbour_k(c)
+        self.k_turn = k if k_turn is None else int(k_turn)
+        nb = u.coverage if self.k_turn == k else None
+        if nb is None or nb.k != self.k_turn or nb.dim != st.dim:
+            nb = TurnNeighbours(st.dim, self.k_turn)
+            if self.k_turn == k:
+                u.coverage = nb
+        self.nb = nb
+        self.cols = nb.sync(st.vectors, raw_ids)  # the list (column) of each raw turn
+        self.gcol = np.full(nb.n, -1, dtype=np.int64)  # each column's group (leaf)
+        self.gcol[self.cols] = self.group
+        self.best = np.full(self.n_raw, -np.inf, dtype=np.float32)  # nearest covered turn of another leaf
+        self.where = np.full(self.n_raw, -1, dtype=np.int64)  # (its column; -1: none)
+        self.asked = False
         visits = np.array([r.access_count for r in items], dtype=np.float32)
         restated = np.array([max(0.0, float(r.strength) - 1.0) if r.kind == "fact" else 0.0 for r in items])
         self.use = 1.0 + float(c.heat_a) * visits.astype(np.float64) + restated
@@ -262,41 +310,31 @@ class CoverageProjection:
             dtype=np.float64,
         )
 
-    def _neighbours(self, rows: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """Top-k cosine neighbours of every raw turn among ``rows`` (indices into ``rows``' space
-        mapped back to raw columns; -1 padded)."""
-        X = np.ascontiguousarray(self.X[rows])
-        k = min(self.k_turn, len(rows))
-        S, I = topk(X, X, k, "ip")
-        S = np.asarray(S, dtype=np.float32)
-        I = np.asarray(I, dtype=np.int64)
-        full_S = np.full((self.n_raw, k), -np.inf, dtype=np.float32)
-        full_I = np.full((self.n_raw, k), -1, dtype=np.int64)
-        full_S[rows] = S
-        full_I[rows] = np.where(I >= 0, rows[np.maximum(I, 0)], -1)
-        return full_S, full_I
-
     def _turn_novelty(self, covered: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
-        """ν_t = 1 − max(0, cos to the nearest covered raw turn of another leaf); 1 with none."""
-        rows = np.flatnonzero(covered[: self.n_raw]).astype(np.int64)
+        """ν_t = 1 − max(0, cos to the nearest covered raw turn of another leaf); 1 with none.
+
+        Coverage only shrinks from round to round, so a turn's nearest neighbour stays its
+        nearest while it is covered: only turns whose neighbour lost its coverage are asked again."""
+        cov = covered[: self.n_raw]
+        on = np.zeros(self.nb.n, dtype=bool)
+        on[self.cols[cov]] = True
+        if not self.asked:
+            ask = np.flatnonzero(cov)
+            self.asked = True
+        else:
+            ask = np.flatnonzero(cov & (self.where >= 0) & ~on[np.maximum(self.where, 0)])
+        if len(ask):
+            self.best[ask], self.where[ask] = self.nb.nearest(self.cols[ask], on, self.gcol)
         nu = np.ones(self.n_col, dtype=np.float64)
-        if len(rows) < 2:
-            return nu
-        for attempt in range(2):
-            if self.nbr is None:
-                self.nbr = self._neighbours(rows)
-            S, I = self.nbr
-            ok = (I >= 0) & (self.group[np.maximum(I, 0)] != self.group[:, None])
-            live = ok & covered[np.maximum(I, 0)]
-            # A row whose listed neighbours all left (none padded) may have others: list them anew.
-            exhausted = covered[: self.n_raw] & ~live.any(axis=1) & (I >= 0).all(axis=1) & (I.shape[1] < len(rows))
-            if attempt == 0 and bool(exhausted.any()):
-                self.nbr = None
-                continue
-            break
-        best = np.where(live, S, -np.inf).max(axis=1)
+        best = np.where(cov, self.best, -np.inf)
         nu[: self.n_raw] = np.where(np.isfinite(best), 1.0 - np.clip(best, 0.0, 1.0), 1.0)
         return nu
+
+    def turn_novelty(self) -> dict[int, float]:
+        """ν of every covered raw turn (by turn id) while every item is active."""
+        nu = self._turn_novelty(np.ones(self.n_col, dtype=bool))
+        ids = self.nb.ids[self.cols].tolist()
+        return dict(zip(ids, nu[: self.n_raw].tolist()))
 
     def _agg_novelty(self, active: npt.NDArray[np.bool_]) -> npt.NDArray[np.float64]:
         """ν_i of an aggregate: 1 − max(0, cos to the nearest active aggregate of its pool)."""
@@ -345,4 +383,11 @@ class CoverageProjection:
                 kernels.evict_to_capacity(self.scores(active), self.pool, caps, live=active.view(np.uint8))
             ).reshape(-1)
             active[out] = False
+        # The turns nothing covers any more leave the lists for good (their items are evicted).
+        on = active[self.raw_i]
+        still = np.zeros(self.n_raw, dtype=bool)
+        still[self.raw_t[on]] = True
+        keep = np.zeros(self.nb.n, dtype=bool)
+        keep[self.cols[still]] = True
+        self.nb.kill(np.flatnonzero(~keep).astype(np.int64))
         return np.flatnonzero(~active).astype(np.int64)

@@ -27,6 +27,7 @@ from ..items import LAYERS, MemoryItem
 from ..layer_index import LayerIndex
 from ..lexical import LexicalIndex
 from .config import MemoryConfig
+from .coverage import TurnNeighbours
 from .records import (
     ITEM_FIELDS,
     NO_TREE,
@@ -102,7 +103,9 @@ class UserState:
         self.session_turns: dict[str, list[int]] = {}  # session -> its turn ids (any layer), in order
         self.derived: dict[str, set[int]] = {}  # source id -> ids of the records whose sources hold it
         self.named: dict[str, list[int]] = {}  # person key -> ids of the records naming them, in order
-        self.coverage: Any = None  # retention's cache of coverage neighbours (never stored)
+        # cache: the covered turns' neighbour lists of the capacity projection (never stored;
+        # synced to the covered set and the vectors' stamps when used; None: built again)
+        self.coverage: TurnNeighbours | None = None
 
     def ns(self, code: int) -> int:
         """This user's namespace of a layer code (:class:`~lamina.memory.records.NsCode`)."""
@@ -228,7 +231,7 @@ class MemoryState:
         """Patch a user's state with changed rows of the store (inserted or updated: ``rows``, in
         id order) and deleted ids (``dead``): the old records leave every index, the rows enter
         them, and what depends on both (turn views of the leaves that hold a changed turn, the
-        tree's height, cached fact staleness and coverage) is redone. The result equals the state
+        tree's height, cached fact staleness) is redone. The result equals the state
         :meth:`reload_user` would build; the cost follows the change, not the user. Deleted
         vectors are forgotten (arena rows zeroed, graphs that held them dropped)."""
         dead = set(dead)
@@ -249,7 +252,7 @@ class MemoryState:
         u.max_depth = max((int(self.recs[i].depth) for kids in u.children.values() for i in kids), default=0)
         u.people = {k: u.people[k] for k in sorted(u.people, key=lambda k: u.named[k][0])}  # first named first
         u.stale = u.stale_last = None  # (its per-item cache is keyed by id: texts may have changed)
-        u.coverage = None
+        # (u.coverage stays: the projection syncs it to the covered turns and their vectors' stamps)
 
     # columns a record can change in place: its vector, turn views and every index but the tree's
     # and the sources' stay as they are (a strength decayed, a node moved in the tree, ...)
