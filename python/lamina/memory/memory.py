@@ -355,9 +355,10 @@ class Memory:
                 tx.store.delete_items(r.user_id, sorted(doomed))
                 tx.store.mark_deleted()
                 self._embed.clear()  # (no deleted text stays in the embedding cache)
-                # The state follows the store as another handle's would: the rows this write
-                # changed and the ids it deleted (the cost follows the change, not the user).
-                st.apply(u, tx.store.load_rows(sorted(moves)), doomed)
+                # The state follows the change (not the user): the moved tree nodes, then the
+                # deleted ids through the patch path another handle's catch-up takes.
+                st.retree(u, moves)
+                st.apply(u, [], doomed)
         return DeleteReport(deleted=len(doomed), ids=tuple(sorted(doomed)))
 
     def delete_user(self, *, user_id: str) -> DeleteReport:

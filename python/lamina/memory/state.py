@@ -284,6 +284,18 @@ class MemoryState:
         self.pending.pop(r.id, None)
         return True
 
+    def retree(self, u: UserState, moves: Mapping[int, Mapping[str, int]]) -> None:
+        """Move active tree nodes in memory: new ``parent_id`` and/or ``depth`` per record id (as
+        :func:`lamina.memory.consolidate.lift_orphans` returns them; the caller writes them)."""
+        for rid, cols in moves.items():
+            r = self.recs[rid]
+            parent = cols.get("parent_id", r.parent_id)
+            if parent is not None and parent != r.parent_id:
+                _discard(u.children, r.parent_id, rid, keep=ROOT)
+                _insert(u.children.setdefault(parent, []), rid)
+                r.parent_id = parent
+            r.depth = cols.get("depth", r.depth)
+
     def catch_up(self, store: Store, user_id: str) -> None:
         """Bring a loaded user's state to the store's (inside a snapshot): apply the user's change
         log since its version; a user deleted meanwhile is dropped, one deleted and created

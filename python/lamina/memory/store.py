@@ -204,10 +204,6 @@ class Store(Protocol):
         :meth:`load_items`, in sequence order) inserted or updated since, and the ids deleted since."""
         ...
 
-    def load_rows(self, ids: list[int]) -> list[dict[str, Any]]:
-        """These item rows (decoded; missing ids left out), in sequence order."""
-        ...
-
     def forget(self) -> bool:
         """After a committed delete: make the deleted rows unrecoverable from the database files
         (no copy left in free pages or the write-ahead log), and record that the deletes marked
@@ -508,16 +504,6 @@ class SQLiteStore:
             )
         ]
         return rows, dead
-
-    def load_rows(self, ids: list[int]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items WHERE id IN "
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            cur = self.conn.execute(sql + f"({','.join('?' for _ in part)})", part)
-            out.extend({c: _dec(c, v) for c, v in zip(ITEM_COLUMNS, row)} for row in cur)
-        out.sort(key=lambda d: int(d["seq"]))
-        return out
 
     def forget(self) -> bool:
         """Wipe what a committed delete left behind in the files: the deleted cells and freed
