@@ -136,6 +136,36 @@ def test_alpha_decays_earlier_episodes(tmp_path: Path) -> None:
     m.close()
 
 
+def test_lazy_decay_matches_the_eager_rule(tmp_path: Path) -> None:
+    """The α decay is lazy (two counters per consolidation, no row written); every item's
+    strength must still be what decaying every active episodic item of the user's other sessions
+    at each consolidation gives: items evicted in a consolidation take that decay and no more,
+    a re-opened session's items skip its later consolidations too, and reopening keeps it."""
+    path = tmp_path / "m.db"
+    cfg = MemoryConfig(alpha=0.7, episodic_capacity=5, working_capacity=4)
+    want: dict[int, float] = {}  # item id -> expected strength
+    plan = ["s1", "s2", "s1", "s3", "s2", "s4", "s1", "s5"]  # s1 and s2 re-opened
+    m = Memory(path, embedder="hashing", config=cfg)
+    for step, sid in enumerate(plan):
+        lines = [FILLER[(step + j) % len(FILLER)] for j in range(3)] + [("Alice", f"Topic number {step} today.")]
+        chat(m, "u", sid, lines, T0 + step * DAY, f"D{step}")
+        before = {it.id: it for it in m.search("x", user_id="u", k=500, layers=["episodic"])}
+        m.end_session(user_id="u", session_id=sid)
+        for iid, it in before.items():  # active at the decay (those of this session skip it)
+            want[iid] = want.get(iid, it.strength) * (1.0 if it.session_id == sid else 0.7)
+        for it in m.search("x", user_id="u", k=500, layers=["episodic"]):
+            want.setdefault(it.id, 1.0)  # made by this consolidation
+        got = {iid: m.get(iid).strength for iid in want}
+        assert got == pytest.approx(want, rel=1e-9)
+        if step == 4:
+            m.close()
+            m = Memory(path, embedder="hashing", config=cfg)
+    assert min(want.values()) < 0.7**2  # (several decays happened)
+    rows = item_rows(path)
+    assert any(r["status"] == "evicted" for r in rows.values())  # (evictions happened)
+    m.close()
+
+
 def test_end_session_reports_and_repeats(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
     m = Memory(p, embedder="hashing")

@@ -67,7 +67,7 @@ def test_tx_commit_writes_exactly_what_was_created_or_reported() -> None:
     with store.tx():
         tx = Tx(store, st)
         u = tx.user("u")
-        assert store.users() == [("u", u.idx, 0.0, 0.0, 0)]  # a new user is stored at once
+        assert store.users() == [("u", u.idx, 0.0, 0.0, 0, 0)]  # a new user is stored at once
         r = tx.new_record(u, e1, layer="working", kind="turn", text="first", session_id="s", timestamp=5.0)
         assert list(store.load_items()) == []  # new records are inserted at commit ...
         r.text = "changed before commit"  # ... as they are then (no report needed)

@@ -145,8 +145,8 @@ def test_users_and_sessions() -> None:
         s.set_drift("ann", 0.5, 0.25, 2)
         s.upsert_session("ann", "s1", "open", 10.0, None)
         s.upsert_session("ann", "s1", "ended", 99.0, 20.0)  # started_at is kept on update
-    assert s.users() == [("ann", 1, 0.5, 0.25, 2), ("bob", 2, 0.0, 0.0, 0)]  # by namespace index
-    assert s.sessions() == [("ann", "s1", "ended", 10.0, 20.0)]
+    assert s.users() == [("ann", 1, 0.5, 0.25, 2, 0), ("bob", 2, 0.0, 0.0, 0, 0)]  # by namespace index
+    assert s.sessions() == [("ann", "s1", "ended", 10.0, 20.0, 0)]
     with pytest.raises(sqlite3.IntegrityError):
         with s.tx():
             s.add_user("carl", 1)  # namespace indexes are unique
@@ -205,6 +205,9 @@ def _downgrade(p: Path, version: int) -> None:
         "DROP TABLE gone_users",
         "ALTER TABLE items DROP COLUMN version",
         "ALTER TABLE users DROP COLUMN born",
+        "ALTER TABLE items DROP COLUMN decay_mark",
+        "ALTER TABLE users DROP COLUMN decays",
+        "ALTER TABLE sessions DROP COLUMN ends",
     ):
         con.execute(stmt)
     if version < 2:

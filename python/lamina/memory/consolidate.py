@@ -271,21 +271,22 @@ def end_session(tx: Tx, models: Models, u: UserState, session_id: str, t_now: fl
         dequeue(tx, models, u, session_id, len(u.working[session_id]))
     if t_now is None:
         t_now = max((r.timestamp for r in session_turns if r.timestamp is not None), default=wall_clock())
-    # Strength decay of earlier episodes (the α·M_{t-1} part of eq. 5).
+    # Strength decay of earlier episodes (the α·M_{t-1} part of eq. 5), lazily: one more decay
+    # for the user, none for this session's own items (MemoryState.strength)
+    key = (u.user_id, session_id)
+    u.decays += 1
+    st.sessions[key][3] += 1
+    tx.store.set_decays(u.user_id, u.decays)
     old_ep = [r for r in st.active_recs(u, "episodic") if r.session_id != session_id]
-    for r in old_ep:
-        r.strength *= c.alpha
-        tx.changed(r, "strength")
     if session_turns and "episodic" in c.layers:
         report.blend_drift = _session_summary(tx, models, u, session_id, session_turns, old_ep)
     report.promoted = promote(tx, models, u, t_now) if "semantic" in c.layers else 0
     report.evicted = evict(tx, u, t_now)
     report.segments = max(0, u.n_active["episodic"] - n_seg0)
     report.facts = tx.facts_added
-    key = (u.user_id, session_id)
-    started = st.sessions[key][1]
-    st.sessions[key] = ["ended", started, t_now]
-    tx.store.upsert_session(u.user_id, session_id, "ended", started, t_now)
+    _status, started, _ended, ends = st.sessions[key]
+    st.sessions[key] = ["ended", started, t_now, ends]
+    tx.store.upsert_session(u.user_id, session_id, "ended", started, t_now, ends)
     return report
 
 

@@ -82,8 +82,9 @@ def add_turns(
     sess = st.sessions.get(key)
     if sess is None or sess[0] != "open":
         started = msgs[0].timestamp if sess is None else sess[1]
-        st.sessions[key] = ["open", started, None]
-        tx.store.upsert_session(user_id, session_id, "open", started, None)
+        ends = 0 if sess is None else int(sess[3])
+        st.sessions[key] = ["open", started, None, ends]
+        tx.store.upsert_session(user_id, session_id, "open", started, None, ends)
     ids: list[int] = []
     for m, e in zip(msgs, emb):
         r = tx.new_record(

@@ -133,6 +133,7 @@ class Record:
     superseded_by: int | None = None
     parent_id: int | None = None
     depth: int = 0
+    decay_mark: int | None = None
     nt: tuple[tuple[Any, ...], TokenCount] | None = None
     tk: tuple[str, str] | None = None
 

@@ -133,7 +133,7 @@ def evict(tx: Tx, u: UserState, now: float) -> int:
         for pool, cap in ((ep, c.episodic_capacity), (sem, c.semantic_capacity)):
             if len(pool) <= cap:
                 continue
-            score = heat(st, pool, now) * np.array([r.strength for r in pool], dtype=np.float32)
+            score = heat(st, pool, now) * np.array([st.strength(r) for r in pool], dtype=np.float32)
             ns = np.zeros(len(pool), dtype=np.uint64)
             out = np.asarray(
                 kernels.evict_to_capacity(np.ascontiguousarray(score, dtype=np.float32), ns, int(cap))
@@ -160,6 +160,9 @@ def _evict_one(tx: Tx, u: UserState, r: Record) -> None:
         st.unplace(u, x)
         if x.kind == "segment":
             st.drop_turn_views(u, x)
+        if x.decay_mark is not None:
+            st.settle(x)  # (an evicted item decays no more)
+            tx.changed(x, "strength", "decay_mark")
         x.status = "evicted"
         tx.changed(x, "status")
         if x.kind == "fact":
@@ -200,6 +203,9 @@ def _splice(tx: Tx, u: UserState, node: Record) -> None:
         tx.changed(y, "depth")
         stack.extend(st.recs[k] for k in u.children.get(y.id, []))
     st.unplace(u, node)
+    if node.decay_mark is not None:
+        st.settle(node)
+        tx.changed(node, "strength", "decay_mark")
     node.status = "evicted"
     tx.changed(node, "status")
 

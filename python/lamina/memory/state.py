@@ -72,6 +72,7 @@ class UserState:
         "seg_of",
         "people",
         "version",
+        "decays",
         "active",
         "session_turns",
         "derived",
@@ -99,6 +100,7 @@ class UserState:
         self.seg_of: dict[int, int] = {}  # turn id -> id of the active episodic leaf holding it
         self.people: dict[str, tuple[str, re.Pattern[str]]] = {}  # name key -> (name, word-bounded pattern)
         self.version = 0  # the store's count of this user's committed writes, as of this state
+        self.decays = 0  # α decays so far: one per consolidated session (see MemoryState.strength)
         self.active: dict[str, set[int]] = {name: set() for name in LAYERS}  # layer -> active record ids
         self.session_turns: dict[str, list[int]] = {}  # session -> its turn ids (any layer), in order
         self.derived: dict[str, set[int]] = {}  # source id -> ids of the records whose sources hold it
@@ -145,7 +147,8 @@ class MemoryState:
         self.recs: dict[int, Record] = {}
         self.pending: dict[int, Record] = {}  # records whose access bumps are not yet written
         self.users: dict[str, UserState] = {}
-        self.sessions: dict[tuple[str, str], list[Any]] = {}  # (user, session) -> [status, started, ended]
+        # (user, session) -> [status, started, ended, ends: the times it was consolidated]
+        self.sessions: dict[tuple[str, str], list[Any]] = {}
         self.data_version = -1  # the store's data_version when this state last caught up
         self.unloaded: set[str] = set()  # users of the store whose state is loaded on first use
         self.high_water = 0  # the store's last write number this state has caught up with
@@ -168,13 +171,13 @@ class MemoryState:
         versions: Mapping[str, int],
     ) -> None:
         """Add users (absent from the state) with their sessions and items (in id order)."""
-        for uid, idx, dt, dl, du in users:
+        for uid, idx, dt, dl, du, decays in users:
             u = UserState(uid, idx)
-            u.drift_total, u.drift_last, u.drift_updates = dt, dl, du
+            u.drift_total, u.drift_last, u.drift_updates, u.decays = dt, dl, du, decays
             u.version = versions.get(uid, 0)
             self.users[uid] = u
-        for uid, sid, status, started, ended in sessions:
-            self.sessions[(uid, sid)] = [status, started, ended]
+        for uid, sid, status, started, ended, ends in sessions:
+            self.sessions[(uid, sid)] = [status, started, ended, ends]
         for r in self._add_rows(items):
             self.add_turn_views(self.users[r.user_id], r, [m for m in r.members if m in self.vectors])
 
@@ -315,12 +318,12 @@ class MemoryState:
             return
         rows, dead = store.changes(user_id, u.version)
         self.apply(u, rows, dead)
-        for _uid, _idx, dt, dl, du in store.users(user_id):
-            u.drift_total, u.drift_last, u.drift_updates = dt, dl, du
+        for _uid, _idx, dt, dl, du, decays in store.users(user_id):
+            u.drift_total, u.drift_last, u.drift_updates, u.decays = dt, dl, du, decays
         for key in [k for k in self.sessions if k[0] == user_id]:
             del self.sessions[key]
-        for uid, sid, status, started, ended in store.sessions(user_id):
-            self.sessions[(uid, sid)] = [status, started, ended]
+        for uid, sid, status, started, ended, ends in store.sessions(user_id):
+            self.sessions[(uid, sid)] = [status, started, ended, ends]
         u.version = version
 
     def sync(self, store: Store) -> list[str]:
@@ -478,6 +481,30 @@ class MemoryState:
         if r.kind == "turn" and r.source_id is not None:
             self._index_source(u, r.source_id)
 
+    # ------------------------------------------------------------------ the α decay
+    def decay_level(self, u: UserState, session_id: str | None) -> int:
+        """The α decays so far that apply to an active episodic item of this session: every
+        consolidation of the user's sessions but those of the item's own session."""
+        sess = self.sessions.get((u.user_id, session_id)) if session_id is not None else None
+        return u.decays - (int(sess[3]) if sess is not None else 0)
+
+    def strength(self, r: Record) -> float:
+        """An item's strength. Active episodic items decay by α at each consolidation of
+        another of their user's sessions (eq. 5's α·M_{t-1}); lazily: the stored strength holds
+        at the item's ``decay_mark`` (the decay level it was created or last settled at), so a
+        session's end writes two counters, not every episodic row. Other items (and an
+        evicted one, settled as it leaves) keep their stored strength."""
+        if r.decay_mark is None:
+            return float(r.strength)
+        k = self.decay_level(self.users[r.user_id], r.session_id) - r.decay_mark
+        return float(r.strength) * float(self.config.alpha) ** k
+
+    def settle(self, r: Record) -> None:
+        """Store an item's decayed strength as it leaves the active episodic layer (it decays
+        no more)."""
+        r.strength = self.strength(r)
+        r.decay_mark = None
+
     # ------------------------------------------------------------------ lookups
     def urecs(self, u: UserState) -> list[Record]:
         """Every record of a user (in the id set's order)."""
@@ -529,7 +556,7 @@ class MemoryState:
             summary=r.summary,
             access_count=int(r.access_count),
             last_access=r.last_access,
-            strength=float(r.strength),
+            strength=self.strength(r),
             domain=r.domain,
             commitment=r.commitment,
             turns=turns,
@@ -634,6 +661,8 @@ class Tx:
         r = Record(id=rid, user_id=u.user_id, seq=seq_of(rid), **kw)
         if r.last_access is None:
             r.last_access = r.timestamp
+        if r.layer == "episodic" and r.status == "active":
+            r.decay_mark = self.st.decay_level(u, r.session_id)
         st = self.st
         self.users.add(u.user_id)
         st.recs[rid] = r

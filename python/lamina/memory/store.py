@@ -46,7 +46,8 @@ __all__ = ["Store", "SQLiteStore", "SCHEMA_VERSION", "ITEM_COLUMNS", "ID_SHIFT",
 SCHEMA_VERSION = 3
 # 2: users.version (the database write number of the user's last write)
 # 3: the change log: items.version (the write number of the row's last change), users.born (the
-#    write number that created the user) and tombstones (ids deleted by each write)
+#    write number that created the user) and tombstones (ids deleted by each write); the lazy α
+#    decay: users.decays, sessions.ends, items.decay_mark (see lamina.memory.state.strength)
 
 
 ID_SHIFT = 40  # item id = (database tag << 40) | sequence number
@@ -88,6 +89,7 @@ ITEM_COLUMNS = (
     "parent_id",
     "depth",
     "seq",
+    "decay_mark",
 )
 
 _SCHEMA = """
@@ -96,10 +98,10 @@ CREATE TABLE IF NOT EXISTS users (
   user_id TEXT PRIMARY KEY, ns INTEGER NOT NULL UNIQUE,
   drift_total REAL NOT NULL DEFAULT 0, drift_last REAL NOT NULL DEFAULT 0,
   drift_updates INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0,
-  born INTEGER NOT NULL DEFAULT 0);
+  born INTEGER NOT NULL DEFAULT 0, decays INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS sessions (
   user_id TEXT NOT NULL, session_id TEXT NOT NULL, status TEXT NOT NULL,
-  started_at REAL, ended_at REAL, PRIMARY KEY (user_id, session_id));
+  started_at REAL, ended_at REAL, ends INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (user_id, session_id));
 CREATE TABLE IF NOT EXISTS items (
   id INTEGER PRIMARY KEY, user_id TEXT NOT NULL, session_id TEXT, layer TEXT NOT NULL,
   kind TEXT NOT NULL, status TEXT NOT NULL, text TEXT NOT NULL, summary TEXT, speaker TEXT,
@@ -108,7 +110,7 @@ CREATE TABLE IF NOT EXISTS items (
   interaction_len REAL NOT NULL, strength REAL NOT NULL, domain TEXT, commitment TEXT NOT NULL,
   subject TEXT, predicate TEXT, object TEXT, valid_from REAL, valid_to REAL,
   superseded_by INTEGER, parent_id INTEGER, depth INTEGER NOT NULL, seq INTEGER NOT NULL,
-  version INTEGER NOT NULL DEFAULT 0);
+  decay_mark INTEGER, version INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS items_user ON items(user_id);
 CREATE INDEX IF NOT EXISTS items_user_version ON items(user_id, version);
 CREATE INDEX IF NOT EXISTS users_version ON users(version);
@@ -122,8 +124,8 @@ CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
 """
 
 
-UserRow = tuple[str, int, float, float, int]  # user_id, namespace index, drift total / last / updates
-SessionRow = tuple[str, str, str, float | None, float | None]  # user, session, status, started, ended
+UserRow = tuple[str, int, float, float, int, int]  # user_id, namespace index, drift total / last / updates, decays
+SessionRow = tuple[str, str, str, float | None, float | None, int]  # user, session, status, started, ended, ends
 
 
 class Store(Protocol):
@@ -163,8 +165,21 @@ class Store(Protocol):
     def sessions(self, user_id: str | None = None) -> list[SessionRow]: ...
 
     def upsert_session(
-        self, user_id: str, session_id: str, status: str, started_at: float | None, ended_at: float | None
-    ) -> None: ...
+        self,
+        user_id: str,
+        session_id: str,
+        status: str,
+        started_at: float | None,
+        ended_at: float | None,
+        ends: int = 0,
+    ) -> None:
+        """Insert or update a session (``started_at`` is kept on update); ``ends``: how many
+        times it was consolidated (the α decay skips its own items then)."""
+        ...
+
+    def set_decays(self, user_id: str, decays: int) -> None:
+        """The user's count of α decays (one per consolidated session)."""
+        ...
 
     def insert_items(self, rows: list[dict[str, Any]]) -> None: ...
 
@@ -361,13 +376,13 @@ class SQLiteStore:
 
     # -- users / sessions --------------------------------------------------------------------
     def users(self, user_id: str | None = None) -> list[UserRow]:
-        sql = "SELECT user_id, ns, drift_total, drift_last, drift_updates FROM users"
+        sql = "SELECT user_id, ns, drift_total, drift_last, drift_updates, decays FROM users"
         cur = (
             self.conn.execute(sql + " ORDER BY ns")
             if user_id is None
             else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
         )
-        return [(str(u), int(ns), float(t), float(last), int(n)) for u, ns, t, last, n in cur]
+        return [(str(u), int(ns), float(t), float(last), int(n), int(d)) for u, ns, t, last, n, d in cur]
 
     def user_versions(self, user_id: str | None = None) -> dict[str, int]:
         sql = "SELECT user_id, version FROM users"
@@ -425,6 +440,9 @@ class SQLiteStore:
         gone = {int(r[0]) for r in self.conn.execute("SELECT ns FROM gone_users WHERE version > ?", (version,))}
         return moved, gone
 
+    def set_decays(self, user_id: str, decays: int) -> None:
+        self.conn.execute("UPDATE users SET decays=? WHERE user_id=?", (decays, user_id))
+
     def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None:
         self.conn.execute(
             "UPDATE users SET drift_total=?, drift_last=?, drift_updates=? WHERE user_id=?",
@@ -432,17 +450,24 @@ class SQLiteStore:
         )
 
     def sessions(self, user_id: str | None = None) -> list[SessionRow]:
-        sql = "SELECT user_id, session_id, status, started_at, ended_at FROM sessions"
+        sql = "SELECT user_id, session_id, status, started_at, ended_at, ends FROM sessions"
         cur = self.conn.execute(sql) if user_id is None else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
-        return [(str(u), str(s), str(status), started, ended) for u, s, status, started, ended in cur]
+        return [(str(u), str(s), str(st), started, ended, int(n)) for u, s, st, started, ended, n in cur]
 
     def upsert_session(
-        self, user_id: str, session_id: str, status: str, started_at: float | None, ended_at: float | None
+        self,
+        user_id: str,
+        session_id: str,
+        status: str,
+        started_at: float | None,
+        ended_at: float | None,
+        ends: int = 0,
     ) -> None:
         self.conn.execute(
-            "INSERT INTO sessions(user_id, session_id, status, started_at, ended_at) VALUES(?,?,?,?,?) "
-            "ON CONFLICT(user_id, session_id) DO UPDATE SET status=excluded.status, ended_at=excluded.ended_at",
-            (user_id, session_id, status, started_at, ended_at),
+            "INSERT INTO sessions(user_id, session_id, status, started_at, ended_at, ends) VALUES(?,?,?,?,?,?) "
+            "ON CONFLICT(user_id, session_id) DO UPDATE SET status=excluded.status, ended_at=excluded.ended_at, "
+            "ends=excluded.ends",
+            (user_id, session_id, status, started_at, ended_at, ends),
         )
 
     # -- items -------------------------------------------------------------------------------
@@ -577,6 +602,10 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
     if version < 3:  # the change log (rows of older writes carry version 0: a handle that opens loads them)
         conn.execute("ALTER TABLE items ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
         conn.execute("ALTER TABLE users ADD COLUMN born INTEGER NOT NULL DEFAULT 0")
+        # the lazy α decay: stored strengths of older stores are already decayed (decay_mark NULL)
+        conn.execute("ALTER TABLE items ADD COLUMN decay_mark INTEGER")
+        conn.execute("ALTER TABLE users ADD COLUMN decays INTEGER NOT NULL DEFAULT 0")
+        conn.execute("ALTER TABLE sessions ADD COLUMN ends INTEGER NOT NULL DEFAULT 0")
 
 
 def _secure_delete(conn: sqlite3.Connection) -> bool:
