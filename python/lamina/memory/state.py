@@ -114,6 +114,11 @@ class UserState:
         return namespace(self.idx, code)
 
 
+def _in_tree(r: Record) -> bool:
+    """Whether a record is an active node of its user's MemTree (in ``UserState.children``)."""
+    return r.status == "active" and r.layer == "episodic" and r.parent_id is not None and r.parent_id != NO_TREE
+
+
 def _insert(lst: list[int], i: int) -> None:
     """Insert an id into an id-ordered list (appending in the usual case)."""
     if not lst or lst[-1] < i:
@@ -242,6 +247,7 @@ class MemoryState:
         ids = dead | {int(row["id"]) for row in rows}
         old = sorted((self.recs[i] for i in ids if i in u.ids), key=lambda r: r.seq)
         gone = {r.id for r in old}
+        deepest = max((int(r.depth) for r in old if _in_tree(r)), default=0)
         # leaves whose turn views show a changed turn: their views are built again below
         refresh = {u.seg_of[r.id] for r in old if r.kind == "turn" and r.id in u.seg_of} - gone
         for lid in sorted(refresh):
@@ -252,7 +258,8 @@ class MemoryState:
         leaves += [self.recs[i] for i in refresh if i in u.active["episodic"]]
         for leaf in sorted(leaves, key=lambda r: r.seq):
             self.add_turn_views(u, leaf, [m for m in leaf.members if m in self.vectors])
-        u.max_depth = max((int(self.recs[i].depth) for kids in u.children.values() for i in kids), default=0)
+        if deepest >= u.max_depth:  # (else the tree's height stands: new rows raised it as they came)
+            self._tree_height(u)
         u.people = {k: u.people[k] for k in sorted(u.people, key=lambda k: u.named[k][0])}  # first named first
         u.stale = u.stale_last = None  # (its per-item cache is keyed by id: texts may have changed)
         # (u.coverage stays: the projection syncs it to the covered turns and their vectors' stamps)
@@ -290,6 +297,7 @@ class MemoryState:
     def retree(self, u: UserState, moves: Mapping[int, Mapping[str, int]]) -> None:
         """Move active tree nodes in memory: new ``parent_id`` and/or ``depth`` per record id (as
         :func:`lamina.memory.consolidate.lift_orphans` returns them; the caller writes them)."""
+        deepest = 0
         for rid, cols in moves.items():
             r = self.recs[rid]
             parent = cols.get("parent_id", r.parent_id)
@@ -297,7 +305,14 @@ class MemoryState:
                 _discard(u.children, r.parent_id, rid, keep=ROOT)
                 _insert(u.children.setdefault(parent, []), rid)
                 r.parent_id = parent
+            deepest = max(deepest, int(r.depth))
             r.depth = cols.get("depth", r.depth)
+        if deepest >= u.max_depth:
+            self._tree_height(u)
+
+    def _tree_height(self, u: UserState) -> None:
+        """``u.max_depth`` measured again: the greatest depth of an active tree node (0: none)."""
+        u.max_depth = max((int(self.recs[i].depth) for kids in u.children.values() for i in kids), default=0)
 
     def catch_up(self, store: Store, user_id: str) -> None:
         """Bring a loaded user's state to the store's (inside a snapshot): apply the user's change
