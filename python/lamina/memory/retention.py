@@ -343,6 +343,7 @@ class CoverageProjection:
         extra, inv = np.unique(aflat[~found], return_inverse=True)
         self.agg_t[~found] = self.n_raw + inv.reshape(-1)
         self.n_col = self.n_raw + len(extra)
+        self.col_ids = np.concatenate([raw_ids, extra.astype(np.int64)])  # the turn id of each column
         kinds = [r.kind for r in items]
         self.is_agg = np.fromiter((k not in ("segment", "fact") for k in kinds), dtype=bool, count=n)
         self.agg_n = np.bincount(self.agg_i, minlength=n).astype(np.float64)
