@@ -315,6 +315,9 @@ def test_kept_incidence_projects_like_a_fresh_one(seed: int, tmp_path: Path, mon
                 m.close()
                 m = Memory(path, embedder="hashing", config=cfg)
             evicted += m.end_session(user_id="u", session_id=f"s{s}").evicted
+            st = m._st
+            u = st.users["u"]  # the tree's height, kept through the evictions, is the measured one
+            assert u.max_depth == max((st.recs[i].depth for kids in u.children.values() for i in kids), default=0)
     finally:
         m.close()
     assert evicted > 0 and _Checked.runs > 0

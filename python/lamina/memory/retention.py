@@ -221,21 +221,25 @@ def evict(tx: Tx, u: UserState, now: float) -> int:
         items = ep + sem
         gone = CoverageProjection(st, u, items, len(ep), now).run()
         victims = [items[int(i)] for i in gone]
-    for r in victims:
-        _evict_one(tx, u, r)
-    if victims:
+    deepest = max((_evict_one(tx, u, r) for r in victims), default=-1)
+    if deepest >= u.max_depth:  # (else a node of the greatest depth stays where it was: the height stands)
         u.max_depth = max((int(st.recs[i].depth) for kids in u.children.values() for i in kids), default=0)
     return len(victims)
 
 
-def _evict_one(tx: Tx, u: UserState, r: Record) -> None:
+def _evict_one(tx: Tx, u: UserState, r: Record) -> int:
+    """Evict an item (and the tree nodes it leaves childless; spliced nodes go too). Returns the
+    greatest depth of a tree node that left or moved up (-1: none)."""
     st = tx.st
+    deepest = -1
     stack = [r]
     while stack:
         x = stack.pop()
         if x.status != "active":
             continue
-        st.unplace(u, x)
+        if x.layer == "episodic" and x.parent_id is not None and x.parent_id != NO_TREE:
+            deepest = max(deepest, int(x.depth))
+        st.withdraw(u, x)
         if x.kind == "segment":
             st.drop_turn_views(u, x)
         if x.decay_mark is not None:
@@ -256,14 +260,17 @@ def _evict_one(tx: Tx, u: UserState, r: Record) -> None:
                 u.children.pop(x.parent_id, None)
                 stack.append(st.recs[x.parent_id])  # an internal node with no children goes too
             elif len(sib) == 1 and x.parent_id != ROOT:
-                _splice(tx, u, st.recs[x.parent_id])
+                deepest = max(deepest, _splice(tx, u, st.recs[x.parent_id]))
+    return deepest
 
 
-def _splice(tx: Tx, u: UserState, node: Record) -> None:
+def _splice(tx: Tx, u: UserState, node: Record) -> int:
     """An internal node left with one child is replaced by that child (which moves up a level
     with its subtree), so that evictions do not leave chains of one-child summaries behind:
-    without this, internal nodes outlive their leaves and the tree grows without bound."""
+    without this, internal nodes outlive their leaves and the tree grows without bound.
+    Returns the greatest depth of a node that left or moved (before it moved)."""
     st = tx.st
+    deepest = int(node.depth)
     (child,) = u.children.pop(node.id)
     parent = node.parent_id
     assert parent is not None
@@ -277,15 +284,17 @@ def _splice(tx: Tx, u: UserState, node: Record) -> None:
     stack = [c]
     while stack:
         y = stack.pop()
+        deepest = max(deepest, int(y.depth))
         y.depth = max(0, int(y.depth) - 1)
         tx.changed(y, "depth")
         stack.extend(st.recs[k] for k in u.children.get(y.id, []))
-    st.unplace(u, node)
+    st.withdraw(u, node)
     if node.decay_mark is not None:
         st.settle(node)
         tx.changed(node, "strength", "decay_mark")
     node.status = "evicted"
     tx.changed(node, "status")
+    return deepest
 
 
 class CoverageProjection:
@@ -348,8 +357,9 @@ class CoverageProjection:
         self.is_agg = np.fromiter((k not in ("segment", "fact") for k in kinds), dtype=bool, count=n)
         self.agg_n = np.bincount(self.agg_i, minlength=n).astype(np.float64)
         # Turns that go together (one leaf) never count as each other's redundancy.
-        seg_of = u.seg_of
-        self.group = np.fromiter((seg_of.get(t, -1 - t) for t in raw_ids.tolist()), dtype=np.int64, count=self.n_raw)
+        self.group = np.fromiter(
+            map(u.seg_of.get, raw_ids.tolist(), (-1 - raw_ids).tolist()), dtype=np.int64, count=self.n_raw
+        )
         # the aggregates' vectors (row agg_row[i] of A for aggregate i)
         agg_idx = np.flatnonzero(self.is_agg)
         self.agg_row = np.full(n, -1, dtype=np.int64)

@@ -257,11 +257,21 @@ class MemoryState:
         vectors are forgotten (arena rows zeroed, graphs that held them dropped)."""
         dead = set(dead)
         u.turn_epoch += 1  # (the pooled items' turns are read again: rows of any kind may have changed)
-        rows = [row for row in rows if not (row["id"] in u.ids and self._patch(u, self.recs[row["id"]], row))]
+        moved = 0  # the greatest depth a tree node patched in place moved from or to (the height may change)
+        full: list[dict[str, Any]] = []
+        for row in rows:
+            r = self.recs[row["id"]] if row["id"] in u.ids else None
+            d = int(r.depth) if r is not None else 0
+            if r is not None and self._patch(u, r, row):
+                if _in_tree(r) and int(r.depth) != d:
+                    moved = max(moved, d, int(r.depth))
+                continue
+            full.append(row)
+        rows = full
         ids = dead | {int(row["id"]) for row in rows}
         old = sorted((self.recs[i] for i in ids if i in u.ids), key=lambda r: r.seq)
         gone = {r.id for r in old}
-        deepest = max((int(r.depth) for r in old if _in_tree(r)), default=0)
+        deepest = max([moved] + [int(r.depth) for r in old if _in_tree(r)])
         # leaves whose turn views show a changed turn: their views are built again below
         refresh = {u.seg_of[r.id] for r in old if r.kind == "turn" and r.id in u.seg_of} - gone
         for lid in sorted(refresh):
@@ -607,10 +617,14 @@ class MemoryState:
     def unplace(self, u: UserState, r: Record) -> Vec:
         """Take a record's vector out of the index (returns it)."""
         emb = self.vec(r)
+        self.withdraw(u, r)
+        return emb
+
+    def withdraw(self, u: UserState, r: Record) -> None:
+        """:meth:`unplace` without reading the vector (an eviction's)."""
         self.vectors.remove([r.id])
         u.n_active[r.layer] -= 1
         u.active[r.layer].discard(r.id)
-        return emb
 
     def move(self, u: UserState, r: Record, layer: str, emb: Vec | None = None) -> None:
         """Move an active record to another layer (or replace its vector when ``emb`` is given)."""
