@@ -130,6 +130,7 @@ class TurnNeighbours:
         self.floor = np.full(cap, _NEG, dtype=np.float32)
         self.kth = np.full(cap, _NEG, dtype=np.float32)
         self.relisted = 0  # rows listed anew because their list ran dry (statistics, tests)
+        self.epoch = -1  # the owner's count of replaced vectors when the stamps were last read (-1: never)
 
     # ------------------------------------------------------------------ columns
     def _grow(self, need: int) -> None:
@@ -151,16 +152,19 @@ class TurnNeighbours:
         self.floor = ext(self.floor, -np.inf)
         self.kth = ext(self.kth, -np.inf)
 
-    def sync(self, vectors: LayerIndex, ids: Sequence[int]) -> I64:
+    def sync(self, vectors: LayerIndex, ids: Sequence[int], *, listed_current: bool = False) -> I64:
         """Make the columns exactly the turns ``ids`` (all stored in ``vectors``), with their
         current vectors: a turn whose stored vector changed since it was listed (its stamp
-        differs) is listed anew. Returns the column of each id, shape (len(ids),)."""
-        stamps = vectors.stamps(ids)
+        differs) is listed anew. ``listed_current``: the caller knows that no listed turn's
+        vector changed since it was listed (its stamp is not read). Returns the column of each
+        id, shape (len(ids),)."""
         arr = np.asarray(ids, dtype=np.int64).reshape(-1)
         cols = self.columns(arr)
         known = cols >= 0
         ok = known.copy()
-        ok[known] = self.stamp[cols[known]] == stamps[known]
+        if not listed_current:
+            stamps = vectors.stamps(ids)
+            ok[known] = self.stamp[cols[known]] == stamps[known]
         keep = np.zeros(self.n, dtype=bool)
         keep[cols[ok]] = True
         self.kill(np.flatnonzero(~keep).astype(np.int64))

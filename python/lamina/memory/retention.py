@@ -373,7 +373,12 @@ class CoverageProjection:
             if self.k_turn == k:
                 u.coverage = nb
         self.nb = nb
-        self.cols = nb.sync(st.vectors, raw_ids.tolist())  # the list (column) of each raw turn
+        # the list (column) of each raw turn; the listed turns' stamps are read only when a vector
+        # of one of them was replaced since they were last read (UserState.vec_epoch)
+        kept = nb is u.coverage and nb.epoch == u.vec_epoch
+        self.cols = nb.sync(st.vectors, raw_ids.tolist(), listed_current=kept)
+        if nb is u.coverage:
+            nb.epoch = u.vec_epoch
         self.gcol = np.full(nb.n, -1, dtype=np.int64)  # each column's group (leaf)
         self.gcol[self.cols] = self.group
         self.best = np.full(self.n_raw, -np.inf, dtype=np.float32)  # nearest covered turn of another leaf

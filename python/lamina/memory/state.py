@@ -80,6 +80,7 @@ class UserState:
         "coverage",
         "incidence",
         "turn_epoch",
+        "vec_epoch",
     )
 
     def __init__(self, user_id: str, idx: int) -> None:
@@ -116,6 +117,9 @@ class UserState:
         # counts changes that can change an item's turns in place: a turn leaving the state, a
         # source id naming another turn (or a first turn for what derives from it), a patch
         self.turn_epoch = 0
+        # counts vectors replaced of turns the neighbour lists hold (the lists' stamps are read
+        # again at the next projection; see TurnNeighbours.sync)
+        self.vec_epoch = 0
 
     def ns(self, code: int) -> int:
         """This user's namespace of a layer code (:class:`~lamina.memory.records.NsCode`)."""
@@ -257,6 +261,7 @@ class MemoryState:
         vectors are forgotten (arena rows zeroed, graphs that held them dropped)."""
         dead = set(dead)
         u.turn_epoch += 1  # (the pooled items' turns are read again: rows of any kind may have changed)
+        u.vec_epoch += 1  # (and the listed turns' vectors checked)
         moved = 0  # the greatest depth a tree node patched in place moved from or to (the height may change)
         full: list[dict[str, Any]] = []
         for row in rows:
@@ -473,6 +478,7 @@ class MemoryState:
             u.stale = None
         if r.kind == "turn":
             u.turn_epoch += 1  # (a leaf or fact rendering it renders it no more)
+            u.vec_epoch += 1
             if r.session_id is not None:
                 _discard(u.session_turns, r.session_id, r.id)
         elif r.kind == "fact":
@@ -622,6 +628,8 @@ class MemoryState:
 
     def withdraw(self, u: UserState, r: Record) -> None:
         """:meth:`unplace` without reading the vector (an eviction's)."""
+        if r.kind == "turn" and u.coverage is not None and r.id in u.coverage.col:
+            u.vec_epoch += 1  # (a listed turn's vector is replaced or gone)
         self.vectors.remove([r.id])
         u.n_active[r.layer] -= 1
         u.active[r.layer].discard(r.id)
