@@ -232,3 +232,92 @@ def test_kept_lists_give_the_rule_novelty_across_sessions(
     finally:
         m.close()
     assert evicted > 0
+
+
+def _plain_incidence(st: Any, u: Any, items: list[Any]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(item, turn) pairs of the rule read from the records now (no cache): the turns an item
+    renders (a leaf its stored member turns, a fact its latest source turn) and the turns an
+    aggregate's sources name, in item order."""
+    raw: list[tuple[int, int]] = []
+    agg: list[tuple[int, int]] = []
+    for i, r in enumerate(items):
+        if r.kind in ("segment", "fact"):
+            ts = list(r.members) if r.kind == "segment" else ([u.by_src.get(r.sources[-1])] if r.sources else [])
+            raw += [(i, t) for t in ts if t is not None and t in st.recs and t in st.vectors]
+        else:
+            agg += [(i, t) for t in (u.by_src.get(s) for s in r.sources) if t is not None]
+    return raw, agg
+
+
+class _Checked(CoverageProjection):
+    """A projection that checks itself: its incidence (from the user's kept cache) against the
+    rule read from the records, and its victims against a projection built from scratch (no
+    kept incidence, no kept neighbour lists)."""
+
+    runs = 0
+
+    def __init__(self, st: Any, u: Any, items: list[Any], n_episodic: int, now: float, **kw: Any) -> None:
+        super().__init__(st, u, items, n_episodic, now, **kw)
+        self.args = (st, u, items, n_episodic, now)
+        raw, agg = _plain_incidence(st, u, items)
+        assert list(zip(self.raw_i.tolist(), self.col_ids[self.raw_t].tolist())) == raw
+        assert list(zip(self.agg_i.tolist(), self.col_ids[self.agg_t].tolist())) == agg
+        assert self.n_col == len(set(t for _, t in raw + agg))
+
+    def run(self) -> np.ndarray:
+        st, u, items, n_ep, now = self.args
+        kept = u.coverage, u.incidence
+        u.coverage = u.incidence = None
+        try:
+            want = CoverageProjection(st, u, items, n_ep, now).run()
+        finally:
+            u.coverage, u.incidence = kept
+        got = super().run()
+        assert got.tolist() == want.tolist()
+        _Checked.runs += 1
+        return got
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_incidence_projects_like_a_fresh_one(seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions with evictions, restated facts, updates and deletes (here and through a second
+    handle, which this one catches up with), a source id said again and a reopen: every
+    projection's incidence, read from the kept cache, equals the rule's, and its victims equal
+    those of a projection built from scratch."""
+    monkeypatch.setattr(retention, "CoverageProjection", _Checked)
+    _Checked.runs = 0
+    rng = np.random.default_rng(100 + seed)
+    cfg = MemoryConfig(working_capacity=6, max_segment_turns=3, episodic_capacity=14, semantic_capacity=10)
+    path = tmp_path / "m.db"
+    m = Memory(path, embedder="hashing", config=cfg)
+    evicted = 0
+    try:
+        for s in range(18):
+            msgs = _lines(rng, int(rng.integers(4, 14)), s)
+            if s % 6 == 4:  # a source id said again: its facts now render the new turn
+                msgs.append({"speaker": "Ann", "text": f"I live in Rome now {s}.", "id": f"D{s - 2}:0"})
+            ids = m.add(msgs, user_id="u", session_id=f"s{s}")
+            if s % 4 == 2:  # an archived turn says something else now
+                turns = m.search("x", user_id="u", k=10_000, layers=["archive"])
+                t = turns[int(rng.integers(0, len(turns)))]
+                m.update(t.id, f"a new text {s} about {WORDS[int(rng.integers(0, len(WORDS)))]}", user_id="u")
+            if s % 5 == 3:  # a turn and what derives from it go
+                m.delete(ids[int(rng.integers(0, len(ids)))], user_id="u")
+            if s % 7 == 5:  # another handle changes the user: this one catches up (MemoryState.apply)
+                other = Memory(path, embedder="hashing", config=cfg)
+                try:
+                    turns = other.search("x", user_id="u", k=10_000, layers=["archive"])
+                    other.update(turns[0].id, f"changed elsewhere {s}", user_id="u")
+                    other.delete(turns[-1].id, user_id="u")
+                finally:
+                    other.close()
+            if s == 9:
+                m.close()
+                m = Memory(path, embedder="hashing", config=cfg)
+            evicted += m.end_session(user_id="u", session_id=f"s{s}").evicted
+            st = m._st
+            u = st.users["u"]  # the tree's height, kept through the evictions, is the measured one
+            assert u.max_depth == max((st.recs[i].depth for kids in u.children.values() for i in kids), default=0)
+    finally:
+        m.close()
+    assert evicted > 0 and _Checked.runs > 0

@@ -277,9 +277,15 @@ def end_session(tx: Tx, models: Models, u: UserState, session_id: str, t_now: fl
     u.decays += 1
     st.sessions[key][3] += 1
     tx.store.set_decays(u.user_id, u.decays)
-    old_ep = [r for r in st.active_recs(u, "episodic") if r.session_id != session_id]
     if session_turns and "episodic" in c.layers:
-        report.blend_drift = _session_summary(tx, models, u, session_id, session_turns, old_ep)
+        # the earlier sessions' summaries, in id order (the blend's candidates)
+        recs = st.recs
+        prev = sorted(
+            i
+            for i in u.active["episodic"]
+            if (r := recs[i]).kind == "summary" and r.parent_id == NO_TREE and r.session_id != session_id
+        )
+        report.blend_drift = _session_summary(tx, models, u, session_id, session_turns, prev)
     report.promoted = promote(tx, models, u, t_now) if "semantic" in c.layers else 0
     report.evicted = evict(tx, u, t_now)
     report.segments = max(0, u.n_active["episodic"] - n_seg0)
@@ -291,11 +297,12 @@ def end_session(tx: Tx, models: Models, u: UserState, session_id: str, t_now: fl
 
 
 def _session_summary(
-    tx: Tx, models: Models, u: UserState, session_id: str, session_turns: list[Record], old_ep: list[Record]
+    tx: Tx, models: Models, u: UserState, session_id: str, session_turns: list[Record], prev: list[int]
 ) -> float:
     """Add ŝ = ψ(session) to the episodic layer, blended first into the most similar earlier
     session summary (eq. 5, ``kernels.ema_blend``); returns the blend's drift (0: none). ŝ's
-    vector is the centroid of the session's turns (:func:`_centroid`): nothing is embedded."""
+    vector is the centroid of the session's turns (:func:`_centroid`): nothing is embedded.
+    ``prev``: the ids of the earlier sessions' active summaries, in id order."""
     st = tx.st
     c = st.config
     tv = st.vecs([r.id for r in session_turns])
@@ -304,7 +311,6 @@ def _session_summary(
         return 0.0
     drift = 0.0
     s_emb = _centroid(tv).reshape(1, -1)
-    prev = [r.id for r in old_ep if r.kind == "summary" and r.parent_id == NO_TREE]
     if prev:
         P = st.vecs(prev)
         sims = P @ s_emb[0]

@@ -38,7 +38,7 @@ import numpy.typing as npt
 from ..layer_index import LayerIndex
 from ..search import topk
 
-__all__ = ["TurnNeighbours"]
+__all__ = ["TurnNeighbours", "TurnIncidence"]
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -63,6 +63,31 @@ def _dot_rows(A: F32, X: F32) -> F32:
         for lo in range(0, n, step):
             np.matmul(A[i : i + ma], X[lo : lo + step].T, out=out[i : i + ma, lo : lo + step])
     return out
+
+
+class TurnIncidence:
+    """The turns each pooled item of one user renders or summarises, kept across capacity
+    projections (``UserState.incidence``, in memory only), so that a projection reads again only
+    the items that appeared or changed since the last one.
+
+    ``entries`` maps an item id to ``(record, sources, raw, agg)``: the record object and its
+    ``sources`` tuple as read (an entry holds while both are the very objects the item has now: a
+    record patched or replaced, or whose sources changed, is read again), the turn ids it renders
+    verbatim (``raw``) and those its sources name (``agg``, for aggregates). What an entry reads
+    beyond the record (which turns exist, which turn a source id names) changes only with
+    ``UserState.turn_epoch``: entries are valid for ``epoch`` only.
+
+    Parameters
+    ----------
+    epoch : int
+        The user's ``turn_epoch`` the entries are read at.
+    """
+
+    __slots__ = ("epoch", "entries")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+        self.entries: dict[int, tuple[object, object, list[int], list[int]]] = {}
 
 
 class TurnNeighbours:
@@ -105,6 +130,7 @@ class TurnNeighbours:
         self.floor = np.full(cap, _NEG, dtype=np.float32)
         self.kth = np.full(cap, _NEG, dtype=np.float32)
         self.relisted = 0  # rows listed anew because their list ran dry (statistics, tests)
+        self.epoch = -1  # the owner's count of replaced vectors when the stamps were last read (-1: never)
 
     # ------------------------------------------------------------------ columns
     def _grow(self, need: int) -> None:
@@ -126,23 +152,36 @@ class TurnNeighbours:
         self.floor = ext(self.floor, -np.inf)
         self.kth = ext(self.kth, -np.inf)
 
-    def sync(self, vectors: LayerIndex, ids: Sequence[int]) -> I64:
+    def sync(self, vectors: LayerIndex, ids: Sequence[int], *, listed_current: bool = False) -> I64:
         """Make the columns exactly the turns ``ids`` (all stored in ``vectors``), with their
         current vectors: a turn whose stored vector changed since it was listed (its stamp
-        differs) is listed anew. Returns the column of each id, shape (len(ids),)."""
-        stamps = vectors.stamps(ids)
-        cols = np.fromiter((self.col.get(t, -1) for t in ids), dtype=np.int64, count=len(ids))
+        differs) is listed anew. ``listed_current``: the caller knows that no listed turn's
+        vector changed since it was listed (its stamp is not read). Returns the column of each
+        id, shape (len(ids),)."""
+        arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+        cols = self.columns(arr)
         known = cols >= 0
         ok = known.copy()
-        ok[known] = self.stamp[cols[known]] == stamps[known]
+        if not listed_current:
+            stamps = vectors.stamps(ids)
+            ok[known] = self.stamp[cols[known]] == stamps[known]
         keep = np.zeros(self.n, dtype=bool)
         keep[cols[ok]] = True
         self.kill(np.flatnonzero(~keep).astype(np.int64))
-        fresh = list(dict.fromkeys(t for t, good in zip(ids, ok.tolist()) if not good))
+        fresh = list(dict.fromkeys(arr[~ok].tolist()))
         if fresh:
             self.add(fresh, vectors.get(fresh), vectors.stamps(fresh))
-        col = self.col
-        return np.fromiter((col[t] for t in ids), dtype=np.int64, count=len(ids))
+        return self.columns(arr)
+
+    def columns(self, ids: I64) -> I64:
+        """The column of each turn id, shape (len(ids),), int64 (-1: not listed)."""
+        n = self.n
+        if not n or not len(ids):
+            return np.full(len(ids), -1, dtype=np.int64)
+        order = np.argsort(self.ids[:n], kind="stable")
+        srt = self.ids[:n][order]
+        pos = np.minimum(np.searchsorted(srt, ids), n - 1)
+        return np.where(srt[pos] == ids, order[pos], -1).astype(np.int64)
 
     def observe(self, vectors: LayerIndex, ids: Sequence[int]) -> None:
         """Turns that just became covered (the add path): those not yet listed get columns now,

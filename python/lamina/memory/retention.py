@@ -32,17 +32,29 @@ out.
 
 from __future__ import annotations
 
+from itertools import chain
+from operator import attrgetter
+
 import numpy as np
 import numpy.typing as npt
 
 from .. import kernels
 from ..search import topk
 from .config import MemoryConfig
-from .coverage import TurnNeighbours
+from .coverage import TurnIncidence, TurnNeighbours
 from .records import NO_TREE, ROOT, Record, norm_key
 from .state import MemoryState, Models, Tx, UserState
 
-__all__ = ["heat", "promote", "evict", "pooled_items", "CoverageProjection", "observe_covered", "neighbour_k"]
+__all__ = [
+    "heat",
+    "promote",
+    "evict",
+    "pooled_items",
+    "item_turns",
+    "CoverageProjection",
+    "observe_covered",
+    "neighbour_k",
+]
 
 _EXTRA = 16  # neighbours listed beyond one segment's worth, so that lists seldom run dry
 
@@ -65,6 +77,72 @@ def observe_covered(st: MemoryState, u: UserState, turn_ids: list[int]) -> None:
             return
         nb = u.coverage = TurnNeighbours(st.dim, neighbour_k(st.config))
     nb.observe(st.vectors, turn_ids)
+
+
+def item_turns(st: MemoryState, u: UserState, items: list[Record]) -> tuple[list[list[int]], list[list[int]]]:
+    """Per item: the turn ids it renders verbatim (a leaf its member turns, a fact its latest
+    source turn; those stored) and, for an aggregate, the turns its sources name.
+
+    Read from the user's :class:`~lamina.memory.coverage.TurnIncidence` (``u.incidence``) where an
+    entry holds, else read from the records and kept there (see its docstring for when an entry
+    holds); entries of items no longer asked about are dropped now and then."""
+    inc = u.incidence
+    if inc is None or inc.epoch != u.turn_epoch:
+        inc = u.incidence = TurnIncidence(u.turn_epoch)
+    ent = inc.entries
+    raws: list[list[int]] = []
+    aggs: list[list[int]] = []
+    for r in items:
+        e = ent.get(r.id)
+        if e is None or e[0] is not r or e[1] is not r.sources:
+            raw: list[int] = []
+            agg: list[int] = []
+            if r.kind in ("segment", "fact"):
+                cand = (
+                    list(r.members or ())
+                    if r.kind == "segment"
+                    else ([u.by_src.get(r.sources[-1])] if r.sources else [])
+                )
+                raw = [t for t in cand if t is not None and t in st.recs and t in st.vectors]
+            else:  # aggregates: session summaries, notes
+                agg = [t for t in map(u.by_src.get, r.sources or ()) if t is not None]
+            e = ent[r.id] = (r, r.sources, raw, agg)
+        raws.append(e[2])
+        aggs.append(e[3])
+    if len(ent) > 2 * len(items) + 256:
+        keep = {r.id for r in items}
+        inc.entries = {i: e for i, e in ent.items() if i in keep}
+    return raws, aggs
+
+
+def _flatten(lists: list[list[int]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Lists of ids as (list index, id) pairs in order: two arrays, shape (total,), int64."""
+    lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    flat = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(lens.sum()))
+    return np.repeat(np.arange(len(lists), dtype=np.int64), lens), flat
+
+
+def _first_seen(
+    flat: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Number the distinct ids of ``flat`` (shape (m,)) in order of first appearance.
+
+    Returns
+    -------
+    ids : ndarray, shape (d,), int64
+        The distinct ids, numbered 0..d-1 in order of first appearance.
+    num : ndarray, shape (m,), int64
+        The number of each entry of ``flat``.
+    sorted_ids : ndarray, shape (d,), int64
+        The distinct ids in increasing order ...
+    rank : ndarray, shape (d,), int64
+        ... and their numbers.
+    """
+    uniq, first, inv = np.unique(flat, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(uniq), dtype=np.int64)
+    rank[order] = np.arange(len(uniq), dtype=np.int64)
+    return uniq[order].astype(np.int64), rank[inv.reshape(-1)], uniq.astype(np.int64), rank
 
 
 def heat(st: MemoryState, recs: list[Record], now: float) -> npt.NDArray[np.float32]:
@@ -143,21 +221,25 @@ def evict(tx: Tx, u: UserState, now: float) -> int:
         items = ep + sem
         gone = CoverageProjection(st, u, items, len(ep), now).run()
         victims = [items[int(i)] for i in gone]
-    for r in victims:
-        _evict_one(tx, u, r)
-    if victims:
+    deepest = max((_evict_one(tx, u, r) for r in victims), default=-1)
+    if deepest >= u.max_depth:  # (else a node of the greatest depth stays where it was: the height stands)
         u.max_depth = max((int(st.recs[i].depth) for kids in u.children.values() for i in kids), default=0)
     return len(victims)
 
 
-def _evict_one(tx: Tx, u: UserState, r: Record) -> None:
+def _evict_one(tx: Tx, u: UserState, r: Record) -> int:
+    """Evict an item (and the tree nodes it leaves childless; spliced nodes go too). Returns the
+    greatest depth of a tree node that left or moved up (-1: none)."""
     st = tx.st
+    deepest = -1
     stack = [r]
     while stack:
         x = stack.pop()
         if x.status != "active":
             continue
-        st.unplace(u, x)
+        if x.layer == "episodic" and x.parent_id is not None and x.parent_id != NO_TREE:
+            deepest = max(deepest, int(x.depth))
+        st.withdraw(u, x)
         if x.kind == "segment":
             st.drop_turn_views(u, x)
         if x.decay_mark is not None:
@@ -178,14 +260,17 @@ def _evict_one(tx: Tx, u: UserState, r: Record) -> None:
                 u.children.pop(x.parent_id, None)
                 stack.append(st.recs[x.parent_id])  # an internal node with no children goes too
             elif len(sib) == 1 and x.parent_id != ROOT:
-                _splice(tx, u, st.recs[x.parent_id])
+                deepest = max(deepest, _splice(tx, u, st.recs[x.parent_id]))
+    return deepest
 
 
-def _splice(tx: Tx, u: UserState, node: Record) -> None:
+def _splice(tx: Tx, u: UserState, node: Record) -> int:
     """An internal node left with one child is replaced by that child (which moves up a level
     with its subtree), so that evictions do not leave chains of one-child summaries behind:
-    without this, internal nodes outlive their leaves and the tree grows without bound."""
+    without this, internal nodes outlive their leaves and the tree grows without bound.
+    Returns the greatest depth of a node that left or moved (before it moved)."""
     st = tx.st
+    deepest = int(node.depth)
     (child,) = u.children.pop(node.id)
     parent = node.parent_id
     assert parent is not None
@@ -199,15 +284,17 @@ def _splice(tx: Tx, u: UserState, node: Record) -> None:
     stack = [c]
     while stack:
         y = stack.pop()
+        deepest = max(deepest, int(y.depth))
         y.depth = max(0, int(y.depth) - 1)
         tx.changed(y, "depth")
         stack.extend(st.recs[k] for k in u.children.get(y.id, []))
-    st.unplace(u, node)
+    st.withdraw(u, node)
     if node.decay_mark is not None:
         st.settle(node)
         tx.changed(node, "strength", "decay_mark")
     node.status = "evicted"
     tx.changed(node, "status")
+    return deepest
 
 
 class CoverageProjection:
@@ -251,47 +338,33 @@ class CoverageProjection:
         self.pool = np.zeros(n, dtype=np.uint64)
         self.pool[n_episodic:] = 1
         self.cap = (int(c.episodic_capacity), int(c.semantic_capacity))
-        col: dict[int, int] = {}  # turn record id -> column
-        raw_i: list[int] = []
-        raw_t: list[int] = []
-        agg_i: list[int] = []
-        agg_t: list[int] = []
-        raw_ids: list[int] = []
-        for i, r in enumerate(items):
-            if r.kind in ("segment", "fact"):
-                # Raw text the item renders verbatim: a leaf its member turns, a fact its latest source turn.
-                raw = (
-                    list(r.members or ())
-                    if r.kind == "segment"
-                    else ([u.by_src.get(r.sources[-1])] if r.sources else [])
-                )
-                for t in raw:
-                    if t is None or t not in st.recs or t not in st.vectors:
-                        continue
-                    j = col.get(t)
-                    if j is None:
-                        j = col[t] = len(col)
-                        raw_ids.append(t)
-                    raw_i.append(i)
-                    raw_t.append(j)
+        raws, aggs = item_turns(st, u, items)
+        # Raw (rendered) turns: one column each, numbered in order of first appearance.
+        self.raw_i, flat = _flatten(raws)
+        raw_ids, self.raw_t, uniq, rank = _first_seen(flat)
         self.n_raw = len(raw_ids)
-        for i, r in enumerate(items):
-            if r.kind not in ("segment", "fact"):  # aggregates: session summaries, notes
-                for src in r.sources or ():
-                    t = u.by_src.get(src)
-                    if t is not None:
-                        agg_i.append(i)
-                        agg_t.append(col.setdefault(t, len(col)))
-        self.n_col = len(col)
-        self.raw_i = np.asarray(raw_i, dtype=np.int64)
-        self.raw_t = np.asarray(raw_t, dtype=np.int64)
-        self.agg_i = np.asarray(agg_i, dtype=np.int64)
-        self.agg_t = np.asarray(agg_t, dtype=np.int64)
-        self.is_agg = np.array([r.kind not in ("segment", "fact") for r in items], dtype=bool)
+        # Aggregates' source turns: a raw turn's column, or a further column (which nothing renders).
+        self.agg_i, aflat = _flatten(aggs)
+        self.agg_t = np.empty(len(aflat), dtype=np.int64)
+        pos = np.minimum(np.searchsorted(uniq, aflat), max(len(uniq) - 1, 0))
+        found = uniq[pos] == aflat if len(uniq) else np.zeros(len(aflat), dtype=bool)
+        self.agg_t[found] = rank[pos[found]]
+        extra, inv = np.unique(aflat[~found], return_inverse=True)
+        self.agg_t[~found] = self.n_raw + inv.reshape(-1)
+        self.n_col = self.n_raw + len(extra)
+        self.col_ids = np.concatenate([raw_ids, extra.astype(np.int64)])  # the turn id of each column
+        kinds = [r.kind for r in items]
+        self.is_agg = np.fromiter((k not in ("segment", "fact") for k in kinds), dtype=bool, count=n)
         self.agg_n = np.bincount(self.agg_i, minlength=n).astype(np.float64)
         # Turns that go together (one leaf) never count as each other's redundancy.
-        self.group = np.array([u.seg_of.get(t, -1 - t) for t in raw_ids], dtype=np.int64)
-        self.A = st.vecs([r.id for r in items]) if bool(self.is_agg.any()) else None
+        self.group = np.fromiter(
+            map(u.seg_of.get, raw_ids.tolist(), (-1 - raw_ids).tolist()), dtype=np.int64, count=self.n_raw
+        )
+        # the aggregates' vectors (row agg_row[i] of A for aggregate i)
+        agg_idx = np.flatnonzero(self.is_agg)
+        self.agg_row = np.full(n, -1, dtype=np.int64)
+        self.agg_row[agg_idx] = np.arange(len(agg_idx), dtype=np.int64)
+        self.A = st.vecs([items[i].id for i in agg_idx.tolist()]) if len(agg_idx) else None
         k = neighbour_k(c)
         self.k_turn = k if k_turn is None else int(k_turn)
         nb = u.coverage if self.k_turn == k else None
@@ -300,16 +373,25 @@ class CoverageProjection:
             if self.k_turn == k:
                 u.coverage = nb
         self.nb = nb
-        self.cols = nb.sync(st.vectors, raw_ids)  # the list (column) of each raw turn
+        # the list (column) of each raw turn; the listed turns' stamps are read only when a vector
+        # of one of them was replaced since they were last read (UserState.vec_epoch)
+        kept = nb is u.coverage and nb.epoch == u.vec_epoch
+        self.cols = nb.sync(st.vectors, raw_ids.tolist(), listed_current=kept)
+        if nb is u.coverage:
+            nb.epoch = u.vec_epoch
         self.gcol = np.full(nb.n, -1, dtype=np.int64)  # each column's group (leaf)
         self.gcol[self.cols] = self.group
         self.best = np.full(self.n_raw, -np.inf, dtype=np.float32)  # nearest covered turn of another leaf
         self.where = np.full(self.n_raw, -1, dtype=np.int64)  # (its column; -1: none)
         self.asked = False
-        visits = np.array([r.access_count for r in items], dtype=np.float32)
-        restated = np.array([max(0.0, float(r.strength) - 1.0) if r.kind == "fact" else 0.0 for r in items])
+        visits = np.fromiter(map(attrgetter("access_count"), items), dtype=np.float32, count=n)
+        strength = np.fromiter(map(attrgetter("strength"), items), dtype=np.float64, count=n)
+        is_fact = np.fromiter((k == "fact" for k in kinds), dtype=bool, count=n)
+        restated = np.where(is_fact, np.maximum(0.0, strength - 1.0), 0.0)
         self.use = 1.0 + float(c.heat_a) * visits.astype(np.float64) + restated
-        last = np.array([r.last_access if r.last_access is not None else now for r in items], dtype=np.float64)
+        last = np.fromiter(
+            (now if x is None else x for x in map(attrgetter("last_access"), items)), dtype=np.float64, count=n
+        )
         zeros = np.zeros(n, dtype=np.float32)
         self.recency = np.asarray(
             kernels.heat_scores(zeros, zeros, last, float(now), a=0.0, b=0.0, c=1.0, mu=float(c.heat_mu)),
@@ -351,7 +433,7 @@ class CoverageProjection:
             idx = np.flatnonzero(self.is_agg & active & (self.pool == p)).astype(np.int64)
             if len(idx) < 2:
                 continue
-            Y = np.ascontiguousarray(self.A[idx])
+            Y = np.ascontiguousarray(self.A[self.agg_row[idx]])
             S, I = topk(Y, Y, 2, "ip")
             S = np.asarray(S, dtype=np.float64)
             I = np.asarray(I, dtype=np.int64)

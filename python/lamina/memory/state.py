@@ -27,7 +27,7 @@ from ..items import LAYERS, MemoryItem
 from ..layer_index import LayerIndex
 from ..lexical import LexicalIndex
 from .config import MemoryConfig
-from .coverage import TurnNeighbours
+from .coverage import TurnIncidence, TurnNeighbours
 from .records import (
     ITEM_FIELDS,
     NO_TREE,
@@ -78,6 +78,9 @@ class UserState:
         "derived",
         "named",
         "coverage",
+        "incidence",
+        "turn_epoch",
+        "vec_epoch",
     )
 
     def __init__(self, user_id: str, idx: int) -> None:
@@ -108,6 +111,15 @@ class UserState:
         # cache: the covered turns' neighbour lists of the capacity projection (never stored;
         # synced to the covered set and the vectors' stamps when used; None: built again)
         self.coverage: TurnNeighbours | None = None
+        # cache: the turns each pooled item renders or summarises (never stored; valid while
+        # turn_epoch is the one it was built at, and per item while the record and its sources are)
+        self.incidence: TurnIncidence | None = None
+        # counts changes that can change an item's turns in place: a turn leaving the state, a
+        # source id naming another turn (or a first turn for what derives from it), a patch
+        self.turn_epoch = 0
+        # counts vectors replaced of turns the neighbour lists hold (the lists' stamps are read
+        # again at the next projection; see TurnNeighbours.sync)
+        self.vec_epoch = 0
 
     def ns(self, code: int) -> int:
         """This user's namespace of a layer code (:class:`~lamina.memory.records.NsCode`)."""
@@ -117,6 +129,11 @@ class UserState:
 def _in_tree(r: Record) -> bool:
     """Whether a record is an active node of its user's MemTree (in ``UserState.children``)."""
     return r.status == "active" and r.layer == "episodic" and r.parent_id is not None and r.parent_id != NO_TREE
+
+
+def _not_turn(r: Record | None) -> bool:
+    """Whether a record is anything but a turn (or unknown)."""
+    return r is None or r.kind != "turn"
 
 
 def _insert(lst: list[int], i: int) -> None:
@@ -243,11 +260,23 @@ class MemoryState:
         :meth:`reload_user` would build; the cost follows the change, not the user. Deleted
         vectors are forgotten (arena rows zeroed, graphs that held them dropped)."""
         dead = set(dead)
-        rows = [row for row in rows if not (row["id"] in u.ids and self._patch(u, self.recs[row["id"]], row))]
+        u.turn_epoch += 1  # (the pooled items' turns are read again: rows of any kind may have changed)
+        u.vec_epoch += 1  # (and the listed turns' vectors checked)
+        moved = 0  # the greatest depth a tree node patched in place moved from or to (the height may change)
+        full: list[dict[str, Any]] = []
+        for row in rows:
+            r = self.recs[row["id"]] if row["id"] in u.ids else None
+            d = int(r.depth) if r is not None else 0
+            if r is not None and self._patch(u, r, row):
+                if _in_tree(r) and int(r.depth) != d:
+                    moved = max(moved, d, int(r.depth))
+                continue
+            full.append(row)
+        rows = full
         ids = dead | {int(row["id"]) for row in rows}
         old = sorted((self.recs[i] for i in ids if i in u.ids), key=lambda r: r.seq)
         gone = {r.id for r in old}
-        deepest = max((int(r.depth) for r in old if _in_tree(r)), default=0)
+        deepest = max([moved] + [int(r.depth) for r in old if _in_tree(r)])
         # leaves whose turn views show a changed turn: their views are built again below
         refresh = {u.seg_of[r.id] for r in old if r.kind == "turn" and r.id in u.seg_of} - gone
         for lid in sorted(refresh):
@@ -448,6 +477,8 @@ class MemoryState:
                     del u.profiles[norm_key(r.subject or "")]
             u.stale = None
         if r.kind == "turn":
+            u.turn_epoch += 1  # (a leaf or fact rendering it renders it no more)
+            u.vec_epoch += 1
             if r.session_id is not None:
                 _discard(u.session_turns, r.session_id, r.id)
         elif r.kind == "fact":
@@ -478,10 +509,15 @@ class MemoryState:
         """``u.by_src[src]``: the newest turn with that source id (as a load in id order leaves it)."""
         turns = [i for i in u.derived.get(src, ()) if i != without and self.recs[i].kind == "turn"]
         turns = [i for i in turns if self.recs[i].source_id == src]
+        old = u.by_src.get(src)
         if turns:
             u.by_src[src] = max(turns)
         else:
             u.by_src.pop(src, None)
+        new = u.by_src.get(src)
+        # a source id that names another turn now, or a first one for records that derive from it
+        if new != old and (old is not None or any(_not_turn(self.recs.get(i)) for i in u.derived.get(src, ()))):
+            u.turn_epoch += 1
 
     def set_sources(self, u: UserState, r: Record, sources: tuple[str, ...]) -> None:
         """Change a record's provenance (keeps the index of what derives from each source; a
@@ -587,10 +623,16 @@ class MemoryState:
     def unplace(self, u: UserState, r: Record) -> Vec:
         """Take a record's vector out of the index (returns it)."""
         emb = self.vec(r)
+        self.withdraw(u, r)
+        return emb
+
+    def withdraw(self, u: UserState, r: Record) -> None:
+        """:meth:`unplace` without reading the vector (an eviction's)."""
+        if r.kind == "turn" and u.coverage is not None and r.id in u.coverage.col:
+            u.vec_epoch += 1  # (a listed turn's vector is replaced or gone)
         self.vectors.remove([r.id])
         u.n_active[r.layer] -= 1
         u.active[r.layer].discard(r.id)
-        return emb
 
     def move(self, u: UserState, r: Record, layer: str, emb: Vec | None = None) -> None:
         """Move an active record to another layer (or replace its vector when ``emb`` is given)."""
