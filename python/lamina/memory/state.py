@@ -126,6 +126,12 @@ class UserState:
         return namespace(self.idx, code)
 
 
+def _person(name: str) -> tuple[str, re.Pattern[str]]:
+    """A person's entry in ``UserState.people``: the name as first written, and a pattern that
+    finds it as whole words (case-insensitive, any spacing collapsed to one space)."""
+    return name, re.compile(r"(?<!\w)" + re.escape(" ".join(name.split())) + r"(?!\w)", re.I)
+
+
 def _in_tree(r: Record) -> bool:
     """Whether a record is an active node of its user's MemTree (in ``UserState.children``)."""
     return r.status == "active" and r.layer == "episodic" and r.parent_id is not None and r.parent_id != NO_TREE
@@ -432,7 +438,7 @@ class MemoryState:
             lst = u.named.setdefault(key, [])
             _insert(lst, r.id)
             if lst[0] == r.id:  # the first record that names a person spells the name
-                u.people[key] = (who, re.compile(r"(?<!\w)" + re.escape(" ".join(who.split())) + r"(?!\w)", re.I))
+                u.people[key] = _person(who)
         if r.status != "active":
             return
         if r.layer == "working":
@@ -496,7 +502,7 @@ class MemoryState:
                 nxt = self.recs[lst[0]]
                 name = nxt.speaker if nxt.kind == "turn" else nxt.subject
                 assert name is not None
-                u.people[key] = (name, re.compile(r"(?<!\w)" + re.escape(" ".join(name.split())) + r"(?!\w)", re.I))
+                u.people[key] = _person(name)
         for src in r.sources:
             _discard(u.derived, src, r.id)
         if r.kind == "turn" and r.source_id is not None:
