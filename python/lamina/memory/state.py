@@ -264,7 +264,7 @@ class MemoryState:
         them, and what depends on both (turn views of the leaves that hold a changed turn, the
         tree's height, cached fact staleness) is redone. The result equals the state
         :meth:`reload_user` would build; the cost follows the change, not the user. Deleted
-        vectors are forgotten (arena rows zeroed, graphs that held them dropped)."""
+        vectors are forgotten (arena rows zeroed, scrubbed from the graphs that held them)."""
         dead = set(dead)
         u.turn_epoch += 1  # (the pooled items' turns are read again: rows of any kind may have changed)
         u.vec_epoch += 1  # (and the listed turns' vectors checked)
