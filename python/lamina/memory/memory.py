@@ -189,7 +189,7 @@ class Memory:
     def _forget_files(self) -> None:
         """After a committed delete: no copy of the deleted rows stays in the database files
         (:meth:`Store.forget`; the state no longer holds them: their vectors were removed, which
-        zeroes the arena rows, and the graphs that held them dropped). A wipe that another
+        zeroes the arena rows, and the graphs that held them scrubbed). A wipe that another
         connection's long read blocks stays pending in the store and is retried after every
         later write of any process, and at the next open."""
         if not self._store.forget():
