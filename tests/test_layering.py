@@ -21,13 +21,14 @@ MEMORY_LEVELS = {
     "staleness": 2,
     "coverage": 2,
     "state": 3,
-    "semantic": 4,
-    "retention": 4,
-    "retrieve": 4,
-    "fill": 4,
-    "consolidate": 5,
-    "ingest": 6,
-    "memory": 7,
+    "tx": 4,
+    "semantic": 5,
+    "retention": 5,
+    "retrieve": 5,
+    "fill": 5,
+    "consolidate": 6,
+    "ingest": 7,
+    "memory": 8,
 }
 
 

@@ -12,8 +12,9 @@ from memkit import DAY, FILLER, T0, active_leaves, chat, check_tree, item_rows, 
 from lamina import Memory, MemoryConfig, SessionReport
 from lamina.extract import ExtractiveSummarizer, Turn
 from lamina.memory.consolidate import segments
-from lamina.memory.state import MemoryState, Tx
+from lamina.memory.state import MemoryState
 from lamina.memory.store import SQLiteStore
+from lamina.memory.tx import Tx
 
 
 def _segments(embs: list[list[float]], **cfg: object) -> list[list[int]]:

@@ -21,8 +21,9 @@ from lamina.memory.consolidate import dequeue
 from lamina.memory.ingest import add_turns, parse_messages
 from lamina.memory.records import Record
 from lamina.memory.retention import CoverageProjection, heat
-from lamina.memory.state import MemoryState, Models, Tx
+from lamina.memory.state import MemoryState
 from lamina.memory.store import SQLiteStore
+from lamina.memory.tx import Models, Tx
 
 DIM = 16
 

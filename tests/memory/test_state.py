@@ -14,8 +14,9 @@ from memkit import DAY, T0, dump, fill, item_rows, public_view
 from lamina import Memory, MemoryConfig
 from lamina.embedders import get_embedder
 from lamina.memory.records import ITEM_FIELDS, NsCode
-from lamina.memory.state import MemoryState, Tx
+from lamina.memory.state import MemoryState
 from lamina.memory.store import SQLiteStore
+from lamina.memory.tx import Tx
 
 CFG = MemoryConfig(working_capacity=4, episodic_capacity=4, max_segment_turns=2)
 DIM = get_embedder("hashing").dim

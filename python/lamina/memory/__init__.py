@@ -30,8 +30,9 @@ The package reads top-down as the loop (imports flow one way, from the first to 
   :mod:`~lamina.memory.reports` (typed results), :mod:`~lamina.memory.store` (the ``Store``
   protocol and SQLite, the only SQL);
 * :mod:`~lamina.memory.records` (the record, namespace codes, ``namespace()``),
-  :mod:`~lamina.memory.staleness`, :mod:`~lamina.memory.state` (per-user state, arenas, the unit of
-  work ``Tx``);
+  :mod:`~lamina.memory.staleness`, :mod:`~lamina.memory.coverage` (the coverage rule's kept
+  neighbour lists and incidence), :mod:`~lamina.memory.state` (per-user state, arenas, catching up
+  with the store's change log), :mod:`~lamina.memory.tx` (the unit of work ``Tx``);
 * the stages: :mod:`~lamina.memory.ingest` (add, working FIFO), :mod:`~lamina.memory.consolidate`
   (segments, MemTree, summaries, EMA blend), :mod:`~lamina.memory.semantic` (facts, supersession,
   profiles), :mod:`~lamina.memory.retention` (heat, promotion, eviction),

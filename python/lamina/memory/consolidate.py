@@ -32,7 +32,8 @@ from .records import NO_TREE, ROOT, Record, unit
 from .reports import SessionReport
 from .retention import evict, observe_covered, promote
 from .semantic import resolve
-from .state import MemoryState, Models, Tx, UserState
+from .state import MemoryState, UserState
+from .tx import Models, Tx
 
 __all__ = ["dequeue", "end_session", "turn_views", "lift_orphans"]
 

@@ -14,7 +14,7 @@ from ..errors import InvalidInput
 from .consolidate import dequeue
 from .inputs import check_text, to_time
 from .records import COMMITMENTS
-from .state import Models, Tx
+from .tx import Models, Tx
 
 __all__ = ["Message", "parse_messages", "add_turns"]
 

@@ -27,8 +27,9 @@ from .config import ACTIVE_LAYERS, MemoryConfig
 from .inputs import TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import NsCode, Record, norm_key
 from .reports import DeleteReport, MemoryStats, ProfileDrift, SessionReport
-from .state import MemoryState, Models, Tx, UserState
+from .state import MemoryState, UserState
 from .store import SQLiteStore, Store
+from .tx import Models, Tx
 
 __all__ = ["Memory", "ClosedError"]
 

@@ -3,7 +3,7 @@
 
 A :class:`Record` mirrors one row of the ``items`` table (:data:`ITEM_FIELDS`, plus the
 embedding, which lives in the arenas). Records are mutable: the write path changes them in place
-and tells the unit of work (:class:`lamina.memory.state.Tx`) which columns changed.
+and tells the unit of work (:class:`lamina.memory.tx.Tx`) which columns changed.
 """
 
 from __future__ import annotations

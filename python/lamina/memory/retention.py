@@ -43,7 +43,8 @@ from ..search import topk
 from .config import MemoryConfig
 from .coverage import TurnIncidence, TurnNeighbours
 from .records import NO_TREE, ROOT, Record, norm_key
-from .state import MemoryState, Models, Tx, UserState
+from .state import MemoryState, UserState
+from .tx import Models, Tx
 
 __all__ = [
     "heat",

@@ -13,7 +13,8 @@ from .. import kernels
 from ..extract import Fact, fact_sentence
 from .inputs import wall_clock
 from .records import Record, norm_key
-from .state import Models, Tx, UserState
+from .state import UserState
+from .tx import Models, Tx
 
 __all__ = ["resolve", "update_profile"]
 
