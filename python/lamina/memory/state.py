@@ -132,6 +132,11 @@ def _person(name: str) -> tuple[str, re.Pattern[str]]:
     return name, re.compile(r"(?<!\w)" + re.escape(" ".join(name.split())) + r"(?!\w)", re.I)
 
 
+def _set_user_row(u: UserState, row: UserRow) -> None:
+    """A user's stored statistics (drift, α decays) from its ``users`` row."""
+    _uid, _idx, u.drift_total, u.drift_last, u.drift_updates, u.decays = row
+
+
 def _in_tree(r: Record) -> bool:
     """Whether a record is an active node of its user's MemTree (in ``UserState.children``)."""
     return r.status == "active" and r.layer == "episodic" and r.parent_id is not None and r.parent_id != NO_TREE
@@ -199,13 +204,11 @@ class MemoryState:
         versions: Mapping[str, int],
     ) -> None:
         """Add users (absent from the state) with their sessions and items (in id order)."""
-        for uid, idx, dt, dl, du, decays in users:
-            u = UserState(uid, idx)
-            u.drift_total, u.drift_last, u.drift_updates, u.decays = dt, dl, du, decays
-            u.version = versions.get(uid, 0)
-            self.users[uid] = u
-        for uid, sid, status, started, ended, ends in sessions:
-            self.sessions[(uid, sid)] = [status, started, ended, ends]
+        for row in users:
+            u = self.users[row[0]] = UserState(row[0], row[1])
+            _set_user_row(u, row)
+            u.version = versions.get(u.user_id, 0)
+        self._set_sessions(sessions)
         for r in self._add_rows(items):
             self.add_turn_views(self.users[r.user_id], r, [m for m in r.members if m in self.vectors])
 
@@ -299,35 +302,41 @@ class MemoryState:
         u.stale = u.stale_last = None  # (its per-item cache is keyed by id: texts may have changed)
         # (u.coverage stays: the projection syncs it to the covered turns and their vectors' stamps)
 
-    # columns a record can change in place: its vector, turn views and every index but the tree's
-    # and the sources' stay as they are (a strength decayed, a node moved in the tree, ...)
-    _IN_PLACE = (
-        frozenset(ITEM_FIELDS)
-        - {"parent_id", "sources"}
-        - {"status", "layer", "kind", "text", "members", "session_id", "speaker", "source_id", "subject", "predicate"}
+    # columns that key an index, a vector or a turn view: a row that changes one takes the full path
+    _KEYED = frozenset(
+        {"status", "layer", "kind", "text", "members", "session_id", "speaker", "source_id", "subject", "predicate"}
     )
+    # columns a record can change in place (a strength decayed, ...); the tree's and the sources'
+    # indexes are kept by _patch itself
+    _IN_PLACE = frozenset(ITEM_FIELDS) - _KEYED - {"parent_id", "sources"}
 
     def _patch(self, u: UserState, r: Record, row: dict[str, Any]) -> bool:
         """Update a record from its changed row in place when that touches no vector, turn view
         or index but the tree and the sources (True), else leave it for the full path (False)."""
-        for f in ITEM_FIELDS:
-            if f not in self._IN_PLACE and f not in ("parent_id", "sources") and getattr(r, f) != row[f]:
-                return False
+        if any(getattr(r, f) != row[f] for f in self._KEYED):
+            return False
         if r.status == "active" and self.vec(r).tobytes() != row["embedding"]:
             return False
-        tree = r.status == "active" and r.layer == "episodic" and r.parent_id not in (None, NO_TREE)
-        if tree != (r.status == "active" and r.layer == "episodic" and row["parent_id"] not in (None, NO_TREE)):
+        active_ep = r.status == "active" and r.layer == "episodic"  # (status and layer are the row's)
+        if _in_tree(r) != (active_ep and row["parent_id"] not in (None, NO_TREE)):
             return False
-        if tree and row["parent_id"] != r.parent_id:
-            _discard(u.children, r.parent_id, r.id, keep=ROOT)
-            _insert(u.children.setdefault(row["parent_id"], []), r.id)
+        if _in_tree(r):
+            self._reparent(u, r, row["parent_id"])
+        else:
+            r.parent_id = row["parent_id"]
         if tuple(row["sources"]) != r.sources:
             self.set_sources(u, r, tuple(row["sources"]))
         for f in self._IN_PLACE:
             setattr(r, f, row[f])
-        r.parent_id = row["parent_id"]
         self.pending.pop(r.id, None)
         return True
+
+    def _reparent(self, u: UserState, r: Record, parent: int) -> None:
+        """Move an active tree node under another parent in ``u.children`` (and on the record)."""
+        if parent != r.parent_id:
+            _discard(u.children, r.parent_id, r.id, keep=ROOT)
+            _insert(u.children.setdefault(parent, []), r.id)
+            r.parent_id = parent
 
     def retree(self, u: UserState, moves: Mapping[int, Mapping[str, int]]) -> None:
         """Move active tree nodes in memory: new ``parent_id`` and/or ``depth`` per record id (as
@@ -335,11 +344,8 @@ class MemoryState:
         deepest = 0
         for rid, cols in moves.items():
             r = self.recs[rid]
-            parent = cols.get("parent_id", r.parent_id)
-            if parent is not None and parent != r.parent_id:
-                _discard(u.children, r.parent_id, rid, keep=ROOT)
-                _insert(u.children.setdefault(parent, []), rid)
-                r.parent_id = parent
+            if "parent_id" in cols:
+                self._reparent(u, r, cols["parent_id"])
             deepest = max(deepest, int(r.depth))
             r.depth = cols.get("depth", r.depth)
         if deepest >= u.max_depth:
@@ -368,13 +374,17 @@ class MemoryState:
             return
         rows, dead = store.changes(user_id, u.version)
         self.apply(u, rows, dead)
-        for _uid, _idx, dt, dl, du, decays in store.users(user_id):
-            u.drift_total, u.drift_last, u.drift_updates, u.decays = dt, dl, du, decays
+        for row in store.users(user_id):
+            _set_user_row(u, row)
         for key in [k for k in self.sessions if k[0] == user_id]:
             del self.sessions[key]
-        for uid, sid, status, started, ended, ends in store.sessions(user_id):
-            self.sessions[(uid, sid)] = [status, started, ended, ends]
+        self._set_sessions(store.sessions(user_id))
         u.version = version
+
+    def _set_sessions(self, rows: Iterable[SessionRow]) -> None:
+        """Sessions from the store's rows."""
+        for uid, sid, status, started, ended, ends in rows:
+            self.sessions[(uid, sid)] = [status, started, ended, ends]
 
     def sync(self, store: Store) -> list[str]:
         """Catch up with other writers of the store (inside a snapshot or the write's
@@ -444,7 +454,8 @@ class MemoryState:
         if r.layer == "working":
             assert r.session_id is not None
             _insert(u.working.setdefault(r.session_id, []), r.id)
-        elif r.layer == "episodic" and r.parent_id is not None and r.parent_id != NO_TREE:
+        elif _in_tree(r):
+            assert r.parent_id is not None
             _insert(u.children.setdefault(r.parent_id, []), r.id)
             u.max_depth = max(u.max_depth, int(r.depth))
         elif r.layer == "semantic" and r.kind == "fact":
@@ -474,7 +485,7 @@ class MemoryState:
                 self.drop_turn_views(u, r, forget=forget)
             if r.layer == "working" and r.session_id is not None:
                 _discard(u.working, r.session_id, r.id)
-            elif r.layer == "episodic" and r.parent_id is not None and r.parent_id != NO_TREE:
+            elif _in_tree(r):
                 _discard(u.children, r.parent_id, r.id, keep=ROOT)
             elif r.layer == "semantic" and r.kind == "fact":
                 _discard(u.current, (norm_key(r.subject or ""), r.predicate or ""), r.id)

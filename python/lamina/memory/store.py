@@ -520,7 +520,7 @@ class SQLiteStore:
 
     def changes(self, user_id: str, since: int) -> tuple[list[dict[str, Any]], list[int]]:
         sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items WHERE user_id=? AND version > ? ORDER BY seq"
-        rows = [{c: _dec(c, v) for c, v in zip(ITEM_COLUMNS, row)} for row in self.conn.execute(sql, (user_id, since))]
+        rows = [_decode(row) for row in self.conn.execute(sql, (user_id, since))]
         dead = [
             int(r[0])
             for r in self.conn.execute(
@@ -576,7 +576,7 @@ class SQLiteStore:
             else self.conn.execute(sql + " WHERE user_id=? ORDER BY seq", (user_id,))
         )
         for row in cur:
-            yield {c: _dec(c, v) for c, v in zip(ITEM_COLUMNS, row)}
+            yield _decode(row)
 
     def add_revision(self, item_id: int, text: str, changed_at: float) -> None:
         seq = self.conn.execute("SELECT COUNT(*) FROM revisions WHERE item_id=?", (item_id,)).fetchone()[0]
@@ -618,6 +618,11 @@ def _enc(col: str, v: Any) -> Any:
     if col in ("sources", "members"):
         return json.dumps(list(v))
     return v
+
+
+def _decode(row: Iterable[Any]) -> dict[str, Any]:
+    """An ``items`` row read in :data:`ITEM_COLUMNS` order, as a dict of decoded values."""
+    return {c: _dec(c, v) for c, v in zip(ITEM_COLUMNS, row)}
 
 
 def _dec(col: str, v: Any) -> Any:
