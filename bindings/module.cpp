@@ -16,4 +16,5 @@ PYBIND11_MODULE(_core, m) {
   lamina::py_detail::register_kv(m);
   lamina::py_detail::register_encoder(m);
   lamina::py_detail::register_lexical(m);
+  lamina::py_detail::register_model(m);
 }

@@ -1,0 +1,213 @@
+// Bindings for the model runtime (lamina/model.hpp). Private: python/lamina/model wraps them.
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "common.hpp"
+#include "lamina/model.hpp"
+
+namespace lamina::py_detail {
+
+namespace {
+
+using model::QType;
+
+// The model plus the arrays its non-owning pointers point into (kept alive here).
+struct PyModel {
+  std::unique_ptr<model::Model> m;
+  py::list keep;
+};
+
+model::Matrix matrix(const py::dict& tensors, const std::string& name, py::list& keep) {
+  LAMINA_CHECK(tensors.contains(name), "tensor ", name, " is missing");
+  py::tuple tv = tensors[py::str(name)].cast<py::tuple>();
+  LAMINA_CHECK(tv.size() == 2, "tensor ", name, ": expected a (type name, array) pair");
+  const QType t = model::qtype_from_name(tv[0].cast<std::string>());
+  py::array a;
+  model::Matrix m;
+  m.type = t;
+  if (t == QType::F32) {
+    a = checked_array<float>(tv[1], name.c_str(), 2, "float32");
+  } else if (t == QType::F16) {
+    if (!py::isinstance<py::array>(tv[1]) ||
+        !py::reinterpret_borrow<py::array>(tv[1]).dtype().is(py::dtype("float16")))
+      throw TypeError(name + " (F16) must be a float16 numpy array");
+    a = py::reinterpret_borrow<py::array>(tv[1]);
+    LAMINA_CHECK(a.ndim() == 2 && (a.flags() & py::array::c_style), name,
+                 " must be a C-contiguous 2-D array");
+  } else {
+    a = checked_array<uint8_t>(tv[1], name.c_str(), 2, "uint8");
+  }
+  m.rows = static_cast<std::size_t>(a.shape(0));
+  if (t == QType::F32 || t == QType::F16) {
+    m.cols = static_cast<std::size_t>(a.shape(1));
+  } else {
+    const std::size_t per32 = model::row_bytes(t, 32);
+    LAMINA_CHECK(static_cast<std::size_t>(a.shape(1)) % per32 == 0, name, ": ", a.shape(1),
+                 " bytes per row is not a whole number of ", model::qtype_name(t), " blocks");
+    m.cols = static_cast<std::size_t>(a.shape(1)) / per32 * 32;
+  }
+  m.data = a.data();
+  keep.append(a);
+  return m;
+}
+
+const float* vector(const py::dict& tensors, const std::string& name, std::size_t n,
+                    py::list& keep) {
+  LAMINA_CHECK(tensors.contains(name), "tensor ", name, " is missing");
+  py::tuple tv = tensors[py::str(name)].cast<py::tuple>();
+  LAMINA_CHECK(tv.size() == 2 && tv[0].cast<std::string>() == "F32", "tensor ", name,
+               " must be F32");
+  py::array a = checked_array<float>(tv[1], name.c_str(), 1, "float32");
+  LAMINA_CHECK(static_cast<std::size_t>(a.shape(0)) == n, name, " has ", a.shape(0),
+               " elements, expected ", n);
+  keep.append(a);
+  return static_cast<const float*>(a.data());
+}
+
+model::Logits logits_mode(const std::string& s) {
+  if (s == "none") return model::Logits::None;
+  if (s == "last") return model::Logits::Last;
+  if (s == "all") return model::Logits::All;
+  throw ValueError("logits must be 'none', 'last' or 'all', got '" + s + "'");
+}
+
+}  // namespace
+
+void register_model(py::module_& m) {
+  py::class_<model::KVCache>(m, "KVCache")
+      .def(py::init<int, int, int>(), py::arg("n_layers"), py::arg("n_kv_heads"),
+           py::arg("head_dim"))
+      .def_property_readonly("n_layers", &model::KVCache::n_layers)
+      .def_property_readonly("n_kv_heads", &model::KVCache::n_kv_heads)
+      .def_property_readonly("head_dim", &model::KVCache::head_dim)
+      .def_property_readonly("n_seen", &model::KVCache::n_seen)
+      .def_property_readonly("nbytes", &model::KVCache::bytes)
+      .def("lengths",
+           [](const model::KVCache& c) {
+             py::array_t<int64_t> out({c.n_layers(), c.n_kv_heads()});
+             int64_t* o = out.mutable_data();
+             for (int l = 0; l < c.n_layers(); ++l)
+               for (int h = 0; h < c.n_kv_heads(); ++h)
+                 o[l * c.n_kv_heads() + h] = static_cast<int64_t>(c.length(l, h));
+             return out;
+           })
+      .def("keys",
+           [](const model::KVCache& c, int l, int h) {
+             const std::size_t n = c.length(l, h), D = c.head_dim();
+             py::array_t<float> out({n, D});
+             std::copy(c.keys(l, h), c.keys(l, h) + n * D, out.mutable_data());
+             return out;
+           })
+      .def("values",
+           [](const model::KVCache& c, int l, int h) {
+             const std::size_t n = c.length(l, h), D = c.head_dim();
+             py::array_t<float> out({n, D});
+             std::copy(c.values(l, h), c.values(l, h) + n * D, out.mutable_data());
+             return out;
+           })
+      .def("positions",
+           [](const model::KVCache& c, int l, int h) {
+             const std::size_t n = c.length(l, h);
+             py::array_t<int64_t> out(n);
+             for (std::size_t i = 0; i < n; ++i) out.mutable_data()[i] = c.positions(l, h)[i];
+             return out;
+           })
+      .def("keep",
+           [](model::KVCache& c, int l, int h, const py::object& idx) {
+             py::array a = checked_array<int64_t>(idx, "indices", 1, "int64");
+             const int64_t* p = static_cast<const int64_t*>(a.data());
+             const std::size_t n = static_cast<std::size_t>(a.shape(0));
+             py::gil_scoped_release nogil;
+             c.keep(l, h, p, n);
+           })
+      .def("clear", &model::KVCache::clear);
+
+  py::class_<PyModel>(m, "LlamaModel")
+      .def(py::init([](const py::dict& cfg, const py::dict& tensors) {
+             model::Config c;
+             c.n_layers = cfg["n_layers"].cast<int>();
+             c.d_model = cfg["d_model"].cast<int>();
+             c.d_ff = cfg["d_ff"].cast<int>();
+             c.n_heads = cfg["n_heads"].cast<int>();
+             c.n_kv_heads = cfg["n_kv_heads"].cast<int>();
+             c.head_dim = cfg["head_dim"].cast<int>();
+             c.vocab_size = cfg["vocab_size"].cast<int>();
+             c.rope_base = cfg["rope_base"].cast<float>();
+             c.rms_eps = cfg["rms_eps"].cast<float>();
+             auto pm = std::make_unique<PyModel>();
+             model::Weights w;
+             const std::size_t d = static_cast<std::size_t>(c.d_model);
+             w.token_embd = matrix(tensors, "token_embd.weight", pm->keep);
+             w.output = tensors.contains("output.weight") ? matrix(tensors, "output.weight", pm->keep)
+                                                         : w.token_embd;
+             w.output_norm = vector(tensors, "output_norm.weight", d, pm->keep);
+             for (int i = 0; i < c.n_layers; ++i) {
+               const std::string p = "blk." + std::to_string(i) + ".";
+               model::Layer L;
+               L.attn_norm = vector(tensors, p + "attn_norm.weight", d, pm->keep);
+               L.ffn_norm = vector(tensors, p + "ffn_norm.weight", d, pm->keep);
+               L.wq = matrix(tensors, p + "attn_q.weight", pm->keep);
+               L.wk = matrix(tensors, p + "attn_k.weight", pm->keep);
+               L.wv = matrix(tensors, p + "attn_v.weight", pm->keep);
+               L.wo = matrix(tensors, p + "attn_output.weight", pm->keep);
+               L.w_gate = matrix(tensors, p + "ffn_gate.weight", pm->keep);
+               L.w_up = matrix(tensors, p + "ffn_up.weight", pm->keep);
+               L.w_down = matrix(tensors, p + "ffn_down.weight", pm->keep);
+               w.layers.push_back(L);
+             }
+             pm->m = std::make_unique<model::Model>(c, std::move(w));
+             return pm;
+           }),
+           py::arg("config"), py::arg("tensors"))
+      .def_property_readonly_static("kernel_isa",
+                                    [](const py::object&) { return model::Model::kernel_isa(); })
+      .def(
+          "forward",
+          [](const PyModel& pm, const py::object& ids, model::KVCache& cache,
+             const std::string& logits, int threads, int record_window) {
+            py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
+            const model::Logits mode = logits_mode(logits);
+            const model::Config& c = pm.m->config();
+            const std::size_t T = static_cast<std::size_t>(a.shape(0));
+            LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
+            LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
+                         "record_window must be in [0, len(ids)], got ", record_window);
+            py::object out = py::none(), rec = py::none();
+            float* lp = nullptr;
+            if (mode == model::Logits::Last) {
+              py::array_t<float> o(c.vocab_size);
+              lp = o.mutable_data();
+              out = o;
+            } else if (mode == model::Logits::All) {
+              py::array_t<float> o({T, static_cast<std::size_t>(c.vocab_size)});
+              lp = o.mutable_data();
+              out = o;
+            }
+            model::AttentionRecord R;
+            if (record_window > 0) {
+              const std::size_t S = cache.length(0, 0) + T;
+              py::array_t<float> o({static_cast<std::size_t>(c.n_layers),
+                                    static_cast<std::size_t>(c.n_heads),
+                                    static_cast<std::size_t>(record_window), S});
+              R.window = record_window;
+              R.out = o.mutable_data();
+              rec = o;
+            }
+            const int32_t* p = static_cast<const int32_t*>(a.data());
+            {
+              py::gil_scoped_release nogil;
+              pm.m->forward(p, T, cache, mode, lp, threads, record_window > 0 ? &R : nullptr);
+            }
+            return py::make_tuple(out, rec);
+          },
+          py::arg("ids"), py::arg("cache"), py::arg("logits") = "last", py::arg("threads") = 0,
+          py::arg("record_window") = 0,
+          "Runs ids (int32 [T]) through the model after the tokens in cache; returns (logits, "
+          "attention): logits float32 [vocab] ('last'), [T, vocab] ('all') or None ('none'); "
+          "attention float32 [L, H, record_window, S] or None.");
+}
+
+}  // namespace lamina::py_detail

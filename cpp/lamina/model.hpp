@@ -1,0 +1,167 @@
+// lamina/model.hpp — a llama-architecture decoder on quantised weights, with a ragged KV cache.
+//
+// The forward of a llama-family model (RMSNorm, RoPE in llama.cpp's adjacent-pair layout,
+// grouped-query attention, SwiGLU, final norm and output projection) over weights that stay in
+// their GGUF encodings (GGML blocks of 32: Q4_0, Q4_1, Q8_0; or F16 / F32 rows). Nothing is
+// dequantised ahead of time:
+//   * decode (fewer than kGemmMinTokens new tokens): a GEMV per matrix that decodes each block
+//     in registers and multiplies it with the float32 activation (per-block sums of the
+//     activation carry the Q4_1 offset and the Q4_0 bias);
+//   * prefill: a blocked GEMM that dequantises a panel of weight rows (panel_width rows × K,
+//     stored k-major) into a per-thread float buffer, then runs a register-blocked FMA
+//     micro-kernel over every token of the chunk.
+// The loops are compiled once per ISA (cpp/model_kernels.inc in model_kernels_<isa>.cpp) and
+// chosen at run time by lamina/isa.hpp's rule (model_dispatch.cpp), like every kernel family.
+//
+// Threads: one forward call starts one team through lamina::parallel_for (n_tasks = n_threads,
+// so each task is one thread for the whole call) and separates its phases with a spin/yield
+// barrier; each phase splits its work statically by task. Nothing inside the team throws:
+// every check happens before it starts.
+//
+// KV cache: per (layer, KV head) a ragged list of entries — a key row and a value row of
+// head_dim float32 each (keys stored after RoPE) and the token's absolute position. Heads may
+// hold different numbers of entries (`keep` compacts one head to a sorted subset and gives the
+// freed memory back), so a head-wise budget frees memory instead of masking. Attention of a
+// query runs over its KV head's entries in storage order; the entries appended by the current
+// call are causally masked (entry j of the call is visible to its queries i >= j).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lamina::model {
+
+/// GGML tensor types read by the runtime (values are GGML's type ids).
+enum class QType : int { F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 };
+
+/// "F32", "F16", "Q4_0", "Q4_1", "Q8_0"; ValueError for any other name.
+QType qtype_from_name(const std::string& name);
+const char* qtype_name(QType t);
+/// Bytes of one row of `cols` elements (cols a multiple of 32 for the block types;
+/// ValueError otherwise).
+std::size_t row_bytes(QType t, std::size_t cols);
+
+/// A matrix (rows × cols, row-major, `cols` = the input width) in its stored encoding.
+/// Non-owning: `data` must outlive the model (the Python side keeps the memory-mapped file).
+struct Matrix {
+  QType type = QType::F32;
+  const void* data = nullptr;
+  std::size_t rows = 0, cols = 0;
+};
+
+/// Hyper-parameters (names as in python/lamina/model/gguf_file.py: LlamaConfig).
+struct Config {
+  int n_layers = 0, d_model = 0, d_ff = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int vocab_size = 0;
+  float rope_base = 10000.0f;
+  float rms_eps = 1e-5f;
+};
+
+/// Weights of one block. Norm weights: F32 vectors of d_model (non-owning, like Matrix).
+struct Layer {
+  const float* attn_norm = nullptr;
+  Matrix wq, wk, wv, wo;  // (H·D × d), (Hk·D × d), (Hk·D × d), (d × H·D)
+  const float* ffn_norm = nullptr;
+  Matrix w_gate, w_up, w_down;  // (d_ff × d), (d_ff × d), (d × d_ff)
+};
+
+struct Weights {
+  Matrix token_embd;  // (vocab × d)
+  std::vector<Layer> layers;
+  const float* output_norm = nullptr;  // d
+  Matrix output;                       // (vocab × d): token_embd when tied
+};
+
+/// The KV cache of one sequence (see the file comment). Not thread-safe: one forward (or one
+/// keep/clear) at a time per cache; distinct caches are independent.
+class KVCache {
+ public:
+  KVCache(int n_layers, int n_kv_heads, int head_dim);
+
+  int n_layers() const { return n_layers_; }
+  int n_kv_heads() const { return n_kv_; }
+  int head_dim() const { return hd_; }
+  /// Entries held by (layer, head).
+  std::size_t length(int layer, int head) const;
+  /// Tokens the cache has seen (the position of the next token); compaction does not change it.
+  int64_t n_seen() const { return n_seen_; }
+  /// Bytes of key, value and position storage allocated (capacity, not length), all heads.
+  std::size_t bytes() const;
+  /// Keys / values of (layer, head): length × head_dim float32, row-major; positions: length.
+  const float* keys(int layer, int head) const;
+  const float* values(int layer, int head) const;
+  const int32_t* positions(int layer, int head) const;
+
+  /// Keep only entries idx[0..n) of (layer, head) (strictly increasing, each < length) in that
+  /// order; the storage is reallocated to exactly n entries (memory given back). ValueError on
+  /// a bad index list.
+  void keep(int layer, int head, const int64_t* idx, std::size_t n);
+  /// Drop every entry and the seen-token count; frees the storage.
+  void clear();
+
+  // ---- used by Model::forward -------------------------------------------------------
+  /// Make room for `n` more entries on every head (amortised doubling).
+  void reserve_more(std::size_t n);
+  float* keys_mut(int layer, int head);
+  float* values_mut(int layer, int head);
+  int32_t* positions_mut(int layer, int head);
+  /// After a forward wrote `n` entries past each head's length: commit them.
+  void commit(std::size_t n);
+
+ private:
+  struct Head {
+    std::vector<float> k, v;
+    std::vector<int32_t> pos;
+    std::size_t len = 0;
+  };
+  Head& head(int layer, int h);
+  const Head& head(int layer, int h) const;
+  int n_layers_, n_kv_, hd_;
+  int64_t n_seen_ = 0;
+  std::vector<Head> heads_;
+};
+
+/// Which logits a forward writes.
+enum class Logits { None, Last, All };
+
+/// Attention probabilities recorded by a forward for KV-cache presses: for every layer and
+/// query head, the softmax rows of the last `window` queries of the call over the entries of
+/// their KV head. Requires every head to hold the same number S of entries after the call
+/// (true until a head is compacted). Layout (L, H, window, S) float32, row-major; entries an
+/// early query cannot see are 0.
+struct AttentionRecord {
+  int window = 0;
+  float* out = nullptr;  // L·H·window·S floats, S = cache length after the call
+};
+
+/// A llama-architecture model over non-owned quantised weights. Thread-safe for concurrent
+/// forwards on distinct caches (the model is read-only after construction).
+class Model {
+ public:
+  /// Checks every shape against `cfg` (ValueError naming the tensor).
+  Model(const Config& cfg, Weights w);
+
+  const Config& config() const { return cfg_; }
+
+  /// Runs ids[0..T) (T >= 1, each in [0, vocab)) at positions cache.n_seen() .. + T - 1,
+  /// appending their keys/values to `cache`. Writes logits: none, the last token's (vocab
+  /// floats) or every token's (T × vocab, row-major) into `logits`. `record` (optional)
+  /// captures attention rows for presses. `n_threads` <= 0: the core's default.
+  /// ValueError on bad ids, a cache of another shape, or a record on a ragged cache.
+  void forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mode, float* logits,
+               int n_threads, const AttentionRecord* record = nullptr) const;
+
+  /// Name of the ISA the kernels run on ("scalar", "avx2", "avx512").
+  static const char* kernel_isa();
+
+ private:
+  Config cfg_;
+  Weights w_;
+};
+
+/// Tokens per call from which the forward uses the GEMM path instead of per-token GEMVs.
+constexpr std::size_t kGemmMinTokens = 4;
+
+}  // namespace lamina::model

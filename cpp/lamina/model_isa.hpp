@@ -1,0 +1,42 @@
+// lamina/model_isa.hpp — internal to cpp/: the hot loops of the model runtime (lamina/model.hpp),
+// compiled once per instruction set from cpp/model_kernels.inc (model_kernels_scalar.cpp,
+// model_kernels_avx2.cpp, model_kernels_avx512.cpp, each with its own per-file flags) and
+// chosen at run time by lamina/isa.hpp's rule (a Family of tables, model_dispatch.cpp), so
+// LAMINA_SIMD caps it like every other family. Pure functions of their arguments; reentrant.
+// The ISA paths differ only in summation order (FMA lanes), not in formulas.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "lamina/model.hpp"
+
+namespace lamina::model::misa {
+
+struct Kernels {
+  const char* name;
+  /// Columns of a GEMM panel (weight rows dequantised per panel; a multiple of the vector width).
+  std::size_t panel_width;
+  /// y[r - r0] = W_r · x for rows r in [r0, r1) of a `type` matrix with K columns stored at
+  /// `w` with `rb` bytes per row. x: K floats; xsum: K/32 per-block sums of x (read by Q4_0
+  /// and Q4_1 only; may be null for the others).
+  void (*gemv)(QType type, const uint8_t* w, std::size_t rb, std::size_t K, const float* x,
+               const float* xsum, std::size_t r0, std::size_t r1, float* y);
+  /// C[t, 0..panel_width) = X[t, 0..K) · panel[0..K, 0..panel_width) for t in [0, T);
+  /// panel is k-major (panel[k * panel_width + j]).
+  void (*gemm_panel)(const float* panel, std::size_t K, const float* X, std::size_t ldx,
+                     std::size_t T, float* C, std::size_t ldc);
+  /// One query against n cache entries: out[0..D) = Σ_i softmax(scale · q·K_i)_i V_i.
+  /// `probs` (n floats, scratch) holds the softmax row on return.
+  void (*attend)(const float* q, const float* K, const float* V, std::size_t n, std::size_t D,
+                 float scale, float* probs, float* out);
+  /// x[i] <- silu(g[i]) * u[i] for i < n (g = gate, u = up; written to out).
+  void (*swiglu)(const float* g, const float* u, std::size_t n, float* out);
+};
+
+/// The table of the active ISA.
+const Kernels& kernels();
+/// The table of a named ISA (testing: compare paths); ValueError when not usable here.
+const Kernels& kernels(const char* isa);
+
+}  // namespace lamina::model::misa

@@ -1,0 +1,478 @@
+// The llama forward and its KV cache (lamina/model.hpp).
+#include "lamina/model.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "lamina/common.hpp"
+#include "lamina/isa.hpp"
+#include "lamina/model_isa.hpp"
+#include "lamina/parallel.hpp"
+
+namespace lamina::model {
+
+// ---- types -----------------------------------------------------------------------------------
+QType qtype_from_name(const std::string& name) {
+  if (name == "F32") return QType::F32;
+  if (name == "F16") return QType::F16;
+  if (name == "Q4_0") return QType::Q4_0;
+  if (name == "Q4_1") return QType::Q4_1;
+  if (name == "Q8_0") return QType::Q8_0;
+  throw ValueError("tensor type " + name + " is not supported (F32, F16, Q4_0, Q4_1, Q8_0)");
+}
+
+const char* qtype_name(QType t) {
+  switch (t) {
+    case QType::F32: return "F32";
+    case QType::F16: return "F16";
+    case QType::Q4_0: return "Q4_0";
+    case QType::Q4_1: return "Q4_1";
+    case QType::Q8_0: return "Q8_0";
+  }
+  return "?";
+}
+
+std::size_t row_bytes(QType t, std::size_t cols) {
+  switch (t) {
+    case QType::F32: return 4 * cols;
+    case QType::F16: return 2 * cols;
+    default: break;
+  }
+  LAMINA_CHECK(cols % 32 == 0, qtype_name(t), " rows need a multiple of 32 columns, got ", cols);
+  const std::size_t nb = cols / 32;
+  switch (t) {
+    case QType::Q4_0: return 18 * nb;
+    case QType::Q4_1: return 20 * nb;
+    case QType::Q8_0: return 34 * nb;
+    default: return 0;
+  }
+}
+
+namespace {
+
+float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return half_to_float(h);
+}
+
+// out[j * stride] = element j of a stored row, j < K.
+void dequant_row(QType t, const uint8_t* row, std::size_t K, float* out, std::size_t stride) {
+  switch (t) {
+    case QType::F32: {
+      const float* f = reinterpret_cast<const float*>(row);
+      for (std::size_t j = 0; j < K; ++j) out[j * stride] = f[j];
+      return;
+    }
+    case QType::F16:
+      for (std::size_t j = 0; j < K; ++j) out[j * stride] = half_at(row + 2 * j);
+      return;
+    case QType::Q4_0:
+      for (std::size_t b = 0; b < K / 32; ++b) {
+        const uint8_t* blk = row + 18 * b;
+        const float d = half_at(blk);
+        float* o = out + 32 * b * stride;
+        for (int j = 0; j < 16; ++j) {
+          o[j * stride] = d * static_cast<float>((blk[2 + j] & 15) - 8);
+          o[(j + 16) * stride] = d * static_cast<float>((blk[2 + j] >> 4) - 8);
+        }
+      }
+      return;
+    case QType::Q4_1:
+      for (std::size_t b = 0; b < K / 32; ++b) {
+        const uint8_t* blk = row + 20 * b;
+        const float d = half_at(blk), m = half_at(blk + 2);
+        float* o = out + 32 * b * stride;
+        for (int j = 0; j < 16; ++j) {
+          o[j * stride] = d * static_cast<float>(blk[4 + j] & 15) + m;
+          o[(j + 16) * stride] = d * static_cast<float>(blk[4 + j] >> 4) + m;
+        }
+      }
+      return;
+    case QType::Q8_0:
+      for (std::size_t b = 0; b < K / 32; ++b) {
+        const uint8_t* blk = row + 34 * b;
+        const float d = half_at(blk);
+        const int8_t* q = reinterpret_cast<const int8_t*>(blk + 2);
+        float* o = out + 32 * b * stride;
+        for (int j = 0; j < 32; ++j) o[j * stride] = d * static_cast<float>(q[j]);
+      }
+      return;
+  }
+}
+
+void check_matrix(const Matrix& m, const char* name, std::size_t rows, std::size_t cols) {
+  LAMINA_CHECK(m.data != nullptr, name, ": missing tensor");
+  LAMINA_CHECK(m.rows == rows && m.cols == cols, name, " has shape (", m.rows, ", ", m.cols,
+               "), expected (", rows, ", ", cols, ")");
+  LAMINA_CHECK(m.type == QType::F32 || m.type == QType::F16 || cols % 32 == 0, name,
+               ": block-quantised rows need a multiple of 32 columns");
+}
+
+// A reusable spin/yield barrier for the team of one forward call.
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+  void wait() {
+    if (n_ <= 1) return;
+    const int g = gen_.load(std::memory_order_acquire);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; gen_.load(std::memory_order_acquire) == g; ++spins) {
+      if (spins < 4000) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+ private:
+  int n_;
+  std::atomic<int> count_{0};
+  std::atomic<int> gen_{0};
+};
+
+// [begin, end) of `rank`'s share of n items in units of `align` items.
+inline void share(std::size_t n, std::size_t rank, std::size_t nt, std::size_t align,
+                  std::size_t& b, std::size_t& e) {
+  const std::size_t units = (n + align - 1) / align;
+  const std::size_t ub = units * rank / nt, ue = units * (rank + 1) / nt;
+  b = std::min(n, ub * align);
+  e = std::min(n, ue * align);
+}
+
+}  // namespace
+
+// ---- KVCache ---------------------------------------------------------------------------------
+KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim)
+    : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim) {
+  LAMINA_CHECK(n_layers >= 1 && n_kv_heads >= 1 && head_dim >= 1,
+               "KVCache: n_layers, n_kv_heads and head_dim must be >= 1");
+  heads_.resize(static_cast<std::size_t>(n_layers) * n_kv_heads);
+}
+
+KVCache::Head& KVCache::head(int layer, int h) {
+  LAMINA_CHECK_INDEX(layer >= 0 && layer < n_layers_ && h >= 0 && h < n_kv_, "KV cache (layer ",
+                     layer, ", head ", h, ") out of range (", n_layers_, " layers, ", n_kv_,
+                     " KV heads)");
+  return heads_[static_cast<std::size_t>(layer) * n_kv_ + h];
+}
+const KVCache::Head& KVCache::head(int layer, int h) const {
+  return const_cast<KVCache*>(this)->head(layer, h);
+}
+
+std::size_t KVCache::length(int layer, int h) const { return head(layer, h).len; }
+const float* KVCache::keys(int layer, int h) const { return head(layer, h).k.data(); }
+const float* KVCache::values(int layer, int h) const { return head(layer, h).v.data(); }
+const int32_t* KVCache::positions(int layer, int h) const { return head(layer, h).pos.data(); }
+float* KVCache::keys_mut(int layer, int h) { return head(layer, h).k.data(); }
+float* KVCache::values_mut(int layer, int h) { return head(layer, h).v.data(); }
+int32_t* KVCache::positions_mut(int layer, int h) { return head(layer, h).pos.data(); }
+
+std::size_t KVCache::bytes() const {
+  std::size_t b = 0;
+  for (const Head& h : heads_)
+    b += (h.k.capacity() + h.v.capacity()) * sizeof(float) + h.pos.capacity() * sizeof(int32_t);
+  return b;
+}
+
+void KVCache::reserve_more(std::size_t n) {
+  const std::size_t D = static_cast<std::size_t>(hd_);
+  for (Head& h : heads_) {
+    const std::size_t cap = h.pos.size();
+    if (h.len + n <= cap) continue;
+    const std::size_t want = std::max({h.len + n, 2 * cap, std::size_t{16}});
+    h.k.resize(want * D);
+    h.v.resize(want * D);
+    h.pos.resize(want);
+  }
+}
+
+void KVCache::commit(std::size_t n) {
+  for (Head& h : heads_) {
+    LAMINA_ASSERT(h.len + n <= h.pos.size());
+    h.len += n;
+  }
+  n_seen_ += static_cast<int64_t>(n);
+}
+
+void KVCache::keep(int layer, int hh, const int64_t* idx, std::size_t n) {
+  Head& h = head(layer, hh);
+  for (std::size_t i = 0; i < n; ++i) {
+    LAMINA_CHECK(idx[i] >= 0 && static_cast<std::size_t>(idx[i]) < h.len,
+                 "keep: index ", idx[i], " is outside the ", h.len, " entries of (layer ", layer,
+                 ", head ", hh, ")");
+    LAMINA_CHECK(i == 0 || idx[i] > idx[i - 1], "keep: indices must be strictly increasing");
+  }
+  const std::size_t D = static_cast<std::size_t>(hd_);
+  std::vector<float> k(n * D), v(n * D);
+  std::vector<int32_t> pos(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t s = static_cast<std::size_t>(idx[i]);
+    std::memcpy(k.data() + i * D, h.k.data() + s * D, D * sizeof(float));
+    std::memcpy(v.data() + i * D, h.v.data() + s * D, D * sizeof(float));
+    pos[i] = h.pos[s];
+  }
+  h.k.swap(k);
+  h.v.swap(v);
+  h.pos.swap(pos);
+  h.len = n;
+}
+
+void KVCache::clear() {
+  for (Head& h : heads_) h = Head{};
+  n_seen_ = 0;
+}
+
+// ---- Model -----------------------------------------------------------------------------------
+Model::Model(const Config& c, Weights w) : cfg_(c), w_(std::move(w)) {
+  LAMINA_CHECK(c.n_layers >= 1 && c.d_model >= 1 && c.d_ff >= 1 && c.n_heads >= 1 &&
+                   c.n_kv_heads >= 1 && c.head_dim >= 2 && c.vocab_size >= 1,
+               "model config: every size must be >= 1");
+  LAMINA_CHECK(c.n_heads % c.n_kv_heads == 0, "model config: n_heads (", c.n_heads,
+               ") must be a multiple of n_kv_heads (", c.n_kv_heads, ")");
+  LAMINA_CHECK(c.head_dim % 2 == 0, "model config: head_dim must be even");
+  LAMINA_CHECK(c.rms_eps > 0 && c.rope_base > 0, "model config: rms_eps and rope_base must be > 0");
+  const std::size_t d = c.d_model, F = c.d_ff, V = c.vocab_size;
+  const std::size_t qd = static_cast<std::size_t>(c.n_heads) * c.head_dim;
+  const std::size_t kd = static_cast<std::size_t>(c.n_kv_heads) * c.head_dim;
+  check_matrix(w_.token_embd, "token_embd", V, d);
+  check_matrix(w_.output, "output", V, d);
+  LAMINA_CHECK(w_.output_norm != nullptr, "output_norm: missing tensor");
+  LAMINA_CHECK(w_.layers.size() == static_cast<std::size_t>(c.n_layers), "model has ",
+               w_.layers.size(), " layers, config says ", c.n_layers);
+  for (const Layer& L : w_.layers) {
+    LAMINA_CHECK(L.attn_norm && L.ffn_norm, "a layer is missing a norm weight");
+    check_matrix(L.wq, "attn_q", qd, d);
+    check_matrix(L.wk, "attn_k", kd, d);
+    check_matrix(L.wv, "attn_v", kd, d);
+    check_matrix(L.wo, "attn_output", d, qd);
+    check_matrix(L.w_gate, "ffn_gate", F, d);
+    check_matrix(L.w_up, "ffn_up", F, d);
+    check_matrix(L.w_down, "ffn_down", d, F);
+  }
+}
+
+const char* Model::kernel_isa() { return misa::kernels().name; }
+
+void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mode,
+                    float* logits, int n_threads, const AttentionRecord* record) const {
+  const Config& c = cfg_;
+  LAMINA_CHECK(T >= 1, "forward: no tokens (ids is empty)");
+  LAMINA_CHECK(cache.n_layers() == c.n_layers && cache.n_kv_heads() == c.n_kv_heads &&
+                   cache.head_dim() == c.head_dim,
+               "forward: the KV cache was made for another model shape");
+  for (std::size_t t = 0; t < T; ++t)
+    LAMINA_CHECK(ids[t] >= 0 && ids[t] < c.vocab_size, "token id ", ids[t], " at index ", t,
+                 " is outside the vocabulary [0, ", c.vocab_size, ")");
+  LAMINA_CHECK(mode == Logits::None || logits != nullptr, "forward: no logits buffer");
+  const std::size_t L = c.n_layers, d = c.d_model, F = c.d_ff, H = c.n_heads,
+                    Hk = c.n_kv_heads, D = c.head_dim, V = c.vocab_size, G = H / Hk;
+  const int64_t pos0 = cache.n_seen();
+  LAMINA_CHECK(pos0 + static_cast<int64_t>(T) < (int64_t{1} << 31), "forward: position overflow");
+
+  // Entries held per (layer, KV head) before this call; the record needs them all equal.
+  std::vector<std::size_t> len0(L * Hk);
+  std::size_t max_len = 0;
+  for (std::size_t l = 0; l < L; ++l)
+    for (std::size_t h = 0; h < Hk; ++h) {
+      len0[l * Hk + h] = cache.length(static_cast<int>(l), static_cast<int>(h));
+      max_len = std::max(max_len, len0[l * Hk + h]);
+    }
+  std::size_t S_rec = 0, W_rec = 0;
+  if (record && record->window > 0) {
+    for (std::size_t i = 0; i < len0.size(); ++i)
+      LAMINA_CHECK(len0[i] == len0[0],
+                   "forward: recording attention needs every head to hold the same number of "
+                   "entries (the cache was compacted head-wise)");
+    LAMINA_CHECK(static_cast<std::size_t>(record->window) <= T && record->out != nullptr,
+                 "forward: the attention record window (", record->window,
+                 ") must be at most the number of tokens (", T, ")");
+    W_rec = static_cast<std::size_t>(record->window);
+    S_rec = len0[0] + T;
+    std::fill(record->out, record->out + L * H * W_rec * S_rec, 0.0f);
+  }
+  cache.reserve_more(T);
+
+  const misa::Kernels& kern = misa::kernels();
+  const std::size_t NR = kern.panel_width;
+  const bool gemm = T >= kGemmMinTokens;
+  const std::size_t maxK = std::max({d, F, H * D});
+  const std::size_t maxN = std::max({F, d, H * D, mode == Logits::All ? V : std::size_t{0}});
+  std::size_t work = L * T * (3 * d * F + 2 * d * H * D + 2 * d * Hk * D) + L * T * (max_len + T) * H * D;
+  const int nt = threads_for(work, std::size_t{1} << 21, n_threads);
+
+  // Activations (row-major, one row per token) and per-rank scratch.
+  std::vector<float> x(T * d), h(T * d), tmp(T * std::max(maxN, d)), q(T * H * D),
+      k(T * Hk * D), v(T * Hk * D), att(T * H * D), g(T * F), u(T * F), a(T * F);
+  std::vector<float> rope_cos(T * (D / 2)), rope_sin(T * (D / 2));
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t i = 0; i < D / 2; ++i) {
+      const double inv = std::pow(static_cast<double>(c.rope_base),
+                                  -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      const double ang = static_cast<double>(pos0 + static_cast<int64_t>(t)) * inv;
+      rope_cos[t * (D / 2) + i] = static_cast<float>(std::cos(ang));
+      rope_sin[t * (D / 2) + i] = static_cast<float>(std::sin(ang));
+    }
+  struct Scratch {
+    std::vector<float> panel, ctile, probs, xsum;
+  };
+  std::vector<Scratch> scratch(nt);
+  for (Scratch& s : scratch) {
+    if (gemm) {
+      s.panel.resize(maxK * NR);
+      s.ctile.resize(T * NR);
+    }
+    s.probs.resize(max_len + T);
+    s.xsum.resize(maxK / 32 + 1);
+  }
+  std::vector<float*> kdst(L * Hk), vdst(L * Hk);
+  std::vector<int32_t*> pdst(L * Hk);
+  std::vector<const float*> ksrc(L * Hk), vsrc(L * Hk);
+  for (std::size_t l = 0; l < L; ++l)
+    for (std::size_t hh = 0; hh < Hk; ++hh) {
+      const int li = static_cast<int>(l), hi = static_cast<int>(hh);
+      kdst[l * Hk + hh] = cache.keys_mut(li, hi);
+      vdst[l * Hk + hh] = cache.values_mut(li, hi);
+      pdst[l * Hk + hh] = cache.positions_mut(li, hi);
+      ksrc[l * Hk + hh] = kdst[l * Hk + hh];
+      vsrc[l * Hk + hh] = vdst[l * Hk + hh];
+    }
+
+  Barrier barrier(nt);
+  const float eps = c.rms_eps;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+
+  auto team = [&](std::size_t rank, int) {
+    Scratch& S = scratch[rank];
+    std::size_t b, e;
+    // Y[t, c] (ldy) = X[t, :] · W_c for the rank's share of columns; returns the share.
+    auto matmul = [&](const Matrix& W, const float* X, std::size_t nT, float* Y, std::size_t ldy,
+                      std::size_t& c0, std::size_t& c1) {
+      const std::size_t K = W.cols, N = W.rows, rb = row_bytes(W.type, K);
+      const uint8_t* base = static_cast<const uint8_t*>(W.data);
+      if (nT < kGemmMinTokens) {
+        share(N, rank, nt, 8, c0, c1);
+        if (c0 >= c1) return;
+        for (std::size_t t = 0; t < nT; ++t) {
+          const float* xr = X + t * K;
+          for (std::size_t bb = 0; bb < K / 32; ++bb) {
+            float s = 0.0f;
+            for (int j = 0; j < 32; ++j) s += xr[32 * bb + j];
+            S.xsum[bb] = s;
+          }
+          kern.gemv(W.type, base, rb, K, xr, S.xsum.data(), c0, c1, Y + t * ldy + c0);
+        }
+        return;
+      }
+      share(N, rank, nt, NR, c0, c1);
+      for (std::size_t p = c0; p < c1; p += NR) {
+        const std::size_t nc = std::min(NR, c1 - p);
+        for (std::size_t j = 0; j < nc; ++j)
+          dequant_row(W.type, base + (p + j) * rb, K, S.panel.data() + j, NR);
+        for (std::size_t j = nc; j < NR; ++j)
+          for (std::size_t kk = 0; kk < K; ++kk) S.panel[kk * NR + j] = 0.0f;
+        kern.gemm_panel(S.panel.data(), K, X, K, nT, S.ctile.data(), NR);
+        for (std::size_t t = 0; t < nT; ++t)
+          std::memcpy(Y + t * ldy + p, S.ctile.data() + t * NR, nc * sizeof(float));
+      }
+    };
+    auto rmsnorm = [&](const float* w) {
+      share(T, rank, nt, 1, b, e);
+      for (std::size_t t = b; t < e; ++t) {
+        double ss = 0.0;
+        for (std::size_t j = 0; j < d; ++j) ss += static_cast<double>(x[t * d + j]) * x[t * d + j];
+        const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+        for (std::size_t j = 0; j < d; ++j) h[t * d + j] = x[t * d + j] * r * w[j];
+      }
+    };
+    std::size_t c0, c1;
+
+    share(T, rank, nt, 1, b, e);
+    for (std::size_t t = b; t < e; ++t) {
+      const Matrix& E = w_.token_embd;
+      dequant_row(E.type, static_cast<const uint8_t*>(E.data) + ids[t] * row_bytes(E.type, d), d,
+                  x.data() + t * d, 1);
+    }
+    barrier.wait();
+    for (std::size_t l = 0; l < L; ++l) {
+      const Layer& Ly = w_.layers[l];
+      rmsnorm(Ly.attn_norm);
+      barrier.wait();
+      matmul(Ly.wq, h.data(), T, q.data(), H * D, c0, c1);
+      matmul(Ly.wk, h.data(), T, k.data(), Hk * D, c0, c1);
+      matmul(Ly.wv, h.data(), T, v.data(), Hk * D, c0, c1);
+      barrier.wait();
+      // RoPE (adjacent pairs) on q and k; append k, v to the cache.
+      share(T, rank, nt, 1, b, e);
+      for (std::size_t t = b; t < e; ++t) {
+        const float* cs = rope_cos.data() + t * (D / 2);
+        const float* sn = rope_sin.data() + t * (D / 2);
+        auto rot = [&](float* r) {
+          for (std::size_t i = 0; i < D / 2; ++i) {
+            const float x0 = r[2 * i], x1 = r[2 * i + 1];
+            r[2 * i] = x0 * cs[i] - x1 * sn[i];
+            r[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+          }
+        };
+        for (std::size_t hh = 0; hh < H; ++hh) rot(q.data() + (t * H + hh) * D);
+        for (std::size_t hh = 0; hh < Hk; ++hh) {
+          float* kr = k.data() + (t * Hk + hh) * D;
+          rot(kr);
+          const std::size_t slot = len0[l * Hk + hh] + t;
+          std::memcpy(kdst[l * Hk + hh] + slot * D, kr, D * sizeof(float));
+          std::memcpy(vdst[l * Hk + hh] + slot * D, v.data() + (t * Hk + hh) * D, D * sizeof(float));
+          pdst[l * Hk + hh][slot] = static_cast<int32_t>(pos0 + static_cast<int64_t>(t));
+        }
+      }
+      barrier.wait();
+      share(T * H, rank, nt, 1, b, e);
+      for (std::size_t i = b; i < e; ++i) {
+        const std::size_t t = i / H, hh = i % H, kv = hh / G;
+        const std::size_t n = len0[l * Hk + kv] + t + 1;
+        kern.attend(q.data() + (t * H + hh) * D, ksrc[l * Hk + kv], vsrc[l * Hk + kv], n, D, scale,
+                    S.probs.data(), att.data() + (t * H + hh) * D);
+        if (W_rec && t + W_rec >= T) {
+          float* o = record->out + ((l * H + hh) * W_rec + (t + W_rec - T)) * S_rec;
+          std::memcpy(o, S.probs.data(), n * sizeof(float));
+        }
+      }
+      barrier.wait();
+      matmul(Ly.wo, att.data(), T, tmp.data(), d, c0, c1);
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t j = c0; j < c1; ++j) x[t * d + j] += tmp[t * d + j];
+      barrier.wait();
+      rmsnorm(Ly.ffn_norm);
+      barrier.wait();
+      matmul(Ly.w_gate, h.data(), T, g.data(), F, c0, c1);
+      matmul(Ly.w_up, h.data(), T, u.data(), F, c0, c1);
+      for (std::size_t t = 0; t < T; ++t)
+        if (c1 > c0) kern.swiglu(g.data() + t * F + c0, u.data() + t * F + c0, c1 - c0, a.data() + t * F + c0);
+      barrier.wait();
+      matmul(Ly.w_down, a.data(), T, tmp.data(), d, c0, c1);
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t j = c0; j < c1; ++j) x[t * d + j] += tmp[t * d + j];
+      barrier.wait();
+    }
+    if (mode == Logits::None) return;
+    rmsnorm(w_.output_norm);
+    barrier.wait();
+    if (mode == Logits::Last)
+      matmul(w_.output, h.data() + (T - 1) * d, 1, logits, V, c0, c1);
+    else
+      matmul(w_.output, h.data(), T, logits, V, c0, c1);
+  };
+  parallel_for(static_cast<std::size_t>(nt), nt, team);
+  cache.commit(T);
+}
+
+}  // namespace lamina::model

@@ -1,0 +1,48 @@
+// Model runtime hot loops, AVX2 + FMA + F16C path (per-file flags; used only when the CPU has
+// them). See lamina/model_isa.hpp.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "lamina/common.hpp"
+#include "lamina/kernel_math.hpp"
+#include "lamina/model_isa.hpp"
+
+namespace lamina::model::misa::avx2_isa {
+using VecF = __m256;
+#define LAMINA_MW 8
+#define LAMINA_MNV 2
+#define LAMINA_MMR 6
+#define LAMINA_MISA_NAME "avx2"
+static inline VecF vzero() { return _mm256_setzero_ps(); }
+static inline VecF vset1(float a) { return _mm256_set1_ps(a); }
+static inline VecF vload(const float* p) { return _mm256_loadu_ps(p); }
+static inline VecF vloadh(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+static inline void vstore(float* p, VecF v) { _mm256_storeu_ps(p, v); }
+static inline VecF vfma(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+static inline VecF vadd(VecF a, VecF b) { return _mm256_add_ps(a, b); }
+static inline float vhsum(VecF v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+static inline void load_u4(const uint8_t* qs, VecF* out) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(raw, m);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+  out[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+  out[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+  out[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+  out[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+}
+static inline void load_i8(const int8_t* qs, VecF* out) {
+  for (int i = 0; i < 4; ++i)
+    out[i] = _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i))));
+}
+#include "model_kernels.inc"
+}  // namespace lamina::model::misa::avx2_isa
