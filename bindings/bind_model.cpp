@@ -167,7 +167,7 @@ void register_model(py::module_& m) {
       .def(
           "forward",
           [](const PyModel& pm, const py::object& ids, model::KVCache& cache,
-             const std::string& logits, int threads, int record_window) {
+             const std::string& logits, int threads, int record_window, bool q8) {
             py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
             const model::Logits mode = logits_mode(logits);
             const model::Config& c = pm.m->config();
@@ -199,15 +199,16 @@ void register_model(py::module_& m) {
             const int32_t* p = static_cast<const int32_t*>(a.data());
             {
               py::gil_scoped_release nogil;
-              pm.m->forward(p, T, cache, mode, lp, threads, record_window > 0 ? &R : nullptr);
+              pm.m->forward(p, T, cache, mode, lp, threads, record_window > 0 ? &R : nullptr, q8);
             }
             return py::make_tuple(out, rec);
           },
           py::arg("ids"), py::arg("cache"), py::arg("logits") = "last", py::arg("threads") = 0,
-          py::arg("record_window") = 0,
+          py::arg("record_window") = 0, py::arg("q8_decode") = true,
           "Runs ids (int32 [T]) through the model after the tokens in cache; returns (logits, "
           "attention): logits float32 [vocab] ('last'), [T, vocab] ('all') or None ('none'); "
-          "attention float32 [L, H, record_window, S] or None.");
+          "attention float32 [L, H, record_window, S] or None. q8_decode: int8 activations on the "
+          "decode (GEMV) path.");
 }
 
 }  // namespace lamina::py_detail

@@ -125,7 +125,7 @@ class Barrier {
       return;
     }
     for (int spins = 0; gen_.load(std::memory_order_acquire) == g; ++spins) {
-      if (spins < 4000) {
+      if (spins < 256) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
@@ -190,7 +190,12 @@ void KVCache::reserve_more(std::size_t n) {
   for (Head& h : heads_) {
     const std::size_t cap = h.pos.size();
     if (h.len + n <= cap) continue;
-    const std::size_t want = std::max({h.len + n, 2 * cap, std::size_t{16}});
+    // Growth by 1/8 (at least 32 entries): bytes() stays within 12.5 % of what is used, and
+    // decoding reallocates a head about every cap/8 tokens.
+    const std::size_t want = std::max(h.len + n, cap + std::max(cap / 8, std::size_t{32}));
+    h.k.reserve(want * D);
+    h.v.reserve(want * D);
+    h.pos.reserve(want);
     h.k.resize(want * D);
     h.v.resize(want * D);
     h.pos.resize(want);
@@ -265,7 +270,8 @@ Model::Model(const Config& c, Weights w) : cfg_(c), w_(std::move(w)) {
 const char* Model::kernel_isa() { return misa::kernels().name; }
 
 void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mode,
-                    float* logits, int n_threads, const AttentionRecord* record) const {
+                    float* logits, int n_threads, const AttentionRecord* record,
+                    bool q8_decode) const {
   const Config& c = cfg_;
   LAMINA_CHECK(T >= 1, "forward: no tokens (ids is empty)");
   LAMINA_CHECK(cache.n_layers() == c.n_layers && cache.n_kv_heads() == c.n_kv_heads &&
@@ -324,7 +330,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       rope_sin[t * (D / 2) + i] = static_cast<float>(std::sin(ang));
     }
   struct Scratch {
-    std::vector<float> panel, ctile, probs, xsum;
+    std::vector<float> panel, ctile, probs, xsum, xd;
+    std::vector<int8_t> xq;
   };
   std::vector<Scratch> scratch(nt);
   for (Scratch& s : scratch) {
@@ -334,6 +341,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     }
     s.probs.resize(max_len + T);
     s.xsum.resize(maxK / 32 + 1);
+    s.xd.resize(maxK / 32 + 1);
+    s.xq.resize(maxK);
   }
   std::vector<float*> kdst(L * Hk), vdst(L * Hk);
   std::vector<int32_t*> pdst(L * Hk);
@@ -363,14 +372,21 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       if (nT < kGemmMinTokens) {
         share(N, rank, nt, 8, c0, c1);
         if (c0 >= c1) return;
+        const bool blocks = q8_decode && W.type != QType::F32 && W.type != QType::F16;
         for (std::size_t t = 0; t < nT; ++t) {
           const float* xr = X + t * K;
-          for (std::size_t bb = 0; bb < K / 32; ++bb) {
-            float s = 0.0f;
-            for (int j = 0; j < 32; ++j) s += xr[32 * bb + j];
-            S.xsum[bb] = s;
+          if (blocks) {
+            misa::quantise_q8(xr, K, S.xq.data(), S.xd.data(), S.xsum.data());
+            kern.gemv_q8(W.type, base, rb, K, S.xq.data(), S.xd.data(), S.xsum.data(), c0, c1,
+                         Y + t * ldy + c0);
+          } else {
+            for (std::size_t bb = 0; bb < K / 32; ++bb) {
+              float s = 0.0f;
+              for (int j = 0; j < 32; ++j) s += xr[32 * bb + j];
+              S.xsum[bb] = s;
+            }
+            kern.gemv(W.type, base, rb, K, xr, S.xsum.data(), c0, c1, Y + t * ldy + c0);
           }
-          kern.gemv(W.type, base, rb, K, xr, S.xsum.data(), c0, c1, Y + t * ldy + c0);
         }
         return;
       }

@@ -1,5 +1,8 @@
 // The model runtime's kernel family (see lamina/isa.hpp): one table per ISA, from
 // model_kernels_<isa>.cpp.
+#include <algorithm>
+#include <cmath>
+
 #include "lamina/isa.hpp"
 #include "lamina/model_isa.hpp"
 
@@ -17,6 +20,22 @@ constexpr isa::Family<Kernels> kModel{&scalar_isa::get_kernels,
 }  // namespace
 
 const Kernels& kernels() { return kModel.get(); }
+
+void quantise_q8(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum) {
+  for (std::size_t b = 0; b < K / 32; ++b) {
+    const float* v = x + 32 * b;
+    float amax = 0.0f, s = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      amax = std::max(amax, std::fabs(v[j]));
+      s += v[j];
+    }
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; ++j) xq[32 * b + j] = static_cast<int8_t>(std::lrintf(v[j] * id));
+    xd[b] = d;
+    xsum[b] = s;
+  }
+}
 const Kernels& kernels(const char* name) { return kModel.get(isa::require(name)); }
 
 }  // namespace lamina::model::misa

