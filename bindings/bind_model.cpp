@@ -93,28 +93,32 @@ void register_model(py::module_& m) {
                for (int h = 0; h < c.n_kv_heads(); ++h)
                  o[l * c.n_kv_heads() + h] = static_cast<int64_t>(c.length(l, h));
              return out;
-           })
+           },
+           "Entries held per (layer, KV head): int64 [n_layers, n_kv_heads].")
       .def("keys",
            [](const model::KVCache& c, int l, int h) {
              const std::size_t n = c.length(l, h), D = c.head_dim();
              py::array_t<float> out({n, D});
              std::copy(c.keys(l, h), c.keys(l, h) + n * D, out.mutable_data());
              return out;
-           })
+           },
+           py::arg("layer"), py::arg("head"), "Keys of (layer, KV head) after RoPE: float32 [n, head_dim] (a copy).")
       .def("values",
            [](const model::KVCache& c, int l, int h) {
              const std::size_t n = c.length(l, h), D = c.head_dim();
              py::array_t<float> out({n, D});
              std::copy(c.values(l, h), c.values(l, h) + n * D, out.mutable_data());
              return out;
-           })
+           },
+           py::arg("layer"), py::arg("head"), "Values of (layer, KV head): float32 [n, head_dim] (a copy).")
       .def("positions",
            [](const model::KVCache& c, int l, int h) {
              const std::size_t n = c.length(l, h);
              py::array_t<int64_t> out(n);
              for (std::size_t i = 0; i < n; ++i) out.mutable_data()[i] = c.positions(l, h)[i];
              return out;
-           })
+           },
+           py::arg("layer"), py::arg("head"), "Token positions of the entries of (layer, KV head): int64 [n].")
       .def("keep",
            [](model::KVCache& c, int l, int h, const py::object& idx) {
              py::array a = checked_array<int64_t>(idx, "indices", 1, "int64");
@@ -122,8 +126,11 @@ void register_model(py::module_& m) {
              const std::size_t n = static_cast<std::size_t>(a.shape(0));
              py::gil_scoped_release nogil;
              c.keep(l, h, p, n);
-           })
-      .def("clear", &model::KVCache::clear);
+           },
+           py::arg("layer"), py::arg("head"), py::arg("indices"),
+           "Keep only entries `indices` (int64, strictly increasing) of (layer, KV head); frees "
+           "the rest.")
+      .def("clear", &model::KVCache::clear, "Drop every entry and free the storage.");
 
   py::class_<PyModel>(m, "LlamaModel")
       .def(py::init([](const py::dict& cfg, const py::dict& tensors) {

@@ -32,6 +32,19 @@ MEMORY_LEVELS = {
 }
 
 
+# lamina.model: file reading and text handling below the runtime that ties them together.
+MODEL_LEVELS = {
+    "gguf_file": 0,
+    "chat": 0,
+    "sampling": 0,
+    "tokenizer": 1,
+    "weights": 1,
+    "press": 1,
+    "generate": 2,
+    "runtime": 3,
+}
+
+
 def _modules() -> dict[str, Path]:
     out = {}
     for p in PKG.rglob("*.py"):
@@ -157,3 +170,23 @@ def test_no_module_imports_the_memory_package_from_below() -> None:
             continue
         for target, line, _ in _imports(name):
             assert not target.startswith("lamina.memory"), f"{name}:{line} imports {target}"
+
+
+def test_model_modules_import_only_lower_levels() -> None:
+    """lamina.model's modules import only lower levels of the package, and outside it only the
+    layers it builds on (the native core, errors, lamina.kv) — never the memory loop, eval or cli."""
+    assert {n.split(".")[-1] for n in MODULES if n.startswith("lamina.model.")} == set(MODEL_LEVELS)
+    for mod, level in MODEL_LEVELS.items():
+        for target, line, names in _imports(f"lamina.model.{mod}"):
+            for n in names or [""]:
+                full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
+                if not full.startswith("lamina.model."):
+                    assert full != "lamina.model", f"lamina.model.{mod}:{line} imports the package root"
+                    assert full.startswith(("lamina._core", "lamina.errors", "lamina.kv")) or full == "lamina", (
+                        f"lamina.model.{mod}:{line} imports {full}"
+                    )
+                    continue
+                dep = full.split(".")[2]
+                assert MODEL_LEVELS[dep] < level, (
+                    f"lamina.model.{mod} (level {level}) imports lamina.model.{dep} (level {MODEL_LEVELS[dep]})"
+                )

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from conftest import TEXTS
 
 

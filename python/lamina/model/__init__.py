@@ -8,6 +8,7 @@ llama-cpp-python, are not needed).
 from __future__ import annotations
 
 from .chat import render_user_message
+from .generate import Generation
 from .gguf_file import (
     SUPPORTED_TYPES,
     GGUFModelFile,
@@ -18,7 +19,6 @@ from .gguf_file import (
     default_model_path,
     read_gguf,
 )
-from .generate import Generation
 from .runtime import Model, load
 from .sampling import Sampler
 from .tokenizer import Tokenizer

@@ -240,9 +240,7 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModelFile:
         raise UnsupportedModel(f"{str(p)!r} is not a readable GGUF file: {e}") from e
     arch = _field(reader, "general.architecture")
     if arch != "llama":
-        raise UnsupportedModel(
-            f"{str(p)!r} has architecture {arch!r}; lamina.model runs the 'llama' architecture only"
-        )
+        raise UnsupportedModel(f"{str(p)!r} has architecture {arch!r}; lamina.model runs the 'llama' architecture only")
     for key in ("llama.rope.scaling.type", "llama.rope.scaling.factor"):
         if _field(reader, key) not in (None, "none"):
             raise UnsupportedModel(f"{str(p)!r} uses RoPE scaling ({key}), which lamina.model does not implement")
@@ -290,7 +288,9 @@ def read_gguf(path: str | os.PathLike[str]) -> GGUFModelFile:
     )
     if len(tokens) != vocab:
         raise UnsupportedModel(f"{str(p)!r}: {len(tokens)} tokens in the tokeniser but vocab_size {vocab}")
-    return GGUFModelFile(path=p, name=str(_field(reader, "general.name", "")), config=config, tokenizer=tok, tensors=tensors)
+    return GGUFModelFile(
+        path=p, name=str(_field(reader, "general.name", "")), config=config, tokenizer=tok, tensors=tensors
+    )
 
 
 def as_float32(t: GGUFTensor) -> npt.NDArray[np.float32]:

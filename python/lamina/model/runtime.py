@@ -170,9 +170,7 @@ class Model:
         """
         if cache.n_seen + len(ids) > self.config.context_length:
             raise InvalidInput(f"the cache would exceed the model's context of {self.config.context_length} tokens")
-        return self._native.forward(
-            self._ids(ids), cache, logits, self.threads, int(record_window), self.q8_decode
-        )
+        return self._native.forward(self._ids(ids), cache, logits, self.threads, int(record_window), self.q8_decode)
 
     # ---- generation ---------------------------------------------------------------------------
     def prompt_parts(self, prompt: str, question: str | None = None) -> PromptParts:
@@ -184,7 +182,9 @@ class Model:
             return PromptParts(context=self.tokenize(self.chat_prompt(prompt)), suffix=[])
         rendered = self.chat_prompt(prompt + QUESTION_SEPARATOR + question)
         cut = rendered.find(prompt) + len(prompt)
-        return PromptParts(context=self.tokenize(rendered[:cut]), suffix=self.tokenizer.encode(rendered[cut:], add_bos=False))
+        return PromptParts(
+            context=self.tokenize(rendered[:cut]), suffix=self.tokenizer.encode(rendered[cut:], add_bos=False)
+        )
 
     def generate(
         self,

@@ -67,7 +67,12 @@ class Tokenizer:
                 f"pre-tokeniser {meta.pre!r} is not supported; known: {', '.join(sorted(PRE_TOKENIZER_REGEXES))}"
             )
         vocab = {t: i for i, t in enumerate(meta.tokens)}
-        merges = [tuple(m.split(" ", 1)) for m in meta.merges]
+        merges: list[tuple[str, str]] = []
+        for m in meta.merges:
+            a, sep, b = m.partition(" ")
+            if not sep:
+                raise UnsupportedModel(f"BPE merge {m!r} is not two space-separated symbols")
+            merges.append((a, b))
         bpe = models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False)
         tok: Any = HFTokenizer(bpe)
         splits: list[Any] = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
