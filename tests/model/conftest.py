@@ -28,6 +28,14 @@ def model() -> Any:
 
 
 @pytest.fixture(scope="session")
+def model_f32_decode(model: Any) -> Any:
+    """The same model with float32 activations on decode steps."""
+    import lamina.model
+
+    return lamina.model.load(model.path, threads=2, q8_decode=False)
+
+
+@pytest.fixture(scope="session")
 def reference(model: Any) -> Any:
     from reference_llama import ReferenceLlama
 

@@ -54,13 +54,6 @@ def test_logits_match_reference(model: Any, ref_logits: Any) -> None:
     assert max(kls) <= 0.01 and min(agrees) >= 0.99, (kls, agrees)
 
 
-@pytest.fixture(scope="module")
-def model_f32_decode(model: Any) -> Any:
-    import lamina.model as lm
-
-    return lm.load(model.path, threads=2, q8_decode=False)
-
-
 def _decode_rows(m: Any, ids: list[int]) -> np.ndarray[Any, Any]:
     cache = m.new_cache()
     return np.stack([m.forward([i], cache)[0] for i in ids])

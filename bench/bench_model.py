@@ -1,0 +1,179 @@
+"""lamina.model speed on a GGUF model: prefill and decode tokens/s, decode latency against KV
+length with and without compression, peak resident memory — and llama.cpp on the same file and
+thread count when llama-cpp-python is installed.
+
+Bars (issue 22), same machine, GGUF and threads: prefill >= 2x llama.cpp's tokens/s, decode
+>= 1.0x; decode at 8k tokens with 75 % of the cache removed >= 2.5x faster than with the full
+cache. The machine may be shared: the script prints the load average at start and end, and
+the process CPU time beside every wall time (CPU seconds per token change less under load).
+
+    PYTHONPATH=python python bench/bench_model.py --threads 2 --out /tmp/model_bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
+    w0, c0 = time.perf_counter(), _cpu()
+    fn()
+    return time.perf_counter() - w0, _cpu() - c0
+
+
+def _text_ids(m: Any, n: int) -> list[int]:
+    """n token ids of real text (this repository's README, repeated)."""
+    root = Path(__file__).resolve().parents[1]
+    ids = m.tokenize((root / "README.md").read_text(encoding="utf-8"))
+    while len(ids) < n:
+        ids = ids + ids
+    return ids[:n]  # type: ignore[no-any-return]
+
+
+def bench_lamina(m: Any, prefill: list[int], decode_steps: int) -> list[dict[str, Any]]:
+    rows = []
+    for n in prefill:
+        ids = _text_ids(m, n + decode_steps)
+        cache = m.new_cache()
+        wall, cpu = _timed(lambda ids=ids, n=n, cache=cache: m.forward(ids[:n], cache, logits="last"))
+        step = ids[n : n + decode_steps]
+        dw, dc = _timed(lambda step=step, cache=cache: [m.forward([i], cache) for i in step])
+        rows.append(
+            {
+                "tokens": n,
+                "prefill_tok_s": n / wall,
+                "prefill_cpu_s_per_tok": cpu / n,
+                "decode_tok_s": decode_steps / dw,
+                "decode_cpu_ms_per_tok": 1e3 * dc / decode_steps,
+            }
+        )
+        print(
+            f"lamina    prefill {n:5d}: {n / wall:7.1f} tok/s ({1e3 * cpu / n:.2f} CPU ms/tok)   "
+            f"decode after {n}: {decode_steps / dw:6.1f} tok/s ({1e3 * dc / decode_steps:.1f} CPU ms/tok)"
+        )
+    return rows
+
+
+def bench_llama_cpp(path: Path, threads: int, prefill: list[int], decode_steps: int) -> list[dict[str, Any]] | None:
+    try:
+        from llama_cpp import Llama  # type: ignore[import-not-found]
+    except ImportError:
+        print(
+            "llama.cpp: llama-cpp-python is not installed (it builds from source, ~30 min on 2 cores: "
+            "pip install llama-cpp-python); printing lamina's numbers only"
+        )
+        return None
+    llm = Llama(model_path=str(path), n_ctx=max(prefill) + decode_steps + 8, n_threads=threads, verbose=False)
+    rows = []
+    for n in prefill:
+        rng = np.random.default_rng(0)
+        ids = [int(i) for i in rng.integers(100, 40000, n + decode_steps)]
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(ids[:n])
+        pw = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for i in ids[n:]:
+            llm.eval([i])
+        dw = time.perf_counter() - t0
+        rows.append({"tokens": n, "prefill_tok_s": n / pw, "decode_tok_s": decode_steps / dw})
+        print(f"llama.cpp prefill {n:5d}: {n / pw:7.1f} tok/s   decode after {n}: {decode_steps / dw:6.1f} tok/s")
+    return rows
+
+
+def bench_kv_lengths(m: Any, lengths: list[int], compression: float, steps: int) -> list[dict[str, Any]]:
+    import lamina.kv
+    from lamina.model.press import apply_press
+
+    rows = []
+    L, H = m.config.n_layers, m.config.n_heads
+    for S in lengths:
+        ids = _text_ids(m, S + 2 * steps)
+        cache = m.new_cache()
+        m.forward(ids[:S], cache, logits="none")
+        for k, comp in enumerate((0.0, compression)):
+            if comp > 0:
+                # StreamingLLM needs no attention record; the decode cost depends only on what is kept
+                apply_press(cache, np.zeros((L, H, 1, cache.n_seen), np.float32), lamina.kv.StreamingLLM(), comp)
+            kv, held = cache.nbytes, int(cache.lengths()[0, 0])
+            step = ids[S + k * steps : S + (k + 1) * steps]
+            dw, dc = _timed(lambda step=step, cache=cache: [m.forward([i], cache) for i in step])
+            rows.append(
+                {
+                    "kv_tokens": S,
+                    "compression": comp,
+                    "held_per_head": held,
+                    "kv_bytes": kv,
+                    "step_ms": 1e3 * dw / steps,
+                    "cpu_ms": 1e3 * dc / steps,
+                }
+            )
+            print(
+                f"decode step after {S:5d} tokens, {int(comp * 100):2d} % removed ({held:5d} held per head): "
+                f"{1e3 * dw / steps:6.1f} ms ({1e3 * dc / steps:.1f} CPU ms), KV {kv / 2**20:7.1f} MiB"
+            )
+        full, comp_row = rows[-2], rows[-1]
+        print(
+            f"   -> at {S}: {full['step_ms'] / comp_row['step_ms']:.2f}x faster wall, "
+            f"{full['cpu_ms'] / comp_row['cpu_ms']:.2f}x less CPU, KV bytes x{comp_row['kv_bytes'] / full['kv_bytes']:.3f}"
+        )
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, default=None, help="GGUF file (default: packaged SmolLM2-135M)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prefill", type=int, nargs="+", default=[512, 2048])
+    ap.add_argument("--decode-steps", type=int, default=32)
+    ap.add_argument("--kv-lengths", type=int, nargs="+", default=[512, 2048, 8000])
+    ap.add_argument("--compression", type=float, default=0.75)
+    ap.add_argument("--q8-decode", type=int, default=1, help="1: int8 activations on decode steps (default)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+
+    import lamina.model as lm
+
+    load0 = os.getloadavg()
+    m = lm.load(args.model, threads=args.threads, q8_decode=bool(args.q8_decode))
+    print(f"{m}\nthreads {args.threads}, machine {platform.machine()} {platform.processor()}, load average {load0}")
+    result: dict[str, Any] = {
+        "model": str(m.path),
+        "threads": args.threads,
+        "kernel_isa": m.kernel_isa,
+        "q8_decode": bool(args.q8_decode),
+        "load_average_start": load0,
+    }
+    result["lamina"] = bench_lamina(m, args.prefill, args.decode_steps)
+    result["llama_cpp"] = bench_llama_cpp(m.path, args.threads, args.prefill, args.decode_steps)
+    if result["llama_cpp"]:
+        for a, b in zip(result["lamina"], result["llama_cpp"]):
+            print(
+                f"ratio at {a['tokens']}: prefill {a['prefill_tok_s'] / b['prefill_tok_s']:.2f}x, "
+                f"decode {a['decode_tok_s'] / b['decode_tok_s']:.2f}x"
+            )
+    result["kv_lengths"] = bench_kv_lengths(m, args.kv_lengths, args.compression, args.decode_steps)
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["load_average_end"] = os.getloadavg()
+    print(f"peak resident memory {result['peak_rss_mib']:.0f} MiB; load average at end {result['load_average_end']}")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
