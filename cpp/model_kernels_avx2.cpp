@@ -22,6 +22,7 @@ static inline VecF vloadh(const uint16_t* p) {
 }
 static inline void vstore(float* p, VecF v) { _mm256_storeu_ps(p, v); }
 static inline VecF vfma(VecF a, VecF b, VecF c) { return _mm256_fmadd_ps(a, b, c); }
+static inline VecF vmul(VecF a, VecF b) { return _mm256_mul_ps(a, b); }
 static inline VecF vadd(VecF a, VecF b) { return _mm256_add_ps(a, b); }
 static inline float vhsum(VecF v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

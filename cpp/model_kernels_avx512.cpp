@@ -22,6 +22,7 @@ static inline VecF vloadh(const uint16_t* p) {
 }
 static inline void vstore(float* p, VecF v) { _mm512_storeu_ps(p, v); }
 static inline VecF vfma(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
+static inline VecF vmul(VecF a, VecF b) { return _mm512_mul_ps(a, b); }
 static inline VecF vadd(VecF a, VecF b) { return _mm512_add_ps(a, b); }
 static inline float vhsum(VecF v) { return _mm512_reduce_add_ps(v); }
 static inline void load_u4(const uint8_t* qs, VecF* out) {

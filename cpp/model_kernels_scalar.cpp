@@ -18,6 +18,7 @@ static inline VecF vload(const float* p) { return *p; }
 static inline VecF vloadh(const uint16_t* p) { return ::lamina::half_to_float(*p); }
 static inline void vstore(float* p, VecF v) { *p = v; }
 static inline VecF vfma(VecF a, VecF b, VecF c) { return a * b + c; }
+static inline VecF vmul(VecF a, VecF b) { return a * b; }
 static inline VecF vadd(VecF a, VecF b) { return a + b; }
 static inline float vhsum(VecF v) { return v; }
 static inline void load_u4(const uint8_t* qs, VecF* out) {

@@ -66,13 +66,11 @@ def test_decode_path_matches_reference(model_f32_decode: Any, ref_logits: Any) -
         assert sure > 10 and kl <= 0.01 and agree >= 0.99, (kl, agree)
 
 
-def test_q8_decode_path_stays_close(model: Any, ref_logits: Any) -> None:
-    """int8 activations (llama.cpp's scheme, the default decode): a looser, documented bar —
-    mean KL <= 0.05 and the confident top-1 kept on these short texts (early positions, where
-    the attention-sink activations quantise worst, dominate them)."""
-    ids, ref = ref_logits[0]
-    kl, agree, sure = agreement(ref, _decode_rows(model, ids))
-    assert sure > 10 and kl <= 0.05 and agree >= 0.95, (kl, agree)
+def test_q8_decode_path_matches_reference(model: Any, ref_logits: Any) -> None:
+    """int8 activations on decode steps (llama.cpp's scheme, the default) meet the same bar."""
+    for ids, ref in ref_logits[:2]:
+        kl, agree, sure = agreement(ref, _decode_rows(model, ids))
+        assert sure > 10 and kl <= 0.01 and agree >= 0.99, (kl, agree)
 
 
 def test_chunked_prefill_equals_full_forward(model: Any) -> None:

@@ -38,7 +38,7 @@ class Model:
     q8_decode : bool
         Decode steps (fewer than 4 new tokens) multiply the quantised weights with the
         activation quantised to int8 per block of 32, as llama.cpp does (integer dot products,
-        faster; logits drift from float32 by a mean KL of about 0.01-0.02). False keeps the
+        faster; logits drift from float32 by a mean KL of about 0.005). False keeps the
         activation in float32 (the prefill and :meth:`logits` always do).
 
     Attributes
