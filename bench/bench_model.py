@@ -101,7 +101,6 @@ def bench_kv_lengths(m: Any, lengths: list[int], compression: float, steps: int)
     from lamina.model.press import apply_press
 
     rows = []
-    L, H = m.config.n_layers, m.config.n_heads
     for S in lengths:
         ids = _text_ids(m, S + 2 * steps)
         cache = m.new_cache()
@@ -109,7 +108,7 @@ def bench_kv_lengths(m: Any, lengths: list[int], compression: float, steps: int)
         for k, comp in enumerate((0.0, compression)):
             if comp > 0:
                 # StreamingLLM needs no attention record; the decode cost depends only on what is kept
-                apply_press(cache, np.zeros((L, H, 1, cache.n_seen), np.float32), lamina.kv.StreamingLLM(), comp)
+                apply_press(cache, None, lamina.kv.StreamingLLM(), comp)
             kv, held = cache.nbytes, int(cache.lengths()[0, 0])
             step = ids[S + k * steps : S + (k + 1) * steps]
             dw, dc = _timed(lambda step=step, cache=cache: [m.forward([i], cache) for i in step])

@@ -313,12 +313,11 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   const std::size_t NR = kern.panel_width;
   const bool gemm = T >= kGemmMinTokens;
   const std::size_t maxK = std::max({d, F, H * D});
-  const std::size_t maxN = std::max({F, d, H * D, mode == Logits::All ? V : std::size_t{0}});
   std::size_t work = L * T * (3 * d * F + 2 * d * H * D + 2 * d * Hk * D) + L * T * (max_len + T) * H * D;
   const int nt = threads_for(work, std::size_t{1} << 21, n_threads);
 
   // Activations (row-major, one row per token) and per-rank scratch.
-  std::vector<float> x(T * d), h(T * d), tmp(T * std::max(maxN, d)), q(T * H * D),
+  std::vector<float> x(T * d), h(T * d), tmp(T * d), q(T * H * D),
       k(T * Hk * D), v(T * Hk * D), att(T * H * D), g(T * F), u(T * F), a(T * F);
   std::vector<float> rope_cos(T * (D / 2)), rope_sin(T * (D / 2));
   for (std::size_t t = 0; t < T; ++t)

@@ -76,6 +76,10 @@ def test_generate_bad_arguments(model: Any) -> None:
         model.generate("hi", top_p=0.0, temperature=1.0)
     with pytest.raises(ValueError, match="unknown KV method"):
         model.generate("hi", press="nope", compression=0.5)
+    with pytest.raises(ValueError, match="non-empty"):
+        model.generate("   ")
+    with pytest.raises(ValueError, match="non-empty"):
+        model.generate("context", question="")
     with pytest.raises(ValueError, match="stop strings"):
         model.generate("hi", stop=[""])
     with pytest.raises(ValueError, match="context"):

@@ -91,7 +91,7 @@ def run_generation(
     pressing = press is not None and compression > 0.0
     window = observation_window(press, len(ctx), compression) if pressing and press is not None else 0
     logits, attention = native.forward(ctx, cache, "last", threads, window, q8_decode)
-    if pressing and press is not None and attention is not None:
+    if pressing and press is not None:
         apply_press(cache, attention, press, compression, threads=threads)
     if parts.suffix:
         logits, _ = native.forward(np.asarray(parts.suffix, dtype=np.int32), cache, "last", threads, 0, q8_decode)

@@ -28,10 +28,18 @@ def resolve_press(press: str | KVMethod) -> KVMethod:
     return make_method(press)
 
 
+#: Methods that read no attention scores (nothing is recorded for them).
+SCORE_FREE = frozenset({"streaming"})
+
+
 def observation_window(press: KVMethod, seq_len: int, compression: float) -> int:
-    """Rows of attention to record for a prompt of ``seq_len`` tokens: the method's
-    ``window_size`` when set, else :data:`DEFAULT_WINDOW`, capped so that it stays below the
-    kept budget and the sequence length."""
+    """Rows of attention to record for a prompt of ``seq_len`` tokens: 0 for a method that
+    reads no scores, else the method's ``window_size`` when set, else :data:`DEFAULT_WINDOW`,
+    capped so that it stays below the kept budget and the sequence length. (The record holds
+    L·H·w·S float32: 0.55 GB for SmolLM2-135M at w = 64, S = 8,000.) H2O gets these window
+    rows, not the attention accumulated over every prefill query."""
+    if press.name in SCORE_FREE:
+        return 0
     w = getattr(press, "window_size", None)
     w = DEFAULT_WINDOW if w is None else int(w)
     keep = int(seq_len * (1.0 - compression))
@@ -40,7 +48,7 @@ def observation_window(press: KVMethod, seq_len: int, compression: float) -> int
 
 def apply_press(
     cache: _core.KVCache,
-    attention: npt.NDArray[np.float32],
+    attention: npt.NDArray[np.float32] | None,
     press: KVMethod,
     compression: float,
     *,
@@ -52,8 +60,9 @@ def apply_press(
     ----------
     cache : lamina._core.KVCache
         A cache every head of which holds the same S entries.
-    attention : ndarray, float32, shape (L, H, w, S)
-        Recorded attention of the last w prefill queries.
+    attention : ndarray, float32, shape (L, H, w, S), or None
+        Recorded attention of the last w prefill queries (None for a method in
+        :data:`SCORE_FREE`).
     press : KVMethod
     compression : float
         Fraction of the cache removed, in (0, 1).
@@ -66,8 +75,14 @@ def apply_press(
     """
     if not 0.0 < compression < 1.0:
         raise InvalidInput(f"compression must be in (0, 1) to apply a press, got {compression}")
-    L, H, _, S = attention.shape
-    Hk = cache.n_kv_heads
+    L, Hk = cache.n_layers, cache.n_kv_heads
+    if attention is None:
+        if press.name not in SCORE_FREE:
+            raise InvalidInput(f"{press.name} needs the recorded prefill attention")
+        lengths = cache.lengths()
+        if (lengths != lengths.flat[0]).any():
+            raise InvalidInput("the cache was already compressed head-wise")
+        attention = np.zeros((L, Hk, 1, int(lengths.flat[0])), np.float32)
     kwargs: dict[str, Any] = {}
     if press.name == "lava":
         vals = np.stack([np.stack([cache.values(l, h) for h in range(Hk)]) for l in range(L)])

@@ -178,6 +178,8 @@ class Model:
         template; with a question, the ids are split where the question starts."""
         if not isinstance(prompt, str) or (question is not None and not isinstance(question, str)):
             raise TypeError("prompt and question must be str")
+        if not prompt.strip() or (question is not None and not question.strip()):
+            raise InvalidInput("prompt (and question, when given) must be non-empty text")
         if question is None:
             return PromptParts(context=self.tokenize(self.chat_prompt(prompt)), suffix=[])
         rendered = self.chat_prompt(prompt + QUESTION_SEPARATOR + question)
