@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import embedders, kernels, kv
+from . import embedders, kernels, kv, model
 from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
 from .errors import InvalidInput, LaminaError, NotFoundError, StoreBusy
 from .extract import Fact, FactExtractor, Summarizer, Turn
@@ -20,6 +20,7 @@ __all__ = [
     "LexicalIndex",
     "tokenize",
     "kv",
+    "model",
     "Metric",
     "kernels",
     "Memory",
