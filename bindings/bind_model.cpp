@@ -174,7 +174,8 @@ void register_model(py::module_& m) {
       .def(
           "forward",
           [](const PyModel& pm, const py::object& ids, model::KVCache& cache,
-             const std::string& logits, int threads, int record_window, bool q8) {
+             const std::string& logits, int threads, int record_window, bool q8,
+             bool accumulate) {
             py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
             const model::Logits mode = logits_mode(logits);
             const model::Config& c = pm.m->config();
@@ -182,7 +183,7 @@ void register_model(py::module_& m) {
             LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
             LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
                          "record_window must be in [0, len(ids)], got ", record_window);
-            py::object out = py::none(), rec = py::none();
+            py::object out = py::none(), rec = py::none(), acc = py::none();
             float* lp = nullptr;
             if (mode == model::Logits::Last) {
               py::array_t<float> o(c.vocab_size);
@@ -203,19 +204,29 @@ void register_model(py::module_& m) {
               R.out = o.mutable_data();
               rec = o;
             }
+            if (accumulate) {
+              const std::size_t S = cache.length(0, 0) + T;
+              py::array_t<float> o({static_cast<std::size_t>(c.n_layers),
+                                    static_cast<std::size_t>(c.n_heads), S});
+              R.accumulated = o.mutable_data();
+              acc = o;
+            }
             const int32_t* p = static_cast<const int32_t*>(a.data());
             {
               py::gil_scoped_release nogil;
-              pm.m->forward(p, T, cache, mode, lp, threads, record_window > 0 ? &R : nullptr, q8);
+              pm.m->forward(p, T, cache, mode, lp, threads,
+                            record_window > 0 || accumulate ? &R : nullptr, q8);
             }
-            return py::make_tuple(out, rec);
+            return py::make_tuple(out, rec, acc);
           },
           py::arg("ids"), py::arg("cache"), py::arg("logits") = "last", py::arg("threads") = 0,
           py::arg("record_window") = 0, py::arg("q8_decode") = true,
+          py::arg("accumulate_attention") = false,
           "Runs ids (int32 [T]) through the model after the tokens in cache; returns (logits, "
-          "attention): logits float32 [vocab] ('last'), [T, vocab] ('all') or None ('none'); "
+          "attention, accumulated): logits float32 [vocab] ('last'), [T, vocab] ('all') or None ('none'); "
           "attention float32 [L, H, record_window, S] or None. q8_decode: int8 activations on the "
-          "decode (GEMV) path.");
+          "decode (GEMV) path. accumulate_attention: accumulated is (L, H, S) float32, each entry's attention "
+          "summed over every query of the call (H2O), else None.");
 }
 
 }  // namespace lamina::py_detail

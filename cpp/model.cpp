@@ -295,17 +295,19 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       max_len = std::max(max_len, len0[l * Hk + h]);
     }
   std::size_t S_rec = 0, W_rec = 0;
-  if (record && record->window > 0) {
+  const bool accumulate = record && record->accumulated;
+  if (record && (record->window > 0 || accumulate)) {
     for (std::size_t i = 0; i < len0.size(); ++i)
       LAMINA_CHECK(len0[i] == len0[0],
                    "forward: recording attention needs every head to hold the same number of "
                    "entries (the cache was compacted head-wise)");
-    LAMINA_CHECK(static_cast<std::size_t>(record->window) <= T && record->out != nullptr,
+    LAMINA_CHECK(record->window >= 0 && static_cast<std::size_t>(record->window) <= T &&
+                     (record->window == 0 || record->out != nullptr),
                  "forward: the attention record window (", record->window,
-                 ") must be at most the number of tokens (", T, ")");
+                 ") must be in [0, number of tokens (", T, ")]");
     W_rec = static_cast<std::size_t>(record->window);
     S_rec = len0[0] + T;
-    std::fill(record->out, record->out + L * H * W_rec * S_rec, 0.0f);
+    if (W_rec) std::fill(record->out, record->out + L * H * W_rec * S_rec, 0.0f);
   }
   cache.reserve_more(T);
 
@@ -329,7 +331,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       rope_sin[t * (D / 2) + i] = static_cast<float>(std::sin(ang));
     }
   struct Scratch {
-    std::vector<float> panel, ctile, probs, xsum, xd;
+    std::vector<float> panel, ctile, probs, xsum, xd, acc;
     std::vector<int8_t> xq;
   };
   std::vector<Scratch> scratch(nt);
@@ -342,6 +344,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     s.xsum.resize(maxK / 32 + 1);
     s.xd.resize(maxK / 32 + 1);
     s.xq.resize(maxK);
+    if (accumulate) s.acc.assign(L * H * S_rec, 0.0f);
   }
   std::vector<float*> kdst(L * Hk), vdst(L * Hk);
   std::vector<int32_t*> pdst(L * Hk);
@@ -460,6 +463,10 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
           float* o = record->out + ((l * H + hh) * W_rec + (t + W_rec - T)) * S_rec;
           std::memcpy(o, S.probs.data(), n * sizeof(float));
         }
+        if (accumulate) {
+          float* a = S.acc.data() + (l * H + hh) * S_rec;
+          for (std::size_t j = 0; j < n; ++j) a[j] += S.probs[j];
+        }
       }
       barrier.wait();
       matmul(Ly.wo, att.data(), T, tmp.data(), d, c0, c1);
@@ -487,6 +494,12 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       matmul(w_.output, h.data(), T, logits, V, c0, c1);
   };
   parallel_for(static_cast<std::size_t>(nt), nt, team);
+  if (accumulate) {
+    float* a = record->accumulated;
+    std::fill(a, a + L * H * S_rec, 0.0f);
+    for (const Scratch& sc : scratch)
+      for (std::size_t j = 0; j < L * H * S_rec; ++j) a[j] += sc.acc[j];
+  }
   cache.commit(T);
 }
 

@@ -133,9 +133,12 @@ enum class Logits { None, Last, All };
 /// their KV head. Requires every head to hold the same number S of entries after the call
 /// (true until a head is compacted). Layout (L, H, window, S) float32, row-major; entries an
 /// early query cannot see are 0.
+/// `accumulated` (optional): Σ over every query of the call of its softmax row, per (layer,
+/// query head, entry) — H2O's accumulated attention — (L, H, S) float32.
 struct AttentionRecord {
   int window = 0;
-  float* out = nullptr;  // L·H·window·S floats, S = cache length after the call
+  float* out = nullptr;          // L·H·window·S floats, S = cache length after the call
+  float* accumulated = nullptr;  // L·H·S floats, or null
 };
 
 /// A llama-architecture model over non-owned quantised weights. Thread-safe for concurrent

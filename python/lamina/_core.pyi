@@ -436,4 +436,5 @@ class LlamaModel:
         threads: int = 0,
         record_window: int = 0,
         q8_decode: bool = True,
-    ) -> tuple[_F32 | None, _F32 | None]: ...
+        accumulate_attention: bool = False,
+    ) -> tuple[_F32 | None, _F32 | None, _F32 | None]: ...

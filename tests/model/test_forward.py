@@ -148,6 +148,19 @@ def test_attention_record(model: Any) -> None:
     assert (att[:, :, 0, len(ids) - 7 :] == 0).all()
 
 
+def test_accumulated_attention(model: Any) -> None:
+    ids = model.tokenize(TEXTS[0])
+    T = len(ids)
+    cache = model.new_cache()
+    _, win, acc = model._native.forward(np.asarray(ids, np.int32), cache, "none", 2, 8, True, True)
+    c = model.config
+    assert acc.shape == (c.n_layers, c.n_heads, T)
+    np.testing.assert_allclose(acc.sum(-1), T, rtol=1e-4)  # every query's row sums to 1
+    # entry j is seen by queries j..T-1; the last 8 queries' part of the sum is the window
+    assert (acc[..., -8:] <= win[..., -8:].sum(2) + 1e-4).all()
+    np.testing.assert_allclose(acc[..., -1], win[..., -1, -1], atol=1e-5)
+
+
 def test_bad_inputs(model: Any, tmp_path: Any) -> None:
     import lamina.model as lm
 

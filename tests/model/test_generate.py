@@ -49,7 +49,7 @@ def test_streaming_pieces_make_the_text(model: Any) -> None:
     assert "".join(pieces) == g.text and len(pieces) > 1
 
 
-@pytest.mark.parametrize("press", ["snapkv", "streaming", "adakv"])
+@pytest.mark.parametrize("press", ["snapkv", "streaming", "adakv", "h2o"])
 def test_press_frees_memory_query_agnostic(model: Any, press: str) -> None:
     full = model.generate(CONTEXT, question="Where is the spare key?", max_tokens=3)
     half = model.generate(CONTEXT, question="Where is the spare key?", max_tokens=3, press=press, compression=0.5)

@@ -15,7 +15,7 @@ import numpy as np
 from .. import _core
 from ..errors import InvalidInput
 from ..kv import KVMethod
-from .press import apply_press, observation_window
+from .press import ACCUMULATED, apply_press, observation_window
 from .sampling import Sampler
 
 __all__ = ["Generation", "PromptParts", "run_generation"]
@@ -90,11 +90,12 @@ def run_generation(
     ctx = np.asarray(parts.context, dtype=np.int32)
     pressing = press is not None and compression > 0.0
     window = observation_window(press, len(ctx), compression) if pressing and press is not None else 0
-    logits, attention = native.forward(ctx, cache, "last", threads, window, q8_decode)
+    accumulate = pressing and press is not None and press.name in ACCUMULATED
+    logits, attention, accumulated = native.forward(ctx, cache, "last", threads, window, q8_decode, accumulate)
     if pressing and press is not None:
-        apply_press(cache, attention, press, compression, threads=threads)
+        apply_press(cache, accumulated if accumulate else attention, press, compression, threads=threads)
     if parts.suffix:
-        logits, _ = native.forward(np.asarray(parts.suffix, dtype=np.int32), cache, "last", threads, 0, q8_decode)
+        logits, _, _ = native.forward(np.asarray(parts.suffix, dtype=np.int32), cache, "last", threads, 0, q8_decode)
     assert logits is not None
     tokens: list[int] = []
     logprobs: list[float] = []
@@ -125,7 +126,7 @@ def run_generation(
                 emitted = safe
         if len(tokens) == max_tokens:
             break
-        logits, _ = native.forward(np.asarray([tok], dtype=np.int32), cache, "last", threads, 0, q8_decode)
+        logits, _, _ = native.forward(np.asarray([tok], dtype=np.int32), cache, "last", threads, 0, q8_decode)
         assert logits is not None
     if on_text is not None and len(text) > emitted:
         on_text(text[emitted:])

@@ -17,7 +17,7 @@ from .. import _core
 from ..errors import InvalidInput
 from ..kv import KeepSet, KVMethod, make_method, value_norms
 
-__all__ = ["DEFAULT_WINDOW", "observation_window", "resolve_press", "apply_press"]
+__all__ = ["DEFAULT_WINDOW", "SCORE_FREE", "ACCUMULATED", "observation_window", "resolve_press", "apply_press"]
 
 #: Observation window of the recorded attention (kvpress's SnapKV default).
 DEFAULT_WINDOW = 64
@@ -30,15 +30,17 @@ def resolve_press(press: str | KVMethod) -> KVMethod:
 
 #: Methods that read no attention scores (nothing is recorded for them).
 SCORE_FREE = frozenset({"streaming"})
+#: Methods scored by the attention accumulated over every prefill query, (L, H, S) (H2O's
+#: heavy hitters), rather than by the last w queries.
+ACCUMULATED = frozenset({"h2o"})
 
 
 def observation_window(press: KVMethod, seq_len: int, compression: float) -> int:
     """Rows of attention to record for a prompt of ``seq_len`` tokens: 0 for a method that
-    reads no scores, else the method's ``window_size`` when set, else :data:`DEFAULT_WINDOW`,
+    reads no window (:data:`SCORE_FREE`, :data:`ACCUMULATED`), else the method's ``window_size`` when set, else :data:`DEFAULT_WINDOW`,
     capped so that it stays below the kept budget and the sequence length. (The record holds
-    L·H·w·S float32: 0.55 GB for SmolLM2-135M at w = 64, S = 8,000.) H2O gets these window
-    rows, not the attention accumulated over every prefill query."""
-    if press.name in SCORE_FREE:
+    L·H·w·S float32: 0.55 GB for SmolLM2-135M at w = 64, S = 8,000.)"""
+    if press.name in SCORE_FREE or press.name in ACCUMULATED:
         return 0
     w = getattr(press, "window_size", None)
     w = DEFAULT_WINDOW if w is None else int(w)
@@ -60,9 +62,9 @@ def apply_press(
     ----------
     cache : lamina._core.KVCache
         A cache every head of which holds the same S entries.
-    attention : ndarray, float32, shape (L, H, w, S), or None
-        Recorded attention of the last w prefill queries (None for a method in
-        :data:`SCORE_FREE`).
+    attention : ndarray, float32, shape (L, H, w, S) or (L, H, S), or None
+        Recorded attention of the last w prefill queries, or accumulated over all of them
+        (:data:`ACCUMULATED`), or None (a method in :data:`SCORE_FREE`).
     press : KVMethod
     compression : float
         Fraction of the cache removed, in (0, 1).

@@ -139,7 +139,7 @@ class Model:
             Empty ids, an id outside the vocabulary, or more tokens than the context.
         """
         a = self._ids(ids)
-        out, _ = self._native.forward(a, self.new_cache(), "all", self.threads, 0)
+        out, _, _ = self._native.forward(a, self.new_cache(), "all", self.threads, 0)
         assert out is not None
         return out
 
@@ -170,7 +170,10 @@ class Model:
         """
         if cache.n_seen + len(ids) > self.config.context_length:
             raise InvalidInput(f"the cache would exceed the model's context of {self.config.context_length} tokens")
-        return self._native.forward(self._ids(ids), cache, logits, self.threads, int(record_window), self.q8_decode)
+        out, att, _ = self._native.forward(
+            self._ids(ids), cache, logits, self.threads, int(record_window), self.q8_decode
+        )
+        return out, att
 
     # ---- generation ---------------------------------------------------------------------------
     def prompt_parts(self, prompt: str, question: str | None = None) -> PromptParts:
