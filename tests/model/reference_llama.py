@@ -89,13 +89,16 @@ class ReferenceLlama:
         y[..., 1::2] = x0 * sin + x1 * cos
         return y
 
-    def logits(self, ids: list[int]) -> F32:
-        """float32 (len(ids), vocab): one causal forward of ``ids`` from position 0."""
+    def logits(self, ids: list[int], last_keeps: dict[tuple[int, int], npt.NDArray[np.int64]] | None = None) -> F32:
+        """float32 (len(ids), vocab): one causal forward of ``ids`` from position 0.
+
+        ``last_keeps[(layer, kv_head)]``: positions (< T - 1) the *last* query may attend to in
+        that layer and KV head besides itself — a cache compacted after the first T - 1 tokens."""
         T, H, Hk, D = len(ids), self.n_heads, self.n_kv, self.head_dim
         pos = np.arange(T, dtype=np.int64)
         x = self.emb[np.asarray(ids)]
         mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), 1)
-        for L in self.layers:
+        for li, L in enumerate(self.layers):
             h = self._rms(x, L["attn_norm"])
             q = self._rope((h @ L["attn_q"].T).reshape(T, H, D), pos)
             k = self._rope((h @ L["attn_k"].T).reshape(T, Hk, D), pos)
@@ -104,7 +107,12 @@ class ReferenceLlama:
             att = np.empty((T, H, D), dtype=np.float32)
             for hh in range(H):
                 kv = hh // g
-                s = (q[:, hh, :] @ k[:, kv, :].T) / np.float32(np.sqrt(D)) + mask
+                m = mask
+                if last_keeps is not None and (li, kv) in last_keeps:
+                    m = mask.copy()
+                    m[-1, :-1] = -np.inf
+                    m[-1, last_keeps[li, kv]] = 0.0
+                s = (q[:, hh, :] @ k[:, kv, :].T) / np.float32(np.sqrt(D)) + m
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 s /= s.sum(axis=1, keepdims=True)
                 att[:, hh, :] = s @ v[:, kv, :]
