@@ -360,6 +360,9 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     }
 
   Barrier barrier(nt);
+  constexpr std::size_t kAttnChunk = 8;
+  std::vector<std::atomic<std::size_t>> next_task(L);
+  for (auto& a : next_task) a.store(0, std::memory_order_relaxed);
   const float eps = c.rms_eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 
@@ -453,9 +456,15 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         }
       }
       barrier.wait();
-      share(T * H, rank, nt, 1, b, e);
-      for (std::size_t i = b; i < e; ++i) {
-        const std::size_t t = i / H, hh = i % H, kv = hh / G;
+      // Dynamic chunks over (KV head, token descending, query head of the group): the G
+      // queries of a token read the same K/V rows back to back, and the costliest (latest)
+      // tokens go first so the chunks balance.
+      for (;;) {
+        const std::size_t i0 = next_task[l].fetch_add(kAttnChunk, std::memory_order_relaxed);
+        if (i0 >= T * H) break;
+        for (std::size_t i = i0; i < std::min(T * H, i0 + kAttnChunk); ++i) {
+        const std::size_t kv = i / (T * G), rem = i % (T * G);
+        const std::size_t t = T - 1 - rem / G, hh = kv * G + rem % G;
         const std::size_t n = len0[l * Hk + kv] + t + 1;
         kern.attend(q.data() + (t * H + hh) * D, ksrc[l * Hk + kv], vsrc[l * Hk + kv], n, D, scale,
                     S.probs.data(), att.data() + (t * H + hh) * D);
@@ -466,6 +475,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         if (accumulate) {
           float* a = S.acc.data() + (l * H + hh) * S_rec;
           for (std::size_t j = 0; j < n; ++j) a[j] += S.probs[j];
+        }
         }
       }
       barrier.wait();

@@ -21,6 +21,12 @@ static inline VecF vfma(VecF a, VecF b, VecF c) { return a * b + c; }
 static inline VecF vmul(VecF a, VecF b) { return a * b; }
 static inline VecF vadd(VecF a, VecF b) { return a + b; }
 static inline float vhsum(VecF v) { return v; }
+static inline void vreduce4(VecF a, VecF b, VecF c, VecF d, float* o) {
+  o[0] = a;
+  o[1] = b;
+  o[2] = c;
+  o[3] = d;
+}
 static inline void load_u4(const uint8_t* qs, VecF* out) {
   for (int j = 0; j < 16; ++j) {
     out[j] = static_cast<float>(qs[j] & 15);
