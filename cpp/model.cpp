@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <thread>
 
 #include "lamina/common.hpp"
@@ -331,7 +332,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       rope_sin[t * (D / 2) + i] = static_cast<float>(std::sin(ang));
     }
   struct Scratch {
-    std::vector<float> panel, ctile, probs, xsum, xd, acc;
+    std::vector<float> panel, ctile, probs, xsum, xd, acc, h;
     std::vector<int8_t> xq;
   };
   std::vector<Scratch> scratch(nt);
@@ -345,6 +346,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     s.xd.resize(maxK / 32 + 1);
     s.xq.resize(maxK);
     if (accumulate) s.acc.assign(L * H * S_rec, 0.0f);
+    if (!gemm) s.h.resize(T * d);
   }
   std::vector<float*> kdst(L * Hk), vdst(L * Hk);
   std::vector<int32_t*> pdst(L * Hk);
@@ -359,6 +361,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       vsrc[l * Hk + hh] = vdst[l * Hk + hh];
     }
 
+  // Column shares of the Q/K/V matmuls: whole heads, and whole GEMM panels on that path.
+  const std::size_t head_align = gemm ? D * NR / std::gcd(D, NR) : D;
   Barrier barrier(nt);
   constexpr std::size_t kAttnChunk = 8;
   std::vector<std::atomic<std::size_t>> next_task(L);
@@ -371,11 +375,11 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     std::size_t b, e;
     // Y[t, c] (ldy) = X[t, :] · W_c for the rank's share of columns; returns the share.
     auto matmul = [&](const Matrix& W, const float* X, std::size_t nT, float* Y, std::size_t ldy,
-                      std::size_t& c0, std::size_t& c1) {
+                      std::size_t& c0, std::size_t& c1, std::size_t align = 0) {
       const std::size_t K = W.cols, N = W.rows, rb = row_bytes(W.type, K);
       const uint8_t* base = static_cast<const uint8_t*>(W.data);
       if (nT < kGemmMinTokens) {
-        share(N, rank, nt, 8, c0, c1);
+        share(N, rank, nt, align ? align : 8, c0, c1);
         if (c0 >= c1) return;
         const bool blocks = q8_decode && W.type != QType::F32 && W.type != QType::F16;
         for (std::size_t t = 0; t < nT; ++t) {
@@ -395,7 +399,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         }
         return;
       }
-      share(N, rank, nt, NR, c0, c1);
+      share(N, rank, nt, align ? align : NR, c0, c1);
       for (std::size_t p = c0; p < c1; p += NR) {
         const std::size_t nc = std::min(NR, c1 - p);
         for (std::size_t j = 0; j < nc; ++j)
@@ -407,13 +411,29 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
           std::memcpy(Y + t * ldy + p, S.ctile.data() + t * NR, nc * sizeof(float));
       }
     };
-    auto rmsnorm = [&](const float* w) {
-      share(T, rank, nt, 1, b, e);
+    // RMSNorm of x into the normalised rows the next matmuls read: on the GEMV path every rank
+    // normalises all (few) rows into its own buffer (no barrier needed); on the GEMM path the
+    // ranks share the rows of `h` (the caller waits at a barrier). Returns the rows.
+    auto rmsnorm = [&](const float* w) -> const float* {
+      float* out = gemm ? h.data() : S.h.data();
+      b = 0;
+      e = T;
+      if (gemm) share(T, rank, nt, 1, b, e);
       for (std::size_t t = b; t < e; ++t) {
         double ss = 0.0;
         for (std::size_t j = 0; j < d; ++j) ss += static_cast<double>(x[t * d + j]) * x[t * d + j];
         const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-        for (std::size_t j = 0; j < d; ++j) h[t * d + j] = x[t * d + j] * r * w[j];
+        for (std::size_t j = 0; j < d; ++j) out[t * d + j] = x[t * d + j] * r * w[j];
+      }
+      return out;
+    };
+    auto rot = [&](float* r, std::size_t t) {  // RoPE, adjacent pairs
+      const float* cs = rope_cos.data() + t * (D / 2);
+      const float* sn = rope_sin.data() + t * (D / 2);
+      for (std::size_t i = 0; i < D / 2; ++i) {
+        const float x0 = r[2 * i], x1 = r[2 * i + 1];
+        r[2 * i] = x0 * cs[i] - x1 * sn[i];
+        r[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
       }
     };
     std::size_t c0, c1;
@@ -427,34 +447,24 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     barrier.wait();
     for (std::size_t l = 0; l < L; ++l) {
       const Layer& Ly = w_.layers[l];
-      rmsnorm(Ly.attn_norm);
-      barrier.wait();
-      matmul(Ly.wq, h.data(), T, q.data(), H * D, c0, c1);
-      matmul(Ly.wk, h.data(), T, k.data(), Hk * D, c0, c1);
-      matmul(Ly.wv, h.data(), T, v.data(), Hk * D, c0, c1);
-      barrier.wait();
-      // RoPE (adjacent pairs) on q and k; append k, v to the cache.
-      share(T, rank, nt, 1, b, e);
-      for (std::size_t t = b; t < e; ++t) {
-        const float* cs = rope_cos.data() + t * (D / 2);
-        const float* sn = rope_sin.data() + t * (D / 2);
-        auto rot = [&](float* r) {
-          for (std::size_t i = 0; i < D / 2; ++i) {
-            const float x0 = r[2 * i], x1 = r[2 * i + 1];
-            r[2 * i] = x0 * cs[i] - x1 * sn[i];
-            r[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
-          }
-        };
-        for (std::size_t hh = 0; hh < H; ++hh) rot(q.data() + (t * H + hh) * D);
-        for (std::size_t hh = 0; hh < Hk; ++hh) {
+      const float* hn = rmsnorm(Ly.attn_norm);
+      if (gemm) barrier.wait();
+      // Q, K, V in whole heads per rank, then RoPE on the rank's heads and its K/V heads
+      // appended to the cache (no barrier between: the rank owns those columns).
+      matmul(Ly.wq, hn, T, q.data(), H * D, c0, c1, head_align);
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t hh = c0 / D; hh < c1 / D; ++hh) rot(q.data() + (t * H + hh) * D, t);
+      matmul(Ly.wk, hn, T, k.data(), Hk * D, c0, c1, head_align);
+      matmul(Ly.wv, hn, T, v.data(), Hk * D, c0, c1, head_align);  // the same heads as K
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t hh = c0 / D; hh < c1 / D; ++hh) {
           float* kr = k.data() + (t * Hk + hh) * D;
-          rot(kr);
+          rot(kr, t);
           const std::size_t slot = len0[l * Hk + hh] + t;
           std::memcpy(kdst[l * Hk + hh] + slot * D, kr, D * sizeof(float));
           std::memcpy(vdst[l * Hk + hh] + slot * D, v.data() + (t * Hk + hh) * D, D * sizeof(float));
           pdst[l * Hk + hh][slot] = static_cast<int32_t>(pos0 + static_cast<int64_t>(t));
         }
-      }
       barrier.wait();
       // Dynamic chunks over (KV head, token descending, query head of the group): the G
       // queries of a token read the same K/V rows back to back, and the costliest (latest)
@@ -483,10 +493,10 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       for (std::size_t t = 0; t < T; ++t)
         for (std::size_t j = c0; j < c1; ++j) x[t * d + j] += tmp[t * d + j];
       barrier.wait();
-      rmsnorm(Ly.ffn_norm);
-      barrier.wait();
-      matmul(Ly.w_gate, h.data(), T, g.data(), F, c0, c1);
-      matmul(Ly.w_up, h.data(), T, u.data(), F, c0, c1);
+      const float* hf = rmsnorm(Ly.ffn_norm);
+      if (gemm) barrier.wait();
+      matmul(Ly.w_gate, hf, T, g.data(), F, c0, c1);
+      matmul(Ly.w_up, hf, T, u.data(), F, c0, c1);
       for (std::size_t t = 0; t < T; ++t)
         if (c1 > c0) kern.swiglu(g.data() + t * F + c0, u.data() + t * F + c0, c1 - c0, a.data() + t * F + c0);
       barrier.wait();
@@ -496,12 +506,12 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       barrier.wait();
     }
     if (mode == Logits::None) return;
-    rmsnorm(w_.output_norm);
-    barrier.wait();
+    const float* ho = rmsnorm(w_.output_norm);
+    if (gemm) barrier.wait();
     if (mode == Logits::Last)
-      matmul(w_.output, h.data() + (T - 1) * d, 1, logits, V, c0, c1);
+      matmul(w_.output, ho + (T - 1) * d, 1, logits, V, c0, c1);
     else
-      matmul(w_.output, h.data(), T, logits, V, c0, c1);
+      matmul(w_.output, ho, T, logits, V, c0, c1);
   };
   parallel_for(static_cast<std::size_t>(nt), nt, team);
   if (accumulate) {
