@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <thread>
 
 #include "lamina/common.hpp"
@@ -113,43 +112,6 @@ void check_matrix(const Matrix& m, const char* name, std::size_t rows, std::size
                ": block-quantised rows need a multiple of 32 columns");
 }
 
-// A reusable spin/yield barrier for the team of one forward call.
-class Barrier {
- public:
-  explicit Barrier(int n) : n_(n) {}
-  void wait() {
-    if (n_ <= 1) return;
-    const int g = gen_.load(std::memory_order_acquire);
-    if (count_.fetch_add(1, std::memory_order_acq_rel) == n_ - 1) {
-      count_.store(0, std::memory_order_relaxed);
-      gen_.fetch_add(1, std::memory_order_release);
-      return;
-    }
-    for (int spins = 0; gen_.load(std::memory_order_acquire) == g; ++spins) {
-      if (spins < 256) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-      } else {
-        std::this_thread::yield();
-      }
-    }
-  }
-
- private:
-  int n_;
-  std::atomic<int> count_{0};
-  std::atomic<int> gen_{0};
-};
-
-// [begin, end) of `rank`'s share of n items in units of `align` items.
-inline void share(std::size_t n, std::size_t rank, std::size_t nt, std::size_t align,
-                  std::size_t& b, std::size_t& e) {
-  const std::size_t units = (n + align - 1) / align;
-  const std::size_t ub = units * rank / nt, ue = units * (rank + 1) / nt;
-  b = std::min(n, ub * align);
-  e = std::min(n, ue * align);
-}
 
 }  // namespace
 
@@ -332,100 +294,133 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       rope_sin[t * (D / 2) + i] = static_cast<float>(std::sin(ang));
     }
   struct Scratch {
-    std::vector<float> panel, ctile, probs, xsum, xd, acc, h;
+    std::vector<float> panel, ctile, probs, xsum_q, xsum_f, xd, acc, h;
     std::vector<int8_t> xq;
   };
   std::vector<Scratch> scratch(nt);
   for (Scratch& s : scratch) {
+    // GEMV inputs: T rows on the decode path, one (the last-token logits) on the GEMM path.
+    const std::size_t rows = gemm ? 1 : T;
+    s.xsum_q.resize(rows * (maxK / 32));
+    s.xsum_f.resize(rows * (maxK / 32));
+    s.xd.resize(rows * (maxK / 32));
+    s.xq.resize(rows * maxK);
     if (gemm) {
       s.panel.resize(maxK * NR);
       s.ctile.resize(T * NR);
+    } else {
+      s.h.resize(T * d);
     }
     s.probs.resize(max_len + T);
-    s.xsum.resize(maxK / 32 + 1);
-    s.xd.resize(maxK / 32 + 1);
-    s.xq.resize(maxK);
     if (accumulate) s.acc.assign(L * H * S_rec, 0.0f);
-    if (!gemm) s.h.resize(T * d);
   }
   std::vector<float*> kdst(L * Hk), vdst(L * Hk);
   std::vector<int32_t*> pdst(L * Hk);
-  std::vector<const float*> ksrc(L * Hk), vsrc(L * Hk);
   for (std::size_t l = 0; l < L; ++l)
     for (std::size_t hh = 0; hh < Hk; ++hh) {
       const int li = static_cast<int>(l), hi = static_cast<int>(hh);
       kdst[l * Hk + hh] = cache.keys_mut(li, hi);
       vdst[l * Hk + hh] = cache.values_mut(li, hi);
       pdst[l * Hk + hh] = cache.positions_mut(li, hi);
-      ksrc[l * Hk + hh] = kdst[l * Hk + hh];
-      vsrc[l * Hk + hh] = vdst[l * Hk + hh];
     }
 
-  // Column shares of the Q/K/V matmuls: whole heads, and whole GEMM panels on that path.
-  const std::size_t head_align = gemm ? D * NR / std::gcd(D, NR) : D;
-  Barrier barrier(nt);
-  constexpr std::size_t kAttnChunk = 8;
-  std::vector<std::atomic<std::size_t>> next_task(L);
-  for (auto& a : next_task) a.store(0, std::memory_order_relaxed);
+  // The team's phases, in order. A phase is a set of chunks handed out by an atomic counter;
+  // a thread that finds none left waits until every chunk is done (a completion count, not a
+  // barrier of threads): a thread the OS has descheduled holds up only the chunk it is in, and
+  // the others take the rest of the phase. Chunk results are published by the release of the
+  // completion count and read after its acquire.
+  struct Phase {
+    std::atomic<std::size_t> next{0}, done{0};
+  };
+  const std::size_t phases_per_layer = gemm ? 7 : 5;
+  std::vector<Phase> phases(1 + L * phases_per_layer + 2);
+  constexpr std::size_t kRows = 64;       // GEMV rows per chunk
+  constexpr std::size_t kAttnChunk = 8;   // (token, head) pairs per attention chunk
   const float eps = c.rms_eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // Chunks of a matmul with N output columns: GEMV row blocks or GEMM panels.
+  const std::size_t col_unit = gemm ? NR : kRows;
+  auto n_chunks = [&](std::size_t N) { return (N + col_unit - 1) / col_unit; };
 
   auto team = [&](std::size_t rank, int) {
     Scratch& S = scratch[rank];
-    std::size_t b, e;
-    // Y[t, c] (ldy) = X[t, :] · W_c for the rank's share of columns; returns the share.
-    auto matmul = [&](const Matrix& W, const float* X, std::size_t nT, float* Y, std::size_t ldy,
-                      std::size_t& c0, std::size_t& c1, std::size_t align = 0) {
-      const std::size_t K = W.cols, N = W.rows, rb = row_bytes(W.type, K);
+    std::size_t phase_i = 0;
+    auto run = [&](std::size_t total, const auto& fn) {
+      Phase& ph = phases[phase_i++];
+      for (;;) {
+        const std::size_t i = ph.next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= total) break;
+        fn(i);
+        ph.done.fetch_add(1, std::memory_order_acq_rel);
+      }
+      for (int spins = 0; ph.done.load(std::memory_order_acquire) < total; ++spins) {
+        if (spins < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+          __builtin_ia32_pause();
+#endif
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    };
+    // GEMV inputs of this thread: X (nT rows of K) quantised to int8 and its block sums.
+    auto prepare = [&](const float* X, std::size_t K) {
+      if (gemm) return;
+      const std::size_t nb = K / 32;
+      for (std::size_t t = 0; t < T; ++t) {
+        const float* xr = X + t * K;
+        misa::quantise_q8(xr, K, S.xq.data() + t * K, S.xd.data() + t * nb,
+                          S.xsum_q.data() + t * nb);
+        for (std::size_t bb = 0; bb < nb; ++bb) {
+          float sum = 0.0f;
+          for (int j = 0; j < 32; ++j) sum += xr[32 * bb + j];
+          S.xsum_f[t * nb + bb] = sum;
+        }
+      }
+    };
+    // Y[t, c0..c1) (row stride ldy) = X[t, :] · W_c for t < T; c0 a multiple of col_unit.
+    auto mm = [&](const Matrix& W, const float* X, float* Y, std::size_t ldy, std::size_t c0,
+                  std::size_t c1) {
+      const std::size_t K = W.cols, rb = row_bytes(W.type, K), nb = K / 32;
       const uint8_t* base = static_cast<const uint8_t*>(W.data);
-      if (nT < kGemmMinTokens) {
-        share(N, rank, nt, align ? align : 8, c0, c1);
-        if (c0 >= c1) return;
+      if (!gemm) {
         const bool blocks = q8_decode && W.type != QType::F32 && W.type != QType::F16;
-        for (std::size_t t = 0; t < nT; ++t) {
-          const float* xr = X + t * K;
-          if (blocks) {
-            misa::quantise_q8(xr, K, S.xq.data(), S.xd.data(), S.xsum.data());
-            kern.gemv_q8(W.type, base, rb, K, S.xq.data(), S.xd.data(), S.xsum.data(), c0, c1,
-                         Y + t * ldy + c0);
-          } else {
-            for (std::size_t bb = 0; bb < K / 32; ++bb) {
-              float s = 0.0f;
-              for (int j = 0; j < 32; ++j) s += xr[32 * bb + j];
-              S.xsum[bb] = s;
-            }
-            kern.gemv(W.type, base, rb, K, xr, S.xsum.data(), c0, c1, Y + t * ldy + c0);
-          }
+        for (std::size_t t = 0; t < T; ++t) {
+          if (blocks)
+            kern.gemv_q8(W.type, base, rb, K, S.xq.data() + t * K, S.xd.data() + t * nb,
+                         S.xsum_q.data() + t * nb, c0, c1, Y + t * ldy + c0);
+          else
+            kern.gemv(W.type, base, rb, K, X + t * K, S.xsum_f.data() + t * nb, c0, c1,
+                      Y + t * ldy + c0);
         }
         return;
       }
-      share(N, rank, nt, align ? align : NR, c0, c1);
       for (std::size_t p = c0; p < c1; p += NR) {
         const std::size_t nc = std::min(NR, c1 - p);
         for (std::size_t j = 0; j < nc; ++j)
           dequant_row(W.type, base + (p + j) * rb, K, S.panel.data() + j, NR);
         for (std::size_t j = nc; j < NR; ++j)
           for (std::size_t kk = 0; kk < K; ++kk) S.panel[kk * NR + j] = 0.0f;
-        kern.gemm_panel(S.panel.data(), K, X, K, nT, S.ctile.data(), NR);
-        for (std::size_t t = 0; t < nT; ++t)
+        kern.gemm_panel(S.panel.data(), K, X, K, T, S.ctile.data(), NR);
+        for (std::size_t t = 0; t < T; ++t)
           std::memcpy(Y + t * ldy + p, S.ctile.data() + t * NR, nc * sizeof(float));
       }
     };
-    // RMSNorm of x into the normalised rows the next matmuls read: on the GEMV path every rank
-    // normalises all (few) rows into its own buffer (no barrier needed); on the GEMM path the
-    // ranks share the rows of `h` (the caller waits at a barrier). Returns the rows.
+    auto norm_row = [&](const float* w, std::size_t t, float* out) {
+      double ss = 0.0;
+      for (std::size_t j = 0; j < d; ++j) ss += static_cast<double>(x[t * d + j]) * x[t * d + j];
+      const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+      for (std::size_t j = 0; j < d; ++j) out[t * d + j] = x[t * d + j] * r * w[j];
+    };
+    // RMSNorm of x: a phase over tokens into the shared rows on the GEMM path; on the GEMV
+    // path each thread normalises the few rows itself (no phase). Returns the rows to read.
     auto rmsnorm = [&](const float* w) -> const float* {
-      float* out = gemm ? h.data() : S.h.data();
-      b = 0;
-      e = T;
-      if (gemm) share(T, rank, nt, 1, b, e);
-      for (std::size_t t = b; t < e; ++t) {
-        double ss = 0.0;
-        for (std::size_t j = 0; j < d; ++j) ss += static_cast<double>(x[t * d + j]) * x[t * d + j];
-        const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
-        for (std::size_t j = 0; j < d; ++j) out[t * d + j] = x[t * d + j] * r * w[j];
+      if (gemm) {
+        run(T, [&](std::size_t t) { norm_row(w, t, h.data()); });
+        return h.data();
       }
-      return out;
+      for (std::size_t t = 0; t < T; ++t) norm_row(w, t, S.h.data());
+      return S.h.data();
     };
     auto rot = [&](float* r, std::size_t t) {  // RoPE, adjacent pairs
       const float* cs = rope_cos.data() + t * (D / 2);
@@ -436,28 +431,32 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         r[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
       }
     };
-    std::size_t c0, c1;
+    // Column chunk i of an N-column matmul as [c0, c1).
+    auto cols = [&](std::size_t i, std::size_t N, std::size_t& c0, std::size_t& c1) {
+      c0 = i * col_unit;
+      c1 = std::min(N, c0 + col_unit);
+    };
 
-    share(T, rank, nt, 1, b, e);
-    for (std::size_t t = b; t < e; ++t) {
+    run(T, [&](std::size_t t) {
       const Matrix& E = w_.token_embd;
       dequant_row(E.type, static_cast<const uint8_t*>(E.data) + ids[t] * row_bytes(E.type, d), d,
                   x.data() + t * d, 1);
-    }
-    barrier.wait();
+    });
     for (std::size_t l = 0; l < L; ++l) {
       const Layer& Ly = w_.layers[l];
       const float* hn = rmsnorm(Ly.attn_norm);
-      if (gemm) barrier.wait();
-      // Q, K, V in whole heads per rank, then RoPE on the rank's heads and its K/V heads
-      // appended to the cache (no barrier between: the rank owns those columns).
-      matmul(Ly.wq, hn, T, q.data(), H * D, c0, c1, head_align);
-      for (std::size_t t = 0; t < T; ++t)
-        for (std::size_t hh = c0 / D; hh < c1 / D; ++hh) rot(q.data() + (t * H + hh) * D, t);
-      matmul(Ly.wk, hn, T, k.data(), Hk * D, c0, c1, head_align);
-      matmul(Ly.wv, hn, T, v.data(), Hk * D, c0, c1, head_align);  // the same heads as K
-      for (std::size_t t = 0; t < T; ++t)
-        for (std::size_t hh = c0 / D; hh < c1 / D; ++hh) {
+      prepare(hn, d);
+      // Q heads, then K/V heads: RoPE and the cache append by the thread that computed them.
+      run(H + Hk, [&](std::size_t i) {
+        if (i < H) {
+          mm(Ly.wq, hn, q.data(), H * D, i * D, (i + 1) * D);
+          for (std::size_t t = 0; t < T; ++t) rot(q.data() + (t * H + i) * D, t);
+          return;
+        }
+        const std::size_t hh = i - H;
+        mm(Ly.wk, hn, k.data(), Hk * D, hh * D, (hh + 1) * D);
+        mm(Ly.wv, hn, v.data(), Hk * D, hh * D, (hh + 1) * D);
+        for (std::size_t t = 0; t < T; ++t) {
           float* kr = k.data() + (t * Hk + hh) * D;
           rot(kr, t);
           const std::size_t slot = len0[l * Hk + hh] + t;
@@ -465,53 +464,84 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
           std::memcpy(vdst[l * Hk + hh] + slot * D, v.data() + (t * Hk + hh) * D, D * sizeof(float));
           pdst[l * Hk + hh][slot] = static_cast<int32_t>(pos0 + static_cast<int64_t>(t));
         }
-      barrier.wait();
-      // Dynamic chunks over (KV head, token descending, query head of the group): the G
-      // queries of a token read the same K/V rows back to back, and the costliest (latest)
-      // tokens go first so the chunks balance.
-      for (;;) {
-        const std::size_t i0 = next_task[l].fetch_add(kAttnChunk, std::memory_order_relaxed);
-        if (i0 >= T * H) break;
-        for (std::size_t i = i0; i < std::min(T * H, i0 + kAttnChunk); ++i) {
-        const std::size_t kv = i / (T * G), rem = i % (T * G);
-        const std::size_t t = T - 1 - rem / G, hh = kv * G + rem % G;
-        const std::size_t n = len0[l * Hk + kv] + t + 1;
-        kern.attend(q.data() + (t * H + hh) * D, ksrc[l * Hk + kv], vsrc[l * Hk + kv], n, D, scale,
-                    S.probs.data(), att.data() + (t * H + hh) * D);
-        if (W_rec && t + W_rec >= T) {
-          float* o = record->out + ((l * H + hh) * W_rec + (t + W_rec - T)) * S_rec;
-          std::memcpy(o, S.probs.data(), n * sizeof(float));
+      });
+      // Attention over (KV head, token descending, query head of the group): the G queries of
+      // a token read the same K/V rows back to back; the costliest (latest) tokens go first.
+      run((T * H + kAttnChunk - 1) / kAttnChunk, [&](std::size_t chunk) {
+        for (std::size_t i = chunk * kAttnChunk; i < std::min(T * H, (chunk + 1) * kAttnChunk); ++i) {
+          const std::size_t kv = i / (T * G), rem = i % (T * G);
+          const std::size_t t = T - 1 - rem / G, hh = kv * G + rem % G;
+          const std::size_t n = len0[l * Hk + kv] + t + 1;
+          kern.attend(q.data() + (t * H + hh) * D, kdst[l * Hk + kv], vdst[l * Hk + kv], n, D,
+                      scale, S.probs.data(), att.data() + (t * H + hh) * D);
+          if (W_rec && t + W_rec >= T) {
+            float* o = record->out + ((l * H + hh) * W_rec + (t + W_rec - T)) * S_rec;
+            std::memcpy(o, S.probs.data(), n * sizeof(float));
+          }
+          if (accumulate) {
+            float* a = S.acc.data() + (l * H + hh) * S_rec;
+            for (std::size_t j = 0; j < n; ++j) a[j] += S.probs[j];
+          }
         }
-        if (accumulate) {
-          float* a = S.acc.data() + (l * H + hh) * S_rec;
-          for (std::size_t j = 0; j < n; ++j) a[j] += S.probs[j];
-        }
-        }
-      }
-      barrier.wait();
-      matmul(Ly.wo, att.data(), T, tmp.data(), d, c0, c1);
-      for (std::size_t t = 0; t < T; ++t)
-        for (std::size_t j = c0; j < c1; ++j) x[t * d + j] += tmp[t * d + j];
-      barrier.wait();
+      });
+      prepare(att.data(), H * D);
+      run(n_chunks(d), [&](std::size_t i) {
+        std::size_t c0, c1;
+        cols(i, d, c0, c1);
+        mm(Ly.wo, att.data(), tmp.data(), d, c0, c1);
+        for (std::size_t t = 0; t < T; ++t)
+          for (std::size_t j = c0; j < c1; ++j) x[t * d + j] += tmp[t * d + j];
+      });
       const float* hf = rmsnorm(Ly.ffn_norm);
-      if (gemm) barrier.wait();
-      matmul(Ly.w_gate, hf, T, g.data(), F, c0, c1);
-      matmul(Ly.w_up, hf, T, u.data(), F, c0, c1);
-      for (std::size_t t = 0; t < T; ++t)
-        if (c1 > c0) kern.swiglu(g.data() + t * F + c0, u.data() + t * F + c0, c1 - c0, a.data() + t * F + c0);
-      barrier.wait();
-      matmul(Ly.w_down, a.data(), T, tmp.data(), d, c0, c1);
-      for (std::size_t t = 0; t < T; ++t)
-        for (std::size_t j = c0; j < c1; ++j) x[t * d + j] += tmp[t * d + j];
-      barrier.wait();
+      prepare(hf, d);
+      run(n_chunks(F), [&](std::size_t i) {
+        std::size_t c0, c1;
+        cols(i, F, c0, c1);
+        mm(Ly.w_gate, hf, g.data(), F, c0, c1);
+        mm(Ly.w_up, hf, u.data(), F, c0, c1);
+        for (std::size_t t = 0; t < T; ++t)
+          kern.swiglu(g.data() + t * F + c0, u.data() + t * F + c0, c1 - c0, a.data() + t * F + c0);
+      });
+      prepare(a.data(), F);
+      run(n_chunks(d), [&](std::size_t i) {
+        std::size_t c0, c1;
+        cols(i, d, c0, c1);
+        mm(Ly.w_down, a.data(), tmp.data(), d, c0, c1);
+        for (std::size_t t = 0; t < T; ++t)
+          for (std::size_t j = c0; j < c1; ++j) x[t * d + j] += tmp[t * d + j];
+      });
     }
     if (mode == Logits::None) return;
     const float* ho = rmsnorm(w_.output_norm);
-    if (gemm) barrier.wait();
-    if (mode == Logits::Last)
-      matmul(w_.output, ho + (T - 1) * d, 1, logits, V, c0, c1);
-    else
-      matmul(w_.output, ho, T, logits, V, c0, c1);
+    if (mode == Logits::Last) {
+      // one row: the GEMV path on the last token (T = 1 view of the buffers)
+      const float* last = ho + (T - 1) * d;
+      misa::quantise_q8(last, d, S.xq.data(), S.xd.data(), S.xsum_q.data());
+      for (std::size_t bb = 0; bb < d / 32; ++bb) {
+        float sum = 0.0f;
+        for (int j = 0; j < 32; ++j) sum += last[32 * bb + j];
+        S.xsum_f[bb] = sum;
+      }
+      run((V + kRows - 1) / kRows, [&](std::size_t i) {
+        const std::size_t c0 = i * kRows, c1 = std::min(V, c0 + kRows);
+        const Matrix& W = w_.output;
+        const std::size_t rb = row_bytes(W.type, d);
+        const uint8_t* base = static_cast<const uint8_t*>(W.data);
+        if (q8_decode && W.type != QType::F32 && W.type != QType::F16) {
+          kern.gemv_q8(W.type, base, rb, d, S.xq.data(), S.xd.data(), S.xsum_q.data(), c0, c1,
+                       logits + c0);
+        } else {
+          kern.gemv(W.type, base, rb, d, last, S.xsum_f.data(), c0, c1, logits + c0);
+        }
+      });
+    } else {
+      prepare(ho, d);
+      run(n_chunks(V), [&](std::size_t i) {
+        std::size_t c0, c1;
+        cols(i, V, c0, c1);
+        mm(w_.output, ho, logits, V, c0, c1);
+      });
+    }
   };
   parallel_for(static_cast<std::size_t>(nt), nt, team);
   if (accumulate) {

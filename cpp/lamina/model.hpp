@@ -16,9 +16,13 @@
 // chosen at run time by lamina/isa.hpp's rule (model_dispatch.cpp), like every kernel family.
 //
 // Threads: one forward call starts one team through lamina::parallel_for (n_tasks = n_threads,
-// so each task is one thread for the whole call) and separates its phases with a spin/yield
-// barrier; each phase splits its work statically by task. Nothing inside the team throws:
-// every check happens before it starts.
+// each task a thread for the whole call). The call is a sequence of phases (embedding; per
+// layer Q/K/V with RoPE and the cache append, attention, output projection, gate/up with
+// SwiGLU, down projection; logits — plus RMSNorm phases on the prefill path, while decode
+// threads recompute the few normalised rows themselves). A phase's chunks are handed out by an
+// atomic counter and a phase ends when all its chunks are done (a completion count, not a
+// barrier of threads), so a thread the OS deschedules on a shared machine holds up only the
+// chunk it is in. Nothing inside the team throws: every check happens before it starts.
 //
 // KV cache: per (layer, KV head) a ragged list of entries — a key row and a value row of
 // head_dim float32 each (keys stored after RoPE) and the token's absolute position. Heads may
