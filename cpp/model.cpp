@@ -335,7 +335,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   const std::size_t phases_per_layer = gemm ? 7 : 5;
   std::vector<Phase> phases(1 + L * phases_per_layer + 2);
   constexpr std::size_t kRows = 64;       // GEMV rows per chunk
-  constexpr std::size_t kAttnChunk = 8;   // (token, head) pairs per attention chunk
+  // (token, head) pairs per attention chunk: one on the decode path (a step has only H pairs)
+  const std::size_t kAttnChunk = gemm ? 8 : 1;
   const float eps = c.rms_eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Chunks of a matmul with N output columns: GEMV row blocks or GEMM panels.
