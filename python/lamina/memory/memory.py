@@ -34,7 +34,7 @@ from .tx import Models, Tx
 __all__ = ["Memory", "ClosedError"]
 
 _log = logging.getLogger("lamina")
-_EMBED_CACHE_TEXTS = 65536  # distinct texts whose vectors a Memory keeps (about 100 MB at d = 384)
+_EMBED_CACHE_TEXTS = 4096  # distinct texts whose vectors a Memory keeps (6 MB at d = 384; a delete clears them)
 
 
 class ClosedError(LaminaError, ValueError):
