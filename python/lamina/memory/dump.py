@@ -239,7 +239,12 @@ _ITEM: Schema = {
     "decay_mark": (_INT, True),
     "embedding": (_STR, True),
 }
-_REVISION: Schema = {"user_id": (_STR, False), "item_id": (_INT, False), "text": (_STR, False), "changed_at": (_NUM, False)}
+_REVISION: Schema = {
+    "user_id": (_STR, False),
+    "item_id": (_INT, False),
+    "text": (_STR, False),
+    "changed_at": (_NUM, False),
+}
 _HEADER: Schema = {
     "format": (_STR, False),
     "version": (_INT, False),
