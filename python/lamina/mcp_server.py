@@ -183,18 +183,21 @@ def _context(ctx: Context) -> ContextResult:
     )
 
 
-def _guarded(call: Callable[[], T]) -> T:
-    """``call()``, with a refused input raised as a tool error."""
+def _guarded(call: Callable[[], T], user: tuple[str, str] | None = None) -> T:
+    """``call()``, with a refused input raised as a tool error; ``user``: (stored id, the
+    caller's id), so that the message names the user as the caller does."""
     try:
         return call()
     except (LaminaError, ValueError, TypeError, KeyError) as e:
-        raise _tool_error(e) from e
+        raise _tool_error(e, user) from e
 
 
-def _tool_error(e: Exception) -> ToolError:
+def _tool_error(e: Exception, user: tuple[str, str] | None) -> ToolError:
     """What the caller sees of a refused call (the message names the bad argument)."""
     kind = "not found" if isinstance(e, KeyError) else "invalid input"
     msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    if user is not None and user[0] != user[1]:
+        msg = msg.replace(repr(user[0]), repr(user[1]))
     return ToolError(f"{kind}: {msg}")
 
 
@@ -251,7 +254,9 @@ def build_mcp_server(
         """Remember messages of a conversation (one atomic write). Returns their item ids."""
         uid = user(user_id)
         msgs = [m.model_dump(exclude_none=True) for m in messages]
-        ids = _guarded(lambda: memory.add(msgs, user_id=uid, session_id=session_id, timestamp=timestamp))
+        ids = _guarded(
+            lambda: memory.add(msgs, user_id=uid, session_id=session_id, timestamp=timestamp), (uid, user_id)
+        )
         return AddResult(ids=ids)
 
     @server.tool(title="Get context")
@@ -266,7 +271,7 @@ def build_mcp_server(
         prompt, the items it holds, and whether it abstains (nothing relevant)."""
         uid = user(user_id)
         b = default_budget if budget is None else budget
-        ctx = _guarded(lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain))
+        ctx = _guarded(lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain), (uid, user_id))
         return _context(ctx)
 
     @server.tool(title="Search memory")
@@ -280,7 +285,7 @@ def build_mcp_server(
     ) -> SearchResult:
         """The user's items most similar to the query, best first (no budget)."""
         uid = user(user_id)
-        found = _guarded(lambda: memory.search(query, user_id=uid, k=k, layers=layers))
+        found = _guarded(lambda: memory.search(query, user_id=uid, k=k, layers=layers), (uid, user_id))
         return SearchResult(items=[_item(it) for it in found])
 
     @server.tool(title="Delete memory")
@@ -291,7 +296,7 @@ def build_mcp_server(
         """Forget one of the user's items. A raw turn takes along what was derived from it
         (segments, summaries, facts), so its text leaves every layer."""
         uid = user(user_id)
-        rep = _guarded(lambda: memory.delete(item_id, user_id=uid))
+        rep = _guarded(lambda: memory.delete(item_id, user_id=uid), (uid, user_id))
         return DeleteResult(deleted=rep.deleted, ids=list(rep.ids))
 
     @server.tool(title="End session")
@@ -302,7 +307,7 @@ def build_mcp_server(
     ) -> SessionResult:
         """Consolidate a finished conversation into episodes and facts."""
         uid = user(user_id)
-        rep = _guarded(lambda: memory.end_session(user_id=uid, session_id=session_id, now=now))
+        rep = _guarded(lambda: memory.end_session(user_id=uid, session_id=session_id, now=now), (uid, user_id))
         return SessionResult(**rep.to_dict())
 
     @server.tool(title="List facts")
@@ -313,7 +318,7 @@ def build_mcp_server(
     ) -> FactsResult:
         """The facts known about the user's world (subject, predicate, object), current ones by default."""
         uid = user(user_id)
-        facts = _guarded(lambda: memory.facts(user_id=uid, subject=subject, current=current))
+        facts = _guarded(lambda: memory.facts(user_id=uid, subject=subject, current=current), (uid, user_id))
         return FactsResult(facts=[_item(it) for it in facts])
 
     return server
