@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from lamina import InvalidInput, Memory, MemoryConfig, NotFoundError
@@ -365,3 +366,26 @@ def test_round_trip_on_the_first_locomo_conversation(tmp_path: Path, vectors: bo
     with Memory(tmp_path / "a.db", embedder="hashing") as a:
         _same_contexts(a, b, [(uid, q.question, now) for q in conv.questions], budget=1024)
     b.close()
+
+
+def test_a_dump_built_in_code_is_checked_before_the_write(small_dump: str) -> None:
+    """Memory.import_user takes UserDump objects (an HTTP route builds them from a request):
+    a dangling reference or a vector of another size is refused before anything is written."""
+    import dataclasses
+
+    dump = read_dump(io.StringIO(small_dump))
+    ud = dump.users[0]
+    m = Memory(None, embedder="hashing")
+    bad_ref = dataclasses.replace(ud, items=[dataclasses.replace(ud.items[0], superseded_by=999)])
+    with pytest.raises(DumpError, match=r"item \d+, field 'superseded_by': item 999 is not an item of user 'p'"):
+        m.import_user(bad_ref, embedder=dump.header.embedder)
+    short = dataclasses.replace(ud.items[0], embedding=np.ones(10, dtype=np.float32))
+    bad_vec = dataclasses.replace(ud, items=[short, *ud.items[1:]])
+    with pytest.raises(DumpError, match=r"field 'embedding': shape \(10,\), expected \(384,\)"):
+        m.import_user(bad_vec, embedder=dump.header.embedder)
+    stranger = dataclasses.replace(ud, items=[dataclasses.replace(it, user_id="q") for it in ud.items])
+    with pytest.raises(DumpError, match=r"'q' in the dump of user 'p'"):
+        m.import_user(stranger, embedder=dump.header.embedder)
+    assert m.users() == []
+    m.import_user(ud, embedder=dump.header.embedder, user_id="p2")
+    assert m.users() == ["p2"]

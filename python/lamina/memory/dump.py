@@ -29,7 +29,7 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +57,7 @@ __all__ = [
     "Dump",
     "dump_lines",
     "read_dump",
+    "check_references",
 ]
 
 FORMAT = "lamina-memory-export"
@@ -429,25 +430,50 @@ def _item(ln: _Line, header: DumpHeader) -> ItemEntry:
     return ItemEntry(**d, embedding=None if text is None else _vector(ln, text, header.dim))
 
 
-def _check_refs(ud: UserDump, where: dict[int, int]) -> None:
-    """Every id an item of the user names is an item of the same user in the dump."""
-    ids = {it.id for it in ud.items}
+def check_references(ud: UserDump, where: Mapping[int, int] | None = None) -> None:
+    """Check that a user's dump is whole: item ids unique, every id an item names (``members``,
+    ``parent_id``, ``superseded_by``) and every revision's item an item of the same user in the
+    dump, every entry of that user, every turn's session present. :func:`read_dump` runs it on
+    each user (``where``: item id -> line, for the message); an import runs it again on a
+    dump built by other means.
 
-    def bad(it_id: int, name: str, ref: int) -> DumpError:
-        return DumpError(
-            f"line {where[it_id]}, field {name!r}: item {ref} is not an item of user {ud.user.user_id!r} in the dump"
-        )
+    Raises
+    ------
+    DumpError
+    """
+    uid = ud.user.user_id
 
+    def at(item_id: int, name: str) -> str:
+        return f"line {where[item_id]}, field {name!r}" if where is not None else f"item {item_id}, field {name!r}"
+
+    ids: set[int] = set()
     for it in ud.items:
+        if it.id in ids:
+            raise DumpError(f"{at(it.id, 'id')}: item id {it.id} appears twice")
+        ids.add(it.id)
+    sessions = {s.session_id for s in ud.sessions}
+    others = [e.user_id for e in ud.sessions if e.user_id != uid] + [
+        e.user_id for e in ud.revisions if e.user_id != uid
+    ]
+    if others:
+        raise DumpError(f"a session or revision of user {others[0]!r} in the dump of user {uid!r}")
+    for it in ud.items:
+        if it.user_id != uid:
+            raise DumpError(f"{at(it.id, 'user_id')}: {it.user_id!r} in the dump of user {uid!r}")
         for m in it.members:
             if m not in ids:
-                raise bad(it.id, "members", m)
-        if it.parent_id is not None and it.parent_id not in (ROOT, NO_TREE) and it.parent_id not in ids:
-            raise bad(it.id, "parent_id", it.parent_id)
-        if it.superseded_by is not None and it.superseded_by not in ids:
-            raise bad(it.id, "superseded_by", it.superseded_by)
+                raise DumpError(f"{at(it.id, 'members')}: item {m} is not an item of user {uid!r} in the dump")
+        for name in ("parent_id", "superseded_by"):
+            ref = getattr(it, name)
+            if ref is not None and (name == "superseded_by" or ref not in (ROOT, NO_TREE)) and ref not in ids:
+                raise DumpError(f"{at(it.id, name)}: item {ref} is not an item of user {uid!r} in the dump")
         if it.parent_id == it.id:
-            raise DumpError(f"line {where[it.id]}, field 'parent_id': an item cannot be its own parent")
+            raise DumpError(f"{at(it.id, 'parent_id')}: an item cannot be its own parent")
+        if it.kind == "turn" and it.session_id not in sessions:
+            raise DumpError(f"{at(it.id, 'session_id')}: session {it.session_id!r} has no session entry")
+    for rv in ud.revisions:
+        if rv.item_id not in ids:
+            raise DumpError(f"a revision of item {rv.item_id}, which is not an item of user {uid!r} in the dump")
 
 
 def read_dump(lines: Iterable[str | bytes]) -> Dump:
@@ -480,7 +506,7 @@ def read_dump(lines: Iterable[str | bytes]) -> Dump:
 
     def close(ud: UserDump | None) -> None:
         if ud is not None:
-            _check_refs(ud, where)
+            check_references(ud, where)
 
     for ln in it:
         if footer is not None:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .dump import TEXT_KINDS, ItemEntry, RevisionEntry, SessionEntry, UserDump, UserEntry
+from .dump import TEXT_KINDS, DumpError, ItemEntry, RevisionEntry, SessionEntry, UserDump, UserEntry, check_references
 from .records import ITEM_FIELDS, NO_TREE, ROOT, unit
 from .reports import ImportReport
 from .store import Store, seq_of
@@ -63,10 +63,22 @@ def import_vectors(
     embedded from their text (what the write path does), a segment's vector is the normalised
     mean of its member turns' (the consolidation's rule), and any other item (summary, note,
     profile: vectors the loop blended or moved over time) is embedded from its text, which
-    approximates what the exporting memory held."""
+    approximates what the exporting memory held.
+
+    Raises
+    ------
+    DumpError
+        The dump is not whole (:func:`~lamina.memory.dump.check_references`) or a vector has
+        another dimension.
+    """
+    check_references(ud)
     out: dict[int, Vec] = {}
     if usable:
-        out = {it.id: it.embedding for it in ud.items if it.embedding is not None}
+        for it in ud.items:
+            if it.embedding is not None:
+                if it.embedding.shape != (dim,):
+                    raise DumpError(f"item {it.id}, field 'embedding': shape {it.embedding.shape}, expected ({dim},)")
+                out[it.id] = it.embedding
     todo = [it for it in ud.items if it.id not in out and (it.kind != "segment" or not it.members)]
     if todo:
         X = embed([it.text for it in todo])
@@ -74,9 +86,6 @@ def import_vectors(
     for it in ud.items:
         if it.id not in out:  # a segment of another space: from its member turns
             out[it.id] = unit(np.stack([out[m] for m in it.members]).mean(axis=0))
-    for i, v in out.items():
-        if v.shape != (dim,):
-            raise ValueError(f"item {i}: vector of shape {v.shape}, expected ({dim},)")
     return out, sum(1 for it in ud.items if not (usable and it.embedding is not None))
 
 
