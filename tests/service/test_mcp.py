@@ -11,8 +11,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,8 @@ def _lamina_command(*args: str) -> tuple[str, list[str], dict[str, str]]:
     return sys.executable, [*flags, "-m", "lamina", *args], env
 
 
-def _run(coro: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(coro())  # type: ignore[arg-type]
+def _run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(main())
 
 
 async def _check_tools(client: Client) -> None:
@@ -224,3 +224,42 @@ def test_tenant_mapping_over_http(tmp_path: Path) -> None:
 def test_the_factory_checks_its_memory() -> None:
     with pytest.raises(TypeError, match="lamina.Memory"):
         build_mcp_server("memory.db")  # type: ignore[arg-type]
+
+
+def test_mounted_at_mcp_in_a_host_app(tmp_path: Path) -> None:
+    """How ``lamina serve`` mounts it: the app built with ``path="/"`` mounted at ``/mcp`` in
+    a host app whose lifespan runs the server's session manager; the host's own routes still
+    answer."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    mem = Memory(None, embedder="hashing")
+    server = build_mcp_server(mem)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with server.session_manager.run():
+            yield
+
+    async def healthz(_r: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    host = Starlette(
+        routes=[Route("/healthz", healthz), Mount("/mcp", app=mcp_http_app(server, path="/"))], lifespan=lifespan
+    )
+    with _uvicorn(host) as url:
+
+        async def main() -> None:
+            async with Client(f"{url}/mcp/") as client:
+                assert sorted(t.name for t in (await client.list_tools()).tools) == sorted(TOOLS)
+                msg = [{"speaker": "Ann", "text": "I live in Oslo.", "timestamp": T0}]
+                assert len((await _call(client, "add_memory", user_id="ann", session_id="s", messages=msg))["ids"]) == 1
+            import httpx
+
+            async with httpx.AsyncClient() as h:
+                assert (await h.get(f"{url}/healthz")).text == "ok"
+
+        _run(main)
+    assert mem.users() == ["ann"]
