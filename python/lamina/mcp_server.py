@@ -22,20 +22,25 @@ ASGI app (``lamina serve`` mounts it at ``/mcp``), build the app with ``path="/"
 at ``/mcp``, and run ``server.session_manager.run()`` in the host app's lifespan (a mounted
 app's own lifespan is not run by Starlette).
 
-Tenants: ``user_id_map`` maps the ``user_id`` a tool receives to the one stored (a server
-that namespaces users per tenant passes its mapping, e.g. reading the tenant of the request);
-items are returned without their stored user id, so no tool shows the mapped ids.
+Tenants: ``user_id_map`` maps the ``user_id`` a tool receives, with the HTTP request that
+carried the call (its headers, its ASGI scope: what the host's authentication attached), to the
+one stored; a server that namespaces users per tenant passes its mapping. (The tool runs in the
+MCP session's task, not the request's, so the request is the way to reach the caller's identity,
+not a context variable.) Items are returned without their stored user id, and refusals name
+the user as the caller did, so no tool shows the mapped ids.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
+from mcp.server.mcpserver import Context as ToolContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
+from starlette.requests import Request
 
 from . import _info
 from .errors import LaminaError
@@ -47,6 +52,7 @@ __all__ = [
     "mcp_http_app",
     "run_stdio",
     "TOOLS",
+    "UserIdMap",
     "MessageIn",
     "ItemOut",
     "AddResult",
@@ -68,6 +74,9 @@ INSTRUCTIONS = (
 )
 
 T = TypeVar("T")
+#: Maps a tool call's ``user_id`` and the HTTP request that carried the call (None over stdio)
+#: to the stored user id.
+UserIdMap = Callable[[str, Request | None], str]
 Layer = Literal["working", "episodic", "semantic", "archive", "history"]
 UserId = Annotated[str, Field(min_length=1, description="The user whose memory this is (e.g. a person or agent id).")]
 Time = Annotated[
@@ -204,7 +213,7 @@ def _tool_error(e: Exception, user: tuple[str, str] | None) -> ToolError:
 def build_mcp_server(
     memory: Memory,
     *,
-    user_id_map: Callable[[str], str] | None = None,
+    user_id_map: UserIdMap | None = None,
     name: str = "lamina",
     default_budget: int = 1024,
 ) -> MCPServer:
@@ -215,9 +224,11 @@ def build_mcp_server(
     memory : Memory
         Shared by every session of the server (it is thread-safe; the SDK runs each tool call in
         a worker thread, so the event loop never waits on the engine).
-    user_id_map : callable, optional
-        Maps the ``user_id`` of a tool call to the stored one (tenant namespacing); it may raise
-        ``ValueError`` / :class:`lamina.LaminaError` to refuse an id (a tool error then).
+    user_id_map : callable ``(user_id, request) -> str``, optional
+        Maps the ``user_id`` of a tool call to the stored one (tenant namespacing); ``request``
+        is the Starlette request that carried the call over HTTP, None over stdio. It may raise
+        ``ValueError``, ``KeyError`` or :class:`lamina.LaminaError` to refuse the call (a tool
+        error then, with its message).
     name : str
         The server's name in the MCP handshake.
     default_budget : int
@@ -236,23 +247,26 @@ def build_mcp_server(
         version=str(_info.build_info()["version"]),
         warn_on_duplicate_tools=True,
     )
-    to_user = user_id_map if user_id_map is not None else (lambda u: u)
 
-    def user(uid: str) -> str:
-        out = _guarded(lambda: to_user(uid))
+    def user(uid: str, ctx: ToolContext[Any, Any]) -> str:
+        if user_id_map is None:
+            return uid
+        req = ctx.request_context.request
+        out = _guarded(lambda: user_id_map(uid, req if isinstance(req, Request) else None))
         if not isinstance(out, str) or not out:
             raise ToolError(f"invalid input: user_id {uid!r} maps to no user")
         return out
 
     @server.tool(title="Add memory")
     def add_memory(
+        ctx: ToolContext[Any, Any],
         user_id: UserId,
         session_id: Annotated[str, Field(min_length=1, description="The conversation these messages belong to.")],
         messages: Annotated[list[MessageIn], Field(min_length=1, description="The messages, in order.")],
         timestamp: Time = None,
     ) -> AddResult:
         """Remember messages of a conversation (one atomic write). Returns their item ids."""
-        uid = user(user_id)
+        uid = user(user_id, ctx)
         msgs = [m.model_dump(exclude_none=True) for m in messages]
         ids = _guarded(
             lambda: memory.add(msgs, user_id=uid, session_id=session_id, timestamp=timestamp), (uid, user_id)
@@ -261,6 +275,7 @@ def build_mcp_server(
 
     @server.tool(title="Get context")
     def get_context(
+        ctx: ToolContext[Any, Any],
         user_id: UserId,
         query: Annotated[str, Field(min_length=1, description="The question or task to recall memories for.")],
         budget: Annotated[int | None, Field(ge=1, description="Token budget of the context.")] = None,
@@ -269,13 +284,14 @@ def build_mcp_server(
     ) -> ContextResult:
         """A budgeted context of the user's memories for a query: rendered text to put in a
         prompt, the items it holds, and whether it abstains (nothing relevant)."""
-        uid = user(user_id)
+        uid = user(user_id, ctx)
         b = default_budget if budget is None else budget
-        ctx = _guarded(lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain), (uid, user_id))
-        return _context(ctx)
+        found = _guarded(lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain), (uid, user_id))
+        return _context(found)
 
     @server.tool(title="Search memory")
     def search_memory(
+        ctx: ToolContext[Any, Any],
         user_id: UserId,
         query: Annotated[str, Field(min_length=1, description="What to look for.")],
         k: Annotated[int, Field(ge=1, le=1000, description="How many items.")] = 10,
@@ -284,40 +300,43 @@ def build_mcp_server(
         ] = None,
     ) -> SearchResult:
         """The user's items most similar to the query, best first (no budget)."""
-        uid = user(user_id)
+        uid = user(user_id, ctx)
         found = _guarded(lambda: memory.search(query, user_id=uid, k=k, layers=layers), (uid, user_id))
         return SearchResult(items=[_item(it) for it in found])
 
     @server.tool(title="Delete memory")
     def delete_memory(
+        ctx: ToolContext[Any, Any],
         user_id: UserId,
         item_id: Annotated[int, Field(ge=1, description="The item to delete (an id a tool returned).")],
     ) -> DeleteResult:
         """Forget one of the user's items. A raw turn takes along what was derived from it
         (segments, summaries, facts), so its text leaves every layer."""
-        uid = user(user_id)
+        uid = user(user_id, ctx)
         rep = _guarded(lambda: memory.delete(item_id, user_id=uid), (uid, user_id))
         return DeleteResult(deleted=rep.deleted, ids=list(rep.ids))
 
     @server.tool(title="End session")
     def end_session(
+        ctx: ToolContext[Any, Any],
         user_id: UserId,
         session_id: Annotated[str, Field(min_length=1, description="The conversation to consolidate.")],
         now: Time = None,
     ) -> SessionResult:
         """Consolidate a finished conversation into episodes and facts."""
-        uid = user(user_id)
+        uid = user(user_id, ctx)
         rep = _guarded(lambda: memory.end_session(user_id=uid, session_id=session_id, now=now), (uid, user_id))
         return SessionResult(**rep.to_dict())
 
     @server.tool(title="List facts")
     def list_facts(
+        ctx: ToolContext[Any, Any],
         user_id: UserId,
         subject: Annotated[str | None, Field(description="Only facts about this subject.")] = None,
         current: Annotated[bool, Field(description="Only current values (false: superseded ones too).")] = True,
     ) -> FactsResult:
         """The facts known about the user's world (subject, predicate, object), current ones by default."""
-        uid = user(user_id)
+        uid = user(user_id, ctx)
         facts = _guarded(lambda: memory.facts(user_id=uid, subject=subject, current=current), (uid, user_id))
         return FactsResult(facts=[_item(it) for it in facts])
 

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -184,26 +184,41 @@ def test_streamable_http_under_uvicorn(tmp_path: Path) -> None:
 
 
 def test_tenant_mapping_over_http(tmp_path: Path) -> None:
-    """Two servers on one memory, each mapping user ids into its tenant's namespace: neither
-    reads, searches or deletes the other's items, and no output shows the stored ids."""
+    """One server, two tenants told apart by their bearer key (as ``lamina serve`` would map
+    them): neither reads, searches, lists or deletes the other's items, no output shows the
+    stored ids, a missing or unknown key is refused as a tool error."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    keys = {"k1": "t1", "k2": "t2"}
+
+    def to_user(uid: str, request: Any) -> str:
+        assert request is not None  # (over HTTP the tool sees the request that carried it)
+        auth = request.headers.get("authorization", "")
+        tenant = keys.get(auth.removeprefix("Bearer "))
+        if tenant is None:
+            raise ValueError("missing or unknown API key")
+        if ":" in uid:
+            raise ValueError(f"user_id {uid!r} may not contain ':'")
+        return f"{tenant}:{uid}"
+
     mem = Memory(tmp_path / "m.db", embedder="hashing")
-
-    def tenant(name: str) -> Callable[[str], str]:
-        def to_user(uid: str) -> str:
-            if ":" in uid:
-                raise ValueError(f"user_id {uid!r} may not contain ':'")
-            return f"{name}:{uid}"
-
-        return to_user
-
-    a = build_mcp_server(mem, user_id_map=tenant("t1"))
-    b = build_mcp_server(mem, user_id_map=tenant("t2"))
-    with _uvicorn(mcp_http_app(a)) as url_a, _uvicorn(mcp_http_app(b)) as url_b:
+    with _uvicorn(mcp_http_app(build_mcp_server(mem, user_id_map=to_user))) as url:
 
         async def main() -> None:
-            async with Client(f"{url_a}/mcp") as ca, Client(f"{url_b}/mcp") as cb:
+            async with AsyncExitStack() as stack:
+
+                async def client(key: str | None) -> Client:
+                    headers = {"Authorization": f"Bearer {key}"} if key else {}
+                    http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
+                    return await stack.enter_async_context(
+                        Client(streamable_http_client(f"{url}/mcp", http_client=http))
+                    )
+
+                ca, cb, anon, bad = [await client(k) for k in ("k1", "k2", None, "k3")]
                 msg = [{"speaker": "Alice", "text": "I live in Lisbon.", "timestamp": T0}]
                 (item,) = (await _call(ca, "add_memory", user_id="alice", session_id="s", messages=msg))["ids"]
+                await _call(ca, "end_session", user_id="alice", session_id="s")
                 ctx = await _call(ca, "get_context", user_id="alice", query="Where does Alice live?", now=T0 + 60)
                 assert "Lisbon" in ctx["text"] and "t1:" not in str(ctx)
                 other = await _call(cb, "get_context", user_id="alice", query="Where does Alice live?", now=T0 + 60)
@@ -214,10 +229,12 @@ def test_tenant_mapping_over_http(tmp_path: Path) -> None:
                 refused = await _error(cb, "delete_memory", user_id="alice", item_id=item)
                 assert "does not belong to user 'alice'" in refused and "t2:" not in refused
                 assert "may not contain" in await _error(cb, "get_context", user_id="t1:alice", query="Lisbon")
+                for c in (anon, bad):
+                    assert "missing or unknown API key" in await _error(c, "list_facts", user_id="alice")
 
         _run(main)
     assert mem.users() == ["t1:alice", "t2:alice"]
-    assert mem.search("Lisbon", user_id="t1:alice", k=1)[0].text == "I live in Lisbon."
+    assert [f.object for f in mem.facts(user_id="t1:alice")] == ["Lisbon"]
     mem.close()
 
 
