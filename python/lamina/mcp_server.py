@@ -43,7 +43,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 
 from . import _info
-from .errors import LaminaError
+from .errors import LaminaError, StoreBusy
 from .items import Context, MemoryItem
 from .memory.memory import Memory
 
@@ -197,13 +197,13 @@ def _guarded(call: Callable[[], T], user: tuple[str, str] | None = None) -> T:
     caller's id), so that the message names the user as the caller does."""
     try:
         return call()
-    except (LaminaError, ValueError, TypeError, KeyError) as e:
+    except (LaminaError, ValueError, TypeError, KeyError) as e:  # (StoreBusy is a LaminaError)
         raise _tool_error(e, user) from e
 
 
 def _tool_error(e: Exception, user: tuple[str, str] | None) -> ToolError:
     """What the caller sees of a refused call (the message names the bad argument)."""
-    kind = "not found" if isinstance(e, KeyError) else "invalid input"
+    kind = "not found" if isinstance(e, KeyError) else "busy" if isinstance(e, StoreBusy) else "invalid input"
     msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
     if user is not None and user[0] != user[1]:
         msg = msg.replace(repr(user[0]), repr(user[1]))
@@ -241,6 +241,8 @@ def build_mcp_server(
     """
     if not isinstance(memory, Memory):
         raise TypeError(f"memory must be a lamina.Memory, got {type(memory).__name__}")
+    if isinstance(default_budget, bool) or not isinstance(default_budget, int) or default_budget < 1:
+        raise ValueError(f"default_budget must be an int >= 1, got {default_budget!r}")
     server = MCPServer(
         name=name,
         instructions=INSTRUCTIONS,

@@ -241,6 +241,8 @@ def test_tenant_mapping_over_http(tmp_path: Path) -> None:
 def test_the_factory_checks_its_memory() -> None:
     with pytest.raises(TypeError, match="lamina.Memory"):
         build_mcp_server("memory.db")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="default_budget must be an int >= 1"):
+        build_mcp_server(Memory(None, embedder="hashing"), default_budget=0)
 
 
 def test_mounted_at_mcp_in_a_host_app(tmp_path: Path) -> None:
@@ -280,3 +282,27 @@ def test_mounted_at_mcp_in_a_host_app(tmp_path: Path) -> None:
 
         _run(main)
     assert mem.users() == ["ann"]
+
+
+def test_concurrent_sessions_over_http(tmp_path: Path) -> None:
+    """Eight MCP sessions at once, each writing and reading its own user (tool calls run in
+    worker threads on one shared Memory): every write lands, every context sees its own user."""
+    mem = Memory(tmp_path / "m.db", embedder="hashing")
+    cities = ["Oslo", "Lima", "Quito", "Hanoi", "Accra", "Perth", "Turin", "Dakar"]
+    with _uvicorn(mcp_http_app(build_mcp_server(mem))) as url:
+
+        async def one(i: int, city: str) -> None:
+            async with Client(f"{url}/mcp") as c:
+                for j in range(5):
+                    msg = [{"speaker": f"P{i}", "text": f"Note {j}: I live in {city}.", "timestamp": T0 + j}]
+                    await _call(c, "add_memory", user_id=f"u{i}", session_id="s", messages=msg)
+                ctx = await _call(c, "get_context", user_id=f"u{i}", query=f"Where does P{i} live?", now=T0 + 60)
+                assert city in ctx["text"] and not any(o in ctx["text"] for o in cities if o != city)
+
+        async def main() -> None:
+            await asyncio.gather(*(one(i, c) for i, c in enumerate(cities)))
+
+        _run(main)
+    assert mem.users() == [f"u{i}" for i in range(8)]
+    assert all(mem.stats(user_id=f"u{i}").archive_turns == 5 for i in range(8))
+    mem.close()
