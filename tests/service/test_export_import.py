@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from dumpkit import normalised
 
 from lamina import InvalidInput, Memory, MemoryConfig, NotFoundError
 from lamina.demo import generate
@@ -157,34 +158,7 @@ def test_round_trip_gives_the_same_memory(source: tuple[Path, list[Any]], tmp_pa
     b.close()
     with Memory(tmp_path / "b.db", embedder="hashing", config=CONFIG) as b2, Memory(path, embedder="hashing") as a2:
         _same_contexts(a2, b2, list(_queries(convs))[:5])
-        assert _normalised(_export(b2, True)) == _normalised(_export(a2, True))
-
-
-def _normalised(text: str) -> list[dict[str, Any]]:
-    """The dump's lines without what an import changes (ids, the dump's own time)."""
-    out = []
-    ids: dict[int, int] = {}  # (ids are unique in a database: one map for every user)
-    n = 0
-    for line in text.splitlines():
-        d = json.loads(line)
-        if d["type"] == "header":
-            d.pop("created_at")
-        if d["type"] == "user":
-            n = 0
-        if d["type"] == "item":
-            ids[d["id"]] = n
-            n += 1
-        out.append(d)
-    for d in out:  # ids by position within the user (references included)
-        if d["type"] == "item":
-            d["id"] = ids[d["id"]]
-            d["members"] = [ids[m] for m in d["members"]]
-            for k in ("parent_id", "superseded_by"):
-                if d[k] is not None and d[k] > 0:
-                    d[k] = ids[d[k]]
-        if d["type"] == "revision":
-            d["item_id"] = ids[d["item_id"]]
-    return out
+        assert normalised(_export(b2, True)) == normalised(_export(a2, True))
 
 
 def test_import_as_another_user_into_the_same_store(tmp_path: Path) -> None:
