@@ -10,7 +10,10 @@ from .items import Context, MemoryItem
 from .lexical import LexicalIndex, tokenize
 from .llm import LLM, OpenAIChat
 from .memory import ClosedError, DeleteReport, Memory, MemoryConfig, MemoryStats, ProfileDrift, SessionReport
+from .memory.dump import Dump, DumpError, UserDump, read_dump
+from .memory.reports import ImportReport
 from .search import Metric, VectorArena, topk
+from .transfer import export_jsonl, import_dump, import_jsonl, iter_export
 
 __version__ = str(build_info()["version"])
 
@@ -33,6 +36,15 @@ __all__ = [
     "NotFoundError",
     "StoreBusy",
     "ClosedError",
+    "ImportReport",
+    "Dump",
+    "UserDump",
+    "DumpError",
+    "read_dump",
+    "iter_export",
+    "export_jsonl",
+    "import_jsonl",
+    "import_dump",
     "MemoryItem",
     "Context",
     "embedders",
