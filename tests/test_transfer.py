@@ -26,7 +26,7 @@ from lamina.demo import generate
 from lamina.memory.dump import TEXT_KINDS, DumpError, read_dump
 from lamina.transfer import export_jsonl, import_jsonl, iter_export
 
-SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # small capacities: the conversation evicts, promotes notes, supersedes facts and moves profiles
 CONFIG = MemoryConfig(episodic_capacity=40, semantic_capacity=30, promote_threshold=2.0)
 
