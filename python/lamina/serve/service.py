@@ -1,0 +1,144 @@
+"""The state one server process holds — the :class:`~lamina.Memory`, the keys, the work pool,
+the metrics — and :class:`Caller`, the tenant a request speaks for.
+
+Routes (this package's :mod:`~lamina.serve.app`, and routers mounted on it later, e.g. export and
+import) reach them with the FastAPI dependencies :func:`get_service` and :func:`get_caller`::
+
+    @router.get("/v1/users/{user_id}/something")
+    async def something(user_id: str, svc: Service = Depends(get_service),
+                        caller: Caller = Depends(get_caller)) -> ...:
+        uid = caller.uid(user_id)                   # the stored id, in the caller's namespace
+        return await svc.call(svc.memory.facts, user_id=uid)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ..errors import AuthError, LaminaError, Overloaded, PermissionDenied
+from ..memory import ClosedError, Memory
+from .auth import KeyRing
+from .limits import Limits, WorkPool
+from .metrics import ServeMetrics
+from .tenancy import owns, public_user_id, stored_user_id
+
+__all__ = ["Service", "Caller", "get_service", "get_caller", "CallTypeError"]
+
+T = TypeVar("T")
+
+
+class CallTypeError(LaminaError, TypeError):
+    """A memory call refused a value's type (HTTP 400 ``type_error``)."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The tenant of a request (None: the anonymous tenant of a server without keys).
+
+    Thread safety: immutable, thread-safe.
+    """
+
+    tenant: str | None
+
+    def uid(self, user_id: str) -> str:
+        """The stored id of the caller's ``user_id`` (TypeError / InvalidInput for a bad id)."""
+        return stored_user_id(self.tenant, user_id)
+
+    def public(self, stored: str) -> str:
+        """The caller's id of a stored user id of theirs."""
+        return public_user_id(self.tenant, stored)
+
+    def check_owner(self, stored: str, item_id: int) -> None:
+        """Raise :class:`~lamina.PermissionDenied` unless the item's owner is the caller's."""
+        if not owns(self.tenant, stored):
+            raise PermissionDenied(f"item id {item_id} belongs to another tenant")
+
+
+class Service:
+    """What one server process serves (see the module docstring).
+
+    Parameters
+    ----------
+    keys : KeyRing
+        Empty: no authentication, every request is the anonymous tenant's.
+    limits : Limits
+    metrics : ServeMetrics
+    memory : Memory, optional
+        Set now, or by the app's startup (:func:`lamina.serve.app.create_app`).
+
+    Thread safety: ``call`` from the event loop only; the memory itself is thread-safe.
+    """
+
+    def __init__(self, keys: KeyRing, limits: Limits, metrics: ServeMetrics, memory: Memory | None = None) -> None:
+        self.keys = keys
+        self.limits = limits
+        self.metrics = metrics
+        self.pool = WorkPool(limits)
+        self._memory = memory
+        self.ready = memory is not None
+
+    @property
+    def memory(self) -> Memory:
+        """The memory (raises :class:`~lamina.ClosedError`, HTTP 503, before startup or after shutdown)."""
+        if self._memory is None or not self.ready:
+            raise ClosedError("the server is not ready (starting or shutting down)")
+        return self._memory
+
+    def set_memory(self, memory: Memory | None) -> None:
+        self._memory = memory
+        self.ready = memory is not None
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the work pool (503 when it is full); a ``TypeError`` it raises
+        becomes :class:`CallTypeError` (HTTP 400)."""
+        m = self.metrics
+        m.pending.inc()
+        try:
+            return await self.pool.run(_typed, fn, *args)
+        except Overloaded:
+            m.rejected.labels("overloaded").inc()
+            raise
+        finally:
+            m.pending.dec()
+
+    def caller(self, credentials: HTTPAuthorizationCredentials | None) -> Caller:
+        """The tenant of a request's bearer key (:class:`~lamina.AuthError` when keys are on and
+        it is missing or unknown)."""
+        if not self.keys.enabled:
+            return Caller(None)
+        if credentials is None or not credentials.credentials:
+            raise AuthError("missing API key: send 'Authorization: Bearer <key>'")
+        tenant = self.keys.tenant_of(credentials.credentials)
+        if tenant is None:
+            raise AuthError("unknown API key")
+        return Caller(tenant)
+
+
+def _typed(fn: Callable[..., T], *args: Any) -> T:
+    try:
+        return fn(*args)
+    except TypeError as e:
+        if isinstance(e, LaminaError):
+            raise
+        raise CallTypeError(str(e)) from e
+
+
+_bearer = HTTPBearer(auto_error=False, description="An API key of your tenant (none when the server runs without keys).")
+
+
+def get_service(request: Request) -> Service:
+    """FastAPI dependency: the app's :class:`Service`."""
+    svc: Service = request.app.state.lamina
+    return svc
+
+
+def get_caller(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+) -> Caller:
+    """FastAPI dependency: the request's :class:`Caller` (401 without a valid key when keys are on)."""
+    return get_service(request).caller(credentials)
