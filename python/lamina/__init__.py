@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import embedders, kernels, kv
 from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
-from .errors import InvalidInput, LaminaError, NotFoundError, StoreBusy
+from .aio import AsyncMemory
+from .errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
 from .extract import Fact, FactExtractor, Summarizer, Turn
 from .items import Context, MemoryItem
 from .lexical import LexicalIndex, tokenize
@@ -12,7 +15,20 @@ from .llm import LLM, OpenAIChat
 from .memory import ClosedError, DeleteReport, Memory, MemoryConfig, MemoryStats, ProfileDrift, SessionReport
 from .search import Metric, VectorArena, topk
 
+if TYPE_CHECKING:
+    from .client import AsyncClient, Client
+
 __version__ = str(build_info()["version"])
+
+
+def __getattr__(name: str) -> Any:
+    """``Client`` and ``AsyncClient`` import httpx (the ``serve`` extra) when first used."""
+    if name in ("Client", "AsyncClient"):
+        from . import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'lamina' has no attribute {name!r}")
+
 
 __all__ = [
     "VectorArena",
@@ -23,6 +39,9 @@ __all__ = [
     "Metric",
     "kernels",
     "Memory",
+    "AsyncMemory",
+    "Client",
+    "AsyncClient",
     "MemoryConfig",
     "SessionReport",
     "DeleteReport",
@@ -32,6 +51,9 @@ __all__ = [
     "InvalidInput",
     "NotFoundError",
     "StoreBusy",
+    "AuthError",
+    "PermissionDenied",
+    "Overloaded",
     "ClosedError",
     "MemoryItem",
     "Context",

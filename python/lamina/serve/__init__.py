@@ -20,4 +20,14 @@ from .auth import KeyRing, hash_key
 from .limits import Limits
 from .service import Caller, Service, get_caller, get_service
 
-__all__ = ["ServeConfig", "create_app", "KeyRing", "hash_key", "Limits", "Service", "Caller", "get_service", "get_caller"]
+__all__ = [
+    "ServeConfig",
+    "create_app",
+    "KeyRing",
+    "hash_key",
+    "Limits",
+    "Service",
+    "Caller",
+    "get_service",
+    "get_caller",
+]

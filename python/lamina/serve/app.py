@@ -17,9 +17,9 @@ import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Path, Query
+from fastapi import APIRouter, FastAPI, Path, Query
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 from starlette.types import ASGIApp
@@ -33,7 +33,7 @@ from .auth import KeyRing
 from .errors import error_response, install_error_handlers
 from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
-from .service import Caller, Service, get_caller, get_service
+from .service import Caller, CallerDep, Service, ServiceDep
 from .tenancy import owns
 
 __all__ = ["ServeConfig", "create_app", "app_from_env", "ENV_CONFIG"]
@@ -41,9 +41,7 @@ __all__ = ["ServeConfig", "create_app", "app_from_env", "ENV_CONFIG"]
 #: Environment variable through which ``lamina serve --workers N`` hands its options to each worker.
 ENV_CONFIG = "LAMINA_SERVE_CONFIG"
 _MAX_ID = 2**63 - 1
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    s: {"model": S.ErrorOut} for s in (400, 401, 403, 404, 413, 422, 503)
-}
+_ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": S.ErrorOut} for s in (400, 401, 403, 404, 413, 422, 503)}
 
 
 @dataclass(frozen=True)
@@ -86,20 +84,24 @@ class ServeConfig:
 
 
 def _json(obj: object, status: int = 200) -> Response:
-    return Response(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode(), status, media_type="application/json")
+    return Response(
+        json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode(), status, media_type="application/json"
+    )
 
 
 def _items(caller: Caller, items: Sequence[Any]) -> Response:
     return _json({"items": [item_to_json(it, caller.public(it.user_id)) for it in items]})
 
 
+ItemId = Annotated[int, Path(ge=-_MAX_ID, le=_MAX_ID, description="An item id.")]
+OfUser = Annotated[str | None, Query(description="Only if the item is this user's (404 otherwise).")]
+
+
 def _routes() -> APIRouter:
     r = APIRouter(responses=_ERRORS)
 
     @r.post("/v1/memories", response_model=S.AddResponse, tags=["memories"], summary="Add messages (turns)")
-    async def add(
-        req: S.AddRequest, svc: Service = Depends(get_service), caller: Caller = Depends(get_caller)
-    ) -> Response:
+    async def add(req: S.AddRequest, svc: ServiceDep, caller: CallerDep) -> Response:
         if len(req.messages) > svc.limits.max_messages:
             raise RequestTooLarge(
                 f"{len(req.messages)} messages in one add; at most {svc.limits.max_messages} (max_messages)",
@@ -111,19 +113,17 @@ def _routes() -> APIRouter:
         ids = await svc.call(lambda: mem.add(msgs, user_id=uid, session_id=req.session_id, timestamp=req.timestamp))
         return _json({"ids": ids})
 
-    @r.post("/v1/sessions/end", response_model=S.SessionReportOut, tags=["memories"], summary="End (consolidate) a session")
-    async def end_session(
-        req: S.EndSessionRequest, svc: Service = Depends(get_service), caller: Caller = Depends(get_caller)
-    ) -> Response:
+    @r.post(
+        "/v1/sessions/end", response_model=S.SessionReportOut, tags=["memories"], summary="End (consolidate) a session"
+    )
+    async def end_session(req: S.EndSessionRequest, svc: ServiceDep, caller: CallerDep) -> Response:
         uid = caller.uid(req.user_id)
         mem = svc.memory
         rep = await svc.call(lambda: mem.end_session(user_id=uid, session_id=req.session_id, now=req.now))
         return _json(session_report_to_json(rep))
 
     @r.post("/v1/context", response_model=S.ContextOut, tags=["read"], summary="A budgeted context for a query")
-    async def context(
-        req: S.ContextRequest, svc: Service = Depends(get_service), caller: Caller = Depends(get_caller)
-    ) -> Response:
+    async def context(req: S.ContextRequest, svc: ServiceDep, caller: CallerDep) -> Response:
         uid = caller.uid(req.user_id)
         mem = svc.memory
 
@@ -141,16 +141,11 @@ def _routes() -> APIRouter:
         return _json(await svc.call(work))
 
     @r.post("/v1/search", response_model=S.ItemsOut, tags=["read"], summary="Top-k items by similarity")
-    async def search(
-        req: S.SearchRequest, svc: Service = Depends(get_service), caller: Caller = Depends(get_caller)
-    ) -> Response:
+    async def search(req: S.SearchRequest, svc: ServiceDep, caller: CallerDep) -> Response:
         uid = caller.uid(req.user_id)
         mem = svc.memory
         items = await svc.call(lambda: mem.search(req.query, user_id=uid, k=req.k, layers=req.layers, now=req.now))
         return _items(caller, items)
-
-    ItemId = Path(ge=-_MAX_ID, le=_MAX_ID, description="An item id.")
-    OfUser = Query(None, description="Only if the item is this user's (404 otherwise).")
 
     def owner(svc: Service, caller: Caller, item_id: int, user_id: str | None) -> str:
         """The stored owner of an item of the caller's (403 for another tenant's, 404 for none)."""
@@ -160,10 +155,10 @@ def _routes() -> APIRouter:
 
     @r.get("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="One item")
     async def get_item(
-        item_id: int = ItemId,
-        user_id: str | None = OfUser,
-        svc: Service = Depends(get_service),
-        caller: Caller = Depends(get_caller),
+        item_id: ItemId,
+        svc: ServiceDep,
+        caller: CallerDep,
+        user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
         it = await svc.call(lambda: mem.get(item_id, user_id=owner(svc, caller, item_id, user_id)))
@@ -172,10 +167,10 @@ def _routes() -> APIRouter:
     @r.patch("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="Replace an item's text")
     async def update_item(
         req: S.UpdateRequest,
-        item_id: int = ItemId,
-        user_id: str | None = OfUser,
-        svc: Service = Depends(get_service),
-        caller: Caller = Depends(get_caller),
+        item_id: ItemId,
+        svc: ServiceDep,
+        caller: CallerDep,
+        user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
         it = await svc.call(
@@ -185,48 +180,48 @@ def _routes() -> APIRouter:
 
     @r.delete("/v1/memories/{item_id}", response_model=S.DeleteReportOut, tags=["memories"], summary="Delete an item")
     async def delete_item(
-        item_id: int = ItemId,
-        user_id: str | None = OfUser,
-        svc: Service = Depends(get_service),
-        caller: Caller = Depends(get_caller),
+        item_id: ItemId,
+        svc: ServiceDep,
+        caller: CallerDep,
+        user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
         rep = await svc.call(lambda: mem.delete(item_id, user_id=owner(svc, caller, item_id, user_id)))
         return _json(delete_report_to_json(rep))
 
-    @r.get("/v1/memories/{item_id}/history", response_model=S.ItemsOut, tags=["memories"], summary="Versions of an item")
+    @r.get(
+        "/v1/memories/{item_id}/history", response_model=S.ItemsOut, tags=["memories"], summary="Versions of an item"
+    )
     async def history(
-        item_id: int = ItemId,
-        user_id: str | None = OfUser,
-        svc: Service = Depends(get_service),
-        caller: Caller = Depends(get_caller),
+        item_id: ItemId,
+        svc: ServiceDep,
+        caller: CallerDep,
+        user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
         items = await svc.call(lambda: mem.history(item_id, user_id=owner(svc, caller, item_id, user_id)))
         return _items(caller, items)
 
     @r.get("/v1/users", response_model=S.UsersOut, tags=["users"], summary="The caller's user ids")
-    async def users(svc: Service = Depends(get_service), caller: Caller = Depends(get_caller)) -> Response:
+    async def users(svc: ServiceDep, caller: CallerDep) -> Response:
         all_ids = await svc.call(svc.memory.users)
         return _json({"users": [caller.public(u) for u in all_ids if owns(caller.tenant, u)]})
 
-    @r.get("/v1/users/{user_id}/facts", response_model=S.ItemsOut, tags=["users"], summary="A user's facts")
+    @r.get("/v1/users/{user_id:path}/facts", response_model=S.ItemsOut, tags=["users"], summary="A user's facts")
     async def facts(
         user_id: str,
+        svc: ServiceDep,
+        caller: CallerDep,
         subject: str | None = None,
         current: bool = True,
-        svc: Service = Depends(get_service),
-        caller: Caller = Depends(get_caller),
     ) -> Response:
         uid = caller.uid(user_id)
         mem = svc.memory
         items = await svc.call(lambda: mem.facts(user_id=uid, subject=subject, current=current))
         return _items(caller, items)
 
-    @r.delete("/v1/users/{user_id}", response_model=S.DeleteReportOut, tags=["users"], summary="Delete a user")
-    async def delete_user(
-        user_id: str, svc: Service = Depends(get_service), caller: Caller = Depends(get_caller)
-    ) -> Response:
+    @r.delete("/v1/users/{user_id:path}", response_model=S.DeleteReportOut, tags=["users"], summary="Delete a user")
+    async def delete_user(user_id: str, svc: ServiceDep, caller: CallerDep) -> Response:
         uid = caller.uid(user_id)
         mem = svc.memory
         rep = await svc.call(lambda: mem.delete_user(user_id=uid))
@@ -237,13 +232,13 @@ def _routes() -> APIRouter:
         return _json({"status": "ok"})
 
     @r.get("/readyz", response_model=S.HealthOut, tags=["ops"], summary="The memory is open and serving")
-    async def readyz(svc: Service = Depends(get_service)) -> Response:
+    async def readyz(svc: ServiceDep) -> Response:
         if not svc.ready:
             return error_response(503, "not_ready", "starting or shutting down", {"Retry-After": "1"})
         return _json({"status": "ready"})
 
     @r.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=Response)
-    async def metrics(svc: Service = Depends(get_service)) -> Response:
+    async def metrics(svc: ServiceDep) -> Response:
         data = await asyncio.to_thread(generate_latest, svc.metrics.registry)
         return Response(data, media_type=CONTENT_TYPE_LATEST)
 

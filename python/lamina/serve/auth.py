@@ -56,7 +56,9 @@ def new_key() -> str:
 
 def _check_hash(h: object, where: str) -> str:
     if not isinstance(h, str) or not h.startswith(_PREFIX) or len(h) != len(_PREFIX) + 64:
-        raise InvalidInput(f"{where}: {h!r} is not a key hash; expected 'sha256:' and 64 hex digits (lamina keys hash KEY)")
+        raise InvalidInput(
+            f"{where}: {h!r} is not a key hash; expected 'sha256:' and 64 hex digits (lamina keys hash KEY)"
+        )
     hexpart = h[len(_PREFIX) :].lower()
     try:
         bytes.fromhex(hexpart)
@@ -93,7 +95,9 @@ class KeyRing:
         return self.tenants_by_hash.get(_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest())
 
     @classmethod
-    def from_sources(cls, keys_file: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> KeyRing:
+    def from_sources(
+        cls, keys_file: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+    ) -> KeyRing:
         """Keys from a TOML keys file and from ``LAMINA_API_KEYS`` in ``env`` (default ``os.environ``).
 
         Raises
@@ -112,7 +116,9 @@ class KeyRing:
                 if not sep or not key:
                     raise InvalidInput(f"{ENV_VAR} entry {i + 1} must be 'tenant:key', got {part.strip()[:40]!r}")
                 if len(key) < _MIN_KEY_LEN:
-                    raise InvalidInput(f"{ENV_VAR}: the key of tenant {tenant!r} is shorter than {_MIN_KEY_LEN} characters")
+                    raise InvalidInput(
+                        f"{ENV_VAR}: the key of tenant {tenant!r} is shorter than {_MIN_KEY_LEN} characters"
+                    )
                 pairs.append((hash_key(key), check_tenant(tenant), f"{ENV_VAR} entry {i + 1}"))
         out: dict[str, str] = {}
         for h, tenant, where in pairs:

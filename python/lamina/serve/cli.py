@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import signal
 import socket
 import sys
 from typing import Any
@@ -77,6 +78,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=args.graceful_timeout,
         backlog=max(2048, limits.max_pending),
     )
+    # uvicorn shuts down gracefully on SIGTERM / SIGINT, then re-raises the signal to the handler
+    # it found: a quiet one makes a graceful stop exit 0 (not -15, nor a KeyboardInterrupt)
+    stopped: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stopped.append(signum))
     if args.workers > 1:
         if db is None:
             print("lamina serve: --workers > 1 needs a --db file (the workers share it)", file=sys.stderr)
@@ -85,6 +91,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         uvicorn.run("lamina.serve.app:app_from_env", factory=True, workers=args.workers, **common)
     else:
         uvicorn.run(create_app(cfg), **common)
+    if stopped:
+        print(f"lamina serve: stopped ({signal.Signals(stopped[0]).name}); the memory is closed", file=sys.stderr)
     return 0
 
 
@@ -117,7 +125,9 @@ def add_serve_parsers(sub: Any) -> None:
     s.add_argument("--db", required=True, help="SQLite file (created if missing); ':memory:' for none")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8420)
-    s.add_argument("--keys", default=None, help="TOML keys file with hashed keys (see 'lamina keys'); also LAMINA_API_KEYS")
+    s.add_argument(
+        "--keys", default=None, help="TOML keys file with hashed keys (see 'lamina keys'); also LAMINA_API_KEYS"
+    )
     s.add_argument("--embedder", default="auto", help="auto | hashing | minilm (a database remembers its embedder)")
     s.add_argument("--workers", type=int, default=1, help="uvicorn worker processes sharing the --db file")
     s.add_argument("--threads", type=int, default=4, help="memory calls running at once per worker")

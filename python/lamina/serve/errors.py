@@ -39,7 +39,9 @@ __all__ = ["error_response", "install_error_handlers", "status_of"]
 _log = logging.getLogger("lamina.serve")
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any) -> Response:
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
     """A JSON error response."""
     body = {"code": code, "message": message, **extra}
     return Response(json.dumps(body, default=str), status_code=status, media_type="application/json", headers=headers)

@@ -110,7 +110,9 @@ class ItemOut(BaseModel):
     strength: float
     domain: str | None
     commitment: str
-    turns: list[tuple[float | None, str | None, str]] = Field(description="Raw turns shown with the item: [time, speaker, text].")
+    turns: list[tuple[float | None, str | None, str]] = Field(
+        description="Raw turns shown with the item: [time, speaker, text]."
+    )
 
 
 class ContextOut(BaseModel):

@@ -5,17 +5,16 @@ Routes (this package's :mod:`~lamina.serve.app`, and routers mounted on it later
 import) reach them with the FastAPI dependencies :func:`get_service` and :func:`get_caller`::
 
     @router.get("/v1/users/{user_id}/something")
-    async def something(user_id: str, svc: Service = Depends(get_service),
-                        caller: Caller = Depends(get_caller)) -> ...:
+    async def something(user_id: str, svc: ServiceDep, caller: CallerDep) -> ...:
         uid = caller.uid(user_id)                   # the stored id, in the caller's namespace
-        return await svc.call(svc.memory.facts, user_id=uid)
+        return await svc.call(lambda: svc.memory.facts(user_id=uid))
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -27,7 +26,7 @@ from .limits import Limits, WorkPool
 from .metrics import ServeMetrics
 from .tenancy import owns, public_user_id, stored_user_id
 
-__all__ = ["Service", "Caller", "get_service", "get_caller", "CallTypeError"]
+__all__ = ["Service", "Caller", "get_service", "get_caller", "ServiceDep", "CallerDep", "CallTypeError"]
 
 T = TypeVar("T")
 
@@ -128,7 +127,9 @@ def _typed(fn: Callable[..., T], *args: Any) -> T:
         raise CallTypeError(str(e)) from e
 
 
-_bearer = HTTPBearer(auto_error=False, description="An API key of your tenant (none when the server runs without keys).")
+_bearer = HTTPBearer(
+    auto_error=False, description="An API key of your tenant (none when the server runs without keys)."
+)
 
 
 def get_service(request: Request) -> Service:
@@ -138,7 +139,13 @@ def get_service(request: Request) -> Service:
 
 
 def get_caller(
-    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Caller:
     """FastAPI dependency: the request's :class:`Caller` (401 without a valid key when keys are on)."""
     return get_service(request).caller(credentials)
+
+
+#: ``svc: ServiceDep`` in a route's parameters: the app's :class:`Service`.
+ServiceDep = Annotated[Service, Depends(get_service)]
+#: ``caller: CallerDep`` in a route's parameters: the request's :class:`Caller`.
+CallerDep = Annotated[Caller, Depends(get_caller)]
