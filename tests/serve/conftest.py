@@ -4,13 +4,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servekit import KEY_A, KEY_B, ServerProc, serve_process
+from servekit import KEY_A, KEY_B, MAX_BODY, MAX_MESSAGES, ServerProc, serve_process
 
 from lamina.serve.auth import hash_key
-
-#: the shared server's limits (the size tests rely on them)
-MAX_BODY = 65536
-MAX_MESSAGES = 50
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,9 @@ import uvicorn
 
 KEY_A = "key-of-tenant-a-0123456789"
 KEY_B = "key-of-tenant-b-9876543210"
+#: the shared server's limits (the size tests rely on them)
+MAX_BODY = 65536
+MAX_MESSAGES = 50
 
 
 def free_port() -> int:

@@ -8,7 +8,7 @@
   ``queue_timeout`` seconds for a thread. A call that has started always finishes (native work
   cannot be interrupted, and a write must not half-happen), even if its caller went away.
 * :class:`BodyLimit` — ASGI middleware refusing bodies over ``max_body_bytes`` (413) by their
-  ``Content-Length`` before reading them, and while reading a chunked body.
+  ``Content-Length`` before reading them; a chunked body is read (up to the limit) and replayed.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ T = TypeVar("T")
 
 
 class RequestTooLarge(InvalidInput):
-    """A request body or a list in it is larger than the service accepts (HTTP 413).
+    """A request is larger than the service accepts (HTTP 413): its messages, say.
 
     Attributes
     ----------
     code : str
-        ``too_large`` (the body) or ``too_many_messages`` (messages of one add).
+        ``too_many_messages`` (messages of one add) or ``too_large``.
     """
 
     def __init__(self, message: str, code: str = "too_large") -> None:
@@ -155,12 +155,6 @@ class WorkPool:
         self._executor.shutdown(wait=True, cancel_futures=False)
 
 
-def _too_large(limit: int) -> bytes:
-    return json.dumps(
-        {"code": "too_large", "message": f"request body larger than {limit} bytes (max_body_bytes)"}
-    ).encode()
-
-
 class BodyLimit:
     """ASGI middleware: 413 ``too_large`` for HTTP bodies over ``max_body_bytes``."""
 
@@ -173,31 +167,49 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.max_body_bytes
+        length: int | None = None
         for k, v in scope["headers"]:
             if k == b"content-length":
                 try:
-                    n = int(v)
+                    length = int(v)
                 except ValueError:
-                    n = 0
-                if n > limit:
-                    await _send_413(send, limit)
-                    return
+                    length = None
+        if length is not None:
+            if length > limit:
+                await _send_413(send, limit)
+                return
+            await self.app(scope, receive, send)  # the server reads no more than Content-Length
+            return
+        # a body without Content-Length (chunked): read it here, up to the limit, then replay it
+        chunks: list[bytes] = []
         seen = 0
-
-        async def limited_receive() -> Message:
-            nonlocal seen
+        while True:
             msg = await receive()
-            if msg["type"] == "http.request":
-                seen += len(msg.get("body", b""))
-                if seen > limit:
-                    raise RequestTooLarge(f"request body larger than {limit} bytes (max_body_bytes)")
-            return msg
+            if msg["type"] != "http.request":  # the client went away
+                return
+            body = msg.get("body", b"")
+            seen += len(body)
+            if seen > limit:
+                await _send_413(send, limit)
+                return
+            chunks.append(body)
+            if not msg.get("more_body", False):
+                break
+        replayed = False
 
-        await self.app(scope, limited_receive, send)
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 async def _send_413(send: Send, limit: int) -> None:
-    body = _too_large(limit)
+    msg = {"code": "too_large", "message": f"request body larger than {limit} bytes (max_body_bytes)"}
+    body = json.dumps(msg).encode()
     await send(
         {
             "type": "http.response.start",
