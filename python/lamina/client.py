@@ -15,6 +15,7 @@ description, so they cannot drift apart.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -223,11 +224,19 @@ class _Api:
         return _Call("GET", "/v1/users", lambda d: [str(u) for u in d["users"]])
 
 
+try:  # orjson (in the serve extra) parses a context about 3x faster than json
+    import orjson
+
+    _loads: Callable[[bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover - depends on the installation
+    _loads = json.loads
+
+
 def _read(call: _Call[T], resp: httpx.Response) -> T:
     if resp.status_code >= 400:
         raise _error(resp)
     try:
-        return call.parse(resp.json())
+        return call.parse(_loads(resp.content))
     except (ValueError, KeyError, TypeError) as e:
         if isinstance(e, LaminaError):
             raise

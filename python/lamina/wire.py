@@ -47,7 +47,7 @@ def item_to_json(it: MemoryItem, user_id: str | None = None) -> dict[str, Any]:
     """A :class:`MemoryItem` as a JSON object (``user_id`` replaces the item's own, e.g. the
     caller's id of a namespaced user). ``sources`` is a list of str, ``turns`` a list of
     ``[time, speaker, text]``."""
-    d = {name: getattr(it, name) for name in _ITEM_FIELDS}
+    d = dict(it.__dict__)  # (a plain dataclass: its fields, in order; a third of the cost of getattr)
     d["sources"] = list(it.sources)
     d["turns"] = [list(t) for t in it.turns]
     if user_id is not None:

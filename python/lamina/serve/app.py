@@ -83,10 +83,21 @@ class ServeConfig:
         return cls(db=d["db"], embedder=d["embedder"], keys=KeyRing(d["keys"]), limits=Limits(**d["limits"]))
 
 
+def _dumps_std(obj: object) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+try:  # orjson (in the serve extra) serialises a context about 7x faster than json
+    import orjson
+
+    def _dumps(obj: object) -> bytes:
+        return orjson.dumps(obj)
+except ImportError:  # pragma: no cover - depends on the installation
+    _dumps = _dumps_std
+
+
 def _json(obj: object, status: int = 200) -> Response:
-    return Response(
-        json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode(), status, media_type="application/json"
-    )
+    return Response(_dumps(obj), status, media_type="application/json")
 
 
 def _items(caller: Caller, items: Sequence[Any]) -> Response:
