@@ -117,7 +117,8 @@ def test_no_cross_tenant_read_write_or_delete(clients: dict[str, httpx.Client], 
                         it.alive = False
         elif kind == "users":
             r = c.get("/v1/users")
-            assert r.status_code == 200 and set(r.json()["users"]) <= set(USERS)
+            # (other tests share the server: more users than these two may be listed)
+            assert r.status_code == 200 and not any("\x1f" in x for x in r.json()["users"])
         else:  # an item route on an own, another tenant's, or a guessed id
             which, n = o[2]
             owner = t if which == "own" else _other(t)

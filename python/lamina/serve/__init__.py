@@ -18,7 +18,7 @@ from __future__ import annotations
 from .app import ServeConfig, create_app
 from .auth import KeyRing, hash_key
 from .limits import Limits
-from .service import Caller, Service, get_caller, get_service
+from .service import Caller, CallerDep, Service, ServiceDep, get_caller, get_service
 
 __all__ = [
     "ServeConfig",
@@ -30,4 +30,6 @@ __all__ = [
     "Caller",
     "get_service",
     "get_caller",
+    "ServiceDep",
+    "CallerDep",
 ]
