@@ -85,3 +85,25 @@ def test_limits_are_checked() -> None:
         Limits(queue_timeout=0)
     with pytest.raises(lamina.InvalidInput, match="max_messages"):
         Limits(max_messages=True)  # type: ignore[arg-type]
+
+
+class BrokenEmbedder(GatedEmbedder):
+    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        if any("boom" in t for t in texts):
+            raise RuntimeError("the embedder broke")
+        return super().embed(texts)
+
+
+def test_an_unexpected_error_is_a_json_500_and_the_server_goes_on() -> None:
+    emb = BrokenEmbedder()
+    emb.gate.set()
+    with Memory(None, embedder=emb) as mem, serve_in_thread(create_app(ServeConfig(db=None), memory=mem)) as url:
+        r = _add(url, "boom")
+        assert r.status_code == 500 and r.json() == {
+            "code": "internal",
+            "message": "internal error (RuntimeError); see the server log",
+        }
+        assert _add(url, "fine").status_code == 200
+        with Client(url) as c, pytest.raises(lamina.client.ServiceError) as ei:
+            c.add([{"text": "boom again"}], user_id="u", session_id="s")
+        assert ei.value.status == 500 and ei.value.code == "internal"
