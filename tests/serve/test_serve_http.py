@@ -163,7 +163,12 @@ def test_bad_input(a: httpx.Client) -> None:
     err(a.get("/v1/memories/123"), 404, "not_found")
     err(a.get("/v1/no/such/route"), 404, "not_found")
     err(a.put("/v1/memories/123", json={}), 405, "method_not_allowed")
-    err(a.post("/v1/sessions/end", json={"user_id": u, "session_id": "s"}), 404, "not_found")
+    msg = err(a.post("/v1/sessions/end", json={"user_id": u, "session_id": "s"}), 404, "not_found")
+    assert msg == f"unknown user_id {u!r}"  # the caller's id, not the stored one
+    add(a, u, "a first turn")
+    msg = err(a.post("/v1/sessions/end", json={"user_id": u, "session_id": "nope"}), 404, "not_found")
+    assert msg == f"unknown session 'nope' for user {u!r}"
+    ok(a.delete(f"/v1/users/{u}"))
     assert u not in ok(a.get("/v1/users"))["users"]  # nothing was written
 
 

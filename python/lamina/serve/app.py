@@ -121,7 +121,9 @@ def _routes() -> APIRouter:
         msgs = [m.model_dump(exclude_none=True) for m in req.messages]
         uid = caller.uid(req.user_id)
         mem = svc.memory
-        ids = await svc.call(lambda: mem.add(msgs, user_id=uid, session_id=req.session_id, timestamp=req.timestamp))
+        ids = await svc.call(
+            caller, lambda: mem.add(msgs, user_id=uid, session_id=req.session_id, timestamp=req.timestamp)
+        )
         return _json({"ids": ids})
 
     @r.post(
@@ -130,7 +132,7 @@ def _routes() -> APIRouter:
     async def end_session(req: S.EndSessionRequest, svc: ServiceDep, caller: CallerDep) -> Response:
         uid = caller.uid(req.user_id)
         mem = svc.memory
-        rep = await svc.call(lambda: mem.end_session(user_id=uid, session_id=req.session_id, now=req.now))
+        rep = await svc.call(caller, lambda: mem.end_session(user_id=uid, session_id=req.session_id, now=req.now))
         return _json(session_report_to_json(rep))
 
     @r.post("/v1/context", response_model=S.ContextOut, tags=["read"], summary="A budgeted context for a query")
@@ -149,13 +151,15 @@ def _routes() -> APIRouter:
             )
             return context_to_json(ctx, req.user_id)
 
-        return _json(await svc.call(work))
+        return _json(await svc.call(caller, work))
 
     @r.post("/v1/search", response_model=S.ItemsOut, tags=["read"], summary="Top-k items by similarity")
     async def search(req: S.SearchRequest, svc: ServiceDep, caller: CallerDep) -> Response:
         uid = caller.uid(req.user_id)
         mem = svc.memory
-        items = await svc.call(lambda: mem.search(req.query, user_id=uid, k=req.k, layers=req.layers, now=req.now))
+        items = await svc.call(
+            caller, lambda: mem.search(req.query, user_id=uid, k=req.k, layers=req.layers, now=req.now)
+        )
         return _items(caller, items)
 
     def owner(svc: Service, caller: Caller, item_id: int, user_id: str | None) -> str:
@@ -172,7 +176,7 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        it = await svc.call(lambda: mem.get(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        it = await svc.call(caller, lambda: mem.get(item_id, user_id=owner(svc, caller, item_id, user_id)))
         return _json(item_to_json(it, caller.public(it.user_id)))
 
     @r.patch("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="Replace an item's text")
@@ -185,7 +189,10 @@ def _routes() -> APIRouter:
     ) -> Response:
         mem = svc.memory
         it = await svc.call(
-            lambda: mem.update(item_id, req.text, user_id=owner(svc, caller, item_id, user_id), timestamp=req.timestamp)
+            caller,
+            lambda: mem.update(
+                item_id, req.text, user_id=owner(svc, caller, item_id, user_id), timestamp=req.timestamp
+            ),
         )
         return _json(item_to_json(it, caller.public(it.user_id)))
 
@@ -197,7 +204,7 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        rep = await svc.call(lambda: mem.delete(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        rep = await svc.call(caller, lambda: mem.delete(item_id, user_id=owner(svc, caller, item_id, user_id)))
         return _json(delete_report_to_json(rep))
 
     @r.get(
@@ -210,12 +217,12 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        items = await svc.call(lambda: mem.history(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        items = await svc.call(caller, lambda: mem.history(item_id, user_id=owner(svc, caller, item_id, user_id)))
         return _items(caller, items)
 
     @r.get("/v1/users", response_model=S.UsersOut, tags=["users"], summary="The caller's user ids")
     async def users(svc: ServiceDep, caller: CallerDep) -> Response:
-        all_ids = await svc.call(svc.memory.users)
+        all_ids = await svc.call(caller, svc.memory.users)
         return _json({"users": [caller.public(u) for u in all_ids if owns(caller.tenant, u)]})
 
     @r.get("/v1/users/{user_id:path}/facts", response_model=S.ItemsOut, tags=["users"], summary="A user's facts")
@@ -228,14 +235,14 @@ def _routes() -> APIRouter:
     ) -> Response:
         uid = caller.uid(user_id)
         mem = svc.memory
-        items = await svc.call(lambda: mem.facts(user_id=uid, subject=subject, current=current))
+        items = await svc.call(caller, lambda: mem.facts(user_id=uid, subject=subject, current=current))
         return _items(caller, items)
 
     @r.delete("/v1/users/{user_id:path}", response_model=S.DeleteReportOut, tags=["users"], summary="Delete a user")
     async def delete_user(user_id: str, svc: ServiceDep, caller: CallerDep) -> Response:
         uid = caller.uid(user_id)
         mem = svc.memory
-        rep = await svc.call(lambda: mem.delete_user(user_id=uid))
+        rep = await svc.call(caller, lambda: mem.delete_user(user_id=uid))
         return _json(delete_report_to_json(rep))
 
     @r.get("/healthz", response_model=S.HealthOut, tags=["ops"], summary="The process is alive")

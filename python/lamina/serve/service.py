@@ -7,7 +7,7 @@ import) reach them with the FastAPI dependencies :func:`get_service` and :func:`
     @router.get("/v1/users/{user_id}/something")
     async def something(user_id: str, svc: ServiceDep, caller: CallerDep) -> ...:
         uid = caller.uid(user_id)                   # the stored id, in the caller's namespace
-        return await svc.call(lambda: svc.memory.facts(user_id=uid))
+        return await svc.call(caller, lambda: svc.memory.facts(user_id=uid))
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..memory import ClosedError, Memory
 from .auth import KeyRing
 from .limits import Limits, WorkPool
 from .metrics import ServeMetrics
-from .tenancy import owns, public_user_id, stored_user_id
+from .tenancy import SEP, owns, public_user_id, stored_user_id
 
 __all__ = ["Service", "Caller", "get_service", "get_caller", "ServiceDep", "CallerDep", "CallTypeError"]
 
@@ -51,6 +51,13 @@ class Caller:
     def public(self, stored: str) -> str:
         """The caller's id of a stored user id of theirs."""
         return public_user_id(self.tenant, stored)
+
+    def scrub(self, exc: BaseException) -> None:
+        """Show the caller's user ids in ``exc``'s message (a stored id carries the tenant)."""
+        if self.tenant is None or not exc.args or not isinstance(exc.args[0], str):
+            return
+        msg = exc.args[0].replace(repr(self.tenant + SEP)[1:-1], "").replace(self.tenant + SEP, "")
+        exc.args = (msg, *exc.args[1:])
 
     def check_owner(self, stored: str, item_id: int) -> None:
         """Raise :class:`~lamina.PermissionDenied` unless the item's owner is the caller's."""
@@ -92,15 +99,20 @@ class Service:
         self._memory = memory
         self.ready = memory is not None
 
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on the work pool (503 when it is full); a ``TypeError`` it raises
-        becomes :class:`CallTypeError` (HTTP 400)."""
+    async def call(self, caller: Caller | None, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the work pool (503 when it is full) for ``caller``: a ``TypeError``
+        it raises becomes :class:`CallTypeError` (HTTP 400), and the messages of lamina's
+        errors name the caller's user ids, not the stored ones."""
         m = self.metrics
         m.pending.inc()
         try:
             return await self.pool.run(_typed, fn, *args)
         except Overloaded:
             m.rejected.labels("overloaded").inc()
+            raise
+        except LaminaError as e:
+            if caller is not None and caller.tenant is not None:
+                caller.scrub(e)
             raise
         finally:
             m.pending.dec()
