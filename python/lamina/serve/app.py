@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -282,6 +282,7 @@ def create_app(
     memory: Memory | None = None,
     routers: Sequence[APIRouter] = (),
     mounts: Mapping[str, ASGIApp] | None = None,
+    lifespans: Sequence[Callable[[FastAPI], AbstractAsyncContextManager[None]]] = (),
 ) -> FastAPI:
     """The ASGI app of ``lamina serve``.
 
@@ -295,7 +296,14 @@ def create_app(
         More routes (export/import, say); they reach the service with
         :func:`~lamina.serve.service.get_service` and :func:`~lamina.serve.service.get_caller`.
     mounts : mapping of path to ASGI app
-        Sub-applications mounted under a path (the MCP server at ``/mcp``, say).
+        Sub-applications mounted under a path (the MCP server at ``/mcp``, say). They get no
+        authentication from this app: they read the ``Authorization`` header and call
+        ``app.state.lamina.caller_from_header(...)`` themselves, and reach the memory through
+        ``app.state.lamina`` (a :class:`~lamina.serve.service.Service`).
+    lifespans : sequence of callables
+        ``lifespan(app)`` async context managers entered after the memory opens and exited
+        before it closes, in order (Starlette runs no lifespan of a mounted sub-application:
+        an MCP session manager, say, is started here).
 
     Returns
     -------
@@ -313,7 +321,10 @@ def create_app(
             emb = TimedEmbedder(get_embedder(config.embedder), metrics)
             svc.set_memory(await asyncio.to_thread(Memory, config.db, emb, config.config))
         try:
-            yield
+            async with AsyncExitStack() as stack:
+                for extra in lifespans:
+                    await stack.enter_async_context(extra(app))
+                yield
         finally:
             # uvicorn has stopped accepting and waited for the open requests; the pool's
             # threads finish what they run, then the memory writes its pending statistics

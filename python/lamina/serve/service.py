@@ -129,6 +129,15 @@ class Service:
             raise AuthError("unknown API key")
         return Caller(tenant)
 
+    def caller_from_header(self, authorization: str | None) -> Caller:
+        """:meth:`caller` from a raw ``Authorization`` header value: for sub-applications mounted
+        on the app (they get no FastAPI dependencies, so they authenticate with this)."""
+        scheme, _, key = (authorization or "").partition(" ")
+        creds = None
+        if scheme.lower() == "bearer" and key.strip():
+            creds = HTTPAuthorizationCredentials(scheme="Bearer", credentials=key.strip())
+        return self.caller(creds)
+
 
 def _typed(fn: Callable[..., T], *args: Any) -> T:
     try:
