@@ -46,7 +46,8 @@ def test_keys_commands(tmp_path: Path) -> None:
     assert _run("keys", "hash", stdin="s3cret-s3cret-s3cret\n").stdout.strip() == hash_key("s3cret-s3cret-s3cret")
     r = _run("keys", "new", "acme")
     assert r.returncode == 0
-    key = r.stdout.splitlines()[1].removeprefix("# ")
+    key = r.stderr.splitlines()[-1]
+    assert key.startswith("lmn_") and key not in r.stdout
     keys = tmp_path / "keys.toml"
     keys.write_text(r.stdout, encoding="utf-8")  # the printed entry is a valid keys file
     ring = KeyRing.from_sources(keys, env={})

@@ -110,8 +110,9 @@ def _cmd_keys_new(args: argparse.Namespace) -> int:
 
     tenant = check_tenant(args.tenant)
     key = new_key()
-    print(f"# API key of tenant {tenant!r} (give it to the client; it is not stored):\n# {key}")
-    print(f'[tenants.{tenant}]\nkeys = ["{hash_key(key)}"]')
+    # the key on stderr, the keys-file entry (its hash only) on stdout: `>> keys.toml` stores no key
+    print(f"API key of tenant {tenant!r} (give it to the client; it is stored nowhere):\n{key}", file=sys.stderr)
+    print(f'\n[tenants.{tenant}]\nkeys = ["{hash_key(key)}"]')
     return 0
 
 
@@ -145,6 +146,6 @@ def add_serve_parsers(sub: Any) -> None:
     h = ks.add_parser("hash", help="print the keys-file hash of a key (read from stdin when not given)")
     h.add_argument("key", nargs="?", default=None)
     h.set_defaults(func=_cmd_keys_hash)
-    n = ks.add_parser("new", help="print a new random key and its keys-file entry")
+    n = ks.add_parser("new", help="a new random key (on stderr) and its keys-file entry (on stdout)")
     n.add_argument("tenant")
     n.set_defaults(func=_cmd_keys_new)
