@@ -35,6 +35,13 @@ def test_refuses_a_public_host_without_keys(tmp_path: Path) -> None:
     assert r.returncode == 2 and "cannot read keys file" in r.stderr
 
 
+def test_a_database_it_cannot_serve_is_one_clear_line(tmp_path: Path) -> None:
+    Memory(tmp_path / "h.db", embedder="hashing").close()
+    r = _run("serve", "--db", str(tmp_path / "h.db"), "--embedder", "hashing-128", "--port", "9")
+    assert r.returncode == 2 and "cannot open" in r.stderr and "embedder='hashing'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_is_loopback() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.10") and not is_loopback("no-such-host.invalid")

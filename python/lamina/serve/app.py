@@ -283,6 +283,7 @@ def create_app(
     routers: Sequence[APIRouter] = (),
     mounts: Mapping[str, ASGIApp] | None = None,
     lifespans: Sequence[Callable[[FastAPI], AbstractAsyncContextManager[None]]] = (),
+    metrics: ServeMetrics | None = None,
 ) -> FastAPI:
     """The ASGI app of ``lamina serve``.
 
@@ -304,13 +305,16 @@ def create_app(
         ``lifespan(app)`` async context managers entered after the memory opens and exited
         before it closes, in order (Starlette runs no lifespan of a mounted sub-application:
         an MCP session manager, say, is started here).
+    metrics : ServeMetrics, optional
+        The metrics to report (default: new ones); give those a ``memory``'s
+        :class:`~lamina.serve.metrics.TimedEmbedder` reports to.
 
     Returns
     -------
     fastapi.FastAPI
         Its ``.state.lamina`` is the :class:`~lamina.serve.service.Service`.
     """
-    metrics = ServeMetrics()
+    metrics = metrics if metrics is not None else ServeMetrics()
     svc = Service(config.keys, config.limits, metrics, memory)
     metrics.registry.register(TenantCollector(lambda: _tenant_counts(svc)))
 

@@ -39,10 +39,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         from .app import ENV_CONFIG, ServeConfig, create_app
         from .auth import KeyRing
         from .limits import Limits
+        from .metrics import ServeMetrics, TimedEmbedder
     except ImportError as e:  # pragma: no cover - depends on the installation
         print(f"{_EXTRA_HINT} ({e})", file=sys.stderr)
         return 2
+    from ..embedders import get_embedder
     from ..errors import InvalidInput
+    from ..memory import Memory
 
     try:
         keys = KeyRing.from_sources(args.keys)
@@ -83,14 +86,26 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     stopped: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: stopped.append(signum))
-    if args.workers > 1:
-        if db is None:
-            print("lamina serve: --workers > 1 needs a --db file (the workers share it)", file=sys.stderr)
-            return 2
+    if args.workers > 1 and db is None:
+        print("lamina serve: --workers > 1 needs a --db file (the workers share it)", file=sys.stderr)
+        return 2
+    # open the memory here: a database that cannot be served (another embedder, not a lamina
+    # file) is one clear line and exit status 2, not a traceback from the app's startup
+    metrics = ServeMetrics()
+    try:
+        mem = Memory(db, TimedEmbedder(get_embedder(args.embedder), metrics))
+    except Exception as e:
+        print(f"lamina serve: cannot open {args.db}: {e}", file=sys.stderr)
+        return 2
+    if args.workers > 1:  # each worker opens its own (the check above was the parent's)
+        mem.close()
         os.environ[ENV_CONFIG] = cfg.to_env()
         uvicorn.run("lamina.serve.app:app_from_env", factory=True, workers=args.workers, **common)
     else:
-        uvicorn.run(create_app(cfg), **common)
+        try:
+            uvicorn.run(create_app(cfg, memory=mem, metrics=metrics), **common)
+        finally:
+            mem.close()  # after uvicorn finished the open requests and the app its work pool
     if stopped:
         print(f"lamina serve: stopped ({signal.Signals(stopped[0]).name}); the memory is closed", file=sys.stderr)
     return 0
