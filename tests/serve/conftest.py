@@ -28,6 +28,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
         str(MAX_BODY),
         "--max-messages",
         str(MAX_MESSAGES),
+        "--tenant-metrics-max-age",
+        "0",
     ]
     with serve_process(tmp, args, env_keys=f"b:{KEY_B}") as sp:
         yield sp

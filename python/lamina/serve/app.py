@@ -58,6 +58,8 @@ class ServeConfig:
         Empty: no authentication (the command line then binds to loopback only).
     limits : Limits
     config : MemoryConfig, optional
+    tenant_metrics_max_age : float
+        Seconds ``/metrics`` reuses its count of users and items per tenant (default 15).
     """
 
     db: str | None
@@ -65,6 +67,7 @@ class ServeConfig:
     keys: KeyRing = field(default_factory=KeyRing)
     limits: Limits = field(default_factory=Limits)
     config: MemoryConfig | None = None
+    tenant_metrics_max_age: float = 15.0
 
     def to_env(self) -> str:
         """This configuration as JSON for :data:`ENV_CONFIG` (keys travel as their hashes)."""
@@ -74,13 +77,20 @@ class ServeConfig:
                 "embedder": self.embedder,
                 "keys": dict(self.keys.tenants_by_hash),
                 "limits": {k: getattr(self.limits, k) for k in self.limits.__dataclass_fields__},
+                "tenant_metrics_max_age": self.tenant_metrics_max_age,
             }
         )
 
     @classmethod
     def from_env(cls, raw: str) -> ServeConfig:
         d = json.loads(raw)
-        return cls(db=d["db"], embedder=d["embedder"], keys=KeyRing(d["keys"]), limits=Limits(**d["limits"]))
+        return cls(
+            db=d["db"],
+            embedder=d["embedder"],
+            keys=KeyRing(d["keys"]),
+            limits=Limits(**d["limits"]),
+            tenant_metrics_max_age=float(d["tenant_metrics_max_age"]),
+        )
 
 
 def _dumps_std(obj: object) -> bytes:
@@ -316,7 +326,7 @@ def create_app(
     """
     metrics = metrics if metrics is not None else ServeMetrics()
     svc = Service(config.keys, config.limits, metrics, memory)
-    metrics.registry.register(TenantCollector(lambda: _tenant_counts(svc)))
+    metrics.registry.register(TenantCollector(lambda: _tenant_counts(svc), config.tenant_metrics_max_age))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

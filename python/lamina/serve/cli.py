@@ -71,7 +71,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     else:
         print(f"lamina serve: {len(keys.tenants)} tenant(s) with API keys", file=sys.stderr)
     db = None if args.db == ":memory:" else args.db
-    cfg = ServeConfig(db=db, embedder=args.embedder, keys=keys, limits=limits)
+    cfg = ServeConfig(
+        db=db, embedder=args.embedder, keys=keys, limits=limits, tenant_metrics_max_age=args.tenant_metrics_max_age
+    )
     common: dict[str, Any] = dict(
         host=args.host,
         port=args.port,
@@ -153,6 +155,9 @@ def add_serve_parsers(sub: Any) -> None:
     s.add_argument("--max-messages", type=int, default=1000, help="messages per add")
     s.add_argument("--keep-alive", type=int, default=30, help="seconds an idle keep-alive connection stays open")
     s.add_argument("--graceful-timeout", type=int, default=30, help="seconds shutdown waits for open requests")
+    s.add_argument(
+        "--tenant-metrics-max-age", type=float, default=15.0, help="seconds /metrics reuses its per-tenant counts"
+    )
     s.add_argument("--log-level", default="warning")
     s.add_argument("--access-log", action="store_true", help="log every request (slower)")
     s.set_defaults(func=_cmd_serve)
