@@ -127,3 +127,14 @@ def test_no_client_id_reaches_another_namespace(t1: str | None, t2: str | None, 
     assert owns(t1, stored) and public_user_id(t1, stored) == uid
     if t2 != t1:
         assert not owns(t2, stored)
+
+
+def test_responses_serialise_numpy_scalars() -> None:
+    import json
+
+    import numpy as np
+
+    from lamina.serve.app import _dumps, _dumps_std
+
+    d = {"gate": np.float32(0.25), "ids": [np.int64(7)], "x": 1.5}
+    assert json.loads(_dumps(d)) == json.loads(_dumps_std(d)) == {"gate": 0.25, "ids": [7], "x": 1.5}

@@ -93,15 +93,23 @@ class ServeConfig:
         )
 
 
+def _plain(x: object) -> object:
+    """A numpy scalar as the Python number it holds (JSON knows no numpy types)."""
+    item = getattr(x, "item", None)
+    if callable(item):
+        return item()
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
 def _dumps_std(obj: object) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=_plain).encode()
 
 
 try:  # orjson (in the serve extra) serialises a context about 7x faster than json
     import orjson
 
     def _dumps(obj: object) -> bytes:
-        return orjson.dumps(obj)
+        return orjson.dumps(obj, default=_plain, option=orjson.OPT_SERIALIZE_NUMPY)
 except ImportError:  # pragma: no cover - depends on the installation
     _dumps = _dumps_std
 
