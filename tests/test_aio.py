@@ -93,3 +93,17 @@ def test_arguments_are_checked() -> None:
         AsyncMemory(memory="nope")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_workers"):
         AsyncMemory(None, embedder="hashing", max_workers=0)
+
+
+def test_same_signatures_as_memory() -> None:
+    """Every public method of Memory is in AsyncMemory with the same parameters (a coroutine)."""
+    import inspect
+
+    for name, fn in inspect.getmembers(Memory, inspect.isfunction):
+        if name.startswith("_") or name == "close":
+            continue
+        twin = getattr(AsyncMemory, name)
+        assert inspect.iscoroutinefunction(twin), name
+        assert inspect.signature(twin).parameters.keys() == inspect.signature(fn).parameters.keys(), name
+        for p, q in zip(inspect.signature(twin).parameters.values(), inspect.signature(fn).parameters.values()):
+            assert (p.kind, p.default) == (q.kind, q.default), (name, p.name)

@@ -15,6 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from .embedders import Embedder
 from .items import Context, MemoryItem
 from .memory import ClosedError, DeleteReport, Memory, MemoryConfig, MemoryStats, SessionReport
@@ -108,6 +111,7 @@ class AsyncMemory:
         now: TimeLike = None,
         domain: str | None = None,
         include_archive: bool = False,
+        query_embedding: npt.NDArray[np.float32] | None = None,
     ) -> Context:
         """See :meth:`lamina.Memory.context`."""
         return await self._run(
@@ -118,13 +122,23 @@ class AsyncMemory:
             now=now,
             domain=domain,
             include_archive=include_archive,
+            query_embedding=query_embedding,
         )
 
     async def search(
-        self, query: str, *, user_id: str, k: int = 10, layers: Sequence[str] | None = None, now: TimeLike = None
+        self,
+        query: str,
+        *,
+        user_id: str,
+        k: int = 10,
+        layers: Sequence[str] | None = None,
+        now: TimeLike = None,
+        query_embedding: npt.NDArray[np.float32] | None = None,
     ) -> list[MemoryItem]:
         """See :meth:`lamina.Memory.search`."""
-        return await self._run(self._mem.search, query, user_id=user_id, k=k, layers=layers, now=now)
+        return await self._run(
+            self._mem.search, query, user_id=user_id, k=k, layers=layers, now=now, query_embedding=query_embedding
+        )
 
     async def get(self, item_id: int, *, user_id: str | None = None) -> MemoryItem:
         """See :meth:`lamina.Memory.get`."""

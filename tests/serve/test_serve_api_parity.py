@@ -166,3 +166,32 @@ def test_service_results_equal_in_process_results(server: ServerProc, user: str)
 
     with Memory(None, embedder="hashing") as m, Client(server.url, KEY_A) as c:
         assert run(c) == run(m)
+
+
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+def test_clients_have_the_memory_signatures(cls: type) -> None:
+    """The clients offer Memory's data methods with its parameters (no query_embedding: a vector
+    is computed where the embedder runs, on the server), keyword-only ids included."""
+    import inspect
+
+    for name in (
+        "add",
+        "end_session",
+        "context",
+        "search",
+        "get",
+        "update",
+        "delete",
+        "history",
+        "facts",
+        "delete_user",
+        "users",
+    ):
+        ours = inspect.signature(getattr(cls, name)).parameters
+        theirs = {
+            k: v for k, v in inspect.signature(getattr(Memory, name)).parameters.items() if k != "query_embedding"
+        }
+        assert list(ours) == list(theirs), name
+        for k in ours:
+            assert (ours[k].kind, ours[k].default) == (theirs[k].kind, theirs[k].default), (name, k)
+        assert inspect.iscoroutinefunction(getattr(cls, name)) == (cls is AsyncClient)
