@@ -15,6 +15,7 @@ from . import _info
 from .eval.cli import add_eval_parser
 from .io_cli import add_io_parsers
 from .search import VectorArena, topk
+from .serve.cli import add_serve_parsers
 
 __all__ = ["main"]
 
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_demo)
     add_eval_parser(sub)
     add_io_parsers(sub)
+    add_serve_parsers(sub)
     i = sub.add_parser("info", help="print build facts")
     i.set_defaults(func=lambda a: print(_info.build_info()) or 0)
     return p
