@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from dumpkit import normalised
 
+from dumpkit import normalised
 from lamina import InvalidInput, Memory, MemoryConfig, NotFoundError
 from lamina.demo import generate
 from lamina.memory.dump import TEXT_KINDS, DumpError, read_dump

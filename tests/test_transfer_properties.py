@@ -9,10 +9,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dumpkit import normalised
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dumpkit import normalised
 from lamina import Memory, MemoryConfig, NotFoundError
 from lamina.transfer import export_jsonl, import_jsonl
 

@@ -21,7 +21,9 @@ import numpy.typing as npt
 from .embedders import Embedder
 from .items import Context, MemoryItem
 from .memory import ClosedError, DeleteReport, Memory, MemoryConfig, MemoryStats, SessionReport
+from .memory.dump import UserDump
 from .memory.inputs import TimeLike
+from .memory.reports import ImportReport
 
 __all__ = ["AsyncMemory"]
 
@@ -165,6 +167,16 @@ class AsyncMemory:
     async def delete_user(self, *, user_id: str) -> DeleteReport:
         """See :meth:`lamina.Memory.delete_user`."""
         return await self._run(self._mem.delete_user, user_id=user_id)
+
+    async def export_user(self, *, user_id: str, vectors: bool = False) -> UserDump:
+        """See :meth:`lamina.Memory.export_user`."""
+        return await self._run(self._mem.export_user, user_id=user_id, vectors=vectors)
+
+    async def import_user(
+        self, dump: UserDump, *, embedder: str, user_id: str | None = None, replace: bool = False
+    ) -> ImportReport:
+        """See :meth:`lamina.Memory.import_user`."""
+        return await self._run(self._mem.import_user, dump, embedder=embedder, user_id=user_id, replace=replace)
 
     async def stats(self, *, user_id: str | None = None) -> MemoryStats:
         """See :meth:`lamina.Memory.stats`."""
