@@ -35,6 +35,7 @@ from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
 from .service import Caller, CallerDep, Service, ServiceDep
 from .tenancy import owns
+from .transfer import IMPORT_PATH, transfer_router
 
 __all__ = ["ServeConfig", "create_app", "app_from_env", "ENV_CONFIG"]
 
@@ -312,7 +313,8 @@ def create_app(
         Serve this memory (the caller closes it); by default the app opens ``config.db`` at
         startup and closes it at shutdown, after the in-flight calls finished.
     routers : sequence of fastapi.APIRouter
-        More routes (export/import, say); they reach the service with
+        More routes (the export and import routes of :mod:`~lamina.serve.transfer` are always
+        included); they reach the service with
         :func:`~lamina.serve.service.get_service` and :func:`~lamina.serve.service.get_caller`.
     mounts : mapping of path to ASGI app
         Sub-applications mounted under a path (the MCP server at ``/mcp``, say). They get no
@@ -366,11 +368,16 @@ def create_app(
     app.state.lamina = svc
     install_error_handlers(app)
     app.include_router(_routes())
+    app.include_router(transfer_router())
     for extra in routers:
         app.include_router(extra)
     for path, sub in (mounts or {}).items():
         app.mount(path, sub)
-    app.add_middleware(BodyLimit, max_body_bytes=config.limits.max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        max_body_bytes=config.limits.max_body_bytes,
+        larger=[("POST", IMPORT_PATH, config.limits.max_import_bytes, "max_import_bytes")],
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # the outermost: it times the others too
     return app
 
