@@ -345,11 +345,17 @@ def build_mcp_server(
     return server
 
 
-def mcp_http_app(server: MCPServer, *, path: str = "/mcp", json_response: bool = False) -> Starlette:
+def mcp_http_app(
+    server: MCPServer, *, path: str = "/mcp", json_response: bool = False, host: str = "127.0.0.1"
+) -> Starlette:
     """The server's streamable-HTTP ASGI app, serving MCP at ``path``; its lifespan runs the
     server's session manager (mounted in another app, run ``server.session_manager.run()`` in
-    that app's lifespan instead)."""
-    return server.streamable_http_app(streamable_http_path=path, json_response=json_response)
+    that app's lifespan instead).
+
+    ``host``: the address the app is served on. On a loopback address (the default) the SDK
+    protects against DNS rebinding (it accepts only ``Host`` headers of loopback names); on any
+    other it does not (a client reaches it by the server's name, and the host authenticates)."""
+    return server.streamable_http_app(streamable_http_path=path, json_response=json_response, host=host)
 
 
 def run_stdio(server: MCPServer) -> None:
