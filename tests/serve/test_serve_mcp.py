@@ -1,0 +1,103 @@
+"""The MCP server at ``/mcp`` of a real ``lamina serve``: the SDK's client over streamable HTTP
+with a tenant's bearer key; the same memory as the HTTP routes; tenants kept apart; no key or
+an unknown key refused before the MCP transport."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from contextlib import AsyncExitStack
+from typing import Any
+
+import httpx
+import pytest
+from servekit import KEY_A, KEY_B, ServerProc
+
+pytest.importorskip("mcp", reason="the MCP SDK (lamina[serve]) is not installed")
+httpx2 = pytest.importorskip("httpx2", reason="the MCP SDK's HTTP client")
+
+from mcp import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from lamina.mcp_server import TOOLS  # noqa: E402
+
+T0 = 1_683_550_000.0
+
+
+async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
+    r = await client.call_tool(tool, args)
+    assert not r.is_error, (tool, r.content)
+    assert isinstance(r.structured_content, dict)
+    return r.structured_content
+
+
+def test_mcp_with_tenant_keys(server: ServerProc) -> None:
+    user = f"mcp-{uuid.uuid4().hex[:8]}"
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+
+            async def client(key: str, path: str = "/mcp") -> Client:
+                http = await stack.enter_async_context(httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}))
+                return await stack.enter_async_context(
+                    Client(streamable_http_client(f"{server.url}{path}", http_client=http), read_timeout_seconds=30)
+                )
+
+            ca, cb = await client(KEY_A), await client(KEY_B, "/mcp/")
+            assert sorted(t.name for t in (await ca.list_tools()).tools) == sorted(TOOLS)
+            msg = [{"speaker": "Alice", "text": "I live in Lisbon with my cat Pixel.", "timestamp": T0}]
+            (item,) = (await _call(ca, "add_memory", user_id=user, session_id="s", messages=msg))["ids"]
+            await _call(ca, "end_session", user_id=user, session_id="s", now=T0 + 60)
+            ctx = await _call(ca, "get_context", user_id=user, query="Where does Alice live?", now=T0 + 120)
+            assert "Lisbon" in ctx["text"] and not ctx["abstain"] and "\x1f" not in str(ctx)
+            # tenant b: the same user id names b's own (empty) user
+            other = await _call(cb, "get_context", user_id=user, query="Where does Alice live?", now=T0 + 120)
+            assert other["abstain"] and not other["items"]
+            assert (await _call(cb, "search_memory", user_id=user, query="Lisbon"))["items"] == []
+            assert (await _call(cb, "list_facts", user_id=user))["facts"] == []
+            r = await cb.call_tool("delete_memory", {"user_id": user, "item_id": item})
+            assert r.is_error and "\x1f" not in str(r.content)
+            r = await cb.call_tool("get_context", {"user_id": f"a\x1f{user}", "query": "Lisbon"})
+            assert r.is_error and "U+001F" in str(r.content)
+
+    asyncio.run(main())
+    # the MCP server wrote into the memory the HTTP routes serve, in tenant a's namespace only
+    for key, seen in ((KEY_A, True), (KEY_B, False)):
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}) as h:
+            assert (user in h.get("/v1/users").json()["users"]) is seen
+            r = h.post("/v1/context", json={"user_id": user, "query": "Where does Alice live?", "now": T0 + 120})
+            assert ("Lisbon" in r.json()["text"]) is seen
+
+
+def test_mcp_without_a_valid_key_is_refused(server: ServerProc) -> None:
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    hdrs = {"Accept": "application/json, text/event-stream"}
+    with httpx.Client(base_url=server.url) as h:
+        for auth in ({}, {"Authorization": "Bearer not-a-key-of-anyone"}, {"Authorization": "Basic eDp5"}):
+            for path in ("/mcp", "/mcp/"):
+                r = h.post(path, json=init, headers={**hdrs, **auth})
+                assert r.status_code == 401, (path, auth, r.text)
+                assert r.json()["code"] == "unauthorized" and r.headers["www-authenticate"] == "Bearer"
+        r = h.post("/mcp", json=init, headers={**hdrs, "Authorization": f"Bearer {KEY_A}"})
+        assert r.status_code == 200 and "mcp-session-id" in r.headers, r.text
+
+    async def main() -> None:  # the SDK's client sees the refusal as an error, not a session
+        async with httpx2.AsyncClient() as http:
+            with pytest.raises(Exception) as e:
+                async with Client(streamable_http_client(f"{server.url}/mcp", http_client=http)) as c:
+                    await c.list_tools()
+            # (the SDK reports an HTTP error of the transport as "Server returned an error response")
+            assert "MCPError" in repr(e.value) and "error response" in repr(e.value), repr(e.value)
+
+    asyncio.run(main())
+
+
+def test_openapi_lists_export_and_import(server: ServerProc) -> None:
+    paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
+    assert "get" in paths["/v1/users/{user_id}/export"] and "post" in paths["/v1/users/{user_id}/import"]
+    assert not any(p.startswith("/mcp") for p in paths)
