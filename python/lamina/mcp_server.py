@@ -346,7 +346,12 @@ def build_mcp_server(
 
 
 def mcp_http_app(
-    server: MCPServer, *, path: str = "/mcp", json_response: bool = False, host: str = "127.0.0.1"
+    server: MCPServer,
+    *,
+    path: str = "/mcp",
+    json_response: bool = False,
+    host: str = "127.0.0.1",
+    stateless: bool = False,
 ) -> Starlette:
     """The server's streamable-HTTP ASGI app, serving MCP at ``path``; its lifespan runs the
     server's session manager (mounted in another app, run ``server.session_manager.run()`` in
@@ -354,8 +359,12 @@ def mcp_http_app(
 
     ``host``: the address the app is served on. On a loopback address (the default) the SDK
     protects against DNS rebinding (it accepts only ``Host`` headers of loopback names); on any
-    other it does not (a client reaches it by the server's name, and the host authenticates)."""
-    return server.streamable_http_app(streamable_http_path=path, json_response=json_response, host=host)
+    other it does not (a client reaches it by the server's name, and the host authenticates).
+    ``stateless``: no MCP session is kept between requests (each request is answered on its
+    own), so any of several server processes can answer any request; the tools need no session."""
+    return server.streamable_http_app(
+        streamable_http_path=path, json_response=json_response, host=host, stateless_http=stateless
+    )
 
 
 def run_stdio(server: MCPServer) -> None:

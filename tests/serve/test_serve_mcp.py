@@ -84,7 +84,19 @@ def test_mcp_without_a_valid_key_is_refused(server: ServerProc) -> None:
                 assert r.status_code == 401, (path, auth, r.text)
                 assert r.json()["code"] == "unauthorized" and r.headers["www-authenticate"] == "Bearer"
         r = h.post("/mcp", json=init, headers={**hdrs, "Authorization": f"Bearer {KEY_A}"})
-        assert r.status_code == 200 and "mcp-session-id" in r.headers, r.text
+        assert r.status_code == 200 and '"serverInfo"' in r.text, r.text
+        # stateless: a request needs no session of this process (any --workers N worker answers)
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "list_facts", "arguments": {"user_id": "nobody-here"}},
+        }
+        for key in (KEY_A, KEY_B):
+            r = httpx.post(f"{server.url}/mcp", json=call, headers={**hdrs, "Authorization": f"Bearer {key}"})
+            assert r.status_code == 200 and '"facts":[]' in r.text.replace(" ", ""), r.text
+        r = httpx.post(f"{server.url}/mcp", json=call, headers=hdrs)
+        assert r.status_code == 401
 
     async def main() -> None:  # the SDK's client sees the refusal as an error, not a session
         async with httpx2.AsyncClient() as http:

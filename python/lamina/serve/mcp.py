@@ -11,6 +11,8 @@ same API keys and tenants:
   (:mod:`~lamina.serve.tenancy`): the map reads the key of the HTTP request that carried the
   tool call again, so a tenant's MCP session reaches only that tenant's users, and a tool
   refuses a call whose request has no valid key (a tool error);
+* the transport is stateless (no MCP session lives in the process between requests), so with
+  ``--workers N`` any worker answers any request of a client's session;
 * the tools run the memory's calls on worker threads (the SDK runs each synchronous tool with
   ``anyio.to_thread``), never on the event loop.
 
@@ -74,7 +76,8 @@ class McpEndpoint:
         """Build the MCP server on the service's memory and run its session manager (a manager
         runs once: each start of the app builds a new one)."""
         server = build_mcp_server(self.service.memory, user_id_map=self.user_id_map, default_budget=self.default_budget)
-        app = mcp_http_app(server, path=MCP_PATH, host=self.host)
+        # stateless: any worker of ``lamina serve --workers N`` answers any request of a client
+        app = mcp_http_app(server, path=MCP_PATH, host=self.host, stateless=True)
         async with server.session_manager.run():
             self._app = app
             try:
