@@ -113,3 +113,36 @@ def test_openapi_lists_export_and_import(server: ServerProc) -> None:
     paths = httpx.get(f"{server.url}/openapi.json").json()["paths"]
     assert "get" in paths["/v1/users/{user_id}/export"] and "post" in paths["/v1/users/{user_id}/import"]
     assert not any(p.startswith("/mcp") for p in paths)
+
+
+def test_mcp_tools_run_on_the_service_work_pool() -> None:
+    """The tools' memory calls run on the routes' bounded pool (its threads), not the loop's."""
+    import threading
+
+    from servekit import serve_in_thread
+
+    from lamina import Context, Memory
+    from lamina.serve.app import ServeConfig, create_app
+    from lamina.serve.auth import KeyRing, hash_key
+
+    seen: list[str] = []
+
+    class Recording(Memory):
+        def context(self, *args: Any, **kwargs: Any) -> Context:
+            seen.append(threading.current_thread().name)
+            return super().context(*args, **kwargs)
+
+    mem = Recording(None, embedder="hashing")
+    app = create_app(ServeConfig(db=None, keys=KeyRing({hash_key(KEY_A): "a"})), memory=mem)
+    with serve_in_thread(app) as url:
+
+        async def main() -> None:
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY_A}"}) as http:
+                async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as c:
+                    await _call(c, "get_context", user_id="u", query="anything")
+
+        asyncio.run(main())
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY_A}"}) as h:
+            assert h.post("/v1/context", json={"user_id": "u", "query": "anything"}).status_code == 200
+    mem.close()
+    assert len(seen) == 2 and all(n.startswith("lamina-serve") for n in seen), seen

@@ -13,8 +13,9 @@ same API keys and tenants:
   refuses a call whose request has no valid key (a tool error);
 * the transport is stateless (no MCP session lives in the process between requests), so with
   ``--workers N`` any worker answers any request of a client's session;
-* the tools run the memory's calls on worker threads (the SDK runs each synchronous tool with
-  ``anyio.to_thread``), never on the event loop.
+* the tools run the memory's calls on the service's bounded work pool, as the HTTP routes do
+  (:class:`~lamina.serve.limits.WorkPool`): never on the event loop, at most ``--threads`` at
+  once, and a full queue is a tool error ``busy: ...`` (the routes' 503).
 
 The MCP server and its session manager are built when the app starts (after the memory opens)
 and stopped before the memory closes: :meth:`McpEndpoint.lifespan` is one of the app's
@@ -23,7 +24,7 @@ lifespans. Disable with ``lamina serve --no-mcp``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -75,7 +76,12 @@ class McpEndpoint:
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         """Build the MCP server on the service's memory and run its session manager (a manager
         runs once: each start of the app builds a new one)."""
-        server = build_mcp_server(self.service.memory, user_id_map=self.user_id_map, default_budget=self.default_budget)
+        svc = self.service
+
+        async def run(fn: Callable[[], Any]) -> Any:
+            return await svc.call(None, fn)
+
+        server = build_mcp_server(svc.memory, user_id_map=self.user_id_map, default_budget=self.default_budget, run=run)
         # stateless: any worker of ``lamina serve --workers N`` answers any request of a client
         app = mcp_http_app(server, path=MCP_PATH, host=self.host, stateless=True)
         async with server.session_manager.run():
