@@ -234,3 +234,22 @@ def test_routes_need_a_key(server: ServerProc) -> None:
         assert anon.get("/v1/users/x/export").status_code == 401
         r = anon.post("/v1/users/x/import", content=b"{}\n", headers=NDJSON)
         assert r.status_code == 401 and r.json()["code"] == "unauthorized"
+
+
+def test_odd_user_ids_through_the_client(server: ServerProc) -> None:
+    """User ids with '/', spaces, quotes and non-ASCII letters survive the path and the header
+    (a line break in a user id does not: no ``/v1/users/{user_id}/...`` route matches it)."""
+    import lamina
+
+    src, dst = f'team/ø "{uuid.uuid4().hex[:6]}" X', f"copy/{uuid.uuid4().hex[:6]}/é"
+    with lamina.Client(server.url, KEY_A) as c:
+        c.add([{"speaker": "Ann", "text": "I live in Oslo."}], user_id=src, session_id="s")
+        ud = c.export_user(user_id=src)
+        assert ud.user.user_id == src and {it.user_id for it in ud.items} == {src}
+        rep = c.import_user(ud, embedder="nope", user_id=dst)
+        assert rep.user_id == dst and rep.reembedded == rep.items == 1
+        assert c.export_user(user_id=dst).items[0].text == "I live in Oslo."
+        r = httpx.get(
+            f"{server.url}/v1/users/{src.replace('/', '%2F')}/export", headers={"Authorization": f"Bearer {KEY_A}"}
+        )
+        assert r.status_code == 200 and r.headers["content-disposition"].startswith('attachment; filename="team_')

@@ -42,6 +42,7 @@ NDJSON = "application/x-ndjson"
 #: The path of the import route (its body limit is ``max_import_bytes``; the path is decoded).
 IMPORT_PATH = re.compile(r"/v1/users/.+/import")
 _CHUNK = 1 << 16
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")  # (what a file name in a header may keep)
 _ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": S.ErrorOut} for s in (400, 401, 404, 409, 413, 422, 503)}
 
 
@@ -98,7 +99,7 @@ def transfer_router() -> APIRouter:
         lines = await svc.call(
             caller, lambda: list(iter_export(mem, user_ids=[uid], vectors=vectors, rename=lambda _u: user_id))
         )
-        safe = user_id.encode("ascii", "replace").decode().replace('"', "_").replace("/", "_")
+        safe = _UNSAFE.sub("_", user_id)[:100]
         headers = {"Content-Disposition": f'attachment; filename="{safe}.jsonl"'}
         return StreamingResponse(_chunks(lines), media_type=NDJSON, headers=headers)
 
