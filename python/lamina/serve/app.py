@@ -332,10 +332,11 @@ def create_app(
         included); they reach the service with
         :func:`~lamina.serve.service.get_service` and :func:`~lamina.serve.service.get_caller`.
     mounts : mapping of path to ASGI app
-        Sub-applications mounted under a path (the MCP server at ``/mcp``, say). They get no
-        authentication from this app: they read the ``Authorization`` header and call
-        ``app.state.lamina.caller_from_header(...)`` themselves, and reach the memory through
-        ``app.state.lamina`` (a :class:`~lamina.serve.service.Service`).
+        Sub-applications mounted under a path (an admin UI, say; the MCP server at ``/mcp`` is
+        built in: ``config.mcp``). They get no authentication from this app: they read the
+        ``Authorization`` header and call ``app.state.lamina.caller_from_header(...)``
+        themselves, and reach the memory through ``app.state.lamina`` (a
+        :class:`~lamina.serve.service.Service`).
     lifespans : sequence of callables
         ``lifespan(app)`` async context managers entered after the memory opens and exited
         before it closes, in order (Starlette runs no lifespan of a mounted sub-application:
