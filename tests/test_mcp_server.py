@@ -306,3 +306,36 @@ def test_concurrent_sessions_over_http(tmp_path: Path) -> None:
     assert mem.users() == [f"u{i}" for i in range(8)]
     assert all(mem.stats(user_id=f"u{i}").archive_turns == 5 for i in range(8))
     mem.close()
+
+
+def test_the_runner_runs_every_memory_call(tmp_path: Path) -> None:
+    """``run``: each tool's memory call goes through it (off the event loop); a runner that
+    refuses (a full work pool) gives a tool error ``busy``."""
+    from lamina.errors import Overloaded
+
+    calls: list[str] = []
+    refuse = False
+
+    async def run(fn: Callable[[], Any]) -> Any:
+        if refuse:
+            raise Overloaded("the server has 256 requests pending (max_pending)", 1)
+        calls.append(threading.current_thread().name)
+        return await asyncio.to_thread(fn)
+
+    mem = Memory(None, embedder="hashing")
+    with _uvicorn(mcp_http_app(build_mcp_server(mem, run=run))) as url:
+
+        async def main() -> None:
+            nonlocal refuse
+            async with Client(f"{url}/mcp") as c:
+                msg = [{"speaker": "Ann", "text": "I live in Oslo.", "timestamp": T0}]
+                await _call(c, "add_memory", user_id="ann", session_id="s", messages=msg)
+                await _call(c, "get_context", user_id="ann", query="Oslo")
+                refuse = True
+                assert "busy: the server has 256 requests pending" in await _error(
+                    c, "search_memory", user_id="ann", query="Oslo"
+                )
+
+        _run(main)
+    assert len(calls) == 2
+    mem.close()

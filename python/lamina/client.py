@@ -4,7 +4,7 @@
 Results are the same typed objects ``Memory`` returns (:class:`~lamina.MemoryItem`,
 :class:`~lamina.Context`, :class:`~lamina.SessionReport`, :class:`~lamina.DeleteReport`), rebuilt
 from the wire form of :mod:`lamina.wire`; errors are lamina's exceptions, from the response's
-``code``: ``InvalidInput`` (400, 413, 422), ``TypeError`` (400 ``type_error``), ``AuthError``
+``code``: ``InvalidInput`` (400, 409, 413, 422), ``TypeError`` (400 ``type_error``), ``AuthError``
 (401), ``PermissionDenied`` (403), ``NotFoundError`` (404), ``Overloaded`` (503, with
 ``retry_after``), ``StoreBusy`` (503 ``store_busy``).
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -24,11 +25,20 @@ from urllib.parse import quote
 
 import httpx
 
+from . import _info
 from .errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
 from .items import Context, MemoryItem
+from .memory.dump import DumpHeader, UserDump, dump_lines, read_dump
 from .memory.inputs import TimeLike
-from .memory.reports import DeleteReport, SessionReport
-from .wire import WireError, context_from_json, delete_report_from_json, item_from_json, session_report_from_json
+from .memory.reports import DeleteReport, ImportReport, SessionReport
+from .wire import (
+    WireError,
+    context_from_json,
+    delete_report_from_json,
+    import_report_from_json,
+    item_from_json,
+    session_report_from_json,
+)
 
 __all__ = ["Client", "AsyncClient", "ServiceError"]
 
@@ -57,7 +67,7 @@ def _error(resp: httpx.Response) -> Exception:
         code, msg = str(body["code"]), str(body["message"])
     except (ValueError, KeyError, TypeError):
         code, msg = f"http_{resp.status_code}", resp.text[:200] or resp.reason_phrase
-    if code in ("invalid_input", "validation_error", "too_large", "too_many_messages"):
+    if code in ("invalid_input", "bad_dump", "user_exists", "validation_error", "too_large", "too_many_messages"):
         return InvalidInput(msg)
     if code == "type_error":
         return TypeError(msg)
@@ -117,6 +127,44 @@ class _Call(Generic[T]):
     parse: Callable[[Any], T]
     body: Mapping[str, Any] | None = None
     params: Mapping[str, Any] | None = None
+    #: a body that is not JSON (a dump), sent as it is
+    content: bytes | None = None
+    #: ``parse`` reads the raw response body (bytes), not its JSON
+    raw: bool = False
+
+    def request_args(self) -> dict[str, Any]:
+        if self.content is not None:
+            return {"content": self.content, "params": self.params, "headers": {"Content-Type": _NDJSON}}
+        return {"json": self.body, "params": self.params}
+
+
+_NDJSON = "application/x-ndjson"
+
+
+def _one_user(content: bytes) -> UserDump:
+    """The user of an exported dump (a dump of another number of users is a :class:`WireError`)."""
+    dump = read_dump(content.splitlines(keepends=True))
+    if len(dump.users) != 1:
+        raise WireError(f"an export holds one user, this one {len(dump.users)}")
+    return dump.users[0]
+
+
+def _dump_bytes(dump: UserDump, embedder: str) -> bytes:
+    """A user's dump as JSONL, its header naming ``embedder`` (the vectors' embedder)."""
+    if not isinstance(dump, UserDump):
+        raise TypeError(f"dump must be a lamina.memory.dump.UserDump, got {type(dump).__name__}")
+    if not isinstance(embedder, str):
+        raise TypeError(f"embedder must be a str, got {type(embedder).__name__}")
+    vecs = [it.embedding for it in dump.items if it.embedding is not None]
+    header = DumpHeader(
+        embedder=embedder,
+        # (a dump without vectors has only turns and facts: the service embeds them, whatever dim)
+        dim=int(vecs[0].shape[0]) if vecs else 1,
+        vectors="all" if dump.items and len(vecs) == len(dump.items) else "derived",
+        lamina_version=str(_info.build_info()["version"]),
+        created_at=time.time(),
+    )
+    return "".join(dump_lines(header, [dump])).encode("utf-8")
 
 
 def _drop_none(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -223,6 +271,18 @@ class _Api:
     def users() -> _Call[list[str]]:
         return _Call("GET", "/v1/users", lambda d: [str(u) for u in d["users"]])
 
+    @staticmethod
+    def export_user(user_id: str, vectors: bool) -> _Call[UserDump]:
+        params = {"vectors": "true" if vectors else "false"}
+        return _Call("GET", f"/v1/users/{_user_path(user_id)}/export", _one_user, params=params, raw=True)
+
+    @staticmethod
+    def import_user(dump: UserDump, embedder: str, user_id: str | None, replace: bool) -> _Call[ImportReport]:
+        content = _dump_bytes(dump, embedder)
+        path = f"/v1/users/{_user_path(dump.user.user_id if user_id is None else user_id)}/import"
+        params = {"replace": "true" if replace else "false"}
+        return _Call("POST", path, import_report_from_json, params=params, content=content)
+
 
 try:  # orjson (in the serve extra) parses a context about 3x faster than json
     import orjson
@@ -236,7 +296,7 @@ def _read(call: _Call[T], resp: httpx.Response) -> T:
     if resp.status_code >= 400:
         raise _error(resp)
     try:
-        return call.parse(_loads(resp.content))
+        return call.parse(resp.content if call.raw else _loads(resp.content))
     except (ValueError, KeyError, TypeError) as e:
         if isinstance(e, LaminaError):
             raise
@@ -282,7 +342,7 @@ class Client:
         )
 
     def _do(self, call: _Call[T]) -> T:
-        resp = self._http.request(call.method, call.path, json=call.body, params=call.params)
+        resp = self._http.request(call.method, call.path, **call.request_args())
         return _read(call, resp)
 
     def add(
@@ -342,6 +402,18 @@ class Client:
         """The tenant's user ids (see :meth:`lamina.Memory.users`)."""
         return self._do(_Api.users())
 
+    def export_user(self, *, user_id: str, vectors: bool = False) -> UserDump:
+        """See :meth:`lamina.Memory.export_user` (``GET /v1/users/{user_id}/export``)."""
+        return self._do(_Api.export_user(user_id, vectors))
+
+    def import_user(
+        self, dump: UserDump, *, embedder: str, user_id: str | None = None, replace: bool = False
+    ) -> ImportReport:
+        """See :meth:`lamina.Memory.import_user` (``POST /v1/users/{user_id}/import``): the dump
+        is sent as JSONL whose header names ``embedder``. An existing user without ``replace``
+        raises :class:`~lamina.InvalidInput` (HTTP 409 ``user_exists``)."""
+        return self._do(_Api.import_user(dump, embedder, user_id, replace))
+
     def close(self) -> None:
         """Close the connections (idempotent)."""
         self._http.close()
@@ -383,7 +455,7 @@ class AsyncClient:
         )
 
     async def _do(self, call: _Call[T]) -> T:
-        resp = await self._http.request(call.method, call.path, json=call.body, params=call.params)
+        resp = await self._http.request(call.method, call.path, **call.request_args())
         return _read(call, resp)
 
     async def add(
@@ -444,6 +516,16 @@ class AsyncClient:
     async def users(self) -> list[str]:
         """The tenant's user ids (see :meth:`lamina.Memory.users`)."""
         return await self._do(_Api.users())
+
+    async def export_user(self, *, user_id: str, vectors: bool = False) -> UserDump:
+        """See :meth:`Client.export_user`."""
+        return await self._do(_Api.export_user(user_id, vectors))
+
+    async def import_user(
+        self, dump: UserDump, *, embedder: str, user_id: str | None = None, replace: bool = False
+    ) -> ImportReport:
+        """See :meth:`Client.import_user`."""
+        return await self._do(_Api.import_user(dump, embedder, user_id, replace))
 
     async def aclose(self) -> None:
         """Close the connections (idempotent)."""

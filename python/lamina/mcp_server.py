@@ -32,9 +32,10 @@ the user as the caller did, so no tool shows the mapped ids.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
+import anyio.to_thread
 from mcp.server.mcpserver import Context as ToolContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -43,7 +44,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 
 from . import _info
-from .errors import LaminaError, StoreBusy
+from .errors import LaminaError, Overloaded, StoreBusy
 from .items import Context, MemoryItem
 from .memory.memory import Memory
 
@@ -53,6 +54,7 @@ __all__ = [
     "run_stdio",
     "TOOLS",
     "UserIdMap",
+    "Runner",
     "MessageIn",
     "ItemOut",
     "AddResult",
@@ -77,6 +79,8 @@ T = TypeVar("T")
 #: Maps a tool call's ``user_id`` and the HTTP request that carried the call (None over stdio)
 #: to the stored user id.
 UserIdMap = Callable[[str, Request | None], str]
+#: Runs a blocking call off the event loop and awaits it (default: :func:`anyio.to_thread.run_sync`).
+Runner = Callable[[Callable[[], Any]], Awaitable[Any]]
 Layer = Literal["working", "episodic", "semantic", "archive", "history"]
 UserId = Annotated[str, Field(min_length=1, description="The user whose memory this is (e.g. a person or agent id).")]
 Time = Annotated[
@@ -201,9 +205,19 @@ def _guarded(call: Callable[[], T], user: tuple[str, str] | None = None) -> T:
         raise _tool_error(e, user) from e
 
 
+async def _guarded_run(run: Runner, call: Callable[[], T], user: tuple[str, str]) -> T:
+    """:func:`_guarded` of ``call()`` run by ``run`` (off the event loop)."""
+    try:
+        out: T = await run(call)
+        return out
+    except (LaminaError, ValueError, TypeError, KeyError) as e:
+        raise _tool_error(e, user) from e
+
+
 def _tool_error(e: Exception, user: tuple[str, str] | None) -> ToolError:
     """What the caller sees of a refused call (the message names the bad argument)."""
-    kind = "not found" if isinstance(e, KeyError) else "busy" if isinstance(e, StoreBusy) else "invalid input"
+    busy = isinstance(e, (StoreBusy, Overloaded))
+    kind = "not found" if isinstance(e, KeyError) else "busy" if busy else "invalid input"
     msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
     if user is not None and user[0] != user[1]:
         msg = msg.replace(repr(user[0]), repr(user[1]))
@@ -216,23 +230,28 @@ def build_mcp_server(
     user_id_map: UserIdMap | None = None,
     name: str = "lamina",
     default_budget: int = 1024,
+    run: Runner | None = None,
 ) -> MCPServer:
     """An MCP server whose tools read and write ``memory``.
 
     Parameters
     ----------
     memory : Memory
-        Shared by every session of the server (it is thread-safe; the SDK runs each tool call in
-        a worker thread, so the event loop never waits on the engine).
+        Shared by every session of the server (it is thread-safe; each tool runs its memory call
+        through ``run``, off the event loop, so the event loop never waits on the engine).
     user_id_map : callable ``(user_id, request) -> str``, optional
         Maps the ``user_id`` of a tool call to the stored one (tenant namespacing); ``request``
         is the Starlette request that carried the call over HTTP, None over stdio. It may raise
         ``ValueError``, ``KeyError`` or :class:`lamina.LaminaError` to refuse the call (a tool
-        error then, with its message).
+        error then, with its message). It runs on the event loop: no blocking work in it.
     name : str
         The server's name in the MCP handshake.
     default_budget : int
         ``get_context``'s budget when the call gives none (tokens).
+    run : callable, optional
+        ``await run(fn)`` runs the blocking memory call ``fn()`` off the event loop (default:
+        :func:`anyio.to_thread.run_sync`); ``lamina serve`` passes its bounded work pool (a full
+        pool is a tool error ``busy: ...``).
 
     Returns
     -------
@@ -243,6 +262,7 @@ def build_mcp_server(
         raise TypeError(f"memory must be a lamina.Memory, got {type(memory).__name__}")
     if isinstance(default_budget, bool) or not isinstance(default_budget, int) or default_budget < 1:
         raise ValueError(f"default_budget must be an int >= 1, got {default_budget!r}")
+    runner: Runner = run if run is not None else anyio.to_thread.run_sync
     server = MCPServer(
         name=name,
         instructions=INSTRUCTIONS,
@@ -260,7 +280,7 @@ def build_mcp_server(
         return out
 
     @server.tool(title="Add memory")
-    def add_memory(
+    async def add_memory(
         ctx: ToolContext[Any, Any],
         user_id: UserId,
         session_id: Annotated[str, Field(min_length=1, description="The conversation these messages belong to.")],
@@ -270,13 +290,13 @@ def build_mcp_server(
         """Remember messages of a conversation (one atomic write). Returns their item ids."""
         uid = user(user_id, ctx)
         msgs = [m.model_dump(exclude_none=True) for m in messages]
-        ids = _guarded(
-            lambda: memory.add(msgs, user_id=uid, session_id=session_id, timestamp=timestamp), (uid, user_id)
+        ids = await _guarded_run(
+            runner, lambda: memory.add(msgs, user_id=uid, session_id=session_id, timestamp=timestamp), (uid, user_id)
         )
         return AddResult(ids=ids)
 
     @server.tool(title="Get context")
-    def get_context(
+    async def get_context(
         ctx: ToolContext[Any, Any],
         user_id: UserId,
         query: Annotated[str, Field(min_length=1, description="The question or task to recall memories for.")],
@@ -288,11 +308,13 @@ def build_mcp_server(
         prompt, the items it holds, and whether it abstains (nothing relevant)."""
         uid = user(user_id, ctx)
         b = default_budget if budget is None else budget
-        found = _guarded(lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain), (uid, user_id))
+        found = await _guarded_run(
+            runner, lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain), (uid, user_id)
+        )
         return _context(found)
 
     @server.tool(title="Search memory")
-    def search_memory(
+    async def search_memory(
         ctx: ToolContext[Any, Any],
         user_id: UserId,
         query: Annotated[str, Field(min_length=1, description="What to look for.")],
@@ -303,11 +325,13 @@ def build_mcp_server(
     ) -> SearchResult:
         """The user's items most similar to the query, best first (no budget)."""
         uid = user(user_id, ctx)
-        found = _guarded(lambda: memory.search(query, user_id=uid, k=k, layers=layers), (uid, user_id))
+        found = await _guarded_run(
+            runner, lambda: memory.search(query, user_id=uid, k=k, layers=layers), (uid, user_id)
+        )
         return SearchResult(items=[_item(it) for it in found])
 
     @server.tool(title="Delete memory")
-    def delete_memory(
+    async def delete_memory(
         ctx: ToolContext[Any, Any],
         user_id: UserId,
         item_id: Annotated[int, Field(ge=1, description="The item to delete (an id a tool returned).")],
@@ -315,11 +339,11 @@ def build_mcp_server(
         """Forget one of the user's items. A raw turn takes along what was derived from it
         (segments, summaries, facts), so its text leaves every layer."""
         uid = user(user_id, ctx)
-        rep = _guarded(lambda: memory.delete(item_id, user_id=uid), (uid, user_id))
+        rep = await _guarded_run(runner, lambda: memory.delete(item_id, user_id=uid), (uid, user_id))
         return DeleteResult(deleted=rep.deleted, ids=list(rep.ids))
 
     @server.tool(title="End session")
-    def end_session(
+    async def end_session(
         ctx: ToolContext[Any, Any],
         user_id: UserId,
         session_id: Annotated[str, Field(min_length=1, description="The conversation to consolidate.")],
@@ -327,11 +351,13 @@ def build_mcp_server(
     ) -> SessionResult:
         """Consolidate a finished conversation into episodes and facts."""
         uid = user(user_id, ctx)
-        rep = _guarded(lambda: memory.end_session(user_id=uid, session_id=session_id, now=now), (uid, user_id))
+        rep = await _guarded_run(
+            runner, lambda: memory.end_session(user_id=uid, session_id=session_id, now=now), (uid, user_id)
+        )
         return SessionResult(**rep.to_dict())
 
     @server.tool(title="List facts")
-    def list_facts(
+    async def list_facts(
         ctx: ToolContext[Any, Any],
         user_id: UserId,
         subject: Annotated[str | None, Field(description="Only facts about this subject.")] = None,
@@ -339,17 +365,34 @@ def build_mcp_server(
     ) -> FactsResult:
         """The facts known about the user's world (subject, predicate, object), current ones by default."""
         uid = user(user_id, ctx)
-        facts = _guarded(lambda: memory.facts(user_id=uid, subject=subject, current=current), (uid, user_id))
+        facts = await _guarded_run(
+            runner, lambda: memory.facts(user_id=uid, subject=subject, current=current), (uid, user_id)
+        )
         return FactsResult(facts=[_item(it) for it in facts])
 
     return server
 
 
-def mcp_http_app(server: MCPServer, *, path: str = "/mcp", json_response: bool = False) -> Starlette:
+def mcp_http_app(
+    server: MCPServer,
+    *,
+    path: str = "/mcp",
+    json_response: bool = False,
+    host: str = "127.0.0.1",
+    stateless: bool = False,
+) -> Starlette:
     """The server's streamable-HTTP ASGI app, serving MCP at ``path``; its lifespan runs the
     server's session manager (mounted in another app, run ``server.session_manager.run()`` in
-    that app's lifespan instead)."""
-    return server.streamable_http_app(streamable_http_path=path, json_response=json_response)
+    that app's lifespan instead).
+
+    ``host``: the address the app is served on. On a loopback address (the default) the SDK
+    protects against DNS rebinding (it accepts only ``Host`` headers of loopback names); on any
+    other it does not (a client reaches it by the server's name, and the host authenticates).
+    ``stateless``: no MCP session is kept between requests (each request is answered on its
+    own), so any of several server processes can answer any request; the tools need no session."""
+    return server.streamable_http_app(
+        streamable_http_path=path, json_response=json_response, host=host, stateless_http=stateless
+    )
 
 
 def run_stdio(server: MCPServer) -> None:

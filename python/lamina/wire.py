@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import LaminaError
 from .items import Context, MemoryItem
-from .memory.reports import DeleteReport, SessionReport
+from .memory.reports import DeleteReport, ImportReport, SessionReport
 
 __all__ = [
     "WireError",
@@ -28,6 +28,8 @@ __all__ = [
     "session_report_from_json",
     "delete_report_to_json",
     "delete_report_from_json",
+    "import_report_to_json",
+    "import_report_from_json",
 ]
 
 _ITEM_FIELDS = tuple(f.name for f in fields(MemoryItem))
@@ -131,3 +133,30 @@ def delete_report_from_json(d: object) -> DeleteReport:
         return DeleteReport(deleted=int(o["deleted"]), ids=tuple(int(i) for i in o["ids"]))
     except (KeyError, TypeError, ValueError) as e:
         raise WireError(f"malformed delete report: {e}") from None
+
+
+def import_report_to_json(r: ImportReport, user_id: str | None = None) -> dict[str, Any]:
+    """An :class:`ImportReport` as a JSON object (``ids``' keys as strings); ``user_id``: the
+    user id to show (a server shows the caller's, not the stored one)."""
+    d = r.to_dict()
+    if user_id is not None:
+        d["user_id"] = user_id
+    return d
+
+
+def import_report_from_json(d: object) -> ImportReport:
+    """The :class:`ImportReport` of :func:`import_report_to_json`'s object."""
+    o = _obj(d, "import report")
+    try:
+        return ImportReport(
+            user_id=str(o["user_id"]),
+            from_user_id=str(o["from_user_id"]),
+            items=int(o["items"]),
+            sessions=int(o["sessions"]),
+            revisions=int(o["revisions"]),
+            reembedded=int(o["reembedded"]),
+            replaced=bool(o["replaced"]),
+            ids={int(k): int(v) for k, v in _obj(o["ids"], "import report ids").items()},
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise WireError(f"malformed import report: {e}") from None

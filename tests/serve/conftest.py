@@ -4,7 +4,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servekit import KEY_A, KEY_B, MAX_BODY, MAX_MESSAGES, ServerProc, serve_process
+from servekit import KEY_A, KEY_B, MAX_BODY, MAX_IMPORT, MAX_MESSAGES, ServerProc, serve_process
 
 from lamina.serve.auth import hash_key
 
@@ -28,6 +28,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
         str(MAX_BODY),
         "--max-messages",
         str(MAX_MESSAGES),
+        "--max-import-bytes",
+        str(MAX_IMPORT),
         "--tenant-metrics-max-age",
         "0",
     ]

@@ -25,6 +25,7 @@ KEY_B = "key-of-tenant-b-9876543210"
 #: the shared server's limits (the size tests rely on them)
 MAX_BODY = 65536
 MAX_MESSAGES = 50
+MAX_IMPORT = 4 * MAX_BODY
 
 
 def free_port() -> int:

@@ -135,6 +135,38 @@ def test_errors_are_lamina_errors(api: Any, user: str) -> None:
     assert [i.sources for i in api.search("sister", user_id=user, k=5, layers=["archive"])] == [("E:0",)]
 
 
+def test_export_import_round_trip(api: Any, user: str) -> None:
+    """export_user / import_user: the copy's contexts are the original's; an existing user is
+    refused without replace; an unknown user is NotFoundError."""
+    from lamina.memory.dump import UserDump
+    from lamina.memory.reports import ImportReport
+
+    emb = lamina.embedders.get_embedder("hashing").name
+    _chat(api, user, "s1", LINES, "X")
+    api.end_session(user_id=user, session_id="s1", now=T0 + 600)
+    ud = api.export_user(user_id=user)
+    assert isinstance(ud, UserDump) and ud.user.user_id == user and len(ud.items) > len(LINES)
+    assert {it.user_id for it in ud.items} == {user} and {s.session_id for s in ud.sessions} == {"s1"}
+    assert all(it.embedding is None for it in ud.items if it.kind == "turn")
+    assert all(it.embedding is not None for it in api.export_user(user_id=user, vectors=True).items)
+    copy = f"{user}-copy"
+    rep = api.import_user(ud, embedder=emb, user_id=copy)
+    assert isinstance(rep, ImportReport)
+    assert (rep.user_id, rep.from_user_id, rep.items, rep.replaced) == (copy, user, len(ud.items), False)
+    assert sorted(rep.ids) == sorted(it.id for it in ud.items)
+    with pytest.raises(lamina.InvalidInput, match="exist"):
+        api.import_user(ud, embedder=emb, user_id=copy)
+    assert api.import_user(ud, embedder=emb, user_id=copy, replace=True).replaced
+    for q in ("What is the name of the cat?", "sister"):
+        a, b = (api.context(q, user_id=u, budget=96, now=T0 + 3600) for u in (user, copy))
+        assert b.render() == a.render() and not a.abstain
+        assert [(i.layer, i.kind, i.sources, i.text, i.score) for i in b.items] == [
+            (i.layer, i.kind, i.sources, i.text, i.score) for i in a.items
+        ]
+    with pytest.raises(lamina.NotFoundError):
+        api.export_user(user_id=f"{user}-nobody")
+
+
 def test_service_results_equal_in_process_results(server: ServerProc, user: str) -> None:
     """The same conversation through a Client and in process: identical contexts (ids aside)."""
     convo = [(f"s{j}", [(sp, f"{tx} (day {j})") for sp, tx in LINES]) for j in range(3)]
@@ -186,6 +218,8 @@ def test_clients_have_the_memory_signatures(cls: type) -> None:
         "facts",
         "delete_user",
         "users",
+        "export_user",
+        "import_user",
     ):
         ours = inspect.signature(getattr(cls, name)).parameters
         theirs = {

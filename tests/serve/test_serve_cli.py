@@ -114,3 +114,28 @@ def test_two_workers_share_one_file(tmp_path: Path) -> None:
                 ).json()["items"]
                 assert sorted(h["id"] for h in hits) == sorted(ids)
             assert c.get("/readyz").status_code == 200
+            # MCP on either worker (stateless: each request on a new connection, any worker)
+            hdrs = {"Authorization": f"Bearer {KEY_A}", "Accept": "application/json, text/event-stream"}
+            for i in range(6):
+                call = {
+                    "jsonrpc": "2.0",
+                    "id": i,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "add_memory",
+                        "arguments": {
+                            "user_id": "w",
+                            "session_id": "m",
+                            "messages": [{"speaker": "W", "text": f"mcp note {i}"}],
+                        },
+                    },
+                }
+                r = httpx.post(sp.url + "/mcp", json=call, headers=hdrs)
+                assert r.status_code == 200 and '"isError":false' in r.text.replace(" ", ""), r.text
+            for _ in range(4):
+                hits = httpx.post(
+                    sp.url + "/v1/search",
+                    json={"user_id": "w", "query": "mcp note", "k": 50, "layers": ["archive"]},
+                    headers={"Authorization": f"Bearer {KEY_A}"},
+                ).json()["items"]
+                assert sum(h["text"].startswith("mcp note") for h in hits) == 6

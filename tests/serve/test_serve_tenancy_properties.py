@@ -1,10 +1,12 @@
 """Property: over random sequences of routes by two tenants (the same user ids in both), no
 tenant reads, changes or deletes anything of the other's — not through user ids, not by item
-ids it saw nowhere or guessed."""
+ids it saw nowhere or guessed, not by exporting a user or importing a dump (its own, or one
+whose lines name the other tenant's stored user id)."""
 
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +59,9 @@ op = st.one_of(
     st.tuples(st.just("end"), tenant, user, st.sampled_from(SESSIONS)),
     st.tuples(st.just("delete_user"), tenant, user),
     st.tuples(st.just("users"), tenant),
+    st.tuples(st.just("export"), tenant, user),
+    # export src, import it as dst (forged: the dump's lines name the other tenant's stored id)
+    st.tuples(st.just("import"), tenant, user, user, st.booleans(), st.booleans()),
 )
 
 
@@ -69,10 +74,15 @@ def _check_no_leak(t: str, r: httpx.Response, items: dict[int, Item]) -> None:
     assert f"zz{_other(t)}" not in r.text, r.text
     if r.status_code == 200 and r.headers.get("content-type", "").startswith("application/json"):
         body: Any = r.json()
-        for it in body.get("items", []) if isinstance(body, dict) else []:
+        listed = body.get("items") if isinstance(body, dict) else None
+        for it in listed if isinstance(listed, list) else []:  # (an import report counts them)
             owner = items.get(it["id"])
             assert owner is None or owner.tenant == t, (t, it)
             assert it["user_id"] in USERS
+        if isinstance(body, dict) and "from_user_id" in body:  # an import report
+            # (from_user_id: the dump's, as the caller sent it; a forged dump names a stored id)
+            assert body["user_id"] in USERS and body["from_user_id"].split("\x1f")[-1] in USERS, body
+            assert not set(body["ids"].values()) & {i for i, it in items.items() if it.tenant != t}
 
 
 @given(st.lists(op, min_size=1, max_size=14))
@@ -115,6 +125,38 @@ def test_no_cross_tenant_read_write_or_delete(clients: dict[str, httpx.Client], 
                 for it in items.values():
                     if it.tenant == t and it.user == o[2]:
                         it.alive = False
+        elif kind == "export":
+            r = c.get(f"/v1/users/{o[2]}/export")
+            assert r.status_code in (200, 404), r.text
+            if r.status_code == 200:
+                lines = [json.loads(x) for x in r.text.splitlines()]
+                assert {ln["user_id"] for ln in lines if "user_id" in ln} == {o[2]}
+                turns = {ln["text"] for ln in lines if ln["type"] == "item" and ln["kind"] == "turn"}
+                mine = {it.text for it in items.values() if it.tenant == t and it.user == o[2] and it.alive}
+                assert mine <= turns, (mine - turns, o)
+        elif kind == "import":
+            _, _, src, dst, replace, forged = o
+            r = c.get(f"/v1/users/{src}/export")
+            if r.status_code == 404:
+                continue
+            body = r.content
+            if forged:
+                body = body.replace(f'"user_id": "{src}"'.encode(), f'"user_id": "{_other(t)}\\u001f{src}"'.encode())
+            params = {"replace": "true"} if replace else {}
+            exists = dst in c.get("/v1/users").json()["users"]
+            r = c.post(f"/v1/users/{dst}/import", content=body, params=params)
+            if exists and not replace:
+                assert r.status_code == 409 and r.json()["code"] == "user_exists", r.text
+            else:
+                assert r.status_code == 200 and r.json()["user_id"] == dst, r.text
+                old = {i: it.text for i, it in items.items() if it.tenant == t and it.user == src and it.alive}
+                if exists:  # replaced: dst's items are gone (src's were read before)
+                    for it in items.values():
+                        if it.tenant == t and it.user == dst:
+                            it.alive = False
+                for k, v in r.json()["ids"].items():
+                    if int(k) in old:
+                        items[v] = Item(t, dst, old[int(k)])
         elif kind == "users":
             r = c.get("/v1/users")
             # (other tests share the server: more users than these two may be listed)

@@ -2,6 +2,8 @@
 
 * :mod:`~lamina.serve.app` — :func:`create_app`, the FastAPI app, and :class:`ServeConfig`;
 * :mod:`~lamina.serve.service` — the per-process state and the tenant of a request;
+* :mod:`~lamina.serve.transfer` — a user's export and import (JSONL dumps);
+* :mod:`~lamina.serve.mcp` — the MCP server at ``/mcp``, with the service's keys and tenants;
 * :mod:`~lamina.serve.schemas` — request and response bodies (the OpenAPI);
 * :mod:`~lamina.serve.auth` — API keys (hashed) and their tenants;
 * :mod:`~lamina.serve.tenancy` — how tenants' user ids share one store;

@@ -7,6 +7,10 @@ models of :mod:`~lamina.serve.schemas`), serialised once, without a second valid
 
 User ids in paths and bodies are the caller's; the service stores them in the caller's tenant
 namespace (:mod:`~lamina.serve.tenancy`), and item routes answer 403 for another tenant's item.
+
+Besides the routes here: a user's export and import (:mod:`~lamina.serve.transfer`) and, unless
+``ServeConfig.mcp`` is off, the MCP server at ``/mcp`` (:mod:`~lamina.serve.mcp`), on the same
+memory with the same keys and tenants.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Path, Query
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from ..embedders import get_embedder
@@ -35,6 +40,7 @@ from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
 from .service import Caller, CallerDep, Service, ServiceDep
 from .tenancy import owns
+from .transfer import IMPORT_PATH, transfer_router
 
 __all__ = ["ServeConfig", "create_app", "app_from_env", "ENV_CONFIG"]
 
@@ -60,6 +66,10 @@ class ServeConfig:
     config : MemoryConfig, optional
     tenant_metrics_max_age : float
         Seconds ``/metrics`` reuses its count of users and items per tenant (default 15).
+    mcp : bool
+        Serve the MCP server at ``/mcp`` (:mod:`~lamina.serve.mcp`; default True).
+    host : str
+        The address served (the MCP transport's DNS-rebinding protection is on for loopback).
     """
 
     db: str | None
@@ -68,6 +78,8 @@ class ServeConfig:
     limits: Limits = field(default_factory=Limits)
     config: MemoryConfig | None = None
     tenant_metrics_max_age: float = 15.0
+    mcp: bool = True
+    host: str = "127.0.0.1"
 
     def to_env(self) -> str:
         """This configuration as JSON for :data:`ENV_CONFIG` (keys travel as their hashes)."""
@@ -78,6 +90,8 @@ class ServeConfig:
                 "keys": dict(self.keys.tenants_by_hash),
                 "limits": {k: getattr(self.limits, k) for k in self.limits.__dataclass_fields__},
                 "tenant_metrics_max_age": self.tenant_metrics_max_age,
+                "mcp": self.mcp,
+                "host": self.host,
             }
         )
 
@@ -90,6 +104,8 @@ class ServeConfig:
             keys=KeyRing(d["keys"]),
             limits=Limits(**d["limits"]),
             tenant_metrics_max_age=float(d["tenant_metrics_max_age"]),
+            mcp=bool(d["mcp"]),
+            host=str(d["host"]),
         )
 
 
@@ -312,17 +328,20 @@ def create_app(
         Serve this memory (the caller closes it); by default the app opens ``config.db`` at
         startup and closes it at shutdown, after the in-flight calls finished.
     routers : sequence of fastapi.APIRouter
-        More routes (export/import, say); they reach the service with
+        More routes (the export and import routes of :mod:`~lamina.serve.transfer` are always
+        included); they reach the service with
         :func:`~lamina.serve.service.get_service` and :func:`~lamina.serve.service.get_caller`.
     mounts : mapping of path to ASGI app
-        Sub-applications mounted under a path (the MCP server at ``/mcp``, say). They get no
-        authentication from this app: they read the ``Authorization`` header and call
-        ``app.state.lamina.caller_from_header(...)`` themselves, and reach the memory through
-        ``app.state.lamina`` (a :class:`~lamina.serve.service.Service`).
+        Sub-applications mounted under a path (an admin UI, say; the MCP server at ``/mcp`` is
+        built in: ``config.mcp``). They get no authentication from this app: they read the
+        ``Authorization`` header and call ``app.state.lamina.caller_from_header(...)``
+        themselves, and reach the memory through ``app.state.lamina`` (a
+        :class:`~lamina.serve.service.Service`).
     lifespans : sequence of callables
         ``lifespan(app)`` async context managers entered after the memory opens and exited
         before it closes, in order (Starlette runs no lifespan of a mounted sub-application:
-        an MCP session manager, say, is started here).
+        its session manager, say, is started here). With ``config.mcp``, the MCP endpoint's
+        (:class:`~lamina.serve.mcp.McpEndpoint`) comes last.
     metrics : ServeMetrics, optional
         The metrics to report (default: new ones); give those a ``memory``'s
         :class:`~lamina.serve.metrics.TimedEmbedder` reports to.
@@ -335,6 +354,14 @@ def create_app(
     metrics = metrics if metrics is not None else ServeMetrics()
     svc = Service(config.keys, config.limits, metrics, memory)
     metrics.registry.register(TenantCollector(lambda: _tenant_counts(svc), config.tenant_metrics_max_age))
+    extra_lifespans = list(lifespans)
+    mcp_routes: list[Route] = []
+    if config.mcp:
+        from .mcp import MCP_PATH, McpEndpoint
+
+        endpoint = McpEndpoint(svc, host=config.host)
+        extra_lifespans.append(endpoint.lifespan)
+        mcp_routes = [Route(p, endpoint, include_in_schema=False) for p in (MCP_PATH, MCP_PATH + "/")]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -344,7 +371,7 @@ def create_app(
             svc.set_memory(await asyncio.to_thread(Memory, config.db, emb, config.config))
         try:
             async with AsyncExitStack() as stack:
-                for extra in lifespans:
+                for extra in extra_lifespans:
                     await stack.enter_async_context(extra(app))
                 yield
         finally:
@@ -366,11 +393,17 @@ def create_app(
     app.state.lamina = svc
     install_error_handlers(app)
     app.include_router(_routes())
+    app.include_router(transfer_router())
     for extra in routers:
         app.include_router(extra)
+    app.router.routes.extend(mcp_routes)
     for path, sub in (mounts or {}).items():
         app.mount(path, sub)
-    app.add_middleware(BodyLimit, max_body_bytes=config.limits.max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        max_body_bytes=config.limits.max_body_bytes,
+        larger=[("POST", IMPORT_PATH, config.limits.max_import_bytes, "max_import_bytes")],
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # the outermost: it times the others too
     return app
 

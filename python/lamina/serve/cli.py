@@ -55,6 +55,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             threads=args.threads,
             max_pending=args.max_pending,
             queue_timeout=args.queue_timeout,
+            max_import_bytes=args.max_import_bytes,
         )
     except InvalidInput as e:
         print(f"lamina serve: {e}", file=sys.stderr)
@@ -72,7 +73,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"lamina serve: {len(keys.tenants)} tenant(s) with API keys", file=sys.stderr)
     db = None if args.db == ":memory:" else args.db
     cfg = ServeConfig(
-        db=db, embedder=args.embedder, keys=keys, limits=limits, tenant_metrics_max_age=args.tenant_metrics_max_age
+        db=db,
+        embedder=args.embedder,
+        keys=keys,
+        limits=limits,
+        tenant_metrics_max_age=args.tenant_metrics_max_age,
+        mcp=not args.no_mcp,
+        host=args.host,
     )
     common: dict[str, Any] = dict(
         host=args.host,
@@ -153,6 +160,13 @@ def add_serve_parsers(sub: Any) -> None:
     s.add_argument("--queue-timeout", type=float, default=10.0, help="seconds a call may wait for a thread before 503")
     s.add_argument("--max-body-bytes", type=int, default=4 << 20)
     s.add_argument("--max-messages", type=int, default=1000, help="messages per add")
+    s.add_argument(
+        "--max-import-bytes",
+        type=int,
+        default=64 << 20,
+        help="largest body of POST /v1/users/{user_id}/import (a JSONL dump; default 64 MiB)",
+    )
+    s.add_argument("--no-mcp", action="store_true", help="do not serve the MCP server at /mcp")
     s.add_argument("--keep-alive", type=int, default=30, help="seconds an idle keep-alive connection stays open")
     s.add_argument("--graceful-timeout", type=int, default=30, help="seconds shutdown waits for open requests")
     s.add_argument(

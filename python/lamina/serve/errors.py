@@ -4,13 +4,16 @@
 code                   status  raised for
 =====================  ======  ==============================================================
 ``invalid_input``      400     a value lamina cannot accept (:class:`~lamina.InvalidInput`)
+``bad_dump``           400     an import body that is no valid dump (the message names the line
+                               and the field: :class:`~lamina.memory.dump.DumpError`)
 ``type_error``         400     a value of the wrong type
 ``validation_error``   422     a body or parameter that does not fit the schema (``detail``)
 ``unauthorized``       401     a missing or unknown API key (:class:`~lamina.AuthError`)
 ``forbidden``          403     another tenant's item (:class:`~lamina.PermissionDenied`)
 ``not_found``          404     an unknown id or route (:class:`~lamina.NotFoundError`)
+``user_exists``        409     an import into an existing user without ``replace=true``
 ``method_not_allowed`` 405     a route without that method
-``too_large``          413     a body over ``max_body_bytes``
+``too_large``          413     a body over ``max_body_bytes`` (an import's: ``max_import_bytes``)
 ``too_many_messages``  413     more than ``max_messages`` messages in one add
 ``not_ready``          503     starting or shutting down (:class:`~lamina.ClosedError`)
 ``overloaded``         503     the work queue is full (``Retry-After``)
@@ -32,11 +35,16 @@ from starlette.responses import Response
 
 from ..errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
 from ..memory import ClosedError
+from ..memory.dump import DumpError
 from .limits import RequestTooLarge
 
-__all__ = ["error_response", "install_error_handlers", "status_of"]
+__all__ = ["error_response", "install_error_handlers", "status_of", "UserExists"]
 
 _log = logging.getLogger("lamina.serve")
+
+
+class UserExists(InvalidInput):
+    """An import into a user that exists, without ``replace`` (HTTP 409 ``user_exists``)."""
 
 
 def error_response(
@@ -51,6 +59,10 @@ def status_of(exc: LaminaError) -> tuple[int, str, dict[str, str] | None]:
     """(HTTP status, code, extra headers) of one of lamina's errors."""
     if isinstance(exc, RequestTooLarge):
         return 413, exc.code, None
+    if isinstance(exc, UserExists):
+        return 409, "user_exists", None
+    if isinstance(exc, DumpError):
+        return 400, "bad_dump", None
     if isinstance(exc, AuthError):
         return 401, "unauthorized", {"WWW-Authenticate": "Bearer"}
     if isinstance(exc, PermissionDenied):

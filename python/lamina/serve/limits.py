@@ -9,14 +9,17 @@
   cannot be interrupted, and a write must not half-happen), even if its caller went away.
 * :class:`BodyLimit` — ASGI middleware refusing bodies over ``max_body_bytes`` (413) by their
   ``Content-Length`` before reading them; a chunked body is read (up to the limit) and replayed.
+  Routes that take large bodies (``POST /v1/users/{user_id}/import``: ``max_import_bytes``) get
+  a limit of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -62,6 +65,9 @@ class Limits:
         Seconds a call may wait for a thread before it gets 503 ``overloaded`` (default 10).
     retry_after : int
         The ``Retry-After`` seconds of a 503 (default 1).
+    max_import_bytes : int
+        Largest body of ``POST /v1/users/{user_id}/import`` (a JSONL dump; default 64 MiB);
+        larger ones get 413 ``too_large``. The whole dump is held in memory while it is checked.
     """
 
     max_body_bytes: int = 4 << 20
@@ -70,9 +76,10 @@ class Limits:
     max_pending: int = 256
     queue_timeout: float = 10.0
     retry_after: int = 1
+    max_import_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_messages", "threads", "max_pending", "retry_after"):
+        for name in ("max_body_bytes", "max_messages", "threads", "max_pending", "retry_after", "max_import_bytes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidInput(f"Limits.{name} must be an int >= 1, got {v!r}")
@@ -156,17 +163,36 @@ class WorkPool:
 
 
 class BodyLimit:
-    """ASGI middleware: 413 ``too_large`` for HTTP bodies over ``max_body_bytes``."""
+    """ASGI middleware: 413 ``too_large`` for HTTP bodies over ``max_body_bytes``.
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    Parameters
+    ----------
+    app : ASGI app
+    max_body_bytes : int
+        The limit of every request but those ``larger`` names.
+    larger : sequence of (method, path pattern, limit, setting name)
+        Requests of that method whose path fully matches the pattern get that limit instead
+        (the setting's name goes into the 413's message).
+    """
+
+    def __init__(
+        self, app: ASGIApp, max_body_bytes: int, larger: Sequence[tuple[str, re.Pattern[str], int, str]] = ()
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.larger = tuple(larger)
+
+    def _limit(self, scope: Scope) -> tuple[int, str]:
+        for method, pattern, limit, name in self.larger:
+            if scope.get("method") == method and pattern.fullmatch(scope.get("path", "")):
+                return limit, name
+        return self.max_body_bytes, "max_body_bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_body_bytes
+        limit, name = self._limit(scope)
         length: int | None = None
         for k, v in scope["headers"]:
             if k == b"content-length":
@@ -176,7 +202,7 @@ class BodyLimit:
                     length = None
         if length is not None:
             if length > limit:
-                await _send_413(send, limit)
+                await _send_413(send, limit, name)
                 return
             await self.app(scope, receive, send)  # the server reads no more than Content-Length
             return
@@ -190,7 +216,7 @@ class BodyLimit:
             body = msg.get("body", b"")
             seen += len(body)
             if seen > limit:
-                await _send_413(send, limit)
+                await _send_413(send, limit, name)
                 return
             chunks.append(body)
             if not msg.get("more_body", False):
@@ -207,8 +233,8 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-async def _send_413(send: Send, limit: int) -> None:
-    msg = {"code": "too_large", "message": f"request body larger than {limit} bytes (max_body_bytes)"}
+async def _send_413(send: Send, limit: int, name: str) -> None:
+    msg = {"code": "too_large", "message": f"request body larger than {limit} bytes ({name})"}
     body = json.dumps(msg).encode()
     await send(
         {

@@ -149,6 +149,19 @@ class DeleteReportOut(BaseModel):
     ids: list[int]
 
 
+class ImportReportOut(BaseModel):
+    """What an import wrote (:class:`lamina.memory.reports.ImportReport`)."""
+
+    user_id: str = Field(description="The user the dump was imported as (the path's).")
+    from_user_id: str = Field(description="The user's id in the dump.")
+    items: int
+    sessions: int
+    revisions: int
+    reembedded: int = Field(description="Item vectors computed on import rather than taken from the dump.")
+    replaced: bool = Field(description="Whether an existing user was deleted first.")
+    ids: dict[str, int] = Field(description="The dump's item id -> the new item id.")
+
+
 class UsersOut(BaseModel):
     users: list[str]
 
@@ -157,8 +170,8 @@ class ErrorOut(BaseModel):
     """Every error response: a stable ``code`` and a message for people."""
 
     code: str = Field(
-        description="invalid_input, type_error, validation_error, unauthorized, forbidden, not_found, "
-        "too_large, too_many_messages, overloaded, store_busy, not_ready, internal"
+        description="invalid_input, bad_dump, type_error, validation_error, unauthorized, forbidden, "
+        "not_found, user_exists, too_large, too_many_messages, overloaded, store_busy, not_ready, internal"
     )
     message: str
     detail: list[dict[str, object]] | None = Field(None, description="Per-field errors of a validation_error.")
