@@ -15,6 +15,7 @@ from lamina.extract import (
     Turn,
     fact_sentence,
     is_functional,
+    split_sentences,
 )
 
 
@@ -169,3 +170,21 @@ def test_summaries_of_turns_with_vectors_embed_nothing() -> None:
     plain = [Turn(t.source_id, t.speaker, t.text, t.timestamp) for t in turns]
     ExtractiveSummarizer(spy).summarize(plain, 20)
     assert len(calls) == 1 and len(calls[0]) == 4
+
+
+def test_extractive_summary_names_the_turns_it_quotes() -> None:
+    turns = [
+        Turn("a", "Ann", "I moved to Paris. It rains a lot there."),
+        Turn("b", "Ben", "Paris is lovely in spring. I moved there too."),
+        Turn("c", "Ann", "Zebras."),
+        Turn("d", "Ben", "The weather in Paris is mild. We moved to Paris in May."),
+    ]
+    summ = ExtractiveSummarizer()
+    text, quoted = summ.summarize_sourced(turns, 12)
+    assert text == summ.summarize(turns, 12) and quoted == sorted(set(quoted))
+    for i, t in enumerate(turns):  # a turn is named exactly when one of its sentences is quoted
+        said = any(f"{t.speaker}: {s}" in text for s in split_sentences(t.text))
+        assert (i in quoted) == said, (i, text)
+    assert ExtractiveSummarizer().summarize_sourced([], 12) == ("", [])
+    short = turns[2:3]
+    assert summ.summarize_sourced(short, 12) == ("Ann: Zebras.", [0])

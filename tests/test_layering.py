@@ -18,6 +18,7 @@ MEMORY_LEVELS = {
     "reports": 0,
     "store": 0,
     "records": 1,
+    "dump": 2,
     "staleness": 2,
     "coverage": 2,
     "state": 3,
@@ -25,6 +26,7 @@ MEMORY_LEVELS = {
     "semantic": 5,
     "retention": 5,
     "retrieve": 5,
+    "transfer": 5,
     "fill": 5,
     "consolidate": 6,
     "ingest": 7,
@@ -190,3 +192,42 @@ def test_model_modules_import_only_lower_levels() -> None:
                 assert MODEL_LEVELS[dep] < level, (
                     f"lamina.model.{mod} (level {level}) imports lamina.model.{dep} (level {MODEL_LEVELS[dep]})"
                 )
+
+
+# The service sits on top: lamina.serve (FastAPI), lamina.client (httpx), lamina.aio and
+# lamina.wire build on the memory; nothing below imports them, and what is imported by the
+# package root or the command line imports no optional server dependency at module level.
+SERVICE = ("lamina.serve", "lamina.client", "lamina.aio", "lamina.wire")
+SERVER_DEPS = ("fastapi", "starlette", "uvicorn", "pydantic", "prometheus_client", "httpx")
+
+
+def _top_level_imports(name: str) -> set[str]:
+    """Top-level package names imported at module level (not inside functions or TYPE_CHECKING)."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_nothing_below_the_service_imports_it() -> None:
+    for name in MODULES:
+        if name.startswith(SERVICE) or name in ("lamina", "lamina.cli"):
+            continue
+        for target, line, names in _imports(name):
+            full = [f"{target}.{n}" for n in names] or [target]
+            assert not any(f.startswith(SERVICE) or target.startswith(SERVICE) for f in full), (
+                f"{name}:{line} imports {target} {names}"
+            )
+    # the command line reaches the service only through its argparse module
+    assert {t for t, _, _ in _imports("lamina.cli") if t.startswith("lamina.serve")} == {"lamina.serve.cli"}
+
+
+def test_optional_server_dependencies_load_lazily() -> None:
+    for name in ("lamina", "lamina.cli", "lamina.serve.cli", "lamina.aio", "lamina.wire"):
+        assert not _top_level_imports(name) & set(SERVER_DEPS), f"{name} imports a server dependency at module level"
+    # the client needs httpx only
+    assert _top_level_imports("lamina.client") & set(SERVER_DEPS) == {"httpx"}

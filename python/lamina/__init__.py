@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import embedders, kernels, kv, model
 from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
-from .errors import InvalidInput, LaminaError, NotFoundError, StoreBusy
+from .aio import AsyncMemory
+from .errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
 from .extract import Fact, FactExtractor, Summarizer, Turn
 from .items import Context, MemoryItem
 from .lexical import LexicalIndex, tokenize
 from .llm import LLM, OpenAIChat
 from .memory import ClosedError, DeleteReport, Memory, MemoryConfig, MemoryStats, ProfileDrift, SessionReport
+from .memory.dump import Dump, DumpError, UserDump, read_dump
+from .memory.reports import ImportReport
 from .search import Metric, VectorArena, topk
+from .transfer import export_jsonl, import_dump, import_jsonl, iter_export
+
+if TYPE_CHECKING:
+    from .client import AsyncClient, Client
 
 __version__ = str(build_info()["version"])
+
+
+def __getattr__(name: str) -> Any:
+    """``Client`` and ``AsyncClient`` import httpx (the ``serve`` extra) when first used."""
+    if name in ("Client", "AsyncClient"):
+        from . import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'lamina' has no attribute {name!r}")
+
 
 __all__ = [
     "VectorArena",
@@ -24,6 +43,9 @@ __all__ = [
     "Metric",
     "kernels",
     "Memory",
+    "AsyncMemory",
+    "Client",
+    "AsyncClient",
     "MemoryConfig",
     "SessionReport",
     "DeleteReport",
@@ -33,7 +55,19 @@ __all__ = [
     "InvalidInput",
     "NotFoundError",
     "StoreBusy",
+    "AuthError",
+    "PermissionDenied",
+    "Overloaded",
     "ClosedError",
+    "ImportReport",
+    "Dump",
+    "UserDump",
+    "DumpError",
+    "read_dump",
+    "iter_export",
+    "export_jsonl",
+    "import_jsonl",
+    "import_dump",
     "MemoryItem",
     "Context",
     "embedders",

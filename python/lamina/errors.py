@@ -7,7 +7,7 @@ built-in exception such code has always caught (``ValueError``, ``KeyError``), s
 
 from __future__ import annotations
 
-__all__ = ["LaminaError", "InvalidInput", "NotFoundError", "StoreBusy"]
+__all__ = ["LaminaError", "InvalidInput", "NotFoundError", "StoreBusy", "AuthError", "PermissionDenied", "Overloaded"]
 
 
 class LaminaError(Exception):
@@ -30,3 +30,25 @@ class NotFoundError(LaminaError, KeyError):
 class StoreBusy(LaminaError, TimeoutError):
     """Another connection (another process, say) held the database's write lock for longer than
     the busy timeout (``lamina.Memory(busy_timeout=...)``). Nothing was written; retry later."""
+
+
+class AuthError(LaminaError, PermissionError):
+    """A lamina service refused the request's API key (missing or unknown; HTTP 401)."""
+
+
+class PermissionDenied(LaminaError, PermissionError):
+    """A lamina service refused access to an item or user of another tenant (HTTP 403)."""
+
+
+class Overloaded(LaminaError, RuntimeError):
+    """A lamina service is not ready or has too much queued work (HTTP 503); nothing was done.
+
+    Attributes
+    ----------
+    retry_after : float or None
+        Seconds the service asked the caller to wait before retrying (its ``Retry-After``).
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -24,12 +24,14 @@ __all__ = [
     "Turn",
     "Fact",
     "Summarizer",
+    "SourcedSummarizer",
     "FactExtractor",
     "ExtractiveSummarizer",
     "RuleFactExtractor",
     "FUNCTIONAL_PREDICATES",
     "is_functional",
     "fact_sentence",
+    "split_sentences",
 ]
 
 
@@ -71,6 +73,16 @@ class Summarizer(Protocol):
 
 
 @runtime_checkable
+class SourcedSummarizer(Protocol):
+    """An extractive ψ that also says where its summary comes from: ``summarize_sourced``
+    returns the summary (as :meth:`Summarizer.summarize` would) and the indices of the turns
+    whose sentences it quotes, in order. The memory loop then gives a MemTree node the quoted
+    turns as its provenance (bounded by the summary's length) instead of its whole subtree."""
+
+    def summarize_sourced(self, turns: Sequence[Turn], max_words: int) -> tuple[str, list[int]]: ...
+
+
+@runtime_checkable
 class FactExtractor(Protocol):
     """𝒜: structured facts stated in a run of turns (subject = the speaker for first person)."""
 
@@ -78,6 +90,11 @@ class FactExtractor(Protocol):
 
 
 _SENT = re.compile(r"(?<=[.!?])\s+")
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` as ψ splits them (after ``.``, ``!`` or ``?``), stripped, none empty."""
+    return [s for s in (x.strip() for x in _SENT.split(text.strip())) if s]
 
 
 def _words(s: str) -> list[str]:
@@ -123,17 +140,20 @@ class ExtractiveSummarizer:
         self._embed = embed
 
     def summarize(self, turns: Sequence[Turn], max_words: int = 60) -> str:
+        return self.summarize_sourced(turns, max_words)[0]
+
+    def summarize_sourced(self, turns: Sequence[Turn], max_words: int = 60) -> tuple[str, list[int]]:
+        """The summary and the indices of the turns it quotes (ascending; see
+        :class:`SourcedSummarizer`)."""
         sents: list[tuple[int, str]] = []  # (turn, "Speaker: sentence")
         for ti, t in enumerate(turns):
-            for s in _SENT.split(t.text.strip()):
-                s = s.strip()
-                if s:
-                    sents.append((ti, f"{t.speaker}: {s}" if t.speaker else s))
+            for s in split_sentences(t.text):
+                sents.append((ti, f"{t.speaker}: {s}" if t.speaker else s))
         if not sents:
-            return ""
+            return "", []
         texts = [s for _, s in sents]
         if sum(len(_words(s)) for s in texts) <= max_words:
-            return " ".join(texts)
+            return " ".join(texts), sorted({ti for ti, _ in sents})
         vecs = [t.vector for t in turns]
         if all(v is not None for v in vecs):
             # Nothing is embedded: word-overlap centrality first, then the centrality of the
@@ -157,7 +177,8 @@ class ExtractiveSummarizer:
         chosen.sort()
         out = " ".join(texts[i] for i in chosen)
         w = _words(out)
-        return " ".join(w[:max_words]) if len(w) > max_words else out
+        quoted = sorted({sents[i][0] for i in chosen})
+        return (" ".join(w[:max_words]) if len(w) > max_words else out), quoted
 
 
 # ---- rule-based facts ----------------------------------------------------------------------

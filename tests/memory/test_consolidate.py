@@ -82,16 +82,22 @@ def test_memtree_structure_invariants(tmp_path: Path) -> None:
     tree = check_tree(p, "u")
     internal = [r for r in tree if r["kind"] == "summary"]
     assert internal  # some internal node exists with θ0 this low
-    for node in internal:  # an internal node's text is ψ of its children, and its sources their union
+    recs = item_rows(p, "u")
+    by_src = {r["source_id"]: r for r in recs.values() if r["kind"] == "turn"}
+    summ = ExtractiveSummarizer()
+    for node in internal:  # an internal node: ψ of the turns its children quote, quoting some
         kids = [r for r in tree if r["parent_id"] == node["id"]]
         assert len(kids) >= 2
-        assert set(node["sources"]) == {s for k in kids for s in k["sources"]}
-        assert node["text"] == node["summary"]
-        # its vector: that of its most central child (the one nearest the children's centroid)
-        kv = np.stack([np.frombuffer(k["embedding"], dtype=np.float32) for k in kids])
-        c = kv.mean(axis=0)
-        want = kv[int(np.argmax(kv @ (c / np.linalg.norm(c))))]
-        np.testing.assert_allclose(np.frombuffer(node["embedding"], dtype=np.float32), want, atol=1e-6)
+        turns = sorted({by_src[s]["id"]: by_src[s] for k in kids for s in k["sources"]}.values(), key=lambda t: t["id"])
+        tv = np.stack([np.frombuffer(t["embedding"], dtype=np.float32) for t in turns])
+        views = [Turn(t["source_id"], t["speaker"], t["text"], t["timestamp"], v) for t, v in zip(turns, tv)]
+        text, quoted = summ.summarize_sourced(views, 60)
+        assert node["text"] == node["summary"] == text
+        # its provenance: the quoted turns (as short as its summary); its vector: their centroid
+        assert node["sources"] == tuple(turns[i]["source_id"] for i in quoted)
+        np.testing.assert_allclose(
+            np.frombuffer(node["embedding"], dtype=np.float32), unit(tv[quoted].mean(axis=0)), atol=1e-6
+        )
     m.close()
 
 
@@ -244,3 +250,64 @@ def test_the_loop_embeds_the_turns_facts_and_profiles_only() -> None:
     assert all(sum(t.count(f"{sp}: ") for sp in speakers) <= 1 for t in others), others
     assert len(others) <= turns // 4, (len(others), turns)
     m.close()
+
+
+def test_node_provenance_is_what_it_quotes(tmp_path: Path) -> None:
+    """A tree node's sources are the turns its summary quotes: bounded by the summary's length
+    however large its subtree grows; deleting a turn takes the nodes that quote it (and its
+    leaf), while an ancestor that does not quote it stays, still summarising its other turns."""
+    p = tmp_path / "m.db"
+    cfg = MemoryConfig(working_capacity=4, max_segment_turns=2, tree_theta0=0.05, summary_words=12)
+    m = Memory(p, embedder="hashing", config=cfg)
+    for s in range(12):
+        lines = [(("Alice", "Bob")[j % 2], f"{LINES_X[(s + j) % len(LINES_X)]} Note {s}-{j}.") for j in range(8)]
+        chat(m, "u", f"s{s}", lines, T0 + s * DAY, f"D{s}")
+        m.end_session(user_id="u", session_id=f"s{s}")
+    tree = check_tree(p, "u")
+    nodes = [r for r in tree if r["kind"] == "summary"]
+    leaves = [r for r in tree if r["kind"] == "segment"]
+    assert len(leaves) > 20 and max(r["depth"] for r in tree) >= 3
+    for r in nodes:  # each quoted turn gives at least one of the summary's 12 words
+        assert 1 <= len(r["sources"]) <= 12, r["sources"]
+    # a turn quoted by a node of depth >= 2, and an ancestor of its leaf that does not quote it
+    parent = {r["id"]: r["parent_id"] for r in tree}
+    seg_of = {s: r["id"] for r in leaves for s in r["sources"]}
+    byid = {r["id"]: r for r in tree}
+    case = None
+    for r in nodes:
+        for src in r["sources"]:
+            a, chain = parent.get(seg_of.get(src, -1)), []
+            while a in byid:
+                chain.append(byid[a])
+                a = parent[a]
+            keep = [x for x in chain if src not in x["sources"]]
+            if keep:
+                case = (src, keep)
+                break
+        if case:
+            break
+    assert case is not None
+    src, keep = case
+    (turn,) = [r for r in item_rows(p, "u").values() if r["source_id"] == src]
+    quoting = {r["id"] for r in tree if src in r["sources"]}
+    rep = m.delete(turn["id"], user_id="u")
+    assert quoting <= set(rep.ids) and not {x["id"] for x in keep} & set(rep.ids)
+    after = item_rows(p, "u")
+    assert all(after[x["id"]]["status"] == "active" for x in keep)
+    assert not [r for r in after.values() if src in r["sources"]]
+    check_tree(p, "u")
+    m.close()
+
+
+LINES_X = [
+    "I moved to Paris last spring.",
+    "My dog is called Max and he loves the park.",
+    "The weather is nice today.",
+    "I work as a nurse at the city hospital.",
+    "We watched a movie about space travel.",
+    "I moved to Berlin for a job.",
+    "Let's get coffee soon at the corner place.",
+    "I love hiking in the mountains.",
+    "My sister plays the piano every evening.",
+    "The museum was closed on Monday.",
+]

@@ -63,11 +63,14 @@ def test_weight_follows_the_rule_on_tricky_texts() -> None:
     assert st.weight(1002, "x", ("s1", "s2", "s3", "s1")) == 0.5
 
 
-def test_weight_is_cached_per_item() -> None:
+def test_weight_is_cached_per_item_while_its_text_and_sources_stay() -> None:
     st = Staleness(STALE, VALUES)
-    assert st.weight(1, "I live in Paris", ()) == 1.0
-    assert st.weight(1, "nothing stale", ()) == 1.0  # the object is rebuilt when facts or texts change
-    assert st.cache == {1: 1.0}
+    text, src = "I live in Paris", ("s2",)
+    assert st.weight(1, text, src) == 1.0
+    assert st.cache == {1: (text, src, 1.0)}
+    # a re-summarised node: new text and sources objects for the same id -> weighed again
+    assert st.weight(1, "nothing stale", ("s1", "s2")) == 0.5
+    assert st.weight(1, "nothing stale", ("s1", "s2")) == 0.5
     assert st.weight(2, "nothing stale", (), low="nothing stale") == 0.0
 
 

@@ -50,6 +50,29 @@ def test_growth_keeps_slots_and_data():
     np.testing.assert_array_equal(a.get(slots), data)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_large_arenas_grow_with_their_rows_intact(dtype):
+    """Past 2 MiB the rows live in a mapping that grows by moving its pages when no view holds
+    it, and by a copy while one does: either way every row, slot and removal stays."""
+    d = 384
+    a = lamina.VectorArena(d, capacity=4096, dtype=dtype)
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal((20_000, d)).astype(dtype)
+    slots = list(a.add(data[:3000]))
+    a.remove(slots[:10])
+    held = a.vectors  # a view across the next growth: the copy path
+    first = np.array(held[10:3000])
+    slots += list(a.add(data[3000:9000]))  # reuses the 10 removed rows, then grows
+    np.testing.assert_array_equal(held[10:3000], first)
+    del held
+    slots += list(a.add(data[9000:]))  # grows twice more, no view: the pages move
+    np.testing.assert_array_equal(a.get(slots[10:]).astype(np.float32), data[10:].astype(np.float32))
+    assert a.capacity >= 20_000 - 10 and len(a) == 20_000 - 10 and a.high_water == 20_000 - 10
+    rows = np.ascontiguousarray(a.vectors, dtype=np.float32)
+    top = lamina.topk(data[5000:5001].astype(np.float32), rows, 1, "ip")[1]
+    assert int(top[0, 0]) == 5000 - 10  # rows are where searches expect them
+
+
 def test_view_is_zero_copy_readonly_and_survives_growth():
     a = lamina.VectorArena(4, capacity=16)
     s = a.add(np.ones((2, 4), np.float32))

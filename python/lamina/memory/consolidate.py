@@ -9,12 +9,15 @@ node holding both; every internal node on the path is re-summarised from its chi
 
 Embedding: the loop embeds the turns (``Memory.add``) and the facts and profiles
 (:mod:`lamina.memory.semantic`), nothing else. A leaf's vector is the centroid of its turns', a
-session summary's the centroid of the session's turns', and a tree node takes the vector of its
-most central child (the child nearest its children's centroid: a medoid, as ψ extracts the
-central sentences). Centroids of whole subtrees would converge on the corpus mean as a tree
-grows, match every new leaf above θ(d) and turn the tree into a chain (depth 47 against 13 after
-3,000 turns of ``bench/bench_memory.py``). ψ scores sentences with the turn (or child) vectors
-it is given.
+session summary's the centroid of the session's turns'. A tree node is summarised (extractive ψ)
+from the turns its children quote — a leaf's turns, a node's own quoted turns — so its
+provenance (``sources``) is the few turns its summary quotes, however large its subtree, and
+its vector is their centroid: a delete of a turn takes exactly the nodes whose text or vector
+comes from it, and a node's cost does not grow with the store. (Centroids of whole subtrees
+would converge on the corpus mean as a tree grows, match every new leaf above θ(d) and turn the
+tree into a chain; a few quoted turns do not.) With another ψ a node summarises its children's
+summaries, keeps their provenance and takes its most central child's vector. ψ scores sentences
+with the turn (or child) vectors it is given.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import kernels
-from ..extract import Turn
+from ..extract import SourcedSummarizer, Turn, split_sentences
 from .inputs import wall_clock
 from .records import NO_TREE, ROOT, Record, unit
 from .reports import SessionReport
@@ -191,7 +194,7 @@ def lift_orphans(st: MemoryState, u: UserState, doomed: set[int]) -> dict[int, d
     """Before ``doomed`` records of ``u`` are deleted: a surviving tree node whose parent is
     doomed moves, with its subtree, under the nearest ancestor that survives (the root when none
     does), so that no active node points at a deleted one. (A deleted turn takes every node whose
-    sources hold it — its leaf and the leaf's ancestors —, but not their other children.)
+    sources hold it — its leaf and the ancestors that quote it —, but not their other children.)
 
     Changes nothing: returns the new column values (``parent_id`` and/or ``depth``) per record
     id, for the store; the state is patched from the store afterwards. Reads only the children
@@ -232,28 +235,66 @@ def _centroid(vecs: Vec) -> Vec:
 
 
 def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Record) -> None:
-    """Re-summarise an ancestor of a newly inserted leaf (its sources and interaction length
-    grow by the leaf's; a freshly expanded node also takes its first child's). Its vector is
-    its most central child's (the medoid; see the module docstring), and ψ scores sentences with their
-    vectors: nothing is embedded."""
+    """Re-summarise an ancestor of a newly inserted leaf; its interaction length grows by the
+    leaf's (a freshly expanded node also takes its first child's). Nothing is embedded.
+
+    With an extractive ψ (:class:`~lamina.extract.SourcedSummarizer`, the default) the node is
+    summarised from the turns its children quote (a leaf: its turns; a node: its sources), and
+    its provenance is the turns it quotes in turn, its vector their centroid: a node's sources
+    stay as short as its summary however large its subtree grows, and deleting a turn takes
+    exactly the nodes whose text or vector comes from it. Another ψ summarises the children's
+    summaries; then the node's provenance is every child's, its vector its most central child's
+    (see the module docstring)."""
     st = tx.st
     kids = [st.recs[k] for k in u.children.get(node.id, [])]
     if not kids:
         return
-    kv = st.vecs([k.id for k in kids])
-    views = [Turn(str(k.id), None, k.summary or k.text, k.timestamp, v) for k, v in zip(kids, kv)]
-    summary = models.summarizer.summarize(views, st.config.summary_words) or kids[-1].text
-    grow = list(leaf.sources)
-    if not node.sources:  # new internal node from a leaf expansion: its first child's provenance
-        grow = [s for k in kids if k.id != leaf.id for s in k.sources] + grow
-        node.interaction_len = float(sum(k.interaction_len for k in kids if k.id != leaf.id))
-    node.text = node.summary = summary
-    st.set_sources(u, node, tuple(dict.fromkeys(tuple(node.sources) + tuple(grow))))
+    psi = models.summarizer
+    turns = _quotable_turns(st, u, kids) if isinstance(psi, SourcedSummarizer) else []
+    if turns:
+        assert isinstance(psi, SourcedSummarizer)
+        tv = st.vecs([t.id for t in turns])
+        summary, quoted = psi.summarize_sourced(turn_views(turns, tv), st.config.summary_words)
+        quoted = quoted or list(range(len(turns)))
+        sources = tuple(dict.fromkeys(s for i in quoted for s in turns[i].sources))
+        emb = _centroid(tv[quoted])
+    else:
+        kv = st.vecs([k.id for k in kids])
+        views = [Turn(str(k.id), None, k.summary or k.text, k.timestamp, v) for k, v in zip(kids, kv)]
+        summary = psi.summarize(views, st.config.summary_words)
+        sources = tuple(dict.fromkeys(s for k in kids for s in k.sources))
+        emb = np.ascontiguousarray(kv[int(np.argmax(kv @ _centroid(kv)))])  # the most central child's
+    if node.interaction_len is None or not node.sources:  # a new node from a leaf expansion
+        node.interaction_len = float(sum(k.interaction_len or 0.0 for k in kids if k.id != leaf.id))
+    node.text = node.summary = summary or kids[-1].text
+    st.set_sources(u, node, sources)
     node.timestamp = max((k.timestamp for k in kids if k.timestamp is not None), default=node.timestamp)
-    node.interaction_len = float(node.interaction_len or 0.0) + float(leaf.interaction_len)
-    emb = np.ascontiguousarray(kv[int(np.argmax(kv @ _centroid(kv)))])  # the most central child's
+    node.interaction_len = float(node.interaction_len or 0.0) + float(leaf.interaction_len or 0.0)
     st.move(u, node, "episodic", emb)
     tx.changed(node, "text", "summary", "sources", "timestamp", "interaction_len", emb=emb)
+
+
+def _quotable_turns(st: MemoryState, u: UserState, kids: list[Record]) -> list[Record]:
+    """The stored turns a node's summary may quote, in id order: each leaf child's turns and
+    each node child's source turns (only those its summary quotes, for a node written before
+    nodes kept quoted provenance: such a node's sources are its whole subtree's)."""
+    ids: set[int] = set()
+    bound = 4 * int(st.config.max_segment_turns) + int(st.config.summary_words)
+    for k in kids:
+        if k.kind == "segment":
+            ids.update(k.members or ())
+            continue
+        cand = [t for t in map(u.by_src.get, k.sources) if t is not None]
+        if len(cand) > bound:
+            text = k.summary or k.text
+            cand = [t for t in cand if t in st.recs and _quoted_in(st.recs[t], text)]
+        ids.update(cand)
+    return [st.recs[i] for i in sorted(ids) if i in st.recs and i in st.vectors]
+
+
+def _quoted_in(turn: Record, text: str) -> bool:
+    """Whether ``text`` holds a sentence of ``turn`` (as ψ quotes it: whole, after its speaker)."""
+    return any(s in text for s in split_sentences(turn.text))
 
 
 # -- end of session

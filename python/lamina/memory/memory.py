@@ -22,11 +22,12 @@ from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer, is_functional
 from ..items import LAYERS, Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
-from . import consolidate, fill, ingest, retrieve
+from . import consolidate, fill, ingest, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
+from .dump import UserDump
 from .inputs import TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import NsCode, Record, norm_key
-from .reports import DeleteReport, MemoryStats, ProfileDrift, SessionReport
+from .reports import DeleteReport, ImportReport, MemoryStats, ProfileDrift, SessionReport
 from .state import MemoryState, UserState
 from .store import SQLiteStore, Store
 from .tx import Models, Tx
@@ -34,7 +35,7 @@ from .tx import Models, Tx
 __all__ = ["Memory", "ClosedError"]
 
 _log = logging.getLogger("lamina")
-_EMBED_CACHE_TEXTS = 65536  # distinct texts whose vectors a Memory keeps (about 100 MB at d = 384)
+_EMBED_CACHE_TEXTS = 4096  # distinct texts whose vectors a Memory keeps (6 MB at d = 384; a delete clears them)
 
 
 class ClosedError(LaminaError, ValueError):
@@ -375,6 +376,84 @@ class Memory:
                 self._embed.clear()
                 tx.st.drop_user(user_id)
         return DeleteReport(deleted=len(doomed), ids=doomed)
+
+    # ------------------------------------------------------------------ export / import
+    def export_user(self, *, user_id: str, vectors: bool = False) -> UserDump:
+        """Everything stored of a user, as the entries of the export format
+        (:mod:`lamina.memory.dump`; :func:`lamina.transfer.export_jsonl` writes them as JSONL).
+
+        Pending access statistics are written first; the rows are read in one snapshot of the
+        store: items of every layer and status, sessions, revisions, the user's statistics.
+
+        Parameters
+        ----------
+        user_id : str
+        vectors : bool
+            Include every item's vector. By default the vectors of turns and facts (the
+            embeddings of their own text) are left out and re-embedded on import; the others
+            (centroids, blends, damped updates) are always included.
+
+        Raises
+        ------
+        NotFoundError
+            Unknown user.
+        """
+        self._check_open()
+        check_id(user_id, "user_id")
+        with self._lock:
+            self._check_open()
+            self._flush_pending()
+            with self._store.read_tx():
+                ud = transfer.export_user(self._store, user_id, vectors=bool(vectors))
+        if ud is None:
+            raise NotFoundError(f"unknown user_id {user_id!r}")
+        return ud
+
+    def import_user(
+        self, dump: UserDump, *, embedder: str, user_id: str | None = None, replace: bool = False
+    ) -> ImportReport:
+        """Import one user of a validated dump (:func:`lamina.memory.dump.read_dump`) in one
+        atomic transaction, with fresh item ids (references remapped). The imported user's
+        contexts are those of the exported one.
+
+        Parameters
+        ----------
+        dump : UserDump
+        embedder : str
+            Name of the embedder that made the dump's vectors (the dump header's). When it is not
+            this memory's, no vector of the dump is used: every vector is computed again (see
+            :func:`lamina.memory.transfer.import_vectors`).
+        user_id : str, optional
+            The user to import as (default: the dump's).
+        replace : bool
+            Delete an existing user of that id first (in the same transaction).
+
+        Raises
+        ------
+        InvalidInput
+            The user exists and ``replace`` is False (nothing is written).
+        """
+        self._check_open()
+        if not isinstance(dump, UserDump):
+            raise TypeError(f"dump must be a lamina.memory.dump.UserDump, got {type(dump).__name__}")
+        if not isinstance(embedder, str):
+            raise TypeError(f"embedder must be a str, got {type(embedder).__name__}")
+        target = check_id(dump.user.user_id if user_id is None else user_id, "user_id")
+        vectors, computed = transfer.import_vectors(dump, self._embed, self._dim, embedder == self._embedder.name)
+        with self._write() as tx:
+            u = self._user(target)
+            if u is not None:
+                if not replace:
+                    raise InvalidInput(
+                        f"user {target!r} already exists ({len(u.ids)} items); import with replace=True "
+                        "(lamina import --replace) to delete it first, or as another user"
+                    )
+                tx.touch(target)
+                tx.store.delete_user(target)
+                tx.store.mark_deleted()
+                self._embed.clear()
+                tx.st.drop_user(target)
+            return transfer.import_user(tx, dump, target, vectors, computed, u is not None)
 
     # ------------------------------------------------------------------ read path
     def context(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["SessionReport", "DeleteReport", "ProfileDrift", "MemoryStats"]
+__all__ = ["SessionReport", "DeleteReport", "ProfileDrift", "MemoryStats", "ImportReport"]
 
 
 @dataclass(slots=True)
@@ -111,4 +111,34 @@ class MemoryStats:
     def to_dict(self) -> dict[str, Any]:
         d = {f: getattr(self, f) for f in self.__dataclass_fields__}
         d["profile_drift"] = self.profile_drift.to_dict()
+        return d
+
+
+@dataclass(slots=True)
+class ImportReport:
+    """What :meth:`lamina.Memory.import_user` wrote (one user of a dump).
+
+    Attributes
+    ----------
+    user_id : the user the dump was imported as
+    from_user_id : the user's id in the dump
+    items, sessions, revisions : rows written
+    reembedded : item vectors computed on import (the dump left them out, or they were of
+        another embedder) rather than taken from the dump
+    replaced : whether an existing user of that id was deleted first
+    ids : the dump's item id -> the new item id
+    """
+
+    user_id: str
+    from_user_id: str
+    items: int
+    sessions: int
+    revisions: int
+    reembedded: int
+    replaced: bool
+    ids: dict[int, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        d["ids"] = {str(k): v for k, v in self.ids.items()}
         return d

@@ -142,8 +142,10 @@ def rank_layers(
             if kind not in GENERAL_KINDS:
                 spec.append(s)
             if wcache is not None and kind != "fact":
-                w = wcache.get(r.id)
-                if w is None:
+                e = wcache.get(r.id)
+                if e is not None and e[0] is r.text and e[1] is r.sources:
+                    w = e[2]
+                else:
                     w = stale.weight(r.id, r.text, r.sources, text_key(r))
                 if w:
                     s = s - abs(s) * (stp * w)  # the stale penalty

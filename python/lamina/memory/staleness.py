@@ -26,7 +26,9 @@ class Staleness:
         self.sources = sources
         self.values = values
         self.resolved = resolved
-        self.cache: dict[int, float] = {}
+        # item id -> (its text, its sources, weight): an entry holds while the item keeps the
+        # very text and sources objects it was computed from (a re-summarised node gets new ones)
+        self.cache: dict[int, tuple[str, Sequence[str], float]] = {}
         self._re = (
             re.compile(r"\b(" + "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)) + r")\b", re.I)
             if values
@@ -46,10 +48,13 @@ class Staleness:
     def weight(self, item_id: int, text: str, sources: Sequence[str], low: str | None = None) -> float:
         """1 when the text names a superseded value and not its current one (or all its sources
         are stale); else the share of stale sources. Cached per item (this object is rebuilt
-        whenever facts or texts change). ``low``: the text's ``norm_key``, when known."""
-        w = self.cache.get(item_id)
-        if w is None:
-            w = self.cache[item_id] = self._weight(text, sources, low)
+        whenever facts change; an item's entry holds while its text and sources are the same
+        objects). ``low``: the text's ``norm_key``, when known."""
+        e = self.cache.get(item_id)
+        if e is not None and e[0] is text and e[1] is sources:
+            return e[2]
+        w = self._weight(text, sources, low)
+        self.cache[item_id] = (text, sources, w)
         return w
 
     def _weight(self, text: str, sources: Sequence[str], low: str | None = None) -> float:

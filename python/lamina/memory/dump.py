@@ -1,0 +1,571 @@
+"""The export format of a memory: typed entries of users' stored state and their JSONL lines.
+
+A dump is a stream of JSON objects, one per line (``docs/export-format.md`` is the reference):
+
+* a :class:`DumpHeader` first (format name, version, lamina version, the embedder that made
+  the vectors, its dimension, which vectors the dump carries);
+* per user: one :class:`UserEntry`, then its :class:`SessionEntry` lines, its
+  :class:`ItemEntry` lines (every stored item of every layer and status, in creation order)
+  and its :class:`RevisionEntry` lines (earlier texts of updated items);
+* a :class:`DumpFooter` last (counts: a stream cut short is refused).
+
+Item ids in a dump are the exporting database's; they only link the lines of one user
+(``members``, ``parent_id``, ``superseded_by``, a revision's ``item_id``). An import allocates
+fresh ids and remaps these references (:mod:`lamina.memory.transfer`).
+
+Vectors: the items whose vector is the embedding of their own text (:data:`TEXT_KINDS`: turns
+and facts) carry one only with ``vectors="all"``; every other item (segments, summaries, notes,
+profiles: their vectors are centroids, blends and damped updates the loop computed) always
+carries its vector, since it cannot be computed from the text again. Vectors are little-endian
+float32, base64-encoded.
+
+:func:`read_dump` parses and validates a whole stream before anything is imported: a bad line
+raises :class:`DumpError` naming the line number and the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import InvalidInput
+from ..items import LAYERS
+from .records import COMMITMENTS, NO_TREE, ROOT
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "TEXT_KINDS",
+    "KINDS",
+    "STATUSES",
+    "DumpError",
+    "DumpHeader",
+    "UserEntry",
+    "SessionEntry",
+    "ItemEntry",
+    "RevisionEntry",
+    "DumpFooter",
+    "UserDump",
+    "Dump",
+    "dump_lines",
+    "read_dump",
+    "check_references",
+]
+
+FORMAT = "lamina-memory-export"
+FORMAT_VERSION = 1
+#: Kinds whose vector is the embedding of the item's own text (re-embedded when absent).
+TEXT_KINDS = ("turn", "fact")
+KINDS = ("turn", "segment", "summary", "note", "fact", "profile")
+STATUSES = ("active", "evicted")
+VECTOR_MODES = ("all", "derived")
+SESSION_STATUSES = ("open", "ended")
+
+Vec = npt.NDArray[np.float32]
+
+
+class DumpError(InvalidInput):
+    """A dump that cannot be imported: a malformed line, a missing or wrong field, a reference
+    to an item the dump does not hold, a stream cut short. The message names the line number
+    (1-based) and the field; nothing was imported."""
+
+
+@dataclass(frozen=True, slots=True)
+class DumpHeader:
+    """The first line: what wrote the dump and in which vector space.
+
+    Attributes
+    ----------
+    format, version : ``"lamina-memory-export"`` and the format version (:data:`FORMAT_VERSION`)
+    lamina_version : the version of lamina that wrote it
+    embedder, dim : the name and dimension of the embedder whose vectors the dump carries
+    vectors : ``"all"`` (every item's vector) or ``"derived"`` (only those of items that are not
+        :data:`TEXT_KINDS`; turns and facts are re-embedded on import)
+    created_at : when the dump was written (seconds since the epoch)
+    """
+
+    embedder: str
+    dim: int
+    vectors: str
+    lamina_version: str
+    created_at: float
+    format: str = FORMAT
+    version: int = FORMAT_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class UserEntry:
+    """A user and its stored statistics (profile drift, count of α decays)."""
+
+    user_id: str
+    drift_total: float = 0.0
+    drift_last: float = 0.0
+    drift_updates: int = 0
+    decays: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEntry:
+    """A session of a user: status (``open`` / ``ended``), times, how often it was consolidated."""
+
+    user_id: str
+    session_id: str
+    status: str
+    started_at: float | None = None
+    ended_at: float | None = None
+    ends: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class ItemEntry:
+    """One stored item: every column of the ``items`` table but the store's bookkeeping
+    (``seq``, the change-log ``version``). ``id`` is the exporting database's item id;
+    ``embedding`` is None where the dump leaves the vector out (:data:`TEXT_KINDS` only)."""
+
+    user_id: str
+    id: int
+    layer: str
+    kind: str
+    status: str
+    text: str
+    session_id: str | None = None
+    summary: str | None = None
+    speaker: str | None = None
+    source_id: str | None = None
+    sources: tuple[str, ...] = ()
+    members: tuple[int, ...] = ()
+    created_at: float | None = None
+    timestamp: float | None = None
+    last_access: float | None = None
+    access_count: int = 0
+    interaction_len: float = 0.0
+    strength: float = 1.0
+    domain: str | None = None
+    commitment: str = "persist"
+    subject: str | None = None
+    predicate: str | None = None
+    object: str | None = None
+    valid_from: float | None = None
+    valid_to: float | None = None
+    superseded_by: int | None = None
+    parent_id: int | None = None
+    depth: int = 0
+    decay_mark: int | None = None
+    embedding: Vec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionEntry:
+    """An earlier text of an item (set by ``Memory.update``), in the order they were replaced."""
+
+    user_id: str
+    item_id: int
+    text: str
+    changed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class DumpFooter:
+    """The last line: how many users and items the dump holds."""
+
+    users: int
+    items: int
+
+
+@dataclass(slots=True)
+class UserDump:
+    """Everything stored of one user."""
+
+    user: UserEntry
+    sessions: list[SessionEntry] = field(default_factory=list)
+    items: list[ItemEntry] = field(default_factory=list)
+    revisions: list[RevisionEntry] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Dump:
+    """A whole dump: its header and its users, in stream order."""
+
+    header: DumpHeader
+    users: list[UserDump]
+
+
+# ---------------------------------------------------------------------------- field schemas
+# name -> (accepted JSON types, nullable). bool is checked apart (it is an int in Python).
+Schema = dict[str, tuple[tuple[type, ...], bool]]
+_STR: tuple[type, ...] = (str,)
+_INT: tuple[type, ...] = (int,)
+_NUM: tuple[type, ...] = (int, float)
+_USER: Schema = {"user_id": (_STR, False), "drift_total": (_NUM, False), "drift_last": (_NUM, False)}
+_USER |= {"drift_updates": (_INT, False), "decays": (_INT, False)}
+_SESSION: Schema = {"user_id": (_STR, False), "session_id": (_STR, False), "status": (_STR, False)}
+_SESSION |= {"started_at": (_NUM, True), "ended_at": (_NUM, True), "ends": (_INT, False)}
+_ITEM: Schema = {
+    "user_id": (_STR, False),
+    "id": (_INT, False),
+    "layer": (_STR, False),
+    "kind": (_STR, False),
+    "status": (_STR, False),
+    "text": (_STR, False),
+    "session_id": (_STR, True),
+    "summary": (_STR, True),
+    "speaker": (_STR, True),
+    "source_id": (_STR, True),
+    "sources": ((list,), False),
+    "members": ((list,), False),
+    "created_at": (_NUM, True),
+    "timestamp": (_NUM, True),
+    "last_access": (_NUM, True),
+    "access_count": (_INT, False),
+    "interaction_len": (_NUM, False),
+    "strength": (_NUM, False),
+    "domain": (_STR, True),
+    "commitment": (_STR, False),
+    "subject": (_STR, True),
+    "predicate": (_STR, True),
+    "object": (_STR, True),
+    "valid_from": (_NUM, True),
+    "valid_to": (_NUM, True),
+    "superseded_by": (_INT, True),
+    "parent_id": (_INT, True),
+    "depth": (_INT, False),
+    "decay_mark": (_INT, True),
+    "embedding": (_STR, True),
+}
+_REVISION: Schema = {
+    "user_id": (_STR, False),
+    "item_id": (_INT, False),
+    "text": (_STR, False),
+    "changed_at": (_NUM, False),
+}
+_HEADER: Schema = {
+    "format": (_STR, False),
+    "version": (_INT, False),
+    "lamina_version": (_STR, False),
+    "embedder": (_STR, False),
+    "dim": (_INT, False),
+    "vectors": (_STR, False),
+    "created_at": (_NUM, False),
+}
+_FOOTER: Schema = {"users": (_INT, False), "items": (_INT, False)}
+_FLOAT_FIELDS = {k for k, (t, _) in (_USER | _SESSION | _ITEM | _REVISION | _HEADER).items() if t is _NUM}
+
+
+# ---------------------------------------------------------------------------- writing
+def _vec_text(v: Vec) -> str:
+    return base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _line(kind: str, d: dict[str, Any]) -> str:
+    try:
+        return json.dumps({"type": kind, **d}, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError as e:  # NaN or infinity in a float field
+        raise InvalidInput(f"cannot export a {kind} entry of user {d.get('user_id')!r}: {e}") from e
+
+
+def _item_dict(it: ItemEntry) -> dict[str, Any]:
+    d = {k: getattr(it, k) for k in _ITEM if k != "embedding"}
+    d["sources"] = list(it.sources)
+    d["members"] = list(it.members)
+    d["embedding"] = None if it.embedding is None else _vec_text(it.embedding)
+    return d
+
+
+def dump_lines(header: DumpHeader, users: Iterable[UserDump]) -> Iterator[str]:
+    """The JSONL lines of a dump (each ending in ``\\n``): the header, each user's entries, the
+    footer. ``users`` is consumed lazily, one user at a time."""
+    yield _line("header", {k: getattr(header, k) for k in _HEADER})
+    n_users = n_items = 0
+    for ud in users:
+        n_users += 1
+        yield _line("user", {k: getattr(ud.user, k) for k in _USER})
+        for s in ud.sessions:
+            yield _line("session", {k: getattr(s, k) for k in _SESSION})
+        for it in ud.items:
+            n_items += 1
+            yield _line("item", _item_dict(it))
+        for rv in ud.revisions:
+            yield _line("revision", {k: getattr(rv, k) for k in _REVISION})
+    yield _line("end", {"users": n_users, "items": n_items})
+
+
+# ---------------------------------------------------------------------------- reading
+class _Line:
+    """One parsed line, with its number for error messages."""
+
+    __slots__ = ("no", "d")
+
+    def __init__(self, no: int, d: dict[str, Any]) -> None:
+        self.no = no
+        self.d = d
+
+    def fail(self, msg: str, name: str | None = None) -> DumpError:
+        where = f"line {self.no}" + (f", field {name!r}" if name else "")
+        return DumpError(f"{where}: {msg}")
+
+    def fields(self, schema: Schema) -> dict[str, Any]:
+        """The schema's fields of the line, type-checked (unknown fields are refused)."""
+        extra = sorted(set(self.d) - set(schema) - {"type"})
+        if extra:
+            raise self.fail(f"unknown field(s) {', '.join(map(repr, extra))} for a {self.d['type']!r} line")
+        out: dict[str, Any] = {}
+        for name, (types, nullable) in schema.items():
+            if name not in self.d:
+                raise self.fail("missing", name)
+            v: Any = self.d[name]
+            if v is None:
+                if not nullable:
+                    raise self.fail("must not be null", name)
+            elif isinstance(v, bool) or not isinstance(v, types):
+                want = " or ".join(t.__name__ for t in types) + (" or null" if nullable else "")
+                raise self.fail(f"expected {want}, got {type(v).__name__} {v!r:.60}", name)
+            elif name in _FLOAT_FIELDS:
+                v = float(self.d[name])
+                if not math.isfinite(v):
+                    raise self.fail("must be a finite number", name)
+            out[name] = v
+        return out
+
+    def one_of(self, d: dict[str, Any], name: str, allowed: Iterable[str]) -> None:
+        allowed = tuple(allowed)
+        if d[name] not in allowed:
+            raise self.fail(f"{d[name]!r} is not one of {', '.join(allowed)}", name)
+
+    def non_negative(self, d: dict[str, Any], *names: str) -> None:
+        for name in names:
+            if d[name] is not None and d[name] < 0:
+                raise self.fail(f"must be >= 0, got {d[name]}", name)
+
+    def non_empty(self, d: dict[str, Any], *names: str) -> None:
+        for name in names:
+            if d[name] is not None and not d[name].strip():
+                raise self.fail("must be a non-empty string", name)
+
+
+def _parse(lines: Iterable[str | bytes]) -> Iterator[_Line]:
+    for no, raw in enumerate(lines, 1):
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DumpError(f"line {no}: not UTF-8 ({e})") from None
+        if not raw.strip():
+            raise DumpError(f"line {no}: empty line (a dump has one JSON object per line)")
+        try:
+            d = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise DumpError(f"line {no}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(d, dict):
+            raise DumpError(f"line {no}: expected a JSON object, got {type(d).__name__}")
+        if "type" not in d:
+            raise DumpError(f"line {no}, field 'type': missing")
+        yield _Line(no, d)
+
+
+def _header(ln: _Line) -> DumpHeader:
+    if ln.d["type"] != "header":
+        raise ln.fail(f"the first line must be the header (type 'header'), got type {ln.d['type']!r}", "type")
+    d = ln.fields(_HEADER)
+    if d["format"] != FORMAT:
+        raise ln.fail(f"not a lamina export: {d['format']!r} (expected {FORMAT!r})", "format")
+    if d["version"] != FORMAT_VERSION:
+        raise ln.fail(f"format version {d['version']} is not supported (this lamina reads {FORMAT_VERSION})", "version")
+    ln.one_of(d, "vectors", VECTOR_MODES)
+    if d["dim"] < 1:
+        raise ln.fail(f"must be >= 1, got {d['dim']}", "dim")
+    return DumpHeader(**d)
+
+
+def _vector(ln: _Line, text: str, dim: int) -> Vec:
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as e:
+        raise ln.fail(f"not base64 ({e})", "embedding") from None
+    if len(raw) != 4 * dim:
+        raise ln.fail(f"{len(raw)} bytes, expected {4 * dim} ({dim} float32 values)", "embedding")
+    v = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if not np.all(np.isfinite(v)):
+        raise ln.fail("holds a NaN or infinite value", "embedding")
+    return v
+
+
+def _item(ln: _Line, header: DumpHeader) -> ItemEntry:
+    d = ln.fields(_ITEM)
+    ln.one_of(d, "layer", LAYERS)
+    ln.one_of(d, "kind", KINDS)
+    ln.one_of(d, "status", STATUSES)
+    ln.one_of(d, "commitment", COMMITMENTS)
+    ln.non_negative(d, "access_count", "depth", "interaction_len")
+    if d["id"] <= 0:
+        raise ln.fail(f"must be a positive item id, got {d['id']}", "id")
+    for name in ("sources", "members"):
+        want = str if name == "sources" else int
+        bad = [x for x in d[name] if isinstance(x, bool) or not isinstance(x, want)]
+        if bad:
+            raise ln.fail(f"expected a list of {want.__name__}, holds {bad[0]!r:.60}", name)
+    d["sources"] = tuple(d["sources"])
+    d["members"] = tuple(d["members"])
+    if d["kind"] == "turn" and not d["session_id"]:
+        raise ln.fail("a turn needs its session_id", "session_id")
+    if d["kind"] in ("fact", "profile") and not d["subject"]:
+        raise ln.fail(f"a {d['kind']} needs its subject", "subject")
+    if d["kind"] == "fact" and not d["predicate"]:
+        raise ln.fail("a fact needs its predicate", "predicate")
+    if d["layer"] == "working" and d["kind"] != "turn":
+        raise ln.fail(f"only turns are in the working layer, not a {d['kind']}", "layer")
+    text = d.pop("embedding")
+    if text is None:
+        if d["kind"] not in TEXT_KINDS:
+            raise ln.fail(f"a {d['kind']} must carry its vector (it is not the embedding of its text)", "embedding")
+        if header.vectors == "all":
+            raise ln.fail("missing: the header says the dump carries every vector", "embedding")
+    return ItemEntry(**d, embedding=None if text is None else _vector(ln, text, header.dim))
+
+
+def check_references(ud: UserDump, where: Mapping[int, int] | None = None) -> None:
+    """Check that a user's dump is whole: item ids unique, every id an item names (``members``,
+    ``parent_id``, ``superseded_by``) and every revision's item an item of the same user in the
+    dump, every entry of that user, every turn's session present. :func:`read_dump` runs it on
+    each user (``where``: item id -> line, for the message); an import runs it again on a
+    dump built by other means.
+
+    Raises
+    ------
+    DumpError
+    """
+    uid = ud.user.user_id
+
+    def at(item_id: int, name: str) -> str:
+        return f"line {where[item_id]}, field {name!r}" if where is not None else f"item {item_id}, field {name!r}"
+
+    ids: set[int] = set()
+    for it in ud.items:
+        if it.id in ids:
+            raise DumpError(f"{at(it.id, 'id')}: item id {it.id} appears twice")
+        ids.add(it.id)
+    sessions = {s.session_id for s in ud.sessions}
+    others = [e.user_id for e in ud.sessions if e.user_id != uid] + [
+        e.user_id for e in ud.revisions if e.user_id != uid
+    ]
+    if others:
+        raise DumpError(f"a session or revision of user {others[0]!r} in the dump of user {uid!r}")
+    for it in ud.items:
+        if it.user_id != uid:
+            raise DumpError(f"{at(it.id, 'user_id')}: {it.user_id!r} in the dump of user {uid!r}")
+        for m in it.members:
+            if m not in ids:
+                raise DumpError(f"{at(it.id, 'members')}: item {m} is not an item of user {uid!r} in the dump")
+        for name in ("parent_id", "superseded_by"):
+            ref = getattr(it, name)
+            if ref is not None and (name == "superseded_by" or ref not in (ROOT, NO_TREE)) and ref not in ids:
+                raise DumpError(f"{at(it.id, name)}: item {ref} is not an item of user {uid!r} in the dump")
+        if it.parent_id == it.id:
+            raise DumpError(f"{at(it.id, 'parent_id')}: an item cannot be its own parent")
+        if it.kind == "turn" and it.session_id not in sessions:
+            raise DumpError(f"{at(it.id, 'session_id')}: session {it.session_id!r} has no session entry")
+    for rv in ud.revisions:
+        if rv.item_id not in ids:
+            raise DumpError(f"a revision of item {rv.item_id}, which is not an item of user {uid!r} in the dump")
+
+
+def read_dump(lines: Iterable[str | bytes]) -> Dump:
+    """Parse and validate a whole dump (an open text or binary file, or any iterable of lines).
+
+    Returns
+    -------
+    Dump
+
+    Raises
+    ------
+    DumpError
+        The first problem found, naming the line and the field: a line that is not a JSON
+        object, a missing header or footer, an unknown or mistyped field, an out-of-range value,
+        a vector of the wrong size, a duplicate user, session or item id, an entry outside its
+        user's block, a reference to an item the dump does not hold, counts that disagree with
+        the footer.
+    """
+    it = _parse(lines)
+    first = next(it, None)
+    if first is None:
+        raise DumpError("line 1: the dump is empty (expected a header line)")
+    header = _header(first)
+    users: list[UserDump] = []
+    seen_users: set[str] = set()
+    where: dict[int, int] = {}  # item id -> its line (this user's), for the reference checks
+    cur: UserDump | None = None
+    footer: _Line | None = None
+    n_items = 0
+
+    def close(ud: UserDump | None) -> None:
+        if ud is not None:
+            check_references(ud, where)
+
+    for ln in it:
+        if footer is not None:
+            raise ln.fail(f"a {ln.d['type']!r} line after the end line (line {footer.no})")
+        kind = ln.d["type"]
+        if kind == "user":
+            close(cur)
+            where = {}
+            d = ln.fields(_USER)
+            ln.non_empty(d, "user_id")
+            ln.non_negative(d, "drift_updates", "decays", "drift_total", "drift_last")
+            if d["user_id"] in seen_users:
+                raise ln.fail(f"user {d['user_id']!r} appears twice", "user_id")
+            seen_users.add(d["user_id"])
+            cur = UserDump(UserEntry(**d))
+            users.append(cur)
+            continue
+        if kind == "end":
+            d = ln.fields(_FOOTER)
+            close(cur)
+            if d["users"] != len(users):
+                raise ln.fail(f"the end line counts {d['users']} users, the dump holds {len(users)}", "users")
+            if d["items"] != n_items:
+                raise ln.fail(f"the end line counts {d['items']} items, the dump holds {n_items}", "items")
+            footer = ln
+            continue
+        if kind not in ("session", "item", "revision"):
+            raise ln.fail(f"unknown line type {kind!r} (header, user, session, item, revision, end)", "type")
+        if cur is None:
+            raise ln.fail(f"a {kind!r} line before any 'user' line", "type")
+        uid = ln.d.get("user_id")
+        if uid != cur.user.user_id:
+            raise ln.fail(f"{uid!r} is not the user of this block ({cur.user.user_id!r})", "user_id")
+        if kind == "session":
+            d = ln.fields(_SESSION)
+            ln.non_empty(d, "session_id")
+            ln.one_of(d, "status", SESSION_STATUSES)
+            ln.non_negative(d, "ends")
+            if any(s.session_id == d["session_id"] for s in cur.sessions):
+                raise ln.fail(f"session {d['session_id']!r} appears twice", "session_id")
+            if cur.items or cur.revisions:
+                raise ln.fail("session lines come before the user's items", "type")
+            cur.sessions.append(SessionEntry(**d))
+        elif kind == "item":
+            if cur.revisions:
+                raise ln.fail("item lines come before the user's revisions", "type")
+            item = _item(ln, header)
+            if item.id in where:
+                raise ln.fail(f"item id {item.id} appears twice (first on line {where[item.id]})", "id")
+            if item.kind == "turn" and not any(s.session_id == item.session_id for s in cur.sessions):
+                raise ln.fail(f"session {item.session_id!r} has no session line", "session_id")
+            where[item.id] = ln.no
+            cur.items.append(item)
+            n_items += 1
+        else:
+            d = ln.fields(_REVISION)
+            if d["item_id"] not in where:
+                raise ln.fail(f"item {d['item_id']} is not an item of user {uid!r} in the dump", "item_id")
+            cur.revisions.append(RevisionEntry(**d))
+    if footer is None:
+        raise DumpError("the dump ends without its end line: it was cut short (nothing was imported)")
+    return Dump(header, users)

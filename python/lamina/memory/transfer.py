@@ -1,0 +1,139 @@
+"""Export and import of one user's stored state (the entries of :mod:`lamina.memory.dump`).
+
+:func:`export_user` reads a user's rows from the store (inside a read snapshot: one consistent
+view); :func:`import_user` writes a validated :class:`~lamina.memory.dump.UserDump` through the
+store inside the caller's write (one transaction), with fresh item ids: every reference of the
+dump (a leaf's ``members``, a tree node's ``parent_id``, a fact's ``superseded_by``, a
+revision's item) is remapped to the new ids, and the new ids keep the dump's order, so the
+state built from the imported rows is the exported one. :func:`import_vectors` settles the
+vector of every item before the write (the dump's, or re-embedded; outside the lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .dump import TEXT_KINDS, DumpError, ItemEntry, RevisionEntry, SessionEntry, UserDump, UserEntry, check_references
+from .records import ITEM_FIELDS, NO_TREE, ROOT, unit
+from .reports import ImportReport
+from .store import Store, seq_of
+from .tx import Tx
+
+__all__ = ["export_user", "import_vectors", "import_user"]
+
+Vec = npt.NDArray[np.float32]
+_ENTRY_FIELDS = tuple(f for f in ITEM_FIELDS if f != "seq")
+
+
+def export_user(store: Store, user_id: str, *, vectors: bool) -> UserDump | None:
+    """Every stored row of a user (None: no such user), read inside the caller's snapshot.
+    ``vectors``: every item's vector; otherwise only those of items not in
+    :data:`~lamina.memory.dump.TEXT_KINDS`."""
+    rows = store.users(user_id)
+    if not rows:
+        return None
+    _uid, _ns, total, last, updates, decays = rows[0]
+    ud = UserDump(UserEntry(user_id, float(total), float(last), int(updates), int(decays)))
+    for _u, sid, status, started, ended, ends in sorted(store.sessions(user_id), key=lambda s: s[1]):
+        ud.sessions.append(SessionEntry(user_id, sid, status, started, ended, int(ends)))
+    for row in store.load_items(user_id):
+        emb = row["embedding"]
+        keep = vectors or row["kind"] not in TEXT_KINDS
+        fields: dict[str, Any] = {k: row[k] for k in _ENTRY_FIELDS}
+        fields["sources"] = tuple(row["sources"])
+        fields["members"] = tuple(row["members"])
+        vec = np.frombuffer(emb, dtype=np.float32).copy() if keep else None
+        ud.items.append(ItemEntry(**fields, embedding=vec))
+        for text, changed_at in store.revisions(int(row["id"])):
+            ud.revisions.append(RevisionEntry(user_id, int(row["id"]), text, changed_at))
+    return ud
+
+
+def import_vectors(
+    ud: UserDump, embed: Callable[[list[str]], Vec], dim: int, usable: bool
+) -> tuple[dict[int, Vec], int]:
+    """The vector of every item of a dump (by the dump's id), and how many were computed.
+
+    ``usable``: the dump's vectors are of this memory's embedder (its header names it), so
+    they are taken as they are. Otherwise, and for items that carry none, turns and facts are
+    embedded from their text (what the write path does), a segment's vector is the normalised
+    mean of its member turns' (the consolidation's rule), and any other item (summary, note,
+    profile: vectors the loop blended or moved over time) is embedded from its text, which
+    approximates what the exporting memory held.
+
+    Raises
+    ------
+    DumpError
+        The dump is not whole (:func:`~lamina.memory.dump.check_references`) or a vector has
+        another dimension.
+    """
+    check_references(ud)
+    out: dict[int, Vec] = {}
+    if usable:
+        for it in ud.items:
+            if it.embedding is not None:
+                if it.embedding.shape != (dim,):
+                    raise DumpError(f"item {it.id}, field 'embedding': shape {it.embedding.shape}, expected ({dim},)")
+                out[it.id] = it.embedding
+    todo = [it for it in ud.items if it.id not in out and (it.kind != "segment" or not it.members)]
+    if todo:
+        X = embed([it.text for it in todo])
+        out.update({it.id: np.ascontiguousarray(X[i], dtype=np.float32) for i, it in enumerate(todo)})
+    for it in ud.items:
+        if it.id not in out:  # a segment of another space: from its member turns
+            out[it.id] = unit(np.stack([out[m] for m in it.members]).mean(axis=0))
+    return out, sum(1 for it in ud.items if not (usable and it.embedding is not None))
+
+
+def _remap(ref: int | None, new: dict[int, int]) -> int | None:
+    return ref if ref is None or ref in (ROOT, NO_TREE) else new[ref]
+
+
+def _row(it: ItemEntry, user_id: str, rid: int, new: dict[int, int], vec: Vec) -> dict[str, Any]:
+    row: dict[str, Any] = {k: getattr(it, k) for k in _ENTRY_FIELDS}
+    row.update(
+        id=rid,
+        user_id=user_id,
+        seq=seq_of(rid),
+        sources=tuple(it.sources),
+        members=[new[m] for m in it.members],
+        parent_id=_remap(it.parent_id, new),
+        superseded_by=_remap(it.superseded_by, new),
+        embedding=np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
+    )
+    return row
+
+
+def import_user(
+    tx: Tx, ud: UserDump, user_id: str, vectors: dict[int, Vec], reembedded: int, replaced: bool
+) -> ImportReport:
+    """Write a user's dump as ``user_id`` (absent from the store: the caller checked, or
+    deleted it) inside the write ``tx``; the state of the user is then loaded from the rows
+    written, as an open loads it."""
+    st, store = tx.st, tx.store
+    tx.user(user_id)  # (creates the user's row with a fresh namespace index)
+    e = ud.user
+    store.set_drift(user_id, e.drift_total, e.drift_last, e.drift_updates)
+    store.set_decays(user_id, e.decays)
+    for s in ud.sessions:
+        store.upsert_session(user_id, s.session_id, s.status, s.started_at, s.ended_at, s.ends)
+    ids: Sequence[int] = store.new_ids(len(ud.items)) if ud.items else []
+    new = {it.id: rid for it, rid in zip(ud.items, ids)}
+    store.insert_items([_row(it, user_id, new[it.id], new, vectors[it.id]) for it in ud.items])
+    for rv in ud.revisions:
+        store.add_revision(new[rv.item_id], rv.text, rv.changed_at)
+    st.reload_user(store, user_id, store.user_versions(user_id))
+    return ImportReport(
+        user_id=user_id,
+        from_user_id=e.user_id,
+        items=len(ud.items),
+        sessions=len(ud.sessions),
+        revisions=len(ud.revisions),
+        reembedded=reembedded,
+        replaced=replaced,
+        ids={old: new[old] for old in sorted(new)},
+    )

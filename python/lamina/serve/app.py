@@ -1,0 +1,422 @@
+"""The HTTP API of ``lamina serve``: :func:`create_app` builds the FastAPI app.
+
+Every route that touches the memory runs its call on the service's bounded work pool
+(:class:`~lamina.serve.limits.WorkPool`): the event loop never blocks on native work, and a full
+queue answers 503 at once. Responses are the wire form of :mod:`lamina.wire` (described by the
+models of :mod:`~lamina.serve.schemas`), serialised once, without a second validation pass.
+
+User ids in paths and bodies are the caller's; the service stores them in the caller's tenant
+namespace (:mod:`~lamina.serve.tenancy`), and item routes answer 403 for another tenant's item.
+
+Besides the routes here: a user's export and import (:mod:`~lamina.serve.transfer`) and, unless
+``ServeConfig.mcp`` is off, the MCP server at ``/mcp`` (:mod:`~lamina.serve.mcp`), on the same
+memory with the same keys and tenants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Path, Query
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from ..embedders import get_embedder
+from ..errors import InvalidInput
+from ..memory import Memory, MemoryConfig
+from ..wire import context_to_json, delete_report_to_json, item_to_json, session_report_to_json
+from . import schemas as S
+from .auth import KeyRing
+from .errors import error_response, install_error_handlers
+from .limits import BodyLimit, Limits, RequestTooLarge
+from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
+from .service import Caller, CallerDep, Service, ServiceDep
+from .tenancy import owns
+from .transfer import IMPORT_PATH, transfer_router
+
+__all__ = ["ServeConfig", "create_app", "app_from_env", "ENV_CONFIG"]
+
+#: Environment variable through which ``lamina serve --workers N`` hands its options to each worker.
+ENV_CONFIG = "LAMINA_SERVE_CONFIG"
+_MAX_ID = 2**63 - 1
+_ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": S.ErrorOut} for s in (400, 401, 403, 404, 413, 422, 503)}
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What ``lamina serve`` serves.
+
+    Attributes
+    ----------
+    db : str or None
+        SQLite file (None: in memory, gone at shutdown).
+    embedder : str
+        ``auto``, ``hashing``, ``minilm`` (a database remembers its embedder).
+    keys : KeyRing
+        Empty: no authentication (the command line then binds to loopback only).
+    limits : Limits
+    config : MemoryConfig, optional
+    tenant_metrics_max_age : float
+        Seconds ``/metrics`` reuses its count of users and items per tenant (default 15).
+    mcp : bool
+        Serve the MCP server at ``/mcp`` (:mod:`~lamina.serve.mcp`; default True).
+    host : str
+        The address served (the MCP transport's DNS-rebinding protection is on for loopback).
+    """
+
+    db: str | None
+    embedder: str = "auto"
+    keys: KeyRing = field(default_factory=KeyRing)
+    limits: Limits = field(default_factory=Limits)
+    config: MemoryConfig | None = None
+    tenant_metrics_max_age: float = 15.0
+    mcp: bool = True
+    host: str = "127.0.0.1"
+
+    def to_env(self) -> str:
+        """This configuration as JSON for :data:`ENV_CONFIG` (keys travel as their hashes)."""
+        return json.dumps(
+            {
+                "db": self.db,
+                "embedder": self.embedder,
+                "keys": dict(self.keys.tenants_by_hash),
+                "limits": {k: getattr(self.limits, k) for k in self.limits.__dataclass_fields__},
+                "tenant_metrics_max_age": self.tenant_metrics_max_age,
+                "mcp": self.mcp,
+                "host": self.host,
+            }
+        )
+
+    @classmethod
+    def from_env(cls, raw: str) -> ServeConfig:
+        d = json.loads(raw)
+        return cls(
+            db=d["db"],
+            embedder=d["embedder"],
+            keys=KeyRing(d["keys"]),
+            limits=Limits(**d["limits"]),
+            tenant_metrics_max_age=float(d["tenant_metrics_max_age"]),
+            mcp=bool(d["mcp"]),
+            host=str(d["host"]),
+        )
+
+
+def _plain(x: object) -> object:
+    """A numpy scalar as the Python number it holds (JSON knows no numpy types)."""
+    item = getattr(x, "item", None)
+    if callable(item):
+        return item()
+    raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
+def _dumps_std(obj: object) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=_plain).encode()
+
+
+try:  # orjson (in the serve extra) serialises a context about 7x faster than json
+    import orjson
+
+    def _dumps(obj: object) -> bytes:
+        return orjson.dumps(obj, default=_plain, option=orjson.OPT_SERIALIZE_NUMPY)
+except ImportError:  # pragma: no cover - depends on the installation
+    _dumps = _dumps_std
+
+
+def _json(obj: object, status: int = 200) -> Response:
+    return Response(_dumps(obj), status, media_type="application/json")
+
+
+def _items(caller: Caller, items: Sequence[Any]) -> Response:
+    return _json({"items": [item_to_json(it, caller.public(it.user_id)) for it in items]})
+
+
+ItemId = Annotated[int, Path(ge=-_MAX_ID, le=_MAX_ID, description="An item id.")]
+OfUser = Annotated[str | None, Query(description="Only if the item is this user's (404 otherwise).")]
+
+
+def _routes() -> APIRouter:
+    r = APIRouter(responses=_ERRORS)
+
+    @r.post("/v1/memories", response_model=S.AddResponse, tags=["memories"], summary="Add messages (turns)")
+    async def add(req: S.AddRequest, svc: ServiceDep, caller: CallerDep) -> Response:
+        if len(req.messages) > svc.limits.max_messages:
+            raise RequestTooLarge(
+                f"{len(req.messages)} messages in one add; at most {svc.limits.max_messages} (max_messages)",
+                "too_many_messages",
+            )
+        msgs = [m.model_dump(exclude_none=True) for m in req.messages]
+        uid = caller.uid(req.user_id)
+        mem = svc.memory
+        ids = await svc.call(
+            caller, lambda: mem.add(msgs, user_id=uid, session_id=req.session_id, timestamp=req.timestamp)
+        )
+        return _json({"ids": ids})
+
+    @r.post(
+        "/v1/sessions/end", response_model=S.SessionReportOut, tags=["memories"], summary="End (consolidate) a session"
+    )
+    async def end_session(req: S.EndSessionRequest, svc: ServiceDep, caller: CallerDep) -> Response:
+        uid = caller.uid(req.user_id)
+        mem = svc.memory
+        rep = await svc.call(caller, lambda: mem.end_session(user_id=uid, session_id=req.session_id, now=req.now))
+        return _json(session_report_to_json(rep))
+
+    @r.post("/v1/context", response_model=S.ContextOut, tags=["read"], summary="A budgeted context for a query")
+    async def context(req: S.ContextRequest, svc: ServiceDep, caller: CallerDep) -> Response:
+        uid = caller.uid(req.user_id)
+        mem = svc.memory
+
+        def work() -> dict[str, Any]:
+            ctx = mem.context(
+                req.query,
+                user_id=uid,
+                budget=req.budget,
+                now=req.now,
+                domain=req.domain,
+                include_archive=req.include_archive,
+            )
+            return context_to_json(ctx, req.user_id)
+
+        return _json(await svc.call(caller, work))
+
+    @r.post("/v1/search", response_model=S.ItemsOut, tags=["read"], summary="Top-k items by similarity")
+    async def search(req: S.SearchRequest, svc: ServiceDep, caller: CallerDep) -> Response:
+        uid = caller.uid(req.user_id)
+        mem = svc.memory
+        items = await svc.call(
+            caller, lambda: mem.search(req.query, user_id=uid, k=req.k, layers=req.layers, now=req.now)
+        )
+        return _items(caller, items)
+
+    def owner(svc: Service, caller: Caller, item_id: int, user_id: str | None) -> str:
+        """The stored owner of an item of the caller's (403 for another tenant's, 404 for none)."""
+        stored = svc.memory.get(item_id).user_id
+        caller.check_owner(stored, item_id)
+        return stored if user_id is None else caller.uid(user_id)
+
+    @r.get("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="One item")
+    async def get_item(
+        item_id: ItemId,
+        svc: ServiceDep,
+        caller: CallerDep,
+        user_id: OfUser = None,
+    ) -> Response:
+        mem = svc.memory
+        it = await svc.call(caller, lambda: mem.get(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        return _json(item_to_json(it, caller.public(it.user_id)))
+
+    @r.patch("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="Replace an item's text")
+    async def update_item(
+        req: S.UpdateRequest,
+        item_id: ItemId,
+        svc: ServiceDep,
+        caller: CallerDep,
+        user_id: OfUser = None,
+    ) -> Response:
+        mem = svc.memory
+        it = await svc.call(
+            caller,
+            lambda: mem.update(
+                item_id, req.text, user_id=owner(svc, caller, item_id, user_id), timestamp=req.timestamp
+            ),
+        )
+        return _json(item_to_json(it, caller.public(it.user_id)))
+
+    @r.delete("/v1/memories/{item_id}", response_model=S.DeleteReportOut, tags=["memories"], summary="Delete an item")
+    async def delete_item(
+        item_id: ItemId,
+        svc: ServiceDep,
+        caller: CallerDep,
+        user_id: OfUser = None,
+    ) -> Response:
+        mem = svc.memory
+        rep = await svc.call(caller, lambda: mem.delete(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        return _json(delete_report_to_json(rep))
+
+    @r.get(
+        "/v1/memories/{item_id}/history", response_model=S.ItemsOut, tags=["memories"], summary="Versions of an item"
+    )
+    async def history(
+        item_id: ItemId,
+        svc: ServiceDep,
+        caller: CallerDep,
+        user_id: OfUser = None,
+    ) -> Response:
+        mem = svc.memory
+        items = await svc.call(caller, lambda: mem.history(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        return _items(caller, items)
+
+    @r.get("/v1/users", response_model=S.UsersOut, tags=["users"], summary="The caller's user ids")
+    async def users(svc: ServiceDep, caller: CallerDep) -> Response:
+        all_ids = await svc.call(caller, svc.memory.users)
+        return _json({"users": [caller.public(u) for u in all_ids if owns(caller.tenant, u)]})
+
+    @r.get("/v1/users/{user_id:path}/facts", response_model=S.ItemsOut, tags=["users"], summary="A user's facts")
+    async def facts(
+        user_id: str,
+        svc: ServiceDep,
+        caller: CallerDep,
+        subject: str | None = None,
+        current: bool = True,
+    ) -> Response:
+        uid = caller.uid(user_id)
+        mem = svc.memory
+        items = await svc.call(caller, lambda: mem.facts(user_id=uid, subject=subject, current=current))
+        return _items(caller, items)
+
+    @r.delete("/v1/users/{user_id:path}", response_model=S.DeleteReportOut, tags=["users"], summary="Delete a user")
+    async def delete_user(user_id: str, svc: ServiceDep, caller: CallerDep) -> Response:
+        uid = caller.uid(user_id)
+        mem = svc.memory
+        rep = await svc.call(caller, lambda: mem.delete_user(user_id=uid))
+        return _json(delete_report_to_json(rep))
+
+    @r.get("/healthz", response_model=S.HealthOut, tags=["ops"], summary="The process is alive")
+    async def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @r.get("/readyz", response_model=S.HealthOut, tags=["ops"], summary="The memory is open and serving")
+    async def readyz(svc: ServiceDep) -> Response:
+        if not svc.ready:
+            return error_response(503, "not_ready", "starting or shutting down", {"Retry-After": "1"})
+        return _json({"status": "ready"})
+
+    @r.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=Response)
+    async def metrics(svc: ServiceDep) -> Response:
+        data = await asyncio.to_thread(generate_latest, svc.metrics.registry)
+        return Response(data, media_type=CONTENT_TYPE_LATEST)
+
+    return r
+
+
+def _tenant_counts(svc: Service) -> list[tuple[str, int]]:
+    if not svc.ready:
+        return []
+    mem = svc.memory
+    out = []
+    for u in mem.users():
+        try:
+            out.append((u, mem.stats(user_id=u).items))
+        except KeyError:  # deleted meanwhile
+            continue
+    return out
+
+
+def create_app(
+    config: ServeConfig,
+    *,
+    memory: Memory | None = None,
+    routers: Sequence[APIRouter] = (),
+    mounts: Mapping[str, ASGIApp] | None = None,
+    lifespans: Sequence[Callable[[FastAPI], AbstractAsyncContextManager[None]]] = (),
+    metrics: ServeMetrics | None = None,
+) -> FastAPI:
+    """The ASGI app of ``lamina serve``.
+
+    Parameters
+    ----------
+    config : ServeConfig
+    memory : Memory, optional
+        Serve this memory (the caller closes it); by default the app opens ``config.db`` at
+        startup and closes it at shutdown, after the in-flight calls finished.
+    routers : sequence of fastapi.APIRouter
+        More routes (the export and import routes of :mod:`~lamina.serve.transfer` are always
+        included); they reach the service with
+        :func:`~lamina.serve.service.get_service` and :func:`~lamina.serve.service.get_caller`.
+    mounts : mapping of path to ASGI app
+        Sub-applications mounted under a path (an admin UI, say; the MCP server at ``/mcp`` is
+        built in: ``config.mcp``). They get no authentication from this app: they read the
+        ``Authorization`` header and call ``app.state.lamina.caller_from_header(...)``
+        themselves, and reach the memory through ``app.state.lamina`` (a
+        :class:`~lamina.serve.service.Service`).
+    lifespans : sequence of callables
+        ``lifespan(app)`` async context managers entered after the memory opens and exited
+        before it closes, in order (Starlette runs no lifespan of a mounted sub-application:
+        its session manager, say, is started here). With ``config.mcp``, the MCP endpoint's
+        (:class:`~lamina.serve.mcp.McpEndpoint`) comes last.
+    metrics : ServeMetrics, optional
+        The metrics to report (default: new ones); give those a ``memory``'s
+        :class:`~lamina.serve.metrics.TimedEmbedder` reports to.
+
+    Returns
+    -------
+    fastapi.FastAPI
+        Its ``.state.lamina`` is the :class:`~lamina.serve.service.Service`.
+    """
+    metrics = metrics if metrics is not None else ServeMetrics()
+    svc = Service(config.keys, config.limits, metrics, memory)
+    metrics.registry.register(TenantCollector(lambda: _tenant_counts(svc), config.tenant_metrics_max_age))
+    extra_lifespans = list(lifespans)
+    mcp_routes: list[Route] = []
+    if config.mcp:
+        from .mcp import MCP_PATH, McpEndpoint
+
+        endpoint = McpEndpoint(svc, host=config.host)
+        extra_lifespans.append(endpoint.lifespan)
+        mcp_routes = [Route(p, endpoint, include_in_schema=False) for p in (MCP_PATH, MCP_PATH + "/")]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = memory is None
+        if owned:
+            emb = TimedEmbedder(get_embedder(config.embedder), metrics)
+            svc.set_memory(await asyncio.to_thread(Memory, config.db, emb, config.config))
+        try:
+            async with AsyncExitStack() as stack:
+                for extra in extra_lifespans:
+                    await stack.enter_async_context(extra(app))
+                yield
+        finally:
+            # uvicorn has stopped accepting and waited for the open requests; the pool's
+            # threads finish what they run, then the memory writes its pending statistics
+            mem = svc._memory
+            svc.ready = False
+            await asyncio.to_thread(svc.pool.shutdown)
+            if owned and mem is not None:
+                mem.close()
+                svc.set_memory(None)
+
+    app = FastAPI(
+        title="lamina",
+        version=_version(),
+        summary="Long-term memory for LLM agents, as a service",
+        lifespan=lifespan,
+    )
+    app.state.lamina = svc
+    install_error_handlers(app)
+    app.include_router(_routes())
+    app.include_router(transfer_router())
+    for extra in routers:
+        app.include_router(extra)
+    app.router.routes.extend(mcp_routes)
+    for path, sub in (mounts or {}).items():
+        app.mount(path, sub)
+    app.add_middleware(
+        BodyLimit,
+        max_body_bytes=config.limits.max_body_bytes,
+        larger=[("POST", IMPORT_PATH, config.limits.max_import_bytes, "max_import_bytes")],
+    )
+    app.add_middleware(MetricsMiddleware, metrics=metrics)  # the outermost: it times the others too
+    return app
+
+
+def _version() -> str:
+    from .._info import build_info
+
+    return str(build_info()["version"])
+
+
+def app_from_env() -> FastAPI:
+    """The app of the configuration in :data:`ENV_CONFIG` (uvicorn's factory for ``--workers N``)."""
+    raw = os.environ.get(ENV_CONFIG)
+    if not raw:
+        raise InvalidInput(f"{ENV_CONFIG} is not set (lamina serve sets it for its workers)")
+    return create_app(ServeConfig.from_env(raw))

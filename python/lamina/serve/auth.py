@@ -1,0 +1,149 @@
+"""API keys: which tenant a ``Authorization: Bearer <key>`` header speaks for.
+
+Keys are stored hashed: ``sha256:<hex of SHA-256 of the key's UTF-8 bytes>`` (``lamina keys
+hash KEY`` prints it; ``lamina keys new TENANT`` makes a random key and its keys-file entry).
+The keys file is TOML, one table per tenant::
+
+    # keys.toml
+    [tenants.acme]
+    keys = ["sha256:3f0c...", "sha256:9a1b..."]   # several keys: rotation
+
+    [tenants.globex]
+    keys = ["sha256:77de..."]
+
+The environment variable ``LAMINA_API_KEYS="tenant1:key1,tenant2:key2"`` adds plain keys
+(hashed on load), for tests and containers. A key maps to exactly one tenant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidInput
+from .tenancy import check_tenant
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+__all__ = ["KeyRing", "hash_key", "new_key", "ENV_VAR"]
+
+#: Environment variable with plain ``tenant:key`` pairs, comma-separated.
+ENV_VAR = "LAMINA_API_KEYS"
+_PREFIX = "sha256:"
+_MIN_KEY_LEN = 16
+
+
+def hash_key(key: str) -> str:
+    """The keys-file form of ``key``: ``sha256:<64 hex digits>``."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInput("an API key must be a non-empty string")
+    return _PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def new_key() -> str:
+    """A fresh random API key (32 bytes, URL-safe base64)."""
+    return "lmn_" + secrets.token_urlsafe(32)
+
+
+def _check_hash(h: object, where: str) -> str:
+    if not isinstance(h, str) or not h.startswith(_PREFIX) or len(h) != len(_PREFIX) + 64:
+        raise InvalidInput(
+            f"{where}: {h!r} is not a key hash; expected 'sha256:' and 64 hex digits (lamina keys hash KEY)"
+        )
+    hexpart = h[len(_PREFIX) :].lower()
+    try:
+        bytes.fromhex(hexpart)
+    except ValueError:
+        raise InvalidInput(f"{where}: {h!r} is not a key hash (not hexadecimal)") from None
+    return _PREFIX + hexpart
+
+
+@dataclass(frozen=True)
+class KeyRing:
+    """Hashed API keys and their tenants.
+
+    An empty ring means the service runs without authentication (the anonymous tenant; the
+    command line then binds to a loopback address only).
+
+    Thread safety: immutable, thread-safe.
+    """
+
+    tenants_by_hash: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any key is configured."""
+        return bool(self.tenants_by_hash)
+
+    @property
+    def tenants(self) -> list[str]:
+        """The tenants with at least one key, sorted."""
+        return sorted(set(self.tenants_by_hash.values()))
+
+    def tenant_of(self, key: str) -> str | None:
+        """The tenant of ``key``, or None when it is unknown."""
+        # looked up by the key's hash: the lookup's timing can tell only about hashes, not keys
+        return self.tenants_by_hash.get(_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest())
+
+    @classmethod
+    def from_sources(
+        cls, keys_file: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
+    ) -> KeyRing:
+        """Keys from a TOML keys file and from ``LAMINA_API_KEYS`` in ``env`` (default ``os.environ``).
+
+        Raises
+        ------
+        InvalidInput
+            An unreadable or malformed keys file or variable (naming the entry), a key of two tenants.
+        """
+        pairs: list[tuple[str, str, str]] = []  # (hash, tenant, where)
+        if keys_file is not None:
+            pairs.extend(_read_keys_file(Path(keys_file)))
+        env = os.environ if env is None else env
+        raw = env.get(ENV_VAR, "").strip()
+        if raw:
+            for i, part in enumerate(p for p in raw.split(",") if p.strip()):
+                tenant, sep, key = part.strip().partition(":")
+                if not sep or not key:
+                    raise InvalidInput(f"{ENV_VAR} entry {i + 1} must be 'tenant:key', got {part.strip()[:40]!r}")
+                if len(key) < _MIN_KEY_LEN:
+                    raise InvalidInput(
+                        f"{ENV_VAR}: the key of tenant {tenant!r} is shorter than {_MIN_KEY_LEN} characters"
+                    )
+                pairs.append((hash_key(key), check_tenant(tenant), f"{ENV_VAR} entry {i + 1}"))
+        out: dict[str, str] = {}
+        for h, tenant, where in pairs:
+            if out.get(h, tenant) != tenant:
+                raise InvalidInput(f"{where}: the same key is given to tenants {out[h]!r} and {tenant!r}")
+            out[h] = tenant
+        return cls(out)
+
+
+def _read_keys_file(path: Path) -> list[tuple[str, str, str]]:
+    try:
+        doc: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise InvalidInput(f"cannot read keys file {path}: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidInput(f"keys file {path} is not valid TOML: {e}") from None
+    tenants = doc.get("tenants")
+    if not isinstance(tenants, dict) or not tenants:
+        raise InvalidInput(f"keys file {path} needs [tenants.<name>] tables with keys = ['sha256:...']")
+    out = []
+    for name, table in tenants.items():
+        check_tenant(name)
+        keys = table.get("keys") if isinstance(table, dict) else None
+        if not isinstance(keys, list) or not keys:
+            raise InvalidInput(f"keys file {path}: [tenants.{name}] needs keys = ['sha256:...'] (a non-empty list)")
+        for j, h in enumerate(keys):
+            out.append((_check_hash(h, f"keys file {path}, tenants.{name}.keys[{j}]"), name, f"keys file {path}"))
+    return out

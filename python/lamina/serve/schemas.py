@@ -1,0 +1,181 @@
+"""Request and response bodies of the HTTP API (pydantic v2; they make the OpenAPI at ``/docs``).
+
+Requests are validated by these models (unknown fields are refused: 422 ``validation_error``);
+the values then go through :class:`lamina.Memory`'s own checks (400 ``invalid_input``). Responses
+are the wire form of :mod:`lamina.wire`, which these models describe (a test checks each
+response against its model).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Message",
+    "AddRequest",
+    "AddResponse",
+    "EndSessionRequest",
+    "SessionReportOut",
+    "ContextRequest",
+    "ItemOut",
+    "ContextOut",
+    "SearchRequest",
+    "ItemsOut",
+    "UpdateRequest",
+    "DeleteReportOut",
+    "UsersOut",
+    "ErrorOut",
+    "HealthOut",
+]
+
+#: An event time: seconds since the Unix epoch, or an ISO-8601 string ("2023-05-08T13:56:00Z").
+Time = float | str
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Message(_In):
+    """One message of ``POST /v1/memories`` (``speaker``/``role``, ``text``/``content``)."""
+
+    text: str | None = Field(None, description="The message text (or give it as `content`).")
+    content: str | None = None
+    speaker: str | None = Field(None, description="Who spoke (or give it as `role`).")
+    role: str | None = None
+    id: str | int | None = Field(None, description="Your id of the message (default `t<item id>`).")
+    timestamp: Time | None = Field(None, description="Event time of the message.")
+    domain: str | None = None
+    commitment: Literal["persist", "ephemeral", "verify"] | None = None
+
+
+class AddRequest(_In):
+    user_id: str
+    session_id: str
+    messages: list[Message]
+    timestamp: Time | None = Field(None, description="Event time of messages without one (default: now).")
+
+
+class AddResponse(BaseModel):
+    ids: list[int] = Field(description="Item ids of the new turns, in order.")
+
+
+class EndSessionRequest(_In):
+    user_id: str
+    session_id: str
+    now: Time | None = Field(None, description="Event time of the consolidation (default: the last turn's).")
+
+
+class SessionReportOut(BaseModel):
+    segments: int
+    facts: int
+    promoted: int
+    evicted: int
+    blend_drift: float
+
+
+class ContextRequest(_In):
+    user_id: str
+    query: str
+    budget: int = Field(1024, description="Token budget (whitespace words of the rendered context).")
+    now: Time | None = None
+    domain: str | None = None
+    include_archive: bool = False
+
+
+class ItemOut(BaseModel):
+    """A memory item (:class:`lamina.MemoryItem`)."""
+
+    id: int
+    text: str
+    layer: str
+    kind: str
+    user_id: str
+    session_id: str | None
+    score: float
+    sources: list[str]
+    timestamp: float | None
+    speaker: str | None
+    subject: str | None
+    predicate: str | None
+    object: str | None
+    valid_from: float | None
+    valid_to: float | None
+    superseded_by: int | None
+    summary: str | None
+    access_count: int
+    last_access: float | None
+    strength: float
+    domain: str | None
+    commitment: str
+    turns: list[tuple[float | None, str | None, str]] = Field(
+        description="Raw turns shown with the item: [time, speaker, text]."
+    )
+
+
+class ContextOut(BaseModel):
+    """A budgeted context (:class:`lamina.Context`) and its rendered ``text``."""
+
+    items: list[ItemOut]
+    gates: dict[str, float]
+    beta: float
+    abstain: bool
+    query: str
+    budget: int
+    text: str = Field(description="The context rendered for a prompt (empty when abstaining).")
+
+
+class SearchRequest(_In):
+    user_id: str
+    query: str
+    k: int = 10
+    layers: list[str] | None = Field(None, description="Any of working, episodic, semantic, archive, history.")
+    now: Time | None = None
+
+
+class ItemsOut(BaseModel):
+    items: list[ItemOut]
+
+
+class UpdateRequest(_In):
+    text: str
+    timestamp: Time | None = None
+
+
+class DeleteReportOut(BaseModel):
+    deleted: int
+    ids: list[int]
+
+
+class ImportReportOut(BaseModel):
+    """What an import wrote (:class:`lamina.memory.reports.ImportReport`)."""
+
+    user_id: str = Field(description="The user the dump was imported as (the path's).")
+    from_user_id: str = Field(description="The user's id in the dump.")
+    items: int
+    sessions: int
+    revisions: int
+    reembedded: int = Field(description="Item vectors computed on import rather than taken from the dump.")
+    replaced: bool = Field(description="Whether an existing user was deleted first.")
+    ids: dict[str, int] = Field(description="The dump's item id -> the new item id.")
+
+
+class UsersOut(BaseModel):
+    users: list[str]
+
+
+class ErrorOut(BaseModel):
+    """Every error response: a stable ``code`` and a message for people."""
+
+    code: str = Field(
+        description="invalid_input, bad_dump, type_error, validation_error, unauthorized, forbidden, "
+        "not_found, user_exists, too_large, too_many_messages, overloaded, store_busy, not_ready, internal"
+    )
+    message: str
+    detail: list[dict[str, object]] | None = Field(None, description="Per-field errors of a validation_error.")
+
+
+class HealthOut(BaseModel):
+    status: str

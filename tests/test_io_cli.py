@@ -1,0 +1,110 @@
+"""``lamina export`` / ``lamina import``: a real pipe between two processes, user selection and
+renaming, refusal of an existing user and ``--replace``, errors as messages and exit status 1."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lamina
+from lamina import Memory
+from lamina.cli import main
+
+T0 = 1_683_550_000.0
+
+
+def _lamina(*args: str) -> list[str]:
+    return [sys.executable, *(["-S"] if sys.flags.no_site else []), "-m", "lamina", *args]
+
+
+def _env() -> dict[str, str]:
+    pkg_root = str(Path(lamina.__file__).resolve().parents[1])
+    path = [pkg_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
+def _build(path: Path) -> None:
+    with Memory(path, embedder="hashing-128") as m:
+        for u, city in (("ann", "Oslo"), ("bob", "Lima")):
+            m.add(
+                [
+                    {"speaker": u.title(), "text": f"I live in {city}.", "timestamp": T0},
+                    {"speaker": u.title(), "text": "I work as a pilot.", "timestamp": T0 + 60},
+                ],
+                user_id=u,
+                session_id="s1",
+            )
+            m.end_session(user_id=u, session_id="s1")
+
+
+def test_export_pipe_import_between_processes(tmp_path: Path) -> None:
+    _build(tmp_path / "a.db")
+    env = _env()
+    dump = tmp_path / "dump.jsonl"
+    with open(dump, "w") as out:
+        r = subprocess.run(
+            _lamina("export", "--db", str(tmp_path / "a.db")), stdout=out, stderr=subprocess.PIPE, env=env
+        )
+    assert r.returncode == 0, r.stderr
+    assert b"2 users" in r.stderr
+    with open(dump) as src:
+        r = subprocess.run(
+            _lamina("import", "--db", str(tmp_path / "b.db")), stdin=src, capture_output=True, env=env, text=True
+        )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and "'ann' as 'ann'" in r.stderr and "'bob' as 'bob'" in r.stderr
+    # the new database took the dump's embedder (hashing-128), so every derived vector was used
+    with Memory(tmp_path / "b.db", embedder="hashing-128") as b, Memory(tmp_path / "a.db", embedder="hashing-128") as a:
+        assert b.users() == ["ann", "bob"]
+        for u in ("ann", "bob"):
+            q = "Where does the pilot live?"
+            assert b.context(q, user_id=u, now=T0 + 600).render() == a.context(q, user_id=u, now=T0 + 600).render()
+
+
+def test_user_selection_renaming_and_replace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _build(tmp_path / "a.db")
+    assert main(["export", "--db", str(tmp_path / "a.db"), "--user", "bob", "--vectors"]) == 0
+    text = capsys.readouterr().out
+    assert text.count('"type": "user"') == 1 and '"vectors": "all"' in text
+    (tmp_path / "bob.jsonl").write_text(text)
+    db = str(tmp_path / "a.db")
+    assert main(["import", "--db", db, str(tmp_path / "bob.jsonl")]) == 1  # bob exists
+    assert "'bob' exist already" in capsys.readouterr().err
+    assert main(["import", "--db", db, str(tmp_path / "bob.jsonl"), "--as", "carl"]) == 0
+    assert main(["import", "--db", db, str(tmp_path / "bob.jsonl"), "--user-map", "bob=dora"]) == 0
+    assert main(["import", "--db", db, str(tmp_path / "bob.jsonl"), "--replace"]) == 0
+    assert "(replaced)" in capsys.readouterr().err
+    with Memory(db, embedder="hashing-128") as m:
+        assert m.users() == ["ann", "bob", "carl", "dora"]
+        assert sorted(f.object for f in m.facts(user_id="dora")) == ["Lima", "pilot"]
+    assert main(["import", "--db", db, str(tmp_path / "bob.jsonl"), "--user-map", "zed=x"]) == 1
+    assert "does not hold" in capsys.readouterr().err
+
+
+def test_errors_are_messages_with_status_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["export", "--db", str(tmp_path / "missing.db")]) == 1
+    assert "no database at" in capsys.readouterr().err
+    assert not (tmp_path / "missing.db").exists()
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"type": "header"}\n'))
+    assert main(["import", "--db", str(tmp_path / "b.db")]) == 1
+    assert "line 1, field 'format': missing" in capsys.readouterr().err
+    _build(tmp_path / "a.db")
+    main(["export", "--db", str(tmp_path / "a.db")])
+    text = capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    assert main(["import", "--db", str(tmp_path / "c.db"), "--as", "x"]) == 1  # two users
+    assert "--as needs a dump of one user" in capsys.readouterr().err
+    # a database of another embedder: the dump's vectors are not used, all are computed
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text))
+    assert main(["import", "--db", str(tmp_path / "d.db"), "--embedder", "hashing-64"]) == 0
+    err = capsys.readouterr().err
+    with Memory(tmp_path / "d.db", embedder="hashing-64") as d:
+        n = d.stats(user_id="ann").items
+    assert f"'ann' as 'ann': {n} items, 1 sessions, 0 revisions, {n} vectors computed" in err
