@@ -49,7 +49,9 @@ def _run(isa: str | None, out: Path) -> dict[str, Any]:
         env["LAMINA_SIMD"] = isa
     here = str(Path(__file__).resolve().parent)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(lamina.__file__).parents[1]), here, *sys.path])
-    subprocess.run([sys.executable, "-S", "-c", SCRIPT, str(out)], env=env, check=True, timeout=300)
+    # (-S only where this process runs without site: an editable install's finder is a site hook)
+    flags = ["-S"] if sys.flags.no_site else []
+    subprocess.run([sys.executable, *flags, "-c", SCRIPT, str(out)], env=env, check=True, timeout=300)
     with np.load(out) as z:
         return {k: z[k] for k in z.files}
 
