@@ -199,7 +199,8 @@ def test_metrics(a: httpx.Client, b: httpx.Client, anon: httpx.Client) -> None:
     text = anon.get("/metrics").text
     assert 'lamina_requests_total{method="POST",route="/v1/memories",status="200"}' in text
     assert 'lamina_request_seconds_bucket{le="0.001",method="POST",route="/v1/context"}' in text
-    assert 'lamina_requests_total{method="GET",route="/v1/users",status="401"}' in text
+    # refused by the key gate before routing
+    assert 'lamina_requests_total{method="GET",route="unauthenticated",status="401"}' in text
     assert "lamina_embed_seconds_count" in text and "lamina_embedded_texts_total" in text
     users = {
         ln.split()[0]: float(ln.split()[1])

@@ -34,7 +34,7 @@ from ..errors import InvalidInput
 from ..memory import Memory, MemoryConfig
 from ..wire import context_to_json, delete_report_to_json, item_to_json, session_report_to_json
 from . import schemas as S
-from .auth import KeyRing
+from .auth import KeyGate, KeyRing
 from .errors import error_response, install_error_handlers
 from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
@@ -404,6 +404,8 @@ def create_app(
         max_body_bytes=config.limits.max_body_bytes,
         larger=[("POST", IMPORT_PATH, config.limits.max_import_bytes, "max_import_bytes")],
     )
+    # with keys, a request without a known key is refused before anything reads its body
+    app.add_middleware(KeyGate, keys=config.keys)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # the outermost: it times the others too
     return app
 

@@ -56,6 +56,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             max_pending=args.max_pending,
             queue_timeout=args.queue_timeout,
             max_import_bytes=args.max_import_bytes,
+            max_imports=args.max_imports,
         )
     except InvalidInput as e:
         print(f"lamina serve: {e}", file=sys.stderr)
@@ -165,6 +166,13 @@ def add_serve_parsers(sub: Any) -> None:
         type=int,
         default=64 << 20,
         help="largest body of POST /v1/users/{user_id}/import (a JSONL dump; default 64 MiB)",
+    )
+    s.add_argument(
+        "--max-imports",
+        type=int,
+        default=2,
+        help="import bodies received or held at once (more: 503); imports hold about "
+        "max-imports x max-import-bytes of memory",
     )
     s.add_argument("--no-mcp", action="store_true", help="do not serve the MCP server at /mcp")
     s.add_argument("--keep-alive", type=int, default=30, help="seconds an idle keep-alive connection stays open")

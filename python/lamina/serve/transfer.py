@@ -10,7 +10,9 @@
   can never reach another tenant). The whole dump is validated before anything is written (a
   bad line: 400 ``bad_dump``, the message names the line and the field); an existing user
   without ``replace=true`` is 409 ``user_exists``; the body may be up to ``max_import_bytes``
-  (``lamina serve --max-import-bytes``, default 64 MiB), not ``max_body_bytes``.
+  (``lamina serve --max-import-bytes``, default 64 MiB), not ``max_body_bytes``. At most
+  ``max_imports`` import bodies (``--max-imports``, default 2) are received or held at once;
+  one more is 503 ``overloaded`` with ``Retry-After``, before its body is read.
 
 An export imported into another user of the same tenant (or another server with the same
 embedder) gives the same ``context()``.
@@ -26,7 +28,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response, StreamingResponse
 
-from ..errors import InvalidInput, NotFoundError
+from ..errors import InvalidInput, NotFoundError, Overloaded
 from ..memory import Memory
 from ..memory.dump import DumpError, read_dump
 from ..transfer import iter_export
@@ -118,10 +120,9 @@ def transfer_router() -> APIRouter:
         replace: Annotated[bool, Query(description="Delete an existing user of this id first.")] = False,
     ) -> Response:
         uid = caller.uid(user_id)
-        body = await request.body()
         mem = svc.memory
 
-        def work() -> bytes:
+        def _import(body: bytes) -> bytes:
             dump = read_dump(body.splitlines(keepends=True))
             if len(dump.users) != 1:
                 raise DumpError(
@@ -138,7 +139,17 @@ def transfer_router() -> APIRouter:
                 raise
             return _json_bytes(import_report_to_json(rep, user_id))
 
-        return Response(await svc.call(caller, work), media_type="application/json")
+        # at most max_imports bodies are received or held at once (503 past that)
+        try:
+            svc.imports.take()
+        except Overloaded:
+            svc.metrics.rejected.labels("overloaded").inc()
+            raise
+        try:
+            body = await request.body()
+            return Response(await svc.call(caller, lambda: _import(body)), media_type="application/json")
+        finally:
+            svc.imports.give()
 
     return r
 
