@@ -46,6 +46,7 @@ from starlette.requests import Request
 from . import _info
 from .errors import LaminaError, Overloaded, StoreBusy
 from .items import Context, MemoryItem
+from .memory.inputs import MAX_BUDGET
 from .memory.memory import Memory
 
 __all__ = [
@@ -260,8 +261,8 @@ def build_mcp_server(
     """
     if not isinstance(memory, Memory):
         raise TypeError(f"memory must be a lamina.Memory, got {type(memory).__name__}")
-    if isinstance(default_budget, bool) or not isinstance(default_budget, int) or default_budget < 1:
-        raise ValueError(f"default_budget must be an int >= 1, got {default_budget!r}")
+    if isinstance(default_budget, bool) or not isinstance(default_budget, int) or not 1 <= default_budget <= MAX_BUDGET:
+        raise ValueError(f"default_budget must be an int in 1..{MAX_BUDGET}, got {default_budget!r}")
     runner: Runner = run if run is not None else anyio.to_thread.run_sync
     server = MCPServer(
         name=name,
@@ -300,7 +301,9 @@ def build_mcp_server(
         ctx: ToolContext[Any, Any],
         user_id: UserId,
         query: Annotated[str, Field(min_length=1, description="The question or task to recall memories for.")],
-        budget: Annotated[int | None, Field(ge=1, description="Token budget of the context.")] = None,
+        budget: Annotated[
+            int | None, Field(ge=1, le=MAX_BUDGET, description="Token budget of the context (at most 10,000,000).")
+        ] = None,
         now: Time = None,
         domain: Annotated[str | None, Field(description="Only items of this domain (and untagged ones).")] = None,
     ) -> ContextResult:

@@ -156,6 +156,13 @@ def test_bad_input(a: httpx.Client) -> None:
     err(a.post("/v1/memories", json={"user_id": u, "session_id": "s", "messages": []}), 400, "invalid_input")
     err(a.post("/v1/memories", json={"user_id": u, "session_id": "s", "messages": [{}]}), 400, "type_error")
     err(a.post("/v1/context", json={"user_id": u, "query": "q", "budget": -3}), 400, "invalid_input")
+    # bounded at the source and in the schema: 422 before the memory is touched (was a 500)
+    assert "less than or equal to 10000000" in err(
+        a.post("/v1/context", json={"user_id": u, "query": "q", "budget": 10**30}), 422, "validation_error"
+    )
+    assert "less than or equal to 100000" in err(
+        a.post("/v1/search", json={"user_id": u, "query": "q", "k": 2**63}), 422, "validation_error"
+    )
     err(a.post("/v1/search", json={"user_id": u, "query": "q", "layers": ["bogus"]}), 400, "invalid_input")
     err(a.post("/v1/context", json={"user_id": "", "query": "q"}), 400, "invalid_input")
     err(a.get("/v1/memories/not-a-number"), 422, "validation_error")

@@ -25,7 +25,7 @@ from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, fill, ingest, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
 from .dump import UserDump
-from .inputs import TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
+from .inputs import MAX_BUDGET, MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import NsCode, Record, norm_key
 from .reports import DeleteReport, ImportReport, MemoryStats, ProfileDrift, SessionReport
 from .state import MemoryState, UserState
@@ -483,7 +483,8 @@ class Memory:
         user_id : str
             An unknown user has no memories: the context abstains.
         budget : int
-            Token budget (whitespace words of the rendered context), >= 1.
+            Token budget (whitespace words of the rendered context), 1 ..
+            :data:`~lamina.memory.inputs.MAX_BUDGET` (10,000,000).
         now : event time of the question (default: wall clock). When given, items stated after
             ``now`` are invisible (replays behave as if it were then).
         domain : str, optional
@@ -493,7 +494,7 @@ class Memory:
         """
         self._check_open()
         check_id(user_id, "user_id")
-        budget = check_count(budget, "budget", " (tokens)")
+        budget = check_count(budget, "budget", " (tokens)", MAX_BUDGET)
         t_now = to_time(now, "now")
         if domain is not None and not isinstance(domain, str):
             raise TypeError("domain must be a str or None")
@@ -571,6 +572,8 @@ class Memory:
 
         Parameters
         ----------
+        k : int
+            How many items, 1 .. :data:`~lamina.memory.inputs.MAX_K` (100,000).
         layers : list of str, optional
             Any of ``working``, ``episodic``, ``semantic``, ``archive`` (every raw turn ever added,
             including those still in working memory), ``history`` (superseded facts). Default:
@@ -578,7 +581,7 @@ class Memory:
         """
         self._check_open()
         check_id(user_id, "user_id")
-        k = check_count(k, "k")
+        k = check_count(k, "k", maximum=MAX_K)
         names = list(ACTIVE_LAYERS) if layers is None else check_layers(layers)
         archive_only = layers is not None and "archive" in layers and "working" not in layers
         if "archive" in names and "working" not in names:
