@@ -126,3 +126,47 @@ def test_max_imports_is_checked() -> None:
 
     with pytest.raises(InvalidInput, match="max_imports"):
         Limits(max_imports=0)
+
+
+def _get(app: Any, path: str, key: str | None) -> tuple[int, bytes]:
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    out: list[dict[str, Any]] = []
+
+    async def send(msg: dict[str, Any]) -> None:
+        out.append(msg)
+
+    asyncio.run(app(_scope("GET", path, key, chunked=False), receive, send))
+    start = next(m for m in out if m["type"] == "http.response.start")
+    return start["status"], b"".join(m.get("body", b"") for m in out if m["type"] == "http.response.body")
+
+
+def test_metrics_need_the_metrics_key_when_keys_are_on(mem: Memory) -> None:
+    keys = KeyRing({hash_key(KEY): "acme"})
+    mkey = "the-metrics-key-0123456789"
+    # keys and no metrics key: /metrics is off (it names every tenant)
+    app = create_app(ServeConfig(db=None, keys=keys), memory=mem)
+    for key in (None, KEY):
+        status, body = _get(app, "/metrics", key)
+        assert status == 404 and json.loads(body)["code"] == "not_found" and b"--metrics-key" in body
+    # keys and a metrics key: only that key reads it (a tenant's does not)
+    app = create_app(ServeConfig(db=None, keys=keys, metrics_key=hash_key(mkey)), memory=mem)
+    for key in (None, KEY, mkey + "x"):
+        status, body = _get(app, "/metrics", key)
+        assert status == 401 and json.loads(body)["code"] == "unauthorized"
+    status, body = _get(app, "/metrics", mkey)
+    assert status == 200 and b"lamina_users" in body
+    # without keys (loopback only): open
+    status, body = _get(create_app(ServeConfig(db=None), memory=mem), "/metrics", None)
+    assert status == 200 and b"lamina_users" in body
+
+
+def test_the_metrics_key_travels_to_workers_as_its_hash() -> None:
+    from lamina import InvalidInput
+
+    cfg = ServeConfig(db="x.db", keys=KeyRing({hash_key(KEY): "acme"}), metrics_key=hash_key("m" * 20))
+    raw = cfg.to_env()
+    assert "m" * 20 not in raw and ServeConfig.from_env(raw).metrics_key == hash_key("m" * 20)
+    with pytest.raises(InvalidInput, match="metrics_key"):
+        ServeConfig(db=None, metrics_key="plain-key-not-a-hash")

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import BaseModel
-from servekit import KEY_A, KEY_B, MAX_BODY, MAX_MESSAGES, ServerProc
+from servekit import KEY_A, KEY_B, MAX_BODY, MAX_MESSAGES, METRICS_KEY, ServerProc
 
 from lamina.serve import schemas as S
 
@@ -98,10 +98,13 @@ def test_auth(anon: httpx.Client, server: ServerProc) -> None:
     err(anon.get("/v1/users", headers={"Authorization": "Bearer not-a-key-of-anyone"}), 401, "unauthorized")
     err(anon.get("/v1/users", headers={"Authorization": f"Basic {KEY_A}"}), 401, "unauthorized")
     err(anon.get("/v1/memories/1", headers={"Authorization": f"Bearer {KEY_A}x"}), 401, "unauthorized")
-    # health, readiness and metrics need no key
+    # health and readiness need no key; /metrics needs the metrics key (not a tenant's)
     assert ok(anon.get("/healthz")) == {"status": "ok"}
     assert ok(anon.get("/readyz")) == {"status": "ready"}
-    assert anon.get("/metrics").status_code == 200
+    assert "metrics key" in err(anon.get("/metrics"), 401, "unauthorized")
+    err(anon.get("/metrics", headers={"Authorization": f"Bearer {KEY_A}"}), 401, "unauthorized")
+    err(anon.get("/metrics", headers={"Authorization": f"Bearer {METRICS_KEY}x"}), 401, "unauthorized")
+    assert anon.get("/metrics", headers={"Authorization": f"Bearer {METRICS_KEY}"}).status_code == 200
 
 
 def test_tenants_are_apart(a: httpx.Client, b: httpx.Client) -> None:
@@ -203,7 +206,7 @@ def test_metrics(a: httpx.Client, b: httpx.Client, anon: httpx.Client) -> None:
     add(a, uid(), "counted for tenant a")
     add(b, uid(), "counted for tenant b")
     a.post("/v1/context", json={"user_id": "m", "query": "q"})
-    text = anon.get("/metrics").text
+    text = anon.get("/metrics", headers={"Authorization": f"Bearer {METRICS_KEY}"}).text
     assert 'lamina_requests_total{method="POST",route="/v1/memories",status="200"}' in text
     assert 'lamina_request_seconds_bucket{le="0.001",method="POST",route="/v1/context"}' in text
     # refused by the key gate before routing

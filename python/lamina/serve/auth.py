@@ -18,6 +18,7 @@ The environment variable ``LAMINA_API_KEYS="tenant1:key1,tenant2:key2"`` adds pl
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import secrets
 import sys
@@ -37,10 +38,23 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["KeyRing", "KeyGate", "hash_key", "new_key", "bearer_key", "ENV_VAR", "OPEN_PATHS"]
+__all__ = [
+    "KeyRing",
+    "KeyGate",
+    "hash_key",
+    "new_key",
+    "bearer_key",
+    "check_hash",
+    "metrics_key_matches",
+    "ENV_VAR",
+    "METRICS_ENV_VAR",
+    "OPEN_PATHS",
+]
 
 #: Environment variable with plain ``tenant:key`` pairs, comma-separated.
 ENV_VAR = "LAMINA_API_KEYS"
+#: Environment variable with the plain key ``/metrics`` requires (``lamina serve --metrics-key``).
+METRICS_ENV_VAR = "LAMINA_METRICS_KEY"
 _PREFIX = "sha256:"
 _MIN_KEY_LEN = 16
 
@@ -64,6 +78,21 @@ def bearer_key(authorization: str | None) -> str | None:
 def new_key() -> str:
     """A fresh random API key (32 bytes, URL-safe base64)."""
     return "lmn_" + secrets.token_urlsafe(32)
+
+
+def metrics_key_matches(expected_hash: str, authorization: str | None) -> bool:
+    """Whether an ``Authorization`` header carries the key of ``expected_hash`` (compared by
+    hash, in constant time)."""
+    key = bearer_key(authorization)
+    if key is None:
+        return False
+    got = _PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    return hmac.compare_digest(got, expected_hash)
+
+
+def check_hash(h: object, where: str) -> str:
+    """``h`` as a key hash (``sha256:`` and 64 lowercase hex digits; InvalidInput otherwise)."""
+    return _check_hash(h, where)
 
 
 def _check_hash(h: object, where: str) -> str:

@@ -37,7 +37,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import ENV_CONFIG, ServeConfig, create_app
-        from .auth import KeyRing
+        from .auth import METRICS_ENV_VAR, KeyRing, hash_key
         from .limits import Limits
         from .metrics import ServeMetrics, TimedEmbedder
     except ImportError as e:  # pragma: no cover - depends on the installation
@@ -49,6 +49,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         keys = KeyRing.from_sources(args.keys)
+        metrics_key = args.metrics_key or os.environ.get(METRICS_ENV_VAR) or None
+        if metrics_key is not None and len(metrics_key) < 16:
+            raise InvalidInput("the metrics key (--metrics-key / LAMINA_METRICS_KEY) needs at least 16 characters")
         limits = Limits(
             max_body_bytes=args.max_body_bytes,
             max_messages=args.max_messages,
@@ -72,6 +75,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"lamina serve: no API keys, so no authentication: serving {args.host} (loopback) only", file=sys.stderr)
     else:
         print(f"lamina serve: {len(keys.tenants)} tenant(s) with API keys", file=sys.stderr)
+        if metrics_key is None:
+            print("lamina serve: no --metrics-key: /metrics answers 404", file=sys.stderr)
     db = None if args.db == ":memory:" else args.db
     cfg = ServeConfig(
         db=db,
@@ -81,6 +86,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         tenant_metrics_max_age=args.tenant_metrics_max_age,
         mcp=not args.no_mcp,
         host=args.host,
+        metrics_key=None if metrics_key is None else hash_key(metrics_key),
     )
     common: dict[str, Any] = dict(
         host=args.host,
@@ -173,6 +179,12 @@ def add_serve_parsers(sub: Any) -> None:
         default=2,
         help="import bodies received or held at once (more: 503); imports hold about "
         "max-imports x max-import-bytes of memory",
+    )
+    s.add_argument(
+        "--metrics-key",
+        default=None,
+        help="with API keys: the bearer key GET /metrics requires (also LAMINA_METRICS_KEY; without it "
+        "/metrics answers 404 when keys are configured; without keys /metrics is open)",
     )
     s.add_argument("--no-mcp", action="store_true", help="do not serve the MCP server at /mcp")
     s.add_argument("--keep-alive", type=int, default=30, help="seconds an idle keep-alive connection stays open")

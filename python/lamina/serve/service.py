@@ -76,12 +76,23 @@ class Service:
     metrics : ServeMetrics
     memory : Memory, optional
         Set now, or by the app's startup (:func:`lamina.serve.app.create_app`).
+    metrics_key : str, optional
+        The hash of the key ``/metrics`` requires when keys are on (``ServeConfig.metrics_key``).
 
     Thread safety: ``call`` from the event loop only; the memory itself is thread-safe.
     """
 
-    def __init__(self, keys: KeyRing, limits: Limits, metrics: ServeMetrics, memory: Memory | None = None) -> None:
+    def __init__(
+        self,
+        keys: KeyRing,
+        limits: Limits,
+        metrics: ServeMetrics,
+        memory: Memory | None = None,
+        *,
+        metrics_key: str | None = None,
+    ) -> None:
         self.keys = keys
+        self.metrics_key = metrics_key
         self.limits = limits
         self.metrics = metrics
         self.pool = WorkPool(limits)
