@@ -170,3 +170,17 @@ def test_the_metrics_key_travels_to_workers_as_its_hash() -> None:
     assert "m" * 20 not in raw and ServeConfig.from_env(raw).metrics_key == hash_key("m" * 20)
     with pytest.raises(InvalidInput, match="metrics_key"):
         ServeConfig(db=None, metrics_key="plain-key-not-a-hash")
+
+
+def test_the_default_import_limit_takes_a_large_users_export() -> None:
+    """A user of 40k turns exports to 74 MB (156 MB with vectors): the default must take it back,
+    and the CLI's default must be the same; the bodies held are bounded by max_imports."""
+    import argparse
+
+    from lamina.serve.cli import add_serve_parsers
+
+    assert Limits().max_import_bytes == 512 << 20 and Limits().max_imports == 2
+    p = argparse.ArgumentParser()
+    add_serve_parsers(p.add_subparsers())
+    args = p.parse_args(["serve", "--db", ":memory:"])
+    assert args.max_import_bytes == Limits().max_import_bytes and args.max_imports == Limits().max_imports

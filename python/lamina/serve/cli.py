@@ -170,8 +170,8 @@ def add_serve_parsers(sub: Any) -> None:
     s.add_argument(
         "--max-import-bytes",
         type=int,
-        default=64 << 20,
-        help="largest body of POST /v1/users/{user_id}/import (a JSONL dump; default 64 MiB)",
+        default=512 << 20,
+        help="largest body of POST /v1/users/{user_id}/import (a JSONL dump; default 512 MiB)",
     )
     s.add_argument(
         "--max-imports",

@@ -10,7 +10,7 @@
   can never reach another tenant). The whole dump is validated before anything is written (a
   bad line: 400 ``bad_dump``, the message names the line and the field); an existing user
   without ``replace=true`` is 409 ``user_exists``; the body may be up to ``max_import_bytes``
-  (``lamina serve --max-import-bytes``, default 64 MiB), not ``max_body_bytes``. At most
+  (``lamina serve --max-import-bytes``, default 512 MiB), not ``max_body_bytes``. At most
   ``max_imports`` import bodies (``--max-imports``, default 2) are received or held at once;
   one more is 503 ``overloaded`` with ``Retry-After``, before its body is read.
 
