@@ -116,3 +116,28 @@ def test_budget_and_k_are_bounded_before_any_state_change() -> None:
         # nothing was visited by the refused contexts
         assert [(it.id, it.access_count) for it in mem.search("Lisbon", user_id="u", layers=["archive"])] == before
         assert mem.context("Lisbon", user_id="u", budget=MAX_BUDGET).items
+
+
+def test_dot_ids_are_refused_everywhere() -> None:
+    """'.' and '..' cannot be a URL path segment (clients resolve them): no front end may create
+    such a user, which the HTTP client could then never reach."""
+    import io
+
+    from lamina import Memory
+    from lamina.serve.tenancy import stored_user_id
+    from lamina.transfer import export_jsonl, import_jsonl
+
+    for bad in (".", ".."):
+        with pytest.raises(InvalidInput, match=r"user_id must not be '\.{1,2}' \(it cannot be a URL path segment\)"):
+            check_id(bad, "user_id")
+        with pytest.raises(InvalidInput, match="path segment"):
+            stored_user_id("acme", bad)
+    assert check_id("...", "user_id") == "..." and check_id("./x", "user_id") == "./x"
+    with Memory(None, embedder="hashing") as mem:
+        with pytest.raises(InvalidInput, match="path segment"):
+            mem.add([{"text": "hi"}], user_id="..", session_id="s")
+        mem.add([{"text": "hi", "timestamp": 1_700_000_000}], user_id="u", session_id="s")
+        f = io.StringIO()
+        export_jsonl(mem, f)
+    with Memory(None, embedder="hashing") as other, pytest.raises(InvalidInput, match="path segment"):
+        import_jsonl(other, io.StringIO(f.getvalue()), user_map=lambda _u: ".")

@@ -107,11 +107,15 @@ def _utf8(v: str, what: str) -> str:
 
 
 def check_id(v: object, what: str) -> str:
-    """A non-empty string identifier (``user_id``, ``session_id``), encodable as UTF-8."""
+    """A non-empty string identifier (``user_id``, ``session_id``), encodable as UTF-8, and
+    neither ``.`` nor ``..`` (an id must be usable as a URL path segment, which those are not:
+    HTTP clients resolve them as dot segments)."""
     if not isinstance(v, str):
         raise TypeError(f"{what} must be a str, got {type(v).__name__}")
     if not v.strip():
         raise InvalidInput(f"{what} must be a non-empty string")
+    if v in (".", ".."):
+        raise InvalidInput(f"{what} must not be {v!r} (it cannot be a URL path segment)")
     return _utf8(v, what)
 
 
