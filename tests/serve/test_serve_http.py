@@ -159,6 +159,14 @@ def test_bad_input(a: httpx.Client) -> None:
     err(a.post("/v1/memories", json={"user_id": u, "session_id": "s", "messages": []}), 400, "invalid_input")
     err(a.post("/v1/memories", json={"user_id": u, "session_id": "s", "messages": [{}]}), 400, "type_error")
     err(a.post("/v1/context", json={"user_id": u, "query": "q", "budget": -3}), 400, "invalid_input")
+    # a body that is not UTF-8 JSON: invalid_input (the client raises InvalidInput)
+    assert "UTF-8" in err(
+        a.post(
+            "/v1/context", content=b'{"user_id": "u", "query": "\xff"}', headers={"content-type": "application/json"}
+        ),
+        400,
+        "invalid_input",
+    )
     # bounded at the source and in the schema: 422 before the memory is touched (was a 500)
     assert "less than or equal to 10000000" in err(
         a.post("/v1/context", json={"user_id": u, "query": "q", "budget": 10**30}), 422, "validation_error"
