@@ -155,7 +155,11 @@ class KeyRing:
             for i, part in enumerate(p for p in raw.split(",") if p.strip()):
                 tenant, sep, key = part.strip().partition(":")
                 if not sep or not key:
-                    raise InvalidInput(f"{ENV_VAR} entry {i + 1} must be 'tenant:key', got {part.strip()[:40]!r}")
+                    # (the entry is not echoed: without its ':' it may be a key)
+                    raise InvalidInput(
+                        f"{ENV_VAR} entry {i + 1} must be 'tenant:key' "
+                        f"({'no key after the colon' if sep else 'no colon'}; the entry is not shown: it may hold a key)"
+                    )
                 if len(key) < _MIN_KEY_LEN:
                     raise InvalidInput(
                         f"{ENV_VAR}: the key of tenant {tenant!r} is shorter than {_MIN_KEY_LEN} characters"
