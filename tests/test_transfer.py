@@ -475,3 +475,38 @@ def test_the_consolidated_dump_imports_and_the_user_goes_on(consolidated_dump: s
     b.add([{"speaker": "Kim", "text": "One more thing."}], user_id=uid, session_id="S4")
     b.end_session(user_id=uid, session_id="S4")
     assert not b.context("thing", user_id=uid, budget=64).abstain
+
+
+def test_export_reads_a_snapshot_without_holding_the_memory_lock(tmp_path: Path, monkeypatch: Any) -> None:
+    """A database file: the user's rows are read through a second connection's snapshot, taken
+    under the lock and read without it. Other calls (a write here) go on meanwhile, and the
+    export does not see what they wrote."""
+    import threading
+
+    from lamina.memory import transfer as mt
+
+    mem = Memory(tmp_path / "m.db", embedder="hashing")
+    mem.add([{"text": "before the export", "timestamp": 1_700_000_000}], user_id="u", session_id="s")
+    real = mt.export_user
+    seen: dict[str, Any] = {}
+
+    def export_user(store: Any, user_id: str, *, vectors: bool) -> Any:
+        def write() -> None:  # another thread's call: it needs the memory's lock
+            mem.add([{"text": "written during the export", "timestamp": 1_700_000_060}], user_id="u", session_id="s")
+            seen["wrote"] = True
+
+        t = threading.Thread(target=write)
+        t.start()
+        t.join(10)
+        seen["blocked"] = t.is_alive()
+        return real(store, user_id, vectors=vectors)
+
+    monkeypatch.setattr(mt, "export_user", export_user)
+    ud = mem.export_user(user_id="u")
+    monkeypatch.setattr(mt, "export_user", real)
+    assert seen == {"wrote": True, "blocked": False}
+    assert [it.text for it in ud.items] == ["before the export"]  # the snapshot of the call's start
+    assert [it.text for it in mem.export_user(user_id="u").items] == ["before the export", "written during the export"]
+    with pytest.raises(NotFoundError):
+        mem.export_user(user_id="ghost")
+    mem.close()

@@ -383,7 +383,9 @@ class Memory:
         (:mod:`lamina.memory.dump`; :func:`lamina.transfer.export_jsonl` writes them as JSONL).
 
         Pending access statistics are written first; the rows are read in one snapshot of the
-        store: items of every layer and status, sessions, revisions, the user's statistics.
+        store: items of every layer and status, sessions, revisions, the user's statistics. For
+        a database file the snapshot is taken under the memory's lock and read through a second,
+        read-only connection without it, so other calls are not held up by a large export.
 
         Parameters
         ----------
@@ -400,11 +402,21 @@ class Memory:
         """
         self._check_open()
         check_id(user_id, "user_id")
+        ud: UserDump | None = None
         with self._lock:
             self._check_open()
             self._flush_pending()
-            with self._store.read_tx():
-                ud = transfer.export_user(self._store, user_id, vectors=bool(vectors))
+            # a file database: a second connection's snapshot, taken under the lock and read
+            # without it (other users' calls go on meanwhile); in memory: read under the lock
+            reader = self._store.read_snapshot()
+            if reader is None:
+                with self._store.read_tx():
+                    ud = transfer.export_user(self._store, user_id, vectors=bool(vectors))
+        if reader is not None:
+            try:
+                ud = transfer.export_user(reader, user_id, vectors=bool(vectors))
+            finally:
+                reader.close()
         if ud is None:
             raise NotFoundError(f"unknown user_id {user_id!r}")
         return ud
