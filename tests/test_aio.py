@@ -107,3 +107,62 @@ def test_same_signatures_as_memory() -> None:
         assert inspect.signature(twin).parameters.keys() == inspect.signature(fn).parameters.keys(), name
         for p, q in zip(inspect.signature(twin).parameters.values(), inspect.signature(fn).parameters.values()):
             assert (p.kind, p.default) == (q.kind, q.default), (name, p.name)
+
+
+def test_async_client_reads_and_writes_dumps_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AsyncClient.export_user parses and checks the dump (seconds for a large user), and
+    import_user writes the body, on a worker thread: the event loop keeps serving meanwhile."""
+    import io
+    import json
+
+    import httpx
+
+    import lamina.client as lc
+    from lamina.transfer import export_jsonl
+
+    with Memory(None, embedder="hashing") as mem:
+        mem.add([{"text": "I live in Lisbon.", "timestamp": 1_700_000_000}], user_id="u", session_id="s")
+        f = io.StringIO()
+        export_jsonl(mem, f)
+    dump_text = f.getvalue().encode()
+    report = {
+        "user_id": "v",
+        "from_user_id": "u",
+        "items": 1,
+        "sessions": 1,
+        "revisions": 0,
+        "reembedded": 1,
+        "replaced": False,
+        "ids": {},
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, content=dump_text, headers={"content-type": "application/x-ndjson"})
+        return httpx.Response(200, content=json.dumps(report).encode(), headers={"content-type": "application/json"})
+
+    threads: dict[str, int] = {}
+    real_read, real_lines = lc.read_dump, lc.dump_lines
+
+    def read_dump(*a: object, **k: object) -> object:
+        threads["read_dump"] = threading.get_ident()
+        return real_read(*a, **k)  # type: ignore[arg-type]
+
+    def dump_lines(*a: object, **k: object) -> object:
+        threads["dump_lines"] = threading.get_ident()
+        return real_lines(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lc, "read_dump", read_dump)
+    monkeypatch.setattr(lc, "dump_lines", dump_lines)
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        async with lamina.AsyncClient("http://lamina.test", transport=httpx.MockTransport(handler)) as c:
+            ud = await c.export_user(user_id="u")
+            rep = await c.import_user(ud, embedder="hashing", user_id="v")
+        assert [it.text for it in ud.items] == ["I live in Lisbon."] and rep.user_id == "v"
+        return loop_thread
+
+    loop_thread = asyncio.run(main())
+    assert set(threads) == {"read_dump", "dump_lines"}
+    assert loop_thread not in threads.values()

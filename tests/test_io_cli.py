@@ -108,3 +108,38 @@ def test_errors_are_messages_with_status_1(
     with Memory(tmp_path / "d.db", embedder="hashing-64") as d:
         n = d.stats(user_id="ann").items
     assert f"'ann' as 'ann': {n} items, 1 sessions, 0 revisions, {n} vectors computed" in err
+
+
+def test_a_file_that_is_no_database_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite at all, just some bytes" * 10)
+    _build(tmp_path / "a.db")
+    assert main(["export", "--db", str(tmp_path / "a.db"), "--user", "ann"]) == 0
+    dump = capsys.readouterr().out
+    for argv in (["export", "--db", str(junk)], ["import", "--db", str(junk)], ["mcp", "--db", str(junk)]):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(dump))
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert f"lamina {argv[0]}: error: cannot open {junk}: not a lamina database" in err, err
+        assert "Traceback" not in err
+    # the server: one line, exit 2 (it opens the memory before serving)
+    r = subprocess.run(
+        _lamina("serve", "--db", str(junk), "--port", "1"), env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2 and "cannot open" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_failed_export_leaves_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _build(tmp_path / "a.db")
+    out = tmp_path / "out.jsonl"
+    assert main(["export", "--db", str(tmp_path / "a.db"), "--user", "ghost", "-o", str(out)]) == 1
+    assert "ghost" in capsys.readouterr().err
+    assert not out.exists() and not any(p.name.startswith(".lamina-export-") for p in tmp_path.iterdir())
+    # an existing file is left as it was
+    out.write_text("keep me\n", encoding="utf-8")
+    assert main(["export", "--db", str(tmp_path / "a.db"), "--user", "ghost", "-o", str(out)]) == 1
+    assert out.read_text(encoding="utf-8") == "keep me\n"
+    assert main(["export", "--db", str(tmp_path / "a.db"), "--user", "ann", "-o", str(out)]) == 0
+    assert out.read_text(encoding="utf-8").startswith('{"type": "header"')

@@ -120,6 +120,9 @@ async def _exercise(client: Client, user: str = "alice") -> None:
     assert "\nk\n  Input should be greater than or equal to 1" in await _error(
         client, "search_memory", user_id=user, query="x", k=0
     )
+    assert "\nbudget\n  Input should be less than or equal to 10000000" in await _error(
+        client, "get_context", user_id=user, query="x", budget=10**30
+    )
     assert "\nlayers.0\n  Input should be 'working'" in await _error(
         client, "search_memory", user_id=user, query="x", layers=["attic"]
     )
@@ -241,7 +244,7 @@ def test_tenant_mapping_over_http(tmp_path: Path) -> None:
 def test_the_factory_checks_its_memory() -> None:
     with pytest.raises(TypeError, match="lamina.Memory"):
         build_mcp_server("memory.db")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="default_budget must be an int >= 1"):
+    with pytest.raises(ValueError, match="default_budget must be an int in 1..10000000"):
         build_mcp_server(Memory(None, embedder="hashing"), default_budget=0)
 
 

@@ -372,3 +372,141 @@ def test_a_dump_built_in_code_is_checked_before_the_write(small_dump: str) -> No
     assert m.users() == []
     m.import_user(ud, embedder=dump.header.embedder, user_id="p2")
     assert m.users() == ["p2"]
+
+
+# ------------------------------------------------------- values that would break the user later
+@pytest.fixture(scope="module")
+def consolidated_dump() -> str:
+    """One user of three consolidated sessions: segments, a tree, facts (one superseded), notes."""
+    m = Memory(None, embedder="hashing", config=CONFIG)
+    c = generate(1, 3, 10, seed=3)[0]
+    for sid, msgs in c.sessions:
+        m.add(msgs, user_id=c.user_id, session_id=sid)
+        m.end_session(user_id=c.user_id, session_id=sid)
+    return _export(m, True)
+
+
+def _item_of(ls: list[dict[str, Any]], pred: Any) -> dict[str, Any]:
+    return next(d for d in ls if d["type"] == "item" and pred(d))
+
+
+def _huge_vector(ls: list[dict[str, Any]]) -> None:
+    import base64
+
+    it = _item_of(ls, lambda d: True)
+    it["embedding"] = base64.b64encode(np.full(ls[0]["dim"], 3e38, "<f4").tobytes()).decode()
+
+
+def _self_member(ls: list[dict[str, Any]]) -> None:
+    seg = _item_of(ls, lambda d: d["kind"] == "segment")
+    seg["members"].append(seg["id"])
+
+
+def _segment_member(ls: list[dict[str, Any]]) -> None:
+    segs = [d for d in ls if d["type"] == "item" and d["kind"] == "segment"]
+    segs[0]["members"].append(segs[1]["id"])
+
+
+def _parent_cycle(ls: list[dict[str, Any]]) -> None:
+    child = _item_of(ls, lambda d: d["kind"] == "segment" and d["parent_id"] not in (None, 0, -1))
+    parent = _item_of(ls, lambda d: d["id"] == child["parent_id"])
+    parent["parent_id"] = child["id"]
+
+
+def _supersede_cycle(ls: list[dict[str, Any]]) -> None:
+    old = _item_of(ls, lambda d: d["superseded_by"] is not None)
+    new = _item_of(ls, lambda d: d["id"] == old["superseded_by"])
+    new["superseded_by"] = old["id"]
+
+
+def _supersede_self(ls: list[dict[str, Any]]) -> None:
+    it = _item_of(ls, lambda d: d["kind"] == "fact")
+    it["superseded_by"] = it["id"]
+
+
+def _set(field: str, value: Any, pred: Any = lambda d: True) -> Any:
+    return lambda ls: _item_of(ls, pred).update({field: value})
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (_huge_vector, r"line \d+, field 'embedding': its squared norm overflows"),
+        (_set("depth", 2**70), r"line \d+, field 'depth': 1180591620717411303424 is outside the 64-bit"),
+        (_set("depth", 2**40), r"line \d+, field 'depth': must be <= 10000"),
+        (_set("access_count", 2**63), r"field 'access_count': .* outside the 64-bit integer range"),
+        (_set("access_count", 2**62), r"field 'access_count': must be <= 1e\+15"),
+        (_set("id", 2**63 + 5), r"field 'id': .* outside the 64-bit integer range"),
+        (_set("members", [2**64], lambda d: d["kind"] == "segment"), r"field 'members': .* outside the 64-bit"),
+        (_self_member, r"line \d+, field 'members': an item cannot be its own member"),
+        (_segment_member, r"line \d+, field 'members': item \d+ is a segment; a segment's members are turns"),
+        (_set("last_access", 1e300), r"line \d+, field 'last_access': 1e\+300 is outside the years 1-9999"),
+        (_set("created_at", -1e300), r"field 'created_at': -1e\+300 is outside the years 1-9999"),
+        (_set("timestamp", 2**1100), r"field 'timestamp': must be a finite number"),
+        (_set("valid_from", 1e300, lambda d: d["kind"] == "fact"), r"field 'valid_from': .* outside the years"),
+        (_set("interaction_len", 1e300), r"line \d+, field 'interaction_len': must be <= 1e\+15"),
+        (_set("strength", 1e300), r"field 'strength': must be <= 1e\+15"),
+        (_set("strength", -5.0), r"field 'strength': must be >= 0"),
+        (_set("decay_mark", 10**6, lambda d: d["decay_mark"] is not None), r"field 'decay_mark': 1000000 is not a"),
+        (_parent_cycle, r"line \d+, field 'parent_id': the items' parent_id links form a cycle"),
+        (_supersede_cycle, r"line \d+, field 'superseded_by': the items' superseded_by links form a cycle"),
+        (_supersede_self, r"line \d+, field 'superseded_by': an item cannot supersede itself"),
+        (lambda ls: ls[_first(ls, "session")].update(ends=99), r"session 'S1', field 'ends': 99 consolidations"),
+        (lambda ls: ls[_first(ls, "session")].update(started_at=1e300), r"field 'started_at': .* outside the years"),
+        (lambda ls: ls[_first(ls, "user")].update(decays=2**64), r"field 'decays': .* outside the 64-bit"),
+        (lambda ls: ls[0].update(dim=2**40), r"line 1, field 'dim': must be in 1..65536"),
+    ],
+)
+def test_values_that_would_break_the_user_later_are_bad_dumps(
+    consolidated_dump: str, mutate: Any, message: str
+) -> None:
+    lines = _lines(consolidated_dump)
+    mutate(lines)
+    b = Memory(None, embedder="hashing", config=CONFIG)
+    with pytest.raises(DumpError, match=message):
+        import_jsonl(b, io.StringIO(_join(lines)))
+    assert b.users() == []
+
+
+def test_the_consolidated_dump_imports_and_the_user_goes_on(consolidated_dump: str) -> None:
+    b = Memory(None, embedder="hashing", config=CONFIG)
+    (rep,) = import_jsonl(b, io.StringIO(consolidated_dump))
+    uid = rep.user_id
+    b.add([{"speaker": "Kim", "text": "One more thing."}], user_id=uid, session_id="S4")
+    b.end_session(user_id=uid, session_id="S4")
+    assert not b.context("thing", user_id=uid, budget=64).abstain
+
+
+def test_export_reads_a_snapshot_without_holding_the_memory_lock(tmp_path: Path, monkeypatch: Any) -> None:
+    """A database file: the user's rows are read through a second connection's snapshot, taken
+    under the lock and read without it. Other calls (a write here) go on meanwhile, and the
+    export does not see what they wrote."""
+    import threading
+
+    from lamina.memory import transfer as mt
+
+    mem = Memory(tmp_path / "m.db", embedder="hashing")
+    mem.add([{"text": "before the export", "timestamp": 1_700_000_000}], user_id="u", session_id="s")
+    real = mt.export_user
+    seen: dict[str, Any] = {}
+
+    def export_user(store: Any, user_id: str, *, vectors: bool) -> Any:
+        def write() -> None:  # another thread's call: it needs the memory's lock
+            mem.add([{"text": "written during the export", "timestamp": 1_700_000_060}], user_id="u", session_id="s")
+            seen["wrote"] = True
+
+        t = threading.Thread(target=write)
+        t.start()
+        t.join(10)
+        seen["blocked"] = t.is_alive()
+        return real(store, user_id, vectors=vectors)
+
+    monkeypatch.setattr(mt, "export_user", export_user)
+    ud = mem.export_user(user_id="u")
+    monkeypatch.setattr(mt, "export_user", real)
+    assert seen == {"wrote": True, "blocked": False}
+    assert [it.text for it in ud.items] == ["before the export"]  # the snapshot of the call's start
+    assert [it.text for it in mem.export_user(user_id="u").items] == ["before the export", "written during the export"]
+    with pytest.raises(NotFoundError):
+        mem.export_user(user_id="ghost")
+    mem.close()

@@ -14,6 +14,7 @@ description, so they cannot drift apart.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import json
 import time
@@ -456,6 +457,8 @@ class AsyncClient:
 
     async def _do(self, call: _Call[T]) -> T:
         resp = await self._http.request(call.method, call.path, **call.request_args())
+        if call.raw:  # a dump: parsing and checking it takes seconds for a large user, off the loop
+            return await asyncio.to_thread(_read, call, resp)
         return _read(call, resp)
 
     async def add(
@@ -518,14 +521,14 @@ class AsyncClient:
         return await self._do(_Api.users())
 
     async def export_user(self, *, user_id: str, vectors: bool = False) -> UserDump:
-        """See :meth:`Client.export_user`."""
+        """See :meth:`Client.export_user` (the dump is read and checked off the event loop)."""
         return await self._do(_Api.export_user(user_id, vectors))
 
     async def import_user(
         self, dump: UserDump, *, embedder: str, user_id: str | None = None, replace: bool = False
     ) -> ImportReport:
-        """See :meth:`Client.import_user`."""
-        return await self._do(_Api.import_user(dump, embedder, user_id, replace))
+        """See :meth:`Client.import_user` (the body is written off the event loop)."""
+        return await self._do(await asyncio.to_thread(_Api.import_user, dump, embedder, user_id, replace))
 
     async def aclose(self) -> None:
         """Close the connections (idempotent)."""

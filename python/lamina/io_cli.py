@@ -5,8 +5,11 @@ built with, unless ``--embedder`` says otherwise (:func:`open_db`)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import sqlite3
 import sys
+import tempfile
 from typing import TextIO
 
 from .errors import LaminaError
@@ -52,6 +55,10 @@ def _fail(cmd: str, e: BaseException) -> int:
     return 1
 
 
+def _not_a_db(path: str, e: sqlite3.Error) -> ValueError:
+    return ValueError(f"cannot open {path}: not a lamina database ({e})")
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from .transfer import export_jsonl
 
@@ -63,8 +70,20 @@ def _cmd_export(args: argparse.Namespace) -> int:
             if args.out == "-":
                 end = export_jsonl(mem, sys.stdout, user_ids=users, vectors=args.vectors)
             else:
-                with open(args.out, "w", encoding="utf-8") as f:
-                    end = export_jsonl(mem, f, user_ids=users, vectors=args.vectors)
+                # written next to the target, then renamed: a failed export (an unknown user, say)
+                # leaves no partial file, and an existing file as it was
+                out_dir = os.path.dirname(os.path.abspath(args.out))
+                fd, tmp = tempfile.mkstemp(prefix=".lamina-export-", suffix=".tmp", dir=out_dir)
+                try:
+                    with open(fd, "w", encoding="utf-8") as f:
+                        end = export_jsonl(mem, f, user_ids=users, vectors=args.vectors)
+                    os.replace(tmp, args.out)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise
+    except sqlite3.Error as e:
+        return _fail("export", _not_a_db(args.db, e))
     except (LaminaError, ValueError, KeyError, OSError) as e:
         return _fail("export", e)
     print(f"lamina export: {end.users} users, {end.items} items", file=sys.stderr)
@@ -104,6 +123,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
         # a new database takes the dump's embedder: its vectors are used as they are
         with open_db(args.db, args.embedder, default=embedder_spec(dump.header.embedder)) as mem:
             reports = import_dump(mem, dump, user_map=user_map, replace=args.replace)
+    except sqlite3.Error as e:
+        return _fail("import", _not_a_db(args.db, e))
     except (LaminaError, ValueError, KeyError, OSError) as e:
         return _fail("import", e)
     for r in reports:
@@ -122,6 +143,8 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         return _fail("mcp", ImportError(f"{e}; install it with: pip install 'lamina[serve]'"))
     try:
         mem = open_db(args.db, args.embedder)
+    except sqlite3.Error as e:
+        return _fail("mcp", _not_a_db(args.db, e))
     except (LaminaError, ValueError, OSError) as e:
         return _fail("mcp", e)
     try:

@@ -46,6 +46,7 @@ from starlette.requests import Request
 from . import _info
 from .errors import LaminaError, Overloaded, StoreBusy
 from .items import Context, MemoryItem
+from .memory.inputs import MAX_BUDGET
 from .memory.memory import Memory
 
 __all__ = [
@@ -231,6 +232,7 @@ def build_mcp_server(
     name: str = "lamina",
     default_budget: int = 1024,
     run: Runner | None = None,
+    max_messages: int | None = None,
 ) -> MCPServer:
     """An MCP server whose tools read and write ``memory``.
 
@@ -252,6 +254,9 @@ def build_mcp_server(
         ``await run(fn)`` runs the blocking memory call ``fn()`` off the event loop (default:
         :func:`anyio.to_thread.run_sync`); ``lamina serve`` passes its bounded work pool (a full
         pool is a tool error ``busy: ...``).
+    max_messages : int, optional
+        Most messages one ``add_memory`` takes (a tool error past it); ``lamina serve`` passes
+        its ``--max-messages``, the limit of ``POST /v1/memories``. Default: no limit.
 
     Returns
     -------
@@ -260,8 +265,12 @@ def build_mcp_server(
     """
     if not isinstance(memory, Memory):
         raise TypeError(f"memory must be a lamina.Memory, got {type(memory).__name__}")
-    if isinstance(default_budget, bool) or not isinstance(default_budget, int) or default_budget < 1:
-        raise ValueError(f"default_budget must be an int >= 1, got {default_budget!r}")
+    if isinstance(default_budget, bool) or not isinstance(default_budget, int) or not 1 <= default_budget <= MAX_BUDGET:
+        raise ValueError(f"default_budget must be an int in 1..{MAX_BUDGET}, got {default_budget!r}")
+    if max_messages is not None and (
+        isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1
+    ):
+        raise ValueError(f"max_messages must be an int >= 1 or None, got {max_messages!r}")
     runner: Runner = run if run is not None else anyio.to_thread.run_sync
     server = MCPServer(
         name=name,
@@ -288,6 +297,10 @@ def build_mcp_server(
         timestamp: Time = None,
     ) -> AddResult:
         """Remember messages of a conversation (one atomic write). Returns their item ids."""
+        if max_messages is not None and len(messages) > max_messages:
+            raise ToolError(
+                f"too many messages: {len(messages)} in one add_memory; at most {max_messages} (max_messages)"
+            )
         uid = user(user_id, ctx)
         msgs = [m.model_dump(exclude_none=True) for m in messages]
         ids = await _guarded_run(
@@ -300,7 +313,9 @@ def build_mcp_server(
         ctx: ToolContext[Any, Any],
         user_id: UserId,
         query: Annotated[str, Field(min_length=1, description="The question or task to recall memories for.")],
-        budget: Annotated[int | None, Field(ge=1, description="Token budget of the context.")] = None,
+        budget: Annotated[
+            int | None, Field(ge=1, le=MAX_BUDGET, description="Token budget of the context (at most 10,000,000).")
+        ] = None,
         now: Time = None,
         domain: Annotated[str | None, Field(description="Only items of this domain (and untagged ones).")] = None,
     ) -> ContextResult:

@@ -30,7 +30,7 @@ from .memory.dump import Dump, DumpFooter, DumpHeader, UserDump, dump_lines, rea
 from .memory.memory import Memory
 from .memory.reports import ImportReport
 
-__all__ = ["UserMap", "iter_export", "export_jsonl", "import_dump", "import_jsonl", "renamed"]
+__all__ = ["UserMap", "iter_export", "iter_dump", "export_jsonl", "import_dump", "import_jsonl", "renamed"]
 
 #: How an import names the users of a dump: a mapping (users it does not name keep their id)
 #: or a function of the dump's user id.
@@ -73,6 +73,19 @@ def iter_export(
     Each user is read in one snapshot (:meth:`lamina.Memory.export_user`) as the lines reach it.
     """
     uids = list(memory.users() if user_ids is None else user_ids)
+
+    def users() -> Iterator[UserDump]:
+        for uid in uids:
+            ud = memory.export_user(user_id=uid, vectors=vectors)
+            yield ud if rename is None else renamed(ud, rename(uid))
+
+    return iter_dump(memory, users(), vectors=vectors)
+
+
+def iter_dump(memory: Memory, users: Iterable[UserDump], *, vectors: bool = False) -> Iterator[str]:
+    """The JSONL lines of a dump of users already read (:meth:`lamina.Memory.export_user`), with
+    ``memory``'s embedder in the header; ``users`` is consumed lazily. ``vectors``: how they
+    were read (the header's ``vectors``)."""
     header = DumpHeader(
         embedder=memory.embedder.name,
         dim=int(memory.embedder.dim),
@@ -80,13 +93,7 @@ def iter_export(
         lamina_version=str(_info.build_info()["version"]),
         created_at=time.time(),
     )
-
-    def users() -> Iterator[UserDump]:
-        for uid in uids:
-            ud = memory.export_user(user_id=uid, vectors=vectors)
-            yield ud if rename is None else renamed(ud, rename(uid))
-
-    return dump_lines(header, users())
+    return dump_lines(header, users)
 
 
 def export_jsonl(

@@ -8,7 +8,17 @@ import numpy as np
 import pytest
 
 from lamina import InvalidInput
-from lamina.memory.inputs import MAX_TIME, MIN_TIME, check_count, check_id, check_layers, check_text, to_time
+from lamina.memory.inputs import (
+    MAX_BUDGET,
+    MAX_K,
+    MAX_TIME,
+    MIN_TIME,
+    check_count,
+    check_id,
+    check_layers,
+    check_text,
+    to_time,
+)
 
 
 def test_to_time() -> None:
@@ -86,3 +96,48 @@ def test_text_must_be_encodable_as_utf8() -> None:
     assert check_text("\ud83d\ude42".encode("utf-16", "surrogatepass").decode("utf-16"), "t") == "🙂"
     with pytest.raises(TypeError, match="query must be a str"):
         check_text(b"x", "query")
+
+
+def test_budget_and_k_are_bounded_before_any_state_change() -> None:
+    from lamina import Memory
+
+    assert check_count(MAX_K, "k", maximum=MAX_K) == MAX_K
+    with pytest.raises(InvalidInput, match="k must be <= 100,000, got 100001"):
+        check_count(MAX_K + 1, "k", maximum=MAX_K)
+    with Memory(None, embedder="hashing") as mem:
+        mem.add([{"text": "I live in Lisbon.", "timestamp": 1_700_000_000}], user_id="u", session_id="s")
+        before = [(it.id, it.access_count) for it in mem.search("Lisbon", user_id="u", layers=["archive"])]
+        for budget in (10**30, MAX_BUDGET + 1):
+            with pytest.raises(InvalidInput, match="budget must be <= 10,000,000 tokens"):
+                mem.context("Lisbon", user_id="u", budget=budget)
+        for k in (2**63, MAX_K + 1):
+            with pytest.raises(InvalidInput, match="k must be <= 100,000"):
+                mem.search("Lisbon", user_id="u", k=k)
+        # nothing was visited by the refused contexts
+        assert [(it.id, it.access_count) for it in mem.search("Lisbon", user_id="u", layers=["archive"])] == before
+        assert mem.context("Lisbon", user_id="u", budget=MAX_BUDGET).items
+
+
+def test_dot_ids_are_refused_everywhere() -> None:
+    """'.' and '..' cannot be a URL path segment (clients resolve them): no front end may create
+    such a user, which the HTTP client could then never reach."""
+    import io
+
+    from lamina import Memory
+    from lamina.serve.tenancy import stored_user_id
+    from lamina.transfer import export_jsonl, import_jsonl
+
+    for bad in (".", ".."):
+        with pytest.raises(InvalidInput, match=r"user_id must not be '\.{1,2}' \(it cannot be a URL path segment\)"):
+            check_id(bad, "user_id")
+        with pytest.raises(InvalidInput, match="path segment"):
+            stored_user_id("acme", bad)
+    assert check_id("...", "user_id") == "..." and check_id("./x", "user_id") == "./x"
+    with Memory(None, embedder="hashing") as mem:
+        with pytest.raises(InvalidInput, match="path segment"):
+            mem.add([{"text": "hi"}], user_id="..", session_id="s")
+        mem.add([{"text": "hi", "timestamp": 1_700_000_000}], user_id="u", session_id="s")
+        f = io.StringIO()
+        export_jsonl(mem, f)
+    with Memory(None, embedder="hashing") as other, pytest.raises(InvalidInput, match="path segment"):
+        import_jsonl(other, io.StringIO(f.getvalue()), user_map=lambda _u: ".")

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servekit import KEY_A, KEY_B, MAX_BODY, MAX_IMPORT, MAX_MESSAGES, ServerProc, serve_process
+from servekit import KEY_A, KEY_B, MAX_BODY, MAX_IMPORT, MAX_MESSAGES, METRICS_KEY, ServerProc, serve_process
 
 from lamina.serve.auth import hash_key
 
@@ -33,6 +33,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
         "--tenant-metrics-max-age",
         "0",
     ]
-    with serve_process(tmp, args, env_keys=f"b:{KEY_B}") as sp:
+    with serve_process(tmp, args, env_keys=f"b:{KEY_B}", extra_env={"LAMINA_METRICS_KEY": METRICS_KEY}) as sp:
         yield sp
     assert sp.proc.returncode == 0, Path(sp.log).read_text()

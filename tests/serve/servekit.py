@@ -22,6 +22,8 @@ import uvicorn
 
 KEY_A = "key-of-tenant-a-0123456789"
 KEY_B = "key-of-tenant-b-9876543210"
+#: the shared server's metrics key (LAMINA_METRICS_KEY)
+METRICS_KEY = "metrics-key-0123456789abcdef"
 #: the shared server's limits (the size tests rely on them)
 MAX_BODY = 65536
 MAX_MESSAGES = 50
@@ -61,12 +63,18 @@ class ServerProc:
 
 @contextlib.contextmanager
 def serve_process(
-    tmp: Path, args: Sequence[str], env_keys: str | None = None, ready_timeout: float = 60.0
+    tmp: Path,
+    args: Sequence[str],
+    env_keys: str | None = None,
+    ready_timeout: float = 60.0,
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[ServerProc]:
     """Start ``lamina serve ARGS --port <free>`` and wait for ``/readyz``; stop it (SIGTERM) after."""
     port = free_port()
     env = dict(os.environ)
     env.pop("LAMINA_API_KEYS", None)
+    env.pop("LAMINA_METRICS_KEY", None)
+    env.update(extra_env or {})
     if env_keys is not None:
         env["LAMINA_API_KEYS"] = env_keys
     log = tmp / f"serve-{port}.log"

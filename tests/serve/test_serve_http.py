@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import BaseModel
-from servekit import KEY_A, KEY_B, MAX_BODY, MAX_MESSAGES, ServerProc
+from servekit import KEY_A, KEY_B, MAX_BODY, MAX_MESSAGES, METRICS_KEY, ServerProc
 
 from lamina.serve import schemas as S
 
@@ -98,10 +98,13 @@ def test_auth(anon: httpx.Client, server: ServerProc) -> None:
     err(anon.get("/v1/users", headers={"Authorization": "Bearer not-a-key-of-anyone"}), 401, "unauthorized")
     err(anon.get("/v1/users", headers={"Authorization": f"Basic {KEY_A}"}), 401, "unauthorized")
     err(anon.get("/v1/memories/1", headers={"Authorization": f"Bearer {KEY_A}x"}), 401, "unauthorized")
-    # health, readiness and metrics need no key
+    # health and readiness need no key; /metrics needs the metrics key (not a tenant's)
     assert ok(anon.get("/healthz")) == {"status": "ok"}
     assert ok(anon.get("/readyz")) == {"status": "ready"}
-    assert anon.get("/metrics").status_code == 200
+    assert "metrics key" in err(anon.get("/metrics"), 401, "unauthorized")
+    err(anon.get("/metrics", headers={"Authorization": f"Bearer {KEY_A}"}), 401, "unauthorized")
+    err(anon.get("/metrics", headers={"Authorization": f"Bearer {METRICS_KEY}x"}), 401, "unauthorized")
+    assert anon.get("/metrics", headers={"Authorization": f"Bearer {METRICS_KEY}"}).status_code == 200
 
 
 def test_tenants_are_apart(a: httpx.Client, b: httpx.Client) -> None:
@@ -156,6 +159,21 @@ def test_bad_input(a: httpx.Client) -> None:
     err(a.post("/v1/memories", json={"user_id": u, "session_id": "s", "messages": []}), 400, "invalid_input")
     err(a.post("/v1/memories", json={"user_id": u, "session_id": "s", "messages": [{}]}), 400, "type_error")
     err(a.post("/v1/context", json={"user_id": u, "query": "q", "budget": -3}), 400, "invalid_input")
+    # a body that is not UTF-8 JSON: invalid_input (the client raises InvalidInput)
+    assert "UTF-8" in err(
+        a.post(
+            "/v1/context", content=b'{"user_id": "u", "query": "\xff"}', headers={"content-type": "application/json"}
+        ),
+        400,
+        "invalid_input",
+    )
+    # bounded at the source and in the schema: 422 before the memory is touched (was a 500)
+    assert "less than or equal to 10000000" in err(
+        a.post("/v1/context", json={"user_id": u, "query": "q", "budget": 10**30}), 422, "validation_error"
+    )
+    assert "less than or equal to 100000" in err(
+        a.post("/v1/search", json={"user_id": u, "query": "q", "k": 2**63}), 422, "validation_error"
+    )
     err(a.post("/v1/search", json={"user_id": u, "query": "q", "layers": ["bogus"]}), 400, "invalid_input")
     err(a.post("/v1/context", json={"user_id": "", "query": "q"}), 400, "invalid_input")
     err(a.get("/v1/memories/not-a-number"), 422, "validation_error")
@@ -196,10 +214,11 @@ def test_metrics(a: httpx.Client, b: httpx.Client, anon: httpx.Client) -> None:
     add(a, uid(), "counted for tenant a")
     add(b, uid(), "counted for tenant b")
     a.post("/v1/context", json={"user_id": "m", "query": "q"})
-    text = anon.get("/metrics").text
+    text = anon.get("/metrics", headers={"Authorization": f"Bearer {METRICS_KEY}"}).text
     assert 'lamina_requests_total{method="POST",route="/v1/memories",status="200"}' in text
     assert 'lamina_request_seconds_bucket{le="0.001",method="POST",route="/v1/context"}' in text
-    assert 'lamina_requests_total{method="GET",route="/v1/users",status="401"}' in text
+    # refused by the key gate before routing
+    assert 'lamina_requests_total{method="GET",route="unauthenticated",status="401"}' in text
     assert "lamina_embed_seconds_count" in text and "lamina_embedded_texts_total" in text
     users = {
         ln.split()[0]: float(ln.split()[1])

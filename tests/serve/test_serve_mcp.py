@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from servekit import KEY_A, KEY_B, ServerProc
+from servekit import KEY_A, KEY_B, MAX_MESSAGES, ServerProc
 
 pytest.importorskip("mcp", reason="the MCP SDK (lamina[serve]) is not installed")
 httpx2 = pytest.importorskip("httpx2", reason="the MCP SDK's HTTP client")
@@ -59,6 +59,12 @@ def test_mcp_with_tenant_keys(server: ServerProc) -> None:
             assert r.is_error and "\x1f" not in str(r.content)
             r = await cb.call_tool("get_context", {"user_id": f"a\x1f{user}", "query": "Lisbon"})
             assert r.is_error and "U+001F" in str(r.content)
+            # the service's max_messages holds for add_memory as for POST /v1/memories
+            many = [{"speaker": "A", "text": f"message {i}"} for i in range(MAX_MESSAGES + 1)]
+            r = await ca.call_tool("add_memory", {"user_id": user, "session_id": "s2", "messages": many})
+            assert r.is_error and f"at most {MAX_MESSAGES} (max_messages)" in str(r.content)
+            ids = await _call(ca, "add_memory", user_id=user, session_id="s2", messages=many[:MAX_MESSAGES])
+            assert len(ids["ids"]) == MAX_MESSAGES
 
     asyncio.run(main())
     # the MCP server wrote into the memory the HTTP routes serve, in tenant a's namespace only

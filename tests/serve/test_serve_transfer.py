@@ -4,12 +4,14 @@ and field, 404 / 409 / 413, and the import's own body limit."""
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from servekit import KEY_A, KEY_B, MAX_BODY, MAX_IMPORT, ServerProc
 
@@ -191,6 +193,21 @@ def test_bad_dumps_are_400_naming_line_and_field(a: httpx.Client) -> None:
         + [{"type": "end", "users": 2, "items": 2 * sum(ln["type"] == "item" for ln in lines)}]
     )
     refused(two, "2 users")
+    # values the store or the index would have refused later (500s once): bad dumps too
+    vec = [dict(ln) for ln in _lines(_export(a, src, vectors="true"))]
+    vec[item_no]["embedding"] = base64.b64encode(np.full(vec[0]["dim"], 3e38, "<f4").tobytes()).decode()
+    refused(body(vec), f"line {item_no + 1}", "'embedding'", "squared norm")
+    bad = [dict(ln) for ln in lines]
+    bad[item_no]["depth"] = 2**70
+    refused(body(bad), f"line {item_no + 1}", "'depth'", "64-bit")
+    seg_no = next(i for i, ln in enumerate(lines) if ln.get("kind") == "segment")
+    bad = [dict(ln) for ln in lines]
+    bad[seg_no]["members"] = [*lines[seg_no]["members"], lines[seg_no]["id"]]
+    refused(body(bad), f"line {seg_no + 1}", "'members'", "its own member")
+    for field in ("last_access", "interaction_len"):
+        bad = [dict(ln) for ln in lines]
+        bad[item_no][field] = 1e300
+        refused(body(bad), f"line {item_no + 1}", repr(field))
     r = a.post(f"/v1/users/{uid()}/import", content=b"\xff\xfe\n", headers=NDJSON)
     assert r.status_code == 400 and "UTF-8" in r.json()["message"]
     # nothing was written by the refused imports (other tests may add users meanwhile: none of these)

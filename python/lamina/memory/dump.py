@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidInput
 from ..items import LAYERS
+from .inputs import MAX_TIME, MIN_TIME
 from .records import COMMITMENTS, NO_TREE, ROOT
 
 __all__ = [
@@ -257,6 +258,20 @@ _HEADER: Schema = {
 }
 _FOOTER: Schema = {"users": (_INT, False), "items": (_INT, False)}
 _FLOAT_FIELDS = {k for k, (t, _) in (_USER | _SESSION | _ITEM | _REVISION | _HEADER).items() if t is _NUM}
+#: Event times: in the years 1-9999 UTC, as the API takes them (:func:`lamina.memory.inputs.to_time`).
+_TIME_FIELDS = frozenset(
+    {"created_at", "timestamp", "last_access", "valid_from", "valid_to", "started_at", "ended_at", "changed_at"}
+)
+#: The largest count (accesses, consolidations, decays), interaction length, strength or drift
+#: a dump may hold: far above what a memory reaches, low enough that scores stay finite.
+MAX_COUNT = 10**15
+#: The deepest tree node a dump may hold.
+MAX_DEPTH = 10_000
+#: The largest vector dimension a dump may name.
+MAX_DIM = 1 << 16
+#: Bounds of every integer field: SQLite's 64-bit integers.
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_BOUNDED = ("access_count", "interaction_len", "strength", "decay_mark")
 
 
 # ---------------------------------------------------------------------------- writing
@@ -328,9 +343,20 @@ class _Line:
                 want = " or ".join(t.__name__ for t in types) + (" or null" if nullable else "")
                 raise self.fail(f"expected {want}, got {type(v).__name__} {v!r:.60}", name)
             elif name in _FLOAT_FIELDS:
-                v = float(self.d[name])
+                try:
+                    v = float(self.d[name])
+                except OverflowError:  # an int beyond any float
+                    v = math.inf
                 if not math.isfinite(v):
-                    raise self.fail("must be a finite number", name)
+                    raise self.fail(f"must be a finite number, got {self.d[name]!r:.60}", name)
+                if name in _TIME_FIELDS and not MIN_TIME <= v <= MAX_TIME:
+                    raise self.fail(
+                        f"{self.d[name]!r:.60} is outside the years 1-9999 UTC (seconds since the epoch in "
+                        f"[{MIN_TIME:.0f}, {MAX_TIME:.0f}])",
+                        name,
+                    )
+            elif isinstance(v, int) and not _INT_MIN <= v <= _INT_MAX:
+                raise self.fail(f"{v!r:.60} is outside the 64-bit integer range", name)
             out[name] = v
         return out
 
@@ -343,6 +369,11 @@ class _Line:
         for name in names:
             if d[name] is not None and d[name] < 0:
                 raise self.fail(f"must be >= 0, got {d[name]}", name)
+
+    def at_most(self, d: dict[str, Any], limit: float, *names: str) -> None:
+        for name in names:
+            if d[name] is not None and d[name] > limit:
+                raise self.fail(f"must be <= {limit:g}, got {d[name]!r:.60}", name)
 
     def non_empty(self, d: dict[str, Any], *names: str) -> None:
         for name in names:
@@ -379,8 +410,8 @@ def _header(ln: _Line) -> DumpHeader:
     if d["version"] != FORMAT_VERSION:
         raise ln.fail(f"format version {d['version']} is not supported (this lamina reads {FORMAT_VERSION})", "version")
     ln.one_of(d, "vectors", VECTOR_MODES)
-    if d["dim"] < 1:
-        raise ln.fail(f"must be >= 1, got {d['dim']}", "dim")
+    if not 1 <= d["dim"] <= MAX_DIM:
+        raise ln.fail(f"must be in 1..{MAX_DIM}, got {d['dim']}", "dim")
     return DumpHeader(**d)
 
 
@@ -394,6 +425,10 @@ def _vector(ln: _Line, text: str, dim: int) -> Vec:
     v = np.frombuffer(raw, dtype="<f4").astype(np.float32)
     if not np.all(np.isfinite(v)):
         raise ln.fail("holds a NaN or infinite value", "embedding")
+    with np.errstate(over="ignore"):
+        sq = np.dot(v, v)  # (in float32, as the index computes it)
+    if not np.isfinite(sq):
+        raise ln.fail("its squared norm overflows float32 (values too large)", "embedding")
     return v
 
 
@@ -403,7 +438,9 @@ def _item(ln: _Line, header: DumpHeader) -> ItemEntry:
     ln.one_of(d, "kind", KINDS)
     ln.one_of(d, "status", STATUSES)
     ln.one_of(d, "commitment", COMMITMENTS)
-    ln.non_negative(d, "access_count", "depth", "interaction_len")
+    ln.non_negative(d, "access_count", "depth", "interaction_len", "strength", "decay_mark")
+    ln.at_most(d, MAX_COUNT, *_BOUNDED)
+    ln.at_most(d, MAX_DEPTH, "depth")
     if d["id"] <= 0:
         raise ln.fail(f"must be a positive item id, got {d['id']}", "id")
     for name in ("sources", "members"):
@@ -411,6 +448,9 @@ def _item(ln: _Line, header: DumpHeader) -> ItemEntry:
         bad = [x for x in d[name] if isinstance(x, bool) or not isinstance(x, want)]
         if bad:
             raise ln.fail(f"expected a list of {want.__name__}, holds {bad[0]!r:.60}", name)
+    big = [m for m in d["members"] if not _INT_MIN <= m <= _INT_MAX]
+    if big:
+        raise ln.fail(f"{big[0]!r:.60} is outside the 64-bit integer range", "members")
     d["sources"] = tuple(d["sources"])
     d["members"] = tuple(d["members"])
     if d["kind"] == "turn" and not d["session_id"]:
@@ -457,12 +497,31 @@ def check_references(ud: UserDump, where: Mapping[int, int] | None = None) -> No
     ]
     if others:
         raise DumpError(f"a session or revision of user {others[0]!r} in the dump of user {uid!r}")
+    kinds = {it.id: it.kind for it in ud.items}
+    ends = {s.session_id: s.ends for s in ud.sessions}
+    for s in ud.sessions:
+        if s.ends > ud.user.decays:
+            raise DumpError(
+                f"session {s.session_id!r}, field 'ends': {s.ends} consolidations, more than the user's "
+                f"{ud.user.decays} decays (one per consolidation)"
+            )
     for it in ud.items:
         if it.user_id != uid:
             raise DumpError(f"{at(it.id, 'user_id')}: {it.user_id!r} in the dump of user {uid!r}")
         for m in it.members:
             if m not in ids:
                 raise DumpError(f"{at(it.id, 'members')}: item {m} is not an item of user {uid!r} in the dump")
+            if m == it.id:
+                raise DumpError(f"{at(it.id, 'members')}: an item cannot be its own member")
+            if it.kind == "segment" and kinds[m] != "turn":
+                raise DumpError(f"{at(it.id, 'members')}: item {m} is a {kinds[m]}; a segment's members are turns")
+        if it.decay_mark is not None:
+            level = ud.user.decays - ends.get(it.session_id or "", 0)
+            if not 0 <= it.decay_mark <= level:
+                raise DumpError(
+                    f"{at(it.id, 'decay_mark')}: {it.decay_mark} is not a decay level of its session "
+                    f"(0..{level}: the user's decays less its session's consolidations)"
+                )
         for name in ("parent_id", "superseded_by"):
             ref = getattr(it, name)
             if ref is not None and (name == "superseded_by" or ref not in (ROOT, NO_TREE)) and ref not in ids:
@@ -471,9 +530,36 @@ def check_references(ud: UserDump, where: Mapping[int, int] | None = None) -> No
             raise DumpError(f"{at(it.id, 'parent_id')}: an item cannot be its own parent")
         if it.kind == "turn" and it.session_id not in sessions:
             raise DumpError(f"{at(it.id, 'session_id')}: session {it.session_id!r} has no session entry")
+        if it.superseded_by == it.id:
+            raise DumpError(f"{at(it.id, 'superseded_by')}: an item cannot supersede itself")
+    for name in ("parent_id", "superseded_by"):
+        cycle = _cycle({it.id: getattr(it, name) for it in ud.items})
+        if cycle is not None:
+            path = " -> ".join(str(i) for i in cycle)
+            raise DumpError(f"{at(cycle[0], name)}: the items' {name} links form a cycle ({path})")
     for rv in ud.revisions:
         if rv.item_id not in ids:
             raise DumpError(f"a revision of item {rv.item_id}, which is not an item of user {uid!r} in the dump")
+
+
+def _cycle(links: Mapping[int, int | None]) -> list[int] | None:
+    """A cycle of ``id -> links[id]`` (its ids, the first repeated last), or None."""
+    done: set[int] = set()
+    for start in links:
+        if start in done:
+            continue
+        path: list[int] = []
+        on_path: dict[int, int] = {}
+        x: int | None = start
+        while x is not None and x in links and x not in done:
+            if x in on_path:
+                loop = path[on_path[x] :]
+                return [*loop, x]
+            on_path[x] = len(path)
+            path.append(x)
+            x = links[x]
+        done.update(path)
+    return None
 
 
 def read_dump(lines: Iterable[str | bytes]) -> Dump:
@@ -518,6 +604,7 @@ def read_dump(lines: Iterable[str | bytes]) -> Dump:
             d = ln.fields(_USER)
             ln.non_empty(d, "user_id")
             ln.non_negative(d, "drift_updates", "decays", "drift_total", "drift_last")
+            ln.at_most(d, MAX_COUNT, "drift_updates", "decays", "drift_total", "drift_last")
             if d["user_id"] in seen_users:
                 raise ln.fail(f"user {d['user_id']!r} appears twice", "user_id")
             seen_users.add(d["user_id"])
@@ -545,6 +632,7 @@ def read_dump(lines: Iterable[str | bytes]) -> Dump:
             ln.non_empty(d, "session_id")
             ln.one_of(d, "status", SESSION_STATUSES)
             ln.non_negative(d, "ends")
+            ln.at_most(d, MAX_COUNT, "ends")
             if any(s.session_id == d["session_id"] for s in cur.sessions):
                 raise ln.fail(f"session {d['session_id']!r} appears twice", "session_id")
             if cur.items or cur.revisions:

@@ -29,6 +29,8 @@ __all__ = [
     "check_id",
     "check_text",
     "check_count",
+    "MAX_BUDGET",
+    "MAX_K",
     "check_layers",
     "wall_clock",
 ]
@@ -42,6 +44,12 @@ _UTC = _dt.timezone.utc
 #: and 9999-12-31 23:59:59 UTC.
 MIN_TIME = _dt.datetime(1, 1, 1, tzinfo=_UTC).timestamp()
 MAX_TIME = _dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=_UTC).timestamp()
+
+
+#: The largest context budget (tokens) :meth:`lamina.Memory.context` takes.
+MAX_BUDGET = 10_000_000
+#: The largest ``k`` :meth:`lamina.Memory.search` takes.
+MAX_K = 100_000
 
 
 def wall_clock() -> float:
@@ -99,11 +107,15 @@ def _utf8(v: str, what: str) -> str:
 
 
 def check_id(v: object, what: str) -> str:
-    """A non-empty string identifier (``user_id``, ``session_id``), encodable as UTF-8."""
+    """A non-empty string identifier (``user_id``, ``session_id``), encodable as UTF-8, and
+    neither ``.`` nor ``..`` (an id must be usable as a URL path segment, which those are not:
+    HTTP clients resolve them as dot segments)."""
     if not isinstance(v, str):
         raise TypeError(f"{what} must be a str, got {type(v).__name__}")
     if not v.strip():
         raise InvalidInput(f"{what} must be a non-empty string")
+    if v in (".", ".."):
+        raise InvalidInput(f"{what} must not be {v!r} (it cannot be a URL path segment)")
     return _utf8(v, what)
 
 
@@ -115,12 +127,14 @@ def check_text(v: object, what: str) -> str:
     return _utf8(v, what)
 
 
-def check_count(v: object, what: str, unit: str = "") -> int:
-    """A positive int (``budget`` in tokens, ``k``)."""
+def check_count(v: object, what: str, unit: str = "", maximum: int | None = None) -> int:
+    """A positive int (``budget`` in tokens, ``k``), at most ``maximum`` when given."""
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{what} must be an int{unit}, got {type(v).__name__}")
     if v <= 0:
         raise InvalidInput(f"{what} must be >= 1{' token' if unit else ''}, got {v}")
+    if maximum is not None and v > maximum:
+        raise InvalidInput(f"{what} must be <= {maximum:,}{' tokens' if unit else ''}, got {v}")
     return int(v)
 
 

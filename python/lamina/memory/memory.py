@@ -25,7 +25,7 @@ from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, fill, ingest, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
 from .dump import UserDump
-from .inputs import TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
+from .inputs import MAX_BUDGET, MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import NsCode, Record, norm_key
 from .reports import DeleteReport, ImportReport, MemoryStats, ProfileDrift, SessionReport
 from .state import MemoryState, UserState
@@ -383,7 +383,9 @@ class Memory:
         (:mod:`lamina.memory.dump`; :func:`lamina.transfer.export_jsonl` writes them as JSONL).
 
         Pending access statistics are written first; the rows are read in one snapshot of the
-        store: items of every layer and status, sessions, revisions, the user's statistics.
+        store: items of every layer and status, sessions, revisions, the user's statistics. For
+        a database file the snapshot is taken under the memory's lock and read through a second,
+        read-only connection without it, so other calls are not held up by a large export.
 
         Parameters
         ----------
@@ -400,11 +402,21 @@ class Memory:
         """
         self._check_open()
         check_id(user_id, "user_id")
+        ud: UserDump | None = None
         with self._lock:
             self._check_open()
             self._flush_pending()
-            with self._store.read_tx():
-                ud = transfer.export_user(self._store, user_id, vectors=bool(vectors))
+            # a file database: a second connection's snapshot, taken under the lock and read
+            # without it (other users' calls go on meanwhile); in memory: read under the lock
+            reader = self._store.read_snapshot()
+            if reader is None:
+                with self._store.read_tx():
+                    ud = transfer.export_user(self._store, user_id, vectors=bool(vectors))
+        if reader is not None:
+            try:
+                ud = transfer.export_user(reader, user_id, vectors=bool(vectors))
+            finally:
+                reader.close()
         if ud is None:
             raise NotFoundError(f"unknown user_id {user_id!r}")
         return ud
@@ -483,7 +495,8 @@ class Memory:
         user_id : str
             An unknown user has no memories: the context abstains.
         budget : int
-            Token budget (whitespace words of the rendered context), >= 1.
+            Token budget (whitespace words of the rendered context), 1 ..
+            :data:`~lamina.memory.inputs.MAX_BUDGET` (10,000,000).
         now : event time of the question (default: wall clock). When given, items stated after
             ``now`` are invisible (replays behave as if it were then).
         domain : str, optional
@@ -493,7 +506,7 @@ class Memory:
         """
         self._check_open()
         check_id(user_id, "user_id")
-        budget = check_count(budget, "budget", " (tokens)")
+        budget = check_count(budget, "budget", " (tokens)", MAX_BUDGET)
         t_now = to_time(now, "now")
         if domain is not None and not isinstance(domain, str):
             raise TypeError("domain must be a str or None")
@@ -571,6 +584,8 @@ class Memory:
 
         Parameters
         ----------
+        k : int
+            How many items, 1 .. :data:`~lamina.memory.inputs.MAX_K` (100,000).
         layers : list of str, optional
             Any of ``working``, ``episodic``, ``semantic``, ``archive`` (every raw turn ever added,
             including those still in working memory), ``history`` (superseded facts). Default:
@@ -578,7 +593,7 @@ class Memory:
         """
         self._check_open()
         check_id(user_id, "user_id")
-        k = check_count(k, "k")
+        k = check_count(k, "k", maximum=MAX_K)
         names = list(ACTIVE_LAYERS) if layers is None else check_layers(layers)
         archive_only = layers is not None and "archive" in layers and "working" not in layers
         if "archive" in names and "working" not in names:

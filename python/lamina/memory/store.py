@@ -37,6 +37,7 @@ import os
 import secrets
 import sqlite3
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import StoreBusy
@@ -150,6 +151,12 @@ class Store(Protocol):
 
     def read_tx(self) -> contextlib.AbstractContextManager[None]:
         """A read-only transaction: the reads inside it see one snapshot of the store."""
+        ...
+
+    def read_snapshot(self) -> Store | None:
+        """A second, read-only handle on the store whose reads all see the snapshot taken now
+        (the caller closes it; it needs no lock of the caller's), or None where the store
+        cannot give one (an in-memory database)."""
         ...
 
     def owns(self, item_id: int) -> bool:
@@ -352,6 +359,33 @@ class SQLiteStore:
 
     def close(self) -> None:
         self.conn.close()
+
+    def read_snapshot(self) -> SQLiteStore | None:
+        """A read-only connection to the same file inside a read transaction whose snapshot is
+        taken now (WAL mode: it sees every write committed before, none after, and blocks no
+        writer); the caller reads through it without holding any lock and closes it. None for
+        an in-memory database (no second connection can reach it)."""
+        if self.path is None:
+            return None
+        uri = Path(os.fspath(self.path)).absolute().as_uri() + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout)
+        try:
+            conn.execute("BEGIN")
+            conn.execute("SELECT COUNT(*) FROM meta").fetchone()  # (the snapshot is taken at the first read)
+        except BaseException:
+            conn.close()
+            raise
+        reader = object.__new__(SQLiteStore)
+        reader.path = self.path
+        reader.busy_timeout = self.busy_timeout
+        reader.conn = conn
+        reader._ready = True
+        reader._in_tx = True  # (read_tx inside it belongs to the snapshot)
+        reader._write_no = None
+        reader.secure_delete = self.secure_delete
+        reader.tag = self.tag
+        reader.next_seq = self.next_seq
+        return reader
 
     # -- meta / ids --------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:

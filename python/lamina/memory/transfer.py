@@ -50,6 +50,11 @@ def export_user(store: Store, user_id: str, *, vectors: bool) -> UserDump | None
         ud.items.append(ItemEntry(**fields, embedding=vec))
         for text, changed_at in store.revisions(int(row["id"])):
             ud.revisions.append(RevisionEntry(user_id, int(row["id"]), text, changed_at))
+    # a fact superseded by a fact deleted since names an item that is gone: no link to write
+    ids = {it.id for it in ud.items}
+    for it in ud.items:
+        if it.superseded_by is not None and it.superseded_by not in ids:
+            it.superseded_by = None
     return ud
 
 

@@ -23,7 +23,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Path, Query
+from fastapi import APIRouter, FastAPI, Path, Query, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 from starlette.routing import Route
@@ -34,7 +34,7 @@ from ..errors import InvalidInput
 from ..memory import Memory, MemoryConfig
 from ..wire import context_to_json, delete_report_to_json, item_to_json, session_report_to_json
 from . import schemas as S
-from .auth import KeyRing
+from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
 from .errors import error_response, install_error_handlers
 from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
@@ -70,6 +70,11 @@ class ServeConfig:
         Serve the MCP server at ``/mcp`` (:mod:`~lamina.serve.mcp`; default True).
     host : str
         The address served (the MCP transport's DNS-rebinding protection is on for loopback).
+    metrics_key : str or None
+        The hash (``sha256:...``, :func:`~lamina.serve.auth.hash_key`) of the bearer key
+        ``/metrics`` requires when ``keys`` are configured (``lamina serve --metrics-key`` or
+        ``LAMINA_METRICS_KEY``). With keys and without it, ``/metrics`` answers 404 (its counts
+        name every tenant); without keys (loopback only) it is open.
     """
 
     db: str | None
@@ -80,6 +85,11 @@ class ServeConfig:
     tenant_metrics_max_age: float = 15.0
     mcp: bool = True
     host: str = "127.0.0.1"
+    metrics_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.metrics_key is not None:
+            object.__setattr__(self, "metrics_key", check_hash(self.metrics_key, "ServeConfig.metrics_key"))
 
     def to_env(self) -> str:
         """This configuration as JSON for :data:`ENV_CONFIG` (keys travel as their hashes)."""
@@ -92,6 +102,7 @@ class ServeConfig:
                 "tenant_metrics_max_age": self.tenant_metrics_max_age,
                 "mcp": self.mcp,
                 "host": self.host,
+                "metrics_key": self.metrics_key,
             }
         )
 
@@ -106,6 +117,7 @@ class ServeConfig:
             tenant_metrics_max_age=float(d["tenant_metrics_max_age"]),
             mcp=bool(d["mcp"]),
             host=str(d["host"]),
+            metrics_key=d.get("metrics_key"),
         )
 
 
@@ -290,7 +302,19 @@ def _routes() -> APIRouter:
         return _json({"status": "ready"})
 
     @r.get("/metrics", tags=["ops"], summary="Prometheus metrics", response_class=Response)
-    async def metrics(svc: ServiceDep) -> Response:
+    async def metrics(request: Request, svc: ServiceDep) -> Response:
+        if svc.keys.enabled:  # (the counts name every tenant: not for anonymous callers)
+            if svc.metrics_key is None:
+                return error_response(
+                    404, "not_found", "/metrics is off: the server has API keys and no metrics key (--metrics-key)"
+                )
+            if not metrics_key_matches(svc.metrics_key, request.headers.get("authorization")):
+                return error_response(
+                    401,
+                    "unauthorized",
+                    "/metrics needs the metrics key: send 'Authorization: Bearer <metrics key>'",
+                    {"WWW-Authenticate": "Bearer"},
+                )
         data = await asyncio.to_thread(generate_latest, svc.metrics.registry)
         return Response(data, media_type=CONTENT_TYPE_LATEST)
 
@@ -352,7 +376,7 @@ def create_app(
         Its ``.state.lamina`` is the :class:`~lamina.serve.service.Service`.
     """
     metrics = metrics if metrics is not None else ServeMetrics()
-    svc = Service(config.keys, config.limits, metrics, memory)
+    svc = Service(config.keys, config.limits, metrics, memory, metrics_key=config.metrics_key)
     metrics.registry.register(TenantCollector(lambda: _tenant_counts(svc), config.tenant_metrics_max_age))
     extra_lifespans = list(lifespans)
     mcp_routes: list[Route] = []
@@ -404,6 +428,8 @@ def create_app(
         max_body_bytes=config.limits.max_body_bytes,
         larger=[("POST", IMPORT_PATH, config.limits.max_import_bytes, "max_import_bytes")],
     )
+    # with keys, a request without a known key is refused before anything reads its body
+    app.add_middleware(KeyGate, keys=config.keys)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # the outermost: it times the others too
     return app
 

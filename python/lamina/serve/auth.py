@@ -18,6 +18,7 @@ The environment variable ``LAMINA_API_KEYS="tenant1:key1,tenant2:key2"`` adds pl
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import secrets
 import sys
@@ -26,7 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from ..errors import InvalidInput
+from .errors import error_response
 from .tenancy import check_tenant
 
 if sys.version_info >= (3, 11):
@@ -34,10 +38,23 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["KeyRing", "hash_key", "new_key", "ENV_VAR"]
+__all__ = [
+    "KeyRing",
+    "KeyGate",
+    "hash_key",
+    "new_key",
+    "bearer_key",
+    "check_hash",
+    "metrics_key_matches",
+    "ENV_VAR",
+    "METRICS_ENV_VAR",
+    "OPEN_PATHS",
+]
 
 #: Environment variable with plain ``tenant:key`` pairs, comma-separated.
 ENV_VAR = "LAMINA_API_KEYS"
+#: Environment variable with the plain key ``/metrics`` requires (``lamina serve --metrics-key``).
+METRICS_ENV_VAR = "LAMINA_METRICS_KEY"
 _PREFIX = "sha256:"
 _MIN_KEY_LEN = 16
 
@@ -49,9 +66,33 @@ def hash_key(key: str) -> str:
     return _PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+def bearer_key(authorization: str | None) -> str | None:
+    """The key of an ``Authorization: Bearer <key>`` header value (None: no bearer key)."""
+    scheme, _, key = (authorization or "").partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        return None
+    return key
+
+
 def new_key() -> str:
     """A fresh random API key (32 bytes, URL-safe base64)."""
     return "lmn_" + secrets.token_urlsafe(32)
+
+
+def metrics_key_matches(expected_hash: str, authorization: str | None) -> bool:
+    """Whether an ``Authorization`` header carries the key of ``expected_hash`` (compared by
+    hash, in constant time)."""
+    key = bearer_key(authorization)
+    if key is None:
+        return False
+    got = _PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    return hmac.compare_digest(got, expected_hash)
+
+
+def check_hash(h: object, where: str) -> str:
+    """``h`` as a key hash (``sha256:`` and 64 lowercase hex digits; InvalidInput otherwise)."""
+    return _check_hash(h, where)
 
 
 def _check_hash(h: object, where: str) -> str:
@@ -114,7 +155,11 @@ class KeyRing:
             for i, part in enumerate(p for p in raw.split(",") if p.strip()):
                 tenant, sep, key = part.strip().partition(":")
                 if not sep or not key:
-                    raise InvalidInput(f"{ENV_VAR} entry {i + 1} must be 'tenant:key', got {part.strip()[:40]!r}")
+                    # (the entry is not echoed: without its ':' it may be a key)
+                    raise InvalidInput(
+                        f"{ENV_VAR} entry {i + 1} must be 'tenant:key' "
+                        f"({'no key after the colon' if sep else 'no colon'}; the entry is not shown: it may hold a key)"
+                    )
                 if len(key) < _MIN_KEY_LEN:
                     raise InvalidInput(
                         f"{ENV_VAR}: the key of tenant {tenant!r} is shorter than {_MIN_KEY_LEN} characters"
@@ -147,3 +192,45 @@ def _read_keys_file(path: Path) -> list[tuple[str, str, str]]:
         for j, h in enumerate(keys):
             out.append((_check_hash(h, f"keys file {path}, tenants.{name}.keys[{j}]"), name, f"keys file {path}"))
     return out
+
+
+#: Paths a server with keys answers without one: health, the API's description, and ``/metrics``
+#: (which checks its own key: ``lamina serve --metrics-key``).
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+
+
+class KeyGate:
+    """ASGI middleware: with keys configured, 401 ``unauthorized`` for an HTTP request without a
+    known bearer key, before anything reads its body (but on :data:`OPEN_PATHS`).
+
+    The routes authenticate again (they need the caller's tenant); this gate only makes sure an
+    anonymous request costs one hash and no body buffering. Without keys it passes everything.
+
+    Parameters
+    ----------
+    app : ASGI app
+    keys : KeyRing
+    """
+
+    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.keys.enabled or scope.get("path", "") in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        auth: str | None = None
+        for k, v in scope.get("headers", ()):
+            if k == b"authorization":
+                auth = v.decode("latin-1")
+        key = bearer_key(auth)
+        if key is None:
+            message = "missing API key: send 'Authorization: Bearer <key>'"
+        elif self.keys.tenant_of(key) is None:
+            message = "unknown API key"
+        else:
+            await self.app(scope, receive, send)
+            return
+        scope["lamina.route"] = "unauthenticated"  # (the metrics' route label)
+        await error_response(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})(scope, receive, send)

@@ -37,7 +37,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import ENV_CONFIG, ServeConfig, create_app
-        from .auth import KeyRing
+        from .auth import METRICS_ENV_VAR, KeyRing, hash_key
         from .limits import Limits
         from .metrics import ServeMetrics, TimedEmbedder
     except ImportError as e:  # pragma: no cover - depends on the installation
@@ -49,6 +49,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         keys = KeyRing.from_sources(args.keys)
+        metrics_key = args.metrics_key or os.environ.get(METRICS_ENV_VAR) or None
+        if metrics_key is not None and len(metrics_key) < 16:
+            raise InvalidInput("the metrics key (--metrics-key / LAMINA_METRICS_KEY) needs at least 16 characters")
         limits = Limits(
             max_body_bytes=args.max_body_bytes,
             max_messages=args.max_messages,
@@ -56,6 +59,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             max_pending=args.max_pending,
             queue_timeout=args.queue_timeout,
             max_import_bytes=args.max_import_bytes,
+            max_imports=args.max_imports,
         )
     except InvalidInput as e:
         print(f"lamina serve: {e}", file=sys.stderr)
@@ -71,6 +75,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"lamina serve: no API keys, so no authentication: serving {args.host} (loopback) only", file=sys.stderr)
     else:
         print(f"lamina serve: {len(keys.tenants)} tenant(s) with API keys", file=sys.stderr)
+        if metrics_key is None:
+            print("lamina serve: no --metrics-key: /metrics answers 404", file=sys.stderr)
     db = None if args.db == ":memory:" else args.db
     cfg = ServeConfig(
         db=db,
@@ -80,6 +86,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         tenant_metrics_max_age=args.tenant_metrics_max_age,
         mcp=not args.no_mcp,
         host=args.host,
+        metrics_key=None if metrics_key is None else hash_key(metrics_key),
     )
     common: dict[str, Any] = dict(
         host=args.host,
@@ -163,8 +170,21 @@ def add_serve_parsers(sub: Any) -> None:
     s.add_argument(
         "--max-import-bytes",
         type=int,
-        default=64 << 20,
-        help="largest body of POST /v1/users/{user_id}/import (a JSONL dump; default 64 MiB)",
+        default=512 << 20,
+        help="largest body of POST /v1/users/{user_id}/import (a JSONL dump; default 512 MiB)",
+    )
+    s.add_argument(
+        "--max-imports",
+        type=int,
+        default=2,
+        help="import bodies received or held at once (more: 503); imports hold about "
+        "max-imports x max-import-bytes of memory",
+    )
+    s.add_argument(
+        "--metrics-key",
+        default=None,
+        help="with API keys: the bearer key GET /metrics requires (also LAMINA_METRICS_KEY; without it "
+        "/metrics answers 404 when keys are configured; without keys /metrics is open)",
     )
     s.add_argument("--no-mcp", action="store_true", help="do not serve the MCP server at /mcp")
     s.add_argument("--keep-alive", type=int, default=30, help="seconds an idle keep-alive connection stays open")

@@ -3,7 +3,8 @@
 =====================  ======  ==============================================================
 code                   status  raised for
 =====================  ======  ==============================================================
-``invalid_input``      400     a value lamina cannot accept (:class:`~lamina.InvalidInput`)
+``invalid_input``      400     a value lamina cannot accept (:class:`~lamina.InvalidInput`), or a
+                               body that is not UTF-8 JSON
 ``bad_dump``           400     an import body that is no valid dump (the message names the line
                                and the field: :class:`~lamina.memory.dump.DumpError`)
 ``type_error``         400     a value of the wrong type
@@ -100,10 +101,17 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 403: "forbidden"}.get(
-        exc.status_code, f"http_{exc.status_code}"
-    )
-    return error_response(exc.status_code, code, str(exc.detail), dict(exc.headers) if exc.headers else None)
+    code = {
+        400: "invalid_input",  # (FastAPI's own 400: a body it could not read, e.g. not UTF-8)
+        404: "not_found",
+        405: "method_not_allowed",
+        401: "unauthorized",
+        403: "forbidden",
+    }.get(exc.status_code, f"http_{exc.status_code}")
+    message = str(exc.detail)
+    if exc.status_code == 400 and message == "There was an error parsing the body":
+        message = "the request body could not be read: it must be JSON in UTF-8"
+    return error_response(exc.status_code, code, message, dict(exc.headers) if exc.headers else None)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:

@@ -10,7 +10,13 @@
 * :class:`BodyLimit` — ASGI middleware refusing bodies over ``max_body_bytes`` (413) by their
   ``Content-Length`` before reading them; a chunked body is read (up to the limit) and replayed.
   Routes that take large bodies (``POST /v1/users/{user_id}/import``: ``max_import_bytes``) get
-  a limit of their own.
+  a limit of their own, counted as the route reads the body (nothing is buffered here).
+* :class:`ImportSlots` — at most ``max_imports`` import bodies are received or held at once
+  (one more: 503 ``overloaded`` with ``Retry-After``), so imports hold at most
+  ``max_imports × max_import_bytes`` of bodies in memory (plus what their parsing makes).
+
+With API keys configured, :class:`~lamina.serve.auth.KeyGate` runs before these: a request
+without a known key is refused (401) before any body is read.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import InvalidInput, Overloaded
 
-__all__ = ["Limits", "WorkPool", "BodyLimit", "RequestTooLarge"]
+__all__ = ["Limits", "WorkPool", "BodyLimit", "RequestTooLarge", "ImportSlots"]
 
 T = TypeVar("T")
 
@@ -66,8 +72,12 @@ class Limits:
     retry_after : int
         The ``Retry-After`` seconds of a 503 (default 1).
     max_import_bytes : int
-        Largest body of ``POST /v1/users/{user_id}/import`` (a JSONL dump; default 64 MiB);
-        larger ones get 413 ``too_large``. The whole dump is held in memory while it is checked.
+        Largest body of ``POST /v1/users/{user_id}/import`` (a JSONL dump; default 512 MiB: a
+        user of 40,000 turns exports to about 74 MB, 156 MB with every vector); larger ones get
+        413 ``too_large``. The whole dump is held in memory while it is checked.
+    max_imports : int
+        Import bodies received or held at once (default 2); one more gets 503 ``overloaded``.
+        Imports hold at most about ``max_imports × max_import_bytes`` of bodies in memory.
     """
 
     max_body_bytes: int = 4 << 20
@@ -76,10 +86,19 @@ class Limits:
     max_pending: int = 256
     queue_timeout: float = 10.0
     retry_after: int = 1
-    max_import_bytes: int = 64 << 20
+    max_import_bytes: int = 512 << 20
+    max_imports: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_messages", "threads", "max_pending", "retry_after", "max_import_bytes"):
+        for name in (
+            "max_body_bytes",
+            "max_messages",
+            "threads",
+            "max_pending",
+            "retry_after",
+            "max_import_bytes",
+            "max_imports",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise InvalidInput(f"Limits.{name} must be an int >= 1, got {v!r}")
@@ -162,6 +181,35 @@ class WorkPool:
         self._executor.shutdown(wait=True, cancel_futures=False)
 
 
+class ImportSlots:
+    """At most ``limits.max_imports`` import bodies received or held at once (see the module
+    docstring): :meth:`take` a slot before reading a body, :meth:`give` it back when done.
+
+    Thread safety: use from one event loop.
+    """
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.held = 0
+
+    def take(self) -> None:
+        """Take a slot for the body of one import.
+
+        Raises
+        ------
+        Overloaded
+            All ``max_imports`` slots are taken (HTTP 503 with ``Retry-After``).
+        """
+        lim = self.limits
+        if self.held >= lim.max_imports:
+            raise Overloaded(f"{self.held} imports are in progress (max_imports); retry later", lim.retry_after)
+        self.held += 1
+
+    def give(self) -> None:
+        """Give back a slot :meth:`take` took."""
+        self.held -= 1
+
+
 class BodyLimit:
     """ASGI middleware: 413 ``too_large`` for HTTP bodies over ``max_body_bytes``.
 
@@ -172,7 +220,8 @@ class BodyLimit:
         The limit of every request but those ``larger`` names.
     larger : sequence of (method, path pattern, limit, setting name)
         Requests of that method whose path fully matches the pattern get that limit instead
-        (the setting's name goes into the 413's message).
+        (the setting's name goes into the 413's message). Their bodies are not buffered here:
+        the route reads them, and the read raises :class:`RequestTooLarge` (413) past the limit.
     """
 
     def __init__(
@@ -182,17 +231,17 @@ class BodyLimit:
         self.max_body_bytes = max_body_bytes
         self.larger = tuple(larger)
 
-    def _limit(self, scope: Scope) -> tuple[int, str]:
+    def _limit(self, scope: Scope) -> tuple[int, str, bool]:
         for method, pattern, limit, name in self.larger:
             if scope.get("method") == method and pattern.fullmatch(scope.get("path", "")):
-                return limit, name
-        return self.max_body_bytes, "max_body_bytes"
+                return limit, name, True
+        return self.max_body_bytes, "max_body_bytes", False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit, name = self._limit(scope)
+        limit, name, streamed = self._limit(scope)
         length: int | None = None
         for k, v in scope["headers"]:
             if k == b"content-length":
@@ -205,6 +254,20 @@ class BodyLimit:
                 await _send_413(send, limit, name)
                 return
             await self.app(scope, receive, send)  # the server reads no more than Content-Length
+            return
+        if streamed:  # counted as the route reads it
+            seen_streamed = 0
+
+            async def counted() -> Message:
+                nonlocal seen_streamed
+                msg = await receive()
+                if msg["type"] == "http.request":
+                    seen_streamed += len(msg.get("body", b""))
+                    if seen_streamed > limit:
+                        raise RequestTooLarge(f"request body larger than {limit} bytes ({name})")
+                return msg
+
+            await self.app(scope, counted, send)
             return
         # a body without Content-Length (chunked): read it here, up to the limit, then replay it
         chunks: list[bytes] = []

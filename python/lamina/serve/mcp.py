@@ -13,6 +13,8 @@ same API keys and tenants:
   refuses a call whose request has no valid key (a tool error);
 * the transport is stateless (no MCP session lives in the process between requests), so with
   ``--workers N`` any worker answers any request of a client's session;
+* ``add_memory`` takes at most ``--max-messages`` messages, as ``POST /v1/memories`` does (a
+  tool error past it);
 * the tools run the memory's calls on the service's bounded work pool, as the HTTP routes do
   (:class:`~lamina.serve.limits.WorkPool`): never on the event loop, at most ``--threads`` at
   once, and a full queue is a tool error ``busy: ...`` (the routes' 503).
@@ -81,7 +83,13 @@ class McpEndpoint:
         async def run(fn: Callable[[], Any]) -> Any:
             return await svc.call(None, fn)
 
-        server = build_mcp_server(svc.memory, user_id_map=self.user_id_map, default_budget=self.default_budget, run=run)
+        server = build_mcp_server(
+            svc.memory,
+            user_id_map=self.user_id_map,
+            default_budget=self.default_budget,
+            run=run,
+            max_messages=svc.limits.max_messages,  # (the limit of POST /v1/memories)
+        )
         # stateless: any worker of ``lamina serve --workers N`` answers any request of a client
         app = mcp_http_app(server, path=MCP_PATH, host=self.host, stateless=True)
         async with server.session_manager.run():

@@ -83,7 +83,8 @@ class TimedEmbedder:
 
 
 class MetricsMiddleware:
-    """ASGI middleware counting and timing every HTTP request by its route template."""
+    """ASGI middleware counting and timing every HTTP request by its route template (a request
+    the key gate refused before routing: ``unauthenticated``; one no route matched: ``unmatched``)."""
 
     def __init__(self, app: ASGIApp, metrics: ServeMetrics) -> None:
         self.app = app
@@ -106,7 +107,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_status)
         finally:
             route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
+            path = getattr(route, "path", None) or scope.get("lamina.route", "unmatched")
             method = scope.get("method", "?")
             self.metrics.latency.labels(method, path).observe(time.perf_counter() - t0)
             self.metrics.requests.labels(method, path, str(status)).inc()

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..memory.inputs import MAX_BUDGET, MAX_K
+
 __all__ = [
     "Message",
     "AddRequest",
@@ -79,7 +81,9 @@ class SessionReportOut(BaseModel):
 class ContextRequest(_In):
     user_id: str
     query: str
-    budget: int = Field(1024, description="Token budget (whitespace words of the rendered context).")
+    budget: int = Field(
+        1024, le=MAX_BUDGET, description="Token budget (whitespace words of the rendered context), at most 10,000,000."
+    )
     now: Time | None = None
     domain: str | None = None
     include_archive: bool = False
@@ -130,7 +134,7 @@ class ContextOut(BaseModel):
 class SearchRequest(_In):
     user_id: str
     query: str
-    k: int = 10
+    k: int = Field(10, le=MAX_K, description="How many items, at most 100,000.")
     layers: list[str] | None = Field(None, description="Any of working, episodic, semantic, archive, history.")
     now: Time | None = None
 

@@ -21,8 +21,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..errors import AuthError, LaminaError, Overloaded, PermissionDenied
 from ..memory import ClosedError, Memory
-from .auth import KeyRing
-from .limits import Limits, WorkPool
+from .auth import KeyRing, bearer_key
+from .limits import ImportSlots, Limits, WorkPool
 from .metrics import ServeMetrics
 from .tenancy import SEP, owns, public_user_id, stored_user_id
 
@@ -76,15 +76,27 @@ class Service:
     metrics : ServeMetrics
     memory : Memory, optional
         Set now, or by the app's startup (:func:`lamina.serve.app.create_app`).
+    metrics_key : str, optional
+        The hash of the key ``/metrics`` requires when keys are on (``ServeConfig.metrics_key``).
 
     Thread safety: ``call`` from the event loop only; the memory itself is thread-safe.
     """
 
-    def __init__(self, keys: KeyRing, limits: Limits, metrics: ServeMetrics, memory: Memory | None = None) -> None:
+    def __init__(
+        self,
+        keys: KeyRing,
+        limits: Limits,
+        metrics: ServeMetrics,
+        memory: Memory | None = None,
+        *,
+        metrics_key: str | None = None,
+    ) -> None:
         self.keys = keys
+        self.metrics_key = metrics_key
         self.limits = limits
         self.metrics = metrics
         self.pool = WorkPool(limits)
+        self.imports = ImportSlots(limits)
         self._memory = memory
         self.ready = memory is not None
 
@@ -132,10 +144,8 @@ class Service:
     def caller_from_header(self, authorization: str | None) -> Caller:
         """:meth:`caller` from a raw ``Authorization`` header value: for sub-applications mounted
         on the app (they get no FastAPI dependencies, so they authenticate with this)."""
-        scheme, _, key = (authorization or "").partition(" ")
-        creds = None
-        if scheme.lower() == "bearer" and key.strip():
-            creds = HTTPAuthorizationCredentials(scheme="Bearer", credentials=key.strip())
+        key = bearer_key(authorization)
+        creds = None if key is None else HTTPAuthorizationCredentials(scheme="Bearer", credentials=key)
         return self.caller(creds)
 
 
