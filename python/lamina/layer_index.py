@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numpy.random import default_rng  # (imported with the module: numpy loads numpy.random lazily, ~10 ms)
 
 from ._info import get_num_threads
 from .search import VectorArena
@@ -89,7 +90,7 @@ def _scrub_vectors(ids: Sequence[int], dim: int) -> npt.NDArray[np.float32]:
     stored data (spread out, so the overwritten points do not pile up in one place)."""
     out = np.empty((len(ids), dim), dtype=np.float32)
     for k, i in enumerate(ids):
-        out[k] = np.random.default_rng(int(i) & ((1 << 63) - 1)).standard_normal(dim)
+        out[k] = default_rng(int(i) & ((1 << 63) - 1)).standard_normal(dim)
     return out
 
 
