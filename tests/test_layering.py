@@ -5,6 +5,9 @@ top-down: records/config -> store/state -> stages -> facade)."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,6 +166,7 @@ def test_no_module_imports_the_memory_package_from_below() -> None:
         "lamina.lexical",
         "lamina.layer_index",
         "lamina.llm",
+        "lamina.local_llm",
         "lamina._info",
         "lamina._device",
         "lamina.embedders",
@@ -192,6 +196,37 @@ def test_model_modules_import_only_lower_levels() -> None:
                 assert MODEL_LEVELS[dep] < level, (
                     f"lamina.model.{mod} (level {level}) imports lamina.model.{dep} (level {MODEL_LEVELS[dep]})"
                 )
+
+
+# LLM-protocol implementations sit beside lamina.llm: OpenAIChat in it, LocalChat (the local
+# GGUF runtime) in lamina.local_llm, which builds on lamina.model and lamina.llm only; the
+# model package never imports either (it knows nothing of the LLM protocol).
+MODEL_EXTRA_DEPS = ("gguf", "tokenizers", "jinja2")
+
+
+def test_local_llm_builds_on_the_model_and_the_llm_protocol_only() -> None:
+    for target, line, names in _imports("lamina.local_llm"):
+        for n in names or [""]:
+            full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
+            assert full in ("lamina.llm", "lamina.errors") or full.startswith("lamina.model."), (
+                f"lamina.local_llm:{line} imports {full}"
+            )
+    for name in MODULES:
+        if name.startswith("lamina.model"):
+            for target, line, _ in _imports(name):
+                assert not target.startswith(("lamina.llm", "lamina.local_llm")), f"{name}:{line} imports {target}"
+    assert not _top_level_imports("lamina.local_llm") & set(MODEL_EXTRA_DEPS)
+
+
+def test_import_lamina_loads_no_model_extra() -> None:
+    """``import lamina`` (which exports LocalChat) loads none of gguf, tokenizers, jinja2."""
+    code = (
+        "import sys, lamina; assert lamina.LocalChat; "
+        f"print(sorted(m for m in {MODEL_EXTRA_DEPS!r} if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PKG.parent), *sys.path])}
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 # The service sits on top: lamina.serve (FastAPI), lamina.client (httpx), lamina.aio and

@@ -12,6 +12,7 @@ from .extract import Fact, FactExtractor, Summarizer, Turn
 from .items import Context, MemoryItem
 from .lexical import LexicalIndex, tokenize
 from .llm import LLM, OpenAIChat
+from .local_llm import LocalChat
 from .memory import ClosedError, DeleteReport, Memory, MemoryConfig, MemoryStats, ProfileDrift, SessionReport
 from .memory.dump import Dump, DumpError, UserDump, read_dump
 from .memory.reports import ImportReport
@@ -73,6 +74,7 @@ __all__ = [
     "embedders",
     "LLM",
     "OpenAIChat",
+    "LocalChat",
     "Summarizer",
     "FactExtractor",
     "Fact",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,7 @@ import numpy.typing as npt
 from .. import _core
 from ..errors import InvalidInput
 from ..kv import KVMethod
-from .chat import render_user_message
+from .chat import render_messages, render_user_message
 from .generate import Generation, PromptParts, run_generation
 from .gguf_file import GGUFModelFile, LlamaConfig, default_model_path, read_gguf
 from .press import resolve_press
@@ -101,6 +101,14 @@ class Model:
         bos = t.tokens[t.bos_id] if t.bos_id is not None else ""
         eos = t.tokens[t.eos_id] if t.eos_id is not None else ""
         return render_user_message(t.chat_template, message, bos_token=bos, eos_token=eos)
+
+    def chat_messages_prompt(self, messages: Sequence[Mapping[str, str]]) -> str:
+        """The prompt text of a conversation (system/user/assistant messages, in order) under
+        the model's chat template, ending with the opening of the assistant's turn."""
+        t = self._file.tokenizer
+        bos = t.tokens[t.bos_id] if t.bos_id is not None else ""
+        eos = t.tokens[t.eos_id] if t.eos_id is not None else ""
+        return render_messages(t.chat_template, messages, bos_token=bos, eos_token=eos)
 
     # ---- forward ------------------------------------------------------------------------------
     def _ids(self, ids: Sequence[int] | npt.NDArray[Any]) -> npt.NDArray[np.int32]:
@@ -262,6 +270,60 @@ class Model:
             compression=float(compression),
             stop=list(stop),
             on_text=on_text,
+            context_length=self.config.context_length,
+            threads=self.threads,
+            q8_decode=self.q8_decode,
+        )
+
+    def generate_messages(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> Generation:
+        """Generate the assistant's reply to a conversation (no press).
+
+        Parameters
+        ----------
+        messages : sequence of mapping
+            ``{"role": "system" | "user" | "assistant", "content": str}``, rendered in order
+            by :meth:`chat_messages_prompt`.
+        max_tokens, temperature, top_p, seed, stop
+            As in :meth:`generate`.
+
+        Returns
+        -------
+        Generation
+
+        Raises
+        ------
+        InvalidInput
+            Bad messages, max_tokens < 1, bad sampling parameters, an empty stop string, or
+            a prompt that does not fit the context with ``max_tokens``.
+        """
+        if int(max_tokens) < 1:
+            raise InvalidInput(f"max_tokens must be >= 1, got {max_tokens}")
+        if isinstance(stop, str):
+            stop = (stop,)
+        if any(not s for s in stop):
+            raise InvalidInput("stop strings must be non-empty")
+        ids = self.tokenize(self.chat_messages_prompt(messages))
+        return run_generation(
+            self._native,
+            self.new_cache(),
+            PromptParts(context=ids, suffix=[]),
+            decode=self.tokenizer.decode,
+            eos_ids=self.eos_ids,
+            max_tokens=int(max_tokens),
+            sampler=Sampler(temperature=float(temperature), top_p=float(top_p), seed=seed),
+            press=None,
+            compression=0.0,
+            stop=list(stop),
+            on_text=None,
             context_length=self.config.context_length,
             threads=self.threads,
             q8_decode=self.q8_decode,
