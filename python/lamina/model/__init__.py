@@ -21,7 +21,7 @@ ragged per (layer, KV head) so a head-wise budget frees memory.
 
 from __future__ import annotations
 
-from .chat import render_user_message
+from .chat import render_messages, render_user_message
 from .generate import Generation
 from .gguf_file import (
     SUPPORTED_TYPES,
@@ -52,4 +52,5 @@ __all__ = [
     "default_model_path",
     "read_gguf",
     "render_user_message",
+    "render_messages",
 ]
