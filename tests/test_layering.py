@@ -26,6 +26,7 @@ MEMORY_LEVELS = {
     "coverage": 2,
     "state": 3,
     "tx": 4,
+    "stats": 4,
     "semantic": 5,
     "retention": 5,
     "retrieve": 5,

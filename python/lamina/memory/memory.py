@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,15 +20,16 @@ import numpy.typing as npt
 from ..embedders import Embedder, TextCache, check_embeddings, get_embedder
 from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer, is_functional
-from ..items import LAYERS, Context, MemoryItem
+from ..items import Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, fill, ingest, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
 from .dump import UserDump
 from .inputs import MAX_BUDGET, MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
-from .records import NsCode, Record, norm_key
-from .reports import DeleteReport, ImportReport, MemoryStats, ProfileDrift, SessionReport
+from .records import Record, norm_key
+from .reports import DeleteReport, ImportReport, MemoryStats, SessionReport
 from .state import MemoryState, UserState
+from .stats import count_stats
 from .store import SQLiteStore, Store
 from .tx import Models, Tx
 
@@ -701,53 +702,16 @@ class Memory:
                 with self._store.read_tx():
                     st.load_all(self._store)
                 users = list(st.users.values())
-            uids = {u.user_id for u in users}
-            layers = {L: 0 for L in LAYERS}
-            kinds: dict[str, int] = {}
-            evicted = turns = 0
-            recs = [r for u in users for r in st.urecs(u)]
-            for r in recs:
-                if r.kind == "turn":
-                    turns += 1
-                if r.status == "active":
-                    layers[r.layer] += 1
-                    kinds[r.kind] = kinds.get(r.kind, 0) + 1
-                else:
-                    evicted += 1
-            ann = st.vectors.uses_ann
             summ, ext = self._models.summarizer, self._models.extractor
-            return MemoryStats(
+            return count_stats(
+                st,
+                users,
                 embedder=self._embedder.name,
                 dim=self._dim,
                 path=self._path,
-                users=len(users),
-                sessions=sum(1 for (uid, _s) in st.sessions if uid in uids),
-                open_sessions=sum(1 for (uid, _s), v in st.sessions.items() if uid in uids and v[0] == "open"),
-                items=len(recs),
-                layers=layers,
-                kinds=kinds,
-                archive_turns=turns,
-                facts_current=sum(
-                    1 for r in recs if r.kind == "fact" and r.layer == "semantic" and r.status == "active"
-                ),
-                facts_superseded=layers["history"],
-                evicted=evicted,
-                profile_drift=ProfileDrift(
-                    total=float(sum(u.drift_total for u in users)),
-                    last=float(users[-1].drift_last) if len(users) == 1 else None,
-                    updates=int(sum(u.drift_updates for u in users)),
-                    lambda_=float(self.config.profile_lambda),
-                ),
-                # (user/layer) searched through hnswlib (past ann_threshold), the rest exactly
-                ann_layers=sorted(
-                    f"{u.user_id}/{L}"
-                    for u in users
-                    for L in LAYERS
-                    if ann(u.ns(LAYERS[L])) or (L == "episodic" and ann(u.ns(NsCode.LEAF)))
-                ),
+                config=self.config,
                 llm=repr(self.llm) if self.llm is not None else None,
                 llm_fallbacks=int(getattr(summ, "failures", 0)) + int(getattr(ext, "failures", 0)),
-                config=asdict(self.config),
             )
 
     def users(self) -> list[str]:
