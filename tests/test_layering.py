@@ -225,8 +225,13 @@ def test_import_lamina_loads_no_model_extra() -> None:
         "import sys, lamina; assert lamina.LocalChat; "
         f"print(sorted(m for m in {MODEL_EXTRA_DEPS!r} if m in sys.modules))"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PKG.parent), *sys.path])}
-    flags = ["-S"] if sys.flags.no_site else []  # (an editable install's finder is a site hook)
+    # the lamina this process imported: a site-less process (a worktree) is given its path; an
+    # installed or editable one is found as usual (the source tree alone has no _core)
+    env = dict(os.environ)
+    flags: list[str] = []
+    if sys.flags.no_site:
+        env["PYTHONPATH"] = os.pathsep.join([str(PKG.parent), *sys.path])
+        flags = ["-S"]
     out = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
