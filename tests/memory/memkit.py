@@ -128,7 +128,7 @@ def item_rows(path: str | Path, user_id: str | None = None) -> dict[int, dict[st
     out = {}
     for r in rows(path, sql, *(() if user_id is None else (user_id,))):
         r["sources"] = tuple(json.loads(r["sources"]))
-        r["members"] = list(json.loads(r["members"]))
+        r["members"] = tuple(json.loads(r["members"]))
         out[r["id"]] = r
     return out
 

@@ -27,7 +27,7 @@ def _row(rid: int, **kw: object) -> dict[str, object]:
         seq=seq_of(rid),
         session_id="s",
         sources=(f"t{rid}", "x"),
-        members=[1, 2],
+        members=(1, 2),
         timestamp=1.5,
         **kw,
     )  # type: ignore[arg-type]
@@ -163,13 +163,13 @@ def test_items_round_trip_updates_and_deletes() -> None:
     loaded = list(s.load_items())
     assert [r["id"] for r in loaded] == ids and set(loaded[0]) == set(ITEM_COLUMNS)
     for got, want in zip(loaded, rows):
-        assert got == want  # sources back as a tuple, members as a list, the embedding as bytes
-    assert isinstance(loaded[0]["sources"], tuple) and isinstance(loaded[0]["members"], list)
+        assert got == want  # sources and members back as tuples, the embedding as bytes
+    assert isinstance(loaded[0]["sources"], tuple) and isinstance(loaded[0]["members"], tuple)
     with s.tx():
-        s.update_items([(ids[0], {"text": "new", "members": [7]}), (ids[1], {})])
+        s.update_items([(ids[0], {"text": "new", "members": (7,)}), (ids[1], {})])
         s.bump_access([(5, 123.0, ids[2])])
     by_id = {r["id"]: r for r in s.load_items()}
-    assert by_id[ids[0]]["text"] == "new" and by_id[ids[0]]["members"] == [7]
+    assert by_id[ids[0]]["text"] == "new" and by_id[ids[0]]["members"] == (7,)
     assert by_id[ids[0]]["summary"] is None and by_id[ids[1]] == rows[1]  # nothing else changed
     assert (by_id[ids[2]]["access_count"], by_id[ids[2]]["last_access"]) == (5, 123.0)
     with s.tx():

@@ -8,7 +8,7 @@ and tells the unit of work (:class:`lamina.memory.tx.Tx`) which columns changed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
@@ -116,7 +116,7 @@ class Record:
     speaker: str | None = None
     source_id: str | None = None
     sources: tuple[str, ...] = ()
-    members: list[int] = field(default_factory=list)
+    members: tuple[int, ...] = ()
     created_at: float | None = None
     timestamp: float | None = None
     last_access: float | None = None

@@ -106,7 +106,9 @@ class UserState:
         self.decays = 0  # α decays so far: one per consolidated session (see MemoryState.strength)
         self.active: dict[str, set[int]] = {name: set() for name in LAYERS}  # layer -> active record ids
         self.session_turns: dict[str, list[int]] = {}  # session -> its turn ids (any layer), in order
-        self.derived: dict[str, set[int]] = {}  # source id -> ids of the records whose sources hold it
+        # source id -> ids of the records whose sources hold it (tuples: a handful of ids each, and
+        # a tuple of ints leaves the cyclic GC's tracked set, which one set per turn would grow)
+        self.derived: dict[str, tuple[int, ...]] = {}
         self.named: dict[str, list[int]] = {}  # person key -> ids of the records naming them, in order
         # cache: the covered turns' neighbour lists of the capacity projection (never stored;
         # synced to the covered set and the vectors' stamps when used; None: built again)
@@ -153,6 +155,25 @@ def _insert(lst: list[int], i: int) -> None:
         lst.append(i)
     elif i not in lst:
         bisect.insort(lst, i)
+
+
+def _tuple_add(index: dict[str, tuple[int, ...]], key: str, i: int) -> None:
+    """Add an id to the tuple ``index[key]`` (once)."""
+    cur = index.get(key, ())
+    if i not in cur:
+        index[key] = (*cur, i)
+
+
+def _tuple_discard(index: dict[str, tuple[int, ...]], key: str, i: int) -> None:
+    """Remove an id from the tuple ``index[key]``; a key left empty goes."""
+    cur = index.get(key)
+    if cur is None or i not in cur:
+        return
+    rest = tuple(j for j in cur if j != i)
+    if rest:
+        index[key] = rest
+    else:
+        del index[key]
 
 
 def _discard(index: dict[Any, Any], key: Any, i: int, keep: Any = None) -> None:
@@ -434,7 +455,7 @@ class MemoryState:
         """Add a record to the per-user indexes (working queues, tree, current facts, profiles,
         sources, people); :meth:`unindex` is its inverse. Lists stay in id (= creation) order."""
         for src in r.sources:
-            u.derived.setdefault(src, set()).add(r.id)
+            _tuple_add(u.derived, src, r.id)
         if r.kind == "turn":
             if r.source_id is not None:
                 self._index_source(u, r.source_id)
@@ -515,7 +536,7 @@ class MemoryState:
                 assert name is not None
                 u.people[key] = _person(name)
         for src in r.sources:
-            _discard(u.derived, src, r.id)
+            _tuple_discard(u.derived, src, r.id)
         if r.kind == "turn" and r.source_id is not None:
             self._index_source(u, r.source_id, without=r.id)
         u.ids.discard(r.id)
@@ -542,10 +563,10 @@ class MemoryState:
         old = r.sources
         grown = sources[: len(old)] == old
         for src in () if grown else old:
-            _discard(u.derived, src, r.id)
+            _tuple_discard(u.derived, src, r.id)
         r.sources = sources
         for src in sources[len(old) :] if grown else sources:
-            u.derived.setdefault(src, set()).add(r.id)
+            _tuple_add(u.derived, src, r.id)
         if r.kind == "turn" and r.source_id is not None:
             self._index_source(u, r.source_id)
 

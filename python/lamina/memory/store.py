@@ -663,5 +663,5 @@ def _dec(col: str, v: Any) -> Any:
     if col == "sources":
         return tuple(json.loads(v))
     if col == "members":
-        return list(json.loads(v))
+        return tuple(json.loads(v))
     return v

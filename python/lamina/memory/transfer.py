@@ -105,7 +105,7 @@ def _row(it: ItemEntry, user_id: str, rid: int, new: dict[int, int], vec: Vec) -
         user_id=user_id,
         seq=seq_of(rid),
         sources=tuple(it.sources),
-        members=[new[m] for m in it.members],
+        members=tuple(new[m] for m in it.members),
         parent_id=_remap(it.parent_id, new),
         superseded_by=_remap(it.superseded_by, new),
         embedding=np.ascontiguousarray(vec, dtype=np.float32).tobytes(),
