@@ -17,4 +17,5 @@ PYBIND11_MODULE(_core, m) {
   lamina::py_detail::register_encoder(m);
   lamina::py_detail::register_lexical(m);
   lamina::py_detail::register_model(m);
+  lamina::py_detail::register_gc(m);
 }

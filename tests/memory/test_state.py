@@ -4,6 +4,7 @@ leaves follow the leaves through eviction, text updates and reopening."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,30 @@ def test_turn_views_follow_eviction_update_and_reopen(tmp_path: Path) -> None:
     st = _load(path, cfg)
     u = st.users["u"]
     assert set(u.seg_of) == want and st.vectors.count(u.ns(NsCode.TURN_VIEW)) == len(want)
+
+
+def _atomic(v: object) -> bool:
+    if isinstance(v, tuple):
+        return all(_atomic(x) for x in v)
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def test_records_hold_only_atomic_values_and_leave_the_cyclic_gc(tmp_path: Path) -> None:
+    """A record is untracked from the cyclic GC, which is sound only while none of its fields can
+    reference a container (every kind of item, live and after a reopen, updates and the read-path
+    caches included)."""
+    p = tmp_path / "m.db"
+    cfg = MemoryConfig(working_capacity=4, episodic_capacity=4, max_segment_turns=2, semantic_capacity=3)
+    for reopen in (False, True):
+        with Memory(p, embedder="hashing", config=cfg) as m:
+            if not reopen:
+                ids = fill(m)
+                m.update(ids[0], "Alice moved to Rome.", user_id="alice")
+            m.context("Where does Alice live now?", user_id="alice", now=T0 + 1e6)
+            st = m._st
+            kinds = {r.kind for r in st.recs.values()}
+            assert {"turn", "segment", "summary", "fact", "profile"} <= kinds
+            for r in st.recs.values():
+                assert not gc.is_tracked(r)
+                bad = {f: getattr(r, f) for f in r.__slots__ if not _atomic(getattr(r, f))}  # type: ignore[attr-defined]
+                assert not bad, (r.kind, bad)

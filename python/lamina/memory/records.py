@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._core import _gc_untrack
 from ..items import LAYERS, format_day
 from ..layer_index import NAMESPACE_BITS
 from .store import ITEM_COLUMNS
@@ -102,6 +103,12 @@ class Record:
     ``nt`` and ``tk`` are read-path caches keyed by what they depend on (the token count and
     group key of :func:`lamina.memory.fill.item_tokens`, the normalised text of
     :func:`text_key`); they are not stored.
+
+    Every field holds an atomic value (None, bool, int, float, str) or a tuple of them, so a
+    record can never be part of a reference cycle, and it is untracked from the cyclic garbage
+    collector when created (CPython's own rule for dicts and tuples of atomic values): a store
+    keeps one record per turn, and a full collection visits every tracked object, so with the
+    records tracked its pause grew with the store (about 0.7 µs per record here).
     """
 
     id: int
@@ -136,6 +143,9 @@ class Record:
     decay_mark: int | None = None
     nt: tuple[tuple[Any, ...], TokenCount] | None = None
     tk: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        _gc_untrack(self)
 
     def row(self, emb: npt.NDArray[np.float32]) -> dict[str, Any]:
         """The record as an ``items`` row (its embedding as float32 bytes)."""
