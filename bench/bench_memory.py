@@ -16,6 +16,7 @@ build, on the first such query, is reported as "ann build s" and not in the perc
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -44,8 +45,31 @@ def turn(rng: random.Random, i: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + f" number {i}."
 
 
+class FullCollections:
+    """CPython's generation-2 (full) collections during the fill: how long each took and how many
+    ran inside an ``end_session`` (a full collection visits every tracked object, so its pause
+    grows with the heap; it lands in whichever call allocated at that moment)."""
+
+    def __init__(self) -> None:
+        self.pauses_ms: list[float] = []
+        self.in_end = 0
+        self.ending = False
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.pauses_ms.append((time.perf_counter() - self._t0) * 1e3)
+            self.in_end += self.ending
+
+
 def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
+    full = FullCollections()
+    gc.callbacks.append(full)
     m = Memory(embedder="hashing", config=MemoryConfig())
     emb = m.embedder
     rss0 = rss_bytes()
@@ -62,15 +86,18 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
         ids += m.add(msg, user_id="u", session_id=f"s{sess}")
         add_t.append(time.perf_counter() - t0)
         if (i + 1) % session_len == 0:
+            full.ending = True
             t0 = time.perf_counter()
             m.end_session(user_id="u", session_id=f"s{sess}")
             end_t.append(time.perf_counter() - t0)
+            full.ending = False
             sess += 1
         if (i + 1) % 1000 == 0:
             now = time.perf_counter()
             per_1k.append((i + 1, now - t_block))
             t_block = now
     fill_s = time.perf_counter() - t_fill
+    gc.callbacks.remove(full)
     st = m.stats(user_id="u").to_dict()
     rss1 = rss_bytes()
     texts = [turn(rng, i) for i in range(200)]
@@ -127,6 +154,8 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
         "delete_p99_ms": float(np.percentile(d, 99)),
         "fill_s_per_1k_turns": {str(n): round(sec, 3) for n, sec in per_1k if n in (1_000, 10_000, 50_000, 100_000)},
         "ann_build_s": ann_build_s,
+        "full_gc_ms": [round(x, 1) for x in full.pauses_ms],
+        "full_gc_in_end_session": full.in_end,
         "ann_layers": st["ann_layers"],
     }
 
@@ -184,6 +213,11 @@ def main() -> None:
             flush=True,
         )
         print(f"{'':>10}fill seconds per 1k turns at 1k / 10k / 50k / 100k turns: {r['fill_s_per_1k_turns']}")
+        pauses = r["full_gc_ms"]
+        print(
+            f"{'':>10}full GC collections during the fill: {len(pauses)}, largest "
+            f"{max(pauses, default=0.0):.0f} ms, {r['full_gc_in_end_session']} inside end_session"
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"build": info, "results": res}, f, indent=2)
