@@ -17,6 +17,7 @@ PKG = Path(__file__).resolve().parents[1] / "python" / "lamina"
 # lamina.memory: each module may import only modules of a lower level.
 MEMORY_LEVELS = {
     "config": 0,
+    "domains": 0,
     "inputs": 0,
     "reports": 0,
     "store": 0,
@@ -33,6 +34,7 @@ MEMORY_LEVELS = {
     "transfer": 5,
     "fill": 5,
     "consolidate": 6,
+    "firewall": 6,
     "ingest": 7,
     "memory": 8,
 }

@@ -156,3 +156,6 @@ def add_eval_parser(sub: Any) -> None:
     lo.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing on disk")
     lo.add_argument("--quiet", action="store_true", help="no progress bar")
     lo.set_defaults(func=_cmd_eval_locomo)
+    from .leakage import add_leakage_parser
+
+    add_leakage_parser(esub)

@@ -24,7 +24,9 @@ from ..items import Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, fill, ingest, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
+from .domains import DomainClassifier
 from .dump import UserDump
+from .firewall import Firewall, empty_report, screen
 from .inputs import MAX_BUDGET, MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import Record, norm_key
 from .reports import DeleteReport, ImportReport, MemoryStats, SessionReport
@@ -97,7 +99,13 @@ class Memory:
         summarizer: Summarizer | None = None,
         fact_extractor: FactExtractor | None = None,
         busy_timeout: float = 30.0,
+        domains: DomainClassifier | None = None,
     ) -> None:
+        if domains is not None and not isinstance(domains, DomainClassifier):
+            raise TypeError(f"domains must be a lamina.DomainClassifier, got {type(domains).__name__}")
+        #: labels unlabelled turns at ``add`` when given; classifies ``domain="auto"`` queries
+        self.domains = domains
+        self._query_domains = domains if domains is not None else DomainClassifier()
         if config is None:
             config = MemoryConfig()
         if not isinstance(config, MemoryConfig):
@@ -255,7 +263,10 @@ class Memory:
             Each: ``speaker`` or ``role`` (str), ``text`` or ``content`` (non-empty str), and
             optionally ``id`` (source id, str or int; default ``t<item id>``), ``timestamp``
             (event time: seconds since the epoch, datetime or ISO string), ``domain`` (str),
-            ``commitment`` ("persist", "ephemeral": never consolidated, or "verify").
+            ``commitment`` ("persist"; "ephemeral": never consolidated; "verify": shown with a
+            recheck marker; "clarify": never injected by a firewalled context, which asks
+            instead). A message without ``domain`` is labelled by ``Memory(domains=...)`` when
+            that classifier is given.
         user_id, session_id : str
         timestamp : event time for messages without one (default: the wall clock now).
 
@@ -273,6 +284,10 @@ class Memory:
         check_id(session_id, "session_id")
         default_t = to_time(timestamp, "timestamp")
         msgs = ingest.parse_messages(messages)
+        if self.domains is not None:
+            for m in msgs:
+                if m.domain is None:
+                    m.domain = self.domains.classify(m.text)
         emb = self._embed([m.text for m in msgs])
         wall = wall_clock()
         for m in msgs:
@@ -479,6 +494,7 @@ class Memory:
         domain: str | None = None,
         include_archive: bool = False,
         query_embedding: npt.NDArray[np.float32] | None = None,
+        firewall: Firewall | None = None,
     ) -> Context:
         """Build a budgeted context for ``query`` from ``user_id``'s memory.
 
@@ -501,9 +517,15 @@ class Memory:
         now : event time of the question (default: wall clock). When given, items stated after
             ``now`` are invisible (replays behave as if it were then).
         domain : str, optional
-            Domain gate: items tagged with another domain are blocked.
+            Domain gate: items tagged with another domain are blocked. ``"auto"``: the query's
+            domain from the memory's :class:`~lamina.DomainClassifier` (the default lexicon
+            unless ``Memory(domains=...)``).
         query_embedding : ndarray, shape (dim,), float32, optional
             Precomputed query vector (skips embedding).
+        firewall : lamina.Firewall, optional
+            The contextual firewall between retrieval and the prompt (domain gate, similarity
+            floor τ, CLARIFY commitments); its decisions are in ``Context.firewall``. With a
+            firewall, ``domain=None`` means ``"auto"``, and the gate is the firewall's.
         """
         self._check_open()
         check_id(user_id, "user_id")
@@ -513,6 +535,12 @@ class Memory:
             raise TypeError("domain must be a str or None")
         if domain is not None:
             check_text(domain, "domain")
+        if firewall is not None and not isinstance(firewall, Firewall):
+            raise TypeError(f"firewall must be a lamina.Firewall or None, got {type(firewall).__name__}")
+        if domain == "auto" or (firewall is not None and domain is None):
+            domain = self._query_domains.classify(query)
+        # with a firewall the domain gate is its own (reported per item), not the silent one
+        search_domain = domain if firewall is None else None
         q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
         c = self.config
         with self._lock:
@@ -521,6 +549,8 @@ class Memory:
             st = self._st
             u = self._user(user_id)
             empty = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
+            if firewall is not None:
+                empty.firewall = empty_report(domain, firewall)
             if u is None:
                 return empty
             layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
@@ -530,15 +560,21 @@ class Memory:
             # with a deeper retry was measured slower (the retry ran for half the queries of
             # bench/bench_memory.py) and lost recall on LoCoMo (shallower fusion lists)
             m = max(c.candidates, -(-budget // 4))
-            cands = retrieve.rank_layers(st, u, q, query, layers, m, t_now, domain, stale)
+            cands = retrieve.rank_layers(st, u, q, query, layers, m, t_now, search_domain, stale)
             if cands is None:
+                return empty
+            report = None if firewall is None else screen(st, u, cands, q, domain, firewall)
+            if report is not None and not cands.relevance:
+                empty.firewall = report
                 return empty
             gates, b_used = fill.gate(cands.relevance, layers, c)
             chosen, _ = fill.fill(st, cands.per_layer, gates, b_used, budget, cands.demoted)
             if cands.demoted:
                 chosen = [(cands.demoted.get(r.id, s), r) for s, r in chosen]
             if not chosen:
-                return Context(items=[], gates=gates, beta=b_used, abstain=True, query=query, budget=budget)
+                return Context(
+                    items=[], gates=gates, beta=b_used, abstain=True, query=query, budget=budget, firewall=report
+                )
             ordered = fill.lost_in_the_middle(chosen)
             items = []
             for s, r in ordered:
@@ -547,7 +583,11 @@ class Memory:
                     it.layer = "episodic"  # an episode's turn, shown on its own
                 items.append(it)
             self._bump(u, ordered, cands.via, t_now if t_now is not None else wall_clock())
-            return Context(items=items, gates=gates, beta=b_used, abstain=False, query=query, budget=budget)
+            if report is not None:
+                report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
+            return Context(
+                items=items, gates=gates, beta=b_used, abstain=False, query=query, budget=budget, firewall=report
+            )
 
     def _bump(self, u: UserState, shown: list[tuple[float, Record]], via: set[int], t: float) -> None:
         """Visits: the items shown, and the episode of a turn shown for its episode (heat feeds

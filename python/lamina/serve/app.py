@@ -31,7 +31,7 @@ from starlette.types import ASGIApp
 
 from ..embedders import get_embedder
 from ..errors import InvalidInput
-from ..memory import Memory, MemoryConfig
+from ..memory import Firewall, Memory, MemoryConfig
 from ..wire import context_to_json, delete_report_to_json, item_to_json, session_report_to_json
 from . import schemas as S
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
@@ -194,6 +194,7 @@ def _routes() -> APIRouter:
                 now=req.now,
                 domain=req.domain,
                 include_archive=req.include_archive,
+                firewall=None if req.firewall is None else Firewall(**req.firewall.model_dump()),
             )
             return context_to_json(ctx, req.user_id)
 
