@@ -4,6 +4,7 @@ drives lamina.agent over a real lamina.Memory on SQLite."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,29 @@ def test_bad_configuration_is_refused(mem: Memory) -> None:
         VirtualContext(mem, user_id="u", session_id="s", warn=0.4, flush_target=0.5)
     with pytest.raises(ValueError, match="max_steps"):
         run_turn(_vc(mem), ScriptedModel([]), "hi", max_steps=0)
+
+
+_ENDPOINT = os.environ.get("LAMINA_AGENT_TEST_MODEL") or os.environ.get("LAMINA_LLM_MODEL")
+
+
+@pytest.mark.skipif(
+    not _ENDPOINT,
+    reason="no OpenAI-compatible endpoint configured (set LAMINA_AGENT_TEST_MODEL or LAMINA_LLM_MODEL, and "
+    "LAMINA_LLM_BASE_URL / LAMINA_LLM_API_KEY)",
+)
+def test_real_endpoint_drives_the_loop_through_pressure_and_flush(mem: Memory) -> None:
+    from lamina.agent import OpenAIToolChat
+
+    model = OpenAIToolChat(model=_ENDPOINT, max_tokens=128)
+    vc = _vc(mem, window=600)
+    said = []
+    for i in range(12):
+        text = f"Fact {i}: my locker number {i} holds item code K{i * 37}. Please remember it briefly."
+        res = run_turn(vc, model, text, max_steps=4)
+        said.append(text)
+    kinds = {e.kind for e in vc.events}
+    assert "warning" in kinds and "flush" in kinds
+    for text in said:
+        hits = " ".join(dispatch(vc, "conversation_search", {"query": text, "page": p}).content for p in range(3))
+        assert text in hits
+    assert res.steps >= 1
