@@ -275,3 +275,35 @@ def test_optional_server_dependencies_load_lazily() -> None:
         assert not _top_level_imports(name) & set(SERVER_DEPS), f"{name} imports a server dependency at module level"
     # the client needs httpx only
     assert _top_level_imports("lamina.client") & set(SERVER_DEPS) == {"httpx"}
+
+
+# lamina.agent: the agent side over the public Memory API (chat models, schemas and the bandit at
+# the bottom, the virtual context over them, the dispatcher, then the loop).
+AGENT_LEVELS = {
+    "chat": 0,
+    "schemas": 0,
+    "memcon": 0,
+    "context": 1,
+    "tools": 2,
+    "loop": 3,
+}
+
+
+def test_agent_modules_import_only_lower_levels() -> None:
+    """lamina.agent's modules import only lower levels of the package, and outside it only the
+    layers below the agent (llm, extract, the memory facade) — never eval, cli or serve."""
+    assert {n.split(".")[-1] for n in MODULES if n.startswith("lamina.agent.")} == set(AGENT_LEVELS)
+    for mod, level in AGENT_LEVELS.items():
+        for target, line, names in _imports(f"lamina.agent.{mod}"):
+            for n in names or [""]:
+                full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
+                if not full.startswith("lamina.agent."):
+                    assert full != "lamina.agent", f"lamina.agent.{mod}:{line} imports the package root"
+                    assert full.startswith(("lamina.llm", "lamina.extract", "lamina.memory", "lamina.errors")), (
+                        f"lamina.agent.{mod}:{line} imports {full}"
+                    )
+                    continue
+                dep = full.split(".")[2]
+                assert AGENT_LEVELS[dep] < level, (
+                    f"lamina.agent.{mod} (level {level}) imports lamina.agent.{dep} (level {AGENT_LEVELS[dep]})"
+                )
