@@ -307,3 +307,20 @@ def test_agent_modules_import_only_lower_levels() -> None:
                 assert AGENT_LEVELS[dep] < level, (
                     f"lamina.agent.{mod} (level {level}) imports lamina.agent.{dep} (level {AGENT_LEVELS[dep]})"
                 )
+
+
+def test_the_inspector_sits_on_the_service_and_below_its_app() -> None:
+    """lamina.serve.ui (the /ui pages) builds on the service's modules and the memory; the app
+    includes it (lazily: Jinja2 loads only when the app is built), it never imports the app."""
+    ui = [n for n in MODULES if n.startswith("lamina.serve.ui")]
+    assert ui
+    for name in ui:
+        for target, line, names in _imports(name):
+            full = [f"{target}.{n}" for n in names] or [target]
+            assert not any(f.startswith(("lamina.serve.app", "lamina.serve.cli", "lamina.serve.mcp")) for f in full), (
+                f"{name}:{line} imports {target} {names}"
+            )
+    app = ast.parse(MODULES["lamina.serve.app"].read_text(encoding="utf-8"))
+    top = [n for n in app.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not any(isinstance(n, ast.ImportFrom) and n.level and (n.module or "").startswith("ui") for n in top)
+    assert "jinja2" not in _top_level_imports("lamina.serve.app")
