@@ -45,6 +45,16 @@ from __future__ import annotations
 
 from .config import MemoryConfig
 from .memory import ClosedError, Memory
-from .reports import DeleteReport, MemoryStats, ProfileDrift, SessionReport
+from .reports import Candidate, ContextExplanation, DeleteReport, MemoryStats, ProfileDrift, SessionReport
 
-__all__ = ["Memory", "MemoryConfig", "ClosedError", "SessionReport", "DeleteReport", "MemoryStats", "ProfileDrift"]
+__all__ = [
+    "Memory",
+    "MemoryConfig",
+    "ClosedError",
+    "SessionReport",
+    "DeleteReport",
+    "MemoryStats",
+    "ProfileDrift",
+    "Candidate",
+    "ContextExplanation",
+]
