@@ -48,7 +48,7 @@ from .config import MemoryConfig
 from .domains import DomainClassifier
 from .firewall import Firewall
 from .memory import ClosedError, Memory
-from .reports import DeleteReport, MemoryStats, ProfileDrift, SessionReport
+from .reports import Candidate, ContextExplanation, DeleteReport, MemoryStats, ProfileDrift, SessionReport
 
 __all__ = [
     "Memory",
@@ -60,4 +60,6 @@ __all__ = [
     "DeleteReport",
     "MemoryStats",
     "ProfileDrift",
+    "Candidate",
+    "ContextExplanation",
 ]

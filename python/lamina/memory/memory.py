@@ -29,7 +29,7 @@ from .dump import UserDump
 from .firewall import Firewall, empty_report, screen
 from .inputs import MAX_BUDGET, MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import Record, norm_key
-from .reports import DeleteReport, ImportReport, MemoryStats, SessionReport
+from .reports import Candidate, ContextExplanation, DeleteReport, ImportReport, MemoryStats, SessionReport
 from .state import MemoryState, UserState
 from .stats import count_stats
 from .store import SQLiteStore, Store
@@ -527,6 +527,58 @@ class Memory:
             floor τ, CLARIFY commitments); its decisions are in ``Context.firewall``. With a
             firewall, ``domain=None`` means ``"auto"``, and the gate is the firewall's.
         """
+        ctx, _ = self._context(
+            query, user_id, budget, now, domain, include_archive, query_embedding, firewall, explain=False
+        )
+        return ctx
+
+    def explain_context(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        budget: int = 1024,
+        now: TimeLike = None,
+        domain: str | None = None,
+        include_archive: bool = False,
+        query_embedding: npt.NDArray[np.float32] | None = None,
+        firewall: Firewall | None = None,
+    ) -> ContextExplanation:
+        """What :meth:`context` would return for the same arguments, and why: each layer's
+        candidates with their scores, whether each was chosen and, if not, why (budget,
+        duplicate, taken by another layer, ranked down by the firewall), the layer relevances,
+        the gates with their entropy and its bound. Read-only: unlike :meth:`context` it counts
+        no visit (the access statistics, hence later contexts, are unchanged).
+
+        Parameters
+        ----------
+        As :meth:`context`.
+
+        Returns
+        -------
+        ContextExplanation
+            ``.context`` equals ``context(...)``'s result (items, scores, gates, β).
+        """
+        ctx, ex = self._context(
+            query, user_id, budget, now, domain, include_archive, query_embedding, firewall, explain=True
+        )
+        if ex is None:
+            ex = ContextExplanation(context=ctx, max_entropy=self.config.max_entropy)
+        return ex
+
+    def _context(
+        self,
+        query: str,
+        user_id: str,
+        budget: int,
+        now: TimeLike,
+        domain: str | None,
+        include_archive: bool,
+        query_embedding: npt.NDArray[np.float32] | None,
+        firewall: Firewall | None,
+        *,
+        explain: bool,
+    ) -> tuple[Context, ContextExplanation | None]:
         self._check_open()
         check_id(user_id, "user_id")
         budget = check_count(budget, "budget", " (tokens)", MAX_BUDGET)
@@ -552,7 +604,7 @@ class Memory:
             if firewall is not None:
                 empty.firewall = empty_report(domain, firewall)
             if u is None:
-                return empty
+                return empty, None
             layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
             stale = retrieve.staleness(st, u)
             # enough candidates to fill the budget unless items average under 4 tokens (a turn
@@ -562,31 +614,62 @@ class Memory:
             m = max(c.candidates, -(-budget // 4))
             cands = retrieve.rank_layers(st, u, q, query, layers, m, t_now, search_domain, stale)
             if cands is None:
-                return empty
+                return empty, None
             report = None if firewall is None else screen(st, u, cands, q, domain, firewall)
             if report is not None and not cands.relevance:
                 empty.firewall = report
-                return empty
+                return empty, None
             gates, b_used = fill.gate(cands.relevance, layers, c)
-            chosen, _ = fill.fill(st, cands.per_layer, gates, b_used, budget, cands.demoted)
+            reasons: dict[int, str] | None = {} if explain else None
+            chosen, used = fill.fill(st, cands.per_layer, gates, b_used, budget, cands.demoted, reasons)
             if cands.demoted:
                 chosen = [(cands.demoted.get(r.id, s), r) for s, r in chosen]
             if not chosen:
-                return Context(
+                ctx = Context(
                     items=[], gates=gates, beta=b_used, abstain=True, query=query, budget=budget, firewall=report
                 )
-            ordered = fill.lost_in_the_middle(chosen)
-            items = []
-            for s, r in ordered:
-                it = st.item(r, s)
-                if r.id in cands.via and r.status == "active" and r.layer == "archive":
-                    it.layer = "episodic"  # an episode's turn, shown on its own
-                items.append(it)
-            self._bump(u, ordered, cands.via, t_now if t_now is not None else wall_clock())
-            if report is not None:
-                report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
-            return Context(
-                items=items, gates=gates, beta=b_used, abstain=False, query=query, budget=budget, firewall=report
+            else:
+                ordered = fill.lost_in_the_middle(chosen)
+                items = []
+                for s, r in ordered:
+                    it = st.item(r, s)
+                    if r.id in cands.via and r.status == "active" and r.layer == "archive":
+                        it.layer = "episodic"  # an episode's turn, shown on its own
+                    items.append(it)
+                if not explain:
+                    self._bump(u, ordered, cands.via, t_now if t_now is not None else wall_clock())
+                if report is not None:
+                    report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
+                ctx = Context(
+                    items=items, gates=gates, beta=b_used, abstain=False, query=query, budget=budget, firewall=report
+                )
+            if reasons is None:
+                return ctx, None
+            ids = {r.id for _, r in chosen}
+            shown: set[int] = set()  # (an item in two layers is chosen in the first, taken in the other)
+            per: dict[str, list[Candidate]] = {}
+            for L in layers:
+                out = []
+                for s, r in sorted(cands.per_layer.get(L, ()), key=lambda sr: -sr[0]):
+                    it = st.item(r, cands.demoted.get(r.id, s))
+                    if r.id in ids:
+                        why = "taken" if r.id in shown else "chosen"
+                        shown.add(r.id)
+                    else:
+                        why = reasons.get(r.id, "budget")
+                        why = "budget" if why == "taken" else why
+                    out.append(Candidate(it, L, why == "chosen", why, r.id in cands.demoted))
+                if out:
+                    per[L] = out
+            g = np.array([v for v in gates.values() if v > 0], dtype=np.float64)
+            ent = float(-(g * np.log(g)).sum()) if g.size else 0.0
+            return ctx, ContextExplanation(
+                context=ctx,
+                candidates=per,
+                relevance=dict(cands.relevance),
+                max_entropy=c.max_entropy,
+                entropy=ent,
+                used_tokens=int(used),
             )
 
     def _bump(self, u: UserState, shown: list[tuple[float, Record]], via: set[int], t: float) -> None:
