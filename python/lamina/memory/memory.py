@@ -263,7 +263,7 @@ class Memory:
             Each: ``speaker`` or ``role`` (str), ``text`` or ``content`` (non-empty str), and
             optionally ``id`` (source id, str or int; default ``t<item id>``), ``timestamp``
             (event time: seconds since the epoch, datetime or ISO string), ``domain`` (str),
-            ``commitment`` ("persist"; "ephemeral": never consolidated; "verify": shown with a
+            ``commitment`` ("persist"; "ephemeral": never consolidated, purged at session end; "verify": shown with a
             recheck marker; "clarify": never injected by a firewalled context, which asks
             instead). A message without ``domain`` is labelled by ``Memory(domains=...)`` when
             that classifier is given.
@@ -303,8 +303,9 @@ class Memory:
         summary ŝ = ψ(session) and blends it into the matching earlier episode (eq. 5, α),
         decays episodic strengths by α, promotes hot episodes (heat > τ) to semantic notes, and
         projects the layers onto their capacities (Π_C: the most redundant items go first; see
-        :mod:`lamina.memory.retention`). Raw turns stay in the archive. Ending an ended session
-        again does nothing.
+        :mod:`lamina.memory.retention`). Raw turns stay in the archive, except EPHEMERAL ones:
+        they are purged (deleted, as by :meth:`delete`). Ending an ended session again does
+        nothing.
 
         Parameters
         ----------
@@ -324,7 +325,18 @@ class Memory:
             if (user_id, session_id) not in self._st.sessions:
                 raise NotFoundError(f"unknown session {session_id!r} for user {user_id!r}")
             tx.touch(user_id)
-            return consolidate.end_session(tx, self._models, u, session_id, t_now)
+            report = consolidate.end_session(tx, self._models, u, session_id, t_now)
+            # EPHEMERAL turns served the session (working memory, contexts) and are purged with
+            # its end, as a delete would: their text leaves the store, not only the layers
+            eph = {
+                i
+                for i in u.session_turns.get(session_id, ())
+                if i in u.ids and self._st.recs[i].commitment == "ephemeral"
+            }
+            if eph:
+                self._remove(tx, u, eph)
+                report.purged = len(eph)
+            return report
 
     def update(self, item_id: int, text: str, *, user_id: str | None = None, timestamp: TimeLike = None) -> MemoryItem:
         """Replace an item's text (re-embedded); the previous text is kept in :meth:`history`."""
@@ -367,17 +379,24 @@ class Memory:
                 if r.kind == "turn" and r.source_id is not None:
                     doomed.update(u.derived.get(r.source_id, ()))  # what derives from the turn
                 tx.touch(r.user_id)
-                moves = consolidate.lift_orphans(st, u, doomed)
-                tx.flush()
-                tx.store.update_items(sorted(moves.items()))
-                tx.store.delete_items(r.user_id, sorted(doomed))
-                tx.store.mark_deleted()
-                self._embed.clear()  # (no deleted text stays in the embedding cache)
-                # The state follows the change (not the user): the moved tree nodes, then the
-                # deleted ids through the patch path another handle's catch-up takes.
-                st.retree(u, moves)
-                st.apply(u, [], doomed)
+                self._remove(tx, u, doomed)
         return DeleteReport(deleted=len(doomed), ids=tuple(sorted(doomed)))
+
+    def _remove(self, tx: Tx, u: UserState, doomed: set[int]) -> None:
+        """Delete ``doomed`` (item ids of ``u``) inside ``tx``: tree nodes left without a parent
+        are lifted, the rows and vectors leave the store, the embedding cache is cleared (no
+        deleted text stays in it)."""
+        st = tx.st
+        moves = consolidate.lift_orphans(st, u, doomed)
+        tx.flush()
+        tx.store.update_items(sorted(moves.items()))
+        tx.store.delete_items(u.user_id, sorted(doomed))
+        tx.store.mark_deleted()
+        self._embed.clear()
+        # The state follows the change (not the user): the moved tree nodes, then the deleted
+        # ids through the patch path another handle's catch-up takes.
+        st.retree(u, moves)
+        st.apply(u, [], doomed)
 
     def delete_user(self, *, user_id: str) -> DeleteReport:
         """Delete every item, session and statistic of a user."""
