@@ -59,7 +59,7 @@ def _reader(args: argparse.Namespace) -> Any:
 def _cmd_eval_locomo(args: argparse.Namespace) -> int:
     from ..embedders import Embedder, get_embedder
     from .harness import ALL_SYSTEMS, format_tables, plot_recall, run_locomo
-    from .locomo import load_locomo
+    from .locomo import load_audit, load_locomo
 
     data = args.data
     if not os.path.exists(data):
@@ -77,6 +77,19 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
         from .systems import CachedEmbedder
 
         embedder = cached = CachedEmbedder(embedder, cache)
+    audit_path = args.audit
+    if audit_path is None:  # the audit's list beside the data, when it is there
+        near = os.path.join(data if os.path.isdir(data) else os.path.dirname(data), "audit_errors_dev.json")
+        audit_path = near if os.path.isfile(near) else None
+    audit = None
+    if audit_path and audit_path != "none":
+        audit = load_audit(audit_path, convs)
+        print(
+            f"audit: {audit_path}: {audit.corrected} questions with corrected evidence, {audit.dropped} dropped "
+            f"(hallucinated / ambiguous), {len(audit.unmatched)} entries matching no loaded question"
+        )
+    else:
+        print("audit: none (--audit PATH): the corrected-gold numbers equal the original")
     reader = _reader(args)
     print(
         f"LoCoMo: {rep.conversations} conversations, {rep.sessions} sessions, {rep.turns} turns, "
@@ -103,6 +116,7 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
         reader_budget=args.reader_budget,
         progress=None if args.quiet else sys.stderr,
         load_report=rep,
+        audit=audit,
     )
     print(format_tables(res))
     e = res["embedder"]
@@ -192,6 +206,11 @@ def add_eval_parser(sub: Any) -> None:
     lo.add_argument("--plot", default=None, help="write a PNG of recall vs budget (needs matplotlib)")
     lo.add_argument("--limit-conversations", type=int, default=None, help="first N conversations only")
     lo.add_argument("--no-retention", action="store_true", help="skip the 6-period retention replays")
+    lo.add_argument(
+        "--audit",
+        default=None,
+        help="the audit's error list (default: audit_errors_dev.json beside the data when present; 'none': off)",
+    )
     lo.add_argument("--no-captions", action="store_true", help="do not append shared-image captions to turns")
     lo.add_argument("--reader-model", default=None, help="chat model for F1/BLEU-1 (OpenAI-compatible)")
     lo.add_argument("--reader-url", default=None, help="base URL of the endpoint (…/v1)")
