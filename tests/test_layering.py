@@ -35,6 +35,7 @@ MEMORY_LEVELS = {
     "fill": 5,
     "consolidate": 6,
     "firewall": 6,
+    "explain": 6,
     "ingest": 7,
     "memory": 8,
 }

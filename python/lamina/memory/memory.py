@@ -26,10 +26,11 @@ from . import consolidate, fill, ingest, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
 from .domains import DomainClassifier
 from .dump import UserDump
+from .explain import explanation
 from .firewall import Firewall, empty_report, screen
 from .inputs import MAX_BUDGET, MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import Record, norm_key
-from .reports import Candidate, ContextExplanation, DeleteReport, ImportReport, MemoryStats, SessionReport
+from .reports import ContextExplanation, DeleteReport, ImportReport, MemoryStats, SessionReport
 from .state import MemoryState, UserState
 from .stats import count_stats
 from .store import SQLiteStore, Store
@@ -664,32 +665,7 @@ class Memory:
                 )
             if reasons is None:
                 return ctx, None
-            ids = {r.id for _, r in chosen}
-            shown: set[int] = set()  # (an item in two layers is chosen in the first, taken in the other)
-            per: dict[str, list[Candidate]] = {}
-            for L in layers:
-                out = []
-                for s, r in sorted(cands.per_layer.get(L, ()), key=lambda sr: -sr[0]):
-                    it = st.item(r, cands.demoted.get(r.id, s))
-                    if r.id in ids:
-                        why = "taken" if r.id in shown else "chosen"
-                        shown.add(r.id)
-                    else:
-                        why = reasons.get(r.id, "budget")
-                        why = "budget" if why == "taken" else why
-                    out.append(Candidate(it, L, why == "chosen", why, r.id in cands.demoted))
-                if out:
-                    per[L] = out
-            g = np.array([v for v in gates.values() if v > 0], dtype=np.float64)
-            ent = float(-(g * np.log(g)).sum()) if g.size else 0.0
-            return ctx, ContextExplanation(
-                context=ctx,
-                candidates=per,
-                relevance=dict(cands.relevance),
-                max_entropy=c.max_entropy,
-                entropy=ent,
-                used_tokens=int(used),
-            )
+            return ctx, explanation(st, ctx, layers, cands, chosen, reasons, used, c.max_entropy)
 
     def _bump(self, u: UserState, shown: list[tuple[float, Record]], via: set[int], t: float) -> None:
         """Visits: the items shown, and the episode of a turn shown for its episode (heat feeds
