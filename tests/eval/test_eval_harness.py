@@ -356,3 +356,25 @@ def test_both_golds_and_their_intervals_are_reported(synthetic, tmp_path):
     assert all(math.isnan(x) for x in wilson_interval(0.5, 0))
     with pytest.raises(ValueError):
         wilson_interval(1.5, 3)
+
+
+def test_cli_local_reader_scores_a_question_subset(tmp_path, capsys):
+    from llmkit import MISSING
+
+    if MISSING:
+        pytest.skip(f"the local reader needs {', '.join(MISSING)}")
+    data = tmp_path / "locomo_dev.json"
+    data.write_text(json.dumps([dict(_sample())]))
+    out = tmp_path / "res.json"
+    argv = ["eval", "locomo", "--data", str(tmp_path), "--embedder", "hashing", "--budgets", "64",
+            "--systems", "bm25,recency", "--no-retention", "--quiet", "--no-cache", "--audit", "none",
+            "--reader", "local", "--reader-budget", "64", "--questions-per-conversation", "3", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "reader: local:SmolLM2-135M-Instruct.Q4_1.gguf" in text and "F1" in text
+    res = json.loads(out.read_text())
+    assert res["reader"]["model"].startswith("local:") and res["dataset"]["load_report"]["questions"] == 3
+    recs = res["per_question"]["bm25"]["64"]
+    assert [r["qid"] for r in recs] == ["syn-1#0", "syn-1#2", "syn-1#4"]  # every 2nd of 6: each category kept
+    assert all(isinstance(r["pred"], str) and 0.0 <= r["f1"] <= 1.0 for r in recs)
+    assert main([*argv[:-2], "--questions-per-conversation", "0"]) == 2

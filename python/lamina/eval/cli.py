@@ -42,6 +42,12 @@ def _json_safe(x: Any) -> Any:
 
 
 def _reader(args: argparse.Namespace) -> Any:
+    if args.reader == "local":  # the packaged (or --reader-gguf) model in this process
+        from ..local_llm import LocalChat
+        from .harness import Reader
+
+        chat = LocalChat(path=args.reader_gguf)
+        return Reader(chat, name=f"local:{chat.model.path.name}")
     model = args.reader_model or os.environ.get("LAMINA_READER_MODEL")
     url = args.reader_url or os.environ.get("LAMINA_READER_BASE_URL")
     if not model:
@@ -69,6 +75,15 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
         )
         return 2
     convs, rep = load_locomo(data, captions=not args.no_captions, limit=args.limit_conversations)
+    if args.questions_per_conversation is not None:
+        n = args.questions_per_conversation
+        if n < 1:
+            print("lamina eval locomo: --questions-per-conversation must be >= 1", file=sys.stderr)
+            return 2
+        for c in convs:  # every len/n-th question: all categories keep their share
+            qs = c.questions
+            c.questions = [qs[i * len(qs) // n] for i in range(n)] if n < len(qs) else qs
+        rep.questions = sum(len(c.questions) for c in convs)
     systems = ALL_SYSTEMS if not args.systems else [s.strip() for s in args.systems.split(",") if s.strip()]
     embedder: Embedder = get_embedder(args.embedder)
     cache = None if args.no_cache else (args.cache or _default_cache())
@@ -212,6 +227,20 @@ def add_eval_parser(sub: Any) -> None:
         help="the audit's error list (default: audit_errors_dev.json beside the data when present; 'none': off)",
     )
     lo.add_argument("--no-captions", action="store_true", help="do not append shared-image captions to turns")
+    lo.add_argument(
+        "--reader",
+        choices=("endpoint", "local"),
+        default="endpoint",
+        help="who answers for F1/BLEU-1: an OpenAI-compatible endpoint (--reader-model) or 'local', "
+        "lamina's own model in this process (lamina[model]; the packaged SmolLM2-135M unless --reader-gguf)",
+    )
+    lo.add_argument("--reader-gguf", default=None, help="with --reader local: a llama-architecture .gguf")
+    lo.add_argument(
+        "--questions-per-conversation",
+        type=int,
+        default=None,
+        help="an evenly spaced subset of N questions per conversation (a reader answers ~1 question/s locally)",
+    )
     lo.add_argument("--reader-model", default=None, help="chat model for F1/BLEU-1 (OpenAI-compatible)")
     lo.add_argument("--reader-url", default=None, help="base URL of the endpoint (…/v1)")
     lo.add_argument("--reader-budget", type=int, default=1024, help="budget whose contexts the reader answers from")

@@ -107,9 +107,9 @@ class Reader:
     )
     QA5 = "Based on the above context, answer the following question.\n\nQuestion: {} Short answer:"
 
-    def __init__(self, llm: LLM) -> None:
+    def __init__(self, llm: LLM, *, name: str | None = None) -> None:
         self.llm = llm
-        self.model = str(getattr(llm, "model", "unknown"))
+        self.model = name or str(getattr(llm, "model", "unknown"))
 
     def prompt(self, context: str, speakers: Sequence[str], q: Question) -> str:
         head = (
