@@ -80,6 +80,33 @@ def test_time_channel_ranks_the_turn_that_says_when_for_a_when_question() -> Non
     assert ranks[True, "Who painted it?"] == ranks[False, "Who painted it?"]  # not a question for a time
 
 
+def test_session_prior_ranks_a_turn_with_its_sessions_best() -> None:
+    """The two-stage read: turns rank by their sessions too — a turn of the session that holds
+    the query's best match passes a slightly better lone match of another session."""
+    order = {}
+    for mu in (1.0, 0.0):
+        m = Memory(embedder="hashing", config=MemoryConfig(session_prior=mu, layers=("working", "episodic")))
+        for s, lines in enumerate(
+            [
+                [("Ann", "We bought a bicycle for the school run."), ("Ben", "The weather was grey.")],
+                [("Ann", "I planted tulips in the garden with my niece Ida."), ("Ben", "Ida waters the tulips.")],
+                [("Ann", "The train was late again."), ("Ben", "Ida waters the tulips in the garden.")],
+            ]
+        ):
+            chat(m, "u", f"s{s}", lines + list(FILLER[:4]), T0 + s * DAY, f"D{s}")
+            m.end_session(user_id="u", session_id=f"s{s}")
+        ex = m.explain_context("tulips garden niece Ida", user_id="u", budget=400, now=T0 + 9 * DAY)
+        srcs = [c.item.sources for c in ex.candidates["episodic"] if c.item.kind == "turn"]
+        order[mu] = (srcs.index(("D1:1",)), srcs.index(("D2:1",)))
+        assert srcs[0] == ("D1:0",)  # the best match first either way
+        m.close()
+    # alone, the turn with more of the query's words ranks first; with the prior, the turn of
+    # the session that holds the best match does
+    assert order[0.0][0] > order[0.0][1] and order[1.0][0] < order[1.0][1]
+    with pytest.raises(lamina.InvalidInput, match="session_prior"):
+        MemoryConfig(session_prior=-1.0)
+
+
 def test_matching_turn_alone_and_leaf_heated() -> None:
     m = Memory(
         embedder="hashing", config=MemoryConfig(working_capacity=4, semantic_capacity=1, layers=("working", "episodic"))

@@ -311,6 +311,15 @@ def episodic_candidates(
                     pos = np.concatenate([pos, np.asarray(tl, dtype=pos.dtype)])
                     contrib = np.concatenate([contrib, 1.0 / (kk + 1 + np.arange(len(tl)))])
             fused = np.bincount(pos, weights=contrib, minlength=len(ids))
+            mu = st.config.session_prior
+            if mu > 0:  # two-stage read: a session is as relevant as its best turn, and lends
+                # mu of that to each of its candidate turns (evidence gathers in sessions)
+                sids = [recs[i].session_id for i in ids.tolist()]
+                best: dict[str | None, float] = {}
+                for sid, f in zip(sids, fused.tolist()):
+                    if f > best.get(sid, -1.0):
+                        best[sid] = f
+                np.add(fused, mu * np.array([best[sid] for sid in sids]), out=fused)
             order = np.lexsort((seq, -fused))
             dist = np.sort(cos)[::-1].tolist()
             ranked = ids[order].tolist()
