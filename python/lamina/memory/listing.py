@@ -10,8 +10,7 @@ objects (building one costs about as much as filtering a hundred records).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 
@@ -113,9 +112,12 @@ def list_items(
     S = None if statuses is None else frozenset(statuses)
     q = contains.casefold()
     recs = st.recs
+    ids: Iterable[int] = u.ids
+    if L is not None and S is not None and S <= {"active"}:  # the state's per-layer active sets
+        ids = [i for layer in L for i in u.active.get(layer, ())] if "active" in S else []
     hits = [
         r
-        for r in (recs[i] for i in u.ids)
+        for r in (recs[i] for i in ids)
         if (L is None or r.layer in L)
         and (K is None or r.kind in K)
         and (S is None or r.status in S)
@@ -135,25 +137,15 @@ def activity(st: MemoryState, u: UserState, *, kinds: Sequence[str], bins: int) 
     ``last_activity`` is the latest timestamp or visit of any item of the user.
     """
     K = frozenset(kinds)
-    recs = st.recs
-    last = -math.inf
-    timed: list[tuple[float, int]] = []
-    add = timed.append
-    for i in u.ids:
-        r = recs[i]
-        t = r.timestamp
-        if t is not None:
-            if t > last:
-                last = t
-            if r.kind in K:
-                add((t, r.access_count))
-        seen = r.last_access
-        if seen is not None and seen > last:
-            last = seen
+    recs = [st.recs[i] for i in u.ids]
+    stamps = [r.timestamp for r in recs if r.timestamp is not None]
+    seen = [r.last_access for r in recs if r.last_access is not None]
+    last = max(stamps + seen) if stamps or seen else None
+    timed = [(r.timestamp, r.access_count) for r in recs if r.kind in K and r.timestamp is not None]
     if not timed:
-        return Activity(bins=[], last_activity=None if last == -math.inf else last)
-    lo = min(t for t, _ in timed)
-    hi = max(t for t, _ in timed)
+        return Activity(bins=[], last_activity=last)
+    ts = [t for t, _ in timed]
+    lo, hi = min(ts), max(ts)
     width = max((hi - lo) / bins, MIN_BIN)
     n = min(bins, int((hi - lo) // width) + 1)
     counts = [0] * n

@@ -198,6 +198,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         user_id: str,
         page_no: int = 0,
         q: str = "",
+        working_page: int = 0,
         tree_page: int = 0,
         tree_root: int | None = None,
         facts_page: int = 0,
@@ -206,7 +207,8 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         sess = session(request)
         uid = sess.caller.uid(user_id)
         mem = svc.memory
-        asked = {"page_no": page_no, "tree_page": tree_page, "facts_page": facts_page, "notes_page": notes_page}
+        asked = {"page_no": page_no, "working_page": working_page, "tree_page": tree_page}
+        asked.update(facts_page=facts_page, notes_page=notes_page)
         for name, v in asked.items():
             if v < 0:
                 raise InvalidInput(f"{name} must be >= 0, got {v}")
@@ -217,6 +219,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
                 uid,
                 page=page_no,
                 query=q,
+                working_page=working_page,
                 tree_page=tree_page,
                 tree_root=tree_root,
                 facts_page=facts_page,
@@ -225,7 +228,12 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         )
         heat = [(format_time(t)[:10], float(n), float(a)) for t, n, a in view.heat]
         at: dict[str, int | None] = {"page_no": view.archive_paged.page, "tree_page": view.tree_paged.page}
-        at.update(tree_root=view.tree_root, facts_page=view.chains_paged.page, notes_page=view.notes_paged.page)
+        at.update(
+            working_page=view.working_paged.page,
+            tree_root=view.tree_root,
+            facts_page=view.chains_paged.page,
+            notes_page=view.notes_paged.page,
+        )
 
         def link(name: str, to: int | None) -> str:
             """This page's URL query with ``name`` (a list's page, or ``tree_root``) set to ``to``."""

@@ -30,6 +30,7 @@ __all__ = [
     "NO_EXPLAIN",
     "Paged",
     "ARCHIVE_PAGE",
+    "WORKING_PAGE",
     "TREE_PAGE",
     "TREE_NODES",
     "FACTS_PAGE",
@@ -38,10 +39,12 @@ __all__ = [
 
 #: Archive turns per page of the user page.
 ARCHIVE_PAGE = 50
+#: Working-memory turns per page.
+WORKING_PAGE = 40
 #: Roots of the episodic MemTree per page.
 TREE_PAGE = 30
 #: MemTree nodes a page shows (the page's roots and what is below them, breadth first).
-TREE_NODES = 60
+TREE_NODES = 40
 #: Fact chains (subject + predicate) per page.
 FACTS_PAGE = 50
 #: Notes and profiles per page.
@@ -114,7 +117,8 @@ class UserView:
 
     Attributes
     ----------
-    working : turns in working memory, oldest first (the FIFO's order; bounded by its capacity)
+    working : one page of the turns in working memory, oldest first (the FIFO's order)
+    working_paged : where ``working`` is
     tree : one page of the roots of the episodic MemTree (summaries and segments), newest
         first, or the node ``tree_root``; each with the nodes below it, breadth first,
         :data:`TREE_NODES` in all (open a node to see more)
@@ -135,6 +139,7 @@ class UserView:
     """
 
     working: list[ItemEntry]
+    working_paged: Paged
     tree: list[TreeNode]
     tree_paged: Paged
     tree_root: int | None
@@ -224,6 +229,7 @@ def user_view(
     *,
     page: int = 0,
     query: str = "",
+    working_page: int = 0,
     tree_page: int = 0,
     tree_root: int | None = None,
     facts_page: int = 0,
@@ -241,12 +247,25 @@ def user_view(
     NotFoundError
         Unknown user, or ``tree_root`` is no active episodic item of the user.
     """
-    for name, v in (("page", page), ("tree_page", tree_page), ("facts_page", facts_page), ("notes_page", notes_page)):
+    asked = {"page": page, "working_page": working_page, "tree_page": tree_page}
+    asked.update(facts_page=facts_page, notes_page=notes_page)
+    for name, v in asked.items():
         if v < 0:
             raise ValueError(f"{name} must be >= 0, got {v}")
     stats = mem.stats(user_id=user_id)
     active = ["active"]
-    working = mem.list_items(user_id=user_id, layers=["working"], statuses=active, limit=None).items
+    fifo = mem.list_items(
+        user_id=user_id, layers=["working"], statuses=active, offset=working_page * WORKING_PAGE, limit=WORKING_PAGE
+    )
+    working_paged = _paged(fifo.total, working_page, WORKING_PAGE)
+    if working_paged.page != working_page:  # past the last page: the last one
+        fifo = mem.list_items(
+            user_id=user_id,
+            layers=["working"],
+            statuses=active,
+            offset=working_paged.page * WORKING_PAGE,
+            limit=WORKING_PAGE,
+        )
     tree, tree_paged, path = _tree(
         mem.list_items(user_id=user_id, layers=["episodic"], statuses=active, limit=None).items, tree_root, tree_page
     )
@@ -288,7 +307,8 @@ def user_view(
     layers["archive"] = int(stats.archive_turns)
     act = mem.activity(user_id=user_id, kinds=["turn"], bins=40)
     return UserView(
-        working=working,
+        working=fifo.items,
+        working_paged=working_paged,
         tree=tree,
         tree_paged=tree_paged,
         tree_root=tree_root,
