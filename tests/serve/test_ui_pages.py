@@ -18,9 +18,10 @@ from lamina.serve.auth import KeyRing, hash_key
 from lamina.serve.tenancy import stored_user_id
 from lamina.serve.ui import CSP
 from lamina.serve.ui.session import COOKIE, csrf_token
-from lamina.serve.ui.views import NO_EXPLAIN, debug_context
+from lamina.serve.ui.views import ARCHIVE_PAGE, NO_EXPLAIN, TREE_NODES, WORKING_PAGE, debug_context
 
 NOW = 1_700_000_000.0
+MANY = 1200
 DOMAINS = DomainClassifier()
 XSS = '<script>alert("x")</script><img src=x onerror="alert(1)">'
 
@@ -49,6 +50,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Memo
         mem.add(msgs, user_id=alice, session_id=f"s{s}")
         mem.end_session(user_id=alice, session_id=f"s{s}", now=NOW + s * 86400 + 100)
     mem.add([{"speaker": "bob", "text": "I like chess."}], user_id=stored_user_id("b", "bob"), session_id="s0")
+    many = [
+        {"speaker": "u" if i % 2 else "a", "text": f"turn {i}: garden note {i % 11}", "timestamp": NOW + i * 60.0}
+        for i in range(MANY)
+    ]
+    for at in range(0, MANY, 200):  # (the working FIFO spills into episodes: a MemTree of hundreds)
+        mem.add(many[at : at + 200], user_id=stored_user_id("a", "many"), session_id=f"m{at}")
     keys = KeyRing({hash_key(KEY_A): "a", hash_key(KEY_B): "b"})
     app = create_app(ServeConfig(db=None, keys=keys, mcp=False), memory=mem)
     with serve_in_thread(app) as url:
@@ -268,3 +275,39 @@ def test_the_static_stylesheet_is_served_and_nothing_else(served: tuple[str, Mem
     url, _ = served
     assert httpx.get(url + "/ui/static/ui.css").status_code == 200
     assert httpx.get(url + "/ui/static/..%2Fpages.py").status_code == 404
+
+
+def test_long_lists_are_paged_and_the_memtree_opens_a_subtree_at_a_time(served: tuple[str, Memory]) -> None:
+    url, mem = served
+    c = _login(url, KEY_A)
+    many = stored_user_id("a", "many")
+    layers = mem.stats(user_id=many).layers
+    assert layers["episodic"] > TREE_NODES and layers["working"] > WORKING_PAGE
+    r = c.get("/ui/users/many")
+    assert r.status_code == 200
+    assert r.text.count("<details") == TREE_NODES  # a bounded page, however large the tree
+    assert r.text.count('data-delete="') <= TREE_NODES + WORKING_PAGE + ARCHIVE_PAGE + 10
+    # the archive: newest first, ARCHIVE_PAGE a page, the pages cover every turn once
+    pager = re.search(r'id="pager-page_no" data-page="0" data-pages="(\d+)"', r.text)
+    assert pager is not None and int(pager.group(1)) == -(-MANY // ARCHIVE_PAGE)
+    seen: list[int] = []
+    for no in range(int(pager.group(1))):
+        page = c.get("/ui/users/many", params={"page_no": no}).text
+        arch = page[page.index('id="archive"') :]
+        seen += [int(i) for i in re.findall(r'<div class="item" data-item="(\d+)"', arch)]
+    turns = mem.list_items(user_id=many, kinds=["turn"], limit=None, newest_first=True).items
+    assert seen == [e.id for e in turns]
+    last = c.get("/ui/users/many", params={"page_no": 10_000}).text  # past the end: the last page
+    assert f'data-page="{int(pager.group(1)) - 1}"' in last
+    # open a subtree: that node and what is under it, with the path back to the top
+    link = re.search(r'<a class="open-subtree" href="\?([^"]*)"', r.text)
+    assert link is not None
+    sub = c.get("/ui/users/many?" + unescape(link.group(1)))
+    assert sub.status_code == 200 and 'id="tree-path"' in sub.text
+    root = int(re.search(r"tree_root=(\d+)", unescape(link.group(1))).group(1))  # type: ignore[union-attr]
+    first = re.search(r'<details data-item="(\d+)"', sub.text)
+    assert first is not None and int(first.group(1)) == root
+    # another user's item (or any id that is no episodic node of this user) is no root here
+    alice_item = mem.list_items(user_id=stored_user_id("a", "alice"), layers=["episodic"], limit=1).items[0].id
+    assert c.get("/ui/users/many", params={"tree_root": alice_item}).status_code == 404
+    assert c.get("/ui/users/many", params={"page_no": -1}).status_code == 400
