@@ -393,7 +393,7 @@ class Debug:
     tokens : ``context.tokens``
     used_tokens : tokens the fill counted for the chosen items
     latency_ms : wall time of the ``Memory.explain_context`` call
-    shown : candidates shown per layer besides the chosen ones
+    shown : candidates shown per layer besides the chosen ones (and as many blocked ones)
     firewall : the contextual firewall's report (None: no firewall)
     explained : whether the memory explained its context (False: only ``Memory.context`` ran,
         see ``note``)
@@ -435,7 +435,8 @@ def debug_context(
 ) -> Debug:
     """The context of ``query`` explained (``Memory.explain_context``: read-only, it counts no
     visit): per layer, every chosen candidate and the best ``shown`` others with why each was
-    not chosen; with a ``firewall``, the candidates it blocked too (``Context.firewall``).
+    not chosen; with a ``firewall``, the best ``shown`` of the candidates it blocked too
+    (``Context.firewall``).
 
     A memory without ``explain_context`` (another backend) gets ``Memory.context``'s result
     and :data:`NO_EXPLAIN` as the note, not an error.
@@ -473,8 +474,7 @@ def debug_context(
                 if c.chosen or i < shown
             ]
             bl = sorted(blocked.get(layer, []), key=lambda b: -b.similarity)
-            room = max(0, shown - len(out))
-            for b in bl[:room]:
+            for b in bl[:shown]:
                 it = mem.get(b.item_id)
                 out.append(Candidate(it, layer, float(b.similarity), False, f"firewall: {b.reason}"))
             layers.append(
