@@ -50,6 +50,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Memo
         mem.add(msgs, user_id=alice, session_id=f"s{s}")
         mem.end_session(user_id=alice, session_id=f"s{s}", now=NOW + s * 86400 + 100)
     mem.add([{"speaker": "bob", "text": "I like chess."}], user_id=stored_user_id("b", "bob"), session_id="s0")
+    unsure = {"speaker": "alice", "text": "Maybe my passport expires in March, not sure.", "commitment": "clarify"}
+    mem.add([{**unsure, "timestamp": NOW + 4 * 86400}], user_id=alice, session_id="s3")
     many = [
         {"speaker": "u" if i % 2 else "a", "text": f"turn {i}: garden note {i % 11}", "timestamp": NOW + i * 60.0}
         for i in range(MANY)
@@ -186,6 +188,7 @@ def test_the_debuggers_numbers_and_reasons_equal_memory_context(served: tuple[st
             Firewall(tau=0.05),
         ),
         ("cat Miso", 64, Firewall(tau=0.3, domain_gate=False)),
+        ("when does my passport expire", 64, Firewall(tau=0.05, domain_gate=False)),
     ]
     seen: set[str] = set()
     for q, budget, fw in cases:
@@ -216,7 +219,7 @@ def test_the_debuggers_numbers_and_reasons_equal_memory_context(served: tuple[st
             assert m is not None and int(m.group(1)) == len(ctx.firewall.blocked)
             assert m.group(2) == (ctx.firewall.query_domain or "")
     # the cases reach the reasons the debugger is for
-    assert {"chosen", "budget", "firewall: domain", "firewall: similarity"} <= seen, seen
+    assert {"chosen", "budget", "firewall: domain", "firewall: similarity", "firewall: clarify"} <= seen, seen
 
 
 def test_the_debugger_is_read_only(served: tuple[str, Memory]) -> None:
