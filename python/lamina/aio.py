@@ -23,7 +23,6 @@ from .items import Context, MemoryItem
 from .memory import (
     Activity,
     ClosedError,
-    ContextExplanation,
     DeleteReport,
     Firewall,
     ItemPage,
@@ -34,7 +33,7 @@ from .memory import (
 )
 from .memory.dump import UserDump
 from .memory.inputs import TimeLike
-from .memory.reports import ImportReport
+from .memory.reports import ContextExplanation, ImportReport
 
 __all__ = ["AsyncMemory"]
 

@@ -61,6 +61,25 @@ def test_lexical_channel_finds_a_turn_by_its_words() -> None:
     assert ("D4:3",) not in hits[False]
 
 
+def test_time_channel_ranks_the_turn_that_says_when_for_a_when_question() -> None:
+    """A question for a time fuses a third ranking: the candidate turns that say when. Among
+    turns equally far from the query (noise vectors, no shared word with it), the one that
+    says "last year" comes first only with the channel, and only for a "when" question."""
+    cfg = dict(layers=("working", "episodic"), min_similarity=-1.0, speaker_scope=0.0, lexical=False)
+    ranks = {}
+    for on in (True, False):
+        m = Memory(embedder=NoiseEmbedder(), config=MemoryConfig(time_channel=on, **cfg))  # type: ignore[arg-type]
+        _fill(m, 12, 10, random.Random(5), needle=(6, 5, "Ann", "We painted the old barn red last year"))
+        for q in ("When did they paint it?", "Who painted it?"):
+            ctx = m.explain_context(q, user_id="u", budget=400, now=T0 + 30 * DAY)
+            order = [c.item.sources for c in ctx.candidates["episodic"] if c.item.kind == "turn"]
+            ranks[on, q] = order.index(("D6:5",)) if ("D6:5",) in order else len(order)
+        m.close()
+    assert ranks[True, "When did they paint it?"] < 3
+    assert ranks[True, "When did they paint it?"] < ranks[False, "When did they paint it?"]
+    assert ranks[True, "Who painted it?"] == ranks[False, "Who painted it?"]  # not a question for a time
+
+
 def test_matching_turn_alone_and_leaf_heated() -> None:
     m = Memory(
         embedder="hashing", config=MemoryConfig(working_capacity=4, semantic_capacity=1, layers=("working", "episodic"))
