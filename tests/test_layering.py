@@ -28,6 +28,7 @@ MEMORY_LEVELS = {
     "state": 3,
     "tx": 4,
     "stats": 4,
+    "listing": 4,
     "semantic": 5,
     "retention": 5,
     "retrieve": 5,

@@ -20,7 +20,17 @@ import numpy.typing as npt
 
 from .embedders import Embedder
 from .items import Context, MemoryItem
-from .memory import ClosedError, DeleteReport, Firewall, Memory, MemoryConfig, MemoryStats, SessionReport
+from .memory import (
+    Activity,
+    ClosedError,
+    DeleteReport,
+    Firewall,
+    ItemPage,
+    Memory,
+    MemoryConfig,
+    MemoryStats,
+    SessionReport,
+)
 from .memory.dump import UserDump
 from .memory.inputs import TimeLike
 from .memory.reports import ContextExplanation, ImportReport
@@ -204,6 +214,35 @@ class AsyncMemory:
     ) -> ImportReport:
         """See :meth:`lamina.Memory.import_user`."""
         return await self._run(self._mem.import_user, dump, embedder=embedder, user_id=user_id, replace=replace)
+
+    async def list_items(
+        self,
+        *,
+        user_id: str,
+        layers: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+        statuses: Sequence[str] | None = None,
+        contains: str = "",
+        offset: int = 0,
+        limit: int | None = 50,
+        newest_first: bool = False,
+    ) -> ItemPage:
+        """See :meth:`lamina.Memory.list_items`."""
+        return await self._run(
+            self._mem.list_items,
+            user_id=user_id,
+            layers=layers,
+            kinds=kinds,
+            statuses=statuses,
+            contains=contains,
+            offset=offset,
+            limit=limit,
+            newest_first=newest_first,
+        )
+
+    async def activity(self, *, user_id: str, kinds: Sequence[str] = ("turn",), bins: int = 40) -> Activity:
+        """See :meth:`lamina.Memory.activity`."""
+        return await self._run(self._mem.activity, user_id=user_id, kinds=kinds, bins=bins)
 
     async def stats(self, *, user_id: str | None = None) -> MemoryStats:
         """See :meth:`lamina.Memory.stats`."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import httpx
 import pytest
 from servekit import KEY_A, KEY_B, ServerProc, serve_process
 
-from lamina.memory import Memory
+from lamina.memory import DomainClassifier, Memory
 from lamina.serve.auth import hash_key
 from lamina.serve.tenancy import stored_user_id
 
@@ -31,6 +30,12 @@ SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 MARKER = "/xss-marker"
 BIG = 10_000
 NOW = 1_700_000_000.0
+DOMAINS = DomainClassifier()
+#: what the Navigation Timing API reports of the page just loaded (ms since navigation start)
+NAV_TIMING = """() => {
+  const n = performance.getEntriesByType("navigation")[0];
+  return {response: n.responseEnd, dom: n.domContentLoadedEventEnd, load: n.loadEventEnd, bytes: n.encodedBodySize};
+}"""
 
 
 def _need_browser() -> Any:
@@ -49,6 +54,28 @@ def _need_browser() -> Any:
     return sync_playwright
 
 
+def _scripted() -> list[tuple[str, list[dict[str, Any]]]]:
+    """Sessions of a small scripted conversation (no data set's text): the README's screenshots."""
+    lines = [
+        ("Caroline", "I went to a support group yesterday and it was so powerful."),
+        ("Melanie", "That sounds amazing! I painted a lake sunrise last week."),
+        ("Caroline", "I'm thinking of studying counseling, I want to help people."),
+        ("Melanie", "My kids loved the camping trip to the beach."),
+        ("Caroline", "My doctor says my knee is healing well after the surgery."),
+        ("Melanie", "I started a new job as a project manager at a design studio."),
+    ]
+    out = []
+    for s in range(6):
+        t0 = NOW + s * 7 * 86400
+        said = [*lines, ("Caroline", "I live in Lisbon." if s < 3 else "I moved to Porto last month.")]
+        said += [("Melanie", "My favorite color is green." if s < 4 else "My favorite color is blue.")]
+        msgs = [
+            {"speaker": sp, "text": f"{tx} (week {s})", "timestamp": t0 + 60 * i} for i, (sp, tx) in enumerate(said)
+        ]
+        out.append((f"session_{s}", msgs))
+    return out
+
+
 def _conversation() -> tuple[str, list[tuple[str, list[dict[str, Any]]]]]:
     """(source, sessions of messages): LoCoMo's first development conversation, or a scripted one."""
     if (SHARED_DATA / "locomo").exists():
@@ -63,20 +90,7 @@ def _conversation() -> tuple[str, list[tuple[str, list[dict[str, Any]]]]]:
                 ]
                 out.append((f"session_{s.number}", msgs))
         return "LoCoMo dev conversation 1", out
-    lines = [
-        ("Caroline", "I went to an LGBTQ support group yesterday and it was so powerful."),
-        ("Melanie", "That sounds amazing! I painted a lake sunrise last week."),
-        ("Caroline", "I'm thinking of studying counseling, I want to help people."),
-        ("Melanie", "My kids loved the camping trip to the beach."),
-    ]
-    out = []
-    for s in range(6):
-        t0 = NOW + s * 7 * 86400
-        msgs = [
-            {"speaker": sp, "text": f"{tx} (week {s})", "timestamp": t0 + 60 * i} for i, (sp, tx) in enumerate(lines)
-        ]
-        out.append((f"session_{s}", msgs))
-    return "a scripted conversation (no shared data)", out
+    return "a scripted conversation (no shared data)", _scripted()
 
 
 def _fill(mem: Memory, uid: str, sessions: list[tuple[str, list[dict[str, Any]]]]) -> None:
@@ -104,6 +118,8 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc, s
     mem = Memory(str(db), embedder="hashing")
     _fill(mem, stored_user_id("a", "conv"), sessions)
     _fill(mem, stored_user_id("a", "victim"), sessions[:2])
+    demo = [(sid, [{**m, "domain": DOMAINS.classify(m["text"])} for m in msgs]) for sid, msgs in _scripted()]
+    _fill(mem, stored_user_id("a", "demo"), demo)
     payloads = [
         f'<script>fetch("{MARKER}-script")</script>',
         f'<img src="{MARKER}-img" onerror="alert(1)">',
@@ -223,7 +239,9 @@ def test_the_context_debugger_shows_what_memory_context_returns(
     assert rows == [(it["id"], it["score"], it["layer"]) for it in api["items"]]
     assert rendered.strip() == api["text"].strip()
     assert page.locator("#gates svg rect").count() == len(gates)
-    print(f"\ncontext debugger latency (server-side Memory.context): {page.locator('#latency').inner_text()} ms")
+    print(
+        f"\ncontext debugger latency (server-side Memory.explain_context): {page.locator('#latency').inner_text()} ms"
+    )
     ctx.close()
 
 
@@ -297,30 +315,69 @@ def test_a_second_tenants_url_answers_403(browser: Any, ui: tuple[ServerProc, st
 
 
 def test_page_load_times_of_a_user_with_10k_items(browser: Any, ui: tuple[ServerProc, str], shots: Path) -> None:
-    """Measured and printed, not asserted (the bar: under 300 ms; this machine is shared)."""
+    """Measured with the Navigation Timing API and printed, not asserted (the bar: under 300 ms
+    to loadEventEnd; this machine is shared)."""
     sp, _ = ui
     stats = httpx.get(sp.url + "/v1/users", headers={"Authorization": f"Bearer {KEY_A}"})
     assert "big" in stats.json()["users"]
     ctx, page = _login(browser, sp.url, KEY_A)
-    times: dict[str, list[float]] = {}
+    page.goto(sp.url + "/ui/users/big")
+    subtree = page.locator("#episodic a.open-subtree").first.get_attribute("href")
+    assert subtree is not None and "tree_root=" in subtree
     paths = {
         "users": "/ui/users",
         "user (10k items)": "/ui/users/big",
         "archive page 100": "/ui/users/big?page_no=100",
         "archive search": "/ui/users/big?q=kilo",
+        "MemTree subtree": "/ui/users/big" + subtree,
         "context debugger": "/ui/users/big/context?q=charlie+delta+note+7&budget=256",
+        "debugger+firewall": "/ui/users/big/context?q=charlie+delta+note+7&budget=256&fw=1&tau=0.2&gate=1",
     }
-    for _ in range(3):
+    runs: dict[str, list[dict[str, float]]] = {}
+    for _ in range(5):
         for name, path in paths.items():
-            t0 = time.perf_counter()
             resp = page.goto(sp.url + path, wait_until="load")
-            times.setdefault(name, []).append((time.perf_counter() - t0) * 1000.0)
-            assert resp is not None and resp.status == 200
+            assert resp is not None and resp.status == 200, (name, resp and resp.status)
+            page.wait_for_function('performance.getEntriesByType("navigation")[0].loadEventEnd > 0')
+            runs.setdefault(name, []).append(page.evaluate(NAV_TIMING))
+    assert page.locator("#episodic details").count() <= 60  # paged: a bounded page at 10k items
     page.goto(sp.url + "/ui/users/big")
     page.screenshot(path=str(shots / "user-10k.png"))
     n = page.locator("#archive h2").inner_text()
-    print(f"\npage loads in Chromium, user 'big' ({n}); best / median of 3, ms:")
-    for name, ts in times.items():
-        ts.sort()
-        print(f"  {name:20s} {ts[0]:7.1f} {ts[1]:7.1f}")
+    print(f"\npage loads in Chromium, user 'big' ({n}; {BIG} turns), Navigation Timing, 5 loads each, ms:")
+    print(f"  {'page':20s} {'responseEnd':>16s} {'loadEventEnd':>16s} {'KiB':>6s}")
+    print(f"  {'':20s} {'best':>7s} {'median':>8s} {'best':>7s} {'median':>8s}")
+    for name, rs in runs.items():
+        resp = sorted(r["response"] for r in rs)
+        load = sorted(r["load"] for r in rs)
+        kib = rs[-1]["bytes"] / 1024
+        print(f"  {name:20s} {resp[0]:7.1f} {resp[2]:8.1f} {load[0]:7.1f} {load[2]:8.1f} {kib:6.0f}")
+    ctx.close()
+
+
+def test_readme_screenshots(browser: Any, ui: tuple[ServerProc, str], shots: Path) -> None:
+    """The user page and the context debugger (with the firewall on) of the scripted user, in a
+    small viewport: docs/img/ holds copies of these two."""
+    sp, _ = ui
+    ctx = browser.new_context(viewport={"width": 1180, "height": 700})
+    page = ctx.new_page()
+    page.goto(sp.url + "/ui/login")
+    page.fill("#api_key", KEY_A)
+    page.click("#login")
+    page.wait_for_url(re.compile(r".*/ui/users$"))
+    page.goto(sp.url + "/ui/users/demo")
+    assert page.locator("#semantic .chain").count() + page.locator("#semantic .item").count() > 0
+    page.screenshot(path=str(shots / "readme-user.png"))
+    page.goto(sp.url + "/ui/users/demo/context?now=" + str(NOW + 60 * 86400))
+    page.fill("#q", "how is the project manager job going at work")
+    page.fill("#budget", "96")
+    page.check("#fw")
+    page.click("#run")
+    page.wait_for_selector("#rendered")
+    whys = page.locator("[data-why]").evaluate_all("els => els.map(e => e.dataset.why)")
+    assert "chosen" in whys and any(w.startswith("firewall: ") for w in whys), whys
+    page.set_viewport_size({"width": 1180, "height": 1040})
+    page.screenshot(path=str(shots / "readme-context.png"))
+    for name in ("readme-user.png", "readme-context.png"):
+        print(f"\n{name}: {(shots / name).stat().st_size / 1024:.0f} KiB")
     ctx.close()

@@ -6,19 +6,23 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from html import unescape
+from typing import Any
 
 import httpx
 import pytest
 from servekit import KEY_A, KEY_B, serve_in_thread
 
-from lamina.memory import Memory
+from lamina.memory import ContextExplanation, DomainClassifier, Firewall, Memory
 from lamina.serve.app import ServeConfig, create_app
 from lamina.serve.auth import KeyRing, hash_key
 from lamina.serve.tenancy import stored_user_id
 from lamina.serve.ui import CSP
 from lamina.serve.ui.session import COOKIE, csrf_token
+from lamina.serve.ui.views import ARCHIVE_PAGE, NO_EXPLAIN, TREE_NODES, WORKING_PAGE, debug_context
 
 NOW = 1_700_000_000.0
+MANY = 1200
+DOMAINS = DomainClassifier()
 XSS = '<script>alert("x")</script><img src=x onerror="alert(1)">'
 
 
@@ -32,16 +36,28 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Memo
         ("bot", "Lisbon is lovely. How is the hospital?"),
         ("alice", "Busy. My sister Ana visits every June."),
         ("alice", "I adopted a cat called Miso."),
+        ("alice", "My manager moved the project deadline at the office again."),
+        ("alice", "My doctor changed my blood pressure medication."),
         ("alice", XSS),
     ]
     for s in range(3):
-        msgs = [
+        msgs: list[dict[str, Any]] = [
             {"speaker": sp, "text": f"{t} (session {s})", "timestamp": NOW + s * 86400 + i}
             for i, (sp, t) in enumerate(turns)
         ]
+        for m in msgs:  # labelled domains, for the firewall's domain gate
+            m["domain"] = DOMAINS.classify(m["text"])
         mem.add(msgs, user_id=alice, session_id=f"s{s}")
         mem.end_session(user_id=alice, session_id=f"s{s}", now=NOW + s * 86400 + 100)
     mem.add([{"speaker": "bob", "text": "I like chess."}], user_id=stored_user_id("b", "bob"), session_id="s0")
+    unsure = {"speaker": "alice", "text": "Maybe my passport expires in March, not sure.", "commitment": "clarify"}
+    mem.add([{**unsure, "timestamp": NOW + 4 * 86400}], user_id=alice, session_id="s3")
+    many = [
+        {"speaker": "u" if i % 2 else "a", "text": f"turn {i}: garden note {i % 11}", "timestamp": NOW + i * 60.0}
+        for i in range(MANY)
+    ]
+    for at in range(0, MANY, 200):  # (the working FIFO spills into episodes: a MemTree of hundreds)
+        mem.add(many[at : at + 200], user_id=stored_user_id("a", "many"), session_id=f"m{at}")
     keys = KeyRing({hash_key(KEY_A): "a", hash_key(KEY_B): "b"})
     app = create_app(ServeConfig(db=None, keys=keys, mcp=False), memory=mem)
     with serve_in_thread(app) as url:
@@ -122,24 +138,121 @@ def _floats(attr: str, html: str) -> list[tuple[str, float]]:
     return [(k, float(v)) for k, v in re.findall(attr + r'="([^"]*)" data-value="([^"]*)"', html)]
 
 
-def test_the_debuggers_numbers_equal_memory_context(served: tuple[str, Memory]) -> None:
+def _debugger(html: str) -> dict[str, Any]:
+    """The numbers of a debugger page: gates, β, chosen rows, tokens, rendered text, candidates."""
+    beta = float(re.search(r'data-beta="([^"]*)"', html).group(1))  # type: ignore[union-attr]
+    rows = re.findall(r'<tr data-item="(\d+)" data-score="([^"]*)" data-layer="([^"]*)"', html)
+    tokens = int(re.search(r'data-tokens="(\d+)"', html).group(1))  # type: ignore[union-attr]
+    rendered = re.search(r'<pre class="ctx" id="rendered">(.*?)</pre>', html, re.S).group(1)  # type: ignore[union-attr]
+    cands: dict[tuple[str, int], tuple[float, str]] = {}
+    for layer, body in re.findall(r'<section class="layer" data-layer="([^"]*)">(.*?)</section>', html, re.S):
+        for i, sc, why in re.findall(r'data-candidate="(\d+)" data-score="([^"]*)" data-why="([^"]*)"', body):
+            cands[(layer, int(i))] = (float(sc), why)
+    return {
+        "gates": dict(_floats("data-gate", html)),
+        "beta": beta,
+        "rows": [(int(i), float(s), L) for i, s, L in rows],
+        "tokens": tokens,
+        "rendered": unescape(rendered),
+        "candidates": cands,
+    }
+
+
+def _expected(ex: ContextExplanation) -> dict[str, Any]:
+    ctx = ex.context
+    cands = {(L, c.item.id): (c.item.score, c.reason) for L, cs in ex.candidates.items() for c in cs}
+    for b in ctx.firewall.blocked if ctx.firewall is not None else ():
+        cands[(b.layer, b.item_id)] = (b.similarity, f"firewall: {b.reason}")
+    return {
+        "gates": ctx.gates,
+        "beta": ctx.beta,
+        "rows": [(it.id, it.score, it.layer) for it in ctx.items],
+        "tokens": ctx.tokens,
+        "rendered": ctx.render(),
+        "candidates": cands,
+    }
+
+
+def test_the_debuggers_numbers_and_reasons_equal_memory_context(served: tuple[str, Memory]) -> None:
     url, mem = served
     c = _login(url, KEY_A)
     alice = stored_user_id("a", "alice")
-    for q, budget in (("where does alice live", 64), ("what is the cat called", 16), ("sister visits", 256)):
-        r = c.get("/ui/users/alice/context", params={"q": q, "budget": budget, "now": NOW + 10 * 86400})
+    now = NOW + 10 * 86400
+    cases = [
+        ("where does alice live", 64, None),
+        ("what is the cat called", 16, None),
+        ("sister visits", 256, None),
+        (
+            "at work my manager asked about the project deadline and my blood pressure medication",
+            256,
+            Firewall(tau=0.05),
+        ),
+        ("cat Miso", 64, Firewall(tau=0.3, domain_gate=False)),
+        ("when does my passport expire", 64, Firewall(tau=0.05, domain_gate=False)),
+    ]
+    seen: set[str] = set()
+    for q, budget, fw in cases:
+        params: dict[str, Any] = {"q": q, "budget": budget, "now": now}
+        if fw is not None:
+            params.update(fw="1", tau=fw.tau, gate="1" if fw.domain_gate else "0")
+        r = c.get("/ui/users/alice/context", params=params)
         assert r.status_code == 200, r.text
-        html = r.text
-        ctx = mem.context(q, user_id=alice, budget=budget, now=NOW + 10 * 86400)
-        assert dict(_floats("data-gate", html)) == ctx.gates
-        beta = float(re.search(r'data-beta="([^"]*)"', html).group(1))  # type: ignore[union-attr]
-        assert beta == ctx.beta
-        rows = re.findall(r'<tr data-item="(\d+)" data-score="([^"]*)" data-layer="([^"]*)"', html)
-        assert [(int(i), float(s), L) for i, s, L in rows] == [(it.id, it.score, it.layer) for it in ctx.items]
-        tokens = int(re.search(r'data-tokens="(\d+)"', html).group(1))  # type: ignore[union-attr]
-        assert tokens == ctx.tokens
-        rendered = re.search(r'<pre class="ctx" id="rendered">(.*?)</pre>', html, re.S).group(1)  # type: ignore[union-attr]
-        assert unescape(rendered) == ctx.render()
+        page = _debugger(r.text)
+        ex = mem.explain_context(q, user_id=alice, budget=budget, now=now, firewall=fw)
+        ctx = mem.context(q, user_id=alice, budget=budget, now=now, firewall=fw)
+        want = _expected(ex)
+        assert {k: v for k, v in page.items() if k != "candidates"} == {
+            k: v for k, v in want.items() if k != "candidates"
+        }
+        assert [(it.id, it.score, it.layer) for it in ctx.items] == want["rows"] and ctx.gates == want["gates"]
+        # every shown candidate has the score and the reason explain_context reports, and
+        # every chosen one is shown
+        assert page["candidates"] and set(page["candidates"]) <= set(want["candidates"])
+        for key, (score, why) in page["candidates"].items():
+            assert want["candidates"][key] == (score, why), key
+        chosen = {i for (_, i), (_, why) in page["candidates"].items() if why == "chosen"}
+        assert chosen == {it.id for it in ctx.items}
+        seen.update(why for _, why in page["candidates"].values())
+        if fw is not None:
+            assert ctx.firewall is not None
+            m = re.search(r'id="firewall" data-blocked="(\d+)" data-query-domain="([^"]*)"', r.text)
+            assert m is not None and int(m.group(1)) == len(ctx.firewall.blocked)
+            assert m.group(2) == (ctx.firewall.query_domain or "")
+    # the cases reach the reasons the debugger is for
+    assert {"chosen", "budget", "firewall: domain", "firewall: similarity", "firewall: clarify"} <= seen, seen
+
+
+def test_the_debugger_is_read_only(served: tuple[str, Memory]) -> None:
+    url, mem = served
+    c = _login(url, KEY_A)
+    alice = stored_user_id("a", "alice")
+    before = {e.id: e.access_count for e in mem.export_user(user_id=alice).items}
+    assert c.get("/ui/users/alice/context", params={"q": "Lisbon nurse", "budget": 128}).status_code == 200
+    assert {e.id: e.access_count for e in mem.export_user(user_id=alice).items} == before
+
+
+class _NoExplain(Memory):
+    """A memory (of another backend, say) that cannot explain its contexts."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "explain_context":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_a_memory_without_explain_context_gets_a_clear_note() -> None:
+    mem = _NoExplain(None, embedder="hashing")
+    mem.add([{"speaker": "u", "text": "I play the cello on Sundays."}], user_id="u", session_id="s")
+    d = debug_context(mem, user_id="u", query="cello", budget=64)
+    assert not d.explained and d.note == NO_EXPLAIN and d.layers == []
+    assert [it.id for it in d.context.items] == [it.id for it in mem.context("cello", user_id="u", budget=64).items]
+    app = create_app(ServeConfig(db=None, keys=KeyRing({}), mcp=False), memory=mem)
+    with serve_in_thread(app) as url:
+        with httpx.Client(base_url=url) as cl:
+            assert cl.post("/ui/login", data={"api_key": ""}).status_code in (200, 303)
+            r = cl.get("/ui/users/u/context", params={"q": "cello", "budget": 64})
+    assert r.status_code == 200 and "has no explain_context" in r.text
+    mem.close()
 
 
 def test_forget_needs_the_user_id_typed_and_export_is_the_users_dump(served: tuple[str, Memory]) -> None:
@@ -165,3 +278,39 @@ def test_the_static_stylesheet_is_served_and_nothing_else(served: tuple[str, Mem
     url, _ = served
     assert httpx.get(url + "/ui/static/ui.css").status_code == 200
     assert httpx.get(url + "/ui/static/..%2Fpages.py").status_code == 404
+
+
+def test_long_lists_are_paged_and_the_memtree_opens_a_subtree_at_a_time(served: tuple[str, Memory]) -> None:
+    url, mem = served
+    c = _login(url, KEY_A)
+    many = stored_user_id("a", "many")
+    layers = mem.stats(user_id=many).layers
+    assert layers["episodic"] > TREE_NODES and layers["working"] > WORKING_PAGE
+    r = c.get("/ui/users/many")
+    assert r.status_code == 200
+    assert r.text.count("<details") == TREE_NODES  # a bounded page, however large the tree
+    assert r.text.count('data-delete="') <= TREE_NODES + WORKING_PAGE + ARCHIVE_PAGE + 10
+    # the archive: newest first, ARCHIVE_PAGE a page, the pages cover every turn once
+    pager = re.search(r'id="pager-page_no" data-page="0" data-pages="(\d+)"', r.text)
+    assert pager is not None and int(pager.group(1)) == -(-MANY // ARCHIVE_PAGE)
+    seen: list[int] = []
+    for no in range(int(pager.group(1))):
+        page = c.get("/ui/users/many", params={"page_no": no}).text
+        arch = page[page.index('id="archive"') :]
+        seen += [int(i) for i in re.findall(r'<div class="item" data-item="(\d+)"', arch)]
+    turns = mem.list_items(user_id=many, kinds=["turn"], limit=None, newest_first=True).items
+    assert seen == [e.id for e in turns]
+    last = c.get("/ui/users/many", params={"page_no": 10_000}).text  # past the end: the last page
+    assert f'data-page="{int(pager.group(1)) - 1}"' in last
+    # open a subtree: that node and what is under it, with the path back to the top
+    link = re.search(r'<a class="open-subtree" href="\?([^"]*)"', r.text)
+    assert link is not None
+    sub = c.get("/ui/users/many?" + unescape(link.group(1)))
+    assert sub.status_code == 200 and 'id="tree-path"' in sub.text
+    root = int(re.search(r"tree_root=(\d+)", unescape(link.group(1))).group(1))  # type: ignore[union-attr]
+    first = re.search(r'<details data-item="(\d+)"', sub.text)
+    assert first is not None and int(first.group(1)) == root
+    # another user's item (or any id that is no episodic node of this user) is no root here
+    alice_item = mem.list_items(user_id=stored_user_id("a", "alice"), layers=["episodic"], limit=1).items[0].id
+    assert c.get("/ui/users/many", params={"tree_root": alice_item}).status_code == 404
+    assert c.get("/ui/users/many", params={"page_no": -1}).status_code == 400

@@ -47,6 +47,7 @@ from __future__ import annotations
 from .config import MemoryConfig
 from .domains import DomainClassifier
 from .firewall import Firewall
+from .listing import Activity, ActivityBin, ItemPage
 from .memory import ClosedError, Memory
 from .reports import Candidate, ContextExplanation, DeleteReport, MemoryStats, ProfileDrift, SessionReport
 
@@ -62,4 +63,7 @@ __all__ = [
     "ProfileDrift",
     "Candidate",
     "ContextExplanation",
+    "ItemPage",
+    "Activity",
+    "ActivityBin",
 ]

@@ -22,13 +22,14 @@ from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer, is_functional
 from ..items import Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
-from . import consolidate, fill, ingest, retrieve, transfer
+from . import consolidate, fill, ingest, listing, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
 from .domains import DomainClassifier
-from .dump import UserDump
+from .dump import KINDS, STATUSES, UserDump
 from .explain import explanation
 from .firewall import Firewall, empty_report, screen
 from .inputs import MAX_BUDGET, MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
+from .listing import Activity, ItemPage
 from .records import Record, norm_key
 from .reports import ContextExplanation, DeleteReport, ImportReport, MemoryStats, SessionReport
 from .state import MemoryState, UserState
@@ -805,6 +806,97 @@ class Memory:
             out.sort(key=lambda it: (it.subject or "", it.predicate or "", it.valid_from or 0.0))
             return out
 
+    def list_items(
+        self,
+        *,
+        user_id: str,
+        layers: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+        statuses: Sequence[str] | None = None,
+        contains: str = "",
+        offset: int = 0,
+        limit: int | None = 50,
+        newest_first: bool = False,
+    ) -> ItemPage:
+        """One page of a user's stored items, filtered, in time order (``timestamp``, else
+        ``created_at``, then id): read from memory, no database read, no visit counted; only
+        the page's items are built, so a page of a large memory costs little.
+
+        Parameters
+        ----------
+        user_id : str
+        layers : list of str, optional
+            Layers to keep (:data:`lamina.items.LAYERS`; ``history``: superseded facts).
+        kinds : list of str, optional
+            Kinds to keep (``turn``, ``segment``, ``summary``, ``note``, ``fact``, ``profile``).
+        statuses : list of str, optional
+            Statuses to keep (``active``, ``evicted``).
+        contains : str
+            Keep items whose text holds this, case-insensitive (empty: every item).
+        offset : int
+            Items to skip (>= 0).
+        limit : int or None
+            Items on the page (>= 1; None: every one from ``offset``).
+        newest_first : bool
+
+        Returns
+        -------
+        ItemPage
+            ``total`` items pass the filters; ``items`` are the page's, as export entries
+            (:class:`~lamina.memory.dump.ItemEntry`, without vectors).
+
+        Raises
+        ------
+        NotFoundError
+            Unknown user.
+        """
+        self._check_open()
+        check_id(user_id, "user_id")
+        if layers is not None:
+            layers = check_layers(layers)
+        kinds = _names(kinds, "kinds", KINDS)
+        statuses = _names(statuses, "statuses", STATUSES)
+        if not isinstance(contains, str):
+            raise TypeError(f"contains must be a str, got {type(contains).__name__}")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+        if offset < 0:
+            raise InvalidInput(f"offset must be >= 0, got {offset}")
+        if limit is not None:
+            limit = check_count(limit, "limit")
+        with self._lock:
+            self._sync()
+            return listing.list_items(
+                self._st,
+                self._known_user(user_id),
+                layers=layers,
+                kinds=kinds,
+                statuses=statuses,
+                contains=contains,
+                offset=offset,
+                limit=limit,
+                newest_first=bool(newest_first),
+            )
+
+    def activity(self, *, user_id: str, kinds: Sequence[str] = ("turn",), bins: int = 40) -> Activity:
+        """A user's items of ``kinds`` over time: per time bin (at most ``bins``, none under a
+        day), how many were stated in it and the visits they got (their heat), with the user's
+        last activity; read from memory, nothing built per item.
+
+        Raises
+        ------
+        NotFoundError
+            Unknown user.
+        """
+        self._check_open()
+        check_id(user_id, "user_id")
+        checked = _names(kinds, "kinds", KINDS)
+        assert checked is not None
+        bins = check_count(bins, "bins", maximum=10_000)
+        with self._lock:
+            self._sync()
+            return listing.activity(self._st, self._known_user(user_id), kinds=checked, bins=bins)
+
     def stats(self, *, user_id: str | None = None) -> MemoryStats:
         """Counts and state: items per layer, archive turns, facts (current / superseded), evicted
         items, sessions, users, profile drift (sum / last ‖Δe‖² of the damped updates), the embedder,
@@ -866,3 +958,16 @@ class Memory:
 
     def __repr__(self) -> str:
         return f"Memory(path={self._path!r}, embedder={self._embedder.name!r}, users={len(self._st.users) + len(self._st.unloaded)})"
+
+
+def _names(v: Sequence[str] | None, what: str, allowed: Sequence[str]) -> list[str] | None:
+    """None, or a list of names out of ``allowed`` (TypeError / InvalidInput otherwise)."""
+    if v is None:
+        return None
+    if isinstance(v, str) or not all(isinstance(x, str) for x in v):
+        raise TypeError(f"{what} must be a list of str, e.g. [{allowed[0]!r}]")
+    names = list(v)
+    for x in names:
+        if x not in allowed:
+            raise InvalidInput(f"unknown {what[:-1]} {x!r}; expected some of {list(allowed)}")
+    return names

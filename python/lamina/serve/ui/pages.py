@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 import jinja2
 from fastapi import APIRouter, Request
@@ -23,6 +23,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from ...errors import InvalidInput, LaminaError, NotFoundError
 from ...items import format_time
+from ...memory import Firewall
 from ...transfer import iter_dump, renamed
 from ..errors import status_of
 from ..service import Service
@@ -192,30 +193,99 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
 
     @r.get(PREFIX + "/users/{user_id}")
     @guarded
-    async def user(request: Request, user_id: str, page_no: int = 0, q: str = "") -> Response:
+    async def user(
+        request: Request,
+        user_id: str,
+        page_no: int = 0,
+        q: str = "",
+        working_page: int = 0,
+        tree_page: int = 0,
+        tree_root: int | None = None,
+        facts_page: int = 0,
+        notes_page: int = 0,
+    ) -> Response:
         sess = session(request)
         uid = sess.caller.uid(user_id)
         mem = svc.memory
-        if page_no < 0:
-            raise InvalidInput(f"page_no must be >= 0, got {page_no}")
-        view = await call(sess, lambda: user_view(mem.export_user(user_id=uid), page=page_no, query=q))
+        asked = {"page_no": page_no, "working_page": working_page, "tree_page": tree_page}
+        asked.update(facts_page=facts_page, notes_page=notes_page)
+        for name, v in asked.items():
+            if v < 0:
+                raise InvalidInput(f"{name} must be >= 0, got {v}")
+        view = await call(
+            sess,
+            lambda: user_view(
+                mem,
+                uid,
+                page=page_no,
+                query=q,
+                working_page=working_page,
+                tree_page=tree_page,
+                tree_root=tree_root,
+                facts_page=facts_page,
+                notes_page=notes_page,
+            ),
+        )
         heat = [(format_time(t)[:10], float(n), float(a)) for t, n, a in view.heat]
+        at: dict[str, int | None] = {"page_no": view.archive_paged.page, "tree_page": view.tree_paged.page}
+        at.update(
+            working_page=view.working_paged.page,
+            tree_root=view.tree_root,
+            facts_page=view.chains_paged.page,
+            notes_page=view.notes_paged.page,
+        )
+
+        def link(name: str, to: int | None) -> str:
+            """This page's URL query with ``name`` (a list's page, or ``tree_root``) set to ``to``."""
+            asked = {**at, name: to, "q": view.query}
+            if name == "tree_root":
+                asked["tree_page"] = 0
+            return "?" + urlencode({k: v for k, v in asked.items() if v is not None})
+
         return page(
-            "user.html", sess=sess, user_id=user_id, v=view, heat=heat, deleted=request.query_params.get("deleted")
+            "user.html",
+            sess=sess,
+            user_id=user_id,
+            v=view,
+            heat=heat,
+            link=link,
+            deleted=request.query_params.get("deleted"),
         )
 
     @r.get(PREFIX + "/users/{user_id}/context")
     @guarded
     async def context(
-        request: Request, user_id: str, q: str = "", budget: int = 256, now: float | None = None
+        request: Request,
+        user_id: str,
+        q: str = "",
+        budget: int = 256,
+        now: float | None = None,
+        fw: str = "",
+        tau: float = Firewall.tau,
+        gate: str = "1",
     ) -> Response:
         sess = session(request)
         uid = sess.caller.uid(user_id)
         mem = svc.memory
+        on = fw == "1"
+        wall = Firewall(tau=tau, domain_gate=gate != "0") if on else None
         dbg = None
         if q.strip():
-            dbg = await call(sess, lambda: debug_context(mem, user_id=uid, query=q, budget=budget, now=now))
-        return page("context.html", sess=sess, user_id=user_id, q=q, budget=budget, now=now, d=dbg)
+            dbg = await call(
+                sess, lambda: debug_context(mem, user_id=uid, query=q, budget=budget, now=now, firewall=wall)
+            )
+        return page(
+            "context.html",
+            sess=sess,
+            user_id=user_id,
+            q=q,
+            budget=budget,
+            now=now,
+            fw=on,
+            tau=tau,
+            gate=gate != "0",
+            d=dbg,
+        )
 
     @r.get(PREFIX + "/items/{item_id}")
     @guarded
