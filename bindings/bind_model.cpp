@@ -130,7 +130,15 @@ void register_model(py::module_& m) {
            py::arg("layer"), py::arg("head"), py::arg("indices"),
            "Keep only entries `indices` (int64, strictly increasing) of (layer, KV head); frees "
            "the rest.")
-      .def("clear", &model::KVCache::clear, "Drop every entry and free the storage.");
+      .def("clear", &model::KVCache::clear, "Drop every entry and free the storage.")
+      .def(
+          "clone",
+          [](const model::KVCache& c) {
+            py::gil_scoped_release nogil;
+            return model::KVCache(c);
+          },
+          "An independent copy of the cache (entries, positions and seen-token count); its "
+          "storage is allocated to the entries held.");
 
   py::class_<PyModel>(m, "LlamaModel")
       .def(py::init([](const py::dict& cfg, const py::dict& tensors) {
