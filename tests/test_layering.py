@@ -17,6 +17,7 @@ PKG = Path(__file__).resolve().parents[1] / "python" / "lamina"
 # lamina.memory: each module may import only modules of a lower level.
 MEMORY_LEVELS = {
     "config": 0,
+    "domains": 0,
     "inputs": 0,
     "reports": 0,
     "store": 0,
@@ -33,6 +34,7 @@ MEMORY_LEVELS = {
     "transfer": 5,
     "fill": 5,
     "consolidate": 6,
+    "firewall": 6,
     "ingest": 7,
     "memory": 8,
 }
@@ -273,3 +275,52 @@ def test_optional_server_dependencies_load_lazily() -> None:
         assert not _top_level_imports(name) & set(SERVER_DEPS), f"{name} imports a server dependency at module level"
     # the client needs httpx only
     assert _top_level_imports("lamina.client") & set(SERVER_DEPS) == {"httpx"}
+
+
+# lamina.agent: the agent side over the public Memory API (chat models, schemas and the bandit at
+# the bottom, the virtual context over them, the dispatcher, then the loop).
+AGENT_LEVELS = {
+    "chat": 0,
+    "schemas": 0,
+    "memcon": 0,
+    "context": 1,
+    "tools": 2,
+    "loop": 3,
+}
+
+
+def test_agent_modules_import_only_lower_levels() -> None:
+    """lamina.agent's modules import only lower levels of the package, and outside it only the
+    layers below the agent (llm, extract, the memory facade) — never eval, cli or serve."""
+    assert {n.split(".")[-1] for n in MODULES if n.startswith("lamina.agent.")} == set(AGENT_LEVELS)
+    for mod, level in AGENT_LEVELS.items():
+        for target, line, names in _imports(f"lamina.agent.{mod}"):
+            for n in names or [""]:
+                full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
+                if not full.startswith("lamina.agent."):
+                    assert full != "lamina.agent", f"lamina.agent.{mod}:{line} imports the package root"
+                    assert full.startswith(("lamina.llm", "lamina.extract", "lamina.memory", "lamina.errors")), (
+                        f"lamina.agent.{mod}:{line} imports {full}"
+                    )
+                    continue
+                dep = full.split(".")[2]
+                assert AGENT_LEVELS[dep] < level, (
+                    f"lamina.agent.{mod} (level {level}) imports lamina.agent.{dep} (level {AGENT_LEVELS[dep]})"
+                )
+
+
+def test_the_inspector_sits_on_the_service_and_below_its_app() -> None:
+    """lamina.serve.ui (the /ui pages) builds on the service's modules and the memory; the app
+    includes it (lazily: Jinja2 loads only when the app is built), it never imports the app."""
+    ui = [n for n in MODULES if n.startswith("lamina.serve.ui")]
+    assert ui
+    for name in ui:
+        for target, line, names in _imports(name):
+            full = [f"{target}.{n}" for n in names] or [target]
+            assert not any(f.startswith(("lamina.serve.app", "lamina.serve.cli", "lamina.serve.mcp")) for f in full), (
+                f"{name}:{line} imports {target} {names}"
+            )
+    app = ast.parse(MODULES["lamina.serve.app"].read_text(encoding="utf-8"))
+    top = [n for n in app.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not any(isinstance(n, ast.ImportFrom) and n.level and (n.module or "").startswith("ui") for n in top)
+    assert "jinja2" not in _top_level_imports("lamina.serve.app")

@@ -9,11 +9,21 @@ from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set
 from .aio import AsyncMemory
 from .errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
 from .extract import Fact, FactExtractor, Summarizer, Turn
-from .items import Context, MemoryItem
+from .items import Blocked, Context, FirewallReport, MemoryItem
 from .lexical import LexicalIndex, tokenize
 from .llm import LLM, OpenAIChat
 from .local_llm import LocalChat
-from .memory import ClosedError, DeleteReport, Memory, MemoryConfig, MemoryStats, ProfileDrift, SessionReport
+from .memory import (
+    ClosedError,
+    DeleteReport,
+    DomainClassifier,
+    Firewall,
+    Memory,
+    MemoryConfig,
+    MemoryStats,
+    ProfileDrift,
+    SessionReport,
+)
 from .memory.dump import Dump, DumpError, UserDump, read_dump
 from .memory.reports import ImportReport
 from .search import Metric, VectorArena, topk
@@ -71,6 +81,10 @@ __all__ = [
     "import_dump",
     "MemoryItem",
     "Context",
+    "Firewall",
+    "FirewallReport",
+    "Blocked",
+    "DomainClassifier",
     "embedders",
     "LLM",
     "OpenAIChat",

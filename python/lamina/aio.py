@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from .embedders import Embedder
 from .items import Context, MemoryItem
-from .memory import ClosedError, DeleteReport, Memory, MemoryConfig, MemoryStats, SessionReport
+from .memory import ClosedError, DeleteReport, Firewall, Memory, MemoryConfig, MemoryStats, SessionReport
 from .memory.dump import UserDump
 from .memory.inputs import TimeLike
 from .memory.reports import ImportReport
@@ -114,6 +114,7 @@ class AsyncMemory:
         domain: str | None = None,
         include_archive: bool = False,
         query_embedding: npt.NDArray[np.float32] | None = None,
+        firewall: Firewall | None = None,
     ) -> Context:
         """See :meth:`lamina.Memory.context`."""
         return await self._run(
@@ -125,6 +126,7 @@ class AsyncMemory:
             domain=domain,
             include_archive=include_archive,
             query_embedding=query_embedding,
+            firewall=firewall,
         )
 
     async def search(

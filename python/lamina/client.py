@@ -30,12 +30,14 @@ from . import _info
 from .errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
 from .items import Context, MemoryItem
 from .memory.dump import DumpHeader, UserDump, dump_lines, read_dump
+from .memory.firewall import Firewall
 from .memory.inputs import TimeLike
 from .memory.reports import DeleteReport, ImportReport, SessionReport
 from .wire import (
     WireError,
     context_from_json,
     delete_report_from_json,
+    firewall_to_json,
     import_report_from_json,
     item_from_json,
     session_report_from_json,
@@ -204,8 +206,16 @@ class _Api:
 
     @staticmethod
     def context(
-        query: str, user_id: str, budget: int, now: TimeLike, domain: str | None, include_archive: bool
+        query: str,
+        user_id: str,
+        budget: int,
+        now: TimeLike,
+        domain: str | None,
+        include_archive: bool,
+        firewall: Firewall | None,
     ) -> _Call[Context]:
+        if firewall is not None and not isinstance(firewall, Firewall):
+            raise TypeError(f"firewall must be a lamina.Firewall or None, got {type(firewall).__name__}")
         body = {
             "user_id": user_id,
             "query": query,
@@ -213,6 +223,7 @@ class _Api:
             "now": _time(now, "now"),
             "domain": domain,
             "include_archive": include_archive or None,
+            "firewall": None if firewall is None else firewall_to_json(firewall),
         }
         return _Call("POST", "/v1/context", context_from_json, _drop_none(body))
 
@@ -365,9 +376,10 @@ class Client:
         now: TimeLike = None,
         domain: str | None = None,
         include_archive: bool = False,
+        firewall: Firewall | None = None,
     ) -> Context:
         """See :meth:`lamina.Memory.context`."""
-        return self._do(_Api.context(query, user_id, budget, now, domain, include_archive))
+        return self._do(_Api.context(query, user_id, budget, now, domain, include_archive, firewall))
 
     def search(
         self, query: str, *, user_id: str, k: int = 10, layers: Sequence[str] | None = None, now: TimeLike = None
@@ -480,9 +492,10 @@ class AsyncClient:
         now: TimeLike = None,
         domain: str | None = None,
         include_archive: bool = False,
+        firewall: Firewall | None = None,
     ) -> Context:
         """See :meth:`lamina.Memory.context`."""
-        return await self._do(_Api.context(query, user_id, budget, now, domain, include_archive))
+        return await self._do(_Api.context(query, user_id, budget, now, domain, include_archive, firewall))
 
     async def search(
         self, query: str, *, user_id: str, k: int = 10, layers: Sequence[str] | None = None, now: TimeLike = None

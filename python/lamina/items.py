@@ -6,7 +6,16 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MemoryItem", "Context", "LAYERS", "format_time", "format_day", "render_grouped"]
+__all__ = [
+    "MemoryItem",
+    "Context",
+    "Blocked",
+    "FirewallReport",
+    "LAYERS",
+    "format_time",
+    "format_day",
+    "render_grouped",
+]
 
 #: Layer names and their arena layer codes. ``history`` holds superseded facts (never current).
 LAYERS: dict[str, int] = {"working": 0, "episodic": 1, "semantic": 2, "archive": 3, "history": 4}
@@ -127,7 +136,8 @@ class MemoryItem:
         if self.kind == "segment" and self.turns:
             return [(t, f"{sp}: {tx}" if sp else tx) for t, sp, tx in self.turns]
         if self.kind == "turn":
-            return [(self.timestamp, f"{self.speaker}: {self.text}" if self.speaker else self.text)]
+            line = f"{self.speaker}: {self.text}" if self.speaker else self.text
+            return [(self.timestamp, line + " [recheck]" if self.commitment == "verify" else line)]
         if self.kind == "fact" and self.current and self.turns and self.commitment != "verify":
             t, sp, tx = self.turns[-1]
             return [(t, f"{sp}: {tx}" if sp else tx)]
@@ -175,6 +185,63 @@ def render_grouped(items: list[MemoryItem]) -> str:
     return "\n".join(out)
 
 
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """A candidate the contextual firewall kept out of a context.
+
+    Attributes
+    ----------
+    item_id : int
+    layer : str
+    reason : str
+        ``"domain"`` (the domain gate), ``"similarity"`` (under the floor τ) or ``"clarify"``
+        (a CLARIFY commitment: the agent should ask instead).
+    similarity : float
+        Cosine between the item and the query.
+    domain : str or None
+        The item's domain label (for an unlabelled derived item: the labels of the turns it
+        quotes, comma-separated).
+    """
+
+    item_id: int
+    layer: str
+    reason: str
+    similarity: float
+    domain: str | None
+
+
+@dataclass(frozen=True)
+class FirewallReport:
+    """What the contextual firewall decided for one query (see :mod:`lamina.memory.firewall`).
+
+    Attributes
+    ----------
+    query_domain : str or None
+        The query's domain (given, or classified with ``domain="auto"``).
+    tau : float
+        The similarity floor applied.
+    domain_gate : bool
+    blocked : tuple of Blocked
+        Every candidate kept out, with its reason.
+    verify : tuple of int
+        Chosen items stored as VERIFY (rendered with a recheck marker).
+    clarify : tuple of int
+        CLARIFY items that would have been chosen: the agent should abstain and ask.
+    """
+
+    query_domain: str | None
+    tau: float
+    domain_gate: bool
+    blocked: tuple[Blocked, ...]
+    verify: tuple[int, ...]
+    clarify: tuple[int, ...]
+
+    @property
+    def needs_clarification(self) -> bool:
+        """True when a CLARIFY memory matched the query."""
+        return bool(self.clarify)
+
+
 @dataclass
 class Context:
     """A budgeted context for one query.
@@ -193,6 +260,8 @@ class Context:
     query : str
     budget : int
         Token budget (whitespace words).
+    firewall : FirewallReport or None
+        The contextual firewall's decisions, when one was applied.
     """
 
     items: list[MemoryItem]
@@ -201,6 +270,7 @@ class Context:
     abstain: bool
     query: str
     budget: int
+    firewall: FirewallReport | None = None
 
     def render(self) -> str:
         """Prompt text with dates and speakers: items in their order, raw turns of the same

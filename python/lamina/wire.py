@@ -15,7 +15,8 @@ from dataclasses import fields
 from typing import Any
 
 from .errors import LaminaError
-from .items import Context, MemoryItem
+from .items import Blocked, Context, FirewallReport, MemoryItem
+from .memory.firewall import Firewall
 from .memory.reports import DeleteReport, ImportReport, SessionReport
 
 __all__ = [
@@ -72,6 +73,53 @@ def item_from_json(d: object) -> MemoryItem:
         raise WireError(f"malformed item: {e}") from None
 
 
+def firewall_to_json(fw: Firewall) -> dict[str, Any]:
+    """The settings of a :class:`~lamina.Firewall` as a JSON object."""
+    return {"tau": fw.tau, "domain_gate": fw.domain_gate, "allow": list(fw.allow)}
+
+
+def report_to_json(r: FirewallReport | None) -> dict[str, Any] | None:
+    """A :class:`~lamina.FirewallReport` as a JSON object (None stays None)."""
+    if r is None:
+        return None
+    return {
+        "query_domain": r.query_domain,
+        "tau": r.tau,
+        "domain_gate": r.domain_gate,
+        "blocked": [
+            {"item_id": b.item_id, "layer": b.layer, "reason": b.reason, "similarity": b.similarity, "domain": b.domain}
+            for b in r.blocked
+        ],
+        "verify": list(r.verify),
+        "clarify": list(r.clarify),
+    }
+
+
+def report_from_json(d: object) -> FirewallReport | None:
+    """The :class:`~lamina.FirewallReport` of :func:`report_to_json`'s object."""
+    if d is None:
+        return None
+    o = _obj(d, "firewall report")
+    qd = o["query_domain"]
+    return FirewallReport(
+        query_domain=None if qd is None else str(qd),
+        tau=float(o["tau"]),
+        domain_gate=bool(o["domain_gate"]),
+        blocked=tuple(
+            Blocked(
+                item_id=int(b["item_id"]),
+                layer=str(b["layer"]),
+                reason=str(b["reason"]),
+                similarity=float(b["similarity"]),
+                domain=None if b["domain"] is None else str(b["domain"]),
+            )
+            for b in o["blocked"]
+        ),
+        verify=tuple(int(i) for i in o["verify"]),
+        clarify=tuple(int(i) for i in o["clarify"]),
+    )
+
+
 def context_to_json(ctx: Context, user_id: str | None = None) -> dict[str, Any]:
     """A :class:`Context` as a JSON object, with ``text`` = ``ctx.render()``."""
     return {
@@ -82,6 +130,7 @@ def context_to_json(ctx: Context, user_id: str | None = None) -> dict[str, Any]:
         "query": ctx.query,
         "budget": ctx.budget,
         "text": ctx.render(),
+        "firewall": report_to_json(ctx.firewall),
     }
 
 
@@ -96,8 +145,9 @@ def context_from_json(d: object) -> Context:
             abstain=bool(o["abstain"]),
             query=str(o["query"]),
             budget=int(o["budget"]),
+            firewall=report_from_json(o.get("firewall")),
         )
-    except (KeyError, TypeError, AttributeError) as e:
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise WireError(f"malformed context: missing or bad field {e}") from None
 
 

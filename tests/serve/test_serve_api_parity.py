@@ -84,6 +84,36 @@ def test_add_get_search_context(api: Any, user: str) -> None:
     assert api.context("anything", user_id=f"{user}-nobody", budget=16).abstain
 
 
+def test_context_through_the_firewall(api: Any, user: str) -> None:
+    msgs = [
+        {"speaker": "Alice", "text": "My doctor changed my asthma medication.", "id": "F:0", "domain": "health"},
+        {
+            "speaker": "Alice",
+            "text": "My manager moved the asthma charity project deadline.",
+            "id": "F:1",
+            "domain": "work",
+        },
+        {
+            "speaker": "Alice",
+            "text": "Ask me again about the charity project plan.",
+            "id": "F:2",
+            "commitment": "clarify",
+        },
+    ]
+    api.add(msgs, user_id=user, session_id="s", timestamp=T0)
+    fw = lamina.Firewall(tau=-1.0)
+    ctx = api.context(
+        "When is the asthma charity project deadline?", user_id=user, budget=128, domain="work", firewall=fw
+    )
+    assert isinstance(ctx.firewall, lamina.FirewallReport)
+    assert ctx.firewall.query_domain == "work" and ctx.firewall.tau == -1.0 and ctx.firewall.domain_gate
+    assert "F:1" in ctx.sources and "F:0" not in ctx.sources and "F:2" not in ctx.sources
+    reasons = {b.reason for b in ctx.firewall.blocked}
+    assert reasons == {"domain", "clarify"} and ctx.firewall.needs_clarification
+    assert all(isinstance(b, lamina.Blocked) for b in ctx.firewall.blocked)
+    assert api.context("asthma", user_id=user, budget=128).firewall is None
+
+
 def test_update_history_end_session_facts_delete(api: Any, user: str) -> None:
     ids = _chat(api, user, "s", LINES[:2], "D")
     it = api.update(ids[1], "Nice name indeed.", timestamp=T0 + 5)

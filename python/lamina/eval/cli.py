@@ -1,5 +1,5 @@
-"""``lamina eval locomo`` and ``lamina eval kv``: the command-line fronts of
-:mod:`lamina.eval.harness` and :mod:`lamina.eval.kv`."""
+"""``lamina eval locomo``, ``lamina eval memcon`` and ``lamina eval kv``: the command-line fronts
+of :mod:`lamina.eval.harness`, :mod:`lamina.eval.memcon` and :mod:`lamina.eval.kv`."""
 
 from __future__ import annotations
 
@@ -203,6 +203,55 @@ def _cmd_eval_kv(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval_memcon(args: argparse.Namespace) -> int:
+    from .locomo import load_locomo
+    from .memcon import plot_regret, simulate, timed_precompute
+
+    if not os.path.exists(args.data):
+        print(f"lamina eval memcon: no data at {args.data!r}; pass --data PATH to locomo_dev.json", file=sys.stderr)
+        return 2
+    convs, rep = load_locomo(args.data, limit=args.limit_conversations)
+    actions, outcomes, secs = timed_precompute(
+        convs, embedder=args.embedder, progress=None if args.quiet else sys.stderr
+    )
+    print(
+        f"MemCon on LoCoMo: {rep.conversations} conversations, {len(outcomes)} questions with evidence; "
+        f"outcomes of {len(actions)} actions precomputed in {secs:.1f} s"
+    )
+    res = simulate(
+        actions, outcomes, episodes=args.episodes, cost=args.cost, c=args.c, alpha=args.alpha, seed=args.seed
+    )
+    res["precompute_seconds"] = secs
+    res["embedder"] = args.embedder
+    print(f"{'policy':<16}{'reward':>9}{'recall':>9}{'tokens':>9}{'regret':>11}")
+    for n, f in res["fixed"].items():
+        print(
+            f"{n:<16}{f['mean_reward']:>9.4f}{f['mean_recall']:>9.4f}{f['mean_tokens']:>9.0f}{f['final_regret']:>11.1f}"
+        )
+    m = res["memcon"]
+    print(
+        f"{'MemCon':<16}{m['mean_reward']:>9.4f}{m['mean_recall']:>9.4f}{m['mean_tokens']:>9.0f}{m['final_regret']:>11.1f}"
+    )
+    print(
+        f"contextual oracle (best action per state in hindsight): {res['oracle_contextual_mean_reward']:.4f}; "
+        f"{res['states']} states; best fixed: {res['best_fixed']}"
+    )
+    b = res["beats_all_fixed_from"]
+    print(
+        f"MemCon's regret is below every fixed policy's from episode {b} on"
+        if b
+        else f"MemCon does not end below every fixed policy after {args.episodes} episodes"
+    )
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(_json_safe(res), f, indent=1)
+        print(f"wrote {args.out}")
+    if args.plot:
+        why = plot_regret(res, args.plot)
+        print(why if why else f"wrote {args.plot}")
+    return 0
+
+
 def add_eval_parser(sub: Any) -> None:
     """Register ``eval locomo`` on the ``lamina`` command's subparsers."""
     ev = sub.add_parser("eval", help="evaluate lamina and baselines on a benchmark")
@@ -248,10 +297,33 @@ def add_eval_parser(sub: Any) -> None:
     kv.add_argument("--samples", type=int, default=2, help="prompts per task and length")
     kv.add_argument("--seed", type=int, default=0)
     kv.add_argument("--methods", default=",".join(_KV_METHODS), help="comma-separated lamina.kv methods")
-    kv.add_argument("--compressions", default="0.25,0.5,0.75,0.9", help="fractions removed (0, the full cache, always runs)")
+    kv.add_argument(
+        "--compressions", default="0.25,0.5,0.75,0.9", help="fractions removed (0, the full cache, always runs)"
+    )
     kv.add_argument("--modes", default="agnostic,aware", help="agnostic (kvpress's setting) and/or aware")
     kv.add_argument("--threads", type=int, default=0, help="worker threads (0: lamina's default)")
     kv.add_argument("--out", default=None, help="write the summary and every answer as JSON here")
     kv.add_argument("--plot", default=None, help="write a PNG of score vs compression (needs matplotlib)")
     kv.add_argument("--quiet", action="store_true", help="no progress bar")
     kv.set_defaults(func=_cmd_eval_kv)
+    mc = esub.add_parser(
+        "memcon",
+        help="MemCon learning offline on LoCoMo: regret against fixed memory policies",
+        description="Precomputes every memory action's outcome per question once (only turns are "
+        "ingested; gold evidence is the reward), then runs MemCon and the fixed policies.",
+    )
+    mc.add_argument("--data", default=_DEFAULT_DATA, help="locomo_dev.json / locomo10.json or their folder")
+    mc.add_argument("--embedder", default="hashing", help="auto | minilm | hashing")
+    mc.add_argument("--episodes", type=int, default=20000)
+    mc.add_argument("--cost", type=float, default=0.25, help="reward cost per 1,000 retrieved tokens")
+    mc.add_argument("--c", type=float, default=0.3, help="UCB exploration weight")
+    mc.add_argument("--alpha", type=float, default=0.15, help="constant step of the Q update")
+    mc.add_argument("--seed", type=int, default=0)
+    mc.add_argument("--limit-conversations", type=int, default=None)
+    mc.add_argument("--out", default=None, help="write the result (curves included) as JSON")
+    mc.add_argument("--plot", default=None, help="write a PNG of the regret curves (needs matplotlib)")
+    mc.add_argument("--quiet", action="store_true")
+    mc.set_defaults(func=_cmd_eval_memcon)
+    from .leakage import add_leakage_parser
+
+    add_leakage_parser(esub)

@@ -36,7 +36,8 @@ The package reads top-down as the loop (imports flow one way, from the first to 
 * the stages: :mod:`~lamina.memory.ingest` (add, working FIFO), :mod:`~lamina.memory.consolidate`
   (segments, MemTree, summaries, EMA blend), :mod:`~lamina.memory.semantic` (facts, supersession,
   profiles), :mod:`~lamina.memory.retention` (heat, promotion, eviction),
-  :mod:`~lamina.memory.retrieve` (candidates, lexical fusion, staleness, firewall),
+  :mod:`~lamina.memory.retrieve` (candidates, lexical fusion, staleness), :mod:`~lamina.memory.domains`
+  (domain labels) and :mod:`~lamina.memory.firewall` (what may pass into a prompt),
   :mod:`~lamina.memory.fill` (gate, budget fill, order);
 * :mod:`~lamina.memory.memory`, the façade ``Memory``.
 """
@@ -44,7 +45,21 @@ The package reads top-down as the loop (imports flow one way, from the first to 
 from __future__ import annotations
 
 from .config import MemoryConfig
+from .domains import DomainClassifier
+from .firewall import Firewall
 from .memory import ClosedError, Memory
-from .reports import DeleteReport, MemoryStats, ProfileDrift, SessionReport
+from .reports import Candidate, ContextExplanation, DeleteReport, MemoryStats, ProfileDrift, SessionReport
 
-__all__ = ["Memory", "MemoryConfig", "ClosedError", "SessionReport", "DeleteReport", "MemoryStats", "ProfileDrift"]
+__all__ = [
+    "Memory",
+    "MemoryConfig",
+    "Firewall",
+    "DomainClassifier",
+    "ClosedError",
+    "SessionReport",
+    "DeleteReport",
+    "MemoryStats",
+    "ProfileDrift",
+    "Candidate",
+    "ContextExplanation",
+]

@@ -31,7 +31,7 @@ import numpy.typing as npt
 from .. import kernels
 from ..extract import SourcedSummarizer, Turn, split_sentences
 from .inputs import wall_clock
-from .records import NO_TREE, ROOT, Record, unit
+from .records import NO_TREE, ROOT, Record, derived_commitment, unit
 from .reports import SessionReport
 from .retention import evict, observe_covered, promote
 from .semantic import resolve
@@ -118,6 +118,7 @@ def consolidate(tx: Tx, models: Models, u: UserState, turns: list[Record], embs:
             created_at=recs[0].timestamp,
             interaction_len=float(len(recs)),
             domain=recs[0].domain,
+            commitment=derived_commitment(r.commitment for r in recs),
             parent_id=None,
             depth=1,
         )

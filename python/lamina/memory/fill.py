@@ -38,6 +38,7 @@ def fill(
     beta: float,
     budget: int,
     demoted: Mapping[int, float] | None = None,
+    reasons: dict[int, str] | None = None,
 ) -> tuple[Scored, int]:
     """Fill the budget: working memory first (at most its γ share, bounded by
     ``working_share``), then every layer's candidates in one order of gate-weighted score
@@ -45,7 +46,11 @@ def fill(
     follows item scores rather than fixed shares); aggregates (summaries, notes, profiles) only
     fill what the specific items (turns, facts) above the floor leave. ``demoted``: items the
     speaker scope ranks lower — on equal scores they come after the others (so that of two
-    identical statements the named person's is the one kept)."""
+    identical statements the named person's is the one kept).
+
+    ``reasons``: when given, filled with why a candidate was passed over (record id ->
+    ``budget``, ``duplicate`` or ``taken``, the last when it was chosen from another layer);
+    candidates never tried (the budget ran out first) get no entry."""
     c = st.config
     demoted = demoted or {}
     chosen: list[tuple[float, Record]] = []
@@ -56,6 +61,11 @@ def fill(
     groups: set[tuple[str | None, str]] = set()  # (session, day) groups already opened
     used = 0
 
+    def _why(r: Record, reason: str) -> int:  # (explain only: the first reason a candidate was passed over)
+        if reasons is not None:
+            reasons.setdefault(r.id, reason)
+        return 0
+
     def try_take(s: float, r: Record, limit: int) -> int:
         nonlocal used
         # the size test first: once the budget is nearly full most candidates fail it, and
@@ -63,19 +73,21 @@ def fill(
         n, gk = item_tokens(st, r)
         if gk is not None and gk not in groups:
             n += HEADER_TOKENS  # this item opens a new [date time] group
-        if n > limit or r.id in taken:
-            return 0
+        if r.id in taken:
+            return 0 if reasons is None else _why(r, "taken")
+        if n > limit:
+            return 0 if reasons is None else _why(r, "budget")
         if r.kind == "fact":
             fk = (norm_key(r.subject or ""), r.predicate or "", norm_key(r.object or ""))
             if fk in fact_keys:
-                return 0
-            if r.sources and r.sources[-1] in covered:
-                return 0  # the turn it renders verbatim is already in the context
-        elif r.sources and set(r.sources) <= covered:
-            return 0  # dedupe: the raw text of all its sources is already in the context
+                return 0 if reasons is None else _why(r, "duplicate")
+            if r.sources and r.sources[-1] in covered:  # the turn it renders verbatim is already in
+                return 0 if reasons is None else _why(r, "duplicate")
+        elif r.sources and set(r.sources) <= covered:  # dedupe: the raw text of all its sources is in
+            return 0 if reasons is None else _why(r, "duplicate")
         tk = text_key(r) if r.kind == "turn" else None
         if tk is not None and tk in seen_text:
-            return 0
+            return 0 if reasons is None else _why(r, "duplicate")
         if gk is not None:
             groups.add(gk)
         taken.add(r.id)
@@ -123,6 +135,8 @@ def fill(
                 and key[2] == r.session_id
                 and n + (HEADER_TOKENS if gk not in groups else 0) > left
             ):
+                if reasons is not None and r.id not in taken:
+                    reasons.setdefault(r.id, "budget")
                 continue
         try_take(s, r, left)
     return chosen, used

@@ -24,10 +24,12 @@ from ..items import Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, fill, ingest, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
+from .domains import DomainClassifier
 from .dump import UserDump
+from .firewall import Firewall, empty_report, screen
 from .inputs import MAX_BUDGET, MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import Record, norm_key
-from .reports import DeleteReport, ImportReport, MemoryStats, SessionReport
+from .reports import Candidate, ContextExplanation, DeleteReport, ImportReport, MemoryStats, SessionReport
 from .state import MemoryState, UserState
 from .stats import count_stats
 from .store import SQLiteStore, Store
@@ -97,7 +99,13 @@ class Memory:
         summarizer: Summarizer | None = None,
         fact_extractor: FactExtractor | None = None,
         busy_timeout: float = 30.0,
+        domains: DomainClassifier | None = None,
     ) -> None:
+        if domains is not None and not isinstance(domains, DomainClassifier):
+            raise TypeError(f"domains must be a lamina.DomainClassifier, got {type(domains).__name__}")
+        #: labels unlabelled turns at ``add`` when given; classifies ``domain="auto"`` queries
+        self.domains = domains
+        self._query_domains = domains if domains is not None else DomainClassifier()
         if config is None:
             config = MemoryConfig()
         if not isinstance(config, MemoryConfig):
@@ -255,7 +263,10 @@ class Memory:
             Each: ``speaker`` or ``role`` (str), ``text`` or ``content`` (non-empty str), and
             optionally ``id`` (source id, str or int; default ``t<item id>``), ``timestamp``
             (event time: seconds since the epoch, datetime or ISO string), ``domain`` (str),
-            ``commitment`` ("persist", "ephemeral": never consolidated, or "verify").
+            ``commitment`` ("persist"; "ephemeral": never consolidated; "verify": shown with a
+            recheck marker; "clarify": never injected by a firewalled context, which asks
+            instead). A message without ``domain`` is labelled by ``Memory(domains=...)`` when
+            that classifier is given.
         user_id, session_id : str
         timestamp : event time for messages without one (default: the wall clock now).
 
@@ -273,6 +284,10 @@ class Memory:
         check_id(session_id, "session_id")
         default_t = to_time(timestamp, "timestamp")
         msgs = ingest.parse_messages(messages)
+        if self.domains is not None:
+            for m in msgs:
+                if m.domain is None:
+                    m.domain = self.domains.classify(m.text)
         emb = self._embed([m.text for m in msgs])
         wall = wall_clock()
         for m in msgs:
@@ -479,6 +494,7 @@ class Memory:
         domain: str | None = None,
         include_archive: bool = False,
         query_embedding: npt.NDArray[np.float32] | None = None,
+        firewall: Firewall | None = None,
     ) -> Context:
         """Build a budgeted context for ``query`` from ``user_id``'s memory.
 
@@ -501,10 +517,68 @@ class Memory:
         now : event time of the question (default: wall clock). When given, items stated after
             ``now`` are invisible (replays behave as if it were then).
         domain : str, optional
-            Domain gate: items tagged with another domain are blocked.
+            Domain gate: items tagged with another domain are blocked. ``"auto"``: the query's
+            domain from the memory's :class:`~lamina.DomainClassifier` (the default lexicon
+            unless ``Memory(domains=...)``).
         query_embedding : ndarray, shape (dim,), float32, optional
             Precomputed query vector (skips embedding).
+        firewall : lamina.Firewall, optional
+            The contextual firewall between retrieval and the prompt (domain gate, similarity
+            floor τ, CLARIFY commitments); its decisions are in ``Context.firewall``. With a
+            firewall, ``domain=None`` means ``"auto"``, and the gate is the firewall's.
         """
+        ctx, _ = self._context(
+            query, user_id, budget, now, domain, include_archive, query_embedding, firewall, explain=False
+        )
+        return ctx
+
+    def explain_context(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        budget: int = 1024,
+        now: TimeLike = None,
+        domain: str | None = None,
+        include_archive: bool = False,
+        query_embedding: npt.NDArray[np.float32] | None = None,
+        firewall: Firewall | None = None,
+    ) -> ContextExplanation:
+        """What :meth:`context` would return for the same arguments, and why: each layer's
+        candidates with their scores, whether each was chosen and, if not, why (budget,
+        duplicate, taken by another layer, ranked down by the firewall), the layer relevances,
+        the gates with their entropy and its bound. Read-only: unlike :meth:`context` it counts
+        no visit (the access statistics, hence later contexts, are unchanged).
+
+        Parameters
+        ----------
+        As :meth:`context`.
+
+        Returns
+        -------
+        ContextExplanation
+            ``.context`` equals ``context(...)``'s result (items, scores, gates, β).
+        """
+        ctx, ex = self._context(
+            query, user_id, budget, now, domain, include_archive, query_embedding, firewall, explain=True
+        )
+        if ex is None:
+            ex = ContextExplanation(context=ctx, max_entropy=self.config.max_entropy)
+        return ex
+
+    def _context(
+        self,
+        query: str,
+        user_id: str,
+        budget: int,
+        now: TimeLike,
+        domain: str | None,
+        include_archive: bool,
+        query_embedding: npt.NDArray[np.float32] | None,
+        firewall: Firewall | None,
+        *,
+        explain: bool,
+    ) -> tuple[Context, ContextExplanation | None]:
         self._check_open()
         check_id(user_id, "user_id")
         budget = check_count(budget, "budget", " (tokens)", MAX_BUDGET)
@@ -513,6 +587,12 @@ class Memory:
             raise TypeError("domain must be a str or None")
         if domain is not None:
             check_text(domain, "domain")
+        if firewall is not None and not isinstance(firewall, Firewall):
+            raise TypeError(f"firewall must be a lamina.Firewall or None, got {type(firewall).__name__}")
+        if domain == "auto" or (firewall is not None and domain is None):
+            domain = self._query_domains.classify(query)
+        # with a firewall the domain gate is its own (reported per item), not the silent one
+        search_domain = domain if firewall is None else None
         q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
         c = self.config
         with self._lock:
@@ -521,8 +601,10 @@ class Memory:
             st = self._st
             u = self._user(user_id)
             empty = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
+            if firewall is not None:
+                empty.firewall = empty_report(domain, firewall)
             if u is None:
-                return empty
+                return empty, None
             layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
             stale = retrieve.staleness(st, u)
             # enough candidates to fill the budget unless items average under 4 tokens (a turn
@@ -530,24 +612,65 @@ class Memory:
             # with a deeper retry was measured slower (the retry ran for half the queries of
             # bench/bench_memory.py) and lost recall on LoCoMo (shallower fusion lists)
             m = max(c.candidates, -(-budget // 4))
-            cands = retrieve.rank_layers(st, u, q, query, layers, m, t_now, domain, stale)
+            cands = retrieve.rank_layers(st, u, q, query, layers, m, t_now, search_domain, stale)
             if cands is None:
-                return empty
+                return empty, None
+            report = None if firewall is None else screen(st, u, cands, q, domain, firewall)
+            if report is not None and not cands.relevance:
+                empty.firewall = report
+                return empty, None
             gates, b_used = fill.gate(cands.relevance, layers, c)
-            chosen, _ = fill.fill(st, cands.per_layer, gates, b_used, budget, cands.demoted)
+            reasons: dict[int, str] | None = {} if explain else None
+            chosen, used = fill.fill(st, cands.per_layer, gates, b_used, budget, cands.demoted, reasons)
             if cands.demoted:
                 chosen = [(cands.demoted.get(r.id, s), r) for s, r in chosen]
             if not chosen:
-                return Context(items=[], gates=gates, beta=b_used, abstain=True, query=query, budget=budget)
-            ordered = fill.lost_in_the_middle(chosen)
-            items = []
-            for s, r in ordered:
-                it = st.item(r, s)
-                if r.id in cands.via and r.status == "active" and r.layer == "archive":
-                    it.layer = "episodic"  # an episode's turn, shown on its own
-                items.append(it)
-            self._bump(u, ordered, cands.via, t_now if t_now is not None else wall_clock())
-            return Context(items=items, gates=gates, beta=b_used, abstain=False, query=query, budget=budget)
+                ctx = Context(
+                    items=[], gates=gates, beta=b_used, abstain=True, query=query, budget=budget, firewall=report
+                )
+            else:
+                ordered = fill.lost_in_the_middle(chosen)
+                items = []
+                for s, r in ordered:
+                    it = st.item(r, s)
+                    if r.id in cands.via and r.status == "active" and r.layer == "archive":
+                        it.layer = "episodic"  # an episode's turn, shown on its own
+                    items.append(it)
+                if not explain:
+                    self._bump(u, ordered, cands.via, t_now if t_now is not None else wall_clock())
+                if report is not None:
+                    report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
+                ctx = Context(
+                    items=items, gates=gates, beta=b_used, abstain=False, query=query, budget=budget, firewall=report
+                )
+            if reasons is None:
+                return ctx, None
+            ids = {r.id for _, r in chosen}
+            shown: set[int] = set()  # (an item in two layers is chosen in the first, taken in the other)
+            per: dict[str, list[Candidate]] = {}
+            for L in layers:
+                out = []
+                for s, r in sorted(cands.per_layer.get(L, ()), key=lambda sr: -sr[0]):
+                    it = st.item(r, cands.demoted.get(r.id, s))
+                    if r.id in ids:
+                        why = "taken" if r.id in shown else "chosen"
+                        shown.add(r.id)
+                    else:
+                        why = reasons.get(r.id, "budget")
+                        why = "budget" if why == "taken" else why
+                    out.append(Candidate(it, L, why == "chosen", why, r.id in cands.demoted))
+                if out:
+                    per[L] = out
+            g = np.array([v for v in gates.values() if v > 0], dtype=np.float64)
+            ent = float(-(g * np.log(g)).sum()) if g.size else 0.0
+            return ctx, ContextExplanation(
+                context=ctx,
+                candidates=per,
+                relevance=dict(cands.relevance),
+                max_entropy=c.max_entropy,
+                entropy=ent,
+                used_tokens=int(used),
+            )
 
     def _bump(self, u: UserState, shown: list[tuple[float, Record]], via: set[int], t: float) -> None:
         """Visits: the items shown, and the episode of a turn shown for its episode (heat feeds

@@ -8,6 +8,7 @@ and tells the unit of work (:class:`lamina.memory.tx.Tx`) which columns changed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -31,6 +32,7 @@ __all__ = [
     "TURN_KEY",
     "GENERAL_KINDS",
     "COMMITMENTS",
+    "derived_commitment",
     "HEADER_TOKENS",
     "MIN_ITEM_TOKENS",
     "TokenCount",
@@ -80,7 +82,18 @@ TURN_KEY = 1 << 62
 # Kinds that describe many turns at once (summaries, promoted notes, entity profiles): they
 # enter a context only after the specific items (turns, facts).
 GENERAL_KINDS = ("summary", "note", "profile")
-COMMITMENTS = ("persist", "ephemeral", "verify")
+# Dual-trace commitments: PERSIST (a plain memory), EPHEMERAL (purged when its session ends),
+# VERIFY (surfaced with a recheck marker), CLARIFY (never injected: the agent asks instead).
+COMMITMENTS = ("persist", "ephemeral", "verify", "clarify")
+
+
+def derived_commitment(commitments: Iterable[str]) -> str:
+    """The commitment of an item derived from turns: the most guarded of theirs (CLARIFY, then
+    VERIFY; a derived item is otherwise PERSIST: EPHEMERAL turns are never consolidated)."""
+    cs = set(commitments)
+    return "clarify" if "clarify" in cs else "verify" if "verify" in cs else "persist"
+
+
 # No item adds fewer tokens to a context than one word ("Speaker: text" under an open group
 # header counts its words only); a group's "[YYYY-MM-DD HH:MM]" header costs 2 (1 when the
 # time is unknown: counted as 2, never under-counted).

@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["SessionReport", "DeleteReport", "ProfileDrift", "MemoryStats", "ImportReport"]
+from ..items import Context, MemoryItem
+
+__all__ = [
+    "SessionReport",
+    "DeleteReport",
+    "ProfileDrift",
+    "MemoryStats",
+    "ImportReport",
+    "Candidate",
+    "ContextExplanation",
+]
 
 
 @dataclass(slots=True)
@@ -142,3 +152,58 @@ class ImportReport:
         d = {f: getattr(self, f) for f in self.__dataclass_fields__}
         d["ids"] = {str(k): v for k, v in self.ids.items()}
         return d
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One candidate of a context, as :meth:`lamina.Memory.explain_context` saw it.
+
+    Attributes
+    ----------
+    item : MemoryItem
+        The candidate (``score``: its adjusted similarity, the one the fill ranks by).
+    layer : str
+        The layer it was a candidate of (an archived turn found through its episode: ``episodic``).
+    chosen : bool
+        Whether it is in the context.
+    reason : str
+        ``chosen``; or why not: ``budget`` (did not fit what was left, or never reached),
+        ``duplicate`` (its source turns, its fact or its words were already in), ``taken``
+        (chosen as another layer's candidate).
+    firewall : bool
+        Ranked lower by the attribution firewall (the query names someone else).
+    """
+
+    item: MemoryItem
+    layer: str
+    chosen: bool
+    reason: str
+    firewall: bool = False
+
+
+@dataclass(slots=True)
+class ContextExplanation:
+    """How :meth:`lamina.Memory.context` builds a context: the context itself (the same items,
+    scores, gates and β) and what it was chosen from.
+
+    Attributes
+    ----------
+    context : Context
+    candidates : dict[str, list[Candidate]]
+        Per layer, its candidates above the similarity floor, best first.
+    relevance : dict[str, float]
+        r_i per layer (the mean of its best ``relevance_top`` specific scores).
+    max_entropy : float or None
+        ε, the bound on the gate's entropy (nats; None: no bound); β was raised until H(γ) <= ε.
+    entropy : float
+        H(γ) of the gates used (nats).
+    used_tokens : int
+        Tokens the fill counted for the chosen items.
+    """
+
+    context: Context
+    candidates: dict[str, list[Candidate]] = field(default_factory=dict)
+    relevance: dict[str, float] = field(default_factory=dict)
+    max_entropy: float | None = None
+    entropy: float = 0.0
+    used_tokens: int = 0

@@ -12,7 +12,7 @@ import numpy as np
 from .. import kernels
 from ..extract import Fact, fact_sentence
 from .inputs import wall_clock
-from .records import Record, norm_key
+from .records import Record, derived_commitment, norm_key
 from .state import UserState
 from .tx import Models, Tx
 
@@ -36,7 +36,7 @@ def resolve(tx: Tx, models: Models, u: UserState, facts: list[Fact], by_src: Map
     for f, e in zip(facts, embs):
         key = (norm_key(f.subject), f.predicate)
         src_recs = [by_src[s] for s in f.sources if s in by_src]
-        commitment = "verify" if any(r.commitment == "verify" for r in src_recs) else "persist"
+        commitment = derived_commitment(r.commitment for r in src_recs)
         domain = src_recs[0].domain if src_recs else None
         t = f.timestamp if f.timestamp is not None else (src_recs[0].timestamp if src_recs else wall_clock())
         assert t is not None

@@ -31,7 +31,7 @@ from starlette.types import ASGIApp
 
 from ..embedders import get_embedder
 from ..errors import InvalidInput
-from ..memory import Memory, MemoryConfig
+from ..memory import Firewall, Memory, MemoryConfig
 from ..wire import context_to_json, delete_report_to_json, item_to_json, session_report_to_json
 from . import schemas as S
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
@@ -75,6 +75,10 @@ class ServeConfig:
         ``/metrics`` requires when ``keys`` are configured (``lamina serve --metrics-key`` or
         ``LAMINA_METRICS_KEY``). With keys and without it, ``/metrics`` answers 404 (its counts
         name every tenant); without keys (loopback only) it is open.
+    ui : bool
+        Serve the memory inspector at ``/ui`` (:mod:`~lamina.serve.ui`; default True; needs Jinja2).
+    eval_results : str or None
+        A ``lamina eval`` results file (JSON) the inspector plots (``lamina serve --eval``).
     """
 
     db: str | None
@@ -86,6 +90,8 @@ class ServeConfig:
     mcp: bool = True
     host: str = "127.0.0.1"
     metrics_key: str | None = None
+    ui: bool = True
+    eval_results: str | None = None
 
     def __post_init__(self) -> None:
         if self.metrics_key is not None:
@@ -103,6 +109,8 @@ class ServeConfig:
                 "mcp": self.mcp,
                 "host": self.host,
                 "metrics_key": self.metrics_key,
+                "ui": self.ui,
+                "eval_results": self.eval_results,
             }
         )
 
@@ -118,6 +126,8 @@ class ServeConfig:
             mcp=bool(d["mcp"]),
             host=str(d["host"]),
             metrics_key=d.get("metrics_key"),
+            ui=bool(d.get("ui", True)),
+            eval_results=d.get("eval_results"),
         )
 
 
@@ -194,6 +204,7 @@ def _routes() -> APIRouter:
                 now=req.now,
                 domain=req.domain,
                 include_archive=req.include_archive,
+                firewall=None if req.firewall is None else Firewall(**req.firewall.model_dump()),
             )
             return context_to_json(ctx, req.user_id)
 
@@ -420,6 +431,13 @@ def create_app(
     app.include_router(transfer_router())
     for extra in routers:
         app.include_router(extra)
+    ui_prefixes: tuple[str, ...] = ()
+    if config.ui:
+        from .ui import PREFIX, load_eval, ui_router
+
+        results = load_eval(config.eval_results) if config.eval_results is not None else None
+        app.include_router(ui_router(svc, eval_results=results))
+        ui_prefixes = (PREFIX,)
     app.router.routes.extend(mcp_routes)
     for path, sub in (mounts or {}).items():
         app.mount(path, sub)
@@ -429,7 +447,7 @@ def create_app(
         larger=[("POST", IMPORT_PATH, config.limits.max_import_bytes, "max_import_bytes")],
     )
     # with keys, a request without a known key is refused before anything reads its body
-    app.add_middleware(KeyGate, keys=config.keys)
+    app.add_middleware(KeyGate, keys=config.keys, self_authenticated=ui_prefixes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # the outermost: it times the others too
     return app
 

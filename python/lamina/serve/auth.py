@@ -210,14 +210,21 @@ class KeyGate:
     ----------
     app : ASGI app
     keys : KeyRing
+    self_authenticated : tuple of str
+        Path prefixes whose routes authenticate on their own (the inspector at ``/ui``: its
+        session cookie, not a bearer header); the gate passes them.
     """
 
-    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
+    def __init__(self, app: ASGIApp, keys: KeyRing, self_authenticated: tuple[str, ...] = ()) -> None:
         self.app = app
         self.keys = keys
+        self.self_authenticated = self_authenticated
+
+    def _passes(self, path: str) -> bool:
+        return path in OPEN_PATHS or any(path == p or path.startswith(p + "/") for p in self.self_authenticated)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys.enabled or scope.get("path", "") in OPEN_PATHS:
+        if scope["type"] != "http" or not self.keys.enabled or self._passes(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
         auth: str | None = None

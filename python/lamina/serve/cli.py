@@ -87,6 +87,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         mcp=not args.no_mcp,
         host=args.host,
         metrics_key=None if metrics_key is None else hash_key(metrics_key),
+        ui=not args.no_ui,
+        eval_results=args.eval,
     )
     common: dict[str, Any] = dict(
         host=args.host,
@@ -187,6 +189,8 @@ def add_serve_parsers(sub: Any) -> None:
         "/metrics answers 404 when keys are configured; without keys /metrics is open)",
     )
     s.add_argument("--no-mcp", action="store_true", help="do not serve the MCP server at /mcp")
+    s.add_argument("--no-ui", action="store_true", help="do not serve the memory inspector at /ui")
+    s.add_argument("--eval", default=None, help="a 'lamina eval' results file (JSON) the inspector at /ui plots")
     s.add_argument("--keep-alive", type=int, default=30, help="seconds an idle keep-alive connection stays open")
     s.add_argument("--graceful-timeout", type=int, default=30, help="seconds shutdown waits for open requests")
     s.add_argument(

@@ -50,7 +50,7 @@ class Message(_In):
     id: str | int | None = Field(None, description="Your id of the message (default `t<item id>`).")
     timestamp: Time | None = Field(None, description="Event time of the message.")
     domain: str | None = None
-    commitment: Literal["persist", "ephemeral", "verify"] | None = None
+    commitment: Literal["persist", "ephemeral", "verify", "clarify"] | None = None
 
 
 class AddRequest(_In):
@@ -78,6 +78,35 @@ class SessionReportOut(BaseModel):
     blend_drift: float
 
 
+class FirewallIn(_In):
+    """The contextual firewall's settings (:class:`lamina.Firewall`)."""
+
+    tau: float = Field(0.1, ge=-1.0, le=1.0, description="Similarity floor τ on the cosine to the query.")
+    domain_gate: bool = True
+    allow: list[str] = Field(
+        default_factory=lambda: ["other"], description="Item domains that pass every query's gate."
+    )
+
+
+class BlockedOut(BaseModel):
+    item_id: int
+    layer: str
+    reason: str
+    similarity: float
+    domain: str | None
+
+
+class FirewallReportOut(BaseModel):
+    """What the firewall decided (:class:`lamina.FirewallReport`)."""
+
+    query_domain: str | None
+    tau: float
+    domain_gate: bool
+    blocked: list[BlockedOut]
+    verify: list[int]
+    clarify: list[int]
+
+
 class ContextRequest(_In):
     user_id: str
     query: str
@@ -87,6 +116,7 @@ class ContextRequest(_In):
     now: Time | None = None
     domain: str | None = None
     include_archive: bool = False
+    firewall: FirewallIn | None = None
 
 
 class ItemOut(BaseModel):
@@ -129,6 +159,7 @@ class ContextOut(BaseModel):
     query: str
     budget: int
     text: str = Field(description="The context rendered for a prompt (empty when abstaining).")
+    firewall: FirewallReportOut | None = None
 
 
 class SearchRequest(_In):

@@ -1,0 +1,151 @@
+"""The contextual firewall: what may pass from retrieval into a prompt.
+
+Retrieval finds what is *similar* to a query; not all of it should reach the model. Between
+the per-layer candidates (:func:`lamina.memory.retrieve.rank_layers`) and the budget fill,
+:func:`screen` applies three checks to every candidate, in this order, and keeps the reason of
+the first that fails:
+
+1. ``domain`` — the domain gate: an item is blocked when it, or any turn it quotes (the
+   sources of a segment, summary or fact), is labelled with a domain other than the query's
+   that is not in ``Firewall.allow`` (unlabelled items pass; a health detail does not enter a
+   work question, neither verbatim nor inside a summary).
+2. ``similarity`` — the floor τ on the cosine between the item's vector and the query's (weakly
+   related memories are where cross-domain leaks and sycophancy triggers come from).
+3. ``clarify`` — a dual-trace commitment: an item stored as CLARIFY (or quoting a CLARIFY turn)
+   is never injected; when it would have passed, the report lists it so the agent abstains
+   and asks.
+
+Items stored as VERIFY pass and are listed (they render with a recheck marker); EPHEMERAL
+items are purged when their session ends (:mod:`lamina.memory.consolidate`); PERSIST items are
+plain memories. The decisions are returned in :attr:`lamina.Context.firewall`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import InvalidInput
+from ..items import Blocked, FirewallReport
+from .domains import OTHER
+from .records import Record
+from .retrieve import Candidates
+from .state import MemoryState, UserState
+
+__all__ = ["Firewall", "screen", "empty_report"]
+
+
+@dataclass(frozen=True)
+class Firewall:
+    """Settings of the contextual firewall (see the module docstring).
+
+    Attributes
+    ----------
+    tau : float
+        Similarity floor τ in [-1, 1]: candidates whose cosine to the query is below it are
+        blocked (``-1`` disables the floor).
+    domain_gate : bool
+        Block items whose domain differs from the query's (``allow`` excepted).
+    allow : tuple of str
+        Item domains that pass the gate for every query (default: ``other``, the label of
+        texts that name no domain).
+    """
+
+    tau: float = 0.1
+    domain_gate: bool = True
+    allow: tuple[str, ...] = (OTHER,)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)):
+            raise TypeError(f"Firewall.tau must be a float, got {type(self.tau).__name__}")
+        if not math.isfinite(self.tau) or not -1.0 <= self.tau <= 1.0:
+            raise InvalidInput(f"Firewall.tau must be in [-1, 1], got {self.tau!r}")
+        if not isinstance(self.domain_gate, bool):
+            raise TypeError("Firewall.domain_gate must be a bool")
+        allow: object = self.allow
+        if not isinstance(allow, (tuple, list, frozenset, set)) or not all(isinstance(d, str) for d in allow):
+            raise TypeError("Firewall.allow must be a tuple of domain names (str)")
+        object.__setattr__(self, "allow", tuple(self.allow))
+
+
+def _traits(st: MemoryState, u: UserState, r: Record) -> tuple[set[str], bool]:
+    """The labelled domains of an item and of the turns it quotes; whether any is CLARIFY."""
+    doms = {r.domain} if r.domain is not None else set()
+    clarify = r.commitment == "clarify"
+    for src in r.sources:
+        i = u.by_src.get(src)
+        if i is not None and i != r.id:
+            t = st.recs[i]
+            if t.domain is not None:
+                doms.add(t.domain)
+            clarify = clarify or t.commitment == "clarify"
+    return doms, clarify
+
+
+def empty_report(query_domain: str | None, fw: Firewall) -> FirewallReport:
+    """The report of a query that had no candidates."""
+    return FirewallReport(
+        query_domain=query_domain, tau=float(fw.tau), domain_gate=fw.domain_gate, blocked=(), verify=(), clarify=()
+    )
+
+
+def screen(
+    st: MemoryState,
+    u: UserState,
+    cands: Candidates,
+    q: npt.NDArray[np.float32],
+    query_domain: str | None,
+    fw: Firewall,
+) -> FirewallReport:
+    """Remove blocked candidates from ``cands`` (in place) and report why.
+
+    Parameters
+    ----------
+    st : the memory state (record vectors).
+    u : the user's state (the turns that items quote).
+    cands : per-layer candidates of one query; layers left empty lose their relevance entry.
+    q : ndarray, shape (dim,) or (1, dim), float32
+        The query vector.
+    query_domain : the query's domain (None: the gate lets every labelled item through).
+    fw : the settings.
+    """
+    q = np.asarray(q, dtype=np.float32).reshape(-1)
+    qn = float(np.linalg.norm(q)) or 1.0
+    blocked: list[Blocked] = []
+    clarify: list[int] = []
+    gate = fw.domain_gate and query_domain is not None
+    for layer, scored in list(cands.per_layer.items()):
+        if not scored:
+            continue
+        vecs = st.vecs([r.id for _, r in scored])
+        norms = np.linalg.norm(vecs, axis=1)
+        sims = (vecs @ q) / (np.where(norms > 0, norms, 1.0) * qn)
+        kept = []
+        for (s, r), sim in zip(scored, sims.tolist()):
+            doms, is_clarify = _traits(st, u, r)
+            if gate and any(d != query_domain and d not in fw.allow for d in doms):
+                reason = "domain"
+            elif sim < fw.tau:
+                reason = "similarity"
+            elif is_clarify:
+                reason = "clarify"
+                clarify.append(r.id)
+            else:
+                kept.append((s, r))
+                continue
+            dom = r.domain if r.domain is not None else ",".join(sorted(doms)) or None
+            blocked.append(Blocked(item_id=r.id, layer=layer, reason=reason, similarity=sim, domain=dom))
+        cands.per_layer[layer] = kept
+        if not kept:
+            cands.relevance.pop(layer, None)
+    return FirewallReport(
+        query_domain=query_domain,
+        tau=float(fw.tau),
+        domain_gate=fw.domain_gate,
+        blocked=tuple(blocked),
+        verify=(),
+        clarify=tuple(clarify),
+    )

@@ -1,0 +1,349 @@
+"""The inspector's routes under ``/ui``: server-rendered pages (Jinja2, autoescaped) on the
+service's memory, with the same tenants, keys and work pool (its limits: 503 when full) as the
+API.
+
+Every response carries a strict Content-Security-Policy (no script at all, styles and images
+from this origin only, forms post here only, no framing). A page needs a session
+(:mod:`~lamina.serve.ui.session`; without one: a redirect to ``/ui/login``); every POST needs
+the session's CSRF token (403 otherwise). Item pages answer 403 for another tenant's item, as
+the API does; user ids are the caller's, in the caller's namespace.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, quote
+
+import jinja2
+from fastapi import APIRouter, Request
+from starlette.responses import RedirectResponse, Response, StreamingResponse
+
+from ...errors import InvalidInput, LaminaError, NotFoundError
+from ...items import format_time
+from ...transfer import iter_dump, renamed
+from ..errors import status_of
+from ..service import Service
+from ..tenancy import owns
+from . import svg
+from .session import COOKIE, UiSession, anonymous_token, csrf_ok, session_of
+from .views import debug_context, user_rows, user_view
+
+__all__ = ["ui_router", "load_eval", "CSP", "PREFIX"]
+
+T = TypeVar("T")
+#: Where the inspector is served.
+PREFIX = "/ui"
+#: The Content-Security-Policy of every inspector response.
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; script-src 'none'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+_HERE = Path(__file__).resolve().parent
+_STATIC = {"ui.css": "text/css; charset=utf-8"}
+_MAX_FORM = 1 << 16
+
+
+class _Login(Exception):
+    """No valid session: send the browser to the login page."""
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_HERE / "templates")),
+        autoescape=True,  # every {{ }} is HTML-escaped, whatever the template's name
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["when"] = format_time
+    env.filters["repr"] = lambda x: repr(float(x))
+    env.filters["q"] = lambda s: quote(str(s), safe="")
+    env.globals["svg"] = svg
+    return env
+
+
+def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> APIRouter:
+    """The inspector's routes (see the module docstring) on ``svc``; ``eval_results``: the JSON
+    of a ``lamina eval`` results file, plotted on the users page."""
+    env = _env()
+    statics = {name: (_HERE / "static" / name).read_bytes() for name in _STATIC}
+    r = APIRouter(include_in_schema=False)
+
+    def page(name: str, http_status: int = 200, sess: UiSession | None = None, **ctx: Any) -> Response:
+        html = env.get_template(name).render(session=sess, prefix=PREFIX, **ctx)
+        return Response(html, http_status, media_type="text/html; charset=utf-8", headers=_HEADERS)
+
+    def session(request: Request) -> UiSession:
+        s = session_of(svc.keys, request.cookies.get(COOKIE))
+        if s is None:
+            raise _Login()
+        return s
+
+    async def form(request: Request, sess: UiSession | None) -> dict[str, str]:
+        """The urlencoded body (CSRF-checked when ``sess`` is given: 403 otherwise)."""
+        body = await request.body()
+        if len(body) > _MAX_FORM:
+            raise InvalidInput(f"form body larger than {_MAX_FORM} bytes")
+        fields = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
+        if sess is not None and not csrf_ok(request.cookies.get(COOKIE, ""), fields.get("csrf")):
+            raise _Csrf()
+        return fields
+
+    async def call(sess: UiSession, fn: Callable[[], T]) -> T:
+        return await svc.call(sess.caller, fn)
+
+    def guarded(handler: Callable[..., Any]) -> Callable[..., Any]:
+        """Errors as HTML pages with the API's status codes; no session: to the login page."""
+        import functools
+
+        @functools.wraps(handler)
+        async def wrapped(request: Request, *args: Any, **kwargs: Any) -> Response:
+            try:
+                resp: Response = await handler(request, *args, **kwargs)
+                return resp
+            except _Login:
+                return _redirect(f"{PREFIX}/login?next={quote(request.url.path, safe='')}")
+            except _Csrf:
+                return page("error.html", 403, None, status=403, code="csrf", message="missing or wrong CSRF token")
+            except LaminaError as e:
+                status, code, headers = status_of(e)
+                resp = page("error.html", status, None, status=status, code=code, message=str(e))
+                if headers:
+                    resp.headers.update(headers)
+                return resp
+
+        return wrapped
+
+    @r.get(PREFIX + "/static/{name}")
+    async def static(name: str) -> Response:
+        if name not in statics:
+            return Response("not found", 404, headers=_HEADERS)
+        return Response(statics[name], media_type=_STATIC[name], headers={**_HEADERS, "Cache-Control": "max-age=300"})
+
+    @r.get(PREFIX)
+    @r.get(PREFIX + "/")
+    async def root() -> Response:
+        return _redirect(f"{PREFIX}/users")
+
+    @r.get(PREFIX + "/login")
+    async def login_form(request: Request) -> Response:
+        return page("login.html", keys=svc.keys.enabled, error=None, next=_safe_next(request.query_params.get("next")))
+
+    @r.post(PREFIX + "/login")
+    @guarded
+    async def login(request: Request) -> Response:
+        fields = await form(request, None)
+        key = fields.get("api_key", "").strip()
+        nxt = _safe_next(fields.get("next"))
+        if svc.keys.enabled:
+            tenant = await svc.call(None, lambda: svc.keys.tenant_of(key) if key else None)
+            if tenant is None:
+                return page("login.html", 401, keys=True, error="unknown API key", next=nxt)
+            value = key
+        else:
+            value = anonymous_token()
+        resp = _redirect(nxt)
+        resp.set_cookie(
+            COOKIE,
+            value,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path=PREFIX,
+        )
+        return resp
+
+    @r.get(PREFIX + "/logout")
+    @guarded
+    async def logout_form(request: Request) -> Response:
+        return page("logout.html", sess=session(request))
+
+    @r.post(PREFIX + "/logout")
+    @guarded
+    async def logout(request: Request) -> Response:
+        await form(request, session(request))
+        resp = _redirect(f"{PREFIX}/login")
+        resp.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
+        return resp
+
+    @r.get(PREFIX + "/users")
+    @guarded
+    async def users(request: Request) -> Response:
+        sess = session(request)
+        mem = svc.memory
+        mine = [u for u in await call(sess, mem.users) if owns(sess.caller.tenant, u)]
+        rows = await call(sess, lambda: user_rows(mem, mine))
+        return page(
+            "users.html",
+            sess=sess,
+            rows=[(sess.caller.public(row.user_id), row) for row in rows],
+            eval_rows=_eval_rows(eval_results),
+        )
+
+    @r.get(PREFIX + "/users/{user_id}")
+    @guarded
+    async def user(request: Request, user_id: str, page_no: int = 0, q: str = "") -> Response:
+        sess = session(request)
+        uid = sess.caller.uid(user_id)
+        mem = svc.memory
+        if page_no < 0:
+            raise InvalidInput(f"page_no must be >= 0, got {page_no}")
+        view = await call(sess, lambda: user_view(mem.export_user(user_id=uid), page=page_no, query=q))
+        heat = [(format_time(t)[:10], float(n), float(a)) for t, n, a in view.heat]
+        return page(
+            "user.html", sess=sess, user_id=user_id, v=view, heat=heat, deleted=request.query_params.get("deleted")
+        )
+
+    @r.get(PREFIX + "/users/{user_id}/context")
+    @guarded
+    async def context(
+        request: Request, user_id: str, q: str = "", budget: int = 256, now: float | None = None
+    ) -> Response:
+        sess = session(request)
+        uid = sess.caller.uid(user_id)
+        mem = svc.memory
+        dbg = None
+        if q.strip():
+            dbg = await call(sess, lambda: debug_context(mem, user_id=uid, query=q, budget=budget, now=now))
+        return page("context.html", sess=sess, user_id=user_id, q=q, budget=budget, now=now, d=dbg)
+
+    @r.get(PREFIX + "/items/{item_id}")
+    @guarded
+    async def item(request: Request, item_id: int) -> Response:
+        sess = session(request)
+        mem = svc.memory
+
+        def work() -> tuple[Any, list[Any]]:
+            it = mem.get(item_id)
+            sess.caller.check_owner(it.user_id, item_id)
+            return it, mem.history(item_id, user_id=it.user_id)
+
+        it, hist = await call(sess, work)
+        return page("item.html", sess=sess, it=it, user_id=sess.caller.public(it.user_id), history=hist)
+
+    @r.post(PREFIX + "/items/{item_id}/delete")
+    @guarded
+    async def delete_item(request: Request, item_id: int) -> Response:
+        sess = session(request)
+        await form(request, sess)
+        mem = svc.memory
+
+        def work() -> tuple[str, int]:
+            owner = mem.get(item_id).user_id
+            sess.caller.check_owner(owner, item_id)
+            return owner, mem.delete(item_id, user_id=owner).deleted
+
+        owner, n = await call(sess, work)
+        return _redirect(f"{PREFIX}/users/{quote(sess.caller.public(owner), safe='')}?deleted={n}")
+
+    @r.get(PREFIX + "/users/{user_id}/forget")
+    @guarded
+    async def forget_form(request: Request, user_id: str) -> Response:
+        sess = session(request)
+        uid = sess.caller.uid(user_id)
+        mem = svc.memory
+        rows = await call(sess, lambda: user_rows(mem, [uid]))
+        if not rows:
+            raise NotFoundError(f"unknown user_id {user_id!r}")
+        return page("forget.html", sess=sess, user_id=user_id, row=rows[0], error=None)
+
+    @r.post(PREFIX + "/users/{user_id}/forget")
+    @guarded
+    async def forget(request: Request, user_id: str) -> Response:
+        sess = session(request)
+        fields = await form(request, sess)
+        uid = sess.caller.uid(user_id)
+        mem = svc.memory
+        if fields.get("confirm") != user_id:
+            rows = await call(sess, lambda: user_rows(mem, [uid]))
+            if not rows:
+                raise NotFoundError(f"unknown user_id {user_id!r}")
+            return page(
+                "forget.html", 400, sess=sess, user_id=user_id, row=rows[0], error="type the user id to confirm"
+            )
+        await call(sess, lambda: mem.delete_user(user_id=uid))
+        return _redirect(f"{PREFIX}/users")
+
+    @r.get(PREFIX + "/users/{user_id}/export.jsonl")
+    @guarded
+    async def export(request: Request, user_id: str) -> Response:
+        sess = session(request)
+        uid = sess.caller.uid(user_id)
+        mem = svc.memory
+        ud = await call(sess, lambda: renamed(mem.export_user(user_id=uid), user_id))
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in user_id)[:100]
+        headers = {**_HEADERS, "Content-Disposition": f'attachment; filename="{safe}.jsonl"'}
+        return StreamingResponse(_encoded(iter_dump(mem, [ud])), media_type="application/x-ndjson", headers=headers)
+
+    return r
+
+
+class _Csrf(Exception):
+    """A POST without the session's CSRF token."""
+
+
+def _redirect(url: str) -> Response:
+    return RedirectResponse(url, status_code=303, headers=_HEADERS)
+
+
+def _safe_next(nxt: str | None) -> str:
+    """Where to go after logging in: a path of the inspector only (no open redirect)."""
+    if nxt and nxt.startswith(PREFIX + "/") and not nxt.startswith("//") and "\\" not in nxt and "login" not in nxt:
+        return nxt
+    return f"{PREFIX}/users"
+
+
+def _encoded(lines: Iterator[str]) -> Iterator[bytes]:
+    buf: list[str] = []
+    size = 0
+    for ln in lines:
+        buf.append(ln)
+        size += len(ln)
+        if size >= 1 << 18:
+            yield "".join(buf).encode("utf-8")
+            buf, size = [], 0
+    if buf:
+        yield "".join(buf).encode("utf-8")
+
+
+def _eval_rows(results: dict[str, Any] | None) -> list[tuple[str, float]]:
+    """The numeric top-level and one-level-nested metrics of a results file, as (name, value)."""
+    if not results:
+        return []
+    out: list[tuple[str, float]] = []
+
+    def walk(prefix: str, d: Any, depth: int) -> None:
+        if isinstance(d, bool):
+            return
+        if isinstance(d, (int, float)):
+            if 0.0 <= float(d) <= 1.0:
+                out.append((prefix, float(d)))
+            return
+        if isinstance(d, dict) and depth < 3:
+            for k, v in d.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v, depth + 1)
+
+    walk("", results, 0)
+    return out[:40]
+
+
+def load_eval(path: str) -> dict[str, Any]:
+    """The JSON object of a ``lamina eval`` results file (InvalidInput if it is none)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InvalidInput(f"cannot read eval results {path}: {e}") from None
+    if not isinstance(d, dict):
+        raise InvalidInput(f"eval results {path}: expected a JSON object")
+    return d
