@@ -137,8 +137,18 @@ void register_model(py::module_& m) {
             py::gil_scoped_release nogil;
             return model::KVCache(c);
           },
-          "An independent copy of the cache (entries, positions and seen-token count); its "
-          "storage is allocated to the entries held.");
+          "An independent copy of the cache (entries, positions and seen-token count) with the "
+          "same allocation (nbytes equal).")
+      .def(
+          "reserve",
+          [](model::KVCache& c, std::int64_t n) {
+            if (n < 0) throw py::value_error("reserve: entries must be >= 0, got " + std::to_string(n));
+            py::gil_scoped_release nogil;
+            c.reserve(static_cast<std::size_t>(n));
+          },
+          py::arg("entries"),
+          "Allocate room for `entries` entries on every (layer, KV head) holding less (never "
+          "shrinks): a cache kept at a fixed budget reserves it once and stops reallocating.");
 
   py::class_<PyModel>(m, "LlamaModel")
       .def(py::init([](const py::dict& cfg, const py::dict& tensors) {

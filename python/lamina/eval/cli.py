@@ -168,7 +168,8 @@ def _cmd_eval_kv(args: argparse.Namespace) -> int:
         lengths=_csv(int, args.lengths),
         samples=args.samples,
         seed=args.seed,
-        count_tokens=lambda t: len(m.tokenize(m.chat_prompt(t))),
+        # a length holds the prompt and the answer: 64 tokens are left for the generation
+        count_tokens=lambda t: len(m.tokenize(m.chat_prompt(t))) + 64,
     )
     print(
         f"model: {m!r}\nsuite: {len(suite)} prompts ({', '.join(tasks)}; lengths {args.lengths}; "
@@ -294,7 +295,7 @@ def add_eval_parser(sub: Any) -> None:
     kv.add_argument("--model", default=None, help="a llama-architecture .gguf (default: packaged SmolLM2-135M)")
     kv.add_argument("--lengths", default="4096", help="prompt lengths in tokens, e.g. 1024,2048,4096,8192")
     kv.add_argument("--tasks", default="", help="comma-separated subset of the tasks (default: all six)")
-    kv.add_argument("--samples", type=int, default=2, help="prompts per task and length")
+    kv.add_argument("--n", "--samples", dest="samples", type=int, default=2, help="prompts per task and length")
     kv.add_argument("--seed", type=int, default=0)
     kv.add_argument("--methods", default=",".join(_KV_METHODS), help="comma-separated lamina.kv methods")
     kv.add_argument(
@@ -303,7 +304,7 @@ def add_eval_parser(sub: Any) -> None:
     kv.add_argument("--modes", default="agnostic,aware", help="agnostic (kvpress's setting) and/or aware")
     kv.add_argument("--threads", type=int, default=0, help="worker threads (0: lamina's default)")
     kv.add_argument("--out", default=None, help="write the summary and every answer as JSON here")
-    kv.add_argument("--plot", default=None, help="write a PNG of score vs compression (needs matplotlib)")
+    kv.add_argument("--plot", default=None, help="write an SVG of score vs compression here")
     kv.add_argument("--quiet", action="store_true", help="no progress bar")
     kv.set_defaults(func=_cmd_eval_kv)
     mc = esub.add_parser(

@@ -160,12 +160,14 @@ def run_kv(
     out: list[KVRecord] = []
     for smp in samples:
         parts = model.prompt_parts(smp.context, smp.question)
-        ctx, suffix = parts.context, parts.suffix
+        # the question, the assistant header and RULER's answer prefix follow the context
+        ctx = parts.context
+        suffix = parts.suffix + (model.tokenizer.encode(smp.answer_prefix, add_bos=False) if smp.answer_prefix else [])
         base = model.new_cache()
         window = min(DEFAULT_WINDOW, len(ctx) - 1) if need_att else 0
         pre = model.prefill(ctx, base, record_window=window, accumulate=need_acc)
         full_bytes = int(base.nbytes)
-        g = model.continue_from(base.clone(), pre.logits, suffix=suffix, max_tokens=smp.max_tokens, stop=("\n\n",))
+        g = model.continue_from(base.clone(), pre.logits, suffix=suffix, max_tokens=smp.max_tokens)
         full = score_output(g.text, smp.answers)
         out.append(
             KVRecord(smp.task, smp.length, smp.seed, "full", "full", 0.0, full, full, full_bytes, full_bytes, g.text)
@@ -174,9 +176,7 @@ def run_kv(
         aware = None
         if "aware" in modes:
             qa = base.clone()
-            suf = model.prefill(
-                suffix, qa, record_window=len(suffix) if need_att else 0, accumulate=need_acc
-            )
+            suf = model.prefill(suffix, qa, record_window=len(suffix) if need_att else 0, accumulate=need_acc)
             acc = None
             if need_acc and pre.accumulated is not None and suf.accumulated is not None:
                 acc = suf.accumulated.copy()
@@ -202,7 +202,7 @@ def run_kv(
                     apply_press(c, scores, m, float(r), threads=model.threads)
                     held = int(c.nbytes)
                     full_here = int(src.nbytes)
-                    g = model.continue_from(c, logits, suffix=suf_ids, max_tokens=smp.max_tokens, stop=("\n\n",))
+                    g = model.continue_from(c, logits, suffix=suf_ids, max_tokens=smp.max_tokens)
                     out.append(
                         KVRecord(
                             smp.task,
@@ -265,8 +265,9 @@ def summarize(records: Sequence[KVRecord]) -> dict[str, Any]:
 
 
 def format_kv_tables(summary: dict[str, Any]) -> str:
-    """One table per (length, mode): methods × compressions, score % (full-cache score and
-    held-bytes ratio alongside)."""
+    """One table per (length, mode): a row per method with the full-cache score of the same
+    prompts, then per compression the score %, its share of the full-cache score and the
+    held/full bytes ratio."""
     lines: list[str] = []
     rows = summary["rows"]
     keys = sorted({(r["length"], r["mode"]) for r in rows})
@@ -274,49 +275,110 @@ def format_kv_tables(summary: dict[str, Any]) -> str:
         sel = [r for r in rows if r["length"] == length and r["mode"] == mode]
         comps = sorted({r["compression"] for r in sel})
         methods = list(dict.fromkeys(r["method"] for r in sel))
-        full = summary["full"].get(str(length))
+        n = max(r["n"] for r in sel)
         lines.append(
-            f"\n{length} tokens, query-{mode}: score % (full cache {100 * full:.1f} %) | bytes held / full"
-            if full is not None
-            else f"\n{length} tokens, query-{mode}"
+            f"\n{length} tokens, query-{mode} ({n} prompts): score % (share of the full-cache score) bytes held/full"
         )
-        lines.append(f"{'method':<18}" + "".join(f"{'r=' + format(c, 'g'):>16}" for c in comps))
+        lines.append(f"{'method':<18}{'full':>7}" + "".join(f"{'r=' + format(c, 'g'):>22}" for c in comps))
         for m in methods:
+            mine = [x for x in sel if x["method"] == m]
             cells = []
             for c in comps:
-                r = next((x for x in sel if x["method"] == m and x["compression"] == c), None)
-                cells.append(f"{100 * r['score']:>8.1f} | {r['bytes_ratio']:.2f}" if r else f"{'-':>16}")
-            lines.append(f"{m:<18}" + "".join(f"{x:>16}" for x in cells))
+                r = next((x for x in mine if x["compression"] == c), None)
+                if r is None:
+                    cells.append(f"{'-':>22}")
+                    continue
+                share = f"{100 * r['kept_of_full']:.0f}%" if r["kept_of_full"] is not None else "-"
+                cells.append(f"{100 * r['score']:>9.1f} ({share:>4}) {r['bytes_ratio']:.3f}")
+            lines.append(f"{m:<18}{100 * mine[0]['full_score']:>7.1f}" + "".join(f"{x:>22}" for x in cells))
     return "\n".join(lines)
 
 
-def plot_kv(summary: dict[str, Any], path: str) -> str | None:
-    """Score vs compression, one line per method, one panel per (length, mode); returns a
-    message instead of writing when matplotlib is absent."""
-    try:
-        import matplotlib
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "plot skipped: matplotlib is not installed (pip install 'lamina[eval]')"
+
+def _esc(t: str) -> str:
+    return t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def plot_kv(summary: dict[str, Any], path: str) -> str | None:
+    """Write an SVG of score vs compression: one panel per (length, mode), one line per method
+    (starting at the full-cache score at compression 0), the full-cache score dashed.
+
+    Parameters
+    ----------
+    summary : dict
+        :func:`summarize`'s output.
+    path : str
+        The SVG file written.
+
+    Returns
+    -------
+    str or None
+        A message when there is nothing to plot, else None.
+    """
     rows = summary["rows"]
     keys = sorted({(r["length"], r["mode"]) for r in rows})
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4), squeeze=False)
-    for ax, (length, mode) in zip(axes[0], keys, strict=True):
-        sel = [r for r in rows if r["length"] == length and r["mode"] == mode]
-        full = summary["full"].get(str(length), float("nan"))
-        for m in dict.fromkeys(r["method"] for r in sel):
-            pts = sorted((r["compression"], r["score"]) for r in sel if r["method"] == m)
-            ax.plot([0.0] + [p[0] for p in pts], [100 * full] + [100 * p[1] for p in pts], marker="o", label=m)
-        ax.axhline(100 * full, color="k", ls="--", lw=0.8)
-        ax.set_title(f"{length} tokens, query-{mode}")
-        ax.set_xlabel("compression (fraction removed)")
-        ax.set_ylabel("score %")
-        ax.set_ylim(-2, 102)
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return None
+    if not keys:
+        return "plot skipped: no compressed rows"
+    pw, ph, ml, mt, mb = 340, 240, 46, 28, 40
+    legend_w = 150
+    W, H = len(keys) * (pw + ml) + legend_w, ph + mt + mb
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<rect width="{W}" height="{H}" fill="white"/>',
+    ]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    for i, (length, mode) in enumerate(keys):
+        x0 = i * (pw + ml) + ml
 
+        def X(c: float, x0: int = x0) -> float:
+            return x0 + c * pw
+
+        def Y(v: float) -> float:
+            return mt + (1.0 - v) * ph
+
+        out.append(f'<text x="{x0 + pw / 2}" y="16" text-anchor="middle">{length} tokens, query-{_esc(mode)}</text>')
+        out.append(f'<rect x="{x0}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>')
+        for t in range(0, 101, 25):
+            out.append(f'<line x1="{x0 - 4}" x2="{x0}" y1="{Y(t / 100):.1f}" y2="{Y(t / 100):.1f}" stroke="#444"/>')
+            out.append(f'<text x="{x0 - 6}" y="{Y(t / 100) + 4:.1f}" text-anchor="end">{t}</text>')
+        for c in (0.0, 0.25, 0.5, 0.75, 1.0):
+            out.append(f'<text x="{X(c):.1f}" y="{mt + ph + 14}" text-anchor="middle">{c:g}</text>')
+        out.append(
+            f'<text x="{x0 + pw / 2}" y="{mt + ph + 30}" text-anchor="middle">compression (fraction removed)</text>'
+        )
+        full = summary["full"].get(str(length))
+        if full is not None:
+            out.append(
+                f'<line x1="{x0}" x2="{x0 + pw}" y1="{Y(full):.1f}" y2="{Y(full):.1f}" stroke="#000" '
+                'stroke-dasharray="4 3"/>'
+            )
+        for j, m in enumerate(methods):
+            sel = sorted(
+                (r["compression"], r["score"], r["full_score"])
+                for r in rows
+                if r["length"] == length and r["mode"] == mode and r["method"] == m
+            )
+            if not sel:
+                continue
+            pts = [(0.0, sel[0][2])] + [(c, v) for c, v, _ in sel]
+            col = _COLORS[j % len(_COLORS)]
+            d = " ".join(f"{X(c):.1f},{Y(v):.1f}" for c, v in pts)
+            out.append(f'<polyline points="{d}" fill="none" stroke="{col}" stroke-width="1.6"/>')
+            out.extend(f'<circle cx="{X(c):.1f}" cy="{Y(v):.1f}" r="2.5" fill="{col}"/>' for c, v in pts)
+    lx = len(keys) * (pw + ml) + 10
+    out.append(f'<text x="{lx}" y="{mt}">score % (y)</text>')
+    for j, m in enumerate(methods):
+        y = mt + 18 + 16 * j
+        col = _COLORS[j % len(_COLORS)]
+        out.append(f'<line x1="{lx}" x2="{lx + 18}" y1="{y - 4}" y2="{y - 4}" stroke="{col}" stroke-width="2"/>')
+        out.append(f'<text x="{lx + 24}" y="{y}">{_esc(m)}</text>')
+    y = mt + 18 + 16 * len(methods)
+    out.append(f'<line x1="{lx}" x2="{lx + 18}" y1="{y - 4}" y2="{y - 4}" stroke="#000" stroke-dasharray="4 3"/>')
+    out.append(f'<text x="{lx + 24}" y="{y}">full cache</text>')
+    out.append("</svg>")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+    return None

@@ -65,6 +65,10 @@ class KVSample:
         Reference strings; the score is the fraction found in the output.
     max_tokens : int
         Generation budget that fits every answer.
+    answer_prefix : str
+        The start of the assistant's reply, fed after the chat template's assistant header
+        (RULER's answer prefix: the model continues it with the answer instead of first
+        restating the question).
     """
 
     task: str
@@ -74,6 +78,7 @@ class KVSample:
     question: str
     answers: tuple[str, ...]
     max_tokens: int
+    answer_prefix: str = ""
 
 
 def _sentence(rng: random.Random) -> str:
@@ -96,18 +101,22 @@ def _insert(fill: list[str], needles: Sequence[str], rng: random.Random) -> str:
     return "".join(out)
 
 
-def _build(task: str, n_fill: int, seed: int) -> tuple[str, str, tuple[str, ...], int]:
-    """(context, question, answers, max_tokens) with ``n_fill`` filler units."""
+def _build(task: str, n_fill: int, seed: int) -> tuple[str, str, tuple[str, ...], int, str]:
+    """(context, question, answers, max_tokens, answer_prefix) with ``n_fill`` filler units."""
     rng = random.Random(f"{task}:{seed}")
     if task == "passkey":
         key = _number(rng, 5)
         needle = f"The pass key is {key}. Remember it. {key} is the pass key."
         ctx = _insert([_NOISE] * n_fill, [needle], rng)
         head = "There is an important piece of information hidden inside a lot of irrelevant text. Find it and memorize it.\n\n"
-        return head + ctx, "What is the pass key? The pass key is", (key,), 10
+        return head + ctx, "What is the pass key?", (key,), 10, "The pass key is"
     if task == "variable_tracking":
         value = _number(rng, 5)
-        names = rng.sample([a + b for a in "QWRTZPSDFGHKX" for b in "ABCDEFGHJKLMN"], 8)
+        names: list[str] = []
+        while len(names) < 8:  # five-letter names (RULER's): no chance match in the output's prose
+            n = "".join(rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ") for _ in range(5))
+            if n not in names:
+                names.append(n)
         hops = [f"VAR {names[0]} = {value}."] + [f"VAR {names[i]} = VAR {names[i - 1]}." for i in range(1, 5)]
         decoys = [f"VAR {names[5 + i]} = {_number(rng, 5)}." for i in range(3)]
         order = hops[:]
@@ -115,8 +124,12 @@ def _build(task: str, n_fill: int, seed: int) -> tuple[str, str, tuple[str, ...]
             order.insert(rng.randrange(len(order) + 1), d)
         ctx = _insert([_NOISE] * n_fill, order, rng)
         head = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
-        q = f"Find all variables that are assigned the value {value} in the text above. Answer: the variables are"
-        return head + ctx, q, tuple(names[:5]), 30
+        q = f"Find all variables that are assigned the value {value} in the text above."
+        pre = (
+            f"According to the chain(s) of variable assignment in the text above, 5 variables are assigned "
+            f"the value {value}, they are:"
+        )
+        return head + ctx, q, tuple(names[:5]), 30, pre
     if task == "kv_uuid":
         pairs = []
         ur = random.Random(f"uuid:{task}:{seed}")
@@ -127,28 +140,30 @@ def _build(task: str, n_fill: int, seed: int) -> tuple[str, str, tuple[str, ...]
         target = pairs[rng.randrange(len(pairs))]
         body = "{\n" + ",\n".join(f' "{k}": "{v}"' for k, v in pairs) + "\n}"
         head = "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n"
-        q = f'Key: "{target[0]}"\nThe value associated with the specified key is:'
-        return head + body, q, (target[1],), 40
+        q = f'What is the value associated with the key "{target[0]}"?'
+        return head + body, q, (target[1],), 40, "The value associated with the specified key is:"
     fill = [_sentence(rng) for _ in range(n_fill)]
     keys = rng.sample(_KEYS, 4)
     head = "Some special magic numbers are hidden within the following text. Make sure to memorize them.\n\n"
     if task == "niah_single":
         v = _number(rng, 7)
         ctx = _insert(fill, [f"One of the special magic numbers for {keys[0]} is: {v}."], rng)
-        q = f"What is the special magic number for {keys[0]} mentioned in the provided text? The number is"
-        return head + ctx, q, (v,), 14
+        q = f"What is the special magic number for {keys[0]} mentioned in the provided text?"
+        return head + ctx, q, (v,), 14, f"The special magic number for {keys[0]} mentioned in the provided text is"
     if task == "niah_multikey":
         vals = [_number(rng, 7) for _ in keys]
         needles = [f"One of the special magic numbers for {k} is: {v}." for k, v in zip(keys, vals, strict=True)]
         rng.shuffle(needles)
         ctx = _insert(fill, needles, rng)
-        q = f"What is the special magic number for {keys[0]} mentioned in the provided text? The number is"
-        return head + ctx, q, (vals[0],), 14
+        q = f"What is the special magic number for {keys[0]} mentioned in the provided text?"
+        pre = f"The special magic number for {keys[0]} mentioned in the provided text is"
+        return head + ctx, q, (vals[0],), 14, pre
     if task == "niah_multivalue":
         vals = [_number(rng, 7) for _ in range(4)]
         ctx = _insert(fill, [f"One of the special magic numbers for {keys[0]} is: {v}." for v in vals], rng)
-        q = f"What are all the special magic numbers for {keys[0]} mentioned in the provided text? The numbers are"
-        return head + ctx, q, tuple(vals), 48
+        q = f"What are all the special magic numbers for {keys[0]} mentioned in the provided text?"
+        pre = f"The special magic numbers for {keys[0]} mentioned in the provided text are:"
+        return head + ctx, q, tuple(vals), 48, pre
     raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASKS)}")
 
 
@@ -181,8 +196,8 @@ def make_sample(task: str, *, length: int, seed: int, count_tokens: Callable[[st
         raise ValueError(f"length must be >= 128 tokens, got {length}")
     n = 8
     for _ in range(6):  # grow the filler proportionally until the prompt reaches the target
-        ctx, q, ans, mt = _build(task, n, seed)
-        t = count_tokens(ctx + "\n\n" + q)
+        ctx, q, ans, mt, pre = _build(task, n, seed)
+        t = count_tokens(ctx + "\n\n" + q + "\n" + pre)
         if t >= length:
             break
         n = max(n + 1, int(n * length / max(t, 1) * 1.02))
@@ -190,13 +205,22 @@ def make_sample(task: str, *, length: int, seed: int, count_tokens: Callable[[st
     lo, hi = 1, n
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        ctx, q, ans, mt = _build(task, mid, seed)
-        if count_tokens(ctx + "\n\n" + q) <= length:
+        ctx, q, ans, mt, pre = _build(task, mid, seed)
+        if count_tokens(ctx + "\n\n" + q + "\n" + pre) <= length:
             lo = mid
         else:
             hi = mid - 1
-    ctx, q, ans, mt = _build(task, lo, seed)
-    return KVSample(task=task, length=int(length), seed=int(seed), context=ctx, question=q, answers=ans, max_tokens=mt)
+    ctx, q, ans, mt, pre = _build(task, lo, seed)
+    return KVSample(
+        task=task,
+        length=int(length),
+        seed=int(seed),
+        context=ctx,
+        question=q,
+        answers=ans,
+        max_tokens=mt,
+        answer_prefix=pre,
+    )
 
 
 def make_suite(

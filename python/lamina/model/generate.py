@@ -86,6 +86,10 @@ class Generation:
         (``max_tokens`` reached).
     kept_fraction : float
         Entries kept over entries seen at the end (1.0 without a press).
+    peak_kv_bytes : int
+        The most bytes the cache held after any forward of this generation (prefill chunks,
+        the question, every decoded token), before the press that followed it; with a fixed
+        ``kv_budget`` this is what the budget bounds.
     """
 
     text: str
@@ -95,6 +99,7 @@ class Generation:
     prompt_tokens: int
     finish_reason: str
     kept_fraction: float
+    peak_kv_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,10 +157,12 @@ def run_generation(
     window = observation_window(press, len(ctx), compression) if pressing and press is not None else 0
     accumulate = pressing and press is not None and press.name in ACCUMULATED
     logits, attention, accumulated = native.forward(ctx, cache, "last", threads, window, q8_decode, accumulate)
+    peak = int(cache.nbytes)
     if pressing and press is not None:
         apply_press(cache, accumulated if accumulate else attention, press, compression, threads=threads)
     if parts.suffix:
         logits, _, _ = native.forward(np.asarray(parts.suffix, dtype=np.int32), cache, "last", threads, 0, q8_decode)
+        peak = max(peak, int(cache.nbytes))
     assert logits is not None
     return _decode(
         native,
@@ -171,6 +178,7 @@ def run_generation(
         q8_decode=q8_decode,
         n_prompt=n_prompt,
         before_step=None,
+        peak=peak,
     )
 
 
@@ -204,6 +212,7 @@ def continue_generation(
         q8_decode=q8_decode,
         n_prompt=n_prompt,
         before_step=None,
+        peak=int(cache.nbytes),
     )
 
 
@@ -222,6 +231,7 @@ def _decode(
     q8_decode: bool,
     n_prompt: int,
     before_step: Callable[[], None] | None,
+    peak: int,
 ) -> Generation:
     tokens: list[int] = []
     logprobs: list[float] = []
@@ -254,8 +264,10 @@ def _decode(
             break
         if before_step is not None:
             before_step()
-        logits, _, _ = native.forward(np.asarray([tok], dtype=np.int32), cache, "last", threads, 0, q8_decode)
-        assert logits is not None
+        nxt, _, _ = native.forward(np.asarray([tok], dtype=np.int32), cache, "last", threads, 0, q8_decode)
+        assert nxt is not None
+        logits = nxt
+        peak = max(peak, int(cache.nbytes))
     if on_text is not None and len(text) > emitted:
         on_text(text[emitted:])
     kept = int(cache.lengths().sum())
@@ -268,6 +280,7 @@ def _decode(
         prompt_tokens=n_prompt,
         finish_reason=finish,
         kept_fraction=kept / seen if seen else 1.0,
+        peak_kv_bytes=max(peak, int(cache.nbytes)),
     )
 
 
@@ -311,9 +324,13 @@ def _run_budgeted(
     if cache_scored:
         step = len(ctx) if chunk is None else int(chunk)
         logits = None
+        peak = 0
         for start in range(0, len(ctx), step):
             last = start + step >= len(ctx)
-            logits, _, _ = native.forward(ctx[start : start + step], cache, "last" if last else "none", threads, 0, q8_decode)
+            logits, _, _ = native.forward(
+                ctx[start : start + step], cache, "last" if last else "none", threads, 0, q8_decode
+            )
+            peak = max(peak, int(cache.nbytes))
             press_to_budget(cache, press, b)
         if parts.suffix:
             press_to_budget(cache, press, max(b - len(parts.suffix), 1))
@@ -337,16 +354,22 @@ def _run_budgeted(
         window = observation_window(press, S, 1.0 - room / S) if pressing else 0
         accumulate = pressing and press.name in ACCUMULATED
         logits, attention, accumulated = native.forward(ctx, cache, "last", threads, window, q8_decode, accumulate)
+        peak = int(cache.nbytes)
         if pressing:
             apply_press(cache, accumulated if accumulate else attention, press, room, threads=threads)
+    # room for the budget allocated once: the question and decoding then never reallocate,
+    # so the bytes held stay at the budget (the native growth step would overshoot it)
+    cache.reserve(b)
     if parts.suffix:
         logits, _, _ = native.forward(np.asarray(parts.suffix, dtype=np.int32), cache, "last", threads, 0, q8_decode)
+        peak = max(peak, int(cache.nbytes))
     assert logits is not None
     low = max(b - every, (b + 1) // 2)
 
     def before_step() -> None:
         if cache_scored and press is not None and int(cache.lengths().max()) >= b:
             press_to_budget(cache, press, low)
+            cache.reserve(b)
 
     return _decode(
         native,
@@ -362,4 +385,5 @@ def _run_budgeted(
         q8_decode=q8_decode,
         n_prompt=n_prompt,
         before_step=before_step,
+        peak=peak,
     )
