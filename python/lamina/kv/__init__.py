@@ -106,7 +106,8 @@ __all__ = [
     "value_l2_norms",
 ]
 
-METHODS: dict[str, type[KVMethod]] = {cls.name: cls for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa, KeyDiff, CriticalKV, AdaCriticalKV)
+METHODS: dict[str, type[KVMethod]] = {
+    cls.name: cls for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa, KeyDiff, CriticalKV, AdaCriticalKV)
 }
 """Method name -> class."""
 

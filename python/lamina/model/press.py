@@ -19,7 +19,17 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import InvalidInput
-from ..kv import Budget, KeepSet, KeyDiff, KVMethod, StreamingLLM, keydiff_scores, make_method, value_l2_norms, value_norms
+from ..kv import (
+    Budget,
+    KeepSet,
+    KeyDiff,
+    KVMethod,
+    StreamingLLM,
+    keydiff_scores,
+    make_method,
+    value_l2_norms,
+    value_norms,
+)
 
 __all__ = [
     "DEFAULT_WINDOW",
