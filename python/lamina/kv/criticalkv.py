@@ -1,17 +1,20 @@
-"""Value-norm re-scoring: attention × ||value|| (CriticalKV, Feng et al., arXiv 2502.03805;
-the value term of Expected Attention, Devoto et al., arXiv 2510.00636).
+"""Value-norm re-scoring: attention × ||value|| (after CriticalKV, Feng et al., arXiv
+2502.03805, and the value term of Expected Attention, Devoto et al., arXiv 2510.00636).
 
 An entry's contribution to the attention output is ``a_j · v_j``, so the error of evicting
-it is bounded by ``a_j ||v_j||`` (CriticalKV's first-stage criterion, with the output
-projection left out). Score of position j < S - w::
+it grows with ``a_j ||v_j||``. Score of position j < S - w::
 
     s[h, j] = pool( mean_t A[h, t, j] )[j] · ||v_{g(h), j}||_2
 
 i.e. SnapKV's observation-window score (:class:`~lamina.kv.SnapKV`, same pooling and GQA
-reduction) re-weighted per token by the L2 norm of its value. ``value_norms`` is (L, H_kv, S)
-(:func:`value_l2_norms`). Selection: :class:`CriticalKV` keeps a uniform per-head top-k plus
-the window; :class:`AdaCriticalKV` shares each layer's budget across its heads as Ada-KV does
-(kvpress's ``AdaKVPress(CriticalKVPress)`` / ``AdaKVPress(ExpectedAttentionPress)`` pairing).
+reduction) re-weighted per token by the L2 norm of its value. This is a one-stage
+simplification of CriticalKV: the paper (and kvpress's ``CriticalKVPress``) first keeps a
+share of the budget by attention alone and weights by ``||W_o v_j||`` (the value after the
+output projection); here the norm is of the cached value itself and the selection is one
+top-k. ``value_norms`` is (L, H_kv, S) (:func:`value_l2_norms`). Selection:
+:class:`CriticalKV` keeps a uniform per-head top-k plus the window; :class:`AdaCriticalKV`
+shares each layer's budget across its heads as Ada-KV does (kvpress's pairing of
+``AdaKVPress`` with a value-aware scorer).
 """
 
 from __future__ import annotations
@@ -58,8 +61,38 @@ def _per_token(value_norms: Any, scores: npt.NDArray[np.float32], n_kv_heads: in
     return None, np.ascontiguousarray(value_norms)
 
 
+class _ValueWeighted:
+    """Weights SnapKV's window scores (L, H_kv, S - w) by the value norms token by token,
+    before any budget is allocated or selected (CPU arrays)."""
+
+    name: ClassVar[str]
+
+    def _scale_args(
+        self, value_norms: npt.NDArray[np.float32] | None, scores: npt.NDArray[np.float32], n_kv_heads: int
+    ) -> tuple[Any, Any]:
+        _per_token(value_norms, scores, n_kv_heads, self.name)  # rejects missing or bad norms
+        # the native row scale is LAVa's (one factor per row): the norms weight each token in _score
+        return None, None
+
+    def _score(
+        self,
+        x: npt.NDArray[np.float32],
+        w: int,
+        n_kv_heads: int,
+        value_norms: npt.NDArray[np.float32] | None,
+        threads: int,
+        entropy: bool = False,
+    ) -> Any:
+        if entropy:
+            raise ValueError(f"{self.name} has no layer-entropy scores")
+        _, norms = _per_token(value_norms, x, n_kv_heads, self.name)
+        rows = np.asarray(super()._score(x, w, n_kv_heads, value_norms, threads))  # type: ignore[misc]
+        n = x.shape[-1] - w
+        return np.ascontiguousarray(rows * norms[:, :, :n], dtype=np.float32)
+
+
 @dataclass
-class CriticalKV(SnapKV):
+class CriticalKV(_ValueWeighted, SnapKV):
     """SnapKV scores × value L2 norm, uniform per-head top-k + window.
 
     Parameters
@@ -70,15 +103,23 @@ class CriticalKV(SnapKV):
 
     name: ClassVar[str] = "criticalkv"
     uses_value_norms: ClassVar[bool] = True
+    scores_decide_budgets: ClassVar[bool] = True  # the weighted scores are selected in Python's pass
 
-    def _scale_args(
-        self, value_norms: npt.NDArray[np.float32] | None, scores: npt.NDArray[np.float32], n_kv_heads: int
-    ) -> tuple[Any, Any]:
-        return _per_token(value_norms, scores, n_kv_heads, self.name)
+    def _row_budgets(
+        self,
+        x: npt.NDArray[np.float32],
+        w: int,
+        n_kv_heads: int,
+        value_norms: npt.NDArray[np.float32] | None,
+        per_head: int,
+        threads: int,
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
+        rows = self._score(x, w, n_kv_heads, value_norms, threads)
+        return rows, np.full(rows.shape[:2], per_head, dtype=np.int64), {}
 
 
 @dataclass
-class AdaCriticalKV(AdaKV):
+class AdaCriticalKV(_ValueWeighted, AdaKV):
     """:class:`CriticalKV` scores with Ada-KV's head budgets (global top-k per layer + floor).
 
     Parameters
@@ -89,8 +130,3 @@ class AdaCriticalKV(AdaKV):
 
     name: ClassVar[str] = "adakv_criticalkv"
     uses_value_norms: ClassVar[bool] = True
-
-    def _scale_args(
-        self, value_norms: npt.NDArray[np.float32] | None, scores: npt.NDArray[np.float32], n_kv_heads: int
-    ) -> tuple[Any, Any]:
-        return _per_token(value_norms, scores, n_kv_heads, self.name)

@@ -322,16 +322,20 @@ class Model:
             Fraction of the prefilled cache removed, in [0, 1) (0: no press). Not with
             ``kv_budget``.
         kv_budget : int, optional
-            A fixed budget: at most this many entries per (layer, KV head) are held at any
-            time, prefill and decoding included (``press`` required). A method that scores
-            from the cache alone (``"keydiff"``, ``"streaming"``) re-presses as the cache
-            grows: after each prefill chunk and about every ``press_every`` generated tokens.
-            Any other method presses once after the context, down to ``kv_budget`` minus the
-            question and ``max_tokens``.
+            A fixed budget: from the end of the context on, at most this many entries per
+            (layer, KV head) are held, the question and decoding included (``press``
+            required); room for exactly the budget is allocated once, so
+            ``Generation.kv_bytes`` is the budget's bytes. A method that scores from the
+            cache alone (``"keydiff"``, ``"streaming"``) re-presses as the cache grows: after
+            each prefill chunk and about every ``press_every`` generated tokens. Any other
+            method presses once after the context, down to ``kv_budget`` minus the question
+            and ``max_tokens``.
         prefill_chunk : int, optional
             With ``kv_budget`` and a cache-scored method: prefill the context this many tokens
             at a time, compressing after each chunk, so a context longer than the budget is
-            compressed as it is read.
+            compressed as it is read (the cache peaks at ``kv_budget + prefill_chunk``
+            entries per head; without chunks it holds the whole context before the press;
+            ``Generation.peak_kv_bytes`` reports the peak).
         press_every : int
             Decoding re-presses a head that reaches ``kv_budget`` down to
             ``kv_budget - press_every`` (at least half the budget).
