@@ -6,6 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
@@ -46,11 +47,30 @@ def test_eval_kv_cli_small_run(tmp_path: Path, capsys: Any) -> None:
     from lamina.cli import main
 
     out = tmp_path / "kv.json"
+    svg = tmp_path / "kv.svg"
     rc = main(
         [
-            "eval", "kv", "--lengths", "384", "--tasks", "passkey,niah_single", "--samples", "1",
-            "--methods", "snapkv,keydiff,adakv_criticalkv,h2o", "--compressions", "0.5", "--modes",
-            "agnostic,aware", "--threads", "2", "--out", str(out), "--quiet",
+            "eval",
+            "kv",
+            "--lengths",
+            "384",
+            "--tasks",
+            "passkey,niah_single",
+            "--n",
+            "1",
+            "--methods",
+            "snapkv,keydiff,adakv_criticalkv,h2o",
+            "--compressions",
+            "0.5",
+            "--modes",
+            "agnostic,aware",
+            "--threads",
+            "2",
+            "--out",
+            str(out),
+            "--plot",
+            str(svg),
+            "--quiet",
         ]
     )
     assert rc == 0
@@ -64,3 +84,6 @@ def test_eval_kv_cli_small_run(tmp_path: Path, capsys: Any) -> None:
         # bytes held fall by the compression ratio, head-wise methods included
         assert abs(r["bytes_ratio"] - 0.5) < 0.05, r
     assert res["full"]["384"] > 0.0  # the model finds the needle with the full cache
+    root = ElementTree.parse(svg).getroot()
+    assert root.tag.endswith("svg")
+    assert len(root.findall(".//{http://www.w3.org/2000/svg}polyline")) == 4 * 2  # a line per method and panel

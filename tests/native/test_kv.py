@@ -775,7 +775,9 @@ def test_rejects_bad_budget(x3):
 
 
 def test_rejects_bad_method_and_params(x3):
-    with pytest.raises(ValueError, match="adakv, h2o, lava, pyramidkv, snapkv, streaming"):
+    with pytest.raises(
+        ValueError, match="adakv, adakv_criticalkv, criticalkv, h2o, keydiff, lava, pyramidkv, snapkv, streaming"
+    ):
         kv.select(x3, 16, "snapkv2")
     with pytest.raises(TypeError, match="unknown parameter.*window_sizes.*valid: window_size"):
         kv.select(x3, 16, "snapkv", window_sizes=4)
