@@ -82,7 +82,7 @@ def test_eval_kv_cli_small_run(tmp_path: Path, capsys: Any) -> None:
     for r in rows:
         assert r["full_score"] is not None and 0.0 <= r["score"] <= 1.0
         # bytes held fall by the compression ratio, head-wise methods included
-        assert abs(r["bytes_ratio"] - 0.5) < 0.05, r
+        assert abs(r["bytes_ratio"] - 0.5) < 0.02, r
     assert res["full"]["384"] > 0.0  # the model finds the needle with the full cache
     root = ElementTree.parse(svg).getroot()
     assert root.tag.endswith("svg")

@@ -177,6 +177,12 @@ def run_kv(
         if "aware" in modes:
             qa = base.clone()
             suf = model.prefill(suffix, qa, record_window=len(suffix) if need_att else 0, accumulate=need_acc)
+            # the question's append left growth room; compact without dropping so that the
+            # full cache it is compared with holds exactly its entries
+            n_all = np.arange(int(qa.lengths().max()), dtype=np.int64)
+            for l in range(qa.n_layers):
+                for h in range(qa.n_kv_heads):
+                    qa.keep(l, h, n_all)
             acc = None
             if need_acc and pre.accumulated is not None and suf.accumulated is not None:
                 acc = suf.accumulated.copy()
