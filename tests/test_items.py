@@ -145,11 +145,12 @@ def test_context_render_tokens_sources() -> None:
     ]
     ctx = _ctx(items)
     assert ctx.render() == (
-        "[2023-05-08 12:46]\nAnn: I moved to Paris last week\nBob: Nice!\n"
+        "[2023-05-08 12:46]\nAnn: I moved to Paris last week (last week = week of 2023-05-01)\nBob: Nice!\n"
         "[summary, 2023-05-08] Ann's summary of the week"
     )
-    # counted by hand: header 2 + "Ann: I moved to Paris last week" 7 + "Bob: Nice!" 2 + summary 2 + 5
-    assert ctx.tokens == 18
+    # counted by hand: header 2 + "Ann: I moved to Paris last week" 7 + its resolved time
+    # "(last week = week of 2023-05-01)" 6 + "Bob: Nice!" 2 + summary 2 + 5
+    assert ctx.tokens == 24
     assert ctx.sources == {"D1:0", "D1:1"} and len(ctx) == 3
     empty = _ctx(items, abstain=True)
     assert empty.render() == "" and empty.tokens == 0 and len(empty) == 3

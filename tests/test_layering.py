@@ -35,6 +35,7 @@ MEMORY_LEVELS = {
     "fill": 5,
     "consolidate": 6,
     "firewall": 6,
+    "explain": 6,
     "ingest": 7,
     "memory": 8,
 }
@@ -167,6 +168,7 @@ def test_no_module_imports_the_memory_package_from_below() -> None:
         "lamina.search",
         "lamina.kernels",
         "lamina.lexical",
+        "lamina.timeref",
         "lamina.layer_index",
         "lamina.llm",
         "lamina.local_llm",
@@ -179,6 +181,13 @@ def test_no_module_imports_the_memory_package_from_below() -> None:
             continue
         for target, line, _ in _imports(name):
             assert not target.startswith("lamina.memory"), f"{name}:{line} imports {target}"
+
+
+def test_timeref_is_a_leaf() -> None:
+    """lamina.timeref (relative time expressions) is plain calendar arithmetic: it imports no
+    other lamina module, so items, records and retrieval can all use it."""
+    assert "lamina.timeref" in MODULES
+    assert not [t for t, _, _ in _imports("lamina.timeref") if t.startswith("lamina")]
 
 
 def test_model_modules_import_only_lower_levels() -> None:

@@ -14,7 +14,9 @@ from .lexical import LexicalIndex, tokenize
 from .llm import LLM, OpenAIChat
 from .local_llm import LocalChat
 from .memory import (
+    Candidate,
     ClosedError,
+    ContextExplanation,
     DeleteReport,
     DomainClassifier,
     Firewall,
@@ -59,6 +61,8 @@ __all__ = [
     "AsyncClient",
     "MemoryConfig",
     "SessionReport",
+    "ContextExplanation",
+    "Candidate",
     "DeleteReport",
     "MemoryStats",
     "ProfileDrift",

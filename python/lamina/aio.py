@@ -23,7 +23,7 @@ from .items import Context, MemoryItem
 from .memory import ClosedError, DeleteReport, Firewall, Memory, MemoryConfig, MemoryStats, SessionReport
 from .memory.dump import UserDump
 from .memory.inputs import TimeLike
-from .memory.reports import ImportReport
+from .memory.reports import ContextExplanation, ImportReport
 
 __all__ = ["AsyncMemory"]
 
@@ -119,6 +119,31 @@ class AsyncMemory:
         """See :meth:`lamina.Memory.context`."""
         return await self._run(
             self._mem.context,
+            query,
+            user_id=user_id,
+            budget=budget,
+            now=now,
+            domain=domain,
+            include_archive=include_archive,
+            query_embedding=query_embedding,
+            firewall=firewall,
+        )
+
+    async def explain_context(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        budget: int = 1024,
+        now: TimeLike = None,
+        domain: str | None = None,
+        include_archive: bool = False,
+        query_embedding: npt.NDArray[np.float32] | None = None,
+        firewall: Firewall | None = None,
+    ) -> ContextExplanation:
+        """See :meth:`lamina.Memory.explain_context`."""
+        return await self._run(
+            self._mem.explain_context,
             query,
             user_id=user_id,
             budget=budget,

@@ -6,6 +6,8 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from .timeref import annotate
+
 __all__ = [
     "MemoryItem",
     "Context",
@@ -15,6 +17,7 @@ __all__ = [
     "format_time",
     "format_day",
     "render_grouped",
+    "turn_line",
 ]
 
 #: Layer names and their arena layer codes. ``history`` holds superseded facts (never current).
@@ -117,12 +120,8 @@ class MemoryItem:
         if self.kind == "summary":
             return f"[summary, {format_day(self.timestamp)}] {self.text}"
         if self.kind == "segment" and self.turns:
-            return "\n".join(
-                f"[{format_time(t)}] {sp}: {tx}" if sp else f"[{format_time(t)}] {tx}" for t, sp, tx in self.turns
-            )
-        if self.speaker:
-            return f"[{format_time(self.timestamp)}] {self.speaker}: {self.text}"
-        return f"[{format_time(self.timestamp)}] {self.text}"
+            return "\n".join(f"[{format_time(t)}] {turn_line(sp, tx, t)}" for t, sp, tx in self.turns)
+        return f"[{format_time(self.timestamp)}] {turn_line(self.speaker, self.text, self.timestamp)}"
 
     # -- grouped rendering (Context.render): raw turns of one session and day share a header
     def turn_lines(self) -> list[tuple[float | None, str]] | None:
@@ -134,19 +133,26 @@ class MemoryItem:
         repeat it); a superseded fact, or one without a source turn, renders as a fact line with
         its validity (:meth:`render`)."""
         if self.kind == "segment" and self.turns:
-            return [(t, f"{sp}: {tx}" if sp else tx) for t, sp, tx in self.turns]
+            return [(t, turn_line(sp, tx, t)) for t, sp, tx in self.turns]
         if self.kind == "turn":
-            line = f"{self.speaker}: {self.text}" if self.speaker else self.text
+            line = turn_line(self.speaker, self.text, self.timestamp)
             return [(self.timestamp, line + " [recheck]" if self.commitment == "verify" else line)]
         if self.kind == "fact" and self.current and self.turns and self.commitment != "verify":
             t, sp, tx = self.turns[-1]
-            return [(t, f"{sp}: {tx}" if sp else tx)]
+            return [(t, turn_line(sp, tx, t))]
         return None
 
     def group_key(self) -> tuple[str | None, str]:
         """Turns with the same key are rendered under one ``[date time]`` header."""
         t = self.turns[-1][0] if self.kind == "fact" and self.turns else self.timestamp
         return (self.session_id, format_day(t))
+
+
+def turn_line(speaker: str | None, text: str, t: float | None) -> str:
+    """A raw turn as a context shows it: ``Speaker: text``, then its relative time expressions
+    resolved against ``t`` (:func:`lamina.timeref.annotate`: ``" (last year = 2022)"``)."""
+    line = f"{speaker}: {text}" if speaker else text
+    return line + annotate(text, t)
 
 
 def group_header(t: float | None) -> str:

@@ -157,6 +157,7 @@ class SessionResult(BaseModel):
     promoted: int
     evicted: int
     blend_drift: float
+    purged: int = 0
 
 
 class FactsResult(BaseModel):

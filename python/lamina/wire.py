@@ -166,6 +166,7 @@ def session_report_from_json(d: object) -> SessionReport:
             promoted=int(o["promoted"]),
             evicted=int(o["evicted"]),
             blend_drift=float(o["blend_drift"]),
+            purged=int(o.get("purged", 0)),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise WireError(f"malformed session report: {e}") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -209,20 +209,31 @@ def test_bad_configuration_is_refused(mem: Memory) -> None:
 _ENDPOINT = os.environ.get("LAMINA_AGENT_TEST_MODEL") or os.environ.get("LAMINA_LLM_MODEL")
 
 
-@pytest.mark.skipif(
-    not _ENDPOINT,
-    reason="no OpenAI-compatible endpoint configured (set LAMINA_AGENT_TEST_MODEL or LAMINA_LLM_MODEL, and "
-    "LAMINA_LLM_BASE_URL / LAMINA_LLM_API_KEY)",
-)
-def test_real_endpoint_drives_the_loop_through_pressure_and_flush(mem: Memory) -> None:
+@pytest.fixture(scope="module")
+def endpoint_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real OpenAI-compatible endpoint: the configured one (LAMINA_AGENT_TEST_MODEL or
+    LAMINA_LLM_MODEL, with LAMINA_LLM_BASE_URL / LAMINA_LLM_API_KEY), else ``lamina model
+    serve`` on the packaged local model (a real uvicorn process, the OpenAI wire format)."""
     from lamina.agent import OpenAIToolChat
 
-    model = OpenAIToolChat(model=_ENDPOINT, max_tokens=128)
-    vc = _vc(mem, window=600)
+    if _ENDPOINT:
+        yield OpenAIToolChat(model=_ENDPOINT, max_tokens=128)
+        return
+    from llmkit import MISSING, local_chat_endpoint
+
+    if MISSING:
+        pytest.skip(f"no endpoint configured and no local one possible (needs {', '.join(MISSING)})")
+    with local_chat_endpoint(tmp_path_factory.mktemp("agent-endpoint"), "--name", "smol") as url:
+        yield OpenAIToolChat(base_url=url, model="smol", api_key="none", max_tokens=24)
+
+
+def test_real_endpoint_drives_the_loop_through_pressure_and_flush(mem: Memory, endpoint_model: Any) -> None:
+    model = endpoint_model
+    vc = _vc(mem, window=200, summary_words=30)
     said = []
-    for i in range(12):
+    for i in range(7):
         text = f"Fact {i}: my locker number {i} holds item code K{i * 37}. Please remember it briefly."
-        res = run_turn(vc, model, text, max_steps=4)
+        res = run_turn(vc, model, text, max_steps=2)
         said.append(text)
     kinds = {e.kind for e in vc.events}
     assert "warning" in kinds and "flush" in kinds

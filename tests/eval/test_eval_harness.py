@@ -294,3 +294,87 @@ def test_first_locomo_conversation():
         assert a["context_usage"] <= 0.1  # 1024 tokens of a ~14k-token history
         assert not math.isnan(a["evidence_recall"]["overall"])
     assert res["dataset"]["questions_per_category"]["adversarial"] == 47
+
+
+def _audit_file(tmp_path: Path) -> Path:
+    entries = [
+        # a wrong citation: the puppy's evidence is said to be Bob's turn of session 1
+        {"question_id": "locomo_0_qa0", "sample_id": "syn-1", "question": "What is the name of Alice's puppy?",
+         "category": 4, "error_type": "WRONG_CITATION", "cited_evidence": ["D1:1"], "correct_evidence": ["D1:2"]},
+        # a hallucinated answer: the question leaves the corrected gold
+        {"question_id": "locomo_0_qa1", "sample_id": "syn-1", "question": "What instrument is Bob learning?",
+         "category": 4, "error_type": "HALLUCINATION", "correct_evidence": ["D2:1"]},
+        # a question text that differs from the data: reported, not applied
+        {"question_id": "locomo_0_qa3", "sample_id": "syn-1", "question": "When did Bob run?",
+         "category": 2, "error_type": "WRONG_CITATION", "correct_evidence": ["D4:2"]},
+        {"question_id": "locomo_9_qa0", "sample_id": "conv-99", "question": "?", "error_type": "AMBIGUOUS"},
+    ]  # fmt: skip
+    p = tmp_path / "audit_errors_dev.json"
+    p.write_text(json.dumps(entries))
+    return p
+
+
+def test_audit_corrections_are_matched_checked_and_applied(synthetic, tmp_path):
+    from lamina.eval.locomo import load_audit
+
+    convs, _ = synthetic
+    audit = load_audit(_audit_file(tmp_path), convs)
+    q = convs[0].questions
+    assert audit.evidence(q[0]) == ("D1:2",) and audit.evidence(q[1]) is None
+    assert audit.evidence(q[3]) == q[3].evidence and audit.evidence(q[4]) == q[4].evidence
+    assert (audit.corrected, audit.dropped) == (1, 1)
+    assert sorted(audit.unmatched) == ["locomo_0_qa3", "locomo_9_qa0"]
+    with pytest.raises(ValueError, match="audit"):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"question_id": 1}))
+        load_audit(bad, convs)
+
+
+def test_both_golds_and_their_intervals_are_reported(synthetic, tmp_path):
+    from lamina.eval.locomo import load_audit
+    from lamina.eval.metrics import wilson_interval
+
+    convs, rep = synthetic
+    audit = load_audit(_audit_file(tmp_path), convs)
+    res = run_locomo(convs, Hashing(), budgets=[16], systems=["bm25"], progress=None, audit=audit, retention=False)
+    by_q = {r["qid"]: r for r in res["per_question"]["bm25"][16]}
+    # bm25's one-turn context for the puppy question is Alice's keyword turn: right on the
+    # original gold, wrong on the corrected one; the dropped question has no corrected score
+    assert by_q["syn-1#0"]["ev"] == 1.0 and by_q["syn-1#0"]["ev_audit"] == 0.0
+    assert by_q["syn-1#1"]["ev_audit"] is None and by_q["syn-1#1"]["ev"] is not None
+    a = res["results"]["bm25"]["16"]
+    single = [r["ev_audit"] for r in by_q.values() if r["cat"] == 4 and r["ev_audit"] is not None]
+    assert a["evidence_recall_audit"]["single-hop"] == pytest.approx(sum(single) / len(single))
+    ci = a["evidence_recall_ci95"]["overall"]
+    assert ci["n"] == 5 and ci["low"] <= a["evidence_recall"]["overall"] <= ci["high"]
+    assert res["dataset"]["audit"]["dropped"] == 1
+    assert "audit-corrected gold (1 corrected, 1 dropped)" in format_tables(res)
+    # the interval itself: a textbook value, and its edges
+    lo, hi = wilson_interval(0.5, 100)
+    assert (round(lo, 4), round(hi, 4)) == (0.4038, 0.5962)
+    assert wilson_interval(0.0, 10)[0] == 0.0 and wilson_interval(1.0, 10)[1] == pytest.approx(1.0)
+    assert all(math.isnan(x) for x in wilson_interval(0.5, 0))
+    with pytest.raises(ValueError):
+        wilson_interval(1.5, 3)
+
+
+def test_cli_local_reader_scores_a_question_subset(tmp_path, capsys):
+    from llmkit import MISSING
+
+    if MISSING:
+        pytest.skip(f"the local reader needs {', '.join(MISSING)}")
+    data = tmp_path / "locomo_dev.json"
+    data.write_text(json.dumps([dict(_sample())]))
+    out = tmp_path / "res.json"
+    argv = ["eval", "locomo", "--data", str(tmp_path), "--embedder", "hashing", "--budgets", "64",
+            "--systems", "bm25,recency", "--no-retention", "--quiet", "--no-cache", "--audit", "none",
+            "--reader", "local", "--reader-budget", "64", "--questions-per-conversation", "3", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "reader: local:SmolLM2-135M-Instruct.Q4_1.gguf" in text and "F1" in text
+    res = json.loads(out.read_text())
+    assert res["reader"]["model"].startswith("local:") and res["dataset"]["load_report"]["questions"] == 3
+    recs = res["per_question"]["bm25"]["64"]
+    assert [r["qid"] for r in recs] == ["syn-1#0", "syn-1#2", "syn-1#4"]  # every 2nd of 6: each category kept
+    assert all(isinstance(r["pred"], str) and 0.0 <= r["f1"] <= 1.0 for r in recs)
+    assert main([*argv[:-2], "--questions-per-conversation", "0"]) == 2

@@ -186,7 +186,14 @@ def test_end_session_reports_and_repeats(tmp_path: Path) -> None:
     )
     rep = m.end_session(user_id="u", session_id="s", now=T0 + 3600)
     assert rep.facts == 2 and rep.promoted == 0 and rep.evicted == 0
-    assert rep.to_dict() == {"segments": rep.segments, "facts": 2, "promoted": 0, "evicted": 0, "blend_drift": 0.0}
+    assert rep.to_dict() == {
+        "segments": rep.segments,
+        "facts": 2,
+        "promoted": 0,
+        "evicted": 0,
+        "blend_drift": 0.0,
+        "purged": 0,
+    }
     assert rows(p, "SELECT status, ended_at FROM sessions") == [{"status": "ended", "ended_at": T0 + 3600}]
     # ending an ended session again does nothing
     before = item_rows(p)

@@ -42,6 +42,21 @@ def test_classifier_labels_by_lexicon_and_falls_back_to_other() -> None:
         DomainClassifier({"pets": "dog"})
 
 
+def test_markers_weigh_a_firm_belief_over_a_hedged_opinion() -> None:
+    c = DomainClassifier()
+    # a hedged opinion with no topic word is a belief; a topic word of another domain outweighs it
+    assert c.classify("I think the pyramids were built by a lost civilisation.") == "beliefs"
+    assert c.classify("I think my doctor wants another blood test.") == "health"
+    words_only = DomainClassifier(lamina.memory.domains.DEFAULT_LEXICON)  # (a lexicon given: no markers)
+    text = "In my opinion, I am convinced."
+    assert c.scores(text)["beliefs"] == words_only.scores(text)["beliefs"] + 1 + 2
+    weighted = DomainClassifier({"pets": ["dog"]}, {"pets": [(r"\bwoof\b", 3), r"\bpaw\b"]})
+    assert weighted.scores("woof woof, a paw")["pets"] == 3 + 3 + 2
+    for bad in ([("x", 0)], [("x", True)], [3], [("(", 1)]):
+        with pytest.raises(InvalidInput, match="markers"):
+            DomainClassifier({"pets": ["dog"]}, {"pets": bad})  # type: ignore[dict-item]
+
+
 def test_memory_labels_unlabelled_turns_and_keeps_given_labels() -> None:
     m = Memory(None, embedder="hashing", domains=DomainClassifier())
     m.add(

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from pathlib import Path
 
 import pytest
 from memkit import FILLER, T0, active_leaves, chat, everything
 
 import lamina
 from lamina import Memory, MemoryConfig
+from lamina.errors import NotFoundError
 from lamina.memory.ingest import Message, parse_messages
 
 
@@ -91,7 +93,9 @@ def test_messages_role_content_ids_and_times(mem: Memory) -> None:
     assert mem.get(j).timestamp == dt.datetime(2023, 5, 9, tzinfo=dt.timezone.utc).timestamp()
 
 
-def test_ephemeral_turns_reach_the_archive_only(mem: Memory) -> None:
+def test_ephemeral_turns_serve_their_session_and_are_purged_at_its_end(tmp_path: Path) -> None:
+    path = str(tmp_path / "m.db")
+    mem = Memory(path, "hashing")
     chat(mem, "u", "s", FILLER[:2], T0, "D")
     (eph,) = mem.add(
         [{"speaker": "Alice", "text": "My pin code is 1234.", "id": "secret", "commitment": "ephemeral"}],
@@ -99,11 +103,26 @@ def test_ephemeral_turns_reach_the_archive_only(mem: Memory) -> None:
         session_id="s",
         timestamp=T0 + 600,
     )
+    # during the session the turn is in working memory and reaches a context
+    assert mem.get(eph).layer == "working"
+    assert eph in [i.id for i in mem.context("what is the pin code?", user_id="u", budget=100).items]
     rep = mem.end_session(user_id="u", session_id="s")
     assert rep.segments == 2  # one leaf of the two kept turns, and the session summary
-    assert mem.get(eph).layer == "archive"
-    derived = [it for L in ("episodic", "semantic") for it in everything(mem, "u", L)]
-    assert derived and not any("secret" in it.sources or "1234" in it.text for it in derived)
+    assert rep.purged == 1
+    with pytest.raises(NotFoundError):
+        mem.get(eph)
+    kept = [it for L in ("working", "episodic", "semantic", "archive") for it in everything(mem, "u", L)]
+    assert kept and not any("secret" in it.sources or "1234" in it.text for it in kept)
+    assert mem.end_session(user_id="u", session_id="s").purged == 0  # (ended: nothing to do)
+    mem.close()
+    # really forgotten: another handle does not see it, and the text is not in the file
+    again = Memory(path, "hashing")
+    with pytest.raises(NotFoundError):
+        again.get(eph)
+    assert all("1234" not in i.text for i in again.context("pin code", user_id="u", budget=100).items)
+    again.close()
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert b"pin code is 1234" not in raw
 
 
 def test_an_ended_session_reopens_on_add(mem: Memory) -> None:

@@ -27,7 +27,14 @@ OLD_STATS_KEYS = {
 
 
 def test_reports_to_dict() -> None:
-    assert SessionReport().to_dict() == {"segments": 0, "facts": 0, "promoted": 0, "evicted": 0, "blend_drift": 0.0}
+    assert SessionReport().to_dict() == {
+        "segments": 0,
+        "facts": 0,
+        "promoted": 0,
+        "evicted": 0,
+        "blend_drift": 0.0,
+        "purged": 0,
+    }
     assert DeleteReport(deleted=0).to_dict() == {"deleted": 0, "ids": []}
     assert DeleteReport(deleted=2, ids=(5, 9)).to_dict() == {"deleted": 2, "ids": [5, 9]}
     assert ProfileDrift(total=1.5, last=None, updates=2, lambda_=0.5).to_dict() == {

@@ -61,6 +61,52 @@ def test_lexical_channel_finds_a_turn_by_its_words() -> None:
     assert ("D4:3",) not in hits[False]
 
 
+def test_time_channel_ranks_the_turn_that_says_when_for_a_when_question() -> None:
+    """A question for a time fuses a third ranking: the candidate turns that say when. Among
+    turns equally far from the query (noise vectors, no shared word with it), the one that
+    says "last year" comes first only with the channel, and only for a "when" question."""
+    cfg = dict(layers=("working", "episodic"), min_similarity=-1.0, speaker_scope=0.0, lexical=False)
+    ranks = {}
+    for on in (True, False):
+        m = Memory(embedder=NoiseEmbedder(), config=MemoryConfig(time_channel=on, **cfg))  # type: ignore[arg-type]
+        _fill(m, 12, 10, random.Random(5), needle=(6, 5, "Ann", "We painted the old barn red last year"))
+        for q in ("When did they paint it?", "Who painted it?"):
+            ctx = m.explain_context(q, user_id="u", budget=400, now=T0 + 30 * DAY)
+            order = [c.item.sources for c in ctx.candidates["episodic"] if c.item.kind == "turn"]
+            ranks[on, q] = order.index(("D6:5",)) if ("D6:5",) in order else len(order)
+        m.close()
+    assert ranks[True, "When did they paint it?"] < 3
+    assert ranks[True, "When did they paint it?"] < ranks[False, "When did they paint it?"]
+    assert ranks[True, "Who painted it?"] == ranks[False, "Who painted it?"]  # not a question for a time
+
+
+def test_session_prior_ranks_a_turn_with_its_sessions_best() -> None:
+    """The two-stage read: turns rank by their sessions too — a turn of the session that holds
+    the query's best match passes a slightly better lone match of another session."""
+    order = {}
+    for mu in (1.0, 0.0):
+        m = Memory(embedder="hashing", config=MemoryConfig(session_prior=mu, layers=("working", "episodic")))
+        for s, lines in enumerate(
+            [
+                [("Ann", "We bought a bicycle for the school run."), ("Ben", "The weather was grey.")],
+                [("Ann", "I planted tulips in the garden with my niece Ida."), ("Ben", "Ida waters the tulips.")],
+                [("Ann", "The train was late again."), ("Ben", "Ida waters the tulips in the garden.")],
+            ]
+        ):
+            chat(m, "u", f"s{s}", lines + list(FILLER[:4]), T0 + s * DAY, f"D{s}")
+            m.end_session(user_id="u", session_id=f"s{s}")
+        ex = m.explain_context("tulips garden niece Ida", user_id="u", budget=400, now=T0 + 9 * DAY)
+        srcs = [c.item.sources for c in ex.candidates["episodic"] if c.item.kind == "turn"]
+        order[mu] = (srcs.index(("D1:1",)), srcs.index(("D2:1",)))
+        assert srcs[0] == ("D1:0",)  # the best match first either way
+        m.close()
+    # alone, the turn with more of the query's words ranks first; with the prior, the turn of
+    # the session that holds the best match does
+    assert order[0.0][0] > order[0.0][1] and order[1.0][0] < order[1.0][1]
+    with pytest.raises(lamina.InvalidInput, match="session_prior"):
+        MemoryConfig(session_prior=-1.0)
+
+
 def test_matching_turn_alone_and_leaf_heated() -> None:
     m = Memory(
         embedder="hashing", config=MemoryConfig(working_capacity=4, semantic_capacity=1, layers=("working", "episodic"))

@@ -150,12 +150,6 @@ def test_verify_commitment_carries_to_the_fact(mem: Memory) -> None:
     assert f.turn_lines() is None  # a fact to verify shows as a fact, not as its turn
 
 
-@pytest.mark.xfail(
-    reason="bug: update_profile cuts len(subject) + 1 characters off fact_sentence(), which for "
-    'X_name / favorite_X predicates starts with "Alice\'s": the profile reads "Alice: s dog '
-    'is called Max"',
-    strict=True,
-)
 def test_profile_text_of_possessive_facts(mem: Memory) -> None:
     chat(mem, "u", "s", [("Alice", "My dog is called Max."), ("Alice", "My favorite color is green.")], T0, "D")
     mem.end_session(user_id="u", session_id="s")

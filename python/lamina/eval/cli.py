@@ -54,6 +54,12 @@ def _json_safe(x: Any) -> Any:
 
 
 def _reader(args: argparse.Namespace) -> Any:
+    if args.reader == "local":  # the packaged (or --reader-gguf) model in this process
+        from ..local_llm import LocalChat
+        from .harness import Reader
+
+        chat = LocalChat(path=args.reader_gguf)
+        return Reader(chat, name=f"local:{chat.model.path.name}")
     model = args.reader_model or os.environ.get("LAMINA_READER_MODEL")
     url = args.reader_url or os.environ.get("LAMINA_READER_BASE_URL")
     if not model:
@@ -71,7 +77,7 @@ def _reader(args: argparse.Namespace) -> Any:
 def _cmd_eval_locomo(args: argparse.Namespace) -> int:
     from ..embedders import Embedder, get_embedder
     from .harness import ALL_SYSTEMS, format_tables, plot_recall, run_locomo
-    from .locomo import load_locomo
+    from .locomo import load_audit, load_locomo
 
     data = args.data
     if not os.path.exists(data):
@@ -81,6 +87,15 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
         )
         return 2
     convs, rep = load_locomo(data, captions=not args.no_captions, limit=args.limit_conversations)
+    if args.questions_per_conversation is not None:
+        n = args.questions_per_conversation
+        if n < 1:
+            print("lamina eval locomo: --questions-per-conversation must be >= 1", file=sys.stderr)
+            return 2
+        for c in convs:  # every len/n-th question: all categories keep their share
+            qs = c.questions
+            c.questions = [qs[i * len(qs) // n] for i in range(n)] if n < len(qs) else qs
+        rep.questions = sum(len(c.questions) for c in convs)
     systems = ALL_SYSTEMS if not args.systems else [s.strip() for s in args.systems.split(",") if s.strip()]
     embedder: Embedder = get_embedder(args.embedder)
     cache = None if args.no_cache else (args.cache or _default_cache())
@@ -89,6 +104,19 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
         from .systems import CachedEmbedder
 
         embedder = cached = CachedEmbedder(embedder, cache)
+    audit_path = args.audit
+    if audit_path is None:  # the audit's list beside the data, when it is there
+        near = os.path.join(data if os.path.isdir(data) else os.path.dirname(data), "audit_errors_dev.json")
+        audit_path = near if os.path.isfile(near) else None
+    audit = None
+    if audit_path and audit_path != "none":
+        audit = load_audit(audit_path, convs)
+        print(
+            f"audit: {audit_path}: {audit.corrected} questions with corrected evidence, {audit.dropped} dropped "
+            f"(hallucinated / ambiguous), {len(audit.unmatched)} entries matching no loaded question"
+        )
+    else:
+        print("audit: none (--audit PATH): the corrected-gold numbers equal the original")
     reader = _reader(args)
     print(
         f"LoCoMo: {rep.conversations} conversations, {rep.sessions} sessions, {rep.turns} turns, "
@@ -115,6 +143,7 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
         reader_budget=args.reader_budget,
         progress=None if args.quiet else sys.stderr,
         load_report=rep,
+        audit=audit,
     )
     print(format_tables(res))
     e = res["embedder"]
@@ -271,7 +300,26 @@ def add_eval_parser(sub: Any) -> None:
     lo.add_argument("--plot", default=None, help="write a PNG of recall vs budget (needs matplotlib)")
     lo.add_argument("--limit-conversations", type=int, default=None, help="first N conversations only")
     lo.add_argument("--no-retention", action="store_true", help="skip the 6-period retention replays")
+    lo.add_argument(
+        "--audit",
+        default=None,
+        help="the audit's error list (default: audit_errors_dev.json beside the data when present; 'none': off)",
+    )
     lo.add_argument("--no-captions", action="store_true", help="do not append shared-image captions to turns")
+    lo.add_argument(
+        "--reader",
+        choices=("endpoint", "local"),
+        default="endpoint",
+        help="who answers for F1/BLEU-1: an OpenAI-compatible endpoint (--reader-model) or 'local', "
+        "lamina's own model in this process (lamina[model]; the packaged SmolLM2-135M unless --reader-gguf)",
+    )
+    lo.add_argument("--reader-gguf", default=None, help="with --reader local: a llama-architecture .gguf")
+    lo.add_argument(
+        "--questions-per-conversation",
+        type=int,
+        default=None,
+        help="an evenly spaced subset of N questions per conversation (a reader answers ~1 question/s locally)",
+    )
     lo.add_argument("--reader-model", default=None, help="chat model for F1/BLEU-1 (OpenAI-compatible)")
     lo.add_argument("--reader-url", default=None, help="base URL of the endpoint (…/v1)")
     lo.add_argument("--reader-budget", type=int, default=1024, help="budget whose contexts the reader answers from")

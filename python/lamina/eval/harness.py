@@ -28,7 +28,7 @@ import numpy as np
 
 from ..embedders import Embedder
 from ..llm import LLM
-from .locomo import Conversation, LoadReport, Question
+from .locomo import Audit, Conversation, LoadReport, Question
 from .metrics import (
     CATEGORY_NAMES,
     answer_token_recall,
@@ -38,6 +38,7 @@ from .metrics import (
     false_memory,
     percentile,
     score_answer,
+    wilson_interval,
 )
 from .systems import BASELINES, LAMINA_VARIANTS, CachedEmbedder, Ctx, make_system, render_turn
 
@@ -106,9 +107,9 @@ class Reader:
     )
     QA5 = "Based on the above context, answer the following question.\n\nQuestion: {} Short answer:"
 
-    def __init__(self, llm: LLM) -> None:
+    def __init__(self, llm: LLM, *, name: str | None = None) -> None:
         self.llm = llm
-        self.model = str(getattr(llm, "model", "unknown"))
+        self.model = name or str(getattr(llm, "model", "unknown"))
 
     def prompt(self, context: str, speakers: Sequence[str], q: Question) -> str:
         head = (
@@ -138,8 +139,16 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def _record(
-    q: Question, ctx: Ctx, latency: float, ev_texts: list[str], history_tokens: int, speakers: Sequence[str]
+    q: Question,
+    ctx: Ctx,
+    latency: float,
+    ev_texts: list[str],
+    history_tokens: int,
+    speakers: Sequence[str],
+    audit_texts: list[str] | None,
 ) -> dict[str, Any]:
+    """One question's scores. ``audit_texts``: its evidence on the audit-corrected gold (None:
+    dropped there)."""
     text = ctx.render()
     toks = count_tokens(text)
     rec: dict[str, Any] = {
@@ -150,6 +159,7 @@ def _record(
         "usage": context_usage(toks, history_tokens),
         "abstain": ctx.abstain,
         "ev": evidence_recall(ev_texts, text) if ev_texts else None,
+        "ev_audit": evidence_recall(audit_texts, text) if audit_texts else None,
     }
     if q.category in (1, 2, 3, 4) and q.answer is not None:
         a = answer_token_recall(q.answer, text)
@@ -162,6 +172,17 @@ def _record(
     return rec
 
 
+def _intervals(recs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Wilson 95 % intervals of the mean of ``key`` per category and overall (1-4), with n."""
+    out: dict[str, Any] = {}
+    groups = {nm: (c,) for c, nm in CATEGORY_NAMES.items()} | {"overall": (1, 2, 3, 4)}
+    for nm, cats in groups.items():
+        xs = [r[key] for r in recs if r["cat"] in cats and r.get(key) is not None]
+        lo, hi = wilson_interval(_mean(xs), len(xs)) if xs else (math.nan, math.nan)
+        out[nm] = {"n": len(xs), "low": lo, "high": hi}
+    return out
+
+
 def _aggregate(recs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"questions": len(recs)}
     ev: dict[str, float] = {}
@@ -170,6 +191,17 @@ def _aggregate(recs: list[dict[str, Any]]) -> dict[str, Any]:
     ev["overall"] = _mean([r["ev"] for r in recs if r["cat"] in (1, 2, 3, 4) and r["ev"] is not None])
     ev["overall_with_5"] = _mean([r["ev"] for r in recs if r["ev"] is not None])
     out["evidence_recall"] = ev
+    out["evidence_recall_ci95"] = _intervals(recs, "ev")
+    # the same on the audit-corrected gold (../shared/data/locomo/README.md): corrected evidence,
+    # HALLUCINATION / AMBIGUOUS questions dropped; equal to the original when no audit was given
+    out["evidence_recall_audit"] = {
+        **{
+            nm: _mean([r["ev_audit"] for r in recs if r["cat"] == c and r["ev_audit"] is not None])
+            for c, nm in CATEGORY_NAMES.items()
+        },
+        "overall": _mean([r["ev_audit"] for r in recs if r["cat"] in (1, 2, 3, 4) and r["ev_audit"] is not None]),
+    }
+    out["evidence_recall_audit_ci95"] = _intervals(recs, "ev_audit")
     ans: dict[str, float] = {
         CATEGORY_NAMES[c]: _mean([r["ans"] for r in recs if r["cat"] == c and r.get("ans") is not None])
         for c in (1, 2, 3, 4)
@@ -214,6 +246,7 @@ def run_locomo(
     reader_budget: int = 1024,
     progress: TextIO | None = sys.stderr,
     load_report: LoadReport | None = None,
+    audit: Audit | None = None,
 ) -> dict[str, Any]:
     """Run the evaluation; returns a JSON-serialisable dict (see module docs).
 
@@ -226,6 +259,9 @@ def run_locomo(
     retention : also measure retention after 6 periods (costs two more replays per system)
     reader : answer with a chat model at ``reader_budget`` and score F1 / BLEU-1 (official rules)
     progress : stream for the progress bar (None: quiet)
+    audit : the audit's corrections (:func:`lamina.eval.locomo.load_audit`): evidence recall is
+        also reported on the corrected gold (``evidence_recall_audit``); without it that equals
+        the original
     """
     budgets = [int(b) for b in budgets]
     if not budgets or any(b < 1 for b in budgets):
@@ -271,11 +307,13 @@ def run_locomo(
             ingest_s[name] += time.perf_counter() - t0
             for q in conv.questions:
                 ev_texts = [by_id[e].text for e in q.evidence]
+                fixed = q.evidence if audit is None else audit.evidence(q)
+                audit_texts = None if fixed is None else [by_id[e].text for e in fixed]
                 for b in budgets:
                     t0 = time.perf_counter()
                     ctx = sysm.context(q.question, b, now, q_vecs[q.qid])
                     dt = time.perf_counter() - t0
-                    rec = _record(q, ctx, dt, ev_texts, history_tokens, conv.speakers)
+                    rec = _record(q, ctx, dt, ev_texts, history_tokens, conv.speakers, audit_texts)
                     if reader is not None and b == reader_budget:
                         try:
                             pred = reader.answer(ctx.render(), conv.speakers, q)
@@ -303,6 +341,14 @@ def run_locomo(
                 "malformed": load_report.malformed_evidence,
                 "repaired": load_report.repaired_evidence,
                 "missing": load_report.missing_evidence,
+            },
+            "audit": None
+            if audit is None
+            else {
+                "entries": len(audit.entries),
+                "corrected": audit.corrected,
+                "dropped": audit.dropped,
+                "unmatched": audit.unmatched,
             },
             "questions_per_category": {
                 CATEGORY_NAMES[c]: sum(1 for cv in convs for q in cv.questions if q.category == c)
@@ -412,6 +458,11 @@ def _pct(x: float) -> str:
     return "   -  " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:5.1f}%"
 
 
+def _ci(c: dict[str, Any]) -> str:
+    lo, hi = c["low"], c["high"]
+    return "-" if math.isnan(lo) else f"{100 * lo:.0f}-{100 * hi:.0f}%"
+
+
 def format_tables(results: dict[str, Any]) -> str:
     """One table per budget: rows systems; evidence recall per category and overall (1-4),
     answer-token recall (1-4), context usage, false-memory rate, retention, latency p50/p99."""
@@ -442,6 +493,18 @@ def format_tables(results: dict[str, Any]) -> str:
                 + f"{_pct(a['context_usage']):>8}{_pct(a['false_memory_rate']):>8}{_pct(rt):>8}"
                 + f"{a['latency_ms']['p50']:>9.2f}{a['latency_ms']['p99']:>9.2f}"
             )
+        lines.append("")
+        au = results["dataset"].get("audit")
+        lines.append(
+            f"budget {b} tokens — evidence recall on the audit-corrected gold"
+            + (f" ({au['corrected']} corrected, {au['dropped']} dropped)" if au else " (no audit given: = original)")
+            + "; Wilson 95 % interval of each cell on the original gold below it"
+        )
+        for s in results["systems"]:
+            a = results["results"][s][str(b)]
+            au_ev, ci = a["evidence_recall_audit"], a["evidence_recall_ci95"]
+            lines.append(f"{s:<{w}}" + "".join(f"{_pct(au_ev[c]):>12}" for c in cats) + f"{_pct(au_ev['overall']):>9}")
+            lines.append(f"{'':<{w}}" + "".join(f"{_ci(ci[c]):>12}" for c in [*cats, "overall"]))
     rd = results.get("reader", {})
     lines.append("")
     if rd.get("status") == "ran":

@@ -32,6 +32,10 @@ __all__ = [
     "load_locomo",
     "parse_session_date",
     "conversations_from",
+    "Audit",
+    "AuditEntry",
+    "load_audit",
+    "AUDIT_DROPPED",
 ]
 
 _DATE_FMT = "%I:%M %p on %d %B, %Y"
@@ -227,3 +231,85 @@ def load_locomo(
         data = data[:limit]
     rep = LoadReport()
     return conversations_from(data, captions=captions, report=rep), rep
+
+
+# ---- the audit's corrections -------------------------------------------------------------------
+
+#: Error types whose question is dropped from the corrected gold (no evidence can be right).
+AUDIT_DROPPED = ("HALLUCINATION", "AMBIGUOUS")
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One audited question: its corrected evidence, or ``None`` when it is dropped."""
+
+    qid: str
+    error_type: str
+    evidence: tuple[str, ...] | None
+
+
+@dataclass
+class Audit:
+    """The audit's corrections keyed by :attr:`Question.qid`, and the entries that matched no
+    question of the loaded conversations (other conversations, or a question text that
+    differs)."""
+
+    entries: dict[str, AuditEntry] = field(default_factory=dict)
+    unmatched: list[str] = field(default_factory=list)
+
+    def evidence(self, q: Question) -> tuple[str, ...] | None:
+        """``q``'s evidence on the corrected gold (``None``: the question is dropped)."""
+        e = self.entries.get(q.qid)
+        return q.evidence if e is None else e.evidence
+
+    @property
+    def dropped(self) -> int:
+        return sum(1 for e in self.entries.values() if e.evidence is None)
+
+    @property
+    def corrected(self) -> int:
+        return sum(1 for e in self.entries.values() if e.evidence is not None)
+
+
+def load_audit(path: str | os.PathLike[str], convs: list[Conversation]) -> Audit:
+    """Read the audit's error list (``audit_errors_dev.json``: see the data README) for ``convs``.
+
+    An entry's ``question_id`` is ``locomo_<conv index>_qa<0-based qa index>``; it is matched by
+    ``sample_id`` and qa index and checked against the question's text. ``HALLUCINATION`` and
+    ``AMBIGUOUS`` questions are dropped; the others take ``correct_evidence`` where it is given
+    (parsed as the loader parses evidence; ids of no turn are left out) and keep their evidence
+    otherwise.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError (not the audit's format)
+    """
+    with open(os.fspath(path), encoding="utf-8") as f:
+        data = json.load(f)
+    if not isinstance(data, list) or not all(isinstance(e, dict) and "question_id" in e for e in data):
+        raise ValueError(f"{os.fspath(path)} is not an audit error list (a list of entries with question_id)")
+    by_sample = {c.sample_id: c for c in convs}
+    audit = Audit()
+    for e in data:
+        qid_raw = str(e["question_id"])
+        m = re.fullmatch(r"locomo_\d+_qa(\d+)", qid_raw)
+        conv = by_sample.get(str(e.get("sample_id", "")))
+        if m is None or conv is None:
+            audit.unmatched.append(qid_raw)
+            continue
+        i = int(m.group(1))
+        if i >= len(conv.questions) or " ".join(conv.questions[i].question.split()) != " ".join(
+            str(e.get("question", "")).split()
+        ):
+            audit.unmatched.append(qid_raw)
+            continue
+        q = conv.questions[i]
+        kind = str(e.get("error_type", ""))
+        if kind in AUDIT_DROPPED:
+            audit.entries[q.qid] = AuditEntry(q.qid, kind, None)
+            continue
+        known = conv.turn_by_id()
+        fixed = [f"D{a}:{b}" for x in e.get("correct_evidence") or () for a, b in _EVIDENCE.findall(str(x))]
+        ev = tuple(dict.fromkeys(f for f in fixed if f in known)) or q.evidence
+        audit.entries[q.qid] = AuditEntry(q.qid, kind, ev)
+    return audit

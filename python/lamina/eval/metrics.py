@@ -44,6 +44,7 @@ __all__ = [
     "false_memory",
     "retention",
     "percentile",
+    "wilson_interval",
     "f1_score",
     "f1_multi",
     "bleu1",
@@ -180,6 +181,22 @@ def percentile(values: Iterable[float], q: float) -> float:
     lo = int(math.floor(pos))
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def wilson_interval(p: float, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval (95 % by default) of a rate ``p`` observed over ``n`` questions.
+
+    For a mean of per-question scores in [0, 1] (evidence recall is fractional when a question
+    has several evidence turns) this treats the mean as a proportion of ``n`` trials: a close,
+    slightly conservative approximation. NaN bounds when ``n`` is 0 or ``p`` is NaN."""
+    if n <= 0 or math.isnan(p):
+        return (math.nan, math.nan)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    z2 = z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 # ---- reader metrics (official rules) -------------------------------------------------------------

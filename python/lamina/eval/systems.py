@@ -373,6 +373,8 @@ LAMINA_VARIANTS: dict[str, dict[str, Any]] = {
     "lamina -episodic": {"layers": ("working", "semantic")},
     "lamina -gating": {"beta": 0.0, "max_entropy": None},  # β = 0: uniform γ, no sharpening
     "lamina -retention": {"profile_lambda": 0.0},  # λ = 0 (eq. 9-10 off)
+    "lamina -time": {"time_channel": False},  # no time-bearing ranking for "when" questions
+    "lamina -session": {"session_prior": 0.0},  # turns ranked on their own, not by their session too
 }
 
 

@@ -50,6 +50,13 @@ class MemoryConfig:
     ``lexical``: episodic turns are also ranked by BM25 over ``speaker + text`` (native
     :class:`lamina.LexicalIndex`, per-user statistics) and the two rankings are fused by
     reciprocal rank (``rrf_k``), each turn keeping a score on the cosine scale;
+    ``time_channel``: when the query asks for a time (:func:`lamina.timeref.date_intent`:
+    "when ...", "what year ..."), the candidate turns that say when something happened
+    (:func:`lamina.timeref.mentions_time`) are a third ranking in that fusion, in cosine order;
+    ``session_prior`` [μ] (the two-stage read: a session is as relevant as its best candidate
+    turn's fused score, and each of its candidate turns gets μ times that added, so the turns
+    of the sessions that matter rank together; 0 disables; 1 was chosen among 0.3 / 1 / 2 / 4
+    on the LoCoMo development split);
     ``speaker_scope`` (attribution firewall: when the query names exactly one of the people
     this user's memory knows — speakers of turns, subjects of facts — the items it returns that
     are attributed to someone else score ×(1 − p) and are ordered accordingly, so the named
@@ -107,6 +114,8 @@ class MemoryConfig:
     ann_ef_construction: int = 100
     ann_ef_search: int = 96
     lexical: bool = True
+    time_channel: bool = True
+    session_prior: float = 1.0
     rrf_k: int = 60
     speaker_scope: float = 0.5
 
@@ -130,9 +139,9 @@ class MemoryConfig:
             v = getattr(self, f.name)
             if f.name in ("synchronous", "layers", "eviction") or (f.name == "max_entropy" and v is None):
                 continue
-            if f.name == "lexical":
+            if f.name in ("lexical", "time_channel"):
                 if not isinstance(v, bool):
-                    raise TypeError(f"MemoryConfig.lexical must be a bool, got {type(v).__name__}")
+                    raise TypeError(f"MemoryConfig.{f.name} must be a bool, got {type(v).__name__}")
                 continue
             if f.name in ints:
                 if isinstance(v, bool) or not isinstance(v, int):
@@ -153,7 +162,7 @@ class MemoryConfig:
         for nm in ("alpha", "working_share", "stale_penalty", "speaker_scope"):
             if not 0.0 <= getattr(self, nm) <= 1.0:
                 raise InvalidInput(f"MemoryConfig.{nm} must be in [0, 1], got {getattr(self, nm)}")
-        for nm in ("profile_lambda", "heat_a", "heat_b", "heat_c", "beta"):
+        for nm in ("profile_lambda", "heat_a", "heat_b", "heat_c", "beta", "session_prior"):
             if getattr(self, nm) < 0:
                 raise InvalidInput(f"MemoryConfig.{nm} must be >= 0, got {getattr(self, nm)}")
         if self.heat_mu <= 0:

@@ -74,15 +74,29 @@ def _stems(words: Iterable[str]) -> frozenset[str]:
 _BELIEF_MARKERS = (
     r"\b(?:i|we) (?:really |firmly |truly |strongly )?(?:believe|am (?:sure|convinced|certain)|are (?:sure|convinced|certain)|know for a fact|think that)\b",
     r"\bmy (?:faith|belief|horoscope)\b",
+    # a hedged opinion is weaker evidence: one point, so a topic word of another domain wins
+    (r"\b(?:i|we) (?:really |honestly |just )?(?:think|feel that|reckon)\b|\bin my (?:opinion|view)\b", 1),
 )
 
-#: Default marker phrases (regular expressions, case-insensitive) per domain: two points a match.
-DEFAULT_MARKERS: Mapping[str, tuple[str, ...]] = MappingProxyType({"beliefs": _BELIEF_MARKERS})
+#: Default marker phrases per domain: regular expressions (case-insensitive), two points a match,
+#: or ``(regex, points)`` pairs.
+DEFAULT_MARKERS: Mapping[str, tuple[str | tuple[str, int], ...]] = MappingProxyType({"beliefs": _BELIEF_MARKERS})
 
 #: The default lexicon: domain -> word stems.
 DEFAULT_LEXICON: Mapping[str, frozenset[str]] = MappingProxyType(
     {d: _stems(ws.split()) for d, ws in _DEFAULT_WORDS.items()}
 )
+
+
+def _marker(domain: str, p: object) -> tuple[re.Pattern[str], int]:
+    """A marker entry (a regex, or a ``(regex, points)`` pair) compiled, with its points."""
+    pat, pts = p if isinstance(p, tuple) and len(p) == 2 else (p, 2)
+    if not isinstance(pat, str) or isinstance(pts, bool) or not isinstance(pts, int) or pts < 1:
+        raise InvalidInput(f"markers[{domain!r}] entries must be regex strs or (regex, points >= 1) pairs, got {p!r}")
+    try:
+        return re.compile(pat, re.IGNORECASE), pts
+    except re.error as e:
+        raise InvalidInput(f"markers[{domain!r}] has an invalid regular expression: {e}") from None
 
 
 @lru_cache(maxsize=65_536)
@@ -99,13 +113,16 @@ class DomainClassifier:
         Domain name -> words (stemmed here), in tie-break order. Default :data:`DEFAULT_LEXICON`
         (health, finance, relationships, beliefs, work, preferences). ``other`` is reserved for
         texts with no hit.
-    markers : mapping of str to iterable of str, optional
-        Domain name -> regular expressions (case-insensitive) worth two points a match. Default
-        :data:`DEFAULT_MARKERS` with the default lexicon, none with a custom one.
+    markers : mapping of str to iterable, optional
+        Domain name -> regular expressions (case-insensitive) worth two points a match, or
+        ``(regex, points)`` pairs (points a positive int). Default :data:`DEFAULT_MARKERS` with
+        the default lexicon, none with a custom one.
     """
 
     def __init__(
-        self, lexicon: Mapping[str, Iterable[str]] | None = None, markers: Mapping[str, Iterable[str]] | None = None
+        self,
+        lexicon: Mapping[str, Iterable[str]] | None = None,
+        markers: Mapping[str, Iterable[str | tuple[str, int]]] | None = None,
     ) -> None:
         if lexicon is None:
             self.lexicon: dict[str, frozenset[str]] = dict(DEFAULT_LEXICON)
@@ -127,14 +144,11 @@ class DomainClassifier:
             self.lexicon = out
         if markers is None:
             markers = DEFAULT_MARKERS if lexicon is None else {}
-        self.markers: dict[str, tuple[re.Pattern[str], ...]] = {}
+        self.markers: dict[str, tuple[tuple[re.Pattern[str], int], ...]] = {}
         for name, pats in markers.items():
             if name not in self.lexicon:
                 raise InvalidInput(f"markers[{name!r}] names no domain of the lexicon")
-            try:
-                self.markers[name] = tuple(re.compile(p, re.IGNORECASE) for p in pats)
-            except re.error as e:
-                raise InvalidInput(f"markers[{name!r}] has an invalid regular expression: {e}") from None
+            self.markers[name] = tuple(_marker(name, p) for p in pats)
 
     @property
     def domains(self) -> tuple[str, ...]:
@@ -142,12 +156,12 @@ class DomainClassifier:
         return (*self.lexicon, OTHER)
 
     def scores(self, text: str) -> dict[str, int]:
-        """Points per domain: ``text``'s tokens whose stem is in the domain's set, plus two per
-        marker match."""
+        """Points per domain: ``text``'s tokens whose stem is in the domain's set, plus each
+        marker match's points (two unless the marker says)."""
         toks = [_stem_of(t.strip("'-")) for t in _WORD.findall(text.lower())]
         out = {d: sum(t in stems for t in toks) for d, stems in self.lexicon.items()}
         for d, pats in self.markers.items():
-            out[d] += 2 * sum(len(p.findall(text)) for p in pats)
+            out[d] += sum(w * len(p.findall(text)) for p, w in pats)
         return out
 
     def classify(self, text: str) -> str:

@@ -16,7 +16,7 @@ the first that fails:
    and asks.
 
 Items stored as VERIFY pass and are listed (they render with a recheck marker); EPHEMERAL
-items are purged when their session ends (:mod:`lamina.memory.consolidate`); PERSIST items are
+items are purged when their session ends (:meth:`lamina.Memory.end_session`); PERSIST items are
 plain memories. The decisions are returned in :attr:`lamina.Context.firewall`.
 """
 

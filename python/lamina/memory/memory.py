@@ -26,10 +26,11 @@ from . import consolidate, fill, ingest, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
 from .domains import DomainClassifier
 from .dump import UserDump
+from .explain import explanation
 from .firewall import Firewall, empty_report, screen
 from .inputs import MAX_BUDGET, MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .records import Record, norm_key
-from .reports import Candidate, ContextExplanation, DeleteReport, ImportReport, MemoryStats, SessionReport
+from .reports import ContextExplanation, DeleteReport, ImportReport, MemoryStats, SessionReport
 from .state import MemoryState, UserState
 from .stats import count_stats
 from .store import SQLiteStore, Store
@@ -263,7 +264,7 @@ class Memory:
             Each: ``speaker`` or ``role`` (str), ``text`` or ``content`` (non-empty str), and
             optionally ``id`` (source id, str or int; default ``t<item id>``), ``timestamp``
             (event time: seconds since the epoch, datetime or ISO string), ``domain`` (str),
-            ``commitment`` ("persist"; "ephemeral": never consolidated; "verify": shown with a
+            ``commitment`` ("persist"; "ephemeral": never consolidated, purged at session end; "verify": shown with a
             recheck marker; "clarify": never injected by a firewalled context, which asks
             instead). A message without ``domain`` is labelled by ``Memory(domains=...)`` when
             that classifier is given.
@@ -303,8 +304,9 @@ class Memory:
         summary ŝ = ψ(session) and blends it into the matching earlier episode (eq. 5, α),
         decays episodic strengths by α, promotes hot episodes (heat > τ) to semantic notes, and
         projects the layers onto their capacities (Π_C: the most redundant items go first; see
-        :mod:`lamina.memory.retention`). Raw turns stay in the archive. Ending an ended session
-        again does nothing.
+        :mod:`lamina.memory.retention`). Raw turns stay in the archive, except EPHEMERAL ones:
+        they are purged (deleted, as by :meth:`delete`). Ending an ended session again does
+        nothing.
 
         Parameters
         ----------
@@ -324,7 +326,18 @@ class Memory:
             if (user_id, session_id) not in self._st.sessions:
                 raise NotFoundError(f"unknown session {session_id!r} for user {user_id!r}")
             tx.touch(user_id)
-            return consolidate.end_session(tx, self._models, u, session_id, t_now)
+            report = consolidate.end_session(tx, self._models, u, session_id, t_now)
+            # EPHEMERAL turns served the session (working memory, contexts) and are purged with
+            # its end, as a delete would: their text leaves the store, not only the layers
+            eph = {
+                i
+                for i in u.session_turns.get(session_id, ())
+                if i in u.ids and self._st.recs[i].commitment == "ephemeral"
+            }
+            if eph:
+                self._remove(tx, u, eph)
+                report.purged = len(eph)
+            return report
 
     def update(self, item_id: int, text: str, *, user_id: str | None = None, timestamp: TimeLike = None) -> MemoryItem:
         """Replace an item's text (re-embedded); the previous text is kept in :meth:`history`."""
@@ -367,17 +380,24 @@ class Memory:
                 if r.kind == "turn" and r.source_id is not None:
                     doomed.update(u.derived.get(r.source_id, ()))  # what derives from the turn
                 tx.touch(r.user_id)
-                moves = consolidate.lift_orphans(st, u, doomed)
-                tx.flush()
-                tx.store.update_items(sorted(moves.items()))
-                tx.store.delete_items(r.user_id, sorted(doomed))
-                tx.store.mark_deleted()
-                self._embed.clear()  # (no deleted text stays in the embedding cache)
-                # The state follows the change (not the user): the moved tree nodes, then the
-                # deleted ids through the patch path another handle's catch-up takes.
-                st.retree(u, moves)
-                st.apply(u, [], doomed)
+                self._remove(tx, u, doomed)
         return DeleteReport(deleted=len(doomed), ids=tuple(sorted(doomed)))
+
+    def _remove(self, tx: Tx, u: UserState, doomed: set[int]) -> None:
+        """Delete ``doomed`` (item ids of ``u``) inside ``tx``: tree nodes left without a parent
+        are lifted, the rows and vectors leave the store, the embedding cache is cleared (no
+        deleted text stays in it)."""
+        st = tx.st
+        moves = consolidate.lift_orphans(st, u, doomed)
+        tx.flush()
+        tx.store.update_items(sorted(moves.items()))
+        tx.store.delete_items(u.user_id, sorted(doomed))
+        tx.store.mark_deleted()
+        self._embed.clear()
+        # The state follows the change (not the user): the moved tree nodes, then the deleted
+        # ids through the patch path another handle's catch-up takes.
+        st.retree(u, moves)
+        st.apply(u, [], doomed)
 
     def delete_user(self, *, user_id: str) -> DeleteReport:
         """Delete every item, session and statistic of a user."""
@@ -645,32 +665,7 @@ class Memory:
                 )
             if reasons is None:
                 return ctx, None
-            ids = {r.id for _, r in chosen}
-            shown: set[int] = set()  # (an item in two layers is chosen in the first, taken in the other)
-            per: dict[str, list[Candidate]] = {}
-            for L in layers:
-                out = []
-                for s, r in sorted(cands.per_layer.get(L, ()), key=lambda sr: -sr[0]):
-                    it = st.item(r, cands.demoted.get(r.id, s))
-                    if r.id in ids:
-                        why = "taken" if r.id in shown else "chosen"
-                        shown.add(r.id)
-                    else:
-                        why = reasons.get(r.id, "budget")
-                        why = "budget" if why == "taken" else why
-                    out.append(Candidate(it, L, why == "chosen", why, r.id in cands.demoted))
-                if out:
-                    per[L] = out
-            g = np.array([v for v in gates.values() if v > 0], dtype=np.float64)
-            ent = float(-(g * np.log(g)).sum()) if g.size else 0.0
-            return ctx, ContextExplanation(
-                context=ctx,
-                candidates=per,
-                relevance=dict(cands.relevance),
-                max_entropy=c.max_entropy,
-                entropy=ent,
-                used_tokens=int(used),
-            )
+            return ctx, explanation(st, ctx, layers, cands, chosen, reasons, used, c.max_entropy)
 
     def _bump(self, u: UserState, shown: list[tuple[float, Record]], via: set[int], t: float) -> None:
         """Visits: the items shown, and the episode of a turn shown for its episode (heat feeds

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._core import _gc_untrack
-from ..items import LAYERS, format_day
+from ..items import LAYERS, format_day, turn_line
 from ..layer_index import NAMESPACE_BITS
 from .store import ITEM_COLUMNS
 
@@ -196,7 +196,7 @@ def turn_tokens(r: Record) -> TokenCount:
     if hit is not None and hit[0] == key:
         return hit[1]
     # MemoryItem.turn_lines() and group_key() of a turn, without building the item
-    line = f"{r.speaker}: {r.text}" if r.speaker else r.text
+    line = turn_line(r.speaker, r.text, r.timestamp) + (" [recheck]" if r.commitment == "verify" else "")
     val: TokenCount = (len(line.split()), (r.session_id, format_day(r.timestamp)))
     r.nt = (key, val)
     return val

@@ -35,6 +35,8 @@ class SessionReport:
         Items the capacity projection took out of the active layers.
     blend_drift : float
         ‖Δe‖² of the EMA blend of the session summary into the matching earlier one (0: none).
+    purged : int
+        EPHEMERAL turns of the session deleted at its end.
     """
 
     segments: int = 0
@@ -42,6 +44,7 @@ class SessionReport:
     promoted: int = 0
     evicted: int = 0
     blend_drift: float = 0.0
+    purged: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

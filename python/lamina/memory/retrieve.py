@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidInput
 from ..items import LAYERS
+from ..timeref import date_intent, mentions_time
 from .inputs import check_text
 from .records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key
 from .staleness import Staleness
@@ -302,7 +303,23 @@ def episodic_candidates(
             else:
                 pos = dense_rank if nd else np.arange(nl)
             contrib = np.concatenate([1.0 / (kk + 1 + np.arange(nd)), 1.0 / (kk + 1 + np.arange(nl))])
+            if st.config.time_channel and date_intent(query):
+                # a question for a time: the turns that say when, in cosine order, are a third list
+                by_cos = np.lexsort((seq, -cos)).tolist()
+                tl = [p for p in by_cos if mentions_time((r := recs[int(ids[p])]).text, r.timestamp)]
+                if tl:
+                    pos = np.concatenate([pos, np.asarray(tl, dtype=pos.dtype)])
+                    contrib = np.concatenate([contrib, 1.0 / (kk + 1 + np.arange(len(tl)))])
             fused = np.bincount(pos, weights=contrib, minlength=len(ids))
+            mu = st.config.session_prior
+            if mu > 0:  # two-stage read: a session is as relevant as its best turn, and lends
+                # mu of that to each of its candidate turns (evidence gathers in sessions)
+                sids = [recs[i].session_id for i in ids.tolist()]
+                best: dict[str | None, float] = {}
+                for sid, f in zip(sids, fused.tolist()):
+                    if f > best.get(sid, -1.0):
+                        best[sid] = f
+                np.add(fused, mu * np.array([best[sid] for sid in sids]), out=fused)
             order = np.lexsort((seq, -fused))
             dist = np.sort(cos)[::-1].tolist()
             ranked = ids[order].tolist()

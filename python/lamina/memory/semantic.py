@@ -85,6 +85,14 @@ def resolve(tx: Tx, models: Models, u: UserState, facts: list[Fact], by_src: Map
         update_profile(tx, models, u, subj)
 
 
+def _without_subject(subject: str, sentence: str) -> str:
+    """A fact's sentence after its subject (``"Alice's dog is called Max"`` -> ``"dog is called Max"``)."""
+    for head in (f"{subject}'s ", f"{subject} "):
+        if sentence.startswith(head):
+            return sentence[len(head) :]
+    return sentence
+
+
 def update_profile(tx: Tx, models: Models, u: UserState, subject: str) -> None:
     """Entity profile: text = current facts; embedding moves by the damped update (eq. 9–10)."""
     st = tx.st
@@ -93,7 +101,7 @@ def update_profile(tx: Tx, models: Models, u: UserState, subject: str) -> None:
     if not facts:
         return
     facts.sort(key=lambda r: (r.predicate or "", r.valid_from or 0.0))
-    parts = [fact_sentence(subject, r.predicate or "", r.object or "")[len(subject) + 1 :] for r in facts]
+    parts = [_without_subject(subject, fact_sentence(subject, r.predicate or "", r.object or "")) for r in facts]
     text = f"{subject}: " + "; ".join(parts)
     target = models.embed([text])
     t = max(r.valid_from or 0.0 for r in facts)

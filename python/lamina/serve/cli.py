@@ -149,8 +149,39 @@ def _cmd_keys_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_model_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..local_llm import LocalChat
+        from .chat_api import create_chat_app
+    except ImportError as e:
+        print(f"lamina model serve: {e}; needs pip install 'lamina[serve,model]'", file=sys.stderr)
+        return 2
+    key = None
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            print(f"lamina model serve: --api-key-env {args.api_key_env} is not set", file=sys.stderr)
+            return 2
+    if key is None and not is_loopback(args.host):
+        print("lamina model serve: without an API key it binds to loopback only (--api-key-env)", file=sys.stderr)
+        return 2
+    try:
+        chat = LocalChat(path=args.model, threads=args.threads or None)
+        model = chat.model  # load now: a missing file fails here, not on the first request
+    except Exception as e:  # (a missing extra, file or unsupported model: said plainly)
+        print(f"lamina model serve: cannot load the model: {e}", file=sys.stderr)
+        return 2
+    name = args.name or model.path.stem
+    print(f"lamina model serve: {name} on http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    uvicorn.run(create_chat_app(chat, model_name=name, api_key=key), host=args.host, port=args.port,
+                log_level=args.log_level)  # fmt: skip
+    return 0
+
+
 def add_serve_parsers(sub: Any) -> None:
-    """Add ``serve`` and ``keys`` to the ``lamina`` command line's subparsers."""
+    """Add ``serve``, ``model serve`` and ``keys`` to the ``lamina`` command line's subparsers."""
     s = sub.add_parser(
         "serve",
         help="serve a memory over HTTP (needs lamina[serve])",
@@ -199,6 +230,21 @@ def add_serve_parsers(sub: Any) -> None:
     s.add_argument("--log-level", default="warning")
     s.add_argument("--access-log", action="store_true", help="log every request (slower)")
     s.set_defaults(func=_cmd_serve)
+    m = sub.add_parser("model", help="the local model (needs lamina[model] and the model file)")
+    ms = m.add_subparsers(dest="model_cmd", required=True)
+    mv = ms.add_parser(
+        "serve",
+        help="an OpenAI-compatible chat endpoint on the local model (needs lamina[serve])",
+        description="POST /v1/chat/completions and GET /v1/models on lamina.LocalChat (tools through prompting).",
+    )
+    mv.add_argument("--model", default=None, help="a llama-architecture .gguf (default: the packaged SmolLM2-135M)")
+    mv.add_argument("--name", default=None, help="the model id to report (default: the file's name)")
+    mv.add_argument("--host", default="127.0.0.1")
+    mv.add_argument("--port", type=int, default=8421)
+    mv.add_argument("--threads", type=int, default=0, help="model worker threads (0: lamina's default)")
+    mv.add_argument("--api-key-env", default=None, help="require 'Bearer <key>' with the key read from this variable")
+    mv.add_argument("--log-level", default="warning")
+    mv.set_defaults(func=_cmd_model_serve)
     k = sub.add_parser("keys", help="make and hash API keys for 'lamina serve --keys'")
     ks = k.add_subparsers(dest="keys_cmd", required=True)
     h = ks.add_parser("hash", help="print the keys-file hash of a key (read from stdin when not given)")

