@@ -130,7 +130,25 @@ void register_model(py::module_& m) {
            py::arg("layer"), py::arg("head"), py::arg("indices"),
            "Keep only entries `indices` (int64, strictly increasing) of (layer, KV head); frees "
            "the rest.")
-      .def("clear", &model::KVCache::clear, "Drop every entry and free the storage.");
+      .def("clear", &model::KVCache::clear, "Drop every entry and free the storage.")
+      .def(
+          "clone",
+          [](const model::KVCache& c) {
+            py::gil_scoped_release nogil;
+            return model::KVCache(c);
+          },
+          "An independent copy of the cache (entries, positions and seen-token count) with the "
+          "same allocation (nbytes equal).")
+      .def(
+          "reserve",
+          [](model::KVCache& c, std::int64_t n) {
+            if (n < 0) throw py::value_error("reserve: entries must be >= 0, got " + std::to_string(n));
+            py::gil_scoped_release nogil;
+            c.reserve(static_cast<std::size_t>(n));
+          },
+          py::arg("entries"),
+          "Allocate room for `entries` entries on every (layer, KV head) holding less (never "
+          "shrinks): a cache kept at a fixed budget reserves it once and stops reallocating.");
 
   py::class_<PyModel>(m, "LlamaModel")
       .def(py::init([](const py::dict& cfg, const py::dict& tensors) {

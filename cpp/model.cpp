@@ -196,6 +196,19 @@ void KVCache::keep(int layer, int hh, const int64_t* idx, std::size_t n) {
   h.len = n;
 }
 
+void KVCache::reserve(std::size_t n) {
+  const std::size_t D = static_cast<std::size_t>(hd_);
+  for (Head& h : heads_) {
+    if (h.pos.size() >= n) continue;
+    h.k.reserve(n * D);  // exact: resize alone may double the capacity
+    h.v.reserve(n * D);
+    h.pos.reserve(n);
+    h.k.resize(n * D);
+    h.v.resize(n * D);
+    h.pos.resize(n);
+  }
+}
+
 void KVCache::clear() {
   for (Head& h : heads_) h = Head{};
   n_seen_ = 0;

@@ -211,6 +211,54 @@ def test_model_modules_import_only_lower_levels() -> None:
                 )
 
 
+# lamina.kv: the selection core below one module per method; a method builds on the core and
+# on the methods it extends (AdaKV on SnapKV, the CriticalKV pair on SnapKV / AdaKV), never on
+# the model or the evaluation that use it.
+KV_LEVELS = {
+    "_ops": 0,
+    "base": 1,
+    "streaming": 2,
+    "h2o": 2,
+    "snapkv": 2,
+    "keydiff": 2,
+    "adakv": 3,
+    "pyramidkv": 3,
+    "lava": 3,
+    "criticalkv": 4,
+}
+
+
+def test_kv_modules_import_only_lower_levels() -> None:
+    assert {n.split(".")[-1] for n in MODULES if n.startswith("lamina.kv.")} == set(KV_LEVELS)
+    for mod, level in KV_LEVELS.items():
+        for target, line, names in _imports(f"lamina.kv.{mod}"):
+            for n in names or [""]:
+                full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
+                if not full.startswith("lamina.kv."):
+                    assert full in ("lamina", "lamina._core", "lamina._device"), (
+                        f"lamina.kv.{mod}:{line} imports {full}"
+                    )
+                    continue
+                dep = full.split(".")[2]
+                assert KV_LEVELS[dep] < level, f"lamina.kv.{mod} (level {level}) imports lamina.kv.{dep}"
+
+
+def test_the_kv_suite_is_pure_and_the_kv_eval_sits_on_the_model() -> None:
+    """lamina.eval.kv_suite (the generated prompts) imports nothing of lamina; lamina.eval.kv
+    builds on the model, lamina.kv and the harness's progress bar, and nothing imports it but
+    the command line."""
+    assert not [t for t, _, _ in _imports("lamina.eval.kv_suite")]
+    for target, line, names in _imports("lamina.eval.kv"):
+        for n in names or [""]:
+            full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
+            assert full.startswith(("lamina.model", "lamina.kv", "lamina.eval.harness", "lamina.eval.kv_suite")), (
+                f"lamina.eval.kv:{line} imports {full}"
+            )
+    for name in MODULES:
+        if name not in ("lamina.eval.cli", "lamina.eval.kv"):
+            assert "lamina.eval.kv" not in {t for t, _, _ in _imports(name)}, name
+
+
 # LLM-protocol implementations sit beside lamina.llm: OpenAIChat in it, LocalChat (the local
 # GGUF runtime) in lamina.local_llm, which builds on lamina.model and lamina.llm only; the
 # model package never imports either (it knows nothing of the LLM protocol).

@@ -106,6 +106,9 @@ class KVCache {
   void keep(int layer, int head, const int64_t* idx, std::size_t n);
   /// Drop every entry and the seen-token count; frees the storage.
   void clear();
+  /// Allocate room for `n` entries on every head holding fewer (never shrinks, never drops):
+  /// a decoder kept at a fixed budget reserves the budget once and then never reallocates.
+  void reserve(std::size_t n);
 
   // ---- used by Model::forward -------------------------------------------------------
   /// Make room for `n` more entries on every head (amortised doubling).

@@ -775,7 +775,9 @@ def test_rejects_bad_budget(x3):
 
 
 def test_rejects_bad_method_and_params(x3):
-    with pytest.raises(ValueError, match="adakv, h2o, lava, pyramidkv, snapkv, streaming"):
+    with pytest.raises(
+        ValueError, match="adakv, adakv_criticalkv, criticalkv, h2o, keydiff, lava, pyramidkv, snapkv, streaming"
+    ):
         kv.select(x3, 16, "snapkv2")
     with pytest.raises(TypeError, match="unknown parameter.*window_sizes.*valid: window_size"):
         kv.select(x3, 16, "snapkv", window_sizes=4)
@@ -857,7 +859,17 @@ def test_package_exports():
     assert lamina.kv is kv
     for name in kv.__all__:
         assert hasattr(kv, name)
-    assert set(kv.METHODS) == {"streaming", "h2o", "snapkv", "adakv", "pyramidkv", "lava"}
+    assert set(kv.METHODS) == {
+        "streaming",
+        "h2o",
+        "snapkv",
+        "adakv",
+        "pyramidkv",
+        "lava",
+        "keydiff",
+        "criticalkv",
+        "adakv_criticalkv",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -946,3 +958,46 @@ def test_native_apportion_matches_python(weights, data):
     py = apportion(np.array(weights), total, cap)
     nat = _core.kv_apportion(np.array(weights, dtype=np.float64), total, cap)
     np.testing.assert_array_equal(nat, py)
+
+
+# ---------------------------------------------------------------------------------------------
+# value-norm re-scoring (CriticalKV) and key diversity (KeyDiff)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_criticalkv_drops_what_has_no_value():
+    """Uniform attention: SnapKV cannot tell the positions apart; CriticalKV keeps those whose
+    value vectors are largest (a zero value contributes nothing to the output)."""
+    L, H, Hk, w, S = 2, 4, 2, 8, 64
+    att = np.full((L, H, w, S), 1.0 / S, F32)
+    rng = np.random.default_rng(1)
+    vals = rng.standard_normal((L, Hk, S, 16)).astype(F32)
+    big = rng.choice(S - w, 12, replace=False)
+    vals[:, :, :, :] *= 0.01
+    vals[:, :, big, :] *= 100.0
+    norms = kv.value_l2_norms(vals)
+    assert norms.shape == (L, Hk, S)
+    for method in (kv.CriticalKV(window_size=w, kernel_size=1), kv.AdaCriticalKV(window_size=w, kernel_size=1)):
+        keep = method.select(att, 12 + w, value_norms=norms, n_kv_heads=Hk)
+        for l in range(L):
+            for h in range(Hk):
+                got = set(keep.head(l, h).tolist())
+                assert set(big.tolist()) <= got and set(range(S - w, S)) <= got
+    with pytest.raises(ValueError, match="value_norms"):
+        kv.CriticalKV(window_size=w).select(att, 20, n_kv_heads=Hk)
+
+
+def test_keydiff_is_kvpress_formula():
+    rng = np.random.default_rng(2)
+    keys = rng.standard_normal((2, 3, 40, 8)).astype(F32)
+    unit = keys / np.linalg.norm(keys, axis=-1, keepdims=True)
+    anchor = unit.mean(axis=-2, keepdims=True)
+    cos = (keys * anchor).sum(-1) / (np.linalg.norm(keys, axis=-1) * np.linalg.norm(anchor, axis=-1))
+    np.testing.assert_allclose(kv.keydiff_scores(keys), -cos, rtol=1e-5, atol=1e-6)
+    keep = kv.KeyDiff(n_sink=2).select(kv.KeyDiff.key_scores(keys), 10, n_kv_heads=3)
+    for l in range(2):
+        for h in range(3):
+            idx = keep.head(l, h)
+            s = -cos[l, h].copy()
+            s[:2] = np.inf
+            assert set(idx.tolist()) == set(np.argsort(-s, kind="stable")[:10].tolist())

@@ -1,5 +1,5 @@
-"""``lamina eval locomo`` and ``lamina eval memcon``: the command-line fronts of
-:mod:`lamina.eval.harness` and :mod:`lamina.eval.memcon`."""
+"""``lamina eval locomo``, ``lamina eval memcon`` and ``lamina eval kv``: the command-line fronts
+of :mod:`lamina.eval.harness`, :mod:`lamina.eval.memcon` and :mod:`lamina.eval.kv`."""
 
 from __future__ import annotations
 
@@ -8,11 +8,23 @@ import json
 import math
 import os
 import sys
+import time
 from typing import Any
 
 __all__ = ["add_eval_parser"]
 
 _DEFAULT_DATA = os.path.join("..", "shared", "data", "locomo")
+_KV_METHODS = (
+    "streaming",
+    "h2o",
+    "snapkv",
+    "adakv",
+    "pyramidkv",
+    "lava",
+    "keydiff",
+    "criticalkv",
+    "adakv_criticalkv",
+)
 
 
 def _budgets(s: str) -> list[int]:
@@ -154,6 +166,73 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _csv(kind: type, s: str) -> list[Any]:
+    try:
+        return [kind(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, got {s!r}") from None
+
+
+def _cmd_eval_kv(args: argparse.Namespace) -> int:
+    from .. import model as lm
+    from ..kv import METHODS
+    from .kv import format_kv_tables, plot_kv, run_kv, summarize
+    from .kv_suite import TASKS, make_suite
+
+    tasks = _csv(str, args.tasks) if args.tasks else list(TASKS)
+    bad = [t for t in tasks if t not in TASKS]
+    if bad:
+        print(f"lamina eval kv: unknown task(s) {', '.join(bad)}; valid: {', '.join(TASKS)}", file=sys.stderr)
+        return 2
+    methods = _csv(str, args.methods)
+    badm = [m for m in methods if m not in METHODS]
+    if badm:
+        print(f"lamina eval kv: unknown method(s) {', '.join(badm)}; valid: {', '.join(METHODS)}", file=sys.stderr)
+        return 2
+    modes = _csv(str, args.modes)
+    comps = [c for c in _csv(float, args.compressions) if c > 0.0]
+    m = lm.load(args.model, threads=args.threads)
+    suite = make_suite(
+        tasks=tasks,
+        lengths=_csv(int, args.lengths),
+        samples=args.samples,
+        seed=args.seed,
+        # a length holds the prompt and the answer: 64 tokens are left for the generation
+        count_tokens=lambda t: len(m.tokenize(m.chat_prompt(t))) + 64,
+    )
+    print(
+        f"model: {m!r}\nsuite: {len(suite)} prompts ({', '.join(tasks)}; lengths {args.lengths}; "
+        f"{args.samples} per task, seed {args.seed}); methods: {', '.join(methods)}; "
+        f"compressions: 0 (full), {', '.join(format(c, 'g') for c in comps)}; modes: {', '.join(modes)}"
+    )
+    t0 = time.perf_counter()
+    recs = run_kv(
+        m, suite, methods=methods, compressions=comps, modes=modes, progress=None if args.quiet else sys.stderr
+    )
+    summary = summarize(recs)
+    summary["config"] = {
+        "model": str(m.path.name),
+        "tasks": tasks,
+        "lengths": _csv(int, args.lengths),
+        "samples": args.samples,
+        "seed": args.seed,
+        "methods": methods,
+        "compressions": comps,
+        "modes": modes,
+        "seconds": time.perf_counter() - t0,
+    }
+    print(format_kv_tables(summary))
+    print(f"\n{len(recs)} answers in {summary['config']['seconds']:.0f} s")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(_json_safe(summary), f, indent=1)
+        print(f"wrote {args.out}")
+    if args.plot:
+        why = plot_kv(summary, args.plot)
+        print(why if why else f"wrote {args.plot}")
+    return 0
+
+
 def _cmd_eval_memcon(args: argparse.Namespace) -> int:
     from .locomo import load_locomo
     from .memcon import plot_regret, simulate, timed_precompute
@@ -254,6 +333,28 @@ def add_eval_parser(sub: Any) -> None:
     lo.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing on disk")
     lo.add_argument("--quiet", action="store_true", help="no progress bar")
     lo.set_defaults(func=_cmd_eval_locomo)
+
+    kv = esub.add_parser(
+        "kv",
+        help="KV-cache presses on the local model: RULER-style accuracy vs compression",
+        description="Generates the long-context suite (lamina.eval.kv_suite), prefills each prompt once "
+        "and scores every method x compression x mode on a clone of the cache, beside the full cache.",
+    )
+    kv.add_argument("--model", default=None, help="a llama-architecture .gguf (default: packaged SmolLM2-135M)")
+    kv.add_argument("--lengths", default="4096", help="prompt lengths in tokens, e.g. 1024,2048,4096,8192")
+    kv.add_argument("--tasks", default="", help="comma-separated subset of the tasks (default: all six)")
+    kv.add_argument("--n", "--samples", dest="samples", type=int, default=2, help="prompts per task and length")
+    kv.add_argument("--seed", type=int, default=0)
+    kv.add_argument("--methods", default=",".join(_KV_METHODS), help="comma-separated lamina.kv methods")
+    kv.add_argument(
+        "--compressions", default="0.25,0.5,0.75,0.9", help="fractions removed (0, the full cache, always runs)"
+    )
+    kv.add_argument("--modes", default="agnostic,aware", help="agnostic (kvpress's setting) and/or aware")
+    kv.add_argument("--threads", type=int, default=0, help="worker threads (0: lamina's default)")
+    kv.add_argument("--out", default=None, help="write the summary and every answer as JSON here")
+    kv.add_argument("--plot", default=None, help="write an SVG of score vs compression here")
+    kv.add_argument("--quiet", action="store_true", help="no progress bar")
+    kv.set_defaults(func=_cmd_eval_kv)
     mc = esub.add_parser(
         "memcon",
         help="MemCon learning offline on LoCoMo: regret against fixed memory policies",

@@ -3,7 +3,9 @@
 One file per method, in the style of NVIDIA kvpress, over one native selection core
 (``cpp/lamina/kv.hpp``): :class:`StreamingLLM` (``"streaming"``), :class:`H2O` (``"h2o"``),
 :class:`SnapKV` (``"snapkv"``), :class:`AdaKV` (``"adakv"``), :class:`PyramidKV`
-(``"pyramidkv"``) and :class:`LAVa` (``"lava"``). Each module's docstring gives the formula
+(``"pyramidkv"``), :class:`LAVa` (``"lava"``), :class:`KeyDiff` (``"keydiff"``: key
+similarity, no attention), :class:`CriticalKV` (``"criticalkv"``: attention × value norm) and
+:class:`AdaCriticalKV` (``"adakv_criticalkv"``: the same with Ada-KV's head budgets). Each module's docstring gives the formula
 it implements and its reference.
 
 Inputs
@@ -73,7 +75,9 @@ from .. import _core, _device
 from . import _ops
 from .adakv import AdaKV
 from .base import Budget, KeepSet, KVMethod, check_threads
+from .criticalkv import AdaCriticalKV, CriticalKV, value_l2_norms
 from .h2o import H2O
+from .keydiff import KeyDiff, keydiff_scores
 from .lava import LAVa
 from .pyramidkv import PyramidKV
 from .snapkv import SnapKV
@@ -95,9 +99,16 @@ __all__ = [
     "AdaKV",
     "PyramidKV",
     "LAVa",
+    "KeyDiff",
+    "CriticalKV",
+    "AdaCriticalKV",
+    "keydiff_scores",
+    "value_l2_norms",
 ]
 
-METHODS: dict[str, type[KVMethod]] = {cls.name: cls for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa)}
+METHODS: dict[str, type[KVMethod]] = {
+    cls.name: cls for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa, KeyDiff, CriticalKV, AdaCriticalKV)
+}
 """Method name -> class."""
 
 

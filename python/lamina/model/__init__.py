@@ -22,7 +22,7 @@ ragged per (layer, KV head) so a head-wise budget frees memory.
 from __future__ import annotations
 
 from .chat import render_messages, render_user_message
-from .generate import Generation
+from .generate import Generation, Prefill
 from .gguf_file import (
     SUPPORTED_TYPES,
     GGUFModelFile,
@@ -41,6 +41,7 @@ __all__ = [
     "load",
     "Model",
     "Generation",
+    "Prefill",
     "Sampler",
     "SUPPORTED_TYPES",
     "GGUFModelFile",

@@ -11,14 +11,56 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import _core
 from ..errors import InvalidInput
 from ..kv import KVMethod
-from .press import ACCUMULATED, apply_press, observation_window
+from .press import ACCUMULATED, CACHE_SCORED, apply_press, observation_window, press_to_budget
 from .sampling import Sampler
 
-__all__ = ["Generation", "PromptParts", "run_generation"]
+__all__ = ["Generation", "PromptParts", "KVBudget", "Prefill", "run_generation", "continue_generation"]
+
+
+@dataclass(frozen=True, eq=False)
+class Prefill:
+    """What :meth:`lamina.model.Model.prefill` returns.
+
+    Attributes
+    ----------
+    logits : ndarray, float32, shape (vocab_size,)
+        Logits of the last token.
+    attention : ndarray, float32, shape (L, H, w, S), or None
+        Softmax rows of the last w queries over the S entries held after the call.
+    accumulated : ndarray, float32, shape (L, H, S), or None
+        Every query's softmax row summed per entry.
+    """
+
+    logits: npt.NDArray[np.float32]
+    attention: npt.NDArray[np.float32] | None
+    accumulated: npt.NDArray[np.float32] | None
+
+
+@dataclass(frozen=True)
+class KVBudget:
+    """A fixed KV budget kept while the cache grows.
+
+    Attributes
+    ----------
+    tokens : int
+        Entries held per (layer, KV head) at most, after every press.
+    prefill_chunk : int or None
+        Prefill the context in chunks of this many tokens, pressing after each chunk that
+        takes a head past ``tokens`` (None: one prefill, then one press).
+    press_every : int
+        During decoding, when a head would pass ``tokens`` it is pressed down to
+        ``tokens - press_every`` (at least half of ``tokens``), so a press runs about every
+        ``press_every`` generated tokens.
+    """
+
+    tokens: int
+    prefill_chunk: int | None = None
+    press_every: int = 32
 
 
 @dataclass(frozen=True)
@@ -44,6 +86,10 @@ class Generation:
         (``max_tokens`` reached).
     kept_fraction : float
         Entries kept over entries seen at the end (1.0 without a press).
+    peak_kv_bytes : int
+        The most bytes the cache held after any forward of this generation (prefill chunks,
+        the question, every decoded token), before the press that followed it; with a fixed
+        ``kv_budget`` this is what the budget bounds.
     """
 
     text: str
@@ -53,6 +99,7 @@ class Generation:
     prompt_tokens: int
     finish_reason: str
     kept_fraction: float
+    peak_kv_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,8 +127,26 @@ def run_generation(
     context_length: int,
     threads: int,
     q8_decode: bool = True,
+    budget: KVBudget | None = None,
 ) -> Generation:
     """Generate into an empty ``cache`` (see :meth:`lamina.model.Model.generate`)."""
+    if budget is not None:
+        return _run_budgeted(
+            native,
+            cache,
+            parts,
+            decode=decode,
+            eos_ids=eos_ids,
+            max_tokens=max_tokens,
+            sampler=sampler,
+            press=press,
+            budget=budget,
+            stop=stop,
+            on_text=on_text,
+            context_length=context_length,
+            threads=threads,
+            q8_decode=q8_decode,
+        )
     n_prompt = len(parts.context) + len(parts.suffix)
     if n_prompt + max_tokens > context_length:
         raise InvalidInput(
@@ -92,11 +157,82 @@ def run_generation(
     window = observation_window(press, len(ctx), compression) if pressing and press is not None else 0
     accumulate = pressing and press is not None and press.name in ACCUMULATED
     logits, attention, accumulated = native.forward(ctx, cache, "last", threads, window, q8_decode, accumulate)
+    peak = int(cache.nbytes)
     if pressing and press is not None:
         apply_press(cache, accumulated if accumulate else attention, press, compression, threads=threads)
     if parts.suffix:
         logits, _, _ = native.forward(np.asarray(parts.suffix, dtype=np.int32), cache, "last", threads, 0, q8_decode)
+        peak = max(peak, int(cache.nbytes))
     assert logits is not None
+    return _decode(
+        native,
+        cache,
+        logits,
+        decode=decode,
+        eos_ids=eos_ids,
+        max_tokens=max_tokens,
+        sampler=sampler,
+        stop=stop,
+        on_text=on_text,
+        threads=threads,
+        q8_decode=q8_decode,
+        n_prompt=n_prompt,
+        before_step=None,
+        peak=peak,
+    )
+
+
+def continue_generation(
+    native: _core.LlamaModel,
+    cache: _core.KVCache,
+    logits: npt.NDArray[np.float32],
+    *,
+    decode: Callable[[Sequence[int]], str],
+    eos_ids: frozenset[int],
+    max_tokens: int,
+    sampler: Sampler,
+    stop: Sequence[str],
+    on_text: Callable[[str], None] | None,
+    threads: int,
+    q8_decode: bool,
+    n_prompt: int,
+) -> Generation:
+    """Decode from ``cache`` whose last token produced ``logits`` (no press)."""
+    return _decode(
+        native,
+        cache,
+        logits,
+        decode=decode,
+        eos_ids=eos_ids,
+        max_tokens=max_tokens,
+        sampler=sampler,
+        stop=stop,
+        on_text=on_text,
+        threads=threads,
+        q8_decode=q8_decode,
+        n_prompt=n_prompt,
+        before_step=None,
+        peak=int(cache.nbytes),
+    )
+
+
+def _decode(
+    native: _core.LlamaModel,
+    cache: _core.KVCache,
+    logits: npt.NDArray[np.float32],
+    *,
+    decode: Callable[[Sequence[int]], str],
+    eos_ids: frozenset[int],
+    max_tokens: int,
+    sampler: Sampler,
+    stop: Sequence[str],
+    on_text: Callable[[str], None] | None,
+    threads: int,
+    q8_decode: bool,
+    n_prompt: int,
+    before_step: Callable[[], None] | None,
+    peak: int,
+) -> Generation:
     tokens: list[int] = []
     logprobs: list[float] = []
     text = ""
@@ -126,8 +262,12 @@ def run_generation(
                 emitted = safe
         if len(tokens) == max_tokens:
             break
-        logits, _, _ = native.forward(np.asarray([tok], dtype=np.int32), cache, "last", threads, 0, q8_decode)
-        assert logits is not None
+        if before_step is not None:
+            before_step()
+        nxt, _, _ = native.forward(np.asarray([tok], dtype=np.int32), cache, "last", threads, 0, q8_decode)
+        assert nxt is not None
+        logits = nxt
+        peak = max(peak, int(cache.nbytes))
     if on_text is not None and len(text) > emitted:
         on_text(text[emitted:])
     kept = int(cache.lengths().sum())
@@ -140,4 +280,110 @@ def run_generation(
         prompt_tokens=n_prompt,
         finish_reason=finish,
         kept_fraction=kept / seen if seen else 1.0,
+        peak_kv_bytes=max(peak, int(cache.nbytes)),
+    )
+
+
+def _run_budgeted(
+    native: _core.LlamaModel,
+    cache: _core.KVCache,
+    parts: PromptParts,
+    *,
+    decode: Callable[[Sequence[int]], str],
+    eos_ids: frozenset[int],
+    max_tokens: int,
+    sampler: Sampler,
+    press: KVMethod | None,
+    budget: KVBudget,
+    stop: Sequence[str],
+    on_text: Callable[[str], None] | None,
+    context_length: int,
+    threads: int,
+    q8_decode: bool,
+) -> Generation:
+    """Generation under a fixed KV budget: chunked prefill (press after each chunk), press
+    after the context, then decoding that re-presses before a head passes the budget."""
+    if press is None:
+        raise InvalidInput("kv_budget needs a press (the method that chooses what stays)")
+    b = int(budget.tokens)
+    if b < 1:
+        raise InvalidInput(f"kv_budget must be >= 1 token per KV head, got {budget.tokens}")
+    every = int(budget.press_every)
+    if every < 1:
+        raise InvalidInput(f"press_every must be >= 1, got {budget.press_every}")
+    chunk = budget.prefill_chunk
+    if chunk is not None and int(chunk) < 1:
+        raise InvalidInput(f"prefill_chunk must be >= 1, got {chunk}")
+    n_prompt = len(parts.context) + len(parts.suffix)
+    if n_prompt + max_tokens > context_length:
+        raise InvalidInput(
+            f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's context of {context_length}"
+        )
+    cache_scored = press.name in CACHE_SCORED
+    ctx = np.asarray(parts.context, dtype=np.int32)
+    if cache_scored:
+        step = len(ctx) if chunk is None else int(chunk)
+        logits = None
+        peak = 0
+        for start in range(0, len(ctx), step):
+            last = start + step >= len(ctx)
+            logits, _, _ = native.forward(
+                ctx[start : start + step], cache, "last" if last else "none", threads, 0, q8_decode
+            )
+            peak = max(peak, int(cache.nbytes))
+            press_to_budget(cache, press, b)
+        if parts.suffix:
+            press_to_budget(cache, press, max(b - len(parts.suffix), 1))
+    else:
+        # an attention-scored method presses once, after the context, leaving room for the
+        # question and every generated token, so the cache never passes the budget
+        if chunk is not None:
+            raise InvalidInput(
+                f"chunked prefill needs a method that scores from the cache alone "
+                f"({', '.join(sorted(CACHE_SCORED))}); {press.name!r} reads the prefill attention of one pass"
+            )
+        room = b - len(parts.suffix) - max_tokens
+        S = len(ctx)
+        if room < 1:
+            raise InvalidInput(
+                f"kv_budget {b} leaves no room for the question ({len(parts.suffix)} tokens) and max_tokens "
+                f"({max_tokens}) with {press.name!r}; raise it or use a cache-scored method "
+                f"({', '.join(sorted(CACHE_SCORED))})"
+            )
+        pressing = room < S
+        window = observation_window(press, S, 1.0 - room / S) if pressing else 0
+        accumulate = pressing and press.name in ACCUMULATED
+        logits, attention, accumulated = native.forward(ctx, cache, "last", threads, window, q8_decode, accumulate)
+        peak = int(cache.nbytes)
+        if pressing:
+            apply_press(cache, accumulated if accumulate else attention, press, room, threads=threads)
+    # room for the budget allocated once: the question and decoding then never reallocate,
+    # so the bytes held stay at the budget (the native growth step would overshoot it)
+    cache.reserve(b)
+    if parts.suffix:
+        logits, _, _ = native.forward(np.asarray(parts.suffix, dtype=np.int32), cache, "last", threads, 0, q8_decode)
+        peak = max(peak, int(cache.nbytes))
+    assert logits is not None
+    low = max(b - every, (b + 1) // 2)
+
+    def before_step() -> None:
+        if cache_scored and press is not None and int(cache.lengths().max()) >= b:
+            press_to_budget(cache, press, low)
+            cache.reserve(b)
+
+    return _decode(
+        native,
+        cache,
+        logits,
+        decode=decode,
+        eos_ids=eos_ids,
+        max_tokens=max_tokens,
+        sampler=sampler,
+        stop=stop,
+        on_text=on_text,
+        threads=threads,
+        q8_decode=q8_decode,
+        n_prompt=n_prompt,
+        before_step=before_step,
+        peak=peak,
     )

@@ -13,7 +13,7 @@ from .. import _core
 from ..errors import InvalidInput
 from ..kv import KVMethod
 from .chat import render_messages, render_user_message
-from .generate import Generation, PromptParts, run_generation
+from .generate import Generation, KVBudget, Prefill, PromptParts, continue_generation, run_generation
 from .gguf_file import GGUFModelFile, LlamaConfig, default_model_path, read_gguf
 from .press import resolve_press
 from .sampling import Sampler
@@ -183,6 +183,91 @@ class Model:
         )
         return out, att
 
+    def prefill(
+        self,
+        ids: Sequence[int] | npt.NDArray[Any],
+        cache: _core.KVCache,
+        *,
+        record_window: int = 0,
+        accumulate: bool = False,
+    ) -> Prefill:
+        """Run ``ids`` after the tokens in ``cache``, keeping the last logits and, on request,
+        the attention a press reads.
+
+        Parameters
+        ----------
+        ids : sequence of int, length T >= 1
+        cache : lamina._core.KVCache
+            Every head must hold the same number of entries to record attention.
+        record_window : int
+            Record the softmax rows of the last ``record_window`` (<= T) queries.
+        accumulate : bool
+            Also sum every query's softmax row per entry (H2O's accumulated attention).
+
+        Returns
+        -------
+        Prefill
+        """
+        if cache.n_seen + len(ids) > self.config.context_length:
+            raise InvalidInput(f"the cache would exceed the model's context of {self.config.context_length} tokens")
+        out, att, acc = self._native.forward(
+            self._ids(ids), cache, "last", self.threads, int(record_window), self.q8_decode, bool(accumulate)
+        )
+        assert out is not None
+        return Prefill(logits=out, attention=att, accumulated=acc)
+
+    def continue_from(
+        self,
+        cache: _core.KVCache,
+        logits: npt.NDArray[np.float32],
+        *,
+        suffix: Sequence[int] = (),
+        max_tokens: int = 256,
+        stop: Sequence[str] = (),
+        n_prompt: int | None = None,
+    ) -> Generation:
+        """Greedy generation from a cache the caller filled (and perhaps compressed).
+
+        Parameters
+        ----------
+        cache : lamina._core.KVCache
+            Holds the prompt so far; it grows by the suffix and the generated tokens.
+        logits : ndarray, float32, shape (vocab_size,)
+            Logits of the last token in ``cache`` (used when ``suffix`` is empty).
+        suffix : sequence of int
+            Token ids run first (e.g. the question after a query-agnostic press).
+        max_tokens : int
+        stop : sequence of str
+        n_prompt : int, optional
+            Prompt tokens to report (default: ``cache.n_seen`` after the suffix).
+
+        Returns
+        -------
+        Generation
+        """
+        if int(max_tokens) < 1:
+            raise InvalidInput(f"max_tokens must be >= 1, got {max_tokens}")
+        if isinstance(stop, str):
+            stop = (stop,)
+        if cache.n_seen + len(suffix) + int(max_tokens) > self.config.context_length:
+            raise InvalidInput(f"the cache would exceed the model's context of {self.config.context_length} tokens")
+        if suffix:
+            logits = self.prefill(suffix, cache).logits
+        return continue_generation(
+            self._native,
+            cache,
+            logits,
+            decode=self.tokenizer.decode,
+            eos_ids=self.eos_ids,
+            max_tokens=int(max_tokens),
+            sampler=Sampler(temperature=0.0),
+            stop=list(stop),
+            on_text=None,
+            threads=self.threads,
+            q8_decode=self.q8_decode,
+            n_prompt=int(cache.n_seen if n_prompt is None else n_prompt),
+        )
+
     # ---- generation ---------------------------------------------------------------------------
     def prompt_parts(self, prompt: str, question: str | None = None) -> PromptParts:
         """Token ids of ``prompt`` (and ``question``) as one user message under the chat
@@ -212,6 +297,9 @@ class Model:
         compression: float = 0.0,
         stop: Sequence[str] = (),
         on_text: Callable[[str], None] | None = None,
+        kv_budget: int | None = None,
+        prefill_chunk: int | None = None,
+        press_every: int = 32,
     ) -> Generation:
         """Generate the assistant's reply to ``prompt`` (one user message under the chat template).
 
@@ -228,9 +316,29 @@ class Model:
             Sampling (:class:`lamina.model.sampling.Sampler`); temperature 0 is greedy.
         press : str or lamina.kv.KVMethod, optional
             A ``lamina.kv`` method (``"snapkv"``, ``"streaming"``, ``"h2o"``, ``"adakv"``,
-            ``"pyramidkv"``, ``"lava"`` or an instance) applied once after prefill.
+            ``"pyramidkv"``, ``"lava"``, ``"keydiff"``, ``"criticalkv"``,
+            ``"adakv_criticalkv"`` or an instance) applied once after prefill.
         compression : float
-            Fraction of the prefilled cache removed, in [0, 1) (0: no press).
+            Fraction of the prefilled cache removed, in [0, 1) (0: no press). Not with
+            ``kv_budget``.
+        kv_budget : int, optional
+            A fixed budget: from the end of the context on, at most this many entries per
+            (layer, KV head) are held, the question and decoding included (``press``
+            required); room for exactly the budget is allocated once, so
+            ``Generation.kv_bytes`` is the budget's bytes. A method that scores from the
+            cache alone (``"keydiff"``, ``"streaming"``) re-presses as the cache grows: after
+            each prefill chunk and about every ``press_every`` generated tokens. Any other
+            method presses once after the context, down to ``kv_budget`` minus the question
+            and ``max_tokens``.
+        prefill_chunk : int, optional
+            With ``kv_budget`` and a cache-scored method: prefill the context this many tokens
+            at a time, compressing after each chunk, so a context longer than the budget is
+            compressed as it is read (the cache peaks at ``kv_budget + prefill_chunk``
+            entries per head; without chunks it holds the whole context before the press;
+            ``Generation.peak_kv_bytes`` reports the peak).
+        press_every : int
+            Decoding re-presses a head that reaches ``kv_budget`` down to
+            ``kv_budget - press_every`` (at least half the budget).
         stop : sequence of str
             Generation ends before the first occurrence of any of these strings.
         on_text : callable, optional
@@ -244,7 +352,8 @@ class Model:
         ------
         InvalidInput
             max_tokens < 1, compression outside [0, 1), bad sampling parameters, an empty stop
-            string, or a prompt that does not fit the context.
+            string, a prompt that does not fit the context, or a bad ``kv_budget`` setting
+            (no press, compression given too, chunked prefill with an attention-scored method).
         """
         if int(max_tokens) < 1:
             raise InvalidInput(f"max_tokens must be >= 1, got {max_tokens}")
@@ -255,7 +364,16 @@ class Model:
         if any(not s for s in stop):
             raise InvalidInput("stop strings must be non-empty")
         method = resolve_press(press) if press is not None else None
-        if method is not None and compression == 0.0:
+        budget = None
+        if kv_budget is not None:
+            if compression != 0.0:
+                raise InvalidInput("give either compression (one press after prefill) or kv_budget, not both")
+            if isinstance(kv_budget, bool) or not isinstance(kv_budget, int):
+                raise TypeError(f"kv_budget must be an int (entries per KV head), got {type(kv_budget).__name__}")
+            budget = KVBudget(tokens=kv_budget, prefill_chunk=prefill_chunk, press_every=int(press_every))
+        elif prefill_chunk is not None:
+            raise InvalidInput("prefill_chunk needs kv_budget (the budget each chunk is compressed to)")
+        if method is not None and compression == 0.0 and budget is None:
             method = None
         parts = self.prompt_parts(prompt, question)
         return run_generation(
@@ -273,6 +391,7 @@ class Model:
             context_length=self.config.context_length,
             threads=self.threads,
             q8_decode=self.q8_decode,
+            budget=budget,
         )
 
     def generate_messages(
