@@ -22,6 +22,7 @@ MEMORY_LEVELS = {
     "reports": 0,
     "store": 0,
     "records": 1,
+    "pgstore": 1,
     "dump": 2,
     "staleness": 2,
     "coverage": 2,

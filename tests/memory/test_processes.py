@@ -1,6 +1,7 @@
-"""Several handles (processes, or connections in one process) on one SQLite file: ids and user
-namespaces never collide, a handle catches up with the others' writes before it reads or writes,
-and a handle opened before another's delete never serves or re-stores the deleted text."""
+"""Several handles (processes, or connections in one process) on one database — a SQLite file or
+a PostgreSQL database, the tests taking ``db`` run on both: ids and user namespaces never
+collide, a handle catches up with the others' writes before it reads or writes, and a handle
+opened before another's delete never serves or re-stores the deleted text."""
 
 from __future__ import annotations
 
@@ -18,15 +19,21 @@ from lamina import Memory, MemoryConfig, NotFoundError
 SECRET = "zebracorn-7731"
 
 
-def _texts(path: Path) -> list[str]:
-    con = sqlite3.connect(path)
+def _texts(db: str | Path) -> list[str]:
+    """Every item's text and summary as stored (read past lamina, with the database's own client)."""
+    if str(db).startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(str(db)) as pg:
+            return [f"{t}\n{s or ''}" for t, s in pg.execute("SELECT text, summary FROM lamina.items")]
+    con = sqlite3.connect(db)
     try:
         return [f"{t}\n{s or ''}" for t, s in con.execute("SELECT text, summary FROM items")]
     finally:
         con.close()
 
 
-def _writer(path: Path, who: int, n: int, shared: bool) -> subprocess.Popen[str]:
+def _writer(path: str | Path, who: int, n: int, shared: bool) -> subprocess.Popen[str]:
     code = textwrap.dedent(
         f"""
         import lamina
@@ -44,8 +51,8 @@ def _writer(path: Path, who: int, n: int, shared: bool) -> subprocess.Popen[str]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True], ids=["own-users", "one-user"])
-def test_four_processes_add_500_each_without_an_error(tmp_path: Path, shared: bool) -> None:
-    p = tmp_path / "m.db"
+def test_four_processes_add_500_each_without_an_error(db: str, shared: bool) -> None:
+    p = db
     Memory(p, embedder="hashing").close()  # create the file (and its embedder) once
     procs = [_writer(p, w, 500, shared) for w in range(4)]
     outs = [pr.communicate(timeout=600) for pr in procs]
@@ -60,8 +67,8 @@ def test_four_processes_add_500_each_without_an_error(tmp_path: Path, shared: bo
             assert sum(1 for h in hits if h.text.startswith(f"process {w} says ")) == 500
 
 
-def test_handles_on_one_file_never_collide_on_ids_or_users(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_handles_on_one_file_never_collide_on_ids_or_users(db: str) -> None:
+    p = db
     a, b = Memory(p, embedder="hashing"), Memory(p, embedder="hashing")
     ids: list[int] = []
     for i in range(30):
@@ -79,8 +86,8 @@ def test_handles_on_one_file_never_collide_on_ids_or_users(tmp_path: Path) -> No
         assert m.stats().archive_turns == 30
 
 
-def test_a_stale_handle_never_serves_or_restores_deleted_text(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_a_stale_handle_never_serves_or_restores_deleted_text(db: str) -> None:
+    p = db
     cfg = MemoryConfig(working_capacity=8)
     early = Memory(p, embedder="hashing", config=cfg)
     lines = ["We planned the trip.", f"The door code is {SECRET}.", "See you on Monday.", "Bring the maps."]
@@ -109,8 +116,8 @@ def test_a_stale_handle_never_serves_or_restores_deleted_text(tmp_path: Path) ->
         assert m.stats(user_id="ann").archive_turns == 4
 
 
-def test_a_handle_sees_a_user_deleted_or_created_elsewhere(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_a_handle_sees_a_user_deleted_or_created_elsewhere(db: str) -> None:
+    p = db
     a = Memory(p, embedder="hashing")
     a.add([{"speaker": "B", "text": "I live in Oslo."}], user_id="bea", session_id="s", timestamp=T0)
     b = Memory(p, embedder="hashing")
@@ -128,8 +135,8 @@ def test_a_handle_sees_a_user_deleted_or_created_elsewhere(tmp_path: Path) -> No
     b.close()
 
 
-def test_end_session_of_a_session_added_by_another_handle(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_end_session_of_a_session_added_by_another_handle(db: str) -> None:
+    p = db
     a, b = Memory(p, embedder="hashing"), Memory(p, embedder="hashing")
     a.users()  # a's state is loaded before b writes
     b.add([{"speaker": "D", "text": "My dog is called Rex."}], user_id="dan", session_id="s1", timestamp=T0)
@@ -140,10 +147,10 @@ def test_end_session_of_a_session_added_by_another_handle(tmp_path: Path) -> Non
     b.close()
 
 
-def test_a_user_deleted_and_created_again_elsewhere_is_never_taken_as_unchanged(tmp_path: Path) -> None:
+def test_a_user_deleted_and_created_again_elsewhere_is_never_taken_as_unchanged(db: str) -> None:
     """Versions are database-wide write numbers: a user deleted and created again by another
     handle cannot come back to the version a stale handle holds (it used to: both were 1)."""
-    p = tmp_path / "m.db"
+    p = db
     a = Memory(p, embedder="hashing")
     a.add([{"speaker": "U", "text": f"my secret password is {SECRET}"}], user_id="u", session_id="s1", timestamp=T0)
     b = Memory(p, embedder="hashing")
@@ -158,7 +165,7 @@ def test_a_user_deleted_and_created_again_elsewhere_is_never_taken_as_unchanged(
     assert not any(SECRET in t for t in _texts(p))
 
 
-def test_a_write_blocked_by_a_slow_writer_raises_store_busy(tmp_path: Path) -> None:
+def test_a_write_blocked_by_a_slow_writer_raises_store_busy(db: str) -> None:
     """A write that waits longer than busy_timeout for another connection's write raises
     lamina.StoreBusy (nothing written), not a raw sqlite3 error."""
     import threading
@@ -166,7 +173,7 @@ def test_a_write_blocked_by_a_slow_writer_raises_store_busy(tmp_path: Path) -> N
     from lamina import StoreBusy
     from lamina.extract import ExtractiveSummarizer
 
-    p = tmp_path / "m.db"
+    p = db
     started, release = threading.Event(), threading.Event()
 
     class Slow(ExtractiveSummarizer):
