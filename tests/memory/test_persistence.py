@@ -1,5 +1,6 @@
 """Memory persistence: the exact state on reopen, the embedder a database remembers, access bumps
-written by flush / close, atomic add and crash-consistent end_session under kill -9."""
+written by flush / close (these on SQLite and PostgreSQL: the tests taking ``db``), atomic add
+and crash-consistent end_session under kill -9."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from lamina.items import LAYERS
 QUERIES = ["Where does Alice live now?", "dog", "nurse job"]
 
 
-def test_reopen_restores_exact_state(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_reopen_restores_exact_state(db: str) -> None:
+    p = db
     cfg = MemoryConfig(working_capacity=4, episodic_capacity=4, max_segment_turns=2)
     with Memory(p, embedder="hashing", config=cfg) as m:
         fill(m)
@@ -49,8 +50,8 @@ def test_reopen_restores_exact_state(tmp_path: Path) -> None:
     assert ctx_before.render() == ctx_after.render()
 
 
-def test_reopen_with_other_embedder_refused(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_reopen_with_other_embedder_refused(db: str) -> None:
+    p = db
     with Memory(p, embedder="hashing") as m:
         m.add([{"speaker": "A", "text": "hello"}], user_id="u", session_id="s")
     with pytest.raises(lamina.InvalidInput, match="embedder"):
@@ -59,8 +60,8 @@ def test_reopen_with_other_embedder_refused(tmp_path: Path) -> None:
         assert m.stats().archive_turns == 1
 
 
-def test_flush_writes_access_bumps(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_flush_writes_access_bumps(db: str) -> None:
+    p = db
     m = Memory(p, embedder="hashing")
     (i,) = m.add([{"speaker": "A", "text": "my parrot is called Kiwi"}], user_id="u", session_id="s", timestamp=T0)
     m.context("parrot Kiwi", user_id="u", now=T0 + 5)

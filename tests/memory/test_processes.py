@@ -5,11 +5,13 @@ opened before another's delete never serves or re-stores the deleted text."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from memkit import DAY, T0
@@ -254,3 +256,79 @@ def test_a_delete_does_not_wait_for_a_reader_to_wipe_the_log(tmp_path: Path) -> 
     m.add([{"speaker": "U", "text": "later"}], user_id="u", session_id="s", timestamp=T0 + 1)
     assert SECRET.encode() not in Path(f"{p}-wal").read_bytes()
     m.close()
+
+
+_REPLICA = textwrap.dedent(
+    """
+    import json, sys
+    import lamina
+    m = lamina.Memory(sys.argv[1], embedder="hashing")
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "add":
+            out = m.add([{"speaker": "Ann", "text": cmd["text"]}], user_id=cmd["user"], session_id="s",
+                        timestamp=cmd["t"])
+        elif cmd["op"] == "delete":
+            m.delete(cmd["id"], user_id=cmd["user"])
+            out = None
+        elif cmd["op"] == "search":
+            out = [h.text for h in m.search(cmd["q"], user_id=cmd["user"], k=1000, layers=["archive", "working"])]
+        else:
+            out = m.context(cmd["q"], user_id=cmd["user"], budget=4000, now=cmd["t"]).render()
+        print(json.dumps(out), flush=True)
+    m.close()
+    """
+)
+
+
+class _Replica:
+    """A Memory in another process, driven one command at a time (each call returns once the
+    process acknowledged it: a write acknowledged is committed)."""
+
+    def __init__(self, db: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _REPLICA, db], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def __call__(self, **cmd: object) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the replica died (exit {self.proc.poll()})"
+        return json.loads(line)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(60)
+        self.proc.stdout.close()
+        assert code == 0
+
+
+def test_two_processes_read_each_others_writes_and_never_serve_an_acknowledged_delete(db: str) -> None:
+    """Two processes on one database, each with its own in-memory state: a write acknowledged by
+    one is in the very next read of the other (read-your-writes across handles), and an item
+    deleted through one is never served by the other afterwards — not by search, not by a
+    context, though the other process had it loaded (in working memory and the archive)."""
+    Memory(db, embedder="hashing").close()  # (the embedder is recorded once)
+    a, b = _Replica(db), _Replica(db)
+    try:
+        for i in range(6):
+            writer, reader = (a, b) if i % 2 == 0 else (b, a)
+            text = f"note {i}: the locker code is {SECRET}-{i}"
+            (tid,) = writer(op="add", user="u", text=text, t=T0 + i)
+            assert text in reader(op="search", user="u", q=f"locker code {i}")  # the next read sees it
+            assert f"{SECRET}-{i}" in reader(op="context", user="u", q="locker code", t=T0 + DAY)
+            deleter = reader if i % 3 else writer  # the reader or the writer deletes it
+            deleter(op="delete", user="u", id=tid)
+            for h in (a, b):  # gone everywhere, from the next read on
+                assert all(f"{SECRET}-{i}" not in t for t in h(op="search", user="u", q=f"locker code {i}"))
+                assert f"{SECRET}-{i}" not in h(op="context", user="u", q="locker code", t=T0 + DAY)
+        assert len(a(op="search", user="u", q="note")) == 0
+    finally:
+        a.close()
+        b.close()
+    assert not any(SECRET in t for t in _texts(db))
