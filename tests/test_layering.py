@@ -17,6 +17,7 @@ PKG = Path(__file__).resolve().parents[1] / "python" / "lamina"
 # lamina.memory: each module may import only modules of a lower level.
 MEMORY_LEVELS = {
     "config": 0,
+    "dburl": 0,
     "domains": 0,
     "inputs": 0,
     "reports": 0,

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from lamina import InvalidInput, Memory, StoreBusy
-from lamina.memory.pgstore import MIGRATIONS, PG_SCHEMA_VERSION, PostgresStore, is_postgres_url, redact_url
+from lamina.memory.dburl import is_postgres_url, redact_url
+from lamina.memory.pgstore import MIGRATIONS, PG_SCHEMA_VERSION, PostgresStore
 
 
 def test_migrations_are_recorded_once_and_a_newer_schema_is_refused(pg_url: str) -> None:

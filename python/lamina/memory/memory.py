@@ -24,6 +24,7 @@ from ..items import Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, fill, ingest, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
+from .dburl import is_postgres_url
 from .domains import DomainClassifier
 from .dump import UserDump
 from .firewall import Firewall, empty_report, screen
@@ -49,7 +50,8 @@ def _open_store(path: str | os.PathLike[str] | None, synchronous: str, busy_time
     """The store a ``Memory`` argument names: a ``postgresql://`` URL opens
     :class:`~lamina.memory.pgstore.PostgresStore` (extra ``lamina[postgres]``), anything else a
     SQLite file (None: in memory)."""
-    if isinstance(path, str) and path.lower().startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(path):
+        assert isinstance(path, str)
         try:
             from .pgstore import PostgresStore
         except ImportError as e:

@@ -40,16 +40,16 @@ import contextlib
 import secrets
 from collections.abc import Iterable, Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
 from ..errors import InvalidInput, StoreBusy
+from .dburl import is_postgres_url, redact_url
 from .store import ID_SHIFT, ITEM_COLUMNS, SessionRow, UserRow, _decode, _enc
 
-__all__ = ["PostgresStore", "PG_SCHEMA_VERSION", "MIGRATIONS", "is_postgres_url", "redact_url"]
+__all__ = ["PostgresStore", "PG_SCHEMA_VERSION", "MIGRATIONS", "WRITE_LOCK"]
 
 #: The database's write lock (an advisory lock key; advisory locks are per database).
 WRITE_LOCK = 0x6C616D696E61  # "lamina"
@@ -124,25 +124,6 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
     ),
 )
 PG_SCHEMA_VERSION = MIGRATIONS[-1][0]
-
-_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_postgres_url(target: object) -> bool:
-    """Whether a database argument names a PostgreSQL database (``postgresql://...``)."""
-    return isinstance(target, str) and target.lower().startswith(_SCHEMES)
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password (for messages and ``Memory.path``)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" if parts.username else f":***@{host}"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 class PostgresStore:
