@@ -5,6 +5,8 @@ without their passwords."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -123,3 +125,20 @@ def test_forget_vacuums_and_clears_the_pending_wipe(pg_url: str) -> None:
     ).fetchall()
     assert sorted(counts) == [("items", 1), ("revisions", 1)]
     s.close()
+
+
+def test_without_psycopg_a_postgresql_url_says_which_extra_to_install() -> None:
+    """(No server needed.) Where psycopg is not installed, a postgresql:// URL raises an
+    ImportError naming the extra; SQLite files and the rest of lamina work without it."""
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"
+        "import lamina\n"
+        "lamina.Memory(None, embedder='hashing').close()\n"
+        "try:\n"
+        "    lamina.Memory('postgresql://nobody@/nowhere', embedder='hashing')\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'lamina[postgres]'" in out.stdout
