@@ -198,9 +198,8 @@ class PostgresStore:
         re-raises). Raises :class:`StoreBusy` when another connection holds the write lock for
         longer than ``busy_timeout``; a text PostgreSQL cannot store (a NUL character) raises
         :class:`~lamina.errors.InvalidInput`."""
-        self.conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-        try:
-            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+        try:  # (one round trip: a simple query of two statements)
+            self.conn.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK:d})")
         except pg_errors.LockNotAvailable as e:
             self._end("ROLLBACK")
             raise StoreBusy(
@@ -334,8 +333,12 @@ class PostgresStore:
         """This transaction's write number (allocated on first use: the database's next one;
         the write lock makes write numbers commit in order)."""
         if self._write_no is None:
-            self._write_no = int(self.get_meta("write_seq") or 0) + 1
-            self.set_meta("write_seq", str(self._write_no))
+            self._write_no = int(
+                self._one(
+                    "INSERT INTO lamina.meta(key, value) VALUES('write_seq', '1') ON CONFLICT(key)"
+                    " DO UPDATE SET value=(lamina.meta.value::BIGINT + 1)::TEXT RETURNING value"
+                )
+            )
         return self._write_no
 
     def last_write(self) -> int:
@@ -501,7 +504,8 @@ class PostgresStore:
         self.set_meta("wipe_gen", str(int(self.get_meta("wipe_gen") or 0) + 1))
 
     def wipe_pending(self) -> bool:
-        return int(self.get_meta("wipe_gen") or 0) > int(self.get_meta("wiped_gen") or 0)
+        gens = dict(self.conn.execute("SELECT key, value FROM lamina.meta WHERE key IN ('wipe_gen', 'wiped_gen')"))
+        return int(gens.get("wipe_gen") or 0) > int(gens.get("wiped_gen") or 0)
 
     def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
         cols = ",".join(f'"{c}"' for c in ITEM_COLUMNS)
