@@ -152,7 +152,6 @@ class PostgresStore:
         self._in_tx = False
         self._write_no: int | None = None
         self._own: set[int] = set()  # write numbers this connection committed (data_version skips them)
-        self._dv_floor = 0
         try:
             self._set_lock_timeout(self.busy_timeout)
             self._migrate()
@@ -273,7 +272,6 @@ class PostgresStore:
         reader._in_tx = True  # (read_tx inside it belongs to the snapshot)
         reader._write_no = None
         reader._own = set()
-        reader._dv_floor = 0
         reader.tag = self.tag
         return reader
 
