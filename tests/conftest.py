@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -56,3 +58,37 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip("needs a CUDA build of lamina (this build has no CUDA backend)")
     if item.get_closest_marker("data") and not SHARED_DATA.exists():
         pytest.skip(f"needs the shared evaluation data at {SHARED_DATA}")
+
+
+# -- PostgreSQL (tests/pgkit.py): one server per test session, a fresh database per test ---------
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """A running PostgreSQL (pgserver's binaries); the tests that need one skip, saying why, where
+    none can be started, and fail instead when LAMINA_REQUIRE_POSTGRES=1 (CI)."""
+    from pgkit import NoPostgres, start_cluster
+
+    try:
+        cluster = start_cluster()
+    except NoPostgres as e:
+        if os.environ.get("LAMINA_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"LAMINA_REQUIRE_POSTGRES=1 but no PostgreSQL could be started: {e}", pytrace=False)
+        pytest.skip(f"no PostgreSQL could be started: {e}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Any) -> str:
+    """The URL of a fresh, empty PostgreSQL database."""
+    return str(pg_cluster.new_database())
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a ``lamina.Memory`` keeps its data, once per backend: a SQLite file, then a fresh
+    PostgreSQL database (``postgresql://...``)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "m.db")
+    return str(request.getfixturevalue("pg_url"))

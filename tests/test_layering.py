@@ -17,11 +17,13 @@ PKG = Path(__file__).resolve().parents[1] / "python" / "lamina"
 # lamina.memory: each module may import only modules of a lower level.
 MEMORY_LEVELS = {
     "config": 0,
+    "dburl": 0,
     "domains": 0,
     "inputs": 0,
     "reports": 0,
     "store": 0,
     "records": 1,
+    "pgstore": 1,
     "dump": 2,
     "staleness": 2,
     "coverage": 2,

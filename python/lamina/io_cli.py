@@ -1,6 +1,7 @@
-"""The ``lamina mcp``, ``lamina export`` and ``lamina import`` commands (added to the ``lamina``
-command line by :func:`add_io_parsers`), and how they open a database: with the embedder it was
-built with, unless ``--embedder`` says otherwise (:func:`open_db`)."""
+"""The ``lamina mcp``, ``lamina export``, ``lamina import`` and ``lamina migrate`` commands (added
+to the ``lamina`` command line by :func:`add_io_parsers`), and how they open a database (a SQLite
+file or a ``postgresql://`` URL): with the embedder it was built with, unless ``--embedder`` says
+otherwise (:func:`open_db`)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import tempfile
 from typing import TextIO
 
 from .errors import LaminaError
+from .memory.dburl import is_postgres_url, redact_url
 from .memory.dump import read_dump
 from .memory.memory import Memory
-from .memory.store import SQLiteStore
+from .memory.store import SQLiteStore, Store
 
 __all__ = ["add_io_parsers", "open_db", "stored_embedder", "embedder_spec"]
 
@@ -23,9 +25,15 @@ __all__ = ["add_io_parsers", "open_db", "stored_embedder", "embedder_spec"]
 def stored_embedder(path: str) -> str | None:
     """The embedder spec a database was built with (``hashing-<dim>``, ``minilm`` or the stored
     name of a custom embedder); None for a file that does not exist or holds no memory yet."""
-    if not os.path.exists(path):
+    store: Store
+    if is_postgres_url(path):
+        from .memory.pgstore import PostgresStore
+
+        store = PostgresStore(path)
+    elif not os.path.exists(path):
         return None
-    store = SQLiteStore(path)
+    else:
+        store = SQLiteStore(path)
     try:
         name = store.get_meta("embedder")
     finally:
@@ -62,7 +70,7 @@ def _not_a_db(path: str, e: sqlite3.Error) -> ValueError:
 def _cmd_export(args: argparse.Namespace) -> int:
     from .transfer import export_jsonl
 
-    if not os.path.exists(args.db):
+    if not is_postgres_url(args.db) and not os.path.exists(args.db):
         return _fail("export", FileNotFoundError(f"no database at {args.db}"))
     try:
         with open_db(args.db, args.embedder) as mem:
@@ -136,6 +144,34 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from .transfer import migrate
+
+    src_name, dst_name = redact_url(args.src), redact_url(args.dst)
+    if not is_postgres_url(args.src) and not os.path.exists(args.src):
+        return _fail("migrate", FileNotFoundError(f"no database at {src_name}"))
+    try:
+        spec = stored_embedder(args.src)
+        if spec is None:
+            raise ValueError(f"{src_name} holds no memory (no embedder recorded)")
+        with open_db(args.src, spec) as src, Memory(args.dst, embedder=spec) as dst:
+            checks = migrate(src, dst, user_ids=args.user or None)
+    except sqlite3.Error as e:
+        return _fail("migrate", _not_a_db(args.src, e))
+    except (LaminaError, ValueError, KeyError, OSError, ImportError) as e:
+        return _fail("migrate", e)
+    bad = [c for c in checks if not c.same_counts]
+    for c in checks:
+        r = c.report
+        print(
+            f"lamina migrate: {r.user_id!r}: {r.items} items, {r.sessions} sessions, {r.revisions} revisions"
+            + ("" if c.same_counts else f"; COUNTS DIFFER: {c.differences}"),
+            file=sys.stderr,
+        )
+    print(f"lamina migrate: {len(checks)} users from {src_name} to {dst_name}", file=sys.stderr)
+    return 1 if bad else 0
+
+
 def _cmd_mcp(args: argparse.Namespace) -> int:
     try:
         from .mcp_server import build_mcp_server, run_stdio
@@ -163,7 +199,7 @@ def add_io_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     m.add_argument("--budget", type=int, default=1024, help="get_context's default token budget")
     m.set_defaults(func=_cmd_mcp)
     e = sub.add_parser("export", help="write users' memories as JSONL (docs/export-format.md)")
-    e.add_argument("--db", required=True, help="SQLite file")
+    e.add_argument("--db", required=True, help="SQLite file or postgresql:// URL")
     e.add_argument("--user", action="append", help="a user to export (repeatable; default: every user)")
     e.add_argument("--vectors", action="store_true", help="every vector (default: turns and facts re-embedded)")
     e.add_argument("-o", "--out", default="-", help="output file (default: stdout)")
@@ -171,10 +207,18 @@ def add_io_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     e.set_defaults(func=_cmd_export)
     i = sub.add_parser("import", help="read a JSONL dump into a database (one transaction per user)")
     i.add_argument("file", nargs="?", default="-", help="the dump (default: stdin)")
-    i.add_argument("--db", required=True, help="SQLite file (created if missing)")
+    i.add_argument("--db", required=True, help="SQLite file (created if missing) or postgresql:// URL")
     who = i.add_mutually_exclusive_group()
     who.add_argument("--as", dest="as_user", default=None, help="import the dump's one user under this id")
     who.add_argument("--user-map", action="append", metavar="OLD=NEW", help="rename a user (repeatable)")
     i.add_argument("--replace", action="store_true", help="delete existing users of the target ids first")
     i.add_argument("--embedder", default=None, help=emb + "; a new database: the dump's")
     i.set_defaults(func=_cmd_import)
+    g = sub.add_parser(
+        "migrate",
+        help="copy every user of one database into another (e.g. a SQLite file to PostgreSQL) via the export format",
+    )
+    g.add_argument("--from", dest="src", required=True, help="the source: a SQLite file or postgresql:// URL")
+    g.add_argument("--to", dest="dst", required=True, help="the target (created if missing; its users must be new)")
+    g.add_argument("--user", action="append", help="a user to copy (repeatable; default: every user)")
+    g.set_defaults(func=_cmd_migrate)

@@ -30,7 +30,17 @@ from .memory.dump import Dump, DumpFooter, DumpHeader, UserDump, dump_lines, rea
 from .memory.memory import Memory
 from .memory.reports import ImportReport
 
-__all__ = ["UserMap", "iter_export", "iter_dump", "export_jsonl", "import_dump", "import_jsonl", "renamed"]
+__all__ = [
+    "UserMap",
+    "iter_export",
+    "iter_dump",
+    "export_jsonl",
+    "import_dump",
+    "import_jsonl",
+    "renamed",
+    "migrate",
+    "MigrationCheck",
+]
 
 #: How an import names the users of a dump: a mapping (users it does not name keep their id)
 #: or a function of the dump's user id.
@@ -160,3 +170,48 @@ def import_jsonl(
     (:func:`import_dump`). A bad line raises :class:`~lamina.memory.dump.DumpError` (an
     :class:`lamina.InvalidInput`) before anything is written."""
     return import_dump(memory, read_dump(lines), user_map=user_map, replace=replace)
+
+
+@dataclasses.dataclass(slots=True)
+class MigrationCheck:
+    """One user moved by :func:`migrate`: what was imported and whether the target's counts of
+    the user (items, per layer, per kind, sessions, facts) equal the source's.
+
+    Attributes
+    ----------
+    report : ImportReport
+    same_counts : bool
+    differences : dict
+        ``field -> (source, target)`` for every count that differs (empty when ``same_counts``).
+    """
+
+    report: ImportReport
+    same_counts: bool
+    differences: dict[str, tuple[object, object]]
+
+
+_COUNTED = ("sessions", "open_sessions", "items", "layers", "kinds", "archive_turns", "facts_current")
+
+
+def migrate(source: Memory, target: Memory, *, user_ids: Sequence[str] | None = None) -> list[MigrationCheck]:
+    """Move users from one memory to another (a SQLite file to PostgreSQL, say) through the export
+    format: each user is exported with every vector (``vectors=True``: nothing re-embedded, so
+    the target serves the same contexts), validated line by line (:func:`import_jsonl`) and
+    imported in one transaction of the target, one user at a time (memory stays one user's dump).
+
+    Both memories must use the same embedder; a user that exists in the target already raises
+    :class:`lamina.InvalidInput` before anything of that user is written (users before it stay
+    moved). Returns a :class:`MigrationCheck` per user, in order.
+    """
+    if source.embedder.name != target.embedder.name:
+        raise InvalidInput(
+            f"the target memory uses embedder {target.embedder.name!r}, the source {source.embedder.name!r}; "
+            "open the target with the source's embedder"
+        )
+    out: list[MigrationCheck] = []
+    for uid in list(source.users() if user_ids is None else user_ids):
+        (rep,) = import_jsonl(target, iter_export(source, user_ids=[uid], vectors=True))
+        a, b = source.stats(user_id=uid).to_dict(), target.stats(user_id=uid).to_dict()
+        diff = {k: (a[k], b[k]) for k in _COUNTED if a[k] != b[k]}
+        out.append(MigrationCheck(report=rep, same_counts=not diff, differences=diff))
+    return out

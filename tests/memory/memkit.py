@@ -1,5 +1,5 @@
 """Shared helpers of the memory tests: times, chat lines, embedders with hand-placed vectors, and
-read-only views of a database file (the on-disk truth, read with ``sqlite3``)."""
+read-only views of a database (the stored truth, read with ``sqlite3`` or ``psycopg``)."""
 
 from __future__ import annotations
 
@@ -118,6 +118,14 @@ def db(path: str | Path) -> Iterator[sqlite3.Connection]:
 
 
 def rows(path: str | Path, sql: str, *args: Any) -> list[dict[str, Any]]:
+    """Rows of a query on a memory's database: a SQLite file, or a PostgreSQL URL (the tables of
+    its ``lamina`` schema; ``?`` placeholders as in SQLite)."""
+    if str(path).startswith("postgresql://"):
+        import psycopg
+        from psycopg.rows import dict_row
+
+        with psycopg.connect(str(path), options="-c search_path=lamina", row_factory=dict_row) as pg:
+            return [dict(r) for r in pg.execute(sql.replace("?", "%s").encode(), args)]  # type: ignore[call-overload]
     with db(path) as conn:
         return [dict(r) for r in conn.execute(sql, args)]
 

@@ -1,4 +1,4 @@
-"""The change log: a handle whose state of a user another writer moved applies the rows and
+"""The change log (on both backends: ``db`` is a SQLite file, then a PostgreSQL database): a handle whose state of a user another writer moved applies the rows and
 tombstones written since (``MemoryState.catch_up``), and ``delete`` patches the state the same
 way (``MemoryState.apply``). Either way the state must equal one loaded afresh from the store:
 every per-user index, the vectors of every namespace, the turn views and the lexical index, and
@@ -76,7 +76,7 @@ def contexts(m: Memory, user: str) -> list[str]:
     return [m.context(q, user_id=user, budget=120, now=T0 + 400 * DAY).render() for q in QUERIES]
 
 
-def assert_same_as_fresh(m: Memory, path: Path, users: list[str]) -> None:
+def assert_same_as_fresh(m: Memory, path: Path | str, users: list[str]) -> None:
     """``m``'s state of each user equals the state a new handle loads from the file."""
     m._sync()
     for uid in users:
@@ -127,9 +127,9 @@ def _random_op(m: Memory, rng: random.Random, step: int, users: list[str]) -> No
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_a_second_handle_catches_up_to_exactly_what_a_fresh_load_sees(tmp_path: Path, seed: int) -> None:
+def test_a_second_handle_catches_up_to_exactly_what_a_fresh_load_sees(db: str, seed: int) -> None:
     rng = random.Random(seed)
-    path = tmp_path / "m.db"
+    path = db
     users = ["ann", "bob"]
     with Memory(path, embedder="hashing", config=CONFIG) as a, Memory(path, embedder="hashing", config=CONFIG) as b:
         for step in range(60):
@@ -139,9 +139,9 @@ def test_a_second_handle_catches_up_to_exactly_what_a_fresh_load_sees(tmp_path: 
                 assert_same_as_fresh(a, path, users)  # a: its own deletes patched in place
 
 
-def test_catch_up_reads_only_the_change(tmp_path: Path) -> None:
+def test_catch_up_reads_only_the_change(db: str) -> None:
     """A handle behind by one write reads that write's rows, not the user's."""
-    path = tmp_path / "m.db"
+    path = db
     rng = random.Random(1)
     with Memory(path, embedder="hashing", config=CONFIG) as a, Memory(path, embedder="hashing", config=CONFIG) as b:
         for step in range(30):
@@ -164,11 +164,12 @@ def test_catch_up_reads_only_the_change(tmp_path: Path) -> None:
         b.context("x", user_id="u", budget=50)
         assert calls[1] == (0, 1)
         assert tid not in b._st.recs
-    assert_same_as_fresh(Memory(path, embedder="hashing", config=CONFIG), path, ["u"])
+    with Memory(path, embedder="hashing", config=CONFIG) as m:
+        assert_same_as_fresh(m, path, ["u"])
 
 
-def test_a_user_deleted_and_created_again_elsewhere_is_loaded_afresh(tmp_path: Path) -> None:
-    path = tmp_path / "m.db"
+def test_a_user_deleted_and_created_again_elsewhere_is_loaded_afresh(db: str) -> None:
+    path = db
     with Memory(path, embedder="hashing", config=CONFIG) as a, Memory(path, embedder="hashing", config=CONFIG) as b:
         a.add([{"speaker": "Ann", "text": "My secret code is 1234."}], user_id="u", session_id="s")
         assert b.search("code", user_id="u", k=1)
@@ -179,10 +180,10 @@ def test_a_user_deleted_and_created_again_elsewhere_is_loaded_afresh(tmp_path: P
         assert_same_as_fresh(b, path, ["u"])
 
 
-def test_an_updated_text_is_judged_stale_by_its_new_text(tmp_path: Path) -> None:
+def test_an_updated_text_is_judged_stale_by_its_new_text(db: str) -> None:
     """Staleness weights are cached per item id; an update must not keep the old text's weight
     (found by the catch-up check: a handle served an edited turn a fresh load demotes)."""
-    path = tmp_path / "m.db"
+    path = db
     lines = [("Bob", "I live in Berlin now."), ("Bob", "The weather is nice."), ("Ann", "Great.")]
     with Memory(path, embedder="hashing", config=CONFIG) as m:
         for i, (sp, tx) in enumerate(lines * 2):

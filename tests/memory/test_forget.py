@@ -59,7 +59,7 @@ def _secret_session(m: Memory, user: str, session: str, t: float) -> list[int]:
     return chat(m, user, session, lines, t, f"{user}-{session}")
 
 
-def _build(path: Path, config: MemoryConfig | None = None) -> tuple[Memory, list[int]]:
+def _build(path: Path | str, config: MemoryConfig | None = None) -> tuple[Memory, list[int]]:
     m = Memory(path, embedder="hashing", config=config)
     for s in range(4):
         chat(m, "u", f"a{s}", [("Alice", LINES[(s + j) % len(LINES)]) for j in range(6)], T0 + s * DAY, f"a{s}")
@@ -125,11 +125,11 @@ def test_revisions_of_a_deleted_item_are_wiped(tmp_path: Path, sqlite_build: str
         assert m.get(b).text == "ok"
 
 
-def test_no_derived_row_quotes_a_deleted_turn(tmp_path: Path) -> None:
+def test_no_derived_row_quotes_a_deleted_turn(db: str) -> None:
     """Every stored row whose text or summary quotes the turn lists it among its sources (MemTree
     nodes, session summaries, facts, notes, profiles): deleting the turn leaves no quote. Small
     capacities make the tree deep, promote notes and evict."""
-    path = tmp_path / "m.db"
+    path = db
     cfg = MemoryConfig(episodic_capacity=12, semantic_capacity=8, promote_threshold=0.0)
     m, ids = _build(path, cfg)
     quoted = {i for i, r in item_rows(path).items() if SECRET in r["text"] + (r["summary"] or "")}

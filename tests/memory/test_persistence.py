@@ -1,5 +1,6 @@
 """Memory persistence: the exact state on reopen, the embedder a database remembers, access bumps
-written by flush / close, atomic add and crash-consistent end_session under kill -9."""
+written by flush / close (these on SQLite and PostgreSQL: the tests taking ``db``), atomic add
+and crash-consistent end_session under kill -9."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from lamina.items import LAYERS
 QUERIES = ["Where does Alice live now?", "dog", "nurse job"]
 
 
-def test_reopen_restores_exact_state(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_reopen_restores_exact_state(db: str) -> None:
+    p = db
     cfg = MemoryConfig(working_capacity=4, episodic_capacity=4, max_segment_turns=2)
     with Memory(p, embedder="hashing", config=cfg) as m:
         fill(m)
@@ -49,8 +50,8 @@ def test_reopen_restores_exact_state(tmp_path: Path) -> None:
     assert ctx_before.render() == ctx_after.render()
 
 
-def test_reopen_with_other_embedder_refused(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_reopen_with_other_embedder_refused(db: str) -> None:
+    p = db
     with Memory(p, embedder="hashing") as m:
         m.add([{"speaker": "A", "text": "hello"}], user_id="u", session_id="s")
     with pytest.raises(lamina.InvalidInput, match="embedder"):
@@ -59,8 +60,8 @@ def test_reopen_with_other_embedder_refused(tmp_path: Path) -> None:
         assert m.stats().archive_turns == 1
 
 
-def test_flush_writes_access_bumps(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_flush_writes_access_bumps(db: str) -> None:
+    p = db
     m = Memory(p, embedder="hashing")
     (i,) = m.add([{"speaker": "A", "text": "my parrot is called Kiwi"}], user_id="u", session_id="s", timestamp=T0)
     m.context("parrot Kiwi", user_id="u", now=T0 + 5)
@@ -89,7 +90,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
-def _run_and_kill(db: Path, mode: str, seed: int) -> list[str]:
+def _run_and_kill(db: Path | str, mode: str, seed: int) -> list[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(sys.path)
     p = subprocess.Popen([sys.executable, "-c", _CHILD, str(db), mode], stdout=subprocess.PIPE, text=True, env=env)
@@ -110,7 +111,7 @@ def _run_and_kill(db: Path, mode: str, seed: int) -> list[str]:
     return lines
 
 
-def _check_consistent(db: Path, acked: set[int], ended: set[int]) -> None:
+def _check_consistent(db: Path | str, acked: set[int], ended: set[int]) -> None:
     if not acked:
         return
     recs = item_rows(db)
@@ -147,8 +148,10 @@ def _check_consistent(db: Path, acked: set[int], ended: set[int]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["add", "end"])
-def test_kill9_at_random_points(tmp_path: Path, mode: str) -> None:
-    db = tmp_path / f"crash-{mode}.db"
+def test_kill9_at_random_points(db: str, mode: str) -> None:
+    """A writer killed (SIGKILL) mid-write: on SQLite the file, on PostgreSQL the server (which
+    aborts the dead client's transaction and frees its write lock) keeps every acknowledged add
+    exactly once, all-or-nothing batches and a consistent tree; the next handle goes on."""
     acked: set[int] = set()
     ended: set[int] = set()
     for round_ in range(3):

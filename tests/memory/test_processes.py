@@ -1,14 +1,17 @@
-"""Several handles (processes, or connections in one process) on one SQLite file: ids and user
-namespaces never collide, a handle catches up with the others' writes before it reads or writes,
-and a handle opened before another's delete never serves or re-stores the deleted text."""
+"""Several handles (processes, or connections in one process) on one database — a SQLite file or
+a PostgreSQL database, the tests taking ``db`` run on both: ids and user namespaces never
+collide, a handle catches up with the others' writes before it reads or writes, and a handle
+opened before another's delete never serves or re-stores the deleted text."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from memkit import DAY, T0
@@ -18,15 +21,21 @@ from lamina import Memory, MemoryConfig, NotFoundError
 SECRET = "zebracorn-7731"
 
 
-def _texts(path: Path) -> list[str]:
-    con = sqlite3.connect(path)
+def _texts(db: str | Path) -> list[str]:
+    """Every item's text and summary as stored (read past lamina, with the database's own client)."""
+    if str(db).startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(str(db)) as pg:
+            return [f"{t}\n{s or ''}" for t, s in pg.execute("SELECT text, summary FROM lamina.items")]
+    con = sqlite3.connect(db)
     try:
         return [f"{t}\n{s or ''}" for t, s in con.execute("SELECT text, summary FROM items")]
     finally:
         con.close()
 
 
-def _writer(path: Path, who: int, n: int, shared: bool) -> subprocess.Popen[str]:
+def _writer(path: str | Path, who: int, n: int, shared: bool) -> subprocess.Popen[str]:
     code = textwrap.dedent(
         f"""
         import lamina
@@ -44,8 +53,8 @@ def _writer(path: Path, who: int, n: int, shared: bool) -> subprocess.Popen[str]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shared", [False, True], ids=["own-users", "one-user"])
-def test_four_processes_add_500_each_without_an_error(tmp_path: Path, shared: bool) -> None:
-    p = tmp_path / "m.db"
+def test_four_processes_add_500_each_without_an_error(db: str, shared: bool) -> None:
+    p = db
     Memory(p, embedder="hashing").close()  # create the file (and its embedder) once
     procs = [_writer(p, w, 500, shared) for w in range(4)]
     outs = [pr.communicate(timeout=600) for pr in procs]
@@ -60,8 +69,8 @@ def test_four_processes_add_500_each_without_an_error(tmp_path: Path, shared: bo
             assert sum(1 for h in hits if h.text.startswith(f"process {w} says ")) == 500
 
 
-def test_handles_on_one_file_never_collide_on_ids_or_users(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_handles_on_one_file_never_collide_on_ids_or_users(db: str) -> None:
+    p = db
     a, b = Memory(p, embedder="hashing"), Memory(p, embedder="hashing")
     ids: list[int] = []
     for i in range(30):
@@ -79,8 +88,8 @@ def test_handles_on_one_file_never_collide_on_ids_or_users(tmp_path: Path) -> No
         assert m.stats().archive_turns == 30
 
 
-def test_a_stale_handle_never_serves_or_restores_deleted_text(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_a_stale_handle_never_serves_or_restores_deleted_text(db: str) -> None:
+    p = db
     cfg = MemoryConfig(working_capacity=8)
     early = Memory(p, embedder="hashing", config=cfg)
     lines = ["We planned the trip.", f"The door code is {SECRET}.", "See you on Monday.", "Bring the maps."]
@@ -109,8 +118,8 @@ def test_a_stale_handle_never_serves_or_restores_deleted_text(tmp_path: Path) ->
         assert m.stats(user_id="ann").archive_turns == 4
 
 
-def test_a_handle_sees_a_user_deleted_or_created_elsewhere(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_a_handle_sees_a_user_deleted_or_created_elsewhere(db: str) -> None:
+    p = db
     a = Memory(p, embedder="hashing")
     a.add([{"speaker": "B", "text": "I live in Oslo."}], user_id="bea", session_id="s", timestamp=T0)
     b = Memory(p, embedder="hashing")
@@ -128,8 +137,8 @@ def test_a_handle_sees_a_user_deleted_or_created_elsewhere(tmp_path: Path) -> No
     b.close()
 
 
-def test_end_session_of_a_session_added_by_another_handle(tmp_path: Path) -> None:
-    p = tmp_path / "m.db"
+def test_end_session_of_a_session_added_by_another_handle(db: str) -> None:
+    p = db
     a, b = Memory(p, embedder="hashing"), Memory(p, embedder="hashing")
     a.users()  # a's state is loaded before b writes
     b.add([{"speaker": "D", "text": "My dog is called Rex."}], user_id="dan", session_id="s1", timestamp=T0)
@@ -140,10 +149,10 @@ def test_end_session_of_a_session_added_by_another_handle(tmp_path: Path) -> Non
     b.close()
 
 
-def test_a_user_deleted_and_created_again_elsewhere_is_never_taken_as_unchanged(tmp_path: Path) -> None:
+def test_a_user_deleted_and_created_again_elsewhere_is_never_taken_as_unchanged(db: str) -> None:
     """Versions are database-wide write numbers: a user deleted and created again by another
     handle cannot come back to the version a stale handle holds (it used to: both were 1)."""
-    p = tmp_path / "m.db"
+    p = db
     a = Memory(p, embedder="hashing")
     a.add([{"speaker": "U", "text": f"my secret password is {SECRET}"}], user_id="u", session_id="s1", timestamp=T0)
     b = Memory(p, embedder="hashing")
@@ -158,7 +167,7 @@ def test_a_user_deleted_and_created_again_elsewhere_is_never_taken_as_unchanged(
     assert not any(SECRET in t for t in _texts(p))
 
 
-def test_a_write_blocked_by_a_slow_writer_raises_store_busy(tmp_path: Path) -> None:
+def test_a_write_blocked_by_a_slow_writer_raises_store_busy(db: str) -> None:
     """A write that waits longer than busy_timeout for another connection's write raises
     lamina.StoreBusy (nothing written), not a raw sqlite3 error."""
     import threading
@@ -166,7 +175,7 @@ def test_a_write_blocked_by_a_slow_writer_raises_store_busy(tmp_path: Path) -> N
     from lamina import StoreBusy
     from lamina.extract import ExtractiveSummarizer
 
-    p = tmp_path / "m.db"
+    p = db
     started, release = threading.Event(), threading.Event()
 
     class Slow(ExtractiveSummarizer):
@@ -247,3 +256,79 @@ def test_a_delete_does_not_wait_for_a_reader_to_wipe_the_log(tmp_path: Path) -> 
     m.add([{"speaker": "U", "text": "later"}], user_id="u", session_id="s", timestamp=T0 + 1)
     assert SECRET.encode() not in Path(f"{p}-wal").read_bytes()
     m.close()
+
+
+_REPLICA = textwrap.dedent(
+    """
+    import json, sys
+    import lamina
+    m = lamina.Memory(sys.argv[1], embedder="hashing")
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "add":
+            out = m.add([{"speaker": "Ann", "text": cmd["text"]}], user_id=cmd["user"], session_id="s",
+                        timestamp=cmd["t"])
+        elif cmd["op"] == "delete":
+            m.delete(cmd["id"], user_id=cmd["user"])
+            out = None
+        elif cmd["op"] == "search":
+            out = [h.text for h in m.search(cmd["q"], user_id=cmd["user"], k=1000, layers=["archive", "working"])]
+        else:
+            out = m.context(cmd["q"], user_id=cmd["user"], budget=4000, now=cmd["t"]).render()
+        print(json.dumps(out), flush=True)
+    m.close()
+    """
+)
+
+
+class _Replica:
+    """A Memory in another process, driven one command at a time (each call returns once the
+    process acknowledged it: a write acknowledged is committed)."""
+
+    def __init__(self, db: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _REPLICA, db], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def __call__(self, **cmd: object) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the replica died (exit {self.proc.poll()})"
+        return json.loads(line)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        code = self.proc.wait(60)
+        self.proc.stdout.close()
+        assert code == 0
+
+
+def test_two_processes_read_each_others_writes_and_never_serve_an_acknowledged_delete(db: str) -> None:
+    """Two processes on one database, each with its own in-memory state: a write acknowledged by
+    one is in the very next read of the other (read-your-writes across handles), and an item
+    deleted through one is never served by the other afterwards — not by search, not by a
+    context, though the other process had it loaded (in working memory and the archive)."""
+    Memory(db, embedder="hashing").close()  # (the embedder is recorded once)
+    a, b = _Replica(db), _Replica(db)
+    try:
+        for i in range(6):
+            writer, reader = (a, b) if i % 2 == 0 else (b, a)
+            text = f"note {i}: the locker code is {SECRET}-{i}"
+            (tid,) = writer(op="add", user="u", text=text, t=T0 + i)
+            assert text in reader(op="search", user="u", q=f"locker code {i}")  # the next read sees it
+            assert f"{SECRET}-{i}" in reader(op="context", user="u", q="locker code", t=T0 + DAY)
+            deleter = reader if i % 3 else writer  # the reader or the writer deletes it
+            deleter(op="delete", user="u", id=tid)
+            for h in (a, b):  # gone everywhere, from the next read on
+                assert all(f"{SECRET}-{i}" not in t for t in h(op="search", user="u", q=f"locker code {i}"))
+                assert f"{SECRET}-{i}" not in h(op="context", user="u", q="locker code", t=T0 + DAY)
+        assert len(a(op="search", user="u", q="note")) == 0
+    finally:
+        a.close()
+        b.close()
+    assert not any(SECRET in t for t in _texts(db))

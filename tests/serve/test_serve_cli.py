@@ -139,3 +139,39 @@ def test_two_workers_share_one_file(tmp_path: Path) -> None:
                     headers={"Authorization": f"Bearer {KEY_A}"},
                 ).json()["items"]
                 assert sum(h["text"].startswith("mcp note") for h in hits) == 6
+
+
+@pytest.mark.slow
+def test_workers_share_one_postgresql_database(tmp_path: Path, pg_url: str) -> None:
+    """``--workers 3`` on PostgreSQL: a write acknowledged by any worker is in the next search on
+    any worker (each request on a new connection: the kernel spreads them), and a delete
+    acknowledged by one is never served by any afterwards."""
+    args = ["--db", pg_url, "--embedder", "hashing", "--workers", "3"]
+    hdr = {"Authorization": f"Bearer {KEY_A}"}
+    with serve_process(tmp_path, args, env_keys=f"a:{KEY_A}") as sp:
+
+        def search() -> list[int]:
+            r = httpx.post(
+                sp.url + "/v1/search",
+                json={"user_id": "w", "query": "worker note", "k": 50, "layers": ["archive"]},
+                headers=hdr,
+            )
+            assert r.status_code == 200, r.text
+            return sorted(h["id"] for h in r.json()["items"])
+
+        ids: list[int] = []
+        for i in range(12):
+            r = httpx.post(
+                sp.url + "/v1/memories",
+                json={"user_id": "w", "session_id": "s", "messages": [{"text": f"worker note {i}"}]},
+                headers=hdr,
+            )
+            assert r.status_code == 200, r.text
+            ids += r.json()["ids"]
+            assert search() == sorted(ids)  # read-your-writes on whichever worker answers
+        for gone in ids[:4]:
+            assert httpx.delete(f"{sp.url}/v1/memories/{gone}", params={"user_id": "w"}, headers=hdr).status_code == 200
+            for _ in range(3):
+                assert gone not in search()
+        assert search() == sorted(ids[4:])
+    assert "Traceback" not in sp.log.read_text()

@@ -24,6 +24,7 @@ from ..items import Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, fill, ingest, listing, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
+from .dburl import is_postgres_url
 from .domains import DomainClassifier
 from .dump import KINDS, STATUSES, UserDump
 from .explain import explanation
@@ -47,14 +48,29 @@ class ClosedError(LaminaError, ValueError):
     """The :class:`Memory` was closed."""
 
 
+def _open_store(path: str | os.PathLike[str] | None, synchronous: str, busy_timeout: float) -> Store:
+    """The store a ``Memory`` argument names: a ``postgresql://`` URL opens
+    :class:`~lamina.memory.pgstore.PostgresStore` (extra ``lamina[postgres]``), anything else a
+    SQLite file (None: in memory)."""
+    if is_postgres_url(path):
+        assert isinstance(path, str)
+        try:
+            from .pgstore import PostgresStore
+        except ImportError as e:
+            raise ImportError(f"a postgresql:// database needs psycopg 3 ({e}): pip install 'lamina[postgres]'") from e
+        return PostgresStore(path, busy_timeout=busy_timeout)
+    return SQLiteStore(None if path is None else os.fspath(path), synchronous=synchronous, busy_timeout=busy_timeout)
+
+
 class Memory:
-    """Multi-layer long-term memory for LLM agents, persisted in SQLite.
+    """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters
     ----------
     path : str, os.PathLike or None
-        SQLite database file (created if missing; reopening restores the exact state). None keeps
-        everything in memory.
+        SQLite database file (created if missing; reopening restores the exact state), or a
+        PostgreSQL URL ``postgresql://user:password@host/dbname`` (extra ``lamina[postgres]``;
+        several processes and hosts share it). None keeps everything in memory.
     embedder : "auto", "hashing", "minilm" or an :class:`~lamina.embedders.Embedder`
         ``"auto"`` uses MiniLM when its model files are present locally, else the native hashing
         embedder. A database remembers its embedder; reopening with a different one raises.
@@ -126,8 +142,8 @@ class Memory:
         if fact_extractor is None:
             fact_extractor = LLMFactExtractor(llm, RuleFactExtractor()) if llm is not None else RuleFactExtractor()
         self._models = Models(self._embed, summarizer, fact_extractor)
-        self._path = None if path is None else os.fspath(path)
-        self._store: Store = SQLiteStore(self._path, synchronous=str(config.synchronous), busy_timeout=busy_timeout)
+        self._store: Store = _open_store(path, str(config.synchronous), busy_timeout)
+        self._path = self._store.path  # (a PostgreSQL URL without its password)
         with self._store.tx():
             name = self._store.get_meta("embedder")
             if name is None:
@@ -938,7 +954,7 @@ class Memory:
 
     @property
     def path(self) -> str | None:
-        """The database file (None: in memory)."""
+        """The database file, or the PostgreSQL URL without its password (None: in memory)."""
         return self._path
 
     # ------------------------------------------------------------------ lifecycle

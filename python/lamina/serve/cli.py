@@ -46,6 +46,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ..embedders import get_embedder
     from ..errors import InvalidInput
     from ..memory import Memory
+    from ..memory.dburl import redact_url
 
     try:
         keys = KeyRing.from_sources(args.keys)
@@ -113,7 +114,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         mem = Memory(db, TimedEmbedder(get_embedder(args.embedder), metrics))
     except Exception as e:
-        print(f"lamina serve: cannot open {args.db}: {e}", file=sys.stderr)
+        print(f"lamina serve: cannot open {redact_url(args.db)}: {e}", file=sys.stderr)
         return 2
     if args.workers > 1:  # each worker opens its own (the check above was the parent's)
         mem.close()
@@ -187,14 +188,21 @@ def add_serve_parsers(sub: Any) -> None:
         help="serve a memory over HTTP (needs lamina[serve])",
         description="Serve a lamina memory over HTTP (OpenAPI at /docs). Without API keys it binds to loopback only.",
     )
-    s.add_argument("--db", required=True, help="SQLite file (created if missing); ':memory:' for none")
+    s.add_argument(
+        "--db",
+        required=True,
+        help="SQLite file (created if missing), or postgresql://user:password@host/dbname "
+        "(needs lamina[postgres]); ':memory:' for none",
+    )
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8420)
     s.add_argument(
         "--keys", default=None, help="TOML keys file with hashed keys (see 'lamina keys'); also LAMINA_API_KEYS"
     )
     s.add_argument("--embedder", default="auto", help="auto | hashing | minilm (a database remembers its embedder)")
-    s.add_argument("--workers", type=int, default=1, help="uvicorn worker processes sharing the --db file")
+    s.add_argument(
+        "--workers", type=int, default=1, help="uvicorn worker processes sharing the --db file or PostgreSQL database"
+    )
     s.add_argument("--threads", type=int, default=4, help="memory calls running at once per worker")
     s.add_argument("--max-pending", type=int, default=256, help="calls running or queued before 503")
     s.add_argument("--queue-timeout", type=float, default=10.0, help="seconds a call may wait for a thread before 503")
