@@ -57,6 +57,15 @@ class PgCluster:
                 raise NoPostgres("running as root and runuser is not available")
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
             self._as = ["runuser", "-u", PG_USER, "--"]
+            probe = subprocess.run([*self._as, "test", "-x", str(self.bin / "initdb")], capture_output=True, timeout=30)
+            if probe.returncode != 0:  # pgserver sits where that user cannot reach (e.g. under /root):
+                # a copy in the server's directory, in the layout its RPATH expects
+                # ($ORIGIN/../../../pgserver.libs from pginstall/bin)
+                site = self.bin.parent.parent.parent
+                shutil.copytree(site / "pgserver" / "pginstall", self.root / "site/pgserver/pginstall", symlinks=True)
+                if (site / "pgserver.libs").is_dir():
+                    shutil.copytree(site / "pgserver.libs", self.root / "site/pgserver.libs", symlinks=True)
+                self.bin = self.root / "site/pgserver/pginstall/bin"
         self.running = False
 
     def _run(self, *args: str) -> None:
