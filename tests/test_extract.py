@@ -84,15 +84,8 @@ def test_summaries_use_the_given_embedder() -> None:
         ("I work at Google.", [("Ann", "works_at", "Google")]),
         ("I'm 34 years old.", [("Ann", "age", "34")]),
         ("My wife is Maria.", [("Ann", "spouse", "Maria")]),
-        pytest.param(
-            "My wife is called Maria.",
-            [("Ann", "spouse", "Maria"), ("Ann", "wife_name", "Maria")],
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: the spouse / partner rules try 'is' before "
-                "'is called' / 'is named', so the object becomes 'called Maria'",
-            ),
-        ),
+        ("My wife is called Maria.", [("Ann", "spouse", "Maria"), ("Ann", "wife_name", "Maria")]),
+        ("My boyfriend is named Leo.", [("Ann", "partner", "Leo"), ("Ann", "boyfriend_name", "Leo")]),
         ("I drive a Volvo.", [("Ann", "drives", "Volvo")]),
         ("My birthday is on May 3rd.", [("Ann", "birthday", "May 3rd")]),
         ("My favorite color is green.", [("Ann", "favorite_color", "green")]),

@@ -241,8 +241,8 @@ _rule(
 )
 _rule(r"\bI(?:'m| am) (?P<obj>\d{1,3}) (?:years old|now)\b", _pred("age"))
 _rule(r"\bI(?:'m| am) (?:now )?(?:married|engaged) to " + _OBJ + _END, _pred("spouse"))
-_rule(r"\bmy (?:wife|husband|spouse) (?:is|is called|is named) " + _OBJ + _END, _pred("spouse"))
-_rule(r"\bmy (?:partner|girlfriend|boyfriend) (?:is|is called|is named) " + _OBJ + _END, _pred("partner"))
+_rule(r"\bmy (?:wife|husband|spouse) (?:is called|is named|is) " + _OBJ + _END, _pred("spouse"))
+_rule(r"\bmy (?:partner|girlfriend|boyfriend) (?:is called|is named|is) " + _OBJ + _END, _pred("partner"))
 _rule(r"\bI (?:now )?drive an? " + _OBJ + _END, _pred("drives"))
 _rule(r"\bI (?:just )?(?:bought|got) (?:myself )?a new car,? an? " + _OBJ + _END, _pred("drives"))
 _rule(r"\bI(?:'m| am) (?:now )?studying " + _OBJ + _END, _pred("studies"))
@@ -252,7 +252,7 @@ _rule(
     lambda m: (f"favorite_{m.group('what').lower().replace(' ', '_')}", m.group("obj"), True),
 )
 _rule(
-    r"\bmy (?P<what>[a-z]+(?: [a-z]+)?)(?:'s name is| is called| is named| named) " + _OBJ + _END,
+    r"\bmy (?P<what>[a-z]+(?: (?!is\b)[a-z]+)?)(?:'s name is| is called| is named| named) " + _OBJ + _END,
     lambda m: (f"{m.group('what').lower().replace(' ', '_')}_name", m.group("obj"), True),
 )
 _rule(
