@@ -193,7 +193,7 @@ void register_model(py::module_& m) {
           "forward",
           [](const PyModel& pm, const py::object& ids, model::KVCache& cache,
              const std::string& logits, int threads, int record_window, bool q8,
-             bool accumulate) {
+             bool accumulate, const std::string& reduce) {
             py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
             const model::Logits mode = logits_mode(logits);
             const model::Config& c = pm.m->config();
@@ -212,7 +212,10 @@ void register_model(py::module_& m) {
               lp = o.mutable_data();
               out = o;
             }
+            LAMINA_CHECK(reduce == "sum" || reduce == "max",
+                         "accumulate_reduce must be 'sum' or 'max', got '", reduce, "'");
             model::AttentionRecord R;
+            R.accumulate_max = reduce == "max";
             if (record_window > 0) {
               const std::size_t S = cache.length(0, 0) + T;
               py::array_t<float> o({static_cast<std::size_t>(c.n_layers),
@@ -239,12 +242,12 @@ void register_model(py::module_& m) {
           },
           py::arg("ids"), py::arg("cache"), py::arg("logits") = "last", py::arg("threads") = 0,
           py::arg("record_window") = 0, py::arg("q8_decode") = true,
-          py::arg("accumulate_attention") = false,
+          py::arg("accumulate_attention") = false, py::arg("accumulate_reduce") = "sum",
           "Runs ids (int32 [T]) through the model after the tokens in cache; returns (logits, "
           "attention, accumulated): logits float32 [vocab] ('last'), [T, vocab] ('all') or None ('none'); "
           "attention float32 [L, H, record_window, S] or None. q8_decode: int8 activations on the "
           "decode (GEMV) path. accumulate_attention: accumulated is (L, H, S) float32, each entry's attention "
-          "summed over every query of the call (H2O), else None.");
+          "summed over every query of the call (H2O; accumulate_reduce='max': its maximum, KVzip), else None.");
 }
 
 }  // namespace lamina::py_detail

@@ -272,6 +272,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     }
   std::size_t S_rec = 0, W_rec = 0;
   const bool accumulate = record && record->accumulated;
+  const bool acc_max = accumulate && record->accumulate_max;
   if (record && (record->window > 0 || accumulate)) {
     for (std::size_t i = 0; i < len0.size(); ++i)
       LAMINA_CHECK(len0[i] == len0[0],
@@ -494,7 +495,11 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
           }
           if (accumulate) {
             float* a = S.acc.data() + (l * H + hh) * S_rec;
-            for (std::size_t j = 0; j < n; ++j) a[j] += S.probs[j];
+            if (acc_max) {
+              for (std::size_t j = 0; j < n; ++j) a[j] = std::max(a[j], S.probs[j]);
+            } else {
+              for (std::size_t j = 0; j < n; ++j) a[j] += S.probs[j];
+            }
           }
         }
       });
@@ -562,7 +567,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     float* a = record->accumulated;
     std::fill(a, a + L * H * S_rec, 0.0f);
     for (const Scratch& sc : scratch)
-      for (std::size_t j = 0; j < L * H * S_rec; ++j) a[j] += sc.acc[j];
+      for (std::size_t j = 0; j < L * H * S_rec; ++j)
+        a[j] = acc_max ? std::max(a[j], sc.acc[j]) : a[j] + sc.acc[j];
   }
   cache.commit(T);
 }

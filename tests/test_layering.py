@@ -223,6 +223,7 @@ KV_LEVELS = {
     "h2o": 2,
     "snapkv": 2,
     "keydiff": 2,
+    "kvzip": 2,
     "adakv": 3,
     "pyramidkv": 3,
     "lava": 3,

@@ -141,11 +141,13 @@ enum class Logits { None, Last, All };
 /// (true until a head is compacted). Layout (L, H, window, S) float32, row-major; entries an
 /// early query cannot see are 0.
 /// `accumulated` (optional): Σ over every query of the call of its softmax row, per (layer,
-/// query head, entry) — H2O's accumulated attention — (L, H, S) float32.
+/// query head, entry) — H2O's accumulated attention — (L, H, S) float32; with
+/// `accumulate_max` the maximum over those queries instead of the sum (KVzip's score).
 struct AttentionRecord {
   int window = 0;
   float* out = nullptr;          // L·H·window·S floats, S = cache length after the call
   float* accumulated = nullptr;  // L·H·S floats, or null
+  bool accumulate_max = false;   // max over the call's queries instead of the sum
 };
 
 /// A llama-architecture model over non-owned quantised weights. Thread-safe for concurrent

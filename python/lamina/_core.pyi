@@ -443,4 +443,5 @@ class LlamaModel:
         record_window: int = 0,
         q8_decode: bool = True,
         accumulate_attention: bool = False,
+        accumulate_reduce: str = "sum",
     ) -> tuple[_F32 | None, _F32 | None, _F32 | None]: ...

@@ -59,7 +59,7 @@ def test_eval_kv_cli_small_run(tmp_path: Path, capsys: Any) -> None:
             "--n",
             "1",
             "--methods",
-            "snapkv,keydiff,adakv_criticalkv,h2o",
+            "snapkv,keydiff,adakv_criticalkv,h2o,kvzip",
             "--compressions",
             "0.5",
             "--modes",
@@ -78,7 +78,7 @@ def test_eval_kv_cli_small_run(tmp_path: Path, capsys: Any) -> None:
     assert "query-agnostic" in text and "query-aware" in text and "keydiff" in text
     res = json.loads(out.read_text())
     rows = res["rows"]
-    assert len(rows) == 4 * 2  # methods x modes at one compression
+    assert len(rows) == 5 * 2  # methods x modes at one compression
     for r in rows:
         assert r["full_score"] is not None and 0.0 <= r["score"] <= 1.0
         # bytes held fall by the compression ratio, head-wise methods included
@@ -86,4 +86,4 @@ def test_eval_kv_cli_small_run(tmp_path: Path, capsys: Any) -> None:
     assert res["full"]["384"] > 0.0  # the model finds the needle with the full cache
     root = ElementTree.parse(svg).getroot()
     assert root.tag.endswith("svg")
-    assert len(root.findall(".//{http://www.w3.org/2000/svg}polyline")) == 4 * 2  # a line per method and panel
+    assert len(root.findall(".//{http://www.w3.org/2000/svg}polyline")) == 5 * 2  # a line per method and panel

@@ -144,7 +144,10 @@ def test_bytes_fall_by_the_compression_ratio(model: Any, prefilled: Any, press: 
     ids, cache, pre = prefilled
     c = cache.clone()
     m = lamina.kv.make_method(press)
-    scores = pre.accumulated if press in lamina.model.press.ACCUMULATED else pre.attention
+    if press in lamina.model.press.RECONSTRUCTED:
+        scores = model.reconstruction_scores(cache, ids)
+    else:
+        scores = pre.accumulated if press in lamina.model.press.ACCUMULATED else pre.attention
     keep = lamina.model.press.apply_press(c, scores, m, ratio)
     assert np.array_equal(c.lengths(), keep.lengths)
     # head-wise budgets (adakv, pyramidkv, lava, adakv_criticalkv) hold ragged heads; the bytes
@@ -171,3 +174,54 @@ def test_passkey_full_and_compressed(model: Any) -> None:
     # StreamingLLM at 90 % keeps only the start and the recent filler: the needle is gone
     lost = model.generate(PASSKEY, question=q, max_tokens=12, press="streaming", compression=0.9)
     assert "71432" not in lost.text
+
+
+def test_max_accumulation_is_the_max_of_every_row(model: Any) -> None:
+    ids = np.asarray(model.prompt_parts(CONTEXT[:300]).context, np.int32)
+    T = len(ids)
+    cache = model.new_cache()
+    _, att, mx = model._native.forward(ids, cache, "none", 2, T, True, True, "max")
+    np.testing.assert_array_equal(mx, att.max(axis=2))
+    with pytest.raises(ValueError, match="accumulate_reduce"):
+        model._native.forward(ids[:4], model.new_cache(), "none", 2, 0, True, True, "mean")
+
+
+def test_reconstruction_scores_leave_the_cache_and_merge_pieces(model: Any) -> None:
+    ids = model.prompt_parts(CONTEXT).context
+    cache = model.new_cache()
+    model.prefill(ids, cache)
+    before = cache.keys(5, 1).copy()
+    whole = model.reconstruction_scores(cache, ids)
+    c = model.config
+    assert whole.shape == (c.n_layers, c.n_heads, len(ids))
+    assert cache.n_seen == len(ids) and np.array_equal(cache.keys(5, 1), before)
+    # repeated in pieces of 64, every entry is still scored by some query of some piece
+    pieces = model.reconstruction_scores(cache, ids, chunk=64)
+    assert pieces.shape == whole.shape and (pieces > 0).all()
+    with pytest.raises(ValueError, match="exactly"):
+        model.reconstruction_scores(cache, ids[:-1])
+    with pytest.raises(ValueError, match="reconstruction pass"):
+        lamina.model.press.reconstruction_scores(
+            model._native,
+            cache,
+            np.asarray(ids, np.int32),
+            model.repeat_instruction,
+            context_length=len(ids) + len(model.repeat_instruction) + 8,
+        )
+
+
+def test_kvzip_press_keeps_the_budget_head_wise(model: Any) -> None:
+    q = "Where is the spare key?"
+    full = model.generate(CONTEXT, question=q, max_tokens=3)
+    half = model.generate(CONTEXT, question=q, max_tokens=3, press="kvzip", compression=0.5)
+    assert 0.45 < half.kept_fraction < 0.6
+    assert half.kv_bytes < 0.7 * full.kv_bytes
+    ids = model.prompt_parts(CONTEXT).context
+    cache = model.new_cache()
+    model.prefill(ids, cache)
+    keep = lamina.model.press.apply_press(cache, model.reconstruction_scores(cache, ids), lamina.kv.KVzip(), 0.5)
+    lengths = cache.lengths()
+    assert int(lengths.sum()) == keep.total == int(len(ids) * 0.5) * lengths.size
+    assert len(set(lengths.ravel().tolist())) > 1  # global budgets: heads differ
+    budgeted = model.generate(CONTEXT, question=q, max_tokens=3, press="kvzip", kv_budget=96)
+    assert budgeted.kept_fraction < 0.7 and budgeted.peak_kv_bytes < full.kv_bytes

@@ -776,7 +776,7 @@ def test_rejects_bad_budget(x3):
 
 def test_rejects_bad_method_and_params(x3):
     with pytest.raises(
-        ValueError, match="adakv, adakv_criticalkv, criticalkv, h2o, keydiff, lava, pyramidkv, snapkv, streaming"
+        ValueError, match="adakv, adakv_criticalkv, criticalkv, h2o, keydiff, kvzip, lava, pyramidkv, snapkv, streaming"
     ):
         kv.select(x3, 16, "snapkv2")
     with pytest.raises(TypeError, match="unknown parameter.*window_sizes.*valid: window_size"):
@@ -869,6 +869,7 @@ def test_package_exports():
         "keydiff",
         "criticalkv",
         "adakv_criticalkv",
+        "kvzip",
     }
 
 

@@ -26,7 +26,14 @@ import numpy.typing as npt
 
 from ..kv import KVMethod, make_method
 from ..model import Model
-from ..model.press import ACCUMULATED, DEFAULT_WINDOW, SCORE_FREE, apply_press, observation_window
+from ..model.press import (
+    ACCUMULATED,
+    DEFAULT_WINDOW,
+    RECONSTRUCTED,
+    SCORE_FREE,
+    apply_press,
+    observation_window,
+)
 from .harness import _Bar
 from .kv_suite import KVSample, score_output
 
@@ -155,7 +162,15 @@ def run_kv(
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
     need_acc = any(m.name in ACCUMULATED for m in ms)
-    need_att = any(m.name not in SCORE_FREE and m.name not in ACCUMULATED for m in ms)
+    need_att = any(m.name not in SCORE_FREE and m.name not in ACCUMULATED and m.name not in RECONSTRUCTED for m in ms)
+    need_rec = any(m.name in RECONSTRUCTED for m in ms)
+
+    def rebuild(cache: Any, ids: Sequence[int]) -> npt.NDArray[np.float32] | None:
+        # KVzip's reconstruction maxima for a cache holding exactly ``ids`` (once per prompt)
+        if not need_rec:
+            return None
+        return model.reconstruction_scores(cache, ids)
+
     bar = _Bar(len(samples) * (1 + len(ms) * len(compressions) * len(modes)), "kv", progress)
     out: list[KVRecord] = []
     for smp in samples:
@@ -188,21 +203,25 @@ def run_kv(
                 acc = suf.accumulated.copy()
                 acc[:, :, : pre.accumulated.shape[2]] += pre.accumulated
             att = _aware_attention(pre.attention, suf.attention, DEFAULT_WINDOW) if need_att else None
-            aware = (qa, suf.logits, att, acc)
+            aware = (qa, suf.logits, att, acc, rebuild(qa, list(ctx) + list(suffix)))
+        rec_agnostic = rebuild(base, ctx) if "agnostic" in modes else None
         for mode in modes:
             for m in ms:
                 for r in compressions:
                     if mode == "agnostic":
                         src, logits, att, acc, suf_ids = base, pre.logits, pre.attention, pre.accumulated, suffix
+                        rec = rec_agnostic
                     else:
                         assert aware is not None
-                        src, logits, att, acc = aware
+                        src, logits, att, acc, rec = aware
                         suf_ids = []
                     c = src.clone()
                     S = int(c.lengths().max())
                     scores = None
                     if m.name in ACCUMULATED:
                         scores = acc
+                    elif m.name in RECONSTRUCTED:
+                        scores = rec
                     elif m.name not in SCORE_FREE and att is not None:
                         scores = _window_rows(att, min(observation_window(m, S, float(r)), att.shape[2]))
                     apply_press(c, scores, m, float(r), threads=model.threads)

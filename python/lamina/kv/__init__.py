@@ -4,8 +4,10 @@ One file per method, in the style of NVIDIA kvpress, over one native selection c
 (``cpp/lamina/kv.hpp``): :class:`StreamingLLM` (``"streaming"``), :class:`H2O` (``"h2o"``),
 :class:`SnapKV` (``"snapkv"``), :class:`AdaKV` (``"adakv"``), :class:`PyramidKV`
 (``"pyramidkv"``), :class:`LAVa` (``"lava"``), :class:`KeyDiff` (``"keydiff"``: key
-similarity, no attention), :class:`CriticalKV` (``"criticalkv"``: attention × value norm) and
-:class:`AdaCriticalKV` (``"adakv_criticalkv"``: the same with Ada-KV's head budgets). Each module's docstring gives the formula
+similarity, no attention), :class:`CriticalKV` (``"criticalkv"``: attention × value norm),
+:class:`AdaCriticalKV` (``"adakv_criticalkv"``: the same with Ada-KV's head budgets) and
+:class:`KVzip` (``"kvzip"``: the attention of a context-reconstruction pass, global head
+budgets; the model runs that pass, see :mod:`lamina.model.press`). Each module's docstring gives the formula
 it implements and its reference.
 
 Inputs
@@ -78,6 +80,7 @@ from .base import Budget, KeepSet, KVMethod, check_threads
 from .criticalkv import AdaCriticalKV, CriticalKV, value_l2_norms
 from .h2o import H2O
 from .keydiff import KeyDiff, keydiff_scores
+from .kvzip import KVzip
 from .lava import LAVa
 from .pyramidkv import PyramidKV
 from .snapkv import SnapKV
@@ -102,12 +105,14 @@ __all__ = [
     "KeyDiff",
     "CriticalKV",
     "AdaCriticalKV",
+    "KVzip",
     "keydiff_scores",
     "value_l2_norms",
 ]
 
 METHODS: dict[str, type[KVMethod]] = {
-    cls.name: cls for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa, KeyDiff, CriticalKV, AdaCriticalKV)
+    cls.name: cls
+    for cls in (StreamingLLM, H2O, SnapKV, AdaKV, PyramidKV, LAVa, KeyDiff, CriticalKV, AdaCriticalKV, KVzip)
 }
 """Method name -> class."""
 

@@ -16,7 +16,7 @@ import numpy.typing as npt
 from .. import _core
 from ..errors import InvalidInput
 from ..kv import KVMethod
-from .press import ACCUMULATED, CACHE_SCORED, apply_press, observation_window, press_to_budget
+from .press import CACHE_SCORED, apply_press, prefill_for_press, press_to_budget
 from .sampling import Sampler
 
 __all__ = ["Generation", "PromptParts", "KVBudget", "Prefill", "run_generation", "continue_generation"]
@@ -128,8 +128,10 @@ def run_generation(
     threads: int,
     q8_decode: bool = True,
     budget: KVBudget | None = None,
+    instruction: Sequence[int] = (),
 ) -> Generation:
-    """Generate into an empty ``cache`` (see :meth:`lamina.model.Model.generate`)."""
+    """Generate into an empty ``cache`` (see :meth:`lamina.model.Model.generate`);
+    ``instruction``: the token ids of the reconstruction instruction (KVzip's pass)."""
     if budget is not None:
         return _run_budgeted(
             native,
@@ -146,6 +148,7 @@ def run_generation(
             context_length=context_length,
             threads=threads,
             q8_decode=q8_decode,
+            instruction=instruction,
         )
     n_prompt = len(parts.context) + len(parts.suffix)
     if n_prompt + max_tokens > context_length:
@@ -153,17 +156,25 @@ def run_generation(
             f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's context of {context_length}"
         )
     ctx = np.asarray(parts.context, dtype=np.int32)
-    pressing = press is not None and compression > 0.0
-    window = observation_window(press, len(ctx), compression) if pressing and press is not None else 0
-    accumulate = pressing and press is not None and press.name in ACCUMULATED
-    logits, attention, accumulated = native.forward(ctx, cache, "last", threads, window, q8_decode, accumulate)
+    logits, scores = prefill_for_press(
+        native,
+        cache,
+        ctx,
+        press,
+        compression,
+        instruction=instruction,
+        context_length=context_length,
+        threads=threads,
+        q8_decode=q8_decode,
+    )
     peak = int(cache.nbytes)
-    if pressing and press is not None:
-        apply_press(cache, accumulated if accumulate else attention, press, compression, threads=threads)
+    if press is not None and compression > 0.0:
+        apply_press(cache, scores, press, compression, threads=threads)
     if parts.suffix:
-        logits, _, _ = native.forward(np.asarray(parts.suffix, dtype=np.int32), cache, "last", threads, 0, q8_decode)
+        last, _, _ = native.forward(np.asarray(parts.suffix, dtype=np.int32), cache, "last", threads, 0, q8_decode)
+        assert last is not None
+        logits = last
         peak = max(peak, int(cache.nbytes))
-    assert logits is not None
     return _decode(
         native,
         cache,
@@ -300,6 +311,7 @@ def _run_budgeted(
     context_length: int,
     threads: int,
     q8_decode: bool,
+    instruction: Sequence[int] = (),
 ) -> Generation:
     """Generation under a fixed KV budget: chunked prefill (press after each chunk), press
     after the context, then decoding that re-presses before a head passes the budget."""
@@ -351,12 +363,20 @@ def _run_budgeted(
                 f"({', '.join(sorted(CACHE_SCORED))})"
             )
         pressing = room < S
-        window = observation_window(press, S, 1.0 - room / S) if pressing else 0
-        accumulate = pressing and press.name in ACCUMULATED
-        logits, attention, accumulated = native.forward(ctx, cache, "last", threads, window, q8_decode, accumulate)
+        logits, scores = prefill_for_press(
+            native,
+            cache,
+            ctx,
+            press,
+            1.0 - room / S if pressing else 0.0,
+            instruction=instruction,
+            context_length=context_length,
+            threads=threads,
+            q8_decode=q8_decode,
+        )
         peak = int(cache.nbytes)
         if pressing:
-            apply_press(cache, accumulated if accumulate else attention, press, room, threads=threads)
+            apply_press(cache, scores, press, room, threads=threads)
     # room for the budget allocated once: the question and decoding then never reallocate,
     # so the bytes held stay at the budget (the native growth step would overshoot it)
     cache.reserve(b)

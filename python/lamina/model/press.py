@@ -8,10 +8,17 @@ cache is compacted head by head, so the memory of the dropped entries is given b
 Methods in :data:`CACHE_SCORED` (KeyDiff, StreamingLLM) read only the cache (keys, order), so
 :func:`press_to_budget` applies them to a cache of any shape — also one already compressed
 head-wise — during decoding and between the chunks of a chunked prefill.
+
+Methods in :data:`RECONSTRUCTED` (KVzip) are scored by one more pass: on a clone of the
+prefilled cache the model is teacher-forced through an instruction to repeat the context and
+the context itself (:func:`reconstruction_scores`), and every original entry keeps the largest
+attention any of those queries gave it. :func:`prefill_for_press` runs the prefill and
+whatever scoring pass the method needs, for every method.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +43,11 @@ __all__ = [
     "SCORE_FREE",
     "ACCUMULATED",
     "CACHE_SCORED",
+    "RECONSTRUCTED",
+    "REPEAT_INSTRUCTION",
     "observation_window",
+    "reconstruction_scores",
+    "prefill_for_press",
     "resolve_press",
     "apply_press",
     "press_to_budget",
@@ -58,6 +69,12 @@ CACHE_SCORED = frozenset({"streaming", "keydiff"})
 #: Methods scored by the attention accumulated over every prefill query, (L, H, S) (H2O's
 #: heavy hitters), rather than by the last w queries.
 ACCUMULATED = frozenset({"h2o"})
+#: Methods scored by a context-reconstruction pass (KVzip), (L, H, S) maxima.
+RECONSTRUCTED = frozenset({"kvzip"})
+
+#: The instruction of the reconstruction pass, before the context is repeated (plain text, so
+#: it needs no chat template; the context's own tokens follow it).
+REPEAT_INSTRUCTION = "\n\nRepeat the previous context exactly.\n\n"
 
 
 def observation_window(press: KVMethod, seq_len: int, compression: float) -> int:
@@ -65,12 +82,112 @@ def observation_window(press: KVMethod, seq_len: int, compression: float) -> int
     reads no window (:data:`SCORE_FREE`, :data:`ACCUMULATED`), else the method's ``window_size`` when set, else :data:`DEFAULT_WINDOW`,
     capped so that it stays below the kept budget and the sequence length. (The record holds
     L·H·w·S float32: 0.55 GB for SmolLM2-135M at w = 64, S = 8,000.)"""
-    if press.name in SCORE_FREE or press.name in ACCUMULATED:
+    if press.name in SCORE_FREE or press.name in ACCUMULATED or press.name in RECONSTRUCTED:
         return 0
     w = getattr(press, "window_size", None)
     w = DEFAULT_WINDOW if w is None else int(w)
     keep = int(seq_len * (1.0 - compression))
     return max(1, min(w, keep, seq_len - 1))
+
+
+def reconstruction_scores(
+    native: _core.LlamaModel,
+    cache: _core.KVCache,
+    context: npt.NDArray[np.int32],
+    instruction: Sequence[int],
+    *,
+    context_length: int,
+    threads: int = 0,
+    q8_decode: bool = True,
+    chunk: int = 2048,
+) -> npt.NDArray[np.float32]:
+    """KVzip's scores of the entries of ``cache``, which holds exactly ``context``.
+
+    On a clone of ``cache`` the model runs ``instruction`` and then the context again
+    (teacher-forced: the model "repeats" it); each original entry scores the maximum attention
+    any of those queries gave it, per layer and query head. A context longer than ``chunk``
+    (or than the room the model's window leaves) is repeated piece by piece, each piece on a
+    fresh clone, and the maxima are merged. ``cache`` itself is not changed.
+
+    Parameters
+    ----------
+    native : lamina._core.LlamaModel
+    cache : lamina._core.KVCache
+        Holds the S context entries, every head uncompressed.
+    context : ndarray, int32, shape (S,)
+    instruction : sequence of int
+        Token ids of :data:`REPEAT_INSTRUCTION` (no BOS).
+    context_length : int
+        The model's window; a clone may hold S + len(instruction) + one piece.
+    threads : int
+    q8_decode : bool
+    chunk : int
+        Longest piece repeated on one clone.
+
+    Returns
+    -------
+    ndarray, float32, shape (L, H, S)
+
+    Raises
+    ------
+    InvalidInput
+        The model's window leaves fewer than 16 tokens to repeat the context in.
+    """
+    S = len(context)
+    room = min(int(chunk), context_length - S - len(instruction))
+    if room < 16:
+        raise InvalidInput(
+            f"kvzip repeats the context after it: {S} context tokens leave {max(room, 0)} of the model's "
+            f"{context_length} for the reconstruction pass (need >= 16); use a shorter context or another press"
+        )
+    head = np.asarray(instruction, dtype=np.int32)
+    out: npt.NDArray[np.float32] | None = None
+    for start in range(0, S, room):
+        c = cache.clone()
+        ids = np.concatenate([head, context[start : start + room]]).astype(np.int32)
+        _, _, mx = native.forward(ids, c, "none", threads, 0, q8_decode, True, "max")
+        assert mx is not None
+        part = mx[:, :, :S]
+        out = np.array(part) if out is None else np.maximum(out, part)
+    assert out is not None
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def prefill_for_press(
+    native: _core.LlamaModel,
+    cache: _core.KVCache,
+    context: npt.NDArray[np.int32],
+    press: KVMethod | None,
+    compression: float,
+    *,
+    instruction: Sequence[int],
+    context_length: int,
+    threads: int,
+    q8_decode: bool,
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32] | None]:
+    """Prefill ``context`` into the empty ``cache`` and compute what ``press`` reads.
+
+    Returns
+    -------
+    (logits (V,), scores)
+        ``scores``: the recorded window attention (L, H, w, S), the accumulated attention
+        (L, H, S) for :data:`ACCUMULATED`, the reconstruction maxima (L, H, S) for
+        :data:`RECONSTRUCTED`, or None (no press, ``compression`` 0, or a
+        :data:`SCORE_FREE` method).
+    """
+    pressing = press is not None and compression > 0.0
+    window = observation_window(press, len(context), compression) if pressing and press is not None else 0
+    accumulate = pressing and press is not None and press.name in ACCUMULATED
+    logits, attention, accumulated = native.forward(context, cache, "last", threads, window, q8_decode, accumulate)
+    assert logits is not None
+    if not pressing or press is None:
+        return logits, None
+    if press.name in RECONSTRUCTED:
+        rec = reconstruction_scores(
+            native, cache, context, instruction, context_length=context_length, threads=threads, q8_decode=q8_decode
+        )
+        return logits, rec
+    return logits, accumulated if accumulate else attention
 
 
 def apply_press(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -15,7 +16,7 @@ from ..kv import KVMethod
 from .chat import render_messages, render_user_message
 from .generate import Generation, KVBudget, Prefill, PromptParts, continue_generation, run_generation
 from .gguf_file import GGUFModelFile, LlamaConfig, default_model_path, read_gguf
-from .press import resolve_press
+from .press import REPEAT_INSTRUCTION, reconstruction_scores, resolve_press
 from .sampling import Sampler
 from .tokenizer import Tokenizer
 from .weights import native_model, weight_bytes
@@ -86,6 +87,12 @@ class Model:
         return weight_bytes(self._file)
 
     # ---- text ---------------------------------------------------------------------------------
+    @functools.cached_property
+    def repeat_instruction(self) -> list[int]:
+        """Token ids (no BOS) of the instruction KVzip's reconstruction pass runs before the
+        repeated context (:data:`lamina.model.press.REPEAT_INSTRUCTION`)."""
+        return self.tokenizer.encode(REPEAT_INSTRUCTION, add_bos=False)
+
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text``, with the BOS the model expects (none for SmolLM2); control
         tokens written in the text (``<|im_start|>``) become their ids."""
@@ -182,6 +189,28 @@ class Model:
             self._ids(ids), cache, logits, self.threads, int(record_window), self.q8_decode
         )
         return out, att
+
+    def reconstruction_scores(
+        self, cache: _core.KVCache, ids: Sequence[int] | npt.NDArray[Any], *, chunk: int = 2048
+    ) -> npt.NDArray[np.float32]:
+        """KVzip's scores, (L, H, S) float32, of ``cache`` holding exactly ``ids`` (S tokens):
+        the largest attention each entry gets while the model repeats the context on a clone
+        (see :func:`lamina.model.press.reconstruction_scores`; ``cache`` is unchanged)."""
+        arr = self._ids(ids)
+        if int(cache.n_seen) != len(arr) or int(cache.lengths().min()) != len(arr):
+            raise InvalidInput(
+                f"the cache must hold exactly the {len(arr)} ids, uncompressed (it has seen {cache.n_seen})"
+            )
+        return reconstruction_scores(
+            self._native,
+            cache,
+            arr,
+            self.repeat_instruction,
+            context_length=self.config.context_length,
+            threads=self.threads,
+            q8_decode=self.q8_decode,
+            chunk=chunk,
+        )
 
     def prefill(
         self,
@@ -392,6 +421,7 @@ class Model:
             threads=self.threads,
             q8_decode=self.q8_decode,
             budget=budget,
+            instruction=self.repeat_instruction,
         )
 
     def generate_messages(
