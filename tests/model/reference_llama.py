@@ -89,11 +89,17 @@ class ReferenceLlama:
         y[..., 1::2] = x0 * sin + x1 * cos
         return y
 
-    def logits(self, ids: list[int], last_keeps: dict[tuple[int, int], npt.NDArray[np.int64]] | None = None) -> F32:
+    def logits(
+        self,
+        ids: list[int],
+        last_keeps: dict[tuple[int, int], npt.NDArray[np.int64]] | None = None,
+        record: list[F32] | None = None,
+    ) -> F32:
         """float32 (len(ids), vocab): one causal forward of ``ids`` from position 0.
 
         ``last_keeps[(layer, kv_head)]``: positions (< T - 1) the *last* query may attend to in
-        that layer and KV head besides itself — a cache compacted after the first T - 1 tokens."""
+        that layer and KV head besides itself — a cache compacted after the first T - 1 tokens.
+        ``record``: when given, each layer's softmax rows (H, T, T) are appended to it."""
         T, H, Hk, D = len(ids), self.n_heads, self.n_kv, self.head_dim
         pos = np.arange(T, dtype=np.int64)
         x = self.emb[np.asarray(ids)]
@@ -105,6 +111,7 @@ class ReferenceLlama:
             v = (h @ L["attn_v"].T).reshape(T, Hk, D)
             g = H // Hk
             att = np.empty((T, H, D), dtype=np.float32)
+            probs = np.empty((H, T, T), dtype=np.float32) if record is not None else None
             for hh in range(H):
                 kv = hh // g
                 m = mask
@@ -115,7 +122,11 @@ class ReferenceLlama:
                 s = (q[:, hh, :] @ k[:, kv, :].T) / np.float32(np.sqrt(D)) + m
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 s /= s.sum(axis=1, keepdims=True)
+                if probs is not None:
+                    probs[hh] = s
                 att[:, hh, :] = s @ v[:, kv, :]
+            if record is not None and probs is not None:
+                record.append(probs)
             x = x + att.reshape(T, H * D) @ L["attn_output"].T
             h = self._rms(x, L["ffn_norm"])
             a = h @ L["ffn_gate"].T

@@ -170,6 +170,17 @@ def test_attention_record(model: Any) -> None:
     assert (att[:, :, 0, len(ids) - 7 :] == 0).all()
 
 
+def test_recorded_attention_matches_the_reference(model: Any, reference: Any) -> None:
+    # what every attention-scored press reads: the softmax rows of the last w queries
+    ids = model.tokenize(TEXTS[1])[:160]
+    w = 16
+    _, att = model.forward(ids, model.new_cache(), logits="none", record_window=w)
+    rows: list[Any] = []
+    reference.logits(ids, record=rows)
+    ref = np.stack([r[:, -w:, :] for r in rows])  # (L, H, w, T)
+    np.testing.assert_allclose(att, ref, atol=2e-3, rtol=0)
+
+
 def test_accumulated_attention(model: Any) -> None:
     ids = model.tokenize(TEXTS[0])
     T = len(ids)
