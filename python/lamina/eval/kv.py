@@ -58,6 +58,7 @@ DEFAULT_METHODS: tuple[str, ...] = (
     "keydiff",
     "criticalkv",
     "adakv_criticalkv",
+    "kvzip",
 )
 DEFAULT_COMPRESSIONS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9)
 MODES: tuple[str, ...] = ("agnostic", "aware")
