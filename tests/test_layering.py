@@ -385,3 +385,12 @@ def test_the_inspector_sits_on_the_service_and_below_its_app() -> None:
     top = [n for n in app.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert not any(isinstance(n, ast.ImportFrom) and n.level and (n.module or "").startswith("ui") for n in top)
     assert "jinja2" not in _top_level_imports("lamina.serve.app")
+
+
+def test_reasoning_is_self_contained() -> None:
+    """lamina.reasoning (step checkers, the mistake localiser) imports only itself: checkers
+    below the locator, nothing of the memory, model or eval."""
+    assert {"lamina.reasoning.checkers", "lamina.reasoning.locator"} <= set(MODULES)
+    assert not [t for t, _, _ in _imports("lamina.reasoning.checkers") if t.startswith("lamina")]
+    for target, line, _ in _imports("lamina.reasoning.locator"):
+        assert not target.startswith("lamina") or target == "lamina.reasoning.checkers", f"locator:{line} {target}"

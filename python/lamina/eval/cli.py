@@ -374,5 +374,7 @@ def add_eval_parser(sub: Any) -> None:
     mc.add_argument("--quiet", action="store_true")
     mc.set_defaults(func=_cmd_eval_memcon)
     from .leakage import add_leakage_parser
+    from .mistakes import add_mistakes_parser
 
     add_leakage_parser(esub)
+    add_mistakes_parser(esub)
