@@ -30,9 +30,9 @@ from ..model.press import (
     ACCUMULATED,
     DEFAULT_WINDOW,
     RECONSTRUCTED,
-    SCORE_FREE,
     apply_press,
     observation_window,
+    reads_window,
 )
 from .harness import _Bar
 from .kv_suite import KVSample, score_output
@@ -163,7 +163,7 @@ def run_kv(
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
     need_acc = any(m.name in ACCUMULATED for m in ms)
-    need_att = any(m.name not in SCORE_FREE and m.name not in ACCUMULATED and m.name not in RECONSTRUCTED for m in ms)
+    need_att = any(reads_window(m.name) for m in ms)
     need_rec = any(m.name in RECONSTRUCTED for m in ms)
 
     def rebuild(cache: Any, ids: Sequence[int]) -> npt.NDArray[np.float32] | None:
@@ -223,7 +223,7 @@ def run_kv(
                         scores = acc
                     elif m.name in RECONSTRUCTED:
                         scores = rec
-                    elif m.name not in SCORE_FREE and att is not None:
+                    elif reads_window(m.name) and att is not None:
                         scores = _window_rows(att, min(observation_window(m, S, float(r)), att.shape[2]))
                     apply_press(c, scores, m, float(r), threads=model.threads)
                     held = int(c.nbytes)

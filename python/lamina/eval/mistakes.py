@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..reasoning import WRONG, Chain, MistakeLocator, check_step, read_chains
+from ..reasoning import Chain, MistakeLocator, read_chains
+from ..reasoning.checkers import first_wrong, step_verdicts
 from .metrics import wilson_interval
 
 __all__ = ["TaskResult", "leave_one_task_out", "add_mistakes_parser"]
@@ -43,10 +44,7 @@ class TaskResult:
 
 
 def _checkers_only(c: Chain) -> int | None:
-    for i, s in enumerate(c.steps):
-        if check_step(c.question, c.steps[:i], s) == WRONG:
-            return i
-    return None
+    return first_wrong(step_verdicts(c.question, c.steps))
 
 
 def leave_one_task_out(files: Sequence[str]) -> list[TaskResult]:

@@ -45,6 +45,7 @@ __all__ = [
     "CACHE_SCORED",
     "RECONSTRUCTED",
     "REPEAT_INSTRUCTION",
+    "reads_window",
     "observation_window",
     "reconstruction_scores",
     "prefill_for_press",
@@ -77,12 +78,18 @@ RECONSTRUCTED = frozenset({"kvzip"})
 REPEAT_INSTRUCTION = "\n\nRepeat the previous context exactly.\n\n"
 
 
+def reads_window(name: str) -> bool:
+    """Whether method ``name`` is scored by the recorded window attention (L, H, w, S): not
+    :data:`SCORE_FREE`, :data:`ACCUMULATED` or :data:`RECONSTRUCTED`."""
+    return name not in SCORE_FREE and name not in ACCUMULATED and name not in RECONSTRUCTED
+
+
 def observation_window(press: KVMethod, seq_len: int, compression: float) -> int:
     """Rows of attention to record for a prompt of ``seq_len`` tokens: 0 for a method that
     reads no window (:data:`SCORE_FREE`, :data:`ACCUMULATED`), else the method's ``window_size`` when set, else :data:`DEFAULT_WINDOW`,
     capped so that it stays below the kept budget and the sequence length. (The record holds
     L·H·w·S float32: 0.55 GB for SmolLM2-135M at w = 64, S = 8,000.)"""
-    if press.name in SCORE_FREE or press.name in ACCUMULATED or press.name in RECONSTRUCTED:
+    if not reads_window(press.name):
         return 0
     w = getattr(press, "window_size", None)
     w = DEFAULT_WINDOW if w is None else int(w)
@@ -147,10 +154,12 @@ def reconstruction_scores(
         ids = np.concatenate([head, context[start : start + room]]).astype(np.int32)
         _, _, mx = native.forward(ids, c, "none", threads, 0, q8_decode, True, "max")
         assert mx is not None
-        part = mx[:, :, :S]
-        out = np.array(part) if out is None else np.maximum(out, part)
+        if out is None:
+            out = np.ascontiguousarray(mx[:, :, :S])
+        else:
+            np.maximum(out, mx[:, :, :S], out=out)
     assert out is not None
-    return np.ascontiguousarray(out, dtype=np.float32)
+    return out
 
 
 def prefill_for_press(

@@ -23,7 +23,18 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["WRONG", "RIGHT", "UNCHECKED", "check_arithmetic", "check_order", "check_stack", "check_swap", "check_step"]
+__all__ = [
+    "WRONG",
+    "RIGHT",
+    "UNCHECKED",
+    "check_arithmetic",
+    "check_order",
+    "check_stack",
+    "check_swap",
+    "check_step",
+    "step_verdicts",
+    "first_wrong",
+]
 
 WRONG, RIGHT, UNCHECKED = -1, 1, 0
 
@@ -213,3 +224,13 @@ def check_step(question: str, previous: Sequence[str], step: str) -> int:
     if WRONG in verdicts:
         return WRONG
     return RIGHT if RIGHT in verdicts else UNCHECKED
+
+
+def step_verdicts(question: str, steps: Sequence[str]) -> list[int]:
+    """:func:`check_step` of every step, each with the steps before it."""
+    return [check_step(question, steps[:i], s) for i, s in enumerate(steps)]
+
+
+def first_wrong(verdicts: Sequence[int]) -> int | None:
+    """Index of the first :data:`WRONG` verdict, or None."""
+    return verdicts.index(WRONG) if WRONG in verdicts else None

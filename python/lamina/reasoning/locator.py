@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .checkers import RIGHT, WRONG, check_step
+from .checkers import RIGHT, WRONG, first_wrong, step_verdicts
 
 __all__ = ["Chain", "MistakeLocator", "read_chains", "step_features"]
 
@@ -67,15 +67,18 @@ def _jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a or b else 0.0
 
 
-def step_features(question: str, steps: Sequence[str]) -> F64:
-    """Features of every step, shape (len(steps), 14) float64 (column 0 is the bias)."""
+def step_features(question: str, steps: Sequence[str], verdicts: Sequence[int] | None = None) -> F64:
+    """Features of every step, shape (len(steps), 14) float64 (column 0 is the bias);
+    ``verdicts``: the checkers' (:func:`~lamina.reasoning.checkers.step_verdicts`) if known."""
     n = len(steps)
+    if verdicts is None:
+        verdicts = step_verdicts(question, steps)
     seen = set(_NUM.findall(question))
     qw = set(_WORD.findall(question.lower()))
     prev: set[str] = set()
     rows = []
     for i, s in enumerate(steps):
-        verdict = check_step(question, steps[:i], s)
+        verdict = verdicts[i]
         nums = _NUM.findall(s)
         new = [x for x in nums if x not in seen]
         seen.update(nums)
@@ -164,9 +167,9 @@ class MistakeLocator:
         return loc
 
     # -- use --------------------------------------------------------------------------
-    def step_probabilities(self, question: str, steps: Sequence[str]) -> F64:
+    def step_probabilities(self, question: str, steps: Sequence[str], verdicts: Sequence[int] | None = None) -> F64:
         """The classifier's probability that each step is the first mistake, shape (len(steps),)."""
-        F = step_features(question, steps)
+        F = step_features(question, steps, verdicts)
         Z = F.copy()
         Z[:, 1:] = (F[:, 1:] - self.mean) / self.scale
         return np.asarray(1.0 / (1.0 + np.exp(-(Z @ self.weights))), dtype=np.float64)
@@ -182,12 +185,12 @@ class MistakeLocator:
             raise TypeError("question must be a str and steps a sequence of str")
         if not steps:
             raise ValueError("steps is empty")
-        verdicts = [check_step(question, steps[:i], s) for i, s in enumerate(steps)]
+        verdicts = step_verdicts(question, steps)
         if WRONG in verdicts:
-            return verdicts.index(WRONG)
+            return first_wrong(verdicts)
         if RIGHT in verdicts:
             return None  # the checkers read this chain and found nothing wrong
-        return self.classify(question, steps)
+        return _decide(self.step_probabilities(question, steps, verdicts), self.rule, self.threshold)
 
     # -- persistence ------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
