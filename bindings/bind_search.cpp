@@ -8,6 +8,7 @@
 #include "checks.hpp"
 #include "common.hpp"
 #include "lamina/arena.hpp"
+#include "lamina/codec.hpp"
 #include "lamina/topk.hpp"
 
 namespace lamina::py_detail {
@@ -60,15 +61,39 @@ void register_search(py::module_& m) {
       py::arg("queries"), py::arg("vectors"), py::arg("k"), py::arg("metric") = "ip",
       py::arg("threads") = 0);
 
+  m.def(
+      "codec_isa",
+      [](const std::string& isa) {
+        if (isa != "?") set_codec_isa(isa);
+        return std::string(codec_isa());
+      },
+      py::arg("isa") = "?",
+      "Testing aid: the ISA of the code-scan kernels; pass 'scalar'/'avx2'/'avx512' to force "
+      "one, '' to restore the default.");
+
   py::class_<VectorArena, std::shared_ptr<VectorArena>> arena_cls(m, "VectorArena");
   def_arena_common<VectorArena>(arena_cls);
   arena_cls
-      .def(py::init([](long long dim, const std::string& dtype, long long capacity) {
+      .def(py::init([](long long dim, const std::string& dtype, long long capacity,
+                       const py::object& codec) {
              LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
              LAMINA_CHECK(capacity >= 0, "capacity must be >= 0, got ", capacity);
-             return std::make_shared<VectorArena>(dim, parse_dtype(dtype), capacity);
+             Codec c = Codec::None;
+             if (!codec.is_none()) {
+               if (!py::isinstance<py::str>(codec))
+                 throw TypeError("codec must be 'binary', 'int8' or None");
+               c = parse_codec(codec.cast<std::string>());
+             }
+             return std::make_shared<VectorArena>(dim, parse_dtype(dtype), capacity, c);
            }),
-           py::arg("dim"), py::arg("dtype") = "float32", py::arg("capacity") = 1024)
+           py::arg("dim"), py::arg("dtype") = "float32", py::arg("capacity") = 1024,
+           py::arg("codec") = py::none())
+      .def_property_readonly("codec",
+                             [](const VectorArena& A) -> py::object {
+                               if (A.codec() == Codec::None) return py::none();
+                               return py::str(codec_name(A.codec()));
+                             })
+      .def_property_readonly("code_bytes", &VectorArena::code_stride)
       .def(
           "add",
           [](VectorArena& A, const py::object& vectors, const py::object& ns,
@@ -119,8 +144,9 @@ void register_search(py::module_& m) {
           "search",
           [](const VectorArena& A, const py::object& queries, long long k,
              const std::string& metric, const py::object& ns, const py::object& layers,
-             int threads) {
+             int threads, long long oversample) {
             check_k(k);
+            LAMINA_CHECK(oversample >= 0, "oversample must be >= 0, got ", oversample);
             const Metric met = parse_metric(metric);
             py::array q = check_host_queries(queries, A.dim(), "the vectors' dim");
             const std::size_t nq = q.shape(0);
@@ -137,13 +163,14 @@ void register_search(py::module_& m) {
               float* so = scores.mutable_data();
               int64_t* io = ids.mutable_data();
               py::gil_scoped_release nogil;
-              A.search(qp, nq, k, met, qns.ptr(), qns.n, maskp, threads, so, io);
+              A.search(qp, nq, k, met, qns.ptr(), qns.n, maskp, threads, so, io,
+                       static_cast<std::size_t>(oversample));
             }
             return py::make_tuple(scores, ids);
           },
           py::arg("queries"), py::arg("k"), py::arg("metric") = "ip",
           py::arg("namespace") = py::none(), py::arg("layers") = py::none(),
-          py::arg("threads") = 0)
+          py::arg("threads") = 0, py::arg("oversample") = 0)
       .def("vectors_view",
            [](const VectorArena& A) {
              ArenaView v = A.view();

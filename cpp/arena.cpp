@@ -86,9 +86,10 @@ bool finite_row(const void* v, std::size_t d, DType t) {
 }
 }  // namespace
 
-VectorArena::VectorArena(std::size_t dim, DType dtype, std::size_t capacity)
-    : dim_(dim), dtype_(dtype) {
+VectorArena::VectorArena(std::size_t dim, DType dtype, std::size_t capacity, Codec codec)
+    : dim_(dim), dtype_(dtype), codec_(codec) {
   LAMINA_CHECK(dim >= 1 && dim <= (1u << 20), "dim must be in [1, 2^20], got ", dim);
+  code_stride_ = lamina::code_stride(codec, dim);
   const std::size_t per_line = 64 / elt();
   stride_ = (dim + per_line - 1) / per_line * per_line;
   std::unique_lock lk(mu_);
@@ -128,6 +129,11 @@ void VectorArena::grow_locked(std::size_t min_capacity) {
   sqnorm_.resize(cap);
   gen_.resize(cap);
   ns_pos_.resize(cap);
+  if (codec_ != Codec::None) {
+    codes_.resize(cap * code_stride_);
+    code_factor_.resize(cap);
+    code_count_.resize(cap);
+  }
   capacity_ = cap;
 }
 
@@ -166,6 +172,12 @@ void VectorArena::add(const void* vectors, std::size_t n, const uint64_t* ns, bo
     else
       K.sqnorm_f32(reinterpret_cast<const float* const*>(ptrs.data()), n, dim_, norms.data());
   }
+  std::vector<uint8_t> codes(n * code_stride_);
+  std::vector<float> factor(codec_ != Codec::None ? n : 0);
+  std::vector<int32_t> count(factor.size());
+  if (codec_ != Codec::None)
+    encode_rows(codec_, src, dim_, dtype_ == DType::F16, n, dim_, codes.data(), factor.data(),
+                count.data());
   std::unique_lock lk(mu_);
   const std::size_t reuse = std::min(n, free_.size());
   grow_locked(high_water_ + (n - reuse));
@@ -185,6 +197,12 @@ void VectorArena::add(const void* vectors, std::size_t n, const uint64_t* ns, bo
     layer_[row] = layers_per_row ? layers[i] : layers[0];
     live_[row] = 1;
     sqnorm_[row] = norms[i];
+    if (codec_ != Codec::None) {
+      std::memcpy(codes_.data() + row * code_stride_, codes.data() + i * code_stride_,
+                  code_stride_);
+      code_factor_[row] = factor[i];
+      code_count_[row] = count[i];
+    }
     auto& lst = ns_rows_[nsv];
     ns_pos_[row] = static_cast<uint32_t>(lst.size());
     lst.push_back(row);
@@ -218,6 +236,11 @@ void VectorArena::remove(const int64_t* handles, std::size_t n) {
     live_[row] = 0;
     std::memset(base + row * stride_ * elt(), 0, stride_ * elt());
     sqnorm_[row] = 0.f;
+    if (codec_ != Codec::None) {
+      std::memset(codes_.data() + row * code_stride_, 0, code_stride_);
+      code_factor_[row] = 0.f;
+      code_count_[row] = 0;
+    }
     ns_[row] = 0;
     layer_[row] = 0;
     --live_count_;
@@ -291,7 +314,25 @@ void VectorArena::columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layer
 
 void VectorArena::search_locked(const float* queries, std::size_t nq, std::size_t k,
                                 Metric metric, const RowFilter& filter, int n_threads,
-                                float* out_scores, int64_t* out_ids) const {
+                                float* out_scores, int64_t* out_ids,
+                                std::size_t oversample) const {
+  if (oversample > 0 && codec_ != Codec::None) {
+    LAMINA_CHECK(oversample <= (std::size_t(1) << 20) / k, "k * oversample must be at most 2^20, got k=",
+                 k, ", oversample=", oversample);
+    const std::size_t m = k * oversample;
+    CodeStore cs;
+    cs.codec = codec_;
+    cs.base = codes_.data();
+    cs.stride = code_stride_;
+    cs.dim = dim_;
+    cs.factor = code_factor_.data();
+    cs.count = code_count_.data();
+    cs.sqnorms = sqnorm_.data();
+    std::vector<int64_t> cand(nq * m);
+    code_candidates(queries, nq, cs, high_water_, filter, m, metric, n_threads, cand.data());
+    rerank_locked(queries, nq, k, metric, cand.data(), m, n_threads, out_scores, out_ids);
+    return;
+  }
   RowStore rs;
   rs.base = storage_.get();
   rs.stride = stride_;
@@ -305,9 +346,39 @@ void VectorArena::search_locked(const float* queries, std::size_t nq, std::size_
   }
 }
 
+// The exact scores of each query's candidate rows (cand_rows[q * m ..], -1 padded), best k.
+void VectorArena::rerank_locked(const float* queries, std::size_t nq, std::size_t k,
+                                Metric metric, const int64_t* cand_rows, std::size_t m,
+                                int n_threads, float* out_scores, int64_t* out_ids) const {
+  RowStore rs;
+  rs.base = storage_.get();
+  rs.stride = stride_;
+  rs.dim = dim_;
+  rs.f16 = dtype_ == DType::F16;
+  rs.sqnorms = sqnorm_.data();
+  const int T = threads_for(nq * m * dim_, std::size_t(1) << 20, n_threads);
+  parallel_for(nq, T, [&](std::size_t q, int) {
+    std::vector<uint32_t> rows;
+    rows.reserve(m);
+    for (std::size_t i = 0; i < m; ++i)
+      if (cand_rows[q * m + i] >= 0) rows.push_back(static_cast<uint32_t>(cand_rows[q * m + i]));
+    RowFilter f;
+    f.use_row_list = true;
+    f.row_list = rows.data();
+    f.row_list_len = rows.size();
+    topk_search(queries + q * dim_, 1, rs, high_water_, f, k, metric, 1, out_scores + q * k,
+                out_ids + q * k);
+  });
+  for (std::size_t i = 0; i < nq * k; ++i) {
+    const int64_t r = out_ids[i];
+    if (r >= 0) out_ids[i] = (static_cast<int64_t>(gen_[r]) << 32) | r;
+  }
+}
+
 void VectorArena::search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
                          const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
-                         int n_threads, float* out_scores, int64_t* out_ids) const {
+                         int n_threads, float* out_scores, int64_t* out_ids,
+                         std::size_t oversample) const {
   LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
   std::shared_lock lk(mu_);
   LAMINA_CHECK(live_count_ > 0, "the arena is empty; add vectors before searching");
@@ -318,7 +389,7 @@ void VectorArena::search(const float* queries, std::size_t nq, std::size_t k, Me
   }
   if (ns == nullptr) {
     if (live_count_ != high_water_) f.live = live_.data();
-    search_locked(queries, nq, k, metric, f, n_threads, out_scores, out_ids);
+    search_locked(queries, nq, k, metric, f, n_threads, out_scores, out_ids, oversample);
     return;
   }
   LAMINA_CHECK(n_ns == 1 || n_ns == nq, "namespace must be one value or one per query (", nq,
@@ -342,7 +413,7 @@ void VectorArena::search(const float* queries, std::size_t nq, std::size_t k, Me
       f.row_list = lst.data();
       f.row_list_len = lst.size();
     }
-    search_locked(queries, nq, k, metric, f, n_threads, out_scores, out_ids);
+    search_locked(queries, nq, k, metric, f, n_threads, out_scores, out_ids, oversample);
     return;
   }
   // One namespace per query: group queries by namespace; groups are searched in parallel,
@@ -364,7 +435,7 @@ void VectorArena::search(const float* queries, std::size_t nq, std::size_t k, Me
     std::vector<int64_t> ibuf(g * k);
     for (std::size_t i = 0; i < g; ++i)
       std::memcpy(qbuf.data() + i * dim_, queries + std::size_t(qs[i]) * dim_, dim_ * 4);
-    search_locked(qbuf.data(), g, k, metric, fg, 1, sbuf.data(), ibuf.data());
+    search_locked(qbuf.data(), g, k, metric, fg, 1, sbuf.data(), ibuf.data(), oversample);
     for (std::size_t i = 0; i < g; ++i) {
       std::memcpy(out_scores + std::size_t(qs[i]) * k, sbuf.data() + i * k, k * 4);
       std::memcpy(out_ids + std::size_t(qs[i]) * k, ibuf.data() + i * k, k * 8);

@@ -10,6 +10,10 @@
 // after the row is reused: a handle never silently points at other data. Growth copies the
 // block; rows and handles stay valid.
 //
+// Codes: with a codec (lamina/codec.hpp) each row also has a compact code, written on add and
+// cleared on remove; search(oversample = r > 0) scans the codes for the best k * r rows per
+// query and re-scores those exactly from the float rows (oversample = 0: the exact scan).
+//
 // Thread safety: any number of concurrent readers (search, get, stats) or one writer (add,
 // remove, set_layer, reserve) at a time, enforced by an internal reader/writer lock. Readers
 // never block each other.
@@ -22,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "lamina/codec.hpp"
 #include "lamina/topk.hpp"
 
 namespace lamina {
@@ -39,8 +44,10 @@ struct ArenaView {
 
 class VectorArena {
  public:
-  /// dim >= 1; capacity: initial rows reserved (grows by doubling).
-  VectorArena(std::size_t dim, DType dtype, std::size_t capacity);
+  /// dim >= 1; capacity: initial rows reserved (grows by doubling); codec: the rows' codes.
+  VectorArena(std::size_t dim, DType dtype, std::size_t capacity, Codec codec = Codec::None);
+  Codec codec() const { return codec_; }
+  std::size_t code_stride() const { return code_stride_; }
 
   std::size_t dim() const { return dim_; }
   DType dtype() const { return dtype_; }
@@ -74,9 +81,11 @@ class VectorArena {
   ///    n_ns == nq: query i searches only namespace ns[i] (one agent per query);
   ///  - layer_mask: 256-bit mask of allowed layers (null: all).
   /// Output ids are handles; -1 pads. Throws ValueError on an empty arena.
+  /// oversample > 0 (an arena with a codec): the code scan keeps k * oversample candidates per
+  /// query, re-scored exactly; scores are exact, the set may miss rows the codes ranked low.
   void search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
               const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask, int n_threads,
-              float* out_scores, int64_t* out_ids) const;
+              float* out_scores, int64_t* out_ids, std::size_t oversample = 0) const;
 
   void reserve(std::size_t capacity);
 
@@ -93,6 +102,9 @@ class VectorArena {
   void grow_locked(std::size_t min_capacity);
   void search_locked(const float* queries, std::size_t nq, std::size_t k, Metric metric,
                      const RowFilter& filter, int n_threads, float* out_scores,
+                     int64_t* out_ids, std::size_t oversample) const;
+  void rerank_locked(const float* queries, std::size_t nq, std::size_t k, Metric metric,
+                     const int64_t* cand_rows, std::size_t m, int n_threads, float* out_scores,
                      int64_t* out_ids) const;
 
   std::size_t dim_;
@@ -107,6 +119,11 @@ class VectorArena {
   std::vector<uint8_t> live_;
   std::vector<float> sqnorm_;
   std::vector<uint32_t> gen_;
+  Codec codec_ = Codec::None;
+  std::size_t code_stride_ = 0;  // bytes per row's code
+  std::vector<uint8_t> codes_;
+  std::vector<float> code_factor_;
+  std::vector<int32_t> code_count_;
   std::vector<uint32_t> free_;  // removed rows available for reuse (LIFO)
   std::unordered_map<uint64_t, std::vector<uint32_t>> ns_rows_;
   std::vector<uint32_t> ns_pos_;  // position of a live row in ns_rows_[ns_[row]]

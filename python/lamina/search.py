@@ -24,9 +24,14 @@ import numpy.typing as npt
 
 from . import _core, _device
 
-__all__ = ["VectorArena", "topk", "Metric"]
+__all__ = ["VectorArena", "topk", "Metric", "Codec", "CODECS", "DEFAULT_OVERSAMPLE"]
 
 Metric = Literal["ip", "cosine", "l2"]
+Codec = Literal["binary", "int8"]
+CODECS: tuple[Codec, ...] = ("binary", "int8")
+#: Candidates per result that the code scan keeps for the exact re-ranking, by codec: chosen
+#: from recall@10 against the exact scan on MiniLM vectors of LoCoMo turns (bench/bench_fleet.py).
+DEFAULT_OVERSAMPLE: dict[Codec, int] = {"binary": 8, "int8": 4}
 NamespaceArg = int | np.integer | npt.NDArray[np.uint64] | None
 
 
@@ -131,6 +136,16 @@ def _check_k(k: int) -> int:
     return int(k)
 
 
+def _oversample(codec: Codec | None, oversample: int | None) -> int:
+    if oversample is None:
+        return 0 if codec is None else DEFAULT_OVERSAMPLE[codec]
+    if isinstance(oversample, (bool, np.bool_)) or not isinstance(oversample, (int, np.integer)):
+        raise TypeError(f"oversample must be an int or None, got {type(oversample).__name__}")
+    if oversample < 0:
+        raise ValueError(f"oversample must be >= 0 (0: exact scan), got {oversample}")
+    return int(oversample)
+
+
 class VectorArena:
     """Fixed-dimension vectors in one contiguous, 64-byte-aligned block with stable slots.
 
@@ -162,6 +177,13 @@ class VectorArena:
         device queries (returns device arrays of the same library, run on the caller's current
         stream); ``vectors`` is a read-only ``__cuda_array_interface__`` view. ``search`` with
         one namespace per query answers all queries in one launch (one agent per query).
+    codec : {None, "binary", "int8"}
+        A compact code per row beside the float rows (CPU arenas), for a compressed first scan
+        that :meth:`search` re-ranks exactly (see ``oversample``). ``"binary"``: one sign bit
+        per dimension (48 bytes for 384 dims, 1/32 of float32), scanned against a 4-bit
+        quantised query with popcounts; ``"int8"``: one byte per dimension with a per-row
+        scale (1/4 of float32), scanned with 8-bit integer dot products. The code costs that
+        much memory on top of the rows.
     """
 
     def __init__(
@@ -170,13 +192,22 @@ class VectorArena:
         dtype: str | np.dtype | type = "float32",
         capacity: int = 1024,
         device: str = "cpu",
+        codec: Codec | None = None,
     ) -> None:
         name = np.dtype(dtype).name
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
             raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+        if codec is not None and codec not in CODECS:
+            raise ValueError(f"codec must be one of {CODECS} or None, got {codec!r}")
         kind, ordinal = _device.parse_device(device)
         self._cuda = kind == "cuda"
+        self._codec = codec
         self._a: _core.VectorArena | _core.CudaVectorArena
+        if self._cuda and codec is not None:
+            raise ValueError(
+                f"VectorArena(codec={codec!r}) is built for device='cpu' only; the CUDA arena "
+                "scans the float rows (codec=None)"
+            )
         if self._cuda:
             if not _core.has_cuda():
                 raise RuntimeError("VectorArena(device='cuda'): " + _device.REBUILD_HINT)
@@ -184,7 +215,7 @@ class VectorArena:
                 raise RuntimeError("VectorArena(device='cuda'): no CUDA device is usable")
             self._a = _core.CudaVectorArena(int(dim), name, int(capacity), ordinal)
         else:
-            self._a = _core.VectorArena(int(dim), name, int(capacity))
+            self._a = _core.VectorArena(int(dim), name, int(capacity), codec)
 
     def _dev(self) -> _core.CudaVectorArena:
         """The native arena of a ``device="cuda"`` arena."""
@@ -204,6 +235,16 @@ class VectorArena:
         return f"cuda:{self._dev().device}" if self._cuda else "cpu"
 
     # -- facts ---------------------------------------------------------------------------
+    @property
+    def codec(self) -> Codec | None:
+        """The rows' code (``"binary"``, ``"int8"``) or None."""
+        return self._codec
+
+    @property
+    def code_bytes(self) -> int:
+        """Bytes of one row's code (0 without a codec)."""
+        return 0 if self._cuda else int(self._host().code_bytes)
+
     @property
     def dim(self) -> int:
         """Vector dimension."""
@@ -347,11 +388,17 @@ class VectorArena:
         layers: Iterable[int] | None = None,
         *,
         threads: int = 0,
+        oversample: int | None = None,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """Exact top-k over live rows, with optional namespace / layer filters.
+        """Top-k over live rows, with optional namespace / layer filters.
 
         Filters select candidates *before* scoring (only matching rows are read), so a
         selective filter is faster than an unfiltered search and never loses results.
+        Without a codec (or with ``oversample=0``) the search is exact. With one, the codes of
+        the rows are scanned first for the best ``k * oversample`` rows per query, which are
+        then re-scored exactly from the float rows: the scores returned are exact, but a row
+        the codes ranked below that cut is missed (recall@10 on MiniLM vectors of LoCoMo turns
+        at the default oversampling: see README, ``bench/bench_fleet.py``).
 
         Parameters
         ----------
@@ -366,6 +413,9 @@ class VectorArena:
             Allowed layers (None: all).
         threads : int
             Worker threads (0: default). The GIL is released while searching.
+        oversample : int, optional
+            Candidates kept per result by the code scan (an arena with a codec): None, the
+            codec's default (:data:`DEFAULT_OVERSAMPLE`); 0, the exact scan of the float rows.
 
         Returns
         -------
@@ -395,4 +445,5 @@ class VectorArena:
                 "queries are on a CUDA device but this arena is on the CPU; pass a "
                 "numpy array or use VectorArena(..., device='cuda')"
             )
-        return self._host().search(queries, k, str(metric), _namespace(namespace), ls, int(threads))
+        r = _oversample(self._codec, oversample)
+        return self._host().search(queries, k, str(metric), _namespace(namespace), ls, int(threads), r)
