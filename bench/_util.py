@@ -90,7 +90,7 @@ def machine_facts() -> dict[str, Any]:
 
 def print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> None:
     """columns: (key, header, format)."""
-    widths = [max(len(h), 10) for _, h, _ in columns]
+    widths = [max([len(h), 10] + [len(format(r[k], f)) for r in rows if r.get(k) is not None]) for k, h, f in columns]
     print("  ".join(h.rjust(w) for (_, h, _), w in zip(columns, widths)))
     for r in rows:
         cells = []

@@ -360,8 +360,16 @@ void VectorArena::rerank_locked(const float* queries, std::size_t nq, std::size_
   parallel_for(nq, T, [&](std::size_t q, int) {
     std::vector<uint32_t> rows;
     rows.reserve(m);
-    for (std::size_t i = 0; i < m; ++i)
-      if (cand_rows[q * m + i] >= 0) rows.push_back(static_cast<uint32_t>(cand_rows[q * m + i]));
+    const char* base = static_cast<const char*>(rs.base);
+    const std::size_t row_bytes = dim_ * elt();
+    for (std::size_t i = 0; i < m; ++i) {
+      const int64_t r = cand_rows[q * m + i];
+      if (r < 0) continue;
+      rows.push_back(static_cast<uint32_t>(r));
+      // scattered rows: ask for all their lines up front, so the reads overlap
+      const char* p = base + std::size_t(r) * stride_ * elt();
+      for (std::size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(p + off);
+    }
     RowFilter f;
     f.use_row_list = true;
     f.row_list = rows.data();

@@ -232,8 +232,15 @@ struct QueryCodes {
   std::vector<float> scale;      // int8
 };
 
+// Round to nearest, ties to even (numpy's rint) for |v| < 2^22, in a form that vectorises.
+inline float round_even(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return v >= 0.f ? (v + kMagic) - kMagic : -((-v + kMagic) - kMagic);
+}
+
 QueryCodes encode_queries(Codec c, const float* Q, std::size_t nq, std::size_t d) {
   QueryCodes qc;
+  std::vector<float> u(d);
   if (c == Codec::Binary) {
     const std::size_t W = qc.W = words_of(d);
     qc.planes.assign(nq * kPlanes * W, 0);
@@ -244,13 +251,18 @@ QueryCodes encode_queries(Codec c, const float* Q, std::size_t nq, std::size_t d
       const float* x = Q + q * d;
       const auto [mn, mx] = std::minmax_element(x, x + d);
       const float lo = *mn, delta = (*mx - *mn) / 15.0f;
-      uint64_t* pl = qc.planes.data() + q * kPlanes * W;
+      const float inv = delta > 0.f ? 1.0f / delta : 0.f;
       float usum = 0.f;
       for (std::size_t j = 0; j < d; ++j) {
-        const long u = delta > 0.f ? std::clamp(std::lround((x[j] - lo) / delta), 0L, 15L) : 0L;
-        usum += static_cast<float>(u);
+        u[j] = std::min(round_even((x[j] - lo) * inv), 15.0f);
+        usum += u[j];
+      }
+      uint64_t* pl = qc.planes.data() + q * kPlanes * W;
+      for (std::size_t j = 0; j < d; ++j) {
+        const unsigned v = static_cast<unsigned>(u[j]);
+        const uint64_t bit = uint64_t(1) << (j % 64);
         for (int p = 0; p < kPlanes; ++p)
-          if ((u >> p) & 1) pl[p * W + j / 64] |= uint64_t(1) << (j % 64);
+          if ((v >> p) & 1u) pl[p * W + j / 64] |= bit;
       }
       qc.lo[q] = lo;
       qc.delta[q] = delta;
@@ -266,8 +278,9 @@ QueryCodes encode_queries(Codec c, const float* Q, std::size_t nq, std::size_t d
       float mx = 0.f;
       for (std::size_t j = 0; j < d; ++j) mx = std::max(mx, std::fabs(x[j]));
       const float s = mx / 127.0f;
+      const float inv = s > 0.f ? 1.0f / s : 0.f;
       for (std::size_t j = 0; j < d; ++j) {
-        const long v = s > 0.f ? std::clamp(std::lround(x[j] / s), -127L, 127L) : 0L;
+        const int v = static_cast<int>(std::clamp(round_even(x[j] * inv), -127.0f, 127.0f));
         qc.q8[q * L + j] = static_cast<int8_t>(v);
         qc.qu[q * L + j] = static_cast<uint8_t>(v + 128);
       }
@@ -293,12 +306,18 @@ struct CodeScorer {
     std::vector<float> rn = std::vector<float>(detail::kBlockRows);
     bool failed = false;
   };
+  Scratch scratch() const { return Scratch{}; }
 
   void operator()(Scratch& sc, const uint32_t* ids, std::size_t cnt, std::size_t q0,
                   std::size_t q1, detail::Heap* heaps) const {
     for (std::size_t i = 0; i < cnt; ++i) {
-      sc.ptrs[i] = cs->base + std::size_t(ids[i]) * cs->stride;
+      const uint8_t* p = cs->base + std::size_t(ids[i]) * cs->stride;
+      sc.ptrs[i] = p;
       sc.counts[i] = cs->count[ids[i]];
+      // all of the block's code lines requested up front: a short scan (one agent's rows)
+      // is otherwise bound by the latency of one miss after another, not by bandwidth
+      for (std::size_t off = 0; off < cs->stride; off += 64) __builtin_prefetch(p + off);
+      __builtin_prefetch(p + cs->stride - 1);
     }
     if (metric == Metric::Cosine)
       for (std::size_t i = 0; i < cnt; ++i) {

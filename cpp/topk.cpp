@@ -49,11 +49,17 @@ struct Search {
 
   // Score `cnt` candidate rows for queries [q0, q1) and fold them into heaps[q - q0].
   struct Scratch {
-    std::vector<const void*> ptrs = std::vector<const void*>(kBlockRows);
-    std::vector<float> rn = std::vector<float>(kBlockRows);
-    std::vector<float> buf = std::vector<float>(kQueryChunk * kBlockRows);
-    bool failed = false;  // a NaN/Inf score: reported by the caller
+    std::vector<const void*> ptrs;
+    std::vector<float> rn;
+    std::vector<float> buf;  // scores of a block for up to kQueryChunk queries
+    bool failed = false;     // a NaN/Inf score: reported by the caller
   };
+  Scratch scratch() const {
+    return Scratch{std::vector<const void*>(kBlockRows), std::vector<float>(kBlockRows),
+                   std::vector<float>(std::min(kQueryChunk, std::max<std::size_t>(nq, 1)) *
+                                      kBlockRows),
+                   false};
+  }
 
   void operator()(Scratch& sc, const uint32_t* ids, std::size_t cnt, std::size_t q0,
                   std::size_t q1, Heap* heaps) const {

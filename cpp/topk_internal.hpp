@@ -77,7 +77,7 @@ constexpr std::size_t kBlockRows = 256;
 /// The best `k` rows per query among the rows `filter` admits, scored by `score`:
 /// out[q] holds them sorted best first (fewer when fewer rows pass). `work` (multiply-adds, or
 /// an equivalent cost) sets the thread count with `n_threads` (<= 0: default).
-/// Scorer: `typename Scorer::Scratch` (default-constructible, one per task) and
+/// Scorer: `Scratch scratch() const` (a task's buffers, made once per task) and
 ///   void operator()(Scratch&, const uint32_t* ids, std::size_t cnt, std::size_t q0,
 ///                   std::size_t q1, Heap* heaps /* heaps[q - q0] */) const;
 /// it may record a failure in its scratch: `bool Scratch::failed` is or-ed into the result.
@@ -107,7 +107,7 @@ bool select_rows(std::size_t nq, std::size_t n_rows, const RowFilter& filter, st
     const std::size_t q0 = g * q_per_g, q1 = std::min(nq, q0 + q_per_g);
     if (q0 >= q1) return;
     const std::size_t u0 = n_units * p / P, u1 = n_units * (p + 1) / P;
-    typename Scorer::Scratch scratch;
+    auto scratch = score.scratch();
     std::vector<uint32_t> ids(kBlockRows);
     Heap* hp = heaps.data() + p * nq + q0;
     std::size_t cnt = 0;

@@ -31,7 +31,7 @@ Codec = Literal["binary", "int8"]
 CODECS: tuple[Codec, ...] = ("binary", "int8")
 #: Candidates per result that the code scan keeps for the exact re-ranking, by codec: chosen
 #: from recall@10 against the exact scan on MiniLM vectors of LoCoMo turns (bench/bench_fleet.py).
-DEFAULT_OVERSAMPLE: dict[Codec, int] = {"binary": 8, "int8": 4}
+DEFAULT_OVERSAMPLE: dict[Codec, int] = {"binary": 8, "int8": 2}
 NamespaceArg = int | np.integer | npt.NDArray[np.uint64] | None
 
 
