@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-shot GPU check: build lamina with LAMINA_CUDA=ON, run the GPU tests, run the GPU bench.
+# One-shot GPU check: build lamina with LAMINA_CUDA=ON, run the GPU tests, the fleet step
+# (bench/bench_fleet.py; GPU_FLEET_ARGS overrides its cases), then the GPU bench.
 #
 # Usage (from anywhere, on a machine with an NVIDIA GPU, nvcc, CuPy; no network needed):
 #   bench/gpu_check.sh            # results under $OUT (if set) or bench/results/
@@ -67,7 +68,12 @@ if [[ "${GPU_CHECK_CPU_TESTS:-1}" != 0 ]]; then
   timeout 45 $PY -m pytest "${PYTEST_ARGS[@]}" -x tests/native/test_topk.py tests/native/test_arena.py || fail "CPU top-k / arena tests"
 fi
 
-# ---- 3. benchmark --------------------------------------------------------------------------
+# ---- 3. the fleet step (bench/bench_fleet.py): exact on the GPU vs the CPU's exact and code scans
+log "fleet step"
+timeout 120 $PY bench/bench_fleet.py --out "$RES/fleet.json" --device cuda --dtype float16 \
+  ${GPU_FLEET_ARGS:---cases 1000x10000 --min-time 0.2} || fail "fleet bench (exit $?)"
+
+# ---- 4. benchmark --------------------------------------------------------------------------
 log "benchmark"
 # Hard cap for the whole script: TOTAL seconds. The bench stops starting sections
 # BENCH_SLACK seconds before its timeout, so a section in flight can finish and the table
