@@ -15,6 +15,7 @@
 #include "common.hpp"
 #include "cuda_array.hpp"
 #include "lamina/arena.hpp"
+#include "lamina/codec.hpp"
 #include "lamina/topk.hpp"
 #if defined(LAMINA_WITH_CUDA)
 #include "arena_cuda.hpp"
@@ -607,14 +608,27 @@ void register_cuda(py::module_& m) {
   py::class_<CA, std::shared_ptr<CA>> arena_cls(m, "CudaVectorArena");
   def_arena_common<CA>(arena_cls);
   arena_cls
-      .def(py::init([](long long dim, const std::string& dtype, long long capacity, int device) {
+      .def(py::init([](long long dim, const std::string& dtype, long long capacity, int device,
+                       const py::object& codec) {
              LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
              LAMINA_CHECK(capacity >= 0, "capacity must be >= 0, got ", capacity);
-             return std::make_shared<CA>(dim, parse_dtype(dtype), capacity, device);
+             Codec c = Codec::None;
+             if (!codec.is_none()) {
+               if (!py::isinstance<py::str>(codec))
+                 throw TypeError("codec must be 'binary', 'int8' or None");
+               c = parse_codec(codec.cast<std::string>());
+             }
+             return std::make_shared<CA>(dim, parse_dtype(dtype), capacity, device, c);
            }),
            py::arg("dim"), py::arg("dtype") = "float32", py::arg("capacity") = 1024,
-           py::arg("device") = 0)
+           py::arg("device") = 0, py::arg("codec") = py::none())
       .def_property_readonly("device", &CA::device)
+      .def_property_readonly("codec",
+                             [](const CA& A) -> py::object {
+                               if (A.codec() == Codec::None) return py::none();
+                               return py::str(codec_name(A.codec()));
+                             })
+      .def_property_readonly("code_bytes", &CA::code_stride)
       .def(
           "add",
           [](CA& A, const py::object& vectors, const py::object& ns, const py::object& layer,
@@ -699,8 +713,10 @@ void register_cuda(py::module_& m) {
           "search",
           [](const CA& A, const py::object& queries, long long k, const std::string& metric,
              const py::object& ns, const py::object& layers, const py::object& out_scores,
-             const py::object& out_ids, std::uintptr_t stream) -> py::object {
+             const py::object& out_ids, std::uintptr_t stream, long long oversample) -> py::object {
             check_k(k);
+            LAMINA_CHECK(oversample >= 0, "oversample must be >= 0, got ", oversample);
+            const std::size_t r = static_cast<std::size_t>(oversample);
             const Metric met = parse_metric(metric);
             uint64_t mask[4];
             const uint64_t* maskp = nullptr;
@@ -719,7 +735,7 @@ void register_cuda(py::module_& m) {
                 float* so = scores.mutable_data();
                 int64_t* io = ids.mutable_data();
                 py::gil_scoped_release nogil;
-                A.search_host(qp, nq, k, met, qns.ptr(), qns.n, maskp, so, io);
+                A.search_host(qp, nq, k, met, qns.ptr(), qns.n, maskp, so, io, r);
               }
               return py::make_tuple(scores, ids);
             }
@@ -738,14 +754,14 @@ void register_cuda(py::module_& m) {
             if (nq > 0)
               call.run_on(A.device(), stream, [&](void* st) {
                 A.search(q.as<const float>(), nq, k, met, qns.ptr(), qns.n, maskp, so.as<float>(),
-                         io.as<int64_t>(), st);
+                         io.as<int64_t>(), st, r);
               });
             return py::make_tuple(out_scores, out_ids);
           },
           py::arg("queries"), py::arg("k"), py::arg("metric") = "ip",
           py::arg("namespace") = py::none(), py::arg("layers") = py::none(),
           py::arg("out_scores") = py::none(), py::arg("out_ids") = py::none(),
-          py::arg("stream") = 0);
+          py::arg("stream") = 0, py::arg("oversample") = 0);
 #endif
 }
 

@@ -222,21 +222,13 @@ float to_float(const void* rows, bool f16, std::size_t i) {
              : static_cast<const float*>(rows)[i];
 }
 
-// ------------------------------------------------------------------------- the queries' side
-struct QueryCodes {
-  std::size_t W = 0, L = 0;
-  std::vector<uint64_t> planes;  // binary: nq x 4 x W
-  std::vector<float> lo, delta, usum;  // binary: dequantised q_j = lo + delta * u_j
-  std::vector<int8_t> q8;        // int8: nq x L
-  std::vector<uint8_t> qu;       // int8: q8 + 128
-  std::vector<float> scale;      // int8
-};
-
 // Round to nearest, ties to even (numpy's rint) for |v| < 2^22, in a form that vectorises.
 inline float round_even(float v) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
   return v >= 0.f ? (v + kMagic) - kMagic : -((-v + kMagic) - kMagic);
 }
+
+}  // namespace
 
 QueryCodes encode_queries(Codec c, const float* Q, std::size_t nq, std::size_t d) {
   QueryCodes qc;
@@ -289,6 +281,8 @@ QueryCodes encode_queries(Codec c, const float* Q, std::size_t nq, std::size_t d
   }
   return qc;
 }
+
+namespace {
 
 // Scores blocks of rows from their codes for select_rows (topk_internal.hpp).
 struct CodeScorer {

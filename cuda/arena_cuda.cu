@@ -7,6 +7,7 @@
 
 #include "arena_cuda.hpp"
 #include "check.cuh"
+#include "codec_cuda.hpp"
 #include "lamina_cuda.hpp"
 #include "topk_cuda.hpp"
 #include "topk_select.cuh"
@@ -96,6 +97,36 @@ __global__ void gather_kernel(const T* __restrict__ src, std::size_t stride, int
   for (int j = lane; j < dim; j += 32) out[i * dim + j] = s[j];
 }
 
+// One warp per row: its code bytes and constants (from `src`, n x stride, host-encoded).
+__global__ void scatter_codes_kernel(const uint8_t* __restrict__ src, const float* __restrict__ fac,
+                                     const int32_t* __restrict__ cnt, std::size_t n,
+                                     std::size_t stride, const uint32_t* __restrict__ rows,
+                                     uint8_t* __restrict__ codes, float* d_fac, int32_t* d_cnt) {
+  const int lane = threadIdx.x & 31;
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x / 32) + (threadIdx.x >> 5);
+  if (i >= n) return;
+  const uint32_t r = rows[i];
+  for (std::size_t j = lane; j < stride; j += 32) codes[r * stride + j] = src[i * stride + j];
+  if (lane == 0) {
+    d_fac[r] = fac[i];
+    d_cnt[r] = cnt[i];
+  }
+}
+
+__global__ void clear_codes_kernel(const uint32_t* __restrict__ rows, std::size_t n,
+                                   std::size_t stride, uint8_t* __restrict__ codes, float* d_fac,
+                                   int32_t* d_cnt) {
+  const int lane = threadIdx.x & 31;
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x / 32) + (threadIdx.x >> 5);
+  if (i >= n) return;
+  const uint32_t r = rows[i];
+  for (std::size_t j = lane; j < stride; j += 32) codes[r * stride + j] = 0;
+  if (lane == 0) {
+    d_fac[r] = 0.f;
+    d_cnt[r] = 0;
+  }
+}
+
 __global__ void set_layer_kernel(uint8_t* d_layer, const uint32_t* __restrict__ rows,
                                  std::size_t n, uint8_t layer) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
@@ -150,9 +181,11 @@ class StreamScope {
 
 }  // namespace
 
-CudaVectorArena::CudaVectorArena(std::size_t dim, DType dtype, std::size_t capacity, int device)
-    : dim_(dim), dtype_(dtype), device_(device) {
+CudaVectorArena::CudaVectorArena(std::size_t dim, DType dtype, std::size_t capacity, int device,
+                                 Codec codec)
+    : dim_(dim), dtype_(dtype), device_(device), codec_(codec) {
   LAMINA_CHECK(dim >= 1 && dim <= (1u << 20), "dim must be in [1, 2^20], got ", dim);
+  code_stride_ = lamina::code_stride(codec, dim);
   LAMINA_CHECK(device >= 0 && device < device_count(), "CUDA device ", device,
                " does not exist (", device_count(), " usable devices)");
   const std::size_t per_line = 64 / elt();
@@ -172,7 +205,9 @@ CudaVectorArena::~CudaVectorArena() {
   cudaStreamSynchronize(as_stream(stream_));
   for (void* p : {rows_, static_cast<void*>(d_ns_), static_cast<void*>(d_layer_),
                   static_cast<void*>(d_live_), static_cast<void*>(d_sqnorm_),
-                  static_cast<void*>(d_gen_), static_cast<void*>(d_csr_)})
+                  static_cast<void*>(d_gen_), static_cast<void*>(d_csr_),
+                  static_cast<void*>(d_codes_), static_cast<void*>(d_cfactor_),
+                  static_cast<void*>(d_ccount_)})
     if (p) cudaFree(p);
   cudaStreamDestroy(as_stream(stream_));
   cudaSetDevice(prev);
@@ -219,6 +254,11 @@ void CudaVectorArena::grow_locked(std::size_t min_capacity) {
   grow_column(d_live_, high_water_, cap, st);
   grow_column(d_sqnorm_, high_water_, cap, st);
   grow_column(d_gen_, high_water_, cap, st);
+  if (codec_ != Codec::None) {
+    grow_column(d_codes_, high_water_ * code_stride_, cap * code_stride_, st);
+    grow_column(d_cfactor_, high_water_, cap, st);
+    grow_column(d_ccount_, high_water_, cap, st);
+  }
   ns_.resize(cap);
   layer_.resize(cap);
   live_.resize(cap);
@@ -316,6 +356,16 @@ void CudaVectorArena::add(const void* vectors, bool on_device, std::size_t n, co
     std::lock_guard cl(csr_mu_);
     csr_dirty_ = true;
   }
+  if (codec_ != Codec::None) {
+    if (on_device) {  // the codes are encoded on the host: bring the rows over once
+      std::vector<char> host(count * elt());
+      LAMINA_CUDA_CHECK(cudaMemcpyAsync(host.data(), vectors, host.size(), cudaMemcpyDeviceToHost, st));
+      LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+      write_codes_locked(host.data(), rows);
+    } else {
+      write_codes_locked(vectors, rows);
+    }
+  }
   Scratch scr(st);
   const void* src = vectors;
   if (!on_device) {
@@ -337,6 +387,26 @@ void CudaVectorArena::add(const void* vectors, bool on_device, std::size_t n, co
                                            d_rows, d_nsv, d_lv, d_gens, static_cast<float*>(rows_),
                                            d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
   LAMINA_CUDA_LAUNCHED();
+}
+
+void CudaVectorArena::write_codes_locked(const void* host_rows, const std::vector<uint32_t>& rows) {
+  const std::size_t n = rows.size();
+  std::vector<uint8_t> codes(n * code_stride_);
+  std::vector<float> factor(n);
+  std::vector<int32_t> count(n);
+  encode_rows(codec_, host_rows, dim_, dtype_ == DType::F16, n, dim_, codes.data(), factor.data(),
+              count.data());
+  const cudaStream_t st = as_stream(stream_);
+  Scratch scr(st);
+  const uint8_t* d_src = upload(scr, codes, st);
+  const float* d_fac = upload(scr, factor, st);
+  const int32_t* d_cnt = upload(scr, count, st);
+  const uint32_t* d_rows = upload(scr, rows, st);
+  scatter_codes_kernel<<<blocks_for(n, 8), 256, 0, st>>>(d_src, d_fac, d_cnt, n, code_stride_,
+                                                         d_rows, d_codes_, d_cfactor_, d_ccount_);
+  LAMINA_CUDA_LAUNCHED();
+  // the host buffers must outlive the copies
+  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
 }
 
 void CudaVectorArena::remove(const int64_t* handles, std::size_t n, void* stream) {
@@ -385,6 +455,11 @@ void CudaVectorArena::remove(const int64_t* handles, std::size_t n, void* stream
                                                    d_gens, n, d_ns_, d_layer_, d_live_,
                                                    d_sqnorm_, d_gen_);
   LAMINA_CUDA_LAUNCHED();
+  if (codec_ != Codec::None) {
+    clear_codes_kernel<<<blocks_for(n, 8), 256, 0, st>>>(d_rows, n, code_stride_, d_codes_,
+                                                         d_cfactor_, d_ccount_);
+    LAMINA_CUDA_LAUNCHED();
+  }
 }
 
 void CudaVectorArena::get(const int64_t* handles, std::size_t n, void* out, void* stream) const {
@@ -507,9 +582,49 @@ void CudaVectorArena::ensure_csr_locked() const {
   csr_dirty_ = false;
 }
 
+void CudaVectorArena::search_codes_locked(const float* queries, std::size_t nq, std::size_t k,
+                                          Metric metric, const DeviceFilter& f,
+                                          std::size_t oversample, float* out_scores,
+                                          int64_t* out_ids) const {
+  LAMINA_CHECK(oversample <= kMaxK / k, "k * oversample must be at most ", kMaxK,
+               " on the GPU, got k=", k, ", oversample=", oversample);
+  const std::size_t m = k * oversample;
+  const cudaStream_t st = as_stream(stream_);
+  std::vector<float> hq(nq * dim_);  // the code scan encodes the queries on the host
+  LAMINA_CUDA_CHECK(cudaMemcpyAsync(hq.data(), queries, hq.size() * sizeof(float),
+                                    cudaMemcpyDeviceToHost, st));
+  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+  DeviceCodes dc;
+  dc.codec = codec_;
+  dc.base = d_codes_;
+  dc.stride = code_stride_;
+  dc.dim = dim_;
+  dc.factor = d_cfactor_;
+  dc.count = d_ccount_;
+  dc.sqnorms = d_sqnorm_;
+  Scratch scr(st);
+  uint32_t* cand = scr.alloc<uint32_t>(nq * m);
+  int64_t* seg = scr.alloc<int64_t>(2 * nq);
+  code_candidates(hq.data(), nq, dc, high_water_, f, m, metric, cand, seg, stream_);
+  DeviceRows rs;
+  rs.base = rows_;
+  rs.stride = stride_;
+  rs.dim = dim_;
+  rs.f16 = dtype_ == DType::F16;
+  rs.sqnorms = d_sqnorm_;
+  DeviceFilter g;  // the candidates passed every filter already
+  g.use_row_list = true;
+  g.row_list = cand;
+  g.row_list_len = nq * m;
+  g.segments = seg;
+  g.max_segment = m;
+  topk_search(queries, nq, rs, high_water_, g, k, metric, d_gen_, out_scores, out_ids, stream_);
+}
+
 void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
                              const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
-                             float* out_scores, int64_t* out_ids, void* stream) const {
+                             float* out_scores, int64_t* out_ids, void* stream,
+                             std::size_t oversample) const {
   LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
   DeviceGuard g(device_);
   StreamScope scope(stream, stream_);
@@ -528,8 +643,12 @@ void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k
     f.layers = d_layer_;
     std::copy(layer_mask, layer_mask + 4, f.layer_mask);
   }
+  const bool coded = codec_ != Codec::None && oversample > 0;
   if (ns == nullptr) {
-    topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+    if (coded)
+      search_codes_locked(queries, nq, k, metric, f, oversample, out_scores, out_ids);
+    else
+      topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
     return;
   }
   LAMINA_CHECK(n_ns == 1 || n_ns == nq, "namespace must be one value or one per query (", nq,
@@ -547,7 +666,10 @@ void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k
     const auto [off, cnt] = range(ns[0]);
     f.row_list = d_csr_ + off;
     f.row_list_len = cnt;
-    topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+    if (coded)
+      search_codes_locked(queries, nq, k, metric, f, oversample, out_scores, out_ids);
+    else
+      topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
     return;
   }
   std::vector<int64_t> seg(2 * nq);
@@ -562,13 +684,16 @@ void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k
   f.segments = upload(scr, seg, st);
   f.row_list_len = high_water_;
   f.max_segment = longest;
-  topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+  if (coded)
+    search_codes_locked(queries, nq, k, metric, f, oversample, out_scores, out_ids);
+  else
+    topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
 }
 
 void CudaVectorArena::search_host(const float* queries, std::size_t nq, std::size_t k,
                                   Metric metric, const uint64_t* ns, std::size_t n_ns,
                                   const uint64_t* layer_mask, float* out_scores,
-                                  int64_t* out_ids) const {
+                                  int64_t* out_ids, std::size_t oversample) const {
   if (nq == 0) return;
   DeviceGuard g(device_);
   const cudaStream_t st = as_stream(stream_);
@@ -577,7 +702,7 @@ void CudaVectorArena::search_host(const float* queries, std::size_t nq, std::siz
   float* ds = scr.alloc<float>(nq * k);
   int64_t* di = scr.alloc<int64_t>(nq * k);
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(dq, queries, nq * dim_ * sizeof(float), cudaMemcpyHostToDevice, st));
-  search(dq, nq, k, metric, ns, n_ns, layer_mask, ds, di, stream_);
+  search(dq, nq, k, metric, ns, n_ns, layer_mask, ds, di, stream_, oversample);
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(out_scores, ds, nq * k * sizeof(float), cudaMemcpyDeviceToHost, st));
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(out_ids, di, nq * k * sizeof(int64_t), cudaMemcpyDeviceToHost, st));
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));

@@ -17,6 +17,11 @@
 // the first namespace-filtered search after a change (O(rows) on the device), then one launch
 // answers b queries, each restricted to its own namespace.
 //
+// Codes: with a codec (lamina/codec.hpp) each row also has its code in device memory, encoded
+// on the host at add() (device input is copied to the host for it) and cleared on remove();
+// search(oversample = r > 0) scans the codes for k * r candidates per query (codec_cuda.hpp)
+// and re-scores them exactly from the float rows.
+//
 // Thread safety: like VectorArena (shared reader lock for reads, exclusive for writes).
 #pragma once
 
@@ -29,14 +34,20 @@
 #include <vector>
 
 #include "lamina/arena.hpp"
+#include "lamina/codec.hpp"
 #include "lamina/topk.hpp"
+#include "topk_cuda.hpp"
 
 namespace lamina::cuda {
 
 class CudaVectorArena {
  public:
-  /// dim >= 1; capacity: initial rows (grows by doubling); device: CUDA ordinal.
-  CudaVectorArena(std::size_t dim, DType dtype, std::size_t capacity, int device);
+  /// dim >= 1; capacity: initial rows (grows by doubling); device: CUDA ordinal; codec: the
+  /// rows' codes (Codec::None: none).
+  CudaVectorArena(std::size_t dim, DType dtype, std::size_t capacity, int device,
+                  Codec codec = Codec::None);
+  Codec codec() const { return codec_; }
+  std::size_t code_stride() const { return code_stride_; }
   ~CudaVectorArena();
   CudaVectorArena(const CudaVectorArena&) = delete;
   CudaVectorArena& operator=(const CudaVectorArena&) = delete;
@@ -71,15 +82,17 @@ class CudaVectorArena {
 
   /// Exact top-k; queries (nq x dim float32) and outputs (nq x k) are device memory of this
   /// device. Filters as VectorArena::search (ns, n_ns and layer_mask are host memory).
+  /// oversample > 0 (an arena with a codec): the code scan keeps k * oversample candidates.
   void search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
               const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
-              float* out_scores, int64_t* out_ids, void* stream) const;
+              float* out_scores, int64_t* out_ids, void* stream,
+              std::size_t oversample = 0) const;
 
   /// As search(), with queries and outputs in host memory (uploads the queries, downloads the
   /// results).
   void search_host(const float* queries, std::size_t nq, std::size_t k, Metric metric,
                    const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
-                   float* out_scores, int64_t* out_ids) const;
+                   float* out_scores, int64_t* out_ids, std::size_t oversample = 0) const;
 
   /// The arena's own stream (cudaStream_t): consumers of device_rows() order after it.
   void* stream() const { return stream_; }
@@ -93,6 +106,10 @@ class CudaVectorArena {
   std::vector<uint32_t> rows_checked(const int64_t* handles, std::size_t n) const;
   void grow_locked(std::size_t min_capacity);
   void ensure_csr_locked() const;  // on stream_, under csr_mu_
+  void write_codes_locked(const void* host_rows, const std::vector<uint32_t>& rows);
+  void search_codes_locked(const float* queries, std::size_t nq, std::size_t k, Metric metric,
+                           const DeviceFilter& f, std::size_t oversample,
+                           float* out_scores, int64_t* out_ids) const;
 
   std::size_t dim_;
   DType dtype_;
@@ -109,6 +126,11 @@ class CudaVectorArena {
   uint8_t* d_live_ = nullptr;
   float* d_sqnorm_ = nullptr;
   uint32_t* d_gen_ = nullptr;
+  Codec codec_ = Codec::None;
+  std::size_t code_stride_ = 0;  // bytes per row's code
+  uint8_t* d_codes_ = nullptr;
+  float* d_cfactor_ = nullptr;
+  int32_t* d_ccount_ = nullptr;
   // host mirror
   std::vector<uint64_t> ns_;
   std::vector<uint8_t> layer_;

@@ -43,6 +43,19 @@ std::size_t code_stride(Codec c, std::size_t dim);
 void encode_rows(Codec c, const void* rows, std::size_t row_stride, bool f16, std::size_t n,
                  std::size_t dim, uint8_t* codes, float* factor, int32_t* count);
 
+/// A batch of queries in the codec's query form (see above), nq of them:
+///  binary: planes (nq x 4 x W words, W = ceil(dim / 64)), lo, delta, usum (sum_j u_j);
+///  int8: q8 (nq x L bytes, L = dim rounded up to 64, zero padded), qu = q8 + 128, scale.
+struct QueryCodes {
+  std::size_t W = 0, L = 0;
+  std::vector<uint64_t> planes;
+  std::vector<float> lo, delta, usum;
+  std::vector<int8_t> q8;
+  std::vector<uint8_t> qu;
+  std::vector<float> scale;
+};
+QueryCodes encode_queries(Codec c, const float* queries, std::size_t nq, std::size_t dim);
+
 /// Codes to scan: row r's code at base + r * stride; its constants factor[r], count[r]; its
 /// exact squared norm sqnorms[r] (for cosine and l2).
 struct CodeStore {

@@ -191,7 +191,13 @@ class _DeviceView(TypedDict):
     stream: int
 
 class CudaVectorArena:
-    def __init__(self, dim: int, dtype: str = "float32", capacity: int = 1024, device: int = 0) -> None: ...
+    def __init__(
+        self, dim: int, dtype: str = "float32", capacity: int = 1024, device: int = 0, codec: str | None = None
+    ) -> None: ...
+    @property
+    def codec(self) -> str | None: ...
+    @property
+    def code_bytes(self) -> int: ...
     @property
     def dim(self) -> int: ...
     @property
@@ -229,6 +235,7 @@ class CudaVectorArena:
         out_scores: object = None,
         out_ids: object = None,
         stream: int = 0,
+        oversample: int = 0,
     ) -> tuple[Any, Any]: ...
 
 # ---- feature-hashing embedder (bind_hashing.cpp) -----------------------------------------

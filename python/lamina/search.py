@@ -178,7 +178,7 @@ class VectorArena:
         stream); ``vectors`` is a read-only ``__cuda_array_interface__`` view. ``search`` with
         one namespace per query answers all queries in one launch (one agent per query).
     codec : {None, "binary", "int8"}
-        A compact code per row beside the float rows (CPU arenas), for a compressed first scan
+        A compact code per row beside the float rows (on either device), for a compressed first scan
         that :meth:`search` re-ranks exactly (see ``oversample``). ``"binary"``: one sign bit
         per dimension (48 bytes for 384 dims, 1/32 of float32), scanned against a 4-bit
         quantised query with popcounts; ``"int8"``: one byte per dimension with a per-row
@@ -203,17 +203,12 @@ class VectorArena:
         self._cuda = kind == "cuda"
         self._codec = codec
         self._a: _core.VectorArena | _core.CudaVectorArena
-        if self._cuda and codec is not None:
-            raise ValueError(
-                f"VectorArena(codec={codec!r}) is built for device='cpu' only; the CUDA arena "
-                "scans the float rows (codec=None)"
-            )
         if self._cuda:
             if not _core.has_cuda():
                 raise RuntimeError("VectorArena(device='cuda'): " + _device.REBUILD_HINT)
             if _core.cuda_device_count() == 0:
                 raise RuntimeError("VectorArena(device='cuda'): no CUDA device is usable")
-            self._a = _core.CudaVectorArena(int(dim), name, int(capacity), ordinal)
+            self._a = _core.CudaVectorArena(int(dim), name, int(capacity), ordinal, codec)
         else:
             self._a = _core.VectorArena(int(dim), name, int(capacity), codec)
 
@@ -243,7 +238,7 @@ class VectorArena:
     @property
     def code_bytes(self) -> int:
         """Bytes of one row's code (0 without a codec)."""
-        return 0 if self._cuda else int(self._host().code_bytes)
+        return int(self._a.code_bytes)
 
     @property
     def dim(self) -> int:
@@ -431,19 +426,19 @@ class VectorArena:
         """
         ls = None if layers is None else [int(x) for x in layers]
         k = _check_k(k)
+        r = _oversample(self._codec, oversample)
         if self._cuda:
             if _device.is_device_array(queries):
                 nq = int(queries.shape[0])
                 scores = _device.empty_like_device(queries, (nq, k), np.float32)
                 ids = _device.empty_like_device(queries, (nq, k), np.int64)
                 return self._dev().search(
-                    queries, k, str(metric), _namespace(namespace), ls, scores, ids, _device.current_stream(queries)
+                    queries, k, str(metric), _namespace(namespace), ls, scores, ids, _device.current_stream(queries), r
                 )
-            return self._a.search(queries, k, str(metric), _namespace(namespace), ls)
+            return self._dev().search(queries, k, str(metric), _namespace(namespace), ls, oversample=r)
         if _device.is_device_array(queries):
             raise ValueError(
                 "queries are on a CUDA device but this arena is on the CPU; pass a "
                 "numpy array or use VectorArena(..., device='cuda')"
             )
-        r = _oversample(self._codec, oversample)
         return self._host().search(queries, k, str(metric), _namespace(namespace), ls, int(threads), r)

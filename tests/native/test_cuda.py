@@ -389,10 +389,10 @@ def test_gpu_topk_with_torch_tensors() -> None:
     assert_same_topk(cpu, (gs.cpu().numpy(), gi.cpu().numpy()), q, x, "cosine", seed)
 
 
-def _twin_arenas(dtype: str, d: int, rng: np.random.Generator, n_ns: int, n: int) -> tuple[Any, Any]:
+def _twin_arenas(dtype: str, d: int, rng: np.random.Generator, n_ns: int, n: int, codec: Any = None) -> tuple[Any, Any]:
     """The same add / remove / re-add / set_layer sequence on a CPU and a GPU arena."""
-    cpu = lamina.VectorArena(d, dtype, capacity=16)
-    gpu = lamina.VectorArena(d, dtype, capacity=16, device="cuda")
+    cpu = lamina.VectorArena(d, dtype, capacity=16, codec=codec)
+    gpu = lamina.VectorArena(d, dtype, capacity=16, device="cuda", codec=codec)
     x = rng.standard_normal((n, d)).astype(dtype)
     ns = rng.integers(0, n_ns, size=n).astype(np.uint64)
     layer = rng.integers(0, 3, size=n).astype(np.uint8)
@@ -440,6 +440,39 @@ def test_gpu_arena_matches_cpu_arena(dtype: str) -> None:
             assert isinstance(g_dev[0], cp.ndarray)
             for g in (g_host, (cp.asnumpy(g_dev[0]), cp.asnumpy(g_dev[1]))):
                 assert_same_topk(c, g, q, rows, metric, seed, rows=rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("codec", ["binary", "int8"])
+def test_gpu_code_scan_matches_the_cpu_code_scan(codec: str) -> None:
+    """The GPU code scan against its CPU twin: with every row a candidate both equal the exact
+    search; at the default oversampling their results overlap (the estimates' float rounding
+    may order near-ties differently) and the scores returned are exact."""
+    cp = _cupy()
+    rng, seed = fresh_rng()
+    d = int(rng.choice([70, 384]))
+    cpu, gpu, alive = _twin_arenas("float32", d, rng, n_ns=5, n=int(rng.integers(500, 2000)), codec=codec)
+    msg = f"seed={seed}"
+    assert gpu.codec == codec and gpu.code_bytes == cpu.code_bytes, msg
+    rows = np.asarray(cpu.vectors)
+    q = rng.standard_normal((9, d)).astype(np.float32)
+    per_query = rng.integers(0, 6, size=9).astype(np.uint64)
+    for metric in ("ip", "cosine", "l2"):
+        for ns, layers in ((None, None), (2, None), (per_query, None), (per_query, [1])):
+            c = cpu.search(q, 10, metric, ns, layers, oversample=0)
+            g = gpu.search(cp.asarray(q), 10, metric, ns, layers, oversample=100)  # m = 1000
+            assert_same_topk(c, (cp.asnumpy(g[0]), cp.asnumpy(g[1])), q, rows, metric, seed, rows=rows)
+            c_r = cpu.search(q, 10, metric, ns, layers)
+            g_r = gpu.search(q, 10, metric, ns, layers)
+            overlap = np.mean(
+                [len(set(a[a >= 0]) & set(b[b >= 0])) / max(1, (a >= 0).sum()) for a, b in zip(c_r[1], g_r[1])]
+            )
+            assert overlap >= 0.9, f"{msg} {metric} {ns} overlap {overlap:.3f}"
+            found = g_r[1] >= 0
+            slots = g_r[1][found] & 0xFFFFFFFF
+            exact = np.einsum("ij,ij->i", rows[slots], np.repeat(q, 10, 0).reshape(9, 10, d)[found])
+            if metric == "ip":
+                np.testing.assert_allclose(g_r[0][found], exact, rtol=1e-4, atol=1e-4, err_msg=msg)
 
 
 @pytest.mark.gpu
