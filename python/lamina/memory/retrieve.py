@@ -20,9 +20,24 @@ from .staleness import Staleness
 from .state import MemoryState, UserState
 from .store import ID_SHIFT
 
-__all__ = ["Candidates", "query_vector", "staleness", "rank_layers", "candidates", "visible"]
+__all__ = [
+    "Candidates",
+    "Found",
+    "Job",
+    "query_vector",
+    "query_matrix",
+    "staleness",
+    "search",
+    "rank_layers",
+    "rank",
+    "candidates",
+    "layer_hits",
+    "visible",
+]
 
 Vec = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+_NO_IDS: I64 = np.empty(0, dtype=np.int64)
 Scored = list[tuple[float, Record]]
 
 
@@ -41,6 +56,29 @@ def query_vector(embed: Callable[[list[str]], Vec], dim: int, query: str, query_
     if not np.isfinite(q).all() or not np.any(q):
         raise InvalidInput("query_embedding must be finite and non-zero")
     return np.ascontiguousarray(q.reshape(1, -1))
+
+
+def query_matrix(
+    embed: Callable[[list[str]], Vec], dim: int, queries: Sequence[str], query_embeddings: Vec | None
+) -> Vec:
+    """The queries as rows, shape (len(queries), dim): embedded in one call, or the caller's
+    checked vectors (each query checked as :func:`query_vector` checks one, by its index)."""
+    for i, query in enumerate(queries):
+        check_text(query, f"queries[{i}]")
+        if not query.strip():
+            raise InvalidInput(f"queries[{i}] is empty")
+    n = len(queries)
+    if query_embeddings is None:
+        return embed(list(queries)) if n else np.empty((0, dim), dtype=np.float32)
+    Q = query_embeddings
+    if not isinstance(Q, np.ndarray) or Q.dtype != np.float32:
+        raise TypeError("query_embeddings must be a float32 numpy array of shape (len(queries), dim)")
+    if Q.shape != (n, dim):
+        raise InvalidInput(f"query_embeddings must have shape ({n}, {dim}) (one row per query), got {Q.shape}")
+    bad = ~(np.isfinite(Q).all(axis=1) & np.any(Q, axis=1))
+    if bad.any():
+        raise InvalidInput(f"query_embeddings[{int(np.argmax(bad))}] must be finite and non-zero")
+    return np.ascontiguousarray(Q)
 
 
 def staleness(st: MemoryState, u: UserState) -> Staleness:
@@ -98,6 +136,78 @@ class Candidates:
     via: set[int] = field(default_factory=set)
 
 
+@dataclass(slots=True)
+class Found:
+    """One query's raw search results (:func:`search`), before any filter.
+
+    Attributes
+    ----------
+    layers : layer -> (cosines, float32; item ids, int64), best first, for the layers with
+        active items
+    leaves : the episodic leaves' (cosines, ids), when searched
+    views : ids of the turns whose views matched best (dense channel, ``TURN_KEY`` cleared),
+        when the turn views were searched
+    lexical : ids of the turns whose BM25 matched best, when the turn views were searched
+    """
+
+    layers: dict[str, tuple[Vec, I64]] = field(default_factory=dict)
+    leaves: tuple[Vec, I64] | None = None
+    views: I64 | None = None
+    lexical: I64 | None = None
+
+
+#: One query of :func:`search`: its user, the layers to search and its text (the lexical channel).
+Job = tuple[UserState, Sequence[str], str]
+
+
+def search(
+    st: MemoryState, jobs: Sequence[Job], Q: Vec, k: int, *, leaves: bool = False, views: bool = False
+) -> list[Found]:
+    """The native searches of many queries at once: the top-``k`` of each job's layers
+    (:meth:`~lamina.layer_index.LayerIndex.search_batch`, the same bits as one query at a time),
+    with ``leaves`` its episodic leaves too, and with ``views`` (when the job searches the
+    episodic layer) the turn views of its episodes, dense and lexical (one
+    :meth:`~lamina.lexical.LexicalIndex.search_many` for all jobs).
+
+    Parameters
+    ----------
+    jobs : one (user, layers, query text) per query
+    Q : ndarray, shape (len(jobs), dim), float32 — the query vectors, one row per job
+    """
+    requests: list[list[int]] = []
+    plans: list[tuple[list[str], bool, int | None]] = []
+    for u, layers, _ in jobs:
+        live = [L for L in layers if u.n_active.get(L, 0) > 0]
+        nss = [u.ns(LAYERS[L]) for L in live]
+        leaf = leaves and "episodic" in live
+        if leaf:
+            nss.append(u.ns(NsCode.LEAF))
+        tv = None
+        if views and "episodic" in layers:
+            ns = u.ns(NsCode.TURN_VIEW)
+            if st.vectors.count(ns):
+                tv = ns
+                nss.append(ns)
+        requests.append(nss)
+        plans.append((live, leaf, tv))
+    res = st.vectors.search_batch(Q, requests, k) if jobs else []
+    out = [Found(dict(zip(live, r))) for (live, _, _), r in zip(plans, res)]
+    lex: list[int] = []
+    for j, (f, (live, leaf, tv), r) in enumerate(zip(out, plans, res)):
+        if leaf:
+            f.leaves = r[len(live)]
+        if tv is not None:
+            f.views = r[-1][1] & ~TURN_KEY
+            f.lexical = _NO_IDS
+            if st.config.lexical:
+                lex.append(j)
+    if lex:
+        _, keys = st.lex.search_many([jobs[j][2] for j in lex], [plans[j][2] or 0 for j in lex], k)
+        for j, row in zip(lex, keys):
+            out[j].lexical = row[row >= 0]
+    return out
+
+
 def rank_layers(
     st: MemoryState,
     u: UserState,
@@ -110,7 +220,26 @@ def rank_layers(
     stale: Staleness,
 ) -> Candidates | None:
     """Candidates at depth ``m`` per layer with their adjusted scores; None when no layer has a
-    candidate above the floor."""
+    candidate above the floor (:func:`search`, then :func:`rank`)."""
+    found = search(st, [(u, layers, query)], q.reshape(1, -1), m, views=True)[0]
+    return rank(st, u, q, query, layers, found, m, t_now, domain, stale)
+
+
+def rank(
+    st: MemoryState,
+    u: UserState,
+    q: Vec,
+    query: str,
+    layers: Sequence[str],
+    raw: Found,
+    m: int,
+    t_now: float | None,
+    domain: str | None,
+    stale: Staleness,
+) -> Candidates | None:
+    """:func:`rank_layers` of one query's search results (``raw``: :func:`search` at depth
+    ``m`` with ``views``): the replay clock and domain gate, the episodic fusion, the stale
+    penalty, the floor, the speaker scope and the layer relevances."""
     c = st.config
     out = Candidates()
     per_layer, rel, shown = out.per_layer, out.relevance, out.demoted
@@ -120,10 +249,10 @@ def rank_layers(
     # The episodic layer's own rows searched here are its summaries (aggregates: they only
     # fill what specific items leave), so c.candidates of them are enough (its leaves are
     # found through their turns instead); the other layers get m.
-    found = candidates(st, u, q, layers, m, t_now, domain, leaves=False, k_of={"episodic": min(m, c.candidates)})
+    found = layer_hits(st, raw, layers, t_now, domain, k_of={"episodic": min(m, c.candidates)})
     if "episodic" in found:
         found["episodic"], folded, out.via = episodic_candidates(
-            st, u, q, query, found["episodic"], m, t_now, domain, found.get("semantic", ())
+            st, u, q, query, found["episodic"], raw, t_now, domain, found.get("semantic", ())
         )
         if folded:
             found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
@@ -193,20 +322,27 @@ def candidates(
     The episodic layer's leaves are searched only with ``leaves`` (its list is then the
     top-k of leaves and of summaries each, for the caller to rank). ``k_of``: a smaller k
     for some layers (their top-k is the prefix of the top-``k``)."""
+    found = search(st, [(u, layers, "")], q.reshape(1, -1), k, leaves=leaves)[0]
+    return layer_hits(st, found, layers, now, domain, k_of)
+
+
+def layer_hits(
+    st: MemoryState,
+    found: Found,
+    layers: Sequence[str],
+    now: float | None,
+    domain: str | None,
+    k_of: Mapping[str, int] | None = None,
+) -> dict[str, Scored]:
+    """:func:`candidates` of one query's search results: (score, record) per layer, filtered
+    by :func:`visible` (the episodic leaves appended to the episodic layer's list)."""
     res: dict[str, list[tuple[float, Record]]] = {L: [] for L in layers}
-    live = [L for L in layers if u.n_active.get(L, 0) > 0]
-    if not live:
-        return res
-    nss = [u.ns(LAYERS[L]) for L in live]
-    if leaves and "episodic" in live:
-        nss.append(u.ns(NsCode.LEAF))
-    found = st.vectors.search(q, nss, k)
-    for L, (scores, ids) in zip(live, found):
+    for L, (scores, ids) in found.layers.items():
         if k_of and L in k_of:
             scores, ids = scores[: k_of[L]], ids[: k_of[L]]
-        res[L] = hits(st, scores, ids, now, domain)
-    if len(found) > len(live):
-        res["episodic"] += hits(st, *found[-1], now, domain)
+        res[L] = hits(st, scores.tolist(), ids.tolist(), now, domain)
+    if found.leaves is not None:
+        res["episodic"] += hits(st, found.leaves[0].tolist(), found.leaves[1].tolist(), now, domain)
     return res
 
 
@@ -233,7 +369,7 @@ def episodic_candidates(
     q: Vec,
     query: str,
     found: Scored,
-    k: int,
+    raw: Found,
     now: float | None,
     domain: str | None,
     facts: Sequence[tuple[float, Record]] = (),
@@ -256,6 +392,8 @@ def episodic_candidates(
     sentence. Facts that superseded another (the current value of something that changed:
     current beats stale) and facts whose turn has left the episodic layer stand on their own.
 
+    ``raw``: the query's search results (the turn views' dense and lexical hits).
+
     Returns the candidates (in no particular order: the caller ranks them), the ids of the
     folded facts (the caller drops those from the semantic layer's list) and the ids of the
     turns among the candidates.
@@ -263,12 +401,9 @@ def episodic_candidates(
     out = [(s, r) for s, r in found if r.kind != "segment"]
     folded: set[int] = set()
     via = {r.id for _, r in out if r.kind == "turn"}
-    ns = u.ns(NsCode.TURN_VIEW)
-    if st.vectors.count(ns):
+    if raw.views is not None and raw.lexical is not None:  # (the user's episodes have turns)
         recs = st.recs
-        _, d_ids = st.vectors.search_arrays(q, ns, k)
-        d_ids = d_ids & ~TURN_KEY
-        l_ids = st.lex.search(query, ns, k)[1] if st.config.lexical else np.empty(0, dtype=np.int64)
+        d_ids, l_ids = raw.views, raw.lexical
         if now is not None or domain is not None:  # replay clock / domain gate
             d_ids = d_ids[[visible(recs[i], now, domain) for i in d_ids.tolist()]]
             l_ids = l_ids[[visible(recs[i], now, domain) for i in l_ids.tolist()]]
