@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import SHARED_DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from memkit import DAY, FILLER, T0, chat, item_rows
 
+from conftest import SHARED_DATA
 from lamina import AsyncMemory, Firewall, InvalidInput, Memory
 from lamina.layer_index import PARALLEL_ROWS, LayerIndex
 from lamina.memory.config import MemoryConfig
