@@ -130,12 +130,15 @@ def contexts(
         assert u is not None
         jobs.append((u, layers, queries[i]))
     found = retrieve.search(st, jobs, Q[known], m, views=True)
+    lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
     cands: list[Candidates | None] = [None] * n
     reports: list[FirewallReport | None] = [None] * n
     for i, (u, _, query), raw in zip(known, jobs, found):
         q = Q[i : i + 1].copy()  # (a row of its own, as one query's vector is)
         search_domain = domains[i] if firewall is None else None  # with a firewall the gate is its own
-        cands[i] = cd = retrieve.rank(st, u, q, query, layers, raw, m, t_now, search_domain, retrieve.staleness(st, u))
+        cands[i] = cd = retrieve.rank(
+            st, u, q, query, layers, raw, m, t_now, search_domain, retrieve.staleness(st, u), lookup
+        )
         if cd is not None and firewall is not None:
             reports[i] = screen(st, u, cd, q, domains[i], firewall)
     gated = [i for i in range(n) if (cd := cands[i]) is not None and cd.relevance]
@@ -192,10 +195,11 @@ def searches(
         assert u is not None
         jobs.append((u, names, ""))
     found = retrieve.search(st, jobs, Q[known], k, leaves=True)
+    lookup = retrieve.Lookup(st, found)
     out: list[list[MemoryItem]] = [[] for _ in users]
     for i, raw in zip(known, found):
         hits: list[tuple[float, Record]] = []
-        for lst in retrieve.layer_hits(st, raw, names, t_now, None).values():
+        for lst in retrieve.layer_hits(st, raw, names, t_now, None, lookup=lookup).values():
             hits.extend(lst)
         if archive_only:
             hits = [(s, r) for s, r in hits if r.kind == "turn"]

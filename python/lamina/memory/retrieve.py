@@ -32,6 +32,7 @@ __all__ = [
     "rank",
     "candidates",
     "layer_hits",
+    "Lookup",
     "visible",
 ]
 
@@ -156,6 +157,70 @@ class Found:
     lexical: I64 | None = None
 
 
+class Lookup:
+    """The records that searches found, by id, with what the read path asks of each record
+    whatever the query: visible at a (clock, domain) (:func:`visible`), whether its text says
+    when (:func:`lamina.timeref.mentions_time`), its session. Built once for a batch of
+    queries (a record found by many is asked once), read with numpy gathers.
+
+    Parameters
+    ----------
+    st : the memory state
+    found : the searches' results (:func:`search`)
+    """
+
+    __slots__ = ("ids", "recs", "_st", "_vis", "_when", "_sess")
+
+    def __init__(self, st: MemoryState, found: Sequence[Found]) -> None:
+        parts = [_NO_IDS]
+        for f in found:
+            parts += [ids for _, ids in f.layers.values()]
+            parts += [x for x in (f.views, f.lexical, None if f.leaves is None else f.leaves[1]) if x is not None]
+        self._st = st
+        self.ids: I64 = np.unique(np.concatenate(parts))  #: sorted
+        recs = st.recs
+        self.recs = np.empty(len(self.ids), dtype=object)  #: the record of each id
+        self.recs[:] = [recs[i] for i in self.ids.tolist()]
+        self._vis: dict[tuple[float | None, str | None], npt.NDArray[np.bool_]] = {}
+        self._when: npt.NDArray[np.bool_] | None = None
+        self._sess: I64 | None = None
+
+    def pos(self, ids: I64) -> I64:
+        """Where each id is in :attr:`ids` (every id must be there)."""
+        return np.searchsorted(self.ids, ids)
+
+    def visible(self, now: float | None, domain: str | None) -> npt.NDArray[np.bool_]:
+        """:func:`visible` of each record, shape (len(ids),)."""
+        key = (now, domain)
+        v = self._vis.get(key)
+        if v is None:
+            v = self._vis[key] = np.array([visible(r, now, domain) for r in self.recs.tolist()], dtype=bool)
+        return v
+
+    def when(self) -> npt.NDArray[np.bool_]:
+        """Whether each record's text says when (:func:`lamina.timeref.mentions_time`)."""
+        if self._when is None:
+            self._when = np.array([mentions_time(r.text, r.timestamp) for r in self.recs.tolist()], dtype=bool)
+        return self._when
+
+    def sessions(self) -> I64:
+        """A code of each record's session (equal codes: the same session id, None included)."""
+        if self._sess is None:
+            codes: dict[str | None, int] = {}
+            self._sess = np.array(
+                [codes.setdefault(r.session_id, len(codes)) for r in self.recs.tolist()], dtype=np.int64
+            )
+        return self._sess
+
+    def hits(self, scores: Vec, ids: I64, now: float | None, domain: str | None) -> Scored:
+        """Search results as (score, record), filtered by :func:`visible` when a clock or domain is set."""
+        at = self.pos(ids)
+        if now is not None or domain is not None:
+            keep = self.visible(now, domain)[at]
+            scores, at = scores[keep], at[keep]
+        return list(zip(scores.tolist(), self.recs[at].tolist()))
+
+
 #: One query of :func:`search`: its user, the layers to search and its text (the lexical channel).
 Job = tuple[UserState, Sequence[str], str]
 
@@ -236,10 +301,14 @@ def rank(
     t_now: float | None,
     domain: str | None,
     stale: Staleness,
+    lookup: Lookup | None = None,
 ) -> Candidates | None:
     """:func:`rank_layers` of one query's search results (``raw``: :func:`search` at depth
     ``m`` with ``views``): the replay clock and domain gate, the episodic fusion, the stale
-    penalty, the floor, the speaker scope and the layer relevances."""
+    penalty, the floor, the speaker scope and the layer relevances. ``lookup``: one that holds
+    ``raw``'s records (a batch's; by default one is built for ``raw``)."""
+    if lookup is None:
+        lookup = Lookup(st, [raw])
     c = st.config
     out = Candidates()
     per_layer, rel, shown = out.per_layer, out.relevance, out.demoted
@@ -249,10 +318,10 @@ def rank(
     # The episodic layer's own rows searched here are its summaries (aggregates: they only
     # fill what specific items leave), so c.candidates of them are enough (its leaves are
     # found through their turns instead); the other layers get m.
-    found = layer_hits(st, raw, layers, t_now, domain, k_of={"episodic": min(m, c.candidates)})
+    found = layer_hits(st, raw, layers, t_now, domain, k_of={"episodic": min(m, c.candidates)}, lookup=lookup)
     if "episodic" in found:
         found["episodic"], folded, out.via = episodic_candidates(
-            st, u, q, query, found["episodic"], raw, t_now, domain, found.get("semantic", ())
+            st, u, q, query, found["episodic"], raw, lookup, t_now, domain, found.get("semantic", ())
         )
         if folded:
             found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
@@ -333,25 +402,20 @@ def layer_hits(
     now: float | None,
     domain: str | None,
     k_of: Mapping[str, int] | None = None,
+    lookup: Lookup | None = None,
 ) -> dict[str, Scored]:
     """:func:`candidates` of one query's search results: (score, record) per layer, filtered
-    by :func:`visible` (the episodic leaves appended to the episodic layer's list)."""
+    by :func:`visible` (the episodic leaves appended to the episodic layer's list).
+    ``lookup``: one that holds ``found``'s records (by default one is built)."""
+    look = Lookup(st, [found]) if lookup is None else lookup
     res: dict[str, list[tuple[float, Record]]] = {L: [] for L in layers}
     for L, (scores, ids) in found.layers.items():
         if k_of and L in k_of:
             scores, ids = scores[: k_of[L]], ids[: k_of[L]]
-        res[L] = hits(st, scores.tolist(), ids.tolist(), now, domain)
+        res[L] = look.hits(scores, ids, now, domain)
     if found.leaves is not None:
-        res["episodic"] += hits(st, found.leaves[0].tolist(), found.leaves[1].tolist(), now, domain)
+        res["episodic"] += look.hits(*found.leaves, now, domain)
     return res
-
-
-def hits(st: MemoryState, scores: list[float], ids: list[int], now: float | None, domain: str | None) -> Scored:
-    """Search results as (score, record), filtered by :func:`visible` when a clock or domain is set."""
-    recs = st.recs
-    if now is None and domain is None:
-        return [(float(s), recs[i]) for s, i in zip(scores, ids)]
-    return [(float(s), recs[i]) for s, i in zip(scores, ids) if visible(recs[i], now, domain)]
 
 
 def visible(r: Record, now: float | None, domain: str | None) -> bool:
@@ -370,6 +434,7 @@ def episodic_candidates(
     query: str,
     found: Scored,
     raw: Found,
+    lookup: Lookup,
     now: float | None,
     domain: str | None,
     facts: Sequence[tuple[float, Record]] = (),
@@ -392,7 +457,8 @@ def episodic_candidates(
     sentence. Facts that superseded another (the current value of something that changed:
     current beats stale) and facts whose turn has left the episodic layer stand on their own.
 
-    ``raw``: the query's search results (the turn views' dense and lexical hits).
+    ``raw``: the query's search results (the turn views' dense and lexical hits), whose
+    records ``lookup`` holds.
 
     Returns the candidates (in no particular order: the caller ranks them), the ids of the
     folded facts (the caller drops those from the semantic layer's list) and the ids of the
@@ -402,11 +468,11 @@ def episodic_candidates(
     folded: set[int] = set()
     via = {r.id for _, r in out if r.kind == "turn"}
     if raw.views is not None and raw.lexical is not None:  # (the user's episodes have turns)
-        recs = st.recs
         d_ids, l_ids = raw.views, raw.lexical
         if now is not None or domain is not None:  # replay clock / domain gate
-            d_ids = d_ids[[visible(recs[i], now, domain) for i in d_ids.tolist()]]
-            l_ids = l_ids[[visible(recs[i], now, domain) for i in l_ids.tolist()]]
+            vis = lookup.visible(now, domain)
+            d_ids = d_ids[vis[lookup.pos(d_ids)]]
+            l_ids = l_ids[vis[lookup.pos(l_ids)]]
         fact_of: dict[int, Record] = {}  # source turn -> its best-scored current fact
         resolved = staleness(st, u).resolved
         for _, f in facts:
@@ -421,11 +487,8 @@ def episodic_candidates(
         if nd or nl:
             # The turn views are stored as float16 (half the bytes each search reads): every
             # candidate (dense or lexical) is scored exactly from its turn's float32 vector.
-            if nd and nl:
-                dset = set(d_ids.tolist())
-                ids = np.concatenate([d_ids, l_ids[[i not in dset for i in l_ids.tolist()]]])
-            else:
-                ids = d_ids if nd else l_ids
+            ids = np.concatenate([d_ids, l_ids[~np.isin(l_ids, d_ids)]]) if nd and nl else d_ids if nd else l_ids
+            at = lookup.pos(ids)
             cos = st.vectors.get_keyed(NsCode.ARCHIVE, ids) @ q.reshape(-1)
             seq = ids & ((1 << ID_SHIFT) - 1)
             # dense rank: by exact cosine (ties: older first); lexical rank: BM25 order.
@@ -440,28 +503,27 @@ def episodic_candidates(
             contrib = np.concatenate([1.0 / (kk + 1 + np.arange(nd)), 1.0 / (kk + 1 + np.arange(nl))])
             if st.config.time_channel and date_intent(query):
                 # a question for a time: the turns that say when, in cosine order, are a third list
-                by_cos = np.lexsort((seq, -cos)).tolist()
-                tl = [p for p in by_cos if mentions_time((r := recs[int(ids[p])]).text, r.timestamp)]
-                if tl:
-                    pos = np.concatenate([pos, np.asarray(tl, dtype=pos.dtype)])
+                by_cos = np.lexsort((seq, -cos))
+                tl = by_cos[lookup.when()[at[by_cos]]]
+                if len(tl):
+                    pos = np.concatenate([pos, tl.astype(pos.dtype)])
                     contrib = np.concatenate([contrib, 1.0 / (kk + 1 + np.arange(len(tl)))])
             fused = np.bincount(pos, weights=contrib, minlength=len(ids))
             mu = st.config.session_prior
             if mu > 0:  # two-stage read: a session is as relevant as its best turn, and lends
                 # mu of that to each of its candidate turns (evidence gathers in sessions)
-                sids = [recs[i].session_id for i in ids.tolist()]
-                best: dict[str | None, float] = {}
-                for sid, f in zip(sids, fused.tolist()):
-                    if f > best.get(sid, -1.0):
-                        best[sid] = f
-                np.add(fused, mu * np.array([best[sid] for sid in sids]), out=fused)
+                sess = lookup.sessions()[at]
+                best = np.full(int(sess.max()) + 1, -1.0)
+                np.maximum.at(best, sess, fused)
+                np.add(fused, mu * best[sess], out=fused)
             order = np.lexsort((seq, -fused))
             dist = np.sort(cos)[::-1].tolist()
             ranked = ids[order].tolist()
+            turns = lookup.recs[at[order]].tolist()
             if fact_of:
-                out.extend(zip(dist, [fact_of.get(i) or recs[i] for i in ranked]))
+                out.extend(zip(dist, [fact_of.get(i) or r for i, r in zip(ranked, turns)]))
                 via.update(i for i in ranked if i not in fact_of)
             else:
-                out.extend(zip(dist, [recs[i] for i in ranked]))
+                out.extend(zip(dist, turns))
                 via.update(ranked)
     return out, folded, via
