@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -177,10 +178,11 @@ class Lookup:
             parts += [ids for _, ids in f.layers.values()]
             parts += [x for x in (f.views, f.lexical, None if f.leaves is None else f.leaves[1]) if x is not None]
         self._st = st
-        self.ids: I64 = np.unique(np.concatenate(parts))  #: sorted
-        recs = st.recs
-        self.recs = np.empty(len(self.ids), dtype=object)  #: the record of each id
-        self.recs[:] = [recs[i] for i in self.ids.tolist()]
+        ids = np.sort(np.concatenate(parts))
+        self.ids: I64 = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids  #: sorted, unique
+        n = len(self.ids)
+        got = itemgetter(*self.ids.tolist())(st.recs) if n > 1 else [st.recs[i] for i in self.ids.tolist()]
+        self.recs: npt.NDArray[np.object_] = np.fromiter(got, dtype=object, count=n)  #: the record of each id
         self._vis: dict[tuple[float | None, str | None], npt.NDArray[np.bool_]] = {}
         self._when: npt.NDArray[np.bool_] | None = None
         self._sess: I64 | None = None
@@ -520,9 +522,12 @@ def episodic_candidates(
             dist = np.sort(cos)[::-1].tolist()
             ranked = ids[order].tolist()
             turns = lookup.recs[at[order]].tolist()
-            if fact_of:
-                out.extend(zip(dist, [fact_of.get(i) or r for i, r in zip(ranked, turns)]))
-                via.update(i for i in ranked if i not in fact_of)
+            if fact_of:  # a turn with a current fact shows as the fact
+                has = np.isin(ids[order], np.fromiter(fact_of, dtype=np.int64, count=len(fact_of)))
+                for p in np.flatnonzero(has).tolist():
+                    turns[p] = fact_of[ranked[p]]
+                out.extend(zip(dist, turns))
+                via.update(ids[order][~has].tolist())
             else:
                 out.extend(zip(dist, turns))
                 via.update(ranked)
