@@ -240,6 +240,10 @@ def test_bad_input(twins: tuple[Memory, Memory, Path, Path]) -> None:
         b.search_batch(["a", "b"], user_ids=["alice"])
     with pytest.raises(TypeError, match=r"queries\[1\] must be a str"):
         b.context_batch(["a", 7], user_ids="alice")  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"queries\[1\] must be a str"):
+        b.context_batch(["a", 7], user_ids="alice", domain="auto")  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"queries\[0\] must be a str"):
+        b.search_batch([None], user_ids="alice")  # type: ignore[list-item]
     with pytest.raises(InvalidInput, match=r"queries\[0\] is empty"):
         b.context_batch(["  ", "b"], user_ids="alice")
     with pytest.raises(TypeError, match="queries must be a sequence"):

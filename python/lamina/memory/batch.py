@@ -44,13 +44,16 @@ Vec = npt.NDArray[np.float32]
 
 
 def pairs(queries: Sequence[str], user_ids: str | Sequence[str]) -> tuple[list[str], list[str]]:
-    """The (query, user) pairs of a batch: ``user_ids`` one id for every query, or one per
-    query. Raises TypeError for a non-sequence or a non-str id, ValueError (InvalidInput) for
-    mismatched lengths or a bad id; the queries' texts are checked by
-    :func:`lamina.memory.retrieve.query_matrix`."""
+    """The checked (query, user) pairs of a batch: ``user_ids`` one id for every query, or one
+    per query. Raises TypeError for a non-sequence, a non-str query or id, ValueError
+    (InvalidInput) for an empty query, mismatched lengths or a bad id, naming the entry."""
     if isinstance(queries, str) or not isinstance(queries, Sequence):
         raise TypeError(f"queries must be a sequence of str, got {type(queries).__name__}")
     qs = list(queries)
+    for i, query in enumerate(qs):
+        check_text(query, f"queries[{i}]")
+        if not query.strip():
+            raise InvalidInput(f"queries[{i}] is empty")
     if isinstance(user_ids, str):
         uids = [check_id(user_ids, "user_ids")] * len(qs)
     elif not isinstance(user_ids, Sequence):

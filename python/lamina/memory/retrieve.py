@@ -63,12 +63,8 @@ def query_vector(embed: Callable[[list[str]], Vec], dim: int, query: str, query_
 def query_matrix(
     embed: Callable[[list[str]], Vec], dim: int, queries: Sequence[str], query_embeddings: Vec | None
 ) -> Vec:
-    """The queries as rows, shape (len(queries), dim): embedded in one call, or the caller's
-    checked vectors (each query checked as :func:`query_vector` checks one, by its index)."""
-    for i, query in enumerate(queries):
-        check_text(query, f"queries[{i}]")
-        if not query.strip():
-            raise InvalidInput(f"queries[{i}] is empty")
+    """Checked query texts (:func:`lamina.memory.batch.pairs`) as rows, shape (len(queries), dim):
+    embedded in one call, or the caller's vectors, checked."""
     n = len(queries)
     if query_embeddings is None:
         return embed(list(queries)) if n else np.empty((0, dim), dtype=np.float32)
