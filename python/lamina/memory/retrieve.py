@@ -166,14 +166,13 @@ class Lookup:
     found : the searches' results (:func:`search`)
     """
 
-    __slots__ = ("ids", "recs", "_st", "_vis", "_when", "_sess")
+    __slots__ = ("ids", "recs", "_vis", "_when", "_sess")
 
     def __init__(self, st: MemoryState, found: Sequence[Found]) -> None:
         parts = [_NO_IDS]
         for f in found:
             parts += [ids for _, ids in f.layers.values()]
             parts += [x for x in (f.views, f.lexical, None if f.leaves is None else f.leaves[1]) if x is not None]
-        self._st = st
         ids = np.sort(np.concatenate(parts))
         self.ids: I64 = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids  #: sorted, unique
         n = len(self.ids)
