@@ -40,6 +40,7 @@ MEMORY_LEVELS = {
     "firewall": 6,
     "explain": 6,
     "ingest": 7,
+    "batch": 7,
     "memory": 8,
 }
 

@@ -139,6 +139,31 @@ class AsyncMemory:
             firewall=firewall,
         )
 
+    async def context_batch(
+        self,
+        queries: Sequence[str],
+        *,
+        user_ids: str | Sequence[str],
+        budget: int = 1024,
+        now: TimeLike = None,
+        domain: str | None = None,
+        include_archive: bool = False,
+        query_embeddings: npt.NDArray[np.float32] | None = None,
+        firewall: Firewall | None = None,
+    ) -> list[Context]:
+        """See :meth:`lamina.Memory.context_batch`."""
+        return await self._run(
+            self._mem.context_batch,
+            queries,
+            user_ids=user_ids,
+            budget=budget,
+            now=now,
+            domain=domain,
+            include_archive=include_archive,
+            query_embeddings=query_embeddings,
+            firewall=firewall,
+        )
+
     async def explain_context(
         self,
         query: str,
@@ -177,6 +202,27 @@ class AsyncMemory:
         """See :meth:`lamina.Memory.search`."""
         return await self._run(
             self._mem.search, query, user_id=user_id, k=k, layers=layers, now=now, query_embedding=query_embedding
+        )
+
+    async def search_batch(
+        self,
+        queries: Sequence[str],
+        *,
+        user_ids: str | Sequence[str],
+        k: int = 10,
+        layers: Sequence[str] | None = None,
+        now: TimeLike = None,
+        query_embeddings: npt.NDArray[np.float32] | None = None,
+    ) -> list[list[MemoryItem]]:
+        """See :meth:`lamina.Memory.search_batch`."""
+        return await self._run(
+            self._mem.search_batch,
+            queries,
+            user_ids=user_ids,
+            k=k,
+            layers=layers,
+            now=now,
+            query_embeddings=query_embeddings,
         )
 
     async def get(self, item_id: int, *, user_id: str | None = None) -> MemoryItem:

@@ -61,6 +61,10 @@ _ROW = 0xFFFFFFFF  # an arena slot's row (the high bits are its generation)
 # idle cores. Throughput-oriented deployments with many concurrent callers may prefer
 # lamina.set_num_threads(1).
 PARALLEL_ROWS = 8192
+# The native exact search scores up to this many queries of one namespace one at a time (from
+# 4 on its dot kernel tiles them: other float rounding); see LayerIndex.search_batch.
+_TILE_QUERIES = 3
+_NO_ROWS = 7  # a namespace no row is ever stored under (layer code 7 is unused)
 _KEY_BITS = 40  # :meth:`LayerIndex.get_keyed`: ids whose low 40 bits are unique within an arena
 _KEY_MASK = (1 << _KEY_BITS) - 1
 
@@ -306,60 +310,122 @@ class LayerIndex:
     ) -> list[tuple[list[float], list[int]]]:
         """Top-``k`` item ids by cosine for each namespace (best first; fewer when a namespace
         holds fewer). ``q``: shape (dim,) or (1, dim), float32, finite, non-zero."""
-        q = np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32)
-        out: list[tuple[list[float], list[int]]] = [([], []) for _ in namespaces]
-        exact: tuple[list[int], ...] = tuple([] for _ in self._arenas)  # positions in `namespaces`, per arena
-        sizes = [self.count(ns) for ns in namespaces]
-        for j, ns in enumerate(namespaces):
-            n = sizes[j]
-            if n == 0:
-                continue
-            if self.uses_ann(ns, n):
-                out[j] = self._ann_search(q, ns, min(k, n))
-            else:
-                self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
-                exact[self._which(ns)].append(j)
-        for a in range(len(self._arenas)):
-            pos = exact[a]
-            if not pos:
-                continue
-            most = max(sizes[j] for j in pos)
-            kk = min(k, most)
-            nss = np.array([namespaces[j] for j in pos], dtype=np.uint64)
-            Q = np.ascontiguousarray(np.repeat(q, len(pos), axis=0))
-            big = most >= PARALLEL_ROWS
-            scores, slots = self._arenas[a].search(Q, kk, metric="cosine", namespace=nss, threads=0 if big else 1)
-            id_of = self._id_of_row[a]
-            for row, j in enumerate(pos):
-                sl = slots[row]
-                keep = sl >= 0
-                out[j] = (scores[row][keep].tolist(), id_of[sl[keep] & _ROW].tolist())
-        return out
+        found = self.search_batch(q.reshape(1, self.dim), [namespaces], k)[0]
+        return [(s.tolist(), i.tolist()) for s, i in found]
 
     def search_arrays(
         self, q: npt.NDArray[np.float32], namespace: int, k: int
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """:meth:`search` of one namespace, as arrays: (cosines, float32; item ids, int64), best
         first, at most ``k`` each."""
-        n = self.count(namespace)
-        if n == 0:
-            return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
-        if self.uses_ann(namespace, n):
-            sc, ids = self._ann_search(
-                np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32), namespace, min(k, n)
-            )
-            return np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64)
-        self._graphs.pop(namespace, None)  # shrunk under half the threshold: back to exact
-        a = self._which(namespace)
+        return self.search_batch(q.reshape(1, self.dim), [[namespace]], k)[0][0]
+
+    def search_batch(
+        self, Q: npt.NDArray[np.float32], requests: Sequence[Sequence[int]], k: int
+    ) -> list[list[tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]]]:
+        """:meth:`search` of many queries at once: ``out[i][j]`` is the top-``k`` of namespace
+        ``requests[i][j]`` for query row ``Q[i]``, as arrays (cosines, float32; item ids,
+        int64), best first — the same bits as ``search(Q[i], requests[i], k)[j]``.
+
+        Parameters
+        ----------
+        Q : ndarray, shape (n, dim), float32, finite, rows non-zero
+        requests : n sequences of namespaces (distinct within a request)
+        k : int
+
+        Notes
+        -----
+        The native search scores a namespace's queries together, and from
+        ``_TILE_QUERIES + 1`` queries of one namespace on, its dot kernel tiles them (which
+        rounds some cosines differently, by an ulp); how it walks a namespace's rows (its row
+        list or a scan of the arena; one thread or several) also shapes the rounding. So the
+        pairs are grouped into native calls that reproduce, for each pair, the call
+        :meth:`search` makes for one query: a namespace searched with others of its arena goes
+        to calls of up to ``_TILE_QUERIES`` queries per namespace (row lists, one thread per
+        namespace; a call with one namespace only gets a row of the empty namespace
+        ``_NO_ROWS`` so that it stays on that path); a namespace alone in its arena goes to
+        calls of its own, as :meth:`search` would run it (scanned: up to ``_TILE_QUERIES``
+        queries a call; multi-threaded: one query a call). hnswlib namespaces are searched one
+        query at a time. Each call reads a namespace's rows once for all its queries.
+        """
+        Q = np.ascontiguousarray(Q, dtype=np.float32).reshape(-1, self.dim)
+        empty = (np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64))
+        out = [[empty] * len(nss) for nss in requests]
+        sizes: dict[int, int] = {}
+        # (arena) -> [(query, position, namespace)]: row-list searches, one thread per namespace
+        listed: dict[int, list[tuple[int, int, int]]] = {}
+        scanned: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (arena, namespace) -> pairs
+        alone: list[tuple[int, int, int, int]] = []  # (arena, query, position, namespace), threaded
+        for i, nss in enumerate(requests):
+            per: dict[int, list[int]] = {}
+            for j, ns in enumerate(nss):
+                n = sizes.get(ns)
+                if n is None:
+                    n = sizes[ns] = self.count(ns)
+                if n == 0:
+                    continue
+                if self.uses_ann(ns, n):
+                    sc, ids = self._ann_search(Q[i : i + 1], ns, min(k, n))
+                    out[i][j] = (np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64))
+                    continue
+                self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
+                per.setdefault(self._which(ns), []).append(j)
+            for a, pos in per.items():
+                if len(pos) > 1:
+                    listed.setdefault(a, []).extend((i, j, nss[j]) for j in pos)
+                    continue
+                j = pos[0]
+                ns = nss[j]
+                if sizes[ns] >= PARALLEL_ROWS:
+                    alone.append((a, i, j, ns))
+                elif 4 * sizes[ns] > self._arenas[a].high_water:  # the native search scans the arena
+                    scanned.setdefault((a, ns), []).append((i, j))
+                else:  # its row list on one thread, as with other namespaces
+                    listed.setdefault(a, []).append((i, j, ns))
+        for a, pairs in listed.items():
+            rounds: list[list[tuple[int, int, int]]] = []
+            seen: dict[int, int] = {}
+            for p in pairs:
+                r = seen.get(p[2], 0)
+                seen[p[2]] = r + 1
+                r //= _TILE_QUERIES
+                if r == len(rounds):
+                    rounds.append([])
+                rounds[r].append(p)
+            for rnd in rounds:
+                rows = [i for i, _, _ in rnd]
+                nss_arr = [ns for _, _, ns in rnd]
+                most = max(sizes[ns] for ns in nss_arr)
+                if len(set(nss_arr)) == 1:
+                    rows.append(rows[0])
+                    nss_arr.append(_NO_ROWS)
+                res = self._native(a, Q[rows], min(k, most), np.array(nss_arr, dtype=np.uint64), most >= PARALLEL_ROWS)
+                for (i, j, _), hit in zip(rnd, res):
+                    out[i][j] = hit
+        for (a, ns), alike in scanned.items():
+            for lo in range(0, len(alike), _TILE_QUERIES):
+                chunk = alike[lo : lo + _TILE_QUERIES]
+                res = self._native(a, Q[[i for i, _ in chunk]], min(k, sizes[ns]), ns, False)
+                for (i, j), hit in zip(chunk, res):
+                    out[i][j] = hit
+        for a, i, j, ns in alone:
+            out[i][j] = self._native(a, Q[i : i + 1], min(k, sizes[ns]), ns, True)[0]
+        return out
+
+    def _native(
+        self, a: int, Q: npt.NDArray[np.float32], k: int, ns: int | npt.NDArray[np.uint64], threaded: bool
+    ) -> list[tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]]:
+        """One native exact search of arena ``a`` (cosine): per query row, (scores, item ids)."""
         scores, slots = self._arenas[a].search(
-            np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32),
-            min(k, n),
-            metric="cosine",
-            namespace=namespace,
-            threads=0 if n >= PARALLEL_ROWS else 1,
+            np.ascontiguousarray(Q), k, metric="cosine", namespace=ns, threads=0 if threaded else 1
         )
-        keep = slots[0] >= 0
-        return scores[0][keep], self._id_of_row[a][slots[0][keep] & _ROW]
+        id_of = self._id_of_row[a]
+        res = []
+        for row in range(len(Q)):
+            sl = slots[row]
+            keep = sl >= 0
+            res.append((scores[row][keep], id_of[sl[keep] & _ROW]))
+        return res
 
     def _graph(self, namespace: int) -> _Graph:
         g = self._graphs.get(namespace)

@@ -15,7 +15,7 @@ from .config import MemoryConfig
 from .records import GENERAL_KINDS, HEADER_TOKENS, MIN_ITEM_TOKENS, Record, TokenCount, norm_key, text_key, turn_tokens
 from .state import MemoryState
 
-__all__ = ["gate", "fill", "item_tokens", "lost_in_the_middle"]
+__all__ = ["gate", "gate_rows", "fill", "item_tokens", "lost_in_the_middle"]
 
 Scored = list[tuple[float, Record]]
 
@@ -23,12 +23,26 @@ Scored = list[tuple[float, Record]]
 def gate(relevance: Mapping[str, float], layers: Sequence[str], config: MemoryConfig) -> tuple[dict[str, float], float]:
     """γ per layer (over ``layers`` that have a relevance, in that order) and the β used
     (raised past ``config.beta`` until the gate's entropy is at most ``config.max_entropy``)."""
-    names = [L for L in layers if L in relevance]
-    r_arr = np.array([[relevance[L] for L in names]], dtype=np.float32)
-    gamma, beta_used = kernels.softmax_gate(r_arr, float(config.beta), max_entropy=config.max_entropy)
-    g64 = np.asarray(gamma, dtype=np.float64).reshape(-1)
-    gates = {L: float(g) for L, g in zip(names, g64)}
-    return gates, float(np.asarray(beta_used).reshape(-1)[0])
+    return gate_rows([relevance], layers, config)[0]
+
+
+def gate_rows(
+    relevances: Sequence[Mapping[str, float]], layers: Sequence[str], config: MemoryConfig
+) -> list[tuple[dict[str, float], float]]:
+    """:func:`gate` of many queries: one ``kernels.softmax_gate`` call per set of layers with a
+    relevance (its rows are independent: the same bits as one query a call)."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for j, rel in enumerate(relevances):
+        groups.setdefault(tuple(L for L in layers if L in rel), []).append(j)
+    out: list[tuple[dict[str, float], float]] = [({}, 0.0)] * len(relevances)
+    for names, rows in groups.items():
+        r_arr = np.array([[relevances[j][L] for L in names] for j in rows], dtype=np.float32)
+        gamma, beta_used = kernels.softmax_gate(r_arr, float(config.beta), max_entropy=config.max_entropy)
+        g64 = np.asarray(gamma, dtype=np.float64).reshape(len(rows), len(names)).tolist()
+        b64 = np.asarray(beta_used, dtype=np.float64).reshape(-1).tolist()
+        for j, g, b in zip(rows, g64, b64):
+            out[j] = (dict(zip(names, g)), b)
+    return out
 
 
 def fill(

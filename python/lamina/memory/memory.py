@@ -22,14 +22,13 @@ from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer, is_functional
 from ..items import Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
-from . import consolidate, fill, ingest, listing, retrieve, transfer
+from . import batch, consolidate, ingest, listing, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
 from .dburl import is_postgres_url
 from .domains import DomainClassifier
 from .dump import KINDS, STATUSES, UserDump
-from .explain import explanation
-from .firewall import Firewall, empty_report, screen
-from .inputs import MAX_BUDGET, MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
+from .firewall import Firewall
+from .inputs import MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
 from .listing import Activity, ItemPage
 from .records import Record, norm_key
 from .reports import ContextExplanation, DeleteReport, ImportReport, MemoryStats, SessionReport
@@ -618,87 +617,94 @@ class Memory:
     ) -> tuple[Context, ContextExplanation | None]:
         self._check_open()
         check_id(user_id, "user_id")
-        budget = check_count(budget, "budget", " (tokens)", MAX_BUDGET)
-        t_now = to_time(now, "now")
-        if domain is not None and not isinstance(domain, str):
-            raise TypeError("domain must be a str or None")
-        if domain is not None:
-            check_text(domain, "domain")
-        if firewall is not None and not isinstance(firewall, Firewall):
-            raise TypeError(f"firewall must be a lamina.Firewall or None, got {type(firewall).__name__}")
-        if domain == "auto" or (firewall is not None and domain is None):
-            domain = self._query_domains.classify(query)
-        # with a firewall the domain gate is its own (reported per item), not the silent one
-        search_domain = domain if firewall is None else None
+        budget, t_now, domain = batch.options(budget, now, domain, firewall)
+        domains = batch.query_domains(self._query_domains, [query], domain, firewall)
         q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
-        c = self.config
+        return self._contexts([query], [user_id], q, domains, budget, t_now, include_archive, firewall, explain)[0]
+
+    def context_batch(
+        self,
+        queries: Sequence[str],
+        *,
+        user_ids: str | Sequence[str],
+        budget: int = 1024,
+        now: TimeLike = None,
+        domain: str | None = None,
+        include_archive: bool = False,
+        query_embeddings: npt.NDArray[np.float32] | None = None,
+        firewall: Firewall | None = None,
+    ) -> list[Context]:
+        """:meth:`context` of many queries in one call: the same contexts (items, order, scores,
+        render, visits counted) as ``[context(q, user_id=u, ...) for q, u in zip(queries,
+        user_ids)]``, for one embedding call, one lock and batched native searches
+        (:mod:`lamina.memory.batch`).
+
+        Visits: as in that loop, each context counts a visit of its items before the next is
+        built, so an item shown by several contexts shows in each the ``access_count`` and
+        ``last_access`` the loop would show (the visits change nothing else a context reads).
+        The batch is one operation: no write of another thread comes between its contexts.
+
+        Parameters
+        ----------
+        queries : sequence of str
+            Empty: returns [].
+        user_ids : str or sequence of str
+            One user for every query, or one per query (``len(user_ids) == len(queries)``).
+        query_embeddings : ndarray, shape (len(queries), dim), float32, optional
+            Precomputed query vectors. Without them the queries are embedded in one call; an
+            embedder whose vector of a text depends on the texts embedded with it (a padded
+            transformer batch may round differently) can then differ from the loop in the
+            last bits of the scores.
+        budget, now, domain, include_archive, firewall
+            As :meth:`context`, for every query.
+
+        Returns
+        -------
+        list of Context, one per query, in order.
+
+        Raises
+        ------
+        TypeError, InvalidInput
+            As :meth:`context`, naming the bad entry (``queries[3]``); mismatched lengths of
+            ``user_ids`` and ``queries``. Nothing is read or counted then.
+        """
+        self._check_open()
+        qs, uids = batch.pairs(queries, user_ids)
+        budget, t_now, domain = batch.options(budget, now, domain, firewall)
+        domains = batch.query_domains(self._query_domains, qs, domain, firewall)
+        Q = retrieve.query_matrix(self._embed, self._dim, qs, query_embeddings)
+        if not qs:
+            return []
+        return [c for c, _ in self._contexts(qs, uids, Q, domains, budget, t_now, include_archive, firewall, False)]
+
+    def _contexts(
+        self,
+        queries: list[str],
+        user_ids: list[str],
+        Q: npt.NDArray[np.float32],
+        domains: list[str | None],
+        budget: int,
+        t_now: float | None,
+        include_archive: bool,
+        firewall: Firewall | None,
+        explain: bool,
+    ) -> list[tuple[Context, ContextExplanation | None]]:
         with self._lock:
             self._check_open()
             self._sync()
-            st = self._st
-            u = self._user(user_id)
-            empty = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
-            if firewall is not None:
-                empty.firewall = empty_report(domain, firewall)
-            if u is None:
-                return empty, None
-            layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
-            stale = retrieve.staleness(st, u)
-            # enough candidates to fill the budget unless items average under 4 tokens (a turn
-            # on its own renders as "[date time]" + "Speaker: word"); a shallower first search
-            # with a deeper retry was measured slower (the retry ran for half the queries of
-            # bench/bench_memory.py) and lost recall on LoCoMo (shallower fusion lists)
-            m = max(c.candidates, -(-budget // 4))
-            cands = retrieve.rank_layers(st, u, q, query, layers, m, t_now, search_domain, stale)
-            if cands is None:
-                return empty, None
-            report = None if firewall is None else screen(st, u, cands, q, domain, firewall)
-            if report is not None and not cands.relevance:
-                empty.firewall = report
-                return empty, None
-            gates, b_used = fill.gate(cands.relevance, layers, c)
-            reasons: dict[int, str] | None = {} if explain else None
-            chosen, used = fill.fill(st, cands.per_layer, gates, b_used, budget, cands.demoted, reasons)
-            if cands.demoted:
-                chosen = [(cands.demoted.get(r.id, s), r) for s, r in chosen]
-            if not chosen:
-                ctx = Context(
-                    items=[], gates=gates, beta=b_used, abstain=True, query=query, budget=budget, firewall=report
-                )
-            else:
-                ordered = fill.lost_in_the_middle(chosen)
-                items = []
-                for s, r in ordered:
-                    it = st.item(r, s)
-                    if r.id in cands.via and r.status == "active" and r.layer == "archive":
-                        it.layer = "episodic"  # an episode's turn, shown on its own
-                    items.append(it)
-                if not explain:
-                    self._bump(u, ordered, cands.via, t_now if t_now is not None else wall_clock())
-                if report is not None:
-                    report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
-                ctx = Context(
-                    items=items, gates=gates, beta=b_used, abstain=False, query=query, budget=budget, firewall=report
-                )
-            if reasons is None:
-                return ctx, None
-            return ctx, explanation(st, ctx, layers, cands, chosen, reasons, used, c.max_entropy)
-
-    def _bump(self, u: UserState, shown: list[tuple[float, Record]], via: set[int], t: float) -> None:
-        """Visits: the items shown, and the episode of a turn shown for its episode (heat feeds
-        promotion and eviction). Applied in memory now, written with the next write (or
-        :meth:`flush` / :meth:`close`): reads stay off the disk path."""
-        st = self._st
-        heated: dict[int, Record] = {}
-        for _, r in shown:
-            heated[r.id] = r
-            leaf = u.seg_of.get(r.id) if r.id in via else None
-            if leaf is not None:
-                heated[leaf] = st.recs[leaf]
-        for r in heated.values():
-            r.access_count += 1
-            r.last_access = t
-            st.pending[r.id] = r
+            users = {uid: self._user(uid) for uid in dict.fromkeys(user_ids)}
+            return batch.contexts(
+                self._st,
+                [users[uid] for uid in user_ids],
+                queries,
+                Q,
+                domains,
+                budget=budget,
+                t_now=t_now,
+                include_archive=include_archive,
+                firewall=firewall,
+                explain=explain,
+            )
 
     def flush(self) -> None:
         """Write pending access statistics of ``context`` calls to the database."""
@@ -730,32 +736,41 @@ class Memory:
         self._check_open()
         check_id(user_id, "user_id")
         k = check_count(k, "k", maximum=MAX_K)
-        names = list(ACTIVE_LAYERS) if layers is None else check_layers(layers)
-        archive_only = layers is not None and "archive" in layers and "working" not in layers
-        if "archive" in names and "working" not in names:
-            names.append("working")  # archive = every raw turn, live ones included
+        names, archive_only = _search_layers(layers)
         t_now = to_time(now, "now")
         q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
+        return self._searches([user_id], q, names, k, t_now, archive_only)[0]
+
+    def search_batch(
+        self,
+        queries: Sequence[str],
+        *,
+        user_ids: str | Sequence[str],
+        k: int = 10,
+        layers: Sequence[str] | None = None,
+        now: TimeLike = None,
+        query_embeddings: npt.NDArray[np.float32] | None = None,
+    ) -> list[list[MemoryItem]]:
+        """:meth:`search` of many queries in one call (one embedding call, batched native
+        searches): the same items, order and scores as a loop of :meth:`search`. ``user_ids``:
+        one user for every query, or one per query; ``query_embeddings``: shape
+        (len(queries), dim), float32 (see :meth:`context_batch`). Empty ``queries``: []."""
+        self._check_open()
+        qs, uids = batch.pairs(queries, user_ids)
+        k = check_count(k, "k", maximum=MAX_K)
+        names, archive_only = _search_layers(layers)
+        t_now = to_time(now, "now")
+        Q = retrieve.query_matrix(self._embed, self._dim, qs, query_embeddings)
+        return self._searches(uids, Q, names, k, t_now, archive_only) if qs else []
+
+    def _searches(
+        self, user_ids: list[str], Q: npt.NDArray[np.float32], names: list[str], k: int, t: float | None, arch: bool
+    ) -> list[list[MemoryItem]]:
         with self._lock:
             self._check_open()
             self._sync()
-            st = self._st
-            u = self._user(user_id)
-            if u is None:
-                return []
-            hits: list[tuple[float, Record]] = []
-            for lst in retrieve.candidates(st, u, q, list(dict.fromkeys(names)), k, t_now, None).values():
-                hits.extend(lst)
-            if archive_only:
-                hits = [(s, r) for s, r in hits if r.kind == "turn"]
-            hits.sort(key=lambda x: (-x[0], x[1].seq))
-            out = []
-            for s, r in hits[:k]:
-                it = st.item(r, s)
-                if archive_only:
-                    it.layer = "archive"
-                out.append(it)
-            return out
+            users = {uid: self._user(uid) for uid in dict.fromkeys(user_ids)}
+            return batch.searches(self._st, [users[uid] for uid in user_ids], Q, names, k, t, arch)
 
     # ------------------------------------------------------------------ inspection
     def get(self, item_id: int, *, user_id: str | None = None) -> MemoryItem:
@@ -974,6 +989,16 @@ class Memory:
 
     def __repr__(self) -> str:
         return f"Memory(path={self._path!r}, embedder={self._embedder.name!r}, users={len(self._st.users) + len(self._st.unloaded)})"
+
+
+def _search_layers(layers: Sequence[str] | None) -> tuple[list[str], bool]:
+    """The layers a search reads (the archive with working memory: every raw turn, live ones
+    included), and whether only the archive was asked for."""
+    names = list(ACTIVE_LAYERS) if layers is None else check_layers(layers)
+    archive_only = layers is not None and "archive" in layers and "working" not in layers
+    if "archive" in names and "working" not in names:
+        names.append("working")
+    return list(dict.fromkeys(names)), archive_only
 
 
 def _names(v: Sequence[str] | None, what: str, allowed: Sequence[str]) -> list[str] | None:

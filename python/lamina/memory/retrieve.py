@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -20,9 +21,25 @@ from .staleness import Staleness
 from .state import MemoryState, UserState
 from .store import ID_SHIFT
 
-__all__ = ["Candidates", "query_vector", "staleness", "rank_layers", "candidates", "visible"]
+__all__ = [
+    "Candidates",
+    "Found",
+    "Job",
+    "query_vector",
+    "query_matrix",
+    "staleness",
+    "search",
+    "rank_layers",
+    "rank",
+    "candidates",
+    "layer_hits",
+    "Lookup",
+    "visible",
+]
 
 Vec = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+_NO_IDS: I64 = np.empty(0, dtype=np.int64)
 Scored = list[tuple[float, Record]]
 
 
@@ -41,6 +58,25 @@ def query_vector(embed: Callable[[list[str]], Vec], dim: int, query: str, query_
     if not np.isfinite(q).all() or not np.any(q):
         raise InvalidInput("query_embedding must be finite and non-zero")
     return np.ascontiguousarray(q.reshape(1, -1))
+
+
+def query_matrix(
+    embed: Callable[[list[str]], Vec], dim: int, queries: Sequence[str], query_embeddings: Vec | None
+) -> Vec:
+    """Checked query texts (:func:`lamina.memory.batch.pairs`) as rows, shape (len(queries), dim):
+    embedded in one call, or the caller's vectors, checked."""
+    n = len(queries)
+    if query_embeddings is None:
+        return embed(list(queries)) if n else np.empty((0, dim), dtype=np.float32)
+    Q = query_embeddings
+    if not isinstance(Q, np.ndarray) or Q.dtype != np.float32:
+        raise TypeError("query_embeddings must be a float32 numpy array of shape (len(queries), dim)")
+    if Q.shape != (n, dim):
+        raise InvalidInput(f"query_embeddings must have shape ({n}, {dim}) (one row per query), got {Q.shape}")
+    bad = ~(np.isfinite(Q).all(axis=1) & np.any(Q, axis=1))
+    if bad.any():
+        raise InvalidInput(f"query_embeddings[{int(np.argmax(bad))}] must be finite and non-zero")
+    return np.ascontiguousarray(Q)
 
 
 def staleness(st: MemoryState, u: UserState) -> Staleness:
@@ -98,6 +134,142 @@ class Candidates:
     via: set[int] = field(default_factory=set)
 
 
+@dataclass(slots=True)
+class Found:
+    """One query's raw search results (:func:`search`), before any filter.
+
+    Attributes
+    ----------
+    layers : layer -> (cosines, float32; item ids, int64), best first, for the layers with
+        active items
+    leaves : the episodic leaves' (cosines, ids), when searched
+    views : ids of the turns whose views matched best (dense channel, ``TURN_KEY`` cleared),
+        when the turn views were searched
+    lexical : ids of the turns whose BM25 matched best, when the turn views were searched
+    """
+
+    layers: dict[str, tuple[Vec, I64]] = field(default_factory=dict)
+    leaves: tuple[Vec, I64] | None = None
+    views: I64 | None = None
+    lexical: I64 | None = None
+
+
+class Lookup:
+    """The records that searches found, by id, with what the read path asks of each record
+    whatever the query: visible at a (clock, domain) (:func:`visible`), whether its text says
+    when (:func:`lamina.timeref.mentions_time`), its session. Built once for a batch of
+    queries (a record found by many is asked once), read with numpy gathers.
+
+    Parameters
+    ----------
+    st : the memory state
+    found : the searches' results (:func:`search`)
+    """
+
+    __slots__ = ("ids", "recs", "_vis", "_when", "_sess")
+
+    def __init__(self, st: MemoryState, found: Sequence[Found]) -> None:
+        parts = [_NO_IDS]
+        for f in found:
+            parts += [ids for _, ids in f.layers.values()]
+            parts += [x for x in (f.views, f.lexical, None if f.leaves is None else f.leaves[1]) if x is not None]
+        ids = np.sort(np.concatenate(parts))
+        self.ids: I64 = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids  #: sorted, unique
+        n = len(self.ids)
+        got = itemgetter(*self.ids.tolist())(st.recs) if n > 1 else [st.recs[i] for i in self.ids.tolist()]
+        self.recs: npt.NDArray[np.object_] = np.fromiter(got, dtype=object, count=n)  #: the record of each id
+        self._vis: dict[tuple[float | None, str | None], npt.NDArray[np.bool_]] = {}
+        self._when: npt.NDArray[np.bool_] | None = None
+        self._sess: I64 | None = None
+
+    def pos(self, ids: I64) -> I64:
+        """Where each id is in :attr:`ids` (every id must be there)."""
+        return np.searchsorted(self.ids, ids)
+
+    def visible(self, now: float | None, domain: str | None) -> npt.NDArray[np.bool_]:
+        """:func:`visible` of each record, shape (len(ids),)."""
+        key = (now, domain)
+        v = self._vis.get(key)
+        if v is None:
+            v = self._vis[key] = np.array([visible(r, now, domain) for r in self.recs.tolist()], dtype=bool)
+        return v
+
+    def when(self) -> npt.NDArray[np.bool_]:
+        """Whether each record's text says when (:func:`lamina.timeref.mentions_time`)."""
+        if self._when is None:
+            self._when = np.array([mentions_time(r.text, r.timestamp) for r in self.recs.tolist()], dtype=bool)
+        return self._when
+
+    def sessions(self) -> I64:
+        """A code of each record's session (equal codes: the same session id, None included)."""
+        if self._sess is None:
+            codes: dict[str | None, int] = {}
+            self._sess = np.array(
+                [codes.setdefault(r.session_id, len(codes)) for r in self.recs.tolist()], dtype=np.int64
+            )
+        return self._sess
+
+    def hits(self, scores: Vec, ids: I64, now: float | None, domain: str | None) -> Scored:
+        """Search results as (score, record), filtered by :func:`visible` when a clock or domain is set."""
+        at = self.pos(ids)
+        if now is not None or domain is not None:
+            keep = self.visible(now, domain)[at]
+            scores, at = scores[keep], at[keep]
+        return list(zip(scores.tolist(), self.recs[at].tolist()))
+
+
+#: One query of :func:`search`: its user, the layers to search and its text (the lexical channel).
+Job = tuple[UserState, Sequence[str], str]
+
+
+def search(
+    st: MemoryState, jobs: Sequence[Job], Q: Vec, k: int, *, leaves: bool = False, views: bool = False
+) -> list[Found]:
+    """The native searches of many queries at once: the top-``k`` of each job's layers
+    (:meth:`~lamina.layer_index.LayerIndex.search_batch`, the same bits as one query at a time),
+    with ``leaves`` its episodic leaves too, and with ``views`` (when the job searches the
+    episodic layer) the turn views of its episodes, dense and lexical (one
+    :meth:`~lamina.lexical.LexicalIndex.search_many` for all jobs).
+
+    Parameters
+    ----------
+    jobs : one (user, layers, query text) per query
+    Q : ndarray, shape (len(jobs), dim), float32 — the query vectors, one row per job
+    """
+    requests: list[list[int]] = []
+    plans: list[tuple[list[str], bool, int | None]] = []
+    for u, layers, _ in jobs:
+        live = [L for L in layers if u.n_active.get(L, 0) > 0]
+        nss = [u.ns(LAYERS[L]) for L in live]
+        leaf = leaves and "episodic" in live
+        if leaf:
+            nss.append(u.ns(NsCode.LEAF))
+        tv = None
+        if views and "episodic" in layers:
+            ns = u.ns(NsCode.TURN_VIEW)
+            if st.vectors.count(ns):
+                tv = ns
+                nss.append(ns)
+        requests.append(nss)
+        plans.append((live, leaf, tv))
+    res = st.vectors.search_batch(Q, requests, k) if jobs else []
+    out = [Found(dict(zip(live, r))) for (live, _, _), r in zip(plans, res)]
+    lex: list[int] = []
+    for j, (f, (live, leaf, tv), r) in enumerate(zip(out, plans, res)):
+        if leaf:
+            f.leaves = r[len(live)]
+        if tv is not None:
+            f.views = r[-1][1] & ~TURN_KEY
+            f.lexical = _NO_IDS
+            if st.config.lexical:
+                lex.append(j)
+    if lex:
+        _, keys = st.lex.search_many([jobs[j][2] for j in lex], [plans[j][2] or 0 for j in lex], k)
+        for j, row in zip(lex, keys):
+            out[j].lexical = row[row >= 0]
+    return out
+
+
 def rank_layers(
     st: MemoryState,
     u: UserState,
@@ -110,7 +282,30 @@ def rank_layers(
     stale: Staleness,
 ) -> Candidates | None:
     """Candidates at depth ``m`` per layer with their adjusted scores; None when no layer has a
-    candidate above the floor."""
+    candidate above the floor (:func:`search`, then :func:`rank`)."""
+    found = search(st, [(u, layers, query)], q.reshape(1, -1), m, views=True)[0]
+    return rank(st, u, q, query, layers, found, m, t_now, domain, stale)
+
+
+def rank(
+    st: MemoryState,
+    u: UserState,
+    q: Vec,
+    query: str,
+    layers: Sequence[str],
+    raw: Found,
+    m: int,
+    t_now: float | None,
+    domain: str | None,
+    stale: Staleness,
+    lookup: Lookup | None = None,
+) -> Candidates | None:
+    """:func:`rank_layers` of one query's search results (``raw``: :func:`search` at depth
+    ``m`` with ``views``): the replay clock and domain gate, the episodic fusion, the stale
+    penalty, the floor, the speaker scope and the layer relevances. ``lookup``: one that holds
+    ``raw``'s records (a batch's; by default one is built for ``raw``)."""
+    if lookup is None:
+        lookup = Lookup(st, [raw])
     c = st.config
     out = Candidates()
     per_layer, rel, shown = out.per_layer, out.relevance, out.demoted
@@ -120,10 +315,10 @@ def rank_layers(
     # The episodic layer's own rows searched here are its summaries (aggregates: they only
     # fill what specific items leave), so c.candidates of them are enough (its leaves are
     # found through their turns instead); the other layers get m.
-    found = candidates(st, u, q, layers, m, t_now, domain, leaves=False, k_of={"episodic": min(m, c.candidates)})
+    found = layer_hits(st, raw, layers, t_now, domain, k_of={"episodic": min(m, c.candidates)}, lookup=lookup)
     if "episodic" in found:
         found["episodic"], folded, out.via = episodic_candidates(
-            st, u, q, query, found["episodic"], m, t_now, domain, found.get("semantic", ())
+            st, u, q, query, found["episodic"], raw, lookup, t_now, domain, found.get("semantic", ())
         )
         if folded:
             found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
@@ -193,29 +388,31 @@ def candidates(
     The episodic layer's leaves are searched only with ``leaves`` (its list is then the
     top-k of leaves and of summaries each, for the caller to rank). ``k_of``: a smaller k
     for some layers (their top-k is the prefix of the top-``k``)."""
+    found = search(st, [(u, layers, "")], q.reshape(1, -1), k, leaves=leaves)[0]
+    return layer_hits(st, found, layers, now, domain, k_of)
+
+
+def layer_hits(
+    st: MemoryState,
+    found: Found,
+    layers: Sequence[str],
+    now: float | None,
+    domain: str | None,
+    k_of: Mapping[str, int] | None = None,
+    lookup: Lookup | None = None,
+) -> dict[str, Scored]:
+    """:func:`candidates` of one query's search results: (score, record) per layer, filtered
+    by :func:`visible` (the episodic leaves appended to the episodic layer's list).
+    ``lookup``: one that holds ``found``'s records (by default one is built)."""
+    look = Lookup(st, [found]) if lookup is None else lookup
     res: dict[str, list[tuple[float, Record]]] = {L: [] for L in layers}
-    live = [L for L in layers if u.n_active.get(L, 0) > 0]
-    if not live:
-        return res
-    nss = [u.ns(LAYERS[L]) for L in live]
-    if leaves and "episodic" in live:
-        nss.append(u.ns(NsCode.LEAF))
-    found = st.vectors.search(q, nss, k)
-    for L, (scores, ids) in zip(live, found):
+    for L, (scores, ids) in found.layers.items():
         if k_of and L in k_of:
             scores, ids = scores[: k_of[L]], ids[: k_of[L]]
-        res[L] = hits(st, scores, ids, now, domain)
-    if len(found) > len(live):
-        res["episodic"] += hits(st, *found[-1], now, domain)
+        res[L] = look.hits(scores, ids, now, domain)
+    if found.leaves is not None:
+        res["episodic"] += look.hits(*found.leaves, now, domain)
     return res
-
-
-def hits(st: MemoryState, scores: list[float], ids: list[int], now: float | None, domain: str | None) -> Scored:
-    """Search results as (score, record), filtered by :func:`visible` when a clock or domain is set."""
-    recs = st.recs
-    if now is None and domain is None:
-        return [(float(s), recs[i]) for s, i in zip(scores, ids)]
-    return [(float(s), recs[i]) for s, i in zip(scores, ids) if visible(recs[i], now, domain)]
 
 
 def visible(r: Record, now: float | None, domain: str | None) -> bool:
@@ -233,7 +430,8 @@ def episodic_candidates(
     q: Vec,
     query: str,
     found: Scored,
-    k: int,
+    raw: Found,
+    lookup: Lookup,
     now: float | None,
     domain: str | None,
     facts: Sequence[tuple[float, Record]] = (),
@@ -256,6 +454,9 @@ def episodic_candidates(
     sentence. Facts that superseded another (the current value of something that changed:
     current beats stale) and facts whose turn has left the episodic layer stand on their own.
 
+    ``raw``: the query's search results (the turn views' dense and lexical hits), whose
+    records ``lookup`` holds.
+
     Returns the candidates (in no particular order: the caller ranks them), the ids of the
     folded facts (the caller drops those from the semantic layer's list) and the ids of the
     turns among the candidates.
@@ -263,15 +464,12 @@ def episodic_candidates(
     out = [(s, r) for s, r in found if r.kind != "segment"]
     folded: set[int] = set()
     via = {r.id for _, r in out if r.kind == "turn"}
-    ns = u.ns(NsCode.TURN_VIEW)
-    if st.vectors.count(ns):
-        recs = st.recs
-        _, d_ids = st.vectors.search_arrays(q, ns, k)
-        d_ids = d_ids & ~TURN_KEY
-        l_ids = st.lex.search(query, ns, k)[1] if st.config.lexical else np.empty(0, dtype=np.int64)
+    if raw.views is not None and raw.lexical is not None:  # (the user's episodes have turns)
+        d_ids, l_ids = raw.views, raw.lexical
         if now is not None or domain is not None:  # replay clock / domain gate
-            d_ids = d_ids[[visible(recs[i], now, domain) for i in d_ids.tolist()]]
-            l_ids = l_ids[[visible(recs[i], now, domain) for i in l_ids.tolist()]]
+            vis = lookup.visible(now, domain)
+            d_ids = d_ids[vis[lookup.pos(d_ids)]]
+            l_ids = l_ids[vis[lookup.pos(l_ids)]]
         fact_of: dict[int, Record] = {}  # source turn -> its best-scored current fact
         resolved = staleness(st, u).resolved
         for _, f in facts:
@@ -286,11 +484,8 @@ def episodic_candidates(
         if nd or nl:
             # The turn views are stored as float16 (half the bytes each search reads): every
             # candidate (dense or lexical) is scored exactly from its turn's float32 vector.
-            if nd and nl:
-                dset = set(d_ids.tolist())
-                ids = np.concatenate([d_ids, l_ids[[i not in dset for i in l_ids.tolist()]]])
-            else:
-                ids = d_ids if nd else l_ids
+            ids = np.concatenate([d_ids, l_ids[~np.isin(l_ids, d_ids)]]) if nd and nl else d_ids if nd else l_ids
+            at = lookup.pos(ids)
             cos = st.vectors.get_keyed(NsCode.ARCHIVE, ids) @ q.reshape(-1)
             seq = ids & ((1 << ID_SHIFT) - 1)
             # dense rank: by exact cosine (ties: older first); lexical rank: BM25 order.
@@ -305,28 +500,30 @@ def episodic_candidates(
             contrib = np.concatenate([1.0 / (kk + 1 + np.arange(nd)), 1.0 / (kk + 1 + np.arange(nl))])
             if st.config.time_channel and date_intent(query):
                 # a question for a time: the turns that say when, in cosine order, are a third list
-                by_cos = np.lexsort((seq, -cos)).tolist()
-                tl = [p for p in by_cos if mentions_time((r := recs[int(ids[p])]).text, r.timestamp)]
-                if tl:
-                    pos = np.concatenate([pos, np.asarray(tl, dtype=pos.dtype)])
+                by_cos = np.lexsort((seq, -cos))
+                tl = by_cos[lookup.when()[at[by_cos]]]
+                if len(tl):
+                    pos = np.concatenate([pos, tl.astype(pos.dtype)])
                     contrib = np.concatenate([contrib, 1.0 / (kk + 1 + np.arange(len(tl)))])
             fused = np.bincount(pos, weights=contrib, minlength=len(ids))
             mu = st.config.session_prior
             if mu > 0:  # two-stage read: a session is as relevant as its best turn, and lends
                 # mu of that to each of its candidate turns (evidence gathers in sessions)
-                sids = [recs[i].session_id for i in ids.tolist()]
-                best: dict[str | None, float] = {}
-                for sid, f in zip(sids, fused.tolist()):
-                    if f > best.get(sid, -1.0):
-                        best[sid] = f
-                np.add(fused, mu * np.array([best[sid] for sid in sids]), out=fused)
+                sess = lookup.sessions()[at]
+                best = np.full(int(sess.max()) + 1, -1.0)
+                np.maximum.at(best, sess, fused)
+                np.add(fused, mu * best[sess], out=fused)
             order = np.lexsort((seq, -fused))
             dist = np.sort(cos)[::-1].tolist()
             ranked = ids[order].tolist()
-            if fact_of:
-                out.extend(zip(dist, [fact_of.get(i) or recs[i] for i in ranked]))
-                via.update(i for i in ranked if i not in fact_of)
+            turns = lookup.recs[at[order]].tolist()
+            if fact_of:  # a turn with a current fact shows as the fact
+                has = np.isin(ids[order], np.fromiter(fact_of, dtype=np.int64, count=len(fact_of)))
+                for p in np.flatnonzero(has).tolist():
+                    turns[p] = fact_of[ranked[p]]
+                out.extend(zip(dist, turns))
+                via.update(ids[order][~has].tolist())
             else:
-                out.extend(zip(dist, [recs[i] for i in ranked]))
+                out.extend(zip(dist, turns))
                 via.update(ranked)
     return out, folded, via

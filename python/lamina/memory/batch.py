@@ -1,0 +1,231 @@
+"""The read path for many queries at once: :meth:`lamina.Memory.context_batch` and
+:meth:`lamina.Memory.search_batch` (and the one-query :meth:`~lamina.Memory.context` and
+:meth:`~lamina.Memory.search`, which are batches of one).
+
+A batch of (query, user) pairs is answered in stages, each over every pair: the caller embeds
+the queries in one call; :func:`lamina.memory.retrieve.search` runs the native candidate
+searches of all pairs together (each arena's namespaces of many pairs in one call, the same bits
+as one pair at a time); then per pair the ranking (:func:`lamina.memory.retrieve.rank`) and the
+firewall; the gates of all pairs in one ``softmax_gate`` call per set of layers
+(:func:`lamina.memory.fill.gate_rows`); last, in the pairs' order, the budget fill, the items
+and the visits they count (:func:`bump`).
+
+Equal to the pairs one at a time: what a context reads (candidates, scores, gates, fill) does
+not depend on the visits earlier contexts counted — those feed heat, which only the write path
+reads — so the stages may run across pairs; only the items' ``access_count`` and
+``last_access`` show earlier visits, and the items of each pair are built after the visits of
+the pairs before it and before its own, as in a loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import InvalidInput
+from ..items import Context, FirewallReport, MemoryItem
+from . import fill, retrieve
+from .config import ACTIVE_LAYERS
+from .domains import DomainClassifier
+from .explain import explanation
+from .firewall import Firewall, empty_report, screen
+from .inputs import MAX_BUDGET, TimeLike, check_count, check_id, check_text, to_time, wall_clock
+from .records import Record
+from .reports import ContextExplanation
+from .retrieve import Candidates
+from .state import MemoryState, UserState
+
+__all__ = ["pairs", "options", "query_domains", "contexts", "searches", "bump"]
+
+Vec = npt.NDArray[np.float32]
+
+
+def pairs(queries: Sequence[str], user_ids: str | Sequence[str]) -> tuple[list[str], list[str]]:
+    """The checked (query, user) pairs of a batch: ``user_ids`` one id for every query, or one
+    per query. Raises TypeError for a non-sequence, a non-str query or id, ValueError
+    (InvalidInput) for an empty query, mismatched lengths or a bad id, naming the entry."""
+    if isinstance(queries, str) or not isinstance(queries, Sequence):
+        raise TypeError(f"queries must be a sequence of str, got {type(queries).__name__}")
+    qs = list(queries)
+    for i, query in enumerate(qs):
+        check_text(query, f"queries[{i}]")
+        if not query.strip():
+            raise InvalidInput(f"queries[{i}] is empty")
+    if isinstance(user_ids, str):
+        uids = [check_id(user_ids, "user_ids")] * len(qs)
+    elif not isinstance(user_ids, Sequence):
+        raise TypeError(f"user_ids must be a str or a sequence of str, got {type(user_ids).__name__}")
+    else:
+        if len(user_ids) != len(qs):
+            raise InvalidInput(
+                f"user_ids has {len(user_ids)} entries but queries has {len(qs)}: pass one user_id "
+                "for every query, or a single str"
+            )
+        uids = [check_id(u, f"user_ids[{i}]") for i, u in enumerate(user_ids)]
+    return qs, uids
+
+
+def options(
+    budget: int, now: TimeLike, domain: str | None, firewall: Firewall | None
+) -> tuple[int, float | None, str | None]:
+    """The checked ``budget``, ``now`` (seconds) and ``domain`` of a context call."""
+    budget = check_count(budget, "budget", " (tokens)", MAX_BUDGET)
+    t_now = to_time(now, "now")
+    if domain is not None and not isinstance(domain, str):
+        raise TypeError("domain must be a str or None")
+    if domain is not None:
+        check_text(domain, "domain")
+    if firewall is not None and not isinstance(firewall, Firewall):
+        raise TypeError(f"firewall must be a lamina.Firewall or None, got {type(firewall).__name__}")
+    return budget, t_now, domain
+
+
+def query_domains(
+    classifier: DomainClassifier, queries: Sequence[str], domain: str | None, firewall: Firewall | None
+) -> list[str | None]:
+    """Each query's domain: ``domain``, or the classifier's label for ``"auto"`` (and for None
+    with a firewall)."""
+    if domain == "auto" or (firewall is not None and domain is None):
+        return [classifier.classify(q) for q in queries]
+    return [domain] * len(queries)
+
+
+def contexts(
+    st: MemoryState,
+    users: Sequence[UserState | None],
+    queries: Sequence[str],
+    Q: Vec,
+    domains: Sequence[str | None],
+    *,
+    budget: int,
+    t_now: float | None,
+    include_archive: bool,
+    firewall: Firewall | None,
+    explain: bool = False,
+) -> list[tuple[Context, ContextExplanation | None]]:
+    """The contexts of many queries (see the module docstring), with their explanations when
+    ``explain`` (which then counts no visit). The caller holds the memory's lock.
+
+    Parameters
+    ----------
+    st : the memory state
+    users : each query's user state (None: an unknown user, whose context abstains)
+    queries : the query texts
+    Q : ndarray, shape (len(queries), dim), float32 — the query vectors
+    domains : each query's domain (:func:`query_domains`)
+    budget, t_now, include_archive, firewall : as :meth:`lamina.Memory.context` takes them
+    """
+    c = st.config
+    n = len(queries)
+    layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
+    # enough candidates to fill the budget unless items average under 4 tokens (a turn
+    # on its own renders as "[date time]" + "Speaker: word"); a shallower first search
+    # with a deeper retry was measured slower (the retry ran for half the queries of
+    # bench/bench_memory.py) and lost recall on LoCoMo (shallower fusion lists)
+    m = max(c.candidates, -(-budget // 4))
+    known = [i for i in range(n) if users[i] is not None]
+    jobs: list[retrieve.Job] = []
+    for i in known:
+        u = users[i]
+        assert u is not None
+        jobs.append((u, layers, queries[i]))
+    found = retrieve.search(st, jobs, Q[known], m, views=True)
+    lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
+    cands: list[Candidates | None] = [None] * n
+    reports: list[FirewallReport | None] = [None] * n
+    for i, (u, _, query), raw in zip(known, jobs, found):
+        q = Q[i : i + 1].copy()  # (a row of its own, as one query's vector is)
+        search_domain = domains[i] if firewall is None else None  # with a firewall the gate is its own
+        cands[i] = cd = retrieve.rank(
+            st, u, q, query, layers, raw, m, t_now, search_domain, retrieve.staleness(st, u), lookup
+        )
+        if cd is not None and firewall is not None:
+            reports[i] = screen(st, u, cd, q, domains[i], firewall)
+    gated = [i for i in range(n) if (cd := cands[i]) is not None and cd.relevance]
+    gates = dict(zip(gated, fill.gate_rows([cands[i].relevance for i in gated], layers, c)))  # type: ignore[union-attr]
+    out: list[tuple[Context, ContextExplanation | None]] = []
+    for i in range(n):
+        u, cd, report, query = users[i], cands[i], reports[i], queries[i]
+        if u is None or cd is None or i not in gates:
+            ctx = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
+            if firewall is not None:
+                ctx.firewall = report if report is not None else empty_report(domains[i], firewall)
+            out.append((ctx, None))
+            continue
+        g, b_used = gates[i]
+        reasons: dict[int, str] | None = {} if explain else None
+        chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)
+        if cd.demoted:
+            chosen = [(cd.demoted.get(r.id, s), r) for s, r in chosen]
+        items: list[MemoryItem] = []
+        if chosen:
+            ordered = fill.lost_in_the_middle(chosen)
+            for s, r in ordered:
+                it = st.item(r, s)
+                if r.id in cd.via and r.status == "active" and r.layer == "archive":
+                    it.layer = "episodic"  # an episode's turn, shown on its own
+                items.append(it)
+            if not explain:
+                bump(st, u, ordered, cd.via, t_now if t_now is not None else wall_clock())
+            if report is not None:
+                report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
+        ctx = Context(
+            items=items, gates=g, beta=b_used, abstain=not chosen, query=query, budget=budget, firewall=report
+        )
+        ex = explanation(st, ctx, layers, cd, chosen, reasons, used, c.max_entropy) if reasons is not None else None
+        out.append((ctx, ex))
+    return out
+
+
+def searches(
+    st: MemoryState,
+    users: Sequence[UserState | None],
+    Q: Vec,
+    names: Sequence[str],
+    k: int,
+    t_now: float | None,
+    archive_only: bool,
+) -> list[list[MemoryItem]]:
+    """The top-``k`` items of each query's user over the layers ``names`` (no gate, floor or
+    visit), the native searches of all queries together. The caller holds the memory's lock."""
+    known = [i for i, u in enumerate(users) if u is not None]
+    jobs: list[retrieve.Job] = []
+    for i in known:
+        u = users[i]
+        assert u is not None
+        jobs.append((u, names, ""))
+    found = retrieve.search(st, jobs, Q[known], k, leaves=True)
+    lookup = retrieve.Lookup(st, found)
+    out: list[list[MemoryItem]] = [[] for _ in users]
+    for i, raw in zip(known, found):
+        hits: list[tuple[float, Record]] = []
+        for lst in retrieve.layer_hits(st, raw, names, t_now, None, lookup=lookup).values():
+            hits.extend(lst)
+        if archive_only:
+            hits = [(s, r) for s, r in hits if r.kind == "turn"]
+        hits.sort(key=lambda x: (-x[0], x[1].seq))
+        for s, r in hits[:k]:
+            it = st.item(r, s)
+            if archive_only:
+                it.layer = "archive"
+            out[i].append(it)
+    return out
+
+
+def bump(st: MemoryState, u: UserState, shown: list[tuple[float, Record]], via: set[int], t: float) -> None:
+    """Visits: the items shown, and the episode of a turn shown for its episode (heat feeds
+    promotion and eviction). Applied in memory now, written with the next write (or
+    :meth:`lamina.Memory.flush` / :meth:`~lamina.Memory.close`): reads stay off the disk path."""
+    heated: dict[int, Record] = {}
+    for _, r in shown:
+        heated[r.id] = r
+        leaf = u.seg_of.get(r.id) if r.id in via else None
+        if leaf is not None:
+            heated[leaf] = st.recs[leaf]
+    for r in heated.values():
+        r.access_count += 1
+        r.last_access = t
+        st.pending[r.id] = r
