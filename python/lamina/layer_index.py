@@ -38,7 +38,7 @@ import numpy.typing as npt
 from numpy.random import default_rng  # (imported with the module: numpy loads numpy.random lazily, ~10 ms)
 
 from ._info import get_num_threads
-from .search import VectorArena
+from .search import Codec, VectorArena
 
 __all__ = ["LayerIndex", "NAMESPACE_BITS", "layer_code"]
 
@@ -121,12 +121,24 @@ class LayerIndex:
         A namespace with more vectors than this is searched through hnswlib.
     ann_m, ann_ef_construction, ann_ef_search : int
         hnswlib ``M``, ``ef_construction`` and the query-time ``ef`` (at least k is used).
+    codec, oversample :
+        The arenas' codes and the code scan's candidates per result (see :class:`VectorArena`);
+        ``exact_search`` always scans the float rows.
     """
 
     def __init__(
-        self, dim: int, ann_threshold: int, ann_m: int = 16, ann_ef_construction: int = 100, ann_ef_search: int = 96
+        self,
+        dim: int,
+        ann_threshold: int,
+        ann_m: int = 16,
+        ann_ef_construction: int = 100,
+        ann_ef_search: int = 96,
+        codec: Codec | None = None,
+        oversample: int | None = None,
     ) -> None:
         self.dim = int(dim)
+        self.codec = codec
+        self.oversample = oversample
         self.ann_threshold = int(ann_threshold)
         self.ann_m = int(ann_m)
         self.ann_ef_construction = int(ann_ef_construction)
@@ -137,7 +149,9 @@ class LayerIndex:
         # The per-turn views (arena 2) are a pure search index — the turns' own float32 vectors
         # live in the archive, and Memory re-scores the candidates from them — so they are
         # stored as float16: half the bytes each search reads (float32 accumulation).
-        self._arenas = tuple(VectorArena(self.dim, "float16" if a == 2 else "float32", capacity=1024) for a in range(4))
+        self._arenas = tuple(
+            VectorArena(self.dim, "float16" if a == 2 else "float32", capacity=1024, codec=codec) for a in range(4)
+        )
         self._loc: dict[int, tuple[int, int, int]] = {}  # item id -> (arena, slot, namespace)
         # item id of each arena row (row = slot & _ROW; -1: free), so that search results map to
         # ids in one numpy gather
@@ -417,7 +431,12 @@ class LayerIndex:
     ) -> list[tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]]:
         """One native exact search of arena ``a`` (cosine): per query row, (scores, item ids)."""
         scores, slots = self._arenas[a].search(
-            np.ascontiguousarray(Q), k, metric="cosine", namespace=ns, threads=0 if threaded else 1
+            np.ascontiguousarray(Q),
+            k,
+            metric="cosine",
+            namespace=ns,
+            threads=0 if threaded else 1,
+            oversample=self.oversample,
         )
         id_of = self._id_of_row[a]
         res = []
@@ -469,10 +488,19 @@ class LayerIndex:
             return self._exact_one(q, namespace, k)
         return (1.0 - dist[0]).astype(np.float32).tolist(), [int(x) for x in labels[0]]
 
-    def _exact_one(self, q: npt.NDArray[np.float32], namespace: int, k: int) -> tuple[list[float], list[int]]:
+    def _exact_one(
+        self, q: npt.NDArray[np.float32], namespace: int, k: int, oversample: int | None = None
+    ) -> tuple[list[float], list[int]]:
+        """The arena's search of one namespace: the code scan with a codec (``oversample``, None:
+        the index's setting), else (or with 0) the exact scan."""
         a = self._which(namespace)
         scores, slots = self._arenas[a].search(
-            q, k, metric="cosine", namespace=namespace, threads=0 if self.count(namespace) >= PARALLEL_ROWS else 1
+            q,
+            k,
+            metric="cosine",
+            namespace=namespace,
+            threads=0 if self.count(namespace) >= PARALLEL_ROWS else 1,
+            oversample=self.oversample if oversample is None else oversample,
         )
         keep = slots[0] >= 0
         return scores[0][keep].tolist(), self._id_of_row[a][slots[0][keep] & _ROW].tolist()
@@ -482,7 +510,7 @@ class LayerIndex:
         n = self.count(namespace)
         if n == 0:
             return [], []
-        return self._exact_one(np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32), namespace, min(k, n))
+        return self._exact_one(np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32), namespace, min(k, n), 0)
 
     # ------------------------------------------------------------------ stats
     def info(self) -> dict[str, Any]:

@@ -33,6 +33,8 @@ def test_defaults_are_valid_and_frozen() -> None:
         ({"eviction": "lru"}, "eviction"),
         ({"eviction_tiebreak": -1.0}, "eviction_tiebreak"),
         ({"speaker_scope": 2.0}, "speaker_scope"),
+        ({"codec": "pq"}, "codec"),
+        ({"oversample": -1}, "oversample"),
     ],
 )
 def test_bad_values(kw: dict, match: str) -> None:  # type: ignore[type-arg]
@@ -49,6 +51,8 @@ def test_bad_values(kw: dict, match: str) -> None:  # type: ignore[type-arg]
         ({"alpha": "0.5"}, "alpha"),
         ({"eviction_tiebreak": "0"}, "eviction_tiebreak"),
         ({"lexical": 1}, "lexical"),
+        ({"oversample": True}, "oversample"),
+        ({"oversample": 2.0}, "oversample"),
     ],
 )
 def test_bad_types(kw: dict, match: str) -> None:  # type: ignore[type-arg]
@@ -59,3 +63,19 @@ def test_bad_types(kw: dict, match: str) -> None:  # type: ignore[type-arg]
 def test_max_entropy_may_be_none_and_synchronous_any_case() -> None:
     assert MemoryConfig(max_entropy=None).max_entropy is None
     assert MemoryConfig(synchronous="full").synchronous == "full"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("codec", ["binary", "int8"])
+def test_a_codec_with_every_row_a_candidate_gives_the_same_contexts(codec: str) -> None:
+    from lamina import Memory
+    from memkit import FILLER, T0, chat
+
+    contexts = []
+    for cfg in (MemoryConfig(), MemoryConfig(codec=codec, oversample=10_000)):  # type: ignore[arg-type]
+        mem = Memory(None, embedder="hashing", config=cfg)
+        for s in range(4):
+            chat(mem, "u", f"s{s}", FILLER + [("Alice", f"My sister number {s} moved to Lisbon.")], T0 + s * 86_400, f"{s}")
+            mem.end_session(user_id="u", session_id=f"s{s}")
+        contexts.append([mem.context(q, user_id="u", budget=64).render() for q in ("Where did my sister move?", "bakery")])
+        mem.close()
+    assert contexts[0] == contexts[1]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from ..errors import InvalidInput
+from ..search import CODECS, Codec
 
 __all__ = ["MemoryConfig", "Eviction", "Synchronous", "ACTIVE_LAYERS"]
 
@@ -78,6 +79,10 @@ class MemoryConfig:
     thousand rows costs well under a millisecond — while the archive, which grows by one row per
     turn forever, switches to ANN where exact search of one user's turns starts to cost
     milliseconds per query (``bench/bench_memory.py``, ``bench/bench_layer_index.py``).
+    ``codec`` (None, "binary" or "int8") gives the index's arenas a compact code per row, so those
+    exact searches become code scans whose best ``k × oversample`` rows are re-scored exactly
+    (:class:`lamina.VectorArena`; ``oversample`` None: the codec's default): scores stay exact,
+    a row the codes ranked low can be missed.
     """
 
     working_capacity: int = 16
@@ -118,6 +123,8 @@ class MemoryConfig:
     session_prior: float = 1.0
     rrf_k: int = 60
     speaker_scope: float = 0.5
+    codec: Codec | None = None
+    oversample: int | None = None
 
     def __post_init__(self) -> None:
         ints = (
@@ -135,9 +142,18 @@ class MemoryConfig:
             "ann_ef_search",
             "rrf_k",
         )
+        if self.codec is not None and self.codec not in CODECS:
+            raise InvalidInput(f"MemoryConfig.codec must be one of {CODECS} or None, got {self.codec!r}")
+        if self.oversample is not None:
+            if isinstance(self.oversample, bool) or not isinstance(self.oversample, int):
+                raise TypeError(f"MemoryConfig.oversample must be an int or None, got {type(self.oversample).__name__}")
+            if self.oversample < 0:
+                raise InvalidInput(f"MemoryConfig.oversample must be >= 0 (0: exact), got {self.oversample}")
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("synchronous", "layers", "eviction") or (f.name == "max_entropy" and v is None):
+            if f.name in ("synchronous", "layers", "eviction", "codec", "oversample") or (
+                f.name == "max_entropy" and v is None
+            ):
                 continue
             if f.name in ("lexical", "time_channel"):
                 if not isinstance(v, bool):

@@ -196,7 +196,9 @@ class MemoryState:
         self.config = config
         self.dim = dim
         c = config
-        self.vectors = LayerIndex(dim, c.ann_threshold, c.ann_m, c.ann_ef_construction, c.ann_ef_search)
+        self.vectors = LayerIndex(
+            dim, c.ann_threshold, c.ann_m, c.ann_ef_construction, c.ann_ef_search, c.codec, c.oversample
+        )
         self.lex = LexicalIndex()
         self.recs: dict[int, Record] = {}
         self.pending: dict[int, Record] = {}  # records whose access bumps are not yet written
