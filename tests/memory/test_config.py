@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lamina import InvalidInput, MemoryConfig
+from memkit import FILLER, T0, chat
+
+from lamina import InvalidInput, Memory, MemoryConfig
 
 
 def test_defaults_are_valid_and_frozen() -> None:
@@ -67,9 +69,6 @@ def test_max_entropy_may_be_none_and_synchronous_any_case() -> None:
 
 @pytest.mark.parametrize("codec", ["binary", "int8"])
 def test_a_codec_with_every_row_a_candidate_gives_the_same_contexts(codec: str) -> None:
-    from lamina import Memory
-    from memkit import FILLER, T0, chat
-
     contexts = []
     for cfg in (MemoryConfig(), MemoryConfig(codec=codec, oversample=10_000)):  # type: ignore[arg-type]
         mem = Memory(None, embedder="hashing", config=cfg)
