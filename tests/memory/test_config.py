@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from memkit import FILLER, T0, chat
 
 from lamina import InvalidInput, Memory, MemoryConfig
@@ -73,8 +72,17 @@ def test_a_codec_with_every_row_a_candidate_gives_the_same_contexts(codec: str) 
     for cfg in (MemoryConfig(), MemoryConfig(codec=codec, oversample=10_000)):  # type: ignore[arg-type]
         mem = Memory(None, embedder="hashing", config=cfg)
         for s in range(4):
-            chat(mem, "u", f"s{s}", FILLER + [("Alice", f"My sister number {s} moved to Lisbon.")], T0 + s * 86_400, f"{s}")
+            chat(
+                mem,
+                "u",
+                f"s{s}",
+                FILLER + [("Alice", f"My sister number {s} moved to Lisbon.")],
+                T0 + s * 86_400,
+                f"{s}",
+            )
             mem.end_session(user_id="u", session_id=f"s{s}")
-        contexts.append([mem.context(q, user_id="u", budget=64).render() for q in ("Where did my sister move?", "bakery")])
+        contexts.append(
+            [mem.context(q, user_id="u", budget=64).render() for q in ("Where did my sister move?", "bakery")]
+        )
         mem.close()
     assert contexts[0] == contexts[1]
