@@ -124,6 +124,11 @@ class LayerIndex:
     codec, oversample :
         The arenas' codes and the code scan's candidates per result (see :class:`VectorArena`);
         ``exact_search`` always scans the float rows.
+    device : {"cpu", "cuda", "cuda:N"}
+        Where the arenas live (a ``"cuda"`` arena is updated row by row on every add / remove;
+        searches take and return host arrays).
+    dtype : {"float32", "float16"}
+        Storage of the searched arenas (the per-turn views are always float16).
     """
 
     def __init__(
@@ -135,8 +140,11 @@ class LayerIndex:
         ann_ef_search: int = 96,
         codec: Codec | None = None,
         oversample: int | None = None,
+        device: str = "cpu",
+        dtype: str = "float32",
     ) -> None:
         self.dim = int(dim)
+        self.device = device
         self.codec = codec
         self.oversample = oversample
         self.ann_threshold = int(ann_threshold)
@@ -150,7 +158,8 @@ class LayerIndex:
         # live in the archive, and Memory re-scores the candidates from them — so they are
         # stored as float16: half the bytes each search reads (float32 accumulation).
         self._arenas = tuple(
-            VectorArena(self.dim, "float16" if a == 2 else "float32", capacity=1024, codec=codec) for a in range(4)
+            VectorArena(self.dim, "float16" if a == 2 else dtype, capacity=1024, device=device, codec=codec)
+            for a in range(4)
         )
         self._loc: dict[int, tuple[int, int, int]] = {}  # item id -> (arena, slot, namespace)
         # item id of each arena row (row = slot & _ROW; -1: free), so that search results map to

@@ -36,6 +36,7 @@ def test_defaults_are_valid_and_frozen() -> None:
         ({"speaker_scope": 2.0}, "speaker_scope"),
         ({"codec": "pq"}, "codec"),
         ({"oversample": -1}, "oversample"),
+        ({"vector_dtype": "int8"}, "vector_dtype"),
     ],
 )
 def test_bad_values(kw: dict, match: str) -> None:  # type: ignore[type-arg]
@@ -86,3 +87,29 @@ def test_a_codec_with_every_row_a_candidate_gives_the_same_contexts(codec: str) 
         )
         mem.close()
     assert contexts[0] == contexts[1]
+
+
+def test_float16_vectors_give_the_same_items_on_a_small_memory(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    got = []
+    for dtype in ("float32", "float16"):
+        mem = Memory(tmp_path / f"{dtype}.db", embedder="hashing", config=MemoryConfig(vector_dtype=dtype))  # type: ignore[arg-type]
+        for s in range(3):
+            chat(mem, "u", f"s{s}", FILLER + [("Bob", f"I adopted cat number {s}.")], T0 + s * 86_400, f"{s}")
+            mem.end_session(user_id="u", session_id=f"s{s}")
+        got.append([it.id for it in mem.context("Which cats did Bob adopt?", user_id="u", budget=64).items])
+        mem.close()
+    assert got[0] == got[1]
+
+
+def test_device_is_checked_and_a_failed_open_leaves_nothing_open(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import lamina
+
+    with pytest.raises(ValueError, match="device"):
+        Memory(tmp_path / "a.db", embedder="hashing", device="tpu")
+    with pytest.raises(TypeError, match="device"):
+        Memory(tmp_path / "a.db", embedder="hashing", device=0)  # type: ignore[arg-type]
+    if lamina.cuda_device_count() == 0:
+        with pytest.raises(RuntimeError, match="CUDA|cuda"):
+            Memory(tmp_path / "b.db", embedder="hashing", device="cuda")
+    with Memory(tmp_path / "b.db", embedder="hashing") as mem:  # the file is usable afterwards
+        mem.add([{"speaker": "a", "text": "hello there"}], user_id="u", session_id="s")

@@ -9,12 +9,14 @@ from typing import Literal
 from ..errors import InvalidInput
 from ..search import CODECS, Codec
 
-__all__ = ["MemoryConfig", "Eviction", "Synchronous", "ACTIVE_LAYERS"]
+__all__ = ["MemoryConfig", "Eviction", "Synchronous", "VectorDType", "ACTIVE_LAYERS"]
 
 #: The capacity projection's rule (see :mod:`lamina.memory.retention`).
 Eviction = Literal["coverage", "heat"]
 #: SQLite's ``synchronous`` setting: NORMAL survives kill -9, FULL also power loss.
 Synchronous = Literal["NORMAL", "FULL"]
+#: Storage of the index's searched arenas (:class:`lamina.VectorArena` dtypes).
+VectorDType = Literal["float32", "float16"]
 #: The active layers, in the order the read path visits them.
 ACTIVE_LAYERS = ("working", "episodic", "semantic")
 
@@ -82,7 +84,8 @@ class MemoryConfig:
     ``codec`` (None, "binary" or "int8") gives the index's arenas a compact code per row, so those
     exact searches become code scans whose best ``k × oversample`` rows are re-scored exactly
     (:class:`lamina.VectorArena`; ``oversample`` None: the codec's default): scores stay exact,
-    a row the codes ranked low can be missed.
+    a row the codes ranked low can be missed. ``vector_dtype`` "float16" halves the bytes the
+    searched arenas hold and scan (scores accumulate in float32; they round differently).
     """
 
     working_capacity: int = 16
@@ -125,6 +128,7 @@ class MemoryConfig:
     speaker_scope: float = 0.5
     codec: Codec | None = None
     oversample: int | None = None
+    vector_dtype: VectorDType = "float32"
 
     def __post_init__(self) -> None:
         ints = (
@@ -144,6 +148,8 @@ class MemoryConfig:
         )
         if self.codec is not None and self.codec not in CODECS:
             raise InvalidInput(f"MemoryConfig.codec must be one of {CODECS} or None, got {self.codec!r}")
+        if self.vector_dtype not in ("float32", "float16"):
+            raise InvalidInput(f"MemoryConfig.vector_dtype must be 'float32' or 'float16', got {self.vector_dtype!r}")
         if self.oversample is not None:
             if isinstance(self.oversample, bool) or not isinstance(self.oversample, int):
                 raise TypeError(f"MemoryConfig.oversample must be an int or None, got {type(self.oversample).__name__}")
@@ -151,7 +157,7 @@ class MemoryConfig:
                 raise InvalidInput(f"MemoryConfig.oversample must be >= 0 (0: exact), got {self.oversample}")
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("synchronous", "layers", "eviction", "codec", "oversample") or (
+            if f.name in ("synchronous", "layers", "eviction", "codec", "oversample", "vector_dtype") or (
                 f.name == "max_entropy" and v is None
             ):
                 continue

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._device import parse_device
 from ..embedders import Embedder, TextCache, check_embeddings, get_embedder
 from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer, is_functional
@@ -83,6 +84,11 @@ class Memory:
         Seconds a write waits for another connection's write (another process on the same file)
         before it raises :class:`lamina.StoreBusy` (default 30: an LLM summariser may hold a
         write for seconds).
+    device : {"cpu", "cuda", "cuda:N"}
+        Where the vector index lives. ``"cuda"`` (a CUDA build and a device) keeps the search
+        arenas in device memory, updated row by row on every write; the store stays the source
+        of truth, and opening a database rebuilds them there. Scores are computed on the GPU
+        and may round differently from the CPU's (near-ties can then order differently).
 
     Identifiers (``user_id``, ``session_id``) are keyword-only on every method. Unknown ids raise
     :class:`lamina.NotFoundError` (a ``KeyError``), values lamina cannot accept
@@ -117,7 +123,9 @@ class Memory:
         fact_extractor: FactExtractor | None = None,
         busy_timeout: float = 30.0,
         domains: DomainClassifier | None = None,
+        device: str = "cpu",
     ) -> None:
+        parse_device(device)  # TypeError / ValueError before anything is opened
         if domains is not None and not isinstance(domains, DomainClassifier):
             raise TypeError(f"domains must be a lamina.DomainClassifier, got {type(domains).__name__}")
         #: labels unlabelled turns at ``add`` when given; classifies ``domain="auto"`` queries
@@ -154,8 +162,12 @@ class Memory:
                 f"database {self._path} was built with embedder {name!r}, not "
                 f"{self._embedder.name!r}; open it with embedder={name.split('-')[0]!r}"
             )
-        with self._store.read_tx():
-            self._st = MemoryState.load(self._store, config, self._dim)
+        try:
+            with self._store.read_tx():
+                self._st = MemoryState.load(self._store, config, self._dim, device)
+        except BaseException:  # e.g. device="cuda" without a usable device: nothing stays open
+            self._store.close()
+            raise
         if self._store.wipe_pending():  # a delete whose wipe did not go through
             self._forget_files()
 

@@ -192,12 +192,20 @@ class MemoryState:
     Thread safety: none of its own; :class:`lamina.Memory` holds its lock around every use.
     """
 
-    def __init__(self, config: MemoryConfig, dim: int) -> None:
+    def __init__(self, config: MemoryConfig, dim: int, device: str = "cpu") -> None:
         self.config = config
         self.dim = dim
         c = config
         self.vectors = LayerIndex(
-            dim, c.ann_threshold, c.ann_m, c.ann_ef_construction, c.ann_ef_search, c.codec, c.oversample
+            dim,
+            c.ann_threshold,
+            c.ann_m,
+            c.ann_ef_construction,
+            c.ann_ef_search,
+            c.codec,
+            c.oversample,
+            device=device,
+            dtype=c.vector_dtype,
         )
         self.lex = LexicalIndex()
         self.recs: dict[int, Record] = {}
@@ -211,9 +219,9 @@ class MemoryState:
 
     # ------------------------------------------------------------------ (re)building
     @classmethod
-    def load(cls, store: Store, config: MemoryConfig, dim: int) -> MemoryState:
+    def load(cls, store: Store, config: MemoryConfig, dim: int, device: str = "cpu") -> MemoryState:
         """Build every in-memory structure from the database (inside a read snapshot)."""
-        st = cls(config, dim)
+        st = cls(config, dim, device)
         st.high_water = store.last_write()
         st._load_rows(store.users(), store.sessions(), store.load_items(), store.user_versions())
         st.data_version = store.data_version()
