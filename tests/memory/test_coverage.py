@@ -269,11 +269,20 @@ class _Checked(CoverageProjection):
         kept = u.coverage, u.incidence
         u.coverage = u.incidence = None
         try:
-            want = CoverageProjection(st, u, items, n_ep, now).run()
+            fresh = CoverageProjection(st, u, items, n_ep, now)
+            fresh_scores = fresh.scores(np.ones(fresh.n, dtype=bool))
+            want = fresh.run()
         finally:
             u.coverage, u.incidence = kept
         got = super().run()
-        assert got.tolist() == want.tolist()
+        if got.tolist() != want.tolist():
+            # The kept lists' cosines come from numpy's BLAS, the fresh ones from lamina's top-k:
+            # they may differ in the last bit, and for near-duplicate turns (ν = 1 − cos ≈ 1e-8)
+            # that can swap two victims whose redundancy ties up to that rounding — nothing else.
+            swapped = np.setxor1d(got, want)
+            assert len(swapped) == 2 * len(np.setdiff1d(got, want)), (got, want)
+            spread = np.ptp(np.asarray(fresh_scores, dtype=np.float64)[swapped])
+            assert spread <= 2.4e-7, (got, want, spread)  # two float32 ulps at 1.0
         _Checked.runs += 1
         return got
 
@@ -283,7 +292,8 @@ def test_kept_incidence_projects_like_a_fresh_one(seed: int, tmp_path: Path, mon
     """Sessions with evictions, restated facts, updates and deletes (here and through a second
     handle, which this one catches up with), a source id said again and a reopen: every
     projection's incidence, read from the kept cache, equals the rule's, and its victims equal
-    those of a projection built from scratch."""
+    those of a projection built from scratch (up to swapping victims that tie within float32
+    rounding: the date-dependent heat made seed 2 hit such a tie on 2026-12-04)."""
     monkeypatch.setattr(retention, "CoverageProjection", _Checked)
     _Checked.runs = 0
     rng = np.random.default_rng(100 + seed)
