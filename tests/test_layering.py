@@ -31,6 +31,7 @@ MEMORY_LEVELS = {
     "tx": 4,
     "stats": 4,
     "listing": 4,
+    "inspection": 5,
     "semantic": 5,
     "retention": 5,
     "retrieve": 5,

@@ -11,7 +11,6 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,21 +19,20 @@ import numpy.typing as npt
 from .._device import parse_device
 from ..embedders import Embedder, TextCache, check_embeddings, get_embedder
 from ..errors import InvalidInput, LaminaError, NotFoundError
-from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer, is_functional
+from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer
 from ..items import Context, MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
-from . import batch, consolidate, ingest, listing, retrieve, transfer
+from . import batch, consolidate, ingest, retrieve, transfer
 from .config import ACTIVE_LAYERS, MemoryConfig
 from .dburl import is_postgres_url
 from .domains import DomainClassifier
-from .dump import KINDS, STATUSES, UserDump
+from .dump import UserDump
 from .firewall import Firewall
 from .inputs import MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
-from .listing import Activity, ItemPage
-from .records import Record, norm_key
-from .reports import ContextExplanation, DeleteReport, ImportReport, MemoryStats, SessionReport
+from .inspection import Inspection
+from .records import Record
+from .reports import ContextExplanation, DeleteReport, ImportReport, SessionReport
 from .state import MemoryState, UserState
-from .stats import count_stats
 from .store import SQLiteStore, Store
 from .tx import Models, Tx
 
@@ -62,7 +60,7 @@ def _open_store(path: str | os.PathLike[str] | None, synchronous: str, busy_time
     return SQLiteStore(None if path is None else os.fspath(path), synchronous=synchronous, busy_timeout=busy_timeout)
 
 
-class Memory:
+class Memory(Inspection):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters
@@ -784,196 +782,6 @@ class Memory:
             users = {uid: self._user(uid) for uid in dict.fromkeys(user_ids)}
             return batch.searches(self._st, [users[uid] for uid in user_ids], Q, names, k, t, arch)
 
-    # ------------------------------------------------------------------ inspection
-    def get(self, item_id: int, *, user_id: str | None = None) -> MemoryItem:
-        """The item with this id (any layer, evicted and superseded included).
-
-        Raises
-        ------
-        NotFoundError
-            Unknown id, an id of another database, or (with ``user_id``) another user's item.
-        """
-        self._check_open()
-        with self._lock:
-            self._sync()
-            return self._st.item(self._record(item_id, user_id))
-
-    def history(self, item_id: int, *, user_id: str | None = None) -> list[MemoryItem]:
-        """Versions of an item, oldest first, ending with the current one.
-
-        For a fact: every fact on the same subject + predicate in time order (superseded ones
-        carry ``valid_to`` and ``superseded_by``). For other items: earlier texts set by
-        :meth:`update` (as items with ``kind`` unchanged and ``timestamp`` = change time).
-        """
-        self._check_open()
-        with self._lock:
-            self._sync()
-            st = self._st
-            r = self._record(item_id, user_id)
-            if r.kind == "fact" and r.predicate is not None:
-                key = (norm_key(r.subject or ""), r.predicate)
-                chain = [
-                    x
-                    for x in st.urecs(st.users[r.user_id])
-                    if x.kind == "fact" and (norm_key(x.subject or ""), x.predicate) == key
-                ]
-                if not is_functional(r.predicate):
-                    chain = [x for x in chain if norm_key(x.object or "") == norm_key(r.object or "")]
-                chain.sort(key=lambda x: (x.valid_from or 0.0, x.seq))
-                return [st.item(x) for x in chain]
-            with self._store.read_tx():
-                revisions = self._store.revisions(r.id)
-            out = [replace(st.item(r), text=t, timestamp=ct) for t, ct in revisions]
-            return out + [st.item(r)]
-
-    def facts(self, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
-        """Semantic facts of a user (current only by default; ``current=False`` adds history)."""
-        self._check_open()
-        check_id(user_id, "user_id")
-        if subject is not None:
-            check_text(subject, "subject")
-        with self._lock:
-            self._sync()
-            st = self._st
-            u = self._user(user_id)
-            if u is None:
-                return []
-            out = [
-                st.item(r)
-                for r in st.urecs(u)
-                if r.kind == "fact"
-                and r.status == "active"
-                and (r.layer == "semantic" or not current)
-                and (subject is None or norm_key(r.subject or "") == norm_key(subject))
-            ]
-            out.sort(key=lambda it: (it.subject or "", it.predicate or "", it.valid_from or 0.0))
-            return out
-
-    def list_items(
-        self,
-        *,
-        user_id: str,
-        layers: Sequence[str] | None = None,
-        kinds: Sequence[str] | None = None,
-        statuses: Sequence[str] | None = None,
-        contains: str = "",
-        offset: int = 0,
-        limit: int | None = 50,
-        newest_first: bool = False,
-    ) -> ItemPage:
-        """One page of a user's stored items, filtered, in time order (``timestamp``, else
-        ``created_at``, then id): read from memory, no database read, no visit counted; only
-        the page's items are built, so a page of a large memory costs little.
-
-        Parameters
-        ----------
-        user_id : str
-        layers : list of str, optional
-            Layers to keep (:data:`lamina.items.LAYERS`; ``history``: superseded facts).
-        kinds : list of str, optional
-            Kinds to keep (``turn``, ``segment``, ``summary``, ``note``, ``fact``, ``profile``).
-        statuses : list of str, optional
-            Statuses to keep (``active``, ``evicted``).
-        contains : str
-            Keep items whose text holds this, case-insensitive (empty: every item).
-        offset : int
-            Items to skip (>= 0).
-        limit : int or None
-            Items on the page (>= 1; None: every one from ``offset``).
-        newest_first : bool
-
-        Returns
-        -------
-        ItemPage
-            ``total`` items pass the filters; ``items`` are the page's, as export entries
-            (:class:`~lamina.memory.dump.ItemEntry`, without vectors).
-
-        Raises
-        ------
-        NotFoundError
-            Unknown user.
-        """
-        self._check_open()
-        check_id(user_id, "user_id")
-        if layers is not None:
-            layers = check_layers(layers)
-        kinds = _names(kinds, "kinds", KINDS)
-        statuses = _names(statuses, "statuses", STATUSES)
-        if not isinstance(contains, str):
-            raise TypeError(f"contains must be a str, got {type(contains).__name__}")
-        if isinstance(offset, bool) or not isinstance(offset, int):
-            raise TypeError(f"offset must be an int, got {type(offset).__name__}")
-        if offset < 0:
-            raise InvalidInput(f"offset must be >= 0, got {offset}")
-        if limit is not None:
-            limit = check_count(limit, "limit")
-        with self._lock:
-            self._sync()
-            return listing.list_items(
-                self._st,
-                self._known_user(user_id),
-                layers=layers,
-                kinds=kinds,
-                statuses=statuses,
-                contains=contains,
-                offset=offset,
-                limit=limit,
-                newest_first=bool(newest_first),
-            )
-
-    def activity(self, *, user_id: str, kinds: Sequence[str] = ("turn",), bins: int = 40) -> Activity:
-        """A user's items of ``kinds`` over time: per time bin (at most ``bins``, none under a
-        day), how many were stated in it and the visits they got (their heat), with the user's
-        last activity; read from memory, nothing built per item.
-
-        Raises
-        ------
-        NotFoundError
-            Unknown user.
-        """
-        self._check_open()
-        check_id(user_id, "user_id")
-        checked = _names(kinds, "kinds", KINDS)
-        assert checked is not None
-        bins = check_count(bins, "bins", maximum=10_000)
-        with self._lock:
-            self._sync()
-            return listing.activity(self._st, self._known_user(user_id), kinds=checked, bins=bins)
-
-    def stats(self, *, user_id: str | None = None) -> MemoryStats:
-        """Counts and state: items per layer, archive turns, facts (current / superseded), evicted
-        items, sessions, users, profile drift (sum / last ‖Δe‖² of the damped updates), the embedder,
-        the database path and LLM fallbacks (see :class:`lamina.MemoryStats`)."""
-        self._check_open()
-        with self._lock:
-            self._sync()
-            st = self._st
-            if user_id is not None:
-                check_id(user_id, "user_id")
-                users = [self._known_user(user_id)]
-            else:
-                with self._store.read_tx():
-                    st.load_all(self._store)
-                users = list(st.users.values())
-            summ, ext = self._models.summarizer, self._models.extractor
-            return count_stats(
-                st,
-                users,
-                embedder=self._embedder.name,
-                dim=self._dim,
-                path=self._path,
-                config=self.config,
-                llm=repr(self.llm) if self.llm is not None else None,
-                llm_fallbacks=int(getattr(summ, "failures", 0)) + int(getattr(ext, "failures", 0)),
-            )
-
-    def users(self) -> list[str]:
-        """All user ids."""
-        with self._lock:
-            if not self._closed:
-                self._sync()
-            return sorted(set(self._st.users) | self._st.unloaded)
-
     @property
     def embedder(self) -> Embedder:
         """The embedder in use."""
@@ -1011,16 +819,3 @@ def _search_layers(layers: Sequence[str] | None) -> tuple[list[str], bool]:
     if "archive" in names and "working" not in names:
         names.append("working")
     return list(dict.fromkeys(names)), archive_only
-
-
-def _names(v: Sequence[str] | None, what: str, allowed: Sequence[str]) -> list[str] | None:
-    """None, or a list of names out of ``allowed`` (TypeError / InvalidInput otherwise)."""
-    if v is None:
-        return None
-    if isinstance(v, str) or not all(isinstance(x, str) for x in v):
-        raise TypeError(f"{what} must be a list of str, e.g. [{allowed[0]!r}]")
-    names = list(v)
-    for x in names:
-        if x not in allowed:
-            raise InvalidInput(f"unknown {what[:-1]} {x!r}; expected some of {list(allowed)}")
-    return names
