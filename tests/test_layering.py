@@ -49,6 +49,7 @@ MODEL_LEVELS = {
     "gguf_file": 0,
     "chat": 0,
     "sampling": 0,
+    "position": 0,
     "tokenizer": 1,
     "weights": 1,
     "press": 1,
