@@ -182,3 +182,28 @@ def test_load_checks_position_arguments(model: Any) -> None:
     m = lamina.model.load(model.path, position="ms-poe")
     assert m.position == "ms-poe" and m.ms_poe == MsPoE() and model.position == "rope"
     assert MsPoE().ratios(3) == pytest.approx([1.2, 1.4, 1.6])
+
+
+@pytest.mark.parametrize("window", [0, 8])
+def test_compacted_rescaled_cache_matches_reference(model: Any, reference: Any, window: int) -> None:
+    """A decode step after head-wise compaction of a rescaled cache (its scaled keys compacted
+    with the plain ones) attends exactly the kept entries, as the reference masks them."""
+    m = lamina.model.load(
+        model.path, position="ms-poe", ms_poe=MsPoE(order="normal", window=window), threads=2, q8_decode=False
+    )
+    ids = m.tokenize(TEXTS[1])
+    n = len(ids) - 1
+    cache = m.new_cache()
+    m.forward(ids[:n], cache, logits="none")
+    rng = np.random.default_rng(3)
+    keeps = {}
+    for li in range(m.config.n_layers):
+        for h in range(m.config.n_kv_heads):
+            idx = np.sort(rng.choice(n, size=int(rng.integers(4, n)), replace=False)).astype(np.int64)
+            keeps[li, h] = idx
+            cache.keep(li, h, idx)
+    got, _ = m.forward(ids[n:], cache)
+    ref = reference.logits(ids, last_keeps=keeps, ms_poe=MsPoERule(order="normal", window=window))[-1]
+    np.testing.assert_allclose(got, ref, atol=2e-3, rtol=0)
+    full = reference.logits(ids, ms_poe=MsPoERule(order="normal", window=window))[-1]
+    assert np.abs(full - ref).max() > 0.1  # the compaction changed the answer

@@ -44,7 +44,10 @@ class Model:
         activation in float32 (the prefill and :meth:`logits` always do).
     ms_poe : MsPoE, optional
         Rescale positions per head (Ms-PoE, :mod:`lamina.model.position`; CPU). Every cache
-        is ranked on its first forward, which must start from an empty cache.
+        is ranked on its first forward, which must start from an empty cache: the heads are
+        scored on that call's last row (with ``generate(question=...)`` the context's last
+        token, since the context is prefilled alone). The cache holds a second, rescaled copy
+        of every key (KV memory ×1.5).
 
     Attributes
     ----------
