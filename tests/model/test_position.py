@@ -204,6 +204,7 @@ def test_compacted_rescaled_cache_matches_reference(model: Any, reference: Any, 
             cache.keep(li, h, idx)
     got, _ = m.forward(ids[n:], cache)
     ref = reference.logits(ids, last_keeps=keeps, ms_poe=MsPoERule(order="normal", window=window))[-1]
+    assert got is not None
     np.testing.assert_allclose(got, ref, atol=2e-3, rtol=0)
     full = reference.logits(ids, ms_poe=MsPoERule(order="normal", window=window))[-1]
     assert np.abs(full - ref).max() > 0.1  # the compaction changed the answer
