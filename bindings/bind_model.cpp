@@ -67,6 +67,32 @@ const float* vector(const py::dict& tensors, const std::string& name, std::size_
   return static_cast<const float*>(a.data());
 }
 
+// Ms-PoE settings from the dict python/lamina/model/position.py builds (None: plain RoPE).
+model::PositionScaling position_scaling(const py::object& o, const model::Config& c) {
+  model::PositionScaling p;
+  if (o.is_none()) return p;
+  const py::dict d = o.cast<py::dict>();
+  p.enabled = true;
+  p.first_layer = d["first_layer"].cast<int>();
+  p.ratio_min = d["ratio_min"].cast<float>();
+  p.ratio_max = d["ratio_max"].cast<float>();
+  p.window = d["window"].cast<int>();
+  const std::string order = d["order"].cast<std::string>();
+  if (order == "rank") p.order = model::RatioOrder::Rank;
+  else if (order == "gather") p.order = model::RatioOrder::Gather;
+  else if (order == "normal") p.order = model::RatioOrder::Normal;
+  else throw ValueError("position order must be 'rank', 'gather' or 'normal', got '" + order + "'");
+  if (d.contains("plain_heads") && !d["plain_heads"].is_none()) {
+    py::array a = checked_array<uint8_t>(d["plain_heads"], "plain_heads", 2, "uint8");
+    LAMINA_CHECK(a.shape(0) == c.n_layers && a.shape(1) == c.n_heads,
+                 "plain_heads must have shape (n_layers, n_heads) = (", c.n_layers, ", ",
+                 c.n_heads, ")");
+    const uint8_t* f = static_cast<const uint8_t*>(a.data());
+    p.plain_heads.assign(f, f + a.shape(0) * a.shape(1));
+  }
+  return p;
+}
+
 model::Logits logits_mode(const std::string& s) {
   if (s == "none") return model::Logits::None;
   if (s == "last") return model::Logits::Last;
@@ -130,7 +156,29 @@ void register_model(py::module_& m) {
            py::arg("layer"), py::arg("head"), py::arg("indices"),
            "Keep only entries `indices` (int64, strictly increasing) of (layer, KV head); frees "
            "the rest.")
-      .def("clear", &model::KVCache::clear, "Drop every entry and free the storage.")
+      .def("clear", &model::KVCache::clear,
+           "Drop every entry and free the storage (and any Ms-PoE ratio assignment).")
+      .def(
+          "ratio_index",
+          [](const model::KVCache& c) -> py::object {
+            if (!c.scaled()) return py::none();
+            py::array_t<int32_t> out({c.n_layers(), c.n_kv_heads()});
+            std::copy(c.ratio_index().begin(), c.ratio_index().end(), out.mutable_data());
+            return std::move(out);
+          },
+          "Ms-PoE ratio index per (layer, KV head), int32 [n_layers, n_kv_heads] (-1: the layer "
+          "keeps plain RoPE), or None when the cache was not filled by a scaled model.")
+      .def(
+          "outlier_share",
+          [](const model::KVCache& c) -> py::object {
+            if (!c.scaled()) return py::none();
+            const std::size_t H = c.outlier_share().size() / static_cast<std::size_t>(c.n_layers());
+            py::array_t<float> out({static_cast<std::size_t>(c.n_layers()), H});
+            std::copy(c.outlier_share().begin(), c.outlier_share().end(), out.mutable_data());
+            return std::move(out);
+          },
+          "The outlier share of every (layer, query head) the Ms-PoE ratios were assigned from, "
+          "float32 [n_layers, n_heads] (0 where not rescaled), or None.")
       .def(
           "clone",
           [](const model::KVCache& c) {
@@ -151,7 +199,7 @@ void register_model(py::module_& m) {
           "shrinks): a cache kept at a fixed budget reserves it once and stops reallocating.");
 
   py::class_<PyModel>(m, "LlamaModel")
-      .def(py::init([](const py::dict& cfg, const py::dict& tensors) {
+      .def(py::init([](const py::dict& cfg, const py::dict& tensors, const py::object& position) {
              model::Config c;
              c.n_layers = cfg["n_layers"].cast<int>();
              c.d_model = cfg["d_model"].cast<int>();
@@ -183,10 +231,20 @@ void register_model(py::module_& m) {
                L.w_down = matrix(tensors, p + "ffn_down.weight", pm->keep);
                w.layers.push_back(L);
              }
-             pm->m = std::make_unique<model::Model>(c, std::move(w));
+             pm->m = std::make_unique<model::Model>(c, std::move(w), position_scaling(position, c));
              return pm;
            }),
-           py::arg("config"), py::arg("tensors"))
+           py::arg("config"), py::arg("tensors"), py::arg("position") = py::none(),
+           "position: None (plain RoPE) or the Ms-PoE settings as a dict (first_layer, ratio_min, "
+           "ratio_max, order 'rank'|'gather'|'normal', window, plain_heads uint8 [n_layers, n_heads] or None).")
+      .def(
+          "ratio_of",
+          [](const PyModel& pm, int i) {
+            LAMINA_CHECK_INDEX(i >= 0 && i < pm.m->config().n_kv_heads, "ratio index ", i,
+                               " outside [0, n_kv_heads)");
+            return pm.m->ratio_of(i);
+          },
+          py::arg("index"), "The Ms-PoE ratio r_i of ratio index i.")
       .def_property_readonly_static("kernel_isa",
                                     [](const py::object&) { return model::Model::kernel_isa(); })
       .def(

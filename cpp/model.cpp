@@ -144,7 +144,8 @@ int32_t* KVCache::positions_mut(int layer, int h) { return head(layer, h).pos.da
 std::size_t KVCache::bytes() const {
   std::size_t b = 0;
   for (const Head& h : heads_)
-    b += (h.k.capacity() + h.v.capacity()) * sizeof(float) + h.pos.capacity() * sizeof(int32_t);
+    b += (h.k.capacity() + h.v.capacity() + h.ks.capacity()) * sizeof(float) +
+         h.pos.capacity() * sizeof(int32_t);
   return b;
 }
 
@@ -152,16 +153,21 @@ void KVCache::reserve_more(std::size_t n) {
   const std::size_t D = static_cast<std::size_t>(hd_);
   for (Head& h : heads_) {
     const std::size_t cap = h.pos.size();
-    if (h.len + n <= cap) continue;
-    // Growth by 1/8 (at least 32 entries): bytes() stays within 12.5 % of what is used, and
-    // decoding reallocates a head about every cap/8 tokens.
-    const std::size_t want = std::max(h.len + n, cap + std::max(cap / 8, std::size_t{32}));
-    h.k.reserve(want * D);
-    h.v.reserve(want * D);
-    h.pos.reserve(want);
-    h.k.resize(want * D);
-    h.v.resize(want * D);
-    h.pos.resize(want);
+    if (h.len + n > cap) {
+      // Growth by 1/8 (at least 32 entries): bytes() stays within 12.5 % of what is used, and
+      // decoding reallocates a head about every cap/8 tokens.
+      const std::size_t want = std::max(h.len + n, cap + std::max(cap / 8, std::size_t{32}));
+      h.k.reserve(want * D);
+      h.v.reserve(want * D);
+      h.pos.reserve(want);
+      h.k.resize(want * D);
+      h.v.resize(want * D);
+      h.pos.resize(want);
+    }
+    if (scaled() && h.ks.size() != h.k.size()) {  // the scaled keys follow the key storage
+      h.ks.reserve(h.k.size());
+      h.ks.resize(h.k.size());
+    }
   }
 }
 
@@ -182,15 +188,17 @@ void KVCache::keep(int layer, int hh, const int64_t* idx, std::size_t n) {
     LAMINA_CHECK(i == 0 || idx[i] > idx[i - 1], "keep: indices must be strictly increasing");
   }
   const std::size_t D = static_cast<std::size_t>(hd_);
-  std::vector<float> k(n * D), v(n * D);
+  std::vector<float> k(n * D), v(n * D), ks(scaled() ? n * D : 0);
   std::vector<int32_t> pos(n);
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t s = static_cast<std::size_t>(idx[i]);
     std::memcpy(k.data() + i * D, h.k.data() + s * D, D * sizeof(float));
     std::memcpy(v.data() + i * D, h.v.data() + s * D, D * sizeof(float));
+    if (scaled()) std::memcpy(ks.data() + i * D, h.ks.data() + s * D, D * sizeof(float));
     pos[i] = h.pos[s];
   }
   h.k.swap(k);
+  h.ks.swap(ks);
   h.v.swap(v);
   h.pos.swap(pos);
   h.len = n;
@@ -206,16 +214,32 @@ void KVCache::reserve(std::size_t n) {
     h.k.resize(n * D);
     h.v.resize(n * D);
     h.pos.resize(n);
+    if (scaled()) {
+      h.ks.reserve(n * D);
+      h.ks.resize(n * D);
+    }
   }
 }
 
 void KVCache::clear() {
   for (Head& h : heads_) h = Head{};
   n_seen_ = 0;
+  ratio_index_.clear();
+  outlier_.clear();
 }
 
+void KVCache::begin_scaled(int n_heads) {
+  LAMINA_ASSERT(n_seen_ == 0);
+  ratio_index_.assign(static_cast<std::size_t>(n_layers_) * n_kv_, -1);
+  outlier_.assign(static_cast<std::size_t>(n_layers_) * n_heads, 0.0f);
+}
+
+float* KVCache::scaled_keys_mut(int layer, int h) { return head(layer, h).ks.data(); }
+const float* KVCache::scaled_keys(int layer, int h) const { return head(layer, h).ks.data(); }
+
 // ---- Model -----------------------------------------------------------------------------------
-Model::Model(const Config& c, Weights w) : cfg_(c), w_(std::move(w)) {
+Model::Model(const Config& c, Weights w, PositionScaling pos)
+    : cfg_(c), w_(std::move(w)), pos_(std::move(pos)) {
   LAMINA_CHECK(c.n_layers >= 1 && c.d_model >= 1 && c.d_ff >= 1 && c.n_heads >= 1 &&
                    c.n_kv_heads >= 1 && c.head_dim >= 2 && c.vocab_size >= 1,
                "model config: every size must be >= 1");
@@ -241,6 +265,24 @@ Model::Model(const Config& c, Weights w) : cfg_(c), w_(std::move(w)) {
     check_matrix(L.w_up, "ffn_up", F, d);
     check_matrix(L.w_down, "ffn_down", d, F);
   }
+  if (pos_.enabled) {
+    LAMINA_CHECK(pos_.first_layer >= 0 && pos_.first_layer <= c.n_layers, "ms-poe: first_layer (",
+                 pos_.first_layer, ") must be in [0, n_layers = ", c.n_layers, "]");
+    LAMINA_CHECK(pos_.ratio_min > 0 && pos_.ratio_min <= pos_.ratio_max &&
+                     std::isfinite(pos_.ratio_max),
+                 "ms-poe: need 0 < ratio_min <= ratio_max (finite), got ", pos_.ratio_min, ", ",
+                 pos_.ratio_max);
+    LAMINA_CHECK(pos_.window >= 0, "ms-poe: window must be >= 0, got ", pos_.window);
+    LAMINA_CHECK(pos_.plain_heads.empty() ||
+                     pos_.plain_heads.size() == static_cast<std::size_t>(c.n_layers) * c.n_heads,
+                 "ms-poe: plain_heads must hold n_layers × n_heads flags, got ",
+                 pos_.plain_heads.size());
+  }
+}
+
+float Model::ratio_of(int i) const {
+  return pos_.ratio_min + (pos_.ratio_max - pos_.ratio_min) * static_cast<float>(i) /
+                              static_cast<float>(cfg_.n_kv_heads);
 }
 
 const char* Model::kernel_isa() { return misa::kernels().name; }
@@ -286,6 +328,17 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     S_rec = len0[0] + T;
     if (W_rec) std::fill(record->out, record->out + L * H * W_rec * S_rec, 0.0f);
   }
+  // Position scaling: layers [first, L) rescaled; the ratios are assigned on the first call.
+  const PositionScaling& P = pos_;
+  const std::size_t first = P.enabled ? static_cast<std::size_t>(P.first_layer) : L;
+  const bool scaled = first < L;
+  const bool ranking = scaled && !cache.scaled();
+  if (ranking) {
+    LAMINA_CHECK(cache.n_seen() == 0,
+                 "ms-poe: a cache is ranked on its first call, but this one already holds ",
+                 cache.n_seen(), " tokens of a forward without position scaling (use a new cache)");
+    cache.begin_scaled(static_cast<int>(H));
+  }
   cache.reserve_more(T);
 
   const misa::Kernels& kern = misa::kernels();
@@ -307,8 +360,42 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       rope_cos[t * (D / 2) + i] = static_cast<float>(std::cos(ang));
       rope_sin[t * (D / 2) + i] = static_cast<float>(std::sin(ang));
     }
+  // Scaled rotations per ratio index i: angle (p / r_i)·θ_j, and for the far keys of the
+  // window variant (p / r_i + window·(1 - 1/r_i))·θ_j. Layout [i][t][D/2].
+  const std::size_t win = scaled ? static_cast<std::size_t>(P.window) : 0;
+  std::vector<float> sc_cos, sc_sin, far_cos, far_sin;
+  if (scaled) {
+    const std::size_t n_tab = Hk * T * (D / 2);
+    sc_cos.resize(n_tab);
+    sc_sin.resize(n_tab);
+    if (win) {
+      far_cos.resize(n_tab);
+      far_sin.resize(n_tab);
+    }
+    for (std::size_t r = 0; r < Hk; ++r) {
+      const double ratio = static_cast<double>(ratio_of(static_cast<int>(r)));
+      const double shift = static_cast<double>(win) * (1.0 - 1.0 / ratio);
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t i = 0; i < D / 2; ++i) {
+          const double inv = std::pow(static_cast<double>(c.rope_base),
+                                      -2.0 * static_cast<double>(i) / static_cast<double>(D));
+          const double p = static_cast<double>(pos0 + static_cast<int64_t>(t)) / ratio;
+          const std::size_t o = (r * T + t) * (D / 2) + i;
+          sc_cos[o] = static_cast<float>(std::cos(p * inv));
+          sc_sin[o] = static_cast<float>(std::sin(p * inv));
+          if (win) {
+            far_cos[o] = static_cast<float>(std::cos((p + shift) * inv));
+            far_sin[o] = static_cast<float>(std::sin((p + shift) * inv));
+          }
+        }
+    }
+  }
+  std::vector<float> q_far(win ? T * H * D : 0);
+  int* ratio_idx = scaled ? cache.ratio_index_mut() : nullptr;
+  float* outlier = scaled ? cache.outlier_share_mut() : nullptr;
+  const uint8_t* plain_flags = P.plain_heads.empty() ? nullptr : P.plain_heads.data();
   struct Scratch {
-    std::vector<float> panel, ctile, probs, xsum_q, xsum_f, xd, acc, h;
+    std::vector<float> panel, ctile, probs, xsum_q, xsum_f, xd, acc, h, out2;
     std::vector<int8_t> xq;
   };
   std::vector<Scratch> scratch(nt);
@@ -326,13 +413,15 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       s.h.resize(T * d);
     }
     s.probs.resize(max_len + T);
+    if (win) s.out2.resize(D);
     if (accumulate) s.acc.assign(L * H * S_rec, 0.0f);
   }
-  std::vector<float*> kdst(L * Hk), vdst(L * Hk);
+  std::vector<float*> kdst(L * Hk), vdst(L * Hk), ksdst(L * Hk, nullptr);
   std::vector<int32_t*> pdst(L * Hk);
   for (std::size_t l = 0; l < L; ++l)
     for (std::size_t hh = 0; hh < Hk; ++hh) {
       const int li = static_cast<int>(l), hi = static_cast<int>(hh);
+      if (scaled) ksdst[l * Hk + hh] = cache.scaled_keys_mut(li, hi);
       kdst[l * Hk + hh] = cache.keys_mut(li, hi);
       vdst[l * Hk + hh] = cache.values_mut(li, hi);
       pdst[l * Hk + hh] = cache.positions_mut(li, hi);
@@ -346,7 +435,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   struct Phase {
     std::atomic<std::size_t> next{0}, done{0};
   };
-  const std::size_t phases_per_layer = gemm ? 7 : 5;
+  // (+3: the ranking call's scoring, assignment and rotation phases)
+  const std::size_t phases_per_layer = (gemm ? 7 : 5) + 3;
   std::vector<Phase> phases(1 + L * phases_per_layer + 2);
   constexpr std::size_t kRows = 64;       // GEMV rows per chunk
   // (token, head) pairs per attention chunk: one on the decode path (a step has only H pairs)
@@ -437,13 +527,58 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       for (std::size_t t = 0; t < T; ++t) norm_row(w, t, S.h.data());
       return S.h.data();
     };
-    auto rot = [&](float* r, std::size_t t) {  // RoPE, adjacent pairs
-      const float* cs = rope_cos.data() + t * (D / 2);
-      const float* sn = rope_sin.data() + t * (D / 2);
+    auto rot_by = [&](float* r, const float* cs, const float* sn) {  // RoPE, adjacent pairs
       for (std::size_t i = 0; i < D / 2; ++i) {
         const float x0 = r[2 * i], x1 = r[2 * i + 1];
         r[2 * i] = x0 * cs[i] - x1 * sn[i];
         r[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+      }
+    };
+    auto rot = [&](float* r, std::size_t t) {
+      rot_by(r, rope_cos.data() + t * (D / 2), rope_sin.data() + t * (D / 2));
+    };
+    // Ratio index of query head hh in layer l (-1: plain RoPE).
+    auto ratio_of_head = [&](std::size_t l, std::size_t hh) -> int {
+      if (!scaled || l < first) return -1;
+      if (plain_flags && plain_flags[l * H + hh]) return -1;
+      return ratio_idx[l * Hk + hh / G];
+    };
+    // Queries of head hh (all tokens): plain, scaled, or plain + far (window variant).
+    auto rotate_queries = [&](std::size_t l, std::size_t hh) {
+      const int ri = ratio_of_head(l, hh);
+      for (std::size_t t = 0; t < T; ++t) {
+        float* qr = q.data() + (t * H + hh) * D;
+        if (ri < 0) {
+          rot(qr, t);
+          continue;
+        }
+        const std::size_t o = (static_cast<std::size_t>(ri) * T + t) * (D / 2);
+        if (win) {
+          float* qf = q_far.data() + (t * H + hh) * D;
+          std::memcpy(qf, qr, D * sizeof(float));
+          rot_by(qf, far_cos.data() + o, far_sin.data() + o);
+          rot(qr, t);
+        } else {
+          rot_by(qr, sc_cos.data() + o, sc_sin.data() + o);
+        }
+      }
+    };
+    // Keys of KV head hh (all tokens) into the cache: plain RoPE, and scaled where rescaled.
+    auto store_keys = [&](std::size_t l, std::size_t hh) {
+      const int ri = scaled && l >= first ? ratio_idx[l * Hk + hh] : -1;
+      for (std::size_t t = 0; t < T; ++t) {
+        float* kr = k.data() + (t * Hk + hh) * D;
+        const std::size_t slot = len0[l * Hk + hh] + t;
+        if (ri >= 0) {
+          float* ks = ksdst[l * Hk + hh] + slot * D;
+          const std::size_t o = (static_cast<std::size_t>(ri) * T + t) * (D / 2);
+          std::memcpy(ks, kr, D * sizeof(float));
+          rot_by(ks, sc_cos.data() + o, sc_sin.data() + o);
+        }
+        rot(kr, t);
+        std::memcpy(kdst[l * Hk + hh] + slot * D, kr, D * sizeof(float));
+        std::memcpy(vdst[l * Hk + hh] + slot * D, v.data() + (t * Hk + hh) * D, D * sizeof(float));
+        pdst[l * Hk + hh][slot] = static_cast<int32_t>(pos0 + static_cast<int64_t>(t));
       }
     };
     // Column chunk i of an N-column matmul as [c0, c1).
@@ -461,25 +596,62 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       const Layer& Ly = w_.layers[l];
       const float* hn = rmsnorm(Ly.attn_norm);
       prepare(hn, d);
-      // Q heads, then K/V heads: RoPE and the cache append by the thread that computed them.
+      // Q heads, then K/V heads: RoPE and the cache append by the thread that computed them
+      // (on the ranking call of a rescaled layer, after the heads are scored and assigned).
+      const bool rank_now = ranking && l >= first;
       run(H + Hk, [&](std::size_t i) {
         if (i < H) {
           mm(Ly.wq, hn, q.data(), H * D, i * D, (i + 1) * D);
-          for (std::size_t t = 0; t < T; ++t) rot(q.data() + (t * H + i) * D, t);
+          if (!rank_now) rotate_queries(l, i);
           return;
         }
         const std::size_t hh = i - H;
         mm(Ly.wk, hn, k.data(), Hk * D, hh * D, (hh + 1) * D);
         mm(Ly.wv, hn, v.data(), Hk * D, hh * D, (hh + 1) * D);
-        for (std::size_t t = 0; t < T; ++t) {
-          float* kr = k.data() + (t * Hk + hh) * D;
-          rot(kr, t);
-          const std::size_t slot = len0[l * Hk + hh] + t;
-          std::memcpy(kdst[l * Hk + hh] + slot * D, kr, D * sizeof(float));
-          std::memcpy(vdst[l * Hk + hh] + slot * D, v.data() + (t * Hk + hh) * D, D * sizeof(float));
-          pdst[l * Hk + hh][slot] = static_cast<int32_t>(pos0 + static_cast<int64_t>(t));
-        }
+        if (!rank_now) store_keys(l, hh);
       });
+      if (rank_now) {
+        // Outlier share of each head's last query row (un-rotated q · k, as released).
+        run(H, [&](std::size_t hh) {
+          const float* ql = q.data() + ((T - 1) * H + hh) * D;
+          float* pr = S.probs.data();
+          float mx = -3.4e38f;
+          for (std::size_t j = 0; j < T; ++j) {
+            const float* kr = k.data() + (j * Hk + hh / G) * D;
+            float sdot = 0.0f;
+            for (std::size_t e = 0; e < D; ++e) sdot += ql[e] * kr[e];
+            pr[j] = sdot * scale;
+            mx = std::max(mx, pr[j]);
+          }
+          float sum = 0.0f;
+          for (std::size_t j = 0; j < T; ++j) sum += (pr[j] = std::exp(pr[j] - mx));
+          const float thr = 3.0f / static_cast<float>(T);
+          std::size_t above = 0;
+          for (std::size_t j = 0; j < T; ++j) above += pr[j] / sum > thr;
+          outlier[l * H + hh] = static_cast<float>(above) / static_cast<float>(T);
+        });
+        run(1, [&](std::size_t) {
+          std::vector<float> score(Hk, 0.0f);
+          std::vector<std::size_t> order(Hk);
+          for (std::size_t g = 0; g < Hk; ++g) {
+            for (std::size_t j = 0; j < G; ++j) score[g] += outlier[l * H + g * G + j];
+            score[g] /= static_cast<float>(G);
+            order[g] = g;
+          }
+          std::stable_sort(order.begin(), order.end(),
+                           [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
+          int* ri = ratio_idx + l * Hk;
+          for (std::size_t g = 0; g < Hk; ++g) {
+            if (P.order == RatioOrder::Rank) ri[order[g]] = static_cast<int>(g);
+            else if (P.order == RatioOrder::Gather) ri[g] = static_cast<int>(order[g]);
+            else ri[g] = static_cast<int>(Hk - 1 - g);
+          }
+        });
+        run(H + Hk, [&](std::size_t i) {
+          if (i < H) rotate_queries(l, i);
+          else store_keys(l, i - H);
+        });
+      }
       // Attention over (KV head, token descending, query head of the group): the G queries of
       // a token read the same K/V rows back to back; the costliest (latest) tokens go first.
       run((T * H + kAttnChunk - 1) / kAttnChunk, [&](std::size_t chunk) {
@@ -487,8 +659,47 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
           const std::size_t kv = i / (T * G), rem = i % (T * G);
           const std::size_t t = T - 1 - rem / G, hh = kv * G + rem % G;
           const std::size_t n = len0[l * Hk + kv] + t + 1;
-          kern.attend(q.data() + (t * H + hh) * D, kdst[l * Hk + kv], vdst[l * Hk + kv], n, D,
-                      scale, S.probs.data(), att.data() + (t * H + hh) * D);
+          const float* qr = q.data() + (t * H + hh) * D;
+          float* out = att.data() + (t * H + hh) * D;
+          const int ri = ratio_of_head(l, hh);
+          if (ri < 0) {
+            kern.attend(qr, kdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out);
+          } else if (!win) {
+            kern.attend(qr, ksdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out);
+          } else {
+            // Entries [0, m) lie window or more behind the query (scaled keys, far query),
+            // [m, n) nearer (plain keys and query): two softmaxes merged by their partition
+            // functions, each recovered from its largest probability.
+            const int32_t* pp = pdst[l * Hk + kv];
+            const int64_t cut = pos0 + static_cast<int64_t>(t) - static_cast<int64_t>(win);
+            const std::size_t m = static_cast<std::size_t>(
+                std::upper_bound(pp, pp + n, cut, [](int64_t a, int32_t b) { return a < b; }) - pp);
+            const float* qf = q_far.data() + (t * H + hh) * D;
+            const float* ks = ksdst[l * Hk + kv];
+            const float* kp = kdst[l * Hk + kv];
+            const float* vv = vdst[l * Hk + kv];
+            float* pr = S.probs.data();
+            if (m == 0) {
+              kern.attend(qr, kp, vv, n, D, scale, pr, out);
+            } else if (m == n) {
+              kern.attend(qf, ks, vv, n, D, scale, pr, out);
+            } else {
+              float* o2 = S.out2.data();
+              kern.attend(qf, ks, vv, m, D, scale, pr, out);
+              kern.attend(qr, kp + m * D, vv + m * D, n - m, D, scale, pr + m, o2);
+              auto log_z = [&](const float* qq, const float* K, const float* p, std::size_t cnt) {
+                const std::size_t j = static_cast<std::size_t>(std::max_element(p, p + cnt) - p);
+                float sdot = 0.0f;
+                for (std::size_t e = 0; e < D; ++e) sdot += qq[e] * K[j * D + e];
+                return static_cast<double>(sdot * scale) - std::log(static_cast<double>(p[j]));
+              };
+              const double z1 = log_z(qf, ks, pr, m), z2 = log_z(qr, kp + m * D, pr + m, n - m);
+              const float a = static_cast<float>(1.0 / (1.0 + std::exp(z2 - z1))), b = 1.0f - a;
+              for (std::size_t e = 0; e < D; ++e) out[e] = a * out[e] + b * o2[e];
+              for (std::size_t j = 0; j < m; ++j) pr[j] *= a;
+              for (std::size_t j = m; j < n; ++j) pr[j] *= b;
+            }
+          }
           if (W_rec && t + W_rec >= T) {
             float* o = record->out + ((l * H + hh) * W_rec + (t + W_rec - T)) * S_rec;
             std::memcpy(o, S.probs.data(), n * sizeof(float));

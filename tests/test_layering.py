@@ -51,6 +51,7 @@ MODEL_LEVELS = {
     "gguf_file": 0,
     "chat": 0,
     "sampling": 0,
+    "position": 0,
     "tokenizer": 1,
     "weights": 1,
     "press": 1,
@@ -80,7 +81,7 @@ def _imports(name: str) -> list[tuple[str, int, list[str]]]:
     """(imported module, line, names) for every import of lamina modules in module ``name``."""
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
     here = name if _is_package(name) else name.rsplit(".", 1)[0]
-    out = []
+    out: list[tuple[str, int, list[str]]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.extend((a.name, node.lineno, []) for a in node.names if a.name.split(".")[0] == "lamina")

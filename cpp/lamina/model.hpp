@@ -30,6 +30,22 @@
 // freed memory back), so a head-wise budget frees memory instead of masking. Attention of a
 // query runs over its KV head's entries in storage order; the entries appended by the current
 // call are causally masked (entry j of the call is visible to its queries i >= j).
+//
+// Position scaling (Ms-PoE, Zhang et al. 2024, "Found in the Middle"; optional, CPU only):
+// in layers [first_layer, n_layers) every KV head g is rotated at position p / r_g instead
+// of p, queries and keys alike, with r_i = ratio_min + (ratio_max - ratio_min) · i / Hk.
+// The ratios are assigned on the cache's first call (it must start empty): each query head's
+// outlier share — the fraction of its last query's softmax row (un-rotated q · k, as the
+// released code scores) above 3× the row mean — is averaged over its KV group, the groups
+// are sorted by that score (descending, stable), and the order is applied as `order` says:
+// Rank (group of rank k gets r_k: the most position-aware head the smallest ratio), Gather
+// (group g gets r_{order[g]}: the released code indexes its ratio table with the permutation
+// itself) or Normal (group g gets r_{Hk-1-g}, no scoring used). The cache remembers the
+// assignment for every later call. Variants that keep local offsets exact: `window` > 0
+// keeps a relative distance δ < window as is and maps δ >= window to window + (δ - window)/r
+// (queries rotated at p/r + window·(1 - 1/r) for the far keys); `plain_heads` marks query
+// heads (copy heads: previous-token / induction) that stay at ratio 1. The cache then keeps
+// a second, scaled copy of every key (keys() stays the plain RoPE key).
 #pragma once
 
 #include <cstddef>
@@ -80,6 +96,20 @@ struct Weights {
   Matrix output;                       // (vocab × d): token_embd when tied
 };
 
+/// How a query head's KV group is assigned its ratio (see the file comment).
+enum class RatioOrder : int { Rank = 0, Gather = 1, Normal = 2 };
+
+/// Ms-PoE settings of a model (see the file comment). `plain_heads`: n_layers × n_heads
+/// flags (1: the query head stays at ratio 1), or empty.
+struct PositionScaling {
+  bool enabled = false;
+  int first_layer = 2;
+  float ratio_min = 1.2f, ratio_max = 1.8f;
+  RatioOrder order = RatioOrder::Rank;
+  int window = 0;
+  std::vector<uint8_t> plain_heads;
+};
+
 /// The KV cache of one sequence (see the file comment). Not thread-safe: one forward (or one
 /// keep/clear) at a time per cache; distinct caches are independent.
 class KVCache {
@@ -119,9 +149,25 @@ class KVCache {
   /// After a forward wrote `n` entries past each head's length: commit them.
   void commit(std::size_t n);
 
+  // ---- position scaling (Ms-PoE) ----------------------------------------------------------
+  /// True once a scaled forward assigned the ratios (on the cache's first call).
+  bool scaled() const { return !ratio_index_.empty(); }
+  /// Ratio index (0 .. n_kv_heads-1) of (layer, KV head); -1: the layer is not rescaled.
+  /// Empty until scaled().
+  const std::vector<int>& ratio_index() const { return ratio_index_; }
+  /// Outlier share of each (layer, query head) the assignment was made from (n_layers ×
+  /// n_heads; 0 for layers not rescaled). Empty until scaled().
+  const std::vector<float>& outlier_share() const { return outlier_; }
+  /// Start storing scaled keys (called by the forward on the ranking call, cache empty).
+  void begin_scaled(int n_heads);
+  float* scaled_keys_mut(int layer, int head);
+  const float* scaled_keys(int layer, int head) const;
+  int* ratio_index_mut() { return ratio_index_.data(); }
+  float* outlier_share_mut() { return outlier_.data(); }
+
  private:
   struct Head {
-    std::vector<float> k, v;
+    std::vector<float> k, v, ks;  // ks: scaled keys (Ms-PoE), empty otherwise
     std::vector<int32_t> pos;
     std::size_t len = 0;
   };
@@ -130,6 +176,8 @@ class KVCache {
   int n_layers_, n_kv_, hd_;
   int64_t n_seen_ = 0;
   std::vector<Head> heads_;
+  std::vector<int> ratio_index_;
+  std::vector<float> outlier_;
 };
 
 /// Which logits a forward writes.
@@ -154,10 +202,15 @@ struct AttentionRecord {
 /// forwards on distinct caches (the model is read-only after construction).
 class Model {
  public:
-  /// Checks every shape against `cfg` (ValueError naming the tensor).
-  Model(const Config& cfg, Weights w);
+  /// Checks every shape against `cfg` (ValueError naming the tensor) and the position
+  /// scaling against the shape (first_layer in [0, n_layers], 0 < ratio_min <= ratio_max,
+  /// window >= 0, plain_heads empty or n_layers × n_heads).
+  Model(const Config& cfg, Weights w, PositionScaling pos = {});
 
   const Config& config() const { return cfg_; }
+  const PositionScaling& position_scaling() const { return pos_; }
+  /// Ratio r_i of index i (ratio_min + (ratio_max - ratio_min) · i / n_kv_heads).
+  float ratio_of(int i) const;
 
   /// Runs ids[0..T) (T >= 1, each in [0, vocab)) at positions cache.n_seen() .. + T - 1,
   /// appending their keys/values to `cache`. Writes logits: none, the last token's (vocab
@@ -167,6 +220,8 @@ class Model {
   /// the activation quantised to int8 per block of 32 (llama.cpp's scheme: integer dot
   /// products, about 1.4x faster decode; logits within a mean KL of ~0.005 of float32 over
   /// 2,000 positions); false keeps the activation in float32 (the GEMM path always does).
+  /// With position scaling, the first call on a cache assigns its ratios (the cache must
+  /// be empty then: ValueError for a cache a plain forward filled).
   /// ValueError on bad ids, a cache of another shape, or a record on a ragged cache.
   void forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mode, float* logits,
                int n_threads, const AttentionRecord* record = nullptr,
@@ -178,6 +233,7 @@ class Model {
  private:
   Config cfg_;
   Weights w_;
+  PositionScaling pos_;
 };
 
 /// Tokens per call from which the forward uses the GEMM path instead of per-token GEMVs.

@@ -1,5 +1,6 @@
 """``lamina eval locomo``, ``lamina eval memcon`` and ``lamina eval kv``: the command-line fronts
-of :mod:`lamina.eval.harness`, :mod:`lamina.eval.memcon` and :mod:`lamina.eval.kv`."""
+of :mod:`lamina.eval.harness`, :mod:`lamina.eval.memcon` and :mod:`lamina.eval.kv` (``eval
+position``: :mod:`lamina.eval.position_cli`)."""
 
 from __future__ import annotations
 
@@ -375,6 +376,8 @@ def add_eval_parser(sub: Any) -> None:
     mc.set_defaults(func=_cmd_eval_memcon)
     from .leakage import add_leakage_parser
     from .mistakes import add_mistakes_parser
+    from .position_cli import add_position_parser
 
     add_leakage_parser(esub)
     add_mistakes_parser(esub)
+    add_position_parser(esub)

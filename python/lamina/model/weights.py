@@ -24,12 +24,14 @@ def _view(t: GGUFTensor) -> np.ndarray[Any, Any]:
     return t.data.view(_VIEW.get(t.type, np.uint8))
 
 
-def native_model(f: GGUFModelFile) -> _core.LlamaModel:
+def native_model(f: GGUFModelFile, position: dict[str, Any] | None = None) -> _core.LlamaModel:
     """The native model over the file's tensors (zero-copy).
 
     Parameters
     ----------
     f : GGUFModelFile
+    position : dict, optional
+        Ms-PoE settings (:meth:`lamina.model.position.MsPoE.native`); None: plain RoPE.
 
     Returns
     -------
@@ -53,7 +55,7 @@ def native_model(f: GGUFModelFile) -> _core.LlamaModel:
         "rms_eps": c.rms_eps,
     }
     tensors = {name: (t.type, _view(t)) for name, t in f.tensors.items()}
-    return _core.LlamaModel(config, tensors)
+    return _core.LlamaModel(config, tensors, position)
 
 
 def weight_bytes(f: GGUFModelFile) -> int:

@@ -1,0 +1,254 @@
+"""``lamina eval position``: accuracy by gold position on the local model, per position method.
+
+Every method (``rope``, ``ms-poe``, ``ms-poe:window=32``, ...) answers the same prompts of
+:mod:`lamina.eval.position` greedily; the table shows accuracy per gold position with its
+Wilson 95 % interval, per suite and length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any, TextIO
+
+from .position import SUITES, PositionCell, PositionSample, make_suite, score_output, summarize
+
+__all__ = ["parse_method", "run_position", "format_table", "plot_position", "add_position_parser"]
+
+_DEFAULT_DATA = os.path.join("..", "shared", "data", "locomo")
+_BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+_OPTIONS: dict[str, Any] = {
+    "order": str,
+    "ratio_min": float,
+    "ratio_max": float,
+    "first_layer": int,
+    "window": int,
+    "copy_heads": lambda v: _BOOL[v.lower()],
+    "copy_threshold": float,
+}
+
+
+def parse_method(spec: str) -> tuple[str, dict[str, Any] | None]:
+    """``"rope"`` -> ("rope", None); ``"ms-poe[:key=value,...]"`` -> ("ms-poe", MsPoE keyword
+    arguments), keys: order, ratio_min, ratio_max, first_layer, window, copy_heads (0/1),
+    copy_threshold.
+
+    Raises
+    ------
+    ValueError
+        An unknown method or option, or a value of the wrong form.
+    """
+    name, _, opts = spec.partition(":")
+    if name == "rope":
+        if opts:
+            raise ValueError(f"rope takes no options, got {spec!r}")
+        return "rope", None
+    if name != "ms-poe":
+        raise ValueError(f"method must be rope or ms-poe[:key=value,...], got {spec!r}")
+    kw: dict[str, Any] = {}
+    for part in filter(None, opts.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq:
+            raise ValueError(f"ms-poe option {part!r} is not key=value")
+        if key not in _OPTIONS:
+            raise ValueError(f"unknown ms-poe option {key!r} ({', '.join(_OPTIONS)})")
+        try:
+            kw[key] = _OPTIONS[key](value)
+        except (KeyError, ValueError):
+            raise ValueError(f"ms-poe option {part!r}: bad value") from None
+    return "ms-poe", kw
+
+
+def _answer(model: Any, s: PositionSample) -> str:
+    ids = model.tokenize(model.chat_prompt(s.prompt))
+    if s.answer_prefix:
+        ids += model.tokenizer.encode(s.answer_prefix, add_bos=False)
+    cache = model.new_cache()
+    pre = model.prefill(ids, cache)  # one call: Ms-PoE ranks on the prompt's last row
+    return str(model.continue_from(cache, pre.logits, max_tokens=s.max_tokens).text)
+
+
+def run_position(
+    models: dict[str, Any], samples: Sequence[PositionSample], *, progress: TextIO | None = None
+) -> list[dict[str, Any]]:
+    """Every model's greedy answer to every sample: records with method, suite, length,
+    position, index, gold, n_items, tokens, correct and the output text."""
+    from .harness import _Bar
+
+    bar = _Bar(len(samples) * len(models), "position", progress)
+    out: list[dict[str, Any]] = []
+    for s in samples:
+        for label, m in models.items():
+            text = _answer(m, s)
+            ok = score_output(s.suite, text, s.answers)
+            out.append(
+                {
+                    "method": label,
+                    "suite": s.suite,
+                    "length": s.length,
+                    "position": s.position,
+                    "index": s.index,
+                    "gold": s.gold,
+                    "n_items": s.n_items,
+                    "tokens": s.tokens,
+                    "correct": ok,
+                    "answers": list(s.answers),
+                    "output": text,
+                }
+            )
+            bar.update(1, f"{s.suite} {s.length} @{s.position:.2f} {label}: {'ok' if ok else 'miss'}")
+    return out
+
+
+def format_table(cells: Sequence[PositionCell], methods: Sequence[str]) -> str:
+    """One block per (suite, length): a row per method, accuracy [Wilson 95 %] per position."""
+    lines: list[str] = []
+    for suite, length in sorted({(c.suite, c.length) for c in cells}):
+        sub = [c for c in cells if c.suite == suite and c.length == length]
+        pos = sorted({c.position for c in sub})
+        toks = sum(c.mean_tokens for c in sub) / len(sub)
+        n = max(c.n for c in sub)
+        lines.append(f"\n{suite}, {length} tokens (measured mean {toks:.0f}), n = {n} per cell")
+        lines.append(f"{'method':<28}" + "".join(f"{f'pos {p:.2f}':>18}" for p in pos))
+        for m in methods:
+            row = {c.position: c for c in sub if c.method == m}
+            cellstr = "".join(
+                f"{f'{row[p].accuracy:.2f} [{row[p].low:.2f},{row[p].high:.2f}]':>18}" if p in row else f"{'-':>18}"
+                for p in pos
+            )
+            lines.append(f"{m:<28}{cellstr}")
+    return "\n".join(lines)
+
+
+def plot_position(cells: Sequence[PositionCell], methods: Sequence[str], path: str) -> None:
+    """A PNG of accuracy vs gold position (Wilson 95 % error bars): one panel per (suite,
+    length), one line per method. ModuleNotFoundError without matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = sorted({(c.suite, c.length) for c in cells})
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+    for ax, (suite, length) in zip(axes[0], keys, strict=True):
+        for m in methods:
+            row = sorted(
+                (c for c in cells if c.suite == suite and c.length == length and c.method == m),
+                key=lambda c: c.position,
+            )
+            xs = [c.position for c in row]
+            ys = [c.accuracy for c in row]
+            err = [[c.accuracy - c.low for c in row], [c.high - c.accuracy for c in row]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=m)
+        ax.set_title(f"{suite}, {length} tokens")
+        ax.set_xlabel("gold position (fraction of the context)")
+        ax.set_ylim(-0.05, 1.05)
+    axes[0][0].set_ylabel("accuracy (Wilson 95 %)")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    from ..model import MsPoE, load
+    from .locomo import load_locomo
+
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print("lamina eval position: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
+        return 2
+    try:
+        specs = [(m, *parse_method(m)) for m in args.methods]
+        positions = [float(x) for x in args.positions.split(",") if x.strip()]
+        lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    except ValueError as e:
+        print(f"lamina eval position: {e}", file=sys.stderr)
+        return 2
+    if any(not 0.0 <= p <= 1.0 for p in positions) or not positions:
+        print("lamina eval position: --positions must be fractions in [0, 1]", file=sys.stderr)
+        return 2
+    convs: list[Any] = []
+    if "locomo" in args.suites:
+        if not os.path.exists(args.data):
+            print(f"lamina eval position: no LoCoMo data at {args.data!r} (--data)", file=sys.stderr)
+            return 2
+        convs, _ = load_locomo(args.data)
+    models: dict[str, Any] = {}
+    try:
+        for label, position, kw in specs:
+            ms = None if kw is None else MsPoE(**kw)
+            models[label] = load(args.model, position=position, ms_poe=ms, threads=args.threads)
+    except (ValueError, TypeError) as e:
+        print(f"lamina eval position: {e}", file=sys.stderr)
+        return 2
+    base = next(iter(models.values()))
+
+    def count(text: str) -> int:
+        return len(base.tokenize(base.chat_prompt(text)))
+
+    t0 = time.perf_counter()
+    samples = make_suite(
+        args.suites, lengths, positions, args.samples, count=count, seed=args.seed, conversations=convs
+    )
+    records = run_position(models, samples, progress=None if args.quiet else sys.stderr)
+    cells = summarize(records)
+    labels = list(models)
+    print(format_table(cells, labels))
+    secs = time.perf_counter() - t0
+    print(f"\n{len(records)} answers in {secs:.0f} s")
+    if args.out:
+        result = {
+            "config": {
+                "model": str(base.path.name),
+                "suites": list(args.suites),
+                "lengths": lengths,
+                "positions": positions,
+                "samples": args.samples,
+                "seed": args.seed,
+                "methods": labels,
+                "seconds": secs,
+            },
+            "cells": [asdict(c) for c in cells],
+            "records": records,
+        }
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.out}")
+    if args.plot:
+        plot_position(cells, labels, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def add_position_parser(esub: Any) -> None:
+    """Register ``eval position`` on the ``lamina eval`` subparsers."""
+    p = esub.add_parser(
+        "position",
+        help="lost in the middle: accuracy by gold position on the local model, per position method",
+        description="Generates the seeded suites of lamina.eval.position (UUID / numeric key-value retrieval, "
+        "passkey by depth, multi-document QA over LoCoMo) and answers every prompt with each method.",
+    )
+    p.add_argument("--model", default=None, help="a llama-architecture .gguf (default: packaged SmolLM2-135M)")
+    p.add_argument("--suites", nargs="+", choices=SUITES, default=["uuid"], help="suites to run")
+    p.add_argument("--lengths", default="1024", help="prompt lengths in tokens, e.g. 1024,2048,4096")
+    p.add_argument("--positions", default="0,0.25,0.5,0.75,1", help="gold positions as fractions")
+    p.add_argument("--samples", type=int, default=8, help="prompts per (suite, length, position)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=["rope", "ms-poe"],
+        help="rope | ms-poe[:order=rank|gather|normal,window=N,copy_heads=1,ratio_min=,ratio_max=,first_layer=]",
+    )
+    p.add_argument("--data", default=_DEFAULT_DATA, help="LoCoMo locomo_dev.json or its folder (suite locomo)")
+    p.add_argument("--threads", type=int, default=0, help="worker threads (0: lamina's default)")
+    p.add_argument("--out", default=None, help="write cells and every answer as JSON here")
+    p.add_argument("--plot", default=None, help="write a PNG of accuracy vs position (needs matplotlib)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd)
