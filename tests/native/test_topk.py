@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -184,3 +186,34 @@ def test_simd_paths_agree(monkeypatch):
         outs[isa] = lines[1:]
     vals = list(outs.values())
     assert all(v == vals[0] for v in vals)
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_a_rows_score_has_the_same_bits_in_every_tile(isa: str) -> None:
+    """The score of a (query, row) pair does not depend on the batch it is in, the row's
+    position among the others or which arena layout holds it, so replicas that loaded the same
+    rows in another order rank exact ties alike. (Run in a subprocess per SIMD path.)"""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np, lamina
+rng = np.random.default_rng(0)
+X = rng.standard_normal((1003, 100)).astype(np.float32)
+Q = rng.standard_normal((13, 100)).astype(np.float32)
+together = lamina.topk(Q, X, 1003)
+for q in range(len(Q)):
+    s1, i1 = lamina.topk(Q[q : q + 1], X, 1003)
+    s2, i2 = lamina.topk(Q[q : q + 1], X[1:], 1002)  # every row one place earlier
+    a = dict(zip(i1[0].tolist(), s1[0].tolist()))
+    b = {i + 1: s for i, s in zip(i2[0].tolist(), s2[0].tolist())}
+    assert all(a[i] == b[i] for i in b), q
+    c = dict(zip(together[1][q].tolist(), together[0][q].tolist()))
+    assert a == c, q
+print(lamina.build_info()["simd_active"])
+"""
+    env = dict(os.environ, LAMINA_SIMD=isa)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    if r.stdout.strip() != isa:
+        pytest.skip(f"{isa} is not available on this CPU")
