@@ -22,6 +22,7 @@ MEMORY_LEVELS = {
     "inputs": 0,
     "reports": 0,
     "store": 0,
+    "postings": 0,
     "records": 1,
     "pgstore": 1,
     "dump": 2,

@@ -15,7 +15,6 @@ work that changes it in a write is :class:`lamina.memory.tx.Tx`.
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -28,6 +27,7 @@ from ..layer_index import LayerIndex
 from ..lexical import LexicalIndex
 from .config import MemoryConfig
 from .coverage import TurnIncidence, TurnNeighbours
+from .postings import discard_id, insert_id, tuple_add, tuple_discard
 from .records import (
     ITEM_FIELDS,
     NO_TREE,
@@ -147,43 +147,6 @@ def _in_tree(r: Record) -> bool:
 def _not_turn(r: Record | None) -> bool:
     """Whether a record is anything but a turn (or unknown)."""
     return r is None or r.kind != "turn"
-
-
-def _insert(lst: list[int], i: int) -> None:
-    """Insert an id into an id-ordered list (appending in the usual case)."""
-    if not lst or lst[-1] < i:
-        lst.append(i)
-    elif i not in lst:
-        bisect.insort(lst, i)
-
-
-def _tuple_add(index: dict[str, tuple[int, ...]], key: str, i: int) -> None:
-    """Add an id to the tuple ``index[key]`` (once)."""
-    cur = index.get(key, ())
-    if i not in cur:
-        index[key] = (*cur, i)
-
-
-def _tuple_discard(index: dict[str, tuple[int, ...]], key: str, i: int) -> None:
-    """Remove an id from the tuple ``index[key]``; a key left empty goes."""
-    cur = index.get(key)
-    if cur is None or i not in cur:
-        return
-    rest = tuple(j for j in cur if j != i)
-    if rest:
-        index[key] = rest
-    else:
-        del index[key]
-
-
-def _discard(index: dict[Any, Any], key: Any, i: int, keep: Any = None) -> None:
-    """Remove an id from ``index[key]`` (a list or set); a key left empty goes (but ``keep``)."""
-    coll = index.get(key)
-    if coll is None or i not in coll:
-        return
-    coll.remove(i)
-    if not coll and key != keep:
-        del index[key]
 
 
 class MemoryState:
@@ -365,8 +328,8 @@ class MemoryState:
     def _reparent(self, u: UserState, r: Record, parent: int) -> None:
         """Move an active tree node under another parent in ``u.children`` (and on the record)."""
         if parent != r.parent_id:
-            _discard(u.children, r.parent_id, r.id, keep=ROOT)
-            _insert(u.children.setdefault(parent, []), r.id)
+            discard_id(u.children, r.parent_id, r.id, keep=ROOT)
+            insert_id(u.children.setdefault(parent, []), r.id)
             r.parent_id = parent
 
     def retree(self, u: UserState, moves: Mapping[int, Mapping[str, int]]) -> None:
@@ -465,33 +428,33 @@ class MemoryState:
         """Add a record to the per-user indexes (working queues, tree, current facts, profiles,
         sources, people); :meth:`unindex` is its inverse. Lists stay in id (= creation) order."""
         for src in r.sources:
-            _tuple_add(u.derived, src, r.id)
+            tuple_add(u.derived, src, r.id)
         if r.kind == "turn":
             if r.source_id is not None:
                 self._index_source(u, r.source_id)
             if r.session_id is not None:
-                _insert(u.session_turns.setdefault(r.session_id, []), r.id)
+                insert_id(u.session_turns.setdefault(r.session_id, []), r.id)
         elif r.kind == "fact":
-            _insert(u.facts, r.id)
+            insert_id(u.facts, r.id)
         who = r.speaker if r.kind == "turn" else (r.subject if r.kind == "fact" else None)
         if who:
             key = norm_key(who)
             lst = u.named.setdefault(key, [])
-            _insert(lst, r.id)
+            insert_id(lst, r.id)
             if lst[0] == r.id:  # the first record that names a person spells the name
                 u.people[key] = _person(who)
         if r.status != "active":
             return
         if r.layer == "working":
             assert r.session_id is not None
-            _insert(u.working.setdefault(r.session_id, []), r.id)
+            insert_id(u.working.setdefault(r.session_id, []), r.id)
         elif _in_tree(r):
             assert r.parent_id is not None
-            _insert(u.children.setdefault(r.parent_id, []), r.id)
+            insert_id(u.children.setdefault(r.parent_id, []), r.id)
             u.max_depth = max(u.max_depth, int(r.depth))
         elif r.layer == "semantic" and r.kind == "fact":
             assert r.subject is not None and r.predicate is not None
-            _insert(u.current.setdefault((norm_key(r.subject), r.predicate), []), r.id)
+            insert_id(u.current.setdefault((norm_key(r.subject), r.predicate), []), r.id)
             u.stale = None
         elif r.layer == "semantic" and r.kind == "profile":
             assert r.subject is not None
@@ -515,11 +478,11 @@ class MemoryState:
             if r.kind == "segment" and r.layer == "episodic":
                 self.drop_turn_views(u, r, forget=forget)
             if r.layer == "working" and r.session_id is not None:
-                _discard(u.working, r.session_id, r.id)
+                discard_id(u.working, r.session_id, r.id)
             elif _in_tree(r):
-                _discard(u.children, r.parent_id, r.id, keep=ROOT)
+                discard_id(u.children, r.parent_id, r.id, keep=ROOT)
             elif r.layer == "semantic" and r.kind == "fact":
-                _discard(u.current, (norm_key(r.subject or ""), r.predicate or ""), r.id)
+                discard_id(u.current, (norm_key(r.subject or ""), r.predicate or ""), r.id)
             elif r.layer == "semantic" and r.kind == "profile":
                 if u.profiles.get(norm_key(r.subject or "")) == r.id:
                     del u.profiles[norm_key(r.subject or "")]
@@ -528,7 +491,7 @@ class MemoryState:
             u.turn_epoch += 1  # (a leaf or fact rendering it renders it no more)
             u.vec_epoch += 1
             if r.session_id is not None:
-                _discard(u.session_turns, r.session_id, r.id)
+                discard_id(u.session_turns, r.session_id, r.id)
         elif r.kind == "fact":
             u.facts.remove(r.id)
         who = r.speaker if r.kind == "turn" else (r.subject if r.kind == "fact" else None)
@@ -546,7 +509,7 @@ class MemoryState:
                 assert name is not None
                 u.people[key] = _person(name)
         for src in r.sources:
-            _tuple_discard(u.derived, src, r.id)
+            tuple_discard(u.derived, src, r.id)
         if r.kind == "turn" and r.source_id is not None:
             self._index_source(u, r.source_id, without=r.id)
         u.ids.discard(r.id)
@@ -573,10 +536,10 @@ class MemoryState:
         old = r.sources
         grown = sources[: len(old)] == old
         for src in () if grown else old:
-            _tuple_discard(u.derived, src, r.id)
+            tuple_discard(u.derived, src, r.id)
         r.sources = sources
         for src in sources[len(old) :] if grown else sources:
-            _tuple_add(u.derived, src, r.id)
+            tuple_add(u.derived, src, r.id)
         if r.kind == "turn" and r.source_id is not None:
             self._index_source(u, r.source_id)
 
