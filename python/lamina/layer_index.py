@@ -61,10 +61,6 @@ _ROW = 0xFFFFFFFF  # an arena slot's row (the high bits are its generation)
 # idle cores. Throughput-oriented deployments with many concurrent callers may prefer
 # lamina.set_num_threads(1).
 PARALLEL_ROWS = 8192
-# The native exact search scores up to this many queries of one namespace one at a time (from
-# 4 on its dot kernel tiles them: other float rounding); see LayerIndex.search_batch.
-_TILE_QUERIES = 3
-_NO_ROWS = 7  # a namespace no row is ever stored under (layer code 7 is unused)
 _KEY_BITS = 40  # :meth:`LayerIndex.get_keyed`: ids whose low 40 bits are unique within an arena
 _KEY_MASK = (1 << _KEY_BITS) - 1
 
@@ -358,29 +354,18 @@ class LayerIndex:
 
         Notes
         -----
-        The native search scores a namespace's queries together, and from
-        ``_TILE_QUERIES + 1`` queries of one namespace on, its dot kernel tiles them (which
-        rounds some cosines differently, by an ulp); how it walks a namespace's rows (its row
-        list or a scan of the arena; one thread or several) also shapes the rounding. So the
-        pairs are grouped into native calls that reproduce, for each pair, the call
-        :meth:`search` makes for one query: a namespace searched with others of its arena goes
-        to calls of up to ``_TILE_QUERIES`` queries per namespace (row lists, one thread per
-        namespace; a call with one namespace only gets a row of the empty namespace
-        ``_NO_ROWS`` so that it stays on that path); a namespace alone in its arena goes to
-        calls of its own, as :meth:`search` would run it (scanned: up to ``_TILE_QUERIES``
-        queries a call; multi-threaded: one query a call). hnswlib namespaces are searched one
-        query at a time. Each call reads a namespace's rows once for all its queries.
+        The exact pairs of an arena go to one native call (one namespace per query row): a
+        (query, row) score has the same bits whichever call, batch, thread count or walk of
+        the rows computes it (see ``cpp/dot_kernels.inc``), and ties go to the smaller row, so
+        a pair's top-``k`` is the one a call of its own would give. hnswlib namespaces are
+        searched one query at a time.
         """
         Q = np.ascontiguousarray(Q, dtype=np.float32).reshape(-1, self.dim)
         empty = (np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64))
         out = [[empty] * len(nss) for nss in requests]
         sizes: dict[int, int] = {}
-        # (arena) -> [(query, position, namespace)]: row-list searches, one thread per namespace
-        listed: dict[int, list[tuple[int, int, int]]] = {}
-        scanned: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (arena, namespace) -> pairs
-        alone: list[tuple[int, int, int, int]] = []  # (arena, query, position, namespace), threaded
+        exact: dict[int, list[tuple[int, int, int]]] = {}  # arena -> [(query, position, namespace)]
         for i, nss in enumerate(requests):
-            per: dict[int, list[int]] = {}
             for j, ns in enumerate(nss):
                 n = sizes.get(ns)
                 if n is None:
@@ -392,47 +377,13 @@ class LayerIndex:
                     out[i][j] = (np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64))
                     continue
                 self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
-                per.setdefault(self._which(ns), []).append(j)
-            for a, pos in per.items():
-                if len(pos) > 1:
-                    listed.setdefault(a, []).extend((i, j, nss[j]) for j in pos)
-                    continue
-                j = pos[0]
-                ns = nss[j]
-                if sizes[ns] >= PARALLEL_ROWS:
-                    alone.append((a, i, j, ns))
-                elif 4 * sizes[ns] > self._arenas[a].high_water:  # the native search scans the arena
-                    scanned.setdefault((a, ns), []).append((i, j))
-                else:  # its row list on one thread, as with other namespaces
-                    listed.setdefault(a, []).append((i, j, ns))
-        for a, pairs in listed.items():
-            rounds: list[list[tuple[int, int, int]]] = []
-            seen: dict[int, int] = {}
-            for p in pairs:
-                r = seen.get(p[2], 0)
-                seen[p[2]] = r + 1
-                r //= _TILE_QUERIES
-                if r == len(rounds):
-                    rounds.append([])
-                rounds[r].append(p)
-            for rnd in rounds:
-                rows = [i for i, _, _ in rnd]
-                nss_arr = [ns for _, _, ns in rnd]
-                most = max(sizes[ns] for ns in nss_arr)
-                if len(set(nss_arr)) == 1:
-                    rows.append(rows[0])
-                    nss_arr.append(_NO_ROWS)
-                res = self._native(a, Q[rows], min(k, most), np.array(nss_arr, dtype=np.uint64), most >= PARALLEL_ROWS)
-                for (i, j, _), hit in zip(rnd, res):
-                    out[i][j] = hit
-        for (a, ns), alike in scanned.items():
-            for lo in range(0, len(alike), _TILE_QUERIES):
-                chunk = alike[lo : lo + _TILE_QUERIES]
-                res = self._native(a, Q[[i for i, _ in chunk]], min(k, sizes[ns]), ns, False)
-                for (i, j), hit in zip(chunk, res):
-                    out[i][j] = hit
-        for a, i, j, ns in alone:
-            out[i][j] = self._native(a, Q[i : i + 1], min(k, sizes[ns]), ns, True)[0]
+                exact.setdefault(self._which(ns), []).append((i, j, ns))
+        for a, pairs in exact.items():
+            most = max(sizes[ns] for _, _, ns in pairs)
+            nss_arr = np.array([ns for _, _, ns in pairs], dtype=np.uint64)
+            res = self._native(a, Q[[i for i, _, _ in pairs]], min(k, most), nss_arr, most >= PARALLEL_ROWS)
+            for (i, j, _), hit in zip(pairs, res):
+                out[i][j] = hit
         return out
 
     def _native(
