@@ -32,7 +32,8 @@ MEMORY_LEVELS = {
     "tx": 4,
     "stats": 4,
     "listing": 4,
-    "inspection": 5,
+    "host": 5,
+    "inspection": 6,
     "semantic": 5,
     "retention": 5,
     "retrieve": 5,
@@ -43,7 +44,8 @@ MEMORY_LEVELS = {
     "explain": 6,
     "ingest": 7,
     "batch": 7,
-    "memory": 8,
+    "reading": 8,
+    "memory": 9,
 }
 
 

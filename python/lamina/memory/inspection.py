@@ -3,61 +3,33 @@ listings, activity, statistics and the users (the :class:`Inspection` mixin).
 
 Each view takes the memory's lock, catches up with other writers and reads the in-memory state;
 none writes (visits are not counted). The mixin's methods read the parts of the memory that
-:class:`_Host` names.
+:class:`~lamina.memory.host.MemoryHost` names.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Protocol
 
-from ..embedders import Embedder
 from ..errors import InvalidInput
 from ..extract import is_functional
 from ..items import MemoryItem
-from ..llm import LLM
 from . import listing
-from .config import MemoryConfig
 from .dump import KINDS, STATUSES
+from .host import MemoryHost
 from .inputs import check_count, check_id, check_layers, check_text
 from .listing import Activity, ItemPage
-from .records import Record, norm_key
+from .records import norm_key
 from .reports import MemoryStats
-from .state import MemoryState, UserState
 from .stats import count_stats
-from .store import Store
-from .tx import Models
 
 __all__ = ["Inspection", "names_of"]
-
-
-class _Host(Protocol):
-    """What the views read of the memory they are mixed into."""
-
-    config: MemoryConfig
-    llm: LLM | None
-    _lock: threading.RLock
-    _st: MemoryState
-    _store: Store
-    _models: Models
-    _embedder: Embedder
-    _dim: int
-    _path: str | None
-    _closed: bool
-
-    def _check_open(self) -> None: ...
-    def _sync(self) -> None: ...
-    def _record(self, item_id: int, user_id: str | None) -> Record: ...
-    def _user(self, user_id: str) -> UserState | None: ...
-    def _known_user(self, user_id: str) -> UserState: ...
 
 
 class Inspection:
     """Read-only views of a memory (mixed into :class:`lamina.Memory`)."""
 
-    def get(self: _Host, item_id: int, *, user_id: str | None = None) -> MemoryItem:
+    def get(self: MemoryHost, item_id: int, *, user_id: str | None = None) -> MemoryItem:
         """The item with this id (any layer, evicted and superseded included).
 
         Raises
@@ -70,7 +42,7 @@ class Inspection:
             self._sync()
             return self._st.item(self._record(item_id, user_id))
 
-    def history(self: _Host, item_id: int, *, user_id: str | None = None) -> list[MemoryItem]:
+    def history(self: MemoryHost, item_id: int, *, user_id: str | None = None) -> list[MemoryItem]:
         """Versions of an item, oldest first, ending with the current one.
 
         For a fact: every fact on the same subject + predicate in time order (superseded ones
@@ -98,7 +70,7 @@ class Inspection:
             out = [replace(st.item(r), text=t, timestamp=ct) for t, ct in revisions]
             return out + [st.item(r)]
 
-    def facts(self: _Host, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
+    def facts(self: MemoryHost, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
         """Semantic facts of a user (current only by default; ``current=False`` adds history)."""
         self._check_open()
         check_id(user_id, "user_id")
@@ -122,7 +94,7 @@ class Inspection:
             return out
 
     def list_items(
-        self: _Host,
+        self: MemoryHost,
         *,
         user_id: str,
         layers: Sequence[str] | None = None,
@@ -193,7 +165,7 @@ class Inspection:
                 newest_first=bool(newest_first),
             )
 
-    def activity(self: _Host, *, user_id: str, kinds: Sequence[str] = ("turn",), bins: int = 40) -> Activity:
+    def activity(self: MemoryHost, *, user_id: str, kinds: Sequence[str] = ("turn",), bins: int = 40) -> Activity:
         """A user's items of ``kinds`` over time: per time bin (at most ``bins``, none under a
         day), how many were stated in it and the visits they got (their heat), with the user's
         last activity; read from memory, nothing built per item.
@@ -212,7 +184,7 @@ class Inspection:
             self._sync()
             return listing.activity(self._st, self._known_user(user_id), kinds=checked, bins=bins)
 
-    def stats(self: _Host, *, user_id: str | None = None) -> MemoryStats:
+    def stats(self: MemoryHost, *, user_id: str | None = None) -> MemoryStats:
         """Counts and state: items per layer, archive turns, facts (current / superseded), evicted
         items, sessions, users, profile drift (sum / last ‖Δe‖² of the damped updates), the embedder,
         the database path and LLM fallbacks (see :class:`lamina.MemoryStats`)."""
@@ -239,7 +211,7 @@ class Inspection:
                 llm_fallbacks=int(getattr(summ, "failures", 0)) + int(getattr(ext, "failures", 0)),
             )
 
-    def users(self: _Host) -> list[str]:
+    def users(self: MemoryHost) -> list[str]:
         """All user ids."""
         with self._lock:
             if not self._closed:

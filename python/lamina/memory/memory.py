@@ -20,18 +20,18 @@ from .._device import parse_device
 from ..embedders import Embedder, TextCache, check_embeddings, get_embedder
 from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer
-from ..items import Context, MemoryItem
+from ..items import MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
-from . import batch, consolidate, ingest, retrieve, transfer
-from .config import ACTIVE_LAYERS, MemoryConfig
+from . import consolidate, ingest, transfer
+from .config import MemoryConfig
 from .dburl import is_postgres_url
 from .domains import DomainClassifier
 from .dump import UserDump
-from .firewall import Firewall
-from .inputs import MAX_K, TimeLike, check_count, check_id, check_layers, check_text, to_time, wall_clock
+from .inputs import TimeLike, check_id, check_text, to_time, wall_clock
 from .inspection import Inspection
+from .reading import Reading
 from .records import Record
-from .reports import ContextExplanation, DeleteReport, ImportReport, SessionReport
+from .reports import DeleteReport, ImportReport, SessionReport
 from .state import MemoryState, UserState
 from .store import SQLiteStore, Store
 from .tx import Models, Tx
@@ -60,7 +60,7 @@ def _open_store(path: str | os.PathLike[str] | None, synchronous: str, busy_time
     return SQLiteStore(None if path is None else os.fspath(path), synchronous=synchronous, busy_timeout=busy_timeout)
 
 
-class Memory(Inspection):
+class Memory(Reading, Inspection):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters
@@ -529,258 +529,11 @@ class Memory(Inspection):
                 tx.st.drop_user(target)
             return transfer.import_user(tx, dump, target, vectors, computed, u is not None)
 
-    # ------------------------------------------------------------------ read path
-    def context(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        budget: int = 1024,
-        now: TimeLike = None,
-        domain: str | None = None,
-        include_archive: bool = False,
-        query_embedding: npt.NDArray[np.float32] | None = None,
-        firewall: Firewall | None = None,
-    ) -> Context:
-        """Build a budgeted context for ``query`` from ``user_id``'s memory.
-
-        Per active layer (working, episodic, semantic; the archive too with
-        ``include_archive=True``): top-m candidates by cosine; layer relevance r_i = mean of the
-        top ``relevance_top`` similarities; γ = softmax_gate(β·r) with the entropy bound ε;
-        the budget is split ∝ γ (working first, at most ``working_share``), filled by score, then
-        the rest by global score; duplicates (sources already covered) are dropped; items under
-        ``min_similarity`` never enter (nothing left → ``abstain``); the result is ordered against
-        lost-in-the-middle. Returned items get ``access_count`` += 1 and ``last_access`` = now.
-
-        Parameters
-        ----------
-        query : str
-        user_id : str
-            An unknown user has no memories: the context abstains.
-        budget : int
-            Token budget (whitespace words of the rendered context), 1 ..
-            :data:`~lamina.memory.inputs.MAX_BUDGET` (10,000,000).
-        now : event time of the question (default: wall clock). When given, items stated after
-            ``now`` are invisible (replays behave as if it were then).
-        domain : str, optional
-            Domain gate: items tagged with another domain are blocked. ``"auto"``: the query's
-            domain from the memory's :class:`~lamina.DomainClassifier` (the default lexicon
-            unless ``Memory(domains=...)``).
-        query_embedding : ndarray, shape (dim,), float32, optional
-            Precomputed query vector (skips embedding).
-        firewall : lamina.Firewall, optional
-            The contextual firewall between retrieval and the prompt (domain gate, similarity
-            floor τ, CLARIFY commitments); its decisions are in ``Context.firewall``. With a
-            firewall, ``domain=None`` means ``"auto"``, and the gate is the firewall's.
-        """
-        ctx, _ = self._context(
-            query, user_id, budget, now, domain, include_archive, query_embedding, firewall, explain=False
-        )
-        return ctx
-
-    def explain_context(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        budget: int = 1024,
-        now: TimeLike = None,
-        domain: str | None = None,
-        include_archive: bool = False,
-        query_embedding: npt.NDArray[np.float32] | None = None,
-        firewall: Firewall | None = None,
-    ) -> ContextExplanation:
-        """What :meth:`context` would return for the same arguments, and why: each layer's
-        candidates with their scores, whether each was chosen and, if not, why (budget,
-        duplicate, taken by another layer, ranked down by the firewall), the layer relevances,
-        the gates with their entropy and its bound. Read-only: unlike :meth:`context` it counts
-        no visit (the access statistics, hence later contexts, are unchanged).
-
-        Parameters
-        ----------
-        As :meth:`context`.
-
-        Returns
-        -------
-        ContextExplanation
-            ``.context`` equals ``context(...)``'s result (items, scores, gates, β).
-        """
-        ctx, ex = self._context(
-            query, user_id, budget, now, domain, include_archive, query_embedding, firewall, explain=True
-        )
-        if ex is None:
-            ex = ContextExplanation(context=ctx, max_entropy=self.config.max_entropy)
-        return ex
-
-    def _context(
-        self,
-        query: str,
-        user_id: str,
-        budget: int,
-        now: TimeLike,
-        domain: str | None,
-        include_archive: bool,
-        query_embedding: npt.NDArray[np.float32] | None,
-        firewall: Firewall | None,
-        *,
-        explain: bool,
-    ) -> tuple[Context, ContextExplanation | None]:
-        self._check_open()
-        check_id(user_id, "user_id")
-        budget, t_now, domain = batch.options(budget, now, domain, firewall)
-        domains = batch.query_domains(self._query_domains, [query], domain, firewall)
-        q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
-        return self._contexts([query], [user_id], q, domains, budget, t_now, include_archive, firewall, explain)[0]
-
-    def context_batch(
-        self,
-        queries: Sequence[str],
-        *,
-        user_ids: str | Sequence[str],
-        budget: int = 1024,
-        now: TimeLike = None,
-        domain: str | None = None,
-        include_archive: bool = False,
-        query_embeddings: npt.NDArray[np.float32] | None = None,
-        firewall: Firewall | None = None,
-    ) -> list[Context]:
-        """:meth:`context` of many queries in one call: the same contexts (items, order, scores,
-        render, visits counted) as ``[context(q, user_id=u, ...) for q, u in zip(queries,
-        user_ids)]``, for one embedding call, one lock and batched native searches
-        (:mod:`lamina.memory.batch`).
-
-        Visits: as in that loop, each context counts a visit of its items before the next is
-        built, so an item shown by several contexts shows in each the ``access_count`` and
-        ``last_access`` the loop would show (the visits change nothing else a context reads).
-        The batch is one operation: no write of another thread comes between its contexts.
-
-        Parameters
-        ----------
-        queries : sequence of str
-            Empty: returns [].
-        user_ids : str or sequence of str
-            One user for every query, or one per query (``len(user_ids) == len(queries)``).
-        query_embeddings : ndarray, shape (len(queries), dim), float32, optional
-            Precomputed query vectors. Without them the queries are embedded in one call; an
-            embedder whose vector of a text depends on the texts embedded with it (a padded
-            transformer batch may round differently) can then differ from the loop in the
-            last bits of the scores.
-        budget, now, domain, include_archive, firewall
-            As :meth:`context`, for every query.
-
-        Returns
-        -------
-        list of Context, one per query, in order.
-
-        Raises
-        ------
-        TypeError, InvalidInput
-            As :meth:`context`, naming the bad entry (``queries[3]``); mismatched lengths of
-            ``user_ids`` and ``queries``. Nothing is read or counted then.
-        """
-        self._check_open()
-        qs, uids = batch.pairs(queries, user_ids)
-        budget, t_now, domain = batch.options(budget, now, domain, firewall)
-        domains = batch.query_domains(self._query_domains, qs, domain, firewall)
-        Q = retrieve.query_matrix(self._embed, self._dim, qs, query_embeddings)
-        if not qs:
-            return []
-        return [c for c, _ in self._contexts(qs, uids, Q, domains, budget, t_now, include_archive, firewall, False)]
-
-    def _contexts(
-        self,
-        queries: list[str],
-        user_ids: list[str],
-        Q: npt.NDArray[np.float32],
-        domains: list[str | None],
-        budget: int,
-        t_now: float | None,
-        include_archive: bool,
-        firewall: Firewall | None,
-        explain: bool,
-    ) -> list[tuple[Context, ContextExplanation | None]]:
-        with self._lock:
-            self._check_open()
-            self._sync()
-            users = {uid: self._user(uid) for uid in dict.fromkeys(user_ids)}
-            return batch.contexts(
-                self._st,
-                [users[uid] for uid in user_ids],
-                queries,
-                Q,
-                domains,
-                budget=budget,
-                t_now=t_now,
-                include_archive=include_archive,
-                firewall=firewall,
-                explain=explain,
-            )
-
     def flush(self) -> None:
         """Write pending access statistics of ``context`` calls to the database."""
         self._check_open()
         with self._lock:
             self._flush_pending()
-
-    def search(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        k: int = 10,
-        layers: Sequence[str] | None = None,
-        now: TimeLike = None,
-        query_embedding: npt.NDArray[np.float32] | None = None,
-    ) -> list[MemoryItem]:
-        """Top-k items of ``user_id`` by cosine similarity (no budget, gate or floor; no access bump).
-
-        Parameters
-        ----------
-        k : int
-            How many items, 1 .. :data:`~lamina.memory.inputs.MAX_K` (100,000).
-        layers : list of str, optional
-            Any of ``working``, ``episodic``, ``semantic``, ``archive`` (every raw turn ever added,
-            including those still in working memory), ``history`` (superseded facts). Default:
-            the active layers.
-        """
-        self._check_open()
-        check_id(user_id, "user_id")
-        k = check_count(k, "k", maximum=MAX_K)
-        names, archive_only = _search_layers(layers)
-        t_now = to_time(now, "now")
-        q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
-        return self._searches([user_id], q, names, k, t_now, archive_only)[0]
-
-    def search_batch(
-        self,
-        queries: Sequence[str],
-        *,
-        user_ids: str | Sequence[str],
-        k: int = 10,
-        layers: Sequence[str] | None = None,
-        now: TimeLike = None,
-        query_embeddings: npt.NDArray[np.float32] | None = None,
-    ) -> list[list[MemoryItem]]:
-        """:meth:`search` of many queries in one call (one embedding call, batched native
-        searches): the same items, order and scores as a loop of :meth:`search`. ``user_ids``:
-        one user for every query, or one per query; ``query_embeddings``: shape
-        (len(queries), dim), float32 (see :meth:`context_batch`). Empty ``queries``: []."""
-        self._check_open()
-        qs, uids = batch.pairs(queries, user_ids)
-        k = check_count(k, "k", maximum=MAX_K)
-        names, archive_only = _search_layers(layers)
-        t_now = to_time(now, "now")
-        Q = retrieve.query_matrix(self._embed, self._dim, qs, query_embeddings)
-        return self._searches(uids, Q, names, k, t_now, archive_only) if qs else []
-
-    def _searches(
-        self, user_ids: list[str], Q: npt.NDArray[np.float32], names: list[str], k: int, t: float | None, arch: bool
-    ) -> list[list[MemoryItem]]:
-        with self._lock:
-            self._check_open()
-            self._sync()
-            users = {uid: self._user(uid) for uid in dict.fromkeys(user_ids)}
-            return batch.searches(self._st, [users[uid] for uid in user_ids], Q, names, k, t, arch)
 
     @property
     def embedder(self) -> Embedder:
@@ -809,13 +562,3 @@ class Memory(Inspection):
 
     def __repr__(self) -> str:
         return f"Memory(path={self._path!r}, embedder={self._embedder.name!r}, users={len(self._st.users) + len(self._st.unloaded)})"
-
-
-def _search_layers(layers: Sequence[str] | None) -> tuple[list[str], bool]:
-    """The layers a search reads (the archive with working memory: every raw turn, live ones
-    included), and whether only the archive was asked for."""
-    names = list(ACTIVE_LAYERS) if layers is None else check_layers(layers)
-    archive_only = layers is not None and "archive" in layers and "working" not in layers
-    if "archive" in names and "working" not in names:
-        names.append("working")
-    return list(dict.fromkeys(names)), archive_only
