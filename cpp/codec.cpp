@@ -217,21 +217,42 @@ isa::Selector g_codec_isa;
 
 const CodecKernels& kernels() { return kCodecs.get(g_codec_isa); }
 
-float to_float(const void* rows, bool f16, std::size_t i) {
-  return f16 ? half_to_float(static_cast<const uint16_t*>(rows)[i])
-             : static_cast<const float*>(rows)[i];
-}
-
 // Round to nearest, ties to even (numpy's rint) for |v| < 2^22, in a form that vectorises.
 inline float round_even(float v) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
   return v >= 0.f ? (v + kMagic) - kMagic : -((-v + kMagic) - kMagic);
 }
 
+// The int8 code of one vector (rows and queries alike): c_j = rint(x_j / s), s = max |x_j| / 127
+// (0 for a zero vector). Writes out[0 .. d); returns s.
+float quantize_int8(const float* x, std::size_t d, int8_t* out) {
+  float mx = 0.f;
+  for (std::size_t j = 0; j < d; ++j) mx = std::max(mx, std::fabs(x[j]));
+  const float s = mx / 127.0f;
+  const float inv = s > 0.f ? 1.0f / s : 0.f;
+  for (std::size_t j = 0; j < d; ++j)
+    out[j] = static_cast<int8_t>(std::clamp(round_even(x[j] * inv), -127.0f, 127.0f));
+  return s;
+}
+
 }  // namespace
 
-QueryCodes encode_queries(Codec c, const float* Q, std::size_t nq, std::size_t d) {
+QueryCodes encode_queries(Codec c, const float* Q, std::size_t nq, std::size_t d, Metric metric) {
   QueryCodes qc;
+  qc.qsq.resize(nq);
+  qc.qinv.resize(nq);
+  for (std::size_t q = 0; q < nq; ++q) {
+    double s = 0.0;
+    for (std::size_t j = 0; j < d; ++j) {
+      const float v = Q[q * d + j];
+      LAMINA_CHECK(std::isfinite(v), "queries contain NaN or Inf; pass finite queries");
+      s += double(v) * v;
+    }
+    LAMINA_CHECK(metric != Metric::Cosine || s > 0.0, "query ", q,
+                 " has zero norm; cosine similarity is undefined");
+    qc.qsq[q] = static_cast<float>(s);
+    qc.qinv[q] = s > 0.0 ? static_cast<float>(1.0 / std::sqrt(s)) : 0.f;
+  }
   std::vector<float> u(d);
   if (c == Codec::Binary) {
     const std::size_t W = qc.W = words_of(d);
@@ -266,17 +287,9 @@ QueryCodes encode_queries(Codec c, const float* Q, std::size_t nq, std::size_t d
     qc.qu.assign(nq * L, 128);
     qc.scale.resize(nq);
     for (std::size_t q = 0; q < nq; ++q) {
-      const float* x = Q + q * d;
-      float mx = 0.f;
-      for (std::size_t j = 0; j < d; ++j) mx = std::max(mx, std::fabs(x[j]));
-      const float s = mx / 127.0f;
-      const float inv = s > 0.f ? 1.0f / s : 0.f;
-      for (std::size_t j = 0; j < d; ++j) {
-        const int v = static_cast<int>(std::clamp(round_even(x[j] * inv), -127.0f, 127.0f));
-        qc.q8[q * L + j] = static_cast<int8_t>(v);
-        qc.qu[q * L + j] = static_cast<uint8_t>(v + 128);
-      }
-      qc.scale[q] = s;
+      int8_t* c8 = qc.q8.data() + q * L;
+      qc.scale[q] = quantize_int8(Q + q * d, d, c8);
+      for (std::size_t j = 0; j < d; ++j) qc.qu[q * L + j] = static_cast<uint8_t>(c8[j] + 128);
     }
   }
   return qc;
@@ -291,7 +304,6 @@ struct CodeScorer {
   Metric metric;
   std::size_t d;
   QueryCodes qc;
-  std::vector<float> qsq, qinv;
 
   struct Scratch {
     std::vector<const uint8_t*> ptrs = std::vector<const uint8_t*>(detail::kBlockRows);
@@ -341,9 +353,9 @@ struct CodeScorer {
         const float f = cs->factor[ids[i]];
         float s = f * (a * float(sc.counts[i]) + b * float(sc.dots[i]) - qsum);
         if (metric == Metric::Cosine)
-          s *= qinv[q] * sc.rn[i];
+          s *= qc.qinv[q] * sc.rn[i];
         else if (metric == Metric::L2)
-          s = -std::max(qsq[q] + cs->sqnorms[ids[i]] - 2.0f * s, 0.0f);
+          s = -std::max(qc.qsq[q] + cs->sqnorms[ids[i]] - 2.0f * s, 0.0f);
         if (!(std::fabs(s) <= std::numeric_limits<float>::max())) {
           sc.failed = true;
           continue;
@@ -386,16 +398,22 @@ std::size_t code_stride(Codec c, std::size_t dim) {
 void encode_rows(Codec c, const void* rows, std::size_t row_stride, bool f16, std::size_t n,
                  std::size_t dim, uint8_t* codes, float* factor, int32_t* count) {
   const std::size_t stride = code_stride(c, dim);
+  std::vector<float> x(dim);
   for (std::size_t i = 0; i < n; ++i) {
     uint8_t* out = codes + i * stride;
     std::memset(out, 0, stride);
-    const std::size_t base = i * row_stride;
+    if (f16) {
+      const uint16_t* h = static_cast<const uint16_t*>(rows) + i * row_stride;
+      for (std::size_t j = 0; j < dim; ++j) x[j] = half_to_float(h[j]);
+    } else {
+      std::memcpy(x.data(), static_cast<const float*>(rows) + i * row_stride, dim * sizeof(float));
+    }
     if (c == Codec::Binary) {
       double sq = 0.0, l1 = 0.0;
       int32_t bits = 0;
       uint64_t* words = reinterpret_cast<uint64_t*>(out);
       for (std::size_t j = 0; j < dim; ++j) {
-        const double v = to_float(rows, f16, base + j);
+        const double v = x[j];
         sq += v * v;
         l1 += std::fabs(v);
         if (v > 0.0) {
@@ -406,17 +424,10 @@ void encode_rows(Codec c, const void* rows, std::size_t row_stride, bool f16, st
       factor[i] = l1 > 0.0 ? static_cast<float>(sq / l1) : 0.f;
       count[i] = bits;
     } else if (c == Codec::Int8) {
-      float mx = 0.f;
-      for (std::size_t j = 0; j < dim; ++j) mx = std::max(mx, std::fabs(to_float(rows, f16, base + j)));
-      const float s = mx / 127.0f;
+      int8_t* c8 = reinterpret_cast<int8_t*>(out);
+      factor[i] = quantize_int8(x.data(), dim, c8);
       int32_t sum = 0;
-      for (std::size_t j = 0; j < dim; ++j) {
-        const long v =
-            s > 0.f ? std::clamp(std::lround(to_float(rows, f16, base + j) / s), -127L, 127L) : 0L;
-        out[j] = static_cast<uint8_t>(static_cast<int8_t>(v));
-        sum += static_cast<int32_t>(v);
-      }
-      factor[i] = s;
+      for (std::size_t j = 0; j < dim; ++j) sum += c8[j];
       count[i] = sum;
     }
   }
@@ -429,19 +440,7 @@ void code_candidates(const float* queries, std::size_t nq, const CodeStore& code
   LAMINA_CHECK(m >= 1, "m must be >= 1, got ", m);
   LAMINA_CHECK(n_rows <= 0xffffffffull, "at most 2^32 - 1 rows per search");
   const std::size_t d = codes.dim;
-  CodeScorer S{&codes, &kernels(), metric, d, encode_queries(codes.codec, queries, nq, d), {}, {}};
-  if (metric != Metric::IP) {
-    S.qsq.resize(nq);
-    S.qinv.resize(nq);
-    for (std::size_t q = 0; q < nq; ++q) {
-      double s = 0.0;
-      for (std::size_t j = 0; j < d; ++j) s += double(queries[q * d + j]) * queries[q * d + j];
-      S.qsq[q] = static_cast<float>(s);
-      LAMINA_CHECK(metric != Metric::Cosine || s > 0.0, "query ", q,
-                   " has zero norm; cosine similarity is undefined");
-      S.qinv[q] = s > 0.0 ? static_cast<float>(1.0 / std::sqrt(s)) : 0.f;
-    }
-  }
+  CodeScorer S{&codes, &kernels(), metric, d, encode_queries(codes.codec, queries, nq, d, metric)};
   const std::size_t n_units = filter.use_row_list ? filter.row_list_len : n_rows;
   // the cost of a code row: its bytes (a 64-byte line of int8 ~ 16 float multiply-adds)
   const std::size_t work = n_units * (codes.stride / 4 + 1) * std::max<std::size_t>(nq, 1);

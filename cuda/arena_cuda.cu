@@ -583,17 +583,21 @@ void CudaVectorArena::ensure_csr_locked() const {
 }
 
 void CudaVectorArena::search_codes_locked(const float* queries, std::size_t nq, std::size_t k,
-                                          Metric metric, const DeviceFilter& f,
-                                          std::size_t oversample, float* out_scores,
-                                          int64_t* out_ids) const {
+                                          const float* host_queries, Metric metric,
+                                          const DeviceFilter& f, std::size_t oversample,
+                                          float* out_scores, int64_t* out_ids) const {
   LAMINA_CHECK(oversample <= kMaxK / k, "k * oversample must be at most ", kMaxK,
                " on the GPU, got k=", k, ", oversample=", oversample);
   const std::size_t m = k * oversample;
   const cudaStream_t st = as_stream(stream_);
-  std::vector<float> hq(nq * dim_);  // the code scan encodes the queries on the host
-  LAMINA_CUDA_CHECK(cudaMemcpyAsync(hq.data(), queries, hq.size() * sizeof(float),
-                                    cudaMemcpyDeviceToHost, st));
-  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+  std::vector<float> hq;  // the code scan encodes the queries on the host
+  if (!host_queries) {
+    hq.resize(nq * dim_);
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(hq.data(), queries, hq.size() * sizeof(float),
+                                      cudaMemcpyDeviceToHost, st));
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+    host_queries = hq.data();
+  }
   DeviceCodes dc;
   dc.codec = codec_;
   dc.base = d_codes_;
@@ -605,7 +609,7 @@ void CudaVectorArena::search_codes_locked(const float* queries, std::size_t nq, 
   Scratch scr(st);
   uint32_t* cand = scr.alloc<uint32_t>(nq * m);
   int64_t* seg = scr.alloc<int64_t>(2 * nq);
-  code_candidates(hq.data(), nq, dc, high_water_, f, m, metric, cand, seg, stream_);
+  code_candidates(host_queries, nq, dc, high_water_, f, m, metric, cand, seg, stream_);
   DeviceRows rs;
   rs.base = rows_;
   rs.stride = stride_;
@@ -625,6 +629,14 @@ void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k
                              const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
                              float* out_scores, int64_t* out_ids, void* stream,
                              std::size_t oversample) const {
+  search_impl(queries, nullptr, nq, k, metric, ns, n_ns, layer_mask, out_scores, out_ids, stream,
+              oversample);
+}
+
+void CudaVectorArena::search_impl(const float* queries, const float* host_queries, std::size_t nq,
+                                  std::size_t k, Metric metric, const uint64_t* ns,
+                                  std::size_t n_ns, const uint64_t* layer_mask, float* out_scores,
+                                  int64_t* out_ids, void* stream, std::size_t oversample) const {
   LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
   DeviceGuard g(device_);
   StreamScope scope(stream, stream_);
@@ -646,7 +658,8 @@ void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k
   const bool coded = codec_ != Codec::None && oversample > 0;
   if (ns == nullptr) {
     if (coded)
-      search_codes_locked(queries, nq, k, metric, f, oversample, out_scores, out_ids);
+      search_codes_locked(queries, nq, k, host_queries, metric, f, oversample, out_scores,
+                          out_ids);
     else
       topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
     return;
@@ -667,7 +680,8 @@ void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k
     f.row_list = d_csr_ + off;
     f.row_list_len = cnt;
     if (coded)
-      search_codes_locked(queries, nq, k, metric, f, oversample, out_scores, out_ids);
+      search_codes_locked(queries, nq, k, host_queries, metric, f, oversample, out_scores,
+                          out_ids);
     else
       topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
     return;
@@ -685,7 +699,8 @@ void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k
   f.row_list_len = high_water_;
   f.max_segment = longest;
   if (coded)
-    search_codes_locked(queries, nq, k, metric, f, oversample, out_scores, out_ids);
+    search_codes_locked(queries, nq, k, host_queries, metric, f, oversample, out_scores,
+                          out_ids);
   else
     topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
 }
@@ -702,7 +717,7 @@ void CudaVectorArena::search_host(const float* queries, std::size_t nq, std::siz
   float* ds = scr.alloc<float>(nq * k);
   int64_t* di = scr.alloc<int64_t>(nq * k);
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(dq, queries, nq * dim_ * sizeof(float), cudaMemcpyHostToDevice, st));
-  search(dq, nq, k, metric, ns, n_ns, layer_mask, ds, di, stream_, oversample);
+  search_impl(dq, queries, nq, k, metric, ns, n_ns, layer_mask, ds, di, stream_, oversample);
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(out_scores, ds, nq * k * sizeof(float), cudaMemcpyDeviceToHost, st));
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(out_ids, di, nq * k * sizeof(int64_t), cudaMemcpyDeviceToHost, st));
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));

@@ -107,9 +107,15 @@ class CudaVectorArena {
   void grow_locked(std::size_t min_capacity);
   void ensure_csr_locked() const;  // on stream_, under csr_mu_
   void write_codes_locked(const void* host_rows, const std::vector<uint32_t>& rows);
-  void search_codes_locked(const float* queries, std::size_t nq, std::size_t k, Metric metric,
-                           const DeviceFilter& f, std::size_t oversample,
-                           float* out_scores, int64_t* out_ids) const;
+  // search() with, when the caller has them, the queries in host memory too (the code scan
+  // encodes them on the host: no copy back)
+  void search_impl(const float* queries, const float* host_queries, std::size_t nq, std::size_t k,
+                   Metric metric, const uint64_t* ns, std::size_t n_ns,
+                   const uint64_t* layer_mask, float* out_scores, int64_t* out_ids, void* stream,
+                   std::size_t oversample) const;
+  void search_codes_locked(const float* queries, std::size_t nq, std::size_t k,
+                           const float* host_queries, Metric metric, const DeviceFilter& f,
+                           std::size_t oversample, float* out_scores, int64_t* out_ids) const;
 
   std::size_t dim_;
   DType dtype_;

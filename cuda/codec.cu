@@ -184,18 +184,7 @@ void code_candidates(const float* queries, std::size_t nq, const DeviceCodes& co
   if (nq == 0) return;
   const cudaStream_t st = detail::as_stream(stream);
   const std::size_t d = codes.dim;
-  for (std::size_t i = 0; i < nq * d; ++i)
-    LAMINA_CHECK(std::isfinite(queries[i]), "queries contain NaN or Inf; pass finite queries");
-  const QueryCodes qc = encode_queries(codes.codec, queries, nq, d);
-  std::vector<float> qsq(nq), qinv(nq);
-  for (std::size_t q = 0; q < nq; ++q) {
-    double s = 0.0;
-    for (std::size_t j = 0; j < d; ++j) s += double(queries[q * d + j]) * queries[q * d + j];
-    LAMINA_CHECK(metric != Metric::Cosine || s > 0.0, "query ", q,
-                 " has zero norm; cosine similarity is undefined");
-    qsq[q] = static_cast<float>(s);
-    qinv[q] = s > 0.0 ? static_cast<float>(1.0 / std::sqrt(s)) : 0.f;
-  }
+  const QueryCodes qc = encode_queries(codes.codec, queries, nq, d, metric);
   detail::Scratch scr(st);
   detail::HostFlags hf(st);
   CodeScanArgs a{};
@@ -218,8 +207,8 @@ void code_candidates(const float* queries, std::size_t nq, const DeviceCodes& co
     a.q8 = upload(scr, qc.q8, st);
     a.scale = upload(scr, qc.scale, st);
   }
-  a.qsq = upload(scr, qsq, st);
-  a.qinv = upload(scr, qinv, st);
+  a.qsq = upload(scr, qc.qsq, st);
+  a.qinv = upload(scr, qc.qinv, st);
   a.f = Filter{filter.live, filter.layers, {}, filter.use_row_list ? filter.row_list : nullptr};
   std::copy(filter.layer_mask, filter.layer_mask + 4, a.f.lmask);
   a.n_units = filter.use_row_list ? filter.row_list_len : n_rows;

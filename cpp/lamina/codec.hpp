@@ -9,7 +9,7 @@
 //      <q, s> ~ 2 (lo * count + delta * sum_p 2^p popcount(plane_p & bits)) - sum_j q_j
 //    for the sign vector s in {-1, +1}^d, and <q, x> ~ factor * <q, s> (exact when every
 //    |x_j| is equal; the estimator of RaBitQ without its random rotation).
-//  * int8: c_j = round(x_j / scale), scale = max_j |x_j| / 127 (0 for a zero row) — factor =
+//  * int8: c_j = rint(x_j / scale) (ties to even), scale = max_j |x_j| / 127 (0 for a zero row) — factor =
 //    scale, count = sum_j c_j. The query is quantised the same way (its own scale), so
 //      <q, x> ~ scale_q * scale_x * sum_j cq_j c_j, an exact integer dot product.
 // Estimates of <q, x> become the metric's score as in topk.hpp (cosine divides by the norms,
@@ -45,7 +45,9 @@ void encode_rows(Codec c, const void* rows, std::size_t row_stride, bool f16, st
 
 /// A batch of queries in the codec's query form (see above), nq of them:
 ///  binary: planes (nq x 4 x W words, W = ceil(dim / 64)), lo, delta, usum (sum_j u_j);
-///  int8: q8 (nq x L bytes, L = dim rounded up to 64, zero padded), qu = q8 + 128, scale.
+///  int8: q8 (nq x L bytes, L = dim rounded up to 64, zero padded), qu = q8 + 128, scale;
+///  both: qsq = |q|^2 and qinv = 1 / |q| (0 for a zero query), for cosine and l2.
+/// ValueError: a NaN/Inf query, or a zero query under cosine.
 struct QueryCodes {
   std::size_t W = 0, L = 0;
   std::vector<uint64_t> planes;
@@ -53,8 +55,10 @@ struct QueryCodes {
   std::vector<int8_t> q8;
   std::vector<uint8_t> qu;
   std::vector<float> scale;
+  std::vector<float> qsq, qinv;
 };
-QueryCodes encode_queries(Codec c, const float* queries, std::size_t nq, std::size_t dim);
+QueryCodes encode_queries(Codec c, const float* queries, std::size_t nq, std::size_t dim,
+                          Metric metric);
 
 /// Codes to scan: row r's code at base + r * stride; its constants factor[r], count[r]; its
 /// exact squared norm sqnorms[r] (for cosine and l2).

@@ -113,8 +113,8 @@ def test_three_replicas_one_killed_mid_load(tmp_path: Path, pg_url: str) -> None
                         with mu:
                             deleted[tenant_user].add(gone_text)
                         # never served again, by any replica that is up
-                        for u in list(replicas.urls):
-                            if replicas.urls.index(u) in replicas.down:
+                        for r, u in enumerate(replicas.urls):
+                            if r in replicas.down:
                                 continue
                             try:
                                 served = _archive(u, key, user)
