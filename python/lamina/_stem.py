@@ -10,7 +10,8 @@ on four-letter words, ``y -> i`` only after a consonant that is not the first le
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+
+from ._memo import memo
 
 __all__ = ["porter_stem"]
 
@@ -195,7 +196,7 @@ def _step5b(w: str) -> str:
     return _rules(w, [("ll", "l", lambda stem: _m(w[:-1]) > 1)])
 
 
-@lru_cache(maxsize=65536)
+@memo(maxsize=65536)
 def porter_stem(word: str) -> str:
     """Stem one word (lower-cased first), as ``nltk.stem.PorterStemmer().stem(word)``."""
     w = word.lower()

@@ -179,6 +179,14 @@ class LayerIndex:
     def __len__(self) -> int:
         return len(self._loc)
 
+    def id_containers(self) -> list[object]:
+        """The index's containers of ids (the location map, the graphs' pending and deleted
+        sets): they hold only ints and tuples of ints (see :mod:`lamina.memory.gcquiet`)."""
+        out: list[object] = [self._loc]
+        for g in list(self._graphs.values()):
+            out += [g.pending, g.deleted]
+        return out
+
     def count(self, namespace: int) -> int:
         """Vectors stored under ``namespace``."""
         return self._arenas[self._which(namespace)].namespace_size(namespace)

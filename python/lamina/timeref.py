@@ -20,7 +20,8 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+
+from ._memo import memo
 
 __all__ = ["TimeRef", "resolve", "annotate", "date_intent", "mentions_time"]
 
@@ -163,7 +164,7 @@ def _one(kind: str, m: re.Match[str], d: _dt.date) -> tuple[_dt.date, str] | Non
     return _unit_ref(d, unit, k)
 
 
-@lru_cache(maxsize=262_144)
+@memo(maxsize=262_144)
 def _resolve(text: str, day: int) -> tuple[TimeRef, ...]:
     if not _ANY.search(text):
         return ()
@@ -226,6 +227,6 @@ def mentions_time(text: str, t: float | None) -> bool:
     return _mentions(text, _day(t))
 
 
-@lru_cache(maxsize=262_144)
+@memo(maxsize=262_144)
 def _mentions(text: str, day: int | None) -> bool:
     return bool(_ABSOLUTE.search(text)) or (day is not None and bool(_resolve(text, day)))

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
 from types import MappingProxyType
 
+from .._memo import memo
 from .._stem import porter_stem
 from ..errors import InvalidInput
 
@@ -99,7 +99,7 @@ def _marker(domain: str, p: object) -> tuple[re.Pattern[str], int]:
         raise InvalidInput(f"markers[{domain!r}] has an invalid regular expression: {e}") from None
 
 
-@lru_cache(maxsize=65_536)
+@memo(maxsize=65_536)
 def _stem_of(token: str) -> str:
     return porter_stem(token)
 

@@ -16,7 +16,7 @@ work that changes it in a write is :class:`lamina.memory.tx.Tx`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from ..layer_index import LayerIndex
 from ..lexical import LexicalIndex
 from .config import MemoryConfig
 from .coverage import TurnIncidence, TurnNeighbours
+from .gcquiet import quiet
 from .postings import discard_id, insert_id, tuple_add, tuple_discard
 from .records import (
     ITEM_FIELDS,
@@ -123,6 +124,21 @@ class UserState:
         # again at the next projection; see TurnNeighbours.sync)
         self.vec_epoch = 0
 
+    def gc_containers(self) -> Iterator[object]:
+        """The user's containers of ids, strings, numbers and records (see
+        :mod:`lamina.memory.gcquiet`)."""
+        yield from (self.ids, self.by_src, self.seg_of, self.derived, self.profiles, self.facts, self.n_active)
+        for d in (self.working, self.children, self.current, self.active, self.session_turns, self.named):
+            yield d
+            yield from list(d.values())
+        inc = self.incidence
+        if inc is not None:
+            yield inc.entries
+            for e in list(inc.entries.values()):
+                yield from (e, e[2], e[3])
+        if self.coverage is not None:
+            yield self.coverage.col
+
     def ns(self, code: int) -> int:
         """This user's namespace of a layer code (:class:`~lamina.memory.records.NsCode`)."""
         return namespace(self.idx, code)
@@ -179,6 +195,16 @@ class MemoryState:
         self.data_version = -1  # the store's data_version when this state last caught up
         self.unloaded: set[str] = set()  # users of the store whose state is loaded on first use
         self.high_water = 0  # the store's last write number this state has caught up with
+        quiet(self)  # full collections skip its containers (lamina.memory.gcquiet)
+
+    def gc_containers(self) -> Iterator[object]:
+        """The containers of ids, strings, numbers and records the state holds (full collections
+        skip them: :mod:`lamina.memory.gcquiet`)."""
+        yield from (self.recs, self.pending, self.sessions, self.unloaded)
+        yield from list(self.sessions.values())
+        yield from self.vectors.id_containers()
+        for u in list(self.users.values()):
+            yield from u.gc_containers()
 
     # ------------------------------------------------------------------ (re)building
     @classmethod

@@ -1,0 +1,75 @@
+"""Keeps CPython's cyclic garbage collector off the long-lived containers of memory states.
+
+A full (generation-2) collection visits every element of every tracked container. A memory's
+indexes are few containers with many elements (at 100k turns: a dict of 150k records, sets and
+lists of 100k ids, ...), so each full collection of a process holding one read about a million
+references spread over the heap — 80–300 ms at 100k turns on a 2-core machine — and it landed
+in whichever call happened to allocate at that moment (an ``end_session``, a ``delete``).
+
+These containers hold only ids, strings, numbers, tuples of those, lists of ids and
+:class:`~lamina.memory.records.Record` objects (themselves untracked: they hold only such
+values), and nothing in them refers back to a container: they can never be part of a reference
+cycle, so the collector has nothing to find in them. Before each full collection, the
+containers of every live :class:`~lamina.memory.state.MemoryState` (see its ``gc_containers``) are untracked (CPython's own
+rule for dicts and tuples of atomic values, applied by the owner that knows its values). Untracking
+never frees anything early — an untracked container's elements count as referenced from outside
+— and reference counting still frees the containers. A dict is tracked again by CPython when a
+tracked object (a new tuple, a record) is put in it, so the walk is repeated before every full
+collection; it costs one call per container, not one per element.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from .._core import _gc_untrack
+
+__all__ = ["Quiet", "quiet", "untrack_now"]
+
+
+class Quiet(Protocol):
+    """An owner of long-lived containers that can never be part of a reference cycle."""
+
+    def gc_containers(self) -> Iterator[object]:
+        """Every such container (a dict, set, list or tuple) the owner holds now."""
+        ...
+
+
+_owners: weakref.WeakSet[Quiet] = weakref.WeakSet()
+_lock = threading.Lock()
+_registered = False
+
+
+def quiet(owner: Quiet) -> None:
+    """Untrack ``owner``'s containers before every full collection from now on (while it lives).
+
+    Parameters
+    ----------
+    owner : Quiet
+        Held weakly.
+    """
+    global _registered
+    with _lock:
+        _owners.add(owner)
+        if not _registered:
+            gc.callbacks.append(_before_full_collection)
+            _registered = True
+
+
+def _before_full_collection(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start" and info.get("generation") == 2:
+        for owner in list(_owners):
+            untrack_now(owner)
+
+
+def untrack_now(owner: Quiet) -> int:
+    """Untrack every container of ``owner`` now; returns how many containers were visited."""
+    n = 0
+    for c in owner.gc_containers():
+        _gc_untrack(c)
+        n += 1
+    return n

@@ -1,0 +1,68 @@
+"""lamina.memory.gcquiet: a full collection's work does not grow with the memory."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+from memkit import DAY, T0
+
+from lamina import Memory
+
+
+def _turns(mem: Memory, start: int, n: int, per_session: int = 50) -> None:
+    for i in range(start, start + n):
+        s = f"s{i // per_session}"
+        text = f"turn {i}: we talked about hiking, dinner plans and the number {i * 7919 % 10007}."
+        mem.add(
+            [{"speaker": "Ann" if i % 2 else "Ben", "text": text}], user_id="u", session_id=s, timestamp=T0 + i * 60
+        )
+        if (i + 1) % per_session == 0:
+            mem.end_session(user_id="u", session_id=s)
+
+
+def _collector_work() -> int:
+    """References a full collection visits now (the tracked objects' referents), the embedding
+    cache's bounded OrderedDict left out."""
+    gc.collect()
+    return sum(len(gc.get_referents(o)) for o in gc.get_objects() if type(o).__name__ != "OrderedDict")
+
+
+def test_full_collection_work_does_not_grow_with_the_store() -> None:
+    mem = Memory(embedder="hashing")
+    _turns(mem, 0, 600)  # (every code path has run once: its lazy imports are done)
+    mem.context("what about hiking?", user_id="u", budget=256, now=T0 + DAY)
+    w0 = _collector_work()
+    _turns(mem, 600, 1200)
+    mem.context("what about dinner?", user_id="u", budget=256, now=T0 + DAY)
+    w1 = _collector_work()
+    # every record, id set and index entry of 1,200 more turns (about 20 references each when
+    # the collector walked them) adds less than one reference per turn
+    assert w1 - w0 < 1200, (w0, w1, w1 - w0)
+    st = mem._st
+    assert all(not gc.is_tracked(c) for c in st.gc_containers())
+    mem.close()
+
+
+def test_untracked_state_serves_the_same_contexts() -> None:
+    mem = Memory(embedder="hashing")
+    _turns(mem, 0, 200)
+    before = mem.context("dinner plans", user_id="u", budget=256, now=T0 + DAY).render()
+    gc.collect()
+    after = mem.context("dinner plans", user_id="u", budget=256, now=T0 + DAY).render()
+    assert before == after
+    _turns(mem, 200, 100)  # writes after the untracking
+    gc.collect()
+    assert mem.context("dinner plans", user_id="u", budget=256, now=T0 + DAY).items
+    mem.close()
+
+
+def test_a_dropped_memory_is_not_kept_alive() -> None:
+    mem = Memory(embedder="hashing")
+    _turns(mem, 0, 60)
+    ref = weakref.ref(mem._st)
+    mem.close()
+    del mem
+    gc.collect()
+    assert ref() is None
+    gc.collect()  # the callback runs with the state gone
