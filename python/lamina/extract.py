@@ -20,6 +20,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from ._memo import memo
+
 __all__ = [
     "Turn",
     "Fact",
@@ -94,22 +96,38 @@ _SENT = re.compile(r"(?<=[.!?])\s+")
 
 def split_sentences(text: str) -> list[str]:
     """The sentences of ``text`` as ψ splits them (after ``.``, ``!`` or ``?``), stripped, none empty."""
-    return [s for s in (x.strip() for x in _SENT.split(text.strip())) if s]
+    return list(_sentences(text))
+
+
+@memo(maxsize=65_536)
+def _sentences(text: str) -> tuple[str, ...]:
+    # (a MemTree node is summarised again from the same turns at each insert below it: a turn's
+    # sentences and their words are read once)
+    return tuple(s for s in (x.strip() for x in _SENT.split(text.strip())) if s)
 
 
 def _words(s: str) -> list[str]:
     return s.split()
 
 
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+@memo(maxsize=65_536)
+def _bag(s: str) -> tuple[tuple[str, ...], int]:
+    """A sentence's distinct lower-cased words (sorted) and its whitespace length."""
+    return tuple(sorted(set(_WORD.findall(s.lower())))), len(s.split())
+
+
 def _overlap_scores(texts: Sequence[str]) -> npt.NDArray[np.float64]:
     """Word-overlap centrality: the summed document frequency of a sentence's distinct words
     over (1 + its length)."""
-    bags = [set(re.findall(r"[a-z0-9]+", s.lower())) for s in texts]
+    bags = [_bag(s) for s in texts]
     vocab: dict[str, int] = {}
-    for b in bags:
+    for b, _n in bags:
         for w in b:
             vocab[w] = vocab.get(w, 0) + 1
-    return np.array([sum(vocab[w] for w in b) / (1 + len(_words(s))) for b, s in zip(bags, texts)])
+    return np.array([sum(vocab[w] for w in b) / (1 + n) for b, n in bags])
 
 
 def _centrality(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -147,12 +165,12 @@ class ExtractiveSummarizer:
         :class:`SourcedSummarizer`)."""
         sents: list[tuple[int, str]] = []  # (turn, "Speaker: sentence")
         for ti, t in enumerate(turns):
-            for s in split_sentences(t.text):
+            for s in _sentences(t.text):
                 sents.append((ti, f"{t.speaker}: {s}" if t.speaker else s))
         if not sents:
             return "", []
         texts = [s for _, s in sents]
-        if sum(len(_words(s)) for s in texts) <= max_words:
+        if sum(_bag(s)[1] for s in texts) <= max_words:
             return " ".join(texts), sorted({ti for ti, _ in sents})
         vecs = [t.vector for t in turns]
         if all(v is not None for v in vecs):
@@ -167,7 +185,7 @@ class ExtractiveSummarizer:
         chosen: list[int] = []
         used = 0
         for i in order:
-            n = len(_words(texts[i]))
+            n = _bag(texts[i])[1]
             if used + n > max_words and chosen:
                 continue
             chosen.append(int(i))

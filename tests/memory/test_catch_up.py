@@ -15,7 +15,7 @@ import pytest
 from memkit import DAY, FILLER, T0
 
 from lamina import Memory, MemoryConfig
-from lamina.memory.records import ITEM_FIELDS, NsCode, namespace
+from lamina.memory.records import ITEM_FIELDS, NO_TREE, NsCode, namespace
 from lamina.memory.state import MemoryState, UserState
 
 LINES = FILLER + [
@@ -46,6 +46,10 @@ def snapshot(st: MemoryState, u: UserState) -> dict[str, Any]:
     views = sorted(k for k in st.vectors._namespace_ids(nss[NsCode.TURN_VIEW]))
     lex = st.lex.stats(nss[NsCode.TURN_VIEW]) if st.lex.count(nss[NsCode.TURN_VIEW]) else {}
     lex = {k: v for k, v in lex.items() if k not in ("dead_docs", "postings")}  # (garbage not yet compacted)
+    # the episodic pool kept beside the active sets is what their records say
+    episodic = [st.recs[i] for i in u.active["episodic"]]
+    assert u.pool_leaves == {r.id for r in episodic if r.kind == "segment"}
+    assert u.pool_sessions == {r.id for r in episodic if r.kind != "segment" and r.parent_id == NO_TREE}
     return {
         "recs": recs,
         "vectors": np.round(st.vecs(active), 6).tolist() if active else [],

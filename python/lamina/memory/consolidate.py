@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -251,11 +252,12 @@ def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Recor
     if not kids:
         return
     psi = models.summarizer
-    turns = _quotable_turns(st, u, kids) if isinstance(psi, SourcedSummarizer) else []
+    sourced = _sourced(psi)
+    turns = _quotable_turns(st, u, kids) if sourced is not None else []
     if turns:
-        assert isinstance(psi, SourcedSummarizer)
+        assert sourced is not None
         tv = st.vecs([t.id for t in turns])
-        summary, quoted = psi.summarize_sourced(turn_views(turns, tv), st.config.summary_words)
+        summary, quoted = sourced.summarize_sourced(turn_views(turns, tv), st.config.summary_words)
         quoted = quoted or list(range(len(turns)))
         sources = tuple(dict.fromkeys(s for i in quoted for s in turns[i].sources))
         emb = _centroid(tv[quoted])
@@ -273,6 +275,13 @@ def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Recor
     node.interaction_len = float(node.interaction_len or 0.0) + float(leaf.interaction_len or 0.0)
     st.move(u, node, "episodic", emb)
     tx.changed(node, "text", "summary", "sources", "timestamp", "interaction_len", emb=emb)
+
+
+def _sourced(psi: object) -> SourcedSummarizer | None:
+    """``psi`` as a :class:`~lamina.extract.SourcedSummarizer` (the protocol's one member is
+    there), or None; what ``isinstance`` on the runtime-checkable protocol decides, without its
+    tens of µs per call (it runs per tree node)."""
+    return cast(SourcedSummarizer, psi) if callable(getattr(psi, "summarize_sourced", None)) else None
 
 
 def _quotable_turns(st: MemoryState, u: UserState, kids: list[Record]) -> list[Record]:
@@ -323,11 +332,7 @@ def end_session(tx: Tx, models: Models, u: UserState, session_id: str, t_now: fl
     if session_turns and "episodic" in c.layers:
         # the earlier sessions' summaries, in id order (the blend's candidates)
         recs = st.recs
-        prev = sorted(
-            i
-            for i in u.active["episodic"]
-            if (r := recs[i]).kind == "summary" and r.parent_id == NO_TREE and r.session_id != session_id
-        )
+        prev = sorted(i for i in u.pool_sessions if (r := recs[i]).kind == "summary" and r.session_id != session_id)
         report.blend_drift = _session_summary(tx, models, u, session_id, session_turns, prev)
     report.promoted = promote(tx, models, u, t_now) if "semantic" in c.layers else 0
     report.evicted = evict(tx, u, t_now)

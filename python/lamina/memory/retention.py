@@ -162,7 +162,7 @@ def promote(tx: Tx, models: Models, u: UserState, now: float) -> int:
     """Episodes with heat > τ become semantic notes (their facts are already extracted); a note
     takes its leaf's vector (the centroid of the leaf's turns: nothing is embedded)."""
     st = tx.st
-    leaves = [r for r in st.active_recs(u, "episodic") if r.kind == "segment"]
+    leaves = st.episodic_pool(u, sessions=False)
     if not leaves:
         return 0
     hot = np.asarray(kernels.select_hot(heat(st, leaves, now), float(st.config.promote_threshold))).reshape(-1)
@@ -193,7 +193,7 @@ def promote(tx: Tx, models: Models, u: UserState, now: float) -> int:
 def pooled_items(st: MemoryState, u: UserState) -> tuple[list[Record], int]:
     """The user's pooled records in id order, the episodic pool (leaves, session summaries)
     first, then the semantic pool (current facts, notes); and the episodic pool's size."""
-    ep = [r for r in st.active_recs(u, "episodic") if r.kind == "segment" or r.parent_id == NO_TREE]
+    ep = st.episodic_pool(u)
     sem = [r for r in st.active_recs(u, "semantic") if r.kind in ("fact", "note")]
     return ep + sem, len(ep)
 

@@ -75,6 +75,8 @@ class UserState:
         "version",
         "decays",
         "active",
+        "pool_leaves",
+        "pool_sessions",
         "session_turns",
         "derived",
         "named",
@@ -106,6 +108,10 @@ class UserState:
         self.version = 0  # the store's count of this user's committed writes, as of this state
         self.decays = 0  # α decays so far: one per consolidated session (see MemoryState.strength)
         self.active: dict[str, set[int]] = {name: set() for name in LAYERS}  # layer -> active record ids
+        # the episodic pool of the capacity projection, kept with ``active`` (activate / deactivate):
+        # the active leaves, and the active episodic items outside the tree (session summaries)
+        self.pool_leaves: set[int] = set()
+        self.pool_sessions: set[int] = set()
         self.session_turns: dict[str, list[int]] = {}  # session -> its turn ids (any layer), in order
         # source id -> ids of the records whose sources hold it (tuples: a handful of ids each, and
         # a tuple of ints leaves the cyclic GC's tracked set, which one set per turn would grow)
@@ -128,6 +134,7 @@ class UserState:
         """The user's containers of ids, strings, numbers and records (see
         :mod:`lamina.memory.gcquiet`)."""
         yield from (self.ids, self.by_src, self.seg_of, self.derived, self.profiles, self.facts, self.n_active)
+        yield from (self.pool_leaves, self.pool_sessions)
         for d in (self.working, self.children, self.current, self.active, self.session_turns, self.named):
             yield d
             yield from list(d.values())
@@ -138,6 +145,34 @@ class UserState:
                 yield from (e, e[2], e[3])
         if self.coverage is not None:
             yield self.coverage.col
+
+    def activate(self, r: Record) -> None:
+        """Count an active record in its layer (``active``, ``n_active``) and its pool."""
+        self.n_active[r.layer] += 1
+        self.active[r.layer].add(r.id)
+        self._file(r)
+
+    def deactivate(self, r: Record) -> None:
+        """Undo :meth:`activate` (the record's layer is the one it was activated in)."""
+        self.n_active[r.layer] -= 1
+        self.active[r.layer].discard(r.id)
+        self.pool_leaves.discard(r.id)
+        self.pool_sessions.discard(r.id)
+
+    def _file(self, r: Record) -> None:
+        if r.layer != "episodic":
+            return
+        if r.kind == "segment":
+            self.pool_leaves.add(r.id)
+        elif r.parent_id == NO_TREE:
+            self.pool_sessions.add(r.id)
+
+    def refile(self, r: Record) -> None:
+        """An active record's parent changed in place: file it in its pool again."""
+        self.pool_leaves.discard(r.id)
+        self.pool_sessions.discard(r.id)
+        if r.id in self.active[r.layer]:
+            self._file(r)
 
     def ns(self, code: int) -> int:
         """This user's namespace of a layer code (:class:`~lamina.memory.records.NsCode`)."""
@@ -248,8 +283,7 @@ class MemoryState:
                 ids, embs = pending.setdefault(record_namespace(u.idx, r), ([], []))
                 ids.append(r.id)
                 embs.append(emb)
-                u.n_active[r.layer] += 1
-                u.active[r.layer].add(r.id)
+                u.activate(r)
                 if r.kind == "segment" and r.layer == "episodic":
                     leaves.append(r)
             self.index(u, r)
@@ -342,8 +376,9 @@ class MemoryState:
             return False
         if _in_tree(r):
             self._reparent(u, r, row["parent_id"])
-        else:
+        elif r.parent_id != row["parent_id"]:
             r.parent_id = row["parent_id"]
+            u.refile(r)
         if tuple(row["sources"]) != r.sources:
             self.set_sources(u, r, tuple(row["sources"]))
         for f in self._IN_PLACE:
@@ -499,8 +534,7 @@ class MemoryState:
             if r.id in u.active[r.layer]:
                 if not forget:
                     self.vectors.remove([r.id])
-                u.n_active[r.layer] -= 1
-                u.active[r.layer].discard(r.id)
+                u.deactivate(r)
             if r.kind == "segment" and r.layer == "episodic":
                 self.drop_turn_views(u, r, forget=forget)
             if r.layer == "working" and r.session_id is not None:
@@ -602,6 +636,12 @@ class MemoryState:
         """The user's active records of one layer, in id (creation) order."""
         return [self.recs[i] for i in sorted(u.active[layer])]
 
+    def episodic_pool(self, u: UserState, *, leaves: bool = True, sessions: bool = True) -> list[Record]:
+        """The user's active episodic leaves and/or active episodic items outside the tree
+        (session summaries), in id order (without reading the tree's other nodes)."""
+        ids = (u.pool_leaves if leaves else set()) | (u.pool_sessions if sessions else set())
+        return [self.recs[i] for i in sorted(ids)]
+
     def vec(self, r: Record) -> Vec:
         """The vector of an active record, shape (dim,)."""
         v: Vec = self.vectors.get([r.id])[0]
@@ -654,8 +694,7 @@ class MemoryState:
     def place(self, u: UserState, r: Record, emb: Vec) -> None:
         """Put an active record's vector in its namespace."""
         self.vectors.add(record_namespace(u.idx, r), [r.id], emb.reshape(1, -1))
-        u.n_active[r.layer] += 1
-        u.active[r.layer].add(r.id)
+        u.activate(r)
 
     def unplace(self, u: UserState, r: Record) -> Vec:
         """Take a record's vector out of the index (returns it)."""
@@ -668,8 +707,7 @@ class MemoryState:
         if r.kind == "turn" and u.coverage is not None and r.id in u.coverage.col:
             u.vec_epoch += 1  # (a listed turn's vector is replaced or gone)
         self.vectors.remove([r.id])
-        u.n_active[r.layer] -= 1
-        u.active[r.layer].discard(r.id)
+        u.deactivate(r)
 
     def move(self, u: UserState, r: Record, layer: str, emb: Vec | None = None) -> None:
         """Move an active record to another layer (or replace its vector when ``emb`` is given)."""
