@@ -107,6 +107,39 @@ def test_lists_answer_like_brute_force(k: int, seed: int) -> None:
         nb.kill(np.flatnonzero(~keep).astype(np.int64))
 
 
+@pytest.mark.parametrize("first", [0, 1])
+def test_a_large_batch_of_columns_answers_like_brute_force(first: int) -> None:
+    """More columns than one similarity block at once: into empty lists (a reopened user's first
+    projection: one native top-k) and into lists holding one column (block by block, merged)."""
+    rng = np.random.default_rng(7)
+    dim, k = 16, 3
+    n = TurnNeighbours._CHUNK * 2 + 300
+    base = rng.standard_normal((6, dim))
+    X = np.stack([unit(base[rng.integers(0, 6)] + 0.4 * rng.standard_normal(dim)) for _ in range(n)])
+    X = X.astype(np.float32)
+    src = _Stamps()
+    for t in range(n):
+        src.put(t, X[t])
+    nb = TurnNeighbours(dim, k)
+    if first:
+        nb.observe(src, [0])  # type: ignore[arg-type]
+    order = list(range(n))
+    cols = nb.sync(src, order)  # type: ignore[arg-type]
+    group_of = rng.integers(0, 40, size=n)
+    group = np.full(nb.n, -1, dtype=np.int64)
+    group[cols] = group_of
+    on = np.zeros(nb.n, dtype=bool)
+    on[cols] = True
+    best, where = nb.nearest(cols, on, group)
+    S = X.astype(np.float64) @ X.astype(np.float64).T
+    S[group_of[:, None] == group_of[None, :]] = -np.inf
+    want = S.max(axis=1)
+    np.testing.assert_allclose(best, want, atol=1e-5)
+    hits = nb.ids[where]
+    assert (group_of[hits] != group_of).all()
+    np.testing.assert_allclose(S[np.arange(n), hits], want, atol=1e-5)
+
+
 def test_many_arrivals_and_departures_keep_the_answers() -> None:
     """Columns stay dense (the departed ones' places are taken by the last), and the answers
     after many batches equal a brute-force search."""

@@ -193,6 +193,11 @@ class TurnNeighbours:
     def add(self, ids: Sequence[int], X: F32, stamps: I64) -> None:
         """New columns (turn ids not listed yet) with their vectors, shape (len(ids), dim), and
         stamps, shape (len(ids),)."""
+        if not self.n:  # (a first build: one native top-k among all of them, no block is formed;
+            # in chunks, each chunk's rows were merged into the earlier ones by sorting: 9.5 s
+            # against about 1 s for the 12k turns of a reopened 100k-turn user)
+            self._add_chunk(list(ids), X, stamps)
+            return
         for lo in range(0, len(ids), self._CHUNK):
             self._add_chunk(list(ids[lo : lo + self._CHUNK]), X[lo : lo + self._CHUNK], stamps[lo : lo + self._CHUNK])
 
