@@ -116,6 +116,10 @@ def item_turns(st: MemoryState, u: UserState, items: list[Record]) -> tuple[list
     return raws, aggs
 
 
+# (kind, access_count, strength, last_access) of a record: what the projection's scores read
+_SCORED_FIELDS = attrgetter("kind", "access_count", "strength", "last_access")
+
+
 def _flatten(lists: list[list[int]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Lists of ids as (list index, id) pairs in order: two arrays, shape (total,), int64."""
     lens = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
@@ -354,7 +358,10 @@ class CoverageProjection:
         self.agg_t[~found] = self.n_raw + inv.reshape(-1)
         self.n_col = self.n_raw + len(extra)
         self.col_ids = np.concatenate([raw_ids, extra.astype(np.int64)])  # the turn id of each column
-        kinds = [r.kind for r in items]
+        # what the scores read of each item, in one pass over the records (each pass over some
+        # thousands of scattered records costs about a millisecond)
+        got: list[tuple[str, int, float, float | None]] = list(map(_SCORED_FIELDS, items))
+        kinds = [g[0] for g in got]
         self.is_agg = np.fromiter((k not in ("segment", "fact") for k in kinds), dtype=bool, count=n)
         self.agg_n = np.bincount(self.agg_i, minlength=n).astype(np.float64)
         # Turns that go together (one leaf) never count as each other's redundancy.
@@ -385,14 +392,12 @@ class CoverageProjection:
         self.best = np.full(self.n_raw, -np.inf, dtype=np.float32)  # nearest covered turn of another leaf
         self.where = np.full(self.n_raw, -1, dtype=np.int64)  # (its column; -1: none)
         self.asked = False
-        visits = np.fromiter(map(attrgetter("access_count"), items), dtype=np.float32, count=n)
-        strength = np.fromiter(map(attrgetter("strength"), items), dtype=np.float64, count=n)
+        visits = np.fromiter((g[1] for g in got), dtype=np.float32, count=n)
+        strength = np.fromiter((g[2] for g in got), dtype=np.float64, count=n)
         is_fact = np.fromiter((k == "fact" for k in kinds), dtype=bool, count=n)
         restated = np.where(is_fact, np.maximum(0.0, strength - 1.0), 0.0)
         self.use = 1.0 + float(c.heat_a) * visits.astype(np.float64) + restated
-        last = np.fromiter(
-            (now if x is None else x for x in map(attrgetter("last_access"), items)), dtype=np.float64, count=n
-        )
+        last = np.fromiter((now if g[3] is None else g[3] for g in got), dtype=np.float64, count=n)
         zeros = np.zeros(n, dtype=np.float32)
         self.recency = np.asarray(
             kernels.heat_scores(zeros, zeros, last, float(now), a=0.0, b=0.0, c=1.0, mu=float(c.heat_mu)),
