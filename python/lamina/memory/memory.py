@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,9 @@ from .reports import DeleteReport, ImportReport, SessionReport
 from .state import MemoryState, UserState
 from .store import SQLiteStore, Store
 from .tx import Models, Tx
+
+if TYPE_CHECKING:
+    from .pgnotify import ChangeListener
 
 __all__ = ["Memory", "ClosedError"]
 
@@ -87,6 +90,19 @@ class Memory(Reading, Inspection):
         arenas in device memory, updated row by row on every write; the store stays the source
         of truth, and opening a database rebuilds them there. Scores are computed on the GPU
         and may round differently from the CPU's (near-ties can then order differently).
+    max_loaded_users : int, optional
+        The most users whose state (records, vectors in the native arenas, trees, lexical
+        entries) this handle keeps in memory. Users are then loaded on first use rather than at
+        open, and after each call the least recently used ones beyond the limit are evicted
+        (their pending access statistics written first); an evicted user is loaded again from
+        the store when next used, with the same contexts. None (default): no limit, every user
+        loaded at open. A single ``context_batch`` over more users than the limit holds them all
+        until it returns.
+    listen : bool
+        On PostgreSQL, ``LISTEN`` for other handles' writes on a connection of its own and catch
+        the notified users up in the background (:mod:`lamina.memory.pgnotify`), so the next
+        call finds them current. Every call still checks the database's write number first (a
+        notice is an optimisation, never the guard). Ignored for SQLite. Default True.
 
     Identifiers (``user_id``, ``session_id``) are keyword-only on every method. Unknown ids raise
     :class:`lamina.NotFoundError` (a ``KeyError``), values lamina cannot accept
@@ -122,8 +138,17 @@ class Memory(Reading, Inspection):
         busy_timeout: float = 30.0,
         domains: DomainClassifier | None = None,
         device: str = "cpu",
+        max_loaded_users: int | None = None,
+        listen: bool = True,
     ) -> None:
         parse_device(device)  # TypeError / ValueError before anything is opened
+        if max_loaded_users is not None:
+            if isinstance(max_loaded_users, bool) or not isinstance(max_loaded_users, int):
+                raise TypeError(f"max_loaded_users must be an int or None, got {type(max_loaded_users).__name__}")
+            if max_loaded_users < 1:
+                raise InvalidInput(f"max_loaded_users must be >= 1, got {max_loaded_users}")
+        self._max_users = max_loaded_users
+        self._listener: ChangeListener | None = None
         if domains is not None and not isinstance(domains, DomainClassifier):
             raise TypeError(f"domains must be a lamina.DomainClassifier, got {type(domains).__name__}")
         #: labels unlabelled turns at ``add`` when given; classifies ``domain="auto"`` queries
@@ -162,12 +187,62 @@ class Memory(Reading, Inspection):
             )
         try:
             with self._store.read_tx():
-                self._st = MemoryState.load(self._store, config, self._dim, device)
+                self._st = MemoryState.load(self._store, config, self._dim, device, lazy=max_loaded_users is not None)
         except BaseException:  # e.g. device="cuda" without a usable device: nothing stays open
             self._store.close()
             raise
         if self._store.wipe_pending():  # a delete whose wipe did not go through
             self._forget_files()
+        if listen and is_postgres_url(path):
+            from .pgnotify import ChangeListener
+
+            assert isinstance(path, str)
+            self._listener = ChangeListener(path, self._on_notice, self._catch_up_now)
+
+    # ------------------------------------------------------------------ replicas: notices, the cache limit
+    @property
+    def listener(self) -> ChangeListener | None:
+        """The ``LISTEN`` connection's thread on PostgreSQL (None: SQLite, or ``listen=False``)."""
+        return self._listener
+
+    def _on_notice(self, version: int, user_id: str | None) -> None:
+        """A write of another handle committed (listener thread): catch up now, in the background."""
+        self._catch_up_now()
+
+    def _catch_up_now(self) -> None:
+        """Catch up with the store's writes unless a call holds the lock (it checks itself)."""
+        if not self._lock.acquire(timeout=0.5):
+            return
+        try:
+            if not self._closed:
+                self._sync()
+        finally:
+            self._lock.release()
+
+    @contextlib.contextmanager
+    def _op(self) -> Iterator[None]:
+        """The lock around one public call; then the users beyond ``max_loaded_users`` are evicted."""
+        with self._lock:
+            try:
+                yield
+            finally:
+                self._trim()
+
+    def _trim(self) -> None:
+        """Evict the least recently used users beyond ``max_loaded_users`` (caller holds the lock,
+        outside any transaction); their pending access statistics are written first."""
+        st = self._st
+        if self._max_users is None or self._closed or len(st.users) <= self._max_users:
+            return
+        victims = st.lru_victims(self._max_users)
+        if any(r.user_id in victims for r in st.pending.values()):
+            try:
+                self._flush_pending()
+            except LaminaError:  # (e.g. StoreBusy: they stay loaded, and are evicted after a later call)
+                _log.warning("lamina: could not write access statistics; %d users stay loaded", len(victims))
+                return
+        for uid in victims:
+            st.evict_user(uid)
 
     # ------------------------------------------------------------------ the unit of work
     @contextlib.contextmanager
@@ -178,7 +253,7 @@ class Memory(Reading, Inspection):
         collects; checks that raise before anything is touched leave the state as it is. On any
         later failure the transaction rolls back and the users the write touched are rebuilt
         from the store, so nothing of the write remains."""
-        with self._lock:
+        with self._op():
             self._check_open()
             self._flush_pending()
             tx = Tx(self._store, self._st)
@@ -245,6 +320,7 @@ class Memory(Reading, Inspection):
         """A user's state (loaded from the store if another writer moved it); caller holds the lock."""
         st = self._st
         if user_id not in st.unloaded:
+            st.used(user_id)
             return st.users.get(user_id)
         with self._store.read_tx():
             return st.user(self._store, user_id)
@@ -465,7 +541,7 @@ class Memory(Reading, Inspection):
         self._check_open()
         check_id(user_id, "user_id")
         ud: UserDump | None = None
-        with self._lock:
+        with self._op():
             self._check_open()
             self._flush_pending()
             # a file database: a second connection's snapshot, taken under the lock and read
@@ -548,6 +624,8 @@ class Memory(Reading, Inspection):
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         """Close the database (idempotent). Later calls raise :class:`ClosedError`."""
+        if self._listener is not None:  # (first, outside the lock: its thread may wait for it)
+            self._listener.close()
         with self._lock:
             if not self._closed:
                 self._flush_pending()

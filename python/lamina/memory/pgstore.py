@@ -49,10 +49,21 @@ from ..errors import InvalidInput, StoreBusy
 from .dburl import is_postgres_url, redact_url
 from .store import ID_SHIFT, ITEM_COLUMNS, SessionRow, UserRow, _decode, _enc
 
-__all__ = ["PostgresStore", "PG_SCHEMA_VERSION", "MIGRATIONS", "WRITE_LOCK"]
+__all__ = ["PostgresStore", "PG_SCHEMA_VERSION", "MIGRATIONS", "WRITE_LOCK", "CHANNEL", "notice_payload"]
 
 #: The database's write lock (an advisory lock key; advisory locks are per database).
 WRITE_LOCK = 0x6C616D696E61  # "lamina"
+#: The ``NOTIFY`` channel a write announces its users on (channels are per database, as the lock).
+CHANNEL = "lamina_changes"
+_MAX_PAYLOAD = 7999  # bytes PostgreSQL takes in a NOTIFY payload (8000 with the terminator)
+
+
+def notice_payload(version: int, user_id: str) -> str:
+    """A write's ``NOTIFY`` payload for one user: ``"<version> <user_id>"``; just
+    ``"<version>"`` when the user id does not fit (a listener then treats every user as moved)."""
+    p = f"{version} {user_id}"
+    return p if len(p.encode()) <= _MAX_PAYLOAD else str(version)
+
 
 _ITEM_TYPES = {
     "id": "BIGINT NOT NULL",
@@ -327,6 +338,12 @@ class PostgresStore:
         v = self._one("SELECT user_id FROM lamina.items WHERE id=%s", (item_id,))
         return None if v is None else str(v)
 
+    def item_counts(self, user_ids: list[str]) -> dict[str, int]:
+        cur = self.conn.execute(
+            "SELECT user_id, COUNT(*) FROM lamina.items WHERE user_id = ANY(%s) GROUP BY user_id", (list(user_ids),)
+        )
+        return {str(u): int(n) for u, n in cur}
+
     def write_number(self) -> int:
         """This transaction's write number (allocated on first use: the database's next one;
         the write lock makes write numbers commit in order)."""
@@ -350,6 +367,11 @@ class PostgresStore:
         found = self.conn.execute(
             "UPDATE lamina.users SET version=%s WHERE user_id = ANY(%s) RETURNING user_id", (n, uids)
         ).fetchall()
+        # every touched user (one deleted by this write too) announced to the listening handles;
+        # PostgreSQL delivers the notices when (and only if) the transaction commits
+        self.conn.execute(
+            "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (CHANNEL, [notice_payload(n, u) for u in uids])
+        )
         return {str(r[0]): n for r in sorted(found)}  # (a user deleted by this write has none)
 
     def next_user_index(self) -> int:
