@@ -180,6 +180,7 @@ class MemoryState:
         self.unloaded: set[str] = set()  # users of the store whose state is loaded on first use
         # loaded users, least recently used first (Memory(max_loaded_users=...) evicts from the front)
         self.recent: dict[str, None] = {}
+        self.by_idx: dict[int, str] = {}  # a loaded user's namespace index -> its id
         self.high_water = 0  # the store's last write number this state has caught up with
 
     # ------------------------------------------------------------------ (re)building
@@ -208,6 +209,7 @@ class MemoryState:
         """Add users (absent from the state) with their sessions and items (in id order)."""
         for row in users:
             u = self.users[row[0]] = UserState(row[0], row[1])
+            self.by_idx[u.idx] = u.user_id
             self.used(u.user_id)
             _set_user_row(u, row)
             u.version = versions.get(u.user_id, 0)
@@ -247,6 +249,7 @@ class MemoryState:
         self.recent.pop(user_id, None)
         if u is None:
             return
+        self.by_idx.pop(u.idx, None)
         # a graph keeps the data of points it only marks deleted (evicted items' too): the
         # graphs of the user's namespaces go whole (rebuilt from the arena when next searched)
         self.vectors.drop_graphs([u.ns(code) for code in NsCode])
@@ -430,6 +433,7 @@ class MemoryState:
     def add_user(self, u: UserState) -> None:
         """A user new to the store (its state starts empty)."""
         self.users[u.user_id] = u
+        self.by_idx[u.idx] = u.user_id
         self.used(u.user_id)
 
     # ------------------------------------------------------------------ the cache limit
