@@ -173,7 +173,9 @@ def test_below_the_threshold_the_archive_is_scanned_exactly_never_through_a_loca
         for q in ("tea and chess", "kites"):
             assert same(archive(m, q), exact(pg_url, q))
         assert m._st.vectors.ann_builds == 0 and not m._st.vectors.graph_namespaces()
+        assert "u/archive" not in m.stats(user_id="u").ann_layers
     with Memory(None, embedder="hashing", config=cfg) as sqlite:  # (SQLite: the graph past ann_threshold)
         sqlite.add(turns(150), user_id="u", session_id="s")
         sqlite.search("tea and chess", user_id="u", k=10, layers=["archive"])
         assert sqlite._st.vectors.ann_builds == 1
+        assert "u/archive" in sqlite.stats(user_id="u").ann_layers
