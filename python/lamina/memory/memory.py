@@ -263,7 +263,12 @@ class Memory(Reading, Inspection):
         return self._listener
 
     def _on_notice(self, version: int, user_id: str | None) -> None:
-        """A write of another handle committed (listener thread): catch up now, in the background."""
+        """A write committed (listener thread): catch up now, in the background, unless it was
+        this handle's own."""
+        from .pgstore import PostgresStore
+
+        if isinstance(self._store, PostgresStore) and self._store.wrote(version):
+            return
         self._catch_up_now()
 
     def _catch_up_now(self) -> None:
@@ -295,8 +300,8 @@ class Memory(Reading, Inspection):
         if any(r.user_id in victims for r in st.pending.values()):
             try:
                 self._flush_pending()
-            except LaminaError:  # (e.g. StoreBusy: they stay loaded, and are evicted after a later call)
-                _log.warning("lamina: could not write access statistics; %d users stay loaded", len(victims))
+            except Exception as e:  # (e.g. StoreBusy: they stay loaded, evicted after a later call)
+                _log.warning("lamina: could not write access statistics (%s); %d users stay loaded", e, len(victims))
                 return
         for uid in victims:
             st.evict_user(uid)

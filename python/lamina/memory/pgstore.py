@@ -339,6 +339,10 @@ class PostgresStore:
             self._in_tx = False
             self._write_no = None
 
+    def wrote(self, version: int) -> bool:
+        """Whether this connection committed the write of that number (its own notices)."""
+        return version in self._own
+
     def write_numbered(self) -> int | None:
         """The write number this transaction took (None: none yet)."""
         return self._write_no
