@@ -115,7 +115,8 @@ class Memory(Reading, Inspection):
     Thread-safe. One ``Memory`` may be shared by many threads: every operation that reads or
     changes state holds one internal re-entrant lock, so operations are linearizable (each takes
     effect atomically at some point between its call and its return). Embedding, the expensive
-    part, runs outside the lock, and native searches release the GIL.
+    part, runs outside the lock, and native searches release the GIL. On PostgreSQL (``listen``)
+    a background thread takes the same lock to catch notified users up between calls.
 
     Durability and atomicity
     ------------------------
