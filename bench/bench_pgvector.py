@@ -16,7 +16,8 @@ the vector column beside the bytea), the per-user partial index built by
 ``PostgresStore.archive_search`` (one round trip on a unix socket, ``ef_search`` = the
 configured ``ann_ef_search`` + 16, as ``lamina.Memory`` asks). Native: ``LayerIndex`` exact
 (``exact_search``) and through hnswlib (M 16, ef_construction 100, ef 96, the defaults).
-Latencies: median and p99 of one query at a time. Recall@10: the share of the exact top 10
+Latencies: median and p99 of one query at a time. Last, 100 more rows are written into the
+indexed table (what the index costs each archive row written after it exists). Recall@10: the share of the exact top 10
 (float64 numpy) found.
 
 Run: ``python bench/bench_pgvector.py [--sizes 1000,10000,50000] [--queries 200]``; starts
@@ -167,6 +168,12 @@ def run_size(url: str, n: int, n_q: int, seed: int, kind: str) -> dict[str, Any]
     out["pg_plan_uses_hnsw"] = "items_archive_" in plan
     lat, got = timed(pg, Q)
     out["pgvector_hnsw"] = summary(lat, got, want, base)
+    # what the index costs a write once it exists: 100 more rows, one transaction
+    more = list(rows(store, make(100, 1, seed + 1, kind)[0]))
+    t0 = time.perf_counter()
+    with store.tx():
+        store.insert_items(more)
+    out["pg_indexed_insert_ms_per_row"] = round(1e3 * (time.perf_counter() - t0) / len(more), 2)
     store.close()
     return out
 
