@@ -26,6 +26,7 @@ MEMORY_LEVELS = {
     "gcquiet": 0,
     "records": 1,
     "pgstore": 1,
+    "pgnotify": 2,
     "dump": 2,
     "staleness": 2,
     "coverage": 2,

@@ -298,6 +298,10 @@ class AsyncMemory:
         """See :meth:`lamina.Memory.users`."""
         return await self._run(self._mem.users)
 
+    async def item_counts(self) -> dict[str, int]:
+        """See :meth:`lamina.Memory.item_counts`."""
+        return await self._run(self._mem.item_counts)
+
     async def flush(self) -> None:
         """See :meth:`lamina.Memory.flush`."""
         await self._run(self._mem.flush)

@@ -30,7 +30,7 @@ Thread safety: none of its own; :class:`lamina.Memory` calls it under its lock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,11 @@ _ROW = 0xFFFFFFFF  # an arena slot's row (the high bits are its generation)
 PARALLEL_ROWS = 8192
 _KEY_BITS = 40  # :meth:`LayerIndex.get_keyed`: ids whose low 40 bits are unique within an arena
 _KEY_MASK = (1 << _KEY_BITS) - 1
+
+
+Remote = Callable[
+    [npt.NDArray[np.float32], int, int, int], "tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]] | None"
+]
 
 
 def _import_hnswlib() -> Any:
@@ -165,6 +170,10 @@ class LayerIndex:
         self._slot_of_key: list[npt.NDArray[np.int64]] = [np.full(1024, -1, dtype=np.int64) for _ in self._arenas]
         self._graphs: dict[int, _Graph] = {}
         self.ann_builds = 0  # graphs built (stats, tests)
+        #: An index outside the arenas for some namespaces (lamina.Memory on PostgreSQL: pgvector
+        #: for a large archive): ``remote(q, namespace, k, size)`` with q of shape (dim,) returns
+        #: (cosines, float32; item ids, int64), best first, or None for the arenas' own search.
+        self.remote: Remote | None = None
 
     # ------------------------------------------------------------------ rows
     @staticmethod
@@ -380,6 +389,11 @@ class LayerIndex:
                     n = sizes[ns] = self.count(ns)
                 if n == 0:
                     continue
+                if self.remote is not None:
+                    hit = self.remote(Q[i], ns, min(k, n), n)
+                    if hit is not None:
+                        out[i][j] = hit
+                        continue
                 if self.uses_ann(ns, n):
                     sc, ids = self._ann_search(Q[i : i + 1], ns, min(k, n))
                     out[i][j] = (np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64))

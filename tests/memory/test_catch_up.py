@@ -81,11 +81,12 @@ def contexts(m: Memory, user: str) -> list[str]:
 
 
 def assert_same_as_fresh(m: Memory, path: Path | str, users: list[str]) -> None:
-    """``m``'s state of each user equals the state a new handle loads from the file."""
-    m._sync()
-    for uid in users:
-        m._user(uid)
-    with Memory(path, embedder="hashing", config=CONFIG) as fresh:
+    """``m``'s state of each user equals the state a new handle loads from the file. (Under
+    ``m``'s lock: on PostgreSQL its listener may catch up in the background meanwhile.)"""
+    with m._lock, Memory(path, embedder="hashing", config=CONFIG, listen=False) as fresh:
+        m._sync()
+        for uid in users:
+            m._user(uid)
         assert sorted(m.users()) == sorted(fresh.users())
         for uid in fresh.users():
             got = m._st.users[uid]

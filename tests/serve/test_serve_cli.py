@@ -145,8 +145,10 @@ def test_two_workers_share_one_file(tmp_path: Path) -> None:
 def test_workers_share_one_postgresql_database(tmp_path: Path, pg_url: str) -> None:
     """``--workers 3`` on PostgreSQL: a write acknowledged by any worker is in the next search on
     any worker (each request on a new connection: the kernel spreads them), and a delete
-    acknowledged by one is never served by any afterwards."""
-    args = ["--db", pg_url, "--embedder", "hashing", "--workers", "3"]
+    acknowledged by one is never served by any afterwards. Each worker keeps one user loaded
+    (``--max-loaded-users 1``, handed to the workers with the rest of the configuration), and a
+    second user's writes in between evict the first everywhere."""
+    args = ["--db", pg_url, "--embedder", "hashing", "--workers", "3", "--max-loaded-users", "1"]
     hdr = {"Authorization": f"Bearer {KEY_A}"}
     with serve_process(tmp_path, args, env_keys=f"a:{KEY_A}") as sp:
 
@@ -168,6 +170,12 @@ def test_workers_share_one_postgresql_database(tmp_path: Path, pg_url: str) -> N
             )
             assert r.status_code == 200, r.text
             ids += r.json()["ids"]
+            other = httpx.post(
+                sp.url + "/v1/memories",
+                json={"user_id": "v", "session_id": "s", "messages": [{"text": f"other note {i}"}]},
+                headers=hdr,
+            )
+            assert other.status_code == 200, other.text
             assert search() == sorted(ids)  # read-your-writes on whichever worker answers
         for gone in ids[:4]:
             assert httpx.delete(f"{sp.url}/v1/memories/{gone}", params={"user_id": "w"}, headers=hdr).status_code == 200

@@ -168,6 +168,8 @@ def test_the_metrics_key_travels_to_workers_as_its_hash() -> None:
     cfg = ServeConfig(db="x.db", keys=KeyRing({hash_key(KEY): "acme"}), metrics_key=hash_key("m" * 20))
     raw = cfg.to_env()
     assert "m" * 20 not in raw and ServeConfig.from_env(raw).metrics_key == hash_key("m" * 20)
+    assert ServeConfig.from_env(ServeConfig(db="x.db", max_loaded_users=7).to_env()).max_loaded_users == 7
+    assert ServeConfig.from_env(raw).max_loaded_users is None
     with pytest.raises(InvalidInput, match="metrics_key"):
         ServeConfig(db=None, metrics_key="plain-key-not-a-hash")
 

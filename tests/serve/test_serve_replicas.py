@@ -5,6 +5,8 @@ Afterwards: every acknowledged add is stored exactly once (an add whose reply ne
 stored or not, but at most once: writers never resend); a delete acknowledged by any replica is
 served by none; no tenant reads another's user of the same name; every replica answers the same
 query with the same context. Real processes, a real PostgreSQL (tests/pgkit.py), a real SIGKILL.
+The third replica keeps one user loaded (``--max-loaded-users 1``): it evicts and reloads users
+all along, and must serve exactly what the others serve.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def test_three_replicas_one_killed_mid_load(tmp_path: Path, pg_url: str) -> None
     with (
         serve_process(tmp_path, args, env_keys=env_keys) as r0,
         serve_process(tmp_path, args, env_keys=env_keys) as r1,
-        serve_process(tmp_path, args, env_keys=env_keys) as r2,
+        serve_process(tmp_path, [*args, "--max-loaded-users", "1"], env_keys=env_keys) as r2,
     ):
         replicas = Replicas([r0.url, r1.url, r2.url])
         acked: dict[str, list[str]] = collections.defaultdict(list)  # user -> acknowledged texts

@@ -86,6 +86,11 @@ class MemoryConfig:
     (:class:`lamina.VectorArena`; ``oversample`` None: the codec's default): scores stay exact,
     a row the codes ranked low can be missed. ``vector_dtype`` "float16" halves the bytes the
     searched arenas hold and scan (scores accumulate in float32; they round differently).
+    ``pgvector_threshold`` (PostgreSQL with pgvector only): a user's archive with more rows than
+    this is searched through a pgvector HNSW index in the database (one per user, built in the
+    background the first time a search finds the archive past the threshold, shared by every
+    replica; approximate, ``ann_ef_search`` candidates) instead of the handle's arena or hnswlib
+    graph; None: never. The default was chosen from ``bench/bench_pgvector.py`` (README).
     """
 
     working_capacity: int = 16
@@ -129,6 +134,7 @@ class MemoryConfig:
     codec: Codec | None = None
     oversample: int | None = None
     vector_dtype: VectorDType = "float32"
+    pgvector_threshold: int | None = 40_000
 
     def __post_init__(self) -> None:
         ints = (
@@ -145,6 +151,7 @@ class MemoryConfig:
             "ann_ef_construction",
             "ann_ef_search",
             "rrf_k",
+            "pgvector_threshold",
         )
         if self.codec is not None and self.codec not in CODECS:
             raise InvalidInput(f"MemoryConfig.codec must be one of {CODECS} or None, got {self.codec!r}")
@@ -158,7 +165,7 @@ class MemoryConfig:
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ("synchronous", "layers", "eviction", "codec", "oversample", "vector_dtype") or (
-                f.name == "max_entropy" and v is None
+                f.name in ("max_entropy", "pgvector_threshold") and v is None
             ):
                 continue
             if f.name in ("lexical", "time_channel"):

@@ -38,7 +38,7 @@ class Inspection:
             Unknown id, an id of another database, or (with ``user_id``) another user's item.
         """
         self._check_open()
-        with self._lock:
+        with self._op():
             self._sync()
             return self._st.item(self._record(item_id, user_id))
 
@@ -50,7 +50,7 @@ class Inspection:
         :meth:`update` (as items with ``kind`` unchanged and ``timestamp`` = change time).
         """
         self._check_open()
-        with self._lock:
+        with self._op():
             self._sync()
             st = self._st
             r = self._record(item_id, user_id)
@@ -76,7 +76,7 @@ class Inspection:
         check_id(user_id, "user_id")
         if subject is not None:
             check_text(subject, "subject")
-        with self._lock:
+        with self._op():
             self._sync()
             st = self._st
             u = self._user(user_id)
@@ -151,7 +151,7 @@ class Inspection:
             raise InvalidInput(f"offset must be >= 0, got {offset}")
         if limit is not None:
             limit = check_count(limit, "limit")
-        with self._lock:
+        with self._op():
             self._sync()
             return listing.list_items(
                 self._st,
@@ -180,7 +180,7 @@ class Inspection:
         checked = names_of(kinds, "kinds", KINDS)
         assert checked is not None
         bins = check_count(bins, "bins", maximum=10_000)
-        with self._lock:
+        with self._op():
             self._sync()
             return listing.activity(self._st, self._known_user(user_id), kinds=checked, bins=bins)
 
@@ -189,7 +189,7 @@ class Inspection:
         items, sessions, users, profile drift (sum / last ‖Δe‖² of the damped updates), the embedder,
         the database path and LLM fallbacks (see :class:`lamina.MemoryStats`)."""
         self._check_open()
-        with self._lock:
+        with self._op():
             self._sync()
             st = self._st
             if user_id is not None:
@@ -213,10 +213,25 @@ class Inspection:
 
     def users(self: MemoryHost) -> list[str]:
         """All user ids."""
-        with self._lock:
+        with self._op():
             if not self._closed:
                 self._sync()
             return sorted(set(self._st.users) | self._st.unloaded)
+
+    def item_counts(self: MemoryHost) -> dict[str, int]:
+        """Items per user (every layer and status; ``stats(user_id=u).items``), counted in the
+        loaded state and, for users not loaded (``Memory(max_loaded_users=...)``), in the store,
+        without loading them."""
+        self._check_open()
+        with self._op():
+            self._sync()
+            st = self._st
+            out = {uid: len(u.ids) for uid, u in st.users.items()}
+            if st.unloaded:
+                with self._store.read_tx():
+                    stored = self._store.item_counts(sorted(st.unloaded))
+                out.update({uid: stored.get(uid, 0) for uid in st.unloaded})
+            return dict(sorted(out.items()))
 
 
 def names_of(v: Sequence[str] | None, what: str, allowed: Sequence[str]) -> list[str] | None:

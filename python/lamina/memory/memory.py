@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,7 @@ from ..embedders import Embedder, TextCache, check_embeddings, get_embedder
 from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer
 from ..items import MemoryItem
+from ..layer_index import NAMESPACE_BITS, layer_code
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, ingest, transfer
 from .config import MemoryConfig
@@ -30,11 +31,14 @@ from .dump import UserDump
 from .inputs import TimeLike, check_id, check_text, to_time, wall_clock
 from .inspection import Inspection
 from .reading import Reading
-from .records import Record
+from .records import NsCode, Record
 from .reports import DeleteReport, ImportReport, SessionReport
 from .state import MemoryState, UserState
 from .store import SQLiteStore, Store
 from .tx import Models, Tx
+
+if TYPE_CHECKING:
+    from .pgnotify import ChangeListener
 
 __all__ = ["Memory", "ClosedError"]
 
@@ -87,6 +91,19 @@ class Memory(Reading, Inspection):
         arenas in device memory, updated row by row on every write; the store stays the source
         of truth, and opening a database rebuilds them there. Scores are computed on the GPU
         and may round differently from the CPU's (near-ties can then order differently).
+    max_loaded_users : int, optional
+        The most users whose state (records, vectors in the native arenas, trees, lexical
+        entries) this handle keeps in memory. Users are then loaded on first use rather than at
+        open, and after each call the least recently used ones beyond the limit are evicted
+        (their pending access statistics written first); an evicted user is loaded again from
+        the store when next used, with the same contexts. None (default): no limit, every user
+        loaded at open. A single ``context_batch`` over more users than the limit holds them all
+        until it returns.
+    listen : bool
+        On PostgreSQL, ``LISTEN`` for other handles' writes on a connection of its own and catch
+        the notified users up in the background (:mod:`lamina.memory.pgnotify`), so the next
+        call finds them current. Every call still checks the database's write number first (a
+        notice is an optimisation, never the guard). Ignored for SQLite. Default True.
 
     Identifiers (``user_id``, ``session_id``) are keyword-only on every method. Unknown ids raise
     :class:`lamina.NotFoundError` (a ``KeyError``), values lamina cannot accept
@@ -98,7 +115,8 @@ class Memory(Reading, Inspection):
     Thread-safe. One ``Memory`` may be shared by many threads: every operation that reads or
     changes state holds one internal re-entrant lock, so operations are linearizable (each takes
     effect atomically at some point between its call and its return). Embedding, the expensive
-    part, runs outside the lock, and native searches release the GIL.
+    part, runs outside the lock, and native searches release the GIL. On PostgreSQL (``listen``)
+    a background thread takes the same lock to catch notified users up between calls.
 
     Durability and atomicity
     ------------------------
@@ -122,8 +140,17 @@ class Memory(Reading, Inspection):
         busy_timeout: float = 30.0,
         domains: DomainClassifier | None = None,
         device: str = "cpu",
+        max_loaded_users: int | None = None,
+        listen: bool = True,
     ) -> None:
         parse_device(device)  # TypeError / ValueError before anything is opened
+        if max_loaded_users is not None:
+            if isinstance(max_loaded_users, bool) or not isinstance(max_loaded_users, int):
+                raise TypeError(f"max_loaded_users must be an int or None, got {type(max_loaded_users).__name__}")
+            if max_loaded_users < 1:
+                raise InvalidInput(f"max_loaded_users must be >= 1, got {max_loaded_users}")
+        self._max_users = max_loaded_users
+        self._listener: ChangeListener | None = None
         if domains is not None and not isinstance(domains, DomainClassifier):
             raise TypeError(f"domains must be a lamina.DomainClassifier, got {type(domains).__name__}")
         #: labels unlabelled turns at ``add`` when given; classifies ``domain="auto"`` queries
@@ -162,12 +189,123 @@ class Memory(Reading, Inspection):
             )
         try:
             with self._store.read_tx():
-                self._st = MemoryState.load(self._store, config, self._dim, device)
+                self._st = MemoryState.load(self._store, config, self._dim, device, lazy=max_loaded_users is not None)
         except BaseException:  # e.g. device="cuda" without a usable device: nothing stays open
             self._store.close()
             raise
         if self._store.wipe_pending():  # a delete whose wipe did not go through
             self._forget_files()
+        if getattr(self._store, "vectors", False) and config.pgvector_threshold is not None:
+            self._st.vectors.remote = self._archive_remote
+        if listen and is_postgres_url(path):
+            from .pgnotify import ChangeListener
+
+            assert isinstance(path, str)
+            self._listener = ChangeListener(path, self._on_notice, self._catch_up_now)
+
+    def _archive_remote(
+        self, q: npt.NDArray[np.float32], ns: int, k: int, n: int
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]] | None:
+        """A user's archive on PostgreSQL with pgvector (:attr:`LayerIndex.remote`; caller holds
+        the lock): past ``pgvector_threshold`` rows through the user's pgvector HNSW index, else
+        — and while that index is being built (its build is started here), or when its answer
+        does not cover ``k`` rows of this handle's state — the arena's exact scan, never a
+        per-handle hnswlib graph (``bench/bench_pgvector.py``: the exact scan is the faster up
+        to ~30k rows, and a graph would be built again in every replica after every load).
+        None (other namespaces): the index's own search."""
+        threshold = self.config.pgvector_threshold
+        if threshold is None or layer_code(ns) != NsCode.ARCHIVE:
+            return None
+        uid = self._st.by_idx.get(ns >> NAMESPACE_BITS)
+        if uid is None:
+            return None
+        if n > threshold:
+            hit = self._pgvector_search(uid, q, k)
+            if hit is not None:
+                return hit
+        sc, ids = self._st.vectors.exact_search(q, ns, k)
+        return np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64)
+
+    def _pgvector_search(
+        self, uid: str, q: npt.NDArray[np.float32], k: int
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]] | None:
+        """The user's archive top-``k`` through its pgvector index, or None (not built yet: its
+        build starts; a failed query; fewer than ``k`` rows this handle knows)."""
+        from .pgstore import PostgresStore
+
+        store = self._store
+        assert isinstance(store, PostgresStore)
+        c = self.config
+        try:
+            if not store.archive_index_ready(uid):
+                store.build_archive_index(uid, self._dim, c.ann_m, c.ann_ef_construction)
+                return None
+            cos, ids = store.archive_search(uid, q, k + 16, c.ann_ef_search + 16)
+        except LaminaError:
+            raise
+        except Exception as e:  # (psycopg's errors: the arena answers instead)
+            _log.warning("lamina: the archive's pgvector search failed (%s); searched in the arena", e)
+            return None
+        recs = self._st.recs
+        # rows committed after this call caught up are not in the state yet: left out
+        keep = [
+            x
+            for x, i in enumerate(ids.tolist())
+            if (r := recs.get(i)) is not None and r.user_id == uid and r.layer == "archive" and r.status == "active"
+        ][:k]
+        if len(keep) < k:
+            return None
+        return cos[keep], ids[keep]
+
+    # ------------------------------------------------------------------ replicas: notices, the cache limit
+    @property
+    def listener(self) -> ChangeListener | None:
+        """The ``LISTEN`` connection's thread on PostgreSQL (None: SQLite, or ``listen=False``)."""
+        return self._listener
+
+    def _on_notice(self, version: int, user_id: str | None) -> None:
+        """A write committed (listener thread): catch up now, in the background, unless it was
+        this handle's own."""
+        from .pgstore import PostgresStore
+
+        if isinstance(self._store, PostgresStore) and self._store.wrote(version):
+            return
+        self._catch_up_now()
+
+    def _catch_up_now(self) -> None:
+        """Catch up with the store's writes unless a call holds the lock (it checks itself)."""
+        if not self._lock.acquire(timeout=0.5):
+            return
+        try:
+            if not self._closed:
+                self._sync()
+        finally:
+            self._lock.release()
+
+    @contextlib.contextmanager
+    def _op(self) -> Iterator[None]:
+        """The lock around one public call; then the users beyond ``max_loaded_users`` are evicted."""
+        with self._lock:
+            try:
+                yield
+            finally:
+                self._trim()
+
+    def _trim(self) -> None:
+        """Evict the least recently used users beyond ``max_loaded_users`` (caller holds the lock,
+        outside any transaction); their pending access statistics are written first."""
+        st = self._st
+        if self._max_users is None or self._closed or len(st.users) <= self._max_users:
+            return
+        victims = st.lru_victims(self._max_users)
+        if any(r.user_id in victims for r in st.pending.values()):
+            try:
+                self._flush_pending()
+            except Exception as e:  # (e.g. StoreBusy: they stay loaded, evicted after a later call)
+                _log.warning("lamina: could not write access statistics (%s); %d users stay loaded", e, len(victims))
+                return
+        for uid in victims:
+            st.evict_user(uid)
 
     # ------------------------------------------------------------------ the unit of work
     @contextlib.contextmanager
@@ -178,7 +316,7 @@ class Memory(Reading, Inspection):
         collects; checks that raise before anything is touched leave the state as it is. On any
         later failure the transaction rolls back and the users the write touched are rebuilt
         from the store, so nothing of the write remains."""
-        with self._lock:
+        with self._op():
             self._check_open()
             self._flush_pending()
             tx = Tx(self._store, self._st)
@@ -245,6 +383,7 @@ class Memory(Reading, Inspection):
         """A user's state (loaded from the store if another writer moved it); caller holds the lock."""
         st = self._st
         if user_id not in st.unloaded:
+            st.used(user_id)
             return st.users.get(user_id)
         with self._store.read_tx():
             return st.user(self._store, user_id)
@@ -465,7 +604,7 @@ class Memory(Reading, Inspection):
         self._check_open()
         check_id(user_id, "user_id")
         ud: UserDump | None = None
-        with self._lock:
+        with self._op():
             self._check_open()
             self._flush_pending()
             # a file database: a second connection's snapshot, taken under the lock and read
@@ -548,6 +687,8 @@ class Memory(Reading, Inspection):
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         """Close the database (idempotent). Later calls raise :class:`ClosedError`."""
+        if self._listener is not None:  # (first, outside the lock: its thread may wait for it)
+            self._listener.close()
         with self._lock:
             if not self._closed:
                 self._flush_pending()

@@ -26,6 +26,21 @@ It waits at most ``busy_timeout`` seconds (``lock_timeout``) and then raises
 committed before the lock was granted); reads (:meth:`PostgresStore.read_tx`) at REPEATABLE READ,
 one snapshot for the whole catch-up.
 
+Notices. Each write also sends, inside its transaction, one ``NOTIFY`` per user it touched on
+the channel :data:`CHANNEL` (payload ``"<write number> <user_id>"``, :func:`notice_payload`);
+PostgreSQL delivers them at commit and drops them on rollback. Handles that listen
+(:mod:`lamina.memory.pgnotify`) catch those users up in the background; the write number check
+before every call stays the guard.
+
+The archive in pgvector. Migration 2 (applied when the ``vector`` extension is available and
+this role may create it; otherwise skipped and tried again at the next open) adds ``items.vec``,
+each turn's embedding as a pgvector ``vector`` beside the ``bytea`` (which the handles load:
+it is the faster format to read), filled from the stored embeddings. Writes keep the two equal.
+A user's archive past ``MemoryConfig.pgvector_threshold`` rows gets a partial HNSW index of its
+own (:meth:`PostgresStore.build_archive_index`: ``CREATE INDEX CONCURRENTLY`` over the rows
+already stored, the bulk build; then PostgreSQL inserts each new row), searched by
+:meth:`PostgresStore.archive_search` with the same cosine as the arenas, approximately.
+
 Deletion. Rows are deleted in the write's transaction and are never served again by any handle
 (the change log carries the tombstones). :meth:`PostgresStore.forget` then runs ``VACUUM`` on
 the tables a delete touches, so no dead tuple or index entry of a deleted row survives in the
@@ -37,22 +52,50 @@ archive, replica or backup of it) keeps the rows until recycled.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
 import secrets
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from ..errors import InvalidInput, StoreBusy
 from .dburl import is_postgres_url, redact_url
 from .store import ID_SHIFT, ITEM_COLUMNS, SessionRow, UserRow, _decode, _enc
 
-__all__ = ["PostgresStore", "PG_SCHEMA_VERSION", "MIGRATIONS", "WRITE_LOCK"]
+__all__ = [
+    "PostgresStore",
+    "PG_SCHEMA_VERSION",
+    "MIGRATIONS",
+    "WRITE_LOCK",
+    "CHANNEL",
+    "notice_payload",
+    "vector_text",
+    "archive_index_name",
+]
+
+_log = logging.getLogger("lamina")
 
 #: The database's write lock (an advisory lock key; advisory locks are per database).
 WRITE_LOCK = 0x6C616D696E61  # "lamina"
+#: The ``NOTIFY`` channel a write announces its users on (channels are per database, as the lock).
+CHANNEL = "lamina_changes"
+_MAX_PAYLOAD = 7999  # bytes PostgreSQL takes in a NOTIFY payload (8000 with the terminator)
+
+
+def notice_payload(version: int, user_id: str) -> str:
+    """A write's ``NOTIFY`` payload for one user: ``"<version> <user_id>"``; just
+    ``"<version>"`` when the user id does not fit (a listener then treats every user as moved)."""
+    p = f"{version} {user_id}"
+    return p if len(p.encode()) <= _MAX_PAYLOAD else str(version)
+
 
 _ITEM_TYPES = {
     "id": "BIGINT NOT NULL",
@@ -91,8 +134,60 @@ assert tuple(_ITEM_TYPES) == ITEM_COLUMNS
 
 _ITEMS = ", ".join(f'"{c}" {t}' for c, t in _ITEM_TYPES.items())
 
-#: (version, name, statements): applied in order, each once, recorded in ``lamina.migrations``.
-MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
+Conn = psycopg.Connection[tuple[Any, ...]]
+#: A migration step: a statement, or a function run on the connection inside the migration's
+#: transaction (it returns False when the migration cannot apply yet: nothing of it is kept, and
+#: it is tried again at the next open).
+Step = str | Callable[[Conn], bool]
+
+
+def vector_text(v: npt.NDArray[np.float32] | bytes) -> str:
+    """A float32 vector (or its bytes) as pgvector's text input, ``[x,y,...]`` (each value's
+    shortest repr: pgvector reads back the same float32)."""
+    x = np.frombuffer(v, dtype=np.float32) if isinstance(v, bytes) else np.asarray(v, dtype=np.float32)
+    return "[" + ",".join(map(repr, x.tolist())) + "]"
+
+
+def archive_index_name(user_id: str) -> str:
+    """The name of a user's pgvector HNSW index over its archive (by a hash of the user id, so
+    a user deleted and created again finds it)."""
+    return "items_archive_" + hashlib.sha256(user_id.encode()).hexdigest()[:24]
+
+
+def _archive_vectors(conn: Conn) -> bool:
+    """Migration 2: the pgvector column ``items.vec`` (a copy of each turn's embedding as a
+    ``vector``), filled from the stored ``bytea`` embeddings. Needs the ``vector`` extension:
+    without it (not installed, or this role may not create it) nothing is kept and the archive
+    stays searched in the handles' native arenas."""
+    if conn.execute("SELECT 1 FROM pg_available_extensions WHERE name='vector'").fetchone() is None:
+        _log.warning("lamina: PostgreSQL has no pgvector extension; the archive is searched in the handles' arenas")
+        return False
+    conn.execute("SAVEPOINT lamina_vector")
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except psycopg.Error as e:
+        conn.execute("ROLLBACK TO SAVEPOINT lamina_vector")
+        _log.warning("lamina: cannot create the pgvector extension (%s); the archive stays in the arenas", e)
+        return False
+    conn.execute("RELEASE SAVEPOINT lamina_vector")
+    conn.execute("ALTER TABLE lamina.items ADD COLUMN vec vector")
+    # (the existing turns' embeddings, copied in batches through a temporary table)
+    conn.execute("CREATE TEMPORARY TABLE lamina_vec (id BIGINT PRIMARY KEY, vec vector) ON COMMIT DROP")
+    with conn.cursor(name="lamina_turns") as cur:
+        cur.execute("SELECT id, embedding FROM lamina.items WHERE kind='turn'")
+        while True:
+            rows = cur.fetchmany(2000)
+            if not rows:
+                break
+            with conn.cursor() as w, w.copy("COPY lamina_vec (id, vec) FROM STDIN") as copy:
+                for i, emb in rows:
+                    copy.write_row((i, vector_text(bytes(emb))))
+    conn.execute("UPDATE lamina.items i SET vec = v.vec FROM lamina_vec v WHERE i.id = v.id")
+    return True
+
+
+#: (version, name, steps): applied in order, each once, recorded in ``lamina.migrations``.
+MIGRATIONS: tuple[tuple[int, str, tuple[Step, ...]], ...] = (
     (
         1,
         "initial schema: meta, users, sessions, items, revisions, the change log",
@@ -122,6 +217,7 @@ MIGRATIONS: tuple[tuple[int, str, tuple[str, ...]], ...] = (
             "CREATE SEQUENCE lamina.item_seq AS BIGINT START 1",
         ),
     ),
+    (2, "archive vectors in pgvector: items.vec (a turn's embedding as a vector)", (_archive_vectors,)),
 )
 PG_SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -152,6 +248,11 @@ class PostgresStore:
         self._in_tx = False
         self._write_no: int | None = None
         self._own: set[int] = set()  # write numbers this connection committed (data_version skips them)
+        self.vectors = False  # items.vec exists (migration 2: pgvector)
+        self._index_state: dict[str, bool] = {}  # user -> its archive index is valid (cache)
+        self._builds: set[str] = set()  # users whose archive index a thread of this store builds
+        self._guard = threading.Lock()
+        self._ef_search: int | None = None  # the session's hnsw.ef_search, when this store set it
         try:
             self._set_lock_timeout(self.busy_timeout)
             self._migrate()
@@ -179,15 +280,27 @@ class PostgresStore:
                     f"database schema version {newest} is not supported (expected {PG_SCHEMA_VERSION}); "
                     "it was written by a newer lamina"
                 )
-            for version, name, statements in MIGRATIONS:
+            for version, name, steps in MIGRATIONS:
                 if version in done:
                     continue
-                for stmt in statements:
-                    self.conn.execute(stmt)
+                self.conn.execute("SAVEPOINT lamina_migration")
+                applied = True
+                for step in steps:
+                    if isinstance(step, str):
+                        self.conn.execute(step)
+                    elif not step(self.conn):
+                        applied = False
+                        break
+                if not applied:  # (tried again at the next open; later migrations wait for it)
+                    self.conn.execute("ROLLBACK TO SAVEPOINT lamina_migration")
+                    break
+                self.conn.execute("RELEASE SAVEPOINT lamina_migration")
                 self.conn.execute("INSERT INTO lamina.migrations(version, name) VALUES (%s, %s)", (version, name))
-            if not done:
+                done.add(version)
+            if self.get_meta("db_tag") is None:
                 self.set_meta("db_tag", str(1 + secrets.randbelow((1 << 22) - 1)))
-            self.set_meta("schema_version", str(PG_SCHEMA_VERSION))
+            self.set_meta("schema_version", str(max(done)))
+            self.vectors = 2 in done
 
     # -- transactions ------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -225,6 +338,10 @@ class PostgresStore:
         finally:
             self._in_tx = False
             self._write_no = None
+
+    def wrote(self, version: int) -> bool:
+        """Whether this connection committed the write of that number (its own notices)."""
+        return version in self._own
 
     def write_numbered(self) -> int | None:
         """The write number this transaction took (None: none yet)."""
@@ -273,6 +390,11 @@ class PostgresStore:
         reader._write_no = None
         reader._own = set()
         reader.tag = self.tag
+        reader.vectors = self.vectors
+        reader._index_state = {}
+        reader._builds = set()
+        reader._guard = threading.Lock()
+        reader._ef_search = None
         return reader
 
     # -- helpers -----------------------------------------------------------------------------
@@ -327,6 +449,12 @@ class PostgresStore:
         v = self._one("SELECT user_id FROM lamina.items WHERE id=%s", (item_id,))
         return None if v is None else str(v)
 
+    def item_counts(self, user_ids: list[str]) -> dict[str, int]:
+        cur = self.conn.execute(
+            "SELECT user_id, COUNT(*) FROM lamina.items WHERE user_id = ANY(%s) GROUP BY user_id", (list(user_ids),)
+        )
+        return {str(u): int(n) for u, n in cur}
+
     def write_number(self) -> int:
         """This transaction's write number (allocated on first use: the database's next one;
         the write lock makes write numbers commit in order)."""
@@ -350,6 +478,11 @@ class PostgresStore:
         found = self.conn.execute(
             "UPDATE lamina.users SET version=%s WHERE user_id = ANY(%s) RETURNING user_id", (n, uids)
         ).fetchall()
+        # every touched user (one deleted by this write too) announced to the listening handles;
+        # PostgreSQL delivers the notices when (and only if) the transaction commits
+        self.conn.execute(
+            "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (CHANNEL, [notice_payload(n, u) for u in uids])
+        )
         return {str(r[0]): n for r in sorted(found)}  # (a user deleted by this write has none)
 
     def next_user_index(self) -> int:
@@ -421,9 +554,15 @@ class PostgresStore:
             return
         cols = ",".join(f'"{c}"' for c in ITEM_COLUMNS)
         n = self.write_number()
-        with self.conn.cursor() as cur, cur.copy(f"COPY lamina.items ({cols}, version) FROM STDIN") as copy:
-            for r in rows:
-                copy.write_row(tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) + (n,))
+        if not self.vectors:
+            with self.conn.cursor() as cur, cur.copy(f"COPY lamina.items ({cols}, version) FROM STDIN") as copy:
+                for r in rows:
+                    copy.write_row(tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) + (n,))
+            return
+        with self.conn.cursor() as cur, cur.copy(f"COPY lamina.items ({cols}, version, vec) FROM STDIN") as copy:
+            for r in rows:  # (a turn's embedding also as a pgvector vector: the archive's index reads it)
+                vec = vector_text(r["embedding"]) if r["kind"] == "turn" else None
+                copy.write_row(tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) + (n, vec))
 
     def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None:
         groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
@@ -438,6 +577,10 @@ class PostgresStore:
         n = self.write_number()
         for cols, rows in groups.items():
             sets = ",".join(f'"{k}"=%s' for k in cols)
+            if self.vectors and "embedding" in cols:  # (a turn's vector follows its embedding)
+                at = cols.index("embedding")
+                sets += ", vec=CASE WHEN kind='turn' THEN %s::vector END"
+                rows = [(*r[:-1], vector_text(r[at]), r[-1]) for r in rows]
             self._many(f"UPDATE lamina.items SET {sets}, version={n} WHERE id=%s", rows)
 
     def bump_access(self, rows: list[tuple[int, float | None, int]]) -> None:
@@ -534,3 +677,95 @@ class PostgresStore:
                 "SELECT text, changed_at FROM lamina.revisions WHERE item_id=%s ORDER BY seq", (item_id,)
             )
         ]
+
+    # -- the archive through pgvector -----------------------------------------------------------
+    def archive_index_ready(self, user_id: str) -> bool | None:
+        """Whether the user's archive HNSW index exists and is valid (True), is missing or not
+        yet valid (False); None when this database has no pgvector column. Cached once valid."""
+        if not self.vectors:
+            return None
+        if self._index_state.get(user_id):
+            return True
+        row = self.conn.execute(
+            "SELECT x.indisvalid FROM pg_index x WHERE x.indexrelid = to_regclass(%s)",
+            ("lamina." + archive_index_name(user_id),),
+        ).fetchone()
+        ok = bool(row and row[0])
+        if ok:
+            self._index_state[user_id] = True
+        return ok
+
+    def build_archive_index(self, user_id: str, dim: int, m: int = 16, ef_construction: int = 64) -> None:
+        """Build the user's archive HNSW index (``CREATE INDEX CONCURRENTLY``: writers go on) in a
+        daemon thread on a connection of its own, over the rows stored now — a bulk build, far
+        faster than inserting row by row into an indexed table; rows written later are inserted
+        into it by PostgreSQL. A partial index (that user's active archive rows), so a search
+        reads one user's graph whatever the other users hold. Returns at once; a second call
+        while a build of this store runs does nothing. An invalid index (a failed build) is
+        dropped first."""
+        if not self.vectors:
+            raise ValueError(f"{self.path}: no pgvector column (migration 2 not applied)")
+        with self._guard:
+            if user_id in self._builds:
+                return
+            self._builds.add(user_id)
+        name = archive_index_name(user_id)
+        stmt = sql.SQL(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON lamina.items USING hnsw ((vec::vector({dim}))"
+            " vector_cosine_ops) WITH (m = {m}, ef_construction = {efc})"
+            " WHERE user_id = {uid} AND layer = 'archive' AND status = 'active'"
+        ).format(
+            name=sql.Identifier(name),
+            dim=sql.Literal(int(dim)),
+            m=sql.Literal(int(m)),
+            efc=sql.Literal(int(ef_construction)),
+            uid=sql.Literal(user_id),
+        )
+
+        def build() -> None:
+            try:
+                with psycopg.connect(self.url, autocommit=True) as conn:
+                    row = conn.execute(
+                        "SELECT x.indisvalid FROM pg_index x WHERE x.indexrelid = to_regclass(%s)", ("lamina." + name,)
+                    ).fetchone()
+                    # (the graph is built in memory: a build past maintenance_work_mem is many times slower)
+                    conn.execute("SET maintenance_work_mem = '512MB'")
+                    if row is not None and not row[0]:
+                        conn.execute(
+                            sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS lamina.{}").format(sql.Identifier(name))
+                        )
+                    conn.execute(stmt)
+            except psycopg.Error as e:
+                _log.warning("lamina: building the archive index of a user failed: %s", e)
+            finally:
+                with self._guard:
+                    self._builds.discard(user_id)
+
+        threading.Thread(target=build, name="lamina-archive-index", daemon=True).start()
+
+    def building(self) -> set[str]:
+        """Users whose archive index a thread of this store is building now."""
+        with self._guard:
+            return set(self._builds)
+
+    def archive_search(
+        self, user_id: str, q: npt.NDArray[np.float32], k: int, ef_search: int
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """The user's ``k`` active archive rows nearest ``q`` by cosine through its HNSW index
+        (approximate: ``ef_search`` candidates, ``hnsw.ef_search``): (cosines, float32; item
+        ids), best first. Only the index's rows: call it when :meth:`archive_index_ready`."""
+        dim = int(q.shape[-1])
+        qt = vector_text(np.ascontiguousarray(q, dtype=np.float32).reshape(-1))
+        ef = max(int(ef_search), int(k))
+        if ef != self._ef_search:  # (a session setting: set when it changes)
+            self.conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(ef)))
+            self._ef_search = ef if not self._in_tx else None
+        stmt = sql.SQL(
+            "SELECT id, vec::vector({dim}) <=> %s::vector({dim}) AS d FROM lamina.items"
+            " WHERE user_id = {uid} AND layer = 'archive' AND status = 'active'"
+            " ORDER BY vec::vector({dim}) <=> %s::vector({dim}) LIMIT %s"
+        ).format(dim=sql.Literal(dim), uid=sql.Literal(user_id))
+        rows = self.conn.execute(stmt, (qt, qt, int(k))).fetchall()
+        ids = np.array([int(r[0]) for r in rows], dtype=np.int64)
+        cos = np.array([1.0 - float(r[1]) for r in rows], dtype=np.float32)
+        return cos, ids

@@ -257,7 +257,7 @@ def _contexts(
     firewall: Firewall | None,
     explain: bool,
 ) -> list[tuple[Context, ContextExplanation | None]]:
-    with host._lock:
+    with host._op():
         return batch.contexts(
             host._st,
             _caught_up(host, user_ids),
@@ -281,7 +281,7 @@ def _searches(
     t: float | None,
     arch: bool,
 ) -> list[list[MemoryItem]]:
-    with host._lock:
+    with host._op():
         return batch.searches(host._st, _caught_up(host, user_ids), Q, names, k, t, arch)
 
 

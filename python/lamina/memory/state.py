@@ -229,6 +229,9 @@ class MemoryState:
         self.sessions: dict[tuple[str, str], list[Any]] = {}
         self.data_version = -1  # the store's data_version when this state last caught up
         self.unloaded: set[str] = set()  # users of the store whose state is loaded on first use
+        # loaded users, least recently used first (Memory(max_loaded_users=...) evicts from the front)
+        self.recent: dict[str, None] = {}
+        self.by_idx: dict[int, str] = {}  # a loaded user's namespace index -> its id
         self.high_water = 0  # the store's last write number this state has caught up with
         quiet(self)  # full collections skip its containers (lamina.memory.gcquiet)
 
@@ -243,11 +246,17 @@ class MemoryState:
 
     # ------------------------------------------------------------------ (re)building
     @classmethod
-    def load(cls, store: Store, config: MemoryConfig, dim: int, device: str = "cpu") -> MemoryState:
-        """Build every in-memory structure from the database (inside a read snapshot)."""
+    def load(
+        cls, store: Store, config: MemoryConfig, dim: int, device: str = "cpu", *, lazy: bool = False
+    ) -> MemoryState:
+        """Build every in-memory structure from the database (inside a read snapshot); ``lazy``:
+        no user yet, each is loaded on first use (:meth:`user`)."""
         st = cls(config, dim, device)
         st.high_water = store.last_write()
-        st._load_rows(store.users(), store.sessions(), store.load_items(), store.user_versions())
+        if lazy:
+            st.unloaded = set(store.user_versions())
+        else:
+            st._load_rows(store.users(), store.sessions(), store.load_items(), store.user_versions())
         st.data_version = store.data_version()
         return st
 
@@ -261,6 +270,8 @@ class MemoryState:
         """Add users (absent from the state) with their sessions and items (in id order)."""
         for row in users:
             u = self.users[row[0]] = UserState(row[0], row[1])
+            self.by_idx[u.idx] = u.user_id
+            self.used(u.user_id)
             _set_user_row(u, row)
             u.version = versions.get(u.user_id, 0)
         self._set_sessions(sessions)
@@ -295,8 +306,10 @@ class MemoryState:
     def drop_user(self, user_id: str) -> None:
         """Forget a user's state (records, vectors, turn views, sessions, pending bumps)."""
         u = self.users.pop(user_id, None)
+        self.recent.pop(user_id, None)
         if u is None:
             return
+        self.by_idx.pop(u.idx, None)
         # a graph keeps the data of points it only marks deleted (evicted items' too): the
         # graphs of the user's namespaces go whole (rebuilt from the arena when next searched)
         self.vectors.drop_graphs([u.ns(code) for code in NsCode])
@@ -475,7 +488,35 @@ class MemoryState:
         if user_id in self.unloaded:
             self.reload_user(store, user_id, store.user_versions(user_id))
             self.unloaded.discard(user_id)
+        self.used(user_id)
         return self.users.get(user_id)
+
+    def add_user(self, u: UserState) -> None:
+        """A user new to the store (its state starts empty)."""
+        self.users[u.user_id] = u
+        self.by_idx[u.idx] = u.user_id
+        self.used(u.user_id)
+
+    # ------------------------------------------------------------------ the cache limit
+    def used(self, user_id: str) -> None:
+        """A loaded user was used now (the most recently used; see :meth:`lru_victims`)."""
+        if user_id in self.users:
+            self.recent.pop(user_id, None)
+            self.recent[user_id] = None
+
+    def lru_victims(self, limit: int) -> set[str]:
+        """The least recently used loaded users beyond ``limit`` (those to evict)."""
+        order = [uid for uid in self.recent if uid in self.users]
+        order += [uid for uid in self.users if uid not in self.recent]
+        return set(order[: max(0, len(self.users) - limit)])
+
+    def evict_user(self, user_id: str) -> None:
+        """Forget a loaded user's state (records, vectors, turn views, graphs) and leave it to be
+        loaded from the store on its next use. Pending access bumps of its records are dropped:
+        the caller writes them first."""
+        if user_id in self.users:
+            self.drop_user(user_id)
+            self.unloaded.add(user_id)
 
     def load_all(self, store: Store) -> None:
         """Load every user :meth:`sync` left unloaded."""

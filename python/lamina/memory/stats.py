@@ -61,12 +61,14 @@ def count_stats(
             updates=int(sum(u.drift_updates for u in users)),
             lambda_=float(config.profile_lambda),
         ),
-        # (user/layer) searched through hnswlib (past ann_threshold), the rest exactly
+        # (user/layer) searched through hnswlib (past ann_threshold), the rest exactly (an archive
+        # the index's remote answers, on PostgreSQL with pgvector, never goes through hnswlib)
         ann_layers=sorted(
             f"{u.user_id}/{L}"
             for u in users
             for L in LAYERS
-            if ann(u.ns(LAYERS[L])) or (L == "episodic" and ann(u.ns(NsCode.LEAF)))
+            if (ann(u.ns(LAYERS[L])) and not (L == "archive" and st.vectors.remote is not None))
+            or (L == "episodic" and ann(u.ns(NsCode.LEAF)))
         ),
         llm=llm,
         llm_fallbacks=llm_fallbacks,

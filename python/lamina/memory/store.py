@@ -259,6 +259,10 @@ class Store(Protocol):
         """The user an item belongs to (None: no such item)."""
         ...
 
+    def item_counts(self, user_ids: list[str]) -> dict[str, int]:
+        """Stored items per user of ``user_ids`` (users without any are left out)."""
+        ...
+
     def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
         """Count this write for each user (inside the write's transaction): their version becomes
         the database's next write number (unique, increasing); returns the new versions."""
@@ -426,6 +430,14 @@ class SQLiteStore:
     def item_user(self, item_id: int) -> str | None:
         row = self.conn.execute("SELECT user_id FROM items WHERE id=?", (item_id,)).fetchone()
         return None if row is None else str(row[0])
+
+    def item_counts(self, user_ids: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for uid in user_ids:
+            row = self.conn.execute("SELECT COUNT(*) FROM items WHERE user_id=?", (uid,)).fetchone()
+            if row[0]:
+                out[uid] = int(row[0])
+        return out
 
     def write_number(self) -> int:
         """This transaction's write number (allocated on first use: the database's next one)."""

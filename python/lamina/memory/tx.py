@@ -60,7 +60,7 @@ class Tx:
                 raise ValueError("too many users")
             self.store.add_user(user_id, idx)
             u = UserState(user_id, idx)
-            st.users[user_id] = u
+            st.add_user(u)
         return u
 
     def new_record(self, u: UserState, emb: Vec, **kw: Any) -> Record:

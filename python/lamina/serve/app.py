@@ -79,6 +79,10 @@ class ServeConfig:
         Serve the memory inspector at ``/ui`` (:mod:`~lamina.serve.ui`; default True; needs Jinja2).
     eval_results : str or None
         A ``lamina eval`` results file (JSON) the inspector plots (``lamina serve --eval``).
+    max_loaded_users : int or None
+        The most users a worker keeps loaded in its native arenas (``lamina serve
+        --max-loaded-users``; the least recently used beyond it are evicted and loaded again when
+        next used; see :class:`lamina.Memory`). None: no limit.
     """
 
     db: str | None
@@ -92,6 +96,7 @@ class ServeConfig:
     metrics_key: str | None = None
     ui: bool = True
     eval_results: str | None = None
+    max_loaded_users: int | None = None
 
     def __post_init__(self) -> None:
         if self.metrics_key is not None:
@@ -111,6 +116,7 @@ class ServeConfig:
                 "metrics_key": self.metrics_key,
                 "ui": self.ui,
                 "eval_results": self.eval_results,
+                "max_loaded_users": self.max_loaded_users,
             }
         )
 
@@ -128,6 +134,7 @@ class ServeConfig:
             metrics_key=d.get("metrics_key"),
             ui=bool(d.get("ui", True)),
             eval_results=d.get("eval_results"),
+            max_loaded_users=d.get("max_loaded_users"),
         )
 
 
@@ -335,14 +342,7 @@ def _routes() -> APIRouter:
 def _tenant_counts(svc: Service) -> list[tuple[str, int]]:
     if not svc.ready:
         return []
-    mem = svc.memory
-    out = []
-    for u in mem.users():
-        try:
-            out.append((u, mem.stats(user_id=u).items))
-        except KeyError:  # deleted meanwhile
-            continue
-    return out
+    return list(svc.memory.item_counts().items())  # (users a worker has not loaded are counted in the store)
 
 
 def create_app(
@@ -403,7 +403,9 @@ def create_app(
         owned = memory is None
         if owned:
             emb = TimedEmbedder(get_embedder(config.embedder), metrics)
-            svc.set_memory(await asyncio.to_thread(Memory, config.db, emb, config.config))
+            svc.set_memory(
+                await asyncio.to_thread(Memory, config.db, emb, config.config, max_loaded_users=config.max_loaded_users)
+            )
         try:
             async with AsyncExitStack() as stack:
                 for extra in extra_lifespans:

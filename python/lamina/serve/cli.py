@@ -90,6 +90,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         metrics_key=None if metrics_key is None else hash_key(metrics_key),
         ui=not args.no_ui,
         eval_results=args.eval,
+        max_loaded_users=args.max_loaded_users,
     )
     common: dict[str, Any] = dict(
         host=args.host,
@@ -112,7 +113,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # file) is one clear line and exit status 2, not a traceback from the app's startup
     metrics = ServeMetrics()
     try:
-        mem = Memory(db, TimedEmbedder(get_embedder(args.embedder), metrics))
+        mem = Memory(db, TimedEmbedder(get_embedder(args.embedder), metrics), max_loaded_users=args.max_loaded_users)
     except Exception as e:
         print(f"lamina serve: cannot open {redact_url(args.db)}: {e}", file=sys.stderr)
         return 2
@@ -204,6 +205,13 @@ def add_serve_parsers(sub: Any) -> None:
         "--workers", type=int, default=1, help="uvicorn worker processes sharing the --db file or PostgreSQL database"
     )
     s.add_argument("--threads", type=int, default=4, help="memory calls running at once per worker")
+    s.add_argument(
+        "--max-loaded-users",
+        type=int,
+        default=None,
+        help="the most users each worker keeps loaded in memory (least recently used evicted, "
+        "loaded again when next used; default: no limit, all loaded at start)",
+    )
     s.add_argument("--max-pending", type=int, default=256, help="calls running or queued before 503")
     s.add_argument("--queue-timeout", type=float, default=10.0, help="seconds a call may wait for a thread before 503")
     s.add_argument("--max-body-bytes", type=int, default=4 << 20)
