@@ -226,15 +226,23 @@ def evict(tx: Tx, u: UserState, now: float) -> int:
         items = ep + sem
         gone = CoverageProjection(st, u, items, len(ep), now).run()
         victims = [items[int(i)] for i in gone]
-    deepest = max((_evict_one(tx, u, r) for r in victims), default=-1)
+    # (the vectors and turn views of every victim leave the indexes at once, after the loop:
+    # nothing in it reads them)
+    withdrawn: list[int] = []
+    leaves: list[Record] = []
+    deepest = max((_evict_one(tx, u, r, withdrawn, leaves) for r in victims), default=-1)
+    st.vectors.remove(withdrawn)
+    st.drop_turn_views_of(u, leaves)
     if deepest >= u.max_depth:  # (else a node of the greatest depth stays where it was: the height stands)
         u.max_depth = max((int(st.recs[i].depth) for kids in u.children.values() for i in kids), default=0)
     return len(victims)
 
 
-def _evict_one(tx: Tx, u: UserState, r: Record) -> int:
+def _evict_one(tx: Tx, u: UserState, r: Record, gone: list[int], leaves: list[Record]) -> int:
     """Evict an item (and the tree nodes it leaves childless; spliced nodes go too). Returns the
-    greatest depth of a tree node that left or moved up (-1: none)."""
+    greatest depth of a tree node that left or moved up (-1: none). The ids whose vectors leave
+    the index are appended to ``gone``, the leaves whose turn views leave to ``leaves`` (the
+    caller removes both)."""
     st = tx.st
     deepest = -1
     stack = [r]
@@ -244,9 +252,9 @@ def _evict_one(tx: Tx, u: UserState, r: Record) -> int:
             continue
         if x.layer == "episodic" and x.parent_id is not None and x.parent_id != NO_TREE:
             deepest = max(deepest, int(x.depth))
-        st.withdraw(u, x)
+        st.withdraw(u, x, gone)
         if x.kind == "segment":
-            st.drop_turn_views(u, x)
+            leaves.append(x)
         if x.decay_mark is not None:
             st.settle(x)  # (an evicted item decays no more)
             tx.changed(x, "strength", "decay_mark")
@@ -265,11 +273,11 @@ def _evict_one(tx: Tx, u: UserState, r: Record) -> int:
                 u.children.pop(x.parent_id, None)
                 stack.append(st.recs[x.parent_id])  # an internal node with no children goes too
             elif len(sib) == 1 and x.parent_id != ROOT:
-                deepest = max(deepest, _splice(tx, u, st.recs[x.parent_id]))
+                deepest = max(deepest, _splice(tx, u, st.recs[x.parent_id], gone))
     return deepest
 
 
-def _splice(tx: Tx, u: UserState, node: Record) -> int:
+def _splice(tx: Tx, u: UserState, node: Record, gone: list[int]) -> int:
     """An internal node left with one child is replaced by that child (which moves up a level
     with its subtree), so that evictions do not leave chains of one-child summaries behind:
     without this, internal nodes outlive their leaves and the tree grows without bound.
@@ -293,7 +301,7 @@ def _splice(tx: Tx, u: UserState, node: Record) -> int:
         y.depth = max(0, int(y.depth) - 1)
         tx.changed(y, "depth")
         stack.extend(st.recs[k] for k in u.children.get(y.id, []))
-    st.withdraw(u, node)
+    st.withdraw(u, node, gone)
     if node.decay_mark is not None:
         st.settle(node)
         tx.changed(node, "strength", "decay_mark")

@@ -743,11 +743,17 @@ class MemoryState:
         self.withdraw(u, r)
         return emb
 
-    def withdraw(self, u: UserState, r: Record) -> None:
-        """:meth:`unplace` without reading the vector (an eviction's)."""
+    def withdraw(self, u: UserState, r: Record, defer: list[int] | None = None) -> None:
+        """:meth:`unplace` without reading the vector (an eviction's). ``defer``: the vector's
+        removal is left to the caller, who appends its id there and removes them all at once
+        (:meth:`LayerIndex.remove <lamina.layer_index.LayerIndex.remove>` of the list, in order:
+        the arenas end as after one call per record)."""
         if r.kind == "turn" and u.coverage is not None and r.id in u.coverage.col:
             u.vec_epoch += 1  # (a listed turn's vector is replaced or gone)
-        self.vectors.remove([r.id])
+        if defer is None:
+            self.vectors.remove([r.id])
+        else:
+            defer.append(r.id)
         u.deactivate(r)
 
     def move(self, u: UserState, r: Record, layer: str, emb: Vec | None = None) -> None:
@@ -772,10 +778,17 @@ class MemoryState:
 
     def drop_turn_views(self, u: UserState, leaf: Record, *, forget: bool = False) -> None:
         """Take a leaf's turn views out of the index (``forget``: their graphs too)."""
-        keys = [m | TURN_KEY for m in (leaf.members or ()) if u.seg_of.get(m) == leaf.id]
-        for m in leaf.members or ():
-            if u.seg_of.get(m) == leaf.id:
-                del u.seg_of[m]
+        self.drop_turn_views_of(u, [leaf], forget=forget)
+
+    def drop_turn_views_of(self, u: UserState, leaves: Sequence[Record], *, forget: bool = False) -> None:
+        """:meth:`drop_turn_views` of several leaves, in order, with one removal from the index
+        and one from the lexical index (the indexes end as after one call per leaf)."""
+        keys: list[int] = []
+        for leaf in leaves:
+            for m in leaf.members or ():
+                if u.seg_of.get(m) == leaf.id:
+                    del u.seg_of[m]
+                    keys.append(m | TURN_KEY)
         (self.vectors.forget if forget else self.vectors.remove)([k for k in keys if k in self.vectors])
         self.lex.remove([k & ~TURN_KEY for k in keys], missing_ok=True)
 
