@@ -134,13 +134,15 @@ def contexts(
         jobs.append((u, layers, queries[i]))
     found = retrieve.search(st, jobs, Q[known], m, views=True)
     lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
+    # with a firewall the domain gate is its own
+    search_domains = [domains[i] if firewall is None else None for i in known]
+    turns = retrieve.fused_turns(st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains)
     cands: list[Candidates | None] = [None] * n
     reports: list[FirewallReport | None] = [None] * n
-    for i, (u, _, query), raw in zip(known, jobs, found):
+    for i, (u, _, query), raw, dom, tu in zip(known, jobs, found, search_domains, turns):
         q = Q[i : i + 1].copy()  # (a row of its own, as one query's vector is)
-        search_domain = domains[i] if firewall is None else None  # with a firewall the gate is its own
         cands[i] = cd = retrieve.rank(
-            st, u, q, query, layers, raw, m, t_now, search_domain, retrieve.staleness(st, u), lookup
+            st, u, q, query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, tu
         )
         if cd is not None and firewall is not None:
             reports[i] = screen(st, u, cd, q, domains[i], firewall)
