@@ -4,6 +4,8 @@ alone or in any batch; its sorting helpers equal ``np.lexsort``."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import numpy.typing as npt
 from hypothesis import given, settings
@@ -115,10 +117,11 @@ def test_fuse_is_the_per_query_reference_in_any_batch(case: tuple[object, ...]) 
     assert isinstance(floor, float) and isinstance(top, int)
     index = LayerIndex(DIM, ann_threshold=10**6)
     index.add((1 << 3) | NsCode.ARCHIVE, ids.tolist(), rows)
-    got = fuse(index, config, ids, when, sessions, visible, Q, jobs, floor, top)
+    locate = partial(np.searchsorted, ids)
+    got = fuse(index, config, ids, locate, when, sessions, visible, Q, jobs, floor, top)
     assert len(got) == len(jobs)
     for j, (job, f) in enumerate(zip(jobs, got)):
-        alone = fuse(index, config, ids, when, sessions, visible, Q, [job], floor, top)[0]
+        alone = fuse(index, config, ids, locate, when, sessions, visible, Q, [job], floor, top)[0]
         assert _as_tuple(f) == _as_tuple(alone), j  # the same bits in a batch as alone
         ref = _reference(index, config, ids, when, sessions, visible, Q[job.row].copy(), job)
         if ref is None:
@@ -136,10 +139,9 @@ def test_fuse_is_the_per_query_reference_in_any_batch(case: tuple[object, ...]) 
 def test_fuse_of_no_queries() -> None:
     index = LayerIndex(DIM, ann_threshold=10**6)
     one = np.ones(1, dtype=np.int64)
-    assert (
-        fuse(index, MemoryConfig(), one, one > 0, one, np.ones((1, 1), bool), np.ones((0, DIM), np.float32), [], 0.0, 3)
-        == []
-    )
+    no_q = np.ones((0, DIM), np.float32)
+    locate = partial(np.searchsorted, one)
+    assert fuse(index, MemoryConfig(), one, locate, one > 0, one, np.ones((1, 1), bool), no_q, [], 0.0, 3) == []
 
 
 @settings(max_examples=200, deadline=None)

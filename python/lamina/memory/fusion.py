@@ -10,7 +10,7 @@ query alone computes it. So a query's result has the same bits in any batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,6 +132,7 @@ def fuse(
     vectors: LayerIndex,
     config: MemoryConfig,
     ids: I64,
+    locate: Callable[[I64], I64],
     when: npt.NDArray[np.bool_],
     sessions: I64,
     visible: npt.NDArray[np.bool_],
@@ -152,6 +153,7 @@ def fuse(
     vectors : the memory's vectors (the turns' float32 rows, archive layer)
     config : the memory's settings
     ids : ndarray, shape (N,), int64 — the records found (sorted, unique: the lookup's)
+    locate : where ids are in ``ids`` (as ``np.searchsorted(ids, x)``; a lookup's is faster)
     when : ndarray, shape (N,), bool — whether each record's text says when
     sessions : ndarray, shape (N,), int64 — a code of each record's session (>= 0)
     visible : ndarray, shape (V, N), bool — which records a query sees (the replay clock and
@@ -174,7 +176,7 @@ def fuse(
 
     def seen(lists: list[I64]) -> tuple[I64, I64]:  # (query, key) of the visible hits
         q = np.repeat(qs, np.fromiter(map(len, lists), dtype=np.int64, count=B))
-        pos = np.searchsorted(ids, np.concatenate(lists))
+        pos = locate(np.concatenate(lists))
         ok = visible[gates[q], pos]
         q = q[ok]
         return q, q * N + pos[ok]
