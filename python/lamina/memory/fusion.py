@@ -154,7 +154,8 @@ def fuse(
     config : the memory's settings
     ids : ndarray, shape (N,), int64 — the records found (sorted, unique: the lookup's)
     locate : where ids are in ``ids`` (as ``np.searchsorted(ids, x)``; a lookup's is faster)
-    when : ndarray, shape (N,), bool — whether each record's text says when
+    when : ndarray, shape (N,), bool — whether each record's text says when (read for the
+        jobs that ask for a time only)
     sessions : ndarray, shape (N,), int64 — a code of each record's session (>= 0)
     visible : ndarray, shape (V, N), bool — which records a query sees (the replay clock and
         domain gate), one row per gate of the jobs

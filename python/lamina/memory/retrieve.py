@@ -333,12 +333,14 @@ def fused_turns(
         return out
     visible = np.stack([lookup.visible(t, d) for t, d in gates])
     c = st.config
+    # (whether a record's text says when: asked only when a query asks for a time)
+    when = lookup.when() if c.time_channel and any(j.when for j in jobs) else np.zeros(len(lookup.ids), dtype=bool)
     fused = fuse(
         st.vectors,
         c,
         lookup.ids,
         lookup.pos,
-        lookup.when(),
+        when,
         lookup.sessions(),
         visible,
         Q,
