@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lamina.layer_index import LayerIndex
 from lamina.memory.config import MemoryConfig
-from lamina.memory.fusion import Fused, Turns, fuse, segment_ranks, sort_within
+from lamina.memory.fusion import Fused, Turns, fuse, segment_ranks, sort_within, twins
 from lamina.memory.records import NsCode
 from lamina.memory.store import ID_SHIFT
 
@@ -163,3 +163,17 @@ def test_segment_ranks() -> None:
     keys = np.array([0, 0, 0, 2, 2, 3], dtype=np.int64)
     assert segment_ranks(keys, 5).tolist() == [0, 1, 2, 0, 1, 0]
     assert segment_ranks(np.empty(0, dtype=np.int64), 3).tolist() == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    a=st.lists(st.integers(0, 50), unique=True, max_size=30),
+    b=st.lists(st.integers(0, 50), unique=True, max_size=30),
+)
+def test_twins_by_table_and_by_sorting(a: list[int], b: list[int]) -> None:
+    want_b = [j for j, x in enumerate(b) if x in a]
+    want_a = [a.index(b[j]) for j in want_b]
+    A, Bk = np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)
+    for table in (True, False, None):
+        in_b, in_a = twins(A, Bk, 51, table)
+        assert (in_b.tolist(), in_a.tolist()) == (want_b, want_a)

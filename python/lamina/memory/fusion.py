@@ -21,7 +21,7 @@ from .config import MemoryConfig
 from .records import NsCode
 from .store import ID_SHIFT
 
-__all__ = ["Turns", "Fused", "fuse", "segment_ranks", "sort_within"]
+__all__ = ["Turns", "Fused", "fuse", "segment_ranks", "sort_within", "twins"]
 
 Vec = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -128,6 +128,38 @@ def sort_within(group: I64, neg: npt.NDArray[np.floating], tie: I64, n_groups: i
     return o
 
 
+def twins(a: I64, b: I64, space: int, table: bool | None = None) -> tuple[I64, I64]:
+    """The entries of ``b`` whose key is in ``a`` too, and where in ``a``.
+
+    Parameters
+    ----------
+    a, b : ndarray, shape (na,) and (nb,), int64 — keys in [0, space), unique within each array
+    space : int
+    table : find them with a table of ``space`` entries (True) or by sorting the keys (False);
+        None: a table unless ``space`` is large against ``na + nb``
+
+    Returns
+    -------
+    in_b : ndarray, int64 — the positions in ``b`` of the keys in both, ascending
+    in_a : ndarray, int64 — the positions in ``a`` of the same keys
+    """
+    if table is None:
+        table = space <= 8 * (len(a) + len(b)) + 65_536
+    if table:
+        slot = np.full(space, -1, dtype=np.int64)
+        slot[a] = np.arange(len(a))
+        at = slot[b]
+        in_b = np.flatnonzero(at >= 0)
+        return in_b, at[in_b]
+    both = np.concatenate([a, b])
+    by_key = np.argsort(both)  # (a key in both arrays sorts next to itself)
+    same = both[by_key[1:]] == both[by_key[:-1]]
+    x, y = by_key[1:][same], by_key[:-1][same]
+    in_b, in_a = np.maximum(x, y) - len(a), np.minimum(x, y)
+    o = np.argsort(in_b)
+    return in_b[o], in_a[o]
+
+
 def fuse(
     vectors: LayerIndex,
     config: MemoryConfig,
@@ -187,11 +219,7 @@ def fuse(
     # each query's turns: its dense hits, then its lexical hits that are not among them (a key is
     # at most once in each list)
     nd = len(d_key)
-    both = np.concatenate([d_key, l_key])
-    by_key = np.argsort(both)
-    same = both[by_key[1:]] == both[by_key[:-1]]
-    a, b = by_key[1:][same], by_key[:-1][same]
-    twin_l, twin_d = np.maximum(a, b) - nd, np.minimum(a, b)  # a lexical hit, its dense entry
+    twin_l, twin_d = twins(d_key, l_key, B * N)  # the lexical hits that are dense ones too
     lonly = np.ones(len(l_key), dtype=bool)
     lonly[twin_l] = False
     q_all = np.concatenate([d_q, l_q[lonly]])
