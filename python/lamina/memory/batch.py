@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidInput
 from ..items import Context, FirewallReport, MemoryItem
-from . import fill, retrieve
+from . import fill, ranking, retrieve
 from .config import ACTIVE_LAYERS
 from .domains import DomainClassifier
 from .explain import explanation
@@ -38,7 +38,12 @@ from .reports import ContextExplanation
 from .retrieve import Candidates
 from .state import MemoryState, UserState
 
-__all__ = ["pairs", "options", "query_domains", "contexts", "searches", "bump"]
+__all__ = ["pairs", "options", "query_domains", "contexts", "searches", "bump", "RANK_MANY"]
+
+#: From this many queries on, a batch ranks its candidates in numpy steps over all queries
+#: (:func:`lamina.memory.ranking.rank_many`); fewer are ranked one by one, as one query alone
+#: is (the same results: the numpy steps cost more than they save for a few queries).
+RANK_MANY = 4
 
 Vec = npt.NDArray[np.float32]
 
@@ -139,13 +144,19 @@ def contexts(
     turns = retrieve.fused_turns(st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains)
     cands: list[Candidates | None] = [None] * n
     reports: list[FirewallReport | None] = [None] * n
-    for i, (u, _, query), raw, dom, tu in zip(known, jobs, found, search_domains, turns):
-        q = Q[i : i + 1].copy()  # (a row of its own, as one query's vector is)
-        cands[i] = cd = retrieve.rank(
-            st, u, q, query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, tu
+    if len(known) >= RANK_MANY:
+        ranked = ranking.rank_many(
+            st, [j[0] for j in jobs], [j[2] for j in jobs], layers, found, m, t_now, search_domains, lookup, turns
         )
+    else:
+        ranked = [
+            retrieve.rank(st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, tu)
+            for i, (u, _, query), raw, dom, tu in zip(known, jobs, found, search_domains, turns)
+        ]
+    for i, (u, _, _), cd in zip(known, jobs, ranked):
+        cands[i] = cd
         if cd is not None and firewall is not None:
-            reports[i] = screen(st, u, cd, q, domains[i], firewall)
+            reports[i] = screen(st, u, cd, Q[i : i + 1].copy(), domains[i], firewall)
     gated = [i for i in range(n) if (cd := cands[i]) is not None and cd.relevance]
     gates = dict(zip(gated, fill.gate_rows([cands[i].relevance for i in gated], layers, c)))  # type: ignore[union-attr]
     out: list[tuple[Context, ContextExplanation | None]] = []
