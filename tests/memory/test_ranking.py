@@ -59,7 +59,10 @@ def _compare(m: Memory, qs: list[str], us: list[str], now: float | None, domains
     found = search(st, jobs, Q, depth, views=True)  # type: ignore[arg-type]
     lookup = Lookup(st, found)
     turns = fused_turns(st, lookup, Q, found, qs, now, domains)
-    many = rank_many(st, users, qs, layers, found, depth, now, domains, lookup, turns)  # type: ignore[arg-type]
+    ranked = rank_many(st, users, qs, layers, found, depth, now, domains, lookup, turns)  # type: ignore[arg-type]
+    many = [ranked.candidates(i) for i in range(len(ranked))]
+    assert [ranked.empty(i) for i in range(len(ranked))] == [x is None for x in many]
+    assert [ranked.relevance[i] for i, x in enumerate(many) if x is not None] == [x.relevance for x in many if x]
     alone = [
         rank(st, u, Q[i : i + 1].copy(), q, layers, found[i], depth, now, d, staleness(st, u))  # type: ignore[arg-type]
         for i, (u, q, d) in enumerate(zip(users, qs, domains))

@@ -144,31 +144,46 @@ def contexts(
     turns = retrieve.fused_turns(st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains)
     cands: list[Candidates | None] = [None] * n
     reports: list[FirewallReport | None] = [None] * n
+    relevance: dict[int, dict[str, float]] = {}  # query -> its layer relevances, when it has candidates
+    lazy: ranking.Ranked | None = None  # (many queries: each one's candidates built when it is filled)
+    slot = {i: k for k, i in enumerate(known)}
     if len(known) >= RANK_MANY:
-        ranked = ranking.rank_many(
+        lazy = ranking.rank_many(
             st, [j[0] for j in jobs], [j[2] for j in jobs], layers, found, m, t_now, search_domains, lookup, turns
         )
+        if firewall is not None:  # (the firewall screens the candidates before the gate)
+            cands = [None if u is None else lazy.candidates(slot[i]) for i, u in enumerate(users)]
+            lazy = None
+        else:
+            relevance = {i: lazy.relevance[k] for k, i in enumerate(known) if not lazy.empty(k)}
     else:
-        ranked = [
-            retrieve.rank(st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, tu)
-            for i, (u, _, query), raw, dom, tu in zip(known, jobs, found, search_domains, turns)
-        ]
-    for i, (u, _, _), cd in zip(known, jobs, ranked):
-        cands[i] = cd
-        if cd is not None and firewall is not None:
-            reports[i] = screen(st, u, cd, Q[i : i + 1].copy(), domains[i], firewall)
-    gated = [i for i in range(n) if (cd := cands[i]) is not None and cd.relevance]
-    gates = dict(zip(gated, fill.gate_rows([cands[i].relevance for i in gated], layers, c)))  # type: ignore[union-attr]
+        for i, (u, _, query), raw, dom, tu in zip(known, jobs, found, search_domains, turns):
+            cands[i] = retrieve.rank(
+                st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, tu
+            )
+    if lazy is None:
+        for i in known:
+            cd = cands[i]
+            u = users[i]
+            if cd is not None and firewall is not None:
+                assert u is not None
+                reports[i] = screen(st, u, cd, Q[i : i + 1].copy(), domains[i], firewall)
+            if cd is not None:
+                relevance[i] = cd.relevance
+    gated = [i for i in range(n) if relevance.get(i)]
+    gates = dict(zip(gated, fill.gate_rows([relevance[i] for i in gated], layers, c)))
     out: list[tuple[Context, ContextExplanation | None]] = []
     made = _Items(st)
     for i in range(n):
-        u, cd, report, query = users[i], cands[i], reports[i], queries[i]
-        if u is None or cd is None or i not in gates:
+        u, report, query = users[i], reports[i], queries[i]
+        if u is None or i not in gates:
             ctx = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
             if firewall is not None:
                 ctx.firewall = report if report is not None else empty_report(domains[i], firewall)
             out.append((ctx, None))
             continue
+        cd = cands[i] if lazy is None else lazy.candidates(slot[i])
+        assert cd is not None
         g, b_used = gates[i]
         reasons: dict[int, str] | None = {} if explain else None
         chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)

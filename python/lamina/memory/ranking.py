@@ -18,7 +18,7 @@ from .records import GENERAL_KINDS, Record, norm_key, text_key
 from .retrieve import Candidates, Found, Lookup, Scored, scope, staleness
 from .state import MemoryState, UserState
 
-__all__ = ["rank_many"]
+__all__ = ["rank_many", "Ranked"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -36,9 +36,8 @@ def rank_many(
     domains: Sequence[str | None],
     lookup: Lookup,
     turns: Sequence[Fused | None],
-) -> list[Candidates | None]:
-    """:func:`lamina.memory.retrieve.rank` of many queries (None for a query without a
-    candidate above the floor).
+) -> Ranked:
+    """:func:`lamina.memory.retrieve.rank` of many queries (:meth:`Ranked.candidates`).
 
     Parameters
     ----------
@@ -196,31 +195,83 @@ def rank_many(
         cnt[cg[at_j]] += 1
     rel_of = (acc[present] / cnt[present]).tolist()
 
-    # -- the candidates of each query --
-    s_kept = adj[kept].tolist()
-    r_kept = lookup.recs[pos[kept]].tolist()
+    # -- the candidates of each query, built when asked --
+    kept_q = q_of[kept]
     n_kept = np.bincount(group[kept], minlength=B * nL)
     end = np.cumsum(n_kept)
-    ends, starts = end.tolist(), (end - n_kept).tolist()
-    out: list[Candidates | None] = [Candidates() for _ in range(B)]
+    relevance: list[dict[str, float]] = [{} for _ in range(B)]
     for g, r_i in zip(present.tolist(), rel_of):
         i, j = divmod(g, nL)
-        cd = out[i]
-        assert cd is not None
-        cd.relevance[layers[j]] = r_i
-        cd.per_layer[layers[j]] = list(zip(s_kept[starts[g] : ends[g]], r_kept[starts[g] : ends[g]]))
-    for i, rid, v in zip(q_of[demote].tolist(), lookup.ids[pos[demote]].tolist(), lowered[demote].tolist()):
-        cand = out[i]
-        assert cand is not None
-        cand.demoted[rid] = v
-    for i in range(B):
-        cd = out[i]
-        assert cd is not None
-        cd.via = via[i]
+        relevance[i][layers[j]] = r_i
+    d_at = np.searchsorted(q_of[demote], np.arange(B + 1))
+    return Ranked(
+        layers,
+        relevance,
+        np.bincount(kept_q, minlength=B).tolist(),
+        adj[kept].tolist(),
+        lookup.recs[pos[kept]].tolist(),
+        (end - n_kept).tolist(),
+        end.tolist(),
+        (lookup.ids[pos[demote]].tolist(), lowered[demote].tolist(), d_at.tolist()),
+        via,
+    )
+
+
+class Ranked:
+    """The candidates of a batch's queries (:func:`rank_many`): every query's layer relevances,
+    and its candidates when asked (:meth:`candidates`, built one query at a time: a batch then
+    holds one query's lists at once, not all).
+
+    Not thread-safe: the batch that built it reads it under the memory's lock.
+    """
+
+    __slots__ = ("_layers", "relevance", "_n_kept", "_scores", "_recs", "_starts", "_ends", "_demoted", "_via")
+
+    def __init__(
+        self,
+        layers: Sequence[str],
+        relevance: list[dict[str, float]],
+        n_kept: list[int],
+        scores: list[float],
+        recs: list[Record],
+        starts: list[int],
+        ends: list[int],
+        demoted: tuple[list[int], list[float], list[int]],
+        via: list[set[int]],
+    ) -> None:
+        self._layers = list(layers)
+        #: per query: layer -> r_i, for the layers with a candidate (above the floor or not)
+        self.relevance = relevance
+        self._n_kept = n_kept
+        self._scores, self._recs = scores, recs
+        self._starts, self._ends = starts, ends
+        self._demoted = demoted
+        self._via = via
+
+    def __len__(self) -> int:
+        return len(self.relevance)
+
+    def empty(self, i: int) -> bool:
+        """Whether query ``i`` has no candidate above the floor (:func:`~lamina.memory.retrieve.rank`
+        returns None then)."""
+        return self._n_kept[i] == 0
+
+    def candidates(self, i: int) -> Candidates | None:
+        """Query ``i``'s candidates, as :func:`~lamina.memory.retrieve.rank` returns them."""
+        if self.empty(i):
+            return None
+        cd = Candidates()
+        nL = len(self._layers)
+        for L in self.relevance[i]:
+            g = i * nL + self._layers.index(L)
+            a, b = self._starts[g], self._ends[g]
+            cd.per_layer[L] = list(zip(self._scores[a:b], self._recs[a:b]))
+        cd.relevance = dict(self.relevance[i])
+        ids, values, at = self._demoted
+        cd.demoted = dict(zip(ids[at[i] : at[i + 1]], values[at[i] : at[i + 1]]))
+        cd.via = self._via[i]
         work: Scored | None = cd.per_layer.get("working")
         if work:  # the fill walks working memory in this order; the rest it ranks itself
             shown = cd.demoted
             work.sort(key=lambda x: (-x[0], x[1].id in shown, x[1].seq))  # ties: the named person first
-        if not any(cd.per_layer.values()):
-            out[i] = None
-    return out
+        return cd
