@@ -173,7 +173,7 @@ def contexts(
     gated = [i for i in range(n) if relevance.get(i)]
     gates = dict(zip(gated, fill.gate_rows([relevance[i] for i in gated], layers, c)))
     out: list[tuple[Context, ContextExplanation | None]] = []
-    made = _Items(st)
+    made = _Items(st, remember=len(known) > 1)
     for i in range(n):
         u, report, query = users[i], reports[i], queries[i]
         if u is None or i not in gates:
@@ -250,18 +250,20 @@ class _Items:
     with that context's score and the visits counted so far (a batch changes nothing else of a
     record: its contexts only count visits)."""
 
-    __slots__ = ("_st", "_made")
+    __slots__ = ("_st", "_made", "_remember")
 
-    def __init__(self, st: MemoryState) -> None:
+    def __init__(self, st: MemoryState, remember: bool = True) -> None:
         self._st = st
         self._made: dict[int, dict[str, object]] = {}
+        self._remember = remember  # (False: one context, which shows a record once)
 
     def item(self, r: Record, score: float) -> MemoryItem:
         """``st.item(r, score)``."""
         fields = self._made.get(r.id)
         if fields is None:
             it = self._st.item(r, score)
-            self._made[r.id] = dict(vars(it))
+            if self._remember:
+                self._made[r.id] = dict(vars(it))
             return it
         # (a copy of the fields: a third of the cost of the dataclass' __init__)
         it = object.__new__(MemoryItem)
