@@ -5,10 +5,12 @@
 A batch of (query, user) pairs is answered in stages, each over every pair: the caller embeds
 the queries in one call; :func:`lamina.memory.retrieve.search` runs the native candidate
 searches of all pairs together (each arena's namespaces of many pairs in one call, the same bits
-as one pair at a time); then per pair the ranking (:func:`lamina.memory.retrieve.rank`) and the
-firewall; the gates of all pairs in one ``softmax_gate`` call per set of layers
-(:func:`lamina.memory.fill.gate_rows`); last, in the pairs' order, the budget fill, the items
-and the visits they count (:func:`bump`).
+as one pair at a time); the episodic fusion of all pairs in numpy steps
+(:func:`lamina.memory.retrieve.fused_turns`); the ranking, for :data:`RANK_MANY` pairs or more
+in numpy steps over all of them (:func:`lamina.memory.ranking.rank_many`), else pair by pair
+(:func:`lamina.memory.retrieve.rank`), and the firewall; the gates of all pairs in one
+``softmax_gate`` call per set of layers (:func:`lamina.memory.fill.gate_rows`); last, in the
+pairs' order, the budget fill, the items and the visits they count (:func:`bump`).
 
 Equal to the pairs one at a time: what a context reads (candidates, scores, gates, fill) does
 not depend on the visits earlier contexts counted — those feed heat, which only the write path
