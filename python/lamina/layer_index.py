@@ -421,11 +421,17 @@ class LayerIndex:
             oversample=self.oversample,
         )
         id_of = self._id_of_row[a]
+        keep = slots >= 0
+        counts = keep.sum(axis=1)
+        if keep.all() or np.array_equal(keep, np.arange(slots.shape[1]) < counts[:, None]):
+            # (the usual case: each row's hits first, then pads) the ids of all rows in one gather
+            ids = id_of[np.where(keep, slots & _ROW, 0)]
+            return [(scores[row, :c], ids[row, :c]) for row, c in enumerate(counts.tolist())]
         res = []
         for row in range(len(Q)):
             sl = slots[row]
-            keep = sl >= 0
-            res.append((scores[row][keep], id_of[sl[keep] & _ROW]))
+            kept = sl >= 0
+            res.append((scores[row][kept], id_of[sl[kept] & _ROW]))
         return res
 
     def _graph(self, namespace: int) -> _Graph:

@@ -162,6 +162,38 @@ def test_batch_equals_loop(
         b.close()
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        MemoryConfig(layers=("working",)),
+        MemoryConfig(layers=("working", "episodic")),
+        MemoryConfig(layers=("working", "semantic")),
+        MemoryConfig(speaker_scope=0.0, session_prior=0.0, time_channel=False, lexical=False),
+        MemoryConfig(relevance_top=7, min_similarity=-1.0, stale_penalty=1.0, rrf_k=1),
+    ],
+)
+def test_batch_equals_loop_under_other_settings(tmp_path: Path, config: MemoryConfig) -> None:
+    """Layers left out, channels and priors off, a floor under every score: the batch (ranked
+    across its queries) is still the loop."""
+    pa, pb = tmp_path / "loop.db", tmp_path / "batch.db"
+    m = Memory(pa, embedder="hashing", config=config)
+    for s in range(4):
+        for u, lines in STORY.items():
+            chat(m, u, f"s{s}", lines[s % 2 :] + FILLER[s : s + 3], T0 + s * DAY, f"{u}{s}")
+            m.end_session(user_id=u, session_id=f"s{s}")
+    chat(m, "alice", "live", [("Alice", "Now I live in Lyon, not Paris.")], T0 + 9 * DAY, "live")
+    m.close()
+    shutil.copy(pa, pb)
+    a, b = Memory(pa, embedder="hashing", config=config), Memory(pb, embedder="hashing", config=config)
+    try:
+        qs, us = QUERIES * 2, ["alice", "bob", "nobody"] * 6
+        for kw in ({"now": NOW}, {"now": NOW, "include_archive": True, "budget": 200}, {"domain": "auto", "now": NOW}):
+            _check_equal(a, b, pa, pb, qs, us, **kw)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_repeats_show_earlier_visits(twins: tuple[Memory, Memory, Path, Path]) -> None:
     """The same query three times: each context shows the visits of the ones before it."""
     a, b, pa, pb = twins

@@ -15,7 +15,7 @@ import lamina
 from lamina import Memory, MemoryConfig
 from lamina.embedders import get_embedder
 from lamina.memory.records import NsCode, Record
-from lamina.memory.retrieve import candidates, query_vector, scope, visible
+from lamina.memory.retrieve import Found, Lookup, candidates, query_vector, scope, visible
 from lamina.memory.state import MemoryState, UserState
 from lamina.memory.store import SQLiteStore
 from reference import recall, topic_sentences
@@ -221,6 +221,24 @@ def test_visible() -> None:
     assert not visible(r, 99.0, None) and not visible(r, None, "home")
     untimed = Record(id=2, user_id="u", layer="archive", kind="turn", text="x", seq=2)
     assert visible(untimed, 0.0, "home")
+
+
+def test_lookup_positions() -> None:
+    """Lookup.pos (a table of the ids' positions) is np.searchsorted into the sorted ids."""
+    m = Memory(None, embedder="hashing")
+    try:
+        chat(m, "u", "s0", LINES * 3, T0, "a")
+        st = m._st
+        ids = np.array(sorted(st.recs), dtype=np.int64)
+        rng = np.random.default_rng(1)
+        found = [Found(layers={"episodic": (np.zeros(5, np.float32), rng.choice(ids, 5))}) for _ in range(4)]
+        look = Lookup(st, found)
+        assert look.ids.tolist() == sorted(set(np.concatenate([f.layers["episodic"][1] for f in found]).tolist()))
+        x = rng.choice(look.ids, 50)
+        assert look.pos(x).tolist() == np.searchsorted(look.ids, x).tolist()
+        assert [r.id for r in look.recs[look.pos(x)]] == x.tolist()
+    finally:
+        m.close()
 
 
 def test_query_vector() -> None:

@@ -5,10 +5,12 @@
 A batch of (query, user) pairs is answered in stages, each over every pair: the caller embeds
 the queries in one call; :func:`lamina.memory.retrieve.search` runs the native candidate
 searches of all pairs together (each arena's namespaces of many pairs in one call, the same bits
-as one pair at a time); then per pair the ranking (:func:`lamina.memory.retrieve.rank`) and the
-firewall; the gates of all pairs in one ``softmax_gate`` call per set of layers
-(:func:`lamina.memory.fill.gate_rows`); last, in the pairs' order, the budget fill, the items
-and the visits they count (:func:`bump`).
+as one pair at a time); the episodic fusion of all pairs in numpy steps
+(:func:`lamina.memory.retrieve.fused_turns`); the ranking, for :data:`RANK_MANY` pairs or more
+in numpy steps over all of them (:func:`lamina.memory.ranking.rank_many`), else pair by pair
+(:func:`lamina.memory.retrieve.rank`), and the firewall; the gates of all pairs in one
+``softmax_gate`` call per set of layers (:func:`lamina.memory.fill.gate_rows`); last, in the
+pairs' order, the budget fill, the items and the visits they count (:func:`bump`).
 
 Equal to the pairs one at a time: what a context reads (candidates, scores, gates, fill) does
 not depend on the visits earlier contexts counted — those feed heat, which only the write path
@@ -27,7 +29,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidInput
 from ..items import Context, FirewallReport, MemoryItem
-from . import fill, retrieve
+from . import fill, ranking, retrieve
 from .config import ACTIVE_LAYERS
 from .domains import DomainClassifier
 from .explain import explanation
@@ -38,7 +40,12 @@ from .reports import ContextExplanation
 from .retrieve import Candidates
 from .state import MemoryState, UserState
 
-__all__ = ["pairs", "options", "query_domains", "contexts", "searches", "bump"]
+__all__ = ["pairs", "options", "query_domains", "contexts", "searches", "bump", "RANK_MANY"]
+
+#: From this many queries on, a batch ranks its candidates in numpy steps over all queries
+#: (:func:`lamina.memory.ranking.rank_many`); fewer are ranked one by one, as one query alone
+#: is (the same results: the numpy steps cost more than they save for a few queries).
+RANK_MANY = 4
 
 Vec = npt.NDArray[np.float32]
 
@@ -134,27 +141,51 @@ def contexts(
         jobs.append((u, layers, queries[i]))
     found = retrieve.search(st, jobs, Q[known], m, views=True)
     lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
+    # with a firewall the domain gate is its own
+    search_domains = [domains[i] if firewall is None else None for i in known]
+    turns = retrieve.fused_turns(st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains)
     cands: list[Candidates | None] = [None] * n
     reports: list[FirewallReport | None] = [None] * n
-    for i, (u, _, query), raw in zip(known, jobs, found):
-        q = Q[i : i + 1].copy()  # (a row of its own, as one query's vector is)
-        search_domain = domains[i] if firewall is None else None  # with a firewall the gate is its own
-        cands[i] = cd = retrieve.rank(
-            st, u, q, query, layers, raw, m, t_now, search_domain, retrieve.staleness(st, u), lookup
+    relevance: dict[int, dict[str, float]] = {}  # query -> its layer relevances, when it has candidates
+    lazy: ranking.Ranked | None = None  # (many queries: each one's candidates built when it is filled)
+    slot = {i: k for k, i in enumerate(known)}
+    if len(known) >= RANK_MANY:
+        lazy = ranking.rank_many(
+            st, [j[0] for j in jobs], [j[2] for j in jobs], layers, found, m, t_now, search_domains, lookup, turns
         )
-        if cd is not None and firewall is not None:
-            reports[i] = screen(st, u, cd, q, domains[i], firewall)
-    gated = [i for i in range(n) if (cd := cands[i]) is not None and cd.relevance]
-    gates = dict(zip(gated, fill.gate_rows([cands[i].relevance for i in gated], layers, c)))  # type: ignore[union-attr]
+        if firewall is not None:  # (the firewall screens the candidates before the gate)
+            cands = [None if u is None else lazy.candidates(slot[i]) for i, u in enumerate(users)]
+            lazy = None
+        else:
+            relevance = {i: lazy.relevance[k] for k, i in enumerate(known) if not lazy.empty(k)}
+    else:
+        for i, (u, _, query), raw, dom, tu in zip(known, jobs, found, search_domains, turns):
+            cands[i] = retrieve.rank(
+                st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, tu
+            )
+    if lazy is None:
+        for i in known:
+            cd = cands[i]
+            u = users[i]
+            if cd is not None and firewall is not None:
+                assert u is not None
+                reports[i] = screen(st, u, cd, Q[i : i + 1].copy(), domains[i], firewall)
+            if cd is not None:
+                relevance[i] = cd.relevance
+    gated = [i for i in range(n) if relevance.get(i)]
+    gates = dict(zip(gated, fill.gate_rows([relevance[i] for i in gated], layers, c)))
     out: list[tuple[Context, ContextExplanation | None]] = []
+    made = _Items(st, remember=len(known) > 1)
     for i in range(n):
-        u, cd, report, query = users[i], cands[i], reports[i], queries[i]
-        if u is None or cd is None or i not in gates:
+        u, report, query = users[i], reports[i], queries[i]
+        if u is None or i not in gates:
             ctx = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
             if firewall is not None:
                 ctx.firewall = report if report is not None else empty_report(domains[i], firewall)
             out.append((ctx, None))
             continue
+        cd = cands[i] if lazy is None else lazy.candidates(slot[i])
+        assert cd is not None
         g, b_used = gates[i]
         reasons: dict[int, str] | None = {} if explain else None
         chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)
@@ -164,7 +195,7 @@ def contexts(
         if chosen:
             ordered = fill.lost_in_the_middle(chosen)
             for s, r in ordered:
-                it = st.item(r, s)
+                it = made.item(r, s)
                 if r.id in cd.via and r.status == "active" and r.layer == "archive":
                     it.layer = "episodic"  # an episode's turn, shown on its own
                 items.append(it)
@@ -213,6 +244,36 @@ def searches(
                 it.layer = "archive"
             out[i].append(it)
     return out
+
+
+class _Items:
+    """The items of a batch's contexts: a record's item is built once
+    (:meth:`~lamina.memory.state.MemoryState.item`) and copied for each context that shows it,
+    with that context's score and the visits counted so far (a batch changes nothing else of a
+    record: its contexts only count visits)."""
+
+    __slots__ = ("_st", "_made", "_remember")
+
+    def __init__(self, st: MemoryState, remember: bool = True) -> None:
+        self._st = st
+        self._made: dict[int, dict[str, object]] = {}
+        self._remember = remember  # (False: one context, which shows a record once)
+
+    def item(self, r: Record, score: float) -> MemoryItem:
+        """``st.item(r, score)``."""
+        fields = self._made.get(r.id)
+        if fields is None:
+            it = self._st.item(r, score)
+            if self._remember:
+                self._made[r.id] = dict(vars(it))
+            return it
+        # (a copy of the fields: a third of the cost of the dataclass' __init__)
+        it = object.__new__(MemoryItem)
+        vars(it).update(fields)
+        it.score = score
+        it.access_count = int(r.access_count)
+        it.last_access = r.last_access
+        return it
 
 
 def bump(st: MemoryState, u: UserState, shown: list[tuple[float, Record]], via: set[int], t: float) -> None:

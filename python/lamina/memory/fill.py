@@ -80,11 +80,11 @@ def fill(
             reasons.setdefault(r.id, reason)
         return 0
 
-    def try_take(s: float, r: Record, limit: int) -> int:
+    def try_take(s: float, r: Record, limit: int, size: TokenCount | None = None) -> int:
         nonlocal used
         # the size test first: once the budget is nearly full most candidates fail it, and
-        # it costs two dictionary lookups
-        n, gk = item_tokens(st, r)
+        # it costs two dictionary lookups (``size``: item_tokens(st, r), when known)
+        n, gk = item_tokens(st, r) if size is None else size
         if gk is not None and gk not in groups:
             n += HEADER_TOKENS  # this item opens a new [date time] group
         if r.id in taken:
@@ -97,7 +97,7 @@ def fill(
                 return 0 if reasons is None else _why(r, "duplicate")
             if r.sources and r.sources[-1] in covered:  # the turn it renders verbatim is already in
                 return 0 if reasons is None else _why(r, "duplicate")
-        elif r.sources and set(r.sources) <= covered:  # dedupe: the raw text of all its sources is in
+        elif r.sources and covered.issuperset(r.sources):  # dedupe: the raw text of all its sources is in
             return 0 if reasons is None else _why(r, "duplicate")
         tk = text_key(r) if r.kind == "turn" else None
         if tk is not None and tk in seen_text:
@@ -141,18 +141,17 @@ def fill(
         if left < MIN_ITEM_TOKENS:
             break  # no item is shorter than this
         nt = r.nt  # (once the budget is nearly full most turns fail on size: test that first,
-        if nt is not None and r.kind == "turn":  # from the record's cache, as _ntokens would)
-            key, (n, gk) = nt
-            if (
-                key[0] == r.text
-                and key[1] == r.timestamp
-                and key[2] == r.session_id
-                and n + (HEADER_TOKENS if gk not in groups else 0) > left
-            ):
-                if reasons is not None and r.id not in taken:
-                    reasons.setdefault(r.id, "budget")
-                continue
-        try_take(s, r, left)
+        size = None  # from the record's cache, as turn_tokens would)
+        if nt is not None and r.kind == "turn":
+            key = nt[0]
+            if key[0] == r.text and key[1] == r.timestamp and key[2] == r.session_id:
+                size = nt[1]
+                n, gk = size
+                if n + (HEADER_TOKENS if gk not in groups else 0) > left:
+                    if reasons is not None and r.id not in taken:
+                        reasons.setdefault(r.id, "budget")
+                    continue
+        try_take(s, r, left, size)
     return chosen, used
 
 

@@ -15,11 +15,11 @@ import numpy.typing as npt
 from ..errors import InvalidInput
 from ..items import LAYERS
 from ..timeref import date_intent, mentions_time
+from .fusion import Fused, Turns, fuse
 from .inputs import check_text
 from .records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key
 from .staleness import Staleness
 from .state import MemoryState, UserState
-from .store import ID_SHIFT
 
 __all__ = [
     "Candidates",
@@ -31,6 +31,7 @@ __all__ = [
     "search",
     "rank_layers",
     "rank",
+    "fused_turns",
     "candidates",
     "layer_hits",
     "Lookup",
@@ -166,7 +167,7 @@ class Lookup:
     found : the searches' results (:func:`search`)
     """
 
-    __slots__ = ("ids", "recs", "_vis", "_when", "_sess")
+    __slots__ = ("ids", "recs", "_vis", "_when", "_sess", "_table", "_lo")
 
     def __init__(self, st: MemoryState, found: Sequence[Found]) -> None:
         parts = [_NO_IDS]
@@ -181,9 +182,19 @@ class Lookup:
         self._vis: dict[tuple[float | None, str | None], npt.NDArray[np.bool_]] = {}
         self._when: npt.NDArray[np.bool_] | None = None
         self._sess: I64 | None = None
+        # ids close together (one database's sequence numbers): positions by a table, a gather
+        # (np.searchsorted of many unsorted ids costs some 40x more)
+        self._table: I64 | None = None
+        self._lo = int(self.ids[0]) if n else 0
+        if n and int(self.ids[-1]) - self._lo < 8 * n + 65_536:
+            self._table = np.zeros(int(self.ids[-1]) - self._lo + 1, dtype=np.int64)
+            self._table[self.ids - self._lo] = np.arange(n)
 
     def pos(self, ids: I64) -> I64:
         """Where each id is in :attr:`ids` (every id must be there)."""
+        if self._table is not None:
+            out: I64 = self._table[ids - self._lo]
+            return out
         return np.searchsorted(self.ids, ids)
 
     def visible(self, now: float | None, domain: str | None) -> npt.NDArray[np.bool_]:
@@ -287,6 +298,61 @@ def rank_layers(
     return rank(st, u, q, query, layers, found, m, t_now, domain, stale)
 
 
+def fused_turns(
+    st: MemoryState,
+    lookup: Lookup,
+    Q: Vec,
+    found: Sequence[Found],
+    queries: Sequence[str],
+    now: float | None,
+    domains: Sequence[str | None],
+) -> list[Fused | None]:
+    """The episodic turns of many queries' search results, fused and scored together
+    (:func:`lamina.memory.fusion.fuse`; the same bits as one query at a time): None for a query
+    without turn views or without a visible turn.
+
+    Parameters
+    ----------
+    lookup : holds the records of ``found``
+    Q : ndarray, shape (len(found), dim), float32 — the query vectors
+    found : each query's search results (:func:`search` with ``views``)
+    queries : the query texts (the time channel reads them)
+    now, domains : the replay clock, and each query's domain gate
+    """
+    gates: dict[tuple[float | None, str | None], int] = {}
+    jobs: list[Turns] = []
+    which: list[int] = []
+    for i, raw in enumerate(found):
+        if raw.views is None or raw.lexical is None:
+            continue
+        g = gates.setdefault((now, domains[i]), len(gates))
+        jobs.append(Turns(i, g, raw.views, raw.lexical, date_intent(queries[i])))
+        which.append(i)
+    out: list[Fused | None] = [None] * len(found)
+    if not jobs:
+        return out
+    visible = np.stack([lookup.visible(t, d) for t, d in gates])
+    c = st.config
+    # (whether a record's text says when: asked only when a query asks for a time)
+    when = lookup.when() if c.time_channel and any(j.when for j in jobs) else np.zeros(len(lookup.ids), dtype=bool)
+    fused = fuse(
+        st.vectors,
+        c,
+        lookup.ids,
+        lookup.pos,
+        when,
+        lookup.sessions(),
+        visible,
+        Q,
+        jobs,
+        c.min_similarity,
+        c.relevance_top,
+    )
+    for i, f in zip(which, fused):
+        out[i] = f
+    return out
+
+
 def rank(
     st: MemoryState,
     u: UserState,
@@ -299,13 +365,16 @@ def rank(
     domain: str | None,
     stale: Staleness,
     lookup: Lookup | None = None,
+    turns: Fused | None = None,
 ) -> Candidates | None:
     """:func:`rank_layers` of one query's search results (``raw``: :func:`search` at depth
     ``m`` with ``views``): the replay clock and domain gate, the episodic fusion, the stale
     penalty, the floor, the speaker scope and the layer relevances. ``lookup``: one that holds
-    ``raw``'s records (a batch's; by default one is built for ``raw``)."""
+    ``raw``'s records (a batch's) with ``turns``, the query's :func:`fused_turns` from it; by
+    default both are computed here for ``raw``."""
     if lookup is None:
         lookup = Lookup(st, [raw])
+        turns = fused_turns(st, lookup, q.reshape(1, -1), [raw], [query], t_now, [domain])[0]
     c = st.config
     out = Candidates()
     per_layer, rel, shown = out.per_layer, out.relevance, out.demoted
@@ -318,7 +387,7 @@ def rank(
     found = layer_hits(st, raw, layers, t_now, domain, k_of={"episodic": min(m, c.candidates)}, lookup=lookup)
     if "episodic" in found:
         found["episodic"], folded, out.via = episodic_candidates(
-            st, u, q, query, found["episodic"], raw, lookup, t_now, domain, found.get("semantic", ())
+            st, u, found["episodic"], raw, lookup, turns, found.get("semantic", ())
         )
         if folded:
             found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
@@ -427,13 +496,10 @@ def visible(r: Record, now: float | None, domain: str | None) -> bool:
 def episodic_candidates(
     st: MemoryState,
     u: UserState,
-    q: Vec,
-    query: str,
     found: Scored,
     raw: Found,
     lookup: Lookup,
-    now: float | None,
-    domain: str | None,
+    turns: Fused | None,
     facts: Sequence[tuple[float, Record]] = (),
 ) -> tuple[Scored, set[int], set[int]]:
     """Episodic candidates: the turns of active leaves, each scored on its own (a leaf is as
@@ -454,8 +520,9 @@ def episodic_candidates(
     sentence. Facts that superseded another (the current value of something that changed:
     current beats stale) and facts whose turn has left the episodic layer stand on their own.
 
-    ``raw``: the query's search results (the turn views' dense and lexical hits), whose
-    records ``lookup`` holds.
+    ``raw``: the query's search results; ``turns``: its turns, fused and scored
+    (:func:`fused_turns`, whose records ``lookup`` holds; only the best of them: the others
+    are under the floor).
 
     Returns the candidates (in no particular order: the caller ranks them), the ids of the
     folded facts (the caller drops those from the semantic layer's list) and the ids of the
@@ -465,11 +532,6 @@ def episodic_candidates(
     folded: set[int] = set()
     via = {r.id for _, r in out if r.kind == "turn"}
     if raw.views is not None and raw.lexical is not None:  # (the user's episodes have turns)
-        d_ids, l_ids = raw.views, raw.lexical
-        if now is not None or domain is not None:  # replay clock / domain gate
-            vis = lookup.visible(now, domain)
-            d_ids = d_ids[vis[lookup.pos(d_ids)]]
-            l_ids = l_ids[vis[lookup.pos(l_ids)]]
         fact_of: dict[int, Record] = {}  # source turn -> its best-scored current fact
         resolved = staleness(st, u).resolved
         for _, f in facts:
@@ -480,50 +542,15 @@ def episodic_candidates(
                 continue
             folded.add(f.id)
             fact_of.setdefault(t, f)
-        nd, nl = len(d_ids), len(l_ids)
-        if nd or nl:
-            # The turn views are stored as float16 (half the bytes each search reads): every
-            # candidate (dense or lexical) is scored exactly from its turn's float32 vector.
-            ids = np.concatenate([d_ids, l_ids[~np.isin(l_ids, d_ids)]]) if nd and nl else d_ids if nd else l_ids
-            at = lookup.pos(ids)
-            cos = st.vectors.get_keyed(NsCode.ARCHIVE, ids) @ q.reshape(-1)
-            seq = ids & ((1 << ID_SHIFT) - 1)
-            # dense rank: by exact cosine (ties: older first); lexical rank: BM25 order.
-            # One list alone keeps its order (a turn found only lexically is kept too).
-            dense_rank = np.lexsort((seq[:nd], -cos[:nd]))
-            kk = float(st.config.rrf_k)
-            if nd and nl:  # where each lexical hit sits in ids
-                by_id = np.argsort(ids)
-                pos = np.concatenate([dense_rank, by_id[np.searchsorted(ids, l_ids, sorter=by_id)]])
-            else:
-                pos = dense_rank if nd else np.arange(nl)
-            contrib = np.concatenate([1.0 / (kk + 1 + np.arange(nd)), 1.0 / (kk + 1 + np.arange(nl))])
-            if st.config.time_channel and date_intent(query):
-                # a question for a time: the turns that say when, in cosine order, are a third list
-                by_cos = np.lexsort((seq, -cos))
-                tl = by_cos[lookup.when()[at[by_cos]]]
-                if len(tl):
-                    pos = np.concatenate([pos, tl.astype(pos.dtype)])
-                    contrib = np.concatenate([contrib, 1.0 / (kk + 1 + np.arange(len(tl)))])
-            fused = np.bincount(pos, weights=contrib, minlength=len(ids))
-            mu = st.config.session_prior
-            if mu > 0:  # two-stage read: a session is as relevant as its best turn, and lends
-                # mu of that to each of its candidate turns (evidence gathers in sessions)
-                sess = lookup.sessions()[at]
-                best = np.full(int(sess.max()) + 1, -1.0)
-                np.maximum.at(best, sess, fused)
-                np.add(fused, mu * best[sess], out=fused)
-            order = np.lexsort((seq, -fused))
-            dist = np.sort(cos)[::-1].tolist()
-            ranked = ids[order].tolist()
-            turns = lookup.recs[at[order]].tolist()
+        if turns is not None:
+            recs = lookup.recs[turns.at].tolist()
+            rest = set(turns.every.tolist())
             if fact_of:  # a turn with a current fact shows as the fact
-                has = np.isin(ids[order], np.fromiter(fact_of, dtype=np.int64, count=len(fact_of)))
-                for p in np.flatnonzero(has).tolist():
-                    turns[p] = fact_of[ranked[p]]
-                out.extend(zip(dist, turns))
-                via.update(ids[order][~has].tolist())
-            else:
-                out.extend(zip(dist, turns))
-                via.update(ranked)
+                for p, t in enumerate(turns.ids.tolist()):
+                    fact = fact_of.get(t)
+                    if fact is not None:
+                        recs[p] = fact
+                rest.difference_update(fact_of)
+            out.extend(zip(turns.scores, recs))
+            via |= rest
     return out, folded, via

@@ -1,0 +1,277 @@
+"""The ranking of many queries' candidates at once (:func:`rank_many`): the replay clock and
+domain gate, the episodic turns with their folded facts, the stale penalty, the floor, the
+speaker scope and the layer relevances, as numpy steps over the candidates of every query of a
+batch. The same results as :func:`lamina.memory.retrieve.rank` one query at a time: the same
+float operations on each candidate in the same order, the same lists in the same order; what
+depends only on a record (its stale weight, whether a fact folds into its turn) is asked once
+per batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from .fusion import Fused, segment_ranks
+from .records import GENERAL_KINDS, Record, norm_key, text_key
+from .retrieve import Candidates, Found, Lookup, Scored, scope, staleness
+from .state import MemoryState, UserState
+
+__all__ = ["rank_many", "Ranked"]
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+_NONE = np.empty(0, dtype=np.int64)
+
+
+def rank_many(
+    st: MemoryState,
+    users: Sequence[UserState],
+    queries: Sequence[str],
+    layers: Sequence[str],
+    found: Sequence[Found],
+    m: int,
+    now: float | None,
+    domains: Sequence[str | None],
+    lookup: Lookup,
+    turns: Sequence[Fused | None],
+) -> Ranked:
+    """:func:`lamina.memory.retrieve.rank` of many queries (:meth:`Ranked.candidates`).
+
+    Parameters
+    ----------
+    users, queries, found, domains, turns : per query: its user, its text, its search results
+        (:func:`lamina.memory.retrieve.search` at depth ``m`` with ``views``), its domain gate
+        and its fused turns (:func:`lamina.memory.retrieve.fused_turns`)
+    layers : the layers ranked (the same for every query)
+    now : the replay clock
+    lookup : holds the records of ``found``
+    """
+    c = st.config
+    B, nL = len(found), len(layers)
+    epi = layers.index("episodic") if "episodic" in layers else -1
+    sem = layers.index("semantic") if "semantic" in layers else -1
+    rl: list[Record] = lookup.recs.tolist()
+    kind = [r.kind for r in rl]
+
+    # -- the layers' own hits, per query and layer in the order rank reads them, visible ones --
+    k_epi = min(m, c.candidates)
+    gates: dict[str | None, int] = {}
+    gate_of = np.zeros(B, dtype=np.int64)
+    has_views = np.zeros(B, dtype=bool)
+    parts: list[tuple[int, int, npt.NDArray[np.floating], I64]] = []
+    for i, raw in enumerate(found):
+        gate_of[i] = gates.setdefault(domains[i], len(gates))
+        has_views[i] = raw.views is not None and raw.lexical is not None
+        for j, L in enumerate(layers):
+            hit = raw.layers.get(L)
+            if hit is not None:
+                parts.append((i, j, hit[0][:k_epi], hit[1][:k_epi]) if j == epi else (i, j, hit[0], hit[1]))
+            if j == epi and raw.leaves is not None:
+                parts.append((i, j, raw.leaves[0], raw.leaves[1]))
+    sizes = np.fromiter((len(p[3]) for p in parts), dtype=np.int64, count=len(parts))
+    q_of = np.repeat(np.fromiter((p[0] for p in parts), dtype=np.int64, count=len(parts)), sizes)
+    l_of = np.repeat(np.fromiter((p[1] for p in parts), dtype=np.int64, count=len(parts)), sizes)
+    score = np.concatenate([np.empty(0), *(p[2] for p in parts)]).astype(np.float64)
+    pos = lookup.pos(np.concatenate([_NONE, *(p[3] for p in parts)]))
+    if now is not None or any(d is not None for d in gates):
+        ok = np.stack([lookup.visible(now, d) for d in gates])[gate_of[q_of], pos]
+        q_of, l_of, score, pos = q_of[ok], l_of[ok], score[ok], pos[ok]
+
+    # -- current facts fold into their turns (the queries whose users' episodes have turns) --
+    fold_to = np.full(len(rl), -1, dtype=np.int64)  # a fact's turn id, -1: stands on its own
+    in_sem = (l_of == sem) & has_views[q_of] if epi >= 0 and sem >= 0 else np.zeros(len(pos), dtype=bool)
+    for p in np.unique(pos[in_sem]).tolist():
+        f = rl[p]
+        if kind[p] == "fact" and f.sources:
+            u = st.users[f.user_id]
+            t = u.by_src.get(f.sources[-1])
+            if t is not None and t in u.seg_of and f.id not in staleness(st, u).resolved:
+                fold_to[p] = t
+    folded = in_sem & (fold_to[pos] >= 0)
+    fact_of: list[dict[int, int]] = [{} for _ in range(B)]  # turn id -> its best-scored fact's position
+    for i, t, p in zip(q_of[folded].tolist(), fold_to[pos[folded]].tolist(), pos[folded].tolist()):
+        fact_of[i].setdefault(t, p)
+    drop = folded | ((l_of == epi) & np.array([k == "segment" for k in kind], dtype=bool)[pos])
+    via: list[set[int]] = [set() for _ in range(B)]
+    if epi >= 0:
+        turn_rows = (l_of == epi) & ~drop & np.array([k == "turn" for k in kind], dtype=bool)[pos]
+        for i, rid in zip(q_of[turn_rows].tolist(), lookup.ids[pos[turn_rows]].tolist()):
+            via[i].add(rid)
+    q_of, l_of, score, pos = q_of[~drop], l_of[~drop], score[~drop], pos[~drop]
+
+    # -- the fused turns after the episodic layer's rows (a turn with a current fact shows as it)
+    tq: list[I64] = []
+    ts: list[F64] = []
+    tp: list[I64] = []
+    for i, f in enumerate(turns):
+        if f is None or epi < 0:
+            continue
+        at = f.at
+        if fact_of[i]:
+            swap = fact_of[i]
+            at = np.array([swap.get(t, a) for t, a in zip(f.ids.tolist(), at.tolist())], dtype=np.int64)
+            rest = set(f.every.tolist())
+            rest.difference_update(swap)
+            via[i] |= rest
+        else:
+            via[i].update(f.every.tolist())
+        tq.append(np.full(len(at), i, dtype=np.int64))
+        ts.append(np.asarray(f.scores, dtype=np.float64))
+        tp.append(at)
+    n_base = len(pos)
+    q_of = np.concatenate([q_of, *tq])
+    l_of = np.concatenate([l_of, np.full(len(q_of) - n_base, epi, dtype=np.int64)])
+    score = np.concatenate([score, *ts])
+    pos = np.concatenate([pos, *tp])
+    group = q_of * nL + l_of
+    order = np.argsort(group, kind="stable")  # (a layer's own rows, then the fused turns)
+    q_of, l_of, score, pos, group = q_of[order], l_of[order], score[order], pos[order], group[order]
+
+    # -- the stale penalty (a share w of a score's magnitude), the floor --
+    stp, sp, floor = c.stale_penalty, c.speaker_scope, c.min_similarity
+    weight = np.zeros(len(rl))
+    for p in np.unique(pos).tolist():
+        r = rl[p]
+        if kind[p] == "fact":
+            continue
+        stale = staleness(st, st.users[r.user_id])
+        if not stale:
+            continue
+        e = stale.cache.get(r.id)
+        weight[p] = (
+            e[2]
+            if e is not None and e[0] is r.text and e[1] is r.sources
+            else stale.weight(r.id, r.text, r.sources, text_key(r))
+        )
+    w = weight[pos]
+    adj = np.where(w != 0, score - np.abs(score) * (stp * w), score)
+    kept = ~(adj < floor)
+
+    # -- the speaker scope: items of someone else than the one person the query names --
+    scopes: dict[tuple[str, str], int] = {}
+    scope_of = np.full(B, -1, dtype=np.int64)
+    if sp > 0:
+        for i, (u, query) in enumerate(zip(users, queries)):
+            who_scope = scope(u, query)
+            if who_scope is not None:
+                scope_of[i] = scopes.setdefault((who_scope, u.people[who_scope][0]), len(scopes))
+    demote = np.zeros(len(pos), dtype=bool)
+    if scopes:
+        whos: dict[str, int] = {}
+        who_of = np.full(len(rl), -1, dtype=np.int64)
+        for p in np.unique(pos).tolist():
+            r, k = rl[p], kind[p]
+            who = r.speaker if k == "turn" else (r.subject if k in ("fact", "profile") else None)
+            if who is not None:
+                who_of[p] = whos.setdefault(who, len(whos))
+        names = list(whos)
+        other = np.zeros((len(scopes), max(len(whos), 1)), dtype=bool)
+        for (key, name), sc in scopes.items():
+            other[sc, : len(names)] = [x != name and norm_key(x) != key for x in names]
+        sc_e, wh_e = scope_of[q_of], who_of[pos]
+        demote = kept & (sc_e >= 0) & (wh_e >= 0)
+        demote[demote] = other[sc_e[demote], wh_e[demote]]
+    lowered = adj - np.abs(adj) * sp
+
+    # -- r_i: the mean of a layer's best ``relevance_top`` specific scores (else its best) --
+    general = np.array([k in GENERAL_KINDS for k in kind], dtype=bool)[pos]
+    present, g_first = np.unique(group, return_index=True)
+    has_spec = np.zeros(B * nL, dtype=bool)
+    has_spec[group[~general]] = True
+    counted = general != has_spec[group]  # (spec entries where the layer has some, else all)
+    cg = group[counted]
+    by_score = np.lexsort((-score[counted], cg))
+    cg, cs = cg[by_score], score[counted][by_score]
+    rank_in = segment_ranks(np.unique(cg, return_inverse=True)[1], len(present))
+    take = rank_in < c.relevance_top
+    cg, cs, rank_in = cg[take], cs[take], rank_in[take]
+    acc = np.zeros(B * nL)
+    cnt = np.zeros(B * nL, dtype=np.int64)
+    for j in range(c.relevance_top):  # the mean, summed in order as rank sums it
+        at_j = rank_in == j
+        acc[cg[at_j]] += cs[at_j]
+        cnt[cg[at_j]] += 1
+    rel_of = (acc[present] / cnt[present]).tolist()
+
+    # -- the candidates of each query, built when asked --
+    kept_q = q_of[kept]
+    n_kept = np.bincount(group[kept], minlength=B * nL)
+    end = np.cumsum(n_kept)
+    relevance: list[dict[str, float]] = [{} for _ in range(B)]
+    for g, r_i in zip(present.tolist(), rel_of):
+        i, j = divmod(g, nL)
+        relevance[i][layers[j]] = r_i
+    d_at = np.searchsorted(q_of[demote], np.arange(B + 1))
+    return Ranked(
+        layers,
+        relevance,
+        np.bincount(kept_q, minlength=B).tolist(),
+        adj[kept].tolist(),
+        lookup.recs[pos[kept]].tolist(),
+        (end - n_kept).tolist(),
+        end.tolist(),
+        (lookup.ids[pos[demote]].tolist(), lowered[demote].tolist(), d_at.tolist()),
+        via,
+    )
+
+
+class Ranked:
+    """The candidates of a batch's queries (:func:`rank_many`): every query's layer relevances,
+    and its candidates when asked (:meth:`candidates`, built one query at a time: a batch then
+    holds one query's lists at once, not all).
+
+    Not thread-safe: the batch that built it reads it under the memory's lock.
+    """
+
+    __slots__ = ("_layers", "relevance", "_n_kept", "_scores", "_recs", "_starts", "_ends", "_demoted", "_via")
+
+    def __init__(
+        self,
+        layers: Sequence[str],
+        relevance: list[dict[str, float]],
+        n_kept: list[int],
+        scores: list[float],
+        recs: list[Record],
+        starts: list[int],
+        ends: list[int],
+        demoted: tuple[list[int], list[float], list[int]],
+        via: list[set[int]],
+    ) -> None:
+        self._layers = list(layers)
+        #: per query: layer -> r_i, for the layers with a candidate (above the floor or not)
+        self.relevance = relevance
+        self._n_kept = n_kept
+        self._scores, self._recs = scores, recs
+        self._starts, self._ends = starts, ends
+        self._demoted = demoted
+        self._via = via
+
+    def __len__(self) -> int:
+        return len(self.relevance)
+
+    def empty(self, i: int) -> bool:
+        """Whether query ``i`` has no candidate above the floor (:func:`~lamina.memory.retrieve.rank`
+        returns None then)."""
+        return self._n_kept[i] == 0
+
+    def candidates(self, i: int) -> Candidates | None:
+        """Query ``i``'s candidates, as :func:`~lamina.memory.retrieve.rank` returns them."""
+        if self.empty(i):
+            return None
+        cd = Candidates()
+        nL = len(self._layers)
+        for L in self.relevance[i]:
+            g = i * nL + self._layers.index(L)
+            a, b = self._starts[g], self._ends[g]
+            cd.per_layer[L] = list(zip(self._scores[a:b], self._recs[a:b]))
+        cd.relevance = dict(self.relevance[i])
+        ids, values, at = self._demoted
+        cd.demoted = dict(zip(ids[at[i] : at[i + 1]], values[at[i] : at[i + 1]]))
+        cd.via = self._via[i]
+        work: Scored | None = cd.per_layer.get("working")
+        if work:  # the fill walks working memory in this order; the rest it ranks itself
+            shown = cd.demoted
+            work.sort(key=lambda x: (-x[0], x[1].id in shown, x[1].seq))  # ties: the named person first
+        return cd
