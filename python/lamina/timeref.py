@@ -194,7 +194,7 @@ def resolve(text: str, t: float | None) -> tuple[TimeRef, ...]:
     return () if day is None else _resolve(text, day)
 
 
-@lru_cache(maxsize=262_144)
+@memo(maxsize=262_144)
 def _day(t: float | None) -> int | None:
     """The UTC day ordinal of ``t`` (None: no time, or outside the calendar). Cached: the read
     path asks it of the same turns' timestamps again and again."""
