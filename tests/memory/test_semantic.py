@@ -104,6 +104,30 @@ def test_out_of_order_fact_goes_to_history(mem: Memory) -> None:
     assert new == mem.get(cur.id) and new.valid_to is None
 
 
+def test_a_statement_older_than_a_restatement_goes_to_history(mem: Memory) -> None:
+    """London (day 0), Paris (day 5), London again (day 10); Paris is consolidated last: the
+    current value is London, stated after Paris, and it holds from day 10 (found by hypothesis
+    in test_properties: Paris used to supersede the restated London by its first date)."""
+    chat(mem, "u", "s1", [("Alice", "I live in London.")] + FILLER, T0, "D1")
+    mem.end_session(user_id="u", session_id="s1")
+    chat(mem, "u", "s3", [("Alice", "I live in London, as you know.")] + FILLER, T0 + 10 * DAY, "D3")
+    mem.end_session(user_id="u", session_id="s3")
+    chat(mem, "u", "s2", [("Alice", "I live in Paris now.")] + FILLER, T0 + 5 * DAY, "D2")  # replayed late
+    mem.end_session(user_id="u", session_id="s2")
+    assert _lives(mem) == ["London"]
+    (cur,) = [f for f in mem.facts(user_id="u") if f.predicate == "lives_in"]
+    assert cur.sources == ("D1:0", "D3:0") and cur.strength == 2.0 and cur.valid_from == T0 + 10 * DAY
+    paris, london = mem.history(cur.id)
+    assert (paris.object, paris.layer, paris.valid_from, paris.valid_to, paris.superseded_by) == (
+        "Paris",
+        "history",
+        T0 + 5 * DAY,
+        T0 + 10 * DAY,
+        cur.id,
+    )
+    assert london == mem.get(cur.id)
+
+
 def test_a_restatement_strengthens_the_current_fact(mem: Memory) -> None:
     chat(mem, "u", "s1", [("Alice", "I live in Paris."), ("Bob", "ok")], T0, "D1")
     mem.end_session(user_id="u", session_id="s1")

@@ -26,6 +26,15 @@ def _same_value(tx: Tx, models: Models, a: str, b: str) -> bool:
     return float(x[0] @ x[1]) >= tx.st.config.resolve_threshold
 
 
+def _last_stated(tx: Tx, u: UserState, r: Record) -> float:
+    """When a current fact was last stated: its ``valid_from``, or the time of a later turn among
+    its sources (the same value stated again strengthens the fact and adds the turn there)."""
+    assert r.valid_from is not None
+    recs = tx.st.recs
+    times = [recs[i].timestamp for i in map(u.by_src.get, r.sources) if i is not None and i in recs]
+    return max([r.valid_from] + [x for x in times if x is not None])
+
+
 def resolve(tx: Tx, models: Models, u: UserState, facts: list[Fact], by_src: Mapping[str, Record]) -> None:
     """Resolve(τ_s): insert facts; a new object of a functional predicate supersedes the old."""
     if not facts:
@@ -66,10 +75,15 @@ def resolve(tx: Tx, models: Models, u: UserState, facts: list[Fact], by_src: Map
         }
         if f.functional and cur_ids:
             cur = st.recs[cur_ids[0]]
-            assert cur.valid_from is not None
-            if t < cur.valid_from:
-                # An older statement replayed late: it goes straight to history.
-                tx.new_record(u, e, layer="history", valid_to=cur.valid_from, superseded_by=cur.id, **fact)
+            last = _last_stated(tx, u, cur)
+            if t < last:
+                # An older statement replayed late (the current value was stated, or stated again,
+                # after it): it goes straight to history.
+                tx.new_record(u, e, layer="history", valid_to=last, superseded_by=cur.id, **fact)
+                if last != cur.valid_from:  # (stated again after it: the current value holds from then)
+                    cur.valid_from = last
+                    tx.changed(cur, "valid_from")
+                    u.stale = None
                 continue
             new = tx.new_record(u, e, layer="semantic", **fact)
             u.current[key].remove(cur.id)
