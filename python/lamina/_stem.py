@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ._memo import memo
+from ._memo import quiet_lru_cache
 
 __all__ = ["porter_stem"]
 
@@ -196,7 +196,7 @@ def _step5b(w: str) -> str:
     return _rules(w, [("ll", "l", lambda stem: _m(w[:-1]) > 1)])
 
 
-@memo(maxsize=65536)
+@quiet_lru_cache(maxsize=65536)
 def porter_stem(word: str) -> str:
     """Stem one word (lower-cased first), as ``nltk.stem.PorterStemmer().stem(word)``."""
     w = word.lower()

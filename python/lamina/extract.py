@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from ._memo import memo
+from ._memo import quiet_lru_cache
 
 __all__ = [
     "Turn",
@@ -99,7 +99,7 @@ def split_sentences(text: str) -> list[str]:
     return list(_sentences(text))
 
 
-@memo(maxsize=65_536)
+@quiet_lru_cache(maxsize=65_536)
 def _sentences(text: str) -> tuple[str, ...]:
     # (a MemTree node is summarised again from the same turns at each insert below it: a turn's
     # sentences and their words are read once)
@@ -113,7 +113,7 @@ def _words(s: str) -> list[str]:
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-@memo(maxsize=65_536)
+@quiet_lru_cache(maxsize=65_536)
 def _bag(s: str) -> tuple[tuple[str, ...], int]:
     """A sentence's distinct lower-cased words (sorted) and its whitespace length."""
     return tuple(sorted(set(_WORD.findall(s.lower())))), len(s.split())

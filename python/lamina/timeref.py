@@ -21,7 +21,7 @@ import datetime as _dt
 import re
 from dataclasses import dataclass
 
-from ._memo import memo
+from ._memo import quiet_lru_cache
 
 __all__ = ["TimeRef", "resolve", "annotate", "date_intent", "mentions_time"]
 
@@ -164,7 +164,7 @@ def _one(kind: str, m: re.Match[str], d: _dt.date) -> tuple[_dt.date, str] | Non
     return _unit_ref(d, unit, k)
 
 
-@memo(maxsize=262_144)
+@quiet_lru_cache(maxsize=262_144)
 def _resolve(text: str, day: int) -> tuple[TimeRef, ...]:
     if not _ANY.search(text):
         return ()
@@ -194,7 +194,7 @@ def resolve(text: str, t: float | None) -> tuple[TimeRef, ...]:
     return () if day is None else _resolve(text, day)
 
 
-@memo(maxsize=262_144)
+@quiet_lru_cache(maxsize=262_144)
 def _day(t: float | None) -> int | None:
     """The UTC day ordinal of ``t`` (None: no time, or outside the calendar). Cached: the read
     path asks it of the same turns' timestamps again and again."""
@@ -229,6 +229,6 @@ def mentions_time(text: str, t: float | None) -> bool:
     return _mentions(text, _day(t))
 
 
-@memo(maxsize=262_144)
+@quiet_lru_cache(maxsize=262_144)
 def _mentions(text: str, day: int | None) -> bool:
     return bool(_ABSOLUTE.search(text)) or (day is not None and bool(_resolve(text, day)))

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from .._memo import memo
+from .._memo import quiet_lru_cache
 from .._stem import porter_stem
 from ..errors import InvalidInput
 
@@ -99,7 +99,7 @@ def _marker(domain: str, p: object) -> tuple[re.Pattern[str], int]:
         raise InvalidInput(f"markers[{domain!r}] has an invalid regular expression: {e}") from None
 
 
-@memo(maxsize=65_536)
+@quiet_lru_cache(maxsize=65_536)
 def _stem_of(token: str) -> str:
     return porter_stem(token)
 
