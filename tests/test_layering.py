@@ -38,6 +38,7 @@ MEMORY_LEVELS = {
     "listing": 5,
     "host": 6,
     "inspection": 7,
+    "pgarchive": 7,
     "semantic": 6,
     "retention": 6,
     "retrieve": 6,

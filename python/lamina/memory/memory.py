@@ -21,7 +21,6 @@ from ..embedders import Embedder, TextCache, check_embeddings, get_embedder
 from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer
 from ..items import MemoryItem
-from ..layer_index import NAMESPACE_BITS, layer_code
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
 from . import consolidate, ingest, transfer
 from .config import MemoryConfig
@@ -30,8 +29,9 @@ from .domains import DomainClassifier
 from .dump import UserDump
 from .inputs import TimeLike, check_id, check_text, to_time, wall_clock
 from .inspection import Inspection
+from .pgarchive import PgArchive
 from .reading import Reading
-from .records import NsCode, Record
+from .records import Record
 from .reports import DeleteReport, ImportReport, SessionReport
 from .state import MemoryState, UserState
 from .store import SQLiteStore, Store
@@ -64,7 +64,7 @@ def _open_store(path: str | os.PathLike[str] | None, synchronous: str, busy_time
     return SQLiteStore(None if path is None else os.fspath(path), synchronous=synchronous, busy_timeout=busy_timeout)
 
 
-class Memory(Reading, Inspection):
+class Memory(Reading, Inspection, PgArchive):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters
@@ -202,60 +202,6 @@ class Memory(Reading, Inspection):
 
             assert isinstance(path, str)
             self._listener = ChangeListener(path, self._on_notice, self._catch_up_now)
-
-    def _archive_remote(
-        self, q: npt.NDArray[np.float32], ns: int, k: int, n: int
-    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]] | None:
-        """A user's archive on PostgreSQL with pgvector (:attr:`LayerIndex.remote`; caller holds
-        the lock): past ``pgvector_threshold`` rows through the user's pgvector HNSW index, else
-        — and while that index is being built (its build is started here), or when its answer
-        does not cover ``k`` rows of this handle's state — the arena's exact scan, never a
-        per-handle hnswlib graph (``bench/bench_pgvector.py``: the exact scan is the faster up
-        to ~30k rows, and a graph would be built again in every replica after every load).
-        None (other namespaces): the index's own search."""
-        threshold = self.config.pgvector_threshold
-        if threshold is None or layer_code(ns) != NsCode.ARCHIVE:
-            return None
-        uid = self._st.by_idx.get(ns >> NAMESPACE_BITS)
-        if uid is None:
-            return None
-        if n > threshold:
-            hit = self._pgvector_search(uid, q, k)
-            if hit is not None:
-                return hit
-        sc, ids = self._st.vectors.exact_search(q, ns, k)
-        return np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64)
-
-    def _pgvector_search(
-        self, uid: str, q: npt.NDArray[np.float32], k: int
-    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]] | None:
-        """The user's archive top-``k`` through its pgvector index, or None (not built yet: its
-        build starts; a failed query; fewer than ``k`` rows this handle knows)."""
-        from .pgstore import PostgresStore
-
-        store = self._store
-        assert isinstance(store, PostgresStore)
-        c = self.config
-        try:
-            if not store.archive_index_ready(uid):
-                store.build_archive_index(uid, self._dim, c.ann_m, c.ann_ef_construction)
-                return None
-            cos, ids = store.archive_search(uid, q, k + 16, c.ann_ef_search + 16)
-        except LaminaError:
-            raise
-        except Exception as e:  # (psycopg's errors: the arena answers instead)
-            _log.warning("lamina: the archive's pgvector search failed (%s); searched in the arena", e)
-            return None
-        recs = self._st.recs
-        # rows committed after this call caught up are not in the state yet: left out
-        keep = [
-            x
-            for x, i in enumerate(ids.tolist())
-            if (r := recs.get(i)) is not None and r.user_id == uid and r.layer == "archive" and r.status == "active"
-        ][:k]
-        if len(keep) < k:
-            return None
-        return cos[keep], ids[keep]
 
     # ------------------------------------------------------------------ replicas: notices, the cache limit
     @property
