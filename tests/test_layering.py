@@ -23,6 +23,7 @@ MEMORY_LEVELS = {
     "reports": 0,
     "store": 0,
     "postings": 0,
+    "pgvectors": 0,
     "gcquiet": 0,
     "records": 1,
     "pgstore": 1,
