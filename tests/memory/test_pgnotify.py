@@ -66,7 +66,8 @@ def test_a_write_in_another_process_is_caught_up_here_without_a_call(pg_url: str
         new_id = write_in_another_process(pg_url, "ann", "My sister lives in Oslo.")
         # B makes no call: the notice alone brings its state of ann to the write
         wait_for(lambda: new_id in b._st.recs, "the other process's turn in b's state")
-        assert b._st.users["ann"].version > before and b.listener.received > received
+        with b._lock:  # (the listener thread catches up under it: its whole change, or none)
+            assert b._st.users["ann"].version > before and b.listener.received > received
         with psycopg.connect(pg_url) as conn:
             (stored,) = conn.execute("SELECT version FROM lamina.users WHERE user_id='ann'").fetchone() or (None,)
         assert b._st.users["ann"].version == stored
@@ -83,8 +84,14 @@ def test_two_handles_a_user_new_to_b_and_a_deleted_user(pg_url: str) -> None:
         assert "cat" in b.users()
         b.context("cat", user_id="cat")  # (loaded now)
         a.delete_user(user_id="cat")
-        wait_for(lambda: "cat" not in b._st.users and "cat" not in b._st.unloaded, "the deleted user gone from b")
-        assert not any(r.user_id == "cat" for r in b._st.recs.values())
+
+        def gone() -> bool:  # (under b's lock: its listener thread may be mid catch-up)
+            with b._lock:
+                return "cat" not in b._st.users and "cat" not in b._st.unloaded
+
+        wait_for(gone, "the deleted user gone from b")
+        with b._lock:
+            assert not any(r.user_id == "cat" for r in b._st.recs.values())
     finally:
         a.close()
         b.close()
