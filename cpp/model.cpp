@@ -395,7 +395,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   float* outlier = scaled ? cache.outlier_share_mut() : nullptr;
   const uint8_t* plain_flags = P.plain_heads.empty() ? nullptr : P.plain_heads.data();
   struct Scratch {
-    std::vector<float> panel, ctile, probs, xsum_q, xsum_f, xd, acc, h, out2;
+    std::vector<float> panel, ctile, probs, xsum_q, xsum_f, xd, acc, h, out2, tile;
     std::vector<int8_t> xq;
   };
   std::vector<Scratch> scratch(nt);
@@ -409,6 +409,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     if (gemm) {
       s.panel.resize(maxK * NR);
       s.ctile.resize(T * NR);
+      s.tile.resize(kern.tile_scratch(D));
     } else {
       s.h.resize(T * d);
     }
@@ -652,6 +653,26 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
           else store_keys(l, i - H);
         });
       }
+      // Prefill without a record or the window variant: tiles of tokens × the G heads of a
+      // KV group (every K/V row read once per tile; a rescaled head reads the scaled keys, so
+      // a group whose heads differ runs as several tiles), the latest (costliest) tiles first.
+      if (gemm && !record && !(win && scaled && l >= first) && D % 4 == 0) {
+        const std::size_t TT = kern.tile_tokens, n_tiles = (T + TT - 1) / TT;
+        run(Hk * n_tiles, [&](std::size_t i) {
+          const std::size_t kv = i % Hk, t0 = (n_tiles - 1 - i / Hk) * TT;
+          const float* keys_of[2] = {kdst[l * Hk + kv], ksdst[l * Hk + kv]};
+          for (std::size_t a = 0; a < G;) {
+            const bool sc = ratio_of_head(l, kv * G + a) >= 0;
+            std::size_t e = a + 1;
+            while (e < G && (ratio_of_head(l, kv * G + e) >= 0) == sc) ++e;
+            const std::size_t off = (t0 * H + kv * G + a) * D;
+            kern.attend_tile(q.data() + off, H * D, e - a, std::min(TT, T - t0), keys_of[sc],
+                             vdst[l * Hk + kv], len0[l * Hk + kv] + t0, D, scale, S.tile.data(),
+                             att.data() + off, H * D);
+            a = e;
+          }
+        });
+      } else {
       // Attention over (KV head, token descending, query head of the group): the G queries of
       // a token read the same K/V rows back to back; the costliest (latest) tokens go first.
       run((T * H + kAttnChunk - 1) / kAttnChunk, [&](std::size_t chunk) {
@@ -714,6 +735,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
           }
         }
       });
+      }
       prepare(att.data(), H * D);
       run(n_chunks(d), [&](std::size_t i) {
         std::size_t c0, c1;

@@ -2,6 +2,7 @@
 // them). See lamina/model_isa.hpp.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "lamina/common.hpp"
@@ -13,6 +14,7 @@ using VecF = __m256;
 #define LAMINA_MW 8
 #define LAMINA_MNV 2
 #define LAMINA_MMR 6
+#define LAMINA_MKR 2
 #define LAMINA_MISA_NAME "avx2"
 static inline VecF vzero() { return _mm256_setzero_ps(); }
 static inline VecF vset1(float a) { return _mm256_set1_ps(a); }

@@ -2,6 +2,7 @@
 // See lamina/model_isa.hpp.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "lamina/common.hpp"
@@ -13,6 +14,7 @@ using VecF = __m512;
 #define LAMINA_MW 16
 #define LAMINA_MNV 2
 #define LAMINA_MMR 8
+#define LAMINA_MKR 4
 #define LAMINA_MISA_NAME "avx512"
 static inline VecF vzero() { return _mm512_setzero_ps(); }
 static inline VecF vset1(float a) { return _mm512_set1_ps(a); }

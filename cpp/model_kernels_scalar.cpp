@@ -1,5 +1,6 @@
 // Model runtime hot loops, portable path (one float lane; the compiler may still
 // auto-vectorise with SSE2). See lamina/model_isa.hpp.
+#include <algorithm>
 #include <cstring>
 
 #include "lamina/common.hpp"
@@ -11,6 +12,7 @@ using VecF = float;
 #define LAMINA_MW 1
 #define LAMINA_MNV 8
 #define LAMINA_MMR 4
+#define LAMINA_MKR 4
 #define LAMINA_MISA_NAME "scalar"
 static inline VecF vzero() { return 0.0f; }
 static inline VecF vset1(float a) { return a; }

@@ -34,6 +34,18 @@ struct Kernels {
   /// `probs` (n floats, scratch) holds the softmax row on return.
   void (*attend)(const float* q, const float* K, const float* V, std::size_t n, std::size_t D,
                  float scale, float* probs, float* out);
+  /// Tokens per attention tile (the vector width).
+  std::size_t tile_tokens;
+  /// Floats of scratch attend_tile needs for head_dim D.
+  std::size_t (*tile_scratch)(std::size_t D);
+  /// Causal attention of a tile: nh query heads of one KV group (head a of token i at
+  /// Q[i·ldq + a·D]) for nt <= tile_tokens consecutive tokens against the group's entries
+  /// K/V (token i sees entries 0 .. n0 + i); out[i·ldo + a·D + e]. D a multiple of 4;
+  /// ws: tile_scratch(D) floats. Same result as attend per query up to rounding (online
+  /// softmax over blocks of entries).
+  void (*attend_tile)(const float* Q, std::size_t ldq, std::size_t nh, std::size_t nt,
+                      const float* K, const float* V, std::size_t n0, std::size_t D, float scale,
+                      float* ws, float* O, std::size_t ldo);
   /// x[i] <- silu(g[i]) * u[i] for i < n (g = gate, u = up; written to out).
   void (*swiglu)(const float* g, const float* u, std::size_t n, float* out);
 };

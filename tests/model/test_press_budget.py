@@ -63,7 +63,7 @@ def test_kv_budget_after_a_long_context(model: Any) -> None:
     g = model.generate(
         CONTEXT, question="Where is the spare key?", max_tokens=40, press="keydiff", kv_budget=b, press_every=16
     )
-    assert g.prompt_tokens > b and len(g.tokens) == 40
+    assert g.prompt_tokens > b and (len(g.tokens) == 40 or g.finish_reason == "eos")
     # the cache ends holding the budget's allocation exactly (room reserved once, no growth step)
     assert g.kv_bytes == _budget_bytes(model, b)
     assert g.kept_fraction <= b / (g.prompt_tokens + len(g.tokens))
