@@ -104,6 +104,66 @@ void dequant_row(QType t, const uint8_t* row, std::size_t K, float* out, std::si
   }
 }
 
+// Element j of row r of a packed block matrix (lamina/model_isa.hpp), j < K, to out[j * stride].
+void dequant_packed_row(const Matrix& m, std::size_t r, float* out, std::size_t stride) {
+  const std::size_t nb = m.cols / 32, gb = misa::packed_block_bytes(m.type);
+  const std::size_t g = r / misa::kPackRows, rr = r % misa::kPackRows;
+  const uint8_t* base = static_cast<const uint8_t*>(m.data) + g * nb * gb;
+  for (std::size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = base + b * gb;
+    const float d = half_at(blk + 2 * rr);
+    float* o = out + 32 * b * stride;
+    if (m.type == QType::Q8_0) {
+      for (std::size_t e = 0; e < 32; ++e)
+        o[e * stride] = d * static_cast<float>(static_cast<int8_t>(blk[32 + 64 * (e / 4) + 4 * rr + e % 4]));
+      continue;
+    }
+    const bool q41 = m.type == QType::Q4_1;
+    const float off = q41 ? half_at(blk + 32 + 2 * rr) : 0.0f;
+    const uint8_t* qs = blk + (q41 ? 64 : 32);
+    for (std::size_t e = 0; e < 16; ++e) {
+      const uint8_t byte = qs[64 * (e / 4) + 4 * rr + e % 4];
+      const int lo = (byte & 15) - (q41 ? 0 : 8), hi = (byte >> 4) - (q41 ? 0 : 8);
+      o[e * stride] = d * static_cast<float>(lo) + off;
+      o[(e + 16) * stride] = d * static_cast<float>(hi) + off;
+    }
+  }
+}
+
+// Row r of a matrix (packed or stored) to out[j * stride], j < cols.
+void dequant(const Matrix& m, std::size_t r, float* out, std::size_t stride) {
+  if (m.packed) return dequant_packed_row(m, r, out, stride);
+  dequant_row(m.type, static_cast<const uint8_t*>(m.data) + r * row_bytes(m.type, m.cols), m.cols,
+              out, stride);
+}
+
+// The packed copy of a block-quantised matrix (lamina/model_isa.hpp) into `store`.
+Matrix pack(const Matrix& m, std::vector<uint8_t>& store) {
+  const std::size_t nb = m.cols / 32, gb = misa::packed_block_bytes(m.type);
+  const std::size_t bb = gb / misa::kPackRows, rb = row_bytes(m.type, m.cols);
+  const std::size_t groups = (m.rows + misa::kPackRows - 1) / misa::kPackRows;
+  const std::size_t head = m.type == QType::Q4_1 ? 4 : 2;  // scale (+ offset) bytes
+  const std::size_t slices = m.type == QType::Q8_0 ? 8 : 4;
+  store.assign(groups * nb * gb, 0);
+  const uint8_t* src = static_cast<const uint8_t*>(m.data);
+  for (std::size_t r = 0; r < m.rows; ++r) {
+    const std::size_t g = r / misa::kPackRows, rr = r % misa::kPackRows;
+    for (std::size_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = src + r * rb + b * bb;
+      uint8_t* dst = store.data() + (g * nb + b) * gb;
+      std::memcpy(dst + 2 * rr, blk, 2);
+      if (head == 4) std::memcpy(dst + 32 + 2 * rr, blk + 2, 2);
+      const std::size_t q0 = 16 * head;  // 32 or 64: where the slices start
+      for (std::size_t j = 0; j < slices; ++j)
+        std::memcpy(dst + q0 + 64 * j + 4 * rr, blk + head + 4 * j, 4);
+    }
+  }
+  Matrix out = m;
+  out.data = store.data();
+  out.packed = true;
+  return out;
+}
+
 void check_matrix(const Matrix& m, const char* name, std::size_t rows, std::size_t cols) {
   LAMINA_CHECK(m.data != nullptr, name, ": missing tensor");
   LAMINA_CHECK(m.rows == rows && m.cols == cols, name, " has shape (", m.rows, ", ", m.cols,
@@ -265,6 +325,24 @@ Model::Model(const Config& c, Weights w, PositionScaling pos)
     check_matrix(L.w_up, "ffn_up", F, d);
     check_matrix(L.w_down, "ffn_down", d, F);
   }
+  // Repack every block matrix once (a tied output shares the embedding's copy).
+  std::vector<std::pair<const void*, Matrix>> done;
+  auto repack = [&](Matrix& m) {
+    if (m.type == QType::F32 || m.type == QType::F16 || m.packed) return;
+    for (const auto& [src, p] : done)
+      if (src == m.data && p.type == m.type && p.rows == m.rows && p.cols == m.cols) {
+        m = p;
+        return;
+      }
+    packed_.emplace_back();
+    const void* src = m.data;
+    m = pack(m, packed_.back());
+    done.emplace_back(src, m);
+  };
+  repack(w_.token_embd);
+  repack(w_.output);
+  for (Layer& L : w_.layers)
+    for (Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) repack(*m);
   if (pos_.enabled) {
     LAMINA_CHECK(pos_.first_layer >= 0 && pos_.first_layer <= c.n_layers, "ms-poe: first_layer (",
                  pos_.first_layer, ") must be in [0, n_layers = ", c.n_layers, "]");
@@ -395,17 +473,20 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   float* outlier = scaled ? cache.outlier_share_mut() : nullptr;
   const uint8_t* plain_flags = P.plain_heads.empty() ? nullptr : P.plain_heads.data();
   struct Scratch {
-    std::vector<float> panel, ctile, probs, xsum_q, xsum_f, xd, acc, h, out2, tile;
+    std::vector<float> panel, ctile, probs, xsum_q, xd, acc, h, out2, tile;
     std::vector<int8_t> xq;
+    std::vector<int32_t> xqs;
+    std::vector<float> row;  // a dequantised weight row (float decode of a packed matrix)
   };
   std::vector<Scratch> scratch(nt);
   for (Scratch& s : scratch) {
     // GEMV inputs: T rows on the decode path, one (the last-token logits) on the GEMM path.
     const std::size_t rows = gemm ? 1 : T;
     s.xsum_q.resize(rows * (maxK / 32));
-    s.xsum_f.resize(rows * (maxK / 32));
     s.xd.resize(rows * (maxK / 32));
     s.xq.resize(rows * maxK);
+    s.xqs.resize(rows * (maxK / 32));
+    if (!q8_decode) s.row.resize(maxK);
     if (gemm) {
       s.panel.resize(maxK * NR);
       s.ctile.resize(T * NR);
@@ -469,42 +550,40 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         }
       }
     };
-    // GEMV inputs of this thread: X (nT rows of K) quantised to int8 and its block sums.
+    // GEMV inputs of this thread: X (T rows of K) quantised to int8, with its block sums.
     auto prepare = [&](const float* X, std::size_t K) {
-      if (gemm) return;
+      if (gemm || !q8_decode) return;
       const std::size_t nb = K / 32;
-      for (std::size_t t = 0; t < T; ++t) {
-        const float* xr = X + t * K;
-        misa::quantise_q8(xr, K, S.xq.data() + t * K, S.xd.data() + t * nb,
-                          S.xsum_q.data() + t * nb);
-        for (std::size_t bb = 0; bb < nb; ++bb) {
-          float sum = 0.0f;
-          for (int j = 0; j < 32; ++j) sum += xr[32 * bb + j];
-          S.xsum_f[t * nb + bb] = sum;
-        }
-      }
+      for (std::size_t t = 0; t < T; ++t)
+        misa::quantise_q8(X + t * K, K, S.xq.data() + t * K, S.xd.data() + t * nb,
+                          S.xsum_q.data() + t * nb, S.xqs.data() + t * nb);
     };
     // Y[t, c0..c1) (row stride ldy) = X[t, :] · W_c for t < T; c0 a multiple of col_unit.
     auto mm = [&](const Matrix& W, const float* X, float* Y, std::size_t ldy, std::size_t c0,
                   std::size_t c1) {
-      const std::size_t K = W.cols, rb = row_bytes(W.type, K), nb = K / 32;
+      const std::size_t K = W.cols, nb = K / 32;
       const uint8_t* base = static_cast<const uint8_t*>(W.data);
       if (!gemm) {
-        const bool blocks = q8_decode && W.type != QType::F32 && W.type != QType::F16;
         for (std::size_t t = 0; t < T; ++t) {
-          if (blocks)
-            kern.gemv_q8(W.type, base, rb, K, S.xq.data() + t * K, S.xd.data() + t * nb,
-                         S.xsum_q.data() + t * nb, c0, c1, Y + t * ldy + c0);
-          else
-            kern.gemv(W.type, base, rb, K, X + t * K, S.xsum_f.data() + t * nb, c0, c1,
-                      Y + t * ldy + c0);
+          if (!W.packed) {
+            kern.gemv(W.type, base, row_bytes(W.type, K), K, X + t * K, c0, c1, Y + t * ldy + c0);
+          } else if (q8_decode) {
+            kern.gemv_q8(W.type, base, K, S.xq.data() + t * K, S.xd.data() + t * nb,
+                         S.xsum_q.data() + t * nb, S.xqs.data() + t * nb, c0, c1,
+                         Y + t * ldy + c0);
+          } else {  // float32 activations: each row dequantised, then a float dot product
+            for (std::size_t r = c0; r < c1; ++r) {
+              dequant_packed_row(W, r, S.row.data(), 1);
+              kern.gemv(QType::F32, reinterpret_cast<const uint8_t*>(S.row.data()), 4 * K, K,
+                        X + t * K, 0, 1, Y + t * ldy + r);
+            }
+          }
         }
         return;
       }
       for (std::size_t p = c0; p < c1; p += NR) {
         const std::size_t nc = std::min(NR, c1 - p);
-        for (std::size_t j = 0; j < nc; ++j)
-          dequant_row(W.type, base + (p + j) * rb, K, S.panel.data() + j, NR);
+        for (std::size_t j = 0; j < nc; ++j) dequant(W, p + j, S.panel.data() + j, NR);
         for (std::size_t j = nc; j < NR; ++j)
           for (std::size_t kk = 0; kk < K; ++kk) S.panel[kk * NR + j] = 0.0f;
         kern.gemm_panel(S.panel.data(), K, X, K, T, S.ctile.data(), NR);
@@ -590,8 +669,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
 
     run(T, [&](std::size_t t) {
       const Matrix& E = w_.token_embd;
-      dequant_row(E.type, static_cast<const uint8_t*>(E.data) + ids[t] * row_bytes(E.type, d), d,
-                  x.data() + t * d, 1);
+      dequant(E, static_cast<std::size_t>(ids[t]), x.data() + t * d, 1);
     });
     for (std::size_t l = 0; l < L; ++l) {
       const Layer& Ly = w_.layers[l];
@@ -768,22 +846,23 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     if (mode == Logits::Last) {
       // one row: the GEMV path on the last token (T = 1 view of the buffers)
       const float* last = ho + (T - 1) * d;
-      misa::quantise_q8(last, d, S.xq.data(), S.xd.data(), S.xsum_q.data());
-      for (std::size_t bb = 0; bb < d / 32; ++bb) {
-        float sum = 0.0f;
-        for (int j = 0; j < 32; ++j) sum += last[32 * bb + j];
-        S.xsum_f[bb] = sum;
-      }
+      const Matrix& W = w_.output;
+      const bool q8 = q8_decode && W.packed;
+      if (q8) misa::quantise_q8(last, d, S.xq.data(), S.xd.data(), S.xsum_q.data(), S.xqs.data());
       run((V + kRows - 1) / kRows, [&](std::size_t i) {
         const std::size_t c0 = i * kRows, c1 = std::min(V, c0 + kRows);
-        const Matrix& W = w_.output;
-        const std::size_t rb = row_bytes(W.type, d);
         const uint8_t* base = static_cast<const uint8_t*>(W.data);
-        if (q8_decode && W.type != QType::F32 && W.type != QType::F16) {
-          kern.gemv_q8(W.type, base, rb, d, S.xq.data(), S.xd.data(), S.xsum_q.data(), c0, c1,
-                       logits + c0);
+        if (q8) {
+          kern.gemv_q8(W.type, base, d, S.xq.data(), S.xd.data(), S.xsum_q.data(), S.xqs.data(),
+                       c0, c1, logits + c0);
+        } else if (!W.packed) {
+          kern.gemv(W.type, base, row_bytes(W.type, d), d, last, c0, c1, logits + c0);
         } else {
-          kern.gemv(W.type, base, rb, d, last, S.xsum_f.data(), c0, c1, logits + c0);
+          for (std::size_t r = c0; r < c1; ++r) {
+            dequant_packed_row(W, r, S.row.data(), 1);
+            kern.gemv(QType::F32, reinterpret_cast<const uint8_t*>(S.row.data()), 4 * d, d, last,
+                      0, 1, logits + r);
+          }
         }
       });
     } else {

@@ -21,7 +21,8 @@ constexpr isa::Family<Kernels> kModel{&scalar_isa::get_kernels,
 
 const Kernels& kernels() { return kModel.get(); }
 
-void quantise_q8(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum) {
+void quantise_q8(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum,
+                 int32_t* xqs) {
   for (std::size_t b = 0; b < K / 32; ++b) {
     const float* v = x + 32 * b;
     float amax = 0.0f;
@@ -34,6 +35,7 @@ void quantise_q8(const float* x, std::size_t K, int8_t* xq, float* xd, float* xs
       qs += xq[32 * b + j];
     }
     xd[b] = d;
+    xqs[b] = qs;
     xsum[b] = d * static_cast<float>(qs);
   }
 }

@@ -41,51 +41,20 @@ static inline void vreduce4(VecF a, VecF b, VecF c, VecF d, float* o) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
   _mm_storeu_ps(o, s);
 }
-static inline void load_u4(const uint8_t* qs, VecF* out) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(raw, m);
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
-  out[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-  out[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-  out[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-  out[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
-}
-static inline void load_i8(const int8_t* qs, VecF* out) {
-  for (int i = 0; i < 4; ++i)
-    out[i] = _mm256_cvtepi32_ps(
-        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * i))));
-}
 static inline float half_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
-// 8-bit dot products on 256-bit integer lanes (AVX2; no AVX-512BW needed).
-using VecA = __m256;
-static inline VecA aset0() { return _mm256_setzero_ps(); }
-static inline float ahsum(VecA v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-static inline __m256i idot_u4(const uint8_t* qs, const int8_t* x) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
-                                     _mm256_set1_epi8(0x0F));
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), _mm256_set1_epi16(1));
-}
-static inline __m256i idot_i8(const int8_t* q, const int8_t* x) {
-  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  // |w| · sign(x, w): unsigned × signed for maddubs
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w)),
-                           _mm256_set1_epi16(1));
-}
-static inline VecA afma(float s, __m256i dot, VecA acc) {
-  return _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(dot), acc);
-}
+#define LAMINA_OWN_GEMV_Q8
+static void gemv_q8(QType type, const uint8_t* w, std::size_t K, const int8_t* xq,
+                    const float* xd, const float* xsum, const int32_t* xqs, std::size_t r0,
+                    std::size_t r1, float* y);
 #include "model_kernels.inc"
+#include "model_gemv_avx2.inc"
+static void gemv_q8(QType type, const uint8_t* w, std::size_t K, const int8_t* xq,
+                    const float* xd, const float* xsum, const int32_t* xqs, std::size_t r0,
+                    std::size_t r1, float* y) {
+  gemv_q8_avx2(type, w, K, xq, xd, xsum, xqs, r0, r1, y);
+}
 }  // namespace lamina::model::misa::avx2_isa

@@ -39,47 +39,69 @@ static inline void vreduce4(VecF a, VecF b, VecF c, VecF d, float* o) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
   _mm_storeu_ps(o, s);
 }
-static inline void load_u4(const uint8_t* qs, VecF* out) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  out[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, m)));
-  out[1] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), m)));
-}
-static inline void load_i8(const int8_t* qs, VecF* out) {
-  out[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs))));
-  out[1] = _mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16))));
-}
 static inline float half_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
-// 8-bit dot products on 256-bit integer lanes (AVX2; no AVX-512BW needed).
-using VecA = __m256;
-static inline VecA aset0() { return _mm256_setzero_ps(); }
-static inline float ahsum(VecA v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-static inline __m256i idot_u4(const uint8_t* qs, const int8_t* x) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw),
-                                     _mm256_set1_epi8(0x0F));
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, xv), _mm256_set1_epi16(1));
-}
-static inline __m256i idot_i8(const int8_t* q, const int8_t* x) {
-  const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-  // |w| · sign(x, w): unsigned × signed for maddubs
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w)),
-                           _mm256_set1_epi16(1));
-}
-static inline VecA afma(float s, __m256i dot, VecA acc) {
-  return _mm256_fmadd_ps(_mm256_set1_ps(s), _mm256_cvtepi32_ps(dot), acc);
-}
+#define LAMINA_OWN_GEMV_Q8
+static void gemv_q8(QType type, const uint8_t* w, std::size_t K, const int8_t* xq,
+                    const float* xd, const float* xsum, const int32_t* xqs, std::size_t r0,
+                    std::size_t r1, float* y);
 #include "model_kernels.inc"
+#include "model_gemv_avx2.inc"
+
+// The packed GEMV with AVX-512 VNNI: a group's 16 rows are the 16 int32 lanes of one vector,
+// one vpdpbusd per 4 columns (unsigned nibbles × signed activations; Q8_0 as |w| × sign(x, w)).
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c"))) static void vnni_group(
+    QType type, const uint8_t* w, std::size_t nb, std::size_t g, const int8_t* xq,
+    const float* xd, const float* xsum, const int32_t* xqs, float* out) {
+  const std::size_t gb = packed_block_bytes(type);
+  const __m512i nib = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+  __m512 acc = _mm512_setzero_ps();
+  for (std::size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + (g * nb + b) * gb;
+    const int8_t* x = xq + 32 * b;
+    int32_t xi[8];
+    std::memcpy(xi, x, 32);
+    __m512i s = zero;
+    if (type == QType::Q8_0) {
+      for (int j = 0; j < 8; ++j) {
+        const __m512i q = _mm512_loadu_si512(blk + 32 + 64 * j);
+        const __m512i xb = _mm512_set1_epi32(xi[j]);
+        s = _mm512_dpbusd_epi32(s, _mm512_abs_epi8(q),
+                                _mm512_mask_sub_epi8(xb, _mm512_movepi8_mask(q), zero, xb));
+      }
+    } else {
+      const uint8_t* qs = blk + (type == QType::Q4_1 ? 64 : 32);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i q = _mm512_loadu_si512(qs + 64 * j);
+        s = _mm512_dpbusd_epi32(s, _mm512_and_si512(q, nib), _mm512_set1_epi32(xi[j]));
+        s = _mm512_dpbusd_epi32(s, _mm512_and_si512(_mm512_srli_epi16(q, 4), nib),
+                                _mm512_set1_epi32(xi[4 + j]));
+      }
+      if (type == QType::Q4_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * xqs[b]));
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(xd[b])), acc);
+    if (type == QType::Q4_1) {
+      const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+      acc = _mm512_fmadd_ps(m, _mm512_set1_ps(xsum[b]), acc);
+    }
+  }
+  _mm512_storeu_ps(out, acc);
+}
+
+static void gemv_q8(QType type, const uint8_t* w, std::size_t K, const int8_t* xq,
+                    const float* xd, const float* xsum, const int32_t* xqs, std::size_t r0,
+                    std::size_t r1, float* y) {
+  static const bool vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+  if (vnni) {
+    for_groups(r0, r1, y, [&](std::size_t g, float* out) {
+      vnni_group(type, w, K / 32, g, xq, xd, xsum, xqs, out);
+    });
+    return;
+  }
+  gemv_q8_avx2(type, w, K, xq, xd, xsum, xqs, r0, r1, y);
+}
 }  // namespace lamina::model::misa::avx512_isa

@@ -67,10 +67,13 @@ std::size_t row_bytes(QType t, std::size_t cols);
 
 /// A matrix (rows × cols, row-major, `cols` = the input width) in its stored encoding.
 /// Non-owning: `data` must outlive the model (the Python side keeps the memory-mapped file).
+/// A Model repacks every block-quantised matrix once into the layout of lamina/model_isa.hpp
+/// (`packed` set, `data` its own copy), so the original may then be released.
 struct Matrix {
   QType type = QType::F32;
   const void* data = nullptr;
   std::size_t rows = 0, cols = 0;
+  bool packed = false;
 };
 
 /// Hyper-parameters (names as in python/lamina/model/gguf_file.py: LlamaConfig).
@@ -198,7 +201,8 @@ struct AttentionRecord {
   bool accumulate_max = false;   // max over the call's queries instead of the sum
 };
 
-/// A llama-architecture model over non-owned quantised weights. Thread-safe for concurrent
+/// A llama-architecture model over quantised weights: F32/F16 tensors and the norms stay
+/// non-owned; block-quantised matrices are repacked (owned) at construction. Thread-safe for concurrent
 /// forwards on distinct caches (the model is read-only after construction).
 class Model {
  public:
@@ -234,6 +238,7 @@ class Model {
   Config cfg_;
   Weights w_;
   PositionScaling pos_;
+  std::vector<std::vector<uint8_t>> packed_;  // the packed block matrices w_ points into
 };
 
 /// Tokens per call from which the forward uses the GEMM path instead of per-token GEMVs.

@@ -13,19 +13,38 @@
 
 namespace lamina::model::misa {
 
+/// The packed layout of a block-quantised matrix (made once when a Model is built; the
+/// same bytes as GGML's rows, rearranged): rows in groups of kPackRows, and for group g and
+/// block index b (32 columns) one record of kPackRows · (GGML block bytes) bytes at
+/// (g · n_blocks + b) · packed_block_bytes(type):
+///   Q4_0: d[16] (binary16), then qs as 4 × 64 bytes;
+///   Q4_1: d[16], m[16], then qs as 4 × 64 bytes;
+///   Q8_0: d[16], then q as 8 × 64 bytes;
+/// where 64-byte slice j holds, for row r of the group at bytes 4r .. 4r+3, the row's bytes
+/// 4j .. 4j+3 of its GGML qs/q array (so a slice's low nibbles are elements 4j + i, its high
+/// nibbles elements 16 + 4j + i; for Q8_0 slice j holds elements 4j + i). One 512-bit lane
+/// (or two 256-bit ones) of 16 int32 sums then takes one row each: 4 products per
+/// instruction, no horizontal sums. Rows past the matrix's end are zero (d = 0).
+constexpr std::size_t kPackRows = 16;
+inline std::size_t packed_block_bytes(QType t) {
+  return kPackRows * (t == QType::Q4_0 ? 18 : t == QType::Q4_1 ? 20 : 34);
+}
+
 struct Kernels {
   const char* name;
   /// Columns of a GEMM panel (weight rows dequantised per panel; a multiple of the vector width).
   std::size_t panel_width;
-  /// y[r - r0] = W_r · x for rows r in [r0, r1) of a `type` matrix with K columns stored at
-  /// `w` with `rb` bytes per row. x: K floats; xsum: K/32 per-block sums of x (read by Q4_0
-  /// and Q4_1 only; may be null for the others).
+  /// y[r - r0] = W_r · x for rows r in [r0, r1) of an F32 or F16 matrix with K columns
+  /// stored at `w` with `rb` bytes per row (x: K floats).
   void (*gemv)(QType type, const uint8_t* w, std::size_t rb, std::size_t K, const float* x,
-               const float* xsum, std::size_t r0, std::size_t r1, float* y);
-  /// As gemv for Q4_0/Q4_1/Q8_0 rows, with x quantised to int8 per block of 32 (llama.cpp's
-  /// scheme: quantise_q8): xq K int8, xd K/32 scales, xsum K/32 block sums of the quantised x.
-  void (*gemv_q8)(QType type, const uint8_t* w, std::size_t rb, std::size_t K, const int8_t* xq,
-                  const float* xd, const float* xsum, std::size_t r0, std::size_t r1, float* y);
+               std::size_t r0, std::size_t r1, float* y);
+  /// y[r - r0] = W_r · x for rows r in [r0, r1) of a Q4_0/Q4_1/Q8_0 matrix in the packed
+  /// layout (below) with K columns at `w`, x quantised to int8 per block of 32 (llama.cpp's
+  /// scheme: quantise_q8): xq K int8, xd K/32 scales, xsum K/32 block sums of the quantised x
+  /// (xd · Σ xq), xqs K/32 integer block sums Σ xq.
+  void (*gemv_q8)(QType type, const uint8_t* w, std::size_t K, const int8_t* xq,
+                  const float* xd, const float* xsum, const int32_t* xqs, std::size_t r0,
+                  std::size_t r1, float* y);
   /// C[t, 0..panel_width) = X[t, 0..K) · panel[0..K, 0..panel_width) for t in [0, T);
   /// panel is k-major (panel[k * panel_width + j]).
   void (*gemm_panel)(const float* panel, std::size_t K, const float* X, std::size_t ldx,
@@ -51,11 +70,12 @@ struct Kernels {
 };
 
 /// x (K floats, K a multiple of 32) -> xq (int8, round to nearest), xd (scale per block:
-/// max|x|/127) and xsum (per block xd · Σ xq: the sum of the *quantised* activation, as
+/// max|x|/127), xqs (Σ xq per block) and xsum (per block xd · Σ xq: the sum of the *quantised* activation, as
 /// llama.cpp's Q8_1; so every product is that of the dequantised weight with the dequantised
 /// activation — using the exact float sum instead for the Q4_1 offset measured 5x the KL
 /// against the float32 reference, 0.021 vs 0.0044). Portable: every ISA path quantises alike.
-void quantise_q8(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum);
+void quantise_q8(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum,
+                 int32_t* xqs);
 
 /// The table of the active ISA (LAMINA_SIMD caps it; tests compare the paths by running
 /// with LAMINA_SIMD=scalar / avx2 in a subprocess).

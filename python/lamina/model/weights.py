@@ -1,12 +1,17 @@
 """A GGUF file's tensors handed to the native runtime, still in their stored encodings.
 
-Nothing is copied: the arrays passed to ``lamina._core.LlamaModel`` are views of the
-memory-mapped file (raw GGML blocks for Q4_0/Q4_1/Q8_0, float16/float32 rows otherwise), kept
-alive by the native model object.
+The arrays passed to ``lamina._core.LlamaModel`` are views of the memory-mapped file (raw GGML
+blocks for Q4_0/Q4_1/Q8_0, float16/float32 rows otherwise), kept alive by the native model
+object. The native model repacks the block-quantised matrices once into its own interleaved
+copy (the same bytes, rearranged for integer SIMD dot products); the file's pages it read to
+do so are then handed back to the OS (``MADV_DONTNEED`` on the read-only mapping: the few
+still used — norms, float matrices — fault back in from the file), so the weights are resident
+once, not twice.
 """
 
 from __future__ import annotations
 
+import mmap
 from typing import Any
 
 import numpy as np
@@ -55,7 +60,26 @@ def native_model(f: GGUFModelFile, position: dict[str, Any] | None = None) -> _c
         "rms_eps": c.rms_eps,
     }
     tensors = {name: (t.type, _view(t)) for name, t in f.tensors.items()}
-    return _core.LlamaModel(config, tensors, position)
+    native = _core.LlamaModel(config, tensors, position)
+    _release_pages(f)
+    return native
+
+
+def _release_pages(f: GGUFModelFile) -> None:
+    """Drop the file's resident pages from this process (see the module docstring)."""
+    maps: dict[int, mmap.mmap] = {}
+    for t in f.tensors.values():
+        b: Any = t.data
+        while b is not None and not isinstance(b, mmap.mmap):
+            b = getattr(b, "base", None)
+        if b is not None:
+            maps[id(b)] = b
+    for m in maps.values():
+        if hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            try:
+                m.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):  # advice only: a failure costs memory, not results
+                pass
 
 
 def weight_bytes(f: GGUFModelFile) -> int:
