@@ -518,7 +518,11 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     std::atomic<std::size_t> next{0}, done{0};
   };
   // (+3: the ranking call's scoring, assignment and rotation phases)
-  const std::size_t phases_per_layer = (gemm ? 7 : 5) + 3;
+  const std::size_t phases_per_layer = (gemm ? 7 : 6) + 3;
+  // Decode attention: entries per block and the partial softmaxes of every (block, query).
+  constexpr std::size_t kDecodeBlock = 256;
+  const std::size_t n_dblk = gemm ? 0 : (max_len + T + kDecodeBlock - 1) / kDecodeBlock;
+  std::vector<float> dpart(n_dblk * T * H * (D + 2));
   std::vector<Phase> phases(1 + L * phases_per_layer + 2);
   constexpr std::size_t kRows = 64;       // GEMV rows per chunk
   // (token, head) pairs per attention chunk: one on the decode path (a step has only H pairs)
@@ -750,6 +754,50 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
             a = e;
           }
         });
+      } else if (!gemm && !record && !(win && scaled && l >= first)) {
+        // Decode: each KV head's entries in blocks of kDecodeBlock; a chunk runs every query
+        // of the group (the call's T tokens × G heads) over one block, so the block's K/V rows
+        // come from memory once and stay in cache for the group's other queries, and a long
+        // cache spreads over every thread. Partial softmaxes (max, sum, normalised output) are
+        // merged per query in the next phase.
+        run(Hk * n_dblk, [&](std::size_t i) {
+          const std::size_t kv = i % Hk, blk = i / Hk, j0 = blk * kDecodeBlock;
+          const std::size_t held = len0[l * Hk + kv];
+          for (std::size_t t = 0; t < T; ++t)
+            for (std::size_t a = 0; a < G; ++a) {
+              const std::size_t hh = kv * G + a;
+              float* part = dpart.data() + ((blk * T + t) * H + hh) * (D + 2);
+              const std::size_t n = std::min(held + t + 1, j0 + kDecodeBlock);
+              if (n <= j0) {
+                part[1] = 0.0f;  // nothing of this block is visible to the query
+                continue;
+              }
+              const float* keys = ratio_of_head(l, hh) >= 0 ? ksdst[l * Hk + kv] : kdst[l * Hk + kv];
+              kern.attend(q.data() + (t * H + hh) * D, keys + j0 * D, vdst[l * Hk + kv] + j0 * D,
+                          n - j0, D, scale, S.probs.data(), part + 2, part);
+            }
+        });
+        run(T * H, [&](std::size_t i) {
+          const std::size_t t = i / H, hh = i % H;
+          const std::size_t n = len0[l * Hk + hh / G] + t + 1, nblk = (n + kDecodeBlock - 1) / kDecodeBlock;
+          float m = -3.4e38f;
+          for (std::size_t b = 0; b < nblk; ++b) {
+            const float* part = dpart.data() + ((b * T + t) * H + hh) * (D + 2);
+            if (part[1] > 0.0f) m = std::max(m, part[0]);
+          }
+          float* out = att.data() + (t * H + hh) * D;
+          std::fill(out, out + D, 0.0f);
+          float wsum = 0.0f;
+          for (std::size_t b = 0; b < nblk; ++b) {
+            const float* part = dpart.data() + ((b * T + t) * H + hh) * (D + 2);
+            if (part[1] <= 0.0f) continue;
+            const float w = part[1] * std::exp(part[0] - m);
+            wsum += w;
+            for (std::size_t e = 0; e < D; ++e) out[e] += w * part[2 + e];
+          }
+          const float inv = 1.0f / wsum;
+          for (std::size_t e = 0; e < D; ++e) out[e] *= inv;
+        });
       } else {
       // Attention over (KV head, token descending, query head of the group): the G queries of
       // a token read the same K/V rows back to back; the costliest (latest) tokens go first.
@@ -762,9 +810,9 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
           float* out = att.data() + (t * H + hh) * D;
           const int ri = ratio_of_head(l, hh);
           if (ri < 0) {
-            kern.attend(qr, kdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out);
+            kern.attend(qr, kdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
           } else if (!win) {
-            kern.attend(qr, ksdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out);
+            kern.attend(qr, ksdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
           } else {
             // Entries [0, m) lie window or more behind the query (scaled keys, far query),
             // [m, n) nearer (plain keys and query): two softmaxes merged by their partition
@@ -779,13 +827,13 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
             const float* vv = vdst[l * Hk + kv];
             float* pr = S.probs.data();
             if (m == 0) {
-              kern.attend(qr, kp, vv, n, D, scale, pr, out);
+              kern.attend(qr, kp, vv, n, D, scale, pr, out, nullptr);
             } else if (m == n) {
-              kern.attend(qf, ks, vv, n, D, scale, pr, out);
+              kern.attend(qf, ks, vv, n, D, scale, pr, out, nullptr);
             } else {
               float* o2 = S.out2.data();
-              kern.attend(qf, ks, vv, m, D, scale, pr, out);
-              kern.attend(qr, kp + m * D, vv + m * D, n - m, D, scale, pr + m, o2);
+              kern.attend(qf, ks, vv, m, D, scale, pr, out, nullptr);
+              kern.attend(qr, kp + m * D, vv + m * D, n - m, D, scale, pr + m, o2, nullptr);
               auto log_z = [&](const float* qq, const float* K, const float* p, std::size_t cnt) {
                 const std::size_t j = static_cast<std::size_t>(std::max_element(p, p + cnt) - p);
                 float sdot = 0.0f;

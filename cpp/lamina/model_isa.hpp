@@ -49,10 +49,12 @@ struct Kernels {
   /// panel is k-major (panel[k * panel_width + j]).
   void (*gemm_panel)(const float* panel, std::size_t K, const float* X, std::size_t ldx,
                      std::size_t T, float* C, std::size_t ldc);
-  /// One query against n cache entries: out[0..D) = Σ_i softmax(scale · q·K_i)_i V_i.
-  /// `probs` (n floats, scratch) holds the softmax row on return.
+  /// One query against n >= 1 cache entries: out[0..D) = Σ_i softmax(scale · q·K_i)_i V_i.
+  /// `probs` (n floats, scratch) holds the softmax row on return; `stats` (optional, 2
+  /// floats) receives the largest scaled score m and Σ_i exp(score_i − m), so that
+  /// softmaxes over disjoint entry ranges can be merged.
   void (*attend)(const float* q, const float* K, const float* V, std::size_t n, std::size_t D,
-                 float scale, float* probs, float* out);
+                 float scale, float* probs, float* out, float* stats);
   /// Tokens per attention tile (the vector width).
   std::size_t tile_tokens;
   /// Floats of scratch attend_tile needs for head_dim D.
