@@ -67,6 +67,7 @@ MODEL_LEVELS = {
     "press": 1,
     "generate": 2,
     "runtime": 3,
+    "pamqa": 4,
     "backtrack": 4,
 }
 
