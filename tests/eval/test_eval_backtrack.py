@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lamina.eval.backtrack import answers_match, make_localisers, run_backtrack
+from lamina.eval.backtrack import answers_match, make_localisers, run_backtrack, step_pairs
 from lamina.reasoning import Chain, read_chains
 
 _DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "bigbench-mistake"
@@ -67,6 +67,10 @@ def test_backtracking_per_localiser_against_none() -> None:
     assert records[0]["by"]["gold"]["steps"][0] != CHAIN.steps[1] or records[0]["by"]["gold"]["chosen"] is None
     assert records[1]["by"]["gold"]["answer"] == "6" and records[1]["by"]["gold"]["correct"]
     assert by["gold"].broken == 0 and by["gold"].fixed + by["gold"].broken <= 1
+    pairs = step_pairs(records)
+    assert len(pairs) == 1 and pairs[0]["k"] == 1 and pairs[0]["localisers"] == ["gold", "checkers"]
+    assert pairs[0]["prefix"] == list(CHAIN.steps[:1]) and pairs[0]["rejected"] == CHAIN.steps[1]
+    assert pairs[0]["verified"] == (records[0]["by"]["gold"]["correct"] and not records[0]["correct"])
     with pytest.raises(ValueError, match="source"):
         run_backtrack(model, chains, ["20", "6"], locs, source="nowhere")
 
@@ -95,6 +99,8 @@ def test_the_command_end_to_end(tmp_path: Path, capsys: Any) -> None:
             "--quiet",
             "--out",
             str(out),
+            "--pairs",
+            str(tmp_path / "pairs.jsonl"),
         ]
     )
     assert rc == 0
@@ -103,5 +109,7 @@ def test_the_command_end_to_end(tmp_path: Path, capsys: Any) -> None:
     d = json.loads(out.read_text())
     assert len(d["records"]) == 1 and d["records"][0]["gold"] is not None
     assert {r["localiser"] for r in d["rows"]} == {"none", "gold", "stepcheck"}
+    pairs = [json.loads(x) for x in (tmp_path / "pairs.jsonl").read_text().splitlines()]
+    assert pairs and all("rejected" in p and "chosen" in p for p in pairs) and "step pairs" in text
     assert main(["eval", "backtrack", "--data", str(tmp_path), "--quiet"]) == 2
     assert main(["eval", "backtrack", "--data", str(_DATA), "--source", "model", "--localisers", "gold"]) == 2

@@ -126,6 +126,8 @@ def test_chain_answer_reads_the_last_stated_answer() -> None:
     assert chain_answer(["x = 1", "So the answer is -12."]) == "-12"
     assert chain_answer(["So the answer is (B)", "nothing"]) == "(B)"
     assert chain_answer(["no answer here"]) is None
+    assert chain_answer(["So the answer is 3 * 4 = 12. So the answer is 12."]) == "12"
+    assert chain_answer(["So the answer is = 218."]) == "218"
 
 
 def test_truncate_on_an_empty_native_cache() -> None:

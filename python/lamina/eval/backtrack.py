@@ -38,7 +38,16 @@ from ..reasoning.checkers import first_wrong, step_verdicts
 from ..reasoning.stepcheck import first_failing_step
 from .metrics import wilson_interval
 
-__all__ = ["LOCALISERS", "BacktrackRow", "answers_match", "make_localisers", "run_backtrack", "add_backtrack_parser"]
+__all__ = [
+    "LOCALISERS",
+    "BacktrackRow",
+    "answers_match",
+    "make_localisers",
+    "run_backtrack",
+    "step_pairs",
+    "format_rows",
+    "add_backtrack_parser",
+]
 
 LOCALISERS: tuple[str, ...] = ("none", "gold", "checkers", "locator", "stepcheck", "random")
 _DEFAULT = os.path.join("..", "shared", "data", "bigbench-mistake")
@@ -207,6 +216,43 @@ def run_backtrack(
     return rows, records
 
 
+def step_pairs(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Step-level candidate lessons from :func:`run_backtrack`'s records: for every chain and
+    every step k some localiser rolled back to, the prefix (steps before k), the original
+    step (``rejected``), the kept candidate (``chosen``, None when every sample repeated the
+    original), every candidate with its mean log-probability, which localisers named k, and
+    whether the answer was right before and after. ``verified`` marks a pair whose rewrite
+    turned a wrong answer right — the only ones with outcome evidence; none is applied to any
+    weights here."""
+    out: list[dict[str, Any]] = []
+    for r in records:
+        seen: dict[int, dict[str, Any]] = {}
+        for name, b in r["by"].items():
+            k = b["k"]
+            if k is None:
+                continue
+            if k not in seen:
+                chosen = b["chosen"]
+                seen[k] = {
+                    "question": r["question"],
+                    "target": r["target"],
+                    "prefix": r["steps"][:k],
+                    "rejected": r["steps"][k],
+                    "chosen": None if chosen is None else b["candidates"][chosen]["text"],
+                    "candidates": b["candidates"],
+                    "completion": b["steps"],
+                    "gold_k": r["gold"],
+                    "k": k,
+                    "localisers": [],
+                    "correct_before": r["correct"],
+                    "correct_after": b["correct"],
+                    "verified": bool(b["correct"] and not r["correct"]),
+                }
+            seen[k]["localisers"].append(name)
+        out.extend(seen[k] for k in sorted(seen))
+    return out
+
+
 def format_rows(rows: Sequence[BacktrackRow]) -> str:
     """A table: one line per localiser."""
     head = f"{'localiser':<11}{'n':>4}{'located':>9}{'exact loc':>11}{'answer acc':>12}{'95% CI':>15}"
@@ -282,6 +328,12 @@ def _cmd(args: argparse.Namespace) -> int:
                 indent=1,
             )
         print(f"wrote {args.out}")
+    if args.pairs:
+        pairs = step_pairs(records)
+        with open(args.pairs, "w", encoding="utf-8") as f:
+            for pair in pairs:
+                f.write(json.dumps(pair, ensure_ascii=False) + "\n")
+        print(f"wrote {len(pairs)} step pairs ({sum(p['verified'] for p in pairs)} verified) to {args.pairs}")
     return 0
 
 
@@ -304,5 +356,8 @@ def add_backtrack_parser(esub: Any) -> None:
     p.add_argument("--model", default=None, help="a llama-architecture .gguf (default: packaged SmolLM2-135M)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default=None, help="write rows and every chain as JSON here")
+    p.add_argument(
+        "--pairs", default=None, help="write step-level candidate lessons (original vs kept step) as JSONL here"
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_cmd)

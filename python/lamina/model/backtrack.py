@@ -86,12 +86,14 @@ class Candidate:
 
 
 def chain_answer(steps: Sequence[str]) -> str | None:
-    """The answer a chain states: the text after the last "answer is" (trailing period
-    dropped), or None when no step states one."""
+    """The answer a chain states: the text after the last "answer is" (a leading "=" or ":"
+    and a trailing period dropped), or None when no step states one."""
     for s in reversed(steps):
-        m = _ANSWER.search(s.strip())
-        if m:
-            return m.group(1).strip().rstrip(".").strip()
+        at = s.lower().rfind("answer is")
+        if at >= 0:
+            m = _ANSWER.search(s[at:].strip())
+            if m:
+                return m.group(1).strip().lstrip("=:").strip().rstrip(".").strip() or None
     return None
 
 
