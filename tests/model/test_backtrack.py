@@ -136,3 +136,12 @@ def test_truncate_on_an_empty_native_cache() -> None:
     assert c.n_seen == 0 and c.nbytes == 0
     with pytest.raises(ValueError, match=r"\[0, 0\]"):
         c.truncate(1)
+
+
+def test_generation_starts_on_the_token_boundary_of_a_forced_step(model: Any) -> None:
+    from lamina.model.backtrack import STEP_HEADER
+
+    enc = lambda s: model.tokenizer.encode(s, add_bos=False)  # noqa: E731
+    header = enc(STEP_HEADER.format(n=2))
+    for text in STEPS:
+        assert enc(STEP_HEADER.format(n=2) + " " + text)[: len(header)] == header

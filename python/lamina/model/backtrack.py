@@ -44,8 +44,11 @@ __all__ = [
     "chain_answer",
 ]
 
-#: The opening of step n (1-based) in the assistant's reply.
-STEP_HEADER = "Thought {n}: "
+#: The opening of step n (1-based) in the assistant's reply. A step's line is the header, a
+#: space and the text; generation starts right after the colon, so the space comes from the
+#: model (" Let" is one token: a header ending in its own space token would be a tokenization
+#: the forced steps never show, and the model answers it with a newline).
+STEP_HEADER = "Thought {n}:"
 #: Appended to the question in the user message.
 INSTRUCTION = (
     "Think step by step. Write one thought per line, each line starting with 'Thought N:', "
@@ -288,7 +291,7 @@ class ChainSession:
 
 
 def _line(i: int, text: str) -> str:
-    return STEP_HEADER.format(n=i + 1) + text
+    return STEP_HEADER.format(n=i + 1) + " " + text
 
 
 def _norm(s: str) -> str:
