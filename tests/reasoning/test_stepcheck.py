@@ -56,6 +56,17 @@ def test_missing_constraints() -> None:
     assert f is not None and (f.step, f.kind) == (3, MISSING_CONSTRAINT)
 
 
+def test_classes_select_the_checks() -> None:
+    bad = ['This equation can be written as "A + B", where A = (1 + 2) and B = (3 - 5).'] + GOOD[1:3]
+    bad.append("Then, the final equation is A * B = 3 * 2 = 6. So the answer is 6")
+    assert first_failing_step(Q, bad).step == 0  # type: ignore[union-attr]
+    f = first_failing_step(Q, bad, classes=(CALCULATION, MISSING_CONSTRAINT))
+    assert f is not None and (f.step, f.kind) == (3, MISSING_CONSTRAINT)
+    assert first_failing_step(Q, bad, classes=(CALCULATION,)) is None
+    with pytest.raises(ValueError, match="classes"):
+        first_failing_step(Q, bad, classes=("spelling",))
+
+
 def test_rejects_non_text() -> None:
     with pytest.raises(TypeError):
         step_check(Q, "one string")  # type: ignore[arg-type]

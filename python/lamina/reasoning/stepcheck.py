@@ -26,7 +26,15 @@ from dataclasses import dataclass
 
 from .checkers import WRONG, _Parser, check_arithmetic, check_step
 
-__all__ = ["CALCULATION", "UNDERSTANDING", "MISSING_CONSTRAINT", "StepIssue", "step_check", "first_failing_step"]
+__all__ = [
+    "CALCULATION",
+    "UNDERSTANDING",
+    "MISSING_CONSTRAINT",
+    "CLASSES",
+    "StepIssue",
+    "step_check",
+    "first_failing_step",
+]
 
 CALCULATION, UNDERSTANDING, MISSING_CONSTRAINT = "calculation", "understanding", "missing-constraint"
 
@@ -151,7 +159,20 @@ def step_check(question: str, steps: Sequence[str]) -> list[StepIssue]:
     return issues
 
 
-def first_failing_step(question: str, steps: Sequence[str]) -> StepIssue | None:
-    """The issue of the first step that fails any check, or None for a chain that passes."""
-    issues = step_check(question, steps)
+CLASSES: tuple[str, ...] = (CALCULATION, UNDERSTANDING, MISSING_CONSTRAINT)
+
+
+def first_failing_step(question: str, steps: Sequence[str], classes: Sequence[str] = CLASSES) -> StepIssue | None:
+    """The issue of the first step that fails a check of ``classes`` (default: all three), or
+    None for a chain that passes them.
+
+    Raises
+    ------
+    ValueError
+        An unknown class name.
+    """
+    bad = [c for c in classes if c not in CLASSES]
+    if bad or isinstance(classes, str):
+        raise ValueError(f"classes must be among {', '.join(CLASSES)}, got {classes!r}")
+    issues = [i for i in step_check(question, steps) if i.kind in classes]
     return min(issues, key=lambda x: x.step) if issues else None
