@@ -156,6 +156,13 @@ void register_model(py::module_& m) {
            py::arg("layer"), py::arg("head"), py::arg("indices"),
            "Keep only entries `indices` (int64, strictly increasing) of (layer, KV head); frees "
            "the rest.")
+      .def(
+          "truncate",
+          [](model::KVCache& c, std::int64_t n) { c.truncate(n); },
+          py::arg("n_tokens"),
+          "Roll back to the first `n_tokens` tokens: drop every entry at position >= n_tokens "
+          "and set n_seen to n_tokens (no recompute, storage kept; 0 <= n_tokens <= n_seen, "
+          "else ValueError).")
       .def("clear", &model::KVCache::clear,
            "Drop every entry and free the storage (and any Ms-PoE ratio assignment).")
       .def(

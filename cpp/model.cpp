@@ -281,6 +281,16 @@ void KVCache::reserve(std::size_t n) {
   }
 }
 
+void KVCache::truncate(int64_t n) {
+  LAMINA_CHECK(n >= 0 && n <= n_seen_, "truncate: n must be in [0, ", n_seen_,
+               "] (tokens seen), got ", n);
+  for (Head& h : heads_) {
+    // positions within a head ascend (appended in order; keep() preserves order)
+    while (h.len > 0 && h.pos[h.len - 1] >= n) --h.len;
+  }
+  n_seen_ = n;
+}
+
 void KVCache::clear() {
   for (Head& h : heads_) h = Head{};
   n_seen_ = 0;

@@ -67,6 +67,8 @@ MODEL_LEVELS = {
     "press": 1,
     "generate": 2,
     "runtime": 3,
+    "pamqa": 4,
+    "backtrack": 4,
 }
 
 
@@ -409,3 +411,5 @@ def test_reasoning_is_self_contained() -> None:
     assert not [t for t, _, _ in _imports("lamina.reasoning.checkers") if t.startswith("lamina")]
     for target, line, _ in _imports("lamina.reasoning.locator"):
         assert not target.startswith("lamina") or target == "lamina.reasoning.checkers", f"locator:{line} {target}"
+    for target, line, _ in _imports("lamina.reasoning.stepcheck"):
+        assert not target.startswith("lamina") or target == "lamina.reasoning.checkers", f"stepcheck:{line} {target}"

@@ -142,6 +142,12 @@ class KVCache {
   /// Allocate room for `n` entries on every head holding fewer (never shrinks, never drops):
   /// a decoder kept at a fixed budget reserves the budget once and then never reallocates.
   void reserve(std::size_t n);
+  /// Roll the cache back to its first `n` tokens (backtracking): every head drops its entries
+  /// at position >= n and the seen-token count becomes n, so the next forward continues at
+  /// position n. No recompute and no reallocation (capacity and nbytes stay; the next tokens
+  /// reuse it); entries a press removed stay removed, Ms-PoE's ratio assignment is kept.
+  /// O(entries dropped) per head. ValueError unless 0 <= n <= n_seen().
+  void truncate(int64_t n);
 
   // ---- used by Model::forward -------------------------------------------------------
   /// Make room for `n` more entries on every head (amortised doubling).

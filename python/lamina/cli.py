@@ -13,6 +13,7 @@ import numpy.typing as npt
 
 from . import _info
 from .eval.cli import add_eval_parser
+from .eval.pamqa import add_pamqa_parser
 from .io_cli import add_io_parsers
 from .search import VectorArena, topk
 from .serve.cli import add_serve_parsers
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_demo)
     add_eval_parser(sub)
+    add_pamqa_parser(sub)
     add_io_parsers(sub)
     add_serve_parsers(sub)
     i = sub.add_parser("info", help="print build facts")

@@ -149,7 +149,7 @@ def test_parse_method() -> None:
         {"window": 32, "copy_heads": True, "order": "gather"},
     )
     for bad, match in [
-        ("alibi", "rope or ms-poe"),
+        ("alibi", "rope, pamqa or ms-poe"),
         ("rope:window=3", "takes no options"),
         ("ms-poe:window", "not key=value"),
         ("ms-poe:depth=3", "unknown ms-poe option"),

@@ -374,10 +374,12 @@ def add_eval_parser(sub: Any) -> None:
     mc.add_argument("--plot", default=None, help="write a PNG of the regret curves (needs matplotlib)")
     mc.add_argument("--quiet", action="store_true")
     mc.set_defaults(func=_cmd_eval_memcon)
+    from .backtrack import add_backtrack_parser
     from .leakage import add_leakage_parser
     from .mistakes import add_mistakes_parser
     from .position_cli import add_position_parser
 
     add_leakage_parser(esub)
     add_mistakes_parser(esub)
+    add_backtrack_parser(esub)
     add_position_parser(esub)

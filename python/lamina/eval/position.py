@@ -80,6 +80,10 @@ class PositionSample:
         Gold strings.
     max_tokens : int
         Generation budget that fits the answer.
+    question : str
+        ``locomo``: the question alone (the PAM-QA mode re-renders the prompt from it).
+    documents : tuple of str
+        ``locomo``: the documents in prompt order (the gold at ``gold``); empty otherwise.
     """
 
     suite: str
@@ -93,6 +97,8 @@ class PositionSample:
     answer_prefix: str
     answers: tuple[str, ...]
     max_tokens: int
+    question: str = ""
+    documents: tuple[str, ...] = ()
 
 
 def gold_index(position: float, n_items: int) -> int:
@@ -295,6 +301,10 @@ def make_sample(
         g = gold_index(position, n)
         prompt = _locomo_prompt(gold_doc, pool[: n - 1], g, q.question)
         prefix, answers, mt = "", (q.answer,), 24
+        docs = tuple(pool[:g]) + (gold_doc,) + tuple(pool[g : n - 1])
+        return PositionSample(
+            suite, length, float(position), index, g, n, count(prompt), prompt, prefix, answers, mt, q.question, docs
+        )
     return PositionSample(suite, length, float(position), index, g, n, count(prompt), prompt, prefix, answers, mt)
 
 

@@ -14,12 +14,12 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from .position import SUITES, PositionCell, PositionSample, make_suite, score_output, summarize
 
-__all__ = ["parse_method", "run_position", "format_table", "plot_position", "add_position_parser"]
+__all__ = ["PamqaReader", "parse_method", "run_position", "format_table", "plot_position", "add_position_parser"]
 
 _DEFAULT_DATA = os.path.join("..", "shared", "data", "locomo")
 _BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
@@ -35,9 +35,10 @@ _OPTIONS: dict[str, Any] = {
 
 
 def parse_method(spec: str) -> tuple[str, dict[str, Any] | None]:
-    """``"rope"`` -> ("rope", None); ``"ms-poe[:key=value,...]"`` -> ("ms-poe", MsPoE keyword
-    arguments), keys: order, ratio_min, ratio_max, first_layer, window, copy_heads (0/1),
-    copy_threshold.
+    """``"rope"`` -> ("rope", None); ``"pamqa"`` -> ("pamqa", None) (the plain model in PAM-QA's
+    two-step prompt mode, :mod:`lamina.model.pamqa`; the ``locomo`` suite only);
+    ``"ms-poe[:key=value,...]"`` -> ("ms-poe", MsPoE keyword arguments), keys: order,
+    ratio_min, ratio_max, first_layer, window, copy_heads (0/1), copy_threshold.
 
     Raises
     ------
@@ -45,12 +46,12 @@ def parse_method(spec: str) -> tuple[str, dict[str, Any] | None]:
         An unknown method or option, or a value of the wrong form.
     """
     name, _, opts = spec.partition(":")
-    if name == "rope":
+    if name in ("rope", "pamqa"):
         if opts:
-            raise ValueError(f"rope takes no options, got {spec!r}")
-        return "rope", None
+            raise ValueError(f"{name} takes no options, got {spec!r}")
+        return name, None
     if name != "ms-poe":
-        raise ValueError(f"method must be rope or ms-poe[:key=value,...], got {spec!r}")
+        raise ValueError(f"method must be rope, pamqa or ms-poe[:key=value,...], got {spec!r}")
     kw: dict[str, Any] = {}
     for part in filter(None, opts.split(",")):
         key, eq, value = part.partition("=")
@@ -65,7 +66,20 @@ def parse_method(spec: str) -> tuple[str, dict[str, Any] | None]:
     return "ms-poe", kw
 
 
+@dataclass(frozen=True)
+class PamqaReader:
+    """A model answering in PAM-QA's two-step mode (:func:`lamina.model.pamqa.answer_pamqa`)."""
+
+    model: Any
+
+
 def _answer(model: Any, s: PositionSample) -> str:
+    if isinstance(model, PamqaReader):
+        from ..model.pamqa import answer_pamqa
+
+        if not s.documents:
+            raise ValueError(f"pamqa needs documents: the locomo suite, not {s.suite!r}")
+        return answer_pamqa(model.model, s.question, s.documents, max_tokens=s.max_tokens).text
     ids = model.tokenize(model.chat_prompt(s.prompt))
     if s.answer_prefix:
         ids += model.tokenizer.encode(s.answer_prefix, add_bos=False)
@@ -87,6 +101,12 @@ def run_position(
         for label, m in models.items():
             text = _answer(m, s)
             ok = score_output(s.suite, text, s.answers)
+            named = None
+            if isinstance(m, PamqaReader):
+                from ..model.pamqa import INDEX_PREFIX, parse_index
+
+                named = parse_index(text[len(INDEX_PREFIX) :], s.n_items)
+                ok = score_output(s.suite, text.split("Answer:", 1)[-1], s.answers)
             out.append(
                 {
                     "method": label,
@@ -98,6 +118,7 @@ def run_position(
                     "n_items": s.n_items,
                     "tokens": s.tokens,
                     "correct": ok,
+                    "named_document": named,
                     "answers": list(s.answers),
                     "output": text,
                 }
@@ -179,15 +200,24 @@ def _cmd(args: argparse.Namespace) -> int:
             print(f"lamina eval position: no LoCoMo data at {args.data!r} (--data)", file=sys.stderr)
             return 2
         convs, _ = load_locomo(args.data)
+    if any(p == "pamqa" for _, p, _ in specs) and set(args.suites) != {"locomo"}:
+        print("lamina eval position: pamqa needs numbered documents: --suites locomo", file=sys.stderr)
+        return 2
     models: dict[str, Any] = {}
     try:
+        plain = None
         for label, position, kw in specs:
+            if position in ("rope", "pamqa"):
+                plain = plain or load(args.model, threads=args.threads)  # one plain model serves both
+                models[label] = PamqaReader(plain) if position == "pamqa" else plain
+                continue
             ms = None if kw is None else MsPoE(**kw)
             models[label] = load(args.model, position=position, ms_poe=ms, threads=args.threads)
     except (ValueError, TypeError) as e:
         print(f"lamina eval position: {e}", file=sys.stderr)
         return 2
-    base = next(iter(models.values()))
+    first = next(iter(models.values()))
+    base = first.model if isinstance(first, PamqaReader) else first
 
     def count(text: str) -> int:
         return len(base.tokenize(base.chat_prompt(text)))
@@ -200,6 +230,13 @@ def _cmd(args: argparse.Namespace) -> int:
     cells = summarize(records)
     labels = list(models)
     print(format_table(cells, labels))
+    for label, m in models.items():
+        if isinstance(m, PamqaReader):
+            print(f"\n{label}: named the gold document (step 1), by position")
+            for p in positions:
+                rs = [r for r in records if r["method"] == label and r["position"] == p]
+                hit = sum(r["named_document"] == r["gold"] for r in rs)
+                print(f"  pos {p:.2f}: {hit}/{len(rs)}  (named none: {sum(r['named_document'] is None for r in rs)})")
     secs = time.perf_counter() - t0
     print(f"\n{len(records)} answers in {secs:.0f} s")
     if args.out:
@@ -244,7 +281,7 @@ def add_position_parser(esub: Any) -> None:
         "--methods",
         nargs="+",
         default=["rope", "ms-poe"],
-        help="rope | ms-poe[:order=rank|gather|normal,window=N,copy_heads=1,ratio_min=,ratio_max=,first_layer=]",
+        help="rope | pamqa (locomo only) | ms-poe[:order=rank|gather|normal,window=N,copy_heads=1,ratio_min=,ratio_max=,first_layer=]",
     )
     p.add_argument("--data", default=_DEFAULT_DATA, help="LoCoMo locomo_dev.json or its folder (suite locomo)")
     p.add_argument("--threads", type=int, default=0, help="worker threads (0: lamina's default)")

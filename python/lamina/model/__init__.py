@@ -14,8 +14,9 @@ dependencies, a CLI and llama-cpp-python, are not needed).
 Modules: ``gguf_file`` (reading the file), ``tokenizer`` (llama.cpp-identical byte-level BPE
 through ``tokenizers``), ``chat`` (the file's chat template), ``weights`` (zero-copy hand-off of
 the quantised tensors to the native core), ``sampling``, ``press`` (a ``lamina.kv`` method on
-the real cache), ``generate``, ``position`` (Ms-PoE's settings, :class:`MsPoE`) and ``runtime`` (:func:`load`,
-:class:`Model`). The forward runs
+the real cache), ``generate``, ``position`` (Ms-PoE's settings, :class:`MsPoE`), ``runtime`` (:func:`load`,
+:class:`Model`), and on top of it ``backtrack`` (step-wise chains with KV-cache rollback,
+Tyen et al.'s backtracking) and ``pamqa`` (PAM-QA's two-step prompt mode). The forward runs
 in the native core (``cpp/model.cpp``): quantised weights stay quantised, the KV cache is
 ragged per (layer, KV head) so a head-wise budget frees memory.
 """
