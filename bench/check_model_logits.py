@@ -3,7 +3,8 @@
 The issue's bar: top-1 agreement >= 99 % wherever the reference's top-2 margin exceeds 0.5
 logit, and mean KL(reference || lamina) <= 0.01. Texts: chunks of this repository's own files
 (English prose, Python, C++, Markdown) rendered as they are, plus one ChatML conversation.
-Paths: the prefill (GEMM on float32 activations, ``Model.logits``); with ``--decode`` also
+Paths: the prefill (``Model.logits``) as an integer GEMM on int8 activations (the default) and
+with float32 activations on dequantised panels (``q8_prefill=False``); with ``--decode`` also
 token-by-token decode with int8 activations (the default) and with float32 activations.
 
     PYTHONPATH=python:tests/model python bench/check_model_logits.py --positions 2000 --decode
@@ -75,7 +76,7 @@ def main() -> None:
     import lamina.model as lm
 
     m = lm.load(threads=args.threads)
-    m_f32 = lm.load(threads=args.threads, q8_decode=False)
+    m_f32 = lm.load(threads=args.threads, q8_decode=False, q8_prefill=False)
     ref_model = ReferenceLlama.open(m.path)
     texts: list[list[int]] = [m.tokenize(CHAT)]
     for src in SOURCES:
@@ -87,11 +88,12 @@ def main() -> None:
             break
         chosen.append(ids)
         n += len(ids)
-    refs, gots, dec_q8, dec_f32 = [], [], [], []
+    refs, gots, gots_f32, dec_q8, dec_f32 = [], [], [], [], []
     t0 = time.perf_counter()
     for ids in chosen:
         refs.append(ref_model.logits(ids))
         gots.append(m.logits(ids))
+        gots_f32.append(m_f32.logits(ids))
         if args.decode:
             for mm, acc in ((m, dec_q8), (m_f32, dec_f32)):
                 cache = mm.new_cache()
@@ -103,17 +105,18 @@ def main() -> None:
         "machine": platform.processor() or platform.machine(),
         "texts": len(chosen),
         "prefill": compare(ref, np.concatenate(gots)),
+        "prefill_f32": compare(ref, np.concatenate(gots_f32)),
     }
     if args.decode:
         result["decode_q8"] = compare(ref, np.concatenate(dec_q8))
         result["decode_f32"] = compare(ref, np.concatenate(dec_f32))
     result["seconds"] = round(time.perf_counter() - t0, 1)
-    for k in ("prefill", "decode_q8", "decode_f32"):
+    for k in ("prefill", "prefill_f32", "decode_q8", "decode_f32"):
         if k in result:
             r = result[k]
             ok = r["mean_kl"] <= 0.01 and r["top1_confident"] >= 0.99
             print(
-                f"{k:10s} positions {r['positions']}  mean KL {r['mean_kl']:.2e}  max KL {r['max_kl']:.3f}  "
+                f"{k:11s} positions {r['positions']}  mean KL {r['mean_kl']:.2e}  max KL {r['max_kl']:.3f}  "
                 f"top-1 {r['top1_all']:.4f}  top-1 where margin>0.5 {r['top1_confident']:.4f} "
                 f"({r['confident_positions']})  bar {'met' if ok else 'NOT met'}"
             )

@@ -252,6 +252,12 @@ void register_model(py::module_& m) {
             return pm.m->ratio_of(i);
           },
           py::arg("index"), "The Ms-PoE ratio r_i of ratio index i.")
+      .def_property(
+          "q8_prefill", [](const PyModel& pm) { return pm.m->q8_prefill(); },
+          [](PyModel& pm, bool on) { pm.m->set_q8_prefill(on); },
+          "True (default): the prefill multiplies int8-quantised activations with the packed "
+          "blocks (integer GEMM, like q8 decode); False: float32 activations on dequantised "
+          "weight panels.")
       .def_property_readonly_static("kernel_isa",
                                     [](const py::object&) { return model::Model::kernel_isa(); })
       .def(

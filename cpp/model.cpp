@@ -432,6 +432,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   const misa::Kernels& kern = misa::kernels();
   const std::size_t NR = kern.panel_width;
   const bool gemm = T >= kGemmMinTokens;
+  // The prefill multiplies int8-quantised activations with the packed blocks (integer GEMM).
+  const bool q8g = gemm && q8_prefill_;
   const std::size_t maxK = std::max({d, F, H * D});
   std::size_t work = L * T * (3 * d * F + 2 * d * H * D + 2 * d * Hk * D) + L * T * (max_len + T) * H * D;
   const int nt = threads_for(work, std::size_t{1} << 21, n_threads);
@@ -439,6 +441,9 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   // Activations (row-major, one row per token) and per-rank scratch.
   std::vector<float> x(T * d), h(T * d), tmp(T * d), q(T * H * D),
       k(T * Hk * D), v(T * Hk * D), att(T * H * D), g(T * F), u(T * F), a(T * F);
+  std::vector<int8_t> gxq(q8g ? T * std::max({d, F, H * D}) : 0);
+  std::vector<float> gxd(q8g ? T * std::max({d, F, H * D}) / 32 : 0), gxsum(gxd.size());
+  std::vector<int32_t> gxqs(gxd.size());
   std::vector<float> rope_cos(T * (D / 2)), rope_sin(T * (D / 2));
   for (std::size_t t = 0; t < T; ++t)
     for (std::size_t i = 0; i < D / 2; ++i) {
@@ -499,7 +504,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     if (!q8_decode) s.row.resize(maxK);
     if (gemm) {
       s.panel.resize(maxK * NR);
-      s.ctile.resize(T * NR);
+      s.ctile.resize(T * std::max(NR, misa::kPackRows));
       s.tile.resize(kern.tile_scratch(D));
     } else {
       s.h.resize(T * d);
@@ -528,19 +533,20 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     std::atomic<std::size_t> next{0}, done{0};
   };
   // (+3: the ranking call's scoring, assignment and rotation phases)
-  const std::size_t phases_per_layer = (gemm ? 7 : 6) + 3;
+  // (+4 on the integer GEMM path: the quantisation of each matmul input)
+  const std::size_t phases_per_layer = (gemm ? 7 + 4 : 6) + 3;
   // Decode attention: entries per block and the partial softmaxes of every (block, query).
   constexpr std::size_t kDecodeBlock = 256;
   const std::size_t n_dblk = gemm ? 0 : (max_len + T + kDecodeBlock - 1) / kDecodeBlock;
   std::vector<float> dpart(n_dblk * T * H * (D + 2));
-  std::vector<Phase> phases(1 + L * phases_per_layer + 2);
+  std::vector<Phase> phases(1 + L * phases_per_layer + 3);
   constexpr std::size_t kRows = 64;       // GEMV rows per chunk
   // (token, head) pairs per attention chunk: one on the decode path (a step has only H pairs)
   const std::size_t kAttnChunk = gemm ? 8 : 1;
   const float eps = c.rms_eps;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Chunks of a matmul with N output columns: GEMV row blocks or GEMM panels.
-  const std::size_t col_unit = gemm ? NR : kRows;
+  const std::size_t col_unit = gemm ? std::max(NR, misa::kPackRows) : kRows;
   auto n_chunks = [&](std::size_t N) { return (N + col_unit - 1) / col_unit; };
 
   auto team = [&](std::size_t rank, int) {
@@ -564,12 +570,21 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         }
       }
     };
-    // GEMV inputs of this thread: X (T rows of K) quantised to int8, with its block sums.
+    // Matmul inputs X (T rows of K) quantised to int8 with their block sums: on the GEMM
+    // path once, as a phase over tokens, into the shared buffers; on the GEMV path each
+    // thread quantises the few rows itself.
     auto prepare = [&](const float* X, std::size_t K) {
-      if (gemm || !q8_decode) return;
       const std::size_t nb = K / 32;
+      if (q8g) {
+        run(T, [&](std::size_t t) {
+          kern.quantise(X + t * K, K, gxq.data() + t * K, gxd.data() + t * nb,
+                            gxsum.data() + t * nb, gxqs.data() + t * nb);
+        });
+        return;
+      }
+      if (gemm || !q8_decode) return;
       for (std::size_t t = 0; t < T; ++t)
-        misa::quantise_q8(X + t * K, K, S.xq.data() + t * K, S.xd.data() + t * nb,
+        kern.quantise(X + t * K, K, S.xq.data() + t * K, S.xd.data() + t * nb,
                           S.xsum_q.data() + t * nb, S.xqs.data() + t * nb);
     };
     // Y[t, c0..c1) (row stride ldy) = X[t, :] · W_c for t < T; c0 a multiple of col_unit.
@@ -592,6 +607,21 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
                         X + t * K, 0, 1, Y + t * ldy + r);
             }
           }
+        }
+        return;
+      }
+      if (q8g && W.packed) {  // integer GEMM, a packed group of rows at a time
+        for (std::size_t p = c0; p < c1; p += misa::kPackRows) {
+          const std::size_t nc = std::min(misa::kPackRows, c1 - p), g = p / misa::kPackRows;
+          if (nc == misa::kPackRows) {  // the whole group lies in Y's columns: written in place
+            kern.gemm_q8(W.type, base, K, g, gxq.data(), gxd.data(), gxsum.data(), gxqs.data(),
+                         T, Y + p, ldy);
+            continue;
+          }
+          kern.gemm_q8(W.type, base, K, g, gxq.data(), gxd.data(), gxsum.data(), gxqs.data(), T,
+                       S.ctile.data(), misa::kPackRows);
+          for (std::size_t t = 0; t < T; ++t)
+            std::memcpy(Y + t * ldy + p, S.ctile.data() + t * misa::kPackRows, nc * sizeof(float));
         }
         return;
       }
@@ -906,7 +936,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       const float* last = ho + (T - 1) * d;
       const Matrix& W = w_.output;
       const bool q8 = q8_decode && W.packed;
-      if (q8) misa::quantise_q8(last, d, S.xq.data(), S.xd.data(), S.xsum_q.data(), S.xqs.data());
+      if (q8) kern.quantise(last, d, S.xq.data(), S.xd.data(), S.xsum_q.data(), S.xqs.data());
       run((V + kRows - 1) / kRows, [&](std::size_t i) {
         const std::size_t c0 = i * kRows, c1 = std::min(V, c0 + kRows);
         const uint8_t* base = static_cast<const uint8_t*>(W.data);

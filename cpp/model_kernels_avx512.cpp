@@ -44,10 +44,15 @@ static inline float half_at(const uint8_t* p) {
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
-#define LAMINA_OWN_GEMV_Q8
+#define LAMINA_OWN_Q8
 static void gemv_q8(QType type, const uint8_t* w, std::size_t K, const int8_t* xq,
                     const float* xd, const float* xsum, const int32_t* xqs, std::size_t r0,
                     std::size_t r1, float* y);
+static void gemm_q8(QType type, const uint8_t* w, std::size_t K, std::size_t g, const int8_t* xq,
+                    const float* xd, const float* xsum, const int32_t* xqs, std::size_t T,
+                    float* C, std::size_t ldc);
+static void quantise(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum,
+                     int32_t* xqs);
 #include "model_kernels.inc"
 #include "model_gemv_avx2.inc"
 
@@ -92,11 +97,92 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c"))) static void
   _mm512_storeu_ps(out, acc);
 }
 
+// The prefill's integer GEMM with VNNI: per block the group's weights are unpacked into
+// registers once and multiplied with four tokens' activations (two dependency chains each).
+template <int TY>
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma,f16c"))) static void vnni_gemm(
+    const uint8_t* w, std::size_t K, std::size_t g, const int8_t* xq, const float* xd,
+    const float* xsum, const int32_t* xqs, std::size_t T, float* C, std::size_t ldc) {
+  constexpr QType type = static_cast<QType>(TY);
+  const std::size_t nb = K / 32, gb = packed_block_bytes(type);
+  const __m512i nib = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+  constexpr std::size_t q0 = type == QType::Q4_1 ? 64 : 32;
+  for (std::size_t t = 0; t < T; t += 4) {
+    const std::size_t mt = std::min<std::size_t>(4, T - t);
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    for (std::size_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = w + (g * nb + b) * gb;
+      __m512i wv[8];
+      __mmask64 neg[8];
+      if constexpr (type == QType::Q8_0) {
+        for (int j = 0; j < 8; ++j) {
+          const __m512i q = _mm512_loadu_si512(blk + 32 + 64 * j);
+          wv[j] = _mm512_abs_epi8(q);
+          neg[j] = _mm512_movepi8_mask(q);
+        }
+      } else {
+        for (int j = 0; j < 4; ++j) {
+          const __m512i q = _mm512_loadu_si512(blk + q0 + 64 * j);
+          wv[j] = _mm512_and_si512(q, nib);
+          wv[4 + j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), nib);
+        }
+      }
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+      for (std::size_t u = 0; u < mt; ++u) {
+        const std::size_t row = t + u;
+        int32_t xi[8];
+        std::memcpy(xi, xq + row * K + 32 * b, 32);
+        __m512i s0 = zero, s1 = zero;
+        if constexpr (type == QType::Q8_0) {
+          for (int j = 0; j < 8; j += 2) {
+            const __m512i x0 = _mm512_set1_epi32(xi[j]), x1 = _mm512_set1_epi32(xi[j + 1]);
+            s0 = _mm512_dpbusd_epi32(s0, wv[j], _mm512_mask_sub_epi8(x0, neg[j], zero, x0));
+            s1 = _mm512_dpbusd_epi32(s1, wv[j + 1], _mm512_mask_sub_epi8(x1, neg[j + 1], zero, x1));
+          }
+        } else {
+          for (int j = 0; j < 4; ++j) {
+            s0 = _mm512_dpbusd_epi32(s0, wv[j], _mm512_set1_epi32(xi[j]));
+            s1 = _mm512_dpbusd_epi32(s1, wv[4 + j], _mm512_set1_epi32(xi[4 + j]));
+          }
+        }
+        __m512i s = _mm512_add_epi32(s0, s1);
+        if constexpr (type == QType::Q4_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(8 * xqs[row * nb + b]));
+        acc[u] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(xd[row * nb + b])), acc[u]);
+        if constexpr (type == QType::Q4_1) {
+          const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
+          acc[u] = _mm512_fmadd_ps(m, _mm512_set1_ps(xsum[row * nb + b]), acc[u]);
+        }
+      }
+    }
+    for (std::size_t u = 0; u < mt; ++u) _mm512_storeu_ps(C + (t + u) * ldc, acc[u]);
+  }
+}
+
+static bool has_vnni() {
+  static const bool v = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+  return v;
+}
+
+static void gemm_q8(QType type, const uint8_t* w, std::size_t K, std::size_t g, const int8_t* xq,
+                    const float* xd, const float* xsum, const int32_t* xqs, std::size_t T,
+                    float* C, std::size_t ldc) {
+  if (!has_vnni()) return gemm_q8_avx2(type, w, K, g, xq, xd, xsum, xqs, T, C, ldc);
+  switch (type) {
+    case QType::Q4_0: return vnni_gemm<static_cast<int>(QType::Q4_0)>(w, K, g, xq, xd, xsum, xqs, T, C, ldc);
+    case QType::Q4_1: return vnni_gemm<static_cast<int>(QType::Q4_1)>(w, K, g, xq, xd, xsum, xqs, T, C, ldc);
+    default: return vnni_gemm<static_cast<int>(QType::Q8_0)>(w, K, g, xq, xd, xsum, xqs, T, C, ldc);
+  }
+}
+
+static void quantise(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum,
+                     int32_t* xqs) {
+  quantise_avx2(x, K, xq, xd, xsum, xqs);
+}
 static void gemv_q8(QType type, const uint8_t* w, std::size_t K, const int8_t* xq,
                     const float* xd, const float* xsum, const int32_t* xqs, std::size_t r0,
                     std::size_t r1, float* y) {
-  static const bool vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
-  if (vnni) {
+  if (has_vnni()) {
     for_groups(r0, r1, y, [&](std::size_t g, float* out) {
       vnni_group(type, w, K / 32, g, xq, xd, xsum, xqs, out);
     });

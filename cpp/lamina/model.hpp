@@ -240,11 +240,19 @@ class Model {
   /// Name of the ISA the kernels run on ("scalar", "avx2", "avx512").
   static const char* kernel_isa();
 
+  /// The prefill (GEMM path) multiplies block-quantised weights with the activations
+  /// quantised to int8 per block of 32, as q8_decode does on decode steps (true, the
+  /// default), or with float32 activations on dequantised weight panels (false). Set before
+  /// the model is shared between threads.
+  void set_q8_prefill(bool on) { q8_prefill_ = on; }
+  bool q8_prefill() const { return q8_prefill_; }
+
  private:
   Config cfg_;
   Weights w_;
   PositionScaling pos_;
   std::vector<std::vector<uint8_t>> packed_;  // the packed block matrices w_ points into
+  bool q8_prefill_ = true;
 };
 
 /// Tokens per call from which the forward uses the GEMM path instead of per-token GEMVs.

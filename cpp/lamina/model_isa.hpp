@@ -45,6 +45,12 @@ struct Kernels {
   void (*gemv_q8)(QType type, const uint8_t* w, std::size_t K, const int8_t* xq,
                   const float* xd, const float* xsum, const int32_t* xqs, std::size_t r0,
                   std::size_t r1, float* y);
+  /// C[t, 0..16) = W_{16g..16g+16} · x_t for t < T: the rows of packed group g against T
+  /// activation rows quantised as for gemv_q8 (xq row stride K; xd, xsum, xqs row stride
+  /// K/32); C row stride ldc. The prefill's integer GEMM.
+  void (*gemm_q8)(QType type, const uint8_t* w, std::size_t K, std::size_t g, const int8_t* xq,
+                  const float* xd, const float* xsum, const int32_t* xqs, std::size_t T,
+                  float* C, std::size_t ldc);
   /// C[t, 0..panel_width) = X[t, 0..K) · panel[0..K, 0..panel_width) for t in [0, T);
   /// panel is k-major (panel[k * panel_width + j]).
   void (*gemm_panel)(const float* panel, std::size_t K, const float* X, std::size_t ldx,
@@ -67,6 +73,9 @@ struct Kernels {
   void (*attend_tile)(const float* Q, std::size_t ldq, std::size_t nh, std::size_t nt,
                       const float* K, const float* V, std::size_t n0, std::size_t D, float scale,
                       float* ws, float* O, std::size_t ldo);
+  /// quantise_q8 below, vectorised (the same results bit for bit).
+  void (*quantise)(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum,
+                   int32_t* xqs);
   /// x[i] <- silu(g[i]) * u[i] for i < n (g = gate, u = up; written to out).
   void (*swiglu)(const float* g, const float* u, std::size_t n, float* out);
 };

@@ -449,6 +449,7 @@ class KVCache:
 
 class LlamaModel:
     kernel_isa: str  # "scalar" | "avx2" | "avx512"
+    q8_prefill: bool  # int8 activations on the prefill (integer GEMM); False: float32 panels
     def __init__(
         self,
         config: dict[str, int | float],

@@ -38,10 +38,10 @@ def model() -> Any:
 
 @pytest.fixture(scope="session")
 def model_f32_decode(model: Any) -> Any:
-    """The same model with float32 activations on decode steps."""
+    """The same model with float32 activations everywhere (decode steps and prefill)."""
     import lamina.model
 
-    return lamina.model.load(model.path, threads=2, q8_decode=False)
+    return lamina.model.load(model.path, threads=2, q8_decode=False, q8_prefill=False)
 
 
 @pytest.fixture(scope="session")

@@ -198,8 +198,10 @@ def test_attention_record(model: Any) -> None:
     assert (att[:, :, 0, len(ids) - 7 :] == 0).all()
 
 
-def test_recorded_attention_matches_the_reference(model: Any, reference: Any) -> None:
+def test_recorded_attention_matches_the_reference(model_f32_decode: Any, reference: Any) -> None:
     # what every attention-scored press reads: the softmax rows of the last w queries
+    # (float32 activations: the reference's numbers up to rounding)
+    model = model_f32_decode
     ids = model.tokenize(TEXTS[1])[:160]
     w = 16
     _, att = model.forward(ids, model.new_cache(), logits="none", record_window=w)

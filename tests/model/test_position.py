@@ -19,7 +19,8 @@ from lamina.model.position import MsPoE, copy_head_scores, probe_ids, select_cop
 
 
 def _load(model: Any, **ms: Any) -> Any:
-    return lamina.model.load(model.path, position="ms-poe", ms_poe=MsPoE(**ms), threads=2)
+    # float32 activations: the numpy reference's numbers (and head ranking) up to rounding
+    return lamina.model.load(model.path, position="ms-poe", ms_poe=MsPoE(**ms), threads=2, q8_prefill=False)
 
 
 def _native_logits(m: Any, ids: list[int]) -> tuple[np.ndarray[Any, Any], Any]:
@@ -28,7 +29,8 @@ def _native_logits(m: Any, ids: list[int]) -> tuple[np.ndarray[Any, Any], Any]:
     return out, cache
 
 
-def test_unit_ratios_give_the_plain_logits(model: Any) -> None:
+def test_unit_ratios_give_the_plain_logits(model_f32_decode: Any) -> None:
+    model = model_f32_decode  # float32 activations, as _load's
     ids = model.tokenize(TEXTS[0])
     plain = model.logits(ids)
     same = _load(model, ratio_min=1.0, ratio_max=1.0)
@@ -91,7 +93,12 @@ def test_cached_assignment_decodes_like_one_call(model: Any, window: int) -> Non
     """With the fixed order the assignment does not depend on the prompt: prefill + chunk +
     decode steps on one cache equal one full forward."""
     m = lamina.model.load(
-        model.path, position="ms-poe", ms_poe=MsPoE(order="normal", window=window), threads=2, q8_decode=False
+        model.path,
+        position="ms-poe",
+        ms_poe=MsPoE(order="normal", window=window),
+        threads=2,
+        q8_decode=False,
+        q8_prefill=False,
     )
     ids = model.tokenize(TEXTS[1])
     assert len(ids) >= 66
@@ -189,7 +196,12 @@ def test_compacted_rescaled_cache_matches_reference(model: Any, reference: Any, 
     """A decode step after head-wise compaction of a rescaled cache (its scaled keys compacted
     with the plain ones) attends exactly the kept entries, as the reference masks them."""
     m = lamina.model.load(
-        model.path, position="ms-poe", ms_poe=MsPoE(order="normal", window=window), threads=2, q8_decode=False
+        model.path,
+        position="ms-poe",
+        ms_poe=MsPoE(order="normal", window=window),
+        threads=2,
+        q8_decode=False,
+        q8_prefill=False,
     )
     ids = m.tokenize(TEXTS[1])
     n = len(ids) - 1

@@ -1,6 +1,7 @@
 """Every tensor encoding the runtime reads (F32, F16, Q4_0, Q4_1, Q8_0) through every path of
-the forward — prefill (GEMM on dequantised panels), float32 decode and int8-activation decode
-(the packed integer GEMV) — on a small random model quantised by ``gguf`` itself, against the
+the forward — float32 prefill (GEMM on dequantised panels), int8 prefill (the packed integer
+GEMM, several token blocks and a cut one), float32 decode and int8-activation decode (the
+packed integer GEMV) — on a small random model quantised by ``gguf`` itself, against the
 float32 numpy reference on the same (dequantised) weights. The vocabulary (90 rows) is not a
 multiple of the 16-row groups of the packed layout, so the padding rows are exercised too."""
 
@@ -106,9 +107,17 @@ def test_every_tensor_type_on_every_path(qtype: str) -> None:
     native, ref = _build(qtype)
     ids = [int(i) for i in np.random.default_rng(7).integers(0, int(CFG["vocab_size"]), 40)]
     expected = ref.logits(ids)
+    native.q8_prefill = False  # float32 activations on dequantised panels
     prefill, _, _ = native.forward(np.asarray(ids, np.int32), _cache(), "all", 2, 0, True, False)
     np.testing.assert_allclose(prefill, expected, atol=2e-3, rtol=0)
+    native.q8_prefill = True  # the integer GEMM (int8 activations), the default
+    prefill, _, _ = native.forward(np.asarray(ids, np.int32), _cache(), "all", 2, 0, True, False)
+    if qtype in ("F32", "F16"):  # float matrices always take the float path
+        np.testing.assert_allclose(prefill, expected, atol=2e-3, rtol=0)
+    else:
+        assert _kl(expected, prefill) < 2e-3 and np.abs(prefill - expected).max() < 0.1
     for q8 in (False, True):
+        native.q8_prefill = q8
         cache = _cache()
         native.forward(np.asarray(ids[:30], np.int32), cache, "none", 2, 0, q8, False)
         rows = np.stack(

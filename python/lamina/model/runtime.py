@@ -41,7 +41,11 @@ class Model:
         Decode steps (fewer than 4 new tokens) multiply the quantised weights with the
         activation quantised to int8 per block of 32, as llama.cpp does (integer dot products,
         faster; logits drift from float32 by a mean KL of about 0.005). False keeps the
-        activation in float32 (the prefill and :meth:`logits` always do).
+        activation in float32.
+    q8_prefill : bool
+        The same for the prefill (4 or more tokens per call, :meth:`logits` included): an
+        integer GEMM on the packed weights (default), or float32 activations on dequantised
+        weight panels (False: the float32 reference's numbers up to rounding).
     ms_poe : MsPoE, optional
         Rescale positions per head (Ms-PoE, :mod:`lamina.model.position`; CPU). Every cache
         is ranked on its first forward, which must start from an empty cache: the heads are
@@ -65,7 +69,13 @@ class Model:
     """
 
     def __init__(
-        self, file: GGUFModelFile, *, threads: int = 0, q8_decode: bool = True, ms_poe: MsPoE | None = None
+        self,
+        file: GGUFModelFile,
+        *,
+        threads: int = 0,
+        q8_decode: bool = True,
+        q8_prefill: bool = True,
+        ms_poe: MsPoE | None = None,
     ) -> None:
         self._file = file
         self.path = file.path
@@ -74,6 +84,7 @@ class Model:
         self.threads = int(threads)
         self.q8_decode = bool(q8_decode)
         self._native = native_model(file)
+        self._native.q8_prefill = bool(q8_prefill)
         self.position = "rope" if ms_poe is None else "ms-poe"
         self.ms_poe = ms_poe
         self.copy_heads: HeadSet = frozenset()
@@ -84,6 +95,7 @@ class Model:
                 self.copy_heads = self._find_copy_heads(ms_poe.copy_threshold)
             c = self.config
             self._native = native_model(file, ms_poe.native(c.n_layers, c.n_heads, self.copy_heads))
+            self._native.q8_prefill = bool(q8_prefill)
         eos = {i for i in (file.tokenizer.eos_id,) if i is not None}
         for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
             if name in file.tokenizer.tokens:
@@ -520,6 +532,7 @@ def load(
     ms_poe: MsPoE | None = None,
     threads: int = 0,
     q8_decode: bool = True,
+    q8_prefill: bool = True,
 ) -> Model:
     """Open a llama-architecture GGUF model.
 
@@ -540,6 +553,8 @@ def load(
         Worker threads (0: lamina's default).
     q8_decode : bool
         int8 activations on decode steps (see :class:`Model`).
+    q8_prefill : bool
+        int8 activations on the prefill (see :class:`Model`).
 
     Returns
     -------
@@ -574,4 +589,4 @@ def load(
     if position == "ms-poe" and ms_poe is None:
         ms_poe = MsPoE()
     p = default_model_path() if path is None else path
-    return Model(read_gguf(p), threads=threads, q8_decode=q8_decode, ms_poe=ms_poe)
+    return Model(read_gguf(p), threads=threads, q8_decode=q8_decode, q8_prefill=q8_prefill, ms_poe=ms_poe)
