@@ -839,68 +839,68 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
           for (std::size_t e = 0; e < D; ++e) out[e] *= inv;
         });
       } else {
-      // Attention over (KV head, token descending, query head of the group): the G queries of
-      // a token read the same K/V rows back to back; the costliest (latest) tokens go first.
-      run((T * H + kAttnChunk - 1) / kAttnChunk, [&](std::size_t chunk) {
-        for (std::size_t i = chunk * kAttnChunk; i < std::min(T * H, (chunk + 1) * kAttnChunk); ++i) {
-          const std::size_t kv = i / (T * G), rem = i % (T * G);
-          const std::size_t t = T - 1 - rem / G, hh = kv * G + rem % G;
-          const std::size_t n = len0[l * Hk + kv] + t + 1;
-          const float* qr = q.data() + (t * H + hh) * D;
-          float* out = att.data() + (t * H + hh) * D;
-          const int ri = ratio_of_head(l, hh);
-          if (ri < 0) {
-            kern.attend(qr, kdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
-          } else if (!win) {
-            kern.attend(qr, ksdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
-          } else {
-            // Entries [0, m) lie window or more behind the query (scaled keys, far query),
-            // [m, n) nearer (plain keys and query): two softmaxes merged by their partition
-            // functions, each recovered from its largest probability.
-            const int32_t* pp = pdst[l * Hk + kv];
-            const int64_t cut = pos0 + static_cast<int64_t>(t) - static_cast<int64_t>(win);
-            const std::size_t m = static_cast<std::size_t>(
-                std::upper_bound(pp, pp + n, cut, [](int64_t a, int32_t b) { return a < b; }) - pp);
-            const float* qf = q_far.data() + (t * H + hh) * D;
-            const float* ks = ksdst[l * Hk + kv];
-            const float* kp = kdst[l * Hk + kv];
-            const float* vv = vdst[l * Hk + kv];
-            float* pr = S.probs.data();
-            if (m == 0) {
-              kern.attend(qr, kp, vv, n, D, scale, pr, out, nullptr);
-            } else if (m == n) {
-              kern.attend(qf, ks, vv, n, D, scale, pr, out, nullptr);
+        // Attention over (KV head, token descending, query head of the group): the G queries of
+        // a token read the same K/V rows back to back; the costliest (latest) tokens go first.
+        run((T * H + kAttnChunk - 1) / kAttnChunk, [&](std::size_t chunk) {
+          for (std::size_t i = chunk * kAttnChunk; i < std::min(T * H, (chunk + 1) * kAttnChunk); ++i) {
+            const std::size_t kv = i / (T * G), rem = i % (T * G);
+            const std::size_t t = T - 1 - rem / G, hh = kv * G + rem % G;
+            const std::size_t n = len0[l * Hk + kv] + t + 1;
+            const float* qr = q.data() + (t * H + hh) * D;
+            float* out = att.data() + (t * H + hh) * D;
+            const int ri = ratio_of_head(l, hh);
+            if (ri < 0) {
+              kern.attend(qr, kdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
+            } else if (!win) {
+              kern.attend(qr, ksdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
             } else {
-              float* o2 = S.out2.data();
-              kern.attend(qf, ks, vv, m, D, scale, pr, out, nullptr);
-              kern.attend(qr, kp + m * D, vv + m * D, n - m, D, scale, pr + m, o2, nullptr);
-              auto log_z = [&](const float* qq, const float* K, const float* p, std::size_t cnt) {
-                const std::size_t j = static_cast<std::size_t>(std::max_element(p, p + cnt) - p);
-                float sdot = 0.0f;
-                for (std::size_t e = 0; e < D; ++e) sdot += qq[e] * K[j * D + e];
-                return static_cast<double>(sdot * scale) - std::log(static_cast<double>(p[j]));
-              };
-              const double z1 = log_z(qf, ks, pr, m), z2 = log_z(qr, kp + m * D, pr + m, n - m);
-              const float a = static_cast<float>(1.0 / (1.0 + std::exp(z2 - z1))), b = 1.0f - a;
-              for (std::size_t e = 0; e < D; ++e) out[e] = a * out[e] + b * o2[e];
-              for (std::size_t j = 0; j < m; ++j) pr[j] *= a;
-              for (std::size_t j = m; j < n; ++j) pr[j] *= b;
+              // Entries [0, m) lie window or more behind the query (scaled keys, far query),
+              // [m, n) nearer (plain keys and query): two softmaxes merged by their partition
+              // functions, each recovered from its largest probability.
+              const int32_t* pp = pdst[l * Hk + kv];
+              const int64_t cut = pos0 + static_cast<int64_t>(t) - static_cast<int64_t>(win);
+              const std::size_t m = static_cast<std::size_t>(
+                  std::upper_bound(pp, pp + n, cut, [](int64_t a, int32_t b) { return a < b; }) - pp);
+              const float* qf = q_far.data() + (t * H + hh) * D;
+              const float* ks = ksdst[l * Hk + kv];
+              const float* kp = kdst[l * Hk + kv];
+              const float* vv = vdst[l * Hk + kv];
+              float* pr = S.probs.data();
+              if (m == 0) {
+                kern.attend(qr, kp, vv, n, D, scale, pr, out, nullptr);
+              } else if (m == n) {
+                kern.attend(qf, ks, vv, n, D, scale, pr, out, nullptr);
+              } else {
+                float* o2 = S.out2.data();
+                kern.attend(qf, ks, vv, m, D, scale, pr, out, nullptr);
+                kern.attend(qr, kp + m * D, vv + m * D, n - m, D, scale, pr + m, o2, nullptr);
+                auto log_z = [&](const float* qq, const float* K, const float* p, std::size_t cnt) {
+                  const std::size_t j = static_cast<std::size_t>(std::max_element(p, p + cnt) - p);
+                  float sdot = 0.0f;
+                  for (std::size_t e = 0; e < D; ++e) sdot += qq[e] * K[j * D + e];
+                  return static_cast<double>(sdot * scale) - std::log(static_cast<double>(p[j]));
+                };
+                const double z1 = log_z(qf, ks, pr, m), z2 = log_z(qr, kp + m * D, pr + m, n - m);
+                const float a = static_cast<float>(1.0 / (1.0 + std::exp(z2 - z1))), b = 1.0f - a;
+                for (std::size_t e = 0; e < D; ++e) out[e] = a * out[e] + b * o2[e];
+                for (std::size_t j = 0; j < m; ++j) pr[j] *= a;
+                for (std::size_t j = m; j < n; ++j) pr[j] *= b;
+              }
+            }
+            if (W_rec && t + W_rec >= T) {
+              float* o = record->out + ((l * H + hh) * W_rec + (t + W_rec - T)) * S_rec;
+              std::memcpy(o, S.probs.data(), n * sizeof(float));
+            }
+            if (accumulate) {
+              float* a = S.acc.data() + (l * H + hh) * S_rec;
+              if (acc_max) {
+                for (std::size_t j = 0; j < n; ++j) a[j] = std::max(a[j], S.probs[j]);
+              } else {
+                for (std::size_t j = 0; j < n; ++j) a[j] += S.probs[j];
+              }
             }
           }
-          if (W_rec && t + W_rec >= T) {
-            float* o = record->out + ((l * H + hh) * W_rec + (t + W_rec - T)) * S_rec;
-            std::memcpy(o, S.probs.data(), n * sizeof(float));
-          }
-          if (accumulate) {
-            float* a = S.acc.data() + (l * H + hh) * S_rec;
-            if (acc_max) {
-              for (std::size_t j = 0; j < n; ++j) a[j] = std::max(a[j], S.probs[j]);
-            } else {
-              for (std::size_t j = 0; j < n; ++j) a[j] += S.probs[j];
-            }
-          }
-        }
-      });
+        });
       }
       prepare(att.data(), H * D);
       run(n_chunks(d), [&](std::size_t i) {
