@@ -46,15 +46,7 @@ static inline float half_at(const uint8_t* p) {
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
-#define LAMINA_OWN_Q8
-static void gemv_q8(QType type, const uint8_t* w, std::size_t K, const int8_t* xq,
-                    const float* xd, const float* xsum, const int32_t* xqs, std::size_t r0,
-                    std::size_t r1, float* y);
-static void gemm_q8(QType type, const uint8_t* w, std::size_t K, std::size_t g, const int8_t* xq,
-                    const float* xd, const float* xsum, const int32_t* xqs, std::size_t T,
-                    float* C, std::size_t ldc);
-static void quantise(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum,
-                     int32_t* xqs);
+#define LAMINA_OWN_Q8  // gemv_q8, gemm_q8 and quantise are defined below
 #include "model_kernels.inc"
 #include "model_gemv_avx2.inc"
 static void quantise(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum,
