@@ -587,6 +587,17 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         kern.quantise(X + t * K, K, S.xq.data() + t * K, S.xd.data() + t * nb,
                           S.xsum_q.data() + t * nb, S.xqs.data() + t * nb);
     };
+    // y[r - r0] = W_r · x for rows [r0, r1) of a packed matrix on float32 activations: each
+    // row dequantised, then a float dot product.
+    auto float_rows = [&](const Matrix& W, const float* x, std::size_t r0, std::size_t r1,
+                          float* y) {
+      const std::size_t K = W.cols;
+      for (std::size_t r = r0; r < r1; ++r) {
+        dequant_packed_row(W, r, S.row.data(), 1);
+        kern.gemv(QType::F32, reinterpret_cast<const uint8_t*>(S.row.data()), 4 * K, K, x, 0, 1,
+                  y + (r - r0));
+      }
+    };
     // Y[t, c0..c1) (row stride ldy) = X[t, :] · W_c for t < T; c0 a multiple of col_unit.
     auto mm = [&](const Matrix& W, const float* X, float* Y, std::size_t ldy, std::size_t c0,
                   std::size_t c1) {
@@ -600,12 +611,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
             kern.gemv_q8(W.type, base, K, S.xq.data() + t * K, S.xd.data() + t * nb,
                          S.xsum_q.data() + t * nb, S.xqs.data() + t * nb, c0, c1,
                          Y + t * ldy + c0);
-          } else {  // float32 activations: each row dequantised, then a float dot product
-            for (std::size_t r = c0; r < c1; ++r) {
-              dequant_packed_row(W, r, S.row.data(), 1);
-              kern.gemv(QType::F32, reinterpret_cast<const uint8_t*>(S.row.data()), 4 * K, K,
-                        X + t * K, 0, 1, Y + t * ldy + r);
-            }
+          } else {
+            float_rows(W, X + t * K, c0, c1, Y + t * ldy + c0);
           }
         }
         return;
@@ -946,11 +953,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         } else if (!W.packed) {
           kern.gemv(W.type, base, row_bytes(W.type, d), d, last, c0, c1, logits + c0);
         } else {
-          for (std::size_t r = c0; r < c1; ++r) {
-            dequant_packed_row(W, r, S.row.data(), 1);
-            kern.gemv(QType::F32, reinterpret_cast<const uint8_t*>(S.row.data()), 4 * d, d, last,
-                      0, 1, logits + r);
-          }
+          float_rows(W, last, c0, c1, logits + c0);
         }
       });
     } else {

@@ -49,10 +49,6 @@ static inline float half_at(const uint8_t* p) {
 #define LAMINA_OWN_Q8  // gemv_q8, gemm_q8 and quantise are defined below
 #include "model_kernels.inc"
 #include "model_gemv_avx2.inc"
-static void quantise(const float* x, std::size_t K, int8_t* xq, float* xd, float* xsum,
-                     int32_t* xqs) {
-  quantise_avx2(x, K, xq, xd, xsum, xqs);
-}
 static void gemv_q8(QType type, const uint8_t* w, std::size_t K, const int8_t* xq,
                     const float* xd, const float* xsum, const int32_t* xqs, std::size_t r0,
                     std::size_t r1, float* y) {

@@ -18,9 +18,11 @@ from lamina.errors import InvalidInput
 from lamina.model.position import MsPoE, copy_head_scores, probe_ids, select_copy_heads
 
 
-def _load(model: Any, **ms: Any) -> Any:
-    # float32 activations: the numpy reference's numbers (and head ranking) up to rounding
-    return lamina.model.load(model.path, position="ms-poe", ms_poe=MsPoE(**ms), threads=2, q8_prefill=False)
+def _load(model: Any, *, q8_decode: bool = True, **ms: Any) -> Any:
+    # float32 prefill: the numpy reference's numbers (and head ranking) up to rounding
+    return lamina.model.load(
+        model.path, position="ms-poe", ms_poe=MsPoE(**ms), threads=2, q8_decode=q8_decode, q8_prefill=False
+    )
 
 
 def _native_logits(m: Any, ids: list[int]) -> tuple[np.ndarray[Any, Any], Any]:
@@ -92,14 +94,7 @@ def test_rank_is_the_inverse_of_the_gathered_permutation(model: Any) -> None:
 def test_cached_assignment_decodes_like_one_call(model: Any, window: int) -> None:
     """With the fixed order the assignment does not depend on the prompt: prefill + chunk +
     decode steps on one cache equal one full forward."""
-    m = lamina.model.load(
-        model.path,
-        position="ms-poe",
-        ms_poe=MsPoE(order="normal", window=window),
-        threads=2,
-        q8_decode=False,
-        q8_prefill=False,
-    )
+    m = _load(model, order="normal", window=window, q8_decode=False)
     ids = model.tokenize(TEXTS[1])
     assert len(ids) >= 66
     full, _ = _native_logits(m, ids)
@@ -195,14 +190,7 @@ def test_load_checks_position_arguments(model: Any) -> None:
 def test_compacted_rescaled_cache_matches_reference(model: Any, reference: Any, window: int) -> None:
     """A decode step after head-wise compaction of a rescaled cache (its scaled keys compacted
     with the plain ones) attends exactly the kept entries, as the reference masks them."""
-    m = lamina.model.load(
-        model.path,
-        position="ms-poe",
-        ms_poe=MsPoE(order="normal", window=window),
-        threads=2,
-        q8_decode=False,
-        q8_prefill=False,
-    )
+    m = _load(model, order="normal", window=window, q8_decode=False)
     ids = m.tokenize(TEXTS[1])
     n = len(ids) - 1
     cache = m.new_cache()
