@@ -83,19 +83,20 @@ class Model:
         self.tokenizer = Tokenizer(file.tokenizer)
         self.threads = int(threads)
         self.q8_decode = bool(q8_decode)
-        self._native = native_model(file)
-        self._native.q8_prefill = bool(q8_prefill)
         self.position = "rope" if ms_poe is None else "ms-poe"
         self.ms_poe = ms_poe
         self.copy_heads: HeadSet = frozenset()
+        find_heads = ms_poe is not None and not isinstance(ms_poe.copy_heads, frozenset) and bool(ms_poe.copy_heads)
+        if ms_poe is None or find_heads:  # the plain model (Ms-PoE finds its copy heads on it)
+            self._native = native_model(file, q8_prefill=q8_prefill)
         if ms_poe is not None:
             if isinstance(ms_poe.copy_heads, frozenset):
                 self.copy_heads = ms_poe.copy_heads
-            elif ms_poe.copy_heads:
+            elif find_heads:
                 self.copy_heads = self._find_copy_heads(ms_poe.copy_threshold)
             c = self.config
-            self._native = native_model(file, ms_poe.native(c.n_layers, c.n_heads, self.copy_heads))
-            self._native.q8_prefill = bool(q8_prefill)
+            position = ms_poe.native(c.n_layers, c.n_heads, self.copy_heads)
+            self._native = native_model(file, position, q8_prefill=q8_prefill)
         eos = {i for i in (file.tokenizer.eos_id,) if i is not None}
         for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
             if name in file.tokenizer.tokens:

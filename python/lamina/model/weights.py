@@ -29,7 +29,9 @@ def _view(t: GGUFTensor) -> np.ndarray[Any, Any]:
     return t.data.view(_VIEW.get(t.type, np.uint8))
 
 
-def native_model(f: GGUFModelFile, position: dict[str, Any] | None = None) -> _core.LlamaModel:
+def native_model(
+    f: GGUFModelFile, position: dict[str, Any] | None = None, *, q8_prefill: bool = True
+) -> _core.LlamaModel:
     """The native model over the file's tensors (zero-copy).
 
     Parameters
@@ -37,6 +39,8 @@ def native_model(f: GGUFModelFile, position: dict[str, Any] | None = None) -> _c
     f : GGUFModelFile
     position : dict, optional
         Ms-PoE settings (:meth:`lamina.model.position.MsPoE.native`); None: plain RoPE.
+    q8_prefill : bool
+        int8 activations on the prefill (``LlamaModel.q8_prefill``).
 
     Returns
     -------
@@ -61,6 +65,7 @@ def native_model(f: GGUFModelFile, position: dict[str, Any] | None = None) -> _c
     }
     tensors = {name: (t.type, _view(t)) for name, t in f.tensors.items()}
     native = _core.LlamaModel(config, tensors, position)
+    native.q8_prefill = bool(q8_prefill)
     _release_pages(f)
     return native
 
