@@ -61,6 +61,28 @@ def test_the_collector_does_not_walk_the_entries() -> None:
     assert f.cache_info().currsize == 20_001
 
 
+def _cache_dict(f: object) -> dict[object, object]:
+    (d,) = [o for o in gc.get_referents(f) if type(o) is dict and o is not getattr(f, "__dict__", None)]
+    return d
+
+
+def test_a_young_collection_does_not_walk_the_cache_dict() -> None:
+    @quiet_lru_cache(maxsize=1_000)
+    def f(t: float) -> float:
+        return t / 2
+
+    for i in range(500):
+        f(i + 0.5)  # (a float argument: the key is a new, tracked tuple)
+    d = _cache_dict(f)
+    gc.collect()  # a full collection untracks the dict of untracked key tuples ...
+    f(1e9)  # ... and a new key tuple tracks it again, into the youngest generation
+    gc.collect(0)
+    # (were it tracked, every young collection would visit its 501 entries)
+    assert not gc.is_tracked(d)
+    assert not any(o is d for g in (0, 1) for o in gc.get_objects(generation=g))
+    assert f(1e9) == 5e8 and f.cache_info().currsize == 501
+
+
 def test_bad_maxsize() -> None:
     with pytest.raises(ValueError, match="maxsize"):
         quiet_lru_cache(maxsize=0)

@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from numpy.random import default_rng  # (imported with the module: numpy loads numpy.random lazily, ~10 ms)
 
+from ._core import _gc_untrack
 from ._info import get_num_threads
 from .search import Codec, VectorArena
 
@@ -216,6 +217,7 @@ class LayerIndex:
         self._slot_of_key[a][keys] = slot_arr
         for i, s in zip(ids, slot_arr.tolist()):
             self._loc[i] = (a, s, namespace)
+        _gc_untrack(self._loc)  # (new tuples track the map again: see lamina.memory.gcquiet)
         g = self._graphs.get(namespace)
         if g is not None:
             g.pending.update(ids)

@@ -44,6 +44,22 @@ def test_full_collection_work_does_not_grow_with_the_store() -> None:
     mem.close()
 
 
+def test_young_collections_do_not_walk_the_big_maps() -> None:
+    """The maps of every record, vector location and turn's derived items are tracked again by
+    CPython when a record or a new tuple is stored: they are untracked at once, so that young
+    collections do not visit all their entries."""
+    mem = Memory(embedder="hashing")
+    _turns(mem, 0, 300)
+    gc.collect()
+    _turns(mem, 300, 60)
+    gc.collect(0)
+    st = mem._st
+    u = st.users["u"]
+    maps = {"recs": st.recs, "locations": st.vectors.id_containers()[0], "derived": u.derived}
+    assert {k: gc.is_tracked(v) for k, v in maps.items()} == dict.fromkeys(maps, False)
+    mem.close()
+
+
 def test_untracked_state_serves_the_same_contexts() -> None:
     mem = Memory(embedder="hashing")
     _turns(mem, 0, 200)

@@ -15,7 +15,10 @@ rule for dicts and tuples of atomic values, applied by the owner that knows its 
 never frees anything early — an untracked container's elements count as referenced from outside
 — and reference counting still frees the containers. A dict is tracked again by CPython when a
 tracked object (a new tuple, a record) is put in it, so the walk is repeated before every full
-collection; it costs one call per container, not one per element.
+collection; it costs one call per container, not one per element. CPython tracks it again into
+the *youngest* generation, where each young collection would visit all its entries: the few maps
+that grow with every write (the records, the vector locations, a user's derived items) are
+untracked again where they are written, right after the write.
 """
 
 from __future__ import annotations

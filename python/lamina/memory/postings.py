@@ -6,6 +6,8 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
+from .._core import _gc_untrack
+
 __all__ = ["insert_id", "tuple_add", "tuple_discard", "discard_id"]
 
 
@@ -22,6 +24,7 @@ def tuple_add(index: dict[str, tuple[int, ...]], key: str, i: int) -> None:
     cur = index.get(key, ())
     if i not in cur:
         index[key] = (*cur, i)
+        _gc_untrack(index)  # (a new tuple tracks the map again: see lamina.memory.gcquiet)
 
 
 def tuple_discard(index: dict[str, tuple[int, ...]], key: str, i: int) -> None:
@@ -32,6 +35,7 @@ def tuple_discard(index: dict[str, tuple[int, ...]], key: str, i: int) -> None:
     rest = tuple(j for j in cur if j != i)
     if rest:
         index[key] = rest
+        _gc_untrack(index)
     else:
         del index[key]
 

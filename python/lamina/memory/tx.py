@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._core import _gc_untrack
 from ..extract import FactExtractor, Summarizer
 from .records import Record
 from .state import MemoryState, UserState
@@ -75,6 +76,7 @@ class Tx:
         st = self.st
         self.users.add(u.user_id)
         st.recs[rid] = r
+        _gc_untrack(st.recs)  # (storing a record tracks the map again: see lamina.memory.gcquiet)
         u.ids.add(rid)
         st.place(u, r, emb)
         self._new[rid] = (r, emb)
