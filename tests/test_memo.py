@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from lamina._memo import quiet_lru_cache
+from lamina._memo import frozen, quiet_lru_cache
 
 
 def test_results_are_the_function_s_and_computed_once() -> None:
@@ -81,6 +81,29 @@ def test_a_young_collection_does_not_walk_the_cache_dict() -> None:
     assert not gc.is_tracked(d)
     assert not any(o is d for g in (0, 1) for o in gc.get_objects(generation=g))
     assert f(1e9) == 5e8 and f.cache_info().currsize == 501
+
+
+def test_frozen_untracks_every_tuple_in_a_tuple() -> None:
+    inner = (float("nan"), "a")  # (tracked: built at run time)
+    deep = (2, ("c", inner))
+    lst = [1]
+    t = (inner, deep, lst)
+    assert gc.is_tracked(t) and gc.is_tracked(inner)
+    assert frozen(t) is t
+    assert not any(gc.is_tracked(x) for x in (t, inner, deep, deep[1]))
+    assert gc.is_tracked(lst)  # (only tuples are touched)
+    assert frozen(lst) is lst and gc.is_tracked(lst)
+
+
+def test_cached_results_are_untracked() -> None:
+    @quiet_lru_cache(maxsize=8)
+    def f(text: str) -> tuple[tuple[str, ...], int]:
+        return tuple(sorted(set(text.split()))), len(text)
+
+    r = f("b a b")
+    assert r == (("a", "b"), 5)
+    assert not gc.is_tracked(r) and not gc.is_tracked(r[0])
+    assert f("b a b") is r
 
 
 def test_bad_maxsize() -> None:

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from functools import _lru_cache_wrapper, lru_cache
+from functools import _lru_cache_wrapper, lru_cache, wraps
 from typing import Any, TypeVar
 
 from ._core import _gc_untrack
 
-__all__ = ["quiet_lru_cache", "keep_untracked"]
+__all__ = ["quiet_lru_cache", "keep_untracked", "frozen"]
 
 R = TypeVar("R")
 
@@ -53,6 +53,26 @@ def keep_untracked(container: object) -> None:
     _gc_untrack(container)
 
 
+T = TypeVar("T")
+
+
+def frozen(value: T) -> T:
+    """``value`` with every tuple in it (nested tuples included) untracked, returned as is.
+
+    For long-lived tuples of atomic values that a cache keeps (a record's memoised token count,
+    a memo's result): CPython untracks such a tuple only in a collection of the generation it is
+    in, inner tuples first, so many reach the oldest generation still tracked, where each counts
+    toward the next full collection and is visited by it. Only tuples are touched; the caller
+    knows the tuple holds no reference cycle.
+    """
+    if isinstance(value, tuple) and type(value) is tuple:
+        for x in value:
+            if type(x) is tuple:
+                frozen(x)
+        _gc_untrack(value)
+    return value
+
+
 def quiet_lru_cache(maxsize: int) -> Callable[[Callable[..., R]], _lru_cache_wrapper[R]]:
     """``functools.lru_cache(maxsize)`` whose wrapper the cyclic collector does not traverse.
 
@@ -65,7 +85,11 @@ def quiet_lru_cache(maxsize: int) -> Callable[[Callable[..., R]], _lru_cache_wra
         raise ValueError(f"maxsize must be >= 1, got {maxsize}")
 
     def wrap(fn: Callable[..., R]) -> _lru_cache_wrapper[R]:
-        cached = lru_cache(maxsize=maxsize)(fn)
+        @wraps(fn)
+        def miss(*args: Any, **kwargs: Any) -> R:  # (a result kept in the cache: see frozen)
+            return frozen(fn(*args, **kwargs))
+
+        cached = lru_cache(maxsize=maxsize)(miss)
         _gc_untrack(cached)
         for d in gc.get_referents(cached):  # the cache dict (not the wrapper's attribute dict)
             if type(d) is dict and d is not getattr(cached, "__dict__", None):

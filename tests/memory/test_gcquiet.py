@@ -60,6 +60,28 @@ def test_young_collections_do_not_walk_the_big_maps() -> None:
     mem.close()
 
 
+def test_writes_leave_few_tracked_survivors() -> None:
+    """What a session's writes keep (memoised token counts and word bags, incidence entries) is
+    untracked when kept: few new objects reach the oldest generation tracked, so full collections
+    stay rare (each one visits every tracked object)."""
+    mem = Memory(embedder="hashing")
+    _turns(mem, 0, 300)
+    mem.context("what about hiking?", user_id="u", budget=256, now=T0 + DAY)
+    gc.collect()
+    before = {id(o) for o in gc.get_objects()}
+    gc.disable()
+    try:
+        _turns(mem, 300, 300)
+        mem.context("what about dinner?", user_id="u", budget=256, now=T0 + DAY)
+        gc.collect(1)  # (the survivors move to the oldest generation, not collected)
+        new = [o for o in gc.get_objects(generation=2) if id(o) not in before]
+    finally:
+        gc.enable()
+    # (about 200 here; were they kept tracked, about 1,100)
+    assert len(new) < 450, sorted({type(o).__name__ for o in new})
+    mem.close()
+
+
 def test_untracked_state_serves_the_same_contexts() -> None:
     mem = Memory(embedder="hashing")
     _turns(mem, 0, 200)

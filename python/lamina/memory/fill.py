@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import kernels
+from .._memo import frozen
 from .config import MemoryConfig
 from .records import GENERAL_KINDS, HEADER_TOKENS, MIN_ITEM_TOKENS, Record, TokenCount, norm_key, text_key, turn_tokens
 from .state import MemoryState
@@ -187,7 +188,7 @@ def item_tokens(st: MemoryState, r: Record) -> TokenCount:
         val: TokenCount = (len(it.render().split()), None)
     else:
         val = (sum(len(ln.split()) for _, ln in lines), it.group_key())
-    r.nt = (key, val)
+    r.nt = frozen((key, val))
     return val
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._core import _gc_untrack
+from .._memo import frozen
 from ..items import LAYERS, format_day, turn_line
 from ..layer_index import NAMESPACE_BITS
 from .store import ITEM_COLUMNS
@@ -184,7 +185,7 @@ def text_key(r: Record) -> str:
     if hit is not None and hit[0] == r.text:
         return hit[1]
     k = norm_key(r.text)
-    r.tk = (r.text, k)
+    r.tk = frozen((r.text, k))
     return k
 
 
@@ -198,5 +199,5 @@ def turn_tokens(r: Record) -> TokenCount:
     # MemoryItem.turn_lines() and group_key() of a turn, without building the item
     line = turn_line(r.speaker, r.text, r.timestamp) + (" [recheck]" if r.commitment == "verify" else "")
     val: TokenCount = (len(line.split()), (r.session_id, format_day(r.timestamp)))
-    r.nt = (key, val)
+    r.nt = frozen((key, val))
     return val

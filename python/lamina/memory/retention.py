@@ -39,6 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import kernels
+from .._core import _gc_untrack
 from ..search import topk
 from .config import MemoryConfig
 from .coverage import TurnIncidence, TurnNeighbours
@@ -108,6 +109,8 @@ def item_turns(st: MemoryState, u: UserState, items: list[Record]) -> tuple[list
             else:  # aggregates: session summaries, notes
                 agg = [t for t in map(u.by_src.get, r.sources or ()) if t is not None]
             e = ent[r.id] = (r, r.sources, raw, agg)
+            for c in (e, raw, agg):  # (long-lived, cycle-free: see lamina.memory.gcquiet)
+                _gc_untrack(c)
         raws.append(e[2])
         aggs.append(e[3])
     if len(ent) > 2 * len(items) + 256:
