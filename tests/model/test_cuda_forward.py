@@ -74,11 +74,15 @@ def test_decode_steps_equal_the_full_forward(cuda_model: Any, model_f32_decode: 
         lg, _ = cuda_model.forward([i], cache)
         rows.append(lg)
     steps = np.stack(rows)
-    np.testing.assert_allclose(steps, full, atol=3e-2, rtol=0)
+    # the same fp16 weights and cache, summed in another order (GEMV / GEMM, split / unsplit)
+    np.testing.assert_allclose(steps, full, atol=0.1, rtol=0)
     assert _kl(full, steps) < 1e-4
+    top2 = np.sort(full, axis=-1)[:, -2:]
+    sure = top2[:, 1] - top2[:, 0] > 0.5
+    assert np.array_equal(steps.argmax(-1)[sure], full.argmax(-1)[sure])
     assert cache.n_seen == len(ids) and (cache.lengths() == len(ids)).all()
     last, _ = cuda_model.forward(ids, cuda_model.new_cache(), logits="last")
-    np.testing.assert_allclose(last, full[-1], atol=3e-2, rtol=0)
+    np.testing.assert_allclose(last, full[-1], atol=0.1, rtol=0)
     # a decode step after a 1,200-token prefill against the CPU's
     long = doc_ids[:1200]
     gc, cc = cuda_model.new_cache(), model_f32_decode.new_cache()
