@@ -128,9 +128,11 @@ py::array_t<float> head_rows(const cm::DeviceKVCache& c, int l, int h, bool keys
   const std::size_t n = c.length(l, h), D = static_cast<std::size_t>(c.head_dim());
   py::array_t<float> out({n, D});
   float* o = out.mutable_data();
-  py::gil_scoped_release nogil;
-  if (keys) c.keys(l, h, o);
-  else c.values(l, h, o);
+  {
+    py::gil_scoped_release nogil;  // the copy and conversion; `out` is touched only with the GIL
+    if (keys) c.keys(l, h, o);
+    else c.values(l, h, o);
+  }
   return out;
 }
 
