@@ -270,24 +270,24 @@ void register_cuda_model(py::module_& m) {
       .def(
           "forward",
           [](PyCudaModel& pm, const py::object& ids, cm::DeviceKVCache& cache, const std::string& logits,
-             int /*threads*/, int record_window, bool /*q8_decode*/, bool accumulate,
+             int threads, int record_window, bool /*q8_decode*/, bool accumulate,
              const std::string& /*reduce*/) {
-            if (record_window != 0 || accumulate)
+            if (accumulate)
               not_implemented(
-                  "attention records (record_window, accumulate_attention) are not implemented on "
-                  "CUDA: the presses that read the prefill attention (snapkv, h2o, adakv, pyramidkv, "
-                  "lava, criticalkv, KVzip's reconstruction) need device='cpu'; the cache-scored ones "
-                  "(keydiff, streaming) run on CUDA");
+                  "accumulated attention (accumulate_attention: H2O's scores, KVzip's reconstruction) "
+                  "is not implemented on CUDA; use device='cpu' for h2o and kvzip");
             py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
             const model::Config& c = pm.m->config();
             const std::size_t T = static_cast<std::size_t>(a.shape(0));
             LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
+            LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
+                         "record_window must be in [0, len(ids)], got ", record_window);
             model::Logits mode;
             if (logits == "none") mode = model::Logits::None;
             else if (logits == "last") mode = model::Logits::Last;
             else if (logits == "all") mode = model::Logits::All;
             else throw ValueError("logits must be 'none', 'last' or 'all', got '" + logits + "'");
-            py::object out = py::none();
+            py::object out = py::none(), rec = py::none();
             float* lp = nullptr;
             if (mode == model::Logits::Last) {
               py::array_t<float> o(c.vocab_size);
@@ -298,19 +298,51 @@ void register_cuda_model(py::module_& m) {
               lp = o.mutable_data();
               out = o;
             }
+            // The attention record (window presses): the device returns the window's queries,
+            // the host computes the softmax rows over the cache's keys (lamina/model_f16.hpp).
+            const std::size_t w = static_cast<std::size_t>(record_window);
+            const std::size_t L = static_cast<std::size_t>(c.n_layers), H = static_cast<std::size_t>(c.n_heads),
+                              Hk = static_cast<std::size_t>(c.n_kv_heads), D = static_cast<std::size_t>(c.head_dim);
+            std::size_t S = 0;
+            float* rp = nullptr;
+            if (w > 0) {
+              if (pm.m->scaled())
+                not_implemented("attention records with Ms-PoE are not implemented on CUDA; use device='cpu'");
+              for (int l = 0; l < c.n_layers; ++l)
+                for (int h = 0; h < c.n_kv_heads; ++h)
+                  LAMINA_CHECK(cache.length(l, h) == cache.length(0, 0),
+                               "forward: recording attention needs every head to hold the same number of "
+                               "entries (the cache was compacted head-wise)");
+              S = cache.length(0, 0) + T;
+              py::array_t<float> o({L, H, w, S});
+              rp = o.mutable_data();
+              rec = o;
+            }
             const int32_t* p = static_cast<const int32_t*>(a.data());
             {
               py::gil_scoped_release nogil;
-              pm.m->forward(p, T, cache, mode, lp);
+              std::vector<float> queries(w > 0 ? L * w * H * D : 0);
+              pm.m->forward(p, T, cache, mode, lp, w > 0 ? queries.data() : nullptr, w);
+              if (w > 0) {
+                std::vector<float> keys(Hk * S * D);
+                for (std::size_t l = 0; l < L; ++l) {
+                  for (std::size_t h = 0; h < Hk; ++h)
+                    cache.keys(static_cast<int>(l), static_cast<int>(h), keys.data() + h * S * D);
+                  model::window_attention_rows(queries.data() + l * w * H * D, w, c.n_heads, c.n_kv_heads,
+                                               c.head_dim, keys.data(), S, rp + l * H * w * S, threads);
+                }
+              }
             }
-            return py::make_tuple(out, py::none(), py::none());
+            return py::make_tuple(out, rec, py::none());
           },
           py::arg("ids"), py::arg("cache"), py::arg("logits") = "last", py::arg("threads") = 0,
           py::arg("record_window") = 0, py::arg("q8_decode") = true,
           py::arg("accumulate_attention") = false, py::arg("accumulate_reduce") = "sum",
-          "LlamaModel.forward's signature on the device: returns (logits, None, None); threads and "
-          "q8_decode are ignored (fp16 weights, float32 activations); record_window > 0 or "
-          "accumulate_attention raise NotImplementedError.");
+          "LlamaModel.forward's signature on the device: returns (logits, attention, None); q8_decode "
+          "is ignored (fp16 weights, float32 activations); record_window > 0 records the last "
+          "queries' softmax rows (L, H, record_window, S), computed on the host from the device's "
+          "queries and keys with `threads` threads (not with Ms-PoE); accumulate_attention raises "
+          "NotImplementedError.");
 }
 
 #endif  // LAMINA_WITH_CUDA
@@ -335,6 +367,28 @@ void register_model_cuda(py::module_& m) {
       py::arg("type"), py::arg("data"),
       "A GGUF matrix (type name, its stored rows: float32 / float16 (rows, cols) or uint8 "
       "blocks (rows, row bytes)) as float16 (rows, cols): the weights the CUDA path uploads.");
+  m.def(
+      "model_window_attention_rows",
+      [](const py::object& q, const py::object& keys, int threads) {
+        py::array qa = checked_array<float>(q, "q", 3, "float32");
+        py::array ka = checked_array<float>(keys, "keys", 3, "float32");
+        const std::size_t w = static_cast<std::size_t>(qa.shape(0)), S = static_cast<std::size_t>(ka.shape(1));
+        const int H = static_cast<int>(qa.shape(1)), Hk = static_cast<int>(ka.shape(0)), D = static_cast<int>(qa.shape(2));
+        LAMINA_CHECK(ka.shape(2) == D, "keys must have the queries' head_dim (", D, "), got ", ka.shape(2));
+        py::array_t<float> out({static_cast<std::size_t>(H), w, S});
+        const float* qp = static_cast<const float*>(qa.data());
+        const float* kp = static_cast<const float*>(ka.data());
+        float* o = out.mutable_data();
+        {
+          py::gil_scoped_release nogil;
+          model::window_attention_rows(qp, w, H, Hk, D, kp, S, o, threads);
+        }
+        return out;
+      },
+      py::arg("q"), py::arg("keys"), py::arg("threads") = 0,
+      "One layer's attention record from a window's queries q (w, H, D) and the keys (Hk, S, D): "
+      "(H, w, S) float32, row i the causal softmax over the first S - w + i + 1 entries (the CUDA "
+      "path's record, computed on the host).");
 #if defined(LAMINA_WITH_CUDA)
   register_cuda_model(m);
 #endif

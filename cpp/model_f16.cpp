@@ -1,9 +1,12 @@
 // GGUF matrices to fp16 on the host (lamina/model_f16.hpp).
 #include "lamina/model_f16.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "lamina/common.hpp"
+#include "lamina/parallel.hpp"
 
 namespace lamina::model {
 
@@ -94,6 +97,35 @@ void dequantize_f16(QType t, const void* data, std::size_t rows, std::size_t col
         break;
     }
   }
+}
+
+void window_attention_rows(const float* q, std::size_t w, int H, int Hk, int D, const float* keys,
+                           std::size_t S, float* out, int n_threads) {
+  LAMINA_CHECK(w >= 1 && w <= S, "attention rows: the window (", w, ") must be in [1, S = ", S, "]");
+  LAMINA_CHECK(H >= 1 && Hk >= 1 && H % Hk == 0 && D >= 1, "attention rows: bad head shape");
+  const std::size_t G = static_cast<std::size_t>(H / Hk), Dz = static_cast<std::size_t>(D);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::size_t rows = static_cast<std::size_t>(H) * w;
+  const int nt = threads_for(rows * S * Dz, std::size_t{1} << 20, n_threads);
+  parallel_for(rows, nt, [&](std::size_t task, int) {
+    const std::size_t hh = task / w, i = task % w;
+    const float* qr = q + (i * static_cast<std::size_t>(H) + hh) * Dz;
+    const float* K = keys + (hh / G) * S * Dz;
+    float* o = out + (hh * w + i) * S;
+    const std::size_t n = S - w + i + 1;
+    float mx = -3.4e38f;
+    for (std::size_t j = 0; j < n; ++j) {
+      float s = 0.0f;
+      for (std::size_t e = 0; e < Dz; ++e) s += qr[e] * K[j * Dz + e];
+      o[j] = s * scale;
+      mx = std::max(mx, o[j]);
+    }
+    float sum = 0.0f;
+    for (std::size_t j = 0; j < n; ++j) sum += (o[j] = std::exp(o[j] - mx));
+    const float inv = 1.0f / sum;
+    for (std::size_t j = 0; j < n; ++j) o[j] *= inv;
+    std::fill(o + n, o + S, 0.0f);
+  });
 }
 
 }  // namespace lamina::model

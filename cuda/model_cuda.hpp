@@ -205,10 +205,15 @@ class DeviceModel {
   std::size_t weight_bytes() const { return weight_bytes_; }
   float ratio_of(int i) const;
 
-  /// As lamina::model::Model::forward (no attention record): ids host int32 [T], logits a
-  /// host buffer (vocab or T × vocab floats, or null with Logits::None).
+  /// As lamina::model::Model::forward: ids host int32 [T], logits a host buffer (vocab or
+  /// T × vocab floats, or null with Logits::None). `queries` (optional, host, L × q_window ×
+  /// H × D floats): the last q_window queries of every layer after RoPE, from which the host
+  /// computes an attention record (lamina/model_f16.hpp: window_attention_rows); q_window in
+  /// [1, T], and not with position scaling (ValueError).
   void forward(const int32_t* ids, std::size_t T, DeviceKVCache& cache, Logits mode,
-               float* logits);
+               float* logits, float* queries = nullptr, std::size_t q_window = 0);
+  /// True when the model rescales positions (Ms-PoE) in some layer.
+  bool scaled() const { return pos_.enabled && pos_.first_layer < cfg_.n_layers; }
 
  private:
   struct DLayer {

@@ -802,7 +802,7 @@ float DeviceModel::ratio_of(int i) const {
 }
 
 void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cache, Logits mode,
-                          float* logits) {
+                          float* logits, float* queries, std::size_t q_window) {
   const Config& c = cfg_;
   LAMINA_CHECK(T >= 1, "forward: no tokens (ids is empty)");
   LAMINA_CHECK(cache.n_layers() == c.n_layers && cache.n_kv_heads() == c.n_kv_heads &&
@@ -814,6 +814,10 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
     LAMINA_CHECK(ids[t] >= 0 && ids[t] < c.vocab_size, "token id ", ids[t], " at index ", t,
                  " is outside the vocabulary [0, ", c.vocab_size, ")");
   LAMINA_CHECK(mode == Logits::None || logits != nullptr, "forward: no logits buffer");
+  LAMINA_CHECK(!queries || (q_window >= 1 && q_window <= T), "forward: the query window (", q_window,
+               ") must be in [1, number of tokens (", T, ")]");
+  LAMINA_CHECK(!queries || !scaled(),
+               "forward: returning queries for an attention record is not implemented with Ms-PoE on CUDA");
   const int64_t pos0 = cache.n_seen();
   LAMINA_CHECK(pos0 + static_cast<int64_t>(T) < (int64_t{1} << 31), "forward: position overflow");
   std::lock_guard<std::mutex> lock(mu_);
@@ -928,6 +932,13 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
     }
     const HeadSlot* ls = d_slots + static_cast<std::size_t>(l) * Hk;
     rope_append(qkv, T, H, Hk, D, d_rope, lq, lk, ls, st);
+    if (queries) {  // the window's rotated queries: q_window rows of H·D floats (stride QKV)
+      const std::size_t hd = static_cast<std::size_t>(H) * D;
+      LAMINA_CUDA_CHECK(cudaMemcpy2DAsync(queries + static_cast<std::size_t>(l) * q_window * hd,
+                                          hd * sizeof(float), qkv + (T - q_window) * QKV,
+                                          QKV * sizeof(float), hd * sizeof(float), q_window,
+                                          cudaMemcpyDeviceToHost, st));
+    }
     attention(qkv, QKV, T, H, Hk, D, lq, ls, max_len, part, att, st);
     matmul_f16(att, T, static_cast<std::size_t>(H) * D, Ly.wo, d, x, d, true, st);
     rmsnorm(x, Ly.ffn_norm, T, d, c.rms_eps, h, st);

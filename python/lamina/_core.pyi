@@ -471,6 +471,7 @@ class LlamaModel:
 
 # ---- the model's CUDA path (bind_model_cuda.cpp) ------------------------------------------------
 def model_dequantize_f16(type: str, data: npt.NDArray[Any]) -> npt.NDArray[np.float16]: ...
+def model_window_attention_rows(q: _F32, keys: _F32, threads: int = 0) -> _F32: ...
 
 # CUDA builds only: the fp16 device forward and its device-resident cache (same methods as
 # LlamaModel / KVCache; keys() and values() are host float32 copies).
@@ -522,4 +523,4 @@ class CudaLlamaModel:
         q8_decode: bool = True,
         accumulate_attention: bool = False,
         accumulate_reduce: str = "sum",
-    ) -> tuple[_F32 | None, None, None]: ...
+    ) -> tuple[_F32 | None, _F32 | None, None]: ...

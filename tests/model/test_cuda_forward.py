@@ -234,10 +234,12 @@ def test_bad_inputs(cuda_model: Any, model: Any) -> None:
         native.forward(np.array([1], np.int32), _core.CudaKVCache(2, 3, 64), "last")
     with pytest.raises(TypeError, match="int32"):
         native.forward(np.array([1], np.int64), cache, "last")
-    with pytest.raises(NotImplementedError, match="attention records"):
-        cuda_model.forward([1, 2, 3], cache, record_window=2)
-    with pytest.raises(NotImplementedError, match="attention records"):
-        cuda_model.generate("Hello there", press="snapkv", compression=0.5, max_tokens=2)
+    with pytest.raises(NotImplementedError, match="accumulated attention"):
+        cuda_model.prefill([1, 2, 3], cache, accumulate=True)
+    with pytest.raises(NotImplementedError, match="accumulated attention"):
+        cuda_model.generate("Hello there", press="h2o", compression=0.5, max_tokens=2)
+    with pytest.raises(ValueError, match="record_window"):
+        native.forward(np.array([1, 2], np.int32), cache, "last", 0, 3)
     assert cache.n_seen == 0  # nothing was committed by the failed calls
     cuda_model.forward([1, 2, 3], cache)
     with pytest.raises(IndexError):
@@ -248,3 +250,49 @@ def test_bad_inputs(cuda_model: Any, model: Any) -> None:
         cache.keep(0, 0, np.array([5], np.int64))
     with pytest.raises(ValueError, match="truncate"):
         cache.truncate(4)
+    cache.keep(0, 0, np.array([0, 2], np.int64))
+    with pytest.raises(ValueError, match="same number of entries"):
+        cuda_model.forward([4, 5], cache, record_window=1)
+
+
+def test_attention_record_and_window_presses(cuda_model: Any, model_f32_decode: Any, doc_ids: list[int]) -> None:
+    """The record (device queries, host softmax over the device keys) against the CPU's, and
+    the presses that read it run on CUDA and keep what the CPU keeps (up to near-ties)."""
+    ids = doc_ids[:400]
+    _, rg = cuda_model.forward(ids[:300], cuda_model.new_cache(), logits="none")
+    assert rg is None
+    gc, cc = cuda_model.new_cache(), model_f32_decode.new_cache()
+    cuda_model.forward(ids[:300], gc, logits="none")
+    model_f32_decode.forward(ids[:300], cc, logits="none")
+    _, g = cuda_model.forward(ids[300:], gc, logits="none", record_window=16)
+    _, c = model_f32_decode.forward(ids[300:], cc, logits="none", record_window=16)
+    assert g is not None and c is not None and g.shape == c.shape == (30, 9, 16, 400)
+    np.testing.assert_allclose(g.sum(-1), 1.0, atol=1e-4)
+    assert (g[:, :, 0, 385:] == 0).all()  # the first window query sees 385 entries
+    assert np.abs(g - c).max() < 0.05 and np.abs(g - c).mean() < 1e-3
+    ctx = cuda_model.detokenize(doc_ids[:600])
+    q = "What is this page about?"
+    for press in ("snapkv", "adakv", "pyramidkv", "lava", "criticalkv"):
+        gen = cuda_model.generate(ctx, question=q, press=press, compression=0.5, max_tokens=3)
+        assert 0.4 < gen.kept_fraction < 0.6, press
+    # the same SnapKV selection as the CPU, entry for entry up to near-ties
+    from lamina.model.press import apply_press, prefill_for_press, resolve_press
+
+    snap = resolve_press("snapkv")
+    ctx_ids = np.asarray(model_f32_decode.tokenize(model_f32_decode.chat_prompt(ctx)), np.int32)
+    kept = []
+    for m in (cuda_model, model_f32_decode):
+        cache = m.new_cache()
+        _, scores = prefill_for_press(
+            m._native, cache, ctx_ids, snap, 0.5, instruction=(), context_length=8192, threads=2, q8_decode=False
+        )
+        keep = apply_press(cache, scores, snap, 0.5)
+        kept.append({(l, h): set(keep.head(l, h).tolist()) for l in range(30) for h in range(3)})
+    same = sum(len(kept[0][k] & kept[1][k]) for k in kept[0]) / sum(len(v) for v in kept[1].values())
+    assert same > 0.9, same  # random halves would share about 0.5
+
+
+def test_ms_poe_record_is_not_implemented_on_cuda(model: Any) -> None:
+    gpu = _ms_poe(model, "cuda")
+    with pytest.raises(NotImplementedError, match="Ms-PoE"):
+        gpu.forward(model.tokenize(TEXTS[0]), gpu.new_cache(), record_window=2)

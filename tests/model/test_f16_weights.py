@@ -108,3 +108,27 @@ def test_load_says_why_cuda_cannot_run(model: Any) -> None:
     reason = "needs a CUDA build" if not _core.has_cuda() else "no usable CUDA device"
     with pytest.raises(RuntimeError, match=reason):
         lamina.model.load(model.path, device="cuda")
+
+
+def test_window_attention_rows_match_numpy() -> None:
+    """The CUDA path's attention record (computed on the host from the device's queries and
+    keys) against a numpy softmax: grouped heads, causal rows, zeros past each row's end."""
+    rng = np.random.default_rng(2)
+    w, H, Hk, D, S = 5, 6, 2, 16, 23
+    q = rng.standard_normal((w, H, D)).astype(np.float32)
+    keys = rng.standard_normal((Hk, S, D)).astype(np.float32)
+    got = _core.model_window_attention_rows(q, keys, threads=2)
+    assert got.shape == (H, w, S) and got.dtype == np.float32
+    for hh in range(H):
+        for i in range(w):
+            n = S - w + i + 1
+            s = keys[hh // (H // Hk), :n] @ q[i, hh] / np.sqrt(D)
+            p = np.exp(s - s.max())
+            np.testing.assert_allclose(got[hh, i, :n], p / p.sum(), rtol=1e-5, atol=1e-7)
+            assert (got[hh, i, n:] == 0).all()
+    with pytest.raises(ValueError, match="window"):
+        _core.model_window_attention_rows(np.zeros((S + 1, H, D), np.float32), keys)
+    with pytest.raises(ValueError, match="head shape"):
+        _core.model_window_attention_rows(np.zeros((w, 5, D), np.float32), keys)
+    with pytest.raises(ValueError, match="head_dim"):
+        _core.model_window_attention_rows(np.zeros((w, H, 8), np.float32), keys)

@@ -75,10 +75,12 @@ class Model:
     device : {"cpu", "cuda"}
         "cuda": the forward on the GPU (CUDA builds; every matrix dequantised to fp16 on
         upload, float32 activations; ``threads``, ``q8_decode`` and ``q8_prefill`` do not
-        apply). Caches live in device memory (``kv_bytes`` is device bytes). The presses that
-        read the prefill attention (SnapKV, H2O, Ada-KV, PyramidKV, LAVa, CriticalKV, KVzip)
-        raise NotImplementedError there; KeyDiff and StreamingLLM run (keys are copied to the
-        host to be scored, the kept entries gathered on the device). The CUDA path was
+        apply). Caches live in device memory (``kv_bytes`` is device bytes). Presses run
+        on the device cache: the attention record of the window methods (SnapKV, Ada-KV,
+        PyramidKV, LAVa, CriticalKV) is computed on the host from the device's window queries
+        and the cache's keys, KeyDiff and StreamingLLM read the keys, and the kept entries are
+        gathered on the device; H2O and KVzip (accumulated attention) and the record under
+        Ms-PoE raise NotImplementedError. The CUDA path was
         compiled for sm_80/sm_90 but has not yet run on a GPU in this repository's history.
 
     Attributes
