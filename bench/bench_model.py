@@ -8,6 +8,10 @@ cache. The machine may be shared: every number is the best of ``--repeat`` round
 prints the load average at start and end and the process CPU time beside every wall time.
 
     PYTHONPATH=python python bench/bench_model.py --threads 2 --out /tmp/model_bench.json
+
+``--device cuda`` runs the same measurements on the fp16 CUDA forward (``load(device="cuda")``;
+llama.cpp is not run then: its numbers here are CPU numbers) and ends with a short table;
+bench/gpu_check.sh runs it that way.
 """
 
 from __future__ import annotations
@@ -147,6 +151,20 @@ def bench_kv_lengths(m: Any, lengths: list[int], compression: float, steps: int,
     return rows
 
 
+def table(result: dict[str, Any]) -> str:
+    """A short summary table of a run's results (prefill/decode tokens/s, decode step by KV length)."""
+    lines = [f"model bench on {result['device']} ({Path(result['model']).name})", "| stage | value |", "|---|---|"]
+    for r in result["lamina"]:
+        lines.append(f"| prefill {r['tokens']} tokens | {r['prefill_tok_s']:.0f} tok/s |")
+        lines.append(f"| decode after {r['tokens']} | {r['decode_tok_s']:.1f} tok/s |")
+    for r in result["kv_lengths"]:
+        lines.append(
+            f"| decode step at {r['kv_tokens']}, {int(r['compression'] * 100)} % removed | "
+            f"{r['step_ms']:.2f} ms (KV {r['kv_bytes'] / 2**20:.1f} MiB) |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=None, help="GGUF file (default: packaged SmolLM2-135M)")
@@ -157,13 +175,14 @@ def main() -> None:
     ap.add_argument("--kv-lengths", type=int, nargs="+", default=[512, 2048, 8000])
     ap.add_argument("--compression", type=float, default=0.75)
     ap.add_argument("--q8-decode", type=int, default=1, help="1: int8 activations on decode steps (default)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the forward runs")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
     import lamina.model as lm
 
     load0 = os.getloadavg()
-    m = lm.load(args.model, threads=args.threads, q8_decode=bool(args.q8_decode))
+    m = lm.load(args.model, threads=args.threads, q8_decode=bool(args.q8_decode), device=args.device)
     print(f"{m}\nthreads {args.threads}, machine {platform.machine()} {platform.processor()}, load average {load0}")
     result: dict[str, Any] = {
         "model": str(m.path),
@@ -171,9 +190,14 @@ def main() -> None:
         "kernel_isa": m.kernel_isa,
         "q8_decode": bool(args.q8_decode),
         "load_average_start": load0,
+        "device": args.device,
     }
     result["lamina"] = bench_lamina(m, args.prefill, args.decode_steps, args.repeat)
-    result["llama_cpp"] = bench_llama_cpp(m.path, args.threads, args.prefill, args.decode_steps)
+    if args.device == "cpu":
+        result["llama_cpp"] = bench_llama_cpp(m.path, args.threads, args.prefill, args.decode_steps)
+    else:
+        print("llama.cpp: not run with --device cuda (lamina's GPU numbers are not comparable to it)")
+        result["llama_cpp"] = None
     if result["llama_cpp"]:
         for a, b in zip(result["lamina"], result["llama_cpp"]):
             print(
@@ -184,6 +208,7 @@ def main() -> None:
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["load_average_end"] = os.getloadavg()
     print(f"peak resident memory {result['peak_rss_mib']:.0f} MiB; load average at end {result['load_average_end']}")
+    print(table(result))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
 

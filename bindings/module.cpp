@@ -17,5 +17,6 @@ PYBIND11_MODULE(_core, m) {
   lamina::py_detail::register_encoder(m);
   lamina::py_detail::register_lexical(m);
   lamina::py_detail::register_model(m);
+  lamina::py_detail::register_model_cuda(m);
   lamina::py_detail::register_gc(m);
 }

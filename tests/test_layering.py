@@ -62,6 +62,7 @@ MODEL_LEVELS = {
     "chat": 0,
     "sampling": 0,
     "position": 0,
+    "native": 0,
     "tokenizer": 1,
     "weights": 1,
     "press": 1,

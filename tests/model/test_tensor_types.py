@@ -44,6 +44,13 @@ def _shapes() -> dict[str, tuple[int, int]]:
 
 def _build(qtype: str, seed: int = 0) -> tuple[Any, ReferenceLlama]:
     """(native model, reference) with every matrix stored as ``qtype``."""
+    tensors, ref = model_tensors(qtype, seed)
+    return _core.LlamaModel(CFG, tensors, None), ref
+
+
+def model_tensors(qtype: str, seed: int = 0) -> tuple[dict[str, Any], ReferenceLlama]:
+    """(the tensors dict the native models take, reference) of a random model with every
+    matrix stored as ``qtype`` (tests/model/test_cuda_forward.py builds its CUDA twin)."""
     from gguf import GGMLQuantizationType, dequantize, quantize
 
     rng = np.random.default_rng(seed)
@@ -73,7 +80,6 @@ def _build(qtype: str, seed: int = 0) -> tuple[Any, ReferenceLlama]:
     tensors["token_embd.weight"], emb = mat(int(CFG["vocab_size"]), d)
     out_norm = norm(d)
     tensors["output_norm.weight"] = ("F32", out_norm)
-    native = _core.LlamaModel(CFG, tensors, None)
     ref = ReferenceLlama(
         n_layers=int(CFG["n_layers"]),
         n_heads=int(CFG["n_heads"]),
@@ -86,7 +92,7 @@ def _build(qtype: str, seed: int = 0) -> tuple[Any, ReferenceLlama]:
         out_norm=out_norm,
         layers=layers,
     )
-    return native, ref
+    return tensors, ref
 
 
 def _kl(ref: np.ndarray[Any, Any], got: np.ndarray[Any, Any]) -> float:

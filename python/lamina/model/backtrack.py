@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
 from ..errors import InvalidInput
+from .native import NativeCache
 from .runtime import Model
 from .sampling import Sampler
 
@@ -146,7 +146,7 @@ class ChainSession:
             messages.append({"role": "assistant", "content": "\n".join(_line(i, s) for i, s in enumerate(ds))})
         messages.append({"role": "user", "content": f"{question}\n\n{INSTRUCTION}"})
         ids = model.tokenize(model.chat_messages_prompt(messages))
-        self.cache: _core.KVCache = model.new_cache()
+        self.cache: NativeCache = model.new_cache()
         model.forward(ids, self.cache, logits="none")
         self.prompt_tokens = len(ids)
         self.steps: list[str] = []
@@ -198,14 +198,14 @@ class ChainSession:
         if int(self.cache.n_seen) + n > self.model.config.context_length:
             raise InvalidInput(f"the chain would exceed the model's context of {self.model.config.context_length}")
 
-    def _header_logits(self, cache: _core.KVCache) -> npt.NDArray[np.float32]:
+    def _header_logits(self, cache: NativeCache) -> npt.NDArray[np.float32]:
         ids = self.model.tokenizer.encode(STEP_HEADER.format(n=len(self.steps) + 1), add_bos=False)
         self._room(len(ids) + self.max_step_tokens)
         out, _ = self.model.forward(ids, cache, logits="last")
         assert out is not None
         return out
 
-    def _sample(self, cache: _core.KVCache, logits: npt.NDArray[np.float32], sampler: Sampler) -> tuple[Step, int]:
+    def _sample(self, cache: NativeCache, logits: npt.NDArray[np.float32], sampler: Sampler) -> tuple[Step, int]:
         """Sample one step on ``cache`` (its header already fed); returns the step and the
         token still to feed to close it (-1: none, the turn ended)."""
         tokens: list[int] = []
@@ -226,7 +226,7 @@ class ChainSession:
             logits = out
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _commit(self, cache: _core.KVCache, step: Step, pending: int) -> None:
+    def _commit(self, cache: NativeCache, step: Step, pending: int) -> None:
         if pending >= 0:
             self.model.forward([pending], cache, logits="none")
             if "\n" not in self.model.tokenizer.decode([pending]):  # cut at max_step_tokens
@@ -273,7 +273,7 @@ class ChainSession:
         base = self.cache
         logits = self._header_logits(base)  # the header once, shared by every candidate
         out: list[Candidate] = []
-        best: tuple[float, int, _core.KVCache, Step, int] | None = None
+        best: tuple[float, int, NativeCache, Step, int] | None = None
         for i in range(int(candidates)):
             clone = base.clone()
             step, pending = self._sample(clone, logits, sampler)

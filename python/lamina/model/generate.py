@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
 from ..errors import InvalidInput
 from ..kv import KVMethod
+from .native import NativeCache, NativeModel
 from .press import CACHE_SCORED, apply_press, prefill_for_press, press_to_budget
 from .sampling import Sampler
 
@@ -112,8 +112,8 @@ class PromptParts:
 
 
 def run_generation(
-    native: _core.LlamaModel,
-    cache: _core.KVCache,
+    native: NativeModel,
+    cache: NativeCache,
     parts: PromptParts,
     *,
     decode: Callable[[Sequence[int]], str],
@@ -194,8 +194,8 @@ def run_generation(
 
 
 def continue_generation(
-    native: _core.LlamaModel,
-    cache: _core.KVCache,
+    native: NativeModel,
+    cache: NativeCache,
     logits: npt.NDArray[np.float32],
     *,
     decode: Callable[[Sequence[int]], str],
@@ -228,8 +228,8 @@ def continue_generation(
 
 
 def _decode(
-    native: _core.LlamaModel,
-    cache: _core.KVCache,
+    native: NativeModel,
+    cache: NativeCache,
     logits: npt.NDArray[np.float32],
     *,
     decode: Callable[[Sequence[int]], str],
@@ -296,8 +296,8 @@ def _decode(
 
 
 def _run_budgeted(
-    native: _core.LlamaModel,
-    cache: _core.KVCache,
+    native: NativeModel,
+    cache: NativeCache,
     parts: PromptParts,
     *,
     decode: Callable[[Sequence[int]], str],

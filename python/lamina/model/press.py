@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core
 from ..errors import InvalidInput
 from ..kv import (
     Budget,
@@ -37,6 +36,7 @@ from ..kv import (
     value_l2_norms,
     value_norms,
 )
+from .native import NativeCache, NativeModel
 
 __all__ = [
     "DEFAULT_WINDOW",
@@ -98,8 +98,8 @@ def observation_window(press: KVMethod, seq_len: int, compression: float) -> int
 
 
 def reconstruction_scores(
-    native: _core.LlamaModel,
-    cache: _core.KVCache,
+    native: NativeModel,
+    cache: NativeCache,
     context: npt.NDArray[np.int32],
     instruction: Sequence[int],
     *,
@@ -163,8 +163,8 @@ def reconstruction_scores(
 
 
 def prefill_for_press(
-    native: _core.LlamaModel,
-    cache: _core.KVCache,
+    native: NativeModel,
+    cache: NativeCache,
     context: npt.NDArray[np.int32],
     press: KVMethod | None,
     compression: float,
@@ -200,7 +200,7 @@ def prefill_for_press(
 
 
 def apply_press(
-    cache: _core.KVCache,
+    cache: NativeCache,
     attention: npt.NDArray[np.float32] | None,
     press: KVMethod,
     compression: Budget,
@@ -253,20 +253,20 @@ def apply_press(
     return keep
 
 
-def _stack(cache: _core.KVCache, what: str) -> npt.NDArray[np.float32]:
+def _stack(cache: NativeCache, what: str) -> npt.NDArray[np.float32]:
     """Keys or values of a cache whose heads all hold S entries: (L, H_kv, S, D) float32."""
     get = cache.keys if what == "keys" else cache.values
     out = np.stack([np.stack([get(l, h) for h in range(cache.n_kv_heads)]) for l in range(cache.n_layers)])
     return np.ascontiguousarray(out, dtype=np.float32)
 
 
-def _keep(cache: _core.KVCache, keep: KeepSet) -> None:
+def _keep(cache: NativeCache, keep: KeepSet) -> None:
     for l in range(cache.n_layers):
         for h in range(cache.n_kv_heads):
             cache.keep(l, h, np.ascontiguousarray(keep.head(l, h), dtype=np.int64))
 
 
-def press_to_budget(cache: _core.KVCache, press: KVMethod, budget: int) -> int:
+def press_to_budget(cache: NativeCache, press: KVMethod, budget: int) -> int:
     """Compact every (layer, KV head) holding more than ``budget`` entries down to ``budget``
     with a :data:`CACHE_SCORED` method, head by head (heads may hold different lengths).
 

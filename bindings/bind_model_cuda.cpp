@@ -1,0 +1,397 @@
+// Bindings of the model's CUDA path (cuda/model_cuda.hpp) and of the host-side fp16
+// dequantisation it uploads with (lamina/model_f16.hpp). Private: python/lamina/model wraps
+// them. `model_dequantize_f16` exists in every build (so the host code is tested without a
+// GPU); `CudaLlamaModel` and `CudaKVCache` only in CUDA builds (the _core convention).
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common.hpp"
+#include "lamina/model.hpp"
+#include "lamina/model_f16.hpp"
+#if defined(LAMINA_WITH_CUDA)
+#include "model_cuda.hpp"
+#endif
+
+namespace lamina::py_detail {
+
+namespace {
+
+using model::QType;
+
+// A GGUF tensor given as (type name, C-contiguous array of its stored bytes): its type, data
+// and element shape (rows = the array's first dimension).
+struct StoredTensor {
+  QType type = QType::F32;
+  py::array array;
+  std::size_t rows = 0, cols = 0;
+};
+
+StoredTensor stored_tensor(const std::string& type_name, const py::object& obj, const std::string& name) {
+  StoredTensor s;
+  s.type = model::qtype_from_name(type_name);
+  if (!py::isinstance<py::array>(obj)) throw TypeError(name + " must be a numpy array");
+  s.array = py::reinterpret_borrow<py::array>(obj);
+  const py::array& a = s.array;
+  LAMINA_CHECK(a.ndim() == 2 && (a.flags() & py::array::c_style), name,
+               " must be a C-contiguous 2-D array");
+  const std::size_t row_nbytes = static_cast<std::size_t>(a.shape(1)) * static_cast<std::size_t>(a.itemsize());
+  s.rows = static_cast<std::size_t>(a.shape(0));
+  if (s.type == QType::F32 || s.type == QType::F16) {
+    const std::size_t es = s.type == QType::F32 ? 4 : 2;
+    LAMINA_CHECK(static_cast<std::size_t>(a.itemsize()) == es, name, " (", type_name,
+                 ") must hold ", es, "-byte elements, got itemsize ", a.itemsize());
+    s.cols = static_cast<std::size_t>(a.shape(1));
+  } else {
+    LAMINA_CHECK(a.itemsize() == 1, name, " (", type_name, ") must be a uint8 array of blocks");
+    const std::size_t per32 = model::row_bytes(s.type, 32);
+    LAMINA_CHECK(row_nbytes % per32 == 0, name, ": ", row_nbytes, " bytes per row is not a whole number of ",
+                 model::qtype_name(s.type), " blocks");
+    s.cols = row_nbytes / per32 * 32;
+  }
+  return s;
+}
+
+#if defined(LAMINA_WITH_CUDA)
+
+namespace cm = lamina::cuda::model;
+
+struct PyCudaModel {
+  std::unique_ptr<cm::DeviceModel> m;
+};
+
+[[noreturn]] void not_implemented(const std::string& msg) {
+  PyErr_SetString(PyExc_NotImplementedError, msg.c_str());
+  throw py::error_already_set();
+}
+
+cm::HostMatrix host_matrix(const py::dict& tensors, const std::string& name, std::vector<StoredTensor>& keep) {
+  LAMINA_CHECK(tensors.contains(name), "tensor ", name, " is missing");
+  py::tuple tv = tensors[py::str(name)].cast<py::tuple>();
+  LAMINA_CHECK(tv.size() == 2, "tensor ", name, ": expected a (type name, array) pair");
+  keep.push_back(stored_tensor(tv[0].cast<std::string>(), tv[1], name));
+  const StoredTensor& s = keep.back();
+  cm::HostMatrix m;
+  m.type = s.type;
+  m.data = s.array.data();
+  m.rows = s.rows;
+  m.cols = s.cols;
+  return m;
+}
+
+const float* host_vector(const py::dict& tensors, const std::string& name, std::size_t n,
+                         std::vector<StoredTensor>& keep) {
+  LAMINA_CHECK(tensors.contains(name), "tensor ", name, " is missing");
+  py::tuple tv = tensors[py::str(name)].cast<py::tuple>();
+  LAMINA_CHECK(tv.size() == 2 && tv[0].cast<std::string>() == "F32", "tensor ", name, " must be F32");
+  py::array a = checked_array<float>(tv[1], name.c_str(), 1, "float32");
+  LAMINA_CHECK(static_cast<std::size_t>(a.shape(0)) == n, name, " has ", a.shape(0),
+               " elements, expected ", n);
+  StoredTensor s;
+  s.array = a;
+  keep.push_back(s);
+  return static_cast<const float*>(a.data());
+}
+
+// The Ms-PoE dict of python/lamina/model/position.py (as bind_model.cpp reads it).
+model::PositionScaling position_scaling(const py::object& o, const model::Config& c) {
+  model::PositionScaling p;
+  if (o.is_none()) return p;
+  const py::dict d = o.cast<py::dict>();
+  p.enabled = true;
+  p.first_layer = d["first_layer"].cast<int>();
+  p.ratio_min = d["ratio_min"].cast<float>();
+  p.ratio_max = d["ratio_max"].cast<float>();
+  p.window = d["window"].cast<int>();
+  if (p.window != 0)
+    not_implemented("Ms-PoE's window variant (window > 0) is not implemented on CUDA; use window=0 "
+                    "or device='cpu'");
+  const std::string order = d["order"].cast<std::string>();
+  if (order == "rank") p.order = model::RatioOrder::Rank;
+  else if (order == "gather") p.order = model::RatioOrder::Gather;
+  else if (order == "normal") p.order = model::RatioOrder::Normal;
+  else throw ValueError("position order must be 'rank', 'gather' or 'normal', got '" + order + "'");
+  if (d.contains("plain_heads") && !d["plain_heads"].is_none()) {
+    py::array a = checked_array<uint8_t>(d["plain_heads"], "plain_heads", 2, "uint8");
+    LAMINA_CHECK(a.shape(0) == c.n_layers && a.shape(1) == c.n_heads,
+                 "plain_heads must have shape (n_layers, n_heads) = (", c.n_layers, ", ", c.n_heads, ")");
+    const uint8_t* f = static_cast<const uint8_t*>(a.data());
+    p.plain_heads.assign(f, f + a.shape(0) * a.shape(1));
+  }
+  return p;
+}
+
+py::array_t<float> head_rows(const cm::DeviceKVCache& c, int l, int h, bool keys) {
+  const std::size_t n = c.length(l, h), D = static_cast<std::size_t>(c.head_dim());
+  py::array_t<float> out({n, D});
+  float* o = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;  // the copy and conversion; `out` is touched only with the GIL
+    if (keys) c.keys(l, h, o);
+    else c.values(l, h, o);
+  }
+  return out;
+}
+
+void register_cuda_model(py::module_& m) {
+  py::class_<cm::DeviceKVCache>(m, "CudaKVCache")
+      .def(py::init<int, int, int>(), py::arg("n_layers"), py::arg("n_kv_heads"), py::arg("head_dim"),
+           "An empty KV cache on the current CUDA device (fp16 keys and values per (layer, KV head)).")
+      .def_property_readonly("n_layers", &cm::DeviceKVCache::n_layers)
+      .def_property_readonly("n_kv_heads", &cm::DeviceKVCache::n_kv_heads)
+      .def_property_readonly("head_dim", &cm::DeviceKVCache::head_dim)
+      .def_property_readonly("n_seen", &cm::DeviceKVCache::n_seen)
+      .def_property_readonly("nbytes", &cm::DeviceKVCache::bytes,
+                             "Device bytes held (fp16 keys, values, scaled keys; capacity).")
+      .def_property_readonly("device", &cm::DeviceKVCache::device)
+      .def("lengths",
+           [](const cm::DeviceKVCache& c) {
+             py::array_t<int64_t> out({c.n_layers(), c.n_kv_heads()});
+             int64_t* o = out.mutable_data();
+             for (int l = 0; l < c.n_layers(); ++l)
+               for (int h = 0; h < c.n_kv_heads(); ++h)
+                 o[l * c.n_kv_heads() + h] = static_cast<int64_t>(c.length(l, h));
+             return out;
+           })
+      .def("keys", [](const cm::DeviceKVCache& c, int l, int h) { return head_rows(c, l, h, true); },
+           py::arg("layer"), py::arg("head"), "Keys of (layer, KV head) after RoPE, float32 [n, head_dim] (a host copy of the fp16 store).")
+      .def("values", [](const cm::DeviceKVCache& c, int l, int h) { return head_rows(c, l, h, false); },
+           py::arg("layer"), py::arg("head"), "Values of (layer, KV head), float32 [n, head_dim] (a host copy).")
+      .def("positions",
+           [](const cm::DeviceKVCache& c, int l, int h) {
+             const std::size_t n = c.length(l, h);
+             py::array_t<int64_t> out(n);
+             for (std::size_t i = 0; i < n; ++i) out.mutable_data()[i] = c.positions(l, h)[i];
+             return out;
+           },
+           py::arg("layer"), py::arg("head"))
+      .def("keep",
+           [](cm::DeviceKVCache& c, int l, int h, const py::object& idx) {
+             py::array a = checked_array<int64_t>(idx, "indices", 1, "int64");
+             const int64_t* p = static_cast<const int64_t*>(a.data());
+             const std::size_t n = static_cast<std::size_t>(a.shape(0));
+             py::gil_scoped_release nogil;
+             c.keep(l, h, p, n);
+           },
+           py::arg("layer"), py::arg("head"), py::arg("indices"),
+           "Keep only entries `indices` (int64, strictly increasing) of (layer, KV head); the "
+           "head's device storage is reallocated to exactly those entries.")
+      .def("truncate", [](cm::DeviceKVCache& c, std::int64_t n) { c.truncate(n); }, py::arg("n_tokens"))
+      .def("clear",
+           [](cm::DeviceKVCache& c) {
+             py::gil_scoped_release nogil;
+             c.clear();
+           })
+      .def("clone",
+           [](const cm::DeviceKVCache& c) {
+             py::gil_scoped_release nogil;
+             return c.clone();
+           })
+      .def("reserve",
+           [](cm::DeviceKVCache& c, std::int64_t n) {
+             if (n < 0) throw py::value_error("reserve: entries must be >= 0, got " + std::to_string(n));
+             py::gil_scoped_release nogil;
+             c.reserve(static_cast<std::size_t>(n));
+           },
+           py::arg("entries"))
+      .def("ratio_index",
+           [](const cm::DeviceKVCache& c) -> py::object {
+             if (!c.scaled()) return py::none();
+             py::array_t<int32_t> out({c.n_layers(), c.n_kv_heads()});
+             std::copy(c.ratio_index().begin(), c.ratio_index().end(), out.mutable_data());
+             return std::move(out);
+           })
+      .def("outlier_share", [](const cm::DeviceKVCache& c) -> py::object {
+        if (!c.scaled()) return py::none();
+        const std::size_t H = c.outlier_share().size() / static_cast<std::size_t>(c.n_layers());
+        py::array_t<float> out({static_cast<std::size_t>(c.n_layers()), H});
+        std::copy(c.outlier_share().begin(), c.outlier_share().end(), out.mutable_data());
+        return std::move(out);
+      });
+
+  py::class_<PyCudaModel>(m, "CudaLlamaModel")
+      .def(py::init([](const py::dict& cfg, const py::dict& tensors, const py::object& position) {
+             model::Config c;
+             c.n_layers = cfg["n_layers"].cast<int>();
+             c.d_model = cfg["d_model"].cast<int>();
+             c.d_ff = cfg["d_ff"].cast<int>();
+             c.n_heads = cfg["n_heads"].cast<int>();
+             c.n_kv_heads = cfg["n_kv_heads"].cast<int>();
+             c.head_dim = cfg["head_dim"].cast<int>();
+             c.vocab_size = cfg["vocab_size"].cast<int>();
+             c.rope_base = cfg["rope_base"].cast<float>();
+             c.rms_eps = cfg["rms_eps"].cast<float>();
+             std::vector<StoredTensor> keep;
+             keep.reserve(16 + 16 * static_cast<std::size_t>(std::max(c.n_layers, 0)));
+             cm::HostWeights w;
+             const std::size_t d = static_cast<std::size_t>(c.d_model);
+             w.token_embd = host_matrix(tensors, "token_embd.weight", keep);
+             w.output = tensors.contains("output.weight") ? host_matrix(tensors, "output.weight", keep)
+                                                         : w.token_embd;
+             w.output_norm = host_vector(tensors, "output_norm.weight", d, keep);
+             for (int i = 0; i < c.n_layers; ++i) {
+               const std::string p = "blk." + std::to_string(i) + ".";
+               cm::HostLayer L;
+               L.attn_norm = host_vector(tensors, p + "attn_norm.weight", d, keep);
+               L.ffn_norm = host_vector(tensors, p + "ffn_norm.weight", d, keep);
+               L.wq = host_matrix(tensors, p + "attn_q.weight", keep);
+               L.wk = host_matrix(tensors, p + "attn_k.weight", keep);
+               L.wv = host_matrix(tensors, p + "attn_v.weight", keep);
+               L.wo = host_matrix(tensors, p + "attn_output.weight", keep);
+               L.w_gate = host_matrix(tensors, p + "ffn_gate.weight", keep);
+               L.w_up = host_matrix(tensors, p + "ffn_up.weight", keep);
+               L.w_down = host_matrix(tensors, p + "ffn_down.weight", keep);
+               w.layers.push_back(L);
+             }
+             const model::PositionScaling pos = position_scaling(position, c);
+             auto pm = std::make_unique<PyCudaModel>();
+             {
+               py::gil_scoped_release nogil;  // dequantisation and upload (the arrays are kept in `keep`)
+               pm->m = std::make_unique<cm::DeviceModel>(c, w, pos);
+             }
+             return pm;
+           }),
+           py::arg("config"), py::arg("tensors"), py::arg("position") = py::none(),
+           "The llama forward on the current CUDA device: every matrix dequantised to fp16 and "
+           "uploaded once. Same arguments as LlamaModel (Ms-PoE's window variant raises "
+           "NotImplementedError).")
+      .def_property_readonly("weight_bytes", [](const PyCudaModel& pm) { return pm.m->weight_bytes(); })
+      .def_property_readonly("device", [](const PyCudaModel& pm) { return pm.m->device(); })
+      .def("ratio_of",
+           [](const PyCudaModel& pm, int i) {
+             LAMINA_CHECK_INDEX(i >= 0 && i < pm.m->config().n_kv_heads, "ratio index ", i,
+                                " outside [0, n_kv_heads)");
+             return pm.m->ratio_of(i);
+           },
+           py::arg("index"))
+      .def(
+          "forward",
+          [](PyCudaModel& pm, const py::object& ids, cm::DeviceKVCache& cache, const std::string& logits,
+             int threads, int record_window, bool /*q8_decode*/, bool accumulate,
+             const std::string& /*reduce*/) {
+            if (accumulate)
+              not_implemented(
+                  "accumulated attention (accumulate_attention: H2O's scores, KVzip's reconstruction) "
+                  "is not implemented on CUDA; use device='cpu' for h2o and kvzip");
+            py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
+            const model::Config& c = pm.m->config();
+            const std::size_t T = static_cast<std::size_t>(a.shape(0));
+            LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
+            LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
+                         "record_window must be in [0, len(ids)], got ", record_window);
+            model::Logits mode;
+            if (logits == "none") mode = model::Logits::None;
+            else if (logits == "last") mode = model::Logits::Last;
+            else if (logits == "all") mode = model::Logits::All;
+            else throw ValueError("logits must be 'none', 'last' or 'all', got '" + logits + "'");
+            py::object out = py::none(), rec = py::none();
+            float* lp = nullptr;
+            if (mode == model::Logits::Last) {
+              py::array_t<float> o(c.vocab_size);
+              lp = o.mutable_data();
+              out = o;
+            } else if (mode == model::Logits::All) {
+              py::array_t<float> o({T, static_cast<std::size_t>(c.vocab_size)});
+              lp = o.mutable_data();
+              out = o;
+            }
+            // The attention record (window presses): the device returns the window's queries,
+            // the host computes the softmax rows over the cache's keys (lamina/model_f16.hpp).
+            const std::size_t w = static_cast<std::size_t>(record_window);
+            const std::size_t L = static_cast<std::size_t>(c.n_layers), H = static_cast<std::size_t>(c.n_heads),
+                              Hk = static_cast<std::size_t>(c.n_kv_heads), D = static_cast<std::size_t>(c.head_dim);
+            std::size_t S = 0;
+            float* rp = nullptr;
+            if (w > 0) {
+              if (pm.m->scaled())
+                not_implemented("attention records with Ms-PoE are not implemented on CUDA; use device='cpu'");
+              for (int l = 0; l < c.n_layers; ++l)
+                for (int h = 0; h < c.n_kv_heads; ++h)
+                  LAMINA_CHECK(cache.length(l, h) == cache.length(0, 0),
+                               "forward: recording attention needs every head to hold the same number of "
+                               "entries (the cache was compacted head-wise)");
+              S = cache.length(0, 0) + T;
+              py::array_t<float> o({L, H, w, S});
+              rp = o.mutable_data();
+              rec = o;
+            }
+            const int32_t* p = static_cast<const int32_t*>(a.data());
+            {
+              py::gil_scoped_release nogil;
+              std::vector<float> queries(w > 0 ? L * w * H * D : 0);
+              pm.m->forward(p, T, cache, mode, lp, w > 0 ? queries.data() : nullptr, w);
+              if (w > 0) {
+                std::vector<float> keys(Hk * S * D);
+                for (std::size_t l = 0; l < L; ++l) {
+                  for (std::size_t h = 0; h < Hk; ++h)
+                    cache.keys(static_cast<int>(l), static_cast<int>(h), keys.data() + h * S * D);
+                  model::window_attention_rows(queries.data() + l * w * H * D, w, c.n_heads, c.n_kv_heads,
+                                               c.head_dim, keys.data(), S, rp + l * H * w * S, threads);
+                }
+              }
+            }
+            return py::make_tuple(out, rec, py::none());
+          },
+          py::arg("ids"), py::arg("cache"), py::arg("logits") = "last", py::arg("threads") = 0,
+          py::arg("record_window") = 0, py::arg("q8_decode") = true,
+          py::arg("accumulate_attention") = false, py::arg("accumulate_reduce") = "sum",
+          "LlamaModel.forward's signature on the device: returns (logits, attention, None); q8_decode "
+          "is ignored (fp16 weights, float32 activations); record_window > 0 records the last "
+          "queries' softmax rows (L, H, record_window, S), computed on the host from the device's "
+          "queries and keys with `threads` threads (not with Ms-PoE); accumulate_attention raises "
+          "NotImplementedError.");
+}
+
+#endif  // LAMINA_WITH_CUDA
+
+}  // namespace
+
+void register_model_cuda(py::module_& m) {
+  m.def(
+      "model_dequantize_f16",
+      [](const std::string& type_name, const py::object& data) {
+        const StoredTensor s = stored_tensor(type_name, data, "data");
+        py::array out(py::dtype("float16"), std::vector<py::ssize_t>{static_cast<py::ssize_t>(s.rows),
+                                                                     static_cast<py::ssize_t>(s.cols)});
+        uint16_t* o = static_cast<uint16_t*>(out.mutable_data());
+        const void* src = s.array.data();
+        {
+          py::gil_scoped_release nogil;
+          model::dequantize_f16(s.type, src, s.rows, s.cols, o);
+        }
+        return out;
+      },
+      py::arg("type"), py::arg("data"),
+      "A GGUF matrix (type name, its stored rows: float32 / float16 (rows, cols) or uint8 "
+      "blocks (rows, row bytes)) as float16 (rows, cols): the weights the CUDA path uploads.");
+  m.def(
+      "model_window_attention_rows",
+      [](const py::object& q, const py::object& keys, int threads) {
+        py::array qa = checked_array<float>(q, "q", 3, "float32");
+        py::array ka = checked_array<float>(keys, "keys", 3, "float32");
+        const std::size_t w = static_cast<std::size_t>(qa.shape(0)), S = static_cast<std::size_t>(ka.shape(1));
+        const int H = static_cast<int>(qa.shape(1)), Hk = static_cast<int>(ka.shape(0)), D = static_cast<int>(qa.shape(2));
+        LAMINA_CHECK(ka.shape(2) == D, "keys must have the queries' head_dim (", D, "), got ", ka.shape(2));
+        py::array_t<float> out({static_cast<std::size_t>(H), w, S});
+        const float* qp = static_cast<const float*>(qa.data());
+        const float* kp = static_cast<const float*>(ka.data());
+        float* o = out.mutable_data();
+        {
+          py::gil_scoped_release nogil;
+          model::window_attention_rows(qp, w, H, Hk, D, kp, S, o, threads);
+        }
+        return out;
+      },
+      py::arg("q"), py::arg("keys"), py::arg("threads") = 0,
+      "One layer's attention record from a window's queries q (w, H, D) and the keys (Hk, S, D): "
+      "(H, w, S) float32, row i the causal softmax over the first S - w + i + 1 entries (the CUDA "
+      "path's record, computed on the host).");
+#if defined(LAMINA_WITH_CUDA)
+  register_cuda_model(m);
+#endif
+}
+
+}  // namespace lamina::py_detail

@@ -1,0 +1,240 @@
+// cuda/model_cuda.hpp — the llama forward on a CUDA device in fp16 (the CPU path of
+// lamina/model.hpp is its oracle). Includable from plain C++ (no CUDA headers).
+//
+// Weights: every matrix dequantised to fp16 on the host (lamina/model_f16.hpp) and uploaded
+// once; Q, K and V are stored as one fused matrix, and so are the FFN's gate and up. Norm
+// weights stay float32. Matmuls multiply fp16 weights with float32 activations, accumulating
+// in float32: a GEMV for calls of up to kGemvMaxTokens tokens (a warp per output row, 16-byte
+// weight loads, every token of the call against the row held in registers) and a tiled GEMM
+// otherwise (64 × 64 output tiles, the weight tile converted to float32 in shared memory).
+// No cuBLAS: the module links only cudart_static.
+//
+// RoPE is llama.cpp's adjacent-pair layout with the CPU model's rotation tables (computed on
+// the host in double precision, as cpp/model.cpp does, and uploaded per call). Ms-PoE
+// (lamina::model::PositionScaling) is supported except the window variant: on a cache's
+// first call the rescaled layers' heads are scored on the device (the outlier share of the
+// last query's un-rotated softmax row, as on the CPU) and assigned their ratios on the host,
+// layer by layer; a rescaled query head is rotated at p / r and attends over the KV head's
+// scaled keys, which the cache keeps beside the plain ones (memory × 1.5, as on the CPU).
+//
+// Attention: grouped-query, causal, online softmax in float32 over the fp16 cache; a warp per
+// (token, query head, key split), keys 32 at a time (a lane per key for the dot products, a
+// lane per dimension for the values); calls with few queries split the keys (split-K, partial
+// softmaxes merged in a second kernel), so a decode step over a long cache spreads over the
+// device.
+//
+// KV cache (DeviceKVCache): per (layer, KV head) its own device allocation of fp16 keys
+// (after RoPE), values (and scaled keys under Ms-PoE) with its own length, so a head-wise
+// budget holds fewer entries and frees the rest (keep() reallocates to exactly the kept
+// entries). Token positions are kept on the host (they are only read there). nbytes() is the
+// device memory held (capacity, not length).
+//
+// Streams: the model owns one stream; forward() returns after the logits are on the host.
+// The cache's own operations (keep, clone, keys, ...) are synchronous. Not thread-safe per
+// cache; forwards on one model are serialised by a mutex (the activation scratch is per call,
+// but the simple rule costs nothing for a single sequence).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "lamina/model.hpp"
+
+namespace lamina::cuda::model {
+
+using lamina::model::Config;
+using lamina::model::Logits;
+using lamina::model::PositionScaling;
+using lamina::model::QType;
+
+/// Calls with at most this many tokens use the GEMV kernel; longer ones the tiled GEMM.
+constexpr std::size_t kGemvMaxTokens = 8;
+/// Largest head dimension the attention kernel takes (8 floats of accumulator per lane).
+constexpr int kMaxHeadDim = 256;
+
+// ---- launchers (raw device pointers, sizes, a cudaStream_t passed as void*) -------------------
+// Every launch is checked (configuration errors throw std::runtime_error); faults surface at the
+// caller's next synchronisation. `w` points to fp16 (binary16) values.
+
+/// Y[t·ldy + n] (+)= Σ_k X[t·K + k] · W[n·K + k] for t < T, n < N. K a multiple of 8,
+/// W 16-byte aligned. GEMV kernel (T <= kGemvMaxTokens) or tiled GEMM, chosen by T.
+void matmul_f16(const float* X, std::size_t T, std::size_t K, const void* w, std::size_t N,
+                float* Y, std::size_t ldy, bool accumulate, void* stream);
+/// x[t·d + j] = float(E[ids[t]·d + j]) (ids already checked against the vocabulary).
+void embed_f16(const int32_t* ids, std::size_t T, const void* e, std::size_t d, float* x,
+               void* stream);
+/// out[t] = x[t] / rms(x[t]) · w, rows t < T of d floats.
+void rmsnorm(const float* x, const float* w, std::size_t T, std::size_t d, float eps, float* out,
+             void* stream);
+/// out[t·F + j] = silu(gu[t·2F + j]) · gu[t·2F + F + j].
+void swiglu(const float* gu, std::size_t T, std::size_t F, float* out, void* stream);
+
+/// Per (layer, KV head) device pointers for one call: keys, values, scaled keys (or null)
+/// and the entries held before the call (the call's entries are appended at len0 ..).
+struct HeadSlot {
+  void* k = nullptr;
+  void* v = nullptr;
+  void* ks = nullptr;
+  unsigned long long len0 = 0;
+};
+
+/// RoPE and the cache append for one layer. qkv: T rows of (H + 2·Hk)·D floats (Q heads,
+/// K heads, V heads). Query heads are rotated in place; keys rotated and written as fp16 to
+/// slot len0 + t of their head (and, where kmap >= 0, rotated by the scaled table into ks),
+/// values copied. rope: float2 (cos, sin) tables, [1 + Hk][T][D/2]: table 0 the plain angles,
+/// table 1 + r ratio index r's. qmap (H) / kmap (Hk): ratio index per head, -1 plain.
+/// slots: Hk device HeadSlots of this layer.
+void rope_append(float* qkv, std::size_t T, int H, int Hk, int D, const float* rope,
+                 const int* qmap, const int* kmap, const HeadSlot* slots, void* stream);
+
+/// Attention of the T queries of one layer over their KV heads' cache entries (causal: query
+/// t sees the first len0 + t + 1 entries). q: rows of `ldq` floats, head hh at hh·D;
+/// out: T × H·D. qmap: per query head, >= 0 reads the scaled keys. max_len: the largest
+/// len0 + T over the heads (sizes the key splits). part: split-K scratch of
+/// attention_scratch_floats(T, H, D, max_len) floats.
+void attention(const float* q, std::size_t ldq, std::size_t T, int H, int Hk, int D,
+               const int* qmap, const HeadSlot* slots, std::size_t max_len, float* part,
+               float* out, void* stream);
+std::size_t attention_scratch_floats(std::size_t T, int H, int D, std::size_t max_len);
+
+/// Ms-PoE scoring: share[hh] = the fraction of the last token's softmax row (query head hh,
+/// un-rotated q · k over the call's T keys, scaled by 1/sqrt(D)) above 3/T.
+void outlier_share(const float* qkv, std::size_t T, int H, int Hk, int D, float* share,
+                   void* stream);
+
+/// dst row i = src row idx[i] (rows of `row_elems` fp16 values), i < n.
+void gather_rows_f16(const void* src, const int64_t* idx, std::size_t n, std::size_t row_elems,
+                     void* dst, void* stream);
+
+// ---- the cache and the model ---------------------------------------------------------------
+
+class DeviceKVCache {
+ public:
+  /// An empty cache on the current device.
+  DeviceKVCache(int n_layers, int n_kv_heads, int head_dim);
+  ~DeviceKVCache();
+  DeviceKVCache(const DeviceKVCache&) = delete;
+  DeviceKVCache& operator=(const DeviceKVCache&) = delete;
+  /// An independent copy (entries, positions, seen count, Ms-PoE assignment; same capacity).
+  std::unique_ptr<DeviceKVCache> clone() const;
+
+  int n_layers() const { return n_layers_; }
+  int n_kv_heads() const { return n_kv_; }
+  int head_dim() const { return hd_; }
+  int device() const { return device_; }
+  std::size_t length(int layer, int head) const;
+  int64_t n_seen() const { return n_seen_; }
+  /// Device bytes held (keys, values, scaled keys; capacity), all heads.
+  std::size_t bytes() const;
+  /// Host copies (float32 from the fp16 store): length × head_dim, row-major.
+  void keys(int layer, int head, float* out) const;
+  void values(int layer, int head, float* out) const;
+  const int32_t* positions(int layer, int head) const;
+
+  /// As lamina::model::KVCache: keep entries idx (strictly increasing), reallocating exactly.
+  void keep(int layer, int head, const int64_t* idx, std::size_t n);
+  void truncate(int64_t n);
+  void clear();
+  void reserve(std::size_t n);
+
+  // ---- used by DeviceModel::forward ---------------------------------------------------------
+  bool scaled() const { return !ratio_index_.empty(); }
+  void begin_scaled(int n_heads);
+  std::vector<int>& ratio_index() { return ratio_index_; }
+  const std::vector<int>& ratio_index() const { return ratio_index_; }
+  std::vector<float>& outlier_share() { return outlier_; }
+  const std::vector<float>& outlier_share() const { return outlier_; }
+  /// Room for n more entries on every head (growth by 1/8, at least 32 entries).
+  void reserve_more(std::size_t n);
+  /// The slot of (layer, head) for a call (pointers valid until the next reallocation).
+  HeadSlot slot(int layer, int head) const;
+  /// After a forward wrote n entries at positions n_seen() .. on every head.
+  void commit(std::size_t n);
+
+ private:
+  struct Head {
+    void* mem = nullptr;  // [K cap·D][V cap·D][KS cap·D if scaled] fp16
+    std::size_t cap = 0, len = 0;
+    bool has_ks = false;
+    std::vector<int32_t> pos;  // host, len entries
+  };
+  Head& head(int layer, int h);
+  const Head& head(int layer, int h) const;
+  void realloc(Head& h, std::size_t cap, bool ks) const;
+  int n_layers_, n_kv_, hd_, device_ = 0;
+  int64_t n_seen_ = 0;
+  std::vector<Head> heads_;
+  std::vector<int> ratio_index_;
+  std::vector<float> outlier_;
+};
+
+/// Host description of one matrix to upload: GGUF-stored rows (type, pointer, rows, cols).
+struct HostMatrix {
+  QType type = QType::F32;
+  const void* data = nullptr;
+  std::size_t rows = 0, cols = 0;
+};
+
+struct HostLayer {
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  HostMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
+struct HostWeights {
+  HostMatrix token_embd, output;  // output == token_embd (same data) when tied
+  const float* output_norm = nullptr;
+  std::vector<HostLayer> layers;
+};
+
+class DeviceModel {
+ public:
+  /// Checks the shapes (ValueError naming the tensor), dequantises every matrix to fp16 and
+  /// uploads it to the current device. NotImplementedError for Ms-PoE's window variant.
+  DeviceModel(const Config& cfg, const HostWeights& w, const PositionScaling& pos = {});
+  ~DeviceModel();
+  DeviceModel(const DeviceModel&) = delete;
+  DeviceModel& operator=(const DeviceModel&) = delete;
+
+  const Config& config() const { return cfg_; }
+  int device() const { return device_; }
+  /// Device bytes of the weights.
+  std::size_t weight_bytes() const { return weight_bytes_; }
+  float ratio_of(int i) const;
+
+  /// As lamina::model::Model::forward: ids host int32 [T], logits a host buffer (vocab or
+  /// T × vocab floats, or null with Logits::None). `queries` (optional, host, L × q_window ×
+  /// H × D floats): the last q_window queries of every layer after RoPE, from which the host
+  /// computes an attention record (lamina/model_f16.hpp: window_attention_rows); q_window in
+  /// [1, T], and not with position scaling (ValueError).
+  void forward(const int32_t* ids, std::size_t T, DeviceKVCache& cache, Logits mode,
+               float* logits, float* queries = nullptr, std::size_t q_window = 0);
+  /// True when the model rescales positions (Ms-PoE) in some layer.
+  bool scaled() const { return pos_.enabled && pos_.first_layer < cfg_.n_layers; }
+
+ private:
+  struct DLayer {
+    float* attn_norm = nullptr;
+    float* ffn_norm = nullptr;
+    void* wqkv = nullptr;  // (H + 2Hk)·D × d
+    void* wo = nullptr;    // d × H·D
+    void* wgu = nullptr;   // 2F × d
+    void* wdown = nullptr; // d × F
+  };
+  Config cfg_;
+  PositionScaling pos_;
+  int device_ = 0;
+  void* stream_ = nullptr;
+  std::vector<void*> allocs_;
+  std::vector<DLayer> layers_;
+  void* embd_ = nullptr;
+  void* out_ = nullptr;
+  float* out_norm_ = nullptr;
+  std::size_t weight_bytes_ = 0;
+  std::mutex mu_;
+};
+
+}  // namespace lamina::cuda::model

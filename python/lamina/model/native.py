@@ -1,0 +1,59 @@
+"""What the Python side of :mod:`lamina.model` needs from a native model and its KV cache.
+
+Two pairs implement it: the CPU runtime (``lamina._core.LlamaModel`` and ``KVCache``) and, in
+CUDA builds, the device forward (``lamina._core.CudaLlamaModel`` and ``CudaKVCache``, fp16 on
+the GPU). A model only takes caches of its own kind (``Model.new_cache`` makes the right one),
+which the protocol leaves to the native side to check (a TypeError from the bindings).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["NativeCache", "NativeModel"]
+
+
+class NativeCache(Protocol):
+    """A KV cache: ragged per (layer, KV head), compacted head by head with :meth:`keep`."""
+
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def n_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def n_seen(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    def lengths(self) -> npt.NDArray[np.int64]: ...
+    def keys(self, layer: int, head: int) -> npt.NDArray[np.float32]: ...
+    def values(self, layer: int, head: int) -> npt.NDArray[np.float32]: ...
+    def positions(self, layer: int, head: int) -> npt.NDArray[np.int64]: ...
+    def keep(self, layer: int, head: int, indices: npt.NDArray[np.int64]) -> None: ...
+    def truncate(self, n_tokens: int) -> None: ...
+    def clear(self) -> None: ...
+    def clone(self) -> NativeCache: ...
+    def reserve(self, entries: int) -> None: ...
+    def ratio_index(self) -> npt.NDArray[np.int32] | None: ...
+    def outlier_share(self) -> npt.NDArray[np.float32] | None: ...
+
+
+class NativeModel(Protocol):
+    """A forward over a cache of the model's own kind (see the module docstring)."""
+
+    def ratio_of(self, index: int) -> float: ...
+    def forward(
+        self,
+        ids: npt.NDArray[np.int32],
+        cache: Any,
+        logits: str = "last",
+        threads: int = 0,
+        record_window: int = 0,
+        q8_decode: bool = True,
+        accumulate_attention: bool = False,
+        accumulate_reduce: str = "sum",
+    ) -> tuple[npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None]: ...
