@@ -119,6 +119,31 @@ def _ms_poe(model: Any, device: str, **ms: Any) -> Any:
     )
 
 
+def _ranked(share: np.ndarray[Any, Any], n_kv: int, order: str) -> np.ndarray[Any, Any]:
+    """The ratio index per (layer, KV head) that the forward assigns from the heads' outlier
+    shares (cpp/model.cpp's rule, in float32 as there: a group's mean share, groups sorted by
+    it, descending and stable)."""
+    L, H = share.shape
+    G = H // n_kv
+    out = np.empty((L, n_kv), np.int32)
+    for layer in range(L):
+        score = []
+        for g in range(n_kv):
+            s = np.float32(0.0)
+            for j in range(G):
+                s = np.float32(s + np.float32(share[layer, g * G + j]))
+            score.append(np.float32(s / np.float32(G)))
+        ranked = sorted(range(n_kv), key=lambda g: -score[g])  # stable, as std::stable_sort
+        for i, g in enumerate(ranked):
+            if order == "rank":
+                out[layer, g] = i
+            elif order == "gather":
+                out[layer, i] = g
+            else:  # "normal"
+                out[layer, i] = n_kv - 1 - i
+    return out
+
+
 @pytest.mark.parametrize(
     "options",
     [{}, {"order": "gather"}, {"order": "normal"}, {"copy_heads": frozenset({(2, 0), (5, 4), (10, 4), (17, 3)})}],
@@ -131,8 +156,20 @@ def test_ms_poe_matches_the_cpu_model(model: Any, cuda_model: Any, options: dict
     ref, _ = cpu.forward(ids[:-4], cc, logits="all")
     got, _ = gpu.forward(ids[:-4], gc, logits="all")
     ri, rg = cc.ratio_index(), gc.ratio_index()
-    assert ri is not None and rg is not None and np.array_equal(ri, rg)
-    np.testing.assert_allclose(gc.outlier_share(), cc.outlier_share(), atol=0.05, rtol=0)
+    sc, sg = cc.outlier_share(), gc.outlier_share()
+    assert ri is not None and rg is not None and sc is not None and sg is not None
+    # The shares are counts over T of probabilities above 3/T: fp16 weights move a few near
+    # the threshold by one count, and a one-count change can reorder near-tied KV groups
+    # (exact equality of the assignment with the CPU's is not a property of a correct kernel:
+    # the CPU with fp16-rounded weights already assigns layer 27 differently with the copy
+    # heads). So: the shares agree (max and mean), the device assigns the ratios from its own
+    # shares by the rule, and the logits agree below.
+    np.testing.assert_allclose(sg, sc, atol=0.05, rtol=0)
+    assert np.abs(sg - sc).mean() < 0.005
+    first = gpu.ms_poe.first_layer
+    assert (rg[:first] == -1).all() and (ri[:first] == -1).all()
+    order = options.get("order", "rank")
+    assert np.array_equal(rg[first:], _ranked(sg, rg.shape[1], order)[first:]), order
     kl, agree, _ = agreement(ref, got)
     assert kl <= 0.01 and agree >= 0.99, (kl, agree)
     # decode steps keep the cache's assignment
