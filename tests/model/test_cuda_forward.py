@@ -237,6 +237,35 @@ def test_cache_rows_keep_clone_truncate(cuda_model: Any, model_f32_decode: Any, 
     assert gc.nbytes == 0 and gc.n_seen == 0
 
 
+def test_ragged_heads_over_split_attention(cuda_model: Any, model_f32_decode: Any, doc_ids: list[int]) -> None:
+    """Decode steps over a cache compacted head by head to different lengths, some past one
+    key split (> 256 entries) and some short of it: split-K attention with per-head lengths,
+    empty splits and the merge, against the CPU on the same entries."""
+    ids = doc_ids[:700]
+    L, Hk = cuda_model.config.n_layers, cuda_model.config.n_kv_heads
+    gc, cc = cuda_model.new_cache(), model_f32_decode.new_cache()
+    cuda_model.forward(ids, gc, logits="none")
+    model_f32_decode.forward(ids, cc, logits="none")
+    rng = np.random.default_rng(11)
+    for l in range(L):
+        for h in range(Hk):
+            idx = np.sort(rng.choice(len(ids), size=int(rng.integers(100, len(ids))), replace=False)).astype(np.int64)
+            gc.keep(l, h, idx)
+            cc.keep(l, h, idx)
+    lengths = gc.lengths()
+    assert np.array_equal(lengths, cc.lengths()) and lengths.max() > 512 and lengths.min() < 256
+    refs, gots = [], []
+    for step in ([doc_ids[700]], doc_ids[701:704], [doc_ids[704]]):  # 1 query, 3 (GEMV), 1
+        g, _ = cuda_model.forward(step, gc, logits="all")
+        c, _ = model_f32_decode.forward(step, cc, logits="all")
+        refs.append(c)
+        gots.append(g)
+    ref, got = np.concatenate(refs), np.concatenate(gots)
+    kl, agree, sure = agreement(ref, got)
+    assert kl < 0.01 and (sure == 0 or agree == 1.0), (kl, agree, sure)
+    assert np.array_equal(gc.lengths(), lengths + 5)
+
+
 def test_generate_and_cache_scored_presses(cuda_model: Any, model_f32_decode: Any, doc_ids: list[int]) -> None:
     prompt = "Name three colours of the rainbow."
     g = cuda_model.generate(prompt, max_tokens=12)
