@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
+from collections.abc import Sequence
 
+import pytest
 from memkit import DAY, T0
 
 from lamina import Memory
+from lamina.extract import ExtractiveSummarizer, Turn
+from lamina.memory.gcquiet import collector_paused
 
 
 def _turns(mem: Memory, start: int, n: int, per_session: int = 50) -> None:
@@ -104,3 +109,60 @@ def test_a_dropped_memory_is_not_kept_alive() -> None:
     gc.collect()
     assert ref() is None
     gc.collect()  # the callback runs with the state gone
+
+
+class _Watching:
+    """A ψ that records whether the collector was on while the memory consolidated."""
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+        self.inner = ExtractiveSummarizer()
+
+    def summarize(self, turns: Sequence[Turn], max_words: int) -> str:
+        self.seen.append(gc.isenabled())
+        return self.inner.summarize(turns, max_words)
+
+
+def test_end_session_runs_with_the_collector_paused() -> None:
+    psi = _Watching()
+    mem = Memory(embedder="hashing", summarizer=psi)
+    assert gc.isenabled()
+    _turns(mem, 0, 100, per_session=1000)  # (one open session)
+    psi.seen.clear()
+    mem.end_session(user_id="u", session_id="s0")
+    assert psi.seen and not any(psi.seen)
+    assert gc.isenabled()
+    gc.disable()  # a process that turned it off keeps it off
+    try:
+        _turns(mem, 100, 50)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    mem.close()
+
+
+def test_collector_paused_nests_and_is_shared_by_threads() -> None:
+    assert gc.isenabled()
+    inside = threading.Event()
+    leave = threading.Event()
+
+    def other() -> None:
+        with collector_paused():
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=other)
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # (the outer block is still open)
+        t.start()
+        assert inside.wait(10)
+    assert not gc.isenabled()  # (the other thread's block is still open)
+    leave.set()
+    t.join(10)
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="boom"), collector_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()

@@ -19,6 +19,12 @@ collection; it costs one call per container, not one per element. CPython tracks
 the *youngest* generation, where each young collection would visit all its entries: the few maps
 that grow with every write (the records, the vector locations, a user's derived items) are
 untracked again where they are written, right after the write.
+
+:func:`collector_paused` keeps the collector off a call that allocates much and keeps little
+(``Memory.end_session``): its temporaries are freed by reference counting before any young
+collection visits them or promotes them to the oldest generation (where each promoted object
+brings the next full collection nearer, even once freed); what it keeps is visited once, by a
+young collection at its end.
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ import gc
 import threading
 import weakref
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 from .._core import _gc_untrack
 
-__all__ = ["Quiet", "quiet", "untrack_now"]
+__all__ = ["Quiet", "quiet", "untrack_now", "collector_paused"]
 
 
 class Quiet(Protocol):
@@ -76,3 +83,35 @@ def untrack_now(owner: Quiet) -> int:
         _gc_untrack(c)
         n += 1
     return n
+
+
+_pause = threading.RLock()
+_pausing = 0  # calls inside collector_paused now (any thread)
+_paused_here = False  # whether the collector was on when the first of them began
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause CPython's cyclic collector (``gc.disable``) while the block runs.
+
+    The block's temporaries are freed by reference counting, unvisited; at its end one young
+    collection (generation 0) visits what it left, and the collector is on again. Older
+    generations are collected where their thresholds fall, as always — but the block's
+    allocations no longer bring them nearer. Re-entrant and shared among threads: the collector
+    is turned back on when the last block open in the process ends, and only if it was on when
+    the first began (a process that turned it off keeps it off).
+    """
+    global _pausing, _paused_here
+    with _pause:
+        if _pausing == 0:
+            _paused_here = gc.isenabled()
+            gc.disable()
+        _pausing += 1
+    try:
+        yield
+    finally:
+        with _pause:
+            _pausing -= 1
+            if _pausing == 0 and _paused_here:
+                gc.collect(0)
+                gc.enable()

@@ -27,6 +27,7 @@ from .config import MemoryConfig
 from .dburl import is_postgres_url
 from .domains import DomainClassifier
 from .dump import UserDump
+from .gcquiet import collector_paused
 from .inputs import TimeLike, check_id, check_text, to_time, wall_clock
 from .inspection import Inspection
 from .pgarchive import PgArchive
@@ -432,7 +433,8 @@ class Memory(Reading, Inspection, PgArchive):
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         t_now = to_time(now, "now")
-        with self._write() as tx:
+        # (the consolidation allocates much and keeps little: see gcquiet.collector_paused)
+        with collector_paused(), self._write() as tx:
             u = self._known_user(user_id)
             if (user_id, session_id) not in self._st.sessions:
                 raise NotFoundError(f"unknown session {session_id!r} for user {user_id!r}")
