@@ -237,7 +237,7 @@ def evict(tx: Tx, u: UserState, now: float) -> int:
     st.vectors.remove(withdrawn)
     st.drop_turn_views_of(u, leaves)
     if deepest >= u.max_depth:  # (else a node of the greatest depth stays where it was: the height stands)
-        u.max_depth = max((int(st.recs[i].depth) for kids in u.children.values() for i in kids), default=0)
+        st.tree_height(u)
     return len(victims)
 
 
