@@ -63,6 +63,7 @@ MODEL_LEVELS = {
     "sampling": 0,
     "position": 0,
     "tokenizer": 1,
+    "calibration": 1,
     "weights": 1,
     "press": 1,
     "generate": 2,
