@@ -59,6 +59,7 @@ __all__ = [
     "smoothness",
     "candidate_channels",
     "calibrate",
+    "total_steps",
 ]
 
 #: The factors the selection tries (the paper's search space; its shipped configs use 0 and −1).
