@@ -258,6 +258,77 @@ void register_model(py::module_& m) {
           "True (default): the prefill multiplies int8-quantised activations with the packed "
           "blocks (integer GEMM, like q8 decode); False: float32 activations on dequantised "
           "weight panels.")
+      .def(
+          "set_channel_scaling",
+          [](PyModel& pm, const py::object& o) {
+            model::ChannelScaling cs;
+            if (!o.is_none()) {
+              const py::dict d = o.cast<py::dict>();
+              for (const char* key : {"first_layer", "last_layer", "channel", "factor", "last_tokens"})
+                LAMINA_CHECK(d.contains(key), "channel scaling: missing key '", key, "'");
+              cs.enabled = true;
+              cs.first_layer = d["first_layer"].cast<int>();
+              cs.last_layer = d["last_layer"].cast<int>();
+              cs.channel = d["channel"].cast<int>();
+              cs.factor = d["factor"].cast<float>();
+              cs.last_tokens = d["last_tokens"].cast<int>();
+            }
+            py::gil_scoped_release nogil;
+            pm.m->set_channel_scaling(cs);
+          },
+          py::arg("scaling"),
+          "Single-channel hidden-state scaling: None removes it, else a dict (first_layer, "
+          "last_layer: layers [first, last); channel in [0, d_model); factor; last_tokens: 0 "
+          "scales every position, n >= 1 the last n queries of each call). ValueError on a bad "
+          "setting or a model with Ms-PoE. Set it before the model is shared between threads.")
+      .def_property_readonly(
+          "channel_scaling",
+          [](const PyModel& pm) -> py::object {
+            const model::ChannelScaling& cs = pm.m->channel_scaling();
+            if (!cs.enabled) return py::none();
+            py::dict d;
+            d["first_layer"] = cs.first_layer;
+            d["last_layer"] = cs.last_layer;
+            d["channel"] = cs.channel;
+            d["factor"] = cs.factor;
+            d["last_tokens"] = cs.last_tokens;
+            return std::move(d);
+          },
+          "The channel scaling as set (a dict), or None.")
+      .def(
+          "forward_hidden",
+          [](const PyModel& pm, const py::object& ids, model::KVCache& cache,
+             const std::string& logits, int threads, bool q8) {
+            py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
+            const model::Logits mode = logits_mode(logits);
+            const model::Config& c = pm.m->config();
+            const std::size_t T = static_cast<std::size_t>(a.shape(0));
+            LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
+            py::object out = py::none();
+            float* lp = nullptr;
+            if (mode == model::Logits::Last) {
+              py::array_t<float> o(c.vocab_size);
+              lp = o.mutable_data();
+              out = o;
+            } else if (mode == model::Logits::All) {
+              py::array_t<float> o({T, static_cast<std::size_t>(c.vocab_size)});
+              lp = o.mutable_data();
+              out = o;
+            }
+            py::array_t<float> hid({static_cast<std::size_t>(c.n_layers), T,
+                                    static_cast<std::size_t>(c.d_model)});
+            float* hp = hid.mutable_data();
+            const int32_t* p = static_cast<const int32_t*>(a.data());
+            {
+              py::gil_scoped_release nogil;
+              pm.m->forward(p, T, cache, mode, lp, threads, nullptr, q8, hp);
+            }
+            return py::make_tuple(out, hid);
+          },
+          py::arg("ids"), py::arg("cache"), py::arg("logits") = "none", py::arg("threads") = 0,
+          py::arg("q8_decode") = true,
+          "forward() that also returns the residual stream after every layer: (logits or None, "
+          "hidden float32 [n_layers, T, d_model]).")
       .def_property_readonly_static("kernel_isa",
                                     [](const py::object&) { return model::Model::kernel_isa(); })
       .def(

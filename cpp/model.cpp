@@ -224,7 +224,7 @@ void KVCache::reserve_more(std::size_t n) {
       h.v.resize(want * D);
       h.pos.resize(want);
     }
-    if (scaled() && h.ks.size() != h.k.size()) {  // the scaled keys follow the key storage
+    if (second_keys() && h.ks.size() != h.k.size()) {  // the scaled keys follow the key storage
       h.ks.reserve(h.k.size());
       h.ks.resize(h.k.size());
     }
@@ -248,13 +248,13 @@ void KVCache::keep(int layer, int hh, const int64_t* idx, std::size_t n) {
     LAMINA_CHECK(i == 0 || idx[i] > idx[i - 1], "keep: indices must be strictly increasing");
   }
   const std::size_t D = static_cast<std::size_t>(hd_);
-  std::vector<float> k(n * D), v(n * D), ks(scaled() ? n * D : 0);
+  std::vector<float> k(n * D), v(n * D), ks(second_keys() ? n * D : 0);
   std::vector<int32_t> pos(n);
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t s = static_cast<std::size_t>(idx[i]);
     std::memcpy(k.data() + i * D, h.k.data() + s * D, D * sizeof(float));
     std::memcpy(v.data() + i * D, h.v.data() + s * D, D * sizeof(float));
-    if (scaled()) std::memcpy(ks.data() + i * D, h.ks.data() + s * D, D * sizeof(float));
+    if (second_keys()) std::memcpy(ks.data() + i * D, h.ks.data() + s * D, D * sizeof(float));
     pos[i] = h.pos[s];
   }
   h.k.swap(k);
@@ -274,7 +274,7 @@ void KVCache::reserve(std::size_t n) {
     h.k.resize(n * D);
     h.v.resize(n * D);
     h.pos.resize(n);
-    if (scaled()) {
+    if (second_keys()) {
       h.ks.reserve(n * D);
       h.ks.resize(n * D);
     }
@@ -296,12 +296,18 @@ void KVCache::clear() {
   n_seen_ = 0;
   ratio_index_.clear();
   outlier_.clear();
+  dual_ = false;
 }
 
 void KVCache::begin_scaled(int n_heads) {
   LAMINA_ASSERT(n_seen_ == 0);
   ratio_index_.assign(static_cast<std::size_t>(n_layers_) * n_kv_, -1);
   outlier_.assign(static_cast<std::size_t>(n_layers_) * n_heads, 0.0f);
+}
+
+void KVCache::begin_dual_keys() {
+  LAMINA_ASSERT(n_seen_ == 0);
+  dual_ = true;
 }
 
 float* KVCache::scaled_keys_mut(int layer, int h) { return head(layer, h).ks.data(); }
@@ -373,11 +379,46 @@ float Model::ratio_of(int i) const {
                               static_cast<float>(cfg_.n_kv_heads);
 }
 
+void Model::set_channel_scaling(const ChannelScaling& cs) {
+  const Config& c = cfg_;
+  if (!cs.enabled) {
+    chan_ = ChannelScaling{};
+    chan_q_.clear();
+    chan_k_.clear();
+    return;
+  }
+  LAMINA_CHECK(!pos_.enabled, "channel scaling: cannot be combined with Ms-PoE position scaling");
+  LAMINA_CHECK(cs.first_layer >= 0 && cs.first_layer < cs.last_layer && cs.last_layer <= c.n_layers,
+               "channel scaling: layers [", cs.first_layer, ", ", cs.last_layer,
+               ") must satisfy 0 <= first < last <= n_layers = ", c.n_layers);
+  LAMINA_CHECK(cs.channel >= 0 && cs.channel < c.d_model, "channel scaling: channel ", cs.channel,
+               " is outside [0, d_model = ", c.d_model, ")");
+  LAMINA_CHECK(std::isfinite(cs.factor), "channel scaling: factor must be finite, got ", cs.factor);
+  LAMINA_CHECK(cs.last_tokens >= 0, "channel scaling: last_tokens must be >= 0, got ", cs.last_tokens);
+  const std::size_t d = c.d_model, ch = static_cast<std::size_t>(cs.channel);
+  std::vector<float> row(d);
+  auto column = [&](const Matrix& W) {
+    std::vector<float> col(W.rows);
+    for (std::size_t r = 0; r < W.rows; ++r) {
+      dequant(W, r, row.data(), 1);
+      col[r] = row[ch];
+    }
+    return col;
+  };
+  chan_q_.assign(static_cast<std::size_t>(c.n_layers), {});
+  chan_k_.assign(static_cast<std::size_t>(c.n_layers), {});
+  for (int l = cs.first_layer; l < cs.last_layer; ++l) {
+    chan_q_[static_cast<std::size_t>(l)] = column(w_.layers[static_cast<std::size_t>(l)].wq);
+    chan_k_[static_cast<std::size_t>(l)] = column(w_.layers[static_cast<std::size_t>(l)].wk);
+  }
+  chan_ = cs;
+}
+
 const char* Model::kernel_isa() { return misa::kernels().name; }
 
 void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mode,
                     float* logits, int n_threads, const AttentionRecord* record,
-                    bool q8_decode) const {
+                    bool q8_decode, float* hidden) const {
   const Config& c = cfg_;
   LAMINA_CHECK(T >= 1, "forward: no tokens (ids is empty)");
   LAMINA_CHECK(cache.n_layers() == c.n_layers && cache.n_kv_heads() == c.n_kv_heads &&
@@ -427,6 +468,23 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
                  cache.n_seen(), " tokens of a forward without position scaling (use a new cache)");
     cache.begin_scaled(static_cast<int>(H));
   }
+  // Channel scaling: layers [cfirst, clast); in last-tokens mode the queries t >= t_scaled
+  // are scaled and the cache keeps a scaled copy of every key.
+  const ChannelScaling& CS = chan_;
+  const std::size_t cfirst = CS.enabled ? static_cast<std::size_t>(CS.first_layer) : L;
+  const std::size_t clast = CS.enabled ? static_cast<std::size_t>(CS.last_layer) : L;
+  const bool dual = CS.enabled && CS.last_tokens > 0;
+  const std::size_t t_scaled =
+      !CS.enabled ? T : dual ? T - std::min(T, static_cast<std::size_t>(CS.last_tokens)) : 0;
+  if (dual && !cache.dual_keys()) {
+    LAMINA_CHECK(cache.n_seen() == 0,
+                 "channel scaling: a cache keeps its scaled keys from its first call, but this one "
+                 "already holds ", cache.n_seen(),
+                 " tokens of a forward without channel scaling (use a new cache)");
+    cache.begin_dual_keys();
+  }
+  const float chan_delta = CS.factor - 1.0f;
+  const std::size_t chan_c = static_cast<std::size_t>(CS.channel);
   cache.reserve_more(T);
 
   const misa::Kernels& kern = misa::kernels();
@@ -518,7 +576,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   for (std::size_t l = 0; l < L; ++l)
     for (std::size_t hh = 0; hh < Hk; ++hh) {
       const int li = static_cast<int>(l), hi = static_cast<int>(hh);
-      if (scaled) ksdst[l * Hk + hh] = cache.scaled_keys_mut(li, hi);
+      if (scaled || dual) ksdst[l * Hk + hh] = cache.scaled_keys_mut(li, hi);
       kdst[l * Hk + hh] = cache.keys_mut(li, hi);
       vdst[l * Hk + hh] = cache.values_mut(li, hi);
       pdst[l * Hk + hh] = cache.positions_mut(li, hi);
@@ -534,7 +592,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   };
   // (+3: the ranking call's scoring, assignment and rotation phases)
   // (+4 on the integer GEMM path: the quantisation of each matmul input)
-  const std::size_t phases_per_layer = (gemm ? 7 + 4 : 6) + 3;
+  // (+1: the last-tokens channel scaling's attention of the scaled queries on the tile path)
+  const std::size_t phases_per_layer = (gemm ? 7 + 4 : 6) + 3 + 1;
   // Decode attention: entries per block and the partial softmaxes of every (block, query).
   constexpr std::size_t kDecodeBlock = 256;
   const std::size_t n_dblk = gemm ? 0 : (max_len + T + kDecodeBlock - 1) / kDecodeBlock;
@@ -694,12 +753,34 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         }
       }
     };
+    // Channel scaling of layer l: true inside the scaled layers.
+    auto chan_layer = [&](std::size_t l) { return l >= cfirst && l < clast; };
+    // Rows [r, r + D) of a projection from the scaled input: += (factor - 1) · hn[channel] · col.
+    auto chan_add = [&](float* r, const float* hn_t, const float* col) {
+      const float s = chan_delta * hn_t[chan_c];
+      for (std::size_t e = 0; e < D; ++e) r[e] += s * col[e];
+    };
+    // Query head hh of layer l: rows t >= t_scaled come from the scaled input (before RoPE).
+    auto chan_queries = [&](std::size_t l, std::size_t hh, const float* hn) {
+      if (!chan_layer(l)) return;
+      for (std::size_t t = t_scaled; t < T; ++t)
+        chan_add(q.data() + (t * H + hh) * D, hn + t * d, chan_q_[l].data() + hh * D);
+    };
     // Keys of KV head hh (all tokens) into the cache: plain RoPE, and scaled where rescaled.
-    auto store_keys = [&](std::size_t l, std::size_t hh) {
+    // With channel scaling every key is scaled (all positions) or a scaled copy is kept.
+    auto store_keys = [&](std::size_t l, std::size_t hh, const float* hn) {
       const int ri = scaled && l >= first ? ratio_idx[l * Hk + hh] : -1;
+      const bool ch = chan_layer(l);
       for (std::size_t t = 0; t < T; ++t) {
         float* kr = k.data() + (t * Hk + hh) * D;
         const std::size_t slot = len0[l * Hk + hh] + t;
+        if (ch && !dual) chan_add(kr, hn + t * d, chan_k_[l].data() + hh * D);
+        if (ch && dual) {
+          float* ks = ksdst[l * Hk + hh] + slot * D;
+          std::memcpy(ks, kr, D * sizeof(float));
+          chan_add(ks, hn + t * d, chan_k_[l].data() + hh * D);
+          rot(ks, t);
+        }
         if (ri >= 0) {
           float* ks = ksdst[l * Hk + hh] + slot * D;
           const std::size_t o = (static_cast<std::size_t>(ri) * T + t) * (D / 2);
@@ -712,6 +793,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         pdst[l * Hk + hh][slot] = static_cast<int32_t>(pos0 + static_cast<int64_t>(t));
       }
     };
+    // Query t of layer l reads the scaled key copy (channel scaling, last-tokens mode).
+    auto chan_keys = [&](std::size_t l, std::size_t t) { return dual && chan_layer(l) && t >= t_scaled; };
     // Column chunk i of an N-column matmul as [c0, c1).
     auto cols = [&](std::size_t i, std::size_t N, std::size_t& c0, std::size_t& c1) {
       c0 = i * col_unit;
@@ -732,13 +815,14 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       run(H + Hk, [&](std::size_t i) {
         if (i < H) {
           mm(Ly.wq, hn, q.data(), H * D, i * D, (i + 1) * D);
+          chan_queries(l, i, hn);
           if (!rank_now) rotate_queries(l, i);
           return;
         }
         const std::size_t hh = i - H;
         mm(Ly.wk, hn, k.data(), Hk * D, hh * D, (hh + 1) * D);
         mm(Ly.wv, hn, v.data(), Hk * D, hh * D, (hh + 1) * D);
-        if (!rank_now) store_keys(l, hh);
+        if (!rank_now) store_keys(l, hh, hn);
       });
       if (rank_now) {
         // Outlier share of each head's last query row (un-rotated q · k, as released).
@@ -779,7 +863,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         });
         run(H + Hk, [&](std::size_t i) {
           if (i < H) rotate_queries(l, i);
-          else store_keys(l, i - H);
+          else store_keys(l, i - H, hn);
         });
       }
       // Prefill without a record or the window variant: tiles of tokens × the G heads of a
@@ -801,6 +885,17 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
             a = e;
           }
         });
+        if (dual && chan_layer(l)) {
+          // The scaled queries again, over the scaled keys (they replace the tile's rows): a
+          // one-token tile of the group's G heads runs the tile's own per-token arithmetic, so
+          // factor 1 reproduces the plain rows bit for bit.
+          run((T - t_scaled) * Hk, [&](std::size_t i) {
+            const std::size_t t = t_scaled + i / Hk, kv = i % Hk;
+            const std::size_t off = (t * H + kv * G) * D;
+            kern.attend_tile(q.data() + off, H * D, G, 1, ksdst[l * Hk + kv], vdst[l * Hk + kv],
+                             len0[l * Hk + kv] + t, D, scale, S.tile.data(), att.data() + off, H * D);
+          });
+        }
       } else if (!gemm && !record && !(win && scaled && l >= first)) {
         // Decode: each KV head's entries in blocks of kDecodeBlock; a chunk runs every query
         // of the group (the call's T tokens × G heads) over one block, so the block's K/V rows
@@ -819,7 +914,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
                 part[1] = 0.0f;  // nothing of this block is visible to the query
                 continue;
               }
-              const float* keys = ratio_of_head(l, hh) >= 0 ? ksdst[l * Hk + kv] : kdst[l * Hk + kv];
+              const float* keys = ratio_of_head(l, hh) >= 0 || chan_keys(l, t) ? ksdst[l * Hk + kv]
+                                                                                 : kdst[l * Hk + kv];
               kern.attend(q.data() + (t * H + hh) * D, keys + j0 * D, vdst[l * Hk + kv] + j0 * D,
                           n - j0, D, scale, S.probs.data(), part + 2, part);
             }
@@ -857,7 +953,8 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
             float* out = att.data() + (t * H + hh) * D;
             const int ri = ratio_of_head(l, hh);
             if (ri < 0) {
-              kern.attend(qr, kdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
+              const float* keys = chan_keys(l, t) ? ksdst[l * Hk + kv] : kdst[l * Hk + kv];
+              kern.attend(qr, keys, vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
             } else if (!win) {
               kern.attend(qr, ksdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
             } else {
@@ -934,6 +1031,9 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
         mm(Ly.w_down, a.data(), tmp.data(), d, c0, c1);
         for (std::size_t t = 0; t < T; ++t)
           for (std::size_t j = c0; j < c1; ++j) x[t * d + j] += tmp[t * d + j];
+        if (hidden)
+          for (std::size_t t = 0; t < T; ++t)
+            std::memcpy(hidden + (l * T + t) * d + c0, x.data() + t * d + c0, (c1 - c0) * sizeof(float));
       });
     }
     if (mode == Logits::None) return;

@@ -64,6 +64,7 @@ MODEL_LEVELS = {
     "position": 0,
     "native": 0,
     "tokenizer": 1,
+    "calibration": 1,
     "weights": 1,
     "press": 1,
     "generate": 2,

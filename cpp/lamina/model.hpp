@@ -46,6 +46,21 @@
 // (queries rotated at p/r + window·(1 - 1/r) for the far keys); `plain_heads` marks query
 // heads (copy heads: previous-token / induction) that stay at ratio 1. The cache then keeps
 // a second, scaled copy of every key (keys() stays the plain RoPE key).
+//
+// Single-channel hidden-state scaling (Yu et al. 2024, "Mitigate Position Bias in Large
+// Language Models via Scaling a Single Dimension"; optional, CPU only): in layers
+// [first_layer, last_layer) channel `channel` of the attention input — the residual stream
+// after the layer's RMSNorm, where the released code scales it — is multiplied by `factor`
+// before the query and key projections (values are projected from the plain input, as the
+// released code's default change_value = false does). Projections are linear, so the scaled
+// query / key is the plain one plus (factor - 1) · hn[channel] · W[:, channel] (a rank-one
+// correction with the dequantised column; factor 1 adds nothing). `last_tokens` = 0: every
+// query and key of every call is scaled; `last_tokens` = n >= 1 (the released code's
+// last_recompute_tokens): only the last n queries of each call are scaled and read the scaled
+// keys of every entry, the call's other queries stay plain and read the plain keys. A decode
+// step is the last token of its call, so every generated token reads through the scaled
+// channel. In that mode the cache keeps both keys (the scaled copy in the storage Ms-PoE
+// uses: KV memory ×1.5); the two options cannot be combined.
 #pragma once
 
 #include <cstddef>
@@ -113,6 +128,15 @@ struct PositionScaling {
   std::vector<uint8_t> plain_heads;
 };
 
+/// Single-channel scaling settings of a model (see the file comment).
+struct ChannelScaling {
+  bool enabled = false;
+  int first_layer = 0, last_layer = 0;  // layers [first_layer, last_layer)
+  int channel = 0;                      // in [0, d_model)
+  float factor = 1.0f;                  // finite
+  int last_tokens = 1;                  // 0: every position; n >= 1: the last n of each call
+};
+
 /// The KV cache of one sequence (see the file comment). Not thread-safe: one forward (or one
 /// keep/clear) at a time per cache; distinct caches are independent.
 class KVCache {
@@ -172,6 +196,11 @@ class KVCache {
   float* scaled_keys_mut(int layer, int head);
   const float* scaled_keys(int layer, int head) const;
   int* ratio_index_mut() { return ratio_index_.data(); }
+  /// True once a channel-scaled forward (last-tokens mode) started keeping a scaled copy of
+  /// every key next to the plain one (on the cache's first call).
+  bool dual_keys() const { return dual_; }
+  /// Start keeping the scaled key copy (cache empty).
+  void begin_dual_keys();
   float* outlier_share_mut() { return outlier_.data(); }
 
  private:
@@ -187,6 +216,8 @@ class KVCache {
   std::vector<Head> heads_;
   std::vector<int> ratio_index_;
   std::vector<float> outlier_;
+  bool dual_ = false;
+  bool second_keys() const { return dual_ || !ratio_index_.empty(); }
 };
 
 /// Which logits a forward writes.
@@ -233,9 +264,21 @@ class Model {
   /// With position scaling, the first call on a cache assigns its ratios (the cache must
   /// be empty then: ValueError for a cache a plain forward filled).
   /// ValueError on bad ids, a cache of another shape, or a record on a ragged cache.
+  /// `hidden` (optional): the residual stream after every layer, (L, T, d_model) float32,
+  /// row-major (layer l's output rows of the call's tokens).
+  /// With channel scaling in last-tokens mode the cache keeps both keys from its first call
+  /// (ValueError for a non-empty cache a forward without it filled).
   void forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mode, float* logits,
                int n_threads, const AttentionRecord* record = nullptr,
-               bool q8_decode = true) const;
+               bool q8_decode = true, float* hidden = nullptr) const;
+
+  /// Set (or, with enabled = false, remove) single-channel scaling (see the file comment).
+  /// ValueError for layers outside 0 <= first_layer < last_layer <= n_layers, a channel
+  /// outside [0, d_model), a non-finite factor, last_tokens < 0, or a model with Ms-PoE.
+  /// Dequantises the query / key columns of the channel in those layers. Not thread-safe:
+  /// set it before the model is shared between threads.
+  void set_channel_scaling(const ChannelScaling& cs);
+  const ChannelScaling& channel_scaling() const { return chan_; }
 
   /// Name of the ISA the kernels run on ("scalar", "avx2", "avx512").
   static const char* kernel_isa();
@@ -253,6 +296,9 @@ class Model {
   PositionScaling pos_;
   std::vector<std::vector<uint8_t>> packed_;  // the packed block matrices w_ points into
   bool q8_prefill_ = true;
+  ChannelScaling chan_;
+  // Per layer of the scaled range: column `channel` of wq (H·D) and wk (Hk·D), float32.
+  std::vector<std::vector<float>> chan_q_, chan_k_;
 };
 
 /// Tokens per call from which the forward uses the GEMM path instead of per-token GEMVs.

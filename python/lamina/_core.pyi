@@ -468,6 +468,18 @@ class LlamaModel:
         accumulate_attention: bool = False,
         accumulate_reduce: str = "sum",
     ) -> tuple[_F32 | None, _F32 | None, _F32 | None]: ...
+    # single-channel scaling: None or {first_layer, last_layer, channel, factor, last_tokens}
+    def set_channel_scaling(self, scaling: dict[str, int | float] | None) -> None: ...
+    @property
+    def channel_scaling(self) -> dict[str, int | float] | None: ...
+    def forward_hidden(
+        self,
+        ids: npt.NDArray[np.int32],
+        cache: KVCache,
+        logits: str = "none",
+        threads: int = 0,
+        q8_decode: bool = True,
+    ) -> tuple[_F32 | None, _F32]: ...  # hidden: (n_layers, T, d_model)
 
 # ---- the model's CUDA path (bind_model_cuda.cpp) ------------------------------------------------
 def model_dequantize_f16(type: str, data: npt.NDArray[Any]) -> npt.NDArray[np.float16]: ...

@@ -15,6 +15,7 @@ from . import _info
 from .eval.cli import add_eval_parser
 from .eval.pamqa import add_pamqa_parser
 from .io_cli import add_io_parsers
+from .model_cli import add_model_parser
 from .search import VectorArena, topk
 from .serve.cli import add_serve_parsers
 
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pamqa_parser(sub)
     add_io_parsers(sub)
     add_serve_parsers(sub)
+    add_model_parser(sub)  # after serve's: `lamina model calibrate` joins its `model` group
     i = sub.add_parser("info", help="print build facts")
     i.set_defaults(func=lambda a: print(_info.build_info()) or 0)
     return p

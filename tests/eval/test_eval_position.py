@@ -143,13 +143,15 @@ def test_wilson_intervals_of_the_cells() -> None:
 
 def test_parse_method() -> None:
     assert parse_method("rope") == ("rope", None)
+    assert parse_method("channel") == ("channel", None)
     assert parse_method("ms-poe") == ("ms-poe", {})
     assert parse_method("ms-poe:window=32,copy_heads=1,order=gather") == (
         "ms-poe",
         {"window": 32, "copy_heads": True, "order": "gather"},
     )
     for bad, match in [
-        ("alibi", "rope, pamqa or ms-poe"),
+        ("alibi", "rope, pamqa, channel or ms-poe"),
+        ("channel:factor=2", "takes no options"),
         ("rope:window=3", "takes no options"),
         ("ms-poe:window", "not key=value"),
         ("ms-poe:depth=3", "unknown ms-poe option"),
@@ -180,6 +182,31 @@ def test_eval_position_cli_small_run(tmp_path: Path, capsys: Any) -> None:
     assert all(by[s, p, "rope"]["answers"] == by[s, p, "ms-poe:window=8"]["answers"] for s, p, _ in by)
     assert main(["eval", "position", "--methods", "ms-poe:window=-1", "--quiet"]) == 2
     assert "window must be >= 0" in capsys.readouterr().err
+
+
+@needs_model
+def test_eval_position_channel_method(tmp_path: Path, capsys: Any) -> None:
+    """The channel method calibrates first (no --calibration), writes the file, answers the
+    same prompts as rope and records its scaling; a given file is used as is."""
+    from lamina.cli import main
+    from lamina.model.calibration import Calibration
+
+    cal = tmp_path / "cal.json"
+    rc = main(
+        ["model", "calibrate", "--samples", "1", "--corpus", "1", "--corpus-tokens", "128"]
+        + ["--length", "128", "--top", "1", "--threads", "2", "--out", str(cal), "--quiet"]
+    )
+    assert rc == 0 and "chosen: channel" in capsys.readouterr().out
+    scaling = Calibration.load(cal).scaling
+    out = tmp_path / "position.json"
+    args = ["eval", "position", "--lengths", "128", "--positions", "0.5", "--samples", "1"]
+    args += ["--methods", "rope", "channel", "--calibration", str(cal), "--threads", "2", "--out", str(out), "--quiet"]
+    assert main(args) == 0
+    res = json.loads(out.read_text())
+    assert {r["method"] for r in res["records"]} == {"rope", "channel"}
+    assert res["config"]["channel_scaling"]["channel"]["channel"] == scaling.channel
+    missing = ["eval", "position", "--methods", "channel", "--calibration", str(tmp_path / "none.json"), "--quiet"]
+    assert main(missing) == 2
 
 
 @needs_model

@@ -76,6 +76,21 @@ class MsPoERule:
         return idx
 
 
+@dataclass(frozen=True)
+class ChannelRule:
+    """Single-channel scaling: in layers [first, last) channel ``channel`` of the attention
+    input (after RMSNorm) times ``factor`` for the query and key projections (values plain);
+    ``last_tokens`` 0: every query, n >= 1: the last n queries read the scaled queries and
+    keys, the others the plain ones."""
+
+    first: int
+    last: int
+    channel: int
+    factor: float
+    last_tokens: int
+    rows: tuple[int, ...] | None = None  # the scaled queries instead (one per forward call's end)
+
+
 @dataclass
 class ReferenceLlama:
     """Float32 weights of the whole model (about 4 bytes per parameter)."""
@@ -145,13 +160,17 @@ class ReferenceLlama:
         last_keeps: dict[tuple[int, int], npt.NDArray[np.int64]] | None = None,
         record: list[F32] | None = None,
         ms_poe: MsPoERule | None = None,
+        channel: ChannelRule | None = None,
+        hidden: list[F32] | None = None,
     ) -> F32:
         """float32 (len(ids), vocab): one causal forward of ``ids`` from position 0.
 
         ``last_keeps[(layer, kv_head)]``: positions (< T - 1) the *last* query may attend to in
         that layer and KV head besides itself — a cache compacted after the first T - 1 tokens.
         ``record``: when given, each layer's softmax rows (H, T, T) are appended to it.
-        ``ms_poe``: rescale positions by that rule (its ``assigned`` is filled in)."""
+        ``ms_poe``: rescale positions by that rule (its ``assigned`` is filled in).
+        ``channel``: scale one channel of the attention input by that rule.
+        ``hidden``: when given, each layer's output residual stream (T, d) is appended."""
         T, H, Hk, D = len(ids), self.n_heads, self.n_kv, self.head_dim
         pos = np.arange(T, dtype=np.int64)
         x = self.emb[np.asarray(ids)]
@@ -164,6 +183,13 @@ class ReferenceLlama:
             k = self._rope(k_raw, pos)
             v = (h @ L["attn_v"].T).reshape(T, Hk, D)
             g = H // Hk
+            chan_rows = 0
+            if channel is not None and channel.first <= li < channel.last:
+                hs = h.copy()
+                hs[:, channel.channel] *= np.float32(channel.factor)
+                qs_all = self._rope((hs @ L["attn_q"].T).reshape(T, H, D), pos)
+                ks_all = self._rope((hs @ L["attn_k"].T).reshape(T, Hk, D), pos)
+                chan_rows = T if channel.last_tokens == 0 else min(T, channel.last_tokens)
             scaled: dict[int, F32] | None = None
             if ms_poe is not None and li >= ms_poe.first_layer:
                 idx = ms_poe.assign(q_raw, k_raw, H, Hk)
@@ -197,6 +223,10 @@ class ReferenceLlama:
                     s = scaled[hh] + m
                 else:
                     s = (q[:, hh, :] @ k[:, kv, :].T) / np.float32(np.sqrt(D)) + m
+                if chan_rows:
+                    assert channel is not None
+                    rows = list(range(T - chan_rows, T)) if channel.rows is None else list(channel.rows)
+                    s[rows] = (qs_all[rows, hh, :] @ ks_all[:, kv, :].T) / np.float32(np.sqrt(D)) + m[rows]
                 s = np.exp(s - s.max(axis=1, keepdims=True))
                 s /= s.sum(axis=1, keepdims=True)
                 if probs is not None:
@@ -209,4 +239,6 @@ class ReferenceLlama:
             a = h @ L["ffn_gate"].T
             u = h @ L["ffn_up"].T
             x = x + ((a / (1.0 + np.exp(-a))) * u) @ L["ffn_down"].T
+            if hidden is not None:
+                hidden.append(x.copy())
         return np.ascontiguousarray(self._rms(x, self.out_norm) @ self.out.T, dtype=np.float32)

@@ -21,6 +21,7 @@ import lamina.model
 from conftest import TEXTS
 from lamina import _core
 from lamina.errors import InvalidInput
+from lamina.model.calibration import ChannelScaling
 from lamina.model.position import MsPoE
 
 pytestmark = pytest.mark.gpu
@@ -200,6 +201,15 @@ def test_ms_poe_unit_ratios_give_the_plain_rope(model: Any, cuda_model: Any) -> 
 def test_ms_poe_window_is_not_implemented_on_cuda(model: Any) -> None:
     with pytest.raises(NotImplementedError, match="window variant"):
         _ms_poe(model, "cuda", window=8)
+
+
+def test_channel_scaling_is_cpu_only(cuda_model: Any, doc_ids: list[int]) -> None:
+    with pytest.raises(NotImplementedError, match="CPU only"):
+        cuda_model.set_channel(ChannelScaling(channel=8, factor=0.0, first_layer=9, last_layer=23))
+    cuda_model.set_channel(None)  # (nothing to remove: allowed)
+    assert cuda_model.channel is None
+    with pytest.raises(NotImplementedError, match="CPU forward"):
+        cuda_model.hidden_states(doc_ids[:8])
 
 
 def test_cache_rows_keep_clone_truncate(cuda_model: Any, model_f32_decode: Any, doc_ids: list[int]) -> None:

@@ -171,8 +171,8 @@ def test_ms_poe_options_are_validated(kwargs: dict[str, Any], err: type[Exceptio
 def test_load_checks_position_arguments(model: Any) -> None:
     with pytest.raises(InvalidInput, match="position must be one of rope, ms-poe"):
         lamina.model.load(model.path, position="alibi")
-    with pytest.raises(NotImplementedError, match="part 3"):
-        lamina.model.load(model.path, calibration="channels.json")
+    with pytest.raises(FileNotFoundError):
+        lamina.model.load(model.path, calibration="no-such-channels.json")
     with pytest.raises(InvalidInput, match="need position='ms-poe'"):
         lamina.model.load(model.path, ms_poe=MsPoE())
     with pytest.raises(TypeError, match="must be a lamina.model.position.MsPoE"):

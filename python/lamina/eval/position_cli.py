@@ -1,6 +1,6 @@
 """``lamina eval position``: accuracy by gold position on the local model, per position method.
 
-Every method (``rope``, ``ms-poe``, ``ms-poe:window=32``, ...) answers the same prompts of
+Every method (``rope``, ``ms-poe``, ``ms-poe:window=32``, ``channel``, ...) answers the same prompts of
 :mod:`lamina.eval.position` greedily; the table shows accuracy per gold position with its
 Wilson 95 % interval, per suite and length.
 """
@@ -37,8 +37,10 @@ _OPTIONS: dict[str, Any] = {
 def parse_method(spec: str) -> tuple[str, dict[str, Any] | None]:
     """``"rope"`` -> ("rope", None); ``"pamqa"`` -> ("pamqa", None) (the plain model in PAM-QA's
     two-step prompt mode, :mod:`lamina.model.pamqa`; the ``locomo`` suite only);
-    ``"ms-poe[:key=value,...]"`` -> ("ms-poe", MsPoE keyword arguments), keys: order,
-    ratio_min, ratio_max, first_layer, window, copy_heads (0/1), copy_threshold.
+    ``"channel"`` -> ("channel", None) (single-channel hidden-state scaling from a calibration:
+    ``--calibration FILE``, or calibrated first); ``"ms-poe[:key=value,...]"`` -> ("ms-poe",
+    MsPoE keyword arguments), keys: order, ratio_min, ratio_max, first_layer, window,
+    copy_heads (0/1), copy_threshold.
 
     Raises
     ------
@@ -46,12 +48,12 @@ def parse_method(spec: str) -> tuple[str, dict[str, Any] | None]:
         An unknown method or option, or a value of the wrong form.
     """
     name, _, opts = spec.partition(":")
-    if name in ("rope", "pamqa"):
+    if name in ("rope", "pamqa", "channel"):
         if opts:
             raise ValueError(f"{name} takes no options, got {spec!r}")
         return name, None
     if name != "ms-poe":
-        raise ValueError(f"method must be rope, pamqa or ms-poe[:key=value,...], got {spec!r}")
+        raise ValueError(f"method must be rope, pamqa, channel or ms-poe[:key=value,...], got {spec!r}")
     kw: dict[str, Any] = {}
     for part in filter(None, opts.split(",")):
         key, eq, value = part.partition("=")
@@ -177,6 +179,24 @@ def plot_position(cells: Sequence[PositionCell], methods: Sequence[str], path: s
     plt.close(fig)
 
 
+def _calibration(args: argparse.Namespace) -> str:
+    """The calibration file of the ``channel`` method: ``--calibration``, or one made now
+    (``lamina model calibrate``'s defaults, written to ``<model stem>.channel.json``)."""
+    if args.calibration:
+        return str(args.calibration)
+    from ..model import load
+    from ..model.calibration import calibrate, total_steps
+    from ..model_cli import default_calibration_path
+    from .harness import _Bar
+
+    model = load(args.model, threads=args.threads)
+    path = default_calibration_path(model.path)
+    bar = _Bar(total_steps(samples=10, corpus_texts=4, top=10), "calibrate", None if args.quiet else sys.stderr)
+    calibrate(model, progress=lambda k, note: bar.update(k, note)).save(path)
+    print(f"calibrated the channel method: wrote {path}", file=sys.stderr)
+    return str(path)
+
+
 def _cmd(args: argparse.Namespace) -> int:
     from ..model import MsPoE, load
     from .locomo import load_locomo
@@ -204,6 +224,7 @@ def _cmd(args: argparse.Namespace) -> int:
         print("lamina eval position: pamqa needs numbered documents: --suites locomo", file=sys.stderr)
         return 2
     models: dict[str, Any] = {}
+    calibrations: dict[str, Any] = {}
     try:
         plain = None
         for label, position, kw in specs:
@@ -211,9 +232,14 @@ def _cmd(args: argparse.Namespace) -> int:
                 plain = plain or load(args.model, threads=args.threads)  # one plain model serves both
                 models[label] = PamqaReader(plain) if position == "pamqa" else plain
                 continue
+            if position == "channel":
+                models[label] = load(args.model, calibration=_calibration(args), threads=args.threads)
+                ch = models[label].channel
+                calibrations[label] = None if ch is None else asdict(ch)
+                continue
             ms = None if kw is None else MsPoE(**kw)
             models[label] = load(args.model, position=position, ms_poe=ms, threads=args.threads)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"lamina eval position: {e}", file=sys.stderr)
         return 2
     first = next(iter(models.values()))
@@ -249,6 +275,7 @@ def _cmd(args: argparse.Namespace) -> int:
                 "samples": args.samples,
                 "seed": args.seed,
                 "methods": labels,
+                "channel_scaling": calibrations,
                 "seconds": secs,
             },
             "cells": [asdict(c) for c in cells],
@@ -281,7 +308,13 @@ def add_position_parser(esub: Any) -> None:
         "--methods",
         nargs="+",
         default=["rope", "ms-poe"],
-        help="rope | pamqa (locomo only) | ms-poe[:order=rank|gather|normal,window=N,copy_heads=1,ratio_min=,ratio_max=,first_layer=]",
+        help="rope | pamqa (locomo only) | channel (single-channel scaling; --calibration or calibrated first) | "
+        "ms-poe[:order=rank|gather|normal,window=N,copy_heads=1,ratio_min=,ratio_max=,first_layer=]",
+    )
+    p.add_argument(
+        "--calibration",
+        default=None,
+        help="the channel method's calibration file (lamina model calibrate); without it the model is calibrated first",
     )
     p.add_argument("--data", default=_DEFAULT_DATA, help="LoCoMo locomo_dev.json or its folder (suite locomo)")
     p.add_argument("--threads", type=int, default=0, help="worker threads (0: lamina's default)")

@@ -14,7 +14,8 @@ dependencies, a CLI and llama-cpp-python, are not needed).
 Modules: ``gguf_file`` (reading the file), ``tokenizer`` (llama.cpp-identical byte-level BPE
 through ``tokenizers``), ``chat`` (the file's chat template), ``weights`` (zero-copy hand-off of
 the quantised tensors to the native core), ``sampling``, ``press`` (a ``lamina.kv`` method on
-the real cache), ``generate``, ``position`` (Ms-PoE's settings, :class:`MsPoE`), ``runtime`` (:func:`load`,
+the real cache), ``generate``, ``position`` (Ms-PoE's settings, :class:`MsPoE`), ``calibration`` (single-channel
+hidden-state scaling: the channel search and its per-model file), ``runtime`` (:func:`load`,
 :class:`Model`), and on top of it ``backtrack`` (step-wise chains with KV-cache rollback,
 Tyen et al.'s backtracking) and ``pamqa`` (PAM-QA's two-step prompt mode). The forward runs
 in the native core (``cpp/model.cpp``): quantised weights stay quantised, the KV cache is
@@ -23,6 +24,7 @@ ragged per (layer, KV head) so a head-wise budget frees memory.
 
 from __future__ import annotations
 
+from .calibration import Calibration, ChannelScaling
 from .chat import render_messages, render_user_message
 from .generate import Generation, Prefill
 from .gguf_file import (
@@ -44,6 +46,8 @@ __all__ = [
     "load",
     "Model",
     "MsPoE",
+    "Calibration",
+    "ChannelScaling",
     "Generation",
     "Prefill",
     "Sampler",

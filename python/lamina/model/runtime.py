@@ -13,6 +13,7 @@ import numpy.typing as npt
 from .. import _core
 from ..errors import InvalidInput
 from ..kv import KVMethod
+from .calibration import Calibration, ChannelScaling, model_identity
 from .chat import render_messages, render_user_message
 from .generate import Generation, KVBudget, Prefill, PromptParts, continue_generation, run_generation
 from .gguf_file import GGUFModelFile, LlamaConfig, default_model_path, read_gguf
@@ -72,6 +73,10 @@ class Model:
         token, since the context is prefilled alone). The cache holds a second, rescaled copy
         of every key (KV memory ×1.5). On CUDA the window variant raises NotImplementedError
         (copy heads are found on the plain CPU model).
+    channel : ChannelScaling, optional
+        Single-channel hidden-state scaling (:mod:`lamina.model.calibration`; CPU only; not with
+        ``ms_poe``). With ``last_tokens`` >= 1 a cache keeps a second, scaled copy of every
+        key from its first forward (KV memory ×1.5).
     device : {"cpu", "cuda"}
         "cuda": the forward on the GPU (CUDA builds; every matrix dequantised to fp16 on
         upload, float32 activations; ``threads``, ``q8_decode`` and ``q8_prefill`` do not
@@ -91,6 +96,7 @@ class Model:
     position : {"rope", "ms-poe"}
     device : {"cpu", "cuda"}
     ms_poe : MsPoE or None
+    channel : ChannelScaling or None
     copy_heads : frozenset of (layer, query head)
         The heads Ms-PoE keeps at ratio 1 (empty unless ``ms_poe.copy_heads``).
 
@@ -107,8 +113,11 @@ class Model:
         q8_decode: bool = True,
         q8_prefill: bool = True,
         ms_poe: MsPoE | None = None,
+        channel: ChannelScaling | None = None,
         device: str = "cpu",
     ) -> None:
+        if channel is not None and ms_poe is not None:
+            raise InvalidInput("channel scaling cannot be combined with Ms-PoE")
         self._file = file
         self.path = file.path
         self.config: LlamaConfig = file.config
@@ -145,6 +154,69 @@ class Model:
                 if i in self.tokenizer.special_ids:
                     eos.add(i)
         self.eos_ids = frozenset(eos)
+        self.channel: ChannelScaling | None = None
+        self.set_channel(channel)
+
+    def set_channel(self, scaling: ChannelScaling | None) -> None:
+        """Set (or with None remove) single-channel scaling on the native forward. Caches
+        filled before keep their keys: start new ones. Not thread-safe (set it before sharing
+        the model).
+
+        Raises
+        ------
+        InvalidInput
+            Layers outside [0, n_layers), a channel outside [0, d_model), a non-finite factor,
+            negative last_tokens, or a model with Ms-PoE.
+        """
+        if scaling is not None and not isinstance(scaling, ChannelScaling):
+            raise TypeError(f"scaling must be a ChannelScaling, got {type(scaling).__name__}")
+        if self.device != "cpu":
+            if scaling is not None:
+                raise NotImplementedError(f"single-channel scaling runs on the CPU only, not on device={self.device!r}")
+            self.channel = None
+            return
+        try:
+            self._cpu().set_channel_scaling(None if scaling is None else scaling.native())
+        except ValueError as e:
+            raise InvalidInput(str(e)) from None
+        self.channel = scaling
+
+    def identity(self) -> dict[str, Any]:
+        """The model file's identity a calibration is checked against
+        (:func:`lamina.model.calibration.model_identity`)."""
+        return model_identity(self._file)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without a BOS (a continuation of a prompt)."""
+        return self.tokenizer.encode(text, add_bos=False)
+
+    def hidden_states(self, ids: Sequence[int] | npt.NDArray[Any]) -> npt.NDArray[np.float32]:
+        """The residual stream after every layer: one full causal forward from position 0
+        (the native forward, this model's settings), no cache kept.
+
+        Parameters
+        ----------
+        ids : sequence of int, length T >= 1
+
+        Returns
+        -------
+        ndarray, float32, shape (n_layers, T, d_model)
+
+        Raises
+        ------
+        NotImplementedError
+            On ``device="cuda"`` (the hidden states come from the CPU forward).
+        """
+        a = self._ids(ids)
+        cache = _core.KVCache(self.config.n_layers, self.config.n_kv_heads, self.config.head_dim)
+        _, hidden = self._cpu().forward_hidden(a, cache, "none", self.threads, self.q8_decode)
+        return np.asarray(hidden, dtype=np.float32)
+
+    def _cpu(self) -> _core.LlamaModel:
+        """The native CPU model (what only the CPU forward offers: channel scaling, hidden states)."""
+        if not isinstance(self._native, _core.LlamaModel):
+            raise NotImplementedError(f"this needs the CPU forward; the model runs on device={self.device!r}")
+        return self._native
 
     def __repr__(self) -> str:
         c = self.config
@@ -593,8 +665,8 @@ def load(
         "rope": the model's own positions. "ms-poe": per-head rescaled RoPE
         (:class:`lamina.model.position.MsPoE`), with ``ms_poe`` or its defaults.
     calibration : path, optional
-        Reserved for single-channel hidden-state scaling (issue #23 part 3, not built): only
-        None is accepted.
+        A single-channel scaling calibration of this model file (``lamina model calibrate``,
+        :class:`lamina.model.calibration.Calibration`) to apply; needs position="rope".
     ms_poe : MsPoE, optional
         Ms-PoE's options (order, ratio range, window, copy heads); needs position="ms-poe".
     threads : int
@@ -619,22 +691,19 @@ def load(
     UnsupportedModel
         Another architecture, tensor type or tokeniser (the message names it).
     InvalidInput
-        An unknown ``position``, or ``ms_poe`` with position="rope".
+        An unknown ``position``, ``ms_poe`` with position="rope", a calibration with
+        position="ms-poe", a malformed calibration file or one made for another model.
     TypeError
         ``ms_poe`` not a :class:`MsPoE`.
     NotImplementedError
-        A ``calibration`` (part 3 of issue #23 is not built), or Ms-PoE's window variant on
-        ``device="cuda"``.
+        Ms-PoE's window variant, or a calibration, on ``device="cuda"``.
     RuntimeError
         ``device="cuda"`` without a CUDA build or without a CUDA device (the message says which).
     """
     if position not in POSITIONS:
         raise InvalidInput(f"position must be one of {', '.join(POSITIONS)}, got {position!r}")
-    if calibration is not None:
-        raise NotImplementedError(
-            "calibration: single-channel hidden-state scaling (issue #23 part 3, `lamina model calibrate`) "
-            "is not built yet; pass calibration=None"
-        )
+    if calibration is not None and position != "rope":
+        raise InvalidInput("a channel calibration needs position='rope' (it cannot be combined with Ms-PoE)")
     if ms_poe is not None and not isinstance(ms_poe, MsPoE):
         raise TypeError(f"ms_poe must be a lamina.model.position.MsPoE, got {type(ms_poe).__name__}")
     if position == "rope" and ms_poe is not None:
@@ -642,6 +711,12 @@ def load(
     if position == "ms-poe" and ms_poe is None:
         ms_poe = MsPoE()
     p = default_model_path() if path is None else path
+    file = read_gguf(p)
+    channel = None
+    if calibration is not None:
+        cal = Calibration.load(calibration)
+        cal.check_model(file)
+        channel = cal.scaling
     return Model(
-        read_gguf(p), threads=threads, q8_decode=q8_decode, q8_prefill=q8_prefill, ms_poe=ms_poe, device=device
+        file, threads=threads, q8_decode=q8_decode, q8_prefill=q8_prefill, ms_poe=ms_poe, channel=channel, device=device
     )
