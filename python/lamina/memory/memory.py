@@ -428,6 +428,12 @@ class Memory(Reading, Inspection, PgArchive):
         ------
         NotFoundError
             Unknown user or session.
+
+        Notes
+        -----
+        CPython's cyclic garbage collector is paused for the whole process while the call runs
+        and one young collection ends it (:func:`lamina.memory.gcquiet.collector_paused`; a
+        process that turned the collector off keeps it off).
         """
         self._check_open()
         check_id(user_id, "user_id")
