@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import chain
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -47,7 +45,6 @@ from .userstate import UserState
 
 __all__ = ["UserState", "MemoryState"]
 
-_DEPTH = attrgetter("depth")
 
 Vec = npt.NDArray[np.float32]
 
@@ -293,10 +290,18 @@ class MemoryState:
             self.tree_height(u)
 
     def tree_height(self, u: UserState) -> None:
-        """``u.max_depth`` measured again: the greatest depth of an active tree node (0: none)."""
-        # (one pass in C over the nodes: a few thousand at 100k turns, after many evictions)
-        nodes = map(self.recs.__getitem__, chain.from_iterable(u.children.values()))
-        u.max_depth = int(max(map(_DEPTH, nodes), default=0))
+        """``u.max_depth`` measured again: the greatest depth of an active tree node (0: none).
+
+        A node's depth is its parent's plus one (the root's children are at depth 1: the tree's
+        invariant), so the height is the number of levels below the root, read from the child
+        lists alone: no record is visited (a few thousand scattered records at 100k turns cost
+        ~5 ms whenever a node of the greatest depth left)."""
+        ch = u.children
+        level, frontier = 0, ch.get(ROOT, [])
+        while frontier:
+            level += 1
+            frontier = [k for i in frontier for k in ch.get(i, ())]
+        u.max_depth = level
 
     def catch_up(self, store: Store, user_id: str) -> None:
         """Bring a loaded user's state to the store's (inside a snapshot): apply the user's change
