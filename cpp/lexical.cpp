@@ -231,29 +231,37 @@ std::size_t LexicalIndex::remove(const int64_t* keys, std::size_t n, bool missin
 
 void LexicalIndex::compact_locked(Namespace& s) {
   if (s.n_dead == 0) return;
+  // In place, in one pass per structure: positions and term ids only move down, so every
+  // entry is read before its slot is written (no per-term allocation: a namespace with a
+  // long tail of terms spent most of a compaction allocating and freeing posting lists).
   const std::size_t n_pos = s.key.size();
   std::vector<uint32_t> new_pos(n_pos, kNone);
   uint32_t next = 0;
   for (std::size_t p = 0; p < n_pos; ++p)
     if (s.live[p]) new_pos[p] = next++;
-  // Term ids: keep terms that still have live documents, in their old order.
+  // Terms that still have live documents keep their old order; their postings are filtered.
   std::vector<uint32_t> new_term(s.postings.size(), kNone);
   uint32_t n_terms = 0;
-  for (std::size_t t = 0; t < s.postings.size(); ++t)
-    if (s.df[t] > 0) new_term[t] = n_terms++;
-  std::vector<std::vector<Posting>> postings(n_terms);
-  std::vector<uint32_t> df(n_terms);
   std::size_t n_postings = 0;
   for (std::size_t t = 0; t < s.postings.size(); ++t) {
-    if (new_term[t] == kNone) continue;
-    auto& dst = postings[new_term[t]];
-    dst.reserve(s.df[t]);
-    for (const Posting& q : s.postings[t])
-      if (new_pos[q.pos] != kNone) dst.push_back({new_pos[q.pos], q.tf});
-    LAMINA_ASSERT(dst.size() == s.df[t]);
-    df[new_term[t]] = s.df[t];
-    n_postings += dst.size();
+    if (s.df[t] == 0) continue;
+    std::vector<Posting>& src = s.postings[t];
+    std::size_t w = 0;
+    for (const Posting& q : src)
+      if (new_pos[q.pos] != kNone) src[w++] = {new_pos[q.pos], q.tf};
+    LAMINA_ASSERT(w == s.df[t]);
+    src.resize(w);
+    if (src.capacity() > 2 * w + 8) src.shrink_to_fit();
+    new_term[t] = n_terms;
+    if (n_terms != t) {
+      s.postings[n_terms] = std::move(src);  // (the slot held a dead term or a moved-from list)
+      s.df[n_terms] = s.df[t];
+    }
+    ++n_terms;
+    n_postings += w;
   }
+  s.postings.resize(n_terms);
+  s.df.resize(n_terms);
   for (auto it = s.term_ids.begin(); it != s.term_ids.end();) {
     const uint32_t t = new_term[it->second];
     if (t == kNone) {
@@ -263,31 +271,26 @@ void LexicalIndex::compact_locked(Namespace& s) {
       ++it;
     }
   }
-  std::vector<int64_t> key;
-  std::vector<float> len;
-  std::vector<std::size_t> fwd_off;
-  std::vector<TermCount> fwd;
-  key.reserve(next);
-  len.reserve(next);
-  fwd_off.reserve(next + 1);
-  fwd.reserve(n_postings);
-  fwd_off.push_back(0);
+  // Documents: the live ones move down to their new positions with their forward entries.
+  std::size_t w_fwd = 0;
+  uint32_t w = 0;
   for (std::size_t p = 0; p < n_pos; ++p) {
     if (new_pos[p] == kNone) continue;
-    for (std::size_t j = s.fwd_off[p]; j < s.fwd_off[p + 1]; ++j)
-      fwd.push_back({new_term[s.fwd[j].term], s.fwd[j].tf});
-    fwd_off.push_back(fwd.size());
-    key.push_back(s.key[p]);
-    len.push_back(s.len[p]);
-    keys_.at(s.key[p]).pos = new_pos[p];
+    const std::size_t lo = s.fwd_off[p], hi = s.fwd_off[p + 1];  // (read before slot w <= p is written)
+    s.fwd_off[w] = w_fwd;
+    for (std::size_t j = lo; j < hi; ++j) s.fwd[w_fwd++] = {new_term[s.fwd[j].term], s.fwd[j].tf};
+    s.key[w] = s.key[p];
+    s.len[w] = s.len[p];
+    keys_.at(s.key[w]).pos = w;
+    ++w;
   }
-  s.key = std::move(key);
-  s.len = std::move(len);
-  s.live.assign(next, 1);
-  s.fwd_off = std::move(fwd_off);
-  s.fwd = std::move(fwd);
-  s.postings = std::move(postings);
-  s.df = std::move(df);
+  LAMINA_ASSERT(w == next && w_fwd == n_postings);
+  s.fwd_off[w] = w_fwd;
+  s.fwd_off.resize(static_cast<std::size_t>(w) + 1);
+  s.fwd.resize(w_fwd);
+  s.key.resize(w);
+  s.len.resize(w);
+  s.live.assign(w, 1);
   s.n_postings = n_postings;
   s.n_dead = 0;
   s.n_terms_live = n_terms;
