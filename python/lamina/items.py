@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeVar, get_args
 
 from .timeref import annotate
 
 __all__ = [
     "MemoryItem",
     "Context",
+    "ContextOrder",
+    "CONTEXT_ORDERS",
+    "context_order",
+    "arrange",
+    "unarrange",
     "Blocked",
     "FirewallReport",
     "LAYERS",
@@ -23,6 +29,105 @@ __all__ = [
 #: Layer names and their arena layer codes. ``history`` holds superseded facts (never current).
 LAYERS: dict[str, int] = {"working": 0, "episodic": 1, "semantic": 2, "archive": 3, "history": 4}
 LAYER_NAMES: dict[int, str] = {v: k for k, v in LAYERS.items()}
+
+
+#: The orders a context's items can be shown in (see :func:`arrange`).
+ContextOrder = Literal["lost-in-the-middle", "score", "reversed"]
+#: Every :data:`ContextOrder`, the default (``Memory.context``'s order) first.
+CONTEXT_ORDERS: tuple[str, ...] = get_args(ContextOrder)
+
+_ORDERS: dict[str, ContextOrder] = {
+    "lost-in-the-middle": "lost-in-the-middle",
+    "score": "score",
+    "reversed": "reversed",
+}
+_T = TypeVar("_T")
+
+
+def context_order(name: str) -> ContextOrder:
+    """``name`` as a :data:`ContextOrder` (for orders read from a command line or a file).
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not one of :data:`CONTEXT_ORDERS`.
+    """
+    o = _ORDERS.get(name)
+    if o is not None:
+        return o
+    raise ValueError(f"unknown context order {name!r}; expected one of {list(CONTEXT_ORDERS)}")
+
+
+def _check_order(order: str) -> None:
+    context_order(order)
+
+
+def arrange(ranked: Sequence[_T], *, order: str) -> list[_T]:
+    """Place items ranked best first in a context order.
+
+    Parameters
+    ----------
+    ranked : sequence
+        The items, best first.
+    order : {"lost-in-the-middle", "score", "reversed"}
+        ``lost-in-the-middle`` (``Memory.context``'s order): the best first, the second best
+        last, the rest alternating inwards, so the weakest sit in the middle (the positions a
+        reader attends to least); ``score``: best first, descending; ``reversed``: ascending,
+        the best last (nearest the question that follows the context).
+
+    Returns
+    -------
+    list
+        The same items, only their order changed.
+
+    Raises
+    ------
+    ValueError
+        ``order`` is not one of :data:`CONTEXT_ORDERS`.
+    """
+    _check_order(order)
+    items = list(ranked)
+    if order == "score":
+        return items
+    if order == "reversed":
+        return items[::-1]
+    return items[0::2] + items[1::2][::-1]
+
+
+def unarrange(items: Sequence[_T], *, order: str) -> list[_T]:
+    """The inverse of :func:`arrange`: items placed in ``order`` back to best first.
+
+    Parameters
+    ----------
+    items : sequence
+        Items as :func:`arrange` placed them.
+    order : {"lost-in-the-middle", "score", "reversed"}
+        The order they are in.
+
+    Returns
+    -------
+    list
+        The items ranked best first (ties keep the rank they had, so
+        ``unarrange(arrange(r, order=o), order=o) == list(r)`` for every order).
+
+    Raises
+    ------
+    ValueError
+        ``order`` is not one of :data:`CONTEXT_ORDERS`.
+    """
+    _check_order(order)
+    xs = list(items)
+    if order == "score":
+        return xs
+    if order == "reversed":
+        return xs[::-1]
+    front = (len(xs) + 1) // 2
+    out: list[_T] = []
+    for i in range(front):
+        out.append(xs[i])
+        if i < len(xs) - front:
+            out.append(xs[len(xs) - 1 - i])
+    return out
 
 
 def _strftime(t: float | None, fmt: str) -> str:
@@ -255,8 +360,10 @@ class Context:
     Attributes
     ----------
     items : list of MemoryItem
-        Selected items, already ordered against lost-in-the-middle (the best first, the second
-        best last, the weakest in the middle); each has ``layer``, ``score``, ``sources`` and times.
+        Selected items in the context's ``order``; ``Memory.context`` returns them ordered
+        against lost-in-the-middle (the best first, the second best last, the weakest in the
+        middle). Each has ``layer``, ``score``, ``sources`` and times. :meth:`reordered` shows
+        the same items in another order.
     gates : dict[str, float]
         γ per layer (eq. 7), over the layers that had candidates.
     beta : float
@@ -268,6 +375,8 @@ class Context:
         Token budget (whitespace words).
     firewall : FirewallReport or None
         The contextual firewall's decisions, when one was applied.
+    order : str
+        The order ``items`` are in (one of :data:`CONTEXT_ORDERS`, see :func:`arrange`).
     """
 
     items: list[MemoryItem]
@@ -277,6 +386,33 @@ class Context:
     query: str
     budget: int
     firewall: FirewallReport | None = None
+    order: str = "lost-in-the-middle"
+
+    @property
+    def ranked(self) -> list[MemoryItem]:
+        """The items best first (the fill's ranking; ties as the fill broke them)."""
+        return unarrange(self.items, order=self.order)
+
+    def reordered(self, *, order: ContextOrder) -> Context:
+        """The same context with its items in another order.
+
+        Parameters
+        ----------
+        order : {"lost-in-the-middle", "score", "reversed"}
+            See :func:`arrange`. The items, budget and token count stay the same; only where
+            each item (or each group of raw turns, see :meth:`render`) stands changes.
+
+        Returns
+        -------
+        Context
+            A new context; this one is unchanged.
+
+        Raises
+        ------
+        ValueError
+            ``order`` is not one of :data:`CONTEXT_ORDERS`.
+        """
+        return replace(self, items=arrange(self.ranked, order=order), order=order)
 
     def render(self) -> str:
         """Prompt text with dates and speakers: items in their order, raw turns of the same

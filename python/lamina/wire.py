@@ -15,7 +15,7 @@ from dataclasses import fields
 from typing import Any
 
 from .errors import LaminaError
-from .items import Blocked, Context, FirewallReport, MemoryItem
+from .items import CONTEXT_ORDERS, Blocked, Context, FirewallReport, MemoryItem
 from .memory.firewall import Firewall
 from .memory.reports import DeleteReport, ImportReport, SessionReport
 
@@ -131,7 +131,14 @@ def context_to_json(ctx: Context, user_id: str | None = None) -> dict[str, Any]:
         "budget": ctx.budget,
         "text": ctx.render(),
         "firewall": report_to_json(ctx.firewall),
+        "order": ctx.order,
     }
+
+
+def _order(x: object) -> str:
+    if x not in CONTEXT_ORDERS:
+        raise ValueError(f"order {x!r} is not one of {list(CONTEXT_ORDERS)}")
+    return str(x)
 
 
 def context_from_json(d: object) -> Context:
@@ -146,6 +153,7 @@ def context_from_json(d: object) -> Context:
             query=str(o["query"]),
             budget=int(o["budget"]),
             firewall=report_from_json(o.get("firewall")),
+            order=_order(o.get("order", "lost-in-the-middle")),
         )
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise WireError(f"malformed context: missing or bad field {e}") from None

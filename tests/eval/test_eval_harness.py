@@ -378,3 +378,100 @@ def test_cli_local_reader_scores_a_question_subset(tmp_path, capsys):
     assert [r["qid"] for r in recs] == ["syn-1#0", "syn-1#2", "syn-1#4"]  # every 2nd of 6: each category kept
     assert all(isinstance(r["pred"], str) and 0.0 <= r["f1"] <= 1.0 for r in recs)
     assert main([*argv[:-2], "--questions-per-conversation", "0"]) == 2
+
+
+class _FirstLineLLM:
+    """A deterministic reader that answers with the context's first ``Speaker: text`` line, so its
+    F1 depends on the order; records each prompt."""
+
+    model = "first-line-1"
+
+    def __init__(self):
+        self.prompts = []
+
+    def complete(self, messages, temperature=0.0, max_tokens=64):
+        p = messages[0]["content"]
+        self.prompts.append(p)
+        ctx = p.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]
+        lines = [ln for ln in ctx.splitlines() if not ln.startswith("[")]
+        return lines[0].split(": ", 1)[-1] if lines else "nothing"
+
+
+def test_reader_answers_the_same_items_in_each_order(synthetic):
+    from lamina.eval.harness import order_stats
+
+    convs, _ = synthetic
+    llm = _FirstLineLLM()
+    orders = ["lost-in-the-middle", "score", "reversed"]
+    res = run_locomo(
+        convs, Hashing(), budgets=[40], systems=["lamina"], retention=False,
+        reader=Reader(llm), reader_budget=40, progress=None, orders=orders,
+    )  # fmt: skip
+    assert res["reader"]["orders"] == orders
+    recs = res["per_question"]["lamina"][40]
+    assert len(llm.prompts) == 3 * len(recs)  # one answer per order per question
+    for i, r in enumerate(recs):
+        assert set(r["orders"]) == set(orders)
+        assert (
+            r["pred"] == r["orders"]["lost-in-the-middle"]["pred"]
+            and r["f1"] == r["orders"]["lost-in-the-middle"]["f1"]
+        )
+        ps = llm.prompts[3 * i : 3 * i + 3]
+        # the same lines (items, headers, question) in every order's prompt
+        assert len({tuple(sorted(p.splitlines())) for p in ps}) == 1
+    assert any(len({p for p in llm.prompts[3 * i : 3 * i + 3]}) > 1 for i in range(len(recs)))  # order moved something
+    st = res["results"]["lamina"]["40"]["reader_orders"]
+    assert st["questions"] == len(recs) and st["base"] == "lost-in-the-middle"
+    for o in orders:
+        f1 = [r["orders"][o]["f1"] for r in recs if r["cat"] != 5]
+        assert st["f1"][o]["overall (1-4)"] == pytest.approx(sum(f1) / len(f1))
+        lo, hi = st["ci95"][o]["overall (1-4)"]
+        assert lo <= st["f1"][o]["overall (1-4)"] <= hi
+    for o in orders[1:]:
+        d = st["diff"][o]["overall (1-5)"]
+        assert d["mean"] == pytest.approx(
+            st["f1"][o]["overall (1-5)"] - st["f1"]["lost-in-the-middle"]["overall (1-5)"]
+        )
+        assert d["low"] <= d["mean"] <= d["high"]
+    text = format_tables(res)
+    assert "by context order" in text and "reversed - lost-in-the-middle (paired, points)" in text
+    # identical answers in every order: every paired difference is exactly 0
+    same = [{"cat": 4, "orders": {o: {"f1": 0.5} for o in orders}} for _ in range(5)]
+    z = order_stats(same, orders)["diff"]["score"]["overall (1-4)"]
+    assert (z["mean"], z["low"], z["high"]) == (0.0, 0.0, 0.0)
+
+
+def test_orders_are_refused_where_they_mean_nothing(synthetic):
+    convs, _ = synthetic
+    kw = dict(budgets=[40], retention=False, progress=None)
+    with pytest.raises(ValueError, match="raw-turn baselines"):
+        run_locomo(convs, Hashing(), systems=["lamina", "bm25"], reader=Reader(_FakeLLM()), reader_budget=40,
+                   orders=["score"], **kw)  # fmt: skip
+    with pytest.raises(ValueError, match="need a reader"):
+        run_locomo(convs, Hashing(), systems=["lamina"], orders=["score"], **kw)
+    with pytest.raises(ValueError, match="unknown context order"):
+        run_locomo(convs, Hashing(), systems=["lamina"], reader=Reader(_FakeLLM()), reader_budget=40,
+                   orders=["score", "middle"], **kw)  # fmt: skip
+    with pytest.raises(ValueError, match="distinct"):
+        run_locomo(convs, Hashing(), systems=["lamina"], reader=Reader(_FakeLLM()), reader_budget=40,
+                   orders=["score", "score"], **kw)  # fmt: skip
+
+
+def test_cli_orders_option_parses_and_rejects(tmp_path, capsys):
+    from lamina.eval.cli import _orders
+
+    assert _orders("lost-in-the-middle, score,reversed") == ["lost-in-the-middle", "score", "reversed"]
+    data = tmp_path / "locomo_dev.json"
+    data.write_text(json.dumps([dict(_sample())]))
+    base = ["eval", "locomo", "--data", str(tmp_path), "--embedder", "hashing", "--budgets", "64",
+            "--no-retention", "--quiet", "--no-cache", "--audit", "none"]  # fmt: skip
+    for bad in ("score,sideways", "", "score,score"):
+        with pytest.raises(SystemExit) as e:
+            main([*base, "--orders", bad])
+        assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown context order 'sideways'" in err and "repeats an order" in err
+    assert main([*base, "--orders", "score", "--systems", "bm25", "--reader", "local"]) == 2
+    assert "lamina's contexts only" in capsys.readouterr().err
+    assert main([*base, "--orders", "score"]) == 2  # no reader
+    assert "needs a reader" in capsys.readouterr().err

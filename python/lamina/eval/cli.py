@@ -38,6 +38,22 @@ def _budgets(s: str) -> list[int]:
     return out
 
 
+def _orders(s: str) -> list[str]:
+    """``--orders``: comma-separated context orders, each one of :data:`lamina.items.CONTEXT_ORDERS`."""
+    from ..items import CONTEXT_ORDERS, context_order
+
+    out = [x.strip() for x in s.split(",") if x.strip()]
+    if not out:
+        raise argparse.ArgumentTypeError(f"--orders needs at least one of {', '.join(CONTEXT_ORDERS)}")
+    try:
+        out = [context_order(x) for x in out]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"--orders repeats an order: {s!r}")
+    return out
+
+
 def _default_cache() -> str:
     """``$LAMINA_CACHE_DIR/eval-vectors.sqlite`` (default ``~/.cache/lamina``)."""
     root = os.environ.get("LAMINA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "lamina")
@@ -98,6 +114,18 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
             c.questions = [qs[i * len(qs) // n] for i in range(n)] if n < len(qs) else qs
         rep.questions = sum(len(c.questions) for c in convs)
     systems = ALL_SYSTEMS if not args.systems else [s.strip() for s in args.systems.split(",") if s.strip()]
+    if args.orders is not None:
+        from .systems import LAMINA_VARIANTS
+
+        if not args.systems:  # the orders are lamina's: its contexts only
+            systems = ["lamina"]
+        raw = [s for s in systems if s not in LAMINA_VARIANTS]
+        if raw:
+            print(f"lamina eval locomo: --orders applies to lamina's contexts only, not {raw}", file=sys.stderr)
+            return 2
+        if args.reader != "local" and not (args.reader_model or os.environ.get("LAMINA_READER_MODEL")):
+            print("lamina eval locomo: --orders needs a reader (--reader local or --reader-model)", file=sys.stderr)
+            return 2
     embedder: Embedder = get_embedder(args.embedder)
     cache = None if args.no_cache else (args.cache or _default_cache())
     cached = None
@@ -133,7 +161,10 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
             "LAMINA_READER_MODEL [LAMINA_READER_BASE_URL]); F1 / BLEU-1 are not reported"
         )
     else:
-        print(f"reader: {reader.model} at budget {args.reader_budget}")
+        print(
+            f"reader: {reader.model} at budget {args.reader_budget}"
+            + (f"; context orders: {', '.join(args.orders)}" if args.orders else "")
+        )
     res = run_locomo(
         convs,
         embedder,
@@ -145,6 +176,7 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
         progress=None if args.quiet else sys.stderr,
         load_report=rep,
         audit=audit,
+        orders=args.orders,
     )
     print(format_tables(res))
     e = res["embedder"]
@@ -325,6 +357,14 @@ def add_eval_parser(sub: Any) -> None:
     lo.add_argument("--reader-url", default=None, help="base URL of the endpoint (…/v1)")
     lo.add_argument("--reader-budget", type=int, default=1024, help="budget whose contexts the reader answers from")
     lo.add_argument("--reader-timeout", type=float, default=60.0)
+    lo.add_argument(
+        "--orders",
+        type=_orders,
+        default=None,
+        help="comma-separated context orders the reader answers each question in: lost-in-the-middle "
+        "(lamina's default), score, reversed — the same items, only their order changed (lamina systems "
+        "only; default systems then: lamina)",
+    )
     lo.add_argument(
         "--cache",
         default=None,

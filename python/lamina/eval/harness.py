@@ -27,11 +27,13 @@ from typing import Any, TextIO
 import numpy as np
 
 from ..embedders import Embedder
+from ..items import ContextOrder, context_order
 from ..llm import LLM
 from .locomo import Audit, Conversation, LoadReport, Question
 from .metrics import (
     CATEGORY_NAMES,
     answer_token_recall,
+    bootstrap_interval,
     context_usage,
     count_tokens,
     evidence_recall,
@@ -49,6 +51,8 @@ __all__ = [
     "named_speaker",
     "run_locomo",
     "format_tables",
+    "format_orders",
+    "order_stats",
     "plot_recall",
     "Reader",
 ]
@@ -247,6 +251,7 @@ def run_locomo(
     progress: TextIO | None = sys.stderr,
     load_report: LoadReport | None = None,
     audit: Audit | None = None,
+    orders: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Run the evaluation; returns a JSON-serialisable dict (see module docs).
 
@@ -262,6 +267,13 @@ def run_locomo(
     audit : the audit's corrections (:func:`lamina.eval.locomo.load_audit`): evidence recall is
         also reported on the corrected gold (``evidence_recall_audit``); without it that equals
         the original
+    orders : context orders (:data:`lamina.items.CONTEXT_ORDERS`) the reader answers each
+        question in: the same selected items of the same context, only their order changed
+        (:meth:`lamina.Context.reordered`), one answer per order; per question under
+        ``"orders"``, aggregated as ``reader_orders`` (F1 per category with bootstrap intervals,
+        and each order's paired difference from the first). Needs ``reader`` and lamina systems
+        only (the raw-turn baselines carry no order). The first order's answer is also the
+        question's ``pred`` / ``f1``.
     """
     budgets = [int(b) for b in budgets]
     if not budgets or any(b < 1 for b in budgets):
@@ -271,6 +283,16 @@ def run_locomo(
             raise ValueError(f"unknown system {s!r}; expected some of {list(ALL_SYSTEMS)}")
     if reader is not None and reader_budget not in budgets:
         raise ValueError(f"reader_budget {reader_budget} must be one of the budgets {budgets}")
+    ords: list[ContextOrder] | None = None
+    if orders is not None:
+        ords = [context_order(o) for o in orders]
+        if not ords or len(set(ords)) != len(ords):
+            raise ValueError(f"orders must be distinct and at least one, got {list(orders)}")
+        if reader is None:
+            raise ValueError("orders need a reader (the order is measured by the reader's answers)")
+        raw = [s for s in systems if s not in LAMINA_VARIANTS]
+        if raw:
+            raise ValueError(f"orders apply to lamina's contexts only; {raw} are raw-turn baselines with no order")
     emb = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
     per_q: dict[str, dict[int, list[dict[str, Any]]]] = {s: {b: [] for b in budgets} for s in systems}
     ret: dict[str, dict[int, dict[str, list[float]]]] = {
@@ -314,7 +336,9 @@ def run_locomo(
                     ctx = sysm.context(q.question, b, now, q_vecs[q.qid])
                     dt = time.perf_counter() - t0
                     rec = _record(q, ctx, dt, ev_texts, history_tokens, conv.speakers, audit_texts)
-                    if reader is not None and b == reader_budget:
+                    if reader is not None and b == reader_budget and ords is not None:
+                        _answer_in_orders(reader, ctx, ords, conv.speakers, q, rec)
+                    elif reader is not None and b == reader_budget:
                         try:
                             pred = reader.answer(ctx.render(), conv.speakers, q)
                             rec["pred"] = pred
@@ -383,6 +407,8 @@ def run_locomo(
         results["reader"] = {"status": "skipped", "why": "no OpenAI-compatible endpoint configured"}
     else:
         results["reader"] = {"status": "ran", "model": reader.model, "budget": reader_budget}
+        if ords is not None:
+            results["reader"]["orders"] = list(ords)
     for name in systems:
         results["results"][name] = {}
         for b in budgets:
@@ -396,8 +422,73 @@ def run_locomo(
                     "recall_after_all_periods": m6,
                     "retention": (m6 / m1) if m1 and not math.isnan(m1) else math.nan,
                 }
+            if ords is not None and b == reader_budget:
+                agg["reader_orders"] = order_stats(per_q[name][b], ords)
             results["results"][name][str(b)] = agg
     return results
+
+
+def _answer_in_orders(
+    reader: Reader, ctx: Ctx, ords: Sequence[ContextOrder], speakers: Sequence[str], q: Question, rec: dict[str, Any]
+) -> None:
+    """One reader answer per order from the same context's items; the first order's answer is
+    also ``rec["pred"]`` / ``rec["f1"]``. Every order must render the same tokens (the same
+    items, and each group of raw turns keeps its one header), else the comparison is void."""
+    texts = {o: ctx.render_in(o) for o in ords}
+    toks = {count_tokens(t) for t in texts.values()}
+    if len(toks) != 1:
+        raise RuntimeError(f"{q.qid}: the orders rendered different token counts {sorted(toks)}")
+    if texts.get("lost-in-the-middle", ctx.render()) != ctx.render():
+        raise RuntimeError(f"{q.qid}: the context as built is not in lost-in-the-middle order")
+    out: dict[str, dict[str, Any]] = {}
+    for o in ords:
+        try:
+            pred = reader.answer(texts[o], speakers, q)
+            out[o] = {"pred": pred, **score_answer(pred, q.answer, q.category)}
+        except Exception as e:  # a failed call is reported, never scored
+            out[o] = {"reader_error": str(e)[:200]}
+    rec["orders"] = out
+    first = out[ords[0]]
+    if "reader_error" in first:
+        rec["reader_error"] = first["reader_error"]
+    else:
+        rec.update(first)
+
+
+_OVERALL = {"overall (1-4)": (1, 2, 3, 4), "overall (1-5)": (1, 2, 3, 4, 5)}
+
+
+def order_stats(recs: Sequence[dict[str, Any]], ords: Sequence[str], *, resamples: int = 2000) -> dict[str, Any]:
+    """Reader F1 per order: per category and overall, with 95 % percentile-bootstrap intervals,
+    over the questions every order answered; and each order's paired difference from the first
+    (per-question F1 differences, bootstrapped the same way, seed 0).
+
+    Returns
+    -------
+    dict
+        ``{"questions": n, "base": ords[0], "f1": {order: {group: mean}}, "ci95": {order: {group:
+        [low, high]}}, "n": {group: n}, "diff": {order: {group: {"mean", "low", "high"}}}}``
+    """
+    rd = [r for r in recs if "orders" in r and all("f1" in r["orders"].get(o, {}) for o in ords)]
+    groups: dict[str, tuple[int, ...]] = {nm: (c,) for c, nm in CATEGORY_NAMES.items()} | _OVERALL
+    out: dict[str, Any] = {"questions": len(rd), "base": ords[0], "f1": {}, "ci95": {}, "diff": {}}
+    out["n"] = {g: sum(1 for r in rd if r["cat"] in cats) for g, cats in groups.items()}
+    for o in ords:
+        f1: dict[str, float] = {}
+        ci: dict[str, list[float]] = {}
+        for g, cats in groups.items():
+            xs = [float(r["orders"][o]["f1"]) for r in rd if r["cat"] in cats]
+            f1[g] = _mean(xs)
+            ci[g] = list(bootstrap_interval(xs, resamples=resamples))
+        out["f1"][o], out["ci95"][o] = f1, ci
+    for o in ords[1:]:
+        d: dict[str, Any] = {}
+        for g, cats in groups.items():
+            ds = [float(r["orders"][o]["f1"]) - float(r["orders"][ords[0]]["f1"]) for r in rd if r["cat"] in cats]
+            lo, hi = bootstrap_interval(ds, resamples=resamples)
+            d[g] = {"mean": _mean(ds), "low": lo, "high": hi}
+        out["diff"][o] = d
+    return out
 
 
 def _retention(
@@ -521,9 +612,51 @@ def format_tables(results: dict[str, Any]) -> str:
                     + f" | BLEU-1 overall {100 * r['bleu1']['overall (1-4)']:.1f}"
                     + (f" | {r['errors']} failed calls" if r["errors"] else "")
                 )
+        if rd.get("orders"):
+            lines.append("")
+            lines.extend(format_orders(results))
     else:
         lines.append("reader: skipped — no OpenAI-compatible endpoint configured (no F1 / BLEU-1 reported)")
     return "\n".join(lines)
+
+
+def format_orders(results: dict[str, Any]) -> list[str]:
+    """The reader's F1 per context order (rows) and category, with the bootstrap interval under
+    each cell, then each order's paired difference from the first."""
+    rd = results["reader"]
+    cats = [*CATEGORY_NAMES.values(), *_OVERALL]
+    lines = [
+        f"reader {rd['model']} at budget {rd['budget']} by context order (the same items, only the order "
+        "changed): F1 per category, 95 % bootstrap interval below"
+    ]
+    for s in results["systems"]:
+        st = results["results"][s][str(rd["budget"])].get("reader_orders")
+        if not st:
+            continue
+        w = max(len(o) for o in st["f1"]) + 2
+        lines.append(f"{s}: {st['questions']} questions answered in every order")
+        head = f"  {'order':<{w}}" + "".join(f"{c[:13]:>14}" for c in cats)
+        lines.append(head)
+        lines.append(f"  {'n':<{w}}" + "".join(f"{st['n'][c]:>14}" for c in cats))
+        for o in st["f1"]:
+            lines.append(f"  {o:<{w}}" + "".join(f"{_pct(st['f1'][o][c]):>14}" for c in cats))
+            lines.append(
+                f"  {'':<{w}}"
+                + "".join(
+                    f"{'-' if math.isnan(lo) else f'{100 * lo:.1f}-{100 * hi:.1f}':>14}"
+                    for lo, hi in (st["ci95"][o][c] for c in cats)
+                )
+            )
+        for o, d in st["diff"].items():
+            lines.append(
+                f"  {o} - {st['base']} (paired, points): "
+                + ", ".join(
+                    f"{c} {100 * d[c]['mean']:+.1f} [{100 * d[c]['low']:+.1f}, {100 * d[c]['high']:+.1f}]"
+                    for c in _OVERALL
+                    if not math.isnan(d[c]["mean"])
+                )
+            )
+    return lines
 
 
 def plot_recall(results: dict[str, Any], path: str) -> str | None:

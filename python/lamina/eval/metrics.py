@@ -29,6 +29,8 @@ import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from .stem import porter_stem
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "retention",
     "percentile",
     "wilson_interval",
+    "bootstrap_interval",
     "f1_score",
     "f1_multi",
     "bleu1",
@@ -197,6 +200,49 @@ def wilson_interval(p: float, n: int, z: float = 1.959964) -> tuple[float, float
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def bootstrap_interval(
+    xs: Sequence[float], *, resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``xs`` (per-question scores, or per-question
+    differences of two conditions on the same questions for a paired interval).
+
+    Parameters
+    ----------
+    xs : sequence of float
+        The observations (NaN not allowed).
+    resamples : int
+        Bootstrap resamples (with replacement, ``len(xs)`` each).
+    level : float
+        Coverage, in (0, 1).
+    seed : int
+        Seed of the resampling (the interval is deterministic for a given seed).
+
+    Returns
+    -------
+    (low, high) : tuple of float
+        NaN bounds when ``xs`` is empty.
+
+    Raises
+    ------
+    ValueError
+        ``resamples`` < 1, ``level`` outside (0, 1), or a NaN in ``xs``.
+    """
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    a = np.asarray(list(xs), dtype=np.float64)
+    if a.size == 0:
+        return (math.nan, math.nan)
+    if np.isnan(a).any():
+        raise ValueError("bootstrap_interval: NaN among the observations")
+    rng = np.random.default_rng(seed)
+    means = a[rng.integers(0, a.size, size=(resamples, a.size))].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    lo, hi = np.quantile(means, [tail, 1.0 - tail])
+    return (float(lo), float(hi))
 
 
 # ---- reader metrics (official rules) -------------------------------------------------------------

@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..embedders import Embedder
-from ..items import MemoryItem, format_time
+from ..items import Context, ContextOrder, MemoryItem, format_time
 from ..memory import Memory, MemoryConfig
 from ..search import topk
 from .locomo import Session, Turn
@@ -72,11 +72,28 @@ class CtxItem:
 @dataclass
 class Ctx:
     """A system's context: its items (for attribution) and, when the system renders its own
-    prompt text (lamina groups turns under shared date headers), that text."""
+    prompt text (lamina groups turns under shared date headers), that text; for lamina also the
+    :class:`lamina.Context` itself (``source``), which :meth:`render_in` shows in another order."""
 
     items: list[CtxItem] = field(default_factory=list)
     abstain: bool = False
     text: str | None = None
+    source: Context | None = None
+
+    def render_in(self, order: ContextOrder) -> str:
+        """The same selected items rendered in ``order`` (:func:`lamina.items.arrange`).
+
+        Raises
+        ------
+        ValueError
+            An unknown order, or a context without a :class:`lamina.Context` (the raw-turn
+            baselines: only lamina's contexts carry an order).
+        """
+        if self.source is None:
+            raise ValueError("only lamina's contexts can be reordered (this context has no lamina.Context)")
+        if self.abstain:
+            return ""
+        return self.source.reordered(order=order).render()
 
     def render(self) -> str:
         if self.abstain:
@@ -414,7 +431,7 @@ class LaminaSystem:
             query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32),
         )
         items = [CtxItem(it.render(), float(it.score), self._parts(it), it.layer) for it in c.items]
-        return Ctx(items, abstain=bool(c.abstain), text=c.render())
+        return Ctx(items, abstain=bool(c.abstain), text=c.render(), source=c)
 
     def close(self) -> None:
         self.mem.close()

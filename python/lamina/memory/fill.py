@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import kernels
 from .._memo import frozen
+from ..items import arrange
 from .config import MemoryConfig
 from .records import GENERAL_KINDS, HEADER_TOKENS, MIN_ITEM_TOKENS, Record, TokenCount, norm_key, text_key, turn_tokens
 from .state import MemoryState
@@ -193,10 +194,6 @@ def item_tokens(st: MemoryState, r: Record) -> TokenCount:
 
 
 def lost_in_the_middle(chosen: Scored) -> Scored:
-    """Best first, second best last, the rest alternating inwards (weakest in the middle)."""
-    ranked = sorted(chosen, key=lambda x: (-x[0], x[1].seq))
-    front: Scored = []
-    back: Scored = []
-    for i, x in enumerate(ranked):
-        (front if i % 2 == 0 else back).append(x)
-    return front + back[::-1]
+    """Best first, second best last, the rest alternating inwards (weakest in the middle):
+    :func:`lamina.items.arrange` of the items ranked by score, ties the older first."""
+    return arrange(sorted(chosen, key=lambda x: (-x[0], x[1].seq)), order="lost-in-the-middle")

@@ -161,6 +161,9 @@ class ContextOut(BaseModel):
     budget: int
     text: str = Field(description="The context rendered for a prompt (empty when abstaining).")
     firewall: FirewallReportOut | None = None
+    order: Literal["lost-in-the-middle", "score", "reversed"] = Field(
+        "lost-in-the-middle", description="The order the items are in (lamina.items.CONTEXT_ORDERS)."
+    )
 
 
 class SearchRequest(_In):
