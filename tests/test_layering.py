@@ -69,6 +69,7 @@ MODEL_LEVELS = {
     "press": 1,
     "generate": 2,
     "runtime": 3,
+    "loading": 4,
     "pamqa": 4,
     "backtrack": 4,
 }

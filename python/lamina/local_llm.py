@@ -89,7 +89,7 @@ class LocalChat:
 
     def _loaded(self) -> Model:
         if self._model is None:
-            from .model.runtime import load
+            from .model.loading import load
 
             self._model = load(self._path, threads=self._threads or 0)
         return self._model

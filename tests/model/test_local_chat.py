@@ -146,7 +146,7 @@ def test_stop_strings_and_seeded_sampling(model: Any) -> None:
 
 
 def test_lazy_load_happens_once_under_concurrency(model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import lamina.model.runtime as runtime
+    import lamina.model.loading as loading
 
     calls: list[tuple[Any, int]] = []
 
@@ -155,7 +155,7 @@ def test_lazy_load_happens_once_under_concurrency(model: Any, monkeypatch: pytes
         time.sleep(0.05)  # widen the race window
         return model
 
-    monkeypatch.setattr(runtime, "load", fake_load)
+    monkeypatch.setattr(loading, "load", fake_load)
     chat = lamina.LocalChat(path=model.path, threads=2)
     msgs = [{"role": "user", "content": "Say hello."}]
     results: list[str] = []

