@@ -13,8 +13,10 @@ Both are deterministic and thread-safe (stateless).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -122,12 +124,22 @@ def _bag(s: str) -> tuple[tuple[str, ...], int]:
 def _overlap_scores(texts: Sequence[str]) -> npt.NDArray[np.float64]:
     """Word-overlap centrality: the summed document frequency of a sentence's distinct words
     over (1 + its length)."""
-    bags = [_bag(s) for s in texts]
-    vocab: dict[str, int] = {}
-    for b, _n in bags:
-        for w in b:
-            vocab[w] = vocab.get(w, 0) + 1
-    return np.array([sum(vocab[w] for w in b) / (1 + n) for b, n in bags])
+    return _bag_scores([_bag(s) for s in texts])
+
+
+def _bag_scores(bags: Sequence[tuple[tuple[str, ...], int]]) -> npt.NDArray[np.float64]:
+    """:func:`_overlap_scores` of sentences given by their bags (:func:`_bag`); the counts and
+    sums run in C (``Counter`` over the chained bags, ``map`` over the vocabulary)."""
+    vocab = Counter(chain.from_iterable(b for b, _n in bags))
+    df = vocab.__getitem__
+    return np.array([sum(map(df, b)) / (1 + n) for b, n in bags])
+
+
+@quiet_lru_cache(maxsize=65_536)
+def _turn_sentences(speaker: str | None, text: str) -> tuple[tuple[str, tuple[tuple[str, ...], int]], ...]:
+    """A turn's sentences as ψ quotes them (``Speaker: sentence``) with their bags (:func:`_bag`):
+    a MemTree node is summarised again from the same turns at each insert below it."""
+    return tuple(((q := f"{speaker}: {s}" if speaker else s), _bag(q)) for s in _sentences(text))
 
 
 def _centrality(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -163,29 +175,34 @@ class ExtractiveSummarizer:
     def summarize_sourced(self, turns: Sequence[Turn], max_words: int = 60) -> tuple[str, list[int]]:
         """The summary and the indices of the turns it quotes (ascending; see
         :class:`SourcedSummarizer`)."""
-        sents: list[tuple[int, str]] = []  # (turn, "Speaker: sentence")
+        sents: list[int] = []  # the turn of each sentence
+        texts: list[str] = []  # "Speaker: sentence"
+        bags: list[tuple[tuple[str, ...], int]] = []
         for ti, t in enumerate(turns):
-            for s in _sentences(t.text):
-                sents.append((ti, f"{t.speaker}: {s}" if t.speaker else s))
+            got = _turn_sentences(t.speaker, t.text)
+            sents += [ti] * len(got)
+            for q, b in got:
+                texts.append(q)
+                bags.append(b)
         if not sents:
             return "", []
-        texts = [s for _, s in sents]
-        if sum(_bag(s)[1] for s in texts) <= max_words:
-            return " ".join(texts), sorted({ti for ti, _ in sents})
+        lens = [n for _b, n in bags]
+        if sum(lens) <= max_words:
+            return " ".join(texts), sorted(set(sents))
         vecs = [t.vector for t in turns]
         if all(v is not None for v in vecs):
             # Nothing is embedded: word-overlap centrality first, then the centrality of the
             # sentence's turn (its vector against the turns' centroid) on equal overlap.
             V = np.stack([np.asarray(v, dtype=np.float32) for v in vecs])
-            turn_score = (V @ V.mean(axis=0))[[ti for ti, _ in sents]]
-            order = np.lexsort((-turn_score, -_overlap_scores(texts)))
+            turn_score = (V @ V.mean(axis=0))[sents]
+            order = np.lexsort((-turn_score, -_bag_scores(bags)))
         else:
-            score = _overlap_scores(texts) if self._embed is None else _centrality(self._embed(texts))
+            score = _bag_scores(bags) if self._embed is None else _centrality(self._embed(texts))
             order = np.argsort(-score, kind="stable")
         chosen: list[int] = []
         used = 0
-        for i in order:
-            n = _bag(texts[i])[1]
+        for i in order.tolist():
+            n = lens[i]
             if used + n > max_words and chosen:
                 continue
             chosen.append(int(i))
@@ -195,7 +212,7 @@ class ExtractiveSummarizer:
         chosen.sort()
         out = " ".join(texts[i] for i in chosen)
         w = _words(out)
-        quoted = sorted({sents[i][0] for i in chosen})
+        quoted = sorted({sents[i] for i in chosen})
         return (" ".join(w[:max_words]) if len(w) > max_words else out), quoted
 
 
