@@ -14,10 +14,11 @@ from memkit import DAY, T0, dump, fill, item_rows, public_view
 
 from lamina import Memory, MemoryConfig
 from lamina.embedders import get_embedder
-from lamina.memory.records import ITEM_FIELDS, NsCode
+from lamina.memory.records import ITEM_FIELDS, ROOT, NsCode
 from lamina.memory.state import MemoryState
 from lamina.memory.store import SQLiteStore
 from lamina.memory.tx import Tx
+from lamina.memory.userstate import UserState
 
 CFG = MemoryConfig(working_capacity=4, episodic_capacity=4, max_segment_turns=2)
 DIM = get_embedder("hashing").dim
@@ -221,3 +222,30 @@ def test_records_hold_only_atomic_values_and_leave_the_cyclic_gc(tmp_path: Path)
                 assert not gc.is_tracked(r)
                 bad = {f: getattr(r, f) for f in r.__slots__ if not _atomic(getattr(r, f))}  # type: ignore[attr-defined]
                 assert not bad, (r.kind, bad)
+
+
+def test_tree_height_is_the_deepest_remaining_level(tmp_path: Path) -> None:
+    """tree_height reads the child lists only and may stop at the first node of the old height
+    (``max_depth`` is never below the height): it must still find a deepest node wherever it
+    sits in the walk, and a lower height once the deepest level is gone."""
+    p = tmp_path / "m.db"
+    with Memory(p, embedder="hashing", config=CFG):
+        pass
+    st = _load(p)
+    u = UserState("u", 0)
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        # a random forest of child lists under ROOT
+        n = int(rng.integers(0, 40))
+        ids = [ROOT] + list(range(1000, 1000 + n))
+        ch: dict[int, list[int]] = {}
+        depth = {ROOT: 0}
+        for i in range(1, n + 1):
+            par = ids[int(rng.integers(0, i))]  # ROOT or an earlier node
+            ch.setdefault(par, []).append(ids[i])
+            depth[ids[i]] = depth[par] + 1
+        u.children = ch
+        true = max(depth.values())
+        u.max_depth = true + int(rng.integers(0, 3))  # an upper bound, as the memory keeps it
+        st.tree_height(u)
+        assert u.max_depth == true, trial
