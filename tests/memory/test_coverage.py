@@ -296,6 +296,9 @@ class _Checked(CoverageProjection):
         assert list(zip(self.raw_i.tolist(), self.col_ids[self.raw_t].tolist())) == raw
         assert list(zip(self.agg_i.tolist(), self.col_ids[self.agg_t].tolist())) == agg
         assert self.n_col == len(set(t for _, t in raw + agg))
+        # each rendered turn's group: the active leaf holding it (u.seg_of), else the turn alone
+        ids = self.col_ids[: self.n_raw].tolist()
+        assert self.group.tolist() == [u.seg_of.get(t, -1 - t) for t in ids]
 
     def run(self) -> np.ndarray:
         st, u, items, n_ep, now = self.args

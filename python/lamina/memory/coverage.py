@@ -73,9 +73,9 @@ class TurnIncidence:
     ``entries`` maps an item id to ``(record, sources, raw, agg)``: the record object and its
     ``sources`` tuple as read (an entry holds while both are the very objects the item has now: a
     record patched or replaced, or whose sources changed, is read again), the turn ids it renders
-    verbatim (``raw``) and those its sources name (``agg``, for aggregates). What an entry reads
-    beyond the record (which turns exist, which turn a source id names) changes only with
-    ``UserState.turn_epoch``: entries are valid for ``epoch`` only.
+    verbatim (``raw``) and those its sources name (``agg``, for aggregates), each the bytes of an
+    int64 array. What an entry reads beyond the record (which turns exist, which turn a source id
+    names) changes only with ``UserState.turn_epoch``: entries are valid for ``epoch`` only.
 
     Parameters
     ----------
@@ -87,7 +87,7 @@ class TurnIncidence:
 
     def __init__(self, epoch: int) -> None:
         self.epoch = int(epoch)
-        self.entries: dict[int, tuple[object, object, list[int], list[int]]] = {}
+        self.entries: dict[int, tuple[object, object, bytes, bytes]] = {}
 
 
 class TurnNeighbours:
@@ -130,6 +130,7 @@ class TurnNeighbours:
         self.floor = np.full(cap, _NEG, dtype=np.float32)
         self.kth = np.full(cap, _NEG, dtype=np.float32)
         self.relisted = 0  # rows listed anew because their list ran dry (statistics, tests)
+        self._sorted: tuple[I64, I64] | None = None  # (the listed ids sorted, their columns), for columns()
         self.epoch = -1  # the owner's count of replaced vectors when the stamps were last read (-1: never)
 
     # ------------------------------------------------------------------ columns
@@ -155,7 +156,7 @@ class TurnNeighbours:
         self.floor = ext(self.floor, -np.inf)
         self.kth = ext(self.kth, -np.inf)
 
-    def sync(self, vectors: LayerIndex, ids: Sequence[int], *, listed_current: bool = False) -> I64:
+    def sync(self, vectors: LayerIndex, ids: Sequence[int] | I64, *, listed_current: bool = False) -> I64:
         """Make the columns exactly the turns ``ids`` (all stored in ``vectors``), with their
         current vectors: a turn whose stored vector changed since it was listed (its stamp
         differs) is listed anew. ``listed_current``: the caller knows that no listed turn's
@@ -166,7 +167,7 @@ class TurnNeighbours:
         known = cols >= 0
         ok = known.copy()
         if not listed_current:
-            stamps = vectors.stamps(ids)
+            stamps = vectors.stamps(arr.tolist())
             ok[known] = self.stamp[cols[known]] == stamps[known]
         keep = np.zeros(self.n, dtype=bool)
         keep[cols[ok]] = True
@@ -174,15 +175,17 @@ class TurnNeighbours:
         fresh = list(dict.fromkeys(arr[~ok].tolist()))
         if fresh:
             self.add(fresh, vectors.get(fresh), vectors.stamps(fresh))
-        return self.columns(arr)
+        return cols if self._sorted is not None else self.columns(arr)  # (the columns moved: asked again)
 
     def columns(self, ids: I64) -> I64:
         """The column of each turn id, shape (len(ids),), int64 (-1: not listed)."""
         n = self.n
         if not n or not len(ids):
             return np.full(len(ids), -1, dtype=np.int64)
-        order = np.argsort(self.ids[:n], kind="stable")
-        srt = self.ids[:n][order]
+        if self._sorted is None:  # (kept until the columns change: add and kill drop it)
+            order = np.argsort(self.ids[:n], kind="stable")
+            self._sorted = (self.ids[:n][order], order)
+        srt, order = self._sorted
         pos = np.minimum(np.searchsorted(srt, ids), n - 1)
         return np.where(srt[pos] == ids, order[pos], -1).astype(np.int64)
 
@@ -207,6 +210,7 @@ class TurnNeighbours:
     def _add_chunk(self, ids: list[int], X: F32, stamps: I64) -> None:
         m = len(ids)
         n0 = self.n
+        self._sorted = None
         self._grow(n0 + m)
         new = np.arange(n0, n0 + m, dtype=np.int64)
         self.ids[new] = ids
@@ -283,6 +287,7 @@ class TurnNeighbours:
         columns move into their places (renumbering them)."""
         if not len(cols):
             return
+        self._sorted = None
         n = self.n
         gone = np.zeros(n, dtype=bool)
         gone[cols] = True

@@ -106,8 +106,7 @@ class UserState:
         inc = self.incidence
         if inc is not None:
             yield inc.entries
-            for e in list(inc.entries.values()):
-                yield from (e, e[2], e[3])
+            yield from list(inc.entries.values())  # (their turn arrays: bytes, never tracked)
         if self.coverage is not None:
             yield self.coverage.col
 
