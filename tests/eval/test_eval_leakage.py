@@ -40,8 +40,11 @@ def test_rates_count_what_reaches_the_context() -> None:
     # with the caller's labels the gate keeps every other domain out, beliefs included
     assert on.leakage_rate == 0.0 and on.sycophancy_rate == 0.0
     assert off.leakage_rate > 0.5 and off.sycophancy_rate > 0.5  # a full budget draws on everything
-    # ... and it costs exactly the cross-domain pairs, not the same-domain ones
-    assert on.beneficial_miss_cross_domain == 1.0
+    # a gate without the constraint exception costs exactly the cross-domain pairs
+    strict = run_setting(m, users, 256, Firewall(tau=-1.0, constraints_cross=False))
+    assert strict.beneficial_miss_cross_domain == 1.0 and strict.leakage_rate == 0.0
+    # stated constraints cross into plan requests: the cross-domain pairs come back, no leak does
+    assert on.beneficial_miss_cross_domain <= off.beneficial_miss_cross_domain + 1 / 6
     assert on.beneficial_miss_same_domain <= off.beneficial_miss_same_domain + 0.05
 
 

@@ -169,7 +169,7 @@ def contexts(
             u = users[i]
             if cd is not None and firewall is not None:
                 assert u is not None
-                reports[i] = screen(st, u, cd, Q[i : i + 1].copy(), domains[i], firewall)
+                reports[i] = screen(st, u, cd, Q[i : i + 1].copy(), domains[i], firewall, query=queries[i])
             if cd is not None:
                 relevance[i] = cd.relevance
     gated = [i for i in range(n) if relevance.get(i)]
