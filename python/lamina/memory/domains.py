@@ -107,10 +107,10 @@ _CONSTRAINT = re.compile(
     r"|allergic|intolerant|at (?:the )?most|no more than|only afford|can't afford|forbidden to)\b",
     re.IGNORECASE,
 )
-# a request for a plan, a recommendation or a choice of what to avoid
+# a request for a plan, a recommendation, advice or a choice of what to avoid
 _PLAN = re.compile(
     r"\b(?:plan|planning|schedule|scheduling|recommend|recommendation|suggest|advise|avoid|organi[sz]e"
-    r"|arrange|book)\b",
+    r"|arrange|book|(?:should|shall|can) (?:i|we))\b",
     re.IGNORECASE,
 )
 
@@ -124,8 +124,8 @@ def states_constraint(text: str) -> bool:
 
 
 def asks_for_plan(query: str) -> bool:
-    """Whether ``query`` asks for a plan, a schedule, a recommendation or what to avoid (the
-    requests a constraint of any domain bears on)."""
+    """Whether ``query`` asks for a plan, a schedule, a recommendation, advice ("should I",
+    "can we") or what to avoid (the requests a constraint of any domain bears on)."""
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, got {type(query).__name__}")
     return _PLAN.search(query) is not None
