@@ -115,11 +115,12 @@ def test_a_stated_constraint_crosses_the_gate_only_into_a_plan_request() -> None
     m = Memory(None, embedder="hashing", domains=DomainClassifier())
     texts = {
         # (each shares a word with the questions, so the hashing embedder retrieves it)
-        "gluten": "My doctor says I can't eat gluten at dinner or any meal.",
+        "gluten": "My doctor says I can't eat gluten, so food at dinner is a worry.",
         "asthma": "My asthma medication makes me sleepy after dinner.",
         "belief": "I am convinced that dinner after eight is poison, I cannot change my mind.",
-        "cap": "Money is short: no more than 200 dollars a month on dinner out.",
+        "cap": "Money is short: no more than 200 dollars a month on restaurant dinner.",
         "food": "My favorite dinner is Italian cuisine and I love pizza.",
+        "stairs": "After the knee surgery I cannot climb stairs to a dinner in the office.",
     }
     m.add(
         [{"speaker": "Bo", "text": t, "id": k} for k, t in texts.items()], user_id="bo", session_id="s", timestamp=1.7e9
@@ -131,6 +132,10 @@ def test_a_stated_constraint_crosses_the_gate_only_into_a_plan_request() -> None
     got = set(c.sources)
     assert {"gluten", "cap", "food"} <= got  # the constraints of health and finance help the plan
     assert "asthma" not in got and "belief" not in got  # a plain health fact and a belief do not cross
+    # a constraint whose words touch only other domains (health, work) does not bear on a meal
+    assert "stairs" not in got
+    no_gate = Firewall(tau=-1.0, domain_gate=False)
+    assert "stairs" in m.context(plan, user_id="bo", budget=400, include_archive=True, firewall=no_gate).sources
     # a question that plans nothing: the constraints of other domains stay out
     ask = m.context(
         "What is my favorite cuisine for dinner?",

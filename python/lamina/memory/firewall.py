@@ -10,11 +10,13 @@ the first that fails:
    that is not in ``Firewall.allow`` (unlabelled items pass; a health detail does not enter a
    work question, neither verbatim nor inside a summary). One exception
    (``Firewall.constraints_cross``): when the query asks for a plan, a schedule, a
-   recommendation or what to avoid (:func:`lamina.memory.domains.asks_for_plan`), a foreign
-   text that states a constraint of the user (:func:`~lamina.memory.domains.states_constraint`:
-   an allergy, a physical limit, a spending cap) passes — a plan in one domain must respect
-   the limits stated in another, which is the cross-domain memory that *helps* (an allergy for
-   a restaurant choice). Beliefs never pass this way.
+   recommendation, advice or what to avoid (:func:`lamina.memory.domains.asks_for_plan`), a
+   foreign text that states a constraint of the user
+   (:func:`~lamina.memory.domains.states_constraint`: an allergy, a physical limit, a spending
+   cap) passes when it bears on the query's domain: its words touch that domain (the
+   classifier's points; "I cannot sit through long meetings" touches work), or the query names
+   none (``other``). A plan in one domain must respect the limits stated in another: that is
+   the cross-domain memory that *helps*. Beliefs never pass this way.
 2. ``similarity`` — the floor τ on the cosine between the item's vector and the query's (weakly
    related memories are where cross-domain leaks and sycophancy triggers come from).
 3. ``clarify`` — a dual-trace commitment: an item stored as CLARIFY (or quoting a CLARIFY turn)
@@ -36,7 +38,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidInput
 from ..items import Blocked, FirewallReport
-from .domains import OTHER, asks_for_plan, states_constraint
+from .domains import OTHER, DomainClassifier, asks_for_plan, states_constraint
 from .records import Record
 from .retrieve import Candidates
 from .state import MemoryState, UserState
@@ -60,7 +62,8 @@ class Firewall:
         texts that name no domain).
     constraints_cross : bool
         Let a stated constraint of another domain through the gate when the query asks for a
-        plan, a recommendation or what to avoid (default True; ``beliefs`` never cross).
+        plan, a recommendation, advice or what to avoid and the constraint's words touch the
+        query's domain (or the query names none); default True; ``beliefs`` never cross.
     """
 
     tau: float = 0.1
@@ -100,7 +103,18 @@ def _traits(st: MemoryState, u: UserState, r: Record) -> tuple[list[Record], boo
     return labelled, clarify
 
 
-def _gated(labelled: list[Record], query_domain: str, fw: Firewall, plan: bool) -> bool:
+_DEFAULT_CLASSIFIER = DomainClassifier()
+
+
+def _bears_on(text: str, query_domain: str, clf: DomainClassifier) -> bool:
+    """Whether a constraint ``text`` bears on a query of ``query_domain``: it states a
+    constraint and its words touch that domain (or the query names no domain)."""
+    if not states_constraint(text):
+        return False
+    return query_domain == OTHER or clf.scores(text).get(query_domain, 0) > 0
+
+
+def _gated(labelled: list[Record], query_domain: str, fw: Firewall, plan: bool, clf: DomainClassifier) -> bool:
     """Whether the domain gate blocks an item whose labelled parts are ``labelled``: some part is
     of a foreign domain (not the query's, not allowed) and is not a constraint that may cross
     (``plan``: the query asks for a plan)."""
@@ -108,7 +122,7 @@ def _gated(labelled: list[Record], query_domain: str, fw: Firewall, plan: bool) 
         d = t.domain
         if d == query_domain or d in fw.allow:
             continue
-        if plan and d not in _NEVER_CROSS and states_constraint(t.text):
+        if plan and d not in _NEVER_CROSS and _bears_on(t.text, query_domain, clf):
             continue
         return True
     return False
@@ -130,6 +144,7 @@ def screen(
     fw: Firewall,
     *,
     query: str | None = None,
+    classifier: DomainClassifier | None = None,
 ) -> FirewallReport:
     """Remove blocked candidates from ``cands`` (in place) and report why.
 
@@ -145,6 +160,8 @@ def screen(
     query : str, optional
         The query's text (with ``fw.constraints_cross``: whether it asks for a plan; None: it
         does not).
+    classifier : DomainClassifier, optional
+        Which domains a constraint's words touch (default: the default lexicon).
     """
     q = np.asarray(q, dtype=np.float32).reshape(-1)
     qn = float(np.linalg.norm(q)) or 1.0
@@ -152,6 +169,7 @@ def screen(
     clarify: list[int] = []
     gate = fw.domain_gate and query_domain is not None
     plan = fw.constraints_cross and query is not None and asks_for_plan(query)
+    clf = classifier if classifier is not None else _DEFAULT_CLASSIFIER
     for layer, scored in list(cands.per_layer.items()):
         if not scored:
             continue
@@ -161,7 +179,7 @@ def screen(
         kept = []
         for (s, r), sim in zip(scored, sims.tolist()):
             labelled, is_clarify = _traits(st, u, r)
-            if gate and _gated(labelled, query_domain or "", fw, plan):
+            if gate and _gated(labelled, query_domain or "", fw, plan, clf):
                 reason = "domain"
             elif sim < fw.tau:
                 reason = "similarity"
