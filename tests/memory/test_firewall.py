@@ -156,6 +156,10 @@ def test_a_stated_constraint_crosses_the_gate_only_into_a_plan_request() -> None
     plans = lamina.memory.domains.asks_for_plan
     assert plans("What should I cook tonight?") and plans("Which hotel do you recommend?")
     assert not plans("When is my interview?") and not plans("What did the doctor say?")
+    with pytest.raises(TypeError, match="str"):
+        plans(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="str"):
+        lamina.memory.domains.states_constraint(b"cannot")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="constraints_cross"):
         Firewall(constraints_cross=1)  # type: ignore[arg-type]
 
