@@ -75,7 +75,12 @@ def item_from_json(d: object) -> MemoryItem:
 
 def firewall_to_json(fw: Firewall) -> dict[str, Any]:
     """The settings of a :class:`~lamina.Firewall` as a JSON object."""
-    return {"tau": fw.tau, "domain_gate": fw.domain_gate, "allow": list(fw.allow)}
+    return {
+        "tau": fw.tau,
+        "domain_gate": fw.domain_gate,
+        "allow": list(fw.allow),
+        "constraints_cross": fw.constraints_cross,
+    }
 
 
 def report_to_json(r: FirewallReport | None) -> dict[str, Any] | None:

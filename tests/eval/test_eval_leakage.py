@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lamina import Firewall, Memory
 from lamina.cli import main
-from lamina.eval.leakage import generate_users, run_setting
+from lamina.eval.leakage import decoy_rate, generate_users, run_setting
 
 
 def test_generator_is_deterministic_and_labels_every_probe() -> None:
@@ -40,9 +40,14 @@ def test_rates_count_what_reaches_the_context() -> None:
     # with the caller's labels the gate keeps every other domain out, beliefs included
     assert on.leakage_rate == 0.0 and on.sycophancy_rate == 0.0
     assert off.leakage_rate > 0.5 and off.sycophancy_rate > 0.5  # a full budget draws on everything
-    # ... and it costs exactly the cross-domain pairs, not the same-domain ones
-    assert on.beneficial_miss_cross_domain == 1.0
+    # a gate without the constraint exception costs exactly the cross-domain pairs
+    strict = run_setting(m, users, 256, Firewall(tau=-1.0, constraints_cross=False))
+    assert strict.beneficial_miss_cross_domain == 1.0 and strict.leakage_rate == 0.0
+    # stated constraints cross into plan requests: the cross-domain pairs come back, no leak does
+    assert on.beneficial_miss_cross_domain <= off.beneficial_miss_cross_domain + 1 / 6
     assert on.beneficial_miss_same_domain <= off.beneficial_miss_same_domain + 0.05
+    # decoy plan requests that a foreign constraint does not bear on: drawn in without a firewall
+    assert decoy_rate(m, users, 256, None) > 0.5 and decoy_rate(m, users, 256, Firewall(tau=-1.0)) == 0.0
 
 
 def test_cli_writes_the_settings_and_keys(tmp_path: Path, capsys: object) -> None:
@@ -54,3 +59,4 @@ def test_cli_writes_the_settings_and_keys(tmp_path: Path, capsys: object) -> Non
         assert all(0.0 <= res[setting][k] <= 1.0 for k in ("leakage_rate", "sycophancy_rate", "beneficial_miss_rate"))
     assert {(r["tau"], r["domain_gate"]) for r in res["sweep"]} >= {(-1.0, False), (-1.0, True)}
     assert 0.0 <= res["classifier_accuracy"]["memories"] <= 1.0
+    assert set(res["constraint_decoy_rate"]) == {"off", "firewall"}

@@ -111,6 +111,59 @@ def test_similarity_floor_and_allow_list() -> None:
     assert "blood pressure" not in blocked.render()
 
 
+def test_a_stated_constraint_crosses_the_gate_only_into_a_plan_request() -> None:
+    m = Memory(None, embedder="hashing", domains=DomainClassifier())
+    texts = {
+        # (each shares a word with the questions, so the hashing embedder retrieves it)
+        "gluten": "My doctor says I can't eat gluten, so food at dinner is a worry.",
+        "asthma": "My asthma medication makes me sleepy after dinner.",
+        "belief": "I am convinced that dinner after eight is poison, I cannot change my mind.",
+        "cap": "Money is short: no more than 200 dollars a month on restaurant dinner.",
+        "food": "My favorite dinner is Italian cuisine and I love pizza.",
+        "stairs": "After the knee surgery I cannot climb stairs to a dinner in the office.",
+    }
+    m.add(
+        [{"speaker": "Bo", "text": t, "id": k} for k, t in texts.items()], user_id="bo", session_id="s", timestamp=1.7e9
+    )
+    m.end_session(user_id="bo", session_id="s")
+    plan = "Can you suggest a restaurant for my birthday dinner?"  # preferences, asks for a recommendation
+    c = m.context(plan, user_id="bo", budget=400, include_archive=True, firewall=Firewall(tau=-1.0))
+    assert c.firewall is not None and c.firewall.query_domain == "preferences"
+    got = set(c.sources)
+    assert {"gluten", "cap", "food"} <= got  # the constraints of health and finance help the plan
+    assert "asthma" not in got and "belief" not in got  # a plain health fact and a belief do not cross
+    # a constraint whose words touch only other domains (health, work) does not bear on a meal
+    assert "stairs" not in got
+    no_gate = Firewall(tau=-1.0, domain_gate=False)
+    assert "stairs" in m.context(plan, user_id="bo", budget=400, include_archive=True, firewall=no_gate).sources
+    # a question that plans nothing: the constraints of other domains stay out
+    ask = m.context(
+        "What is my favorite cuisine for dinner?",
+        user_id="bo",
+        budget=400,
+        include_archive=True,
+        firewall=Firewall(tau=-1.0),
+    )
+    assert {"gluten", "cap"}.isdisjoint(ask.sources) and "food" in ask.sources
+    # the exception off: the plain gate
+    off = m.context(
+        plan, user_id="bo", budget=400, include_archive=True, firewall=Firewall(tau=-1.0, constraints_cross=False)
+    )
+    assert {"gluten", "cap"}.isdisjoint(off.sources)
+    assert lamina.memory.domains.states_constraint(texts["cap"]) and not lamina.memory.domains.states_constraint(
+        "I can't wait for the weekend."
+    )
+    plans = lamina.memory.domains.asks_for_plan
+    assert plans("What should I cook tonight?") and plans("Which hotel do you recommend?")
+    assert not plans("When is my interview?") and not plans("What did the doctor say?")
+    with pytest.raises(TypeError, match="str"):
+        plans(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="str"):
+        lamina.memory.domains.states_constraint(b"cannot")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="constraints_cross"):
+        Firewall(constraints_cross=1)  # type: ignore[arg-type]
+
+
 def test_clarify_is_withheld_and_reported_verify_is_marked() -> None:
     m = _memory()
     c = m.context(

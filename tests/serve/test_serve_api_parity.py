@@ -112,6 +112,14 @@ def test_context_through_the_firewall(api: Any, user: str) -> None:
     assert reasons == {"domain", "clarify"} and ctx.firewall.needs_clarification
     assert all(isinstance(b, lamina.Blocked) for b in ctx.firewall.blocked)
     assert api.context("asthma", user_id=user, budget=128).firewall is None
+    # a stated constraint of another domain crosses into a plan request, unless the setting is off
+    limit = "After the asthma attack I cannot climb stairs to the charity project room."
+    api.add([{"speaker": "Alice", "text": limit, "id": "F:3", "domain": "health"}], user_id=user, session_id="s")
+    q = "Can you schedule the asthma charity project meeting?"
+    on = api.context(q, user_id=user, budget=128, domain="work", firewall=fw)
+    strict = lamina.Firewall(tau=-1.0, constraints_cross=False)
+    off = api.context(q, user_id=user, budget=128, domain="work", firewall=strict)
+    assert "F:3" in on.sources and "F:0" not in on.sources and "F:3" not in off.sources
 
 
 def test_update_history_end_session_facts_delete(api: Any, user: str) -> None:

@@ -268,43 +268,40 @@ def _cmd_eval_kv(args: argparse.Namespace) -> int:
 
 def _cmd_eval_memcon(args: argparse.Namespace) -> int:
     from .locomo import load_locomo
-    from .memcon import plot_regret, simulate, timed_precompute
+    from .memcon import plot_regret, report, simulate, timed_precompute
 
     if not os.path.exists(args.data):
         print(f"lamina eval memcon: no data at {args.data!r}; pass --data PATH to locomo_dev.json", file=sys.stderr)
         return 2
+    state = [f.strip() for f in args.state.split(",") if f.strip()]
     convs, rep = load_locomo(args.data, limit=args.limit_conversations)
+    if not 0 <= args.holdout < len(convs):
+        print(f"lamina eval memcon: --holdout must be in 0..{len(convs) - 1}, got {args.holdout}", file=sys.stderr)
+        return 2
     actions, outcomes, secs = timed_precompute(
-        convs, embedder=args.embedder, progress=None if args.quiet else sys.stderr
+        convs, embedder=args.embedder, ask=args.ask, progress=None if args.quiet else sys.stderr
     )
     print(
-        f"MemCon on LoCoMo: {rep.conversations} conversations, {len(outcomes)} questions with evidence; "
-        f"outcomes of {len(actions)} actions precomputed in {secs:.1f} s"
+        f"MemCon on LoCoMo: {rep.conversations} conversations, {len(outcomes)} questions with evidence "
+        f"(asked {args.ask.replace('_', ' ')}); outcomes of {len(actions)} actions precomputed in {secs:.1f} s"
     )
+    train = [c.sample_id for c in convs[: len(convs) - args.holdout]] if args.holdout else []
     res = simulate(
-        actions, outcomes, episodes=args.episodes, cost=args.cost, c=args.c, alpha=args.alpha, seed=args.seed
+        actions,
+        outcomes,
+        episodes=args.episodes,
+        train=train,
+        train_episodes=args.train_episodes,
+        state=state,
+        cost=args.cost,
+        c=args.c,
+        alpha=args.alpha,
+        seed=args.seed,
     )
     res["precompute_seconds"] = secs
     res["embedder"] = args.embedder
-    print(f"{'policy':<16}{'reward':>9}{'recall':>9}{'tokens':>9}{'regret':>11}")
-    for n, f in res["fixed"].items():
-        print(
-            f"{n:<16}{f['mean_reward']:>9.4f}{f['mean_recall']:>9.4f}{f['mean_tokens']:>9.0f}{f['final_regret']:>11.1f}"
-        )
-    m = res["memcon"]
-    print(
-        f"{'MemCon':<16}{m['mean_reward']:>9.4f}{m['mean_recall']:>9.4f}{m['mean_tokens']:>9.0f}{m['final_regret']:>11.1f}"
-    )
-    print(
-        f"contextual oracle (best action per state in hindsight): {res['oracle_contextual_mean_reward']:.4f}; "
-        f"{res['states']} states; best fixed: {res['best_fixed']}"
-    )
-    b = res["beats_all_fixed_from"]
-    print(
-        f"MemCon's regret is below every fixed policy's from episode {b} on"
-        if b
-        else f"MemCon does not end below every fixed policy after {args.episodes} episodes"
-    )
+    res["ask"] = args.ask
+    print(report(res))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(_json_safe(res), f, indent=1)
@@ -404,7 +401,26 @@ def add_eval_parser(sub: Any) -> None:
     )
     mc.add_argument("--data", default=_DEFAULT_DATA, help="locomo_dev.json / locomo10.json or their folder")
     mc.add_argument("--embedder", default="hashing", help="auto | minilm | hashing")
-    mc.add_argument("--episodes", type=int, default=20000)
+    mc.add_argument("--episodes", type=int, default=20000, help="reported episodes")
+    mc.add_argument(
+        "--holdout",
+        type=int,
+        default=3,
+        help="the last K conversations are held out and reported; MemCon learns on the others "
+        "first (default 3; 0: one stream over all, from scratch)",
+    )
+    mc.add_argument("--train-episodes", type=int, default=20000, help="episodes on the training conversations")
+    mc.add_argument(
+        "--state",
+        default="date,names,top,conc",
+        help="features of the state φ, from: date, names, qlen, qclass, top, gap, conc, spread, recent, size",
+    )
+    mc.add_argument(
+        "--ask",
+        choices=("end", "after_evidence"),
+        default="end",
+        help="ask each question after the last session, or after a (seeded) session at or after its evidence",
+    )
     mc.add_argument("--cost", type=float, default=0.25, help="reward cost per 1,000 retrieved tokens")
     mc.add_argument("--c", type=float, default=0.3, help="UCB exploration weight")
     mc.add_argument("--alpha", type=float, default=0.15, help="constant step of the Q update")

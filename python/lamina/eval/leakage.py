@@ -37,6 +37,7 @@ __all__ = [
     "generate_users",
     "Rates",
     "run_setting",
+    "decoy_rate",
     "run_benchmark",
     "add_leakage_parser",
 ]
@@ -134,6 +135,14 @@ _CROSS: list[tuple[str, str, str, str]] = [
         "How should I schedule the long planning meetings?",
     ),
 ]
+# decoys (a stress of the firewall's constraint exception, reported apart from the three rates):
+# for each cross-domain memory, a plan request of another domain that shares a word with it but
+# that it does not bear on; drawing the memory in is a leak
+_DECOYS: dict[str, str] = {
+    "I am allergic to peanuts, even a trace makes me sick.": "Can you recommend a film that makes me laugh?",
+    "Money is tight, I can spend at most 50 dollars on the trip.": "Should I take my manager on the client trip?",
+    "My back surgery means I cannot sit for long meetings.": "Can you recommend a long novel for the holidays?",
+}
 _SMALL_TALK = [
     "Good morning, how are you today?",
     "It rained all afternoon here.",
@@ -269,6 +278,20 @@ def run_setting(m: Memory, users: Sequence[LeakUser], budget: int, firewall: Fir
     )
 
 
+def decoy_rate(m: Memory, users: Sequence[LeakUser], budget: int, firewall: Firewall | None) -> float:
+    """The share of decoy plan requests (one per user: a request of another domain sharing a word
+    with the user's cross-domain constraint, which does not bear on it) whose context holds that
+    constraint."""
+    n = hit = 0
+    for u in users:
+        for s, _, t in u.memories:
+            q = _DECOYS.get(t)
+            if q is not None:
+                n += 1
+                hit += s in m.context(q, user_id=u.user_id, budget=budget, firewall=firewall).sources
+    return hit / max(n, 1)
+
+
 def classifier_accuracy(users: Sequence[LeakUser], clf: DomainClassifier) -> dict[str, float]:
     """How often the classifier gives the generator's label: memories, and queries (a factual
     query counts as right when it is classified ``other``)."""
@@ -310,6 +333,10 @@ def run_benchmark(
         "off": asdict(run_setting(auto, users, budget, None)),
         "firewall": asdict(run_setting(auto, users, budget, fw)),
         "firewall_caller_labels": asdict(run_setting(given, users, budget, fw)),
+        "constraint_decoy_rate": {
+            "off": decoy_rate(auto, users, budget, None),
+            "firewall": decoy_rate(auto, users, budget, fw),
+        },
     }
     sweep = []
     for gate in (False, True):
@@ -388,6 +415,12 @@ def _cmd(args: argparse.Namespace) -> int:
     acc = res["classifier_accuracy"]
     assert isinstance(acc, dict)
     print(f"classifier accuracy: memories {100 * acc['memories']:.1f} %, queries {100 * acc['queries']:.1f} %")
+    dec = res["constraint_decoy_rate"]
+    assert isinstance(dec, dict)
+    print(
+        f"constraint decoys (plan requests a foreign constraint does not bear on) drawing it in: "
+        f"off {100 * dec['off']:.1f} %, firewall {100 * dec['firewall']:.1f} %"
+    )
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump(res, f, indent=1)

@@ -112,6 +112,7 @@ def contexts(
     include_archive: bool,
     firewall: Firewall | None,
     explain: bool = False,
+    classifier: DomainClassifier | None = None,
 ) -> list[tuple[Context, ContextExplanation | None]]:
     """The contexts of many queries (see the module docstring), with their explanations when
     ``explain`` (which then counts no visit). The caller holds the memory's lock.
@@ -124,6 +125,8 @@ def contexts(
     Q : ndarray, shape (len(queries), dim), float32 — the query vectors
     domains : each query's domain (:func:`query_domains`)
     budget, t_now, include_archive, firewall : as :meth:`lamina.Memory.context` takes them
+    classifier : the memory's domain classifier (the firewall reads which domains a constraint
+        touches with it; None: the default lexicon)
     """
     c = st.config
     n = len(queries)
@@ -169,7 +172,9 @@ def contexts(
             u = users[i]
             if cd is not None and firewall is not None:
                 assert u is not None
-                reports[i] = screen(st, u, cd, Q[i : i + 1].copy(), domains[i], firewall)
+                reports[i] = screen(
+                    st, u, cd, Q[i : i + 1].copy(), domains[i], firewall, query=queries[i], classifier=classifier
+                )
             if cd is not None:
                 relevance[i] = cd.relevance
     gated = [i for i in range(n) if relevance.get(i)]

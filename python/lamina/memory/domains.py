@@ -24,7 +24,7 @@ from .._memo import quiet_lru_cache
 from .._stem import porter_stem
 from ..errors import InvalidInput
 
-__all__ = ["DomainClassifier", "DEFAULT_LEXICON", "DEFAULT_MARKERS", "OTHER"]
+__all__ = ["DomainClassifier", "DEFAULT_LEXICON", "DEFAULT_MARKERS", "OTHER", "states_constraint", "asks_for_plan"]
 
 #: The label of a text that names no domain.
 OTHER = "other"
@@ -97,6 +97,38 @@ def _marker(domain: str, p: object) -> tuple[re.Pattern[str], int]:
         return re.compile(pat, re.IGNORECASE), pts
     except re.error as e:
         raise InvalidInput(f"markers[{domain!r}] has an invalid regular expression: {e}") from None
+
+
+# A constraint: a limit the user lives under, whatever its domain (an allergy, a physical limit,
+# a spending cap). Plans and recommendations in *any* domain must respect it, so the firewall's
+# domain gate lets constraints through to queries that ask for one (general English, any topic).
+_CONSTRAINT = re.compile(
+    r"\b(?:can ?not|can't(?! wait| believe| stop)|unable to|not able to|must not|mustn't|not allowed to"
+    r"|allergic|intolerant|at (?:the )?most|no more than|only afford|can't afford|forbidden to)\b",
+    re.IGNORECASE,
+)
+# a request for a plan, a recommendation, advice or a choice of what to avoid
+_PLAN = re.compile(
+    r"\b(?:plan|planning|schedule|scheduling|recommend|recommendation|suggest|advise|avoid|organi[sz]e"
+    r"|arrange|book|(?:should|shall|can) (?:i|we))\b",
+    re.IGNORECASE,
+)
+
+
+def states_constraint(text: str) -> bool:
+    """Whether ``text`` states a limit on its speaker ("I cannot sit for long", "allergic to",
+    "at most 50 dollars"): general English markers, any domain."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    return _CONSTRAINT.search(text) is not None
+
+
+def asks_for_plan(query: str) -> bool:
+    """Whether ``query`` asks for a plan, a schedule, a recommendation, advice ("should I",
+    "can we") or what to avoid (the requests a constraint of any domain bears on)."""
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, got {type(query).__name__}")
+    return _PLAN.search(query) is not None
 
 
 @quiet_lru_cache(maxsize=65_536)

@@ -8,7 +8,15 @@ the first that fails:
 1. ``domain`` — the domain gate: an item is blocked when it, or any turn it quotes (the
    sources of a segment, summary or fact), is labelled with a domain other than the query's
    that is not in ``Firewall.allow`` (unlabelled items pass; a health detail does not enter a
-   work question, neither verbatim nor inside a summary).
+   work question, neither verbatim nor inside a summary). One exception
+   (``Firewall.constraints_cross``): when the query asks for a plan, a schedule, a
+   recommendation, advice or what to avoid (:func:`lamina.memory.domains.asks_for_plan`), a
+   foreign text that states a constraint of the user
+   (:func:`~lamina.memory.domains.states_constraint`: an allergy, a physical limit, a spending
+   cap) passes when it bears on the query's domain: its words touch that domain (the
+   classifier's points; "I cannot sit through long meetings" touches work), or the query names
+   none (``other``). A plan in one domain must respect the limits stated in another: that is
+   the cross-domain memory that *helps*. Beliefs never pass this way.
 2. ``similarity`` — the floor τ on the cosine between the item's vector and the query's (weakly
    related memories are where cross-domain leaks and sycophancy triggers come from).
 3. ``clarify`` — a dual-trace commitment: an item stored as CLARIFY (or quoting a CLARIFY turn)
@@ -30,7 +38,7 @@ import numpy.typing as npt
 
 from ..errors import InvalidInput
 from ..items import Blocked, FirewallReport
-from .domains import OTHER
+from .domains import OTHER, DomainClassifier, asks_for_plan, states_constraint
 from .records import Record
 from .retrieve import Candidates
 from .state import MemoryState, UserState
@@ -52,11 +60,16 @@ class Firewall:
     allow : tuple of str
         Item domains that pass the gate for every query (default: ``other``, the label of
         texts that name no domain).
+    constraints_cross : bool
+        Let a stated constraint of another domain through the gate when the query asks for a
+        plan, a recommendation, advice or what to avoid and the constraint's words touch the
+        query's domain (or the query names none); default True; ``beliefs`` never cross.
     """
 
     tau: float = 0.1
     domain_gate: bool = True
     allow: tuple[str, ...] = (OTHER,)
+    constraints_cross: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.tau, bool) or not isinstance(self.tau, (int, float)):
@@ -65,24 +78,54 @@ class Firewall:
             raise InvalidInput(f"Firewall.tau must be in [-1, 1], got {self.tau!r}")
         if not isinstance(self.domain_gate, bool):
             raise TypeError("Firewall.domain_gate must be a bool")
+        if not isinstance(self.constraints_cross, bool):
+            raise TypeError("Firewall.constraints_cross must be a bool")
         allow: object = self.allow
         if not isinstance(allow, (tuple, list, frozenset, set)) or not all(isinstance(d, str) for d in allow):
             raise TypeError("Firewall.allow must be a tuple of domain names (str)")
         object.__setattr__(self, "allow", tuple(self.allow))
 
 
-def _traits(st: MemoryState, u: UserState, r: Record) -> tuple[set[str], bool]:
-    """The labelled domains of an item and of the turns it quotes; whether any is CLARIFY."""
-    doms = {r.domain} if r.domain is not None else set()
+_NEVER_CROSS = frozenset({"beliefs"})
+
+
+def _traits(st: MemoryState, u: UserState, r: Record) -> tuple[list[Record], bool]:
+    """The labelled records among an item and the turns it quotes; whether any is CLARIFY."""
+    labelled = [r] if r.domain is not None else []
     clarify = r.commitment == "clarify"
     for src in r.sources:
         i = u.by_src.get(src)
         if i is not None and i != r.id:
             t = st.recs[i]
             if t.domain is not None:
-                doms.add(t.domain)
+                labelled.append(t)
             clarify = clarify or t.commitment == "clarify"
-    return doms, clarify
+    return labelled, clarify
+
+
+_DEFAULT_CLASSIFIER = DomainClassifier()
+
+
+def _bears_on(text: str, query_domain: str, clf: DomainClassifier) -> bool:
+    """Whether a constraint ``text`` bears on a query of ``query_domain``: it states a
+    constraint and its words touch that domain (or the query names no domain)."""
+    if not states_constraint(text):
+        return False
+    return query_domain == OTHER or clf.scores(text).get(query_domain, 0) > 0
+
+
+def _gated(labelled: list[Record], query_domain: str, fw: Firewall, plan: bool, clf: DomainClassifier) -> bool:
+    """Whether the domain gate blocks an item whose labelled parts are ``labelled``: some part is
+    of a foreign domain (not the query's, not allowed) and is not a constraint that may cross
+    (``plan``: the query asks for a plan)."""
+    for t in labelled:
+        d = t.domain
+        if d == query_domain or d in fw.allow:
+            continue
+        if plan and d not in _NEVER_CROSS and _bears_on(t.text, query_domain, clf):
+            continue
+        return True
+    return False
 
 
 def empty_report(query_domain: str | None, fw: Firewall) -> FirewallReport:
@@ -99,6 +142,9 @@ def screen(
     q: npt.NDArray[np.float32],
     query_domain: str | None,
     fw: Firewall,
+    *,
+    query: str | None = None,
+    classifier: DomainClassifier | None = None,
 ) -> FirewallReport:
     """Remove blocked candidates from ``cands`` (in place) and report why.
 
@@ -111,12 +157,19 @@ def screen(
         The query vector.
     query_domain : the query's domain (None: the gate lets every labelled item through).
     fw : the settings.
+    query : str, optional
+        The query's text (with ``fw.constraints_cross``: whether it asks for a plan; None: it
+        does not).
+    classifier : DomainClassifier, optional
+        Which domains a constraint's words touch (default: the default lexicon).
     """
     q = np.asarray(q, dtype=np.float32).reshape(-1)
     qn = float(np.linalg.norm(q)) or 1.0
     blocked: list[Blocked] = []
     clarify: list[int] = []
     gate = fw.domain_gate and query_domain is not None
+    plan = fw.constraints_cross and query is not None and asks_for_plan(query)
+    clf = classifier if classifier is not None else _DEFAULT_CLASSIFIER
     for layer, scored in list(cands.per_layer.items()):
         if not scored:
             continue
@@ -125,8 +178,8 @@ def screen(
         sims = (vecs @ q) / (np.where(norms > 0, norms, 1.0) * qn)
         kept = []
         for (s, r), sim in zip(scored, sims.tolist()):
-            doms, is_clarify = _traits(st, u, r)
-            if gate and any(d != query_domain and d not in fw.allow for d in doms):
+            labelled, is_clarify = _traits(st, u, r)
+            if gate and _gated(labelled, query_domain or "", fw, plan, clf):
                 reason = "domain"
             elif sim < fw.tau:
                 reason = "similarity"
@@ -136,7 +189,7 @@ def screen(
             else:
                 kept.append((s, r))
                 continue
-            dom = r.domain if r.domain is not None else ",".join(sorted(doms)) or None
+            dom = r.domain if r.domain is not None else ",".join(sorted({str(t.domain) for t in labelled})) or None
             blocked.append(Blocked(item_id=r.id, layer=layer, reason=reason, similarity=sim, domain=dom))
         cands.per_layer[layer] = kept
         if not kept:

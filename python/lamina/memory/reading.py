@@ -269,6 +269,7 @@ def _contexts(
             include_archive=include_archive,
             firewall=firewall,
             explain=explain,
+            classifier=host._query_domains,
         )
 
 

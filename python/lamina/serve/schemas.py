@@ -87,6 +87,9 @@ class FirewallIn(_In):
     allow: list[str] = Field(
         default_factory=lambda: ["other"], description="Item domains that pass every query's gate."
     )
+    constraints_cross: bool = Field(
+        True, description="A stated constraint of another domain passes the gate into a plan request."
+    )
 
 
 class BlockedOut(BaseModel):
