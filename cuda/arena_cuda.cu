@@ -582,6 +582,37 @@ void CudaVectorArena::ensure_csr_locked() const {
   csr_dirty_ = false;
 }
 
+CudaVectorArena::SearchView CudaVectorArena::search_view(const uint64_t* ns, std::size_t nq,
+                                                         int64_t* seg,
+                                                         std::size_t* longest) const {
+  DeviceGuard g(device_);
+  std::lock_guard cl(csr_mu_);
+  ensure_csr_locked();
+  std::size_t top = 0;
+  for (std::size_t q = 0; q < nq; ++q) {
+    auto it = csr_off_.find(ns[q]);
+    const std::size_t off = it == csr_off_.end() ? 0 : it->second.first;
+    const std::size_t cnt = it == csr_off_.end() ? 0 : it->second.second;
+    seg[2 * q] = static_cast<int64_t>(off);
+    seg[2 * q + 1] = static_cast<int64_t>(off + cnt);
+    top = std::max(top, cnt);
+  }
+  *longest = top;
+  SearchView v;
+  v.rows.base = rows_;
+  v.rows.stride = stride_;
+  v.rows.dim = dim_;
+  v.rows.f16 = dtype_ == DType::F16;
+  v.rows.sqnorms = d_sqnorm_;
+  v.live = d_live_;
+  v.layers = d_layer_;
+  v.generations = d_gen_;
+  v.csr = d_csr_;
+  v.high_water = high_water_;
+  v.live_count = live_count_;
+  return v;
+}
+
 void CudaVectorArena::search_codes_locked(const float* queries, std::size_t nq, std::size_t k,
                                           const float* host_queries, Metric metric,
                                           const DeviceFilter& f, std::size_t oversample,

@@ -94,6 +94,28 @@ class CudaVectorArena {
                    const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
                    float* out_scores, int64_t* out_ids, std::size_t oversample = 0) const;
 
+  /// What a fused fleet step (fleet_cuda.hpp) needs to search this arena with its own
+  /// (captured) launches: the rows, the device columns and the namespace CSR. Valid while the
+  /// reader lock of read_lock() is held; the CSR and the columns are written on stream(), so
+  /// the consumer's stream must wait for it first.
+  struct SearchView {
+    DeviceRows rows;
+    const uint8_t* live = nullptr;
+    const uint8_t* layers = nullptr;
+    const uint32_t* generations = nullptr;
+    const uint32_t* csr = nullptr;  // rows sorted by namespace, high_water entries
+    std::size_t high_water = 0;
+    std::size_t live_count = 0;
+  };
+  /// The reader lock (searches may share it; add / remove / set_layer / reserve wait for it).
+  std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mu_); }
+  /// Under read_lock(): rebuild the namespace CSR if it is stale (on stream(); may allocate and
+  /// synchronise, so never while a stream is being captured), write for each of the nq
+  /// namespaces (host) its row range in the CSR to seg[2q], seg[2q + 1] (host) and the longest
+  /// range to *longest.
+  SearchView search_view(const uint64_t* ns, std::size_t nq, int64_t* seg,
+                         std::size_t* longest) const;
+
   /// The arena's own stream (cudaStream_t): consumers of device_rows() order after it.
   void* stream() const { return stream_; }
 
