@@ -285,7 +285,7 @@ def test_gpu_step_matches_the_cpu_twin(metric: str, graph: bool, dtype: str) -> 
     ccols = columns(rng, cpu.high_water)
     gcols = _to_device(cp, ccols)
     cstep, gstep = FleetStep(cpu, cfg), FleetStep(gpu, cfg, graph=graph)
-    for t in range(3):  # the same buffers every step: replays after the first
+    for t in range(3):  # fresh queries and outputs each step: captured anew or updated, then replayed
         agents = rng.choice(np.arange(1, 9, dtype=np.uint64) * np.uint64(7), size=5)
         q = rng.standard_normal((5, 64)).astype(np.float32)
         cres = cstep.run(q, namespaces=agents, now=1e6 + t, columns=ccols)
