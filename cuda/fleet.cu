@@ -204,9 +204,9 @@ FleetStats FleetStep::stats() const {
   return stats_;
 }
 
-void FleetStep::reserve_host(std::size_t nq) {
-  if (host_ && nq <= host_nq_) return;
-  const std::size_t cap = std::max<std::size_t>(nq, 2 * host_nq_);
+void FleetStep::reserve_host(std::size_t ranges) {
+  if (host_ && ranges <= host_nq_) return;
+  const std::size_t cap = std::max<std::size_t>(ranges, 2 * host_nq_);
   void* h = nullptr;
   LAMINA_CUDA_CHECK(cudaHostAlloc(&h, kHostHead + 16 * cap,
                                   cudaHostAllocMapped | cudaHostAllocPortable));
@@ -244,23 +244,23 @@ void FleetStep::enqueue(const CudaVectorArena::SearchView& v, const float* queri
   const std::size_t L = p_.layers.size(), k = p_.k;
   {
     detail::Scratch scr(st, &ws);
-    char* params = scr.alloc<char>(kParamBytes + 16 * nq);
-    LAMINA_CUDA_CHECK(cudaMemcpyAsync(params, host_ + kWordBytes, kParamBytes + 16 * nq,
+    const std::size_t param_bytes = kParamBytes + 16 * nq * L;  // now, then L x nq ranges
+    char* params = scr.alloc<char>(param_bytes);
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(params, host_ + kWordBytes, param_bytes,
                                       cudaMemcpyHostToDevice, st));
     const double* d_now = reinterpret_cast<const double*>(params);
     const int64_t* d_seg = reinterpret_cast<const int64_t*>(params + kParamBytes);
     float* lay_s = scr.alloc<float>(L * nq * k);
     int64_t* lay_i = scr.alloc<int64_t>(L * nq * k);
     for (std::size_t l = 0; l < L; ++l) {
+      // the (namespace, layer) ranges of the CSR: only this layer's rows are read; the live mask
+      // skips removed rows (they sit in the range of namespace 0, layer 0)
       DeviceFilter f;
       f.live = v.live;
-      f.layers = v.layers;
-      for (auto& w : f.layer_mask) w = 0;
-      f.layer_mask[p_.layers[l] >> 6] = 1ull << (p_.layers[l] & 63);
       f.use_row_list = true;
       f.row_list = v.csr;
       f.row_list_len = v.high_water;
-      f.segments = d_seg;
+      f.segments = d_seg + 2 * l * nq;
       f.max_segment = max_segment;
       detail::topk_enqueue(queries, nq, v.rows, v.high_water, f, k, p_.metric, v.generations,
                            lay_s + l * nq * k, lay_i + l * nq * k, scr, flags, st);
@@ -356,10 +356,11 @@ void FleetStep::run(const float* queries, std::size_t nq, const uint64_t* ns, do
   std::lock_guard lk(mu_);
   DeviceGuard g(device_);
   auto arena_lock = arena_->read_lock();
-  reserve_host(nq);
+  reserve_host(nq * p_.layers.size());
   std::size_t longest = 0;
-  const CudaVectorArena::SearchView v = arena_->search_view(
-      ns, nq, reinterpret_cast<int64_t*>(host_ + kHostHead), &longest);
+  const CudaVectorArena::SearchView v =
+      arena_->search_view(ns, nq, p_.layers.data(), p_.layers.size(),
+                          reinterpret_cast<int64_t*>(host_ + kHostHead), &longest);
   LAMINA_CHECK(v.live_count > 0, "the arena is empty; add vectors before searching");
   LAMINA_CHECK(cols.n >= v.high_water, "the heat columns have ", cols.n,
                " entries but the arena has ", v.high_water,

@@ -5,8 +5,9 @@
 // One step, for queries q = 0 .. nq-1 with namespaces ns[q] (one agent per query) over the
 // rows of a CudaVectorArena, and L arena layer labels layers[0 .. L-1]:
 //  1. search: for each layer l, the exact top-k of query q among the live rows of namespace
-//     ns[q] with layer label layers[l] (topk_cuda.hpp's segmented scan: one launch for all
-//     queries) -> scores / ids (nq, L, k), ids as arena handles, -1 / -inf padding;
+//     ns[q] with layer label layers[l] (topk_cuda.hpp's segmented scan over the arena's
+//     (namespace, layer) ranges: one launch for all queries, each reading only its agent's rows
+//     of that layer) -> scores / ids (nq, L, k), ids as arena handles, -1 / -inf padding;
 //  2. relevance r[q, l]: the mean of the first min(relevance_top, found) scores of that list,
 //     summed best first in float32 and divided by the count in float32 (0 for an empty list);
 //  3. gate: γ = softmax(β·r) per query with the entropy bound (lamina/gating.hpp), γ (nq, L)
@@ -122,7 +123,7 @@ class FleetStep {
   void capture(const CudaVectorArena::SearchView& v, const float* queries, std::size_t nq,
                std::size_t max_segment, const FleetColumns& cols, const FleetOutputs& out);
   void grow_workspace(std::size_t bytes);
-  void reserve_host(std::size_t nq);
+  void reserve_host(std::size_t ranges);  // room for `ranges` (begin, end) pairs
 
   std::shared_ptr<CudaVectorArena> arena_;
   FleetParams p_;
@@ -131,8 +132,8 @@ class FleetStep {
   void* ws_block_ = nullptr;     // device workspace (persistent across replays)
   std::size_t ws_cap_ = 0;
   std::size_t ws_need_ = 0;
-  unsigned char* host_ = nullptr;  // pinned, mapped: error words, then now and the segments
-  std::size_t host_nq_ = 0;
+  unsigned char* host_ = nullptr;  // pinned, mapped: error words, then now and the ranges
+  std::size_t host_nq_ = 0;        // ranges the block has room for
   void* exec_ = nullptr;         // cudaGraphExec_t
   Key key_;
   FleetStats stats_;

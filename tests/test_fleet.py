@@ -338,6 +338,16 @@ def test_gpu_graph_is_replayed_updated_and_recovers_from_errors() -> None:
     res = gstep.run(cp.asarray(q2), namespaces=ns2, now=11.0, columns=gcols)
     cres = cstep.run(q2, namespaces=ns2, now=11.0, columns=ccols)
     _assert_twin(cp, res, cres, gcols, ccols, f"seed={seed} after error")
+    # rows change layers and some are removed: the (namespace, layer) index is rebuilt
+    moved = np.flatnonzero((data["ns"] == 14) & (data["layer"] == 0))[:5]
+    cpu.set_layer(moved, 1)
+    gpu.set_layer(moved, 1)
+    gone = np.flatnonzero(data["ns"] == 28)[:7]
+    cpu.remove(gone)
+    gpu.remove(gone)
+    cres = cstep.run(q2, namespaces=ns2, now=11.5, columns=ccols)
+    res = gstep.run(cp.asarray(q2), namespaces=ns2, now=11.5, columns=gcols)
+    _assert_twin(cp, res, cres, gcols, ccols, f"seed={seed} after set_layer / remove")
     # the arena grows: new pointers, a new capture, the same answers
     more = rng.standard_normal((5000, 32)).astype(np.float32)
     cpu.add(more, namespace=7, layer=1)
