@@ -539,6 +539,13 @@ void launch_wmma(dim3 grid, cudaStream_t st, const WmmaArgs& a) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
+void check_args(std::size_t nq, const DeviceRows& rows, std::size_t n_rows, std::size_t k) {
+  LAMINA_CHECK(k >= 1 && k <= kMaxK, "k must be in [1, ", kMaxK, "] on the GPU, got ", k);
+  LAMINA_CHECK(rows.dim >= 1, "dimension must be >= 1");
+  LAMINA_CHECK(n_rows <= 0xfffffffeull, "at most 2^32 - 2 rows per search");
+  LAMINA_CHECK(nq <= 0x7fffffffull, "too many queries in one call");
+}
+
 }  // namespace
 
 void detail::topk_enqueue(const float* queries, std::size_t nq, const DeviceRows& rows,
@@ -546,10 +553,7 @@ void detail::topk_enqueue(const float* queries, std::size_t nq, const DeviceRows
                           Metric metric, const uint32_t* generations, float* out_scores,
                           int64_t* out_ids, detail::Scratch& scr, unsigned* flags,
                           cudaStream_t st) {
-  LAMINA_CHECK(k >= 1 && k <= kMaxK, "k must be in [1, ", kMaxK, "] on the GPU, got ", k);
-  LAMINA_CHECK(rows.dim >= 1, "dimension must be >= 1");
-  LAMINA_CHECK(n_rows <= 0xfffffffeull, "at most 2^32 - 2 rows per search");
-  LAMINA_CHECK(nq <= 0x7fffffffull, "too many queries in one call");
+  check_args(nq, rows, n_rows, k);
   if (nq == 0) return;
   const int d = static_cast<int>(rows.dim);
   const int im = static_cast<int>(metric);
@@ -668,7 +672,7 @@ void topk_search(const float* queries, std::size_t nq, const DeviceRows& rows,
                  std::size_t n_rows, const DeviceFilter& filter, std::size_t k, Metric metric,
                  const uint32_t* generations, float* out_scores, int64_t* out_ids,
                  void* stream) {
-  LAMINA_CHECK(k >= 1 && k <= kMaxK, "k must be in [1, ", kMaxK, "] on the GPU, got ", k);
+  check_args(nq, rows, n_rows, k);
   if (nq == 0) return;
   const cudaStream_t st = detail::as_stream(stream);
   detail::Scratch scr(st);
