@@ -178,9 +178,10 @@ def run_case(
 def run_step_case(
     agents: int, per: int, pool: np.ndarray, qpool: np.ndarray, args: argparse.Namespace, rng: np.random.Generator
 ) -> list[dict[str, Any]]:
-    """The whole fleet step (lamina.fleet: search 3 layers -> gate -> heat bump): the CPU twin,
-    and with --device cuda the same step as separate launches and as one CUDA graph launch
-    (replayed: the same queries buffer, outputs and columns every step)."""
+    """The whole fleet step (lamina.fleet: search 3 layers -> gate -> heat bump): the exact CPU
+    twin, and with --device cuda, for the exact scan and each codec (re-ranked, at its default
+    oversampling), the same step as separate launches and as one CUDA graph launch (replayed:
+    the same queries buffer, outputs and columns every step)."""
     from lamina.fleet import FleetConfig, FleetResult, FleetStep, HeatColumns
 
     d = pool.shape[1]
@@ -204,15 +205,11 @@ def run_step_case(
     t_cpu = timeit(
         lambda s=cpu: s.run(Q, namespaces=qns, now=float(next(clock)), columns=ccols), min_time=args.min_time
     )
-    rows.append({"case": case, "mode": "cpu twin", "ms": t_cpu * 1e3, "us_per_agent": t_cpu * 1e6 / agents})
+    rows.append({"case": case, "mode": "cpu twin exact", "ms": t_cpu * 1e3, "us_per_agent": t_cpu * 1e6 / agents})
     del a, cpu
     if args.device == "cuda":
         import cupy as cp
 
-        g = lamina.VectorArena(d, dtype=args.dtype, capacity=len(X), device="cuda")
-        g.add(X, namespace=ns, layer=layer)
-        h = cols(g.high_water)
-        gcols = HeatColumns(*(cp.asarray(x) for x in (h.visits, h.interaction_len, h.last_access, h.heat)))
         gq = cp.asarray(Q)
         L = len(cfg.layers)
         out = FleetResult(
@@ -222,28 +219,35 @@ def run_step_case(
             cp.empty((agents, L), cp.float32),
             cp.empty(agents, cp.float64),
         )
-        t_mode: dict[str, float] = {}
-        for mode, graph in (("cuda separate launches", False), ("cuda graph", True)):
-            step = FleetStep(g, cfg, graph=graph)
-            step.run(gq, namespaces=qns, now=0.0, columns=gcols, out=out)  # warm-up / capture
-            t = timeit(
-                lambda s=step: s.run(gq, namespaces=qns, now=float(next(clock)), columns=gcols, out=out),
-                min_time=args.min_time,
-            )
-            t_mode[mode] = t
-            st = step.stats
-            rows.append(
-                {
-                    "case": case,
-                    "mode": mode,
-                    "ms": t * 1e3,
-                    "us_per_agent": t * 1e6 / agents,
-                    "vs_cpu": t_cpu / t,
-                    "vs_separate": t_mode["cuda separate launches"] / t,
-                    "note": f"captures {st.captures}, replays {st.replays}" if graph else "",
-                }
-            )
-        del g, gcols, gq, out
+        for codec in [None, *args.codecs]:
+            g = lamina.VectorArena(d, dtype=args.dtype, capacity=len(X), device="cuda", codec=codec)
+            g.add(X, namespace=ns, layer=layer)
+            h = cols(g.high_water)
+            gcols = HeatColumns(*(cp.asarray(x) for x in (h.visits, h.interaction_len, h.last_access, h.heat)))
+            rep = "exact" if codec is None else f"{codec}+rerank r={lamina.search.DEFAULT_OVERSAMPLE[codec]}"
+            t_sep = 0.0
+            for mode, graph in (("separate launches", False), ("graph", True)):
+                step = FleetStep(g, cfg, graph=graph)
+                step.run(gq, namespaces=qns, now=0.0, columns=gcols, out=out)  # warm-up / capture
+                t = timeit(
+                    lambda s=step, c=gcols: s.run(gq, namespaces=qns, now=float(next(clock)), columns=c, out=out),
+                    min_time=args.min_time,
+                )
+                t_sep = t if not graph else t_sep
+                st = step.stats
+                rows.append(
+                    {
+                        "case": case,
+                        "mode": f"cuda {rep} {mode}",
+                        "ms": t * 1e3,
+                        "us_per_agent": t * 1e6 / agents,
+                        "vs_cpu": t_cpu / t,
+                        "vs_separate": t_sep / t,
+                        "note": f"captures {st.captures}, replays {st.replays}" if graph else "",
+                    }
+                )
+            del g, gcols
+        del gq, out
     return rows
 
 

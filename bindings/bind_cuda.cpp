@@ -771,7 +771,8 @@ void register_cuda(py::module_& m) {
   using FS = cuda::FleetStep;
   py::class_<FS, std::shared_ptr<FS>>(m, "CudaFleetStep")
       .def(py::init([](std::shared_ptr<CA> arena, const std::vector<long long>& layers,
-                       long long k, const std::string& metric, long long relevance_top,
+                       long long k, long long oversample, const std::string& metric,
+                       long long relevance_top,
                        double beta, const py::object& max_entropy, int max_doublings, double a,
                        double b, double c, double mu) {
              cuda::FleetParams p;
@@ -781,7 +782,9 @@ void register_cuda(py::module_& m) {
              }
              check_k(k);
              LAMINA_CHECK(relevance_top >= 1, "relevance_top must be >= 1, got ", relevance_top);
+             LAMINA_CHECK(oversample >= 0, "oversample must be >= 0, got ", oversample);
              p.k = static_cast<std::size_t>(k);
+             p.oversample = static_cast<std::size_t>(oversample);
              p.metric = parse_metric(metric);
              p.relevance_top = static_cast<std::size_t>(relevance_top);
              p.beta = beta;
@@ -794,7 +797,8 @@ void register_cuda(py::module_& m) {
              p.mu = mu;
              return std::make_shared<FS>(std::move(arena), std::move(p));
            }),
-           py::arg("arena"), py::arg("layers"), py::arg("k"), py::arg("metric"),
+           py::arg("arena"), py::arg("layers"), py::arg("k"), py::arg("oversample"),
+           py::arg("metric"),
            py::arg("relevance_top"), py::arg("beta"), py::arg("max_entropy"),
            py::arg("max_doublings"), py::arg("a"), py::arg("b"), py::arg("c"), py::arg("mu"))
       .def(
@@ -807,10 +811,20 @@ void register_cuda(py::module_& m) {
             const auto& prm = F.params();
             const py::ssize_t L = static_cast<py::ssize_t>(prm.layers.size());
             const py::ssize_t k = static_cast<py::ssize_t>(prm.k);
-            CudaArray q = checked_cuda_array(queries, "queries", 2, "f4", "float32", false);
-            check_columns("queries", q.shape[0], q.shape[1], F.dim(), "the arena's dim");
+            // queries: a device array, or a numpy array (then staged with the step's one copy)
+            const bool host_q = !has_cai(queries);
+            CudaArray q;
+            py::array hq;
+            py::ssize_t nq = 0;
+            if (host_q) {
+              hq = check_host_queries(queries, F.dim(), "the arena's dim");
+              nq = hq.shape(0);
+            } else {
+              q = checked_cuda_array(queries, "queries", 2, "f4", "float32", false);
+              check_columns("queries", q.shape[0], q.shape[1], F.dim(), "the arena's dim");
+              nq = q.shape[0];
+            }
             py::array ns = checked_array<uint64_t>(namespaces, "namespaces", 1, "uint64");
-            const py::ssize_t nq = q.shape[0];
             check_length("namespaces", ns.shape(0), nq, "one per query");
             CudaArray v = vec1d(visits, "visits");
             CudaArray il = vec1d(interaction_len, "interaction_len");
@@ -835,8 +849,9 @@ void register_cuda(py::module_& m) {
             check_shape("out gamma", go.shape, {nq, L});
             check_shape("out beta_used", bo.shape, {nq});
             DeviceCall call;
+            if (!host_q) call.add(q, "queries");
             const std::pair<const CudaArray*, const char*> all[] = {
-                {&q, "queries"}, {&v, "visits"}, {&il, "interaction_len"},
+                {&v, "visits"}, {&il, "interaction_len"},
                 {&la, "last_access"}, {&h, "heat"}, {&so, "out scores"}, {&io, "out ids"},
                 {&ro, "out relevance"}, {&go, "out gamma"}, {&bo, "out beta_used"}};
             for (const auto& [arr, name] : all) call.add(*arr, name);
@@ -852,8 +867,8 @@ void register_cuda(py::module_& m) {
             const uint64_t* nsp = static_cast<const uint64_t*>(ns.data());
             if (nq == 0) return;
             call.run_on(F.arena_device(), stream, [&](void* st) {
-              F.run(q.as<const float>(), static_cast<std::size_t>(nq), nsp, now, cols, out, graph,
-                    st);
+              const float* qp = host_q ? static_cast<const float*>(hq.data()) : q.as<const float>();
+              F.run(qp, host_q, static_cast<std::size_t>(nq), nsp, now, cols, out, graph, st);
             });
           },
           py::arg("queries"), py::arg("namespaces"), py::arg("now"), py::arg("visits"),

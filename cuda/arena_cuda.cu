@@ -659,6 +659,13 @@ CudaVectorArena::SearchView CudaVectorArena::search_view(const uint64_t* ns, std
   v.layers = d_layer_;
   v.generations = d_gen_;
   v.csr = d_csr_;
+  v.codes.codec = codec_;
+  v.codes.base = d_codes_;
+  v.codes.stride = code_stride_;
+  v.codes.dim = dim_;
+  v.codes.factor = d_cfactor_;
+  v.codes.count = d_ccount_;
+  v.codes.sqnorms = d_sqnorm_;
   v.high_water = high_water_;
   v.live_count = live_count_;
   return v;

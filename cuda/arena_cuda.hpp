@@ -38,6 +38,7 @@
 #include "lamina/arena.hpp"
 #include "lamina/codec.hpp"
 #include "lamina/topk.hpp"
+#include "codec_cuda.hpp"
 #include "topk_cuda.hpp"
 
 namespace lamina::cuda {
@@ -105,7 +106,8 @@ class CudaVectorArena {
     const uint8_t* live = nullptr;
     const uint8_t* layers = nullptr;
     const uint32_t* generations = nullptr;
-    const uint32_t* csr = nullptr;  // rows sorted by namespace, high_water entries
+    const uint32_t* csr = nullptr;  // rows sorted by (namespace, layer), high_water entries
+    DeviceCodes codes;              // codec None without codes
     std::size_t high_water = 0;
     std::size_t live_count = 0;
   };

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "check.cuh"
+#include "code_enqueue.cuh"
 #include "cub_util.cuh"
 #include "fleet_cuda.hpp"
 #include "gate_row.cuh"
@@ -19,11 +20,20 @@ using detail::as_stream;
 
 namespace {
 
-// Error words of the step's pinned block: the search's (topk_enqueue.cuh), then these.
-enum : int { kGateBad = detail::kTopkWords, kHeatBad = kGateBad + 1, kWordsUsed = kHeatBad + 1 };
-constexpr std::size_t kWordBytes = 64;                    // room for the words
-constexpr std::size_t kParamBytes = 8;                    // now (double), then the segments
+// Error words of the step's pinned block: the search's (topk_enqueue.cuh), then these, then
+// the code scan's (code_enqueue.cuh).
+enum : int {
+  kGateBad = detail::kTopkWords,
+  kHeatBad = kGateBad + 1,
+  kCodeWords = kHeatBad + 1,
+  kWordsUsed = kCodeWords + detail::kCodeWords
+};
+// The pinned block (and d_params_, its device copy from kWordBytes on, at the same offsets):
+// error words | now (double) | L x nq ranges (int64 pairs) | [queries] | [query codes]
+constexpr std::size_t kWordBytes = 64;
+constexpr std::size_t kParamBytes = 8;
 constexpr std::size_t kHostHead = kWordBytes + kParamBytes;
+constexpr std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
 static_assert(kWordsUsed * sizeof(unsigned) <= kWordBytes, "error words overflow their block");
 
 // One thread per (query, layer): the layer's list into out (nq, L, k) and its relevance.
@@ -180,6 +190,12 @@ FleetStep::FleetStep(std::shared_ptr<CudaVectorArena> arena, FleetParams params)
                "the heat weights a, b, c must be finite, got ", p_.a, ", ", p_.b, ", ", p_.c);
   LAMINA_CHECK(std::isfinite(p_.mu) && p_.mu > 0.0,
                "mu (the recency time scale, seconds) must be finite and > 0, got ", p_.mu);
+  if (p_.oversample > 0) {
+    LAMINA_CHECK(arena_->codec() != Codec::None,
+                 "oversample > 0 needs an arena with a codec (VectorArena(..., codec=...))");
+    LAMINA_CHECK(p_.oversample <= kMaxK / p_.k, "k * oversample must be at most ", kMaxK,
+                 " on the GPU, got k=", p_.k, ", oversample=", p_.oversample);
+  }
   device_ = arena_->device();
   DeviceGuard g(device_);
   cudaStream_t s;
@@ -195,6 +211,7 @@ FleetStep::~FleetStep() {
   if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   if (ws_block_) cudaFree(ws_block_);
   if (host_) cudaFreeHost(host_);
+  if (d_params_) cudaFree(d_params_);
   cudaStreamDestroy(as_stream(stream_));
   cudaSetDevice(prev);
 }
@@ -204,15 +221,22 @@ FleetStats FleetStep::stats() const {
   return stats_;
 }
 
-void FleetStep::reserve_host(std::size_t ranges) {
-  if (host_ && ranges <= host_nq_) return;
-  const std::size_t cap = std::max<std::size_t>(ranges, 2 * host_nq_);
+void FleetStep::reserve_host(std::size_t bytes) {
+  if (host_ && bytes <= host_bytes_) return;
+  const std::size_t cap = std::max<std::size_t>(bytes, 2 * host_bytes_);
+  // no step is in flight (each one synchronises before it returns)
+  if (host_) LAMINA_CUDA_CHECK(cudaFreeHost(host_));
+  if (d_params_) LAMINA_CUDA_CHECK(cudaFree(d_params_));
+  host_ = nullptr;
+  d_params_ = nullptr;
+  host_bytes_ = 0;
   void* h = nullptr;
-  LAMINA_CUDA_CHECK(cudaHostAlloc(&h, kHostHead + 16 * cap,
-                                  cudaHostAllocMapped | cudaHostAllocPortable));
-  if (host_) LAMINA_CUDA_CHECK(cudaFreeHost(host_));  // no step is in flight (each one syncs)
+  LAMINA_CUDA_CHECK(cudaHostAlloc(&h, cap, cudaHostAllocMapped | cudaHostAllocPortable));
   host_ = static_cast<unsigned char*>(h);
-  host_nq_ = cap;
+  void* d = nullptr;
+  LAMINA_CUDA_CHECK(cudaMalloc(&d, cap));
+  d_params_ = static_cast<unsigned char*>(d);
+  host_bytes_ = cap;
 }
 
 void FleetStep::grow_workspace(std::size_t bytes) {
@@ -235,7 +259,7 @@ void FleetStep::grow_workspace(std::size_t bytes) {
 
 // The step's stream work. Everything it reads from the host (now, the segments) comes through
 // the one copy from the pinned block, so the same sequence is valid eagerly and in a graph.
-void FleetStep::enqueue(const CudaVectorArena::SearchView& v, const float* queries,
+void FleetStep::enqueue(const CudaVectorArena::SearchView& v, const Staged& sg,
                         std::size_t nq, std::size_t max_segment, const FleetColumns& cols,
                         const FleetOutputs& out) {
   const cudaStream_t st = as_stream(stream_);
@@ -244,12 +268,11 @@ void FleetStep::enqueue(const CudaVectorArena::SearchView& v, const float* queri
   const std::size_t L = p_.layers.size(), k = p_.k;
   {
     detail::Scratch scr(st, &ws);
-    const std::size_t param_bytes = kParamBytes + 16 * nq * L;  // now, then L x nq ranges
-    char* params = scr.alloc<char>(param_bytes);
-    LAMINA_CUDA_CHECK(cudaMemcpyAsync(params, host_ + kWordBytes, param_bytes,
-                                      cudaMemcpyHostToDevice, st));
-    const double* d_now = reinterpret_cast<const double*>(params);
-    const int64_t* d_seg = reinterpret_cast<const int64_t*>(params + kParamBytes);
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(d_params_ + kWordBytes, host_ + kWordBytes,
+                                      sg.bytes - kWordBytes, cudaMemcpyHostToDevice, st));
+    const double* d_now = reinterpret_cast<const double*>(d_params_ + kWordBytes);
+    const int64_t* d_seg = reinterpret_cast<const int64_t*>(d_params_ + kHostHead);
+    const auto* qcodes = static_cast<const detail::DeviceQueryCodes*>(sg.query_codes);
     float* lay_s = scr.alloc<float>(L * nq * k);
     int64_t* lay_i = scr.alloc<int64_t>(L * nq * k);
     for (std::size_t l = 0; l < L; ++l) {
@@ -262,8 +285,22 @@ void FleetStep::enqueue(const CudaVectorArena::SearchView& v, const float* queri
       f.row_list_len = v.high_water;
       f.segments = d_seg + 2 * l * nq;
       f.max_segment = max_segment;
-      detail::topk_enqueue(queries, nq, v.rows, v.high_water, f, k, p_.metric, v.generations,
-                           lay_s + l * nq * k, lay_i + l * nq * k, scr, flags, st);
+      if (qcodes) {  // the code scan's k·r candidates, re-scored exactly (search_codes_locked)
+        const std::size_t m = k * p_.oversample;
+        uint32_t* cand = scr.alloc<uint32_t>(nq * m);
+        int64_t* cseg = scr.alloc<int64_t>(2 * nq);
+        detail::code_enqueue(*qcodes, nq, v.codes, v.high_water, f, m, p_.metric, cand, cseg,
+                             scr, flags + kCodeWords, st);
+        DeviceFilter g;  // the candidates passed every filter already
+        g.use_row_list = true;
+        g.row_list = cand;
+        g.row_list_len = nq * m;
+        g.segments = cseg;
+        g.max_segment = m;
+        f = g;
+      }
+      detail::topk_enqueue(sg.queries, nq, v.rows, v.high_water, f, k, p_.metric,
+                           v.generations, lay_s + l * nq * k, lay_i + l * nq * k, scr, flags, st);
     }
     const int iL = static_cast<int>(L);
     finish_kernel<<<detail::grid_1d(nq * L, 128), 128, 0, st>>>(
@@ -285,7 +322,7 @@ void FleetStep::enqueue(const CudaVectorArena::SearchView& v, const float* queri
   if (ws.overflow) throw std::length_error("workspace");  // only while capturing; see capture()
 }
 
-void FleetStep::capture(const CudaVectorArena::SearchView& v, const float* queries,
+void FleetStep::capture(const CudaVectorArena::SearchView& v, const Staged& sg,
                         std::size_t nq, std::size_t max_segment, const FleetColumns& cols,
                         const FleetOutputs& out) {
   const cudaStream_t st = as_stream(stream_);
@@ -294,7 +331,7 @@ void FleetStep::capture(const CudaVectorArena::SearchView& v, const float* queri
     LAMINA_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     bool grow = false;
     try {
-      enqueue(v, queries, nq, max_segment, cols, out);
+      enqueue(v, sg, nq, max_segment, cols, out);
     } catch (const std::length_error&) {
       grow = true;
     } catch (...) {
@@ -347,19 +384,48 @@ void FleetStep::capture(const CudaVectorArena::SearchView& v, const float* queri
   throw std::logic_error("lamina internal error: the fleet step's workspace kept overflowing");
 }
 
-void FleetStep::run(const float* queries, std::size_t nq, const uint64_t* ns, double now,
-                    const FleetColumns& cols, const FleetOutputs& out, bool graph,
-                    void* stream) {
+void FleetStep::run(const float* queries, bool host_queries, std::size_t nq,
+                    const uint64_t* ns, double now, const FleetColumns& cols,
+                    const FleetOutputs& out, bool graph, void* stream) {
   LAMINA_CHECK(std::isfinite(now), "now must be finite (seconds), got ", now);
   if (nq == 0) return;
   LAMINA_CHECK(nq <= 0x7fffffffull, "too many queries in one step");
   std::lock_guard lk(mu_);
   DeviceGuard g(device_);
   auto arena_lock = arena_->read_lock();
-  reserve_host(nq * p_.layers.size());
+  const std::size_t L = p_.layers.size(), dim = arena_->dim();
+  const bool coded = p_.oversample > 0;
+  // the staged layout (see kWordBytes)
+  const std::size_t off_q = align256(kHostHead + 16 * nq * L);
+  const std::size_t off_c = align256(off_q + (host_queries ? nq * dim * sizeof(float) : 0));
+  const std::size_t end =
+      off_c + (coded ? detail::query_codes_bytes(arena_->codec(), nq, dim) : 0);
+  std::vector<float> read_back;  // device queries the host must encode
+  const float* hq = host_queries ? queries : nullptr;
+  if (coded && !host_queries) {
+    read_back.resize(nq * dim);
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(read_back.data(), queries, read_back.size() * sizeof(float),
+                                      cudaMemcpyDeviceToHost, as_stream(stream)));
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(as_stream(stream)));
+    hq = read_back.data();
+  }
+  reserve_host(end);
+  Staged sg;
+  sg.bytes = end;
+  sg.queries = queries;
+  if (host_queries) {
+    std::memcpy(host_ + off_q, queries, nq * dim * sizeof(float));
+    sg.queries = reinterpret_cast<const float*>(d_params_ + off_q);
+  }
+  detail::DeviceQueryCodes qc;
+  if (coded) {  // ValueError on NaN/Inf or (cosine) zero queries, before any launch
+    qc = detail::stage_query_codes(arena_->codec(), hq, nq, dim, p_.metric, host_ + off_c,
+                                   d_params_ + off_c);
+    sg.query_codes = &qc;
+  }
   std::size_t longest = 0;
   const CudaVectorArena::SearchView v =
-      arena_->search_view(ns, nq, p_.layers.data(), p_.layers.size(),
+      arena_->search_view(ns, nq, p_.layers.data(), L,
                           reinterpret_cast<int64_t*>(host_ + kHostHead), &longest);
   LAMINA_CHECK(v.live_count > 0, "the arena is empty; add vectors before searching");
   LAMINA_CHECK(cols.n >= v.high_water, "the heat columns have ", cols.n,
@@ -376,7 +442,7 @@ void FleetStep::run(const float* queries, std::size_t nq, const uint64_t* ns, do
   const std::size_t max_segment = blocks * detail::kSegmentRowsPerBlock;
   try {
     if (!graph) {
-      enqueue(v, queries, nq, max_segment, cols, out);  // overflow falls back to cudaMallocAsync
+      enqueue(v, sg, nq, max_segment, cols, out);  // overflow falls back to cudaMallocAsync
       ++stats_.eager;
     } else {
       if (!ws_block_) grow_workspace(0);
@@ -388,12 +454,14 @@ void FleetStep::run(const float* queries, std::size_t nq, const uint64_t* ns, do
       key.nq = nq;
       key.blocks = blocks;
       key.kinds = static_cast<int>(cols.visits_kind) * 4 + static_cast<int>(cols.len_kind);
-      key.ptrs = {queries, out.scores, out.ids, out.relevance, out.gamma, out.beta_used,
+      key.host_queries = host_queries;
+      key.ptrs = {sg.queries, out.scores, out.ids, out.relevance, out.gamma, out.beta_used,
                   cols.visits, cols.interaction_len, cols.last_access, cols.heat, v.rows.base,
-                  v.rows.sqnorms, v.live, v.layers, v.generations, v.csr, host_, ws_block_};
+                  v.rows.sqnorms, v.live, v.layers, v.generations, v.csr, v.codes.base,
+                  v.codes.factor, v.codes.count, host_, d_params_, ws_block_};
       if (!exec_ || !(key == key_)) {
         key_ = Key{};  // a failed capture leaves no stale key behind
-        capture(v, queries, nq, max_segment, cols, out);
+        capture(v, sg, nq, max_segment, cols, out);
         key.ptrs.back() = ws_block_;  // capture() may have grown it
         key_ = key;
       }
@@ -413,6 +481,7 @@ void FleetStep::run(const float* queries, std::size_t nq, const uint64_t* ns, do
                      w[detail::kTopkNonFinite]);
   LAMINA_CHECK(!w[kGateBad], "a layer relevance is NaN or Inf (scores overflow float32 when "
                "summed); pass vectors of moderate magnitude");
+  detail::code_raise(w[kCodeWords + detail::kCodeNonFinite]);
   LAMINA_CHECK(!w[kHeatBad], "a bumped heat is NaN/Inf or overflows float32; check the heat "
                "columns (finite visits, interaction_len, last_access in seconds) and the weights");
 }

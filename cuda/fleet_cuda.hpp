@@ -4,10 +4,14 @@
 //
 // One step, for queries q = 0 .. nq-1 with namespaces ns[q] (one agent per query) over the
 // rows of a CudaVectorArena, and L arena layer labels layers[0 .. L-1]:
-//  1. search: for each layer l, the exact top-k of query q among the live rows of namespace
-//     ns[q] with layer label layers[l] (topk_cuda.hpp's segmented scan over the arena's
+//  1. search: for each layer l, the top-k of query q among the live rows of namespace ns[q]
+//     with layer label layers[l] (topk_cuda.hpp's segmented scan over the arena's
 //     (namespace, layer) ranges: one launch for all queries, each reading only its agent's rows
-//     of that layer) -> scores / ids (nq, L, k), ids as arena handles, -1 / -inf padding;
+//     of that layer) -> scores / ids (nq, L, k), ids as arena handles, -1 / -inf padding.
+//     Exact with oversample = 0; with oversample = r > 0 (an arena with a codec) the code scan
+//     (codec_cuda.hpp) keeps k·r candidates per query and layer and the exact scan re-scores
+//     them from the float rows, as CudaVectorArena::search does (the queries are encoded on the
+//     host, so they are read back first when they are in device memory);
 //  2. relevance r[q, l]: the mean of the first min(relevance_top, found) scores of that list,
 //     summed best first in float32 and divided by the count in float32 (0 for an empty list);
 //  3. gate: γ = softmax(β·r) per query with the entropy bound (lamina/gating.hpp), γ (nq, L)
@@ -49,6 +53,7 @@ namespace lamina::cuda {
 struct FleetParams {
   std::vector<uint8_t> layers;     // L >= 1 distinct arena layer labels, in gate order
   std::size_t k = 10;              // results per (query, layer), 1 .. kMaxK
+  std::size_t oversample = 0;      // 0: exact; r > 0: code scan of k·r (an arena with a codec)
   Metric metric = Metric::IP;      // IP or Cosine (higher is better, as γ needs)
   std::size_t relevance_top = 3;   // 1 .. k
   double beta = 1.0;               // finite float32 value; > 0 with the entropy bound
@@ -96,13 +101,15 @@ class FleetStep {
   FleetStep(const FleetStep&) = delete;
   FleetStep& operator=(const FleetStep&) = delete;
 
-  /// One step: queries (nq x dim float32, device, this arena's device), ns (nq, host), now
-  /// (finite seconds). graph = false runs the same kernels as separate launches (the
+  /// One step: queries (nq x dim float32, C-contiguous; on this arena's device, or in host
+  /// memory when `host_queries`: then they travel with the step's one copy), ns (nq, host),
+  /// now (finite seconds). graph = false runs the same kernels as separate launches (the
   /// baseline). ValueError: empty arena, columns shorter than the arena's rows, NaN/Inf or
   /// (cosine) zero queries, non-finite scores or heat; the outputs and columns may then be
   /// partly written.
-  void run(const float* queries, std::size_t nq, const uint64_t* ns, double now,
-           const FleetColumns& columns, const FleetOutputs& out, bool graph, void* stream);
+  void run(const float* queries, bool host_queries, std::size_t nq, const uint64_t* ns,
+           double now, const FleetColumns& columns, const FleetOutputs& out, bool graph,
+           void* stream);
 
   const FleetParams& params() const { return p_; }
   int arena_device() const { return device_; }
@@ -113,17 +120,25 @@ class FleetStep {
   struct Key {
     std::size_t nq = 0, blocks = 0;
     int kinds = 0;
+    bool host_queries = false;
     std::vector<const void*> ptrs;
     bool operator==(const Key& o) const {
-      return nq == o.nq && blocks == o.blocks && kinds == o.kinds && ptrs == o.ptrs;
+      return nq == o.nq && blocks == o.blocks && kinds == o.kinds &&
+             host_queries == o.host_queries && ptrs == o.ptrs;
     }
   };
-  void enqueue(const CudaVectorArena::SearchView& v, const float* queries, std::size_t nq,
+  // What one step stages in the pinned block (copied to the same offsets of d_params_).
+  struct Staged {
+    std::size_t bytes = 0;             // end of the staged part (from offset 0)
+    const float* queries = nullptr;    // the queries the scans read (device)
+    const void* query_codes = nullptr; // detail::DeviceQueryCodes (host object) or null
+  };
+  void enqueue(const CudaVectorArena::SearchView& v, const Staged& sg, std::size_t nq,
                std::size_t max_segment, const FleetColumns& cols, const FleetOutputs& out);
-  void capture(const CudaVectorArena::SearchView& v, const float* queries, std::size_t nq,
+  void capture(const CudaVectorArena::SearchView& v, const Staged& sg, std::size_t nq,
                std::size_t max_segment, const FleetColumns& cols, const FleetOutputs& out);
   void grow_workspace(std::size_t bytes);
-  void reserve_host(std::size_t ranges);  // room for `ranges` (begin, end) pairs
+  void reserve_host(std::size_t bytes);  // the pinned block and d_params_
 
   std::shared_ptr<CudaVectorArena> arena_;
   FleetParams p_;
@@ -132,8 +147,9 @@ class FleetStep {
   void* ws_block_ = nullptr;     // device workspace (persistent across replays)
   std::size_t ws_cap_ = 0;
   std::size_t ws_need_ = 0;
-  unsigned char* host_ = nullptr;  // pinned, mapped: error words, then now and the ranges
-  std::size_t host_nq_ = 0;        // ranges the block has room for
+  unsigned char* host_ = nullptr;  // pinned, mapped: error words, then what is staged
+  unsigned char* d_params_ = nullptr;  // device copy of the staged part (same offsets)
+  std::size_t host_bytes_ = 0;
   void* exec_ = nullptr;         // cudaGraphExec_t
   Key key_;
   FleetStats stats_;

@@ -368,12 +368,67 @@ def test_gpu_step_rejects_host_arrays_and_short_columns() -> None:
     ns = np.array([7], np.uint64)
     q = rng.standard_normal((1, 16)).astype(np.float32)
     cols = _to_device(cp, columns(rng, gpu.high_water))
-    with pytest.raises(ValueError, match="device array"):
-        step.run(q, namespaces=ns, now=0.0, columns=cols)
+    with pytest.raises(ValueError, match="device arrays"):
+        step.run(q, namespaces=ns, now=0.0, columns=columns(rng, gpu.high_water))
+    with pytest.raises(TypeError, match="numpy array or a device array"):
+        step.run(q.tolist(), namespaces=ns, now=0.0, columns=cols)
     with pytest.raises(ValueError, match="one entry per arena row"):
         step.run(cp.asarray(q), namespaces=ns, now=0.0, columns=_to_device(cp, columns(rng, 3)))
     with pytest.raises(ValueError, match="host memory"):
         step.run(cp.asarray(q), namespaces=ns, now=0.0, columns=columns(rng, gpu.high_water))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("codec", ["binary", "int8"])
+@pytest.mark.parametrize("host_queries", [True, False])
+def test_gpu_coded_step_matches_the_cpu_twin(codec: str, host_queries: bool) -> None:
+    """With a codec: the code scan + exact re-ranking inside the graph, numpy or device queries.
+    Code estimates may round differently near ties (float contraction), so the candidates, and
+    then a few results, may differ from the CPU's: the results must agree on nearly all ids, and
+    every score returned must be the exact score of its row."""
+    cp = _cupy()
+    rng, seed = fresh_rng()
+    data = fleet_data(rng, agents=6, per_agent=400, dim=64)
+    cpu, gpu = VectorArena(64, codec=codec), VectorArena(64, device="cuda", codec=codec)
+    assert np.array_equal(fill(cpu, data), fill(gpu, data))
+    cfg = FleetConfig(layers=(0, 1, 2), k=10, oversample=4)
+    ccols = columns(rng, cpu.high_water)
+    gcols = _to_device(cp, ccols)
+    cstep, gstep = FleetStep(cpu, cfg), FleetStep(gpu, cfg)
+    agree = []
+    for t in range(3):
+        agents = rng.choice(np.arange(1, 7, dtype=np.uint64) * np.uint64(7), size=4)
+        q = rng.standard_normal((4, 64)).astype(np.float32)
+        cres = cstep.run(q, namespaces=agents, now=float(t), columns=ccols)
+        res = gstep.run(q if host_queries else cp.asarray(q), namespaces=agents, now=float(t), columns=gcols)
+        gi, gs = cp.asnumpy(res.ids), cp.asnumpy(res.scores)
+        found = gi >= 0
+        exact = np.einsum("bd,bld->bl", q, data["x"][np.where(found, gi, 0)].reshape(4, -1, 64)).reshape(gi.shape)
+        np.testing.assert_allclose(gs[found], exact[found], rtol=1e-4, atol=1e-4, err_msg=f"seed={seed}")
+        agree += [
+            len(set(a[a >= 0]) & set(b[b >= 0])) / max(1, (b >= 0).sum())
+            for a, b in zip(gi.reshape(-1, 10), cres.ids.reshape(-1, 10))
+        ]
+    assert np.mean(agree) >= 0.97, f"seed={seed} agreement {np.mean(agree):.3f}"
+    assert gstep.stats.replays == 3
+
+
+def test_cpu_coded_step_uses_the_codec() -> None:
+    rng, seed = fresh_rng()
+    data = fleet_data(rng, agents=3, per_agent=300, dim=64)
+    arena = VectorArena(64, codec="binary")
+    fill(arena, data)
+    q = rng.standard_normal((3, 64)).astype(np.float32)
+    ns = np.array([7, 14, 21], np.uint64)
+    res = FleetStep(arena, FleetConfig(layers=(0, 1), k=5, oversample=1)).run(
+        q, namespaces=ns, now=1.0, columns=columns(rng, arena.high_water)
+    )
+    for li, layer in enumerate((0, 1)):
+        s, i = arena.search(q, 5, namespace=ns, layers=[layer], oversample=1)
+        np.testing.assert_array_equal(res.ids[:, li], i, err_msg=f"seed={seed}")
+        np.testing.assert_array_equal(res.scores[:, li], s, err_msg=f"seed={seed}")
+    with pytest.raises(ValueError, match="needs an arena with a codec"):
+        FleetStep(VectorArena(64), FleetConfig(layers=(0,), oversample=2))
 
 
 def test_fleet_is_exported_alongside_the_arena() -> None:

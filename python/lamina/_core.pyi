@@ -196,6 +196,7 @@ class CudaFleetStep:
         arena: CudaVectorArena,
         layers: list[int],
         k: int,
+        oversample: int,
         metric: str,
         relevance_top: int,
         beta: float,

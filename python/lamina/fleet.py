@@ -4,9 +4,10 @@ One step answers ``b`` queries, query ``i`` on behalf of the agent whose memorie
 namespace ``namespaces[i]`` in a :class:`~lamina.search.VectorArena`, over ``L`` arena layers
 (DESIGN.md, read path steps 1, 2 and 4):
 
-1. **search** — for each layer ``layers[l]``, the exact top-``k`` of query ``i`` among that
-   agent's live rows with that layer label (``scores``, ``ids``: shape ``(b, L, k)``, arena
-   slots, ``-1`` / ``-inf`` padding, as :meth:`VectorArena.search`);
+1. **search** — for each layer ``layers[l]``, the top-``k`` of query ``i`` among that agent's
+   live rows with that layer label (``scores``, ``ids``: shape ``(b, L, k)``, arena slots,
+   ``-1`` / ``-inf`` padding, as :meth:`VectorArena.search`): exact, or with an arena codec
+   the code scan of ``k * oversample`` candidates re-scored exactly (``FleetConfig.oversample``);
 2. **relevance** — ``r[i, l]``: the mean of the first ``min(relevance_top, found)`` scores of
    that list (summed best first in float32, divided by the count in float32; 0 for an empty
    list);
@@ -37,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core, _device, kernels
-from .search import VectorArena
+from .search import VectorArena, _oversample
 
 __all__ = ["FleetConfig", "FleetResult", "FleetStats", "FleetStep", "HeatColumns"]
 
@@ -76,6 +77,11 @@ class FleetConfig:
         The ``L`` arena layer labels searched, in gate order (distinct, each in [0, 255]).
     k : int
         Results per (query, layer), >= 1 (at most 1024 on the GPU).
+    oversample : int, optional
+        With an arena that has a codec: the code scan keeps ``k * oversample`` candidates per
+        query and layer, re-scored exactly from the float rows (as
+        :meth:`VectorArena.search`); None, the codec's default
+        (:data:`lamina.search.DEFAULT_OVERSAMPLE`); 0, the exact scan. Without a codec: None or 0.
     metric : {"ip", "cosine"}
         Higher-is-better scores (the gate needs them; ``"l2"`` is refused).
     relevance_top : int
@@ -93,6 +99,7 @@ class FleetConfig:
 
     layers: tuple[int, ...]
     k: int = 10
+    oversample: int | None = None
     metric: Literal["ip", "cosine"] = "ip"
     relevance_top: int = 3
     beta: float = 1.0
@@ -111,6 +118,8 @@ class FleetConfig:
             raise ValueError(f"layers contains a layer more than once: {ls}; name each layer once")
         object.__setattr__(self, "layers", ls)
         _int(self.k, "k", 1)
+        if self.oversample is not None:
+            _int(self.oversample, "oversample", 0)
         if self.metric not in ("ip", "cosine"):
             raise ValueError(
                 f"metric must be 'ip' or 'cosine' (the gate needs higher-is-better scores), got {self.metric!r}"
@@ -240,8 +249,8 @@ class FleetStep:
     Parameters
     ----------
     arena : VectorArena
-        The agents' memories (namespace = agent, layer = memory layer). A codec is ignored:
-        the step's search is exact.
+        The agents' memories (namespace = agent, layer = memory layer). With a codec the
+        search scans the codes first (``config.oversample``).
     config : FleetConfig
     graph : bool
         On a CUDA arena, run each step as one CUDA graph launch (default) or as separate
@@ -258,6 +267,12 @@ class FleetStep:
         self._graph = bool(graph)
         self._cpu_steps = 0
         self._native: Any = None
+        self._oversample = _oversample(arena.codec, config.oversample)
+        if self._oversample > 0 and arena.codec is None:
+            raise ValueError(
+                f"oversample = {self._oversample} needs an arena with a codec (VectorArena(..., codec=...)); "
+                "use 0 or None for the exact scan"
+            )
         if arena.device != "cpu":
             c = config
             a, b, cc, mu = c.heat
@@ -265,6 +280,7 @@ class FleetStep:
                 arena._dev(),
                 list(c.layers),
                 c.k,
+                self._oversample,
                 c.metric,
                 c.relevance_top,
                 c.beta,
@@ -302,7 +318,9 @@ class FleetStep:
         Parameters
         ----------
         queries : array, shape (b, dim), float32, C-contiguous, finite
-            numpy for a CPU arena; a device array on the arena's device for a CUDA arena.
+            numpy for a CPU arena. For a CUDA arena a device array on its device, or a numpy
+            array (copied to the device with the step's own staged copy; with a codec the
+            queries are encoded on the host, so device queries are read back first).
         namespaces : ndarray, shape (b,), uint64 (host memory on either device)
             The agent of each query.
         now : float
@@ -391,7 +409,7 @@ class FleetStep:
             return
         native = self._arena._host()
         for li, layer in enumerate(c.layers):
-            s, i = native.search(queries, c.k, c.metric, ns, [layer], 0, 0)
+            s, i = native.search(queries, c.k, c.metric, ns, [layer], 0, self._oversample)
             res.scores[:, li, :] = s
             res.ids[:, li, :] = i
         acc = np.zeros((b, len(c.layers)), np.float32)
@@ -424,17 +442,23 @@ class FleetStep:
         cols: HeatColumns,
         out: FleetResult | None,
     ) -> FleetResult:
-        if not _device.is_device_array(queries):
-            raise ValueError(
-                f"queries must be a device array on {self._arena.device} (CuPy / PyTorch) for a CUDA arena"
+        host_queries = isinstance(queries, np.ndarray)
+        if not host_queries and not _device.is_device_array(queries):
+            raise TypeError(
+                f"queries must be a numpy array or a device array on {self._arena.device} (CuPy / PyTorch), "
+                f"got {type(queries).__name__}"
             )
         _device.on_device(
-            ("queries", queries),
+            ("queries", None if host_queries else queries),
             ("columns.visits", cols.visits),
             ("columns.interaction_len", cols.interaction_len),
             ("columns.last_access", cols.last_access),
             ("columns.heat", cols.heat),
         )
+        if not _device.is_device_array(cols.heat):
+            raise ValueError(
+                f"the heat columns must be device arrays on {self._arena.device} for a CUDA arena, got numpy arrays"
+            )
         shape = tuple(int(s) for s in getattr(queries, "shape", ()))
         if len(shape) != 2:
             raise ValueError(f"queries must be 2-dimensional (b, dim), got shape {shape}")
@@ -442,12 +466,13 @@ class FleetStep:
         ns = _namespaces(namespaces, b)
         if out is None:
             L, k = len(self._config.layers), self._config.k
+            like = cols.heat if host_queries else queries
             out = FleetResult(
-                _device.empty_like_device(queries, (b, L, k), np.float32),
-                _device.empty_like_device(queries, (b, L, k), np.int64),
-                _device.empty_like_device(queries, (b, L), np.float32),
-                _device.empty_like_device(queries, (b, L), np.float32),
-                _device.empty_like_device(queries, (b,), np.float64),
+                _device.empty_like_device(like, (b, L, k), np.float32),
+                _device.empty_like_device(like, (b, L, k), np.int64),
+                _device.empty_like_device(like, (b, L), np.float32),
+                _device.empty_like_device(like, (b, L), np.float32),
+                _device.empty_like_device(like, (b,), np.float64),
             )
         elif not isinstance(out, FleetResult):
             raise TypeError(f"out must be a FleetResult, got {type(out).__name__}")
@@ -465,6 +490,6 @@ class FleetStep:
             out.gamma,
             out.beta_used,
             self._graph,
-            _device.current_stream(queries),
+            _device.current_stream(cols.heat if host_queries else queries),
         )
         return out
