@@ -91,12 +91,14 @@ fi
 # ---- 3. the fleet step (bench/bench_fleet.py): exact on the GPU vs the CPU's exact and code scans
 log "fleet step"
 timeout 120 $PY bench/bench_fleet.py --out "$RES/fleet.json" --device cuda --dtype float16 \
-  ${GPU_FLEET_ARGS:---cases 1000x10000 --min-time 0.2 --step} || fail "fleet bench (exit $?)"
-# the whole step (3 layers -> gate -> heat bump) at small batches, where the fixed per-step cost
-# shows: separate launches vs one graph launch
+  ${GPU_FLEET_ARGS:---cases 1000x10000 --min-time 0.2} || fail "fleet bench (exit $?)"
+# the whole step (3 layers -> gate -> heat bump), exact and binary + re-ranking: small batches,
+# where the fixed per-step cost shows, and 1,000 agents x 10,000 memories; separate launches vs
+# one graph launch
 log "fleet step: graph vs separate launches"
-timeout 60 $PY bench/bench_fleet.py --out "$RES/fleet_step.json" --device cuda --dtype float16 \
-  --step-only --cases 1x1000 16x1000 256x1000 --min-time 0.2 || fail "fleet step bench (exit $?)"
+timeout 150 $PY bench/bench_fleet.py --out "$RES/fleet_step.json" --device cuda --dtype float16 \
+  --step-only --codecs binary --cases 1x1000 16x1000 256x1000 1000x10000 --min-time 0.2 \
+  || fail "fleet step bench (exit $?)"
 
 # ---- 4. benchmark --------------------------------------------------------------------------
 log "benchmark"
