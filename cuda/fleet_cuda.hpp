@@ -25,12 +25,12 @@
 //
 // Graph: the step is captured once into a CUDA graph (stream capture on the step's own stream,
 // no allocation, no synchronisation and no host read inside) and replayed. What changes from
-// step to step without a new capture — the namespaces' row ranges and `now` — is read by the
-// graph's first node from pinned host memory, which the host writes before each launch. A new
-// batch size, another segment-length bucket (a power of two of 2048-row blocks), other array
-// pointers (queries, outputs, columns), or an arena that grew or rebuilt its namespace index
-// make a new capture, applied with cudaGraphExecUpdate (instantiated afresh when the update is
-// refused). Every launch is followed by one synchronisation of the step's stream, after which
+// step to step without a new capture — the (namespace, layer) row ranges, `now`, and host
+// queries or the queries' codes — is copied by the graph's first node from pinned host memory
+// (written by the host before each launch) to a device block the step keeps. A new batch size,
+// another segment-length bucket (a power of two of 2048-row blocks), other array pointers
+// (device queries, outputs, columns), or an arena that grew or reallocated its index make a new
+// capture, applied with cudaGraphExecUpdate (instantiated afresh when the update is refused). Every launch is followed by one synchronisation of the step's stream, after which
 // the error words are read: errors are raised as lamina::ValueError as by the separate kernels.
 //
 // Streams: the step's stream waits for the caller's stream and the arena's stream before its
