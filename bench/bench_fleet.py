@@ -22,6 +22,11 @@ random unit vectors and says so (their recall says little about real embeddings)
     python bench/bench_fleet.py                                  # CPU sweep, float32
     python bench/bench_fleet.py --cases 10000x10000 --dtype float16 --device cuda   # the H200 case
     python bench/bench_fleet.py --oversample 2 4 8 --cases 100x10000
+    python bench/bench_fleet.py --step-only --cases 1x1000 64x1000 1000x1000 --device cuda  # graph vs launches
+
+``--step`` / ``--step-only`` time the whole fleet step of :mod:`lamina.fleet` (search over 3
+layers, gate, heat bump): its CPU twin and, on the GPU, the same kernels as separate launches
+against one CUDA graph launch; small batches show the fixed per-step cost the graph removes.
 """
 
 from __future__ import annotations
@@ -170,6 +175,82 @@ def run_case(
     return rows
 
 
+def run_step_case(
+    agents: int, per: int, pool: np.ndarray, qpool: np.ndarray, args: argparse.Namespace, rng: np.random.Generator
+) -> list[dict[str, Any]]:
+    """The whole fleet step (lamina.fleet: search 3 layers -> gate -> heat bump): the exact CPU
+    twin, and with --device cuda, for the exact scan and each codec (re-ranked, at its default
+    oversampling), the same step as separate launches and as one CUDA graph launch (replayed:
+    the same queries buffer, outputs and columns every step)."""
+    from lamina.fleet import FleetConfig, FleetResult, FleetStep, HeatColumns
+
+    d = pool.shape[1]
+    X = fleet_rows(pool, agents, per, rng)
+    ns = np.repeat(np.arange(agents, dtype=np.uint64), per)
+    layer = rng.integers(0, 3, len(X)).astype(np.uint8)
+    Q = np.ascontiguousarray(qpool[rng.choice(len(qpool), agents, replace=agents > len(qpool))])
+    qns = np.arange(agents, dtype=np.uint64)
+    cfg = FleetConfig(layers=(0, 1, 2), k=K, beta=5.0, max_entropy=0.5)
+    case = f"{agents}x{per}x{d}"
+    rows: list[dict[str, Any]] = []
+
+    def cols(n: int) -> HeatColumns:
+        return HeatColumns(np.zeros(n, np.int64), np.ones(n, np.int32), np.zeros(n), np.zeros(n, np.float32))
+
+    a = lamina.VectorArena(d, dtype=args.dtype, capacity=len(X))
+    a.add(X, namespace=ns, layer=layer)
+    cpu = FleetStep(a, cfg)
+    ccols = cols(a.high_water)
+    clock = iter(range(1, 1 << 30))
+    t_cpu = timeit(
+        lambda s=cpu: s.run(Q, namespaces=qns, now=float(next(clock)), columns=ccols), min_time=args.min_time
+    )
+    rows.append({"case": case, "mode": "cpu twin exact", "ms": t_cpu * 1e3, "us_per_agent": t_cpu * 1e6 / agents})
+    del a, cpu
+    if args.device == "cuda":
+        import cupy as cp
+
+        gq = cp.asarray(Q)
+        L = len(cfg.layers)
+        out = FleetResult(
+            cp.empty((agents, L, K), cp.float32),
+            cp.empty((agents, L, K), cp.int64),
+            cp.empty((agents, L), cp.float32),
+            cp.empty((agents, L), cp.float32),
+            cp.empty(agents, cp.float64),
+        )
+        for codec in [None, *args.codecs]:
+            g = lamina.VectorArena(d, dtype=args.dtype, capacity=len(X), device="cuda", codec=codec)
+            g.add(X, namespace=ns, layer=layer)
+            h = cols(g.high_water)
+            gcols = HeatColumns(*(cp.asarray(x) for x in (h.visits, h.interaction_len, h.last_access, h.heat)))
+            rep = "exact" if codec is None else f"{codec}+rerank r={lamina.search.DEFAULT_OVERSAMPLE[codec]}"
+            t_sep = 0.0
+            for mode, graph in (("separate launches", False), ("graph", True)):
+                step = FleetStep(g, cfg, graph=graph)
+                step.run(gq, namespaces=qns, now=0.0, columns=gcols, out=out)  # warm-up / capture
+                t = timeit(
+                    lambda s=step, c=gcols: s.run(gq, namespaces=qns, now=float(next(clock)), columns=c, out=out),
+                    min_time=args.min_time,
+                )
+                t_sep = t if not graph else t_sep
+                st = step.stats
+                rows.append(
+                    {
+                        "case": case,
+                        "mode": f"cuda {rep} {mode}",
+                        "ms": t * 1e3,
+                        "us_per_agent": t * 1e6 / agents,
+                        "vs_cpu": t_cpu / t,
+                        "vs_separate": t_sep / t,
+                        "note": f"captures {st.captures}, replays {st.replays}" if graph else "",
+                    }
+                )
+            del g, gcols
+        del gq, out
+    return rows
+
+
 def device_bandwidth() -> float:
     """GB/s of a large device-to-device copy (bytes read + written), with CuPy."""
     import cupy as cp
@@ -209,6 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-time", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="write the rows as JSON here")
+    ap.add_argument(
+        "--step",
+        action="store_true",
+        help="also time the whole fleet step (lamina.fleet: 3 layers -> gate -> heat bump): the CPU twin, "
+        "and with --device cuda separate launches vs one CUDA graph launch",
+    )
+    ap.add_argument("--step-only", action="store_true", help="time only the whole fleet step (implies --step)")
     args = ap.parse_args(argv)
 
     pool, qpool, source = load_vectors(args)
@@ -222,8 +310,29 @@ def main(argv: list[str] | None = None) -> int:
     print("bandwidth (copy, read+write): " + ", ".join(f"{k} {v:.1f} GB/s" for k, v in bw.items()))
     rng = np.random.default_rng(args.seed)
     rows: list[dict[str, Any]] = []
+    step_rows: list[dict[str, Any]] = []
     for agents, per in args.cases:
-        rows += run_case(agents, per, pool, qpool, args, bw, rng)
+        if not args.step_only:
+            rows += run_case(agents, per, pool, qpool, args, bw, rng)
+        if args.step or args.step_only:
+            step_rows += run_step_case(agents, per, pool, qpool, args, rng)
+    if step_rows:
+        print("the whole fleet step: search (3 layers) -> gate -> heat bump; graph = one CUDA graph launch")
+        print_table(
+            step_rows,
+            [
+                ("case", "case", ""),
+                ("mode", "mode", ""),
+                ("ms", "step ms", ".3f"),
+                ("us_per_agent", "us / agent", ".2f"),
+                ("vs_cpu", "x cpu twin", ".2f"),
+                ("vs_separate", "x separate", ".2f"),
+                ("note", "note", ""),
+            ],
+        )
+    if not rows:
+        write_json(args.out, {"machine": facts, "vectors": source, "bandwidth_gbs": bw, "step_rows": step_rows})
+        return 0
     print_table(
         rows,
         [
@@ -239,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
             ("vs_exact_gpu", "x exact gpu", ".2f"),
         ],
     )
-    write_json(args.out, {"machine": facts, "vectors": source, "bandwidth_gbs": bw, "rows": rows})
+    write_json(
+        args.out, {"machine": facts, "vectors": source, "bandwidth_gbs": bw, "rows": rows, "step_rows": step_rows}
+    )
     return 0
 
 

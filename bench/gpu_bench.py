@@ -434,6 +434,20 @@ def bench_selection_kernels(cp: Any, lamina: Any, sc: float) -> None:
         note="rows over eps recompute with doubled beta",
     )
     del rel, gam
+    # Per-call fixed cost (argument checks, launch, the one synchronisation; before #17 part 4
+    # also a device word allocated, zeroed and copied back): one row of 3 layers, the memory
+    # loop's gate for one query.
+    r1 = cp.random.standard_normal((1, 3), dtype=cp.float32)
+    g1 = cp.empty_like(r1)
+    row("softmax_gate 1x3 (per-call fixed cost)", timed(cp, partial(kern.softmax_gate, r1, 2.0, out=g1), reps=50))
+    row(
+        "softmax_gate 1x3 eps=0.5 (per-call fixed cost)",
+        timed(cp, partial(kern.softmax_gate, r1, 2.0, 0.5, out=g1), reps=50),
+    )
+    x1 = cp.random.standard_normal((1, 384), dtype=cp.float32)
+    t1 = cp.random.standard_normal((1, 384), dtype=cp.float32)
+    row("ema_blend 1x384 (per-call fixed cost)", timed(cp, partial(kern.ema_blend, x1, t1, 0.9), reps=50))
+    del r1, g1, x1, t1
 
     n = int(10_000_000 * sc)
     heat = cp.random.standard_normal(n, dtype=cp.float32)

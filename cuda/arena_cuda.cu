@@ -138,6 +138,12 @@ __global__ void iota_kernel(uint32_t* v, std::size_t n) {
   if (i < n) v[i] = static_cast<uint32_t>(i);
 }
 
+__global__ void gather_ns_kernel(const uint64_t* __restrict__ ns, const uint32_t* __restrict__ rows,
+                                 std::size_t n, uint64_t* __restrict__ out) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = ns[rows[i]];
+}
+
 unsigned blocks_for(std::size_t n, unsigned per_block) {
   return static_cast<unsigned>(std::max<std::size_t>(1, (n + per_block - 1) / per_block));
 }
@@ -211,6 +217,17 @@ CudaVectorArena::~CudaVectorArena() {
     if (p) cudaFree(p);
   cudaStreamDestroy(as_stream(stream_));
   cudaSetDevice(prev);
+}
+
+void CudaVectorArena::count_ns_layer(uint64_t ns, uint8_t layer, bool add) {
+  const std::pair<uint64_t, uint8_t> key{ns, layer};
+  if (add) {
+    ++nl_count_[key];
+    return;
+  }
+  auto it = nl_count_.find(key);
+  LAMINA_ASSERT(it != nl_count_.end() && it->second > 0);
+  if (--it->second == 0) nl_count_.erase(it);
 }
 
 std::size_t CudaVectorArena::capacity() const {
@@ -349,6 +366,7 @@ void CudaVectorArena::add(const void* vectors, bool on_device, std::size_t n, co
     layer_[row] = lv[i];
     live_[row] = 1;
     ++ns_count_[nsv[i]];
+    count_ns_layer(nsv[i], lv[i], true);
     ++live_count_;
     out[i] = (static_cast<int64_t>(gens[i]) << 32) | static_cast<int64_t>(row);
   }
@@ -428,6 +446,7 @@ void CudaVectorArena::remove(const int64_t* handles, std::size_t n, void* stream
     auto it = ns_count_.find(ns_[row]);
     LAMINA_ASSERT(it != ns_count_.end() && it->second > 0);
     if (--it->second == 0) ns_count_.erase(it);
+    count_ns_layer(ns_[row], layer_[row], false);
     live_[row] = 0;
     ns_[row] = 0;
     layer_[row] = 0;
@@ -492,7 +511,18 @@ void CudaVectorArena::set_layer(const int64_t* handles, std::size_t n, uint8_t l
   std::unique_lock lk(mu_);
   std::vector<uint32_t> rows = rows_checked(handles, n);
   if (n == 0) return;
-  for (uint32_t r : rows) layer_[r] = layer;
+  bool moved = false;
+  for (uint32_t r : rows) {
+    if (layer_[r] == layer) continue;
+    count_ns_layer(ns_[r], layer_[r], false);
+    count_ns_layer(ns_[r], layer, true);
+    layer_[r] = layer;
+    moved = true;
+  }
+  if (moved) {  // the CSR is sorted by (namespace, layer)
+    std::lock_guard cl(csr_mu_);
+    csr_dirty_ = true;
+  }
   const cudaStream_t st = as_stream(stream_);
   Scratch scr(st);
   const uint32_t* d_rows = upload(scr, rows, st);
@@ -547,39 +577,98 @@ void CudaVectorArena::ensure_csr_locked() const {
     LAMINA_CUDA_CHECK(cudaMalloc(&d_csr_, std::max<std::size_t>(n, 1) * sizeof(uint32_t)));
     csr_cap_ = std::max<std::size_t>(n, 1);
   }
-  // Removed rows carry namespace 0, so they sort into namespace 0's range (the live mask skips
-  // them); the host knows every range from its counts without reading the device.
-  std::vector<std::pair<uint64_t, std::size_t>> counts(ns_count_.begin(), ns_count_.end());
+  // Removed rows carry namespace 0 and layer 0, so they sort into that range (the live mask
+  // skips them); the host knows every range from its counts without reading the device.
+  std::vector<std::pair<std::pair<uint64_t, uint8_t>, std::size_t>> counts(nl_count_.begin(),
+                                                                           nl_count_.end());
   const std::size_t dead = high_water_ - live_count_;
   if (dead) {
-    auto it = std::find_if(counts.begin(), counts.end(), [](auto& p) { return p.first == 0; });
-    if (it == counts.end()) counts.emplace_back(0, dead);
+    auto it = std::find_if(counts.begin(), counts.end(), [](auto& p) {
+      return p.first.first == 0 && p.first.second == 0;
+    });
+    if (it == counts.end()) counts.push_back({{0, 0}, dead});
     else it->second += dead;
   }
   std::sort(counts.begin(), counts.end());
   csr_off_.clear();
+  csr_nl_off_.clear();
   std::size_t off = 0;
   for (auto& [key, c] : counts) {
-    csr_off_[key] = {off, c};
+    csr_nl_off_[key] = {off, c};
+    auto [it, fresh] = csr_off_.try_emplace(key.first, off, 0);
+    it->second.second += c;
     off += c;
   }
   LAMINA_ASSERT(off == n);
   if (n > 0) {
-    const uint64_t max_key = counts.empty() ? 0 : counts.back().first;
+    // LSD order: a stable sort by layer, then a stable sort by namespace -> (namespace, layer),
+    // rows ascending within each pair
+    const uint64_t max_key = counts.empty() ? 0 : counts.back().first.first;
     const int end_bit = max_key ? 64 - __builtin_clzll(max_key) : 1;
     Scratch scr(st);
-    uint64_t* keys_out = scr.alloc<uint64_t>(n);
     uint32_t* vals_in = scr.alloc<uint32_t>(n);
+    uint8_t* layer_out = scr.alloc<uint8_t>(n);
+    uint32_t* by_layer = scr.alloc<uint32_t>(n);
+    uint64_t* ns_in = scr.alloc<uint64_t>(n);
+    uint64_t* keys_out = scr.alloc<uint64_t>(n);
     iota_kernel<<<blocks_for(n, 256), 256, 0, st>>>(vals_in, n);
     LAMINA_CUDA_LAUNCHED();
-    std::size_t temp_bytes = 0;
-    LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, d_ns_, keys_out, vals_in,
+    std::size_t b1 = 0, b2 = 0;
+    LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, b1, d_layer_, layer_out, vals_in,
+                                                      by_layer, n, 0, 8, st));
+    LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, b2, ns_in, keys_out, by_layer,
                                                       d_csr_, n, 0, end_bit, st));
-    void* temp = scr.alloc<char>(temp_bytes);
-    LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, d_ns_, keys_out, vals_in,
+    void* temp = scr.alloc<char>(std::max(b1, b2));
+    LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, b1, d_layer_, layer_out, vals_in,
+                                                      by_layer, n, 0, 8, st));
+    gather_ns_kernel<<<blocks_for(n, 256), 256, 0, st>>>(d_ns_, by_layer, n, ns_in);
+    LAMINA_CUDA_LAUNCHED();
+    LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, b2, ns_in, keys_out, by_layer,
                                                       d_csr_, n, 0, end_bit, st));
   }
   csr_dirty_ = false;
+}
+
+CudaVectorArena::SearchView CudaVectorArena::search_view(const uint64_t* ns, std::size_t nq,
+                                                         const uint8_t* layers, std::size_t L,
+                                                         int64_t* seg,
+                                                         std::size_t* longest) const {
+  DeviceGuard g(device_);
+  std::lock_guard cl(csr_mu_);
+  ensure_csr_locked();
+  std::size_t top = 0;
+  for (std::size_t l = 0; l < L; ++l) {
+    for (std::size_t q = 0; q < nq; ++q) {
+      auto it = csr_nl_off_.find({ns[q], layers[l]});
+      const std::size_t off = it == csr_nl_off_.end() ? 0 : it->second.first;
+      const std::size_t cnt = it == csr_nl_off_.end() ? 0 : it->second.second;
+      int64_t* s = seg + 2 * (l * nq + q);
+      s[0] = static_cast<int64_t>(off);
+      s[1] = static_cast<int64_t>(off + cnt);
+      top = std::max(top, cnt);
+    }
+  }
+  *longest = top;
+  SearchView v;
+  v.rows.base = rows_;
+  v.rows.stride = stride_;
+  v.rows.dim = dim_;
+  v.rows.f16 = dtype_ == DType::F16;
+  v.rows.sqnorms = d_sqnorm_;
+  v.live = d_live_;
+  v.layers = d_layer_;
+  v.generations = d_gen_;
+  v.csr = d_csr_;
+  v.codes.codec = codec_;
+  v.codes.base = d_codes_;
+  v.codes.stride = code_stride_;
+  v.codes.dim = dim_;
+  v.codes.factor = d_cfactor_;
+  v.codes.count = d_ccount_;
+  v.codes.sqnorms = d_sqnorm_;
+  v.high_water = high_water_;
+  v.live_count = live_count_;
+  return v;
 }
 
 void CudaVectorArena::search_codes_locked(const float* queries, std::size_t nq, std::size_t k,

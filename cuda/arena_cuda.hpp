@@ -13,9 +13,10 @@
 // Synchronisation: add() with device input synchronises once (finiteness check), get() and
 // search() synchronise once (results / NaN check); remove() and set_layer() do not.
 //
-// Namespace search: a CSR of rows sorted by namespace (device radix sort) is rebuilt lazily on
-// the first namespace-filtered search after a change (O(rows) on the device), then one launch
-// answers b queries, each restricted to its own namespace.
+// Namespace search: a CSR of rows sorted by (namespace, layer) (two stable device radix sorts)
+// is rebuilt lazily on the first namespace-filtered search after a change (O(rows) on the
+// device), then one launch answers b queries, each restricted to its own namespace; the fleet
+// step (search_view) scans one (namespace, layer) range per query and layer.
 //
 // Codes: with a codec (lamina/codec.hpp) each row also has its code in device memory, encoded
 // on the host at add() (device input is copied to the host for it) and cleared on remove();
@@ -31,11 +32,13 @@
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "lamina/arena.hpp"
 #include "lamina/codec.hpp"
 #include "lamina/topk.hpp"
+#include "codec_cuda.hpp"
 #include "topk_cuda.hpp"
 
 namespace lamina::cuda {
@@ -94,6 +97,29 @@ class CudaVectorArena {
                    const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
                    float* out_scores, int64_t* out_ids, std::size_t oversample = 0) const;
 
+  /// What a fused fleet step (fleet_cuda.hpp) needs to search this arena with its own
+  /// (captured) launches: the rows, the device columns and the namespace CSR. Valid while the
+  /// reader lock of read_lock() is held; the CSR and the columns are written on stream(), so
+  /// the consumer's stream must wait for it first.
+  struct SearchView {
+    DeviceRows rows;
+    const uint8_t* live = nullptr;
+    const uint8_t* layers = nullptr;
+    const uint32_t* generations = nullptr;
+    const uint32_t* csr = nullptr;  // rows sorted by (namespace, layer), high_water entries
+    DeviceCodes codes;              // codec None without codes
+    std::size_t high_water = 0;
+    std::size_t live_count = 0;
+  };
+  /// The reader lock (searches may share it; add / remove / set_layer / reserve wait for it).
+  std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mu_); }
+  /// Under read_lock(): rebuild the CSR if it is stale (on stream(); may allocate and
+  /// synchronise, so never while a stream is being captured), write for each of the L layers
+  /// and nq namespaces (host) the CSR range of the rows with that namespace and layer to
+  /// seg[2 (l nq + q)], seg[2 (l nq + q) + 1] (host), and the longest range to *longest.
+  SearchView search_view(const uint64_t* ns, std::size_t nq, const uint8_t* layers,
+                         std::size_t L, int64_t* seg, std::size_t* longest) const;
+
   /// The arena's own stream (cudaStream_t): consumers of device_rows() order after it.
   void* stream() const { return stream_; }
 
@@ -144,12 +170,23 @@ class CudaVectorArena {
   std::vector<uint32_t> gen_;
   std::vector<uint32_t> free_;
   std::unordered_map<uint64_t, std::size_t> ns_count_;
+  struct NsLayerHash {
+    std::size_t operator()(const std::pair<uint64_t, uint8_t>& k) const {
+      return std::hash<uint64_t>()(k.first * 0x9E3779B97F4A7C15ull ^ k.second);
+    }
+  };
+  // live rows per (namespace, layer): the CSR's sub-ranges, known without reading the device
+  std::unordered_map<std::pair<uint64_t, uint8_t>, std::size_t, NsLayerHash> nl_count_;
+  void count_ns_layer(uint64_t ns, uint8_t layer, bool add);
   // namespace CSR (lazy)
   mutable std::mutex csr_mu_;
   mutable bool csr_dirty_ = true;
   mutable uint32_t* d_csr_ = nullptr;
   mutable std::size_t csr_cap_ = 0;
   mutable std::unordered_map<uint64_t, std::pair<std::size_t, std::size_t>> csr_off_;
+  mutable std::unordered_map<std::pair<uint64_t, uint8_t>, std::pair<std::size_t, std::size_t>,
+                             NsLayerHash>
+      csr_nl_off_;
   mutable std::shared_mutex mu_;
 };
 

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -25,11 +27,37 @@ namespace lamina::cuda::detail {
 
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
+/// A caller-owned device block that Scratch can carve allocations from (bump allocation, 256-
+/// byte aligned), so that a sequence of launches can be captured into a CUDA graph without
+/// memory nodes and replayed with the same pointers. `need` counts the bytes the last sequence
+/// asked for (the owner grows the block to it); `overflow` says a capture ran out of room (its
+/// graph must be discarded and captured again after growing).
+struct Workspace {
+  char* base = nullptr;
+  std::size_t cap = 0;
+  std::size_t used = 0;
+  std::size_t need = 0;
+  bool overflow = false;
+  void rewind() {
+    used = need = 0;
+    overflow = false;
+  }
+};
+
 /// Stream-ordered scratch memory: cudaMallocAsync on one stream, freed (stream-ordered) when
-/// the object goes out of scope, so no synchronisation is needed.
+/// the object goes out of scope, so no synchronisation is needed. With a Workspace, requests
+/// are carved from it; one that does not fit falls back to cudaMallocAsync, except while the
+/// stream is being captured (no allocation may enter the graph): then it returns the block's
+/// base (the captured graph is never run: the owner sees `overflow` and captures again).
 class Scratch {
  public:
-  explicit Scratch(cudaStream_t s) : s_(s) {}
+  explicit Scratch(cudaStream_t s, Workspace* ws = nullptr) : s_(s), ws_(ws) {
+    if (ws_) {
+      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+      LAMINA_CUDA_CHECK(cudaStreamIsCapturing(s_, &cs));
+      capturing_ = cs == cudaStreamCaptureStatusActive;
+    }
+  }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch() {
@@ -37,9 +65,24 @@ class Scratch {
   }
   template <class T>
   T* alloc(std::size_t n) {
+    const std::size_t bytes = (n ? n : 1) * sizeof(T);
+    if (ws_) {
+      const std::size_t b = (bytes + 255) / 256 * 256;
+      ws_->need += b;
+      if (ws_->base && ws_->used + b <= ws_->cap) {
+        T* p = reinterpret_cast<T*>(ws_->base + ws_->used);
+        ws_->used += b;
+        return p;
+      }
+      if (capturing_) {
+        ws_->overflow = true;
+        if (!ws_->base) throw std::logic_error("lamina internal error: capture without a workspace");
+        return reinterpret_cast<T*>(ws_->base);
+      }
+    }
     if (count_ == kMax) throw std::logic_error("lamina internal error: Scratch full");
     void* p = nullptr;
-    LAMINA_CUDA_CHECK(cudaMallocAsync(&p, (n ? n : 1) * sizeof(T), s_));
+    LAMINA_CUDA_CHECK(cudaMallocAsync(&p, bytes, s_));
     ptrs_[count_++] = p;
     return static_cast<T*>(p);
   }
@@ -47,6 +90,8 @@ class Scratch {
  private:
   static constexpr int kMax = 32;
   cudaStream_t s_;
+  Workspace* ws_ = nullptr;
+  bool capturing_ = false;
   void* ptrs_[kMax] = {};
   int count_ = 0;
 };
@@ -120,10 +165,17 @@ __device__ __forceinline__ void raise_flag(unsigned* words, int word) {
   reinterpret_cast<volatile unsigned*>(words)[word] = 1u;
 }
 
+/// Multiprocessors of the current device (read once per device ordinal and cached: launch
+/// sizing asks for it on every call).
 inline int sm_count() {
+  constexpr int kCached = 64;
+  static std::atomic<int> cache[kCached];  // 0: not read yet (every writer stores the same)
   int dev = 0, n = 0;
   LAMINA_CUDA_CHECK(cudaGetDevice(&dev));
+  const bool cached = dev >= 0 && dev < kCached;
+  if (cached && (n = cache[dev].load(std::memory_order_relaxed)) > 0) return n;
   LAMINA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  if (cached) cache[dev].store(n, std::memory_order_relaxed);
   return n;
 }
 

@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "check.cuh"
+#include "code_enqueue.cuh"
 #include "codec_cuda.hpp"
 #include "topk_parts.cuh"
 #include "topk_select.cuh"
@@ -21,7 +23,7 @@ using detail::WarpList;
 
 namespace {
 
-enum : int { kFlagNonFinite = 0 };
+enum : int { kFlagNonFinite = detail::kCodeNonFinite };
 
 struct CodeScanArgs {
   int codec;  // 1 binary, 2 int8
@@ -174,41 +176,82 @@ T* upload(detail::Scratch& scr, const std::vector<T>& h, cudaStream_t st) {
 
 }  // namespace
 
-void code_candidates(const float* queries, std::size_t nq, const DeviceCodes& codes,
-                     std::size_t n_rows, const DeviceFilter& filter, std::size_t m, Metric metric,
-                     uint32_t* out_rows, int64_t* out_seg, void* stream) {
+namespace {
+
+constexpr std::size_t align16(std::size_t b) { return (b + 15) / 16 * 16; }
+
+}  // namespace
+
+std::size_t detail::query_codes_bytes(Codec c, std::size_t nq, std::size_t dim) {
+  const std::size_t W = (dim + 63) / 64, L = (dim + 63) / 64 * 64;
+  std::size_t b = 2 * align16(nq * sizeof(float));  // qsq, qinv
+  if (c == Codec::Binary)
+    b += align16(nq * 4 * W * sizeof(uint64_t)) + 3 * align16(nq * sizeof(float));
+  else
+    b += align16(nq * L) + align16(nq * sizeof(float));
+  return b;
+}
+
+detail::DeviceQueryCodes detail::stage_query_codes(Codec c, const float* queries,
+                                                   std::size_t nq, std::size_t dim,
+                                                   Metric metric, unsigned char* host,
+                                                   const unsigned char* device) {
+  LAMINA_CHECK(c != Codec::None, "stage_query_codes needs a codec");
+  const QueryCodes qc = encode_queries(c, queries, nq, dim, metric);
+  DeviceQueryCodes q;
+  q.W = static_cast<int>(qc.W);
+  q.L = static_cast<int>(qc.L);
+  std::size_t off = 0;
+  auto put = [&](const void* src, std::size_t bytes, const void** dst) {
+    if (bytes) std::memcpy(host + off, src, bytes);
+    *dst = device + off;
+    off += align16(bytes);
+  };
+  if (c == Codec::Binary) {
+    LAMINA_ASSERT(qc.planes.size() == nq * 4 * qc.W);
+    put(qc.planes.data(), qc.planes.size() * sizeof(uint64_t), reinterpret_cast<const void**>(&q.planes));
+    put(qc.lo.data(), nq * sizeof(float), reinterpret_cast<const void**>(&q.lo));
+    put(qc.delta.data(), nq * sizeof(float), reinterpret_cast<const void**>(&q.delta));
+    put(qc.usum.data(), nq * sizeof(float), reinterpret_cast<const void**>(&q.usum));
+  } else {
+    LAMINA_ASSERT(qc.q8.size() == nq * qc.L);
+    put(qc.q8.data(), qc.q8.size(), reinterpret_cast<const void**>(&q.q8));
+    put(qc.scale.data(), nq * sizeof(float), reinterpret_cast<const void**>(&q.scale));
+  }
+  put(qc.qsq.data(), nq * sizeof(float), reinterpret_cast<const void**>(&q.qsq));
+  put(qc.qinv.data(), nq * sizeof(float), reinterpret_cast<const void**>(&q.qinv));
+  LAMINA_ASSERT(off == query_codes_bytes(c, nq, dim));
+  return q;
+}
+
+void detail::code_enqueue(const DeviceQueryCodes& q, std::size_t nq, const DeviceCodes& codes,
+                          std::size_t n_rows, const DeviceFilter& filter, std::size_t m,
+                          Metric metric, uint32_t* out_rows, int64_t* out_seg, Scratch& scr,
+                          unsigned* flags, cudaStream_t st) {
   LAMINA_CHECK(codes.codec != Codec::None, "code_candidates needs a codec");
   LAMINA_CHECK(m >= 1 && m <= kMaxK, "k * oversample must be in [1, ", kMaxK, "] on the GPU, got ", m);
   LAMINA_CHECK(n_rows <= 0xfffffffeull, "at most 2^32 - 2 rows per search");
   LAMINA_CHECK(nq <= 0x7fffffffull, "too many queries in one call");
   if (nq == 0) return;
-  const cudaStream_t st = detail::as_stream(stream);
-  const std::size_t d = codes.dim;
-  const QueryCodes qc = encode_queries(codes.codec, queries, nq, d, metric);
-  detail::Scratch scr(st);
-  detail::HostFlags hf(st);
   CodeScanArgs a{};
   a.codec = static_cast<int>(codes.codec);
   a.metric = static_cast<int>(metric);
   a.codes = codes.base;
   a.stride = codes.stride;
-  a.dim = static_cast<int>(d);
+  a.dim = static_cast<int>(codes.dim);
   a.factor = codes.factor;
   a.count = codes.count;
   a.sqnorms = codes.sqnorms;
-  a.W = static_cast<int>(qc.W);
-  a.L = static_cast<int>(qc.L);
-  if (codes.codec == Codec::Binary) {
-    a.planes = upload(scr, qc.planes, st);
-    a.lo = upload(scr, qc.lo, st);
-    a.delta = upload(scr, qc.delta, st);
-    a.usum = upload(scr, qc.usum, st);
-  } else {
-    a.q8 = upload(scr, qc.q8, st);
-    a.scale = upload(scr, qc.scale, st);
-  }
-  a.qsq = upload(scr, qc.qsq, st);
-  a.qinv = upload(scr, qc.qinv, st);
+  a.W = q.W;
+  a.L = q.L;
+  a.planes = q.planes;
+  a.lo = q.lo;
+  a.delta = q.delta;
+  a.usum = q.usum;
+  a.q8 = q.q8;
+  a.scale = q.scale;
+  a.qsq = q.qsq;
+  a.qinv = q.qinv;
   a.f = Filter{filter.live, filter.layers, {}, filter.use_row_list ? filter.row_list : nullptr};
   std::copy(filter.layer_mask, filter.layer_mask + 4, a.f.lmask);
   a.n_units = filter.use_row_list ? filter.row_list_len : n_rows;
@@ -225,7 +268,7 @@ void code_candidates(const float* queries, std::size_t nq, const DeviceCodes& co
   a.n_lists = static_cast<int>(gx * kWarps);
   a.cand_s = scr.alloc<float>(nq * a.n_lists * m);
   a.cand_i = scr.alloc<uint32_t>(nq * a.n_lists * m);
-  a.flags = hf.device();
+  a.flags = flags;
   const int J = detail::pick_j(m);
   code_kernel_for(J)<<<dim3(static_cast<unsigned>(nq), static_cast<unsigned>(gx)), kThreads, 0, st>>>(a);
   LAMINA_CUDA_LAUNCHED();
@@ -236,9 +279,42 @@ void code_candidates(const float* queries, std::size_t nq, const DeviceCodes& co
   compact_kernel<<<static_cast<unsigned>((nq + 127) / 128), 128, 0, st>>>(mi, static_cast<int>(nq),
                                                                           a.m, out_rows, out_seg);
   LAMINA_CUDA_LAUNCHED();
-  LAMINA_CHECK(!hf.read(kFlagNonFinite),
+}
+
+void detail::code_raise(unsigned non_finite) {
+  LAMINA_CHECK(!non_finite,
                "an estimated similarity is NaN or Inf: the vectors' or queries' values overflow "
                "float32; pass finite vectors of moderate magnitude");
+}
+
+void code_candidates(const float* queries, std::size_t nq, const DeviceCodes& codes,
+                     std::size_t n_rows, const DeviceFilter& filter, std::size_t m, Metric metric,
+                     uint32_t* out_rows, int64_t* out_seg, void* stream) {
+  LAMINA_CHECK(codes.codec != Codec::None, "code_candidates needs a codec");
+  LAMINA_CHECK(m >= 1 && m <= kMaxK, "k * oversample must be in [1, ", kMaxK, "] on the GPU, got ", m);
+  if (nq == 0) return;
+  const cudaStream_t st = detail::as_stream(stream);
+  const std::size_t d = codes.dim;
+  const QueryCodes qc = encode_queries(codes.codec, queries, nq, d, metric);
+  detail::Scratch scr(st);
+  detail::HostFlags hf(st);
+  detail::DeviceQueryCodes q;
+  q.W = static_cast<int>(qc.W);
+  q.L = static_cast<int>(qc.L);
+  if (codes.codec == Codec::Binary) {
+    q.planes = upload(scr, qc.planes, st);
+    q.lo = upload(scr, qc.lo, st);
+    q.delta = upload(scr, qc.delta, st);
+    q.usum = upload(scr, qc.usum, st);
+  } else {
+    q.q8 = upload(scr, qc.q8, st);
+    q.scale = upload(scr, qc.scale, st);
+  }
+  q.qsq = upload(scr, qc.qsq, st);
+  q.qinv = upload(scr, qc.qinv, st);
+  detail::code_enqueue(q, nq, codes, n_rows, filter, m, metric, out_rows, out_seg, scr,
+                       hf.device(), st);
+  detail::code_raise(hf.read(kFlagNonFinite));
 }
 
 }  // namespace lamina::cuda

@@ -5,13 +5,14 @@
 namespace lamina::cuda {
 
 int pointer_device(const void* ptr) {
-  if (device_count() == 0)
-    throw std::runtime_error(
-        "no usable CUDA device (no GPU or no driver); pass numpy arrays to run on the CPU");
+  // One driver query per array on the launch path; the device count only explains a failure.
   cudaPointerAttributes attr{};
   const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
   if (err != cudaSuccess) {
     cudaGetLastError();
+    if (device_count() == 0)
+      throw std::runtime_error(
+          "no usable CUDA device (no GPU or no driver); pass numpy arrays to run on the CPU");
     throw ValueError(std::string("pointer is not a CUDA allocation (") + cudaGetErrorString(err) +
                      ")");
   }
@@ -22,14 +23,44 @@ int pointer_device(const void* ptr) {
   return attr.device;
 }
 
+namespace {
+
+// 0 (the default stream, legacy in this build) and 1 (cudaStreamLegacy) are the same stream.
+void* canonical_stream(void* s) { return s == cudaStreamLegacy ? nullptr : s; }
+
+// One event per thread and device, reused: cudaStreamWaitEvent waits for the record made
+// before it, so recording the event again for the next wait does not disturb an earlier one.
+// (Creating and destroying an event per wait cost two driver calls on every launch.)
+struct WaitEvents {
+  static constexpr int kDevices = 64;
+  cudaEvent_t ev[kDevices] = {};
+  ~WaitEvents() {
+    for (cudaEvent_t e : ev)
+      if (e) cudaEventDestroy(e);  // errors ignored (the driver may be gone at exit)
+  }
+};
+
+cudaEvent_t wait_event() {
+  using Events = WaitEvents;
+  thread_local Events events;
+  int dev = 0;
+  LAMINA_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= Events::kDevices)
+    throw std::runtime_error("CUDA device ordinal beyond lamina's event table");
+  cudaEvent_t& e = events.ev[dev];
+  if (!e) LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+}  // namespace
+
 void stream_wait(void* consumer, void* producer) {
+  consumer = canonical_stream(consumer);
+  producer = canonical_stream(producer);
   if (consumer == producer) return;
-  cudaEvent_t ev;
-  LAMINA_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-  cudaError_t e1 = cudaEventRecord(ev, detail::as_stream(producer));
-  cudaError_t e2 = e1 == cudaSuccess ? cudaStreamWaitEvent(detail::as_stream(consumer), ev, 0) : e1;
-  cudaEventDestroy(ev);  // safe: destruction is deferred until the event completes
-  LAMINA_CUDA_CHECK(e2);
+  const cudaEvent_t ev = wait_event();
+  LAMINA_CUDA_CHECK(cudaEventRecord(ev, detail::as_stream(producer)));
+  LAMINA_CUDA_CHECK(cudaStreamWaitEvent(detail::as_stream(consumer), ev, 0));
 }
 
 void stream_sync(void* stream) { LAMINA_CUDA_CHECK(cudaStreamSynchronize(detail::as_stream(stream))); }

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <vector>
 
 #include "check.cuh"
+#include "gate_row.cuh"
 #include "kernels_cuda.hpp"
 #include "lamina/kernel_math.hpp"
 #include "topk_select.cuh"
@@ -364,17 +366,18 @@ void run_rows(float* rows, std::size_t n, std::size_t d, const float* targets, s
 
 // ---- softmax gate (eq. 7 + entropy bound) -------------------------------------------------
 
-constexpr unsigned long long kNoRow = ~0ull;
+// Per-row β: finite, |β| <= FLT_MAX, and > 0 with the entropy bound (error word kParam; the
+// host finds the first bad row only when the word is set).
+__host__ __device__ inline bool beta_ok(double v, bool positive) {
+  return isfinite(v) && fabs(v) <= static_cast<double>(FLT_MAX) && (!positive || v > 0.0);
+}
 
-// Per-row β: finite, |β| <= FLT_MAX, and > 0 with the entropy bound; first bad row to *bad.
-__global__ void gate_beta_check(DeviceParam p, std::size_t b, bool positive,
-                                unsigned long long* bad) {
+__global__ void gate_beta_check(DeviceParam p, std::size_t b, bool positive, unsigned* flags) {
+  bool bad = false;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < b;
-       i += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
-    const double v = param_at(p, i);
-    const bool ok = isfinite(v) && fabs(v) <= static_cast<double>(FLT_MAX) && (!positive || v > 0.0);
-    if (!ok) atomicMin(bad, static_cast<unsigned long long>(i));
-  }
+       i += static_cast<std::size_t>(blockDim.x) * gridDim.x)
+    bad = bad || !beta_ok(param_at(p, i), positive);
+  if (bad) detail::raise_flag(flags, kParam);
 }
 
 // One thread per row: the CPU's tile steps are kmath::softmax_row's, in the same order, and
@@ -382,36 +385,47 @@ __global__ void gate_beta_check(DeviceParam p, std::size_t b, bool positive,
 __global__ void gate_kernel(const float* __restrict__ relevance, std::size_t b, int L,
                             DeviceParam p, bool entropy, float eps, int max_doublings,
                             float* __restrict__ gamma, double* __restrict__ beta_used,
-                            unsigned long long* bad) {
+                            unsigned* flags) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < b;
        i += static_cast<std::size_t>(blockDim.x) * gridDim.x) {
-    const float* r = relevance + i * L;
-    float* g = gamma + i * L;
-    const double bd = param_at(p, i);
-    beta_used[i] = bd;
-    bool finite = true;
-    for (int j = 0; j < L; ++j) finite = finite && kmath::is_finite(r[j]);
-    if (!finite) {
-      atomicMin(bad, static_cast<unsigned long long>(i));
+    const double used =
+        detail::gate_row(relevance + i * L, L, param_at(p, i), entropy, eps, max_doublings,
+                         gamma + i * L);
+    if (isnan(used)) {
+      beta_used[i] = param_at(p, i);
+      detail::raise_flag(flags, kBad);
       continue;
     }
-    float h = kmath::softmax_row(r, L, static_cast<float>(bd), g);
-    if (!entropy || !(h > eps)) continue;
-    float bcur = static_cast<float>(bd);
-    int k = 0;
-    for (; h > eps && k < max_doublings && bcur <= FLT_MAX / 2; ++k) {
-      bcur *= 2.0f;
-      h = kmath::softmax_row(r, L, bcur, g);
-    }
-    beta_used[i] = ldexp(bd, k);  // the caller's β·2^k, exactly
+    beta_used[i] = used;
   }
 }
 
-unsigned long long read_u64(const unsigned long long* d, cudaStream_t st) {
-  unsigned long long h = 0;
-  LAMINA_CUDA_CHECK(cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, st));
-  LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+// Error paths only: the first offending row, from a host copy of the device array.
+template <class T>
+std::vector<T> to_host(const T* d, std::size_t n) {
+  std::vector<T> h(n);
+  LAMINA_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
   return h;
+}
+
+std::size_t first_bad_beta(const DeviceParam& p, std::size_t b, bool positive) {
+  if (p.f32) {
+    const std::vector<float> h = to_host(p.f32, b);
+    for (std::size_t i = 0; i < b; ++i)
+      if (!beta_ok(h[i], positive)) return i;
+  } else {
+    const std::vector<double> h = to_host(p.f64, b);
+    for (std::size_t i = 0; i < b; ++i)
+      if (!beta_ok(h[i], positive)) return i;
+  }
+  return b;
+}
+
+std::size_t first_bad_row(const float* relevance, std::size_t b, std::size_t L) {
+  const std::vector<float> h = to_host(relevance, b * L);
+  for (std::size_t i = 0; i < b * L; ++i)
+    if (!std::isfinite(h[i])) return i / L;
+  return b;
 }
 
 unsigned grid_for(std::size_t n, unsigned threads) {
@@ -481,25 +495,28 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const De
                  "max_doublings must be in [0, 1024], got ", max_doublings);
   }
   if (b == 0) return;
+  // No allocation, memset or copy per call: pinned error words, one launch (two with per-row
+  // β) and one synchronisation each; the offending row is looked up only on an error.
   const cudaStream_t st = as_stream(stream);
-  Scratch scr(st);
-  unsigned long long* bad = scr.alloc<unsigned long long>(1);
-  LAMINA_CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof *bad, st));
+  detail::HostFlags hf(st);
   if (per_row) {
-    gate_beta_check<<<grid_for(b, 256), 256, 0, st>>>(beta, b, has_max_entropy, bad);
+    gate_beta_check<<<grid_for(b, 256), 256, 0, st>>>(beta, b, has_max_entropy, hf.device());
     LAMINA_CUDA_LAUNCHED();
-    const unsigned long long i = read_u64(bad, st);
-    LAMINA_CHECK(i == kNoRow, "beta[", i, "] is not a finite float32 value",
-                 has_max_entropy ? " > 0 (max_entropy needs beta > 0: doubling beta sharpens the "
-                                   "gate only for beta > 0)" : "");
+    if (hf.read(kParam)) {
+      const std::size_t i = first_bad_beta(beta, b, has_max_entropy);
+      LAMINA_CHECK(false, "beta[", i, "] is not a finite float32 value",
+                   has_max_entropy ? " > 0 (max_entropy needs beta > 0: doubling beta sharpens the "
+                                     "gate only for beta > 0)" : "");
+    }
+    hf.reset();
   }
   gate_kernel<<<grid_for(b, 128), 128, 0, st>>>(relevance, b, static_cast<int>(L), beta,
                                                 has_max_entropy, static_cast<float>(max_entropy),
-                                                max_doublings, gamma, beta_used, bad);
+                                                max_doublings, gamma, beta_used, hf.device());
   LAMINA_CUDA_LAUNCHED();
-  const unsigned long long i = read_u64(bad, st);
-  LAMINA_CHECK(i == kNoRow, "relevance[", i,
-               "] contains NaN or Inf; pass finite relevances (check isfinite)");
+  if (hf.read(kBad))
+    LAMINA_CHECK(false, "relevance[", first_bad_row(relevance, b, L),
+                 "] contains NaN or Inf; pass finite relevances (check isfinite)");
 }
 
 }  // namespace lamina::cuda

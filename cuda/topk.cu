@@ -11,6 +11,7 @@
 
 #include "check.cuh"
 #include "topk_cuda.hpp"
+#include "topk_enqueue.cuh"
 #include "topk_parts.cuh"
 #include "topk_select.cuh"
 
@@ -31,7 +32,11 @@ using detail::merges;
 using detail::pick_j;
 
 // Word indices of the call's HostFlags (check.cuh).
-enum : int { kFlagNonFinite = 0, kFlagZeroQuery = 1, kFlagBadQuery = 2 };
+enum : int {
+  kFlagNonFinite = detail::kTopkNonFinite,
+  kFlagZeroQuery = detail::kTopkZeroQuery,
+  kFlagBadQuery = detail::kTopkBadQuery
+};
 
 // Internal scores are "higher is better" (l2 distances negated), as in cpp/topk.cpp.
 __device__ __forceinline__ float finish_score(float dot, int metric, float qsq, float qinv,
@@ -534,28 +539,28 @@ void launch_wmma(dim3 grid, cudaStream_t st, const WmmaArgs& a) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
-}  // namespace
-
-void topk_search(const float* queries, std::size_t nq, const DeviceRows& rows,
-                 std::size_t n_rows, const DeviceFilter& filter, std::size_t k, Metric metric,
-                 const uint32_t* generations, float* out_scores, int64_t* out_ids,
-                 void* stream) {
+void check_args(std::size_t nq, const DeviceRows& rows, std::size_t n_rows, std::size_t k) {
   LAMINA_CHECK(k >= 1 && k <= kMaxK, "k must be in [1, ", kMaxK, "] on the GPU, got ", k);
   LAMINA_CHECK(rows.dim >= 1, "dimension must be >= 1");
   LAMINA_CHECK(n_rows <= 0xfffffffeull, "at most 2^32 - 2 rows per search");
   LAMINA_CHECK(nq <= 0x7fffffffull, "too many queries in one call");
+}
+
+}  // namespace
+
+void detail::topk_enqueue(const float* queries, std::size_t nq, const DeviceRows& rows,
+                          std::size_t n_rows, const DeviceFilter& filter, std::size_t k,
+                          Metric metric, const uint32_t* generations, float* out_scores,
+                          int64_t* out_ids, detail::Scratch& scr, unsigned* flags,
+                          cudaStream_t st) {
+  check_args(nq, rows, n_rows, k);
   if (nq == 0) return;
-  const cudaStream_t st = detail::as_stream(stream);
   const int d = static_cast<int>(rows.dim);
   const int im = static_cast<int>(metric);
   const std::size_t n_units = filter.use_row_list ? filter.row_list_len : n_rows;
   const bool segmented = filter.segments != nullptr;
   const int J = pick_j(k);
   const int sms = detail::sm_count();
-  detail::Scratch scr(st);
-
-  detail::HostFlags hf(st);
-  unsigned* flags = hf.device();
   float* qsq = nullptr;
   float* qinv = nullptr;
   if (metric != Metric::IP) {
@@ -627,7 +632,8 @@ void topk_search(const float* queries, std::size_t nq, const DeviceRows& rows,
     std::size_t upb, gx;
     const std::size_t step = kWarps * 32;
     if (segmented) {
-      upb = 8 * step;
+      static_assert(detail::kSegmentRowsPerBlock == 8 * kWarps * 32, "segment block size");
+      upb = detail::kSegmentRowsPerBlock;
       gx = std::max<std::size_t>(1, (filter.max_segment + upb - 1) / upb);
     } else {
       // One full wave of resident blocks over all query groups (batch 1: every SM holds as
@@ -652,14 +658,28 @@ void topk_search(const float* queries, std::size_t nq, const DeviceRows& rows,
   }
   merges(J, st, scr, cand_s, cand_i, n_lists, static_cast<int>(nq), kq, im, out_scores, out_ids,
          generations);
+}
 
-  LAMINA_CHECK(!hf.read(kFlagBadQuery),
-               "queries contain NaN or Inf; pass finite queries");
-  LAMINA_CHECK(!hf.read(kFlagZeroQuery),
-               "a query has zero norm; cosine similarity is undefined");
-  LAMINA_CHECK(!hf.read(kFlagNonFinite),
+void detail::topk_raise(unsigned bad_query, unsigned zero_query, unsigned non_finite) {
+  LAMINA_CHECK(!bad_query, "queries contain NaN or Inf; pass finite queries");
+  LAMINA_CHECK(!zero_query, "a query has zero norm; cosine similarity is undefined");
+  LAMINA_CHECK(!non_finite,
                "a similarity score is NaN or Inf: the vectors or queries contain NaN/Inf, or "
                "their values overflow float32; pass finite vectors of moderate magnitude");
+}
+
+void topk_search(const float* queries, std::size_t nq, const DeviceRows& rows,
+                 std::size_t n_rows, const DeviceFilter& filter, std::size_t k, Metric metric,
+                 const uint32_t* generations, float* out_scores, int64_t* out_ids,
+                 void* stream) {
+  check_args(nq, rows, n_rows, k);
+  if (nq == 0) return;
+  const cudaStream_t st = detail::as_stream(stream);
+  detail::Scratch scr(st);
+  detail::HostFlags hf(st);
+  detail::topk_enqueue(queries, nq, rows, n_rows, filter, k, metric, generations, out_scores,
+                       out_ids, scr, hf.device(), st);
+  detail::topk_raise(hf.read(kFlagBadQuery), hf.read(kFlagZeroQuery), hf.read(kFlagNonFinite));
 }
 
 }  // namespace lamina::cuda

@@ -188,6 +188,7 @@ def test_no_module_imports_the_memory_package_from_below() -> None:
         "lamina.errors",
         "lamina.search",
         "lamina.kernels",
+        "lamina.fleet",
         "lamina.lexical",
         "lamina.timeref",
         "lamina.layer_index",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import embedders, kernels, kv, model
+from . import embedders, fleet, kernels, kv, model
 from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
 from .aio import AsyncMemory
 from .errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
@@ -55,6 +55,7 @@ __all__ = [
     "model",
     "Metric",
     "kernels",
+    "fleet",
     "Memory",
     "AsyncMemory",
     "Client",

@@ -190,6 +190,42 @@ class _DeviceView(TypedDict):
     typestr: str
     stream: int
 
+class CudaFleetStep:
+    def __init__(
+        self,
+        arena: CudaVectorArena,
+        layers: list[int],
+        k: int,
+        oversample: int,
+        metric: str,
+        relevance_top: int,
+        beta: float,
+        max_entropy: float | None,
+        max_doublings: int,
+        a: float,
+        b: float,
+        c: float,
+        mu: float,
+    ) -> None: ...
+    def run(
+        self,
+        queries: object,
+        namespaces: _U64,
+        now: float,
+        visits: object,
+        interaction_len: object,
+        last_access: object,
+        heat: object,
+        scores: object,
+        ids: object,
+        relevance: object,
+        gamma: object,
+        beta_used: object,
+        graph: bool,
+        stream: int,
+    ) -> None: ...
+    def stats(self) -> dict[str, int]: ...
+
 class CudaVectorArena:
     def __init__(
         self, dim: int, dtype: str = "float32", capacity: int = 1024, device: int = 0, codec: str | None = None

@@ -50,14 +50,20 @@ def is_device_array(x: object) -> TypeIs[CudaArrayLike]:
     return x is not None and hasattr(x, "__cuda_array_interface__")
 
 
+_cuda_ready: list[bool] = []  # [True] once require_cuda() passed: it runs on every device call
+
+
 def require_cuda() -> None:
     """Raise ``RuntimeError`` unless this build has the CUDA backend and a usable device."""
+    if _cuda_ready:
+        return
     if not _core.has_cuda():
         raise RuntimeError("got a CUDA array (__cuda_array_interface__), but " + REBUILD_HINT)
     if _core.cuda_device_count() == 0:
         raise RuntimeError(
             "got a CUDA array, but no CUDA device is usable (no GPU or no driver); pass numpy arrays to run on the CPU"
         )
+    _cuda_ready.append(True)
 
 
 def on_device(*named: tuple[str, Any]) -> bool:
