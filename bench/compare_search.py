@@ -10,6 +10,8 @@ unfiltered search.
 
     python bench/compare_search.py                      # n = 10k, 100k, 1M; batch 1, 64
     python bench/compare_search.py --rows 100000 --out bench/results/search.json
+    FAISS_SIMD_LEVEL=AVX2 LAMINA_SIMD=avx2 python bench/compare_search.py --rows 100000 --batches 1 --threads 1
+                                                        # both on their AVX2 paths
 
 Peers that are not installed are reported as missing (pip install ".[bench]").
 """
@@ -37,6 +39,20 @@ def numpy_topk(Q: np.ndarray, X: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     sc = np.take_along_axis(S, idx, axis=1)
     order = np.argsort(-sc, axis=1, kind="stable")
     return np.take_along_axis(sc, order, axis=1), np.take_along_axis(idx, order, axis=1)
+
+
+def faiss_simd_level() -> str:
+    """The instruction set FAISS dispatches to (FAISS >= 1.12 picks it at run time; set
+    ``FAISS_SIMD_LEVEL=AVX2`` beside ``LAMINA_SIMD=avx2`` to compare the AVX2 paths of both on
+    an AVX-512 machine), or why it is unknown."""
+    try:
+        import faiss
+    except ImportError:
+        return "not installed"
+    config = getattr(faiss, "SIMDConfig", None)
+    if config is None:
+        return "unknown (no faiss.SIMDConfig)"
+    return str(config.get_level_name())
 
 
 def build_systems(X: np.ndarray, threads: int) -> dict[str, Callable[[np.ndarray, int], Any]]:
@@ -82,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     facts = machine_facts()
-    print(f"machine: {facts.get('cpu')} x{facts['cpu_count']}, lamina SIMD {facts['lamina']['simd_active']}")
+    facts["faiss_simd"] = faiss_simd_level()
+    print(
+        f"machine: {facts.get('cpu')} x{facts['cpu_count']}, lamina SIMD {facts['lamina']['simd_active']}, "
+        f"faiss SIMD {facts['faiss_simd']}"
+    )
     bw1 = stream_bandwidth(threads=1)
     bwn = stream_bandwidth(threads=os.cpu_count() or 1)
     print(f"streaming bandwidth (numpy copy, read+write): 1 thread {bw1:.1f} GB/s, all threads {bwn:.1f} GB/s")
