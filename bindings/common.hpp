@@ -125,5 +125,6 @@ void register_lexical(py::module_& m);
 void register_model(py::module_& m);
 void register_model_cuda(py::module_& m);
 void register_gc(py::module_& m);
+void register_coverage(py::module_& m);
 
 }  // namespace lamina::py_detail

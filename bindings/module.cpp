@@ -19,4 +19,5 @@ PYBIND11_MODULE(_core, m) {
   lamina::py_detail::register_model(m);
   lamina::py_detail::register_model_cuda(m);
   lamina::py_detail::register_gc(m);
+  lamina::py_detail::register_coverage(m);
 }

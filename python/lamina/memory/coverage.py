@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._core import _coverage_nearest, _coverage_remap
 from ..layer_index import LayerIndex
 from ..search import topk
 
@@ -296,21 +297,15 @@ class TurnNeighbours:
         m = n - int(gone.sum())
         holes = np.flatnonzero(gone[:m])
         movers = np.flatnonzero(~gone[m:]) + m  # as many as holes
-        remap = np.arange(n + 1, dtype=np.int64)  # (index -1 reads the last entry: -1)
-        remap[n] = -1
-        remap[:n][gone] = -1
+        remap = np.arange(n, dtype=np.int64)  # each column's new number (-1: gone)
+        remap[gone] = -1
         remap[movers] = holes
         for a in (self.ids, self.stamp, self.X, self.S, self.I, self.floor, self.kth):
             a[holes] = a[movers]
         for t, c in zip(self.ids[holes].tolist(), holes.tolist()):
             self.col[int(t)] = c
         self.n = m
-        I = self.I[:m]
-        J = remap[I]
-        freed = (J < 0) & (I >= 0)
-        self.I[:m] = J
-        self.S[:m][freed] = _NEG
-        self.kth[:m][freed.any(axis=1)] = _NEG
+        _coverage_remap(self.I, self.S, self.kth, m, remap)  # (entries naming gone columns: free slots)
         self.S[m:n] = _NEG
         self.I[m:n] = -1
 
@@ -335,14 +330,10 @@ class TurnNeighbours:
         """
         if not len(rows):
             return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
-        Ir = self.I[rows]
-        Ic = np.maximum(Ir, 0)
-        ok = (Ir >= 0) & on[Ic] & (group[Ic] != group[rows][:, None])
-        val = np.where(ok, self.S[rows], _NEG)
-        j = np.argmax(val, axis=1)
-        ar = np.arange(len(rows))
-        best = val[ar, j]
-        where = np.where(np.isfinite(best), Ir[ar, j], -1)
+        n = self.n
+        best, where = _coverage_nearest(
+            self.I[:n], self.S[:n], np.ascontiguousarray(rows, dtype=np.int64), on[:n], group[:n]
+        )
         dry = np.flatnonzero(best < self.floor[rows])  # (a column nearer than all qualifying entries may be unlisted)
         if len(dry):
             b, w = self._relist(rows[dry], on, group)
