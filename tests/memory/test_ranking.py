@@ -1,7 +1,8 @@
 """lamina.memory.ranking.rank_many: the candidates of many queries ranked at once are those of
 lamina.memory.retrieve.rank one query at a time (lists, order, scores, relevances, speaker-scope
 demotions, the turns found through their episodes), with the replay clock, the domain gate, the
-archive, deleted turns, superseded facts and unknown names."""
+archive, deleted turns, superseded facts and unknown names; and the fill order of all the queries
+sorted at once (Ranked.pools) chooses what the fill of each query alone chooses."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from memkit import DAY, FILLER, T0, chat
 from conftest import SHARED_DATA
 from lamina import Memory
 from lamina.memory.config import ACTIVE_LAYERS
-from lamina.memory.ranking import rank_many
+from lamina.memory.fill import fill, gate_rows, take, working_tokens
+from lamina.memory.ranking import Ranked, rank_many
 from lamina.memory.retrieve import Candidates, Lookup, fused_turns, rank, search, staleness
 
 QUERIES = [
@@ -68,7 +70,40 @@ def _compare(m: Memory, qs: list[str], us: list[str], now: float | None, domains
         for i, (u, q, d) in enumerate(zip(users, qs, domains))
     ]
     assert [_view(x) for x in many] == [_view(x) for x in alone]
+    _compare_pools(m, ranked, many, layers)
     return sum(x is not None for x in many)
+
+
+def _compare_pools(m: Memory, ranked: Ranked, many: list[Candidates | None], layers: list[str]) -> None:
+    """Ranked.pools walked by fill.take chooses what fill.fill chooses from each query's
+    candidates alone (the same records, scores and tokens; the turns found through their
+    episodes flagged as in the candidates' via), at budgets that cut the pool early and late."""
+    st = m._st
+    live = [i for i, cd in enumerate(many) if cd is not None]
+    rows = gate_rows([many[i].relevance for i in live], layers, st.config)  # type: ignore[union-attr]
+    gates = dict(zip(live, rows))
+    pools = ranked.pools(st, gates)
+    for i in range(len(many)):
+        a, b = pools.starts[i], pools.ends[i]
+        cd = many[i]
+        if cd is None:
+            assert a == b
+            continue
+        g, beta = gates[i]
+        for budget in (16, 256, 1024):
+            want, want_used = fill(st, cd.per_layer, g, beta, budget, cd.demoted)
+            at, used = take(
+                st,
+                pools.recs[a:b],
+                budget,
+                n_working=pools.working_ends[i] - a,
+                working=working_tokens(g, budget, st.config),
+                sizes=pools.sizes[a:b],
+            )
+            got = [(pools.scores[a + j], pools.recs[a + j]) for j in at]
+            assert [(s.hex(), r.id) for s, r in got] == [(s.hex(), r.id) for s, r in want]
+            assert used == want_used
+            assert [pools.via[a + j] for j in at] == [r.id in cd.via for _, r in got]
 
 
 def test_rank_many_is_rank_one_query_at_a_time() -> None:

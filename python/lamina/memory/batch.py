@@ -163,6 +163,7 @@ def contexts(
             cands[i] = retrieve.rank(
                 st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, tu
             )
+    cd: Candidates | None
     if lazy is None:
         for i in known:
             cd = cands[i]
@@ -176,6 +177,8 @@ def contexts(
     gates = dict(zip(gated, fill.gate_rows([relevance[i] for i in gated], layers, c)))
     out: list[tuple[Context, ContextExplanation | None]] = []
     made = _Items(st, remember=len(known) > 1)
+    # (many queries, nothing to explain: every query's fill order sorted at once)
+    pools = None if lazy is None or explain else lazy.pools(st, {slot[i]: gates[i] for i in gated})
     for i in range(n):
         u, report, query = users[i], reports[i], queries[i]
         if u is None or i not in gates:
@@ -184,29 +187,51 @@ def contexts(
                 ctx.firewall = report if report is not None else empty_report(domains[i], firewall)
             out.append((ctx, None))
             continue
-        cd = cands[i] if lazy is None else lazy.candidates(slot[i])
-        assert cd is not None
         g, b_used = gates[i]
         reasons: dict[int, str] | None = {} if explain else None
-        chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)
-        if cd.demoted:
-            chosen = [(cd.demoted.get(r.id, s), r) for s, r in chosen]
+        cd = None
+        if pools is not None:
+            assert lazy is not None
+            k = slot[i]
+            a, b = pools.starts[k], pools.ends[k]
+            recs, scores = pools.recs, pools.scores
+            at, used = fill.take(
+                st,
+                recs[a:b],
+                budget,
+                n_working=pools.working_ends[k] - a,
+                working=fill.working_tokens(g, budget, c),
+                sizes=pools.sizes[a:b],
+            )
+            chosen = [(scores[a + j], recs[a + j]) for j in at]
+            demoted = lazy.demoted(k)
+            via = {recs[a + j].id for j in at if pools.via[a + j]}  # (those shown: what is asked of it)
+        else:
+            cd = cands[i] if lazy is None else lazy.candidates(slot[i])
+            assert cd is not None
+            chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)
+            demoted, via = cd.demoted, cd.via
+        if demoted:
+            chosen = [(demoted.get(r.id, s), r) for s, r in chosen]
         items: list[MemoryItem] = []
         if chosen:
             ordered = fill.lost_in_the_middle(chosen)
             for s, r in ordered:
                 it = made.item(r, s)
-                if r.id in cd.via and r.status == "active" and r.layer == "archive":
+                if r.id in via and r.status == "active" and r.layer == "archive":
                     it.layer = "episodic"  # an episode's turn, shown on its own
                 items.append(it)
             if not explain:
-                bump(st, u, ordered, cd.via, t_now if t_now is not None else wall_clock())
+                bump(st, u, ordered, via, t_now if t_now is not None else wall_clock())
             if report is not None:
                 report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
         ctx = Context(
             items=items, gates=g, beta=b_used, abstain=not chosen, query=query, budget=budget, firewall=report
         )
-        ex = explanation(st, ctx, layers, cd, chosen, reasons, used, c.max_entropy) if reasons is not None else None
+        ex = None
+        if reasons is not None:
+            assert cd is not None
+            ex = explanation(st, ctx, layers, cd, chosen, reasons, used, c.max_entropy)
         out.append((ctx, ex))
     return out
 

@@ -17,7 +17,7 @@ from .config import MemoryConfig
 from .records import GENERAL_KINDS, HEADER_TOKENS, MIN_ITEM_TOKENS, Record, TokenCount, norm_key, text_key, turn_tokens
 from .state import MemoryState
 
-__all__ = ["gate", "gate_rows", "fill", "item_tokens", "lost_in_the_middle"]
+__all__ = ["gate", "gate_rows", "fill", "take", "working_tokens", "item_tokens", "lost_in_the_middle"]
 
 Scored = list[tuple[float, Record]]
 
@@ -66,10 +66,76 @@ def fill(
 
     ``reasons``: when given, filled with why a candidate was passed over (record id ->
     ``budget``, ``duplicate`` or ``taken``, the last when it was chosen from another layer);
-    candidates never tried (the budget ran out first) get no entry."""
-    c = st.config
+    candidates never tried (the budget ran out first) get no entry.
+
+    The order is built here and walked by :func:`take` (a batch orders the candidates of all its
+    queries at once, :meth:`lamina.memory.ranking.Ranked.pools`, and walks each with
+    :func:`take` too)."""
     demoted = demoted or {}
-    chosen: list[tuple[float, Record]] = []
+    work = per_layer.get("working", []) if "working" in gates else []
+    g_max = max(gates.values())
+    prior = {L: (g / g_max) ** (1.0 / beta) if beta > 0 and g > 0 else 1.0 for L, g in gates.items()}
+    # Aggregates go last: their long texts score high against almost any question (cosine
+    # favours long, general texts) while holding none of the raw turns the answer needs.
+    # Ties: the named person's first (not demoted), then the older. (The key is a total order,
+    # so the pool's input order does not matter.)
+    pool: list[tuple[bool, float, bool, int, int, float, Record]] = []
+    for L in gates:
+        p = prior[L]
+        for s, r in per_layer.get(L, ()):
+            pool.append((r.kind in GENERAL_KINDS, -(s * p), r.id in demoted, r.seq, len(pool), s, r))
+    pool.sort()  # (the position: a record in two layers, e.g. working and archive, never compares records)
+    scores = [s for s, _ in work]
+    recs = [r for _, r in work]
+    if pool:
+        _, _, _, _, _, ps, pr = zip(*pool)
+        scores += ps
+        recs += pr
+    at, used = take(
+        st, recs, budget, n_working=len(work), working=working_tokens(gates, budget, st.config), reasons=reasons
+    )
+    return [(scores[j], recs[j]) for j in at], used
+
+
+def working_tokens(gates: Mapping[str, float], budget: int, config: MemoryConfig) -> int:
+    """The tokens working memory may fill first: its γ share (at most ``working_share``) of the
+    budget, all of it when it is the only layer gated, 0 when it is not gated."""
+    if "working" not in gates:
+        return 0
+    return int(min(gates["working"], config.working_share) * budget if len(gates) > 1 else budget)
+
+
+def take(
+    st: MemoryState,
+    recs: Sequence[Record],
+    budget: int,
+    *,
+    n_working: int = 0,
+    working: int = 0,
+    sizes: Sequence[TokenCount] | None = None,
+    reasons: dict[int, str] | None = None,
+) -> tuple[list[int], int]:
+    """The budget fill's walk (:func:`fill`): the first ``n_working`` candidates are working
+    memory's, taken in order while the ``working`` tokens last; then the rest, the pool of every
+    gated layer in fill order, until the budget is full. A candidate is passed over when it does
+    not fit, was taken already (from another layer), or repeats what is in: a fact already
+    stated or whose source turn is in, an item all of whose sources are in, a turn repeating the
+    words of one taken. An item showing raw turns pays the ``[date time]`` header of its group
+    when it opens the group.
+
+    Parameters
+    ----------
+    recs : the candidates, working memory's first (a record may be twice: working and pool)
+    budget : tokens
+    n_working, working : working memory's candidates at the front of ``recs`` and their tokens
+    sizes : :func:`item_tokens` of each candidate, when known (else read from the records)
+    reasons : as :func:`fill` takes it
+
+    Returns
+    -------
+    the positions in ``recs`` of the candidates taken, in the order taken, and the tokens used
+    """
+    chosen: list[int] = []
     taken: set[int] = set()
     covered: set[str] = set()
     fact_keys: set[tuple[str, str, str]] = set()
@@ -82,7 +148,7 @@ def fill(
             reasons.setdefault(r.id, reason)
         return 0
 
-    def try_take(s: float, r: Record, limit: int, size: TokenCount | None = None) -> int:
+    def try_take(j: int, r: Record, limit: int, size: TokenCount | None = None) -> int:
         nonlocal used
         # the size test first: once the budget is nearly full most candidates fail it, and
         # it costs two dictionary lookups (``size``: item_tokens(st, r), when known)
@@ -115,45 +181,39 @@ def fill(
             covered.add(r.sources[-1])  # a fact renders its latest source turn
         if r.kind == "fact":
             fact_keys.add(fk)
-        chosen.append((s, r))
+        chosen.append(j)
         used += n
         return n
 
-    if "working" in gates:
-        share = min(gates["working"], c.working_share) * budget if len(gates) > 1 else budget
-        left = int(share)
-        for s, r in per_layer.get("working", []):
-            if left <= 0:
-                break
-            left -= try_take(s, r, min(left, budget - used))
-    g_max = max(gates.values())
-    prior = {L: (g / g_max) ** (1.0 / beta) if beta > 0 and g > 0 else 1.0 for L, g in gates.items()}
-    # Aggregates go last: their long texts score high against almost any question (cosine
-    # favours long, general texts) while holding none of the raw turns the answer needs.
-    # Ties: the named person's first (not demoted), then the older. (The key is a total order,
-    # so the pool's input order does not matter.)
-    pool: list[tuple[bool, float, bool, int, int, float, Record]] = []
-    for L in gates:
-        p = prior[L]
-        for s, r in per_layer.get(L, ()):
-            pool.append((r.kind in GENERAL_KINDS, -(s * p), r.id in demoted, r.seq, len(pool), s, r))
-    pool.sort()  # (the position: a record in two layers, e.g. working and archive, never compares records)
-    for _, _, _, _, _, s, r in pool:
+    left = working
+    for j in range(n_working):
+        if left <= 0:
+            break
+        left -= try_take(j, recs[j], min(left, budget - used), None if sizes is None else sizes[j])
+    for j in range(n_working, len(recs)):
+        r = recs[j]
         left = budget - used
         if left < MIN_ITEM_TOKENS:
             break  # no item is shorter than this
-        nt = r.nt  # (once the budget is nearly full most turns fail on size: test that first,
-        size = None  # from the record's cache, as turn_tokens would)
-        if nt is not None and r.kind == "turn":
-            key = nt[0]
-            if key[0] == r.text and key[1] == r.timestamp and key[2] == r.session_id:
-                size = nt[1]
-                n, gk = size
-                if n + (HEADER_TOKENS if gk not in groups else 0) > left:
-                    if reasons is not None and r.id not in taken:
-                        reasons.setdefault(r.id, "budget")
-                    continue
-        try_take(s, r, left, size)
+        # (once the budget is nearly full most turns fail on size: test that first, from the
+        # sizes given or the record's cache, as turn_tokens would)
+        size: TokenCount | None
+        if sizes is not None:
+            size = sizes[j]
+        else:
+            nt = r.nt
+            size = None
+            if nt is not None and r.kind == "turn":
+                key = nt[0]
+                if key[0] == r.text and key[1] == r.timestamp and key[2] == r.session_id:
+                    size = nt[1]
+        if size is not None and r.kind == "turn":
+            n, gk = size
+            if n + (HEADER_TOKENS if gk not in groups else 0) > left:
+                if reasons is not None and r.id not in taken:
+                    reasons.setdefault(r.id, "budget")
+                continue
+        try_take(j, r, left, size)
     return chosen, used
 
 

@@ -197,6 +197,14 @@ class Lookup:
             return out
         return np.searchsorted(self.ids, ids)
 
+    def find(self, ids: I64) -> I64:
+        """Where each id is in :attr:`ids`, -1 for an id that is not there."""
+        if not len(self.ids):
+            return np.full(len(ids), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        out: I64 = np.where(self.ids[at] == ids, at, -1)
+        return out
+
     def visible(self, now: float | None, domain: str | None) -> npt.NDArray[np.bool_]:
         """:func:`visible` of each record, shape (len(ids),)."""
         key = (now, domain)
