@@ -34,6 +34,7 @@ from .config import ACTIVE_LAYERS
 from .domains import DomainClassifier
 from .explain import explanation
 from .firewall import Firewall, empty_report, screen
+from .gcquiet import collector_paused
 from .inputs import MAX_BUDGET, TimeLike, check_count, check_id, check_text, to_time, wall_clock
 from .records import Record
 from .reports import ContextExplanation
@@ -124,7 +125,32 @@ def contexts(
     Q : ndarray, shape (len(queries), dim), float32 — the query vectors
     domains : each query's domain (:func:`query_domains`)
     budget, t_now, include_archive, firewall : as :meth:`lamina.Memory.context` takes them
+
+    Notes
+    -----
+    For more than one query the cyclic garbage collector is paused while the batch runs
+    (:func:`lamina.memory.gcquiet.collector_paused`): a batch allocates many short-lived
+    objects (lists, tuples, arrays per query), which would otherwise start young collections
+    that walk the items already built for the batch's earlier queries.
     """
+    if len(queries) < 2:
+        return _contexts(st, users, queries, Q, domains, budget, t_now, include_archive, firewall, explain)
+    with collector_paused():
+        return _contexts(st, users, queries, Q, domains, budget, t_now, include_archive, firewall, explain)
+
+
+def _contexts(
+    st: MemoryState,
+    users: Sequence[UserState | None],
+    queries: Sequence[str],
+    Q: Vec,
+    domains: Sequence[str | None],
+    budget: int,
+    t_now: float | None,
+    include_archive: bool,
+    firewall: Firewall | None,
+    explain: bool,
+) -> list[tuple[Context, ContextExplanation | None]]:
     c = st.config
     n = len(queries)
     layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
