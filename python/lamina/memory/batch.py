@@ -242,11 +242,11 @@ def _contexts(
         items: list[MemoryItem] = []
         if chosen:
             ordered = fill.lost_in_the_middle(chosen)
-            for s, r in ordered:
-                it = made.item(r, s)
-                if r.id in via and r.status == "active" and r.layer == "archive":
-                    it.layer = "episodic"  # an episode's turn, shown on its own
-                items.append(it)
+            items = [made.item(r, s) for s, r in ordered]
+            if via:
+                for it, (_, r) in zip(items, ordered):
+                    if r.id in via and r.status == "active" and r.layer == "archive":
+                        it.layer = "episodic"  # an episode's turn, shown on its own
             if not explain:
                 bump(st, u, ordered, via, t_now if t_now is not None else wall_clock())
             if report is not None:

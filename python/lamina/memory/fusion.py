@@ -60,14 +60,15 @@ class Fused:
     ids : ndarray, shape (n,), int64 — the turns in fused order, the best ``n`` only: those
         whose score reaches the floor, and at least the ``top`` first
     at : ndarray, shape (n,), int64 — their positions in the lookup's ids
-    scores : the i-th largest cosine of all the query's turns for the i-th turn, n floats
+    scores : ndarray, shape (n,), float64 — the i-th largest cosine of all the query's turns
+        for the i-th turn
     every : ndarray, shape (m,), int64 — every turn of the query (dense hits, then lexical
         ones not among them), m >= n
     """
 
     ids: npt.NDArray[np.int64]
     at: npt.NDArray[np.int64]
-    scores: list[float]
+    scores: F64
     every: npt.NDArray[np.int64]
 
 
@@ -279,5 +280,5 @@ def fuse(
             out.append(None)
             continue
         o = order[s : s + k]
-        out.append(Fused(tid[o], at[o], dist[s : s + k].tolist(), tid[s:e]))
+        out.append(Fused(tid[o], at[o], dist[s : s + k], tid[s:e]))
     return out

@@ -106,11 +106,11 @@ def rank_many(
     q_of, l_of, score, pos = q_of[~drop], l_of[~drop], score[~drop], pos[~drop]
 
     # -- the fused turns after the episodic layer's rows (a turn with a current fact shows as it)
-    tq: list[I64] = []
+    tq: list[int] = []
     ts: list[F64] = []
     tp: list[I64] = []
     every: list[I64] = [_NONE]
-    every_q: list[I64] = [_NONE]
+    every_q: list[int] = []
     swapped: list[int] = []  # turns shown as their fact (query, turn id), flattened
     for i, f in enumerate(turns):
         if f is None or epi < 0:
@@ -121,13 +121,14 @@ def rank_many(
             at = np.array([swap.get(t, a) for t, a in zip(f.ids.tolist(), at.tolist())], dtype=np.int64)
             for t in swap:
                 swapped += (i, t)
-        tq.append(np.full(len(at), i, dtype=np.int64))
-        ts.append(np.asarray(f.scores, dtype=np.float64))
+        tq.append(i)
+        ts.append(f.scores)
         tp.append(at)
         every.append(f.every)
-        every_q.append(np.full(len(f.every), i, dtype=np.int64))
+        every_q.append(i)
     via = np.zeros(B * N, dtype=bool)
-    via[np.concatenate(every_q) * N + lookup.pos(np.concatenate(every))] = True
+    n_every = np.fromiter(map(len, every[1:]), dtype=np.int64, count=len(every_q))
+    via[np.repeat(np.array(every_q, dtype=np.int64), n_every) * N + lookup.pos(np.concatenate(every))] = True
     if swapped:
         sw = np.array(swapped, dtype=np.int64).reshape(-1, 2)
         at_sw = lookup.find(sw[:, 1])
@@ -135,7 +136,8 @@ def rank_many(
         via[sw[sw_ok, 0] * N + at_sw[sw_ok]] = False
     via[own] = True
     n_base = len(pos)
-    q_of = np.concatenate([q_of, *tq])
+    n_turns = np.fromiter(map(len, tp), dtype=np.int64, count=len(tp))
+    q_of = np.concatenate([q_of, np.repeat(np.array(tq, dtype=np.int64), n_turns)])
     l_of = np.concatenate([l_of, np.full(len(q_of) - n_base, epi, dtype=np.int64)])
     score = np.concatenate([score, *ts])
     pos = np.concatenate([pos, *tp])
@@ -224,8 +226,6 @@ def rank_many(
         layers,
         relevance,
         np.bincount(kept_q, minlength=B).tolist(),
-        adj[kept].tolist(),
-        lookup.recs[pos[kept]].tolist(),
         (end - n_kept).tolist(),
         end.tolist(),
         (lookup.ids[pos[demote]].tolist(), lowered[demote].tolist(), d_at.tolist()),
@@ -281,8 +281,6 @@ class Ranked:
         layers: Sequence[str],
         relevance: list[dict[str, float]],
         n_kept: list[int],
-        scores: list[float],
-        recs: list[Record],
         starts: list[int],
         ends: list[int],
         demoted: tuple[list[int], list[float], list[int]],
@@ -292,7 +290,8 @@ class Ranked:
         #: per query: layer -> r_i, for the layers with a candidate (above the floor or not)
         self.relevance = relevance
         self._n_kept = n_kept
-        self._scores, self._recs = scores, recs
+        self._scores: list[float] | None = None  # (the candidates' scores and records as lists,
+        self._recs: list[Record] | None = None  # made when candidates() is first asked)
         self._starts, self._ends = starts, ends
         self._demoted = demoted
         self._flat = flat
@@ -311,13 +310,16 @@ class Ranked:
             return None
         cd = Candidates()
         nL = len(self._layers)
+        f = self._flat
+        if self._scores is None or self._recs is None:
+            self._scores, self._recs = f.score.tolist(), f.lookup.recs[f.pos].tolist()
+        scores, recs = self._scores, self._recs
         for L in self.relevance[i]:
             g = i * nL + self._layers.index(L)
             a, b = self._starts[g], self._ends[g]
-            cd.per_layer[L] = list(zip(self._scores[a:b], self._recs[a:b]))
+            cd.per_layer[L] = list(zip(scores[a:b], recs[a:b]))
         cd.relevance = dict(self.relevance[i])
         cd.demoted = self.demoted(i)
-        f = self._flat
         N = max(len(f.lookup.ids), 1)
         cd.via = set(f.lookup.ids[np.flatnonzero(f.via[i * N : (i + 1) * N])].tolist())
         work: Scored | None = cd.per_layer.get("working")

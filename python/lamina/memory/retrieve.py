@@ -559,6 +559,6 @@ def episodic_candidates(
                     if fact is not None:
                         recs[p] = fact
                 rest.difference_update(fact_of)
-            out.extend(zip(turns.scores, recs))
+            out.extend(zip(turns.scores.tolist(), recs))
             via |= rest
     return out, folded, via
