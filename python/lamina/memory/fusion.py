@@ -240,12 +240,14 @@ def fuse(
     n = np.bincount(q_of, minlength=B)
     end = np.cumsum(n)
     starts, ends = (end - n).tolist(), end.tolist()
-    # The cosines: each query's rows gathered and scored as one query alone scores them.
+    # The cosines: each query's rows gathered and scored as one query alone scores them (where
+    # the rows are, found for all queries at once).
     cos = np.empty(len(key), dtype=np.float32)
+    arena, slots = vectors.keyed_slots(NsCode.ARCHIVE, tid)
     for b, j in enumerate(jobs):
         s, e = starts[b], ends[b]
         if e > s:
-            cos[s:e] = vectors.get_keyed(NsCode.ARCHIVE, tid[s:e]) @ Q[j.row].copy()
+            cos[s:e] = vectors.rows(arena, slots[s:e]) @ Q[j.row].copy()
     seq = tid & _SEQ_MASK
     kk = float(config.rrf_k)
     # each query's turns by cosine, best first (ties: older first)
