@@ -142,78 +142,70 @@ def take(
     seen_text: set[str] = set()  # a turn repeating the words of one already taken adds nothing
     groups: set[tuple[str | None, str]] = set()  # (session, day) groups already opened
     used = 0
-
-    def _why(r: Record, reason: str) -> int:  # (explain only: the first reason a candidate was passed over)
-        if reasons is not None:
-            reasons.setdefault(r.id, reason)
-        return 0
-
-    def try_take(j: int, r: Record, limit: int, size: TokenCount | None = None) -> int:
-        nonlocal used
-        # the size test first: once the budget is nearly full most candidates fail it, and
-        # it costs two dictionary lookups (``size``: item_tokens(st, r), when known)
+    work_left = working  # working memory's tokens left
+    for j in range(len(recs)):
+        r = recs[j]
+        size = None if sizes is None else sizes[j]
+        if j < n_working:
+            if work_left <= 0:
+                continue  # (its share spent: working memory's other candidates are skipped)
+            limit = min(work_left, budget - used)
+        else:
+            limit = budget - used
+            if limit < MIN_ITEM_TOKENS:
+                break  # no item is shorter than this
+            # (once the budget is nearly full most turns fail on size: test that first, from
+            # the sizes given or the record's cache, as turn_tokens would)
+            if r.kind == "turn":
+                if size is None:
+                    nt = r.nt
+                    if nt is not None:
+                        key = nt[0]
+                        if key[0] == r.text and key[1] == r.timestamp and key[2] == r.session_id:
+                            size = nt[1]
+                if size is not None and size[0] + (HEADER_TOKENS if size[1] not in groups else 0) > limit:
+                    if reasons is not None and r.id not in taken:
+                        reasons.setdefault(r.id, "budget")
+                    continue
         n, gk = item_tokens(st, r) if size is None else size
         if gk is not None and gk not in groups:
             n += HEADER_TOKENS  # this item opens a new [date time] group
+        kind, sources = r.kind, r.sources
+        why = None  # why it is passed over
+        tk = None
         if r.id in taken:
-            return 0 if reasons is None else _why(r, "taken")
-        if n > limit:
-            return 0 if reasons is None else _why(r, "budget")
-        if r.kind == "fact":
+            why = "taken"
+        elif n > limit:
+            why = "budget"
+        elif kind == "fact":
             fk = (norm_key(r.subject or ""), r.predicate or "", norm_key(r.object or ""))
-            if fk in fact_keys:
-                return 0 if reasons is None else _why(r, "duplicate")
-            if r.sources and r.sources[-1] in covered:  # the turn it renders verbatim is already in
-                return 0 if reasons is None else _why(r, "duplicate")
-        elif r.sources and covered.issuperset(r.sources):  # dedupe: the raw text of all its sources is in
-            return 0 if reasons is None else _why(r, "duplicate")
-        tk = text_key(r) if r.kind == "turn" else None
-        if tk is not None and tk in seen_text:
-            return 0 if reasons is None else _why(r, "duplicate")
+            if fk in fact_keys or (sources and sources[-1] in covered):  # (the turn it renders verbatim)
+                why = "duplicate"
+        elif sources and covered.issuperset(sources):  # the raw text of all its sources is in
+            why = "duplicate"
+        if why is None and kind == "turn":
+            tk = text_key(r)
+            if tk in seen_text:
+                why = "duplicate"
+        if why is not None:
+            if reasons is not None:
+                reasons.setdefault(r.id, why)  # (explain only: the first reason)
+            continue
         if gk is not None:
             groups.add(gk)
         taken.add(r.id)
         if tk is not None:
             seen_text.add(tk)
-        if r.kind in ("turn", "segment"):
-            covered.update(r.sources)
-        elif r.kind == "fact" and r.sources:
-            covered.add(r.sources[-1])  # a fact renders its latest source turn
-        if r.kind == "fact":
+        if kind == "turn" or kind == "segment":
+            covered.update(sources)
+        elif kind == "fact":
+            if sources:
+                covered.add(sources[-1])  # a fact renders its latest source turn
             fact_keys.add(fk)
         chosen.append(j)
         used += n
-        return n
-
-    left = working
-    for j in range(n_working):
-        if left <= 0:
-            break
-        left -= try_take(j, recs[j], min(left, budget - used), None if sizes is None else sizes[j])
-    for j in range(n_working, len(recs)):
-        r = recs[j]
-        left = budget - used
-        if left < MIN_ITEM_TOKENS:
-            break  # no item is shorter than this
-        # (once the budget is nearly full most turns fail on size: test that first, from the
-        # sizes given or the record's cache, as turn_tokens would)
-        size: TokenCount | None
-        if sizes is not None:
-            size = sizes[j]
-        else:
-            nt = r.nt
-            size = None
-            if nt is not None and r.kind == "turn":
-                key = nt[0]
-                if key[0] == r.text and key[1] == r.timestamp and key[2] == r.session_id:
-                    size = nt[1]
-        if size is not None and r.kind == "turn":
-            n, gk = size
-            if n + (HEADER_TOKENS if gk not in groups else 0) > left:
-                if reasons is not None and r.id not in taken:
-                    reasons.setdefault(r.id, "budget")
-                continue
-        try_take(j, r, left, size)
+        if j < n_working:
+            work_left -= n
     return chosen, used
 
 
