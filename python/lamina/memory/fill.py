@@ -6,6 +6,7 @@ to the rendered context, and the order against lost-in-the-middle."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import eq, itemgetter
 from typing import Any
 
 import numpy as np
@@ -248,4 +249,8 @@ def item_tokens(st: MemoryState, r: Record) -> TokenCount:
 def lost_in_the_middle(chosen: Scored) -> Scored:
     """Best first, second best last, the rest alternating inwards (weakest in the middle):
     :func:`lamina.items.arrange` of the items ranked by score, ties the older first."""
-    return arrange(sorted(chosen, key=lambda x: (-x[0], x[1].seq)), order="lost-in-the-middle")
+    ranked = sorted(chosen, key=itemgetter(0), reverse=True)  # (stable: equal scores keep their order)
+    scores = [s for s, _ in ranked]
+    if any(map(eq, scores, scores[1:])):  # equal scores: the older first
+        ranked = sorted(chosen, key=lambda x: (-x[0], x[1].seq))
+    return arrange(ranked, order="lost-in-the-middle")

@@ -142,7 +142,8 @@ def rank_many(
     score = np.concatenate([score, *ts])
     pos = np.concatenate([pos, *tp])
     group = q_of * nL + l_of
-    order = np.argsort(group, kind="stable")  # (a layer's own rows, then the fused turns)
+    # (a layer's own rows, then the fused turns; numpy's stable sort of 16-bit keys is a radix sort)
+    order = np.argsort(group.astype(np.int16) if B * nL <= np.iinfo(np.int16).max else group, kind="stable")
     q_of, l_of, score, pos, group = q_of[order], l_of[order], score[order], pos[order], group[order]
 
     # -- the stale penalty (a share w of a score's magnitude), the floor --
@@ -198,7 +199,7 @@ def rank_many(
     has_spec[group[~general]] = True
     counted = general != has_spec[group]  # (spec entries where the layer has some, else all)
     cg = group[counted]
-    by_score = np.lexsort((-score[counted], cg))
+    by_score = sort_within(cg, -score[counted], np.zeros(len(cg), dtype=np.int64), B * nL)  # (by layer, best first)
     cg, cs = cg[by_score], score[counted][by_score]
     rank_in = segment_ranks(np.unique(cg, return_inverse=True)[1], len(present))
     take = rank_in < c.relevance_top
