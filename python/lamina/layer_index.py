@@ -395,8 +395,13 @@ class LayerIndex:
         out = [[empty] * len(nss) for nss in requests]
         sizes: dict[int, int] = {}
         exact: dict[int, list[tuple[int, int, int]]] = {}  # arena -> [(query, position, namespace)]
+        arena_of: dict[int, int] = {}  # namespace -> its arena, when searched exactly (no remote)
         for i, nss in enumerate(requests):
             for j, ns in enumerate(nss):
+                a = arena_of.get(ns)
+                if a is not None:  # (a namespace asked again: the route found the first time)
+                    exact[a].append((i, j, ns))
+                    continue
                 n = sizes.get(ns)
                 if n is None:
                     n = sizes[ns] = self.count(ns)
@@ -412,7 +417,10 @@ class LayerIndex:
                     out[i][j] = (np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64))
                     continue
                 self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
-                exact.setdefault(self._which(ns), []).append((i, j, ns))
+                a = self._which(ns)
+                exact.setdefault(a, []).append((i, j, ns))
+                if self.remote is None:
+                    arena_of[ns] = a
         for a, pairs in exact.items():
             most = max(sizes[ns] for _, _, ns in pairs)
             nss_arr = np.array([ns for _, _, ns in pairs], dtype=np.uint64)

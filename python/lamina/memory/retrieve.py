@@ -257,20 +257,25 @@ def search(
     """
     requests: list[list[int]] = []
     plans: list[tuple[list[str], bool, int | None]] = []
+    made: dict[tuple[int, tuple[str, ...]], tuple[list[int], tuple[list[str], bool, int | None]]] = {}
     for u, layers, _ in jobs:
-        live = [L for L in layers if u.n_active.get(L, 0) > 0]
-        nss = [u.ns(LAYERS[L]) for L in live]
-        leaf = leaves and "episodic" in live
-        if leaf:
-            nss.append(u.ns(NsCode.LEAF))
-        tv = None
-        if views and "episodic" in layers:
-            ns = u.ns(NsCode.TURN_VIEW)
-            if st.vectors.count(ns):
-                tv = ns
-                nss.append(ns)
-        requests.append(nss)
-        plans.append((live, leaf, tv))
+        mine = (id(u), tuple(layers))  # (a user's plan is the same for each of its queries)
+        plan = made.get(mine)
+        if plan is None:
+            live = [L for L in layers if u.n_active.get(L, 0) > 0]
+            nss = [u.ns(LAYERS[L]) for L in live]
+            leaf = leaves and "episodic" in live
+            if leaf:
+                nss.append(u.ns(NsCode.LEAF))
+            tv = None
+            if views and "episodic" in layers:
+                ns = u.ns(NsCode.TURN_VIEW)
+                if st.vectors.count(ns):
+                    tv = ns
+                    nss.append(ns)
+            plan = made[mine] = (nss, (live, leaf, tv))
+        requests.append(plan[0])
+        plans.append(plan[1])
     res = st.vectors.search_batch(Q, requests, k) if jobs else []
     out = [Found(dict(zip(live, r))) for (live, _, _), r in zip(plans, res)]
     lex: list[int] = []
