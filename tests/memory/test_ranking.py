@@ -16,6 +16,7 @@ from lamina import Memory
 from lamina.memory.config import ACTIVE_LAYERS
 from lamina.memory.fill import fill, gate_rows, take, working_tokens
 from lamina.memory.ranking import Ranked, rank_many
+from lamina.memory.records import text_key
 from lamina.memory.retrieve import Candidates, Lookup, fused_turns, rank, search, staleness
 
 QUERIES = [
@@ -99,10 +100,14 @@ def _compare_pools(m: Memory, ranked: Ranked, many: list[Candidates | None], lay
                 n_working=pools.working_ends[i] - a,
                 working=working_tokens(g, budget, st.config),
                 sizes=pools.sizes[a:b],
+                keys=pools.keys[a:b],
+                least=pools.least[a:b],
             )
             got = [(pools.scores[a + j], pools.recs[a + j]) for j in at]
             assert [(s.hex(), r.id) for s, r in got] == [(s.hex(), r.id) for s, r in want]
             assert used == want_used
+            assert pools.least[a:b] == [min(z[0] for z in pools.sizes[j:b]) for j in range(a, b)]
+            assert pools.keys[a:b] == [text_key(r) if r.kind == "turn" else None for r in pools.recs[a:b]]
             assert [pools.via[a + j] for j in at] == [r.id in cd.via for _, r in got]
 
 

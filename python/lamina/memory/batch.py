@@ -228,6 +228,8 @@ def _contexts(
                 n_working=pools.working_ends[k] - a,
                 working=fill.working_tokens(g, budget, c),
                 sizes=pools.sizes[a:b],
+                keys=pools.keys[a:b],
+                least=pools.least[a:b],
             )
             chosen = [(scores[a + j], recs[a + j]) for j in at]
             demoted = lazy.demoted(k)
@@ -242,11 +244,7 @@ def _contexts(
         items: list[MemoryItem] = []
         if chosen:
             ordered = fill.lost_in_the_middle(chosen)
-            items = [made.item(r, s) for s, r in ordered]
-            if via:
-                for it, (_, r) in zip(items, ordered):
-                    if r.id in via and r.status == "active" and r.layer == "archive":
-                        it.layer = "episodic"  # an episode's turn, shown on its own
+            items = [made.item(r, s, r.id in via) for s, r in ordered]
             if not explain:
                 bump(st, u, ordered, via, t_now if t_now is not None else wall_clock())
             if report is not None:
@@ -310,20 +308,22 @@ class _Items:
         self._made: dict[int, dict[str, object]] = {}
         self._remember = remember  # (False: one context, which shows a record once)
 
-    def item(self, r: Record, score: float) -> MemoryItem:
-        """``st.item(r, score)``."""
+    def item(self, r: Record, score: float, via: bool = False) -> MemoryItem:
+        """``st.item(r, score)``; ``via``: the record is a turn found through its episode (an
+        active archive turn then shows in the episodic layer, on its own)."""
         fields = self._made.get(r.id)
         if fields is None:
             it = self._st.item(r, score)
             if self._remember:
                 self._made[r.id] = dict(vars(it))
-            return it
-        # (a copy of the fields: a third of the cost of the dataclass' __init__)
-        it = object.__new__(MemoryItem)
-        vars(it).update(fields)
-        it.score = score
-        it.access_count = int(r.access_count)
-        it.last_access = r.last_access
+        else:  # (a copy of the fields: a third of the cost of the dataclass' __init__)
+            it = object.__new__(MemoryItem)
+            vars(it).update(fields)
+            it.score = score
+            it.access_count = int(r.access_count)
+            it.last_access = r.last_access
+        if via and r.status == "active" and r.layer == "archive":
+            it.layer = "episodic"
         return it
 
 

@@ -114,6 +114,8 @@ def take(
     n_working: int = 0,
     working: int = 0,
     sizes: Sequence[TokenCount] | None = None,
+    keys: Sequence[str | None] | None = None,
+    least: Sequence[int] | None = None,
     reasons: dict[int, str] | None = None,
 ) -> tuple[list[int], int]:
     """The budget fill's walk (:func:`fill`): the first ``n_working`` candidates are working
@@ -130,6 +132,11 @@ def take(
     budget : tokens
     n_working, working : working memory's candidates at the front of ``recs`` and their tokens
     sizes : :func:`item_tokens` of each candidate, when known (else read from the records)
+    keys : :func:`~lamina.memory.records.text_key` of each candidate that is a turn (None for
+        the others), when known (else read from the records)
+    least : for each position of the pool, the fewest tokens of a candidate from there on (the
+        walk ends when fewer are left: nothing after fits), when known; only with ``reasons``
+        None (the candidates never tried get no reason)
     reasons : as :func:`fill` takes it
 
     Returns
@@ -153,8 +160,8 @@ def take(
             limit = min(work_left, budget - used)
         else:
             limit = budget - used
-            if limit < MIN_ITEM_TOKENS:
-                break  # no item is shorter than this
+            if limit < MIN_ITEM_TOKENS or (least is not None and limit < least[j]):
+                break  # no item is shorter than this (or than any left)
             # (once the budget is nearly full most turns fail on size: test that first, from
             # the sizes given or the record's cache, as turn_tokens would)
             if r.kind == "turn":
@@ -185,7 +192,7 @@ def take(
         elif sources and covered.issuperset(sources):  # the raw text of all its sources is in
             why = "duplicate"
         if why is None and kind == "turn":
-            tk = text_key(r)
+            tk = text_key(r) if keys is None else keys[j]
             if tk in seen_text:
                 why = "duplicate"
         if why is not None:

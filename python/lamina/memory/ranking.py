@@ -255,12 +255,16 @@ class Pools:
     candidates are ``recs[starts[i]:ends[i]]``, working memory's first (up to
     ``working_ends[i]``, in the order the fill walks them), then its pool in fill order (as
     :func:`lamina.memory.fill.fill` orders them). ``scores``: each one's adjusted score;
-    ``sizes``: its :func:`lamina.memory.fill.item_tokens`; ``via``: whether it is a turn found
-    through its episode."""
+    ``sizes``: its :func:`lamina.memory.fill.item_tokens`; ``keys``: its
+    :func:`~lamina.memory.records.text_key` (turns; None for the others); ``least``: the fewest
+    tokens of the query's candidates from it on; ``via``: whether it is a turn found through its
+    episode (the arguments of :func:`lamina.memory.fill.take`)."""
 
     recs: list[Record]
     scores: list[float]
     sizes: list[TokenCount]
+    keys: list[str | None]
+    least: list[int]
     via: list[bool]
     starts: list[int]
     working_ends: list[int]
@@ -365,17 +369,30 @@ class Ranked:
         tie = np.where(f.demoted[key], np.int64(1) << 62, np.int64(0)) + seq
         order = both[sort_within(group, neg, tie, 4 * B)] if len(both) else both
         at = f.pos[order]
-        sizes = np.empty(N, dtype=object)
+        sizes = np.empty(N, dtype=object)  # (asked once per record)
+        keys = np.full(N, None, dtype=object)
+        tokens = np.zeros(N, dtype=np.int64)
         rl: list[Record] = f.lookup.recs.tolist()
         for p in np.unique(at).tolist():
-            sizes[p] = item_tokens(st, rl[p])
+            r = rl[p]
+            sizes[p] = size = item_tokens(st, r)
+            tokens[p] = size[0]
+            if r.kind == "turn":
+                keys[p] = text_key(r)
+        # the fewest tokens from each candidate on within its query: a running minimum from the
+        # end, each query's tokens raised above those of the queries before it
+        q_at = f.q[order]
+        top = int(tokens.max()) + 1
+        least = np.minimum.accumulate((tokens[at] + q_at * top)[::-1])[::-1] - q_at * top
         n_of = np.bincount(q, minlength=B)
         ends = np.cumsum(n_of)
         return Pools(
             f.lookup.recs[at].tolist(),
             f.score[order].tolist(),
             sizes[at].tolist(),
-            f.via[f.q[order] * N + at].tolist(),
+            keys[at].tolist(),
+            least.tolist(),
+            f.via[q_at * N + at].tolist(),
             (ends - n_of).tolist(),
             (ends - n_of + np.bincount(f.q[w], minlength=B)).tolist(),
             ends.tolist(),
