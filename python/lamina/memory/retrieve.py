@@ -174,8 +174,17 @@ class Lookup:
         for f in found:
             parts += [ids for _, ids in f.layers.values()]
             parts += [x for x in (f.views, f.lexical, None if f.leaves is None else f.leaves[1]) if x is not None]
-        ids = np.sort(np.concatenate(parts))
-        self.ids: I64 = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids  #: sorted, unique
+        found_ids = np.concatenate(parts)
+        lo = int(found_ids.min()) if len(found_ids) else 0
+        span = int(found_ids.max()) - lo + 1 if len(found_ids) else 0
+        if 0 < span <= 8 * len(found_ids) + 65_536:  # (ids close together: marked in a table, not sorted)
+            seen = np.zeros(span, dtype=bool)
+            seen[found_ids - lo] = True
+            ids: I64 = np.flatnonzero(seen) + lo
+        else:
+            ids = np.sort(found_ids)
+            ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
+        self.ids: I64 = ids  #: sorted, unique
         n = len(self.ids)
         got = itemgetter(*self.ids.tolist())(st.recs) if n > 1 else [st.recs[i] for i in self.ids.tolist()]
         self.recs: npt.NDArray[np.object_] = np.fromiter(got, dtype=object, count=n)  #: the record of each id
