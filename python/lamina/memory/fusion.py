@@ -271,16 +271,28 @@ def fuse(
         best = np.full(int(group.max()) + 1, -1.0)
         np.maximum.at(best, group, fused)
         fused = fused + mu * best[group]
-    order = sort_within(q_of, -fused, seq, B)
     dist = cos[by_cos].astype(np.float64)
     keep = (dist >= floor) | (segment_ranks(q_of, B) < top)
     kept = np.bincount(q_of[keep], minlength=B).tolist()
+    # Each query's first kept turns in fused order: only the turns scored at least its k-th best
+    # can be among them (k: how many it keeps), so only those are sorted (their order is the
+    # order of all: the same keys, the same positions among them).
+    neg = -fused
+    bar = np.zeros(B)
+    for b in range(B):
+        s, e, k = starts[b], ends[b], kept[b]
+        if k:
+            bar[b] = np.partition(neg[s:e], k - 1)[k - 1]  # (-) the k-th best score
+    near = np.flatnonzero(neg <= bar[q_of])
+    order = near[sort_within(q_of[near], neg[near], seq[near], B)]
+    n_near = np.bincount(q_of[near], minlength=B)
+    near_at = (np.cumsum(n_near) - n_near).tolist()
     out: list[Fused | None] = []
     for b in range(B):
         s, e, k = starts[b], ends[b], kept[b]
         if e == s:
             out.append(None)
             continue
-        o = order[s : s + k]
+        o = order[near_at[b] : near_at[b] + k]
         out.append(Fused(tid[o], at[o], dist[s : s + k], tid[s:e]))
     return out
