@@ -17,7 +17,7 @@ from lamina.memory.config import ACTIVE_LAYERS
 from lamina.memory.fill import fill, gate_rows, take, working_tokens
 from lamina.memory.ranking import Ranked, rank_many
 from lamina.memory.records import text_key
-from lamina.memory.retrieve import Candidates, Lookup, fused_turns, rank, search, staleness
+from lamina.memory.retrieve import Candidates, Lookup, fused_turns_many, rank, search, staleness
 
 QUERIES = [
     "where does Alice live now",
@@ -61,7 +61,7 @@ def _compare(m: Memory, qs: list[str], us: list[str], now: float | None, domains
     jobs = [(u, layers, q) for u, q in zip(users, qs)]
     found = search(st, jobs, Q, depth, views=True)  # type: ignore[arg-type]
     lookup = Lookup(st, found)
-    turns = fused_turns(st, lookup, Q, found, qs, now, domains)
+    turns = fused_turns_many(st, lookup, Q, found, qs, now, domains)
     ranked = rank_many(st, users, qs, layers, found, depth, now, domains, lookup, turns)  # type: ignore[arg-type]
     many = [ranked.candidates(i) for i in range(len(ranked))]
     assert [ranked.empty(i) for i in range(len(ranked))] == [x is None for x in many]

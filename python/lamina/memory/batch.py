@@ -6,7 +6,7 @@ A batch of (query, user) pairs is answered in stages, each over every pair: the 
 the queries in one call; :func:`lamina.memory.retrieve.search` runs the native candidate
 searches of all pairs together (each arena's namespaces of many pairs in one call, the same bits
 as one pair at a time); the episodic fusion of all pairs in numpy steps
-(:func:`lamina.memory.retrieve.fused_turns`); the ranking, for :data:`RANK_MANY` pairs or more
+(:func:`lamina.memory.retrieve.fused_turns_many`); the ranking, for :data:`RANK_MANY` pairs or more
 in numpy steps over all of them (:func:`lamina.memory.ranking.rank_many`), else pair by pair
 (:func:`lamina.memory.retrieve.rank`), and the firewall; the gates of all pairs in one
 ``softmax_gate`` call per set of layers (:func:`lamina.memory.fill.gate_rows`); last, in the
@@ -169,7 +169,7 @@ def _contexts(
     lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
     # with a firewall the domain gate is its own
     search_domains = [domains[i] if firewall is None else None for i in known]
-    turns = retrieve.fused_turns(st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains)
+    turns = retrieve.fused_turns_many(st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains)
     cands: list[Candidates | None] = [None] * n
     reports: list[FirewallReport | None] = [None] * n
     relevance: dict[int, dict[str, float]] = {}  # query -> its layer relevances, when it has candidates
@@ -185,9 +185,9 @@ def _contexts(
         else:
             relevance = {i: lazy.relevance[k] for k, i in enumerate(known) if not lazy.empty(k)}
     else:
-        for i, (u, _, query), raw, dom, tu in zip(known, jobs, found, search_domains, turns):
+        for k, (i, (u, _, query), raw, dom) in enumerate(zip(known, jobs, found, search_domains)):
             cands[i] = retrieve.rank(
-                st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, tu
+                st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, turns.one(k)
             )
     cd: Candidates | None
     if lazy is None:

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .fill import item_tokens
-from .fusion import Fused, segment_ranks, sort_within
+from .fusion import FusedMany, segment_ranks, sort_within
 from .records import GENERAL_KINDS, Record, TokenCount, norm_key, text_key
 from .retrieve import Candidates, Found, Lookup, Scored, scope, staleness
 from .state import MemoryState, UserState
@@ -37,7 +37,7 @@ def rank_many(
     now: float | None,
     domains: Sequence[str | None],
     lookup: Lookup,
-    turns: Sequence[Fused | None],
+    turns: FusedMany,
 ) -> Ranked:
     """:func:`lamina.memory.retrieve.rank` of many queries (:meth:`Ranked.candidates`).
 
@@ -45,7 +45,7 @@ def rank_many(
     ----------
     users, queries, found, domains, turns : per query: its user, its text, its search results
         (:func:`lamina.memory.retrieve.search` at depth ``m`` with ``views``), its domain gate
-        and its fused turns (:func:`lamina.memory.retrieve.fused_turns`)
+        and its fused turns (``turns``: :func:`lamina.memory.retrieve.fused_turns_many`)
     layers : the layers ranked (the same for every query)
     now : the replay clock
     lookup : holds the records of ``found``
@@ -106,41 +106,31 @@ def rank_many(
     q_of, l_of, score, pos = q_of[~drop], l_of[~drop], score[~drop], pos[~drop]
 
     # -- the fused turns after the episodic layer's rows (a turn with a current fact shows as it)
-    tq: list[int] = []
-    ts: list[F64] = []
-    tp: list[I64] = []
-    every: list[I64] = [_NONE]
-    every_q: list[int] = []
+    tq, ts, tp, every, every_q = _NONE, np.empty(0), _NONE, _NONE, _NONE
     swapped: list[int] = []  # turns shown as their fact (query, turn id), flattened
-    for i, f in enumerate(turns):
-        if f is None or epi < 0:
-            continue
-        at = f.at
-        if fact_of[i]:
-            swap = fact_of[i]
-            at = np.array([swap.get(t, a) for t, a in zip(f.ids.tolist(), at.tolist())], dtype=np.int64)
-            for t in swap:
-                swapped += (i, t)
-        tq.append(i)
-        ts.append(f.scores)
-        tp.append(at)
-        every.append(f.every)
-        every_q.append(i)
+    if epi >= 0:
+        tq, ts, tp, every, every_q = turns.q, turns.scores, turns.at, turns.every, turns.every_q
+        for i in np.unique(tq).tolist() if any(fact_of) else ():
+            if fact_of[i]:
+                swap = fact_of[i]
+                k = turns.kept(i)
+                if tp is turns.at:
+                    tp = tp.copy()
+                tp[k] = [swap.get(t, a) for t, a in zip(turns.ids[k].tolist(), tp[k].tolist())]
+                for t in swap:
+                    swapped += (i, t)
     via = np.zeros(B * N, dtype=bool)
-    n_every = np.fromiter(map(len, every[1:]), dtype=np.int64, count=len(every_q))
-    via[np.repeat(np.array(every_q, dtype=np.int64), n_every) * N + lookup.pos(np.concatenate(every))] = True
+    via[every_q * N + lookup.pos(every)] = True
     if swapped:
         sw = np.array(swapped, dtype=np.int64).reshape(-1, 2)
         at_sw = lookup.find(sw[:, 1])
         sw_ok = at_sw >= 0
         via[sw[sw_ok, 0] * N + at_sw[sw_ok]] = False
     via[own] = True
-    n_base = len(pos)
-    n_turns = np.fromiter(map(len, tp), dtype=np.int64, count=len(tp))
-    q_of = np.concatenate([q_of, np.repeat(np.array(tq, dtype=np.int64), n_turns)])
-    l_of = np.concatenate([l_of, np.full(len(q_of) - n_base, epi, dtype=np.int64)])
-    score = np.concatenate([score, *ts])
-    pos = np.concatenate([pos, *tp])
+    q_of = np.concatenate([q_of, tq])
+    l_of = np.concatenate([l_of, np.full(len(tq), epi, dtype=np.int64)])
+    score = np.concatenate([score, ts])
+    pos = np.concatenate([pos, tp])
     group = q_of * nL + l_of
     # (a layer's own rows, then the fused turns; numpy's stable sort of 16-bit keys is a radix sort)
     order = np.argsort(group.astype(np.int16) if B * nL <= np.iinfo(np.int16).max else group, kind="stable")

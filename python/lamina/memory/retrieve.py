@@ -15,7 +15,7 @@ import numpy.typing as npt
 from ..errors import InvalidInput
 from ..items import LAYERS
 from ..timeref import date_intent, mentions_time
-from .fusion import Fused, Turns, fuse
+from .fusion import Fused, FusedMany, Turns, fuse_many
 from .inputs import check_text
 from .records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key
 from .staleness import Staleness
@@ -32,6 +32,7 @@ __all__ = [
     "rank_layers",
     "rank",
     "fused_turns",
+    "fused_turns_many",
     "candidates",
     "layer_hits",
     "Lookup",
@@ -329,9 +330,24 @@ def fused_turns(
     now: float | None,
     domains: Sequence[str | None],
 ) -> list[Fused | None]:
+    """:func:`fused_turns_many`, one :class:`~lamina.memory.fusion.Fused` per query (None for a
+    query without turn views or without a visible turn)."""
+    many = fused_turns_many(st, lookup, Q, found, queries, now, domains)
+    return [many.one(i) for i in range(len(found))]
+
+
+def fused_turns_many(
+    st: MemoryState,
+    lookup: Lookup,
+    Q: Vec,
+    found: Sequence[Found],
+    queries: Sequence[str],
+    now: float | None,
+    domains: Sequence[str | None],
+) -> FusedMany:
     """The episodic turns of many queries' search results, fused and scored together
-    (:func:`lamina.memory.fusion.fuse`; the same bits as one query at a time): None for a query
-    without turn views or without a visible turn.
+    (:func:`lamina.memory.fusion.fuse_many`; the same bits as one query at a time; a query
+    without turn views or without a visible turn has none).
 
     Parameters
     ----------
@@ -350,14 +366,13 @@ def fused_turns(
         g = gates.setdefault((now, domains[i]), len(gates))
         jobs.append(Turns(i, g, raw.views, raw.lexical, date_intent(queries[i])))
         which.append(i)
-    out: list[Fused | None] = [None] * len(found)
     if not jobs:
-        return out
+        return FusedMany(_NO_IDS, _NO_IDS, _NO_IDS, np.empty(0), _NO_IDS, _NO_IDS, len(found))
     visible = np.stack([lookup.visible(t, d) for t, d in gates])
     c = st.config
     # (whether a record's text says when: asked only when a query asks for a time)
     when = lookup.when() if c.time_channel and any(j.when for j in jobs) else np.zeros(len(lookup.ids), dtype=bool)
-    fused = fuse(
+    fused = fuse_many(
         st.vectors,
         c,
         lookup.ids,
@@ -370,9 +385,7 @@ def fused_turns(
         c.min_similarity,
         c.relevance_top,
     )
-    for i, f in zip(which, fused):
-        out[i] = f
-    return out
+    return fused.remap(np.array(which, dtype=np.int64), len(found))
 
 
 def rank(
