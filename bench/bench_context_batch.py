@@ -86,7 +86,7 @@ def synthetic(mem: Memory, n: int) -> tuple[list[str], list[str], float]:
 STAGES: list[tuple[Any, str, str]] = [
     (retrieve, "search", "native searches (vectors, BM25)"),
     (retrieve, "Lookup", "records found (Lookup)"),
-    (retrieve, "fused_turns", "episodic fusion"),
+    (retrieve, "fused_turns_many", "episodic fusion"),
     (ranking, "rank_many", "ranking"),
     (fill, "gate_rows", "gates"),
     (ranking.Ranked, "pools", "fill order (pools)"),
