@@ -83,18 +83,18 @@ class FusedMany:
     ids, at, scores : ndarray, shape (n,) — as :class:`Fused`'s, of every query in turn
     every_q : ndarray, shape (m,), int64 — each turn's query (non-decreasing)
     every : ndarray, shape (m,), int64 — as :class:`Fused`'s, of every query in turn
-    n_queries : int — the queries are 0 .. n_queries - 1
+    n_kept, n_every : ndarray, shape (n_queries,), int64 — each query's kept turns and turns
     """
 
     __slots__ = ("q", "ids", "at", "scores", "every_q", "every", "_kept", "_every")
 
-    def __init__(self, q: I64, ids: I64, at: I64, scores: F64, every_q: I64, every: I64, n_queries: int) -> None:
+    def __init__(
+        self, q: I64, ids: I64, at: I64, scores: F64, every_q: I64, every: I64, n_kept: I64, n_every: I64
+    ) -> None:
         self.q, self.ids, self.at, self.scores = q, ids, at, scores
         self.every_q, self.every = every_q, every
-        n = np.bincount(q, minlength=n_queries)
-        m = np.bincount(every_q, minlength=n_queries)
-        self._kept = np.cumsum(np.concatenate(([0], n))).tolist()  # query i's kept turns: [i, i + 1)
-        self._every = np.cumsum(np.concatenate(([0], m))).tolist()
+        self._kept = [0, *np.cumsum(n_kept).tolist()]  # query i's kept turns: [i, i + 1)
+        self._every = [0, *np.cumsum(n_every).tolist()]
 
     def __len__(self) -> int:
         return len(self._every) - 1
@@ -113,7 +113,13 @@ class FusedMany:
 
     def remap(self, rows: I64, n_queries: int) -> FusedMany:
         """The same turns with query ``j`` renamed ``rows[j]`` (increasing), among ``n_queries``."""
-        return FusedMany(rows[self.q], self.ids, self.at, self.scores, rows[self.every_q], self.every, n_queries)
+        if len(rows) == n_queries:  # (rows = 0 .. n_queries - 1)
+            return self
+        n_kept = np.zeros(n_queries, dtype=np.int64)
+        n_every = np.zeros(n_queries, dtype=np.int64)
+        n_kept[rows] = np.diff(self._kept)
+        n_every[rows] = np.diff(self._every)
+        return FusedMany(rows[self.q], self.ids, self.at, self.scores, rows[self.every_q], self.every, n_kept, n_every)
 
 
 def segment_ranks(keys: I64, n_segments: int) -> I64:
@@ -266,7 +272,7 @@ def fuse_many(
     """
     B = len(jobs)
     if not B:
-        return FusedMany(_NO, _NO, _NO, np.empty(0), _NO, _NO, 0)
+        return FusedMany(_NO, _NO, _NO, np.empty(0), _NO, _NO, _NO, _NO)
     N = max(len(ids), 1)
     qs = np.arange(B, dtype=np.int64)
     gates = np.fromiter((j.gate for j in jobs), dtype=np.int64, count=B)
@@ -349,5 +355,8 @@ def fuse_many(
             bar[b] = np.partition(neg[s:e], k - 1)[k - 1]  # (-) the k-th best score
     near = np.flatnonzero(neg <= bar[q_of])
     order = near[sort_within(q_of[near], neg[near], seq[near], B)]
-    o = order[segment_ranks(q_of[order], B) < n_kept[q_of[order]]]  # (each query's first kept ones)
-    return FusedMany(q_of[o], tid[o], at[o], dist[keep], q_of, tid, B)
+    if B == 1:
+        o = order[: kept[0]]
+    else:  # (each query's first kept ones)
+        o = order[segment_ranks(q_of[order], B) < n_kept[q_of[order]]]
+    return FusedMany(q_of[o], tid[o], at[o], dist[keep], q_of, tid, n_kept, n)

@@ -367,7 +367,8 @@ def fused_turns_many(
         jobs.append(Turns(i, g, raw.views, raw.lexical, date_intent(queries[i])))
         which.append(i)
     if not jobs:
-        return FusedMany(_NO_IDS, _NO_IDS, _NO_IDS, np.empty(0), _NO_IDS, _NO_IDS, len(found))
+        none = np.zeros(len(found), dtype=np.int64)
+        return FusedMany(_NO_IDS, _NO_IDS, _NO_IDS, np.empty(0), _NO_IDS, _NO_IDS, none, none)
     visible = np.stack([lookup.visible(t, d) for t, d in gates])
     c = st.config
     # (whether a record's text says when: asked only when a query asks for a time)
