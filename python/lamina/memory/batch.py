@@ -9,8 +9,10 @@ as one pair at a time); the episodic fusion of all pairs in numpy steps
 (:func:`lamina.memory.retrieve.fused_turns_many`); the ranking, for :data:`RANK_MANY` pairs or more
 in numpy steps over all of them (:func:`lamina.memory.ranking.rank_many`), else pair by pair
 (:func:`lamina.memory.retrieve.rank`), and the firewall; the gates of all pairs in one
-``softmax_gate`` call per set of layers (:func:`lamina.memory.fill.gate_rows`); last, in the
-pairs' order, the budget fill, the items and the visits they count (:func:`bump`).
+``softmax_gate`` call per set of layers (:func:`lamina.memory.fill.gate_rows`); the fill order
+of all ranked pairs sorted at once (:meth:`lamina.memory.ranking.Ranked.pools`); last, in the
+pairs' order, the budget fill (:func:`lamina.memory.fill.take`), the items and the visits they
+count (:func:`bump`). The cyclic collector is paused while a batch of more than one pair runs.
 
 Equal to the pairs one at a time: what a context reads (candidates, scores, gates, fill) does
 not depend on the visits earlier contexts counted — those feed heat, which only the write path
