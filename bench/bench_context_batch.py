@@ -8,11 +8,15 @@ cleared before each timed run): the loop one query a call, the batch all in one 
 runs ``--reps`` times, alternating; the medians are reported (wall clock, and the process's CPU
 time, steadier when other processes share the cores). ``--given-vectors``: the queries
 are embedded once before timing and both sides get their vectors (the read path alone, bit for
-bit the same contexts). ``--profile`` prints where the batch's time goes (cProfile, by own time).
+bit the same contexts). ``--profile`` prints where the batch's time goes (cProfile, by own time);
+``--stages`` the process CPU time of each stage of the batch per query, the query vectors given
+(the read path's stage functions timed in place; "rest": the items, the contexts, the young
+collection that ends the batch and the glue between the stages).
 
     python bench/bench_context_batch.py                   # hashing embedder
     python bench/bench_context_batch.py --embedder minilm
     python bench/bench_context_batch.py --embedder minilm --given-vectors
+    python bench/bench_context_batch.py --stages
 """
 
 from __future__ import annotations
@@ -24,9 +28,14 @@ import pstats
 import random
 import statistics
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from lamina import Memory
+from lamina.memory import batch as batch_stage
+from lamina.memory import fill, ranking, retrieve
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
 WORDS = (
@@ -73,6 +82,45 @@ def synthetic(mem: Memory, n: int) -> tuple[list[str], list[str], float]:
     return qs, [users[i % len(users)] for i in range(n)], t
 
 
+#: The batch's stages: (module or class, function name, label), each timed where it is called.
+STAGES: list[tuple[Any, str, str]] = [
+    (retrieve, "search", "native searches (vectors, BM25)"),
+    (retrieve, "Lookup", "records found (Lookup)"),
+    (retrieve, "fused_turns_many", "episodic fusion"),
+    (ranking, "rank_many", "ranking"),
+    (fill, "gate_rows", "gates"),
+    (ranking.Ranked, "pools", "fill order (pools)"),
+    (fill, "take", "budget fill (take)"),
+    (fill, "lost_in_the_middle", "context order"),
+    (batch_stage, "bump", "visits"),
+]
+
+
+@contextmanager
+def timed_stages(spent: dict[str, float]) -> Iterator[None]:
+    """Adds each stage's process CPU time to ``spent`` while the block runs (the stage
+    functions wrapped in place, restored after)."""
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in STAGES]
+
+    def timer(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            t = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] += time.process_time() - t
+
+        return run
+
+    try:
+        for owner, name, label in STAGES:
+            setattr(owner, name, timer(getattr(owner, name), label))
+        yield
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--embedder", default="hashing", choices=["hashing", "minilm"])
@@ -81,6 +129,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--synthetic", action="store_true", help="synthetic users and questions even with LoCoMo data")
     ap.add_argument("--profile", action="store_true", help="cProfile one batch (own time per function)")
+    ap.add_argument("--stages", action="store_true", help="process CPU time of each stage of the batch")
     ap.add_argument(
         "--given-vectors",
         action="store_true",
@@ -147,6 +196,22 @@ def main() -> None:
     t = time.perf_counter()
     mem._embed(qs)
     print(f"(of which embedding the {n} queries in one call: {(time.perf_counter() - t) / n * 1e3:.3f} ms per query)")
+    if args.stages:
+        spent = {label: 0.0 for _, _, label in STAGES}
+        total = 0.0
+        vectors = mem.embedder.embed(qs)  # (the read path alone)
+        for _ in range(args.reps):
+            with timed_stages(spent):
+                t = time.process_time()
+                mem.context_batch(qs, user_ids=us, budget=args.budget, now=now, query_embeddings=vectors)
+                total += time.process_time() - t
+        per = args.reps * n
+        print(f"stages of one context_batch, query vectors given (process CPU, ms per query, {args.reps} runs):")
+        for _, _, label in STAGES:
+            print(f"  {label:32s} {spent[label] / per * 1e3:7.3f}")
+        rest = "rest (items, contexts, glue, gc)"
+        print(f"  {rest:32s} {(total - sum(spent.values())) / per * 1e3:7.3f}")
+        print(f"  {'total':32s} {total / per * 1e3:7.3f}")
     if args.profile:
         mem._embed.clear()
         prof = cProfile.Profile()

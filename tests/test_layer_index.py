@@ -90,6 +90,9 @@ def test_layer_index_keyed_gets_and_array_search(emb) -> None:  # type: ignore[n
         atol=2e-3,
     )  # float16 rows
     assert idx.get_keyed(3, np.empty(0, dtype=np.int64)).shape == (0, emb.dim)
+    arena, slots = idx.keyed_slots(3, pick)  # (found once, read in parts: the same rows)
+    np.testing.assert_array_equal(idx.rows(arena, slots[:5]), idx.get_keyed(3, pick[:5]))
+    np.testing.assert_array_equal(idx.rows(arena, slots[5:]), idx.get_keyed(3, pick[5:]))
     idx.remove(ids[:50])
     with pytest.raises(KeyError):
         idx.get_keyed(3, np.array([ids[10]], dtype=np.int64))

@@ -317,17 +317,28 @@ class LayerIndex:
         lookup (no per-id Python work). Requires the low 40 bits of an id to be unique among the
         ids stored in that layer's arena (true of :class:`lamina.Memory`'s ids: database tag <<
         40 | sequence number). Raises KeyError for an id not stored there."""
+        return self.rows(*self.keyed_slots(code, ids))
+
+    def keyed_slots(self, code: int, ids: npt.NDArray[np.int64]) -> tuple[int, npt.NDArray[np.int64]]:
+        """Where :meth:`get_keyed` reads ``ids``: the arena of layer ``code`` and each id's row
+        slot in it, shape (len(ids),), int64 (for :meth:`rows`; valid until the index changes).
+        Raises KeyError for an id not stored there."""
         a = _ARENA_OF.get(layer_code(code), 0)
         keys = ids & _KEY_MASK
         table = self._slot_of_key[a]
         if len(keys) and int(keys.max()) >= len(table):
             raise KeyError("an id is not stored in this layer's arena")
-        slots = table[keys]
+        slots: npt.NDArray[np.int64] = table[keys]
         if len(slots) and int(slots.min()) < 0:
             raise KeyError(f"id {int(ids[int(np.argmin(slots))])} is not stored in this layer's arena")
+        return a, slots
+
+    def rows(self, arena: int, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """The vectors at ``slots`` of arena ``arena`` (:meth:`keyed_slots`), shape
+        (len(slots), dim), float32 (float16 rows widen)."""
         if not len(slots):
             return np.empty((0, self.dim), dtype=np.float32)
-        out = self._arenas[a].get(slots)
+        out = self._arenas[arena].get(slots)
         return out if out.dtype == np.float32 else out.astype(np.float32)
 
     def _namespace_ids(self, namespace: int) -> list[int]:
@@ -384,8 +395,13 @@ class LayerIndex:
         out = [[empty] * len(nss) for nss in requests]
         sizes: dict[int, int] = {}
         exact: dict[int, list[tuple[int, int, int]]] = {}  # arena -> [(query, position, namespace)]
+        arena_of: dict[int, int] = {}  # namespace -> its arena, when searched exactly (no remote)
         for i, nss in enumerate(requests):
             for j, ns in enumerate(nss):
+                a = arena_of.get(ns)
+                if a is not None:  # (a namespace asked again: the route found the first time)
+                    exact[a].append((i, j, ns))
+                    continue
                 n = sizes.get(ns)
                 if n is None:
                     n = sizes[ns] = self.count(ns)
@@ -401,7 +417,10 @@ class LayerIndex:
                     out[i][j] = (np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64))
                     continue
                 self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
-                exact.setdefault(self._which(ns), []).append((i, j, ns))
+                a = self._which(ns)
+                exact.setdefault(a, []).append((i, j, ns))
+                if self.remote is None:
+                    arena_of[ns] = a
         for a, pairs in exact.items():
             most = max(sizes[ns] for _, _, ns in pairs)
             nss_arr = np.array([ns for _, _, ns in pairs], dtype=np.uint64)

@@ -131,7 +131,7 @@ def test_fuse_is_the_per_query_reference_in_any_batch(case: tuple[object, ...]) 
         order, dist, every = ref
         k = max(sum(x >= floor for x in dist), min(top, len(dist)))
         assert f.ids.tolist() == order[:k]
-        assert f.scores == dist[:k]
+        assert f.scores.tolist() == dist[:k]
         assert f.every.tolist() == every
         assert ids[f.at].tolist() == f.ids.tolist()
 

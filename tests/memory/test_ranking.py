@@ -1,7 +1,8 @@
 """lamina.memory.ranking.rank_many: the candidates of many queries ranked at once are those of
 lamina.memory.retrieve.rank one query at a time (lists, order, scores, relevances, speaker-scope
 demotions, the turns found through their episodes), with the replay clock, the domain gate, the
-archive, deleted turns, superseded facts and unknown names."""
+archive, deleted turns, superseded facts and unknown names; and the fill order of all the queries
+sorted at once (Ranked.pools) chooses what the fill of each query alone chooses."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from memkit import DAY, FILLER, T0, chat
 from conftest import SHARED_DATA
 from lamina import Memory
 from lamina.memory.config import ACTIVE_LAYERS
-from lamina.memory.ranking import rank_many
-from lamina.memory.retrieve import Candidates, Lookup, fused_turns, rank, search, staleness
+from lamina.memory.fill import fill, gate_rows, take, working_tokens
+from lamina.memory.ranking import Ranked, rank_many
+from lamina.memory.records import text_key
+from lamina.memory.retrieve import Candidates, Lookup, fused_turns_many, rank, search, staleness
 
 QUERIES = [
     "where does Alice live now",
@@ -58,7 +61,7 @@ def _compare(m: Memory, qs: list[str], us: list[str], now: float | None, domains
     jobs = [(u, layers, q) for u, q in zip(users, qs)]
     found = search(st, jobs, Q, depth, views=True)  # type: ignore[arg-type]
     lookup = Lookup(st, found)
-    turns = fused_turns(st, lookup, Q, found, qs, now, domains)
+    turns = fused_turns_many(st, lookup, Q, found, qs, now, domains)
     ranked = rank_many(st, users, qs, layers, found, depth, now, domains, lookup, turns)  # type: ignore[arg-type]
     many = [ranked.candidates(i) for i in range(len(ranked))]
     assert [ranked.empty(i) for i in range(len(ranked))] == [x is None for x in many]
@@ -68,7 +71,44 @@ def _compare(m: Memory, qs: list[str], us: list[str], now: float | None, domains
         for i, (u, q, d) in enumerate(zip(users, qs, domains))
     ]
     assert [_view(x) for x in many] == [_view(x) for x in alone]
+    _compare_pools(m, ranked, many, layers)
     return sum(x is not None for x in many)
+
+
+def _compare_pools(m: Memory, ranked: Ranked, many: list[Candidates | None], layers: list[str]) -> None:
+    """Ranked.pools walked by fill.take chooses what fill.fill chooses from each query's
+    candidates alone (the same records, scores and tokens; the turns found through their
+    episodes flagged as in the candidates' via), at budgets that cut the pool early and late."""
+    st = m._st
+    live = [i for i, cd in enumerate(many) if cd is not None]
+    rows = gate_rows([many[i].relevance for i in live], layers, st.config)  # type: ignore[union-attr]
+    gates = dict(zip(live, rows))
+    pools = ranked.pools(st, gates)
+    for i in range(len(many)):
+        a, b = pools.starts[i], pools.ends[i]
+        cd = many[i]
+        if cd is None:
+            assert a == b
+            continue
+        g, beta = gates[i]
+        for budget in (16, 256, 1024):
+            want, want_used = fill(st, cd.per_layer, g, beta, budget, cd.demoted)
+            at, used = take(
+                st,
+                pools.recs[a:b],
+                budget,
+                n_working=pools.working_ends[i] - a,
+                working=working_tokens(g, budget, st.config),
+                sizes=pools.sizes[a:b],
+                keys=pools.keys[a:b],
+                least=pools.least[a:b],
+            )
+            got = [(pools.scores[a + j], pools.recs[a + j]) for j in at]
+            assert [(s.hex(), r.id) for s, r in got] == [(s.hex(), r.id) for s, r in want]
+            assert used == want_used
+            assert pools.least[a:b] == [min(z[0] for z in pools.sizes[j:b]) for j in range(a, b)]
+            assert pools.keys[a:b] == [text_key(r) if r.kind == "turn" else None for r in pools.recs[a:b]]
+            assert [pools.via[a + j] for j in at] == [r.id in cd.via for _, r in got]
 
 
 def test_rank_many_is_rank_one_query_at_a_time() -> None:

@@ -6,11 +6,13 @@ A batch of (query, user) pairs is answered in stages, each over every pair: the 
 the queries in one call; :func:`lamina.memory.retrieve.search` runs the native candidate
 searches of all pairs together (each arena's namespaces of many pairs in one call, the same bits
 as one pair at a time); the episodic fusion of all pairs in numpy steps
-(:func:`lamina.memory.retrieve.fused_turns`); the ranking, for :data:`RANK_MANY` pairs or more
+(:func:`lamina.memory.retrieve.fused_turns_many`); the ranking, for :data:`RANK_MANY` pairs or more
 in numpy steps over all of them (:func:`lamina.memory.ranking.rank_many`), else pair by pair
 (:func:`lamina.memory.retrieve.rank`), and the firewall; the gates of all pairs in one
-``softmax_gate`` call per set of layers (:func:`lamina.memory.fill.gate_rows`); last, in the
-pairs' order, the budget fill, the items and the visits they count (:func:`bump`).
+``softmax_gate`` call per set of layers (:func:`lamina.memory.fill.gate_rows`); the fill order
+of all ranked pairs sorted at once (:meth:`lamina.memory.ranking.Ranked.pools`); last, in the
+pairs' order, the budget fill (:func:`lamina.memory.fill.take`), the items and the visits they
+count (:func:`bump`). The cyclic collector is paused while a batch of more than one pair runs.
 
 Equal to the pairs one at a time: what a context reads (candidates, scores, gates, fill) does
 not depend on the visits earlier contexts counted — those feed heat, which only the write path
@@ -34,6 +36,7 @@ from .config import ACTIVE_LAYERS
 from .domains import DomainClassifier
 from .explain import explanation
 from .firewall import Firewall, empty_report, screen
+from .gcquiet import collector_paused
 from .inputs import MAX_BUDGET, TimeLike, check_count, check_id, check_text, to_time, wall_clock
 from .records import Record
 from .reports import ContextExplanation
@@ -127,7 +130,34 @@ def contexts(
     budget, t_now, include_archive, firewall : as :meth:`lamina.Memory.context` takes them
     classifier : the memory's domain classifier (the firewall reads which domains a constraint
         touches with it; None: the default lexicon)
+
+    Notes
+    -----
+    For more than one query the cyclic garbage collector is paused while the batch runs
+    (:func:`lamina.memory.gcquiet.collector_paused`): a batch allocates many short-lived
+    objects (lists, tuples, arrays per query), which would otherwise start young collections
+    that walk the items already built for the batch's earlier queries.
     """
+    args = (st, users, queries, Q, domains, budget, t_now, include_archive, firewall, explain, classifier)
+    if len(queries) < 2:
+        return _contexts(*args)
+    with collector_paused():
+        return _contexts(*args)
+
+
+def _contexts(
+    st: MemoryState,
+    users: Sequence[UserState | None],
+    queries: Sequence[str],
+    Q: Vec,
+    domains: Sequence[str | None],
+    budget: int,
+    t_now: float | None,
+    include_archive: bool,
+    firewall: Firewall | None,
+    explain: bool,
+    classifier: DomainClassifier | None,
+) -> list[tuple[Context, ContextExplanation | None]]:
     c = st.config
     n = len(queries)
     layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
@@ -146,7 +176,7 @@ def contexts(
     lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
     # with a firewall the domain gate is its own
     search_domains = [domains[i] if firewall is None else None for i in known]
-    turns = retrieve.fused_turns(st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains)
+    turns = retrieve.fused_turns_many(st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains)
     cands: list[Candidates | None] = [None] * n
     reports: list[FirewallReport | None] = [None] * n
     relevance: dict[int, dict[str, float]] = {}  # query -> its layer relevances, when it has candidates
@@ -162,10 +192,11 @@ def contexts(
         else:
             relevance = {i: lazy.relevance[k] for k, i in enumerate(known) if not lazy.empty(k)}
     else:
-        for i, (u, _, query), raw, dom, tu in zip(known, jobs, found, search_domains, turns):
+        for k, (i, (u, _, query), raw, dom) in enumerate(zip(known, jobs, found, search_domains)):
             cands[i] = retrieve.rank(
-                st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, tu
+                st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, turns.one(k)
             )
+    cd: Candidates | None
     if lazy is None:
         for i in known:
             cd = cands[i]
@@ -181,6 +212,8 @@ def contexts(
     gates = dict(zip(gated, fill.gate_rows([relevance[i] for i in gated], layers, c)))
     out: list[tuple[Context, ContextExplanation | None]] = []
     made = _Items(st, remember=len(known) > 1)
+    # (many queries, nothing to explain: every query's fill order sorted at once)
+    pools = None if lazy is None or explain else lazy.pools(st, {slot[i]: gates[i] for i in gated})
     for i in range(n):
         u, report, query = users[i], reports[i], queries[i]
         if u is None or i not in gates:
@@ -189,29 +222,49 @@ def contexts(
                 ctx.firewall = report if report is not None else empty_report(domains[i], firewall)
             out.append((ctx, None))
             continue
-        cd = cands[i] if lazy is None else lazy.candidates(slot[i])
-        assert cd is not None
         g, b_used = gates[i]
         reasons: dict[int, str] | None = {} if explain else None
-        chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)
-        if cd.demoted:
-            chosen = [(cd.demoted.get(r.id, s), r) for s, r in chosen]
+        cd = None
+        if pools is not None:
+            assert lazy is not None
+            k = slot[i]
+            a, b = pools.starts[k], pools.ends[k]
+            recs, scores = pools.recs, pools.scores
+            at, used = fill.take(
+                st,
+                recs[a:b],
+                budget,
+                n_working=pools.working_ends[k] - a,
+                working=fill.working_tokens(g, budget, c),
+                sizes=pools.sizes[a:b],
+                keys=pools.keys[a:b],
+                least=pools.least[a:b],
+            )
+            chosen = [(scores[a + j], recs[a + j]) for j in at]
+            demoted = lazy.demoted(k)
+            via = {recs[a + j].id for j in at if pools.via[a + j]}  # (those shown: what is asked of it)
+        else:
+            cd = cands[i] if lazy is None else lazy.candidates(slot[i])
+            assert cd is not None
+            chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)
+            demoted, via = cd.demoted, cd.via
+        if demoted:
+            chosen = [(demoted.get(r.id, s), r) for s, r in chosen]
         items: list[MemoryItem] = []
         if chosen:
             ordered = fill.lost_in_the_middle(chosen)
-            for s, r in ordered:
-                it = made.item(r, s)
-                if r.id in cd.via and r.status == "active" and r.layer == "archive":
-                    it.layer = "episodic"  # an episode's turn, shown on its own
-                items.append(it)
+            items = [made.item(r, s, r.id in via) for s, r in ordered]
             if not explain:
-                bump(st, u, ordered, cd.via, t_now if t_now is not None else wall_clock())
+                bump(st, u, ordered, via, t_now if t_now is not None else wall_clock())
             if report is not None:
                 report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
         ctx = Context(
             items=items, gates=g, beta=b_used, abstain=not chosen, query=query, budget=budget, firewall=report
         )
-        ex = explanation(st, ctx, layers, cd, chosen, reasons, used, c.max_entropy) if reasons is not None else None
+        ex = None
+        if reasons is not None:
+            assert cd is not None
+            ex = explanation(st, ctx, layers, cd, chosen, reasons, used, c.max_entropy)
         out.append((ctx, ex))
     return out
 
@@ -264,20 +317,22 @@ class _Items:
         self._made: dict[int, dict[str, object]] = {}
         self._remember = remember  # (False: one context, which shows a record once)
 
-    def item(self, r: Record, score: float) -> MemoryItem:
-        """``st.item(r, score)``."""
+    def item(self, r: Record, score: float, via: bool = False) -> MemoryItem:
+        """``st.item(r, score)``; ``via``: the record is a turn found through its episode (an
+        active archive turn then shows in the episodic layer, on its own)."""
         fields = self._made.get(r.id)
         if fields is None:
             it = self._st.item(r, score)
             if self._remember:
                 self._made[r.id] = dict(vars(it))
-            return it
-        # (a copy of the fields: a third of the cost of the dataclass' __init__)
-        it = object.__new__(MemoryItem)
-        vars(it).update(fields)
-        it.score = score
-        it.access_count = int(r.access_count)
-        it.last_access = r.last_access
+        else:  # (a copy of the fields: a third of the cost of the dataclass' __init__)
+            it = object.__new__(MemoryItem)
+            vars(it).update(fields)
+            it.score = score
+            it.access_count = int(r.access_count)
+            it.last_access = r.last_access
+        if via and r.status == "active" and r.layer == "archive":
+            it.layer = "episodic"
         return it
 
 

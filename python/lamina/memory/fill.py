@@ -6,6 +6,7 @@ to the rendered context, and the order against lost-in-the-middle."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import eq, itemgetter
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from .config import MemoryConfig
 from .records import GENERAL_KINDS, HEADER_TOKENS, MIN_ITEM_TOKENS, Record, TokenCount, norm_key, text_key, turn_tokens
 from .state import MemoryState
 
-__all__ = ["gate", "gate_rows", "fill", "item_tokens", "lost_in_the_middle"]
+__all__ = ["gate", "gate_rows", "fill", "take", "working_tokens", "item_tokens", "lost_in_the_middle"]
 
 Scored = list[tuple[float, Record]]
 
@@ -66,66 +67,13 @@ def fill(
 
     ``reasons``: when given, filled with why a candidate was passed over (record id ->
     ``budget``, ``duplicate`` or ``taken``, the last when it was chosen from another layer);
-    candidates never tried (the budget ran out first) get no entry."""
-    c = st.config
+    candidates never tried (the budget ran out first) get no entry.
+
+    The order is built here and walked by :func:`take` (a batch orders the candidates of all its
+    queries at once, :meth:`lamina.memory.ranking.Ranked.pools`, and walks each with
+    :func:`take` too)."""
     demoted = demoted or {}
-    chosen: list[tuple[float, Record]] = []
-    taken: set[int] = set()
-    covered: set[str] = set()
-    fact_keys: set[tuple[str, str, str]] = set()
-    seen_text: set[str] = set()  # a turn repeating the words of one already taken adds nothing
-    groups: set[tuple[str | None, str]] = set()  # (session, day) groups already opened
-    used = 0
-
-    def _why(r: Record, reason: str) -> int:  # (explain only: the first reason a candidate was passed over)
-        if reasons is not None:
-            reasons.setdefault(r.id, reason)
-        return 0
-
-    def try_take(s: float, r: Record, limit: int, size: TokenCount | None = None) -> int:
-        nonlocal used
-        # the size test first: once the budget is nearly full most candidates fail it, and
-        # it costs two dictionary lookups (``size``: item_tokens(st, r), when known)
-        n, gk = item_tokens(st, r) if size is None else size
-        if gk is not None and gk not in groups:
-            n += HEADER_TOKENS  # this item opens a new [date time] group
-        if r.id in taken:
-            return 0 if reasons is None else _why(r, "taken")
-        if n > limit:
-            return 0 if reasons is None else _why(r, "budget")
-        if r.kind == "fact":
-            fk = (norm_key(r.subject or ""), r.predicate or "", norm_key(r.object or ""))
-            if fk in fact_keys:
-                return 0 if reasons is None else _why(r, "duplicate")
-            if r.sources and r.sources[-1] in covered:  # the turn it renders verbatim is already in
-                return 0 if reasons is None else _why(r, "duplicate")
-        elif r.sources and covered.issuperset(r.sources):  # dedupe: the raw text of all its sources is in
-            return 0 if reasons is None else _why(r, "duplicate")
-        tk = text_key(r) if r.kind == "turn" else None
-        if tk is not None and tk in seen_text:
-            return 0 if reasons is None else _why(r, "duplicate")
-        if gk is not None:
-            groups.add(gk)
-        taken.add(r.id)
-        if tk is not None:
-            seen_text.add(tk)
-        if r.kind in ("turn", "segment"):
-            covered.update(r.sources)
-        elif r.kind == "fact" and r.sources:
-            covered.add(r.sources[-1])  # a fact renders its latest source turn
-        if r.kind == "fact":
-            fact_keys.add(fk)
-        chosen.append((s, r))
-        used += n
-        return n
-
-    if "working" in gates:
-        share = min(gates["working"], c.working_share) * budget if len(gates) > 1 else budget
-        left = int(share)
-        for s, r in per_layer.get("working", []):
-            if left <= 0:
-                break
-            left -= try_take(s, r, min(left, budget - used))
+    work = per_layer.get("working", []) if "working" in gates else []
     g_max = max(gates.values())
     prior = {L: (g / g_max) ** (1.0 / beta) if beta > 0 and g > 0 else 1.0 for L, g in gates.items()}
     # Aggregates go last: their long texts score high against almost any question (cosine
@@ -138,22 +86,134 @@ def fill(
         for s, r in per_layer.get(L, ()):
             pool.append((r.kind in GENERAL_KINDS, -(s * p), r.id in demoted, r.seq, len(pool), s, r))
     pool.sort()  # (the position: a record in two layers, e.g. working and archive, never compares records)
-    for _, _, _, _, _, s, r in pool:
-        left = budget - used
-        if left < MIN_ITEM_TOKENS:
-            break  # no item is shorter than this
-        nt = r.nt  # (once the budget is nearly full most turns fail on size: test that first,
-        size = None  # from the record's cache, as turn_tokens would)
-        if nt is not None and r.kind == "turn":
-            key = nt[0]
-            if key[0] == r.text and key[1] == r.timestamp and key[2] == r.session_id:
-                size = nt[1]
-                n, gk = size
-                if n + (HEADER_TOKENS if gk not in groups else 0) > left:
+    scores = [s for s, _ in work]
+    recs = [r for _, r in work]
+    if pool:
+        _, _, _, _, _, ps, pr = zip(*pool)
+        scores += ps
+        recs += pr
+    at, used = take(
+        st, recs, budget, n_working=len(work), working=working_tokens(gates, budget, st.config), reasons=reasons
+    )
+    return [(scores[j], recs[j]) for j in at], used
+
+
+def working_tokens(gates: Mapping[str, float], budget: int, config: MemoryConfig) -> int:
+    """The tokens working memory may fill first: its γ share (at most ``working_share``) of the
+    budget, all of it when it is the only layer gated, 0 when it is not gated."""
+    if "working" not in gates:
+        return 0
+    return int(min(gates["working"], config.working_share) * budget if len(gates) > 1 else budget)
+
+
+def take(
+    st: MemoryState,
+    recs: Sequence[Record],
+    budget: int,
+    *,
+    n_working: int = 0,
+    working: int = 0,
+    sizes: Sequence[TokenCount] | None = None,
+    keys: Sequence[str | None] | None = None,
+    least: Sequence[int] | None = None,
+    reasons: dict[int, str] | None = None,
+) -> tuple[list[int], int]:
+    """The budget fill's walk (:func:`fill`): the first ``n_working`` candidates are working
+    memory's, taken in order while the ``working`` tokens last; then the rest, the pool of every
+    gated layer in fill order, until the budget is full. A candidate is passed over when it does
+    not fit, was taken already (from another layer), or repeats what is in: a fact already
+    stated or whose source turn is in, an item all of whose sources are in, a turn repeating the
+    words of one taken. An item showing raw turns pays the ``[date time]`` header of its group
+    when it opens the group.
+
+    Parameters
+    ----------
+    recs : the candidates, working memory's first (a record may be twice: working and pool)
+    budget : tokens
+    n_working, working : working memory's candidates at the front of ``recs`` and their tokens
+    sizes : :func:`item_tokens` of each candidate, when known (else read from the records)
+    keys : :func:`~lamina.memory.records.text_key` of each candidate that is a turn (None for
+        the others), when known (else read from the records)
+    least : for each position of the pool, the fewest tokens of a candidate from there on (the
+        walk ends when fewer are left: nothing after fits), when known; only with ``reasons``
+        None (the candidates never tried get no reason)
+    reasons : as :func:`fill` takes it
+
+    Returns
+    -------
+    the positions in ``recs`` of the candidates taken, in the order taken, and the tokens used
+    """
+    chosen: list[int] = []
+    taken: set[int] = set()
+    covered: set[str] = set()
+    fact_keys: set[tuple[str, str, str]] = set()
+    seen_text: set[str] = set()  # a turn repeating the words of one already taken adds nothing
+    groups: set[tuple[str | None, str]] = set()  # (session, day) groups already opened
+    used = 0
+    work_left = working  # working memory's tokens left
+    for j in range(len(recs)):
+        r = recs[j]
+        size = None if sizes is None else sizes[j]
+        if j < n_working:
+            if work_left <= 0:
+                continue  # (its share spent: working memory's other candidates are skipped)
+            limit = min(work_left, budget - used)
+        else:
+            limit = budget - used
+            if limit < MIN_ITEM_TOKENS or (least is not None and limit < least[j]):
+                break  # no item is shorter than this (or than any left)
+            # (once the budget is nearly full most turns fail on size: test that first, from
+            # the sizes given or the record's cache, as turn_tokens would)
+            if r.kind == "turn":
+                if size is None:
+                    nt = r.nt
+                    if nt is not None:
+                        key = nt[0]
+                        if key[0] == r.text and key[1] == r.timestamp and key[2] == r.session_id:
+                            size = nt[1]
+                if size is not None and size[0] + (HEADER_TOKENS if size[1] not in groups else 0) > limit:
                     if reasons is not None and r.id not in taken:
                         reasons.setdefault(r.id, "budget")
                     continue
-        try_take(s, r, left, size)
+        n, gk = item_tokens(st, r) if size is None else size
+        if gk is not None and gk not in groups:
+            n += HEADER_TOKENS  # this item opens a new [date time] group
+        kind, sources = r.kind, r.sources
+        why = None  # why it is passed over
+        tk = None
+        if r.id in taken:
+            why = "taken"
+        elif n > limit:
+            why = "budget"
+        elif kind == "fact":
+            fk = (norm_key(r.subject or ""), r.predicate or "", norm_key(r.object or ""))
+            if fk in fact_keys or (sources and sources[-1] in covered):  # (the turn it renders verbatim)
+                why = "duplicate"
+        elif sources and covered.issuperset(sources):  # the raw text of all its sources is in
+            why = "duplicate"
+        if why is None and kind == "turn":
+            tk = text_key(r) if keys is None else keys[j]
+            if tk in seen_text:
+                why = "duplicate"
+        if why is not None:
+            if reasons is not None:
+                reasons.setdefault(r.id, why)  # (explain only: the first reason)
+            continue
+        if gk is not None:
+            groups.add(gk)
+        taken.add(r.id)
+        if tk is not None:
+            seen_text.add(tk)
+        if kind == "turn" or kind == "segment":
+            covered.update(sources)
+        elif kind == "fact":
+            if sources:
+                covered.add(sources[-1])  # a fact renders its latest source turn
+            fact_keys.add(fk)
+        chosen.append(j)
+        used += n
+        if j < n_working:
+            work_left -= n
     return chosen, used
 
 
@@ -196,4 +256,8 @@ def item_tokens(st: MemoryState, r: Record) -> TokenCount:
 def lost_in_the_middle(chosen: Scored) -> Scored:
     """Best first, second best last, the rest alternating inwards (weakest in the middle):
     :func:`lamina.items.arrange` of the items ranked by score, ties the older first."""
-    return arrange(sorted(chosen, key=lambda x: (-x[0], x[1].seq)), order="lost-in-the-middle")
+    ranked = sorted(chosen, key=itemgetter(0), reverse=True)  # (stable: equal scores keep their order)
+    scores = [s for s, _ in ranked]
+    if any(map(eq, scores, scores[1:])):  # equal scores: the older first
+        ranked = sorted(chosen, key=lambda x: (-x[0], x[1].seq))
+    return arrange(ranked, order="lost-in-the-middle")

@@ -21,12 +21,13 @@ from .config import MemoryConfig
 from .records import NsCode
 from .store import ID_SHIFT
 
-__all__ = ["Turns", "Fused", "fuse", "segment_ranks", "sort_within", "twins"]
+__all__ = ["Turns", "Fused", "FusedMany", "fuse", "fuse_many", "segment_ranks", "sort_within", "twins"]
 
 Vec = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 _SEQ_MASK = (1 << ID_SHIFT) - 1
+_NO: I64 = np.empty(0, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -60,15 +61,65 @@ class Fused:
     ids : ndarray, shape (n,), int64 — the turns in fused order, the best ``n`` only: those
         whose score reaches the floor, and at least the ``top`` first
     at : ndarray, shape (n,), int64 — their positions in the lookup's ids
-    scores : the i-th largest cosine of all the query's turns for the i-th turn, n floats
+    scores : ndarray, shape (n,), float64 — the i-th largest cosine of all the query's turns
+        for the i-th turn
     every : ndarray, shape (m,), int64 — every turn of the query (dense hits, then lexical
         ones not among them), m >= n
     """
 
     ids: npt.NDArray[np.int64]
     at: npt.NDArray[np.int64]
-    scores: list[float]
+    scores: F64
     every: npt.NDArray[np.int64]
+
+
+class FusedMany:
+    """The fused turns of many queries (:func:`fuse_many`), flat: for each query its kept
+    turns in fused order and all its turns, the queries' entries one after the other.
+
+    Parameters
+    ----------
+    q : ndarray, shape (n,), int64 — each kept turn's query (non-decreasing)
+    ids, at, scores : ndarray, shape (n,) — as :class:`Fused`'s, of every query in turn
+    every_q : ndarray, shape (m,), int64 — each turn's query (non-decreasing)
+    every : ndarray, shape (m,), int64 — as :class:`Fused`'s, of every query in turn
+    n_kept, n_every : ndarray, shape (n_queries,), int64 — each query's kept turns and turns
+    """
+
+    __slots__ = ("q", "ids", "at", "scores", "every_q", "every", "_kept", "_every")
+
+    def __init__(
+        self, q: I64, ids: I64, at: I64, scores: F64, every_q: I64, every: I64, n_kept: I64, n_every: I64
+    ) -> None:
+        self.q, self.ids, self.at, self.scores = q, ids, at, scores
+        self.every_q, self.every = every_q, every
+        self._kept = [0, *np.cumsum(n_kept).tolist()]  # query i's kept turns: [i, i + 1)
+        self._every = [0, *np.cumsum(n_every).tolist()]
+
+    def __len__(self) -> int:
+        return len(self._every) - 1
+
+    def kept(self, i: int) -> slice:
+        """Where query ``i``'s kept turns are in :attr:`q`, :attr:`ids`, :attr:`at`, :attr:`scores`."""
+        return slice(self._kept[i], self._kept[i + 1])
+
+    def one(self, i: int) -> Fused | None:
+        """Query ``i``'s turns, None when it has none."""
+        a, b = self._every[i], self._every[i + 1]
+        if a == b:
+            return None
+        k = self.kept(i)
+        return Fused(self.ids[k], self.at[k], self.scores[k], self.every[a:b])
+
+    def remap(self, rows: I64, n_queries: int) -> FusedMany:
+        """The same turns with query ``j`` renamed ``rows[j]`` (increasing), among ``n_queries``."""
+        if len(rows) == n_queries:  # (rows = 0 .. n_queries - 1)
+            return self
+        n_kept = np.zeros(n_queries, dtype=np.int64)
+        n_every = np.zeros(n_queries, dtype=np.int64)
+        n_kept[rows] = np.diff(self._kept)
+        n_every[rows] = np.diff(self._every)
+        return FusedMany(rows[self.q], self.ids, self.at, self.scores, rows[self.every_q], self.every, n_kept, n_every)
 
 
 def segment_ranks(keys: I64, n_segments: int) -> I64:
@@ -173,6 +224,24 @@ def fuse(
     floor: float,
     top: int,
 ) -> list[Fused | None]:
+    """:func:`fuse_many`, one :class:`Fused` per job (None for a job without turns)."""
+    many = fuse_many(vectors, config, ids, locate, when, sessions, visible, Q, jobs, floor, top)
+    return [many.one(b) for b in range(len(jobs))]
+
+
+def fuse_many(
+    vectors: LayerIndex,
+    config: MemoryConfig,
+    ids: I64,
+    locate: Callable[[I64], I64],
+    when: npt.NDArray[np.bool_],
+    sessions: I64,
+    visible: npt.NDArray[np.bool_],
+    Q: Vec,
+    jobs: Sequence[Turns],
+    floor: float,
+    top: int,
+) -> FusedMany:
     """The turns of many queries, ranked by reciprocal-rank fusion (``config.rrf_k``) of their
     dense (exact cosine; ties: older first), lexical (BM25 order) and, for a query with
     ``when``, time lists (the turns whose text says when, in cosine order), each list
@@ -198,11 +267,12 @@ def fuse(
 
     Returns
     -------
-    one :class:`Fused` per job, None for a job without turns
+    FusedMany
+        the turns of every job (job ``j`` as query ``j``)
     """
     B = len(jobs)
     if not B:
-        return []
+        return FusedMany(_NO, _NO, _NO, np.empty(0), _NO, _NO, _NO, _NO)
     N = max(len(ids), 1)
     qs = np.arange(B, dtype=np.int64)
     gates = np.fromiter((j.gate for j in jobs), dtype=np.int64, count=B)
@@ -239,12 +309,14 @@ def fuse(
     n = np.bincount(q_of, minlength=B)
     end = np.cumsum(n)
     starts, ends = (end - n).tolist(), end.tolist()
-    # The cosines: each query's rows gathered and scored as one query alone scores them.
+    # The cosines: each query's rows gathered and scored as one query alone scores them (where
+    # the rows are, found for all queries at once).
     cos = np.empty(len(key), dtype=np.float32)
+    arena, slots = vectors.keyed_slots(NsCode.ARCHIVE, tid)
     for b, j in enumerate(jobs):
         s, e = starts[b], ends[b]
         if e > s:
-            cos[s:e] = vectors.get_keyed(NsCode.ARCHIVE, tid[s:e]) @ Q[j.row].copy()
+            cos[s:e] = vectors.rows(arena, slots[s:e]) @ Q[j.row].copy()
     seq = tid & _SEQ_MASK
     kk = float(config.rrf_k)
     # each query's turns by cosine, best first (ties: older first)
@@ -268,16 +340,23 @@ def fuse(
         best = np.full(int(group.max()) + 1, -1.0)
         np.maximum.at(best, group, fused)
         fused = fused + mu * best[group]
-    order = sort_within(q_of, -fused, seq, B)
     dist = cos[by_cos].astype(np.float64)
     keep = (dist >= floor) | (segment_ranks(q_of, B) < top)
-    kept = np.bincount(q_of[keep], minlength=B).tolist()
-    out: list[Fused | None] = []
+    n_kept = np.bincount(q_of[keep], minlength=B)
+    kept = n_kept.tolist()
+    # Each query's first kept turns in fused order: only the turns scored at least its k-th best
+    # can be among them (k: how many it keeps), so only those are sorted (their order is the
+    # order of all: the same keys, the same positions among them).
+    neg = -fused
+    bar = np.zeros(B)
     for b in range(B):
         s, e, k = starts[b], ends[b], kept[b]
-        if e == s:
-            out.append(None)
-            continue
-        o = order[s : s + k]
-        out.append(Fused(tid[o], at[o], dist[s : s + k].tolist(), tid[s:e]))
-    return out
+        if k:
+            bar[b] = np.partition(neg[s:e], k - 1)[k - 1]  # (-) the k-th best score
+    near = np.flatnonzero(neg <= bar[q_of])
+    order = near[sort_within(q_of[near], neg[near], seq[near], B)]
+    if B == 1:
+        o = order[: kept[0]]
+    else:  # (each query's first kept ones)
+        o = order[segment_ranks(q_of[order], B) < n_kept[q_of[order]]]
+    return FusedMany(q_of[o], tid[o], at[o], dist[keep], q_of, tid, n_kept, n)

@@ -8,17 +8,19 @@ per batch."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from .fusion import Fused, segment_ranks
-from .records import GENERAL_KINDS, Record, norm_key, text_key
+from .fill import item_tokens
+from .fusion import FusedMany, segment_ranks, sort_within
+from .records import GENERAL_KINDS, Record, TokenCount, norm_key, text_key
 from .retrieve import Candidates, Found, Lookup, Scored, scope, staleness
 from .state import MemoryState, UserState
 
-__all__ = ["rank_many", "Ranked"]
+__all__ = ["rank_many", "Ranked", "Pools"]
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -35,7 +37,7 @@ def rank_many(
     now: float | None,
     domains: Sequence[str | None],
     lookup: Lookup,
-    turns: Sequence[Fused | None],
+    turns: FusedMany,
 ) -> Ranked:
     """:func:`lamina.memory.retrieve.rank` of many queries (:meth:`Ranked.candidates`).
 
@@ -43,7 +45,7 @@ def rank_many(
     ----------
     users, queries, found, domains, turns : per query: its user, its text, its search results
         (:func:`lamina.memory.retrieve.search` at depth ``m`` with ``views``), its domain gate
-        and its fused turns (:func:`lamina.memory.retrieve.fused_turns`)
+        and its fused turns (``turns``: :func:`lamina.memory.retrieve.fused_turns_many`)
     layers : the layers ranked (the same for every query)
     now : the replay clock
     lookup : holds the records of ``found``
@@ -94,39 +96,44 @@ def rank_many(
     for i, t, p in zip(q_of[folded].tolist(), fold_to[pos[folded]].tolist(), pos[folded].tolist()):
         fact_of[i].setdefault(t, p)
     drop = folded | ((l_of == epi) & np.array([k == "segment" for k in kind], dtype=bool)[pos])
-    via: list[set[int]] = [set() for _ in range(B)]
+    # the turns found through their episodes, a table of (query, record) keys q·N + position:
+    # the episodic layer's own turns, and each query's fused turns but those shown as their fact
+    N = max(len(rl), 1)
+    own = _NONE
     if epi >= 0:
         turn_rows = (l_of == epi) & ~drop & np.array([k == "turn" for k in kind], dtype=bool)[pos]
-        for i, rid in zip(q_of[turn_rows].tolist(), lookup.ids[pos[turn_rows]].tolist()):
-            via[i].add(rid)
+        own = q_of[turn_rows] * N + pos[turn_rows]
     q_of, l_of, score, pos = q_of[~drop], l_of[~drop], score[~drop], pos[~drop]
 
     # -- the fused turns after the episodic layer's rows (a turn with a current fact shows as it)
-    tq: list[I64] = []
-    ts: list[F64] = []
-    tp: list[I64] = []
-    for i, f in enumerate(turns):
-        if f is None or epi < 0:
-            continue
-        at = f.at
-        if fact_of[i]:
-            swap = fact_of[i]
-            at = np.array([swap.get(t, a) for t, a in zip(f.ids.tolist(), at.tolist())], dtype=np.int64)
-            rest = set(f.every.tolist())
-            rest.difference_update(swap)
-            via[i] |= rest
-        else:
-            via[i].update(f.every.tolist())
-        tq.append(np.full(len(at), i, dtype=np.int64))
-        ts.append(np.asarray(f.scores, dtype=np.float64))
-        tp.append(at)
-    n_base = len(pos)
-    q_of = np.concatenate([q_of, *tq])
-    l_of = np.concatenate([l_of, np.full(len(q_of) - n_base, epi, dtype=np.int64)])
-    score = np.concatenate([score, *ts])
-    pos = np.concatenate([pos, *tp])
+    tq, ts, tp, every, every_q = _NONE, np.empty(0), _NONE, _NONE, _NONE
+    swapped: list[int] = []  # turns shown as their fact (query, turn id), flattened
+    if epi >= 0:
+        tq, ts, tp, every, every_q = turns.q, turns.scores, turns.at, turns.every, turns.every_q
+        for i in np.unique(tq).tolist() if any(fact_of) else ():
+            if fact_of[i]:
+                swap = fact_of[i]
+                k = turns.kept(i)
+                if tp is turns.at:
+                    tp = tp.copy()
+                tp[k] = [swap.get(t, a) for t, a in zip(turns.ids[k].tolist(), tp[k].tolist())]
+                for t in swap:
+                    swapped += (i, t)
+    via = np.zeros(B * N, dtype=bool)
+    via[every_q * N + lookup.pos(every)] = True
+    if swapped:
+        sw = np.array(swapped, dtype=np.int64).reshape(-1, 2)
+        at_sw = lookup.find(sw[:, 1])
+        sw_ok = at_sw >= 0
+        via[sw[sw_ok, 0] * N + at_sw[sw_ok]] = False
+    via[own] = True
+    q_of = np.concatenate([q_of, tq])
+    l_of = np.concatenate([l_of, np.full(len(tq), epi, dtype=np.int64)])
+    score = np.concatenate([score, ts])
+    pos = np.concatenate([pos, tp])
     group = q_of * nL + l_of
-    order = np.argsort(group, kind="stable")  # (a layer's own rows, then the fused turns)
+    # (a layer's own rows, then the fused turns; numpy's stable sort of 16-bit keys is a radix sort)
+    order = np.argsort(group.astype(np.int16) if B * nL <= np.iinfo(np.int16).max else group, kind="stable")
     q_of, l_of, score, pos, group = q_of[order], l_of[order], score[order], pos[order], group[order]
 
     # -- the stale penalty (a share w of a score's magnitude), the floor --
@@ -182,7 +189,7 @@ def rank_many(
     has_spec[group[~general]] = True
     counted = general != has_spec[group]  # (spec entries where the layer has some, else all)
     cg = group[counted]
-    by_score = np.lexsort((-score[counted], cg))
+    by_score = sort_within(cg, -score[counted], np.zeros(len(cg), dtype=np.int64), B * nL)  # (by layer, best first)
     cg, cs = cg[by_score], score[counted][by_score]
     rank_in = segment_ranks(np.unique(cg, return_inverse=True)[1], len(present))
     take = rank_in < c.relevance_top
@@ -204,17 +211,54 @@ def rank_many(
         i, j = divmod(g, nL)
         relevance[i][layers[j]] = r_i
     d_at = np.searchsorted(q_of[demote], np.arange(B + 1))
+    shown_lower = np.zeros(B * N, dtype=bool)  # (query, record) demoted in some layer
+    shown_lower[q_of[demote] * N + pos[demote]] = True
     return Ranked(
         layers,
         relevance,
         np.bincount(kept_q, minlength=B).tolist(),
-        adj[kept].tolist(),
-        lookup.recs[pos[kept]].tolist(),
         (end - n_kept).tolist(),
         end.tolist(),
         (lookup.ids[pos[demote]].tolist(), lowered[demote].tolist(), d_at.tolist()),
-        via,
+        _Flat(kept_q, l_of[kept], adj[kept], pos[kept], general[kept], shown_lower, via, lookup),
     )
+
+
+@dataclass(slots=True)
+class _Flat:
+    """The candidates of all the queries of a batch as flat arrays, in :class:`Ranked`'s order
+    (by query, layer, then as each layer's list): what :meth:`Ranked.pools` orders."""
+
+    q: I64  # each candidate's query
+    layer: I64  # its layer (index in Ranked's layers)
+    score: F64  # its adjusted score
+    pos: I64  # its record's position in the lookup
+    general: npt.NDArray[np.bool_]  # whether its record is an aggregate
+    demoted: npt.NDArray[np.bool_]  # (query, record) keys q·N + position the speaker scope lowers
+    via: npt.NDArray[np.bool_]  # (query, record) keys of the turns found through their episodes
+    lookup: Lookup
+
+
+@dataclass(slots=True)
+class Pools:
+    """The fill order of every query of a batch (:meth:`Ranked.pools`), flat: query ``i``'s
+    candidates are ``recs[starts[i]:ends[i]]``, working memory's first (up to
+    ``working_ends[i]``, in the order the fill walks them), then its pool in fill order (as
+    :func:`lamina.memory.fill.fill` orders them). ``scores``: each one's adjusted score;
+    ``sizes``: its :func:`lamina.memory.fill.item_tokens`; ``keys``: its
+    :func:`~lamina.memory.records.text_key` (turns; None for the others); ``least``: the fewest
+    tokens of the query's candidates from it on; ``via``: whether it is a turn found through its
+    episode (the arguments of :func:`lamina.memory.fill.take`)."""
+
+    recs: list[Record]
+    scores: list[float]
+    sizes: list[TokenCount]
+    keys: list[str | None]
+    least: list[int]
+    via: list[bool]
+    starts: list[int]
+    working_ends: list[int]
+    ends: list[int]
 
 
 class Ranked:
@@ -225,28 +269,27 @@ class Ranked:
     Not thread-safe: the batch that built it reads it under the memory's lock.
     """
 
-    __slots__ = ("_layers", "relevance", "_n_kept", "_scores", "_recs", "_starts", "_ends", "_demoted", "_via")
+    __slots__ = ("_layers", "relevance", "_n_kept", "_scores", "_recs", "_starts", "_ends", "_demoted", "_flat")
 
     def __init__(
         self,
         layers: Sequence[str],
         relevance: list[dict[str, float]],
         n_kept: list[int],
-        scores: list[float],
-        recs: list[Record],
         starts: list[int],
         ends: list[int],
         demoted: tuple[list[int], list[float], list[int]],
-        via: list[set[int]],
+        flat: _Flat,
     ) -> None:
         self._layers = list(layers)
         #: per query: layer -> r_i, for the layers with a candidate (above the floor or not)
         self.relevance = relevance
         self._n_kept = n_kept
-        self._scores, self._recs = scores, recs
+        self._scores: list[float] | None = None  # (the candidates' scores and records as lists,
+        self._recs: list[Record] | None = None  # made when candidates() is first asked)
         self._starts, self._ends = starts, ends
         self._demoted = demoted
-        self._via = via
+        self._flat = flat
 
     def __len__(self) -> int:
         return len(self.relevance)
@@ -262,16 +305,89 @@ class Ranked:
             return None
         cd = Candidates()
         nL = len(self._layers)
+        f = self._flat
+        if self._scores is None or self._recs is None:
+            self._scores, self._recs = f.score.tolist(), f.lookup.recs[f.pos].tolist()
+        scores, recs = self._scores, self._recs
         for L in self.relevance[i]:
             g = i * nL + self._layers.index(L)
             a, b = self._starts[g], self._ends[g]
-            cd.per_layer[L] = list(zip(self._scores[a:b], self._recs[a:b]))
+            cd.per_layer[L] = list(zip(scores[a:b], recs[a:b]))
         cd.relevance = dict(self.relevance[i])
-        ids, values, at = self._demoted
-        cd.demoted = dict(zip(ids[at[i] : at[i + 1]], values[at[i] : at[i + 1]]))
-        cd.via = self._via[i]
+        cd.demoted = self.demoted(i)
+        N = max(len(f.lookup.ids), 1)
+        cd.via = set(f.lookup.ids[np.flatnonzero(f.via[i * N : (i + 1) * N])].tolist())
         work: Scored | None = cd.per_layer.get("working")
         if work:  # the fill walks working memory in this order; the rest it ranks itself
             shown = cd.demoted
             work.sort(key=lambda x: (-x[0], x[1].id in shown, x[1].seq))  # ties: the named person first
         return cd
+
+    def demoted(self, i: int) -> dict[int, float]:
+        """Query ``i``'s demotions: record id -> its score lowered by the speaker scope."""
+        ids, values, at = self._demoted
+        a, b = at[i], at[i + 1]
+        return dict(zip(ids[a:b], values[a:b])) if b > a else {}
+
+    def pools(self, st: MemoryState, gates: Mapping[int, tuple[Mapping[str, float], float]]) -> Pools:
+        """The fill order of the gated queries' candidates, all sorted at once: for query ``i``
+        with ``gates[i] = (γ per layer, β)``, working memory's candidates best first (ties: not
+        demoted, then the older), then every candidate by (aggregate last, gate-weighted score
+        s·(γ_L/γ_max)^(1/β) best first, not demoted first, older first, list position) — the
+        order :func:`lamina.memory.fill.fill` builds for that query alone, with the same float
+        operations. Queries without gates get no candidates."""
+        f = self._flat
+        layers, nL, B = self._layers, len(self._layers), len(self)
+        N = max(len(f.lookup.ids), 1)
+        prior = np.ones(B * nL)
+        live = np.zeros(B, dtype=bool)
+        for i, (g, beta) in gates.items():
+            live[i] = True
+            g_max = max(g.values())
+            for L, x in g.items():
+                prior[i * nL + layers.index(L)] = (x / g_max) ** (1.0 / beta) if beta > 0 and x > 0 else 1.0
+        e = np.flatnonzero(live[f.q])  # the pool: every candidate of a gated query
+        w = e[f.layer[e] == layers.index("working")] if "working" in layers else _NONE
+        q = np.concatenate([f.q[w], f.q[e]])
+        # sort keys: (query, section: working 0 / pool 1, aggregate), then the negated score, then
+        # (demoted, seq), then position (the pool's order of equal keys, as fill's list)
+        group = q * 4 + np.concatenate([np.zeros(len(w), dtype=np.int64), 2 + f.general[e].astype(np.int64)])
+        both = np.concatenate([w, e])
+        neg = np.concatenate([-f.score[w], -(f.score[e] * prior[f.q[e] * nL + f.layer[e]])])
+        key = f.q[both] * N + f.pos[both]
+        seq = self._seq(f.lookup)[f.pos[both]]
+        tie = np.where(f.demoted[key], np.int64(1) << 62, np.int64(0)) + seq
+        order = both[sort_within(group, neg, tie, 4 * B)] if len(both) else both
+        at = f.pos[order]
+        sizes = np.empty(N, dtype=object)  # (asked once per record)
+        keys = np.full(N, None, dtype=object)
+        tokens = np.zeros(N, dtype=np.int64)
+        rl: list[Record] = f.lookup.recs.tolist()
+        for p in np.unique(at).tolist():
+            r = rl[p]
+            sizes[p] = size = item_tokens(st, r)
+            tokens[p] = size[0]
+            if r.kind == "turn":
+                keys[p] = text_key(r)
+        # the fewest tokens from each candidate on within its query: a running minimum from the
+        # end, each query's tokens raised above those of the queries before it
+        q_at = f.q[order]
+        top = int(tokens.max()) + 1
+        least = np.minimum.accumulate((tokens[at] + q_at * top)[::-1])[::-1] - q_at * top
+        n_of = np.bincount(q, minlength=B)
+        ends = np.cumsum(n_of)
+        return Pools(
+            f.lookup.recs[at].tolist(),
+            f.score[order].tolist(),
+            sizes[at].tolist(),
+            keys[at].tolist(),
+            least.tolist(),
+            f.via[q_at * N + at].tolist(),
+            (ends - n_of).tolist(),
+            (ends - n_of + np.bincount(f.q[w], minlength=B)).tolist(),
+            ends.tolist(),
+        )
+
+    @staticmethod
+    def _seq(lookup: Lookup) -> I64:
+        return np.fromiter((r.seq for r in lookup.recs.tolist()), dtype=np.int64, count=len(lookup.ids))

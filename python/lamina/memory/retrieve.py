@@ -15,7 +15,7 @@ import numpy.typing as npt
 from ..errors import InvalidInput
 from ..items import LAYERS
 from ..timeref import date_intent, mentions_time
-from .fusion import Fused, Turns, fuse
+from .fusion import Fused, FusedMany, Turns, fuse_many
 from .inputs import check_text
 from .records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key
 from .staleness import Staleness
@@ -32,6 +32,7 @@ __all__ = [
     "rank_layers",
     "rank",
     "fused_turns",
+    "fused_turns_many",
     "candidates",
     "layer_hits",
     "Lookup",
@@ -174,8 +175,17 @@ class Lookup:
         for f in found:
             parts += [ids for _, ids in f.layers.values()]
             parts += [x for x in (f.views, f.lexical, None if f.leaves is None else f.leaves[1]) if x is not None]
-        ids = np.sort(np.concatenate(parts))
-        self.ids: I64 = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids  #: sorted, unique
+        found_ids = np.concatenate(parts)
+        lo = int(found_ids.min()) if len(found_ids) else 0
+        span = int(found_ids.max()) - lo + 1 if len(found_ids) else 0
+        if 0 < span <= 8 * len(found_ids) + 65_536:  # (ids close together: marked in a table, not sorted)
+            seen = np.zeros(span, dtype=bool)
+            seen[found_ids - lo] = True
+            ids: I64 = np.flatnonzero(seen) + lo
+        else:
+            ids = np.sort(found_ids)
+            ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
+        self.ids: I64 = ids  #: sorted, unique
         n = len(self.ids)
         got = itemgetter(*self.ids.tolist())(st.recs) if n > 1 else [st.recs[i] for i in self.ids.tolist()]
         self.recs: npt.NDArray[np.object_] = np.fromiter(got, dtype=object, count=n)  #: the record of each id
@@ -196,6 +206,14 @@ class Lookup:
             out: I64 = self._table[ids - self._lo]
             return out
         return np.searchsorted(self.ids, ids)
+
+    def find(self, ids: I64) -> I64:
+        """Where each id is in :attr:`ids`, -1 for an id that is not there."""
+        if not len(self.ids):
+            return np.full(len(ids), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        out: I64 = np.where(self.ids[at] == ids, at, -1)
+        return out
 
     def visible(self, now: float | None, domain: str | None) -> npt.NDArray[np.bool_]:
         """:func:`visible` of each record, shape (len(ids),)."""
@@ -249,20 +267,25 @@ def search(
     """
     requests: list[list[int]] = []
     plans: list[tuple[list[str], bool, int | None]] = []
+    made: dict[tuple[int, tuple[str, ...]], tuple[list[int], tuple[list[str], bool, int | None]]] = {}
     for u, layers, _ in jobs:
-        live = [L for L in layers if u.n_active.get(L, 0) > 0]
-        nss = [u.ns(LAYERS[L]) for L in live]
-        leaf = leaves and "episodic" in live
-        if leaf:
-            nss.append(u.ns(NsCode.LEAF))
-        tv = None
-        if views and "episodic" in layers:
-            ns = u.ns(NsCode.TURN_VIEW)
-            if st.vectors.count(ns):
-                tv = ns
-                nss.append(ns)
-        requests.append(nss)
-        plans.append((live, leaf, tv))
+        mine = (id(u), tuple(layers))  # (a user's plan is the same for each of its queries)
+        plan = made.get(mine)
+        if plan is None:
+            live = [L for L in layers if u.n_active.get(L, 0) > 0]
+            nss = [u.ns(LAYERS[L]) for L in live]
+            leaf = leaves and "episodic" in live
+            if leaf:
+                nss.append(u.ns(NsCode.LEAF))
+            tv = None
+            if views and "episodic" in layers:
+                ns = u.ns(NsCode.TURN_VIEW)
+                if st.vectors.count(ns):
+                    tv = ns
+                    nss.append(ns)
+            plan = made[mine] = (nss, (live, leaf, tv))
+        requests.append(plan[0])
+        plans.append(plan[1])
     res = st.vectors.search_batch(Q, requests, k) if jobs else []
     out = [Found(dict(zip(live, r))) for (live, _, _), r in zip(plans, res)]
     lex: list[int] = []
@@ -307,9 +330,24 @@ def fused_turns(
     now: float | None,
     domains: Sequence[str | None],
 ) -> list[Fused | None]:
+    """:func:`fused_turns_many`, one :class:`~lamina.memory.fusion.Fused` per query (None for a
+    query without turn views or without a visible turn)."""
+    many = fused_turns_many(st, lookup, Q, found, queries, now, domains)
+    return [many.one(i) for i in range(len(found))]
+
+
+def fused_turns_many(
+    st: MemoryState,
+    lookup: Lookup,
+    Q: Vec,
+    found: Sequence[Found],
+    queries: Sequence[str],
+    now: float | None,
+    domains: Sequence[str | None],
+) -> FusedMany:
     """The episodic turns of many queries' search results, fused and scored together
-    (:func:`lamina.memory.fusion.fuse`; the same bits as one query at a time): None for a query
-    without turn views or without a visible turn.
+    (:func:`lamina.memory.fusion.fuse_many`; the same bits as one query at a time; a query
+    without turn views or without a visible turn has none).
 
     Parameters
     ----------
@@ -328,14 +366,14 @@ def fused_turns(
         g = gates.setdefault((now, domains[i]), len(gates))
         jobs.append(Turns(i, g, raw.views, raw.lexical, date_intent(queries[i])))
         which.append(i)
-    out: list[Fused | None] = [None] * len(found)
     if not jobs:
-        return out
+        none = np.zeros(len(found), dtype=np.int64)
+        return FusedMany(_NO_IDS, _NO_IDS, _NO_IDS, np.empty(0), _NO_IDS, _NO_IDS, none, none)
     visible = np.stack([lookup.visible(t, d) for t, d in gates])
     c = st.config
     # (whether a record's text says when: asked only when a query asks for a time)
     when = lookup.when() if c.time_channel and any(j.when for j in jobs) else np.zeros(len(lookup.ids), dtype=bool)
-    fused = fuse(
+    fused = fuse_many(
         st.vectors,
         c,
         lookup.ids,
@@ -348,9 +386,7 @@ def fused_turns(
         c.min_similarity,
         c.relevance_top,
     )
-    for i, f in zip(which, fused):
-        out[i] = f
-    return out
+    return fused.remap(np.array(which, dtype=np.int64), len(found))
 
 
 def rank(
@@ -551,6 +587,6 @@ def episodic_candidates(
                     if fact is not None:
                         recs[p] = fact
                 rest.difference_update(fact_of)
-            out.extend(zip(turns.scores, recs))
+            out.extend(zip(turns.scores.tolist(), recs))
             via |= rest
     return out, folded, via
