@@ -164,16 +164,76 @@ Matrix pack(const Matrix& m, std::vector<uint8_t>& store) {
   return out;
 }
 
-void check_matrix(const Matrix& m, const char* name, std::size_t rows, std::size_t cols) {
+void check_matrix(const Matrix& m, const char* name, std::size_t rows, std::size_t cols,
+                  std::size_t col_multiple) {
   LAMINA_CHECK(m.data != nullptr, name, ": missing tensor");
   LAMINA_CHECK(m.rows == rows && m.cols == cols, name, " has shape (", m.rows, ", ", m.cols,
                "), expected (", rows, ", ", cols, ")");
   LAMINA_CHECK(m.type == QType::F32 || m.type == QType::F16 || cols % 32 == 0, name,
                ": block-quantised rows need a multiple of 32 columns");
+  LAMINA_CHECK(cols % col_multiple == 0, name, ": this path needs a multiple of ", col_multiple,
+               " columns, got ", cols);
 }
 
 
 }  // namespace
+
+// ---- checks shared with the CUDA forward -------------------------------------------------------
+void check_config(const Config& c) {
+  LAMINA_CHECK(c.n_layers >= 1 && c.d_model >= 1 && c.d_ff >= 1 && c.n_heads >= 1 &&
+                   c.n_kv_heads >= 1 && c.head_dim >= 2 && c.vocab_size >= 1,
+               "model config: every size must be >= 1");
+  LAMINA_CHECK(c.n_heads % c.n_kv_heads == 0, "model config: n_heads (", c.n_heads,
+               ") must be a multiple of n_kv_heads (", c.n_kv_heads, ")");
+  LAMINA_CHECK(c.head_dim % 2 == 0, "model config: head_dim must be even");
+  LAMINA_CHECK(c.rms_eps > 0 && c.rope_base > 0, "model config: rms_eps and rope_base must be > 0");
+}
+
+void check_weights(const Config& c, const Weights& w, std::size_t col_multiple) {
+  LAMINA_CHECK(col_multiple >= 1, "check_weights: col_multiple must be >= 1");
+  const std::size_t d = c.d_model, F = c.d_ff, V = c.vocab_size;
+  const std::size_t qd = static_cast<std::size_t>(c.n_heads) * c.head_dim;
+  const std::size_t kd = static_cast<std::size_t>(c.n_kv_heads) * c.head_dim;
+  check_matrix(w.token_embd, "token_embd", V, d, col_multiple);
+  check_matrix(w.output, "output", V, d, col_multiple);
+  LAMINA_CHECK(w.output_norm != nullptr, "output_norm: missing tensor");
+  LAMINA_CHECK(w.layers.size() == static_cast<std::size_t>(c.n_layers), "model has ",
+               w.layers.size(), " layers, config says ", c.n_layers);
+  for (const Layer& L : w.layers) {
+    LAMINA_CHECK(L.attn_norm && L.ffn_norm, "a layer is missing a norm weight");
+    check_matrix(L.wq, "attn_q", qd, d, col_multiple);
+    check_matrix(L.wk, "attn_k", kd, d, col_multiple);
+    check_matrix(L.wv, "attn_v", kd, d, col_multiple);
+    check_matrix(L.wo, "attn_output", d, qd, col_multiple);
+    check_matrix(L.w_gate, "ffn_gate", F, d, col_multiple);
+    check_matrix(L.w_up, "ffn_up", F, d, col_multiple);
+    check_matrix(L.w_down, "ffn_down", d, F, col_multiple);
+  }
+}
+
+void check_position_scaling(const Config& c, const PositionScaling& p) {
+  if (!p.enabled) return;
+  LAMINA_CHECK(p.first_layer >= 0 && p.first_layer <= c.n_layers, "ms-poe: first_layer (",
+               p.first_layer, ") must be in [0, n_layers = ", c.n_layers, "]");
+  LAMINA_CHECK(p.ratio_min > 0 && p.ratio_min <= p.ratio_max && std::isfinite(p.ratio_max),
+               "ms-poe: need 0 < ratio_min <= ratio_max (finite), got ", p.ratio_min, ", ",
+               p.ratio_max);
+  LAMINA_CHECK(p.window >= 0, "ms-poe: window must be >= 0, got ", p.window);
+  LAMINA_CHECK(p.plain_heads.empty() ||
+                   p.plain_heads.size() == static_cast<std::size_t>(c.n_layers) * c.n_heads,
+               "ms-poe: plain_heads must hold n_layers × n_heads flags, got ", p.plain_heads.size());
+}
+
+void check_channel_scaling(const Config& c, const ChannelScaling& cs) {
+  if (!cs.enabled) return;
+  LAMINA_CHECK(cs.first_layer >= 0 && cs.first_layer < cs.last_layer && cs.last_layer <= c.n_layers,
+               "channel scaling: layers [", cs.first_layer, ", ", cs.last_layer,
+               ") must satisfy 0 <= first < last <= n_layers = ", c.n_layers);
+  LAMINA_CHECK(cs.channel >= 0 && cs.channel < c.d_model, "channel scaling: channel ", cs.channel,
+               " is outside [0, d_model = ", c.d_model, ")");
+  LAMINA_CHECK(std::isfinite(cs.factor), "channel scaling: factor must be finite, got ", cs.factor);
+  LAMINA_CHECK(cs.last_tokens >= 0, "channel scaling: last_tokens must be >= 0, got ", cs.last_tokens);
+}
 
 // ---- KVCache ---------------------------------------------------------------------------------
 KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim)
@@ -316,31 +376,9 @@ const float* KVCache::scaled_keys(int layer, int h) const { return head(layer, h
 // ---- Model -----------------------------------------------------------------------------------
 Model::Model(const Config& c, Weights w, PositionScaling pos)
     : cfg_(c), w_(std::move(w)), pos_(std::move(pos)) {
-  LAMINA_CHECK(c.n_layers >= 1 && c.d_model >= 1 && c.d_ff >= 1 && c.n_heads >= 1 &&
-                   c.n_kv_heads >= 1 && c.head_dim >= 2 && c.vocab_size >= 1,
-               "model config: every size must be >= 1");
-  LAMINA_CHECK(c.n_heads % c.n_kv_heads == 0, "model config: n_heads (", c.n_heads,
-               ") must be a multiple of n_kv_heads (", c.n_kv_heads, ")");
-  LAMINA_CHECK(c.head_dim % 2 == 0, "model config: head_dim must be even");
-  LAMINA_CHECK(c.rms_eps > 0 && c.rope_base > 0, "model config: rms_eps and rope_base must be > 0");
-  const std::size_t d = c.d_model, F = c.d_ff, V = c.vocab_size;
-  const std::size_t qd = static_cast<std::size_t>(c.n_heads) * c.head_dim;
-  const std::size_t kd = static_cast<std::size_t>(c.n_kv_heads) * c.head_dim;
-  check_matrix(w_.token_embd, "token_embd", V, d);
-  check_matrix(w_.output, "output", V, d);
-  LAMINA_CHECK(w_.output_norm != nullptr, "output_norm: missing tensor");
-  LAMINA_CHECK(w_.layers.size() == static_cast<std::size_t>(c.n_layers), "model has ",
-               w_.layers.size(), " layers, config says ", c.n_layers);
-  for (const Layer& L : w_.layers) {
-    LAMINA_CHECK(L.attn_norm && L.ffn_norm, "a layer is missing a norm weight");
-    check_matrix(L.wq, "attn_q", qd, d);
-    check_matrix(L.wk, "attn_k", kd, d);
-    check_matrix(L.wv, "attn_v", kd, d);
-    check_matrix(L.wo, "attn_output", d, qd);
-    check_matrix(L.w_gate, "ffn_gate", F, d);
-    check_matrix(L.w_up, "ffn_up", F, d);
-    check_matrix(L.w_down, "ffn_down", d, F);
-  }
+  check_config(c);
+  check_weights(c, w_);
+  check_position_scaling(c, pos_);
   // Repack every block matrix once (a tied output shares the embedding's copy).
   std::vector<std::pair<const void*, Matrix>> done;
   auto repack = [&](Matrix& m) {
@@ -359,19 +397,7 @@ Model::Model(const Config& c, Weights w, PositionScaling pos)
   repack(w_.output);
   for (Layer& L : w_.layers)
     for (Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) repack(*m);
-  if (pos_.enabled) {
-    LAMINA_CHECK(pos_.first_layer >= 0 && pos_.first_layer <= c.n_layers, "ms-poe: first_layer (",
-                 pos_.first_layer, ") must be in [0, n_layers = ", c.n_layers, "]");
-    LAMINA_CHECK(pos_.ratio_min > 0 && pos_.ratio_min <= pos_.ratio_max &&
-                     std::isfinite(pos_.ratio_max),
-                 "ms-poe: need 0 < ratio_min <= ratio_max (finite), got ", pos_.ratio_min, ", ",
-                 pos_.ratio_max);
-    LAMINA_CHECK(pos_.window >= 0, "ms-poe: window must be >= 0, got ", pos_.window);
-    LAMINA_CHECK(pos_.plain_heads.empty() ||
-                     pos_.plain_heads.size() == static_cast<std::size_t>(c.n_layers) * c.n_heads,
-                 "ms-poe: plain_heads must hold n_layers × n_heads flags, got ",
-                 pos_.plain_heads.size());
-  }
+
 }
 
 float Model::ratio_of(int i) const {
@@ -388,13 +414,7 @@ void Model::set_channel_scaling(const ChannelScaling& cs) {
     return;
   }
   LAMINA_CHECK(!pos_.enabled, "channel scaling: cannot be combined with Ms-PoE position scaling");
-  LAMINA_CHECK(cs.first_layer >= 0 && cs.first_layer < cs.last_layer && cs.last_layer <= c.n_layers,
-               "channel scaling: layers [", cs.first_layer, ", ", cs.last_layer,
-               ") must satisfy 0 <= first < last <= n_layers = ", c.n_layers);
-  LAMINA_CHECK(cs.channel >= 0 && cs.channel < c.d_model, "channel scaling: channel ", cs.channel,
-               " is outside [0, d_model = ", c.d_model, ")");
-  LAMINA_CHECK(std::isfinite(cs.factor), "channel scaling: factor must be finite, got ", cs.factor);
-  LAMINA_CHECK(cs.last_tokens >= 0, "channel scaling: last_tokens must be >= 0, got ", cs.last_tokens);
+  check_channel_scaling(c, cs);
   const std::size_t d = c.d_model, ch = static_cast<std::size_t>(cs.channel);
   std::vector<float> row(d);
   auto column = [&](const Matrix& W) {

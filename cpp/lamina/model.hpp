@@ -137,6 +137,22 @@ struct ChannelScaling {
   int last_tokens = 1;                  // 0: every position; n >= 1: the last n of each call
 };
 
+/// The checks every forward (the CPU's Model and the CUDA DeviceModel) makes before it
+/// takes a model: every size >= 1, n_heads a multiple of n_kv_heads, an even head_dim,
+/// rms_eps and rope_base > 0. ValueError naming the field.
+void check_config(const Config& c);
+/// Every matrix of `w` has its shape under `c` and every norm weight is present; a
+/// block-quantised matrix needs a multiple of 32 columns, and every matrix a multiple of
+/// `col_multiple` (1: no further rule; the CUDA path passes 8). ValueError naming the tensor.
+void check_weights(const Config& c, const Weights& w, std::size_t col_multiple = 1);
+/// Ms-PoE's settings against the model shape (when enabled): first_layer in [0, n_layers],
+/// 0 < ratio_min <= ratio_max (finite), window >= 0, plain_heads empty or n_layers × n_heads.
+void check_position_scaling(const Config& c, const PositionScaling& p);
+/// Channel scaling's settings against the model shape (when enabled): layers
+/// 0 <= first_layer < last_layer <= n_layers, channel in [0, d_model), a finite factor,
+/// last_tokens >= 0.
+void check_channel_scaling(const Config& c, const ChannelScaling& cs);
+
 /// The KV cache of one sequence (see the file comment). Not thread-safe: one forward (or one
 /// keep/clear) at a time per cache; distinct caches are independent.
 class KVCache {

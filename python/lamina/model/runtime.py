@@ -73,9 +73,11 @@ class Model:
         of every key (KV memory ×1.5). On CUDA the window variant raises NotImplementedError
         (copy heads are found on the plain CPU model).
     channel : ChannelScaling, optional
-        Single-channel hidden-state scaling (:mod:`lamina.model.calibration`; CPU only; not with
+        Single-channel hidden-state scaling (:mod:`lamina.model.calibration`; not with
         ``ms_poe``). With ``last_tokens`` >= 1 a cache keeps a second, scaled copy of every
-        key from its first forward (KV memory ×1.5).
+        key from its first forward (KV memory ×1.5). On CUDA the channel's column of the fp16
+        query / key weights is used, and the attention record under ``last_tokens`` >= 1
+        raises NotImplementedError.
     device : {"cpu", "cuda"}
         "cuda": the forward on the GPU (CUDA builds; every matrix dequantised to fp16 on
         upload, float32 activations; ``threads``, ``q8_decode`` and ``q8_prefill`` do not
@@ -84,7 +86,7 @@ class Model:
         PyramidKV, LAVa, CriticalKV) is computed on the host from the device's window queries
         and the cache's keys, KeyDiff and StreamingLLM read the keys, and the kept entries are
         gathered on the device; H2O and KVzip (accumulated attention) and the record under
-        Ms-PoE raise NotImplementedError. The CUDA path was
+        Ms-PoE or last-tokens channel scaling raise NotImplementedError. The CUDA path was
         compiled for sm_80/sm_90 but has not yet run on a GPU in this repository's history.
 
     Attributes
@@ -169,13 +171,8 @@ class Model:
         """
         if scaling is not None and not isinstance(scaling, ChannelScaling):
             raise TypeError(f"scaling must be a ChannelScaling, got {type(scaling).__name__}")
-        if self.device != "cpu":
-            if scaling is not None:
-                raise NotImplementedError(f"single-channel scaling runs on the CPU only, not on device={self.device!r}")
-            self.channel = None
-            return
         try:
-            self._cpu().set_channel_scaling(None if scaling is None else scaling.native())
+            self._native.set_channel_scaling(None if scaling is None else scaling.native())
         except ValueError as e:
             raise InvalidInput(str(e)) from None
         self.channel = scaling
@@ -212,7 +209,7 @@ class Model:
         return np.asarray(hidden, dtype=np.float32)
 
     def _cpu(self) -> _core.LlamaModel:
-        """The native CPU model (what only the CPU forward offers: channel scaling, hidden states)."""
+        """The native CPU model (what only the CPU forward offers: the hidden states)."""
         if not isinstance(self._native, _core.LlamaModel):
             raise NotImplementedError(f"this needs the CPU forward; the model runs on device={self.device!r}")
         return self._native
