@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common.hpp"
 #include "lamina/model.hpp"
@@ -260,7 +261,35 @@ void register_model(py::module_& m) {
           "attention, accumulated): logits float32 [vocab] ('last'), [T, vocab] ('all') or None ('none'); "
           "attention float32 [L, H, record_window, S] or None. q8_decode: int8 activations on the "
           "decode (GEMV) path. accumulate_attention: accumulated is (L, H, S) float32, each entry's attention "
-          "summed over every query of the call (H2O; accumulate_reduce='max': its maximum, KVzip), else None.");
+          "summed over every query of the call (H2O; accumulate_reduce='max': its maximum, KVzip), else None.")
+      .def(
+          "forward_batch",
+          [](const PyModel& pm, const py::object& ids, const py::list& caches, int threads, bool q8) {
+            py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
+            const std::size_t B = static_cast<std::size_t>(a.shape(0));
+            LAMINA_CHECK(B >= 1, "ids is empty: at least one sequence is needed");
+            LAMINA_CHECK(static_cast<std::size_t>(py::len(caches)) == B, "caches must hold one KVCache per id (",
+                         B, "), got ", py::len(caches));
+            std::vector<model::KVCache*> cs(B);
+            for (std::size_t b = 0; b < B; ++b) {
+              if (!py::isinstance<model::KVCache>(caches[b]))
+                throw TypeError("caches[" + std::to_string(b) + "] must be a lamina._core.KVCache");
+              cs[b] = &caches[b].cast<model::KVCache&>();
+            }
+            py::array_t<float> out({B, static_cast<std::size_t>(pm.m->config().vocab_size)});
+            float* o = out.mutable_data();
+            const int32_t* p = static_cast<const int32_t*>(a.data());
+            {
+              py::gil_scoped_release nogil;
+              pm.m->forward_batch(p, B, cs.data(), o, threads, q8);
+            }
+            return out;
+          },
+          py::arg("ids"), py::arg("caches"), py::arg("threads") = 0, py::arg("q8_decode") = true,
+          "One decode step of B sequences: ids[b] (int32 [B]) appended to caches[b] (B distinct "
+          "KVCaches), each attending over its own cache; returns float32 [B, vocab], row b the "
+          "next-token logits of sequence b. The matmuls run over the B rows together. ValueError "
+          "with Ms-PoE or channel scaling (not implemented batched).");
 }
 
 }  // namespace lamina::py_detail

@@ -468,6 +468,10 @@ class LlamaModel:
         accumulate_attention: bool = False,
         accumulate_reduce: str = "sum",
     ) -> tuple[_F32 | None, _F32 | None, _F32 | None]: ...
+    # one decode step of len(ids) sequences, ids[b] into caches[b]: logits (B, vocab)
+    def forward_batch(
+        self, ids: npt.NDArray[np.int32], caches: list[KVCache], threads: int = 0, q8_decode: bool = True
+    ) -> _F32: ...
     # single-channel scaling: None or {first_layer, last_layer, channel, factor, last_tokens}
     def set_channel_scaling(self, scaling: dict[str, int | float] | None) -> None: ...
     @property

@@ -318,6 +318,54 @@ class Model:
         assert out is not None
         return out
 
+    @property
+    def batched_decode(self) -> bool:
+        """True when :meth:`forward_batch` runs (the CPU forward without Ms-PoE or channel
+        scaling)."""
+        return self.device == "cpu" and self.ms_poe is None and self.channel is None
+
+    def forward_batch(self, ids: Sequence[int], caches: Sequence[NativeCache]) -> npt.NDArray[np.float32]:
+        """One decode step of B independent sequences: token ``ids[b]`` is appended to
+        ``caches[b]`` and attends over that cache alone. The matmuls run over the B rows
+        together, so the weights are read once for all of them (one step of a B-token call
+        instead of B single-token steps). The logits equal B separate :meth:`forward` calls
+        up to the summation order (float32 activations) or the int8 activation rounding
+        (``q8_decode`` / ``q8_prefill``, which may round a near-tie differently).
+
+        Parameters
+        ----------
+        ids : sequence of int, length B >= 1
+        caches : sequence of KVCache, length B
+            Distinct caches of this model (:meth:`new_cache`, clones of one are fine).
+
+        Returns
+        -------
+        ndarray, float32, shape (B, vocab_size)
+            Row b: the next-token logits of sequence b.
+
+        Raises
+        ------
+        InvalidInput
+            Lengths that differ, no sequence, a repeated cache, an id outside the vocabulary,
+            or a cache at the model's context.
+        NotImplementedError
+            On ``device="cuda"`` or with Ms-PoE or channel scaling (:attr:`batched_decode`).
+        """
+        if not self.batched_decode:
+            raise NotImplementedError(
+                "a batched decode runs on the CPU forward without Ms-PoE or channel scaling "
+                f"(device={self.device!r}, position={self.position!r}, channel={self.channel is not None})"
+            )
+        if len(ids) != len(caches) or not ids:
+            raise InvalidInput(f"need one cache per id and at least one, got {len(ids)} ids and {len(caches)} caches")
+        if any(int(c.n_seen) + 1 > self.config.context_length for c in caches):
+            raise InvalidInput(f"a cache would exceed the model's context of {self.config.context_length} tokens")
+        native = self._cpu()
+        try:
+            return native.forward_batch(self._ids(ids), list(caches), self.threads, self.q8_decode)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise InvalidInput(str(e)) from None
+
     def forward(
         self,
         ids: Sequence[int] | npt.NDArray[Any],
