@@ -553,7 +553,11 @@ void Model::forward_impl(const int32_t* ids, std::size_t T, KVCache* const* cach
 
   const misa::Kernels& kern = misa::kernels();
   const std::size_t NR = kern.panel_width;
-  const bool gemm = T >= kGemmMinTokens;
+  // A batched decode stays on the GEMV path (each weight block read once for every row): its
+  // rows then go through the single-token decode's own kernels (q8_decode included), so a
+  // batch differs from B separate steps only in the attention's summation order. (At 8 rows
+  // the GEMM path measured no faster: bench_model.py --candidates 8.)
+  const bool gemm = T >= kGemmMinTokens && !batch;
   // The prefill multiplies int8-quantised activations with the packed blocks (integer GEMM).
   const bool q8g = gemm && q8_prefill_;
   const std::size_t maxK = std::max({d, F, H * D});
