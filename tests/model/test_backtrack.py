@@ -157,6 +157,7 @@ def test_forward_batch_matches_one_forward_per_cache(model_f32_decode: Any) -> N
         caches = [base.clone() for _ in range(B)]
         for b, c in enumerate(caches):
             c.truncate(150 - 7 * b)  # every sequence at its own length and position
+        caches[-1].keep(4, 1, np.arange(0, int(caches[-1].n_seen), 2, dtype=np.int64))  # a ragged head
         twins = [c.clone() for c in caches]
         toks = ids[150 : 150 + B]
         got = m.forward_batch(toks, caches)
