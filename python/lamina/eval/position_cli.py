@@ -160,21 +160,22 @@ def format_table(cells: Sequence[PositionCell], methods: Sequence[str]) -> str:
 
 def plot_position(cells: Sequence[PositionCell], methods: Sequence[str], path: str) -> None:
     """A PNG of accuracy vs gold position (Wilson 95 % error bars): one panel per (suite,
-    length), one line per method. ModuleNotFoundError without matplotlib."""
+    length), one line per method (each drawn slightly apart on x so that the bars can be told
+    apart). ModuleNotFoundError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     keys = sorted({(c.suite, c.length) for c in cells})
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 3.9), squeeze=False)
     for ax, (suite, length) in zip(axes[0], keys, strict=True):
-        for m in methods:
+        for k, m in enumerate(methods):
             row = sorted(
                 (c for c in cells if c.suite == suite and c.length == length and c.method == m),
                 key=lambda c: c.position,
             )
-            xs = [c.position for c in row]
+            xs = [c.position + 0.012 * (k - (len(methods) - 1) / 2) for c in row]  # apart, to read
             ys = [c.accuracy for c in row]
             err = [[c.accuracy - c.low for c in row], [c.high - c.accuracy for c in row]]
             ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=m)
