@@ -180,10 +180,10 @@ def plot_position(cells: Sequence[PositionCell], methods: Sequence[str], path: s
             err = [[c.accuracy - c.low for c in row], [c.high - c.accuracy for c in row]]
             ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=m)
         ax.set_title(f"{suite}, {length} tokens")
+        ax.legend(fontsize=7)
         ax.set_xlabel("gold position (fraction of the context)")
         ax.set_ylim(-0.05, 1.05)
     axes[0][0].set_ylabel("accuracy (Wilson 95 %)")
-    axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -191,28 +191,30 @@ def plot_position(cells: Sequence[PositionCell], methods: Sequence[str], path: s
 
 def merge_results(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[dict[str, Any]], list[str]]:
     """The records and method labels of several ``--out`` files of runs on the same prompts
-    (e.g. one method per run, so that a stopped session keeps what finished).
+    (e.g. one method per run, so that a stopped session keeps what finished; a method may
+    appear in several files for different suites or lengths).
 
     Raises
     ------
     ValueError
-        A file without records, a method label in two files, or a sample (suite, length,
-        position, index) whose gold or answers differ between files (other prompts).
+        A file without records, one answer (method, suite, length, position, index) in two
+        files, or a sample whose gold or answers differ between files (other prompts).
     """
     records: list[dict[str, Any]] = []
     methods: list[str] = []
     seen: dict[tuple[str, int, float, int], tuple[Any, list[str]]] = {}
+    answered: set[tuple[str, str, int, float, int]] = set()
     for path in paths:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
         if not isinstance(data, dict) or not data.get("records"):
             raise ValueError(f"{path}: no records (not an eval position --out file)")
-        for m in data["config"]["methods"]:
-            if m in methods:
-                raise ValueError(f"{path}: method {m!r} is in two files")
-            methods.append(m)
+        methods += [m for m in data["config"]["methods"] if m not in methods]
         for r in data["records"]:
             key = (str(r["suite"]), int(r["length"]), float(r["position"]), int(r["index"]))
+            if (r["method"], *key) in answered:
+                raise ValueError(f"{path}: method {r['method']!r} answered sample {key} in two files")
+            answered.add((r["method"], *key))
             sample = (r["gold"], list(r["answers"]))
             if seen.setdefault(key, sample) != sample:
                 raise ValueError(f"{path}: sample {key} has another gold or answers than before: not the same prompts")
