@@ -150,6 +150,8 @@ def format_table(cells: Sequence[PositionCell], methods: Sequence[str]) -> str:
         lines.append(f"{'method':<28}" + "".join(f"{f'pos {p:.2f}':>18}" for p in pos))
         for m in methods:
             row = {c.position: c for c in sub if c.method == m}
+            if not row:  # a method not run on this suite and length (a merge of runs)
+                continue
             cellstr = "".join(
                 f"{f'{row[p].accuracy:.2f} [{row[p].low:.2f},{row[p].high:.2f}]':>18}" if p in row else f"{'-':>18}"
                 for p in pos
@@ -175,6 +177,8 @@ def plot_position(cells: Sequence[PositionCell], methods: Sequence[str], path: s
                 (c for c in cells if c.suite == suite and c.length == length and c.method == m),
                 key=lambda c: c.position,
             )
+            if not row:
+                continue
             xs = [c.position + 0.012 * (k - (len(methods) - 1) / 2) for c in row]  # apart, to read
             ys = [c.accuracy for c in row]
             err = [[c.accuracy - c.low for c in row], [c.high - c.accuracy for c in row]]
