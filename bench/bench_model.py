@@ -12,6 +12,13 @@ prints the load average at start and end and the process CPU time beside every w
 ``--device cuda`` runs the same measurements on the fp16 CUDA forward (``load(device="cuda")``;
 llama.cpp is not run then: its numbers here are CPU numbers) and ends with a short table;
 bench/gpu_check.sh runs it that way.
+
+Backtracking's candidates (issue 23): ``--candidates 8`` also times B candidate
+continuations of one rolled-back cache — B clones decoded one after another (B · steps
+single-token forwards) against one batched decode per step (``Model.forward_batch``), the
+same tokens teacher-forced in both — and the whole ``ChainSession.resample`` (8 candidates
+at T = 1, same seeds, so the same candidates) batched and not. ``--only candidates`` runs
+just that section.
 """
 
 from __future__ import annotations
@@ -151,13 +158,70 @@ def bench_kv_lengths(m: Any, lengths: list[int], compression: float, steps: int,
     return rows
 
 
+def bench_candidates(m: Any, prefix: int, candidates: int, steps: int, repeat: int) -> dict[str, Any]:
+    """B continuations of one cache holding ``prefix`` tokens: one after another against one
+    batched decode step per token (the same ids in both), then ``resample`` both ways."""
+    from lamina.model.backtrack import ChainSession
+
+    ids = _text_ids(m, prefix + candidates + steps)
+    base = m.new_cache()
+    m.forward(ids[:prefix], base, logits="none")
+    # candidate b continues with ids[prefix + b :]: every sequence its own tokens
+    conts = [ids[prefix + b : prefix + b + steps] for b in range(candidates)]
+
+    def one_by_one() -> None:
+        for b in range(candidates):
+            c = base.clone()
+            for t in conts[b]:
+                m.forward([t], c)
+
+    def batched() -> None:
+        cs = [base.clone() for _ in range(candidates)]
+        for k in range(steps):
+            m.forward_batch([conts[b][k] for b in range(candidates)], cs)
+
+    seq = min((_timed(one_by_one) for _ in range(repeat)), key=lambda x: x[0])
+    bat = min((_timed(batched) for _ in range(repeat)), key=lambda x: x[0])
+    session = ChainSession(m, "A shop sells pens at 3 dollars each. How much do 7 pens and a 5 dollar notebook cost?")
+    session.extend(["7 pens cost 7 * 3 = 21 dollars."])
+
+    def resample(batch: bool) -> None:
+        s = session.fork()
+        s.resample("The notebook costs 5 dollars.", candidates=candidates, temperature=1.0, seed=0, batched=batch)
+
+    rs = min((_timed(lambda: resample(False)) for _ in range(repeat)), key=lambda x: x[0])
+    rb = min((_timed(lambda: resample(True)) for _ in range(repeat)), key=lambda x: x[0])
+    row = {
+        "prefix_tokens": prefix,
+        "candidates": candidates,
+        "steps": steps,
+        "sequential_s": seq[0],
+        "sequential_cpu_s": seq[1],
+        "batched_s": bat[0],
+        "batched_cpu_s": bat[1],
+        "speedup": seq[0] / bat[0],
+        "resample_sequential_s": rs[0],
+        "resample_sequential_cpu_s": rs[1],
+        "resample_batched_s": rb[0],
+        "resample_batched_cpu_s": rb[1],
+        "resample_speedup": rs[0] / rb[0],
+    }
+    print(
+        f"{candidates} candidates x {steps} tokens after {prefix}: one after another {seq[0]:.3f} s "
+        f"({seq[1]:.3f} CPU s), one batch per step {bat[0]:.3f} s ({bat[1]:.3f} CPU s): {row['speedup']:.2f}x; "
+        f"resample (T = 1, same seeds) {rs[0]:.3f} s ({rs[1]:.3f} CPU s) vs {rb[0]:.3f} s ({rb[1]:.3f} CPU s): "
+        f"{row['resample_speedup']:.2f}x"
+    )
+    return row
+
+
 def table(result: dict[str, Any]) -> str:
     """A short summary table of a run's results (prefill/decode tokens/s, decode step by KV length)."""
     lines = [f"model bench on {result['device']} ({Path(result['model']).name})", "| stage | value |", "|---|---|"]
-    for r in result["lamina"]:
+    for r in result.get("lamina", []):
         lines.append(f"| prefill {r['tokens']} tokens | {r['prefill_tok_s']:.0f} tok/s |")
         lines.append(f"| decode after {r['tokens']} | {r['decode_tok_s']:.1f} tok/s |")
-    for r in result["kv_lengths"]:
+    for r in result.get("kv_lengths", []):
         lines.append(
             f"| decode step at {r['kv_tokens']}, {int(r['compression'] * 100)} % removed | "
             f"{r['step_ms']:.2f} ms (KV {r['kv_bytes'] / 2**20:.1f} MiB) |"
@@ -176,6 +240,10 @@ def main() -> None:
     ap.add_argument("--compression", type=float, default=0.75)
     ap.add_argument("--q8-decode", type=int, default=1, help="1: int8 activations on decode steps (default)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the forward runs")
+    ap.add_argument("--candidates", type=int, default=0, help="also time B backtracking candidates (0: skip)")
+    ap.add_argument("--candidate-steps", type=int, default=32, help="tokens per candidate")
+    ap.add_argument("--candidate-prefix", type=int, default=400, help="tokens in the cache the candidates share")
+    ap.add_argument("--only", choices=["candidates"], default=None, help="run only this section")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
 
@@ -192,6 +260,16 @@ def main() -> None:
         "load_average_start": load0,
         "device": args.device,
     }
+    if args.candidates > 0:
+        result["candidates"] = bench_candidates(
+            m, args.candidate_prefix, args.candidates, args.candidate_steps, args.repeat
+        )
+    if args.only == "candidates":
+        result["load_average_end"] = os.getloadavg()
+        print(f"load average at end {result['load_average_end']}")
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=2))
+        return
     result["lamina"] = bench_lamina(m, args.prefill, args.decode_steps, args.repeat)
     if args.device == "cpu":
         result["llama_cpp"] = bench_llama_cpp(m.path, args.threads, args.prefill, args.decode_steps)

@@ -4,101 +4,22 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common.hpp"
 #include "lamina/model.hpp"
+#include "model_args.hpp"
 
 namespace lamina::py_detail {
 
 namespace {
 
-using model::QType;
 
 // The model plus the arrays its non-owning pointers point into (kept alive here).
 struct PyModel {
   std::unique_ptr<model::Model> m;
   py::list keep;
 };
-
-model::Matrix matrix(const py::dict& tensors, const std::string& name, py::list& keep) {
-  LAMINA_CHECK(tensors.contains(name), "tensor ", name, " is missing");
-  py::tuple tv = tensors[py::str(name)].cast<py::tuple>();
-  LAMINA_CHECK(tv.size() == 2, "tensor ", name, ": expected a (type name, array) pair");
-  const QType t = model::qtype_from_name(tv[0].cast<std::string>());
-  py::array a;
-  model::Matrix m;
-  m.type = t;
-  if (t == QType::F32) {
-    a = checked_array<float>(tv[1], name.c_str(), 2, "float32");
-  } else if (t == QType::F16) {
-    if (!py::isinstance<py::array>(tv[1]) ||
-        !py::reinterpret_borrow<py::array>(tv[1]).dtype().is(py::dtype("float16")))
-      throw TypeError(name + " (F16) must be a float16 numpy array");
-    a = py::reinterpret_borrow<py::array>(tv[1]);
-    LAMINA_CHECK(a.ndim() == 2 && (a.flags() & py::array::c_style), name,
-                 " must be a C-contiguous 2-D array");
-  } else {
-    a = checked_array<uint8_t>(tv[1], name.c_str(), 2, "uint8");
-  }
-  m.rows = static_cast<std::size_t>(a.shape(0));
-  if (t == QType::F32 || t == QType::F16) {
-    m.cols = static_cast<std::size_t>(a.shape(1));
-  } else {
-    const std::size_t per32 = model::row_bytes(t, 32);
-    LAMINA_CHECK(static_cast<std::size_t>(a.shape(1)) % per32 == 0, name, ": ", a.shape(1),
-                 " bytes per row is not a whole number of ", model::qtype_name(t), " blocks");
-    m.cols = static_cast<std::size_t>(a.shape(1)) / per32 * 32;
-  }
-  m.data = a.data();
-  keep.append(a);
-  return m;
-}
-
-const float* vector(const py::dict& tensors, const std::string& name, std::size_t n,
-                    py::list& keep) {
-  LAMINA_CHECK(tensors.contains(name), "tensor ", name, " is missing");
-  py::tuple tv = tensors[py::str(name)].cast<py::tuple>();
-  LAMINA_CHECK(tv.size() == 2 && tv[0].cast<std::string>() == "F32", "tensor ", name,
-               " must be F32");
-  py::array a = checked_array<float>(tv[1], name.c_str(), 1, "float32");
-  LAMINA_CHECK(static_cast<std::size_t>(a.shape(0)) == n, name, " has ", a.shape(0),
-               " elements, expected ", n);
-  keep.append(a);
-  return static_cast<const float*>(a.data());
-}
-
-// Ms-PoE settings from the dict python/lamina/model/position.py builds (None: plain RoPE).
-model::PositionScaling position_scaling(const py::object& o, const model::Config& c) {
-  model::PositionScaling p;
-  if (o.is_none()) return p;
-  const py::dict d = o.cast<py::dict>();
-  p.enabled = true;
-  p.first_layer = d["first_layer"].cast<int>();
-  p.ratio_min = d["ratio_min"].cast<float>();
-  p.ratio_max = d["ratio_max"].cast<float>();
-  p.window = d["window"].cast<int>();
-  const std::string order = d["order"].cast<std::string>();
-  if (order == "rank") p.order = model::RatioOrder::Rank;
-  else if (order == "gather") p.order = model::RatioOrder::Gather;
-  else if (order == "normal") p.order = model::RatioOrder::Normal;
-  else throw ValueError("position order must be 'rank', 'gather' or 'normal', got '" + order + "'");
-  if (d.contains("plain_heads") && !d["plain_heads"].is_none()) {
-    py::array a = checked_array<uint8_t>(d["plain_heads"], "plain_heads", 2, "uint8");
-    LAMINA_CHECK(a.shape(0) == c.n_layers && a.shape(1) == c.n_heads,
-                 "plain_heads must have shape (n_layers, n_heads) = (", c.n_layers, ", ",
-                 c.n_heads, ")");
-    const uint8_t* f = static_cast<const uint8_t*>(a.data());
-    p.plain_heads.assign(f, f + a.shape(0) * a.shape(1));
-  }
-  return p;
-}
-
-model::Logits logits_mode(const std::string& s) {
-  if (s == "none") return model::Logits::None;
-  if (s == "last") return model::Logits::Last;
-  if (s == "all") return model::Logits::All;
-  throw ValueError("logits must be 'none', 'last' or 'all', got '" + s + "'");
-}
 
 }  // namespace
 
@@ -207,37 +128,9 @@ void register_model(py::module_& m) {
 
   py::class_<PyModel>(m, "LlamaModel")
       .def(py::init([](const py::dict& cfg, const py::dict& tensors, const py::object& position) {
-             model::Config c;
-             c.n_layers = cfg["n_layers"].cast<int>();
-             c.d_model = cfg["d_model"].cast<int>();
-             c.d_ff = cfg["d_ff"].cast<int>();
-             c.n_heads = cfg["n_heads"].cast<int>();
-             c.n_kv_heads = cfg["n_kv_heads"].cast<int>();
-             c.head_dim = cfg["head_dim"].cast<int>();
-             c.vocab_size = cfg["vocab_size"].cast<int>();
-             c.rope_base = cfg["rope_base"].cast<float>();
-             c.rms_eps = cfg["rms_eps"].cast<float>();
+             const model::Config c = model_config(cfg);
              auto pm = std::make_unique<PyModel>();
-             model::Weights w;
-             const std::size_t d = static_cast<std::size_t>(c.d_model);
-             w.token_embd = matrix(tensors, "token_embd.weight", pm->keep);
-             w.output = tensors.contains("output.weight") ? matrix(tensors, "output.weight", pm->keep)
-                                                         : w.token_embd;
-             w.output_norm = vector(tensors, "output_norm.weight", d, pm->keep);
-             for (int i = 0; i < c.n_layers; ++i) {
-               const std::string p = "blk." + std::to_string(i) + ".";
-               model::Layer L;
-               L.attn_norm = vector(tensors, p + "attn_norm.weight", d, pm->keep);
-               L.ffn_norm = vector(tensors, p + "ffn_norm.weight", d, pm->keep);
-               L.wq = matrix(tensors, p + "attn_q.weight", pm->keep);
-               L.wk = matrix(tensors, p + "attn_k.weight", pm->keep);
-               L.wv = matrix(tensors, p + "attn_v.weight", pm->keep);
-               L.wo = matrix(tensors, p + "attn_output.weight", pm->keep);
-               L.w_gate = matrix(tensors, p + "ffn_gate.weight", pm->keep);
-               L.w_up = matrix(tensors, p + "ffn_up.weight", pm->keep);
-               L.w_down = matrix(tensors, p + "ffn_down.weight", pm->keep);
-               w.layers.push_back(L);
-             }
+             model::Weights w = model_weights(tensors, c, pm->keep);
              pm->m = std::make_unique<model::Model>(c, std::move(w), position_scaling(position, c));
              return pm;
            }),
@@ -261,18 +154,7 @@ void register_model(py::module_& m) {
       .def(
           "set_channel_scaling",
           [](PyModel& pm, const py::object& o) {
-            model::ChannelScaling cs;
-            if (!o.is_none()) {
-              const py::dict d = o.cast<py::dict>();
-              for (const char* key : {"first_layer", "last_layer", "channel", "factor", "last_tokens"})
-                LAMINA_CHECK(d.contains(key), "channel scaling: missing key '", key, "'");
-              cs.enabled = true;
-              cs.first_layer = d["first_layer"].cast<int>();
-              cs.last_layer = d["last_layer"].cast<int>();
-              cs.channel = d["channel"].cast<int>();
-              cs.factor = d["factor"].cast<float>();
-              cs.last_tokens = d["last_tokens"].cast<int>();
-            }
+            const model::ChannelScaling cs = channel_scaling(o);
             py::gil_scoped_release nogil;
             pm.m->set_channel_scaling(cs);
           },
@@ -283,17 +165,7 @@ void register_model(py::module_& m) {
           "setting or a model with Ms-PoE. Set it before the model is shared between threads.")
       .def_property_readonly(
           "channel_scaling",
-          [](const PyModel& pm) -> py::object {
-            const model::ChannelScaling& cs = pm.m->channel_scaling();
-            if (!cs.enabled) return py::none();
-            py::dict d;
-            d["first_layer"] = cs.first_layer;
-            d["last_layer"] = cs.last_layer;
-            d["channel"] = cs.channel;
-            d["factor"] = cs.factor;
-            d["last_tokens"] = cs.last_tokens;
-            return std::move(d);
-          },
+          [](const PyModel& pm) -> py::object { return channel_scaling_dict(pm.m->channel_scaling()); },
           "The channel scaling as set (a dict), or None.")
       .def(
           "forward_hidden",
@@ -389,7 +261,35 @@ void register_model(py::module_& m) {
           "attention, accumulated): logits float32 [vocab] ('last'), [T, vocab] ('all') or None ('none'); "
           "attention float32 [L, H, record_window, S] or None. q8_decode: int8 activations on the "
           "decode (GEMV) path. accumulate_attention: accumulated is (L, H, S) float32, each entry's attention "
-          "summed over every query of the call (H2O; accumulate_reduce='max': its maximum, KVzip), else None.");
+          "summed over every query of the call (H2O; accumulate_reduce='max': its maximum, KVzip), else None.")
+      .def(
+          "forward_batch",
+          [](const PyModel& pm, const py::object& ids, const py::list& caches, int threads, bool q8) {
+            py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
+            const std::size_t B = static_cast<std::size_t>(a.shape(0));
+            LAMINA_CHECK(B >= 1, "ids is empty: at least one sequence is needed");
+            LAMINA_CHECK(static_cast<std::size_t>(py::len(caches)) == B, "caches must hold one KVCache per id (",
+                         B, "), got ", py::len(caches));
+            std::vector<model::KVCache*> cs(B);
+            for (std::size_t b = 0; b < B; ++b) {
+              if (!py::isinstance<model::KVCache>(caches[b]))
+                throw TypeError("caches[" + std::to_string(b) + "] must be a lamina._core.KVCache");
+              cs[b] = &caches[b].cast<model::KVCache&>();
+            }
+            py::array_t<float> out({B, static_cast<std::size_t>(pm.m->config().vocab_size)});
+            float* o = out.mutable_data();
+            const int32_t* p = static_cast<const int32_t*>(a.data());
+            {
+              py::gil_scoped_release nogil;
+              pm.m->forward_batch(p, B, cs.data(), o, threads, q8);
+            }
+            return out;
+          },
+          py::arg("ids"), py::arg("caches"), py::arg("threads") = 0, py::arg("q8_decode") = true,
+          "One decode step of B sequences: ids[b] (int32 [B]) appended to caches[b] (B distinct "
+          "KVCaches), each attending over its own cache; returns float32 [B, vocab], row b the "
+          "next-token logits of sequence b. The matmuls run over the B rows together. ValueError "
+          "with Ms-PoE or channel scaling (not implemented batched).");
 }
 
 }  // namespace lamina::py_detail

@@ -12,6 +12,7 @@
 #include "common.hpp"
 #include "lamina/model.hpp"
 #include "lamina/model_f16.hpp"
+#include "model_args.hpp"
 #if defined(LAMINA_WITH_CUDA)
 #include "model_cuda.hpp"
 #endif
@@ -20,40 +21,6 @@ namespace lamina::py_detail {
 
 namespace {
 
-using model::QType;
-
-// A GGUF tensor given as (type name, C-contiguous array of its stored bytes): its type, data
-// and element shape (rows = the array's first dimension).
-struct StoredTensor {
-  QType type = QType::F32;
-  py::array array;
-  std::size_t rows = 0, cols = 0;
-};
-
-StoredTensor stored_tensor(const std::string& type_name, const py::object& obj, const std::string& name) {
-  StoredTensor s;
-  s.type = model::qtype_from_name(type_name);
-  if (!py::isinstance<py::array>(obj)) throw TypeError(name + " must be a numpy array");
-  s.array = py::reinterpret_borrow<py::array>(obj);
-  const py::array& a = s.array;
-  LAMINA_CHECK(a.ndim() == 2 && (a.flags() & py::array::c_style), name,
-               " must be a C-contiguous 2-D array");
-  const std::size_t row_nbytes = static_cast<std::size_t>(a.shape(1)) * static_cast<std::size_t>(a.itemsize());
-  s.rows = static_cast<std::size_t>(a.shape(0));
-  if (s.type == QType::F32 || s.type == QType::F16) {
-    const std::size_t es = s.type == QType::F32 ? 4 : 2;
-    LAMINA_CHECK(static_cast<std::size_t>(a.itemsize()) == es, name, " (", type_name,
-                 ") must hold ", es, "-byte elements, got itemsize ", a.itemsize());
-    s.cols = static_cast<std::size_t>(a.shape(1));
-  } else {
-    LAMINA_CHECK(a.itemsize() == 1, name, " (", type_name, ") must be a uint8 array of blocks");
-    const std::size_t per32 = model::row_bytes(s.type, 32);
-    LAMINA_CHECK(row_nbytes % per32 == 0, name, ": ", row_nbytes, " bytes per row is not a whole number of ",
-                 model::qtype_name(s.type), " blocks");
-    s.cols = row_nbytes / per32 * 32;
-  }
-  return s;
-}
 
 #if defined(LAMINA_WITH_CUDA)
 
@@ -68,59 +35,12 @@ struct PyCudaModel {
   throw py::error_already_set();
 }
 
-cm::HostMatrix host_matrix(const py::dict& tensors, const std::string& name, std::vector<StoredTensor>& keep) {
-  LAMINA_CHECK(tensors.contains(name), "tensor ", name, " is missing");
-  py::tuple tv = tensors[py::str(name)].cast<py::tuple>();
-  LAMINA_CHECK(tv.size() == 2, "tensor ", name, ": expected a (type name, array) pair");
-  keep.push_back(stored_tensor(tv[0].cast<std::string>(), tv[1], name));
-  const StoredTensor& s = keep.back();
-  cm::HostMatrix m;
-  m.type = s.type;
-  m.data = s.array.data();
-  m.rows = s.rows;
-  m.cols = s.cols;
-  return m;
-}
-
-const float* host_vector(const py::dict& tensors, const std::string& name, std::size_t n,
-                         std::vector<StoredTensor>& keep) {
-  LAMINA_CHECK(tensors.contains(name), "tensor ", name, " is missing");
-  py::tuple tv = tensors[py::str(name)].cast<py::tuple>();
-  LAMINA_CHECK(tv.size() == 2 && tv[0].cast<std::string>() == "F32", "tensor ", name, " must be F32");
-  py::array a = checked_array<float>(tv[1], name.c_str(), 1, "float32");
-  LAMINA_CHECK(static_cast<std::size_t>(a.shape(0)) == n, name, " has ", a.shape(0),
-               " elements, expected ", n);
-  StoredTensor s;
-  s.array = a;
-  keep.push_back(s);
-  return static_cast<const float*>(a.data());
-}
-
-// The Ms-PoE dict of python/lamina/model/position.py (as bind_model.cpp reads it).
-model::PositionScaling position_scaling(const py::object& o, const model::Config& c) {
-  model::PositionScaling p;
-  if (o.is_none()) return p;
-  const py::dict d = o.cast<py::dict>();
-  p.enabled = true;
-  p.first_layer = d["first_layer"].cast<int>();
-  p.ratio_min = d["ratio_min"].cast<float>();
-  p.ratio_max = d["ratio_max"].cast<float>();
-  p.window = d["window"].cast<int>();
-  if (p.window != 0)
+// The Ms-PoE dict (model_args.hpp); the window variant is not implemented here.
+model::PositionScaling device_position_scaling(const py::object& o, const model::Config& c) {
+  model::PositionScaling p = position_scaling(o, c);
+  if (p.enabled && p.window != 0)
     not_implemented("Ms-PoE's window variant (window > 0) is not implemented on CUDA; use window=0 "
                     "or device='cpu'");
-  const std::string order = d["order"].cast<std::string>();
-  if (order == "rank") p.order = model::RatioOrder::Rank;
-  else if (order == "gather") p.order = model::RatioOrder::Gather;
-  else if (order == "normal") p.order = model::RatioOrder::Normal;
-  else throw ValueError("position order must be 'rank', 'gather' or 'normal', got '" + order + "'");
-  if (d.contains("plain_heads") && !d["plain_heads"].is_none()) {
-    py::array a = checked_array<uint8_t>(d["plain_heads"], "plain_heads", 2, "uint8");
-    LAMINA_CHECK(a.shape(0) == c.n_layers && a.shape(1) == c.n_heads,
-                 "plain_heads must have shape (n_layers, n_heads) = (", c.n_layers, ", ", c.n_heads, ")");
-    const uint8_t* f = static_cast<const uint8_t*>(a.data());
-    p.plain_heads.assign(f, f + a.shape(0) * a.shape(1));
-  }
   return p;
 }
 
@@ -214,39 +134,10 @@ void register_cuda_model(py::module_& m) {
 
   py::class_<PyCudaModel>(m, "CudaLlamaModel")
       .def(py::init([](const py::dict& cfg, const py::dict& tensors, const py::object& position) {
-             model::Config c;
-             c.n_layers = cfg["n_layers"].cast<int>();
-             c.d_model = cfg["d_model"].cast<int>();
-             c.d_ff = cfg["d_ff"].cast<int>();
-             c.n_heads = cfg["n_heads"].cast<int>();
-             c.n_kv_heads = cfg["n_kv_heads"].cast<int>();
-             c.head_dim = cfg["head_dim"].cast<int>();
-             c.vocab_size = cfg["vocab_size"].cast<int>();
-             c.rope_base = cfg["rope_base"].cast<float>();
-             c.rms_eps = cfg["rms_eps"].cast<float>();
-             std::vector<StoredTensor> keep;
-             keep.reserve(16 + 16 * static_cast<std::size_t>(std::max(c.n_layers, 0)));
-             cm::HostWeights w;
-             const std::size_t d = static_cast<std::size_t>(c.d_model);
-             w.token_embd = host_matrix(tensors, "token_embd.weight", keep);
-             w.output = tensors.contains("output.weight") ? host_matrix(tensors, "output.weight", keep)
-                                                         : w.token_embd;
-             w.output_norm = host_vector(tensors, "output_norm.weight", d, keep);
-             for (int i = 0; i < c.n_layers; ++i) {
-               const std::string p = "blk." + std::to_string(i) + ".";
-               cm::HostLayer L;
-               L.attn_norm = host_vector(tensors, p + "attn_norm.weight", d, keep);
-               L.ffn_norm = host_vector(tensors, p + "ffn_norm.weight", d, keep);
-               L.wq = host_matrix(tensors, p + "attn_q.weight", keep);
-               L.wk = host_matrix(tensors, p + "attn_k.weight", keep);
-               L.wv = host_matrix(tensors, p + "attn_v.weight", keep);
-               L.wo = host_matrix(tensors, p + "attn_output.weight", keep);
-               L.w_gate = host_matrix(tensors, p + "ffn_gate.weight", keep);
-               L.w_up = host_matrix(tensors, p + "ffn_up.weight", keep);
-               L.w_down = host_matrix(tensors, p + "ffn_down.weight", keep);
-               w.layers.push_back(L);
-             }
-             const model::PositionScaling pos = position_scaling(position, c);
+             const model::Config c = model_config(cfg);
+             py::list keep;  // the arrays the weight view points into, until the upload is done
+             const cm::HostWeights w = model_weights(tensors, c, keep);
+             const model::PositionScaling pos = device_position_scaling(position, c);
              auto pm = std::make_unique<PyCudaModel>();
              {
                py::gil_scoped_release nogil;  // dequantisation and upload (the arrays are kept in `keep`)
@@ -258,6 +149,20 @@ void register_cuda_model(py::module_& m) {
            "The llama forward on the current CUDA device: every matrix dequantised to fp16 and "
            "uploaded once. Same arguments as LlamaModel (Ms-PoE's window variant raises "
            "NotImplementedError).")
+      .def(
+          "set_channel_scaling",
+          [](PyCudaModel& pm, const py::object& o) {
+            const model::ChannelScaling cs = channel_scaling(o);
+            py::gil_scoped_release nogil;
+            pm.m->set_channel_scaling(cs);
+          },
+          py::arg("scaling"),
+          "LlamaModel.set_channel_scaling on the device: None removes it, else the same dict; "
+          "the channel's column of the fp16 query / key weights is copied on the device.")
+      .def_property_readonly(
+          "channel_scaling",
+          [](const PyCudaModel& pm) -> py::object { return channel_scaling_dict(pm.m->channel_scaling()); },
+          "The channel scaling as set (a dict), or None.")
       .def_property_readonly("weight_bytes", [](const PyCudaModel& pm) { return pm.m->weight_bytes(); })
       .def_property_readonly("device", [](const PyCudaModel& pm) { return pm.m->device(); })
       .def("ratio_of",
@@ -282,11 +187,7 @@ void register_cuda_model(py::module_& m) {
             LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
             LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
                          "record_window must be in [0, len(ids)], got ", record_window);
-            model::Logits mode;
-            if (logits == "none") mode = model::Logits::None;
-            else if (logits == "last") mode = model::Logits::Last;
-            else if (logits == "all") mode = model::Logits::All;
-            else throw ValueError("logits must be 'none', 'last' or 'all', got '" + logits + "'");
+            const model::Logits mode = logits_mode(logits);
             py::object out = py::none(), rec = py::none();
             float* lp = nullptr;
             if (mode == model::Logits::Last) {
@@ -308,6 +209,10 @@ void register_cuda_model(py::module_& m) {
             if (w > 0) {
               if (pm.m->scaled())
                 not_implemented("attention records with Ms-PoE are not implemented on CUDA; use device='cpu'");
+              const model::ChannelScaling& cs = pm.m->channel_scaling();
+              if (cs.enabled && cs.last_tokens > 0)
+                not_implemented("attention records with last-tokens channel scaling are not implemented on "
+                                "CUDA; use device='cpu'");
               for (int l = 0; l < c.n_layers; ++l)
                 for (int h = 0; h < c.n_kv_heads; ++h)
                   LAMINA_CHECK(cache.length(l, h) == cache.length(0, 0),
@@ -353,14 +258,14 @@ void register_model_cuda(py::module_& m) {
   m.def(
       "model_dequantize_f16",
       [](const std::string& type_name, const py::object& data) {
-        const StoredTensor s = stored_tensor(type_name, data, "data");
+        py::list keep;
+        const model::Matrix s = tensor_matrix(type_name, data, "data", keep);
         py::array out(py::dtype("float16"), std::vector<py::ssize_t>{static_cast<py::ssize_t>(s.rows),
                                                                      static_cast<py::ssize_t>(s.cols)});
         uint16_t* o = static_cast<uint16_t*>(out.mutable_data());
-        const void* src = s.array.data();
         {
-          py::gil_scoped_release nogil;
-          model::dequantize_f16(s.type, src, s.rows, s.cols, o);
+          py::gil_scoped_release nogil;  // `keep` holds the array the view points into
+          model::dequantize_f16(s.type, s.data, s.rows, s.cols, o);
         }
         return out;
       },

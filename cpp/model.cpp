@@ -164,16 +164,76 @@ Matrix pack(const Matrix& m, std::vector<uint8_t>& store) {
   return out;
 }
 
-void check_matrix(const Matrix& m, const char* name, std::size_t rows, std::size_t cols) {
+void check_matrix(const Matrix& m, const char* name, std::size_t rows, std::size_t cols,
+                  std::size_t col_multiple) {
   LAMINA_CHECK(m.data != nullptr, name, ": missing tensor");
   LAMINA_CHECK(m.rows == rows && m.cols == cols, name, " has shape (", m.rows, ", ", m.cols,
                "), expected (", rows, ", ", cols, ")");
   LAMINA_CHECK(m.type == QType::F32 || m.type == QType::F16 || cols % 32 == 0, name,
                ": block-quantised rows need a multiple of 32 columns");
+  LAMINA_CHECK(cols % col_multiple == 0, name, ": this path needs a multiple of ", col_multiple,
+               " columns, got ", cols);
 }
 
 
 }  // namespace
+
+// ---- checks shared with the CUDA forward -------------------------------------------------------
+void check_config(const Config& c) {
+  LAMINA_CHECK(c.n_layers >= 1 && c.d_model >= 1 && c.d_ff >= 1 && c.n_heads >= 1 &&
+                   c.n_kv_heads >= 1 && c.head_dim >= 2 && c.vocab_size >= 1,
+               "model config: every size must be >= 1");
+  LAMINA_CHECK(c.n_heads % c.n_kv_heads == 0, "model config: n_heads (", c.n_heads,
+               ") must be a multiple of n_kv_heads (", c.n_kv_heads, ")");
+  LAMINA_CHECK(c.head_dim % 2 == 0, "model config: head_dim must be even");
+  LAMINA_CHECK(c.rms_eps > 0 && c.rope_base > 0, "model config: rms_eps and rope_base must be > 0");
+}
+
+void check_weights(const Config& c, const Weights& w, std::size_t col_multiple) {
+  LAMINA_CHECK(col_multiple >= 1, "check_weights: col_multiple must be >= 1");
+  const std::size_t d = c.d_model, F = c.d_ff, V = c.vocab_size;
+  const std::size_t qd = static_cast<std::size_t>(c.n_heads) * c.head_dim;
+  const std::size_t kd = static_cast<std::size_t>(c.n_kv_heads) * c.head_dim;
+  check_matrix(w.token_embd, "token_embd", V, d, col_multiple);
+  check_matrix(w.output, "output", V, d, col_multiple);
+  LAMINA_CHECK(w.output_norm != nullptr, "output_norm: missing tensor");
+  LAMINA_CHECK(w.layers.size() == static_cast<std::size_t>(c.n_layers), "model has ",
+               w.layers.size(), " layers, config says ", c.n_layers);
+  for (const Layer& L : w.layers) {
+    LAMINA_CHECK(L.attn_norm && L.ffn_norm, "a layer is missing a norm weight");
+    check_matrix(L.wq, "attn_q", qd, d, col_multiple);
+    check_matrix(L.wk, "attn_k", kd, d, col_multiple);
+    check_matrix(L.wv, "attn_v", kd, d, col_multiple);
+    check_matrix(L.wo, "attn_output", d, qd, col_multiple);
+    check_matrix(L.w_gate, "ffn_gate", F, d, col_multiple);
+    check_matrix(L.w_up, "ffn_up", F, d, col_multiple);
+    check_matrix(L.w_down, "ffn_down", d, F, col_multiple);
+  }
+}
+
+void check_position_scaling(const Config& c, const PositionScaling& p) {
+  if (!p.enabled) return;
+  LAMINA_CHECK(p.first_layer >= 0 && p.first_layer <= c.n_layers, "ms-poe: first_layer (",
+               p.first_layer, ") must be in [0, n_layers = ", c.n_layers, "]");
+  LAMINA_CHECK(p.ratio_min > 0 && p.ratio_min <= p.ratio_max && std::isfinite(p.ratio_max),
+               "ms-poe: need 0 < ratio_min <= ratio_max (finite), got ", p.ratio_min, ", ",
+               p.ratio_max);
+  LAMINA_CHECK(p.window >= 0, "ms-poe: window must be >= 0, got ", p.window);
+  LAMINA_CHECK(p.plain_heads.empty() ||
+                   p.plain_heads.size() == static_cast<std::size_t>(c.n_layers) * c.n_heads,
+               "ms-poe: plain_heads must hold n_layers × n_heads flags, got ", p.plain_heads.size());
+}
+
+void check_channel_scaling(const Config& c, const ChannelScaling& cs) {
+  if (!cs.enabled) return;
+  LAMINA_CHECK(cs.first_layer >= 0 && cs.first_layer < cs.last_layer && cs.last_layer <= c.n_layers,
+               "channel scaling: layers [", cs.first_layer, ", ", cs.last_layer,
+               ") must satisfy 0 <= first < last <= n_layers = ", c.n_layers);
+  LAMINA_CHECK(cs.channel >= 0 && cs.channel < c.d_model, "channel scaling: channel ", cs.channel,
+               " is outside [0, d_model = ", c.d_model, ")");
+  LAMINA_CHECK(std::isfinite(cs.factor), "channel scaling: factor must be finite, got ", cs.factor);
+  LAMINA_CHECK(cs.last_tokens >= 0, "channel scaling: last_tokens must be >= 0, got ", cs.last_tokens);
+}
 
 // ---- KVCache ---------------------------------------------------------------------------------
 KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim)
@@ -316,31 +376,9 @@ const float* KVCache::scaled_keys(int layer, int h) const { return head(layer, h
 // ---- Model -----------------------------------------------------------------------------------
 Model::Model(const Config& c, Weights w, PositionScaling pos)
     : cfg_(c), w_(std::move(w)), pos_(std::move(pos)) {
-  LAMINA_CHECK(c.n_layers >= 1 && c.d_model >= 1 && c.d_ff >= 1 && c.n_heads >= 1 &&
-                   c.n_kv_heads >= 1 && c.head_dim >= 2 && c.vocab_size >= 1,
-               "model config: every size must be >= 1");
-  LAMINA_CHECK(c.n_heads % c.n_kv_heads == 0, "model config: n_heads (", c.n_heads,
-               ") must be a multiple of n_kv_heads (", c.n_kv_heads, ")");
-  LAMINA_CHECK(c.head_dim % 2 == 0, "model config: head_dim must be even");
-  LAMINA_CHECK(c.rms_eps > 0 && c.rope_base > 0, "model config: rms_eps and rope_base must be > 0");
-  const std::size_t d = c.d_model, F = c.d_ff, V = c.vocab_size;
-  const std::size_t qd = static_cast<std::size_t>(c.n_heads) * c.head_dim;
-  const std::size_t kd = static_cast<std::size_t>(c.n_kv_heads) * c.head_dim;
-  check_matrix(w_.token_embd, "token_embd", V, d);
-  check_matrix(w_.output, "output", V, d);
-  LAMINA_CHECK(w_.output_norm != nullptr, "output_norm: missing tensor");
-  LAMINA_CHECK(w_.layers.size() == static_cast<std::size_t>(c.n_layers), "model has ",
-               w_.layers.size(), " layers, config says ", c.n_layers);
-  for (const Layer& L : w_.layers) {
-    LAMINA_CHECK(L.attn_norm && L.ffn_norm, "a layer is missing a norm weight");
-    check_matrix(L.wq, "attn_q", qd, d);
-    check_matrix(L.wk, "attn_k", kd, d);
-    check_matrix(L.wv, "attn_v", kd, d);
-    check_matrix(L.wo, "attn_output", d, qd);
-    check_matrix(L.w_gate, "ffn_gate", F, d);
-    check_matrix(L.w_up, "ffn_up", F, d);
-    check_matrix(L.w_down, "ffn_down", d, F);
-  }
+  check_config(c);
+  check_weights(c, w_);
+  check_position_scaling(c, pos_);
   // Repack every block matrix once (a tied output shares the embedding's copy).
   std::vector<std::pair<const void*, Matrix>> done;
   auto repack = [&](Matrix& m) {
@@ -359,19 +397,7 @@ Model::Model(const Config& c, Weights w, PositionScaling pos)
   repack(w_.output);
   for (Layer& L : w_.layers)
     for (Matrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) repack(*m);
-  if (pos_.enabled) {
-    LAMINA_CHECK(pos_.first_layer >= 0 && pos_.first_layer <= c.n_layers, "ms-poe: first_layer (",
-                 pos_.first_layer, ") must be in [0, n_layers = ", c.n_layers, "]");
-    LAMINA_CHECK(pos_.ratio_min > 0 && pos_.ratio_min <= pos_.ratio_max &&
-                     std::isfinite(pos_.ratio_max),
-                 "ms-poe: need 0 < ratio_min <= ratio_max (finite), got ", pos_.ratio_min, ", ",
-                 pos_.ratio_max);
-    LAMINA_CHECK(pos_.window >= 0, "ms-poe: window must be >= 0, got ", pos_.window);
-    LAMINA_CHECK(pos_.plain_heads.empty() ||
-                     pos_.plain_heads.size() == static_cast<std::size_t>(c.n_layers) * c.n_heads,
-                 "ms-poe: plain_heads must hold n_layers × n_heads flags, got ",
-                 pos_.plain_heads.size());
-  }
+
 }
 
 float Model::ratio_of(int i) const {
@@ -388,13 +414,7 @@ void Model::set_channel_scaling(const ChannelScaling& cs) {
     return;
   }
   LAMINA_CHECK(!pos_.enabled, "channel scaling: cannot be combined with Ms-PoE position scaling");
-  LAMINA_CHECK(cs.first_layer >= 0 && cs.first_layer < cs.last_layer && cs.last_layer <= c.n_layers,
-               "channel scaling: layers [", cs.first_layer, ", ", cs.last_layer,
-               ") must satisfy 0 <= first < last <= n_layers = ", c.n_layers);
-  LAMINA_CHECK(cs.channel >= 0 && cs.channel < c.d_model, "channel scaling: channel ", cs.channel,
-               " is outside [0, d_model = ", c.d_model, ")");
-  LAMINA_CHECK(std::isfinite(cs.factor), "channel scaling: factor must be finite, got ", cs.factor);
-  LAMINA_CHECK(cs.last_tokens >= 0, "channel scaling: last_tokens must be >= 0, got ", cs.last_tokens);
+  check_channel_scaling(c, cs);
   const std::size_t d = c.d_model, ch = static_cast<std::size_t>(cs.channel);
   std::vector<float> row(d);
   auto column = [&](const Matrix& W) {
@@ -419,11 +439,41 @@ const char* Model::kernel_isa() { return misa::kernels().name; }
 void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mode,
                     float* logits, int n_threads, const AttentionRecord* record,
                     bool q8_decode, float* hidden) const {
+  KVCache* one = &cache;
+  forward_impl(ids, T, &one, false, mode, logits, n_threads, record, q8_decode, hidden);
+}
+
+void Model::forward_batch(const int32_t* ids, std::size_t B, KVCache* const* caches,
+                          float* logits, int n_threads, bool q8_decode) const {
+  LAMINA_CHECK(B >= 1, "forward_batch: no sequences (ids is empty)");
+  LAMINA_CHECK(!pos_.enabled || pos_.first_layer >= cfg_.n_layers,
+               "forward_batch: a batched decode is not implemented with Ms-PoE position scaling");
+  LAMINA_CHECK(!chan_.enabled,
+               "forward_batch: a batched decode is not implemented with channel scaling");
+  for (std::size_t b = 0; b < B; ++b) {
+    LAMINA_CHECK(caches[b] != nullptr, "forward_batch: cache ", b, " is missing");
+    for (std::size_t e = 0; e < b; ++e)
+      LAMINA_CHECK(caches[e] != caches[b], "forward_batch: caches ", e, " and ", b,
+                   " are the same cache (each sequence needs its own)");
+  }
+  forward_impl(ids, B, caches, true, Logits::All, logits, n_threads, nullptr, q8_decode, nullptr);
+}
+
+// One forward over T token rows. batch = false: the rows are consecutive tokens of caches[0]
+// (causal among themselves). batch = true: row t is the next token of caches[t] and attends
+// over that cache alone (a decode step of T independent sequences; the matmuls still run over
+// the T rows together, so the weights are read once for all of them).
+void Model::forward_impl(const int32_t* ids, std::size_t T, KVCache* const* caches, bool batch,
+                         Logits mode, float* logits, int n_threads,
+                         const AttentionRecord* record, bool q8_decode, float* hidden) const {
   const Config& c = cfg_;
+  KVCache& cache = *caches[0];
+  const std::size_t NB = batch ? T : 1;  // caches of the call
   LAMINA_CHECK(T >= 1, "forward: no tokens (ids is empty)");
-  LAMINA_CHECK(cache.n_layers() == c.n_layers && cache.n_kv_heads() == c.n_kv_heads &&
-                   cache.head_dim() == c.head_dim,
-               "forward: the KV cache was made for another model shape");
+  for (std::size_t b = 0; b < NB; ++b)
+    LAMINA_CHECK(caches[b]->n_layers() == c.n_layers && caches[b]->n_kv_heads() == c.n_kv_heads &&
+                     caches[b]->head_dim() == c.head_dim,
+                 "forward: the KV cache was made for another model shape");
   for (std::size_t t = 0; t < T; ++t)
     LAMINA_CHECK(ids[t] >= 0 && ids[t] < c.vocab_size, "token id ", ids[t], " at index ", t,
                  " is outside the vocabulary [0, ", c.vocab_size, ")");
@@ -431,16 +481,30 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   const std::size_t L = c.n_layers, d = c.d_model, F = c.d_ff, H = c.n_heads,
                     Hk = c.n_kv_heads, D = c.head_dim, V = c.vocab_size, G = H / Hk;
   const int64_t pos0 = cache.n_seen();
-  LAMINA_CHECK(pos0 + static_cast<int64_t>(T) < (int64_t{1} << 31), "forward: position overflow");
+  // Position of row t, and the first slot of (row t, layer l, KV head h) in its cache's arrays.
+  std::vector<int64_t> row_pos(T);
+  for (std::size_t t = 0; t < T; ++t) {
+    row_pos[t] = batch ? caches[t]->n_seen() : pos0 + static_cast<int64_t>(t);
+    LAMINA_CHECK(row_pos[t] + 1 < (int64_t{1} << 31), "forward: position overflow");
+  }
+  auto kv_at = [&](std::size_t t, std::size_t l, std::size_t h) {
+    return ((batch ? t : 0) * L + l) * Hk + h;
+  };
 
-  // Entries held per (layer, KV head) before this call; the record needs them all equal.
-  std::vector<std::size_t> len0(L * Hk);
+  // Entries held per (cache, layer, KV head) before this call; the record needs them all equal.
+  std::vector<std::size_t> len0(NB * L * Hk);
   std::size_t max_len = 0;
-  for (std::size_t l = 0; l < L; ++l)
-    for (std::size_t h = 0; h < Hk; ++h) {
-      len0[l * Hk + h] = cache.length(static_cast<int>(l), static_cast<int>(h));
-      max_len = std::max(max_len, len0[l * Hk + h]);
-    }
+  for (std::size_t b = 0; b < NB; ++b)
+    for (std::size_t l = 0; l < L; ++l)
+      for (std::size_t h = 0; h < Hk; ++h) {
+        const std::size_t at = (b * L + l) * Hk + h;
+        len0[at] = caches[b]->length(static_cast<int>(l), static_cast<int>(h));
+        max_len = std::max(max_len, len0[at]);
+      }
+  // The slot row t writes in (row t, layer l, KV head h), and the entries it then sees (+1).
+  auto slot_of = [&](std::size_t t, std::size_t l, std::size_t h) {
+    return len0[kv_at(t, l, h)] + (batch ? 0 : t);
+  };
   std::size_t S_rec = 0, W_rec = 0;
   const bool accumulate = record && record->accumulated;
   const bool acc_max = accumulate && record->accumulate_max;
@@ -485,11 +549,15 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   }
   const float chan_delta = CS.factor - 1.0f;
   const std::size_t chan_c = static_cast<std::size_t>(CS.channel);
-  cache.reserve_more(T);
+  for (std::size_t b = 0; b < NB; ++b) caches[b]->reserve_more(batch ? 1 : T);
 
   const misa::Kernels& kern = misa::kernels();
   const std::size_t NR = kern.panel_width;
-  const bool gemm = T >= kGemmMinTokens;
+  // A batched decode stays on the GEMV path (each weight block read once for every row): its
+  // rows then go through the single-token decode's own kernels (q8_decode included), so a
+  // batch differs from B separate steps only in the attention's summation order. (At 8 rows
+  // the GEMM path measured no faster: bench_model.py --candidates 8.)
+  const bool gemm = T >= kGemmMinTokens && !batch;
   // The prefill multiplies int8-quantised activations with the packed blocks (integer GEMM).
   const bool q8g = gemm && q8_prefill_;
   const std::size_t maxK = std::max({d, F, H * D});
@@ -507,7 +575,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     for (std::size_t i = 0; i < D / 2; ++i) {
       const double inv = std::pow(static_cast<double>(c.rope_base),
                                   -2.0 * static_cast<double>(i) / static_cast<double>(D));
-      const double ang = static_cast<double>(pos0 + static_cast<int64_t>(t)) * inv;
+      const double ang = static_cast<double>(row_pos[t]) * inv;
       rope_cos[t * (D / 2) + i] = static_cast<float>(std::cos(ang));
       rope_sin[t * (D / 2) + i] = static_cast<float>(std::sin(ang));
     }
@@ -571,16 +639,18 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
     if (win) s.out2.resize(D);
     if (accumulate) s.acc.assign(L * H * S_rec, 0.0f);
   }
-  std::vector<float*> kdst(L * Hk), vdst(L * Hk), ksdst(L * Hk, nullptr);
-  std::vector<int32_t*> pdst(L * Hk);
-  for (std::size_t l = 0; l < L; ++l)
-    for (std::size_t hh = 0; hh < Hk; ++hh) {
-      const int li = static_cast<int>(l), hi = static_cast<int>(hh);
-      if (scaled || dual) ksdst[l * Hk + hh] = cache.scaled_keys_mut(li, hi);
-      kdst[l * Hk + hh] = cache.keys_mut(li, hi);
-      vdst[l * Hk + hh] = cache.values_mut(li, hi);
-      pdst[l * Hk + hh] = cache.positions_mut(li, hi);
-    }
+  std::vector<float*> kdst(NB * L * Hk), vdst(NB * L * Hk), ksdst(NB * L * Hk, nullptr);
+  std::vector<int32_t*> pdst(NB * L * Hk);
+  for (std::size_t b = 0; b < NB; ++b)
+    for (std::size_t l = 0; l < L; ++l)
+      for (std::size_t hh = 0; hh < Hk; ++hh) {
+        const int li = static_cast<int>(l), hi = static_cast<int>(hh);
+        const std::size_t at = (b * L + l) * Hk + hh;
+        if (scaled || dual) ksdst[at] = caches[b]->scaled_keys_mut(li, hi);
+        kdst[at] = caches[b]->keys_mut(li, hi);
+        vdst[at] = caches[b]->values_mut(li, hi);
+        pdst[at] = caches[b]->positions_mut(li, hi);
+      }
 
   // The team's phases, in order. A phase is a set of chunks handed out by an atomic counter;
   // a thread that finds none left waits until every chunk is done (a completion count, not a
@@ -596,7 +666,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
   const std::size_t phases_per_layer = (gemm ? 7 + 4 : 6) + 3 + 1;
   // Decode attention: entries per block and the partial softmaxes of every (block, query).
   constexpr std::size_t kDecodeBlock = 256;
-  const std::size_t n_dblk = gemm ? 0 : (max_len + T + kDecodeBlock - 1) / kDecodeBlock;
+  const std::size_t n_dblk = gemm || batch ? 0 : (max_len + T + kDecodeBlock - 1) / kDecodeBlock;
   std::vector<float> dpart(n_dblk * T * H * (D + 2));
   std::vector<Phase> phases(1 + L * phases_per_layer + 3);
   constexpr std::size_t kRows = 64;       // GEMV rows per chunk
@@ -773,24 +843,24 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       const bool ch = chan_layer(l);
       for (std::size_t t = 0; t < T; ++t) {
         float* kr = k.data() + (t * Hk + hh) * D;
-        const std::size_t slot = len0[l * Hk + hh] + t;
+        const std::size_t at = kv_at(t, l, hh), slot = slot_of(t, l, hh);
         if (ch && !dual) chan_add(kr, hn + t * d, chan_k_[l].data() + hh * D);
         if (ch && dual) {
-          float* ks = ksdst[l * Hk + hh] + slot * D;
+          float* ks = ksdst[at] + slot * D;
           std::memcpy(ks, kr, D * sizeof(float));
           chan_add(ks, hn + t * d, chan_k_[l].data() + hh * D);
           rot(ks, t);
         }
         if (ri >= 0) {
-          float* ks = ksdst[l * Hk + hh] + slot * D;
+          float* ks = ksdst[at] + slot * D;
           const std::size_t o = (static_cast<std::size_t>(ri) * T + t) * (D / 2);
           std::memcpy(ks, kr, D * sizeof(float));
           rot_by(ks, sc_cos.data() + o, sc_sin.data() + o);
         }
         rot(kr, t);
-        std::memcpy(kdst[l * Hk + hh] + slot * D, kr, D * sizeof(float));
-        std::memcpy(vdst[l * Hk + hh] + slot * D, v.data() + (t * Hk + hh) * D, D * sizeof(float));
-        pdst[l * Hk + hh][slot] = static_cast<int32_t>(pos0 + static_cast<int64_t>(t));
+        std::memcpy(kdst[at] + slot * D, kr, D * sizeof(float));
+        std::memcpy(vdst[at] + slot * D, v.data() + (t * Hk + hh) * D, D * sizeof(float));
+        pdst[at][slot] = static_cast<int32_t>(row_pos[t]);
       }
     };
     // Query t of layer l reads the scaled key copy (channel scaling, last-tokens mode).
@@ -869,7 +939,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       // Prefill without a record or the window variant: tiles of tokens × the G heads of a
       // KV group (every K/V row read once per tile; a rescaled head reads the scaled keys, so
       // a group whose heads differ runs as several tiles), the latest (costliest) tiles first.
-      if (gemm && !record && !(win && scaled && l >= first) && D % 4 == 0) {
+      if (gemm && !batch && !record && !(win && scaled && l >= first) && D % 4 == 0) {
         const std::size_t TT = kern.tile_tokens, n_tiles = (T + TT - 1) / TT;
         run(Hk * n_tiles, [&](std::size_t i) {
           const std::size_t kv = i % Hk, t0 = (n_tiles - 1 - i / Hk) * TT;
@@ -896,7 +966,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
                              len0[l * Hk + kv] + t, D, scale, S.tile.data(), att.data() + off, H * D);
           });
         }
-      } else if (!gemm && !record && !(win && scaled && l >= first)) {
+      } else if (!gemm && !batch && !record && !(win && scaled && l >= first)) {
         // Decode: each KV head's entries in blocks of kDecodeBlock; a chunk runs every query
         // of the group (the call's T tokens × G heads) over one block, so the block's K/V rows
         // come from memory once and stay in cache for the group's other queries, and a long
@@ -948,27 +1018,27 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
           for (std::size_t i = chunk * kAttnChunk; i < std::min(T * H, (chunk + 1) * kAttnChunk); ++i) {
             const std::size_t kv = i / (T * G), rem = i % (T * G);
             const std::size_t t = T - 1 - rem / G, hh = kv * G + rem % G;
-            const std::size_t n = len0[l * Hk + kv] + t + 1;
+            const std::size_t at = kv_at(t, l, kv), n = slot_of(t, l, kv) + 1;
             const float* qr = q.data() + (t * H + hh) * D;
             float* out = att.data() + (t * H + hh) * D;
             const int ri = ratio_of_head(l, hh);
             if (ri < 0) {
-              const float* keys = chan_keys(l, t) ? ksdst[l * Hk + kv] : kdst[l * Hk + kv];
-              kern.attend(qr, keys, vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
+              const float* keys = chan_keys(l, t) ? ksdst[at] : kdst[at];
+              kern.attend(qr, keys, vdst[at], n, D, scale, S.probs.data(), out, nullptr);
             } else if (!win) {
-              kern.attend(qr, ksdst[l * Hk + kv], vdst[l * Hk + kv], n, D, scale, S.probs.data(), out, nullptr);
+              kern.attend(qr, ksdst[at], vdst[at], n, D, scale, S.probs.data(), out, nullptr);
             } else {
               // Entries [0, m) lie window or more behind the query (scaled keys, far query),
               // [m, n) nearer (plain keys and query): two softmaxes merged by their partition
               // functions, each recovered from its largest probability.
-              const int32_t* pp = pdst[l * Hk + kv];
-              const int64_t cut = pos0 + static_cast<int64_t>(t) - static_cast<int64_t>(win);
+              const int32_t* pp = pdst[at];
+              const int64_t cut = row_pos[t] - static_cast<int64_t>(win);
               const std::size_t m = static_cast<std::size_t>(
                   std::upper_bound(pp, pp + n, cut, [](int64_t a, int32_t b) { return a < b; }) - pp);
               const float* qf = q_far.data() + (t * H + hh) * D;
-              const float* ks = ksdst[l * Hk + kv];
-              const float* kp = kdst[l * Hk + kv];
-              const float* vv = vdst[l * Hk + kv];
+              const float* ks = ksdst[at];
+              const float* kp = kdst[at];
+              const float* vv = vdst[at];
               float* pr = S.probs.data();
               if (m == 0) {
                 kern.attend(qr, kp, vv, n, D, scale, pr, out, nullptr);
@@ -1073,7 +1143,7 @@ void Model::forward(const int32_t* ids, std::size_t T, KVCache& cache, Logits mo
       for (std::size_t j = 0; j < L * H * S_rec; ++j)
         a[j] = acc_max ? std::max(a[j], sc.acc[j]) : a[j] + sc.acc[j];
   }
-  cache.commit(T);
+  for (std::size_t b = 0; b < NB; ++b) caches[b]->commit(batch ? 1 : T);
 }
 
 }  // namespace lamina::model

@@ -16,6 +16,10 @@
 // last query's un-rotated softmax row, as on the CPU) and assigned their ratios on the host,
 // layer by layer; a rescaled query head is rotated at p / r and attends over the KV head's
 // scaled keys, which the cache keeps beside the plain ones (memory × 1.5, as on the CPU).
+// Single-channel scaling (lamina::model::ChannelScaling) as on the CPU: the scaled query /
+// key is the plain projection plus (factor - 1) · hn[channel] · the weights' column (here the
+// fp16 column the device multiplies with), added before RoPE (channel_scale); in last-tokens
+// mode the cache keeps a scaled copy of every key and the last queries read it.
 //
 // Attention: grouped-query, causal, online softmax in float32 over the fp16 cache; a warp per
 // (token, query head, key split), keys 32 at a time (a lane per key for the dot products, a
@@ -45,6 +49,7 @@
 
 namespace lamina::cuda::model {
 
+using lamina::model::ChannelScaling;
 using lamina::model::Config;
 using lamina::model::Logits;
 using lamina::model::PositionScaling;
@@ -92,12 +97,25 @@ void rope_append(float* qkv, std::size_t T, int H, int Hk, int D, const float* r
 
 /// Attention of the T queries of one layer over their KV heads' cache entries (causal: query
 /// t sees the first len0 + t + 1 entries). q: rows of `ldq` floats, head hh at hh·D;
-/// out: T × H·D. qmap: per query head, >= 0 reads the scaled keys. max_len: the largest
+/// out: T × H·D. qmap: per query head, >= 0 reads the scaled keys; queries t >= t_dual read
+/// the scaled keys too (channel scaling's last-tokens mode; T: none). max_len: the largest
 /// len0 + T over the heads (sizes the key splits). part: split-K scratch of
 /// attention_scratch_floats(T, H, D, max_len) floats.
 void attention(const float* q, std::size_t ldq, std::size_t T, int H, int Hk, int D,
-               const int* qmap, const HeadSlot* slots, std::size_t max_len, float* part,
-               float* out, void* stream);
+               const int* qmap, std::size_t t_dual, const HeadSlot* slots, std::size_t max_len,
+               float* part, float* out, void* stream);
+
+/// Single-channel scaling of one layer (lamina::model::ChannelScaling; before rope_append):
+/// the projection of the input with channel `channel` scaled by factor = 1 + delta is the
+/// plain one plus delta · hn[t·d + channel] · col (col: the fp16 weights' column, (H + Hk)·D
+/// floats, query heads then KV heads). Query rows t >= t_q of qkv get it in place. Keys:
+/// keys_copy false: every key row of qkv in place (the cache then holds scaled keys);
+/// keys_copy true: qkv's keys stay plain and the scaled key of every t, rotated by the plain
+/// table of `rope` (table 0 of rope_append's layout), is written as fp16 to slot len0 + t of
+/// its head's scaled keys (ks).
+void channel_scale(float* qkv, const float* hn, std::size_t T, std::size_t d, int channel,
+                   float delta, int H, int Hk, int D, const float* col, std::size_t t_q,
+                   bool keys_copy, const float* rope, const HeadSlot* slots, void* stream);
 std::size_t attention_scratch_floats(std::size_t T, int H, int D, std::size_t max_len);
 
 /// Ms-PoE scoring: share[hh] = the fraction of the last token's softmax row (query head hh,
@@ -118,7 +136,8 @@ class DeviceKVCache {
   ~DeviceKVCache();
   DeviceKVCache(const DeviceKVCache&) = delete;
   DeviceKVCache& operator=(const DeviceKVCache&) = delete;
-  /// An independent copy (entries, positions, seen count, Ms-PoE assignment; same capacity).
+  /// An independent copy (entries, positions, seen count, Ms-PoE assignment, scaled keys;
+  /// same capacity).
   std::unique_ptr<DeviceKVCache> clone() const;
 
   int n_layers() const { return n_layers_; }
@@ -143,6 +162,9 @@ class DeviceKVCache {
   // ---- used by DeviceModel::forward ---------------------------------------------------------
   bool scaled() const { return !ratio_index_.empty(); }
   void begin_scaled(int n_heads);
+  /// True once a channel-scaled forward (last-tokens mode) keeps a scaled copy of every key.
+  bool dual_keys() const { return dual_; }
+  void begin_dual_keys();
   std::vector<int>& ratio_index() { return ratio_index_; }
   const std::vector<int>& ratio_index() const { return ratio_index_; }
   std::vector<float>& outlier_share() { return outlier_; }
@@ -169,31 +191,22 @@ class DeviceKVCache {
   std::vector<Head> heads_;
   std::vector<int> ratio_index_;
   std::vector<float> outlier_;
+  bool dual_ = false;
+  // Heads keep a third block of scaled keys (Ms-PoE or channel scaling's last-tokens mode).
+  bool needs_ks() const { return scaled() || dual_; }
 };
 
-/// Host description of one matrix to upload: GGUF-stored rows (type, pointer, rows, cols).
-struct HostMatrix {
-  QType type = QType::F32;
-  const void* data = nullptr;
-  std::size_t rows = 0, cols = 0;
-};
-
-struct HostLayer {
-  const float* attn_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  HostMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
-};
-
-struct HostWeights {
-  HostMatrix token_embd, output;  // output == token_embd (same data) when tied
-  const float* output_norm = nullptr;
-  std::vector<HostLayer> layers;
-};
+/// The host weights to upload: the CPU model's view (lamina::model::Weights, GGUF-stored rows;
+/// `packed` must be false), checked by the same lamina::model::check_weights.
+using HostMatrix = lamina::model::Matrix;
+using HostLayer = lamina::model::Layer;
+using HostWeights = lamina::model::Weights;
 
 class DeviceModel {
  public:
-  /// Checks the shapes (ValueError naming the tensor), dequantises every matrix to fp16 and
-  /// uploads it to the current device. NotImplementedError for Ms-PoE's window variant.
+  /// Checks the shapes (lamina::model::check_weights, ValueError naming the tensor; the CUDA
+  /// path also needs multiples of 8 columns), dequantises every matrix to fp16 and uploads it
+  /// to the current device. ValueError for Ms-PoE's window variant (not implemented here).
   DeviceModel(const Config& cfg, const HostWeights& w, const PositionScaling& pos = {});
   ~DeviceModel();
   DeviceModel(const DeviceModel&) = delete;
@@ -215,6 +228,13 @@ class DeviceModel {
   /// True when the model rescales positions (Ms-PoE) in some layer.
   bool scaled() const { return pos_.enabled && pos_.first_layer < cfg_.n_layers; }
 
+  /// Set (or, with enabled = false, remove) single-channel scaling, as
+  /// lamina::model::Model::set_channel_scaling (same checks, same ValueErrors): the channel's
+  /// column of the layers' fp16 query / key weights is copied out on the device. Not
+  /// thread-safe against forwards (set it before the model is shared).
+  void set_channel_scaling(const ChannelScaling& cs);
+  const ChannelScaling& channel_scaling() const { return chan_; }
+
  private:
   struct DLayer {
     float* attn_norm = nullptr;
@@ -234,6 +254,8 @@ class DeviceModel {
   void* out_ = nullptr;
   float* out_norm_ = nullptr;
   std::size_t weight_bytes_ = 0;
+  ChannelScaling chan_;
+  float* chan_cols_ = nullptr;  // per layer (H + Hk)·D floats: the channel's wq / wk column
   std::mutex mu_;
 };
 

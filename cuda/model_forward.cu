@@ -204,6 +204,48 @@ __global__ void rope_append_kernel(float* __restrict__ qkv, int T, int H, int Hk
   V[at + 1] = __float2half_rn(vp[2 * i + 1]);
 }
 
+// ---- single-channel scaling -------------------------------------------------------------------
+// A block per (token t, head hh: query heads, then KV heads), a thread per dimension pair.
+__global__ void channel_scale_kernel(float* __restrict__ qkv, const float* __restrict__ hn, int d,
+                                     int channel, float delta, int T, int H, int Hk, int D,
+                                     const float* __restrict__ col, int t_q, int keys_copy,
+                                     const float2* __restrict__ rope,
+                                     const HeadSlot* __restrict__ slots) {
+  const int t = blockIdx.x, hh = blockIdx.y, i = threadIdx.x, half_d = D / 2;
+  if (i >= half_d) return;
+  const float s = delta * hn[static_cast<std::size_t>(t) * d + channel];
+  float* row = qkv + static_cast<std::size_t>(t) * (H + 2 * Hk) * D;
+  const float* c = col + static_cast<std::size_t>(hh) * D;
+  if (hh < H) {
+    if (t < t_q) return;
+    float* q = row + hh * D;
+    q[2 * i] += s * c[2 * i];
+    q[2 * i + 1] += s * c[2 * i + 1];
+    return;
+  }
+  const int kv = hh - H;
+  float* k = row + (H + kv) * D;
+  const float x0 = k[2 * i] + s * c[2 * i], x1 = k[2 * i + 1] + s * c[2 * i + 1];
+  if (!keys_copy) {
+    k[2 * i] = x0;
+    k[2 * i + 1] = x1;
+    return;
+  }
+  const float2 cs = rope[static_cast<std::size_t>(t) * half_d + i];  // table 0: plain angles
+  const HeadSlot sl = slots[kv];
+  const std::size_t at = (sl.len0 + static_cast<unsigned long long>(t)) * D + 2 * i;
+  __half* KS = static_cast<__half*>(sl.ks);
+  KS[at] = __float2half_rn(x0 * cs.x - x1 * cs.y);
+  KS[at + 1] = __float2half_rn(x0 * cs.y + x1 * cs.x);
+}
+
+// fp16 column `channel` of rows [0, n) of a (n_rows × d) fp16 matrix, as float32.
+__global__ void column_kernel(const __half* __restrict__ w, std::size_t d, int channel, int n,
+                              float* __restrict__ out) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < n) out[r] = __half2float(w[static_cast<std::size_t>(r) * d + channel]);
+}
+
 // ---- attention -------------------------------------------------------------------------------
 constexpr int kAttnWarps = 4;
 constexpr int kMaxR = kMaxHeadDim / 32;
@@ -213,7 +255,7 @@ constexpr int kMaxR = kMaxHeadDim / 32;
 // partial (max, sum, unnormalised accumulator) to `part`.
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(const float* __restrict__ q, std::size_t ldq, int T, int H, int Hk, int D,
-                     const int* __restrict__ qmap, const HeadSlot* __restrict__ slots, int splits,
+                     const int* __restrict__ qmap, int t_dual, const HeadSlot* __restrict__ slots, int splits,
                      int chunk, float scale, float* __restrict__ part, float* __restrict__ out) {
   __shared__ float qs[kAttnWarps][kMaxHeadDim];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -230,7 +272,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const float* qr = q + static_cast<std::size_t>(t) * ldq + static_cast<std::size_t>(hh) * D;
   for (int e = lane; e < D; e += 32) qs[w][e] = qr[e];
   __syncwarp();
-  const __half* K = static_cast<const __half*>(qmap[hh] >= 0 ? slot.ks : slot.k);
+  const __half* K = static_cast<const __half*>(qmap[hh] >= 0 || t >= t_dual ? slot.ks : slot.k);
   const __half* V = static_cast<const __half*>(slot.v);
   float m = -INFINITY, l = 0.0f, acc[kMaxR];
 #pragma unroll
@@ -433,6 +475,21 @@ void rope_append(float* qkv, std::size_t T, int H, int Hk, int D, const float* r
   LAMINA_CUDA_LAUNCHED();
 }
 
+void channel_scale(float* qkv, const float* hn, std::size_t T, std::size_t d, int channel,
+                   float delta, int H, int Hk, int D, const float* col, std::size_t t_q,
+                   bool keys_copy, const float* rope, const HeadSlot* slots, void* stream) {
+  if (T == 0) return;
+  LAMINA_CHECK(D >= 2 && D % 2 == 0 && D <= kMaxHeadDim, "channel_scale: bad head_dim ", D);
+  LAMINA_CHECK(channel >= 0 && static_cast<std::size_t>(channel) < d, "channel_scale: channel ",
+               channel, " outside [0, ", d, ")");
+  LAMINA_CHECK(t_q <= T, "channel_scale: t_q (", t_q, ") must be in [0, T = ", T, "]");
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H + Hk));
+  channel_scale_kernel<<<grid, static_cast<unsigned>(std::max(32, D / 2)), 0, as_stream(stream)>>>(
+      qkv, hn, static_cast<int>(d), channel, delta, static_cast<int>(T), H, Hk, D, col,
+      static_cast<int>(t_q), keys_copy ? 1 : 0, reinterpret_cast<const float2*>(rope), slots);
+  LAMINA_CUDA_LAUNCHED();
+}
+
 std::size_t attention_scratch_floats(std::size_t T, int H, int D, std::size_t max_len) {
   int splits = 1, chunk = 1;
   attention_splits(T, H, max_len, &splits, &chunk);
@@ -440,9 +497,10 @@ std::size_t attention_scratch_floats(std::size_t T, int H, int D, std::size_t ma
 }
 
 void attention(const float* q, std::size_t ldq, std::size_t T, int H, int Hk, int D,
-               const int* qmap, const HeadSlot* slots, std::size_t max_len, float* part,
-               float* out, void* stream) {
+               const int* qmap, std::size_t t_dual, const HeadSlot* slots, std::size_t max_len,
+               float* part, float* out, void* stream) {
   if (T == 0) return;
+  LAMINA_CHECK(t_dual <= T, "attention: t_dual (", t_dual, ") must be in [0, T = ", T, "]");
   LAMINA_CHECK(D % 8 == 0 && D <= kMaxHeadDim, "attention: head_dim must be a multiple of 8 and <= ",
                kMaxHeadDim, ", got ", D);
   LAMINA_CHECK(Hk >= 1 && H % Hk == 0, "attention: n_heads must be a multiple of n_kv_heads");
@@ -451,7 +509,8 @@ void attention(const float* q, std::size_t ldq, std::size_t T, int H, int Hk, in
   const std::size_t items = T * static_cast<std::size_t>(H) * splits;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   attention_kernel<<<grid_1d(items, kAttnWarps), kAttnWarps * 32, 0, as_stream(stream)>>>(
-      q, ldq, static_cast<int>(T), H, Hk, D, qmap, slots, splits, chunk, scale, part, out);
+      q, ldq, static_cast<int>(T), H, Hk, D, qmap, static_cast<int>(t_dual), slots, splits, chunk,
+      scale, part, out);
   LAMINA_CUDA_LAUNCHED();
   if (splits > 1) {
     attention_merge_kernel<<<static_cast<unsigned>(T * H), static_cast<unsigned>(std::max(32, D)), 0,
@@ -538,6 +597,7 @@ std::unique_ptr<DeviceKVCache> DeviceKVCache::clone() const {
   c->n_seen_ = n_seen_;
   c->ratio_index_ = ratio_index_;
   c->outlier_ = outlier_;
+  c->dual_ = dual_;
   const std::size_t row = static_cast<std::size_t>(hd_) * sizeof(__half);
   for (std::size_t i = 0; i < heads_.size(); ++i) {
     const Head& s = heads_[i];
@@ -641,19 +701,20 @@ void DeviceKVCache::clear() {
   n_seen_ = 0;
   ratio_index_.clear();
   outlier_.clear();
+  dual_ = false;
 }
 
 void DeviceKVCache::reserve(std::size_t n) {
   for (Head& h : heads_)
-    if (h.cap < n) realloc(h, n, scaled());
+    if (h.cap < n) realloc(h, n, needs_ks());
 }
 
 void DeviceKVCache::reserve_more(std::size_t n) {
   for (Head& h : heads_) {
     if (h.len + n > h.cap) {
       const std::size_t want = std::max(h.len + n, h.cap + std::max(h.cap / 8, std::size_t{32}));
-      realloc(h, want, scaled());
-    } else if (scaled() && !h.has_ks) {
+      realloc(h, want, needs_ks());
+    } else if (needs_ks() && !h.has_ks) {
       realloc(h, h.cap, true);
     }
   }
@@ -679,6 +740,11 @@ void DeviceKVCache::commit(std::size_t n) {
   n_seen_ += static_cast<int64_t>(n);
 }
 
+void DeviceKVCache::begin_dual_keys() {
+  LAMINA_ASSERT(n_seen_ == 0);
+  dual_ = true;
+}
+
 void DeviceKVCache::begin_scaled(int n_heads) {
   LAMINA_ASSERT(n_seen_ == 0);
   ratio_index_.assign(static_cast<std::size_t>(n_layers_) * n_kv_, -1);
@@ -688,57 +754,21 @@ void DeviceKVCache::begin_scaled(int n_heads) {
 // ---- DeviceModel -----------------------------------------------------------------------------
 namespace {
 
-void check_matrix(const HostMatrix& m, const char* name, std::size_t rows, std::size_t cols) {
-  LAMINA_CHECK(m.data != nullptr, name, ": missing tensor");
-  LAMINA_CHECK(m.rows == rows && m.cols == cols, name, " has shape (", m.rows, ", ", m.cols,
-               "), expected (", rows, ", ", cols, ")");
-  LAMINA_CHECK(cols % 8 == 0, name, ": the CUDA path needs a multiple of 8 columns, got ", cols);
-}
 
 }  // namespace
 
 DeviceModel::DeviceModel(const Config& c, const HostWeights& w, const PositionScaling& pos)
     : cfg_(c), pos_(pos) {
-  LAMINA_CHECK(c.n_layers >= 1 && c.d_model >= 1 && c.d_ff >= 1 && c.n_heads >= 1 &&
-                   c.n_kv_heads >= 1 && c.head_dim >= 2 && c.vocab_size >= 1,
-               "model config: every size must be >= 1");
-  LAMINA_CHECK(c.n_heads % c.n_kv_heads == 0, "model config: n_heads (", c.n_heads,
-               ") must be a multiple of n_kv_heads (", c.n_kv_heads, ")");
+  lamina::model::check_config(c);
   LAMINA_CHECK(c.head_dim % 8 == 0 && c.head_dim <= kMaxHeadDim,
                "the CUDA path needs head_dim a multiple of 8 and <= ", kMaxHeadDim, ", got ",
                c.head_dim);
-  LAMINA_CHECK(c.rms_eps > 0 && c.rope_base > 0, "model config: rms_eps and rope_base must be > 0");
-  const std::size_t d = c.d_model, F = c.d_ff, V = c.vocab_size;
-  const std::size_t qd = static_cast<std::size_t>(c.n_heads) * c.head_dim;
-  const std::size_t kd = static_cast<std::size_t>(c.n_kv_heads) * c.head_dim;
-  check_matrix(w.token_embd, "token_embd", V, d);
-  check_matrix(w.output, "output", V, d);
-  LAMINA_CHECK(w.output_norm != nullptr, "output_norm: missing tensor");
-  LAMINA_CHECK(w.layers.size() == static_cast<std::size_t>(c.n_layers), "model has ",
-               w.layers.size(), " layers, config says ", c.n_layers);
-  for (const HostLayer& L : w.layers) {
-    LAMINA_CHECK(L.attn_norm && L.ffn_norm, "a layer is missing a norm weight");
-    check_matrix(L.wq, "attn_q", qd, d);
-    check_matrix(L.wk, "attn_k", kd, d);
-    check_matrix(L.wv, "attn_v", kd, d);
-    check_matrix(L.wo, "attn_output", d, qd);
-    check_matrix(L.w_gate, "ffn_gate", F, d);
-    check_matrix(L.w_up, "ffn_up", F, d);
-    check_matrix(L.w_down, "ffn_down", d, F);
-  }
-  if (pos_.enabled) {
-    LAMINA_CHECK(pos_.first_layer >= 0 && pos_.first_layer <= c.n_layers, "ms-poe: first_layer (",
-                 pos_.first_layer, ") must be in [0, n_layers = ", c.n_layers, "]");
-    LAMINA_CHECK(pos_.ratio_min > 0 && pos_.ratio_min <= pos_.ratio_max && std::isfinite(pos_.ratio_max),
-                 "ms-poe: need 0 < ratio_min <= ratio_max (finite), got ", pos_.ratio_min, ", ",
-                 pos_.ratio_max);
-    LAMINA_CHECK(pos_.window == 0,
-                 "ms-poe: the window variant (window > 0) is not implemented on CUDA; use window=0 "
-                 "or device='cpu'");
-    LAMINA_CHECK(pos_.plain_heads.empty() ||
-                     pos_.plain_heads.size() == static_cast<std::size_t>(c.n_layers) * c.n_heads,
-                 "ms-poe: plain_heads must hold n_layers × n_heads flags, got ", pos_.plain_heads.size());
-  }
+  lamina::model::check_weights(c, w, 8);
+  lamina::model::check_position_scaling(c, pos_);
+  LAMINA_CHECK(!pos_.enabled || pos_.window == 0,
+               "ms-poe: the window variant (window > 0) is not implemented on CUDA; use window=0 "
+               "or device='cpu'");
+  const std::size_t d = c.d_model;
   if (device_count() == 0)
     throw std::runtime_error("no usable CUDA device (no GPU or no driver): use device='cpu'");
   LAMINA_CUDA_CHECK(cudaGetDevice(&device_));
@@ -792,8 +822,45 @@ DeviceModel::DeviceModel(const Config& c, const HostWeights& w, const PositionSc
 }
 
 DeviceModel::~DeviceModel() {
+  if (chan_cols_) cudaFree(chan_cols_);
   for (void* p : allocs_) cudaFree(p);
   if (stream_) cudaStreamDestroy(as_stream(stream_));
+}
+
+void DeviceModel::set_channel_scaling(const ChannelScaling& cs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DeviceGuard guard(device_);
+  if (cs.enabled) {
+    LAMINA_CHECK(!pos_.enabled, "channel scaling: cannot be combined with Ms-PoE position scaling");
+    lamina::model::check_channel_scaling(cfg_, cs);
+  }
+  if (chan_cols_) {
+    LAMINA_CUDA_CHECK(cudaFree(chan_cols_));
+    chan_cols_ = nullptr;
+  }
+  chan_ = ChannelScaling{};
+  if (!cs.enabled) return;
+  const Config& c = cfg_;
+  const std::size_t n = static_cast<std::size_t>(c.n_heads + c.n_kv_heads) * c.head_dim;
+  float* cols = nullptr;
+  LAMINA_CUDA_CHECK(cudaMalloc(&cols, static_cast<std::size_t>(c.n_layers) * n * sizeof(float)));
+  cudaStream_t st = as_stream(stream_);
+  cudaError_t err = cudaSuccess;
+  for (int l = cs.first_layer; l < cs.last_layer && err == cudaSuccess; ++l) {
+    // wqkv rows [0, (H + Hk)·D) are wq then wk: their column `channel`, as the device has it.
+    column_kernel<<<grid_1d(n, 256), 256, 0, st>>>(
+        static_cast<const __half*>(layers_[static_cast<std::size_t>(l)].wqkv),
+        static_cast<std::size_t>(c.d_model), cs.channel, static_cast<int>(n),
+        cols + static_cast<std::size_t>(l) * n);
+    err = cudaGetLastError();
+  }
+  if (err == cudaSuccess) err = cudaStreamSynchronize(st);
+  if (err != cudaSuccess) {
+    cudaFree(cols);
+    LAMINA_CUDA_CHECK(err);
+  }
+  chan_cols_ = cols;
+  chan_ = cs;
 }
 
 float DeviceModel::ratio_of(int i) const {
@@ -818,6 +885,9 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
                ") must be in [1, number of tokens (", T, ")]");
   LAMINA_CHECK(!queries || !scaled(),
                "forward: returning queries for an attention record is not implemented with Ms-PoE on CUDA");
+  LAMINA_CHECK(!queries || !chan_.enabled || chan_.last_tokens == 0,
+               "forward: returning queries for an attention record is not implemented with "
+               "last-tokens channel scaling on CUDA");
   const int64_t pos0 = cache.n_seen();
   LAMINA_CHECK(pos0 + static_cast<int64_t>(T) < (int64_t{1} << 31), "forward: position overflow");
   std::lock_guard<std::mutex> lock(mu_);
@@ -833,6 +903,20 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
                  "ms-poe: a cache is ranked on its first call, but this one already holds ",
                  cache.n_seen(), " tokens of a forward without position scaling (use a new cache)");
     cache.begin_scaled(H);
+  }
+  // Channel scaling: layers [cfirst, clast); in last-tokens mode the queries t >= t_scaled
+  // are scaled and read the scaled copy of every key the cache keeps (as cpp/model.cpp).
+  const ChannelScaling& CS = chan_;
+  const int cfirst = CS.enabled ? CS.first_layer : L, clast = CS.enabled ? CS.last_layer : L;
+  const bool dual = CS.enabled && CS.last_tokens > 0;
+  const std::size_t t_scaled =
+      !CS.enabled ? T : dual ? T - std::min(T, static_cast<std::size_t>(CS.last_tokens)) : 0;
+  if (dual && !cache.dual_keys()) {
+    LAMINA_CHECK(cache.n_seen() == 0,
+                 "channel scaling: a cache keeps its scaled keys from its first call, but this one "
+                 "already holds ", cache.n_seen(),
+                 " tokens of a forward without channel scaling (use a new cache)");
+    cache.begin_dual_keys();
   }
   cache.reserve_more(T);
 
@@ -931,6 +1015,11 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
                                         cudaMemcpyHostToDevice, st));
     }
     const HeadSlot* ls = d_slots + static_cast<std::size_t>(l) * Hk;
+    const bool chan_layer = l >= cfirst && l < clast;
+    if (chan_layer)
+      channel_scale(qkv, h, T, d, CS.channel, CS.factor - 1.0f, H, Hk, D,
+                    chan_cols_ + static_cast<std::size_t>(l) * (H + Hk) * D, t_scaled, dual, d_rope,
+                    ls, st);
     rope_append(qkv, T, H, Hk, D, d_rope, lq, lk, ls, st);
     if (queries) {  // the window's rotated queries: q_window rows of H·D floats (stride QKV)
       const std::size_t hd = static_cast<std::size_t>(H) * D;
@@ -939,7 +1028,7 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
                                           QKV * sizeof(float), hd * sizeof(float), q_window,
                                           cudaMemcpyDeviceToHost, st));
     }
-    attention(qkv, QKV, T, H, Hk, D, lq, ls, max_len, part, att, st);
+    attention(qkv, QKV, T, H, Hk, D, lq, chan_layer && dual ? t_scaled : T, ls, max_len, part, att, st);
     matmul_f16(att, T, static_cast<std::size_t>(H) * D, Ly.wo, d, x, d, true, st);
     rmsnorm(x, Ly.ffn_norm, T, d, c.rms_eps, h, st);
     matmul_f16(h, T, d, Ly.wgu, 2 * F, gu, 2 * F, false, st);

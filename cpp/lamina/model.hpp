@@ -31,7 +31,8 @@
 // query runs over its KV head's entries in storage order; the entries appended by the current
 // call are causally masked (entry j of the call is visible to its queries i >= j).
 //
-// Position scaling (Ms-PoE, Zhang et al. 2024, "Found in the Middle"; optional, CPU only):
+// Position scaling (Ms-PoE, Zhang et al. 2024, "Found in the Middle"; optional; the CUDA
+// forward, cuda/model_cuda.hpp, has it without the window variant):
 // in layers [first_layer, n_layers) every KV head g is rotated at position p / r_g instead
 // of p, queries and keys alike, with r_i = ratio_min + (ratio_max - ratio_min) · i / Hk.
 // The ratios are assigned on the cache's first call (it must start empty): each query head's
@@ -48,7 +49,7 @@
 // a second, scaled copy of every key (keys() stays the plain RoPE key).
 //
 // Single-channel hidden-state scaling (Yu et al. 2024, "Mitigate Position Bias in Large
-// Language Models via Scaling a Single Dimension"; optional, CPU only): in layers
+// Language Models via Scaling a Single Dimension"; optional; also in the CUDA forward): in layers
 // [first_layer, last_layer) channel `channel` of the attention input — the residual stream
 // after the layer's RMSNorm, where the released code scales it — is multiplied by `factor`
 // before the query and key projections (values are projected from the plain input, as the
@@ -136,6 +137,22 @@ struct ChannelScaling {
   float factor = 1.0f;                  // finite
   int last_tokens = 1;                  // 0: every position; n >= 1: the last n of each call
 };
+
+/// The checks every forward (the CPU's Model and the CUDA DeviceModel) makes before it
+/// takes a model: every size >= 1, n_heads a multiple of n_kv_heads, an even head_dim,
+/// rms_eps and rope_base > 0. ValueError naming the field.
+void check_config(const Config& c);
+/// Every matrix of `w` has its shape under `c` and every norm weight is present; a
+/// block-quantised matrix needs a multiple of 32 columns, and every matrix a multiple of
+/// `col_multiple` (1: no further rule; the CUDA path passes 8). ValueError naming the tensor.
+void check_weights(const Config& c, const Weights& w, std::size_t col_multiple = 1);
+/// Ms-PoE's settings against the model shape (when enabled): first_layer in [0, n_layers],
+/// 0 < ratio_min <= ratio_max (finite), window >= 0, plain_heads empty or n_layers × n_heads.
+void check_position_scaling(const Config& c, const PositionScaling& p);
+/// Channel scaling's settings against the model shape (when enabled): layers
+/// 0 <= first_layer < last_layer <= n_layers, channel in [0, d_model), a finite factor,
+/// last_tokens >= 0.
+void check_channel_scaling(const Config& c, const ChannelScaling& cs);
 
 /// The KV cache of one sequence (see the file comment). Not thread-safe: one forward (or one
 /// keep/clear) at a time per cache; distinct caches are independent.
@@ -272,6 +289,17 @@ class Model {
                int n_threads, const AttentionRecord* record = nullptr,
                bool q8_decode = true, float* hidden = nullptr) const;
 
+  /// A decode step of B independent sequences: token ids[b] is appended to caches[b] (at its
+  /// own position caches[b]->n_seen()) and attends over that cache alone; logits: B × vocab
+  /// floats, row b the next-token logits of sequence b. The matmuls run over the B rows
+  /// together (as a B-token call: the weights are read once for all of them), so this costs
+  /// about one decode step of a B-token prompt, not B steps. q8_decode as in forward (for
+  /// B < kGemmMinTokens; from kGemmMinTokens rows the prefill's GEMM path and its q8_prefill
+  /// setting apply). ValueError for B = 0, a missing or repeated cache, a cache of another
+  /// shape, bad ids, or a model with Ms-PoE or channel scaling (not implemented batched).
+  void forward_batch(const int32_t* ids, std::size_t B, KVCache* const* caches, float* logits,
+                     int n_threads, bool q8_decode = true) const;
+
   /// Set (or, with enabled = false, remove) single-channel scaling (see the file comment).
   /// ValueError for layers outside 0 <= first_layer < last_layer <= n_layers, a channel
   /// outside [0, d_model), a non-finite factor, last_tokens < 0, or a model with Ms-PoE.
@@ -296,6 +324,10 @@ class Model {
   PositionScaling pos_;
   std::vector<std::vector<uint8_t>> packed_;  // the packed block matrices w_ points into
   bool q8_prefill_ = true;
+  // forward (batch = false, caches[0]) and forward_batch (batch = true, T caches).
+  void forward_impl(const int32_t* ids, std::size_t T, KVCache* const* caches, bool batch,
+                    Logits mode, float* logits, int n_threads, const AttentionRecord* record,
+                    bool q8_decode, float* hidden) const;
   ChannelScaling chan_;
   // Per layer of the scaled range: column `channel` of wq (H·D) and wk (Hk·D), float32.
   std::vector<std::vector<float>> chan_q_, chan_k_;

@@ -220,3 +220,41 @@ def test_eval_position_plot(tmp_path: Path, capsys: Any) -> None:
         assert rc == 2 and "--plot needs matplotlib" in capsys.readouterr().err and not png.exists()
     else:
         assert rc == 0 and png.stat().st_size > 1000
+
+
+@needs_model
+def test_eval_position_merge_of_runs(tmp_path: Path, capsys: Any) -> None:
+    """One method per run, merged: the same table as one run with both, the per-prompt
+    comparison, and runs on other prompts refused."""
+    from lamina.cli import main
+    from lamina.eval.position_cli import merge_results, paired_counts
+
+    base = ["eval", "position", "--suites", "uuid", "--lengths", "160", "--positions", "0,1", "--samples", "2"]
+    base += ["--threads", "2", "--quiet"]
+    a, b, both = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "both.json"
+    assert main([*base, "--methods", "rope", "--out", str(a)]) == 0
+    assert main([*base, "--methods", "ms-poe:window=8", "--out", str(b)]) == 0
+    assert main([*base, "--methods", "rope", "ms-poe:window=8", "--out", str(both)]) == 0
+    capsys.readouterr()
+    records, labels = merge_results([a, b])
+    assert labels == ["rope", "ms-poe:window=8"] and len(records) == 8
+    one = json.loads(both.read_text())
+    merged = sorted((c.method, c.position, c.correct, c.n) for c in summarize(records))
+    assert merged == sorted((c["method"], c["position"], c["correct"], c["n"]) for c in one["cells"])
+    pc = paired_counts(records, "ms-poe:window=8", "rope")
+    by = {(r["method"], r["position"], r["index"]): r["correct"] for r in records}
+    for p in (0.0, 1.0):
+        gain = sum(by["ms-poe:window=8", p, i] and not by["rope", p, i] for i in range(2))
+        loss = sum(by["rope", p, i] and not by["ms-poe:window=8", p, i] for i in range(2))
+        assert pc["uuid", 160, p] == (gain, loss)
+    assert main(["eval", "position", "--merge", str(a), str(b), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "ms-poe:window=8" in text and "per prompt against rope" in text
+    # the same method twice, and another seed's prompts, are refused
+    assert main(["eval", "position", "--merge", str(a), str(a)]) == 2
+    assert "in two files" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    assert main([*base, "--seed", "1", "--methods", "ms-poe:window=8", "--out", str(other)]) == 0
+    capsys.readouterr()
+    with pytest.raises(ValueError, match="not the same prompts"):
+        merge_results([a, other])

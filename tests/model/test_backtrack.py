@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import lamina.model
 from lamina import _core
 from lamina.errors import InvalidInput
 from lamina.model.backtrack import ChainSession, backtrack, chain_answer, correct_at
@@ -145,3 +146,68 @@ def test_generation_starts_on_the_token_boundary_of_a_forced_step(model: Any) ->
     header = enc(STEP_HEADER.format(n=2))
     for text in STEPS:
         assert enc(STEP_HEADER.format(n=2) + " " + text)[: len(header)] == header
+
+
+def test_forward_batch_matches_one_forward_per_cache(model_f32_decode: Any) -> None:
+    m = model_f32_decode
+    ids = m.tokenize(TEXT * 3)
+    base = m.new_cache()
+    m.forward(ids[:150], base, logits="none")
+    for B in (1, 3, 8):  # GEMV rows (fewer than 4) and the GEMM path
+        caches = [base.clone() for _ in range(B)]
+        for b, c in enumerate(caches):
+            c.truncate(150 - 7 * b)  # every sequence at its own length and position
+        caches[-1].keep(4, 1, np.arange(0, int(caches[-1].n_seen), 2, dtype=np.int64))  # a ragged head
+        twins = [c.clone() for c in caches]
+        toks = ids[150 : 150 + B]
+        got = m.forward_batch(toks, caches)
+        ref = np.stack([m.forward([t], c)[0] for t, c in zip(toks, twins, strict=True)])
+        assert got.shape == (B, m.config.vocab_size) and got.dtype == np.float32
+        np.testing.assert_allclose(got, ref, atol=2e-3, rtol=0)
+        assert np.array_equal(got.argmax(-1), ref.argmax(-1))
+        if B > 1:  # row b is its own cache's, not a neighbour's (the check can fail)
+            assert np.abs(got[0] - ref[1]).max() > 0.1
+        for c, tw in zip(caches, twins, strict=True):
+            assert c.n_seen == tw.n_seen and np.array_equal(c.lengths(), tw.lengths())
+            assert np.array_equal(c.positions(7, 1), tw.positions(7, 1))
+            np.testing.assert_allclose(c.keys(29, 2), tw.keys(29, 2), atol=1e-4)
+            np.testing.assert_allclose(c.values(3, 0), tw.values(3, 0), atol=1e-4)
+        # the caches go on decoding as the one-by-one ones do
+        a = m.forward([ids[160]], caches[-1])[0]
+        b = m.forward([ids[160]], twins[-1])[0]
+        np.testing.assert_allclose(a, b, atol=2e-3, rtol=0)
+
+
+def test_forward_batch_rejects_bad_input(model: Any) -> None:
+    c = model.new_cache()
+    model.forward(model.tokenize(TEXT)[:5], c, logits="none")
+    with pytest.raises(InvalidInput, match="same cache"):
+        model.forward_batch([1, 2], [c, c])
+    with pytest.raises(InvalidInput, match="one cache per id"):
+        model.forward_batch([1], [c, c.clone()])
+    with pytest.raises(InvalidInput, match="one cache per id"):
+        model.forward_batch([], [])
+    with pytest.raises(InvalidInput, match="vocabulary"):
+        model.forward_batch([10**7], [c])
+    assert c.n_seen == 5  # nothing was appended
+    ms = lamina.model.load(model.path, position="ms-poe")
+    assert model.batched_decode and not ms.batched_decode
+    with pytest.raises(NotImplementedError, match="batched decode"):
+        ms.forward_batch([1], [ms.new_cache()])
+
+
+def test_resample_in_one_batch_draws_the_sequential_candidates(model_f32_decode: Any) -> None:
+    s = ChainSession(model_f32_decode, QUESTION)
+    s.extend(STEPS[:1])
+    t = s.fork()
+    a, ia = s.resample(STEPS[1], candidates=8, seed=3)
+    b, ib = t.resample(STEPS[1], candidates=8, seed=3, batched=False)
+    assert [c.text for c in a] == [c.text for c in b]
+    np.testing.assert_allclose([c.mean_logprob for c in a], [c.mean_logprob for c in b], atol=1e-3)
+    assert ia == ib and s.steps == t.steps and s.cache.n_seen == t.cache.n_seen
+    assert len({c.text for c in a}) > 1  # T = 1 draws differ between candidates
+    # another seed draws other candidates
+    u = t.fork()
+    u.rollback(1)
+    c, _ = u.resample(STEPS[1], candidates=8, seed=4)
+    assert [x.text for x in c] != [x.text for x in a]

@@ -92,11 +92,13 @@ def test_bad_arguments() -> None:
         _core.model_dequantize_f16("Q5_K", np.zeros((2, 22), np.uint8))
     with pytest.raises(ValueError, match="whole number of Q4_0 blocks"):
         _core.model_dequantize_f16("Q4_0", np.zeros((2, 20), np.uint8))
-    with pytest.raises(ValueError, match="2-byte elements"):
+    with pytest.raises(TypeError, match=r"\(F16\) must be a float16 numpy array"):
         _core.model_dequantize_f16("F16", np.zeros((2, 8), np.float32))
-    with pytest.raises(ValueError, match="2-D"):
+    with pytest.raises(TypeError, match="must have dtype float32"):
+        _core.model_dequantize_f16("F32", np.zeros((2, 8), np.int32))
+    with pytest.raises(ValueError, match="2-dimensional"):
         _core.model_dequantize_f16("F32", np.zeros(8, np.float32))
-    with pytest.raises(TypeError, match="numpy array"):
+    with pytest.raises(TypeError, match="numpy.ndarray"):
         _core.model_dequantize_f16("F32", [[1.0, 2.0]])
 
 

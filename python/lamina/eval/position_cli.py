@@ -19,7 +19,16 @@ from typing import Any, TextIO
 
 from .position import SUITES, PositionCell, PositionSample, make_suite, score_output, summarize
 
-__all__ = ["PamqaReader", "parse_method", "run_position", "format_table", "plot_position", "add_position_parser"]
+__all__ = [
+    "PamqaReader",
+    "parse_method",
+    "run_position",
+    "format_table",
+    "plot_position",
+    "merge_results",
+    "paired_counts",
+    "add_position_parser",
+]
 
 _DEFAULT_DATA = os.path.join("..", "shared", "data", "locomo")
 _BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
@@ -141,6 +150,8 @@ def format_table(cells: Sequence[PositionCell], methods: Sequence[str]) -> str:
         lines.append(f"{'method':<28}" + "".join(f"{f'pos {p:.2f}':>18}" for p in pos))
         for m in methods:
             row = {c.position: c for c in sub if c.method == m}
+            if not row:  # a method not run on this suite and length (a merge of runs)
+                continue
             cellstr = "".join(
                 f"{f'{row[p].accuracy:.2f} [{row[p].low:.2f},{row[p].high:.2f}]':>18}" if p in row else f"{'-':>18}"
                 for p in pos
@@ -151,32 +162,116 @@ def format_table(cells: Sequence[PositionCell], methods: Sequence[str]) -> str:
 
 def plot_position(cells: Sequence[PositionCell], methods: Sequence[str], path: str) -> None:
     """A PNG of accuracy vs gold position (Wilson 95 % error bars): one panel per (suite,
-    length), one line per method. ModuleNotFoundError without matplotlib."""
+    length), one line per method (each drawn slightly apart on x so that the bars can be told
+    apart). ModuleNotFoundError without matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     keys = sorted({(c.suite, c.length) for c in cells})
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 3.9), squeeze=False)
     for ax, (suite, length) in zip(axes[0], keys, strict=True):
-        for m in methods:
+        for k, m in enumerate(methods):
             row = sorted(
                 (c for c in cells if c.suite == suite and c.length == length and c.method == m),
                 key=lambda c: c.position,
             )
-            xs = [c.position for c in row]
+            if not row:
+                continue
+            xs = [c.position + 0.012 * (k - (len(methods) - 1) / 2) for c in row]  # apart, to read
             ys = [c.accuracy for c in row]
             err = [[c.accuracy - c.low for c in row], [c.high - c.accuracy for c in row]]
             ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=m)
         ax.set_title(f"{suite}, {length} tokens")
+        ax.legend(fontsize=7)
         ax.set_xlabel("gold position (fraction of the context)")
         ax.set_ylim(-0.05, 1.05)
     axes[0][0].set_ylabel("accuracy (Wilson 95 %)")
-    axes[0][-1].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def merge_results(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records and method labels of several ``--out`` files of runs on the same prompts
+    (e.g. one method per run, so that a stopped session keeps what finished; a method may
+    appear in several files for different suites or lengths).
+
+    Raises
+    ------
+    ValueError
+        A file without records, one answer (method, suite, length, position, index) in two
+        files, or a sample whose gold or answers differ between files (other prompts).
+    """
+    records: list[dict[str, Any]] = []
+    methods: list[str] = []
+    seen: dict[tuple[str, int, float, int], tuple[Any, list[str]]] = {}
+    answered: set[tuple[str, str, int, float, int]] = set()
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or not data.get("records"):
+            raise ValueError(f"{path}: no records (not an eval position --out file)")
+        methods += [m for m in data["config"]["methods"] if m not in methods]
+        for r in data["records"]:
+            key = (str(r["suite"]), int(r["length"]), float(r["position"]), int(r["index"]))
+            if (r["method"], *key) in answered:
+                raise ValueError(f"{path}: method {r['method']!r} answered sample {key} in two files")
+            answered.add((r["method"], *key))
+            sample = (r["gold"], list(r["answers"]))
+            if seen.setdefault(key, sample) != sample:
+                raise ValueError(f"{path}: sample {key} has another gold or answers than before: not the same prompts")
+            records.append(r)
+    return records, methods
+
+
+def paired_counts(
+    records: Sequence[dict[str, Any]], method: str, baseline: str
+) -> dict[tuple[str, int, float], tuple[int, int]]:
+    """Per (suite, length, position): (prompts ``method`` got right where ``baseline`` was
+    wrong, prompts the reverse), over the samples both answered."""
+    right: dict[tuple[str, str, int, float, int], bool] = {}
+    for r in records:
+        right[(r["method"], r["suite"], int(r["length"]), float(r["position"]), int(r["index"]))] = bool(r["correct"])
+    out: dict[tuple[str, int, float], tuple[int, int]] = {}
+    for (m, suite, length, pos, i), ok in right.items():
+        if m != method or (baseline, suite, length, pos, i) not in right:
+            continue
+        base = right[(baseline, suite, length, pos, i)]
+        gain, loss = out.get((suite, length, pos), (0, 0))
+        out[(suite, length, pos)] = (gain + int(ok and not base), loss + int(base and not ok))
+    return out
+
+
+def _merge_cmd(args: argparse.Namespace) -> int:
+    try:
+        records, labels = merge_results(args.merge)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"lamina eval position: --merge: {e}", file=sys.stderr)
+        return 2
+    cells = summarize(records)
+    print(format_table(cells, labels))
+    if args.baseline in labels:
+        print(f"\nper prompt against {args.baseline} (right where it was wrong / the reverse)")
+        for m in labels:
+            if m == args.baseline:
+                continue
+            pc = paired_counts(records, m, args.baseline)
+            row = "  ".join(f"{s} {n} @{p:.2f} +{g} -{lo}" for (s, n, p), (g, lo) in sorted(pc.items()))
+            print(f"  {m}: {row}")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(
+                {"config": {"merged": list(args.merge), "methods": labels}, "cells": [asdict(c) for c in cells]},
+                f,
+                indent=1,
+            )
+        print(f"wrote {args.out}")
+    if args.plot:
+        plot_position(cells, labels, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
 
 
 def _calibration(args: argparse.Namespace) -> str:
@@ -204,6 +299,8 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         print("lamina eval position: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
         return 2
+    if args.merge:
+        return _merge_cmd(args)
     try:
         specs = [(m, *parse_method(m)) for m in args.methods]
         positions = [float(x) for x in args.positions.split(",") if x.strip()]
@@ -321,4 +418,12 @@ def add_position_parser(esub: Any) -> None:
     p.add_argument("--out", default=None, help="write cells and every answer as JSON here")
     p.add_argument("--plot", default=None, help="write a PNG of accuracy vs position (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="run nothing: combine --out files of runs on the same prompts into one table (and --plot, --out)",
+    )
+    p.add_argument("--baseline", default="rope", help="with --merge: the method of the per-prompt comparison")
     p.set_defaults(func=_cmd)

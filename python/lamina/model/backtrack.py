@@ -10,9 +10,13 @@ steps kept.
 chain is rolled back to the end of step k−1, step k is sampled ``candidates`` times at
 temperature T (8 at T = 1 by default), candidates equal to the original step are filtered out,
 the one of highest mean token log-probability is kept, and the chain is completed greedily
-(T = 0). The candidates are sampled one after another, each on a clone of the rolled-back
-cache: the native forward has no batched (multi-sequence) decode, so "8 in one batch" is 8
-sequential decodes over one shared prefix that is computed once.
+(T = 0). The candidates decode in one batch: each on its own clone of the rolled-back cache
+(the step header fed once, before the clones), all of them advanced together by one
+:meth:`Model.forward_batch` per token (the weights read once per token for every candidate
+still going; a candidate leaves the batch when its step ends). Each candidate has its own
+random stream (seeded from ``seed`` and its index), so the one-after-another path
+(``batched=False``, also what the CUDA forward and Ms-PoE / channel-scaled models use) draws
+the same candidates from the same logits.
 
 Where the mistake is comes from outside (a localiser: :class:`lamina.reasoning.MistakeLocator`,
 the exact checkers, a step check, or gold annotations); this module only needs the index.
@@ -208,23 +212,37 @@ class ChainSession:
     def _sample(self, cache: NativeCache, logits: npt.NDArray[np.float32], sampler: Sampler) -> tuple[Step, int]:
         """Sample one step on ``cache`` (its header already fed); returns the step and the
         token still to feed to close it (-1: none, the turn ended)."""
-        tokens: list[int] = []
-        lps: list[float] = []
-        decode = self.model.tokenizer.decode
-        for _ in range(self.max_step_tokens):
+        draft = _Draft(self)
+        while True:
             tok, lp = sampler.sample(logits)
-            if tok in self.model.eos_ids:
-                text = decode(tokens)
-                return Step(text.strip(), tokens, float(np.mean(lps)) if lps else 0.0, True), -1
-            tokens.append(tok)
-            lps.append(lp)
-            text = decode(tokens)
-            if "\n" in text or len(tokens) == self.max_step_tokens:
-                return Step(text.split("\n", 1)[0].strip(), tokens, float(np.mean(lps)), False), tok
+            if draft.push(tok, lp):
+                return draft.result()
             out, _ = self.model.forward([tok], cache, logits="last")
             assert out is not None
             logits = out
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _sample_batch(
+        self, caches: Sequence[NativeCache], logits: npt.NDArray[np.float32], samplers: Sequence[Sampler]
+    ) -> list[tuple[Step, int]]:
+        """:meth:`_sample` for every (cache, sampler) pair at once: each draws from its own
+        logits, and the candidates not done yet advance together (one batched decode step)."""
+        drafts = [_Draft(self) for _ in caches]
+        rows = [logits] * len(caches)
+        going = list(range(len(caches)))
+        while going:
+            feed: list[int] = []
+            toks: list[int] = []
+            for i in going:
+                tok, lp = samplers[i].sample(rows[i])
+                if not drafts[i].push(tok, lp):
+                    feed.append(i)
+                    toks.append(tok)
+            if feed:
+                out = self.model.forward_batch(toks, [caches[i] for i in feed])
+                for j, i in enumerate(feed):
+                    rows[i] = out[j]
+            going = feed
+        return [d.result() for d in drafts]
 
     def _commit(self, cache: NativeCache, step: Step, pending: int) -> None:
         if pending >= 0:
@@ -256,10 +274,30 @@ class ChainSession:
         return chain_answer(self.steps) is not None
 
     def resample(
-        self, original: str, *, candidates: int = 8, temperature: float = 1.0, seed: int | None = None
+        self,
+        original: str,
+        *,
+        candidates: int = 8,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        batched: bool = True,
     ) -> tuple[list[Candidate], int | None]:
         """Sample the next step ``candidates`` times, drop those equal to ``original``, keep the
         one of highest mean log-probability and add it to the chain.
+
+        Parameters
+        ----------
+        original : str
+            The step being replaced.
+        candidates : int
+            How many to sample (>= 1), each on its own clone of the cache.
+        temperature : float
+        seed : int, optional
+            Candidate i samples with its own generator, seeded from (seed, i).
+        batched : bool
+            Decode the candidates together (:meth:`Model.forward_batch`) where the model can
+            (:attr:`Model.batched_decode`); False, or a model that cannot, samples them one
+            after another. Both draw the same candidates from the same logits.
 
         Returns
         -------
@@ -269,14 +307,19 @@ class ChainSession:
         """
         if int(candidates) < 1:
             raise InvalidInput(f"candidates must be >= 1, got {candidates}")
-        sampler = Sampler(temperature=float(temperature), seed=seed)
+        n = int(candidates)
+        seeds = [int(c.generate_state(1)[0]) for c in np.random.SeedSequence(seed).spawn(n)]
+        samplers = [Sampler(temperature=float(temperature), seed=x) for x in seeds]
         base = self.cache
         logits = self._header_logits(base)  # the header once, shared by every candidate
+        clones = [base.clone() for _ in range(n)]
+        if batched and self.model.batched_decode:
+            drawn = self._sample_batch(clones, logits, samplers)
+        else:
+            drawn = [self._sample(c, logits, sp) for c, sp in zip(clones, samplers, strict=True)]
         out: list[Candidate] = []
         best: tuple[float, int, NativeCache, Step, int] | None = None
-        for i in range(int(candidates)):
-            clone = base.clone()
-            step, pending = self._sample(clone, logits, sampler)
+        for i, (clone, (step, pending)) in enumerate(zip(clones, drawn, strict=True)):
             same = _norm(step.text) == _norm(original)
             out.append(Candidate(step.text, step.mean_logprob, same))
             if not same and step.text and (best is None or step.mean_logprob > best[0]):
@@ -288,6 +331,39 @@ class ChainSession:
         _, i, clone, step, pending = best
         self._commit(clone, step, pending)
         return out, i
+
+
+class _Draft:
+    """A step being sampled: :meth:`push` takes each drawn token until the step ends (at a
+    newline, the end of the turn, or ``max_step_tokens``)."""
+
+    def __init__(self, session: ChainSession) -> None:
+        self._decode = session.model.tokenizer.decode
+        self._eos = session.model.eos_ids
+        self._max = session.max_step_tokens
+        self.tokens: list[int] = []
+        self.lps: list[float] = []
+        self._done: tuple[Step, int] | None = None
+
+    def push(self, tok: int, lp: float) -> bool:
+        """Add a drawn token; True when the step is complete (see :meth:`result`)."""
+        if tok in self._eos:
+            text = self._decode(self.tokens)
+            mean = float(np.mean(self.lps)) if self.lps else 0.0
+            self._done = Step(text.strip(), self.tokens, mean, True), -1
+            return True
+        self.tokens.append(tok)
+        self.lps.append(lp)
+        text = self._decode(self.tokens)
+        if "\n" in text or len(self.tokens) == self._max:
+            self._done = Step(text.split("\n", 1)[0].strip(), self.tokens, float(np.mean(self.lps)), False), tok
+            return True
+        return False
+
+    def result(self) -> tuple[Step, int]:
+        """The step and the token still to feed to close it (-1: none, the turn ended)."""
+        assert self._done is not None
+        return self._done
 
 
 def _line(i: int, text: str) -> str:

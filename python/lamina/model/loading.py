@@ -66,7 +66,7 @@ def load(
     TypeError
         ``ms_poe`` not a :class:`MsPoE`.
     NotImplementedError
-        Ms-PoE's window variant, or a calibration, on ``device="cuda"``.
+        Ms-PoE's window variant on ``device="cuda"``.
     RuntimeError
         ``device="cuda"`` without a CUDA build or without a CUDA device (the message says which).
     """

@@ -46,6 +46,7 @@ class NativeModel(Protocol):
     """A forward over a cache of the model's own kind (see the module docstring)."""
 
     def ratio_of(self, index: int) -> float: ...
+    def set_channel_scaling(self, scaling: dict[str, int | float] | None) -> None: ...
     def forward(
         self,
         ids: npt.NDArray[np.int32],

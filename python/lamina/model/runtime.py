@@ -73,9 +73,11 @@ class Model:
         of every key (KV memory ×1.5). On CUDA the window variant raises NotImplementedError
         (copy heads are found on the plain CPU model).
     channel : ChannelScaling, optional
-        Single-channel hidden-state scaling (:mod:`lamina.model.calibration`; CPU only; not with
+        Single-channel hidden-state scaling (:mod:`lamina.model.calibration`; not with
         ``ms_poe``). With ``last_tokens`` >= 1 a cache keeps a second, scaled copy of every
-        key from its first forward (KV memory ×1.5).
+        key from its first forward (KV memory ×1.5). On CUDA the channel's column of the fp16
+        query / key weights is used, and the attention record under ``last_tokens`` >= 1
+        raises NotImplementedError.
     device : {"cpu", "cuda"}
         "cuda": the forward on the GPU (CUDA builds; every matrix dequantised to fp16 on
         upload, float32 activations; ``threads``, ``q8_decode`` and ``q8_prefill`` do not
@@ -84,7 +86,7 @@ class Model:
         PyramidKV, LAVa, CriticalKV) is computed on the host from the device's window queries
         and the cache's keys, KeyDiff and StreamingLLM read the keys, and the kept entries are
         gathered on the device; H2O and KVzip (accumulated attention) and the record under
-        Ms-PoE raise NotImplementedError. The CUDA path was
+        Ms-PoE or last-tokens channel scaling raise NotImplementedError. The CUDA path was
         compiled for sm_80/sm_90 but has not yet run on a GPU in this repository's history.
 
     Attributes
@@ -169,13 +171,8 @@ class Model:
         """
         if scaling is not None and not isinstance(scaling, ChannelScaling):
             raise TypeError(f"scaling must be a ChannelScaling, got {type(scaling).__name__}")
-        if self.device != "cpu":
-            if scaling is not None:
-                raise NotImplementedError(f"single-channel scaling runs on the CPU only, not on device={self.device!r}")
-            self.channel = None
-            return
         try:
-            self._cpu().set_channel_scaling(None if scaling is None else scaling.native())
+            self._native.set_channel_scaling(None if scaling is None else scaling.native())
         except ValueError as e:
             raise InvalidInput(str(e)) from None
         self.channel = scaling
@@ -212,7 +209,7 @@ class Model:
         return np.asarray(hidden, dtype=np.float32)
 
     def _cpu(self) -> _core.LlamaModel:
-        """The native CPU model (what only the CPU forward offers: channel scaling, hidden states)."""
+        """The native CPU model (what only the CPU forward offers: the hidden states)."""
         if not isinstance(self._native, _core.LlamaModel):
             raise NotImplementedError(f"this needs the CPU forward; the model runs on device={self.device!r}")
         return self._native
@@ -320,6 +317,54 @@ class Model:
         out, _, _ = self._native.forward(a, self.new_cache(), "all", self.threads, 0)
         assert out is not None
         return out
+
+    @property
+    def batched_decode(self) -> bool:
+        """True when :meth:`forward_batch` runs (the CPU forward without Ms-PoE or channel
+        scaling)."""
+        return self.device == "cpu" and self.ms_poe is None and self.channel is None
+
+    def forward_batch(self, ids: Sequence[int], caches: Sequence[NativeCache]) -> npt.NDArray[np.float32]:
+        """One decode step of B independent sequences: token ``ids[b]`` is appended to
+        ``caches[b]`` and attends over that cache alone. The matmuls run over the B rows
+        together, so the weights are read once for all of them (one step of a B-token call
+        instead of B single-token steps). The logits equal B separate :meth:`forward` calls
+        up to the summation order (float32 activations) or the int8 activation rounding
+        (``q8_decode`` / ``q8_prefill``, which may round a near-tie differently).
+
+        Parameters
+        ----------
+        ids : sequence of int, length B >= 1
+        caches : sequence of KVCache, length B
+            Distinct caches of this model (:meth:`new_cache`, clones of one are fine).
+
+        Returns
+        -------
+        ndarray, float32, shape (B, vocab_size)
+            Row b: the next-token logits of sequence b.
+
+        Raises
+        ------
+        InvalidInput
+            Lengths that differ, no sequence, a repeated cache, an id outside the vocabulary,
+            or a cache at the model's context.
+        NotImplementedError
+            On ``device="cuda"`` or with Ms-PoE or channel scaling (:attr:`batched_decode`).
+        """
+        if not self.batched_decode:
+            raise NotImplementedError(
+                "a batched decode runs on the CPU forward without Ms-PoE or channel scaling "
+                f"(device={self.device!r}, position={self.position!r}, channel={self.channel is not None})"
+            )
+        if len(ids) != len(caches) or not ids:
+            raise InvalidInput(f"need one cache per id and at least one, got {len(ids)} ids and {len(caches)} caches")
+        if any(int(c.n_seen) + 1 > self.config.context_length for c in caches):
+            raise InvalidInput(f"a cache would exceed the model's context of {self.config.context_length} tokens")
+        native = self._cpu()
+        try:
+            return native.forward_batch(self._ids(ids), list(caches), self.threads, self.q8_decode)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise InvalidInput(str(e)) from None
 
     def forward(
         self,

@@ -1,0 +1,44 @@
+// bindings/model_args.hpp — what the CPU model's bindings (bind_model.cpp) and the CUDA
+// model's (bind_model_cuda.cpp) read from Python the same way: the config dict, the GGUF
+// tensors dict as the core's weight view, the Ms-PoE and channel-scaling dicts of
+// python/lamina/model (position.py, calibration.py) and the logits mode.
+#pragma once
+
+#include <string>
+
+#include "common.hpp"
+#include "lamina/model.hpp"
+
+namespace lamina::py_detail {
+
+/// Config from the dict of python/lamina/model/weights.py (n_layers, d_model, d_ff, n_heads,
+/// n_kv_heads, head_dim, vocab_size, rope_base, rms_eps).
+model::Config model_config(const py::dict& cfg);
+
+/// One GGUF tensor of `tensors` ({name: (type name, array)}) as the core's Matrix view: F32
+/// float32 (rows, cols), F16 float16 (rows, cols) or a block type's uint8 (rows, row bytes).
+/// The array is appended to `keep` (the view points into it). ValueError / TypeError naming
+/// the tensor.
+model::Matrix tensor_matrix(const py::dict& tensors, const std::string& name, py::list& keep);
+/// Same, for a given (type name, array) pair.
+model::Matrix tensor_matrix(const std::string& type_name, const py::handle& array,
+                            const std::string& name, py::list& keep);
+/// An F32 vector tensor of n elements (norm weights), kept in `keep`.
+const float* tensor_vector(const py::dict& tensors, const std::string& name, std::size_t n,
+                           py::list& keep);
+/// Every weight of a llama model (token_embd, output or the tied embedding, output_norm,
+/// blk.i.*) as the core's Weights view; the arrays are kept in `keep`.
+model::Weights model_weights(const py::dict& tensors, const model::Config& c, py::list& keep);
+
+/// Ms-PoE settings from the dict python/lamina/model/position.py builds (None: plain RoPE).
+model::PositionScaling position_scaling(const py::object& o, const model::Config& c);
+/// Channel scaling from the dict python/lamina/model/calibration.py builds (first_layer,
+/// last_layer, channel, factor, last_tokens; None: disabled). ValueError for a missing key.
+model::ChannelScaling channel_scaling(const py::object& o);
+/// The dict channel_scaling() reads (None when disabled).
+py::object channel_scaling_dict(const model::ChannelScaling& cs);
+
+/// "none" | "last" | "all" (ValueError otherwise).
+model::Logits logits_mode(const std::string& s);
+
+}  // namespace lamina::py_detail
