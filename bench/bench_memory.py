@@ -39,6 +39,18 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def steal_ticks() -> int:
+    """Ticks (USER_HZ) the hypervisor ran something else while this VM's CPUs wanted to run
+    (/proc/stat's steal column, all CPUs; 0 where there is none). In a VM a thread's CPU time
+    also counts the time its vCPU was taken away, so a CPU-time outlier with steal is the host's."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) if len(fields) > 8 else 0
+    except OSError:
+        return 0
+
+
 def turn(rng: random.Random, i: int) -> str:
     if i % 37 == 0:
         return f"I moved to {rng.choice(['Paris', 'Berlin', 'Oslo', 'Lima', 'Kyoto'])} last week."
@@ -76,11 +88,13 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
     add_t: list[float] = []
     end_t: list[float] = []
     end_cpu: list[float] = []
+    end_steal: list[int] = []  # steal ticks during each end_session
     ids: list[int] = []
     per_1k: list[tuple[int, float]] = []  # (turns so far, seconds for the last 1k turns)
     t = 1.6e9
     sess = 0
     t_fill = t_block = time.perf_counter()
+    steal0 = steal_ticks()
     for i in range(n_items):
         msg = [{"speaker": "Ann" if i % 2 else "Ben", "text": turn(rng, i), "timestamp": t + i * 60}]
         t0 = time.perf_counter()
@@ -90,8 +104,10 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
             full.ending = True
             t0 = time.perf_counter()
             c0 = time.thread_time()
+            s0 = steal_ticks()
             m.end_session(user_id="u", session_id=f"s{sess}")
             end_cpu.append(time.thread_time() - c0)
+            end_steal.append(steal_ticks() - s0)
             end_t.append(time.perf_counter() - t0)
             full.ending = False
             sess += 1
@@ -100,6 +116,7 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
             per_1k.append((i + 1, now - t_block))
             t_block = now
     fill_s = time.perf_counter() - t_fill
+    steal_fill = steal_ticks() - steal0
     gc.callbacks.remove(full)
     st = m.stats(user_id="u").to_dict()
     rss1 = rss_bytes()
@@ -156,6 +173,11 @@ def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, 
         "end_session_p99_ms": float(np.percentile(e, 99)),
         "end_session_cpu_p50_ms": float(np.percentile(ec, 50)),
         "end_session_cpu_p99_ms": float(np.percentile(ec, 99)),
+        # the slowest sessions (CPU ms) with the steal ticks during each (1 tick = 1/USER_HZ s)
+        "end_session_slowest": [
+            (round(float(ec[i]), 1), end_steal[i]) for i in np.argsort(-ec)[:5].tolist() if i < len(end_steal)
+        ],
+        "steal_s_during_fill": steal_fill / float(os.sysconf("SC_CLK_TCK")),
         "delete_p50_ms": float(np.percentile(d, 50)),
         "delete_p99_ms": float(np.percentile(d, 99)),
         "fill_s_per_1k_turns": {str(n): round(sec, 3) for n, sec in per_1k if n in (1_000, 10_000, 50_000, 100_000)},
@@ -220,7 +242,9 @@ def main() -> None:
         )
         print(
             f"{'':>10}end_session in the calling thread's CPU time: p50 {r['end_session_cpu_p50_ms']:.1f} ms, "
-            f"p99 {r['end_session_cpu_p99_ms']:.1f} ms (wall-clock outliers beyond it are waits for a core)"
+            f"p99 {r['end_session_cpu_p99_ms']:.1f} ms (wall-clock outliers beyond it are waits for a core); "
+            f"slowest (CPU ms, steal ticks): {r['end_session_slowest']}; steal during the fill "
+            f"{r['steal_s_during_fill']:.1f} s"
         )
         print(f"{'':>10}fill seconds per 1k turns at 1k / 10k / 50k / 100k turns: {r['fill_s_per_1k_turns']}")
         pauses = r["full_gc_ms"]
