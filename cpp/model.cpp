@@ -235,6 +235,19 @@ void check_channel_scaling(const Config& c, const ChannelScaling& cs) {
   LAMINA_CHECK(cs.last_tokens >= 0, "channel scaling: last_tokens must be >= 0, got ", cs.last_tokens);
 }
 
+ChannelSpan channel_span(const ChannelScaling& cs, std::size_t n_layers, std::size_t T) {
+  if (!cs.enabled) return {n_layers, n_layers, T, false};
+  const bool dual = cs.last_tokens > 0;
+  const std::size_t t_scaled = dual ? T - std::min(T, static_cast<std::size_t>(cs.last_tokens)) : 0;
+  return {static_cast<std::size_t>(cs.first_layer), static_cast<std::size_t>(cs.last_layer), t_scaled, dual};
+}
+
+void check_dual_keys_start(int64_t n_seen) {
+  LAMINA_CHECK(n_seen == 0,
+               "channel scaling: a cache keeps its scaled keys from its first call, but this one "
+               "already holds ", n_seen, " tokens of a forward without channel scaling (use a new cache)");
+}
+
 // ---- KVCache ---------------------------------------------------------------------------------
 KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim)
     : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim) {
@@ -535,16 +548,11 @@ void Model::forward_impl(const int32_t* ids, std::size_t T, KVCache* const* cach
   // Channel scaling: layers [cfirst, clast); in last-tokens mode the queries t >= t_scaled
   // are scaled and the cache keeps a scaled copy of every key.
   const ChannelScaling& CS = chan_;
-  const std::size_t cfirst = CS.enabled ? static_cast<std::size_t>(CS.first_layer) : L;
-  const std::size_t clast = CS.enabled ? static_cast<std::size_t>(CS.last_layer) : L;
-  const bool dual = CS.enabled && CS.last_tokens > 0;
-  const std::size_t t_scaled =
-      !CS.enabled ? T : dual ? T - std::min(T, static_cast<std::size_t>(CS.last_tokens)) : 0;
+  const ChannelSpan span = channel_span(CS, L, T);
+  const std::size_t cfirst = span.first, clast = span.last, t_scaled = span.t_scaled;
+  const bool dual = span.dual;
   if (dual && !cache.dual_keys()) {
-    LAMINA_CHECK(cache.n_seen() == 0,
-                 "channel scaling: a cache keeps its scaled keys from its first call, but this one "
-                 "already holds ", cache.n_seen(),
-                 " tokens of a forward without channel scaling (use a new cache)");
+    check_dual_keys_start(cache.n_seen());
     cache.begin_dual_keys();
   }
   const float chan_delta = CS.factor - 1.0f;

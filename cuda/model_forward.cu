@@ -907,15 +907,12 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
   // Channel scaling: layers [cfirst, clast); in last-tokens mode the queries t >= t_scaled
   // are scaled and read the scaled copy of every key the cache keeps (as cpp/model.cpp).
   const ChannelScaling& CS = chan_;
-  const int cfirst = CS.enabled ? CS.first_layer : L, clast = CS.enabled ? CS.last_layer : L;
-  const bool dual = CS.enabled && CS.last_tokens > 0;
-  const std::size_t t_scaled =
-      !CS.enabled ? T : dual ? T - std::min(T, static_cast<std::size_t>(CS.last_tokens)) : 0;
+  const lamina::model::ChannelSpan span = lamina::model::channel_span(CS, static_cast<std::size_t>(L), T);
+  const int cfirst = static_cast<int>(span.first), clast = static_cast<int>(span.last);
+  const std::size_t t_scaled = span.t_scaled;
+  const bool dual = span.dual;
   if (dual && !cache.dual_keys()) {
-    LAMINA_CHECK(cache.n_seen() == 0,
-                 "channel scaling: a cache keeps its scaled keys from its first call, but this one "
-                 "already holds ", cache.n_seen(),
-                 " tokens of a forward without channel scaling (use a new cache)");
+    lamina::model::check_dual_keys_start(cache.n_seen());
     cache.begin_dual_keys();
   }
   cache.reserve_more(T);

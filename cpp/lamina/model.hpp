@@ -153,6 +153,18 @@ void check_position_scaling(const Config& c, const PositionScaling& p);
 /// 0 <= first_layer < last_layer <= n_layers, channel in [0, d_model), a finite factor,
 /// last_tokens >= 0.
 void check_channel_scaling(const Config& c, const ChannelScaling& cs);
+/// What one forward call of T tokens over n_layers does with a channel scaling (both forwards
+/// use it): layers [first, last) (n_layers, n_layers when off); in last-tokens mode (`dual`) the
+/// queries t >= t_scaled are scaled and the cache keeps a scaled copy of every key (t_scaled is
+/// T when off and 0 when every position is scaled).
+struct ChannelSpan {
+  std::size_t first, last, t_scaled;
+  bool dual;
+};
+ChannelSpan channel_span(const ChannelScaling& cs, std::size_t n_layers, std::size_t T);
+/// A cache starts keeping scaled keys only before its first call: ValueError when it already
+/// holds `n_seen` tokens of a forward without channel scaling.
+void check_dual_keys_start(int64_t n_seen);
 
 /// The KV cache of one sequence (see the file comment). Not thread-safe: one forward (or one
 /// keep/clear) at a time per cache; distinct caches are independent.
