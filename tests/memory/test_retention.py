@@ -50,8 +50,9 @@ KNOWN = {
 
 
 class Placed:
-    """Hand-placed vectors for KNOWN texts; anything else (summaries, fact sentences) hashes
-    into dimensions 8..15, away from the turns."""
+    """Hand-placed vectors for KNOWN texts (a turn is embedded as "Ann: <text>": its speaker
+    prefix is looked through); anything else (summaries, fact sentences) hashes into dimensions
+    8..15, away from the turns."""
 
     dim = DIM
     name = "placed-test-16"
@@ -59,6 +60,7 @@ class Placed:
     def embed(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), DIM), dtype=np.float32)
         for i, t in enumerate(texts):
+            t = t.removeprefix("Ann: ")
             if t in KNOWN:
                 out[i] = KNOWN[t]
             else:

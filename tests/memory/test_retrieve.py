@@ -18,6 +18,7 @@ from lamina.memory.records import NsCode, Record
 from lamina.memory.retrieve import Found, Lookup, candidates, query_vector, scope, visible
 from lamina.memory.state import MemoryState, UserState
 from lamina.memory.store import SQLiteStore
+from lamina.memory.turnvec import turn_vectors
 from reference import recall, topic_sentences
 
 WORDS = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
@@ -126,7 +127,8 @@ def test_matching_turn_alone_and_leaf_heated() -> None:
     )
     # a leaf's score is its best turn's cosine (not the mean of its turns)
     q = m.embedder.embed(["grey kitten Pepper"])[0]
-    assert abs(top.score - float(m.embedder.embed([LINES[2][1]])[0] @ q)) < 1e-5
+    turn = turn_vectors(m.embedder.embed, [(LINES[2][1], LINES[2][0])])[0]  # (as the write path embeds it)
+    assert abs(top.score - float(turn @ q)) < 1e-5
     m.close()
 
 
@@ -138,19 +140,24 @@ def test_speaker_scope_prefers_the_named_person() -> None:
         ("Ben", "My office moved to the fifth floor."),
     ]
     tops = {}
-    for sc in (0.5, 0.0):
+    for sc, vectors in ((0.5, "text"), (0.0, "text"), (0.0, "sentences")):
         m = Memory(
             embedder="hashing",
-            config=MemoryConfig(speaker_scope=sc, layers=("working", "episodic"), min_similarity=-1.0),
+            config=MemoryConfig(
+                speaker_scope=sc, layers=("working", "episodic"), min_similarity=-1.0, turn_vectors=vectors
+            ),
         )
         chat(m, "u", "s1", lines, T0, "D1")
         m.end_session(user_id="u", session_id="s1")
         ctx = m.context("Where did Ben go hiking in the Alps", user_id="u", budget=200, now=T0 + DAY)
-        tops[sc] = max((it for it in ctx.items if it.kind == "turn"), key=lambda it: (it.score, -it.id))
+        tops[sc, vectors] = max((it for it in ctx.items if it.kind == "turn"), key=lambda it: (it.score, -it.id))
         m.close()
-    assert tops[0.5].speaker == "Ben"
+    # the turns' vectors of their text alone: the scope decides
+    assert tops[0.5, "text"].speaker == "Ben"
     # same text from both: without the scope the tie goes by insertion order (Ann's first)
-    assert tops[0.0].speaker == "Ann"
+    assert tops[0.0, "text"].speaker == "Ann"
+    # a turn embedded with its speaker (the default) meets the question naming him, scope or not
+    assert tops[0.0, "sentences"].speaker == "Ben"
 
 
 def test_scope_needs_exactly_one_known_name() -> None:

@@ -392,6 +392,7 @@ LAMINA_VARIANTS: dict[str, dict[str, Any]] = {
     "lamina -retention": {"profile_lambda": 0.0},  # λ = 0 (eq. 9-10 off)
     "lamina -time": {"time_channel": False},  # no time-bearing ranking for "when" questions
     "lamina -session": {"session_prior": 0.0},  # turns ranked on their own, not by their session too
+    "lamina -sentences": {"turn_vectors": "text"},  # a turn embedded as its text alone
 }
 
 

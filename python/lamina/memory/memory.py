@@ -36,6 +36,7 @@ from .records import Record
 from .reports import DeleteReport, ImportReport, SessionReport
 from .state import MemoryState, UserState
 from .store import SQLiteStore, Store
+from .turnvec import turn_vectors
 from .tx import Models, Tx
 
 if TYPE_CHECKING:
@@ -326,6 +327,13 @@ class Memory(Reading, Inspection, PgArchive):
         x = self._embedder.embed(texts)
         return check_embeddings(x, len(texts), self._dim, type(self._embedder).__name__)
 
+    def _embed_turns(self, turns: list[tuple[str, str | None]]) -> npt.NDArray[np.float32]:
+        """Vectors of turns ``(text, speaker)``, shape (len(turns), dim), as
+        ``MemoryConfig.turn_vectors`` says (:mod:`lamina.memory.turnvec`)."""
+        if self.config.turn_vectors == "text":
+            return self._embed([t for t, _ in turns])
+        return turn_vectors(self._embed, turns)
+
     def _user(self, user_id: str) -> UserState | None:
         """A user's state (loaded from the store if another writer moved it); caller holds the lock."""
         st = self._st
@@ -401,7 +409,7 @@ class Memory(Reading, Inspection, PgArchive):
             for m in msgs:
                 if m.domain is None:
                     m.domain = self.domains.classify(m.text)
-        emb = self._embed([m.text for m in msgs])
+        emb = self._embed_turns([(m.text, m.speaker) for m in msgs])
         wall = wall_clock()
         for m in msgs:
             if m.timestamp is None:
@@ -467,7 +475,10 @@ class Memory(Reading, Inspection, PgArchive):
             raise InvalidInput("text is empty")
         check_text(text, "text")
         t = to_time(timestamp, "timestamp")
-        emb = self._embed([text])[0]
+        with self._lock:  # a turn is embedded as the write path embeds it (with its speaker)
+            r0 = self._record(item_id, user_id)
+            turn = (text, r0.speaker) if r0.kind == "turn" else None
+        emb = self._embed_turns([turn])[0] if turn is not None else self._embed([text])[0]
         with self._write() as tx:
             r = self._record(item_id, user_id)
             st = tx.st
@@ -606,7 +617,9 @@ class Memory(Reading, Inspection, PgArchive):
         if not isinstance(embedder, str):
             raise TypeError(f"embedder must be a str, got {type(embedder).__name__}")
         target = check_id(dump.user.user_id if user_id is None else user_id, "user_id")
-        vectors, computed = transfer.import_vectors(dump, self._embed, self._dim, embedder == self._embedder.name)
+        vectors, computed = transfer.import_vectors(
+            dump, self._embed, self._embed_turns, self._dim, embedder == self._embedder.name
+        )
         with self._write() as tx:
             u = self._user(target)
             if u is not None:

@@ -59,13 +59,18 @@ def export_user(store: Store, user_id: str, *, vectors: bool) -> UserDump | None
 
 
 def import_vectors(
-    ud: UserDump, embed: Callable[[list[str]], Vec], dim: int, usable: bool
+    ud: UserDump,
+    embed: Callable[[list[str]], Vec],
+    embed_turns: Callable[[list[tuple[str, str | None]]], Vec],
+    dim: int,
+    usable: bool,
 ) -> tuple[dict[int, Vec], int]:
     """The vector of every item of a dump (by the dump's id), and how many were computed.
 
     ``usable``: the dump's vectors are of this memory's embedder (its header names it), so
-    they are taken as they are. Otherwise, and for items that carry none, turns and facts are
-    embedded from their text (what the write path does), a segment's vector is the normalised
+    they are taken as they are. Otherwise, and for items that carry none, turns are embedded by
+    ``embed_turns`` from (text, speaker) and facts by ``embed`` from their text (what the write
+    path does), a segment's vector is the normalised
     mean of its member turns' (the consolidation's rule), and any other item (summary, note,
     profile: vectors the loop blended or moved over time) is embedded from its text, which
     approximates what the exporting memory held.
@@ -85,9 +90,14 @@ def import_vectors(
                     raise DumpError(f"item {it.id}, field 'embedding': shape {it.embedding.shape}, expected ({dim},)")
                 out[it.id] = it.embedding
     todo = [it for it in ud.items if it.id not in out and (it.kind != "segment" or not it.members)]
-    if todo:
-        X = embed([it.text for it in todo])
-        out.update({it.id: np.ascontiguousarray(X[i], dtype=np.float32) for i, it in enumerate(todo)})
+    turns = [it for it in todo if it.kind == "turn"]
+    rest = [it for it in todo if it.kind != "turn"]
+    if turns:
+        X = embed_turns([(it.text, it.speaker) for it in turns])
+        out.update({it.id: np.ascontiguousarray(X[i], dtype=np.float32) for i, it in enumerate(turns)})
+    if rest:
+        X = embed([it.text for it in rest])
+        out.update({it.id: np.ascontiguousarray(X[i], dtype=np.float32) for i, it in enumerate(rest)})
     for it in ud.items:
         if it.id not in out:  # a segment of another space: from its member turns
             out[it.id] = unit(np.stack([out[m] for m in it.members]).mean(axis=0))

@@ -1,0 +1,115 @@
+"""How a turn is embedded (:mod:`lamina.memory.turnvec`): the speaker-prefixed turn and its
+sentences, summed and normalised, through every path that embeds a turn (add, update, import)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from memkit import T0, chat
+
+from lamina import Memory, MemoryConfig
+from lamina.embedders import get_embedder
+from lamina.errors import InvalidInput
+from lamina.memory.turnvec import sentences, turn_texts, turn_vectors
+
+HASH = get_embedder("hashing")
+
+
+def stored(m: Memory, text: str) -> np.ndarray:
+    """The vector a memory holds for its turn with this text (read through an export)."""
+    (it,) = [it for it in m.export_user(user_id="u", vectors=True).items if it.kind == "turn" and it.text == text]
+    assert it.embedding is not None
+    return it.embedding
+
+
+class Recording:
+    """The hashing embedder, remembering each call's texts."""
+
+    dim, name = HASH.dim, HASH.name
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        return HASH.embed(texts)
+
+
+def test_sentences_keep_the_ones_that_say_something() -> None:
+    assert sentences("Wow! I went hiking with my dad. Great?  See you at the lake soon.") == [
+        "I went hiking with my dad.",
+        "See you at the lake soon.",
+    ]
+    assert sentences("ok") == []
+    assert sentences("") == []
+
+
+def test_turn_texts_whole_first_then_sentences() -> None:
+    assert turn_texts("Thanks! I adopted a cat. Her name is Luna.", "Ann") == [
+        "Ann: Thanks! I adopted a cat. Her name is Luna.",
+        "Ann: I adopted a cat.",
+        "Ann: Her name is Luna.",
+    ]
+    # one sentence that is the whole turn, or none long enough: the whole turn alone
+    assert turn_texts("I adopted a cat.", "Ann") == ["Ann: I adopted a cat."]
+    assert turn_texts("Thanks! Wow!", "Ann") == ["Ann: Thanks! Wow!"]
+    # a short opener and one statement: the statement also gets its own say
+    assert turn_texts("Wow! I adopted a cat.", None) == ["Wow! I adopted a cat.", "I adopted a cat."]
+
+
+def test_turn_vectors_are_the_normalised_sums_in_one_call() -> None:
+    rec = Recording()
+    turns = [("Thanks! I adopted a cat. Her name is Luna.", "Ann"), ("Fine.", None), ("I like tea a lot.", "Bob")]
+    V = turn_vectors(rec.embed, turns)
+    assert len(rec.calls) == 1 and rec.calls[0] == [t for tx, sp in turns for t in turn_texts(tx, sp)]
+    assert V.shape == (3, HASH.dim) and V.dtype == np.float32 and V.flags.c_contiguous
+    for v, (tx, sp) in zip(V, turns):
+        want = HASH.embed(turn_texts(tx, sp)).astype(np.float64).sum(axis=0)
+        np.testing.assert_allclose(v, want / np.linalg.norm(want), atol=1e-6)
+    assert turn_vectors(rec.embed, []).shape == (0, HASH.dim)
+
+
+def test_opposite_parts_fall_back_to_the_whole_turn() -> None:
+    def opposed(texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), 4), dtype=np.float32)
+        out[0, 0] = 1.0
+        out[1, 0] = -1.0  # the sentence cancels the whole turn exactly
+        return out
+
+    V = turn_vectors(opposed, [("Okay then! I adopted a cat.", "Ann")])
+    np.testing.assert_array_equal(V, [[1.0, 0.0, 0.0, 0.0]])
+
+
+def test_config_names_the_choice() -> None:
+    assert MemoryConfig().turn_vectors == "sentences"
+    with pytest.raises(InvalidInput, match="turn_vectors"):
+        MemoryConfig(turn_vectors="words")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["sentences", "text"])
+def test_add_and_update_store_the_configured_vector(mode: str) -> None:
+    m = Memory(embedder="hashing", config=MemoryConfig(turn_vectors=mode))  # type: ignore[arg-type]
+    text = "Thanks, Bob! I moved to Lisbon in May. The flat is small."
+    (i,) = chat(m, "u", "s1", [("Ann", text)], T0, "D")
+    want = turn_vectors(HASH.embed, [(text, "Ann")])[0] if mode == "sentences" else HASH.embed([text])[0]
+    np.testing.assert_allclose(stored(m, text), want, atol=1e-6)
+    new = "I live in Porto now. It rains a lot."
+    m.update(i, new)
+    want = turn_vectors(HASH.embed, [(new, "Ann")])[0] if mode == "sentences" else HASH.embed([new])[0]
+    np.testing.assert_allclose(stored(m, new), want, atol=1e-6)
+    m.close()
+
+
+def test_import_into_another_embedder_embeds_turns_as_the_write_path() -> None:
+    src = Memory(embedder="hashing")
+    text = "Hi! My sister adopted a kitten. It is grey."
+    chat(src, "u", "s1", [("Ann", text), ("Bob", "That is lovely news for her.")], T0, "D")
+    src.end_session(user_id="u", session_id="s1")
+    dump = src.export_user(user_id="u")
+    rec = Recording()
+    dst = Memory(embedder=rec)
+    dst.import_user(dump, embedder="another-embedder")
+    np.testing.assert_allclose(stored(dst, text), turn_vectors(HASH.embed, [(text, "Ann")])[0], atol=1e-6)
+    assert "Ann: My sister adopted a kitten." in [t for call in rec.calls for t in call]
+    src.close()
+    dst.close()
