@@ -246,7 +246,8 @@ def test_the_loop_embeds_the_turns_facts_and_profiles_only() -> None:
     for sid, msgs in conv.sessions:
         m.add(msgs, user_id=conv.user_id, session_id=sid)
         m.end_session(user_id=conv.user_id, session_id=sid)
-        of_turns.update(t for x in msgs for t in turn_texts(str(x["text"]), str(x["speaker"])))
+        of_turns.update(t for x in msgs for t in turn_texts(str(x["text"])))
+        of_turns.update(str(x["speaker"]) for x in msgs)
     turns = sum(len(msgs) for _, msgs in conv.sessions)
     assert m.stats().archive_turns == turns and m.stats(user_id=conv.user_id).layers["episodic"] > 0
     assert len(seen) == len(set(seen))  # each distinct text once

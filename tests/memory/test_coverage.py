@@ -313,12 +313,13 @@ class _Checked(CoverageProjection):
         got = super().run()
         if got.tolist() != want.tolist():
             # The kept lists' cosines come from numpy's BLAS, the fresh ones from lamina's top-k:
-            # they may differ in the last bit, and for near-duplicate turns (ν = 1 − cos ≈ 1e-8)
-            # that can swap two victims whose redundancy ties up to that rounding — nothing else.
+            # two float32 dot products summed in different orders differ by at most d·2⁻²⁴ for unit
+            # vectors of dimension d (the classic bound n·u·Σ|xᵢyᵢ|), and for near-duplicate turns
+            # (ν = 1 − cos ≈ 0) that can swap two victims whose scores tie up to that — nothing else.
             swapped = np.setxor1d(got, want)
             assert len(swapped) == 2 * len(np.setdiff1d(got, want)), (got, want)
             spread = np.ptp(np.asarray(fresh_scores, dtype=np.float64)[swapped])
-            assert spread <= 2.4e-7, (got, want, spread)  # two float32 ulps at 1.0
+            assert spread <= st.dim * 2.0**-24, (got, want, spread)
         _Checked.runs += 1
         return got
 

@@ -50,8 +50,8 @@ KNOWN = {
 
 
 class Placed:
-    """Hand-placed vectors for KNOWN texts (a turn is embedded as "Ann: <text>": its speaker
-    prefix is looked through); anything else (summaries, fact sentences) hashes into dimensions
+    """Hand-placed vectors for KNOWN texts (the memories embed a turn as its text alone:
+    ``turn_vectors="text"``); anything else (summaries, fact sentences) hashes into dimensions
     8..15, away from the turns."""
 
     dim = DIM
@@ -60,7 +60,6 @@ class Placed:
     def embed(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), DIM), dtype=np.float32)
         for i, t in enumerate(texts):
-            t = t.removeprefix("Ann: ")
             if t in KNOWN:
                 out[i] = KNOWN[t]
             else:
@@ -101,6 +100,7 @@ def _session(m: Memory, s: int, texts: list[str]) -> SessionReport:
 
 def _episodic_cfg(**kw: object) -> MemoryConfig:
     base = dict(
+        turn_vectors="text",
         working_capacity=8,
         min_segment_turns=1,
         max_segment_turns=1,
@@ -186,7 +186,7 @@ def _all_facts(m: Memory, seen: dict[int, str]) -> dict[int, str]:
 
 
 def test_semantic_pool_keeps_the_unique_facts() -> None:
-    cfg = MemoryConfig(working_capacity=8, semantic_capacity=3, layers=("working", "semantic"))
+    cfg = MemoryConfig(turn_vectors="text", working_capacity=8, semantic_capacity=3, layers=("working", "semantic"))
     m = Memory(embedder=Placed(), config=cfg, fact_extractor=PerTurnFacts())
     _session(m, 1, ["alpha", "bravo one"])
     made = _all_facts(m, {})
@@ -202,7 +202,7 @@ def test_semantic_pool_keeps_the_unique_facts() -> None:
 
 
 def test_a_fact_restated_counts_as_use() -> None:
-    cfg = MemoryConfig(working_capacity=8, semantic_capacity=3, layers=("working", "semantic"))
+    cfg = MemoryConfig(turn_vectors="text", working_capacity=8, semantic_capacity=3, layers=("working", "semantic"))
     m = Memory(embedder=Placed(), config=cfg, fact_extractor=PerTurnFacts())
     _session(m, 1, ["alpha", "bravo one", "bravo one"])  # the second "bravo one" reinforces the fact
     assert [f.strength for f in m.facts(user_id="u") if f.object == "bravo one"] == [2.0]
@@ -381,7 +381,9 @@ N, N_DUP, CAP = 44, 30, 9
 
 
 def _cfg() -> MemoryConfig:
+    # (turn_vectors="text": each turn's vector is the clustered one the reference reads)
     return MemoryConfig(
+        turn_vectors="text",
         working_capacity=64,
         min_segment_turns=1,
         max_segment_turns=1,

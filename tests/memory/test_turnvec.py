@@ -10,7 +10,7 @@ from memkit import T0, chat
 from lamina import Memory, MemoryConfig
 from lamina.embedders import get_embedder
 from lamina.errors import InvalidInput
-from lamina.memory.turnvec import sentences, turn_texts, turn_vectors
+from lamina.memory.turnvec import SPEAKER_WEIGHT, is_name, sentences, turn_texts, turn_vectors
 
 HASH = get_embedder("hashing")
 
@@ -45,28 +45,80 @@ def test_sentences_keep_the_ones_that_say_something() -> None:
 
 
 def test_turn_texts_whole_first_then_sentences() -> None:
-    assert turn_texts("Thanks! I adopted a cat. Her name is Luna.", "Ann") == [
-        "Ann: Thanks! I adopted a cat. Her name is Luna.",
-        "Ann: I adopted a cat.",
-        "Ann: Her name is Luna.",
+    assert turn_texts("Thanks! I adopted a cat. Her name is Luna.") == [
+        "Thanks! I adopted a cat. Her name is Luna.",
+        "I adopted a cat.",
+        "Her name is Luna.",
     ]
     # one sentence that is the whole turn, or none long enough: the whole turn alone
-    assert turn_texts("I adopted a cat.", "Ann") == ["Ann: I adopted a cat."]
-    assert turn_texts("Thanks! Wow!", "Ann") == ["Ann: Thanks! Wow!"]
+    assert turn_texts("I adopted a cat.") == ["I adopted a cat."]
+    assert turn_texts("Thanks! Wow!") == ["Thanks! Wow!"]
     # a short opener and one statement: the statement also gets its own say
-    assert turn_texts("Wow! I adopted a cat.", None) == ["Wow! I adopted a cat.", "I adopted a cat."]
+    assert turn_texts("Wow! I adopted a cat.") == ["Wow! I adopted a cat.", "I adopted a cat."]
 
 
-def test_turn_vectors_are_the_normalised_sums_in_one_call() -> None:
+def _expected(text: str, speaker: str | None) -> np.ndarray:
+    """u + w·e(speaker), normalised; u the normalised sum of the turn's texts' vectors."""
+    u = HASH.embed(turn_texts(text)).astype(np.float64).sum(axis=0)
+    u /= np.linalg.norm(u)
+    if speaker:
+        u = u + SPEAKER_WEIGHT * HASH.embed([speaker])[0]
+    return u / np.linalg.norm(u)
+
+
+def test_turn_vectors_are_content_plus_speaker_in_one_call() -> None:
     rec = Recording()
-    turns = [("Thanks! I adopted a cat. Her name is Luna.", "Ann"), ("Fine.", None), ("I like tea a lot.", "Bob")]
+    turns = [("Thanks! I adopted a cat. Her name is Luna.", "Ann"), ("Fine.", None), ("I like tea a lot.", "Ann")]
     V = turn_vectors(rec.embed, turns)
-    assert len(rec.calls) == 1 and rec.calls[0] == [t for tx, sp in turns for t in turn_texts(tx, sp)]
+    # every content text, then each distinct name once
+    assert len(rec.calls) == 1 and rec.calls[0] == [t for tx, _ in turns for t in turn_texts(tx)] + ["Ann"]
     assert V.shape == (3, HASH.dim) and V.dtype == np.float32 and V.flags.c_contiguous
     for v, (tx, sp) in zip(V, turns):
-        want = HASH.embed(turn_texts(tx, sp)).astype(np.float64).sum(axis=0)
-        np.testing.assert_allclose(v, want / np.linalg.norm(want), atol=1e-6)
+        np.testing.assert_allclose(v, _expected(tx, sp), atol=1e-6)
     assert turn_vectors(rec.embed, []).shape == (0, HASH.dim)
+
+
+def test_the_speaker_has_the_same_say_in_a_short_and_a_long_turn() -> None:
+    """The name is added to the normalised content: cos(v, e) = (u·e + w) / |u + w·e| whatever
+    the turn's length (a name written into the text would weigh most in the shortest turns)."""
+    name = HASH.embed(["Ann"])[0].astype(np.float64)
+    texts = ["Okay.", "We drove to the coast, camped two nights and saw seals on the rocks. It rained."]
+    V = turn_vectors(HASH.embed, [(t, "Ann") for t in texts])
+    for v, t in zip(V, texts):
+        u = _expected(t, None)
+        want = (float(u @ name) + SPEAKER_WEIGHT) / np.linalg.norm(u + SPEAKER_WEIGHT * name)
+        assert float(v @ name) == pytest.approx(want, abs=1e-5)
+    u0 = turn_vectors(HASH.embed, [(texts[0], "Ann")], speaker_weight=0.0)[0]
+    np.testing.assert_allclose(u0, _expected(texts[0], None), atol=1e-6)
+
+
+def test_a_question_naming_a_person_meets_that_persons_turn() -> None:
+    lines = [("Ann", "I moved to Berlin with my partner last spring."), ("Ben", "I moved to Lisbon with my partner.")]
+    m = Memory(embedder="hashing", config=MemoryConfig(layers=("working", "episodic"), min_similarity=-1.0))
+    chat(m, "u", "s1", lines, T0, "D")
+    for who, city in (("Ann", "Berlin"), ("Ben", "Lisbon")):
+        (top,) = m.search(f"Where did {who} move with the partner?", user_id="u", k=1, layers=["archive"])
+        assert city in top.text
+    m.close()
+
+
+def test_a_chat_role_is_no_name() -> None:
+    """Turns labelled "user" / "assistant" (any case) get their content vector alone: the label
+    says nothing a question could ask about, and on every turn it would only shift all scores."""
+    assert [is_name(x) for x in ("Ann", "user", "Assistant", " SYSTEM ", "", None)] == [
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+    ]
+    rec = Recording()
+    text = "I booked the flights. The hotel is next."
+    V = turn_vectors(rec.embed, [(text, "user"), (text, "Assistant"), (text, None)])
+    assert rec.calls[0] == turn_texts(text) * 3  # no name embedded
+    for v in V:
+        np.testing.assert_allclose(v, _expected(text, None), atol=1e-6)
 
 
 def test_opposite_parts_fall_back_to_the_whole_turn() -> None:
@@ -76,7 +128,7 @@ def test_opposite_parts_fall_back_to_the_whole_turn() -> None:
         out[1, 0] = -1.0  # the sentence cancels the whole turn exactly
         return out
 
-    V = turn_vectors(opposed, [("Okay then! I adopted a cat.", "Ann")])
+    V = turn_vectors(opposed, [("Okay then! I adopted a cat.", None)])
     np.testing.assert_array_equal(V, [[1.0, 0.0, 0.0, 0.0]])
 
 
@@ -110,6 +162,6 @@ def test_import_into_another_embedder_embeds_turns_as_the_write_path() -> None:
     dst = Memory(embedder=rec)
     dst.import_user(dump, embedder="another-embedder")
     np.testing.assert_allclose(stored(dst, text), turn_vectors(HASH.embed, [(text, "Ann")])[0], atol=1e-6)
-    assert "Ann: My sister adopted a kitten." in [t for call in rec.calls for t in call]
+    assert "My sister adopted a kitten." in [t for call in rec.calls for t in call]
     src.close()
     dst.close()
