@@ -35,15 +35,6 @@ struct PyCudaModel {
   throw py::error_already_set();
 }
 
-// The Ms-PoE dict (model_args.hpp); the window variant is not implemented here.
-model::PositionScaling device_position_scaling(const py::object& o, const model::Config& c) {
-  model::PositionScaling p = position_scaling(o, c);
-  if (p.enabled && p.window != 0)
-    not_implemented("Ms-PoE's window variant (window > 0) is not implemented on CUDA; use window=0 "
-                    "or device='cpu'");
-  return p;
-}
-
 py::array_t<float> head_rows(const cm::DeviceKVCache& c, int l, int h, bool keys) {
   const std::size_t n = c.length(l, h), D = static_cast<std::size_t>(c.head_dim());
   py::array_t<float> out({n, D});
@@ -137,7 +128,7 @@ void register_cuda_model(py::module_& m) {
              const model::Config c = model_config(cfg);
              py::list keep;  // the arrays the weight view points into, until the upload is done
              const cm::HostWeights w = model_weights(tensors, c, keep);
-             const model::PositionScaling pos = device_position_scaling(position, c);
+             const model::PositionScaling pos = position_scaling(position, c);
              auto pm = std::make_unique<PyCudaModel>();
              {
                py::gil_scoped_release nogil;  // dequantisation and upload (the arrays are kept in `keep`)
@@ -147,8 +138,7 @@ void register_cuda_model(py::module_& m) {
            }),
            py::arg("config"), py::arg("tensors"), py::arg("position") = py::none(),
            "The llama forward on the current CUDA device: every matrix dequantised to fp16 and "
-           "uploaded once. Same arguments as LlamaModel (Ms-PoE's window variant raises "
-           "NotImplementedError).")
+           "uploaded once. Same arguments as LlamaModel.")
       .def(
           "set_channel_scaling",
           [](PyCudaModel& pm, const py::object& o) {

@@ -11,11 +11,16 @@
 //
 // RoPE is llama.cpp's adjacent-pair layout with the CPU model's rotation tables (computed on
 // the host in double precision, as cpp/model.cpp does, and uploaded per call). Ms-PoE
-// (lamina::model::PositionScaling) is supported except the window variant: on a cache's
-// first call the rescaled layers' heads are scored on the device (the outlier share of the
-// last query's un-rotated softmax row, as on the CPU) and assigned their ratios on the host,
-// layer by layer; a rescaled query head is rotated at p / r and attends over the KV head's
-// scaled keys, which the cache keeps beside the plain ones (memory × 1.5, as on the CPU).
+// (lamina::model::PositionScaling): on a cache's first call the rescaled layers' heads are
+// scored on the device (the outlier share of the last query's un-rotated softmax row, as on
+// the CPU) and assigned their ratios on the host, layer by layer; a rescaled query head is
+// rotated at p / r and attends over the KV head's scaled keys, which the cache keeps beside
+// the plain ones (memory × 1.5, as on the CPU). The window variant (window > 0) keeps the
+// query plain and adds a far copy rotated at p / r + window · (1 - 1/r): the entries at
+// position <= p - window (counted on the host from the cache's positions, per layer, KV head
+// and query) are scored with the far query against the scaled keys, the nearer ones with the
+// plain query against the plain keys, in one softmax (the CPU merges two softmaxes by their
+// partition functions: the same numbers up to rounding).
 // Single-channel scaling (lamina::model::ChannelScaling) as on the CPU: the scaled query /
 // key is the plain projection plus (factor - 1) · hn[channel] · the weights' column (here the
 // fp16 column the device multiplies with), added before RoPE (channel_scale); in last-tokens
@@ -89,21 +94,27 @@ struct HeadSlot {
 /// RoPE and the cache append for one layer. qkv: T rows of (H + 2·Hk)·D floats (Q heads,
 /// K heads, V heads). Query heads are rotated in place; keys rotated and written as fp16 to
 /// slot len0 + t of their head (and, where kmap >= 0, rotated by the scaled table into ks),
-/// values copied. rope: float2 (cos, sin) tables, [1 + Hk][T][D/2]: table 0 the plain angles,
-/// table 1 + r ratio index r's. qmap (H) / kmap (Hk): ratio index per head, -1 plain.
-/// slots: Hk device HeadSlots of this layer.
+/// values copied. rope: float2 (cos, sin) tables, [1 + Hk (+ Hk)][T][D/2]: table 0 the plain
+/// angles, table 1 + r ratio index r's, table 1 + Hk + r (window variant) ratio index r's far
+/// angles. qmap (H) / kmap (Hk): ratio index per head, -1 plain. slots: Hk device HeadSlots of
+/// this layer. qfar (window variant, else null; T × H·D floats): a query head with qmap >= 0
+/// is rotated by its far table into qfar row t, head hh, and by the plain table in place.
 void rope_append(float* qkv, std::size_t T, int H, int Hk, int D, const float* rope,
-                 const int* qmap, const int* kmap, const HeadSlot* slots, void* stream);
+                 const int* qmap, const int* kmap, const HeadSlot* slots, float* qfar,
+                 void* stream);
 
 /// Attention of the T queries of one layer over their KV heads' cache entries (causal: query
 /// t sees the first len0 + t + 1 entries). q: rows of `ldq` floats, head hh at hh·D;
 /// out: T × H·D. qmap: per query head, >= 0 reads the scaled keys; queries t >= t_dual read
 /// the scaled keys too (channel scaling's last-tokens mode; T: none). max_len: the largest
-/// len0 + T over the heads (sizes the key splits). part: split-K scratch of
-/// attention_scratch_floats(T, H, D, max_len) floats.
+/// len0 + T over the heads (sizes the key splits). Window variant (qfar and far both set, else
+/// both null; not with t_dual < T): a query head with qmap >= 0 scores its KV head's entries
+/// j < far[kv·T + t] with its far query (qfar, T × H·D floats, rope_append's) against the
+/// scaled keys and the others with its plain query against the plain keys, in one softmax.
+/// part: split-K scratch of attention_scratch_floats(T, H, D, max_len) floats.
 void attention(const float* q, std::size_t ldq, std::size_t T, int H, int Hk, int D,
                const int* qmap, std::size_t t_dual, const HeadSlot* slots, std::size_t max_len,
-               float* part, float* out, void* stream);
+               const float* qfar, const int* far, float* part, float* out, void* stream);
 
 /// Single-channel scaling of one layer (lamina::model::ChannelScaling; before rope_append):
 /// the projection of the input with channel `channel` scaled by factor = 1 + delta is the
@@ -206,7 +217,7 @@ class DeviceModel {
  public:
   /// Checks the shapes (lamina::model::check_weights, ValueError naming the tensor; the CUDA
   /// path also needs multiples of 8 columns), dequantises every matrix to fp16 and uploads it
-  /// to the current device. ValueError for Ms-PoE's window variant (not implemented here).
+  /// to the current device.
   DeviceModel(const Config& cfg, const HostWeights& w, const PositionScaling& pos = {});
   ~DeviceModel();
   DeviceModel(const DeviceModel&) = delete;

@@ -169,15 +169,24 @@ __global__ void swiglu_kernel(const float* __restrict__ gu, std::size_t T, int F
 // ---- RoPE and the cache append ---------------------------------------------------------------
 __global__ void rope_append_kernel(float* __restrict__ qkv, int T, int H, int Hk, int D,
                                    const float2* __restrict__ rope, const int* __restrict__ qmap,
-                                   const int* __restrict__ kmap, const HeadSlot* __restrict__ slots) {
+                                   const int* __restrict__ kmap, const HeadSlot* __restrict__ slots,
+                                   float* __restrict__ qfar) {
   const int t = blockIdx.x, hh = blockIdx.y, i = threadIdx.x, half_d = D / 2;
   if (i >= half_d) return;
   float* row = qkv + static_cast<std::size_t>(t) * (H + 2 * Hk) * D;
   auto table = [&](int r) { return rope[(static_cast<std::size_t>(r + 1) * T + t) * half_d + i]; };
   if (hh < H) {
     float* q = row + hh * D;
-    const float2 cs = table(qmap[hh]);  // qmap -1: the plain table 0
+    const int r = qmap[hh];  // -1: the plain table 0
     const float x0 = q[2 * i], x1 = q[2 * i + 1];
+    if (qfar && r >= 0) {
+      // Window variant: the far query (table 1 + Hk + r) beside, the plain one in place.
+      const float2 cf = table(Hk + r);
+      float* f = qfar + (static_cast<std::size_t>(t) * H + hh) * D;
+      f[2 * i] = x0 * cf.x - x1 * cf.y;
+      f[2 * i + 1] = x0 * cf.y + x1 * cf.x;
+    }
+    const float2 cs = table(qfar ? -1 : r);
     q[2 * i] = x0 * cs.x - x1 * cs.y;
     q[2 * i + 1] = x0 * cs.y + x1 * cs.x;
     return;
@@ -252,12 +261,17 @@ constexpr int kMaxR = kMaxHeadDim / 32;
 
 // A warp per (token t, query head hh, key split s): online softmax over keys [j0, j1) of the
 // visible n = len0 + t + 1. With one split the normalised output goes to `out`; otherwise the
-// partial (max, sum, unnormalised accumulator) to `part`.
+// partial (max, sum, unnormalised accumulator) to `part`. Ms-PoE's window variant (qfar set):
+// a rescaled head's keys j < far[kv·T + t] are scored with its far query against the scaled
+// keys, the rest with the plain query against the plain keys — one softmax over both, which
+// is what the CPU's two softmaxes merged by their partition functions compute.
 __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(const float* __restrict__ q, std::size_t ldq, int T, int H, int Hk, int D,
                      const int* __restrict__ qmap, int t_dual, const HeadSlot* __restrict__ slots, int splits,
-                     int chunk, float scale, float* __restrict__ part, float* __restrict__ out) {
+                     int chunk, float scale, const float* __restrict__ qfar, const int* __restrict__ far,
+                     float* __restrict__ part, float* __restrict__ out) {
   __shared__ float qs[kAttnWarps][kMaxHeadDim];
+  __shared__ float qf[kAttnWarps][kMaxHeadDim];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const std::size_t item = static_cast<std::size_t>(blockIdx.x) * kAttnWarps + w;
   if (item >= static_cast<std::size_t>(T) * H * splits) return;  // whole warps leave together
@@ -271,8 +285,17 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const std::size_t j1 = splits == 1 ? n : std::min(n, j0 + chunk);
   const float* qr = q + static_cast<std::size_t>(t) * ldq + static_cast<std::size_t>(hh) * D;
   for (int e = lane; e < D; e += 32) qs[w][e] = qr[e];
+  // The window variant's rescaled head: entries [0, n_far) lie window or more behind the query.
+  const bool windowed = qfar != nullptr && qmap[hh] >= 0;
+  const std::size_t n_far = windowed ? static_cast<std::size_t>(far[static_cast<std::size_t>(kv) * T + t]) : 0;
+  if (windowed) {
+    const float* fr = qfar + (static_cast<std::size_t>(t) * H + hh) * D;
+    for (int e = lane; e < D; e += 32) qf[w][e] = fr[e];
+  }
   __syncwarp();
-  const __half* K = static_cast<const __half*>(qmap[hh] >= 0 || t >= t_dual ? slot.ks : slot.k);
+  const __half* K =
+      static_cast<const __half*>(!windowed && (qmap[hh] >= 0 || t >= t_dual) ? slot.ks : slot.k);
+  const __half* KF = static_cast<const __half*>(slot.ks);
   const __half* V = static_cast<const __half*>(slot.v);
   float m = -INFINITY, l = 0.0f, acc[kMaxR];
 #pragma unroll
@@ -281,13 +304,15 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     const std::size_t j = jb + lane;
     float score = -INFINITY;
     if (j < j1) {
-      const __half* kr = K + j * D;
+      const bool fj = j < n_far;
+      const __half* kr = (fj ? KF : K) + j * D;
+      const float* qv = fj ? qf[w] : qs[w];
       float dot = 0.0f;
       for (int e = 0; e < D; e += 8) {
         float f[8];
         load8(kr + e, f);
 #pragma unroll
-        for (int u = 0; u < 8; ++u) dot += qs[w][e + u] * f[u];
+        for (int u = 0; u < 8; ++u) dot += qv[e + u] * f[u];
       }
       score = dot * scale;
     }
@@ -466,12 +491,14 @@ void swiglu(const float* gu, std::size_t T, std::size_t F, float* out, void* str
 }
 
 void rope_append(float* qkv, std::size_t T, int H, int Hk, int D, const float* rope,
-                 const int* qmap, const int* kmap, const HeadSlot* slots, void* stream) {
+                 const int* qmap, const int* kmap, const HeadSlot* slots, float* qfar,
+                 void* stream) {
   if (T == 0) return;
   LAMINA_CHECK(D >= 2 && D % 2 == 0 && D <= kMaxHeadDim, "rope_append: bad head_dim ", D);
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H + Hk));
   rope_append_kernel<<<grid, static_cast<unsigned>(std::max(32, D / 2)), 0, as_stream(stream)>>>(
-      qkv, static_cast<int>(T), H, Hk, D, reinterpret_cast<const float2*>(rope), qmap, kmap, slots);
+      qkv, static_cast<int>(T), H, Hk, D, reinterpret_cast<const float2*>(rope), qmap, kmap, slots,
+      qfar);
   LAMINA_CUDA_LAUNCHED();
 }
 
@@ -498,9 +525,12 @@ std::size_t attention_scratch_floats(std::size_t T, int H, int D, std::size_t ma
 
 void attention(const float* q, std::size_t ldq, std::size_t T, int H, int Hk, int D,
                const int* qmap, std::size_t t_dual, const HeadSlot* slots, std::size_t max_len,
-               float* part, float* out, void* stream) {
+               const float* qfar, const int* far, float* part, float* out, void* stream) {
   if (T == 0) return;
   LAMINA_CHECK(t_dual <= T, "attention: t_dual (", t_dual, ") must be in [0, T = ", T, "]");
+  LAMINA_CHECK((qfar == nullptr) == (far == nullptr),
+               "attention: the far queries and the far-entry counts go together");
+  LAMINA_CHECK(!qfar || t_dual == T, "attention: the window variant has no dual keys");
   LAMINA_CHECK(D % 8 == 0 && D <= kMaxHeadDim, "attention: head_dim must be a multiple of 8 and <= ",
                kMaxHeadDim, ", got ", D);
   LAMINA_CHECK(Hk >= 1 && H % Hk == 0, "attention: n_heads must be a multiple of n_kv_heads");
@@ -510,7 +540,7 @@ void attention(const float* q, std::size_t ldq, std::size_t T, int H, int Hk, in
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   attention_kernel<<<grid_1d(items, kAttnWarps), kAttnWarps * 32, 0, as_stream(stream)>>>(
       q, ldq, static_cast<int>(T), H, Hk, D, qmap, static_cast<int>(t_dual), slots, splits, chunk,
-      scale, part, out);
+      scale, qfar, far, part, out);
   LAMINA_CUDA_LAUNCHED();
   if (splits > 1) {
     attention_merge_kernel<<<static_cast<unsigned>(T * H), static_cast<unsigned>(std::max(32, D)), 0,
@@ -765,9 +795,6 @@ DeviceModel::DeviceModel(const Config& c, const HostWeights& w, const PositionSc
                c.head_dim);
   lamina::model::check_weights(c, w, 8);
   lamina::model::check_position_scaling(c, pos_);
-  LAMINA_CHECK(!pos_.enabled || pos_.window == 0,
-               "ms-poe: the window variant (window > 0) is not implemented on CUDA; use window=0 "
-               "or device='cpu'");
   const std::size_t d = c.d_model;
   if (device_count() == 0)
     throw std::runtime_error("no usable CUDA device (no GPU or no driver): use device='cpu'");
@@ -918,20 +945,47 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
   cache.reserve_more(T);
 
   // Host tables: rotations (as cpp/model.cpp computes them), head slots and ratio maps.
+  // Tables: 0 plain (p), 1 + r ratio index r's (p / r), and with the window variant 1 + Hk + r
+  // its far queries' (p / r + window · (1 - 1/r)).
   const std::size_t half_d = static_cast<std::size_t>(D / 2);
-  const std::size_t n_tab = 1 + (scaled ? static_cast<std::size_t>(Hk) : 0);
+  const std::size_t win = scaled ? static_cast<std::size_t>(pos_.window) : 0;
+  const std::size_t n_ratio = scaled ? static_cast<std::size_t>(Hk) : 0;
+  const std::size_t n_tab = 1 + n_ratio + (win ? n_ratio : 0);
   std::vector<float> rope(n_tab * T * half_d * 2);
   for (std::size_t r = 0; r < n_tab; ++r) {
-    const double ratio = r == 0 ? 1.0 : static_cast<double>(ratio_of(static_cast<int>(r - 1)));
+    const bool far_tab = r > n_ratio;
+    const std::size_t ri = far_tab ? r - 1 - n_ratio : r - 1;
+    const double ratio = r == 0 ? 1.0 : static_cast<double>(ratio_of(static_cast<int>(ri)));
+    const double shift = far_tab ? static_cast<double>(win) * (1.0 - 1.0 / ratio) : 0.0;
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t i = 0; i < half_d; ++i) {
         const double inv = std::pow(static_cast<double>(c.rope_base),
                                     -2.0 * static_cast<double>(i) / static_cast<double>(D));
         const double p = static_cast<double>(pos0 + static_cast<int64_t>(t));
-        const double ang = r == 0 ? p * inv : (p / ratio) * inv;
+        const double ang = r == 0 ? p * inv : far_tab ? (p / ratio + shift) * inv : (p / ratio) * inv;
         const std::size_t o = ((r * T + t) * half_d + i) * 2;
         rope[o] = static_cast<float>(std::cos(ang));
         rope[o + 1] = static_cast<float>(std::sin(ang));
+      }
+  }
+  // The window variant's split per (layer >= first, KV head, query t): the number of the head's
+  // entries at position <= pos0 + t - window (positions ascend: the held ones, all < pos0, then
+  // the call's pos0 + j for j <= t), read with the far query and the scaled keys.
+  std::vector<int> far;
+  if (win) {
+    far.assign(static_cast<std::size_t>(L) * Hk * T, 0);
+    for (int l = first; l < L; ++l)
+      for (int h = 0; h < Hk; ++h) {
+        const int32_t* pp = cache.positions(l, h);
+        const std::size_t held = cache.length(l, h);
+        int* row = far.data() + (static_cast<std::size_t>(l) * Hk + h) * T;
+        for (std::size_t t = 0; t < T; ++t) {
+          const int64_t cut = pos0 + static_cast<int64_t>(t) - static_cast<int64_t>(win);
+          const std::size_t below = static_cast<std::size_t>(
+              std::upper_bound(pp, pp + held, cut, [](int64_t a, int32_t b) { return a < b; }) - pp);
+          const std::size_t own = t + 1 >= win ? t + 1 - win : 0;  // j <= t - window
+          row[t] = static_cast<int>(below + own);
+        }
       }
   }
   std::vector<HeadSlot> slots(static_cast<std::size_t>(L) * Hk);
@@ -969,6 +1023,8 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
   float* act = sc.alloc<float>(T * F);
   float* part = sc.alloc<float>(attention_scratch_floats(T, H, D, max_len));
   float* share = sc.alloc<float>(static_cast<std::size_t>(H));
+  int* d_far = win ? sc.alloc<int>(far.size()) : nullptr;
+  float* qfar = win ? sc.alloc<float>(T * H * D) : nullptr;
   const std::size_t rows_out = mode == Logits::All ? T : 1;
   float* d_logits = sc.alloc<float>(mode == Logits::None ? 1 : rows_out * V);
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(d_ids, ids, T * sizeof(int32_t), cudaMemcpyHostToDevice, st));
@@ -976,6 +1032,8 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(d_slots, slots.data(), slots.size() * sizeof(HeadSlot), cudaMemcpyHostToDevice, st));
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(d_qmap, qmap.data(), qmap.size() * sizeof(int), cudaMemcpyHostToDevice, st));
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(d_kmap, kmap.data(), kmap.size() * sizeof(int), cudaMemcpyHostToDevice, st));
+  if (win)
+    LAMINA_CUDA_CHECK(cudaMemcpyAsync(d_far, far.data(), far.size() * sizeof(int), cudaMemcpyHostToDevice, st));
 
   embed_f16(d_ids, T, embd_, d, x, st);
   for (int l = 0; l < L; ++l) {
@@ -1017,7 +1075,10 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
       channel_scale(qkv, h, T, d, CS.channel, CS.factor - 1.0f, H, Hk, D,
                     chan_cols_ + static_cast<std::size_t>(l) * (H + Hk) * D, t_scaled, dual, d_rope,
                     ls, st);
-    rope_append(qkv, T, H, Hk, D, d_rope, lq, lk, ls, st);
+    // The window variant's far queries and split of this layer (null outside the rescaled layers).
+    float* lfar_q = win && l >= first ? qfar : nullptr;
+    const int* lfar = win && l >= first ? d_far + static_cast<std::size_t>(l) * Hk * T : nullptr;
+    rope_append(qkv, T, H, Hk, D, d_rope, lq, lk, ls, lfar_q, st);
     if (queries) {  // the window's rotated queries: q_window rows of H·D floats (stride QKV)
       const std::size_t hd = static_cast<std::size_t>(H) * D;
       LAMINA_CUDA_CHECK(cudaMemcpy2DAsync(queries + static_cast<std::size_t>(l) * q_window * hd,
@@ -1025,7 +1086,8 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
                                           QKV * sizeof(float), hd * sizeof(float), q_window,
                                           cudaMemcpyDeviceToHost, st));
     }
-    attention(qkv, QKV, T, H, Hk, D, lq, chan_layer && dual ? t_scaled : T, ls, max_len, part, att, st);
+    attention(qkv, QKV, T, H, Hk, D, lq, chan_layer && dual ? t_scaled : T, ls, max_len, lfar_q, lfar,
+              part, att, st);
     matmul_f16(att, T, static_cast<std::size_t>(H) * D, Ly.wo, d, x, d, true, st);
     rmsnorm(x, Ly.ffn_norm, T, d, c.rms_eps, h, st);
     matmul_f16(h, T, d, Ly.wgu, 2 * F, gu, 2 * F, false, st);

@@ -198,9 +198,62 @@ def test_ms_poe_unit_ratios_give_the_plain_rope(model: Any, cuda_model: Any) -> 
     assert _kl(cuda_model.logits(ids), rescaled.logits(ids)) > 1e-3
 
 
-def test_ms_poe_window_is_not_implemented_on_cuda(model: Any) -> None:
-    with pytest.raises(NotImplementedError, match="window variant"):
-        _ms_poe(model, "cuda", window=8)
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"order": "normal", "window": 8},
+        {"order": "normal", "window": 32, "copy_heads": frozenset({(2, 0), (5, 4), (10, 4), (17, 3)})},
+        {"window": 32},
+    ],
+    ids=["window-8", "window-32-copy-heads", "window-32-rank"],
+)
+def test_ms_poe_window_matches_the_cpu_model(
+    model: Any, cuda_model: Any, doc_ids: list[int], options: dict[str, Any]
+) -> None:
+    """The window variant against its oracle, the CPU forward (same bar as the plain Ms-PoE
+    test): a 300-token prefill (keys on both sides of the window in one softmax), decode steps
+    over > 256 entries (split-K: the window's boundary inside a split), then a cache compacted
+    head by head, where the far / near split is counted from the kept positions."""
+    cpu, gpu = _ms_poe(model, "cpu", **options), _ms_poe(model, "cuda", **options)
+    ids = doc_ids[:310]
+    cc, gc = cpu.new_cache(), gpu.new_cache()
+    ref, _ = cpu.forward(ids[:300], cc, logits="all")
+    got, _ = gpu.forward(ids[:300], gc, logits="all")
+    ri, rg = cc.ratio_index(), gc.ratio_index()
+    sg = gc.outlier_share()
+    assert ri is not None and rg is not None and sg is not None
+    first = gpu.ms_poe.first_layer
+    assert (rg[:first] == -1).all()
+    order = options.get("order", "rank")
+    if order == "normal":  # no scoring: the assignment is the CPU's exactly
+        assert np.array_equal(rg, ri)
+    else:  # the device assigns from its own shares by the rule (see the plain Ms-PoE test)
+        assert np.array_equal(rg[first:], _ranked(sg, rg.shape[1], order)[first:])
+    kl, agree, _ = agreement(ref, got)
+    assert kl <= 0.01 and agree >= 0.99, (kl, agree)
+    # the window changes the model: far from Ms-PoE without it (CPU: mean KL about 0.25)
+    no_window = _ms_poe(model, "cuda", **{**options, "window": 0})
+    assert _kl(no_window.logits(ids[:300]), got) > 10 * kl
+    # decode steps over the 300 entries: one query, three (GEMV rows), one
+    steps_c, steps_g = [], []
+    for step in ([ids[300]], ids[301:304], [ids[304]]):
+        steps_c.append(cpu.forward(step, cc, logits="all")[0])
+        steps_g.append(gpu.forward(step, gc, logits="all")[0])
+    assert _kl(np.concatenate(steps_c), np.concatenate(steps_g)) < 0.01
+    # compacted head by head (ragged positions, some heads short of one key split)
+    L, Hk = gpu.config.n_layers, gpu.config.n_kv_heads
+    rng = np.random.default_rng(23)
+    for layer in range(L):
+        for h in range(Hk):
+            idx = np.sort(rng.choice(305, size=int(rng.integers(60, 305)), replace=False)).astype(np.int64)
+            gc.keep(layer, h, idx)
+            cc.keep(layer, h, idx)
+    assert np.array_equal(gc.lengths(), cc.lengths())
+    steps_c, steps_g = [], []
+    for step in ([ids[305]], ids[306:309], [ids[309]]):
+        steps_c.append(cpu.forward(step, cc, logits="all")[0])
+        steps_g.append(gpu.forward(step, gc, logits="all")[0])
+    assert _kl(np.concatenate(steps_c), np.concatenate(steps_g)) < 0.01
 
 
 def _channel(path: Any, device: str, **kw: Any) -> Any:

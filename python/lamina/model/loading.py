@@ -65,8 +65,6 @@ def load(
         position="ms-poe", a malformed calibration file or one made for another model.
     TypeError
         ``ms_poe`` not a :class:`MsPoE`.
-    NotImplementedError
-        Ms-PoE's window variant on ``device="cuda"``.
     RuntimeError
         ``device="cuda"`` without a CUDA build or without a CUDA device (the message says which).
     """

@@ -32,7 +32,7 @@ DEVICES = ("cpu", "cuda")
 QUESTION_SEPARATOR = "\n\n"
 
 
-def _check_cuda(ms_poe: MsPoE | None) -> None:
+def _check_cuda() -> None:
     """Raise, saying why, when ``device="cuda"`` cannot run here."""
     if not _core.has_cuda():
         raise RuntimeError(
@@ -41,10 +41,6 @@ def _check_cuda(ms_poe: MsPoE | None) -> None:
         )
     if _core.cuda_device_count() == 0:
         raise RuntimeError("device='cuda': no usable CUDA device (no GPU or no driver); use device='cpu'")
-    if ms_poe is not None and ms_poe.window:
-        raise NotImplementedError(
-            "Ms-PoE's window variant (window > 0) is not implemented on CUDA; use window=0 or device='cpu'"
-        )
 
 
 class Model:
@@ -70,8 +66,7 @@ class Model:
         is ranked on its first forward, which must start from an empty cache: the heads are
         scored on that call's last row (with ``generate(question=...)`` the context's last
         token, since the context is prefilled alone). The cache holds a second, rescaled copy
-        of every key (KV memory ×1.5). On CUDA the window variant raises NotImplementedError
-        (copy heads are found on the plain CPU model).
+        of every key (KV memory ×1.5). On CUDA, copy heads are found on the plain CPU model.
     channel : ChannelScaling, optional
         Single-channel hidden-state scaling (:mod:`lamina.model.calibration`; not with
         ``ms_poe``). With ``last_tokens`` >= 1 a cache keeps a second, scaled copy of every
@@ -132,7 +127,7 @@ class Model:
             raise InvalidInput(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
         self.device = device
         if device == "cuda":
-            _check_cuda(ms_poe)
+            _check_cuda()
         find_heads = ms_poe is not None and not isinstance(ms_poe.copy_heads, frozenset) and bool(ms_poe.copy_heads)
         if ms_poe is None or find_heads:  # the plain model (Ms-PoE finds its copy heads on it, on the CPU)
             self._native: NativeModel = (

@@ -68,8 +68,6 @@ def cuda_model(f: GGUFModelFile, position: dict[str, Any] | None = None) -> _cor
     ------
     ValueError
         A tensor is missing or has a shape the configuration does not expect.
-    NotImplementedError
-        Ms-PoE's window variant.
     """
     tensors = {name: (t.type, _view(t)) for name, t in f.tensors.items()}
     native = _core.CudaLlamaModel(_config(f), tensors, position)
