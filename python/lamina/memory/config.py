@@ -71,11 +71,12 @@ class MemoryConfig:
     which items enter the context is decided before it — the firewall does not hide relevant
     memories; 0 disables).
 
-    Turn vectors: ``turn_vectors`` "sentences" (default: a turn is embedded as
-    ``"<speaker>: <text>"`` and as each of its sentences of three words or more, and stored as
-    the normalised sum — :mod:`lamina.memory.turnvec`; more texts to embed per turn, measured
-    in the README's "Memory quality") or "text" (the turn's text alone, one embedding). It
-    decides how new and re-embedded turns are embedded; vectors already stored stay as they are.
+    Turn vectors: ``turn_vectors`` "sentences" (default: a turn is embedded as its text and as
+    each of its sentences of three words or more, summed and normalised, and its speaker's name
+    — unless a chat role like "user" — is added with weight 0.5: :mod:`lamina.memory.turnvec`;
+    about 3.6 texts to embed per conversational turn, measured in the README's "LoCoMo") or
+    "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
+    embedded; vectors already stored stay as they are.
 
     Storage: ``synchronous`` "NORMAL" (survives kill -9) or "FULL" (also power loss).
 
