@@ -165,3 +165,18 @@ def test_import_into_another_embedder_embeds_turns_as_the_write_path() -> None:
     assert "My sister adopted a kitten." in [t for call in rec.calls for t in call]
     src.close()
     dst.close()
+
+
+def test_a_dump_without_vectors_is_re_embedded_by_the_rule() -> None:
+    """A database written with plain text vectors moves to the sentence rule by exporting a user
+    without vectors and importing it (same embedder)."""
+    text = "Hi! My sister adopted a kitten. It is grey."
+    src = Memory(embedder="hashing", config=MemoryConfig(turn_vectors="text"))
+    chat(src, "u", "s1", [("Ann", text)], T0, "D")
+    np.testing.assert_allclose(stored(src, text), HASH.embed([text])[0], atol=1e-6)
+    dump = src.export_user(user_id="u", vectors=False)
+    dst = Memory(embedder="hashing")
+    dst.import_user(dump, embedder=dst.embedder.name)
+    np.testing.assert_allclose(stored(dst, text), turn_vectors(HASH.embed, [(text, "Ann")])[0], atol=1e-6)
+    src.close()
+    dst.close()
