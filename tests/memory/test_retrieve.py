@@ -281,6 +281,26 @@ def test_stale_penalty_scales_a_stale_turn() -> None:
         m.close()
 
 
+def test_a_question_for_a_time_reads_stale_turns_at_full_score() -> None:
+    """A superseded fact's turns are history: a question asking when something happened (date
+    intent) sees them unpenalised, in a single context and in a batch alike."""
+    m = Memory(embedder="hashing", config=MemoryConfig(stale_penalty=0.5, min_similarity=-1.0))
+    chat(m, "u", "s1", [("Alice", "I live in London."), ("Bob", "ok")], T0, "D1")
+    m.end_session(user_id="u", session_id="s1")
+    chat(m, "u", "s2", [("Alice", "I moved to Paris."), ("Bob", "fine")], T0 + DAY, "D2")
+    m.end_session(user_id="u", session_id="s2")
+    now = T0 + 2 * DAY
+    for q, factor in (("When did Alice live in London?", 1.0), ("Did Alice live in London?", 0.5)):
+        (plain,) = [it for it in m.search(q, user_id="u", k=50, layers=["archive"]) if it.sources == ("D1:0",)]
+        for ctx in (
+            m.context(q, user_id="u", budget=400, now=now),
+            m.context_batch([q], user_ids="u", budget=400, now=now)[0],
+        ):
+            (shown,) = [it for it in ctx.items if it.kind == "turn" and it.sources == ("D1:0",)]
+            assert shown.score == pytest.approx(plain.score * factor, rel=1e-5), q
+    m.close()
+
+
 def test_archive_is_read_only_on_request() -> None:
     m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=4, layers=("working",)))
     chat(m, "u", "s", [("Alice", "My parrot is called Kiwi.")] + FILLER[:3], T0, "D")

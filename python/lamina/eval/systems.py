@@ -393,6 +393,7 @@ LAMINA_VARIANTS: dict[str, dict[str, Any]] = {
     "lamina -time": {"time_channel": False},  # no time-bearing ranking for "when" questions
     "lamina -session": {"session_prior": 0.0},  # turns ranked on their own, not by their session too
     "lamina -sentences": {"turn_vectors": "text"},  # a turn embedded as its text alone
+    "lamina -stale": {"stale_penalty": 0.0},  # superseded facts' turns not demoted
 }
 
 

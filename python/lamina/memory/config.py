@@ -51,7 +51,9 @@ class MemoryConfig:
     ``beta`` [β] and ``max_entropy`` [ε] of the gate (None: no bound); ``min_similarity`` (the
     firewall floor: below it nothing is returned and the context abstains);
     ``working_share`` (the largest share of the budget working memory gets first);
-    ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p));
+    ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p),
+    except for a query that asks for a time, :func:`lamina.timeref.date_intent`: when something
+    happened is asked of its history, superseded or not);
     ``lexical``: episodic turns are also ranked by BM25 over ``speaker + text`` (native
     :class:`lamina.LexicalIndex`, per-user statistics) and the two rankings are fused by
     reciprocal rank (``rrf_k``: 1/(k + rank); 20 was chosen among 10 / 20 / 30 / 60 on the LoCoMo

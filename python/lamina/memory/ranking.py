@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ..timeref import date_intent
 from .fill import item_tokens
 from .fusion import FusedMany, segment_ranks, sort_within
 from .records import GENERAL_KINDS, Record, TokenCount, norm_key, text_key
@@ -153,7 +154,9 @@ def rank_many(
             else stale.weight(r.id, r.text, r.sources, text_key(r))
         )
     w = weight[pos]
-    adj = np.where(w != 0, score - np.abs(score) * (stp * w), score)
+    # (a query for a time asks when something happened: a superseded fact's turns are its history)
+    stp_q = np.array([0.0 if date_intent(q) else stp for q in queries])
+    adj = np.where(w != 0, score - np.abs(score) * (stp_q[q_of] * w), score)
     kept = ~(adj < floor)
 
     # -- the speaker scope: items of someone else than the one person the query names --

@@ -433,7 +433,9 @@ def rank(
             continue
         adj: Scored = []
         spec: list[float] = []  # scores of the layer's specific items (turns, facts)
-        floor, sp, stp = c.min_similarity, c.speaker_scope, c.stale_penalty
+        floor, sp = c.min_similarity, c.speaker_scope
+        # a query for a time asks when something happened: a superseded fact's turns are its history
+        stp = 0.0 if date_intent(query) else c.stale_penalty
         # (hot loop: names resolved once.) A penalty w in [0, 1] lowers a cosine-scale score
         # by the share w of its magnitude: s - |s|·w (×(1 − w) for a positive score; a
         # negative one moves down too, never up).
