@@ -427,6 +427,8 @@ def rank(
         )
         if folded:
             found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
+    # a query for a time asks when something happened: a superseded fact's turns are its history
+    stp = 0.0 if date_intent(query) else c.stale_penalty
     for L in layers:
         cands = found[L]
         if not cands:
@@ -434,8 +436,6 @@ def rank(
         adj: Scored = []
         spec: list[float] = []  # scores of the layer's specific items (turns, facts)
         floor, sp = c.min_similarity, c.speaker_scope
-        # a query for a time asks when something happened: a superseded fact's turns are its history
-        stp = 0.0 if date_intent(query) else c.stale_penalty
         # (hot loop: names resolved once.) A penalty w in [0, 1] lowers a cosine-scale score
         # by the share w of its magnitude: s - |s|·w (×(1 − w) for a positive score; a
         # negative one moves down too, never up).
