@@ -33,6 +33,7 @@ from .memory import (
 )
 from .memory.dump import UserDump
 from .memory.inputs import TimeLike
+from .memory.notes import Link, Note
 from .memory.reports import ContextExplanation, ImportReport
 
 __all__ = ["AsyncMemory"]
@@ -242,6 +243,14 @@ class AsyncMemory:
     async def history(self, item_id: int, *, user_id: str | None = None) -> list[MemoryItem]:
         """See :meth:`lamina.Memory.history`."""
         return await self._run(self._mem.history, item_id, user_id=user_id)
+
+    async def note(self, item_id: int, *, user_id: str | None = None) -> Note | None:
+        """See :meth:`lamina.Memory.note`."""
+        return await self._run(self._mem.note, item_id, user_id=user_id)
+
+    async def links(self, item_id: int, *, user_id: str | None = None) -> list[Link]:
+        """See :meth:`lamina.Memory.links`."""
+        return await self._run(self._mem.links, item_id, user_id=user_id)
 
     async def facts(self, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
         """See :meth:`lamina.Memory.facts`."""

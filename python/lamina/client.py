@@ -32,6 +32,7 @@ from .items import Context, MemoryItem
 from .memory.dump import DumpHeader, UserDump, dump_lines, read_dump
 from .memory.firewall import Firewall
 from .memory.inputs import TimeLike
+from .memory.notes import Link, Note
 from .memory.reports import DeleteReport, ImportReport, SessionReport
 from .wire import (
     WireError,
@@ -40,6 +41,8 @@ from .wire import (
     firewall_to_json,
     import_report_from_json,
     item_from_json,
+    links_from_json,
+    note_from_json,
     session_report_from_json,
 )
 
@@ -271,6 +274,18 @@ class _Api:
         )
 
     @staticmethod
+    def note(item_id: int, user_id: str | None) -> _Call[Note | None]:
+        return _Call(
+            "GET", f"/v1/memories/{_item_id(item_id)}/note", note_from_json, params=_drop_none({"user_id": user_id})
+        )
+
+    @staticmethod
+    def links(item_id: int, user_id: str | None) -> _Call[list[Link]]:
+        return _Call(
+            "GET", f"/v1/memories/{_item_id(item_id)}/links", links_from_json, params=_drop_none({"user_id": user_id})
+        )
+
+    @staticmethod
     def facts(user_id: str, subject: str | None, current: bool) -> _Call[list[MemoryItem]]:
         params = _drop_none({"subject": subject, "current": "true" if current else "false"})
         return _Call("GET", f"/v1/users/{_user_path(user_id)}/facts", _items, params=params)
@@ -403,6 +418,14 @@ class Client:
         """See :meth:`lamina.Memory.history`."""
         return self._do(_Api.history(item_id, user_id))
 
+    def note(self, item_id: int, *, user_id: str | None = None) -> Note | None:
+        """See :meth:`lamina.Memory.note`."""
+        return self._do(_Api.note(item_id, user_id))
+
+    def links(self, item_id: int, *, user_id: str | None = None) -> list[Link]:
+        """See :meth:`lamina.Memory.links`."""
+        return self._do(_Api.links(item_id, user_id))
+
     def facts(self, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
         """See :meth:`lamina.Memory.facts`."""
         return self._do(_Api.facts(user_id, subject, current))
@@ -520,6 +543,14 @@ class AsyncClient:
     async def history(self, item_id: int, *, user_id: str | None = None) -> list[MemoryItem]:
         """See :meth:`lamina.Memory.history`."""
         return await self._do(_Api.history(item_id, user_id))
+
+    async def note(self, item_id: int, *, user_id: str | None = None) -> Note | None:
+        """See :meth:`lamina.Memory.note`."""
+        return await self._do(_Api.note(item_id, user_id))
+
+    async def links(self, item_id: int, *, user_id: str | None = None) -> list[Link]:
+        """See :meth:`lamina.Memory.links`."""
+        return await self._do(_Api.links(item_id, user_id))
 
     async def facts(self, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
         """See :meth:`lamina.Memory.facts`."""

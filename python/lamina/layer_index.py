@@ -370,7 +370,7 @@ class LayerIndex:
         return self.search_batch(q.reshape(1, self.dim), [[namespace]], k)[0][0]
 
     def search_batch(
-        self, Q: npt.NDArray[np.float32], requests: Sequence[Sequence[int]], k: int
+        self, Q: npt.NDArray[np.float32], requests: Sequence[Sequence[int]], k: int, *, scan: bool = False
     ) -> list[list[tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]]]:
         """:meth:`search` of many queries at once: ``out[i][j]`` is the top-``k`` of namespace
         ``requests[i][j]`` for query row ``Q[i]``, as arrays (cosines, float32; item ids,
@@ -381,6 +381,9 @@ class LayerIndex:
         Q : ndarray, shape (n, dim), float32, finite, rows non-zero
         requests : n sequences of namespaces (distinct within a request)
         k : int
+        scan : bool
+            Scan every namespace exactly (no remote index, no hnswlib graph built or asked): for
+            callers whose namespaces are small by construction, or that must not start a graph.
 
         Notes
         -----
@@ -407,19 +410,20 @@ class LayerIndex:
                     n = sizes[ns] = self.count(ns)
                 if n == 0:
                     continue
-                if self.remote is not None:
+                if self.remote is not None and not scan:
                     hit = self.remote(Q[i], ns, min(k, n), n)
                     if hit is not None:
                         out[i][j] = hit
                         continue
-                if self.uses_ann(ns, n):
+                if not scan and self.uses_ann(ns, n):
                     sc, ids = self._ann_search(Q[i : i + 1], ns, min(k, n))
                     out[i][j] = (np.asarray(sc, dtype=np.float32), np.asarray(ids, dtype=np.int64))
                     continue
-                self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
+                if not scan:
+                    self._graphs.pop(ns, None)  # shrunk under half the threshold: back to exact
                 a = self._which(ns)
                 exact.setdefault(a, []).append((i, j, ns))
-                if self.remote is None:
+                if self.remote is None or scan:
                     arena_of[ns] = a
         for a, pairs in exact.items():
             most = max(sizes[ns] for _, _, ns in pairs)

@@ -17,6 +17,7 @@ from typing import Any
 from .errors import LaminaError
 from .items import CONTEXT_ORDERS, Blocked, Context, FirewallReport, MemoryItem
 from .memory.firewall import Firewall
+from .memory.notes import LINK_KINDS, Link, Note, NoteRevision
 from .memory.reports import DeleteReport, ImportReport, SessionReport
 
 __all__ = [
@@ -31,6 +32,10 @@ __all__ = [
     "delete_report_from_json",
     "import_report_to_json",
     "import_report_from_json",
+    "note_to_json",
+    "note_from_json",
+    "links_to_json",
+    "links_from_json",
 ]
 
 _ITEM_FIELDS = tuple(f.name for f in fields(MemoryItem))
@@ -224,3 +229,97 @@ def import_report_from_json(d: object) -> ImportReport:
         )
     except (KeyError, TypeError, ValueError) as e:
         raise WireError(f"malformed import report: {e}") from None
+
+
+def note_to_json(n: Note | None) -> dict[str, Any]:
+    """A turn's :class:`~lamina.Note` (or its absence) as ``{"note": {...} | null}``."""
+    if n is None:
+        return {"note": None}
+    return {
+        "note": {
+            "item_id": n.item_id,
+            "keywords": list(n.keywords),
+            "tags": list(n.tags),
+            "context": n.context,
+            "updated_at": n.updated_at,
+            "history": [
+                {"tags": list(h.tags), "context": h.context, "changed_at": h.changed_at, "cause": h.cause}
+                for h in n.history
+            ],
+        }
+    }
+
+
+def _opt_float(x: object) -> float | None:
+    return None if x is None else float(x)  # type: ignore[arg-type]
+
+
+def note_from_json(d: object) -> Note | None:
+    """The :class:`~lamina.Note` (or None) of :func:`note_to_json`'s object."""
+    o = _obj(d, "note response")
+    if "note" not in o:
+        raise WireError("note response has no 'note' field")
+    if o["note"] is None:
+        return None
+    n = _obj(o["note"], "note")
+    try:
+        return Note(
+            item_id=int(n["item_id"]),
+            keywords=tuple(str(w) for w in n["keywords"]),
+            tags=tuple(str(t) for t in n["tags"]),
+            context=str(n["context"]),
+            updated_at=_opt_float(n["updated_at"]),
+            history=tuple(
+                NoteRevision(
+                    tags=tuple(str(t) for t in h["tags"]),
+                    context=str(h["context"]),
+                    changed_at=_opt_float(h["changed_at"]),
+                    cause=None if h["cause"] is None else int(h["cause"]),
+                )
+                for h in map(lambda x: _obj(x, "note revision"), n["history"])
+            ),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise WireError(f"malformed note: {e}") from None
+
+
+def links_to_json(links: list[Link]) -> dict[str, Any]:
+    """A turn's :class:`~lamina.Link` s as ``{"links": [...]}``."""
+    return {
+        "links": [
+            {
+                "item_id": x.item_id,
+                "other_id": x.other_id,
+                "weight": x.weight,
+                "shared": list(x.shared),
+                "kind": x.kind,
+                "created_at": x.created_at,
+                "newer": x.newer,
+            }
+            for x in links
+        ]
+    }
+
+
+def links_from_json(d: object) -> list[Link]:
+    """The :class:`~lamina.Link` s of :func:`links_to_json`'s object."""
+    o = _obj(d, "links response")
+    try:
+        out = []
+        for x in map(lambda v: _obj(v, "link"), o["links"]):
+            if x["kind"] not in LINK_KINDS or not isinstance(x["newer"], bool):
+                raise ValueError(f"kind {x['kind']!r} / newer {x['newer']!r}")
+            out.append(
+                Link(
+                    item_id=int(x["item_id"]),
+                    other_id=int(x["other_id"]),
+                    weight=float(x["weight"]),
+                    shared=tuple(str(w) for w in x["shared"]),
+                    kind=str(x["kind"]),
+                    created_at=_opt_float(x["created_at"]),
+                    newer=x["newer"],
+                )
+            )
+        return out
+    except (KeyError, TypeError, ValueError) as e:
+        raise WireError(f"malformed links: {e}") from None

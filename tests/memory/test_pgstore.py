@@ -36,7 +36,19 @@ def test_every_per_user_table_is_keyed_by_the_user_and_nothing_references_anothe
     tables = {
         r[0] for r in s.conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema='lamina'")
     }
-    assert tables == {"migrations", "meta", "users", "sessions", "items", "revisions", "tombstones", "gone_users"}
+    assert tables == {
+        "migrations",
+        "meta",
+        "users",
+        "sessions",
+        "items",
+        "revisions",
+        "tombstones",
+        "gone_users",
+        "notes",
+        "note_revisions",
+        "links",
+    }
     pk_first = dict(
         s.conn.execute(
             "SELECT tc.table_name, kcu.column_name FROM information_schema.table_constraints tc"
@@ -45,7 +57,7 @@ def test_every_per_user_table_is_keyed_by_the_user_and_nothing_references_anothe
             " AND tc.constraint_type='PRIMARY KEY' AND kcu.ordinal_position=1"
         ).fetchall()
     )
-    for t in ("users", "sessions", "items", "revisions"):
+    for t in ("users", "sessions", "items", "revisions", "notes", "note_revisions", "links"):
         assert pk_first[t] == "user_id", t
     cols = {
         r[0]

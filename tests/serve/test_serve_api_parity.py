@@ -145,6 +145,33 @@ def test_update_history_end_session_facts_delete(api: Any, user: str) -> None:
         api.get(ids[1])
 
 
+def test_notes_and_links(api: Any, user: str) -> None:
+    lines = [
+        ("Alice", "I adopted a grey cat named Pixel last spring."),
+        ("Bob", "Nice name."),
+        ("Alice", "Pixel, my grey cat, was adopted last spring."),
+    ]
+    a, b, c = _chat(api, user, "s", lines, "N")
+    (link,) = api.links(a)
+    assert isinstance(link, lamina.Link) and (link.item_id, link.other_id, link.newer, link.kind) == (
+        a,
+        c,
+        True,
+        "related",
+    )
+    assert set(link.shared) == {"Pixel", "adopted", "spring", "grey", "last", "cat"} and 0.5 <= link.weight <= 1
+    assert [(x.other_id, x.newer) for x in api.links(c)] == [(a, False)] and api.links(b) == []
+    n = api.note(a)
+    assert isinstance(n, lamina.Note) and n.item_id == a and n.keywords[0] == "Pixel" and n.tags[0] == "Pixel"
+    assert n.context.startswith("Alice on 2023-05-08, about Pixel") and "later also: " in n.context
+    assert [(h.tags, h.cause) for h in n.history] == [(("Pixel",), c)]
+    with pytest.raises(lamina.NotFoundError):
+        api.note(a, user_id=f"{user}-other")
+    api.end_session(user_id=user, session_id="s")
+    episodes = api.search("grey cat", user_id=user, layers=["episodic"])
+    assert episodes and all(it.kind != "turn" and api.note(it.id) is None and api.links(it.id) == [] for it in episodes)
+
+
 def test_errors_are_lamina_errors(api: Any, user: str) -> None:
     ids = _chat(api, user, "s", LINES[:1], "E")
     with pytest.raises(lamina.InvalidInput, match="empty"):

@@ -24,6 +24,10 @@ from lamina.wire import (
     delete_report_to_json,
     item_from_json,
     item_to_json,
+    links_from_json,
+    links_to_json,
+    note_from_json,
+    note_to_json,
     session_report_from_json,
     session_report_to_json,
 )
@@ -68,6 +72,36 @@ def test_round_trip_of_real_results() -> None:
     assert delete_report_from_json(json.loads(json.dumps(delete_report_to_json(rep2)))) == rep2
     assert set(SessionReport.__dataclass_fields__) == set(S.SessionReportOut.model_fields)
     assert set(Context.__dataclass_fields__) | {"text"} == set(S.ContextOut.model_fields)
+
+
+def test_round_trip_of_notes_and_links() -> None:
+    import json
+
+    lines = ["I adopted a grey cat named Pixel last spring.", "Pixel, my grey cat, was adopted last spring."]
+    with Memory(None, embedder="hashing") as m:
+        a, b = m.add(
+            [{"speaker": "Alice", "text": t, "timestamp": T0 + i} for i, t in enumerate(lines)],
+            user_id="u",
+            session_id="s",
+        )
+        note, links = m.note(a), m.links(a) + m.links(b)
+    assert note is not None and note.history and len(links) == 2
+    wire = json.loads(json.dumps(note_to_json(note)))
+    S.NoteOut.model_validate(wire)
+    assert note_from_json(wire) == note and note_from_json(json.loads(json.dumps(note_to_json(None)))) is None
+    lw = json.loads(json.dumps(links_to_json(links)))
+    S.LinksOut.model_validate(lw)
+    assert links_from_json(lw) == links
+    for bad in ({}, {"note": {"item_id": 1}}, {"note": []}):
+        with pytest.raises(WireError):
+            note_from_json(bad)
+    for bad_links in (
+        {},
+        {"links": [{**lw["links"][0], "kind": "cousin"}]},
+        {"links": [{**lw["links"][0], "newer": 1}]},
+    ):
+        with pytest.raises(WireError):
+            links_from_json(bad_links)
 
 
 def test_malformed_documents_raise_wire_error() -> None:

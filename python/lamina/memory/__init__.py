@@ -34,7 +34,8 @@ The package reads top-down as the loop (imports flow one way, from the first to 
   neighbour lists and incidence), :mod:`~lamina.memory.state` (per-user state, arenas, catching up
   with the store's change log), :mod:`~lamina.memory.tx` (the unit of work ``Tx``);
 * the stages: :mod:`~lamina.memory.ingest` (add, working FIFO), :mod:`~lamina.memory.consolidate`
-  (segments, MemTree, summaries, EMA blend), :mod:`~lamina.memory.semantic` (facts, supersession,
+  (segments, MemTree, summaries, EMA blend), :mod:`~lamina.memory.notes` (A-Mem notes, links and
+  evolution of turns), :mod:`~lamina.memory.semantic` (facts, supersession,
   profiles), :mod:`~lamina.memory.retention` (heat, promotion, eviction),
   :mod:`~lamina.memory.retrieve` (candidates, lexical fusion, staleness), :mod:`~lamina.memory.domains`
   (domain labels) and :mod:`~lamina.memory.firewall` (what may pass into a prompt),
@@ -49,6 +50,7 @@ from .domains import DomainClassifier
 from .firewall import Firewall
 from .listing import Activity, ActivityBin, ItemPage
 from .memory import ClosedError, Memory
+from .notes import Link, Note, NoteRevision
 from .reports import Candidate, ContextExplanation, DeleteReport, MemoryStats, ProfileDrift, SessionReport
 
 __all__ = [
@@ -66,4 +68,7 @@ __all__ = [
     "ItemPage",
     "Activity",
     "ActivityBin",
+    "Note",
+    "NoteRevision",
+    "Link",
 ]

@@ -80,6 +80,13 @@ class MemoryConfig:
     "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
     embedded; vectors already stored stay as they are.
 
+    A-Mem notes (:mod:`lamina.memory.notes`): with ``notes`` on, every added turn gets a note
+    (at most ``note_keywords`` keywords) and links to at most ``note_links`` earlier turns whose
+    cosine is at least ``link_threshold`` and that share a keyword (``duplicate_threshold``: a
+    link this close between turns of one speaker is a restatement); linked notes gain the shared
+    keywords as tags (at most ``note_tags``, the oldest gained dropped first). Read through
+    :meth:`lamina.Memory.note` and :meth:`lamina.Memory.links`; the read path does not use them.
+
     Storage: ``synchronous`` "NORMAL" (survives kill -9) or "FULL" (also power loss).
 
     Ablation: ``layers`` names the active layers in use (default all three); leaving out
@@ -149,6 +156,12 @@ class MemoryConfig:
     vector_dtype: VectorDType = "float32"
     pgvector_threshold: int | None = 40_000
     turn_vectors: TurnVectors = "sentences"
+    notes: bool = True
+    note_keywords: int = 8
+    note_tags: int = 8
+    note_links: int = 5
+    link_threshold: float = 0.5
+    duplicate_threshold: float = 0.95
 
     def __post_init__(self) -> None:
         ints = (
@@ -166,6 +179,9 @@ class MemoryConfig:
             "ann_ef_search",
             "rrf_k",
             "pgvector_threshold",
+            "note_keywords",
+            "note_tags",
+            "note_links",
         )
         if self.codec is not None and self.codec not in CODECS:
             raise InvalidInput(f"MemoryConfig.codec must be one of {CODECS} or None, got {self.codec!r}")
@@ -188,7 +204,7 @@ class MemoryConfig:
                 "turn_vectors",
             ) or (f.name in ("max_entropy", "pgvector_threshold") and v is None):
                 continue
-            if f.name in ("lexical", "time_channel"):
+            if f.name in ("lexical", "time_channel", "notes"):
                 if not isinstance(v, bool):
                     raise TypeError(f"MemoryConfig.{f.name} must be a bool, got {type(v).__name__}")
                 continue
@@ -226,6 +242,11 @@ class MemoryConfig:
             raise InvalidInput(
                 f"MemoryConfig.layers must be a tuple of {ACTIVE_LAYERS} including 'working', got {self.layers!r}"
             )
+        for nm in ("link_threshold", "duplicate_threshold"):
+            if not -1.0 <= getattr(self, nm) <= 1.0:
+                raise InvalidInput(f"MemoryConfig.{nm} must be a cosine in [-1, 1], got {getattr(self, nm)}")
+        if self.link_threshold > self.duplicate_threshold:
+            raise InvalidInput("MemoryConfig.link_threshold must be <= duplicate_threshold")
         if self.turn_vectors not in ("sentences", "text"):
             raise InvalidInput(f"MemoryConfig.turn_vectors must be 'sentences' or 'text', got {self.turn_vectors!r}")
         if self.eviction not in ("coverage", "heat"):

@@ -13,6 +13,7 @@ import numpy.typing as npt
 from ..errors import InvalidInput
 from .consolidate import dequeue
 from .inputs import check_text, to_time
+from .notes import link_new_turns
 from .records import COMMITMENTS
 from .tx import Models, Tx
 
@@ -104,6 +105,7 @@ def add_turns(
         r.source_id = m.source_id if m.source_id is not None else f"t{r.id}"
         st.set_sources(u, r, (r.source_id,))
         ids.append(r.id)
+    link_new_turns(tx, u, ids)
     cap = st.config.working_capacity
     q = u.working.setdefault(session_id, [])
     if len(q) > cap:

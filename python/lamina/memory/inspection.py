@@ -19,6 +19,7 @@ from .dump import KINDS, STATUSES
 from .host import MemoryHost
 from .inputs import check_count, check_id, check_layers, check_text
 from .listing import Activity, ItemPage
+from .notes import Link, Note, links_of, note_of
 from .records import norm_key
 from .reports import MemoryStats
 from .stats import count_stats
@@ -69,6 +70,47 @@ class Inspection:
                 revisions = self._store.revisions(r.id)
             out = [replace(st.item(r), text=t, timestamp=ct) for t, ct in revisions]
             return out + [st.item(r)]
+
+    def note(self: MemoryHost, item_id: int, *, user_id: str | None = None) -> Note | None:
+        """The A-Mem note of a turn (:mod:`lamina.memory.notes`): keywords, tags, context and
+        their history; None for an item that is not a turn, or a turn without a note (added
+        with ``MemoryConfig.notes`` off, or imported).
+
+        Raises
+        ------
+        NotFoundError
+            Unknown id, an id of another database, or (with ``user_id``) another user's item.
+        """
+        self._check_open()
+        with self._op():
+            self._sync()
+            r = self._record(item_id, user_id)
+            if r.kind != "turn":
+                return None
+            with self._store.read_tx():
+                row = self._store.get_notes(r.user_id, [r.id]).get(r.id)
+                history = self._store.note_revisions(r.user_id, r.id) if row is not None else []
+            return note_of(row, history)
+
+    def links(self: MemoryHost, item_id: int, *, user_id: str | None = None) -> list[Link]:
+        """The links of a turn's note to related turns, either end (the turns it was linked to
+        when it arrived, and the later turns that were linked to it), strongest first; empty for
+        an item that is not a turn.
+
+        Raises
+        ------
+        NotFoundError
+            Unknown id, an id of another database, or (with ``user_id``) another user's item.
+        """
+        self._check_open()
+        with self._op():
+            self._sync()
+            r = self._record(item_id, user_id)
+            if r.kind != "turn":
+                return []
+            with self._store.read_tx():
+                rows = self._store.links(r.user_id, r.id)
+            return links_of(r.id, rows)
 
     def facts(self: MemoryHost, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
         """Semantic facts of a user (current only by default; ``current=False`` adds history)."""

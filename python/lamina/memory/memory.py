@@ -22,7 +22,7 @@ from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer
 from ..items import MemoryItem
 from ..llm import LLM, LLMFactExtractor, LLMSummarizer
-from . import consolidate, ingest, transfer
+from . import consolidate, ingest, notes, transfer
 from .config import MemoryConfig
 from .dburl import is_postgres_url
 from .domains import DomainClassifier
@@ -484,8 +484,11 @@ class Memory(Reading, Inspection, PgArchive):
             st = tx.st
             u = st.users[r.user_id]
             tx.touch(r.user_id)
-            tx.store.add_revision(r.id, r.text, t if t is not None else wall_clock())
+            at = t if t is not None else wall_clock()
+            tx.store.add_revision(r.id, r.text, at)
             r.text = text
+            if r.kind == "turn":
+                notes.renote(tx, u, r, at)
             u.stale = u.stale_last = None  # (the staleness cache of an item is keyed by its id)
             tx.changed(r, "text", emb=emb)
             if r.kind in ("summary", "note"):

@@ -32,7 +32,14 @@ from starlette.types import ASGIApp
 from ..embedders import get_embedder
 from ..errors import InvalidInput
 from ..memory import Firewall, Memory, MemoryConfig
-from ..wire import context_to_json, delete_report_to_json, item_to_json, session_report_to_json
+from ..wire import (
+    context_to_json,
+    delete_report_to_json,
+    item_to_json,
+    links_to_json,
+    note_to_json,
+    session_report_to_json,
+)
 from . import schemas as S
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
 from .errors import error_response, install_error_handlers
@@ -283,6 +290,30 @@ def _routes() -> APIRouter:
         mem = svc.memory
         items = await svc.call(caller, lambda: mem.history(item_id, user_id=owner(svc, caller, item_id, user_id)))
         return _items(caller, items)
+
+    @r.get("/v1/memories/{item_id}/note", response_model=S.NoteOut, tags=["memories"], summary="A turn's A-Mem note")
+    async def note(
+        item_id: ItemId,
+        svc: ServiceDep,
+        caller: CallerDep,
+        user_id: OfUser = None,
+    ) -> Response:
+        mem = svc.memory
+        n = await svc.call(caller, lambda: mem.note(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        return _json(note_to_json(n))
+
+    @r.get(
+        "/v1/memories/{item_id}/links", response_model=S.LinksOut, tags=["memories"], summary="A turn's linked turns"
+    )
+    async def links(
+        item_id: ItemId,
+        svc: ServiceDep,
+        caller: CallerDep,
+        user_id: OfUser = None,
+    ) -> Response:
+        mem = svc.memory
+        found = await svc.call(caller, lambda: mem.links(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        return _json(links_to_json(found))
 
     @r.get("/v1/users", response_model=S.UsersOut, tags=["users"], summary="The caller's user ids")
     async def users(svc: ServiceDep, caller: CallerDep) -> Response:

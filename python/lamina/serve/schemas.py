@@ -181,6 +181,44 @@ class ItemsOut(BaseModel):
     items: list[ItemOut]
 
 
+class NoteRevisionOut(BaseModel):
+    tags: list[str]
+    context: str
+    changed_at: float | None
+    cause: int | None = Field(description="The id of the turn whose arrival changed the note.")
+
+
+class NoteBody(BaseModel):
+    """A turn's A-Mem note (:class:`lamina.Note`)."""
+
+    item_id: int
+    keywords: list[str]
+    tags: list[str]
+    context: str
+    updated_at: float | None
+    history: list[NoteRevisionOut]
+
+
+class NoteOut(BaseModel):
+    note: NoteBody | None = Field(description="None: the item is not a turn, or has no note.")
+
+
+class LinkOut(BaseModel):
+    """A link of a turn's note (:class:`lamina.Link`), seen from ``item_id``."""
+
+    item_id: int
+    other_id: int
+    weight: float = Field(description="Cosine of the two turns when the link was made.")
+    shared: list[str]
+    kind: Literal["related", "duplicate"]
+    created_at: float | None
+    newer: bool = Field(description="other_id is the newer turn (the link was made when it arrived).")
+
+
+class LinksOut(BaseModel):
+    links: list[LinkOut]
+
+
 class UpdateRequest(_In):
     text: str
     timestamp: Time | None = None
