@@ -314,3 +314,22 @@ def test_long_lists_are_paged_and_the_memtree_opens_a_subtree_at_a_time(served: 
     alice_item = mem.list_items(user_id=stored_user_id("a", "alice"), layers=["episodic"], limit=1).items[0].id
     assert c.get("/ui/users/many", params={"tree_root": alice_item}).status_code == 404
     assert c.get("/ui/users/many", params={"page_no": -1}).status_code == 400
+
+
+def test_a_turns_page_shows_its_note_and_links_to_the_linked_turns(served: tuple[str, Memory]) -> None:
+    url, mem = served
+    alice = stored_user_id("a", "alice")
+    first, *later = sorted(
+        (it for it in mem.search("Lisbon nurse", user_id=alice, k=40, layers=["archive"]) if "Lisbon last" in it.text),
+        key=lambda it: it.timestamp or 0.0,
+    )
+    links = mem.links(first.id)
+    assert later and {x.other_id for x in links} >= {it.id for it in later}
+    c = _login(url, KEY_A)
+    page = c.get(f"/ui/items/{first.id}").text
+    note = mem.note(first.id)
+    assert note is not None and f"<td>{', '.join(note.tags)}</td>" in page and unescape(page).count(note.context) == 1
+    shown = re.findall(r'<li><a href="/ui/items/(\d+)">', page.split('id="links"')[1])
+    assert [int(i) for i in shown] == [x.other_id for x in links]
+    xss = next(it for it in mem.search("alert", user_id=alice, k=40, layers=["archive"]) if "<script>" in it.text)
+    assert "<script" not in c.get(f"/ui/items/{xss.id}").text.lower()

@@ -293,13 +293,27 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         sess = session(request)
         mem = svc.memory
 
-        def work() -> tuple[Any, list[Any]]:
+        def work() -> tuple[Any, list[Any], Any, list[Any]]:
             it = mem.get(item_id)
             sess.caller.check_owner(it.user_id, item_id)
-            return it, mem.history(item_id, user_id=it.user_id)
+            uid = it.user_id
+            return (
+                it,
+                mem.history(item_id, user_id=uid),
+                mem.note(item_id, user_id=uid),
+                mem.links(item_id, user_id=uid),
+            )
 
-        it, hist = await call(sess, work)
-        return page("item.html", sess=sess, it=it, user_id=sess.caller.public(it.user_id), history=hist)
+        it, hist, note, links = await call(sess, work)
+        return page(
+            "item.html",
+            sess=sess,
+            it=it,
+            user_id=sess.caller.public(it.user_id),
+            history=hist,
+            note=note,
+            links=links,
+        )
 
     @r.post(PREFIX + "/items/{item_id}/delete")
     @guarded
