@@ -42,6 +42,7 @@ MEMORY_LEVELS = {
     "inspection": 7,
     "pgarchive": 7,
     "semantic": 6,
+    "notes": 6,
     "retention": 6,
     "retrieve": 6,
     "transfer": 6,
