@@ -395,7 +395,8 @@ def run_locomo(
             "overall": "categories 1-4 (category 5 reported on its own)",
             "question_time": "one day after the last turn (questions come after the whole conversation)",
             "retention": f"{PERIODS} periods, capacity {RETENTION_CAPACITY:.0%} of the turns; lamina: C_e = C_s = "
-            "half of it; baselines: newest turns (FIFO)",
+            "half of it (each pool may use what the other leaves unused: MemoryConfig.lend_capacity); "
+            "baselines: newest turns (FIFO)",
             "false_memory": "category 5 questions naming exactly one speaker",
         },
         "ingest_seconds": {s: round(v, 3) for s, v in ingest_s.items()},
