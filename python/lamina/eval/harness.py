@@ -10,8 +10,9 @@ latencies measure retrieval and assembly, not the query embedding (reported on i
 Retention: the sessions are split into 6 contiguous periods; for the questions of categories 1–4
 whose evidence lies wholly in period 1, evidence recall is measured on a fresh system that has
 ingested period 1 and on one that has ingested all 6 periods, both under a fixed capacity of
-25 % of the conversation's turns (lamina: C_e + C_s, split evenly; raw-turn baselines: the
-newest turns, FIFO). Retention = mean recall after 6 periods / mean recall after period 1.
+25 % of the conversation's turns (lamina: C_e + C_s, split evenly, each pool using what the other
+leaves unused by default, ``MemoryConfig.lend_capacity``; raw-turn baselines: the newest turns,
+FIFO). Retention = mean recall after 6 periods / mean recall after period 1.
 """
 
 from __future__ import annotations
