@@ -298,11 +298,17 @@ LIVES = ["Paris", "Oslo", "Lima", "Rome", "Kyiv", "Doha", "Baku", "Riga"]
 HOBBIES = ["chess", "tennis", "painting", "sailing", "baking", "climbing", "poetry", "jazz"]
 
 
+@pytest.mark.parametrize("eviction", ["coverage", "heat"])
 @pytest.mark.parametrize("lend", [False, True])
 @pytest.mark.parametrize("c_e,c_s", [(2, 1), (3, 2), (5, 4), (1, 6)])
-def test_capacities_hold_exactly(c_e: int, c_s: int, lend: bool, tmp_path: Path) -> None:
+def test_capacities_hold_exactly(c_e: int, c_s: int, lend: bool, eviction: str, tmp_path: Path) -> None:
     cfg = MemoryConfig(
-        working_capacity=4, max_segment_turns=2, episodic_capacity=c_e, semantic_capacity=c_s, lend_capacity=lend
+        working_capacity=4,
+        max_segment_turns=2,
+        episodic_capacity=c_e,
+        semantic_capacity=c_s,
+        lend_capacity=lend,
+        eviction=eviction,  # type: ignore[arg-type]
     )
     path = tmp_path / "m.db"
     m = Memory(path, embedder="hashing", config=cfg)
