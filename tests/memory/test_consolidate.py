@@ -150,7 +150,7 @@ def test_lazy_decay_matches_the_eager_rule(tmp_path: Path) -> None:
     at each consolidation gives: items evicted in a consolidation take that decay and no more,
     a re-opened session's items skip its later consolidations too, and reopening keeps it."""
     path = tmp_path / "m.db"
-    cfg = MemoryConfig(alpha=0.7, episodic_capacity=5, working_capacity=4)
+    cfg = MemoryConfig(alpha=0.7, episodic_capacity=5, working_capacity=4, lend_capacity=False)
     want: dict[int, float] = {}  # item id -> expected strength
     plan = ["s1", "s2", "s1", "s3", "s2", "s4", "s1", "s5"]  # s1 and s2 re-opened
     m = Memory(path, embedder="hashing", config=cfg)

@@ -106,6 +106,7 @@ def _episodic_cfg(**kw: object) -> MemoryConfig:
         max_segment_turns=1,
         episodic_capacity=3,
         layers=("working", "episodic"),
+        lend_capacity=False,  # (C_e alone: the unused semantic capacity is not lent)
     )
     base.update(kw)
     return MemoryConfig(**base)  # type: ignore[arg-type]
@@ -132,7 +133,11 @@ def test_redundant_leaf_goes_before_unique_ones_and_summaries_first() -> None:
 
 def test_capacity_eviction_never_touches_archive(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
-    m = Memory(p, embedder="hashing", config=MemoryConfig(working_capacity=4, episodic_capacity=3, max_segment_turns=2))
+    m = Memory(
+        p,
+        embedder="hashing",
+        config=MemoryConfig(working_capacity=4, episodic_capacity=3, max_segment_turns=2, lend_capacity=False),
+    )
     n = 0
     for s in range(4):
         n += len(chat(m, "u", f"s{s}", FILLER, T0 + s * DAY, f"D{s}"))
@@ -186,7 +191,13 @@ def _all_facts(m: Memory, seen: dict[int, str]) -> dict[int, str]:
 
 
 def test_semantic_pool_keeps_the_unique_facts() -> None:
-    cfg = MemoryConfig(turn_vectors="text", working_capacity=8, semantic_capacity=3, layers=("working", "semantic"))
+    cfg = MemoryConfig(
+        turn_vectors="text",
+        working_capacity=8,
+        semantic_capacity=3,
+        layers=("working", "semantic"),
+        lend_capacity=False,
+    )
     m = Memory(embedder=Placed(), config=cfg, fact_extractor=PerTurnFacts())
     _session(m, 1, ["alpha", "bravo one"])
     made = _all_facts(m, {})
@@ -202,7 +213,13 @@ def test_semantic_pool_keeps_the_unique_facts() -> None:
 
 
 def test_a_fact_restated_counts_as_use() -> None:
-    cfg = MemoryConfig(turn_vectors="text", working_capacity=8, semantic_capacity=3, layers=("working", "semantic"))
+    cfg = MemoryConfig(
+        turn_vectors="text",
+        working_capacity=8,
+        semantic_capacity=3,
+        layers=("working", "semantic"),
+        lend_capacity=False,
+    )
     m = Memory(embedder=Placed(), config=cfg, fact_extractor=PerTurnFacts())
     _session(m, 1, ["alpha", "bravo one", "bravo one"])  # the second "bravo one" reinforces the fact
     assert [f.strength for f in m.facts(user_id="u") if f.object == "bravo one"] == [2.0]
@@ -253,7 +270,9 @@ def test_hot_episodes_are_promoted_to_notes() -> None:
 def test_one_child_tree_nodes_are_spliced_out(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
     m = Memory(
-        p, embedder="hashing", config=MemoryConfig(episodic_capacity=12, max_segment_turns=3, min_segment_turns=2)
+        p,
+        embedder="hashing",
+        config=MemoryConfig(episodic_capacity=12, max_segment_turns=3, min_segment_turns=2, lend_capacity=False),
     )
     rng = random.Random(5)
     words = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
@@ -279,13 +298,21 @@ LIVES = ["Paris", "Oslo", "Lima", "Rome", "Kyiv", "Doha", "Baku", "Riga"]
 HOBBIES = ["chess", "tennis", "painting", "sailing", "baking", "climbing", "poetry", "jazz"]
 
 
+@pytest.mark.parametrize("eviction", ["coverage", "heat"])
+@pytest.mark.parametrize("lend", [False, True])
 @pytest.mark.parametrize("c_e,c_s", [(2, 1), (3, 2), (5, 4), (1, 6)])
-def test_capacities_hold_exactly(c_e: int, c_s: int, tmp_path: Path) -> None:
-    cfg = MemoryConfig(working_capacity=4, max_segment_turns=2, episodic_capacity=c_e, semantic_capacity=c_s)
+def test_capacities_hold_exactly(c_e: int, c_s: int, lend: bool, eviction: str, tmp_path: Path) -> None:
+    cfg = MemoryConfig(
+        working_capacity=4,
+        max_segment_turns=2,
+        episodic_capacity=c_e,
+        semantic_capacity=c_s,
+        lend_capacity=lend,
+        eviction=eviction,  # type: ignore[arg-type]
+    )
     path = tmp_path / "m.db"
     m = Memory(path, embedder="hashing", config=cfg)
     rng = np.random.default_rng(c_e * 10 + c_s)
-    cap = {"episodic": c_e, "semantic": c_s}
     gone: set[int] = set()
     for s in range(8):
         texts = []
@@ -301,9 +328,18 @@ def test_capacities_hold_exactly(c_e: int, c_s: int, tmp_path: Path) -> None:
         rep = _session(m, s, texts)
         recs = item_rows(path)
         newly = {i: r for i, r in recs.items() if r["status"] == "evicted" and i not in gone}
+        n = {
+            x: sum(1 for r in recs.values() if r["status"] == "active" and pooled(r) == x)
+            for x in ("episodic", "semantic")
+        }
+        # each pool's own capacity, and with lending the part of the other's that it leaves unused
+        cap = {"episodic": c_e, "semantic": c_s}
+        if lend:
+            cap = {"episodic": c_e + max(0, c_s - n["semantic"]), "semantic": c_s + max(0, c_e - n["episodic"])}
+        assert n["episodic"] + n["semantic"] <= c_e + c_s
         n_pooled_evicted = 0
         for layer in ("episodic", "semantic"):
-            after = sum(1 for r in recs.values() if r["status"] == "active" and pooled(r) == layer)
+            after = n[layer]
             out = sum(1 for r in newly.values() if pooled(r) == layer)
             n_pooled_evicted += out
             assert after == min(cap[layer], after + out)  # never above C, and nothing evicted below it
@@ -389,6 +425,7 @@ def _cfg() -> MemoryConfig:
         max_segment_turns=1,
         episodic_capacity=CAP,
         layers=("working", "episodic"),
+        lend_capacity=False,
     )
 
 
@@ -463,3 +500,42 @@ def test_coverage_projection_relists_exhausted_neighbours(seed: int, k_turn: int
         assert proj.nb.relisted > 0  # some turn outlived its listed neighbours: they were listed anew
     if k_turn == N:
         assert proj.nb.relisted == 0
+
+
+def test_a_pool_borrows_the_capacity_the_other_leaves_unused(tmp_path: Path) -> None:
+    """``lend_capacity``: while the semantic pool holds no facts the episodic pool keeps up to
+    C_e + C_s items, and it gives the lent slots back as facts fill the semantic pool; without
+    lending it never holds more than C_e."""
+    sessions = [
+        [f"We talked about the weather on day {i}." for i in range(6)],
+        [f"We talked about the weather on day {i}." for i in range(6, 12)],
+        [f"I love {h} a lot." for h in HOBBIES[:3]],
+        [f"I love {h} a lot." for h in HOBBIES[3:6]],
+    ]
+    counts = {}
+    for lend in (True, False):
+        cfg = MemoryConfig(
+            working_capacity=4, max_segment_turns=2, episodic_capacity=3, semantic_capacity=4, lend_capacity=lend
+        )
+        path = tmp_path / f"m{lend}.db"
+        m = Memory(path, embedder="hashing", config=cfg)
+        seen = []
+        for s, texts in enumerate(sessions):
+            _session(m, s, texts)
+            recs = item_rows(path).values()
+            seen.append(
+                tuple(
+                    sum(1 for r in recs if r["status"] == "active" and pooled(r) == x) for x in ("episodic", "semantic")
+                )
+            )
+        counts[lend] = seen
+        m.close()
+    # (episodic, semantic) after each session: 4 leaves and session summaries, then 7 = C_e + C_s
+    # while no fact exists; the facts take their capacity back (3 facts: C_e + 1; 4: C_e)
+    assert counts[True] == [(4, 0), (7, 0), (4, 3), (3, 4)]
+    assert counts[False] == [(3, 0), (3, 0), (3, 3), (3, 4)]
+
+
+def test_lend_capacity_is_validated() -> None:
+    with pytest.raises(TypeError, match="lend_capacity"):
+        MemoryConfig(lend_capacity=1)  # type: ignore[arg-type]

@@ -171,7 +171,7 @@ def _found_through_episodes(m: Memory, turns: list[int]) -> set[int]:
 
 def test_turn_views_follow_eviction_update_and_reopen(tmp_path: Path) -> None:
     path = tmp_path / "m.db"
-    cfg = MemoryConfig(working_capacity=4, episodic_capacity=5, layers=("working", "episodic"))
+    cfg = MemoryConfig(working_capacity=4, episodic_capacity=5, layers=("working", "episodic"), lend_capacity=False)
     m = Memory(path, embedder="hashing", config=cfg)
     turns = [i for s in range(1, 5) for i in _session(m, s)]
     recs = item_rows(path)

@@ -29,7 +29,8 @@ class MemoryConfig:
 
     Capacities: ``working_capacity`` [C_w] turns per live session; ``episodic_capacity`` [C_e]
     leaves and session summaries per user; ``semantic_capacity`` [C_s] current facts and notes per
-    user (profiles are not counted; superseded facts live in ``history`` and are not counted).
+    user (profiles are not counted; superseded facts live in ``history`` and are not counted); with
+    ``lend_capacity`` a pool may use what the other leaves unused (C_e + C_s in all).
 
     Write path: ``segment_threshold`` (a turn joins the running segment while its cosine to the
     segment centroid is at least this), ``min_segment_turns`` / ``max_segment_turns``;
@@ -46,6 +47,13 @@ class MemoryConfig:
     times 1 + ``heat_a``·N_visit, aggregates once their turns are gone; module docstring) or
     "heat" (the lowest heat × strength); ``eviction_tiebreak`` [ε] scales the recency term
     exp(−Δt/μ) that breaks ties between equally valuable items (0: the newer id goes).
+    ``lend_capacity`` (default True): a pool may use the capacity the other leaves unused — the
+    episodic pool holds at most C_e + max(0, C_s − |P_s|) items and the semantic pool at most
+    C_s + max(0, C_e − |P_e|) —, so the two together never exceed C_e + C_s and each pool still
+    gets its own capacity whenever it fills it (the borrower gives the slots back at the next
+    projection). Without an LLM extractor the semantic pool holds few facts and C_s would
+    otherwise idle while episodic leaves are evicted. False: each pool is bounded by its own
+    capacity alone.
 
     Read path: ``candidates`` [m] per layer; ``relevance_top`` similarities averaged into r_i;
     ``beta`` [β] and ``max_entropy`` [ε] of the gate (None: no bound); ``min_similarity`` (the
@@ -97,10 +105,11 @@ class MemoryConfig:
     ``ann_ef_search`` [ef, at least k]), built lazily on the first search that needs it (also
     after reopening) and kept up to date incrementally. The default 20 000 sits above every
     active layer at the default capacities (C_e = 2 000 leaves plus their tree nodes and session
-    summaries, C_s = 5 000 plus profiles), so the active layers stay exact — exact search of a few
-    thousand rows costs well under a millisecond — while the archive, which grows by one row per
-    turn forever, switches to ANN where exact search of one user's turns starts to cost
-    milliseconds per query (``bench/bench_memory.py``, ``bench/bench_layer_index.py``).
+    summaries, C_s = 5 000 plus profiles; with ``lend_capacity`` up to C_e + C_s = 7 000 leaves
+    and their nodes while the semantic pool is nearly empty), so the active layers stay exact —
+    exact search of a few thousand rows costs well under a millisecond — while the archive, which
+    grows by one row per turn forever, switches to ANN where exact search of one user's turns
+    starts to cost milliseconds per query (``bench/bench_memory.py``, ``bench/bench_layer_index.py``).
     ``codec`` (None, "binary" or "int8") gives the index's arenas a compact code per row, so those
     exact searches become code scans whose best ``k × oversample`` rows are re-scored exactly
     (:class:`lamina.VectorArena`; ``oversample`` None: the codec's default): scores stay exact,
@@ -131,6 +140,7 @@ class MemoryConfig:
     promote_threshold: float = 5.0
     eviction: Eviction = "coverage"
     eviction_tiebreak: float = 1e-3
+    lend_capacity: bool = True
     resolve_threshold: float = 0.9
     profile_lambda: float = 1.0
     candidates: int = 32
@@ -204,7 +214,7 @@ class MemoryConfig:
                 "turn_vectors",
             ) or (f.name in ("max_entropy", "pgvector_threshold") and v is None):
                 continue
-            if f.name in ("lexical", "time_channel", "notes"):
+            if f.name in ("lexical", "time_channel", "notes", "lend_capacity"):
                 if not isinstance(v, bool):
                     raise TypeError(f"MemoryConfig.{f.name} must be a bool, got {type(v).__name__}")
                 continue

@@ -2,7 +2,12 @@
 projection Π_C that keeps each user's pools within C_e / C_s at the end of a session.
 
 Two pools: P_e (leaves and session summaries, at most C_e per user) and P_s (current facts and
-notes, C_s). ``MemoryConfig.eviction = "coverage"`` (default): an active pooled item *covers* the
+notes, C_s). With ``MemoryConfig.lend_capacity`` (default) a pool may also use the capacity the
+other leaves unused: P_e holds at most C_e + max(0, C_s − |P_s|) items and P_s at most
+C_s + max(0, C_e − |P_e|) (:func:`pool_capacities`), so together they never exceed C_e + C_s and
+a pool that fills its own capacity takes the lent slots back at the next projection (without an
+LLM fact extractor P_s holds few facts, and C_s would otherwise idle while leaves are evicted).
+``MemoryConfig.eviction = "coverage"`` (default): an active pooled item *covers* the
 turns it renders verbatim (a leaf its member turns, a fact its latest source turn); c_t is the
 number of items covering turn t. The novelty of a covered turn is ν_t = 1 − max(0, cos(t, t′)) for
 its nearest covered turn t′ of another leaf (1 when there is none): a line said in many places
@@ -23,7 +28,7 @@ of a session. The retention score is
 with MemoryOS visits N_visit (a = ``heat_a``), a fact's restatements R_i (its strength above 1),
 and recency (μ = ``heat_mu``) scaled by ε = ``eviction_tiebreak`` so that it only breaks ties:
 age alone evicts nothing (the α decay of strengths is not a term). Each round evicts the
-⌈excess/2⌉ lowest scores of every over-full pool (``kernels.evict_to_capacity``; on equal scores
+⌈excess/2⌉ lowest scores of every pool over its bound (``kernels.evict_to_capacity``; on equal scores
 the newer item goes) and re-measures c_t, ν and V, so of two near-duplicates only one goes.
 ``eviction = "heat"`` is the earlier rule: the lowest heat × strength (oldest first in practice).
 Evicted internal MemTree nodes go with their last child; a node left with one child is spliced
@@ -57,9 +62,35 @@ __all__ = [
     "CoverageProjection",
     "observe_covered",
     "neighbour_k",
+    "pool_capacities",
 ]
 
 _EXTRA = 16  # neighbours listed beyond one segment's worth, so that lists seldom run dry
+
+
+def pool_capacities(c: MemoryConfig, n_episodic: int, n_semantic: int) -> tuple[int, int]:
+    """The most items the episodic and the semantic pool may hold, given how many they hold now.
+
+    Each pool's own capacity (C_e, C_s); with ``c.lend_capacity`` also the part of the other
+    pool's capacity that it leaves unused, so that the two never hold more than C_e + C_s together
+    and a pool that fills its own capacity takes the lent slots back.
+
+    Parameters
+    ----------
+    c : MemoryConfig
+    n_episodic, n_semantic : int
+        Active items of the episodic pool (leaves, session summaries) and of the semantic pool
+        (current facts, notes).
+
+    Returns
+    -------
+    (int, int)
+        The episodic and the semantic pool's bound.
+    """
+    cap_e, cap_s = int(c.episodic_capacity), int(c.semantic_capacity)
+    if not c.lend_capacity:
+        return cap_e, cap_s
+    return cap_e + max(0, cap_s - n_semantic), cap_s + max(0, cap_e - n_episodic)
 
 
 def neighbour_k(c: MemoryConfig) -> int:
@@ -220,11 +251,12 @@ def evict(tx: Tx, u: UserState, now: float) -> int:
     c = st.config
     items, n_ep = pooled_items(st, u)
     ep, sem = items[:n_ep], items[n_ep:]
-    if len(ep) <= c.episodic_capacity and len(sem) <= c.semantic_capacity:
+    cap_e, cap_s = pool_capacities(c, len(ep), len(sem))
+    if len(ep) <= cap_e and len(sem) <= cap_s:
         return 0
     if c.eviction == "heat":
         victims: list[Record] = []
-        for pool, cap in ((ep, c.episodic_capacity), (sem, c.semantic_capacity)):
+        for pool, cap in ((ep, cap_e), (sem, cap_s)):
             if len(pool) <= cap:
                 continue
             score = heat(st, pool, now) * np.array([st.strength(r) for r in pool], dtype=np.float32)
@@ -361,7 +393,6 @@ class CoverageProjection:
         self.n = n
         self.pool = np.zeros(n, dtype=np.uint64)
         self.pool[n_episodic:] = 1
-        self.cap = (int(c.episodic_capacity), int(c.semantic_capacity))
         raws, aggs = item_turns(st, u, items)
         # Raw (rendered) turns: one column each, numbered in order of first appearance.
         self.raw_i, flat = _flatten(raws)
@@ -487,9 +518,11 @@ class CoverageProjection:
         active = np.ones(self.n, dtype=bool)
         while True:
             caps: dict[int, int] = {}
+            cnts = [int(np.count_nonzero(active & (self.pool == p))) for p in (0, 1)]
+            bound = pool_capacities(self.c, cnts[0], cnts[1])
             for p in (0, 1):
-                cnt = int(np.count_nonzero(active & (self.pool == p)))
-                excess = cnt - self.cap[p]
+                cnt = cnts[p]
+                excess = cnt - bound[p]
                 if excess > 0:  # halve the excess per round: redundancy is re-measured in between
                     caps[p] = cnt - (excess + 1) // 2
             if not caps:
