@@ -10,9 +10,9 @@ latencies measure retrieval and assembly, not the query embedding (reported on i
 Retention: the sessions are split into 6 contiguous periods; for the questions of categories 1–4
 whose evidence lies wholly in period 1, evidence recall is measured on a fresh system that has
 ingested period 1 and on one that has ingested all 6 periods, both under a fixed capacity of
-25 % of the conversation's turns (lamina: C_e + C_s, split evenly, each pool using what the other
-leaves unused by default, ``MemoryConfig.lend_capacity``; raw-turn baselines: the newest turns,
-FIFO). Retention = mean recall after 6 periods / mean recall after period 1.
+25 % of the conversation's turns (lamina: C_e + C_s, split evenly; ``lamina +lend``: each pool
+also using what the other leaves unused, ``MemoryConfig.lend_capacity``; raw-turn baselines: the
+newest turns, FIFO). Retention = mean recall after 6 periods / mean recall after period 1.
 """
 
 from __future__ import annotations
@@ -396,7 +396,7 @@ def run_locomo(
             "overall": "categories 1-4 (category 5 reported on its own)",
             "question_time": "one day after the last turn (questions come after the whole conversation)",
             "retention": f"{PERIODS} periods, capacity {RETENTION_CAPACITY:.0%} of the turns; lamina: C_e = C_s = "
-            "half of it (each pool may use what the other leaves unused: MemoryConfig.lend_capacity); "
+            "half of it (lamina +lend: each pool may use what the other leaves unused, MemoryConfig.lend_capacity); "
             "baselines: newest turns (FIFO)",
             "false_memory": "category 5 questions naming exactly one speaker",
         },

@@ -17,7 +17,7 @@ Write path (``add``, ``end_session``) and read path (``context``, ``search``) of
 
 Capacity projection Π_C (``end_session``): beyond C_e / C_s the items whose raw text is most
 redundant go first (the Shapley share of novelty-weighted turn coverage; ``eviction="heat"``: the
-lowest heat × strength), a pool using what the other leaves unused (``lend_capacity``); the rule
+lowest heat × strength), optionally a pool using what the other leaves unused (``lend_capacity``); the rule
 is written out in :mod:`lamina.memory.retention`.
 
 Vectors live in a :class:`~lamina.layer_index.LayerIndex`: two native arenas (the archive apart

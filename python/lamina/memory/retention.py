@@ -2,7 +2,7 @@
 projection Π_C that keeps each user's pools within C_e / C_s at the end of a session.
 
 Two pools: P_e (leaves and session summaries, at most C_e per user) and P_s (current facts and
-notes, C_s). With ``MemoryConfig.lend_capacity`` (default) a pool may also use the capacity the
+notes, C_s). With ``MemoryConfig.lend_capacity`` (off by default) a pool may also use the capacity the
 other leaves unused: P_e holds at most C_e + max(0, C_s − |P_s|) items and P_s at most
 C_s + max(0, C_e − |P_e|) (:func:`pool_capacities`), so together they never exceed C_e + C_s and
 a pool that fills its own capacity takes the lent slots back at the next projection (without an
