@@ -10,8 +10,9 @@ line: who said it, on which day, about what (its first keywords).
 
 **Links.** When turns are added, each is searched against the user's earlier turns — the
 active episodic turns (one vector per turn of every active leaf) and the open sessions' working
-turns — and linked to at most ``note_links`` of them: embedding neighbours with a cosine of at
-least ``link_threshold`` *that share a keyword stem* (an entity, a topic word or an event word).
+turns — and linked to at most ``note_links`` of them: among its 4 × ``note_links`` nearest turns
+in each of those layers, the ones with a cosine of at least ``link_threshold`` *that share a
+keyword stem* (an entity, a topic word or an event word), the closest first.
 A link whose cosine is at least ``duplicate_threshold`` with the same speaker is a ``duplicate``
 (a restatement), the others ``related``. Links are undirected: :meth:`lamina.Memory.links`
 lists them from either end.
@@ -58,6 +59,8 @@ from .tx import Tx
 __all__ = ["Note", "NoteRevision", "Link", "describe", "link_new_turns", "renote", "note_of", "links_of"]
 
 LINK_KINDS = ("related", "duplicate")
+#: Nearest turns searched per link a note may make (the keyword test then filters them).
+CANDIDATES_PER_LINK = 4
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
 _SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*\s+")
@@ -261,12 +264,14 @@ def _link(
     notes changed, revision rows of the older notes changed)."""
     st = tx.st
     c = st.config
-    k = c.note_links + len(recs) + 1  # (a new turn meets itself and its batch in the working layer)
+    k = CANDIDATES_PER_LINK * c.note_links
     Q = np.ascontiguousarray(st.vecs([r.id for r in recs]), dtype=np.float32)
-    nss = [u.ns(NsCode.TURN_VIEW), u.ns(NsCode.WORKING)]
     # (exact: the active turns are bounded by the capacities, and the working layer holds a large
-    # batch only for the moment of its add — no graph is built for it)
-    found = st.vectors.search_batch(Q, [nss] * len(recs), k, scan=True)
+    # batch only for the moment of its add — no graph is built for it; there a new turn also meets
+    # itself and the rest of its batch, hence the larger k)
+    views = st.vectors.search_batch(Q, [[u.ns(NsCode.TURN_VIEW)]] * len(recs), k, scan=True)
+    work = st.vectors.search_batch(Q, [[u.ns(NsCode.WORKING)]] * len(recs), k + len(recs), scan=True)
+    found = [v + w for v, w in zip(views, work)]
     cand: list[list[tuple[float, int]]] = []
     want: set[int] = set()
     for r, per_ns in zip(recs, found):
