@@ -137,16 +137,13 @@ CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
 CREATE TABLE IF NOT EXISTS notes (
   user_id TEXT NOT NULL, item_id INTEGER PRIMARY KEY, keywords TEXT NOT NULL, tags TEXT NOT NULL,
   context TEXT NOT NULL, updated_at REAL);
-CREATE INDEX IF NOT EXISTS notes_user ON notes(user_id);
 CREATE TABLE IF NOT EXISTS note_revisions (
   user_id TEXT NOT NULL, item_id INTEGER NOT NULL, seq INTEGER NOT NULL, tags TEXT NOT NULL,
   context TEXT NOT NULL, changed_at REAL, cause INTEGER, PRIMARY KEY (item_id, seq));
-CREATE INDEX IF NOT EXISTS note_revisions_user ON note_revisions(user_id);
 CREATE TABLE IF NOT EXISTS links (
   user_id TEXT NOT NULL, src INTEGER NOT NULL, dst INTEGER NOT NULL, weight REAL NOT NULL,
   shared TEXT NOT NULL, kind TEXT NOT NULL, created_at REAL, PRIMARY KEY (src, dst));
 CREATE INDEX IF NOT EXISTS links_dst ON links(dst);
-CREATE INDEX IF NOT EXISTS links_user ON links(user_id);
 """
 
 
@@ -603,11 +600,16 @@ class SQLiteStore:
         n = self.write_number()
         self.conn.executemany("DELETE FROM items WHERE id=?", [(i,) for i in ids])
         self.conn.executemany("DELETE FROM revisions WHERE item_id=?", [(i,) for i in ids])
-        one = [(i,) for i in ids]
-        self.conn.executemany("DELETE FROM notes WHERE item_id=?", one)
-        self.conn.executemany("DELETE FROM note_revisions WHERE item_id=?", one)
-        self.conn.executemany("DELETE FROM links WHERE src=?", one)
-        self.conn.executemany("DELETE FROM links WHERE dst=?", one)
+        for lo in range(0, len(ids), 500):  # (notes and links: by their keys, one statement per table)
+            part = ids[lo : lo + 500]
+            marks = ",".join("?" * len(part))
+            for sql in (
+                f"DELETE FROM notes WHERE item_id IN ({marks})",
+                f"DELETE FROM note_revisions WHERE item_id IN ({marks})",
+                f"DELETE FROM links WHERE src IN ({marks})",
+                f"DELETE FROM links WHERE dst IN ({marks})",
+            ):
+                self.conn.execute(sql, part)
         self.conn.executemany(
             "INSERT INTO tombstones(user_id, item_id, version) VALUES(?,?,?)", [(user_id, i, n) for i in ids]
         )
@@ -615,9 +617,16 @@ class SQLiteStore:
     def delete_user(self, user_id: str) -> None:
         row = self.conn.execute("SELECT ns FROM users WHERE user_id=?", (user_id,)).fetchone()
         self.conn.execute("DELETE FROM revisions WHERE item_id IN (SELECT id FROM items WHERE user_id=?)", (user_id,))
+        # (notes and links are keyed by item: found through the user's items, no user index;
+        # every link's src is one of the user's turns, and so is every note's item)
+        mine = "(SELECT id FROM items WHERE user_id=?)"
+        for sql in (
+            f"DELETE FROM notes WHERE item_id IN {mine}",
+            f"DELETE FROM note_revisions WHERE item_id IN {mine}",
+            f"DELETE FROM links WHERE src IN {mine}",
+        ):
+            self.conn.execute(sql, (user_id,))
         self.conn.execute("DELETE FROM items WHERE user_id=?", (user_id,))
-        for table in ("notes", "note_revisions", "links"):
-            self.conn.execute(f"DELETE FROM {table} WHERE user_id=?", (user_id,))
         self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
         self.conn.execute("DELETE FROM users WHERE user_id=?", (user_id,))
         # the user's item tombstones give way to one for the whole user, by namespace index
