@@ -16,6 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "python" / "lamina"
 
 # lamina.memory: each module may import only modules of a lower level.
 MEMORY_LEVELS = {
+    "notestore": -1,  # (below the store, whose protocol and SQLite class take it in)
     "config": 0,
     "dburl": 0,
     "domains": 0,

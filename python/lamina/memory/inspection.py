@@ -8,8 +8,9 @@ none writes (visits are not counted). The mixin's methods read the parts of the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 from ..errors import InvalidInput
 from ..extract import is_functional
@@ -20,11 +21,14 @@ from .host import MemoryHost
 from .inputs import check_count, check_id, check_layers, check_text
 from .listing import Activity, ItemPage
 from .notes import Link, Note, links_of, note_of
-from .records import norm_key
+from .records import Record, norm_key
 from .reports import MemoryStats
 from .stats import count_stats
+from .store import Store
 
 __all__ = ["Inspection", "names_of"]
+
+_T = TypeVar("_T")
 
 
 class Inspection:
@@ -81,16 +85,12 @@ class Inspection:
         NotFoundError
             Unknown id, an id of another database, or (with ``user_id``) another user's item.
         """
-        self._check_open()
-        with self._op():
-            self._sync()
-            r = self._record(item_id, user_id)
-            if r.kind != "turn":
-                return None
-            with self._store.read_tx():
-                row = self._store.get_notes(r.user_id, [r.id]).get(r.id)
-                history = self._store.note_revisions(r.user_id, r.id) if row is not None else []
-            return note_of(row, history)
+
+        def read(store: Store, r: Record) -> Note | None:
+            row = store.get_notes(r.user_id, [r.id]).get(r.id)
+            return note_of(row, store.note_revisions(r.user_id, r.id) if row is not None else [])
+
+        return _read_turn(self, item_id, user_id, read)
 
     def links(self: MemoryHost, item_id: int, *, user_id: str | None = None) -> list[Link]:
         """The links of a turn's note to related turns, either end (the turns it was linked to
@@ -102,15 +102,7 @@ class Inspection:
         NotFoundError
             Unknown id, an id of another database, or (with ``user_id``) another user's item.
         """
-        self._check_open()
-        with self._op():
-            self._sync()
-            r = self._record(item_id, user_id)
-            if r.kind != "turn":
-                return []
-            with self._store.read_tx():
-                rows = self._store.links(r.user_id, r.id)
-            return links_of(r.id, rows)
+        return _read_turn(self, item_id, user_id, lambda store, r: links_of(r.id, store.links(r.user_id, r.id))) or []
 
     def facts(self: MemoryHost, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
         """Semantic facts of a user (current only by default; ``current=False`` adds history)."""
@@ -287,3 +279,16 @@ def names_of(v: Sequence[str] | None, what: str, allowed: Sequence[str]) -> list
         if x not in allowed:
             raise InvalidInput(f"unknown {what[:-1]} {x!r}; expected some of {list(allowed)}")
     return names
+
+
+def _read_turn(host: MemoryHost, item_id: int, user_id: str | None, read: Callable[[Store, Record], _T]) -> _T | None:
+    """``read(store, record)`` of a turn, in a read transaction under the memory's lock (None:
+    the item is not a turn); raises :class:`~lamina.errors.NotFoundError` as :meth:`Inspection.get`."""
+    host._check_open()
+    with host._op():
+        host._sync()
+        r = host._record(item_id, user_id)
+        if r.kind != "turn":
+            return None
+        with host._store.read_tx():
+            return read(host._store, r)

@@ -51,9 +51,9 @@ import numpy as np
 from .._stem import porter_stem
 from ..items import format_day
 from ..lexical import STOP_WORDS
+from .notestore import LinkRow, NoteRevisionRow, NoteRow
 from .records import TURN_KEY, NsCode, Record
 from .state import UserState
-from .store import LinkRow, NoteRevisionRow, NoteRow
 from .tx import Tx
 
 __all__ = ["Note", "NoteRevision", "Link", "describe", "link_new_turns", "renote", "note_of", "links_of"]

@@ -64,8 +64,9 @@ from psycopg.pq import TransactionStatus
 
 from ..errors import InvalidInput, StoreBusy
 from .dburl import is_postgres_url, redact_url
+from .notestore import PG_NOTES_SCHEMA, PostgresNotes
 from .pgvectors import ArchiveIndexes, archive_index_name, archive_vectors, vector_text
-from .store import ID_SHIFT, ITEM_COLUMNS, LinkRow, NoteRevisionRow, NoteRow, SessionRow, UserRow, _decode, _enc
+from .store import ID_SHIFT, ITEM_COLUMNS, SessionRow, UserRow, _decode, _enc
 
 __all__ = [
     "PostgresStore",
@@ -170,26 +171,12 @@ MIGRATIONS: tuple[tuple[int, str, tuple[Step, ...]], ...] = (
         ),
     ),
     (2, "archive vectors in pgvector: items.vec (a turn's embedding as a vector)", (archive_vectors,)),
-    (
-        3,
-        "A-Mem notes of turns, their revisions and links",
-        (
-            "CREATE TABLE lamina.notes (user_id TEXT NOT NULL, item_id BIGINT NOT NULL, keywords TEXT NOT NULL,"
-            " tags TEXT NOT NULL, context TEXT NOT NULL, updated_at DOUBLE PRECISION, PRIMARY KEY (user_id, item_id))",
-            "CREATE TABLE lamina.note_revisions (user_id TEXT NOT NULL, item_id BIGINT NOT NULL, seq BIGINT NOT NULL,"
-            " tags TEXT NOT NULL, context TEXT NOT NULL, changed_at DOUBLE PRECISION, cause BIGINT,"
-            " PRIMARY KEY (user_id, item_id, seq))",
-            "CREATE TABLE lamina.links (user_id TEXT NOT NULL, src BIGINT NOT NULL, dst BIGINT NOT NULL,"
-            " weight DOUBLE PRECISION NOT NULL, shared TEXT NOT NULL, kind TEXT NOT NULL,"
-            " created_at DOUBLE PRECISION, PRIMARY KEY (user_id, src, dst))",
-            "CREATE INDEX links_dst ON lamina.links (user_id, dst)",
-        ),
-    ),
+    (3, "A-Mem notes of turns, their revisions and links", PG_NOTES_SCHEMA),
 )
 PG_SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
-class PostgresStore(ArchiveIndexes):
+class PostgresStore(ArchiveIndexes, PostgresNotes):
     """One PostgreSQL database (schema ``lamina``) through one connection. Not thread-safe by
     itself: ``Memory`` serialises all calls.
 
@@ -560,11 +547,7 @@ class PostgresStore(ArchiveIndexes):
         n = self.write_number()
         self.conn.execute("DELETE FROM lamina.items WHERE user_id=%s AND id = ANY(%s)", (user_id, ids))
         self.conn.execute("DELETE FROM lamina.revisions WHERE user_id=%s AND item_id = ANY(%s)", (user_id, ids))
-        for table in ("notes", "note_revisions"):
-            self.conn.execute(f"DELETE FROM lamina.{table} WHERE user_id=%s AND item_id = ANY(%s)", (user_id, ids))
-        self.conn.execute(
-            "DELETE FROM lamina.links WHERE user_id=%s AND (src = ANY(%s) OR dst = ANY(%s))", (user_id, ids, ids)
-        )
+        self.delete_notes(user_id, ids)
         self._many(
             "INSERT INTO lamina.tombstones(user_id, item_id, version) VALUES(%s,%s,%s)", [(user_id, i, n) for i in ids]
         )
@@ -652,49 +635,3 @@ class PostgresStore(ArchiveIndexes):
                 "SELECT text, changed_at FROM lamina.revisions WHERE item_id=%s ORDER BY seq", (item_id,)
             )
         ]
-
-    def put_notes(self, user_id: str, rows: list[NoteRow]) -> None:
-        self._many(
-            "INSERT INTO lamina.notes(user_id, item_id, keywords, tags, context, updated_at) VALUES(%s,%s,%s,%s,%s,%s)"
-            " ON CONFLICT (user_id, item_id) DO UPDATE SET keywords=EXCLUDED.keywords, tags=EXCLUDED.tags,"
-            " context=EXCLUDED.context, updated_at=EXCLUDED.updated_at",
-            [(user_id, *r) for r in rows],
-        )
-
-    def get_notes(self, user_id: str, ids: list[int]) -> dict[int, NoteRow]:
-        cur = self.conn.execute(
-            "SELECT item_id, keywords, tags, context, updated_at FROM lamina.notes WHERE user_id=%s AND item_id = ANY(%s)",
-            (user_id, ids),
-        )
-        return {int(i): (int(i), str(kw), str(t), str(c), at) for i, kw, t, c, at in cur}
-
-    def add_note_revisions(self, user_id: str, rows: list[NoteRevisionRow]) -> None:
-        for item_id, tags, ctx, at, cause in rows:
-            self.conn.execute(
-                "INSERT INTO lamina.note_revisions(user_id, item_id, seq, tags, context, changed_at, cause)"
-                " SELECT %s, %s, COUNT(*), %s, %s, %s, %s FROM lamina.note_revisions WHERE user_id=%s AND item_id=%s",
-                (user_id, item_id, tags, ctx, at, cause, user_id, item_id),
-            )
-
-    def note_revisions(self, user_id: str, item_id: int) -> list[tuple[str, str, float | None, int | None]]:
-        cur = self.conn.execute(
-            "SELECT tags, context, changed_at, cause FROM lamina.note_revisions WHERE user_id=%s AND item_id=%s"
-            " ORDER BY seq",
-            (user_id, item_id),
-        )
-        return [(str(t), str(c), a, None if k is None else int(k)) for t, c, a, k in cur]
-
-    def add_links(self, user_id: str, rows: list[LinkRow]) -> None:
-        self._many(
-            "INSERT INTO lamina.links(user_id, src, dst, weight, shared, kind, created_at)"
-            " VALUES(%s,%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING",
-            [(user_id, *r) for r in rows],
-        )
-
-    def links(self, user_id: str, item_id: int) -> list[LinkRow]:
-        cur = self.conn.execute(
-            "SELECT src, dst, weight, shared, kind, created_at FROM lamina.links"
-            " WHERE user_id=%s AND (src=%s OR dst=%s)",
-            (user_id, item_id, item_id),
-        )
-        return [(int(s), int(d), float(w), str(sh), str(k), at) for s, d, w, sh, k, at in cur]

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import StoreBusy
+from .notestore import SQLITE_NOTES_SCHEMA, NoteStore, SQLiteNotes
 
 __all__ = [
     "Store",
@@ -49,9 +50,6 @@ __all__ = [
     "ITEM_COLUMNS",
     "ID_SHIFT",
     "seq_of",
-    "NoteRow",
-    "LinkRow",
-    "NoteRevisionRow",
 ]
 
 SCHEMA_VERSION = 4
@@ -134,30 +132,14 @@ CREATE INDEX IF NOT EXISTS gone_users_version ON gone_users(version);
 CREATE TABLE IF NOT EXISTS revisions (
   item_id INTEGER NOT NULL, text TEXT NOT NULL, changed_at REAL NOT NULL, seq INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
-CREATE TABLE IF NOT EXISTS notes (
-  user_id TEXT NOT NULL, item_id INTEGER PRIMARY KEY, keywords TEXT NOT NULL, tags TEXT NOT NULL,
-  context TEXT NOT NULL, updated_at REAL);
-CREATE TABLE IF NOT EXISTS note_revisions (
-  user_id TEXT NOT NULL, item_id INTEGER NOT NULL, seq INTEGER NOT NULL, tags TEXT NOT NULL,
-  context TEXT NOT NULL, changed_at REAL, cause INTEGER, PRIMARY KEY (item_id, seq));
-CREATE TABLE IF NOT EXISTS links (
-  user_id TEXT NOT NULL, src INTEGER NOT NULL, dst INTEGER NOT NULL, weight REAL NOT NULL,
-  shared TEXT NOT NULL, kind TEXT NOT NULL, created_at REAL, PRIMARY KEY (src, dst));
-CREATE INDEX IF NOT EXISTS links_dst ON links(dst);
 """
 
 
-#: A note: (item id, keywords as JSON, tags as JSON, context, updated at); see lamina.memory.notes.
-NoteRow = tuple[int, str, str, str, float | None]
-#: A note's earlier state: (item id, tags as JSON, context, changed at, the id of the turn that changed it).
-NoteRevisionRow = tuple[int, str, str, float | None, int | None]
-#: A link: (newer turn id, older turn id, cosine, shared keywords as JSON, kind, created at).
-LinkRow = tuple[int, int, float, str, str, float | None]
 UserRow = tuple[str, int, float, float, int, int]  # user_id, namespace index, drift total / last / updates, decays
 SessionRow = tuple[str, str, str, float | None, float | None, int]  # user, session, status, started, ended, ends
 
 
-class Store(Protocol):
+class Store(NoteStore, Protocol):
     """What the memory loop needs of a database. Calls are serialised by the caller (one
     :class:`lamina.Memory` lock); every write happens inside :meth:`tx`."""
 
@@ -304,32 +286,8 @@ class Store(Protocol):
 
     def revisions(self, item_id: int) -> list[tuple[str, float]]: ...
 
-    def put_notes(self, user_id: str, rows: list[NoteRow]) -> None:
-        """Insert or replace notes of the user's turns."""
-        ...
 
-    def get_notes(self, user_id: str, ids: list[int]) -> dict[int, NoteRow]:
-        """The user's stored notes of these turns (absent ids: no note)."""
-        ...
-
-    def add_note_revisions(self, user_id: str, rows: list[NoteRevisionRow]) -> None:
-        """Append earlier states of notes (each after the item's earlier ones)."""
-        ...
-
-    def note_revisions(self, user_id: str, item_id: int) -> list[tuple[str, str, float | None, int | None]]:
-        """(tags, context, changed at, cause) of a note's earlier states, oldest first."""
-        ...
-
-    def add_links(self, user_id: str, rows: list[LinkRow]) -> None:
-        """Insert links (a pair already linked keeps its first link)."""
-        ...
-
-    def links(self, user_id: str, item_id: int) -> list[LinkRow]:
-        """The user's links with this turn at either end."""
-        ...
-
-
-class SQLiteStore:
+class SQLiteStore(SQLiteNotes):
     """One SQLite database (WAL mode). Not thread-safe by itself: ``Memory`` serialises all calls."""
 
     def __init__(self, path: str | None, synchronous: str = "NORMAL", busy_timeout: float = 30.0) -> None:
@@ -355,7 +313,7 @@ class SQLiteStore:
             v = self.get_meta("schema_version")
             if v is not None and int(v) != SCHEMA_VERSION:
                 _migrate(self.conn, int(v))
-            for stmt in _SCHEMA.strip().split(";"):
+            for stmt in (_SCHEMA + SQLITE_NOTES_SCHEMA).strip().split(";"):
                 if stmt.strip():
                     self.conn.execute(stmt)
             if v is None:
@@ -600,16 +558,7 @@ class SQLiteStore:
         n = self.write_number()
         self.conn.executemany("DELETE FROM items WHERE id=?", [(i,) for i in ids])
         self.conn.executemany("DELETE FROM revisions WHERE item_id=?", [(i,) for i in ids])
-        for lo in range(0, len(ids), 500):  # (notes and links: by their keys, one statement per table)
-            part = ids[lo : lo + 500]
-            marks = ",".join("?" * len(part))
-            for sql in (
-                f"DELETE FROM notes WHERE item_id IN ({marks})",
-                f"DELETE FROM note_revisions WHERE item_id IN ({marks})",
-                f"DELETE FROM links WHERE src IN ({marks})",
-                f"DELETE FROM links WHERE dst IN ({marks})",
-            ):
-                self.conn.execute(sql, part)
+        self.delete_notes(ids)
         self.conn.executemany(
             "INSERT INTO tombstones(user_id, item_id, version) VALUES(?,?,?)", [(user_id, i, n) for i in ids]
         )
@@ -617,15 +566,7 @@ class SQLiteStore:
     def delete_user(self, user_id: str) -> None:
         row = self.conn.execute("SELECT ns FROM users WHERE user_id=?", (user_id,)).fetchone()
         self.conn.execute("DELETE FROM revisions WHERE item_id IN (SELECT id FROM items WHERE user_id=?)", (user_id,))
-        # (notes and links are keyed by item: found through the user's items, no user index;
-        # every link's src is one of the user's turns, and so is every note's item)
-        mine = "(SELECT id FROM items WHERE user_id=?)"
-        for sql in (
-            f"DELETE FROM notes WHERE item_id IN {mine}",
-            f"DELETE FROM note_revisions WHERE item_id IN {mine}",
-            f"DELETE FROM links WHERE src IN {mine}",
-        ):
-            self.conn.execute(sql, (user_id,))
+        self.delete_user_notes(user_id)
         self.conn.execute("DELETE FROM items WHERE user_id=?", (user_id,))
         self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
         self.conn.execute("DELETE FROM users WHERE user_id=?", (user_id,))
@@ -707,52 +648,6 @@ class SQLiteStore:
             for t, c in self.conn.execute(
                 "SELECT text, changed_at FROM revisions WHERE item_id=? ORDER BY seq", (item_id,)
             )
-        ]
-
-    def put_notes(self, user_id: str, rows: list[NoteRow]) -> None:
-        self.conn.executemany(
-            "INSERT OR REPLACE INTO notes(user_id, item_id, keywords, tags, context, updated_at) VALUES(?,?,?,?,?,?)",
-            [(user_id, *r) for r in rows],
-        )
-
-    def get_notes(self, user_id: str, ids: list[int]) -> dict[int, NoteRow]:
-        out: dict[int, NoteRow] = {}
-        for lo in range(0, len(ids), 500):
-            part = ids[lo : lo + 500]
-            sql = (
-                "SELECT item_id, keywords, tags, context, updated_at FROM notes"
-                f" WHERE user_id=? AND item_id IN ({','.join('?' * len(part))})"
-            )
-            for i, kw, tags, ctx, at in self.conn.execute(sql, (user_id, *part)):
-                out[int(i)] = (int(i), str(kw), str(tags), str(ctx), at)
-        return out
-
-    def add_note_revisions(self, user_id: str, rows: list[NoteRevisionRow]) -> None:
-        for item_id, tags, ctx, at, cause in rows:
-            self.conn.execute(
-                "INSERT INTO note_revisions(user_id, item_id, seq, tags, context, changed_at, cause)"
-                " SELECT ?, ?, COUNT(*), ?, ?, ?, ? FROM note_revisions WHERE item_id=?",
-                (user_id, item_id, tags, ctx, at, cause, item_id),
-            )
-
-    def note_revisions(self, user_id: str, item_id: int) -> list[tuple[str, str, float | None, int | None]]:
-        sql = "SELECT tags, context, changed_at, cause FROM note_revisions WHERE user_id=? AND item_id=? ORDER BY seq"
-        return [(str(t), str(c), a, k) for t, c, a, k in self.conn.execute(sql, (user_id, item_id))]
-
-    def add_links(self, user_id: str, rows: list[LinkRow]) -> None:
-        self.conn.executemany(
-            "INSERT OR IGNORE INTO links(user_id, src, dst, weight, shared, kind, created_at) VALUES(?,?,?,?,?,?,?)",
-            [(user_id, *r) for r in rows],
-        )
-
-    def links(self, user_id: str, item_id: int) -> list[LinkRow]:
-        sql = (
-            "SELECT src, dst, weight, shared, kind, created_at FROM links WHERE user_id=? AND src=?"
-            " UNION ALL SELECT src, dst, weight, shared, kind, created_at FROM links WHERE user_id=? AND dst=?"
-        )
-        return [
-            (int(s), int(d), float(w), str(sh), str(k), at)
-            for s, d, w, sh, k, at in self.conn.execute(sql, (user_id, item_id, user_id, item_id))
         ]
 
 
