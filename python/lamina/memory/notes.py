@@ -156,7 +156,7 @@ class _Draft:
         return (
             item_id,
             json.dumps(self.keywords),
-            json.dumps({"own": self.own, "gained": self.gained}),
+            json.dumps({"own": self.own, "gained": self.gained, "base": self.base}),
             self.context(),
             self.updated_at,
         )
@@ -209,10 +209,13 @@ def _draft_of(row: NoteRow) -> _Draft:
     _, kw, tags, context, updated = row
     keywords = list(json.loads(kw))
     t = json.loads(tags)
-    base = context.split("; later also: ", 1)[0]
-    return _Draft(
-        keywords, [porter_stem(w.lower()) for w in keywords], list(t["own"]), list(t["gained"]), base, updated
-    )
+    stems = [porter_stem(w.lower()) for w in keywords]
+    return _Draft(keywords, stems, list(t["own"]), list(t["gained"]), str(t["base"]), updated)
+
+
+def _people(u: UserState) -> list[str]:
+    """The lower-cased words of the names the user's memory knows (:func:`describe`'s ``people``)."""
+    return [w.lower() for name, _ in u.people.values() for w in name.split()]
 
 
 def link_new_turns(tx: Tx, u: UserState, ids: Sequence[int]) -> None:
@@ -226,7 +229,7 @@ def link_new_turns(tx: Tx, u: UserState, ids: Sequence[int]) -> None:
     recs = [r for r in (st.recs[i] for i in ids) if r.commitment != "ephemeral"]
     if not recs:
         return
-    people = [w.lower() for name, _ in u.people.values() for w in name.split()]
+    people = _people(u)
     drafts: dict[int, _Draft] = {}
     for r in recs:
         kw, stems, own, base = describe(r.text, r.speaker, r.timestamp, r.domain, people, c.note_keywords)
@@ -250,8 +253,7 @@ def renote(tx: Tx, u: UserState, r: Record, changed_at: float) -> None:
     if row is None or not st.config.notes:
         return
     d = _draft_of(row)
-    people = [w.lower() for name, _ in u.people.values() for w in name.split()]
-    kw, stems, own, base = describe(r.text, r.speaker, r.timestamp, r.domain, people, st.config.note_keywords)
+    kw, stems, own, base = describe(r.text, r.speaker, r.timestamp, r.domain, _people(u), st.config.note_keywords)
     tx.store.add_note_revisions(u.user_id, [(r.id, json.dumps(d.tags()), d.context(), d.updated_at, r.id)])
     d.keywords, d.stems, d.own, d.base, d.updated_at = kw, stems, own, base, changed_at
     tx.store.put_notes(u.user_id, [d.row(r.id)])
@@ -311,8 +313,7 @@ def _link(
             dup = s >= c.duplicate_threshold and (st.recs[t].speaker or "") == (r.speaker or "")
             rows.append((r.id, t, s, json.dumps(shared), "duplicate" if dup else "related", r.timestamp))
             made += 1
-            if not dup:
-                _strengthen(other, t, shared, r, c.note_tags, revisions)
+            if not dup and _strengthen(other, t, shared, r, c.note_tags, revisions):
                 touched.append(t)
             if made >= c.note_links:
                 break
@@ -326,23 +327,24 @@ def _strengthen(
     cause: Record,
     max_tags: int,
     revisions: list[NoteRevisionRow],
-) -> None:
+) -> bool:
     """Evolution of a linked note: the shared keywords join its tags; the oldest gained tags
-    go past ``max_tags``; its earlier state kept as a revision (when anything changed)."""
+    go past ``max_tags``; its earlier state kept as a revision. Returns whether it changed."""
     tags = note.tags()
     have = {t.lower() for t in tags}
     new = [w for w in dict.fromkeys(shared) if w.lower() not in have]
     if not new:
-        return
+        return False
     before = (json.dumps(tags), note.context(), note.updated_at)
     note.gained.extend(new)
     over = len(note.tags()) - max_tags
     if over > 0:
         note.gained = note.gained[min(over, len(note.gained)) :]
     if note.tags() == json.loads(before[0]):
-        return
+        return False
     revisions.append((item_id, before[0], before[1], before[2], cause.id))
     note.updated_at = cause.timestamp
+    return True
 
 
 def note_of(row: NoteRow | None, history: Sequence[tuple[str, str, float | None, int | None]]) -> Note | None:

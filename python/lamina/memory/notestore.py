@@ -23,7 +23,8 @@ __all__ = [
     "PG_NOTES_SCHEMA",
 ]
 
-#: A note: (item id, keywords as JSON, tags as JSON, context, updated at); see lamina.memory.notes.
+#: A note: (item id, keywords as JSON, {"own", "gained", "base"} as JSON — its own tags, the tags later notes
+#: gave it, its context line before those —, the context shown, updated at); see lamina.memory.notes.
 NoteRow = tuple[int, str, str, str, float | None]
 #: A note's earlier state: (item id, tags as JSON, context, changed at, the id of the turn that changed it).
 NoteRevisionRow = tuple[int, str, str, float | None, int | None]
