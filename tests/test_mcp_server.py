@@ -133,6 +133,21 @@ async def _exercise(client: Client, user: str = "alice") -> None:
     # an unknown user has no memories: the context abstains (not an error)
     assert (await _call(client, "get_context", user_id="nobody", query="anything"))["abstain"]
     assert (await _call(client, "list_facts", user_id=user, current=False))["facts"]
+    # related memories: a later turn about the same cat links back to the first
+    cat = [
+        {"speaker": "Alice", "text": "I adopted a grey cat named Pixel last spring.", "timestamp": T0 + 800},
+        {"speaker": "Alice", "text": "Pixel, my grey cat, was adopted last spring.", "timestamp": T0 + 900},
+    ]
+    first, later = (await _call(client, "add_memory", user_id=user, session_id="s3", messages=cat))["ids"]
+    rel = await _call(client, "related_memories", user_id=user, item_id=first)
+    assert rel["keywords"][0] == "Pixel" and rel["context"].startswith("Alice on 2023-05-08, about Pixel")
+    (link,) = rel["related"]
+    assert link["item"]["id"] == later and link["newer"] and link["kind"] == "related" and "Pixel" in link["shared"]
+    back = await _call(client, "related_memories", user_id=user, item_id=later)
+    assert [x["item"]["id"] for x in back["related"]] == [first] and not back["related"][0]["newer"]
+    assert "not found: item id 12345 does not belong to this database" in await _error(
+        client, "related_memories", user_id=user, item_id=12345
+    )
 
 
 def test_stdio_subprocess(tmp_path: Path) -> None:

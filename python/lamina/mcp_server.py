@@ -1,7 +1,7 @@
 """lamina as an MCP server (Model Context Protocol, the official ``mcp`` SDK, 2.x line).
 
 :func:`build_mcp_server` wraps a :class:`lamina.Memory` in an :class:`mcp.server.mcpserver.MCPServer`
-with six tools, each with a typed JSON schema for its input and its output:
+with seven tools, each with a typed JSON schema for its input and its output:
 
 ==================  ==========================================================================
 ``add_memory``      add messages (turns) to a user's session → the new item ids
@@ -10,6 +10,7 @@ with six tools, each with a typed JSON schema for its input and its output:
 ``delete_memory``   delete one of the user's items (a turn takes what derives from it along)
 ``end_session``     consolidate a session → what consolidation did
 ``list_facts``      the user's semantic facts (current, or with their history)
+``related_memories``  a turn's A-Mem note and the turns linked to it (:meth:`lamina.Memory.links`)
 ==================  ==========================================================================
 
 Bad input never crashes the server: a value lamina refuses (an empty text, an unknown user or
@@ -66,14 +67,23 @@ __all__ = [
     "FactsResult",
 ]
 
-TOOLS = ("add_memory", "get_context", "search_memory", "delete_memory", "end_session", "list_facts")
+TOOLS = (
+    "add_memory",
+    "get_context",
+    "search_memory",
+    "delete_memory",
+    "end_session",
+    "list_facts",
+    "related_memories",
+)
 
 INSTRUCTIONS = (
     "Long-term memory of conversations, per user. Call add_memory with each exchange (speaker and "
     "text per message) under a session id, end_session when a conversation ends (it consolidates "
     "episodes and facts), and get_context before answering to recall what matters for the question "
     "within a token budget. search_memory lists raw matches; list_facts the facts known about a user; "
-    "delete_memory forgets an item."
+    "delete_memory forgets an item; related_memories follows a remembered turn's links to the turns that share "
+    "its topic (evidence spread over conversations)."
 )
 
 T = TypeVar("T")
@@ -164,6 +174,25 @@ class FactsResult(BaseModel):
     """Semantic facts, by subject and predicate."""
 
     facts: list[ItemOut]
+
+
+class LinkedOut(BaseModel):
+    """A turn linked to the one asked about."""
+
+    item: ItemOut
+    weight: float = Field(description="Cosine similarity of the two turns when the link was made.")
+    kind: Literal["related", "duplicate"] = Field(description="duplicate: the same speaker saying it again.")
+    shared: list[str] = Field(description="The keywords the two turns share.")
+    newer: bool = Field(description="The linked turn came later than the one asked about.")
+
+
+class RelatedResult(BaseModel):
+    """A turn's note (empty for an item that is not a turn) and its linked turns, strongest first."""
+
+    keywords: list[str]
+    tags: list[str]
+    context: str | None = Field(description="One line: who, when, about what.")
+    related: list[LinkedOut]
 
 
 def _item(it: MemoryItem) -> ItemOut:
@@ -385,6 +414,37 @@ def build_mcp_server(
             runner, lambda: memory.facts(user_id=uid, subject=subject, current=current), (uid, user_id)
         )
         return FactsResult(facts=[_item(it) for it in facts])
+
+    @server.tool(title="Related memories")
+    async def related_memories(
+        ctx: ToolContext[Any, Any],
+        user_id: UserId,
+        item_id: Annotated[int, Field(ge=1, description="A remembered turn (an id a tool returned).")],
+    ) -> RelatedResult:
+        """The turns linked to a remembered turn — earlier or later turns of the user that share a
+        keyword with it and are close in meaning — with the turn's note (keywords, tags, a context
+        line). Follow them to gather what is spread over several conversations."""
+        uid = user(user_id, ctx)
+
+        def read() -> RelatedResult:
+            note = memory.note(item_id, user_id=uid)
+            linked = [
+                LinkedOut(
+                    item=_item(memory.get(x.other_id, user_id=uid)),
+                    weight=x.weight,
+                    kind="duplicate" if x.kind == "duplicate" else "related",
+                    shared=list(x.shared),
+                    newer=x.newer,
+                )
+                for x in memory.links(item_id, user_id=uid)
+            ]
+            if note is None:
+                return RelatedResult(keywords=[], tags=[], context=None, related=linked)
+            return RelatedResult(
+                keywords=list(note.keywords), tags=list(note.tags), context=note.context, related=linked
+            )
+
+        return await _guarded_run(runner, read, (uid, user_id))
 
     return server
 
