@@ -132,6 +132,13 @@ def _check_consistent(db: Path | str, acked: set[int], ended: set[int]) -> None:
     for r in recs.values():
         if r["kind"] == "segment":
             assert all(x in recs for x in r["members"])
+    # A-Mem notes are written with their turns: one per turn, none without its turn, links
+    # between turns that exist
+    turn_ids = {r["id"] for r in turns.values()}
+    assert sorted(r["item_id"] for r in rows(db, "SELECT item_id FROM notes")) == sorted(turn_ids)
+    links = rows(db, "SELECT src, dst FROM links")
+    assert links and all(x["src"] in turn_ids and x["dst"] in turn_ids for x in links)
+    assert {r["item_id"] for r in rows(db, "SELECT item_id FROM note_revisions")} <= turn_ids
     with Memory(
         db, embedder="hashing", config=MemoryConfig(working_capacity=4, max_segment_turns=2, episodic_capacity=6)
     ) as m:
