@@ -4,6 +4,8 @@ delete, update, forget), on both backends."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from memkit import DAY, T0, chat, rows
 
@@ -101,15 +103,19 @@ def test_deleting_a_turn_deletes_its_note_and_its_links(db: str) -> None:
     assert rows(db, "SELECT item_id FROM note_revisions WHERE item_id=?", c) == []
 
 
-def test_updating_a_turn_writes_its_note_anew_and_keeps_the_old_one(db: str) -> None:
+def test_updating_a_turn_writes_its_note_anew(db: str) -> None:
     with Memory(db, embedder="hashing", config=CFG) as m:
         a, _, c = chat(m, "u", "s1", LINES, T0, "c")
-        m.update(a, "I adopted a cat named Luna in Seattle.", timestamp=T0 + DAY)
+        (d,) = chat(m, "u", "s1", [("Bob", "Is Max the beagle from the Portland shelter?")], T0 + 600, "d")
+        assert {x.other_id for x in m.links(d)} >= {a}
+        m.update(a, "I adopted a beagle called Luna in Seattle.", timestamp=T0 + DAY)
         n = _note(m, a)
-    assert n.keywords[:2] == ("Luna", "Seattle") and "beagle" not in n.keywords
-    assert n.tags[:2] == ("Luna", "Seattle") and "beagle" in n.tags  # (tags gained from later notes stay)
-    assert n.history[-1].cause == a and n.history[-1].tags == ("Max", "Portland", "beagle")
-    assert n.updated_at == T0 + DAY
+        # the tags it gained stay where the new text still has the word (beagle), the rest go;
+        # its history was about the old text (Memory.history keeps that); links to it stay
+        assert n.keywords[:2] == ("Luna", "Seattle") and "Portland" not in n.keywords
+        assert n.tags == ("Luna", "Seattle", "beagle") and n.history == () and n.updated_at == T0 + DAY
+        assert n.context == "Alice on 2023-05-08, about Luna, Seattle, adopted, beagle; later also: beagle"
+        assert {x.other_id for x in m.links(a)} >= {c, d}
 
 
 def test_an_ephemeral_turn_gets_no_note_and_changes_none() -> None:
@@ -178,11 +184,39 @@ def test_notes_flag_must_be_a_bool() -> None:
 
 
 def test_describe_finds_names_inside_sentences_and_known_people_anywhere() -> None:
-    kw, stems, own, base = describe(
-        "Melanie went to Paris. Caroline loved the paintings there!", "Ann", T0, "travel", ["melanie"], 8
-    )
+    text = "Melanie went to Paris. Caroline loved the paintings there!"
+    kw, stems, spans = describe(text, ["melanie"], 8)
     assert kw[:2] == ["Melanie", "Paris"]  # (Melanie: a known person; Paris: inside a sentence)
     assert "Caroline" not in kw and "caroline" in kw  # (a sentence's first word, nobody known)
-    assert own == ["travel", "Melanie", "Paris"]
-    assert len(stems) == len(kw) and base == "Ann on 2023-05-08, about Melanie, Paris, paintings, caroline"
-    assert describe("ok!", None, None, None, [], 8)[3] == "someone on ?, about small talk"
+    assert len(stems) == len(kw) == len(spans)
+    for w, (a, b, name) in zip(kw, spans):  # (spans of the text: no note row holds words)
+        assert (text[a:b] if name else text[a:b].lower()) == w
+    assert describe("ok!", [], 8) == ([], [], [])
+
+
+def _textless(v: object) -> bool:
+    """Numbers, None, or JSON of numbers / lists / {"own", "gained"} objects: no words."""
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return False
+    if isinstance(v, dict):
+        return set(v) <= {"own", "gained"} and all(_textless(x) for x in v.values())
+    if isinstance(v, list):
+        return all(_textless(x) for x in v)
+    return v is None or isinstance(v, (int, float))
+
+
+def test_no_note_or_link_row_holds_text(db: str) -> None:
+    """A deleted turn's words must not outlive it in the store files: the notes' rows hold spans
+    and indices, never words (small rows leave copies in SQLite's page free space)."""
+    with Memory(db, embedder="hashing", config=CFG) as m:
+        chat(m, "u", "s1", LINES, T0, "c")
+        chat(m, "u", "s2", [("Alice", "The shelter dog Max loves the Portland parks.")], T0 + DAY, "d")
+    seen = 0
+    for table in ("notes", "note_revisions", "links"):
+        for row in rows(db, f"SELECT * FROM {table}"):
+            seen += 1
+            assert all(_textless(v) for k, v in row.items() if k not in ("user_id", "kind")), (table, row)
+    assert seen >= 6

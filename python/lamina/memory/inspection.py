@@ -88,7 +88,7 @@ class Inspection:
 
         def read(store: Store, r: Record) -> Note | None:
             row = store.get_notes(r.user_id, [r.id]).get(r.id)
-            return note_of(row, store.note_revisions(r.user_id, r.id) if row is not None else [])
+            return note_of(r, row, store.note_revisions(r.user_id, r.id) if row is not None else [])
 
         return _read_turn(self, item_id, user_id, read)
 
@@ -102,7 +102,12 @@ class Inspection:
         NotFoundError
             Unknown id, an id of another database, or (with ``user_id``) another user's item.
         """
-        return _read_turn(self, item_id, user_id, lambda store, r: links_of(r.id, store.links(r.user_id, r.id))) or []
+        recs = self._st.recs
+
+        def read(store: Store, r: Record) -> list[Link]:
+            return links_of(r.id, store.links(r.user_id, r.id), lambda i: getattr(recs.get(i), "text", None))
+
+        return _read_turn(self, item_id, user_id, read) or []
 
     def facts(self: MemoryHost, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
         """Semantic facts of a user (current only by default; ``current=False`` adds history)."""

@@ -486,9 +486,9 @@ class Memory(Reading, Inspection, PgArchive):
             tx.touch(r.user_id)
             at = t if t is not None else wall_clock()
             tx.store.add_revision(r.id, r.text, at)
-            r.text = text
+            old_text, r.text = r.text, text
             if r.kind == "turn":
-                notes.renote(tx, u, r, at)
+                notes.renote(tx, u, r, old_text, at)
             u.stale = u.stale_last = None  # (the staleness cache of an item is keyed by its id)
             tx.changed(r, "text", emb=emb)
             if r.kind in ("summary", "note"):

@@ -32,9 +32,15 @@ note and links and leaves no word of it behind.
 
 Notes are derived data: they are written in the same transaction as the turns (so a crash keeps
 both or neither), read from the database on request (so every process sees the same), deleted
-with their turn (and their links with it), written anew when the turn's text is updated, and not
+with their turn (and their links with it), written anew when the turn's text is updated (its
+history and the links it made go; tags it gained stay where the new text has the word), and not
 part of an export: imported turns have no notes (turns added after the import link to them only
-through their own notes, so an imported turn gains no links).
+through their own notes, so an imported turn gains no links). **No note, revision or link row
+holds text:** keywords are spans of the turn's own text, tags indices into the keywords, a
+link's shared words spans of the newer turn's text, and the context line is composed when read.
+So a deleted turn's words live nowhere but in its own item row, which the store wipes (SQLite
+leaves copies of small rows in page free space when B-tree pages are rebalanced, even with
+``secure_delete``; a note row holding the words let a deleted turn's word survive in the file).
 The read path does not follow links: on LoCoMo a second hop along them lowered evidence recall
 (see the README's "LoCoMo" section).
 """
@@ -43,7 +49,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,89 +139,104 @@ class Link:
     newer: bool
 
 
+Span = tuple[int, int, int]  # (start, end, 1 when a name: kept as written, else lower-cased)
+
+
+def _word(text: str, sp: Sequence[int]) -> str:
+    """The keyword a span of a turn's text stands for."""
+    w = text[sp[0] : sp[1]].replace("’", "'")
+    return w if sp[2] else w.lower()
+
+
 @dataclass(slots=True)
 class _Draft:
-    """A note being written: keywords with their stems, own tags, tags gained, the base line."""
+    """A note being written: its keywords (words, their stems, their spans in the turn's text),
+    which of them are its own tags (names) and which it gained (indices into the keywords, the
+    oldest first), and when it last changed. Only spans and indices are stored (no text)."""
 
     keywords: list[str]
     stems: list[str]
-    own: list[str]
-    gained: list[str]
-    base: str
+    spans: list[Span]
+    own: list[int]
+    gained: list[int]
     updated_at: float | None
 
-    def tags(self) -> list[str]:
-        return self.own + [t for t in self.gained if t not in self.own]
-
-    def context(self) -> str:
-        if not self.gained:
-            return self.base
-        return f"{self.base}; later also: {', '.join(self.gained)}"
+    def tags(self, domain: str | None) -> list[str]:
+        return _tags(self.keywords, self.own, self.gained, domain)
 
     def row(self, item_id: int) -> NoteRow:
         return (
             item_id,
-            json.dumps(self.keywords),
-            json.dumps({"own": self.own, "gained": self.gained, "base": self.base}),
-            self.context(),
+            json.dumps([list(x) for x in self.spans]),
+            json.dumps({"own": self.own, "gained": self.gained}),
             self.updated_at,
         )
 
 
-def describe(
-    text: str, speaker: str | None, timestamp: float | None, domain: str | None, people: Iterable[str], k: int
-) -> tuple[list[str], list[str], list[str], str]:
-    """The rule-based note of a turn: (keywords, their stems, own tags, the context line).
+def _tags(keywords: Sequence[str], own: Sequence[int], gained: Sequence[int], domain: str | None) -> list[str]:
+    out = ([domain] if domain else []) + [keywords[i] for i in own if i < len(keywords)]
+    return out + [keywords[i] for i in gained if i < len(keywords) and keywords[i] not in out]
 
-    Parameters
-    ----------
-    text, speaker, timestamp, domain
-        The turn's fields.
-    people : iterable of str
-        Lower-cased names the memory knows (its speakers): a name at a sentence's start is a
-        name too.
-    k : int
-        Keywords kept, at most.
+
+def _context(r: Record, keywords: Sequence[str], gained: Sequence[int]) -> str:
+    """The note's line: who, when, about what (its first keywords), and what later turns shared."""
+    about = ", ".join(keywords[:4]) if keywords else "small talk"
+    base = f"{r.speaker or 'someone'} on {format_day(r.timestamp)}, about {about}"
+    later = [keywords[i] for i in gained if i < len(keywords)]
+    return f"{base}; later also: {', '.join(later)}" if later else base
+
+
+def describe(text: str, people: Iterable[str], k: int) -> tuple[list[str], list[str], list[Span]]:
+    """The rule-based keywords of a turn's text: (keywords, their Porter stems, their spans).
+
+    Keywords are content words (stop words, words under three letters and numbers under four
+    digits dropped), one per stem: names first — a capitalised word inside a sentence, or a word
+    of ``people`` (lower-cased names the memory knows) anywhere —, then the longer words; at
+    most ``k``. A span is (start, end, 1 for a name kept as written / 0 for a lower-cased word).
     """
     known = set(people)
     starts = {0} | {m.end() for m in _SENTENCE_END.finditer(text)}
-    names: list[str] = []
-    words: list[str] = []
+    names: list[tuple[str, Span]] = []
+    words: list[tuple[str, Span]] = []
     for m in _WORD.finditer(text):
+        a, b = m.start(), m.end()
         w = m.group(0).replace("’", "'")
         if w.lower().endswith("'s"):
-            w = w[:-2]
+            w, b = w[:-2], b - 2
         low = w.lower()
         if len(low) < 3 or low in STOP_WORDS or low.isdigit() and len(low) < 4:
             continue
-        name = (w[0].isupper() and m.start() not in starts) or low in known
-        (names if name else words).append(w if name else low)
-    lower_names = {n.lower() for n in names}  # (a name said first at a sentence's start is the same name)
-    words = [w for w in words if w not in lower_names]
-    stems: dict[str, str] = {}
-    for w in names + sorted(words, key=lambda x: -len(x)):  # (stable: equal lengths keep text order)
-        s = porter_stem(w.lower())
-        if s not in stems:
-            stems[s] = w
-    chosen = list(stems.items())[:k]
-    keywords = [w for _, w in chosen]
-    own = ([domain] if domain else []) + list(dict.fromkeys(n for n in names if n.lower() != (speaker or "").lower()))
-    about = ", ".join(keywords[:4]) if keywords else "small talk"
-    base = f"{speaker or 'someone'} on {format_day(timestamp)}, about {about}"
-    return keywords, [s for s, _ in chosen], own, base
-
-
-def _draft_of(row: NoteRow) -> _Draft:
-    _, kw, tags, context, updated = row
-    keywords = list(json.loads(kw))
-    t = json.loads(tags)
-    stems = [porter_stem(w.lower()) for w in keywords]
-    return _Draft(keywords, stems, list(t["own"]), list(t["gained"]), str(t["base"]), updated)
+        if (w[0].isupper() and a not in starts) or low in known:
+            names.append((w, (a, b, 1)))
+        else:
+            words.append((low, (a, b, 0)))
+    lower_names = {n.lower() for n, _ in names}  # (a name said first at a sentence's start is the same name)
+    words = [x for x in words if x[0] not in lower_names]
+    chosen: dict[str, tuple[str, Span]] = {}
+    for w, sp in names + sorted(words, key=lambda x: -len(x[0])):  # (stable: equal lengths keep text order)
+        chosen.setdefault(porter_stem(w.lower()), (w, sp))
+    picked = list(chosen.items())[:k]
+    return [w for _, (w, _) in picked], [st for st, _ in picked], [sp for _, (_, sp) in picked]
 
 
 def _people(u: UserState) -> list[str]:
     """The lower-cased words of the names the user's memory knows (:func:`describe`'s ``people``)."""
     return [w.lower() for name, _ in u.people.values() for w in name.split()]
+
+
+def _draft(r: Record, people: list[str], k: int) -> _Draft:
+    kw, stems, spans = describe(r.text, people, k)
+    own = [i for i, sp in enumerate(spans) if sp[2] and kw[i].lower() != (r.speaker or "").lower()]
+    return _Draft(kw, stems, spans, own, [], r.timestamp)
+
+
+def _draft_of(row: NoteRow, text: str) -> _Draft:
+    """A stored note, its words read from its turn's text."""
+    _, spans_json, tags, updated = row
+    spans = [(int(a), int(b), int(n)) for a, b, n in json.loads(spans_json)]
+    kw = [_word(text, sp) for sp in spans]
+    t = json.loads(tags)
+    return _Draft(kw, [porter_stem(w.lower()) for w in kw], spans, list(t["own"]), list(t["gained"]), updated)
 
 
 def link_new_turns(tx: Tx, u: UserState, ids: Sequence[int]) -> None:
@@ -230,32 +251,32 @@ def link_new_turns(tx: Tx, u: UserState, ids: Sequence[int]) -> None:
     if not recs:
         return
     people = _people(u)
-    drafts: dict[int, _Draft] = {}
-    for r in recs:
-        kw, stems, own, base = describe(r.text, r.speaker, r.timestamp, r.domain, people, c.note_keywords)
-        drafts[r.id] = _Draft(kw, stems, own, [], base, r.timestamp)
+    drafts = {r.id: _draft(r, people, c.note_keywords) for r in recs}
     links, touched, revisions = _link(tx, u, recs, drafts)
-    old = [i for i in touched if i not in {r.id for r in recs}]
+    new = {r.id for r in recs}
     store = tx.store
-    store.put_notes(u.user_id, [drafts[i].row(i) for i in [r.id for r in recs] + old])
+    store.put_notes(u.user_id, [drafts[i].row(i) for i in [r.id for r in recs] + [t for t in touched if t not in new]])
     if revisions:
         store.add_note_revisions(u.user_id, revisions)
     if links:
         store.add_links(u.user_id, links)
 
 
-def renote(tx: Tx, u: UserState, r: Record, changed_at: float) -> None:
+def renote(tx: Tx, u: UserState, r: Record, old_text: str, changed_at: float) -> None:
     """A turn's text changed (:meth:`lamina.Memory.update`): its note is written anew from the
-    text (tags gained from later notes stay; its links stay as they were made), the earlier
-    state kept as a revision caused by the turn itself."""
+    new text. Tags it had gained stay where the new text still has the word (by stem); its
+    history and the links it made on arrival go (they were about the old text, which
+    :meth:`lamina.Memory.history` keeps); links later turns made to it stay."""
     st = tx.st
     row = tx.store.get_notes(u.user_id, [r.id]).get(r.id)
     if row is None or not st.config.notes:
         return
-    d = _draft_of(row)
-    kw, stems, own, base = describe(r.text, r.speaker, r.timestamp, r.domain, _people(u), st.config.note_keywords)
-    tx.store.add_note_revisions(u.user_id, [(r.id, json.dumps(d.tags()), d.context(), d.updated_at, r.id)])
-    d.keywords, d.stems, d.own, d.base, d.updated_at = kw, stems, own, base, changed_at
+    old = _draft_of(row, old_text)
+    kept = {old.stems[i] for i in old.gained if i < len(old.stems)}
+    d = _draft(r, _people(u), st.config.note_keywords)
+    d.gained = [i for i, stem in enumerate(d.stems) if stem in kept and i not in d.own]
+    d.updated_at = changed_at
+    tx.store.forget_note_history(u.user_id, r.id)
     tx.store.put_notes(u.user_id, [d.row(r.id)])
 
 
@@ -290,7 +311,7 @@ def _link(
         want.update(t for _, t in pairs if t not in drafts)
     stored = tx.store.get_notes(u.user_id, sorted(want)) if want else {}
     for t, row in stored.items():
-        drafts[t] = _draft_of(row)
+        drafts[t] = _draft_of(row, st.recs[t].text)
     rows: list[LinkRow] = []
     touched: list[int] = []
     revisions: list[NoteRevisionRow] = []
@@ -301,19 +322,19 @@ def _link(
             other = drafts.get(t)
             if other is None:  # (a turn added before notes existed: no note to share words with)
                 continue
-            theirs = dict(zip(other.stems, other.keywords))
-            # (the shared words as the older note wrote them: its name "Max" for a sentence's "max")
-            shared = [
-                theirs[s_] if theirs[s_][:1].isupper() else w
-                for w, s_ in zip(mine.keywords, mine.stems)
-                if s_ in theirs
-            ]
-            if not shared:
+            theirs = {stem: i for i, stem in enumerate(other.stems)}
+            common = [i for i, stem in enumerate(mine.stems) if stem in theirs]
+            if not common:
                 continue
             dup = s >= c.duplicate_threshold and (st.recs[t].speaker or "") == (r.speaker or "")
-            rows.append((r.id, t, s, json.dumps(shared), "duplicate" if dup else "related", r.timestamp))
+            # (spans of the newer turn's text; a word the older note has as a name is shown as written)
+            shared = json.dumps(
+                [[*mine.spans[i][:2], max(mine.spans[i][2], other.spans[theirs[mine.stems[i]]][2])] for i in common]
+            )
+            rows.append((r.id, t, s, shared, "duplicate" if dup else "related", r.timestamp))
             made += 1
-            if not dup and _strengthen(other, t, shared, r, c.note_tags, revisions):
+            gain = [theirs[mine.stems[i]] for i in common]  # (the older note's own words)
+            if not dup and _strengthen(other, t, gain, r, c.note_tags, revisions):
                 touched.append(t)
             if made >= c.note_links:
                 break
@@ -323,50 +344,60 @@ def _link(
 def _strengthen(
     note: _Draft,
     item_id: int,
-    shared: list[str],
+    shared: list[int],
     cause: Record,
     max_tags: int,
     revisions: list[NoteRevisionRow],
 ) -> bool:
-    """Evolution of a linked note: the shared keywords join its tags; the oldest gained tags
-    go past ``max_tags``; its earlier state kept as a revision. Returns whether it changed."""
-    tags = note.tags()
-    have = {t.lower() for t in tags}
-    new = [w for w in dict.fromkeys(shared) if w.lower() not in have]
+    """Evolution of a linked note: its keywords the newcomer shares (``shared``, indices) join
+    its tags; the oldest gained tags go past ``max_tags``; its earlier state kept as a revision.
+    Returns whether it changed."""
+    new = [i for i in dict.fromkeys(shared) if i not in note.own and i not in note.gained]
     if not new:
         return False
-    before = (json.dumps(tags), note.context(), note.updated_at)
-    note.gained.extend(new)
-    over = len(note.tags()) - max_tags
+    before = json.dumps({"own": note.own, "gained": note.gained})
+    gained = note.gained + new
+    over = len(note.own) + len(gained) - max_tags
     if over > 0:
-        note.gained = note.gained[min(over, len(note.gained)) :]
-    if note.tags() == json.loads(before[0]):
+        gained = gained[min(over, len(gained)) :]
+    if gained == note.gained:
         return False
-    revisions.append((item_id, before[0], before[1], before[2], cause.id))
+    revisions.append((item_id, before, note.updated_at, cause.id))
+    note.gained = gained
     note.updated_at = cause.timestamp
     return True
 
 
-def note_of(row: NoteRow | None, history: Sequence[tuple[str, str, float | None, int | None]]) -> Note | None:
-    """The public note of a stored row and its revision rows (None: no row)."""
+def note_of(r: Record, row: NoteRow | None, history: Sequence[tuple[str, float | None, int | None]]) -> Note | None:
+    """The public note of a turn from its stored row and revision rows (None: no row); its words
+    are read from the turn's text."""
     if row is None:
         return None
-    d = _draft_of(row)
+    d = _draft_of(row, r.text)
+
+    def revision(tags: str, at: float | None, cause: int | None) -> NoteRevision:
+        t = json.loads(tags)
+        own, gained = list(t["own"]), list(t["gained"])
+        return NoteRevision(tuple(_tags(d.keywords, own, gained, r.domain)), _context(r, d.keywords, gained), at, cause)
+
     return Note(
-        item_id=int(row[0]),
+        item_id=r.id,
         keywords=tuple(d.keywords),
-        tags=tuple(d.tags()),
-        context=d.context(),
+        tags=tuple(d.tags(r.domain)),
+        context=_context(r, d.keywords, d.gained),
         updated_at=d.updated_at,
-        history=tuple(NoteRevision(tuple(json.loads(t)), ctx, at, cause) for t, ctx, at, cause in history),
+        history=tuple(revision(*h) for h in history),
     )
 
 
-def links_of(item_id: int, rows: Sequence[LinkRow]) -> list[Link]:
-    """The public links of ``item_id`` from its stored link rows (either end), strongest first."""
+def links_of(item_id: int, rows: Sequence[LinkRow], text_of: Callable[[int], str | None]) -> list[Link]:
+    """The public links of ``item_id`` from its stored link rows (either end), strongest first;
+    ``text_of``: a turn's text (the shared words are spans of the newer turn's)."""
     out = []
     for src, dst, w, shared, kind, at in rows:
         newer = dst == item_id
-        out.append(Link(item_id, int(src if newer else dst), float(w), tuple(json.loads(shared)), kind, at, newer))
+        text = text_of(src)
+        words = tuple(dict.fromkeys(_word(text, sp) for sp in json.loads(shared))) if text is not None else ()
+        out.append(Link(item_id, int(src if newer else dst), float(w), words, kind, at, newer))
     out.sort(key=lambda x: (-x.weight, x.other_id))
     return out

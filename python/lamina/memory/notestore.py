@@ -23,22 +23,23 @@ __all__ = [
     "PG_NOTES_SCHEMA",
 ]
 
-#: A note: (item id, keywords as JSON, {"own", "gained", "base"} as JSON — its own tags, the tags later notes
-#: gave it, its context line before those —, the context shown, updated at); see lamina.memory.notes.
-NoteRow = tuple[int, str, str, str, float | None]
-#: A note's earlier state: (item id, tags as JSON, context, changed at, the id of the turn that changed it).
-NoteRevisionRow = tuple[int, str, str, float | None, int | None]
-#: A link: (newer turn id, older turn id, cosine, shared keywords as JSON, kind, created at).
+#: A note: (item id, its keywords as JSON [[start, end, name], ...] spans of its turn's text, its tags
+#: as JSON {"own": [...], "gained": [...]} indices into those keywords, updated at). No row holds
+#: text: a deleted turn's words can outlive it nowhere but in its own (wiped) item row.
+NoteRow = tuple[int, str, str, float | None]
+#: A note's earlier state: (item id, its tags then as JSON, changed at, the id of the turn that changed it).
+NoteRevisionRow = tuple[int, str, float | None, int | None]
+#: A link: (newer turn id, older turn id, cosine, the shared keywords as JSON spans of the newer
+#: turn's text, kind, created at).
 LinkRow = tuple[int, int, float, str, str, float | None]
 
 #: The SQLite tables (created by the store's schema, ``CREATE ... IF NOT EXISTS``).
 SQLITE_NOTES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (
-  user_id TEXT NOT NULL, item_id INTEGER PRIMARY KEY, keywords TEXT NOT NULL, tags TEXT NOT NULL,
-  context TEXT NOT NULL, updated_at REAL);
+  user_id TEXT NOT NULL, item_id INTEGER PRIMARY KEY, keywords TEXT NOT NULL, tags TEXT NOT NULL, updated_at REAL);
 CREATE TABLE IF NOT EXISTS note_revisions (
   user_id TEXT NOT NULL, item_id INTEGER NOT NULL, seq INTEGER NOT NULL, tags TEXT NOT NULL,
-  context TEXT NOT NULL, changed_at REAL, cause INTEGER, PRIMARY KEY (item_id, seq));
+  changed_at REAL, cause INTEGER, PRIMARY KEY (item_id, seq));
 CREATE TABLE IF NOT EXISTS links (
   user_id TEXT NOT NULL, src INTEGER NOT NULL, dst INTEGER NOT NULL, weight REAL NOT NULL,
   shared TEXT NOT NULL, kind TEXT NOT NULL, created_at REAL, PRIMARY KEY (src, dst));
@@ -48,10 +49,9 @@ CREATE INDEX IF NOT EXISTS links_dst ON links(dst);
 #: PostgreSQL migration 3: the same tables in schema ``lamina``, each keyed by user first.
 PG_NOTES_SCHEMA: tuple[str, ...] = (
     "CREATE TABLE lamina.notes (user_id TEXT NOT NULL, item_id BIGINT NOT NULL, keywords TEXT NOT NULL,"
-    " tags TEXT NOT NULL, context TEXT NOT NULL, updated_at DOUBLE PRECISION, PRIMARY KEY (user_id, item_id))",
+    " tags TEXT NOT NULL, updated_at DOUBLE PRECISION, PRIMARY KEY (user_id, item_id))",
     "CREATE TABLE lamina.note_revisions (user_id TEXT NOT NULL, item_id BIGINT NOT NULL, seq BIGINT NOT NULL,"
-    " tags TEXT NOT NULL, context TEXT NOT NULL, changed_at DOUBLE PRECISION, cause BIGINT,"
-    " PRIMARY KEY (user_id, item_id, seq))",
+    " tags TEXT NOT NULL, changed_at DOUBLE PRECISION, cause BIGINT, PRIMARY KEY (user_id, item_id, seq))",
     "CREATE TABLE lamina.links (user_id TEXT NOT NULL, src BIGINT NOT NULL, dst BIGINT NOT NULL,"
     " weight DOUBLE PRECISION NOT NULL, shared TEXT NOT NULL, kind TEXT NOT NULL,"
     " created_at DOUBLE PRECISION, PRIMARY KEY (user_id, src, dst))",
@@ -74,8 +74,12 @@ class NoteStore(Protocol):
         """Append earlier states of notes (each after the item's earlier ones)."""
         ...
 
-    def note_revisions(self, user_id: str, item_id: int) -> list[tuple[str, str, float | None, int | None]]:
-        """(tags, context, changed at, cause) of a note's earlier states, oldest first."""
+    def note_revisions(self, user_id: str, item_id: int) -> list[tuple[str, float | None, int | None]]:
+        """(tags, changed at, cause) of a note's earlier states, oldest first."""
+        ...
+
+    def forget_note_history(self, user_id: str, item_id: int) -> None:
+        """Delete a note's earlier states and the links its turn made (its text changed)."""
         ...
 
     def add_links(self, user_id: str, rows: list[LinkRow]) -> None:
@@ -94,7 +98,7 @@ class SQLiteNotes:
 
     def put_notes(self, user_id: str, rows: list[NoteRow]) -> None:
         self.conn.executemany(
-            "INSERT OR REPLACE INTO notes(user_id, item_id, keywords, tags, context, updated_at) VALUES(?,?,?,?,?,?)",
+            "INSERT OR REPLACE INTO notes(user_id, item_id, keywords, tags, updated_at) VALUES(?,?,?,?,?)",
             [(user_id, *r) for r in rows],
         )
 
@@ -103,24 +107,28 @@ class SQLiteNotes:
         for lo in range(0, len(ids), 500):
             part = ids[lo : lo + 500]
             sql = (
-                "SELECT item_id, keywords, tags, context, updated_at FROM notes"
+                "SELECT item_id, keywords, tags, updated_at FROM notes"
                 f" WHERE user_id=? AND item_id IN ({','.join('?' * len(part))})"
             )
-            for i, kw, tags, ctx, at in self.conn.execute(sql, (user_id, *part)):
-                out[int(i)] = (int(i), str(kw), str(tags), str(ctx), at)
+            for i, kw, tags, at in self.conn.execute(sql, (user_id, *part)):
+                out[int(i)] = (int(i), str(kw), str(tags), at)
         return out
 
     def add_note_revisions(self, user_id: str, rows: list[NoteRevisionRow]) -> None:
-        for item_id, tags, ctx, at, cause in rows:
+        for item_id, tags, at, cause in rows:
             self.conn.execute(
-                "INSERT INTO note_revisions(user_id, item_id, seq, tags, context, changed_at, cause)"
-                " SELECT ?, ?, COUNT(*), ?, ?, ?, ? FROM note_revisions WHERE item_id=?",
-                (user_id, item_id, tags, ctx, at, cause, item_id),
+                "INSERT INTO note_revisions(user_id, item_id, seq, tags, changed_at, cause)"
+                " SELECT ?, ?, COALESCE(MAX(seq) + 1, 0), ?, ?, ? FROM note_revisions WHERE item_id=?",
+                (user_id, item_id, tags, at, cause, item_id),
             )
 
-    def note_revisions(self, user_id: str, item_id: int) -> list[tuple[str, str, float | None, int | None]]:
-        sql = "SELECT tags, context, changed_at, cause FROM note_revisions WHERE user_id=? AND item_id=? ORDER BY seq"
-        return [(str(t), str(c), a, k) for t, c, a, k in self.conn.execute(sql, (user_id, item_id))]
+    def note_revisions(self, user_id: str, item_id: int) -> list[tuple[str, float | None, int | None]]:
+        sql = "SELECT tags, changed_at, cause FROM note_revisions WHERE user_id=? AND item_id=? ORDER BY seq"
+        return [(str(t), a, k) for t, a, k in self.conn.execute(sql, (user_id, item_id))]
+
+    def forget_note_history(self, user_id: str, item_id: int) -> None:
+        self.conn.execute("DELETE FROM note_revisions WHERE item_id=?", (item_id,))
+        self.conn.execute("DELETE FROM links WHERE src=?", (item_id,))
 
     def add_links(self, user_id: str, rows: list[LinkRow]) -> None:
         self.conn.executemany(
@@ -153,8 +161,7 @@ class SQLiteNotes:
 
     def delete_user_notes(self, user_id: str) -> None:
         """Delete a user's notes, revisions and links (before its items: they are found through them)."""
-        # (notes and links are keyed by item: found through the user's items, no user index;
-        # every link's src is one of the user's turns, and so is every note's item)
+        # (every link's src is one of the user's turns, and so is every note's item)
         mine = "(SELECT id FROM items WHERE user_id=?)"
         for sql in (
             f"DELETE FROM notes WHERE item_id IN {mine}",
@@ -173,34 +180,38 @@ class PostgresNotes:
 
     def put_notes(self, user_id: str, rows: list[NoteRow]) -> None:
         self._many(
-            "INSERT INTO lamina.notes(user_id, item_id, keywords, tags, context, updated_at) VALUES(%s,%s,%s,%s,%s,%s)"
+            "INSERT INTO lamina.notes(user_id, item_id, keywords, tags, updated_at) VALUES(%s,%s,%s,%s,%s)"
             " ON CONFLICT (user_id, item_id) DO UPDATE SET keywords=EXCLUDED.keywords, tags=EXCLUDED.tags,"
-            " context=EXCLUDED.context, updated_at=EXCLUDED.updated_at",
+            " updated_at=EXCLUDED.updated_at",
             [(user_id, *r) for r in rows],
         )
 
     def get_notes(self, user_id: str, ids: list[int]) -> dict[int, NoteRow]:
         cur = self.conn.execute(
-            "SELECT item_id, keywords, tags, context, updated_at FROM lamina.notes WHERE user_id=%s AND item_id = ANY(%s)",
+            "SELECT item_id, keywords, tags, updated_at FROM lamina.notes WHERE user_id=%s AND item_id = ANY(%s)",
             (user_id, ids),
         )
-        return {int(i): (int(i), str(kw), str(t), str(c), at) for i, kw, t, c, at in cur}
+        return {int(i): (int(i), str(kw), str(t), at) for i, kw, t, at in cur}
 
     def add_note_revisions(self, user_id: str, rows: list[NoteRevisionRow]) -> None:
-        for item_id, tags, ctx, at, cause in rows:
+        for item_id, tags, at, cause in rows:
             self.conn.execute(
-                "INSERT INTO lamina.note_revisions(user_id, item_id, seq, tags, context, changed_at, cause)"
-                " SELECT %s, %s, COUNT(*), %s, %s, %s, %s FROM lamina.note_revisions WHERE user_id=%s AND item_id=%s",
-                (user_id, item_id, tags, ctx, at, cause, user_id, item_id),
+                "INSERT INTO lamina.note_revisions(user_id, item_id, seq, tags, changed_at, cause)"
+                " SELECT %s, %s, COALESCE(MAX(seq) + 1, 0), %s, %s, %s FROM lamina.note_revisions"
+                " WHERE user_id=%s AND item_id=%s",
+                (user_id, item_id, tags, at, cause, user_id, item_id),
             )
 
-    def note_revisions(self, user_id: str, item_id: int) -> list[tuple[str, str, float | None, int | None]]:
+    def note_revisions(self, user_id: str, item_id: int) -> list[tuple[str, float | None, int | None]]:
         cur = self.conn.execute(
-            "SELECT tags, context, changed_at, cause FROM lamina.note_revisions WHERE user_id=%s AND item_id=%s"
-            " ORDER BY seq",
+            "SELECT tags, changed_at, cause FROM lamina.note_revisions WHERE user_id=%s AND item_id=%s ORDER BY seq",
             (user_id, item_id),
         )
-        return [(str(t), str(c), a, None if k is None else int(k)) for t, c, a, k in cur]
+        return [(str(t), a, None if k is None else int(k)) for t, a, k in cur]
+
+    def forget_note_history(self, user_id: str, item_id: int) -> None:
+        self.conn.execute("DELETE FROM lamina.note_revisions WHERE user_id=%s AND item_id=%s", (user_id, item_id))
+        self.conn.execute("DELETE FROM lamina.links WHERE user_id=%s AND src=%s", (user_id, item_id))
 
     def add_links(self, user_id: str, rows: list[LinkRow]) -> None:
         self._many(
