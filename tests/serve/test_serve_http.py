@@ -109,10 +109,10 @@ def test_auth(anon: httpx.Client, server: ServerProc) -> None:
 
 def test_tenants_are_apart(a: httpx.Client, b: httpx.Client) -> None:
     u = uid()  # the same user id in both tenants: two different users
-    ia = add(a, u, "Tenant A secret: the vault code is 4812.")
+    ia = add(a, u, "Tenant A secret: the vault code is Zq4812x.")  # (a token no item id can contain)
     ib = add(b, u, "Tenant B note: lunch at noon.")
     ctx_b = ok(b.post("/v1/context", json={"user_id": u, "query": "What is the vault code?", "budget": 200}))
-    assert "4812" not in str(ctx_b)
+    assert "Zq4812x" not in str(ctx_b)
     hits_b = ok(
         b.post(
             "/v1/search", json={"user_id": u, "query": "vault code secret", "k": 50, "layers": ["archive", "working"]}
@@ -121,12 +121,14 @@ def test_tenants_are_apart(a: httpx.Client, b: httpx.Client) -> None:
     assert [h["id"] for h in hits_b["items"]] == ib
     # item routes: another tenant's item is forbidden, whatever the method
     msg = err(b.get(f"/v1/memories/{ia[0]}"), 403, "forbidden")
-    assert "4812" not in msg
+    assert "Zq4812x" not in msg
     err(b.get(f"/v1/memories/{ia[0]}", params={"user_id": u}), 403, "forbidden")
+    err(b.get(f"/v1/memories/{ia[0]}/note"), 403, "forbidden")
+    err(b.get(f"/v1/memories/{ia[0]}/links"), 403, "forbidden")
     err(b.patch(f"/v1/memories/{ia[0]}", json={"text": "overwritten"}), 403, "forbidden")
     err(b.get(f"/v1/memories/{ia[0]}/history"), 403, "forbidden")
     err(b.delete(f"/v1/memories/{ia[0]}"), 403, "forbidden")
-    assert ok(a.get(f"/v1/memories/{ia[0]}"))["text"] == "Tenant A secret: the vault code is 4812."
+    assert ok(a.get(f"/v1/memories/{ia[0]}"))["text"] == "Tenant A secret: the vault code is Zq4812x."
     # deleting tenant b's user leaves tenant a's user of the same id
     ok(b.delete(f"/v1/users/{u}"))
     assert ok(a.get(f"/v1/memories/{ia[0]}"))["user_id"] == u
