@@ -5,6 +5,7 @@ delete, update, forget), on both backends."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from memkit import DAY, T0, chat, rows
@@ -220,3 +221,15 @@ def test_no_note_or_link_row_holds_text(db: str) -> None:
             seen += 1
             assert all(_textless(v) for k, v in row.items() if k not in ("user_id", "kind")), (table, row)
     assert seen >= 6
+
+
+def test_an_update_with_notes_turned_off_rewrites_the_stored_note(tmp_path: Path) -> None:
+    """Keywords are spans of the turn's text: a note written earlier must follow its text."""
+    db = tmp_path / "m.db"
+    with Memory(db, embedder="hashing", config=CFG) as m:
+        (a,) = chat(m, "u", "s1", LINES[:1], T0, "c")
+    with Memory(db, embedder="hashing", config=MemoryConfig(notes=False)) as m:
+        m.update(a, "Luna the cat sleeps in Seattle all day.", timestamp=T0 + DAY)
+        n = _note(m, a)
+    text = "Luna the cat sleeps in Seattle all day."
+    assert n.keywords[0] == "Seattle" and "luna" in n.keywords and all(w.lower() in text.lower() for w in n.keywords)

@@ -269,7 +269,7 @@ def renote(tx: Tx, u: UserState, r: Record, old_text: str, changed_at: float) ->
     :meth:`lamina.Memory.history` keeps); links later turns made to it stay."""
     st = tx.st
     row = tx.store.get_notes(u.user_id, [r.id]).get(r.id)
-    if row is None or not st.config.notes:
+    if row is None:  # (a stored note is rewritten even with notes now off: its spans must fit the new text)
         return
     old = _draft_of(row, old_text)
     kept = {old.stems[i] for i in old.gained if i < len(old.stems)}
