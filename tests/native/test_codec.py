@@ -211,18 +211,15 @@ def test_default_oversampling_per_codec():
 
 
 @pytest.mark.parametrize("codec", CODECS)
-def test_recall_on_minilm_locomo(codec):
+def test_recall_on_minilm_locomo(codec, minilm_model):
     """Recall@10 >= 0.95 against the exact scan at the default oversampling, on real embeddings:
     MiniLM vectors of the turns of two LoCoMo conversations, queried with their questions."""
-    pytest.importorskip("tokenizers")
-    pytest.importorskip("safetensors")
-    from lamina.embedders.minilm import MiniLM, find_minilm_dir
     from lamina.eval.locomo import load_locomo
 
-    if find_minilm_dir() is None or not (SHARED_DATA / "locomo").is_dir():
-        pytest.skip("needs the MiniLM files and ../shared/data/locomo")
+    if not (SHARED_DATA / "locomo").is_dir():
+        pytest.skip("needs ../shared/data/locomo")
     convs, _ = load_locomo(SHARED_DATA / "locomo", limit=2)
-    m = MiniLM()
+    m = minilm_model
     X = m.embed([t.text for c in convs for t in c.turns])
     Q = m.embed([q.question for c in convs for q in c.questions])
     exact, coded = lamina.VectorArena(X.shape[1]), lamina.VectorArena(X.shape[1], codec=codec)
