@@ -28,6 +28,10 @@ def normalised(text: str) -> list[dict[str, Any]]:
             for k in ("parent_id", "superseded_by"):
                 if d[k] is not None and d[k] > 0:
                     d[k] = ids[d[k]]
-        if d["type"] == "revision":
+        if d["type"] in ("revision", "note", "note_revision"):
             d["item_id"] = ids[d["item_id"]]
+        if d["type"] == "note_revision" and d["cause"] is not None:
+            d["cause"] = ids[d["cause"]]
+        if d["type"] == "link":
+            d["src"], d["dst"] = ids[d["src"]], ids[d["dst"]]
     return out
