@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from dumpkit import normalised
-from lamina import Link, Memory, MemoryConfig, Note
+from dumpkit import mapped_links, mapped_note, normalised
+from lamina import Memory, MemoryConfig, Note
 from lamina.memory.dump import FORMAT_VERSION, DumpError, read_dump
 from lamina.transfer import export_jsonl, import_jsonl, iter_export
 
@@ -62,19 +62,8 @@ def _export(m: Memory, **kw: Any) -> str:
     return buf.getvalue()
 
 
-def _mapped_note(n: Note | None, ids: dict[int, int]) -> Note | None:
-    if n is None:
-        return None
-    history = tuple(dataclasses.replace(h, cause=None if h.cause is None else ids[h.cause]) for h in n.history)
-    return dataclasses.replace(n, item_id=ids[n.item_id], history=history)
-
-
 def _causes(n: Note | None) -> list[int | None]:
     return [h.cause for h in n.history] if n is not None else []
-
-
-def _mapped_links(links: list[Link], ids: dict[int, int]) -> list[Link]:
-    return [dataclasses.replace(k, item_id=ids[k.item_id], other_id=ids[k.other_id]) for k in links]
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +97,8 @@ def test_round_trip_gives_the_same_notes_and_links(source: tuple[Memory, str], d
         notes = links = history = 0
         for old, new in ids.items():
             n = a.note(old)
-            assert b.note(new) == _mapped_note(n, ids)
-            assert b.links(new) == _mapped_links(a.links(old), ids)
+            assert b.note(new) == mapped_note(n, ids)
+            assert b.links(new) == mapped_links(a.links(old), ids)
             notes += n is not None
             history += len(n.history) if n is not None else 0
             links += len(a.links(old))
@@ -129,10 +118,10 @@ def test_the_imported_notes_go_on_linking_and_evolving_as_the_exported_ones() ->
     (y,) = b.add(line, user_id="ann", session_id="s3")
     ids[x] = y
     links = a.links(x)
-    assert len(links) >= 2 and b.links(y) == _mapped_links(links, ids)
+    assert len(links) >= 2 and b.links(y) == mapped_links(links, ids)
     # (the older notes the new turn changed, the change caused by it: on both sides alike)
     evolved = [k.other_id for k in links if x in _causes(a.note(k.other_id))]
-    assert evolved and all(b.note(ids[o]) == _mapped_note(a.note(o), ids) for o in evolved)
+    assert evolved and all(b.note(ids[o]) == mapped_note(a.note(o), ids) for o in evolved)
 
 
 def test_a_version_1_dump_imports_without_notes(source: tuple[Memory, str]) -> None:
@@ -157,10 +146,6 @@ def _at(ls: Lines, kind: str, pred: Callable[[dict[str, Any]], bool] = lambda d:
 
 def _item(ls: Lines, pred: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
     return ls[_at(ls, "item", pred)]
-
-
-def _turn(ls: Lines, n: int = 0) -> dict[str, Any]:
-    return [d for d in ls if d["type"] == "item" and d["kind"] == "turn" and d["commitment"] != "ephemeral"][n]
 
 
 def _set(line_type: str, /, **changes: Any) -> Callable[[Lines], int]:
@@ -373,7 +358,7 @@ def test_a_users_export_carries_only_its_notes(source: tuple[Memory, str]) -> No
     b = Memory(None, embedder="hashing", config=CFG)
     (rep,) = import_jsonl(b, io.StringIO(text))
     assert b.users() == ["bo"]
-    assert all(b.note(new) == _mapped_note(a.note(old), rep.ids) for old, new in rep.ids.items())
+    assert all(b.note(new) == mapped_note(a.note(old), rep.ids) for old, new in rep.ids.items())
 
 
 def test_a_cause_deleted_since_is_exported_as_none(tmp_path: Path) -> None:
@@ -406,5 +391,5 @@ def test_a_stored_note_that_no_longer_fits_its_turn_is_left_out(tmp_path: Path) 
     b = Memory(None, embedder="hashing", config=CFG)
     (rep,) = import_jsonl(b, io.StringIO(text))
     assert b.note(rep.ids[first]) is None
-    assert b.links(rep.ids[first]) == _mapped_links(a.links(first), rep.ids)
+    assert b.links(rep.ids[first]) == mapped_links(a.links(first), rep.ids)
     a.close()
