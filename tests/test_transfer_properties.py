@@ -1,6 +1,7 @@
 """Property: after any sequence of writes and reads (adds, session ends, updates, deletes,
-contexts), export -> import into a fresh store gives the same stored rows (ids aside) and the
-same contexts and searches as the exported store, with and without the vectors in the dump."""
+contexts), export -> import into a fresh store gives the same stored rows (ids aside), the same
+notes and links, and the same contexts and searches as the exported store, with and without the
+vectors in the dump."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dumpkit import normalised
+from dumpkit import mapped_links, mapped_note, normalised
 from lamina import Memory, MemoryConfig, NotFoundError
 from lamina.transfer import export_jsonl, import_jsonl
 
@@ -80,8 +81,13 @@ def test_any_history_survives_a_round_trip(ops: list[tuple[Any, ...]], vectors: 
             Memory(src, embedder="hashing", config=CONFIG) as a,
             Memory(Path(d) / "b.db", embedder="hashing", config=CONFIG) as b,
         ):
-            import_jsonl(b, io.StringIO(buf.getvalue()))
+            reports = import_jsonl(b, io.StringIO(buf.getvalue()))
             assert b.users() == a.users()
+            # the notes and links as the reads see them, ids mapped
+            ids = {old: new for r in reports for old, new in r.ids.items()}
+            for old, new in ids.items():
+                assert b.note(new) == mapped_note(a.note(old), ids)
+                assert b.links(new) == mapped_links(a.links(old), ids)
             # every stored field of every row (ids by position), then what the reads see
             again_a, again_b = io.StringIO(), io.StringIO()
             export_jsonl(a, again_a, vectors=True)

@@ -1,6 +1,7 @@
 """Export and import of users' memories as JSONL (``lamina export`` / ``lamina import``).
 
-The format (a header line, per user its user, session, item and revision lines, an end line) is
+The format (a header line, per user its user, session, item and revision lines and the A-Mem
+notes of its turns: note, note revision and link lines, an end line) is
 defined in :mod:`lamina.memory.dump` and documented in ``docs/export-format.md``. These
 functions connect it to a :class:`lamina.Memory`:
 
@@ -56,6 +57,9 @@ def renamed(ud: UserDump, user_id: str) -> UserDump:
         sessions=[dataclasses.replace(s, user_id=user_id) for s in ud.sessions],
         items=[dataclasses.replace(it, user_id=user_id) for it in ud.items],
         revisions=[dataclasses.replace(rv, user_id=user_id) for rv in ud.revisions],
+        notes=[dataclasses.replace(n, user_id=user_id) for n in ud.notes],
+        note_revisions=[dataclasses.replace(nr, user_id=user_id) for nr in ud.note_revisions],
+        links=[dataclasses.replace(lk, user_id=user_id) for lk in ud.links],
     )
 
 

@@ -95,7 +95,7 @@ def test_export_import_round_trip_in_a_tenant(a: httpx.Client) -> None:
     # the caller's user id, never the stored (tenant-prefixed) one
     assert {ln["user_id"] for ln in lines if "user_id" in ln} == {src}
     assert b"\\u001f" not in body and b"\x1f" not in body
-    assert {ln["type"] for ln in lines} >= {"session", "item", "revision"}
+    assert {ln["type"] for ln in lines} >= {"session", "item", "revision", "note", "note_revision", "link"}
     dump = read_dump(body.splitlines(keepends=True))
     before = _contexts(a, src)
     r = _import(a, dst, body)
@@ -106,7 +106,7 @@ def test_export_import_round_trip_in_a_tenant(a: httpx.Client) -> None:
     # the copy exports as itself, with the same rows (before a context updates access counts)
     again = _lines(_export(a, dst))
     assert {ln["user_id"] for ln in again if "user_id" in ln} == {dst}
-    strip = ("user_id", "id", "members", "parent_id", "superseded_by", "item_id", "created_at")
+    strip = ("user_id", "id", "members", "parent_id", "superseded_by", "item_id", "created_at", "cause", "src", "dst")
     assert [{k: v for k, v in ln.items() if k not in strip} for ln in again[1:]] == [
         {k: v for k, v in ln.items() if k not in strip} for ln in lines[1:]
     ]

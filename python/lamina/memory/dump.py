@@ -6,12 +6,18 @@ A dump is a stream of JSON objects, one per line (``docs/export-format.md`` is t
   the vectors, its dimension, which vectors the dump carries);
 * per user: one :class:`UserEntry`, then its :class:`SessionEntry` lines, its
   :class:`ItemEntry` lines (every stored item of every layer and status, in creation order)
-  and its :class:`RevisionEntry` lines (earlier texts of updated items);
+  and its :class:`RevisionEntry` lines (earlier texts of updated items), then (version 2) the
+  A-Mem notes of its turns: :class:`~lamina.memory.dumpnotes.NoteEntry`,
+  :class:`~lamina.memory.dumpnotes.NoteRevisionEntry` and
+  :class:`~lamina.memory.dumpnotes.LinkEntry` lines;
 * a :class:`DumpFooter` last (counts: a stream cut short is refused).
 
 Item ids in a dump are the exporting database's; they only link the lines of one user
-(``members``, ``parent_id``, ``superseded_by``, a revision's ``item_id``). An import allocates
-fresh ids and remaps these references (:mod:`lamina.memory.transfer`).
+(``members``, ``parent_id``, ``superseded_by``, a revision's ``item_id``, a note's or note
+revision's ``item_id`` and ``cause``, a link's ``src`` and ``dst``). An import allocates fresh
+ids and remaps these references (:mod:`lamina.memory.transfer`). Writing always writes
+:data:`FORMAT_VERSION`; reading takes every version of :data:`VERSIONS` (a version-1 dump
+holds no notes).
 
 Vectors: the items whose vector is the embedding of their own text (:data:`TEXT_KINDS`: turns
 and facts) carry one only with ``vectors="all"``; every other item (segments, summaries, notes,
@@ -29,21 +35,23 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import InvalidInput
 from ..items import LAYERS
+from .dumpnotes import EntryProblem, LinkEntry, NoteEntry, NoteRevisionEntry, NotesCheck, indices, spans
 from .inputs import MAX_TIME, MIN_TIME
 from .records import COMMITMENTS, NO_TREE, ROOT
 
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "VERSIONS",
     "TEXT_KINDS",
     "KINDS",
     "STATUSES",
@@ -53,6 +61,9 @@ __all__ = [
     "SessionEntry",
     "ItemEntry",
     "RevisionEntry",
+    "NoteEntry",
+    "NoteRevisionEntry",
+    "LinkEntry",
     "DumpFooter",
     "UserDump",
     "Dump",
@@ -62,7 +73,9 @@ __all__ = [
 ]
 
 FORMAT = "lamina-memory-export"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The versions a reader takes: 1 (no notes) and 2 (notes, their revisions, links).
+VERSIONS = (1, 2)
 #: Kinds whose vector is the embedding of the item's own text (re-embedded when absent).
 TEXT_KINDS = ("turn", "fact")
 KINDS = ("turn", "segment", "summary", "note", "fact", "profile")
@@ -183,12 +196,15 @@ class DumpFooter:
 
 @dataclass(slots=True)
 class UserDump:
-    """Everything stored of one user."""
+    """Everything stored of one user (a version-1 dump has no notes, note revisions or links)."""
 
     user: UserEntry
     sessions: list[SessionEntry] = field(default_factory=list)
     items: list[ItemEntry] = field(default_factory=list)
     revisions: list[RevisionEntry] = field(default_factory=list)
+    notes: list[NoteEntry] = field(default_factory=list)
+    note_revisions: list[NoteRevisionEntry] = field(default_factory=list)
+    links: list[LinkEntry] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -247,6 +263,33 @@ _REVISION: Schema = {
     "text": (_STR, False),
     "changed_at": (_NUM, False),
 }
+_NOTE: Schema = {
+    "user_id": (_STR, False),
+    "item_id": (_INT, False),
+    "keywords": ((list,), False),
+    "own": ((list,), False),
+    "gained": ((list,), False),
+    "updated_at": (_NUM, True),
+}
+_NOTE_REVISION: Schema = {
+    "user_id": (_STR, False),
+    "item_id": (_INT, False),
+    "own": ((list,), False),
+    "gained": ((list,), False),
+    "changed_at": (_NUM, True),
+    "cause": (_INT, True),
+}
+_LINK: Schema = {
+    "user_id": (_STR, False),
+    "src": (_INT, False),
+    "dst": (_INT, False),
+    "weight": (_NUM, False),
+    "shared": ((list,), False),
+    "kind": (_STR, False),
+    "created_at": (_NUM, True),
+}
+#: The lines of a user's block, in the order they come (a version-1 dump has the first three).
+_SECTIONS = ("session", "item", "revision", "note", "note_revision", "link")
 _HEADER: Schema = {
     "format": (_STR, False),
     "version": (_INT, False),
@@ -257,10 +300,25 @@ _HEADER: Schema = {
     "created_at": (_NUM, False),
 }
 _FOOTER: Schema = {"users": (_INT, False), "items": (_INT, False)}
-_FLOAT_FIELDS = {k for k, (t, _) in (_USER | _SESSION | _ITEM | _REVISION | _HEADER).items() if t is _NUM}
+_FLOAT_FIELDS = {
+    k
+    for s in (_USER, _SESSION, _ITEM, _REVISION, _HEADER, _NOTE, _NOTE_REVISION, _LINK)
+    for k, (t, _) in s.items()
+    if t is _NUM
+}
 #: Event times: in the years 1-9999 UTC, as the API takes them (:func:`lamina.memory.inputs.to_time`).
 _TIME_FIELDS = frozenset(
-    {"created_at", "timestamp", "last_access", "valid_from", "valid_to", "started_at", "ended_at", "changed_at"}
+    {
+        "created_at",
+        "timestamp",
+        "last_access",
+        "valid_from",
+        "valid_to",
+        "started_at",
+        "ended_at",
+        "changed_at",
+        "updated_at",
+    }
 )
 #: The largest count (accesses, consolidations, decays), interaction length, strength or drift
 #: a dump may hold: far above what a memory reaches, low enough that scores stay finite.
@@ -309,6 +367,12 @@ def dump_lines(header: DumpHeader, users: Iterable[UserDump]) -> Iterator[str]:
             yield _line("item", _item_dict(it))
         for rv in ud.revisions:
             yield _line("revision", {k: getattr(rv, k) for k in _REVISION})
+        for n in ud.notes:
+            yield _line("note", {k: getattr(n, k) for k in _NOTE})
+        for nr in ud.note_revisions:
+            yield _line("note_revision", {k: getattr(nr, k) for k in _NOTE_REVISION})
+        for lk in ud.links:
+            yield _line("link", {k: getattr(lk, k) for k in _LINK})
     yield _line("end", {"users": n_users, "items": n_items})
 
 
@@ -407,8 +471,9 @@ def _header(ln: _Line) -> DumpHeader:
     d = ln.fields(_HEADER)
     if d["format"] != FORMAT:
         raise ln.fail(f"not a lamina export: {d['format']!r} (expected {FORMAT!r})", "format")
-    if d["version"] != FORMAT_VERSION:
-        raise ln.fail(f"format version {d['version']} is not supported (this lamina reads {FORMAT_VERSION})", "version")
+    if d["version"] not in VERSIONS:
+        readable = ", ".join(map(str, VERSIONS))
+        raise ln.fail(f"format version {d['version']} is not supported (this lamina reads {readable})", "version")
     ln.one_of(d, "vectors", VECTOR_MODES)
     if not 1 <= d["dim"] <= MAX_DIM:
         raise ln.fail(f"must be in 1..{MAX_DIM}, got {d['dim']}", "dim")
@@ -473,7 +538,8 @@ def _item(ln: _Line, header: DumpHeader) -> ItemEntry:
 def check_references(ud: UserDump, where: Mapping[int, int] | None = None) -> None:
     """Check that a user's dump is whole: item ids unique, every id an item names (``members``,
     ``parent_id``, ``superseded_by``) and every revision's item an item of the same user in the
-    dump, every entry of that user, every turn's session present. :func:`read_dump` runs it on
+    dump, every entry of that user, every turn's session present, every note, note revision and
+    link fitting its turns (:class:`~lamina.memory.dumpnotes.NotesCheck`). :func:`read_dump` runs it on
     each user (``where``: item id -> line, for the message); an import runs it again on a
     dump built by other means.
 
@@ -492,11 +558,16 @@ def check_references(ud: UserDump, where: Mapping[int, int] | None = None) -> No
             raise DumpError(f"{at(it.id, 'id')}: item id {it.id} appears twice")
         ids.add(it.id)
     sessions = {s.session_id for s in ud.sessions}
-    others = [e.user_id for e in ud.sessions if e.user_id != uid] + [
-        e.user_id for e in ud.revisions if e.user_id != uid
+    entries: list[SessionEntry | RevisionEntry | NoteEntry | NoteRevisionEntry | LinkEntry] = [
+        *ud.sessions,
+        *ud.revisions,
+        *ud.notes,
+        *ud.note_revisions,
+        *ud.links,
     ]
+    others = [e.user_id for e in entries if e.user_id != uid]
     if others:
-        raise DumpError(f"a session or revision of user {others[0]!r} in the dump of user {uid!r}")
+        raise DumpError(f"a session, revision, note or link of user {others[0]!r} in the dump of user {uid!r}")
     kinds = {it.id: it.kind for it in ud.items}
     ends = {s.session_id: s.ends for s in ud.sessions}
     for s in ud.sessions:
@@ -540,6 +611,28 @@ def check_references(ud: UserDump, where: Mapping[int, int] | None = None) -> No
     for rv in ud.revisions:
         if rv.item_id not in ids:
             raise DumpError(f"a revision of item {rv.item_id}, which is not an item of user {uid!r} in the dump")
+    _check_notes(ud)
+
+
+E = TypeVar("E")
+
+
+def _checked(check: Callable[[E], None], entry: E, what: str) -> None:
+    try:
+        check(entry)
+    except EntryProblem as p:
+        raise DumpError(f"{what}, field {p.field!r}: {p.message}") from None
+
+
+def _check_notes(ud: UserDump) -> None:
+    """Check a user's notes, note revisions and links against its items (:class:`NotesCheck`)."""
+    check = NotesCheck(ud.user.user_id, ud.items)
+    for n in ud.notes:
+        _checked(check.note, n, f"the note of item {n.item_id}")
+    for nr in ud.note_revisions:
+        _checked(check.revision, nr, f"a note revision of item {nr.item_id}")
+    for lk in ud.links:
+        _checked(check.link, lk, f"the link of items {lk.src} and {lk.dst}")
 
 
 def _cycle(links: Mapping[int, int | None]) -> list[int] | None:
@@ -562,6 +655,36 @@ def _cycle(links: Mapping[int, int | None]) -> list[int] | None:
     return None
 
 
+_NOTE_SECTIONS = ("note", "note_revision", "link")
+
+
+def _note_line(ln: _Line, kind: str, cur: UserDump, check: NotesCheck) -> None:
+    """Parse a note, note revision or link line of ``cur``'s block, check it (``check``: the
+    block's, fed in stream order) and add it to the block."""
+    try:
+        if kind == "note":
+            d = ln.fields(_NOTE)
+            n = NoteEntry(**d | _tag_fields(d) | {"keywords": spans(d["keywords"], "keywords")})
+            check.note(n)
+            cur.notes.append(n)
+        elif kind == "note_revision":
+            d = ln.fields(_NOTE_REVISION)
+            nr = NoteRevisionEntry(**d | _tag_fields(d))
+            check.revision(nr)
+            cur.note_revisions.append(nr)
+        else:
+            d = ln.fields(_LINK)
+            lk = LinkEntry(**{**d, "shared": spans(d["shared"], "shared")})
+            check.link(lk)
+            cur.links.append(lk)
+    except EntryProblem as p:
+        raise ln.fail(p.message, p.field) from None
+
+
+def _tag_fields(d: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    return {"own": indices(d["own"], "own"), "gained": indices(d["gained"], "gained")}
+
+
 def read_dump(lines: Iterable[str | bytes]) -> Dump:
     """Parse and validate a whole dump (an open text or binary file, or any iterable of lines).
 
@@ -576,7 +699,8 @@ def read_dump(lines: Iterable[str | bytes]) -> Dump:
         object, a missing header or footer, an unknown or mistyped field, an out-of-range value,
         a vector of the wrong size, a duplicate user, session or item id, an entry outside its
         user's block, a reference to an item the dump does not hold, counts that disagree with
-        the footer.
+        the footer; a note, note revision or link that does not fit its turns
+        (:class:`~lamina.memory.dumpnotes.NotesCheck`), or one in a version-1 dump.
     """
     it = _parse(lines)
     first = next(it, None)
@@ -587,6 +711,8 @@ def read_dump(lines: Iterable[str | bytes]) -> Dump:
     seen_users: set[str] = set()
     where: dict[int, int] = {}  # item id -> its line (this user's), for the reference checks
     cur: UserDump | None = None
+    section = 0  # (the index in _SECTIONS of the block's last line)
+    notes: NotesCheck | None = None  # (the block's, made at its first note, revision or link line)
     footer: _Line | None = None
     n_items = 0
 
@@ -600,7 +726,7 @@ def read_dump(lines: Iterable[str | bytes]) -> Dump:
         kind = ln.d["type"]
         if kind == "user":
             close(cur)
-            where = {}
+            where, section, notes = {}, 0, None
             d = ln.fields(_USER)
             ln.non_empty(d, "user_id")
             ln.non_negative(d, "drift_updates", "decays", "drift_total", "drift_last")
@@ -620,14 +746,22 @@ def read_dump(lines: Iterable[str | bytes]) -> Dump:
                 raise ln.fail(f"the end line counts {d['items']} items, the dump holds {n_items}", "items")
             footer = ln
             continue
-        if kind not in ("session", "item", "revision"):
-            raise ln.fail(f"unknown line type {kind!r} (header, user, session, item, revision, end)", "type")
+        if kind not in _SECTIONS:
+            raise ln.fail(f"unknown line type {kind!r} (header, user, {', '.join(_SECTIONS)}, end)", "type")
         if cur is None:
             raise ln.fail(f"a {kind!r} line before any 'user' line", "type")
         uid = ln.d.get("user_id")
         if uid != cur.user.user_id:
             raise ln.fail(f"{uid!r} is not the user of this block ({cur.user.user_id!r})", "user_id")
-        if kind == "session":
+        if _SECTIONS.index(kind) < section:
+            raise ln.fail(f"{kind!r} lines come before the user's {_SECTIONS[section]!r} lines", "type")
+        section = _SECTIONS.index(kind)
+        if kind in _NOTE_SECTIONS:
+            if header.version < 2:
+                raise ln.fail(f"{kind!r} lines need format version 2 (the header says {header.version})", "type")
+            notes = notes or NotesCheck(cur.user.user_id, cur.items)
+            _note_line(ln, kind, cur, notes)
+        elif kind == "session":
             d = ln.fields(_SESSION)
             ln.non_empty(d, "session_id")
             ln.one_of(d, "status", SESSION_STATUSES)
@@ -635,12 +769,8 @@ def read_dump(lines: Iterable[str | bytes]) -> Dump:
             ln.at_most(d, MAX_COUNT, "ends")
             if any(s.session_id == d["session_id"] for s in cur.sessions):
                 raise ln.fail(f"session {d['session_id']!r} appears twice", "session_id")
-            if cur.items or cur.revisions:
-                raise ln.fail("session lines come before the user's items", "type")
             cur.sessions.append(SessionEntry(**d))
         elif kind == "item":
-            if cur.revisions:
-                raise ln.fail("item lines come before the user's revisions", "type")
             item = _item(ln, header)
             if item.id in where:
                 raise ln.fail(f"item id {item.id} appears twice (first on line {where[item.id]})", "id")

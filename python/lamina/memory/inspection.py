@@ -78,7 +78,7 @@ class Inspection:
     def note(self: MemoryHost, item_id: int, *, user_id: str | None = None) -> Note | None:
         """The A-Mem note of a turn (:mod:`lamina.memory.notes`): keywords, tags, context and
         their history; None for an item that is not a turn, or a turn without a note (added
-        with ``MemoryConfig.notes`` off, or imported).
+        with ``MemoryConfig.notes`` off, or imported from a version-1 dump).
 
         Raises
         ------

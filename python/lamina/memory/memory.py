@@ -552,7 +552,8 @@ class Memory(Reading, Inspection, PgArchive):
         (:mod:`lamina.memory.dump`; :func:`lamina.transfer.export_jsonl` writes them as JSONL).
 
         Pending access statistics are written first; the rows are read in one snapshot of the
-        store: items of every layer and status, sessions, revisions, the user's statistics. For
+        store: items of every layer and status, sessions, revisions, the A-Mem notes of turns
+        (with their revisions) and the links between turns, the user's statistics. For
         a database file the snapshot is taken under the memory's lock and read through a second,
         read-only connection without it, so other calls are not held up by a large export.
 

@@ -33,9 +33,10 @@ note and links and leaves no word of it behind.
 Notes are derived data: they are written in the same transaction as the turns (so a crash keeps
 both or neither), read from the database on request (so every process sees the same), deleted
 with their turn (and their links with it), written anew when the turn's text is updated (its
-history and the links it made go; tags it gained stay where the new text has the word), and not
-part of an export: imported turns have no notes (turns added after the import link to them only
-through their own notes, so an imported turn gains no links). **No note, revision or link row
+history and the links it made go; tags it gained stay where the new text has the word), and
+carried by an export (format version 2, :mod:`lamina.memory.dumpnotes`: an imported turn has
+its note, history and links; the turns of a version-1 dump are imported without notes, and gain
+no links: a later turn links only to turns that have a note). **No note, revision or link row
 holds text:** keywords are spans of the turn's own text, tags indices into the keywords, a
 link's shared words spans of the newer turn's text, and the context line is composed when read.
 So a deleted turn's words live nowhere but in its own item row, which the store wipes (SQLite

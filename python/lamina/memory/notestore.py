@@ -90,6 +90,22 @@ class NoteStore(Protocol):
         """The user's links with this turn at either end."""
         ...
 
+    def user_notes(self, user_id: str) -> list[NoteRow]:
+        """Every note of the user, by item id (an export)."""
+        ...
+
+    def user_note_revisions(self, user_id: str) -> list[NoteRevisionRow]:
+        """Every earlier state of the user's notes, by item id, each note's oldest first (an export)."""
+        ...
+
+    def user_links(self, user_id: str) -> list[LinkRow]:
+        """Every link of the user, by newer turn id, then older (an export)."""
+        ...
+
+
+#: The user's item ids (the tables are keyed by item: the user's rows are found through its items).
+_SQLITE_MINE = "(SELECT id FROM items WHERE user_id=?)"
+
 
 class SQLiteNotes:
     """:class:`NoteStore` on SQLite (a mixin of :class:`~lamina.memory.store.SQLiteStore`)."""
@@ -146,6 +162,33 @@ class SQLiteNotes:
             for s, d, w, sh, k, at in self.conn.execute(sql, (user_id, item_id, user_id, item_id))
         ]
 
+    def user_notes(self, user_id: str) -> list[NoteRow]:
+        sql = (
+            "SELECT item_id, keywords, tags, updated_at FROM notes"
+            f" WHERE item_id IN {_SQLITE_MINE} AND user_id=? ORDER BY item_id"
+        )
+        return [(int(i), str(kw), str(t), at) for i, kw, t, at in self.conn.execute(sql, (user_id, user_id))]
+
+    def user_note_revisions(self, user_id: str) -> list[NoteRevisionRow]:
+        sql = (
+            "SELECT item_id, tags, changed_at, cause FROM note_revisions"
+            f" WHERE item_id IN {_SQLITE_MINE} AND user_id=? ORDER BY item_id, seq"
+        )
+        return [
+            (int(i), str(t), at, None if k is None else int(k))
+            for i, t, at, k in self.conn.execute(sql, (user_id, user_id))
+        ]
+
+    def user_links(self, user_id: str) -> list[LinkRow]:
+        sql = (
+            "SELECT src, dst, weight, shared, kind, created_at FROM links"
+            f" WHERE src IN {_SQLITE_MINE} AND user_id=? ORDER BY src, dst"
+        )
+        return [
+            (int(s), int(d), float(w), str(sh), str(k), at)
+            for s, d, w, sh, k, at in self.conn.execute(sql, (user_id, user_id))
+        ]
+
     def delete_notes(self, ids: list[int]) -> None:
         """Delete the notes, revisions and links (either end) of these items."""
         for lo in range(0, len(ids), 500):  # (notes and links: by their keys, one statement per table)
@@ -162,7 +205,7 @@ class SQLiteNotes:
     def delete_user_notes(self, user_id: str) -> None:
         """Delete a user's notes, revisions and links (before its items: they are found through them)."""
         # (every link's src is one of the user's turns, and so is every note's item)
-        mine = "(SELECT id FROM items WHERE user_id=?)"
+        mine = _SQLITE_MINE
         for sql in (
             f"DELETE FROM notes WHERE item_id IN {mine}",
             f"DELETE FROM note_revisions WHERE item_id IN {mine}",
@@ -225,6 +268,27 @@ class PostgresNotes:
             "SELECT src, dst, weight, shared, kind, created_at FROM lamina.links"
             " WHERE user_id=%s AND (src=%s OR dst=%s)",
             (user_id, item_id, item_id),
+        )
+        return [(int(s), int(d), float(w), str(sh), str(k), at) for s, d, w, sh, k, at in cur]
+
+    def user_notes(self, user_id: str) -> list[NoteRow]:
+        cur = self.conn.execute(
+            "SELECT item_id, keywords, tags, updated_at FROM lamina.notes WHERE user_id=%s ORDER BY item_id",
+            (user_id,),
+        )
+        return [(int(i), str(kw), str(t), at) for i, kw, t, at in cur]
+
+    def user_note_revisions(self, user_id: str) -> list[NoteRevisionRow]:
+        cur = self.conn.execute(
+            "SELECT item_id, tags, changed_at, cause FROM lamina.note_revisions WHERE user_id=%s ORDER BY item_id, seq",
+            (user_id,),
+        )
+        return [(int(i), str(t), at, None if k is None else int(k)) for i, t, at, k in cur]
+
+    def user_links(self, user_id: str) -> list[LinkRow]:
+        cur = self.conn.execute(
+            "SELECT src, dst, weight, shared, kind, created_at FROM lamina.links WHERE user_id=%s ORDER BY src, dst",
+            (user_id,),
         )
         return [(int(s), int(d), float(w), str(sh), str(k), at) for s, d, w, sh, k, at in cur]
 

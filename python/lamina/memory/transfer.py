@@ -4,20 +4,30 @@
 view); :func:`import_user` writes a validated :class:`~lamina.memory.dump.UserDump` through the
 store inside the caller's write (one transaction), with fresh item ids: every reference of the
 dump (a leaf's ``members``, a tree node's ``parent_id``, a fact's ``superseded_by``, a
-revision's item) is remapped to the new ids, and the new ids keep the dump's order, so the
-state built from the imported rows is the exported one. :func:`import_vectors` settles the
-vector of every item before the write (the dump's, or re-embedded; outside the lock).
+revision's item, a note's turn, a note revision's turn and cause, a link's two turns) is
+remapped to the new ids, and the new ids keep the dump's order, so the state built from the
+imported rows is the exported one. :func:`import_vectors` settles the vector of every item
+before the write (the dump's, or re-embedded; outside the lock).
+
+The A-Mem notes travel as the note store holds them (:mod:`lamina.memory.dumpnotes`: spans and
+indices, no text). An export leaves out what an import could not take: a revision's ``cause``
+that names a turn deleted since becomes None (as a ``superseded_by`` naming a deleted fact),
+and a note, revision or link that does not fit its turns (spans outside a turn's text, written
+before notes were rewritten on every update) is not exported.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from .dump import TEXT_KINDS, DumpError, ItemEntry, RevisionEntry, SessionEntry, UserDump, UserEntry, check_references
+from .dumpnotes import EntryProblem, LinkEntry, NoteEntry, NoteRevisionEntry, NotesCheck, Span
+from .notestore import LinkRow, NoteRevisionRow, NoteRow
 from .records import ITEM_FIELDS, NO_TREE, ROOT, unit
 from .reports import ImportReport
 from .store import Store, seq_of
@@ -55,7 +65,72 @@ def export_user(store: Store, user_id: str, *, vectors: bool) -> UserDump | None
     for it in ud.items:
         if it.superseded_by is not None and it.superseded_by not in ids:
             it.superseded_by = None
+    _export_notes(store, ud, ids)
     return ud
+
+
+E = TypeVar("E")
+
+
+def _fits(check: Callable[[E], None], entry: E) -> bool:
+    try:
+        check(entry)
+    except EntryProblem:
+        return False
+    return True
+
+
+def _export_notes(store: Store, ud: UserDump, ids: set[int]) -> None:
+    """Add the user's notes, note revisions and links to ``ud`` (its items read already), as
+    entries an import takes (module docstring)."""
+    uid = ud.user.user_id
+    check = NotesCheck(uid, ud.items)
+    for item_id, keywords, tags, updated_at in store.user_notes(uid):
+        own, gained = _tag_indices(tags)
+        note = NoteEntry(uid, item_id, _spans(keywords), own, gained, updated_at)
+        if _fits(check.note, note):
+            ud.notes.append(note)
+    for item_id, tags, changed_at, cause in store.user_note_revisions(uid):
+        own, gained = _tag_indices(tags)
+        rev = NoteRevisionEntry(uid, item_id, own, gained, changed_at, cause if cause in ids else None)
+        if _fits(check.revision, rev):
+            ud.note_revisions.append(rev)
+    for src, dst, weight, shared, kind, created_at in store.user_links(uid):
+        link = LinkEntry(uid, src, dst, weight, _spans(shared), kind, created_at)
+        if _fits(check.link, link):
+            ud.links.append(link)
+
+
+def _spans(stored: str) -> tuple[Span, ...]:
+    return tuple((int(a), int(b), int(n)) for a, b, n in json.loads(stored))
+
+
+def _tag_indices(stored: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    t = json.loads(stored)
+    return tuple(int(i) for i in t["own"]), tuple(int(i) for i in t["gained"])
+
+
+def _stored_spans(spans: Sequence[Span]) -> str:
+    return json.dumps([list(sp) for sp in spans])
+
+
+def _stored_tags(own: Sequence[int], gained: Sequence[int]) -> str:
+    return json.dumps({"own": list(own), "gained": list(gained)})
+
+
+def _note_rows(ud: UserDump, new: dict[int, int]) -> tuple[list[NoteRow], list[NoteRevisionRow], list[LinkRow]]:
+    """The note store's rows of a dump's notes, note revisions and links, ids remapped."""
+    notes: list[NoteRow] = [
+        (new[n.item_id], _stored_spans(n.keywords), _stored_tags(n.own, n.gained), n.updated_at) for n in ud.notes
+    ]
+    revisions: list[NoteRevisionRow] = [
+        (new[r.item_id], _stored_tags(r.own, r.gained), r.changed_at, None if r.cause is None else new[r.cause])
+        for r in ud.note_revisions
+    ]
+    links: list[LinkRow] = [
+        (new[k.src], new[k.dst], k.weight, _stored_spans(k.shared), k.kind, k.created_at) for k in ud.links
+    ]
+    return notes, revisions, links
 
 
 def import_vectors(
@@ -127,8 +202,8 @@ def import_user(
     tx: Tx, ud: UserDump, user_id: str, vectors: dict[int, Vec], reembedded: int, replaced: bool
 ) -> ImportReport:
     """Write a user's dump as ``user_id`` (absent from the store: the caller checked, or
-    deleted it) inside the write ``tx``; the state of the user is then loaded from the rows
-    written, as an open loads it."""
+    deleted it) inside the write ``tx``, its notes, note revisions and links through the note
+    store; the state of the user is then loaded from the rows written, as an open loads it."""
     st, store = tx.st, tx.store
     tx.user(user_id)  # (creates the user's row with a fresh namespace index)
     e = ud.user
@@ -141,6 +216,10 @@ def import_user(
     store.insert_items([_row(it, user_id, new[it.id], new, vectors[it.id]) for it in ud.items])
     for rv in ud.revisions:
         store.add_revision(new[rv.item_id], rv.text, rv.changed_at)
+    notes, note_revisions, links = _note_rows(ud, new)
+    store.put_notes(user_id, notes)
+    store.add_note_revisions(user_id, note_revisions)
+    store.add_links(user_id, links)
     st.reload_user(store, user_id, store.user_versions(user_id))
     return ImportReport(
         user_id=user_id,
