@@ -131,6 +131,8 @@ def test_async_client_reads_and_writes_dumps_off_the_event_loop(monkeypatch: pyt
         "items": 1,
         "sessions": 1,
         "revisions": 0,
+        "notes": 0,
+        "links": 0,
         "reembedded": 1,
         "replaced": False,
         "ids": {},

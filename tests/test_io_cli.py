@@ -107,7 +107,13 @@ def test_errors_are_messages_with_status_1(
     err = capsys.readouterr().err
     with Memory(tmp_path / "d.db", embedder="hashing-64") as d:
         n = d.stats(user_id="ann").items
-    assert f"'ann' as 'ann': {n} items, 1 sessions, 0 revisions, {n} vectors computed" in err
+        turns = [it.id for it in d.list_items(user_id="ann", kinds=["turn"], limit=None).items]
+        notes = sum(d.note(i) is not None for i in turns)
+        links = sum(len(d.links(i)) for i in turns) // 2
+    assert (
+        f"'ann' as 'ann': {n} items, 1 sessions, 0 revisions, {notes} notes, {links} links, {n} vectors computed" in err
+    )
+    assert notes > 0
 
 
 def test_a_file_that_is_no_database_is_one_clear_line(

@@ -103,6 +103,8 @@ def test_round_trip_gives_the_same_notes_and_links(source: tuple[Memory, str], d
             history += len(n.history) if n is not None else 0
             links += len(a.links(old))
         assert notes == 2 * 6 and history >= 2 and links >= 8  # (ephemeral turns: no note)
+        # the reports count the rows written (a link has two ends, each counted above)
+        assert sum(r.notes for r in reports) == notes and 2 * sum(r.links for r in reports) == links
         # what the target stores exports the same dump, ids aside (the target backend's rows)
         assert normalised(_export(b)) == normalised(_export(a))
 
@@ -133,6 +135,7 @@ def test_a_version_1_dump_imports_without_notes(source: tuple[Memory, str]) -> N
     reports = import_jsonl(b, io.StringIO("".join(json.dumps(d) + "\n" for d in v1)))
     assert sum(r.items for r in reports) == sum(1 for d in lines if d["type"] == "item")
     assert all(b.note(new) is None and b.links(new) == [] for r in reports for new in r.ids.values())
+    assert all(r.notes == r.links == 0 for r in reports)
     assert read_dump(io.StringIO(text)).header.version == 2
 
 

@@ -138,7 +138,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
     for r in reports:
         print(
             f"lamina import: {r.from_user_id!r} as {r.user_id!r}: {r.items} items, {r.sessions} sessions, "
-            f"{r.revisions} revisions, {r.reembedded} vectors computed" + (" (replaced)" if r.replaced else ""),
+            f"{r.revisions} revisions, {r.notes} notes, {r.links} links, {r.reembedded} vectors computed"
+            + (" (replaced)" if r.replaced else ""),
             file=sys.stderr,
         )
     return 0

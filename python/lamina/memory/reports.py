@@ -136,6 +136,7 @@ class ImportReport:
     user_id : the user the dump was imported as
     from_user_id : the user's id in the dump
     items, sessions, revisions : rows written
+    notes, links : A-Mem notes and links between turns written (a version-1 dump has none)
     reembedded : item vectors computed on import (the dump left them out, or they were of
         another embedder) rather than taken from the dump
     replaced : whether an existing user of that id was deleted first
@@ -147,6 +148,8 @@ class ImportReport:
     items: int
     sessions: int
     revisions: int
+    notes: int
+    links: int
     reembedded: int
     replaced: bool
     ids: dict[int, int] = field(default_factory=dict)

@@ -227,6 +227,8 @@ def import_user(
         items=len(ud.items),
         sessions=len(ud.sessions),
         revisions=len(ud.revisions),
+        notes=len(notes),
+        links=len(links),
         reembedded=reembedded,
         replaced=replaced,
         ids={old: new[old] for old in sorted(new)},

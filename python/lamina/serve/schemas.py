@@ -237,6 +237,8 @@ class ImportReportOut(BaseModel):
     items: int
     sessions: int
     revisions: int
+    notes: int = Field(description="A-Mem notes written (of the dump's turns).")
+    links: int = Field(description="Links between the dump's turns written.")
     reembedded: int = Field(description="Item vectors computed on import rather than taken from the dump.")
     replaced: bool = Field(description="Whether an existing user was deleted first.")
     ids: dict[str, int] = Field(description="The dump's item id -> the new item id.")
