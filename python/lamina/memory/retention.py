@@ -157,6 +157,8 @@ def item_turns(st: MemoryState, u: UserState, items: list[Record]) -> tuple[list
     return raws, aggs
 
 
+# (access_count, interaction_len, last_access) of a record: what its heat reads of it
+_HEAT_FIELDS = attrgetter("access_count", "interaction_len", "last_access")
 # (kind, access_count, strength, last_access, id) of a record: what the projection reads of it
 _SCORED_FIELDS = attrgetter("kind", "access_count", "strength", "last_access", "id")
 
@@ -195,9 +197,12 @@ def _first_seen(
 def heat(st: MemoryState, recs: list[Record], now: float) -> npt.NDArray[np.float32]:
     """MemoryOS heat = a·N_visit + b·L_interaction + c·exp(−Δt/μ) per record (``kernels.heat_scores``)."""
     c = st.config
-    visits = np.array([r.access_count for r in recs], dtype=np.float32)
-    ilen = np.array([r.interaction_len for r in recs], dtype=np.float32)
-    last = np.array([r.last_access if r.last_access is not None else now for r in recs], dtype=np.float64)
+    # (one pass over the records: each pass over some thousands of scattered records costs
+    # about a millisecond)
+    got = list(map(_HEAT_FIELDS, recs))
+    visits = np.array([g[0] for g in got], dtype=np.float32)
+    ilen = np.array([g[1] for g in got], dtype=np.float32)
+    last = np.array([now if g[2] is None else g[2] for g in got], dtype=np.float64)
     return np.asarray(
         kernels.heat_scores(visits, ilen, last, float(now), a=c.heat_a, b=c.heat_b, c=c.heat_c, mu=c.heat_mu),
         dtype=np.float32,
@@ -411,15 +416,17 @@ class CoverageProjection:
         # what the scores read of each item, in one pass over the records (each pass over some
         # thousands of scattered records costs about a millisecond)
         got: list[tuple[str, int, float, float | None, int]] = list(map(_SCORED_FIELDS, items))
-        kinds = [g[0] for g in got]
-        self.is_agg = np.fromiter((k not in ("segment", "fact") for k in kinds), dtype=bool, count=n)
+        kinds_t, visits_t, strength_t, last_t, ids_t = tuple(zip(*got)) or ((), (), (), (), ())
+        kinds = np.array(kinds_t, dtype=object)
+        is_seg, is_fact = kinds == "segment", kinds == "fact"
+        self.is_agg = ~(is_seg | is_fact)
         self.agg_n = np.bincount(self.agg_i, minlength=n).astype(np.float64)
         # Turns that go together (one leaf) never count as each other's redundancy: a turn's group
         # is the leaf that renders it (``u.seg_of``: a turn is a member of one active leaf, and
         # every active leaf is pooled), else the turn alone (-1 - its id).
         self.group = -1 - raw_ids
-        of_leaf = np.fromiter((k == "segment" for k in kinds), dtype=bool, count=n)[self.raw_i]
-        self.group[self.raw_t[of_leaf]] = np.fromiter((g[4] for g in got), dtype=np.int64, count=n)[self.raw_i[of_leaf]]
+        of_leaf = is_seg[self.raw_i]
+        self.group[self.raw_t[of_leaf]] = np.array(ids_t, dtype=np.int64)[self.raw_i[of_leaf]]
         # the aggregates' vectors (row agg_row[i] of A for aggregate i)
         agg_idx = np.flatnonzero(self.is_agg)
         self.agg_row = np.full(n, -1, dtype=np.int64)
@@ -444,12 +451,11 @@ class CoverageProjection:
         self.best = np.full(self.n_raw, -np.inf, dtype=np.float32)  # nearest covered turn of another leaf
         self.where = np.full(self.n_raw, -1, dtype=np.int64)  # (its column; -1: none)
         self.asked = False
-        visits = np.fromiter((g[1] for g in got), dtype=np.float32, count=n)
-        strength = np.fromiter((g[2] for g in got), dtype=np.float64, count=n)
-        is_fact = np.fromiter((k == "fact" for k in kinds), dtype=bool, count=n)
+        visits = np.array(visits_t, dtype=np.float32)
+        strength = np.array(strength_t, dtype=np.float64)
         restated = np.where(is_fact, np.maximum(0.0, strength - 1.0), 0.0)
         self.use = 1.0 + float(c.heat_a) * visits.astype(np.float64) + restated
-        last = np.fromiter((now if g[3] is None else g[3] for g in got), dtype=np.float64, count=n)
+        last = np.array([now if x is None else x for x in last_t], dtype=np.float64)
         zeros = np.zeros(n, dtype=np.float32)
         self.recency = np.asarray(
             kernels.heat_scores(zeros, zeros, last, float(now), a=0.0, b=0.0, c=1.0, mu=float(c.heat_mu)),
