@@ -37,6 +37,7 @@ out.
 
 from __future__ import annotations
 
+from itertools import repeat
 from operator import attrgetter
 
 import numpy as np
@@ -157,10 +158,10 @@ def item_turns(st: MemoryState, u: UserState, items: list[Record]) -> tuple[list
     return raws, aggs
 
 
-# (access_count, interaction_len, last_access) of a record: what its heat reads of it
-_HEAT_FIELDS = attrgetter("access_count", "interaction_len", "last_access")
 # (kind, access_count, strength, last_access, id) of a record: what the projection reads of it
 _SCORED_FIELDS = attrgetter("kind", "access_count", "strength", "last_access", "id")
+# the kinds the projection tells apart (any other kind is an aggregate: 0)
+_KIND_CODE = {"segment": 1, "fact": 2}
 
 
 def _flatten(blobs: list[bytes]) -> tuple[I64, I64]:
@@ -197,12 +198,9 @@ def _first_seen(
 def heat(st: MemoryState, recs: list[Record], now: float) -> npt.NDArray[np.float32]:
     """MemoryOS heat = a·N_visit + b·L_interaction + c·exp(−Δt/μ) per record (``kernels.heat_scores``)."""
     c = st.config
-    # (one pass over the records: each pass over some thousands of scattered records costs
-    # about a millisecond)
-    got = list(map(_HEAT_FIELDS, recs))
-    visits = np.array([g[0] for g in got], dtype=np.float32)
-    ilen = np.array([g[1] for g in got], dtype=np.float32)
-    last = np.array([now if g[2] is None else g[2] for g in got], dtype=np.float64)
+    visits = np.array([r.access_count for r in recs], dtype=np.float32)
+    ilen = np.array([r.interaction_len for r in recs], dtype=np.float32)
+    last = np.array([r.last_access if r.last_access is not None else now for r in recs], dtype=np.float64)
     return np.asarray(
         kernels.heat_scores(visits, ilen, last, float(now), a=c.heat_a, b=c.heat_b, c=c.heat_c, mu=c.heat_mu),
         dtype=np.float32,
@@ -417,8 +415,8 @@ class CoverageProjection:
         # thousands of scattered records costs about a millisecond)
         got: list[tuple[str, int, float, float | None, int]] = list(map(_SCORED_FIELDS, items))
         kinds_t, visits_t, strength_t, last_t, ids_t = tuple(zip(*got)) or ((), (), (), (), ())
-        kinds = np.array(kinds_t, dtype=object)
-        is_seg, is_fact = kinds == "segment", kinds == "fact"
+        kinds = np.fromiter(map(_KIND_CODE.get, kinds_t, repeat(0)), dtype=np.int8, count=n)
+        is_seg, is_fact = kinds == _KIND_CODE["segment"], kinds == _KIND_CODE["fact"]
         self.is_agg = ~(is_seg | is_fact)
         self.agg_n = np.bincount(self.agg_i, minlength=n).astype(np.float64)
         # Turns that go together (one leaf) never count as each other's redundancy: a turn's group
