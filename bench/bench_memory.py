@@ -11,6 +11,7 @@ build, on the first such query, is reported as "ann build s" and not in the perc
 
     python bench/bench_memory.py                # 1k, 10k, 100k
     python bench/bench_memory.py --sizes 1000 10000
+    python bench/bench_memory.py --sizes 100000 --lend-capacity   # MemoryConfig(lend_capacity=True)
 """
 
 from __future__ import annotations
@@ -78,11 +79,11 @@ class FullCollections:
             self.in_end += self.ending
 
 
-def run(n_items: int, session_len: int, n_queries: int, seed: int) -> dict[str, float]:
+def run(n_items: int, session_len: int, n_queries: int, seed: int, lend: bool = False) -> dict[str, float]:
     rng = random.Random(seed)
     full = FullCollections()
     gc.callbacks.append(full)
-    m = Memory(embedder="hashing", config=MemoryConfig())
+    m = Memory(embedder="hashing", config=MemoryConfig(lend_capacity=lend))
     emb = m.embedder
     rss0 = rss_bytes()
     add_t: list[float] = []
@@ -195,12 +196,17 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="write JSON results here")
+    ap.add_argument(
+        "--lend-capacity",
+        action="store_true",
+        help="MemoryConfig(lend_capacity=True): each pool may use the capacity the other leaves unused",
+    )
     args = ap.parse_args()
     info = lamina.build_info()
     print(
         f"lamina {info['version']} | {platform.processor() or platform.machine()} | {os.cpu_count()} cpus | "
         f"SIMD {info['simd_active']} | threads {lamina.get_num_threads()} | load {os.getloadavg()[0]:.1f} | "
-        f"embedder hashing-384 | ann_threshold {MemoryConfig().ann_threshold}"
+        f"embedder hashing-384 | ann_threshold {MemoryConfig().ann_threshold} | lend_capacity {args.lend_capacity}"
     )
     hdr = (
         "turns",
@@ -229,7 +235,7 @@ def main() -> None:
     )
     res = []
     for n in args.sizes:
-        r = run(n, min(args.session_len, n), args.queries, args.seed)
+        r = run(n, min(args.session_len, n), args.queries, args.seed, args.lend_capacity)
         res.append(r)
         print(
             f"{r['turns']:>10}{r['items_per_user']:>10}{r['active']:>10}{r['add_p50_ms']:>10.3f}{r['add_p99_ms']:>10.2f}"
@@ -254,7 +260,7 @@ def main() -> None:
         )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"build": info, "results": res}, f, indent=2)
+            json.dump({"build": info, "lend_capacity": args.lend_capacity, "results": res}, f, indent=2)
 
 
 if __name__ == "__main__":

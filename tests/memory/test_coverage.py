@@ -15,7 +15,7 @@ from memkit import DAY, T0, item_rows, pooled, unit
 
 import lamina.memory.retention as retention
 from lamina import Memory, MemoryConfig
-from lamina.memory.coverage import TurnNeighbours
+from lamina.memory.coverage import _ONE_THREAD_FMA, TurnNeighbours, _dot_rows
 from lamina.memory.retention import CoverageProjection, pooled_items
 
 
@@ -44,6 +44,29 @@ def _brute(X: np.ndarray, q: int, on: list[int], group: dict[int, int]) -> float
     if not cand:
         return -np.inf
     return float(max(X[t].astype(np.float64) @ X[q].astype(np.float64) for t in cand))
+
+
+def _dot_rows_tile_by_tile(A: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """``_dot_rows`` as one ``matmul`` call per tile (how it was first written)."""
+    m, d = A.shape
+    out = np.empty((m, len(X)), dtype=np.float32)
+    ma = min(m, 16)
+    step = max(1, _ONE_THREAD_FMA // max(1, ma * d))
+    for i in range(0, m, ma):
+        for lo in range(0, len(X), step):
+            np.matmul(A[i : i + ma], X[lo : lo + step].T, out=out[i : i + ma, lo : lo + step])
+    return out
+
+
+@pytest.mark.parametrize("d", [384, 24])
+def test_stacked_tiles_round_like_one_call_per_tile(d: int) -> None:
+    """A tile's rounding depends on its shape and a column's place in it: the stacked tiles
+    give the very bits of one product per tile, for any number of rows and columns."""
+    rng = np.random.default_rng(d)
+    for m in (1, 3, 8, 16, 17, 40):
+        for n in (1, 41, 42, 43, 85, 86, 700):
+            X = rng.standard_normal((n + m, d)).astype(np.float32)
+            assert np.array_equal(_dot_rows(X[n:], X[:n]), _dot_rows_tile_by_tile(X[n:], X[:n])), (m, n)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 8])

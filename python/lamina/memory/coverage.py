@@ -54,15 +54,27 @@ _ONE_THREAD_FMA = (1 << 18) - 1
 
 
 def _dot_rows(A: F32, X: F32) -> F32:
-    """``A @ X.T``, shape (len(A), len(X)), float32, in tiles (see ``_ONE_THREAD_FMA``)."""
+    """``A @ X.T``, shape (len(A), len(X)), float32, in tiles (see ``_ONE_THREAD_FMA``).
+
+    Each tile is one BLAS product of up to 16 rows of ``A`` by ``step`` columns: a tile's
+    rounding depends on its shape and on a column's place in it, so the tiling is part of the
+    result. The full tiles of a row block are one stacked ``matmul`` call (numpy runs the same
+    BLAS product per tile, without a Python call each); the last, narrower tile is its own."""
     m, d = A.shape
     n = len(X)
     out = np.empty((m, n), dtype=np.float32)
     ma = min(m, 16)
     step = max(1, _ONE_THREAD_FMA // max(1, ma * d))
+    whole = n // step * step  # columns in full tiles
+    tiles = np.reshape(X[:whole], (-1, step, d)).transpose(0, 2, 1)  # tile t: X[t*step : (t+1)*step].T
     for i in range(0, m, ma):
-        for lo in range(0, n, step):
-            np.matmul(A[i : i + ma], X[lo : lo + step].T, out=out[i : i + ma, lo : lo + step])
+        rows = A[i : i + ma]
+        if whole:
+            # (a view of the tiles' places in ``out``: copy=False raises rather than write a copy)
+            dst = np.reshape(out[i : i + ma, :whole], (len(rows), -1, step), copy=False).transpose(1, 0, 2)
+            np.matmul(rows, tiles, out=dst)
+        if whole < n:
+            np.matmul(rows, X[whole:].T, out=out[i : i + ma, whole:])
     return out
 
 

@@ -37,6 +37,7 @@ out.
 
 from __future__ import annotations
 
+from itertools import repeat
 from operator import attrgetter
 
 import numpy as np
@@ -159,6 +160,8 @@ def item_turns(st: MemoryState, u: UserState, items: list[Record]) -> tuple[list
 
 # (kind, access_count, strength, last_access, id) of a record: what the projection reads of it
 _SCORED_FIELDS = attrgetter("kind", "access_count", "strength", "last_access", "id")
+# the kinds the projection tells apart (any other kind is an aggregate: 0)
+_KIND_CODE = {"segment": 1, "fact": 2}
 
 
 def _flatten(blobs: list[bytes]) -> tuple[I64, I64]:
@@ -411,15 +414,17 @@ class CoverageProjection:
         # what the scores read of each item, in one pass over the records (each pass over some
         # thousands of scattered records costs about a millisecond)
         got: list[tuple[str, int, float, float | None, int]] = list(map(_SCORED_FIELDS, items))
-        kinds = [g[0] for g in got]
-        self.is_agg = np.fromiter((k not in ("segment", "fact") for k in kinds), dtype=bool, count=n)
+        kinds_t, visits_t, strength_t, last_t, ids_t = tuple(zip(*got)) or ((), (), (), (), ())
+        kinds = np.fromiter(map(_KIND_CODE.get, kinds_t, repeat(0)), dtype=np.int8, count=n)
+        is_seg, is_fact = kinds == _KIND_CODE["segment"], kinds == _KIND_CODE["fact"]
+        self.is_agg = ~(is_seg | is_fact)
         self.agg_n = np.bincount(self.agg_i, minlength=n).astype(np.float64)
         # Turns that go together (one leaf) never count as each other's redundancy: a turn's group
         # is the leaf that renders it (``u.seg_of``: a turn is a member of one active leaf, and
         # every active leaf is pooled), else the turn alone (-1 - its id).
         self.group = -1 - raw_ids
-        of_leaf = np.fromiter((k == "segment" for k in kinds), dtype=bool, count=n)[self.raw_i]
-        self.group[self.raw_t[of_leaf]] = np.fromiter((g[4] for g in got), dtype=np.int64, count=n)[self.raw_i[of_leaf]]
+        of_leaf = is_seg[self.raw_i]
+        self.group[self.raw_t[of_leaf]] = np.array(ids_t, dtype=np.int64)[self.raw_i[of_leaf]]
         # the aggregates' vectors (row agg_row[i] of A for aggregate i)
         agg_idx = np.flatnonzero(self.is_agg)
         self.agg_row = np.full(n, -1, dtype=np.int64)
@@ -444,12 +449,11 @@ class CoverageProjection:
         self.best = np.full(self.n_raw, -np.inf, dtype=np.float32)  # nearest covered turn of another leaf
         self.where = np.full(self.n_raw, -1, dtype=np.int64)  # (its column; -1: none)
         self.asked = False
-        visits = np.fromiter((g[1] for g in got), dtype=np.float32, count=n)
-        strength = np.fromiter((g[2] for g in got), dtype=np.float64, count=n)
-        is_fact = np.fromiter((k == "fact" for k in kinds), dtype=bool, count=n)
+        visits = np.array(visits_t, dtype=np.float32)
+        strength = np.array(strength_t, dtype=np.float64)
         restated = np.where(is_fact, np.maximum(0.0, strength - 1.0), 0.0)
         self.use = 1.0 + float(c.heat_a) * visits.astype(np.float64) + restated
-        last = np.fromiter((now if g[3] is None else g[3] for g in got), dtype=np.float64, count=n)
+        last = np.array([now if x is None else x for x in last_t], dtype=np.float64)
         zeros = np.zeros(n, dtype=np.float32)
         self.recency = np.asarray(
             kernels.heat_scores(zeros, zeros, last, float(now), a=0.0, b=0.0, c=1.0, mu=float(c.heat_mu)),

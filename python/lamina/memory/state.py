@@ -565,13 +565,13 @@ class MemoryState:
 
     def active_recs(self, u: UserState, layer: str) -> list[Record]:
         """The user's active records of one layer, in id (creation) order."""
-        return [self.recs[i] for i in sorted(u.active[layer])]
+        return list(map(self.recs.__getitem__, sorted(u.active[layer])))
 
     def episodic_pool(self, u: UserState, *, leaves: bool = True, sessions: bool = True) -> list[Record]:
         """The user's active episodic leaves and/or active episodic items outside the tree
         (session summaries), in id order (without reading the tree's other nodes)."""
         ids = (u.pool_leaves if leaves else set()) | (u.pool_sessions if sessions else set())
-        return [self.recs[i] for i in sorted(ids)]
+        return list(map(self.recs.__getitem__, sorted(ids)))
 
     def vec(self, r: Record) -> Vec:
         """The vector of an active record, shape (dim,)."""
