@@ -223,8 +223,8 @@ def import_report_from_json(d: object) -> ImportReport:
             items=int(o["items"]),
             sessions=int(o["sessions"]),
             revisions=int(o["revisions"]),
-            notes=int(o["notes"]),
-            links=int(o["links"]),
+            notes=int(o.get("notes", 0)),  # (a server before format version 2 writes none)
+            links=int(o.get("links", 0)),
             reembedded=int(o["reembedded"]),
             replaced=bool(o["replaced"]),
             ids={int(k): int(v) for k, v in _obj(o["ids"], "import report ids").items()},

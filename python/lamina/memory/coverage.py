@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numpy.lib.stride_tricks import as_strided
 
 from .._core import _coverage_nearest, _coverage_remap
 from ..layer_index import LayerIndex
@@ -70,8 +71,10 @@ def _dot_rows(A: F32, X: F32) -> F32:
     for i in range(0, m, ma):
         rows = A[i : i + ma]
         if whole:
-            # (a view of the tiles' places in ``out``: copy=False raises rather than write a copy)
-            dst = np.reshape(out[i : i + ma, :whole], (len(rows), -1, step), copy=False).transpose(1, 0, 2)
+            # (a view of the tiles' places in ``out``, built from its strides: never a copy)
+            at = out[i : i + ma, :whole]
+            r0, c0 = at.strides
+            dst = as_strided(at, (len(rows), whole // step, step), (r0, c0 * step, c0)).transpose(1, 0, 2)
             np.matmul(rows, tiles, out=dst)
         if whole < n:
             np.matmul(rows, X[whole:].T, out=out[i : i + ma, whole:])

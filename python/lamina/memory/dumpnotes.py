@@ -109,8 +109,23 @@ def indices(value: Sequence[Any], field: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _seq(value: object, field: str) -> Sequence[Any]:
+    """``value`` as a list or tuple (an entry built in code may hold either), else the problem."""
+    if not isinstance(value, (list, tuple)):
+        raise EntryProblem(field, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _check_id(value: object, field: str) -> None:
+    if type(value) is not int:
+        raise EntryProblem(field, f"expected an item id (int), got {value!r:.60}")
+
+
 def _check_spans(sps: Iterable[Span], text: str, field: str, item_id: int) -> None:
-    for a, b, name in sps:
+    for sp in _seq(sps, field):
+        if not (isinstance(sp, (list, tuple)) and len(sp) == 3 and all(type(x) is int for x in sp)):
+            raise EntryProblem(field, f"expected [start, end, name] integer triples, holds {sp!r:.60}")
+        a, b, name = sp
         if name not in (0, 1):
             raise EntryProblem(field, f"span [{a}, {b}, {name}]: its third value is 1 (a name) or 0, not {name}")
         if not 0 <= a < b <= len(text):
@@ -131,6 +146,7 @@ class NotesCheck:
         self.pairs: set[tuple[int, int]] = set()
 
     def _turn(self, item_id: int, field: str, what: str) -> ItemEntry:
+        _check_id(item_id, field)
         it = self.items.get(item_id)
         if it is None:
             raise EntryProblem(field, f"item {item_id} is not an item of user {self.user_id!r} in the dump")
@@ -143,7 +159,9 @@ class NotesCheck:
     def _tags(self, own: Sequence[int], gained: Sequence[int], n_keywords: int) -> None:
         seen: set[int] = set()
         for field, ids in (("own", own), ("gained", gained)):
-            for i in ids:
+            for i in _seq(ids, field):
+                if type(i) is not int:
+                    raise EntryProblem(field, f"expected keyword indices (int), holds {i!r:.60}")
                 if not 0 <= i < n_keywords:
                     raise EntryProblem(field, f"tag {i} is not a keyword index (the note has {n_keywords} keywords)")
                 if i in seen:
@@ -162,7 +180,8 @@ class NotesCheck:
 
     def revision(self, e: NoteRevisionEntry) -> None:
         """A note's earlier tags: of a note before it, indices into that note's keywords, caused
-        by another turn of the user (or by none: a turn deleted since)."""
+        by a later turn of the user (or by none: a turn deleted since)."""
+        _check_id(e.item_id, "item_id")
         note = self.notes.get(e.item_id)
         if note is None:
             raise EntryProblem("item_id", f"item {e.item_id} has no note line before this one")
@@ -171,10 +190,15 @@ class NotesCheck:
             if e.cause == e.item_id:
                 raise EntryProblem("cause", "a note cannot be changed by its own turn")
             self._turn(e.cause, "cause", "notes")
+            if self.order[e.cause] < self.order[e.item_id]:
+                raise EntryProblem(
+                    "cause", f"turn {e.cause} comes before turn {e.item_id}: a note changes for later turns"
+                )
 
     def link(self, e: LinkEntry) -> None:
         """A link: between two distinct turns of the user (not ephemeral), the newer (``src``)
-        after the older in the dump, once per pair, its shared words inside the newer's text."""
+        after the older in the dump, both with a note line before it, once per pair, its shared
+        words some of the newer note's keywords (at least one)."""
         if e.src == e.dst:
             raise EntryProblem("dst", "a turn cannot be linked to itself")
         src = self._turn(e.src, "src", "links")
@@ -184,9 +208,18 @@ class NotesCheck:
         pair = (min(e.src, e.dst), max(e.src, e.dst))
         if pair in self.pairs:
             raise EntryProblem("dst", f"turns {e.src} and {e.dst} are linked twice")
-        if not (math.isfinite(e.weight) and abs(e.weight) <= MAX_COSINE):
+        for end, field in ((e.src, "src"), (e.dst, "dst")):
+            if end not in self.notes:
+                raise EntryProblem(field, f"turn {end} has no note line before this one (only noted turns are linked)")
+        w = e.weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and abs(w) <= MAX_COSINE):
             raise EntryProblem("weight", f"a cosine, in -1..1; got {e.weight!r:.60}")
         if e.kind not in LINK_KINDS:
             raise EntryProblem("kind", f"{e.kind!r} is not one of {', '.join(LINK_KINDS)}")
         _check_spans(e.shared, src.text, "shared", e.src)
+        own = {(a, b) for a, b, _ in self.notes[e.src].keywords}
+        if not e.shared or any((a, b) not in own for a, b, _ in e.shared):
+            raise EntryProblem(
+                "shared", f"the shared words must be some of turn {e.src}'s note keywords (one at least)"
+            )
         self.pairs.add(pair)

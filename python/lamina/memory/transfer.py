@@ -12,8 +12,8 @@ before the write (the dump's, or re-embedded; outside the lock).
 The A-Mem notes travel as the note store holds them (:mod:`lamina.memory.dumpnotes`: spans and
 indices, no text). An export leaves out what an import could not take: a revision's ``cause``
 that names a turn deleted since becomes None (as a ``superseded_by`` naming a deleted fact),
-and a note, revision or link that does not fit its turns (spans outside a turn's text, written
-before notes were rewritten on every update) is not exported.
+and a note that does not fit its turn (spans outside the turn's text, written before notes were
+rewritten on every update) is not exported, nor its history or links.
 """
 
 from __future__ import annotations
