@@ -18,7 +18,7 @@ import pytest
 
 from dumpkit import mapped_links, mapped_note, normalised
 from lamina import Memory, MemoryConfig, Note
-from lamina.memory.dump import FORMAT_VERSION, DumpError, read_dump
+from lamina.memory.dump import FORMAT_VERSION, DumpError, dump_lines, read_dump
 from lamina.transfer import export_jsonl, import_jsonl, iter_export
 
 # links between turns that share words (the hashing embedder's cosine is mostly shared words)
@@ -137,6 +137,12 @@ def test_a_version_1_dump_imports_without_notes(source: tuple[Memory, str]) -> N
     assert all(b.note(new) is None and b.links(new) == [] for r in reports for new in r.ids.values())
     assert all(r.notes == r.links == 0 for r in reports)
     assert read_dump(io.StringIO(text)).header.version == 2
+    # a version-1 dump written again (notes added in between) is written as version 2
+    old = read_dump(io.StringIO("".join(json.dumps(d) + "\n" for d in v1)))
+    assert old.header.version == 1
+    full = read_dump(io.StringIO(text))
+    again = "".join(dump_lines(old.header, full.users))
+    assert read_dump(io.StringIO(again)).header.version == 2 and "note" in _types(again)
 
 
 # ------------------------------------------------------------------ bad lines write nothing

@@ -354,8 +354,10 @@ def _item_dict(it: ItemEntry) -> dict[str, Any]:
 
 def dump_lines(header: DumpHeader, users: Iterable[UserDump]) -> Iterator[str]:
     """The JSONL lines of a dump (each ending in ``\\n``): the header, each user's entries, the
-    footer. ``users`` is consumed lazily, one user at a time."""
-    yield _line("header", {k: getattr(header, k) for k in _HEADER})
+    footer. ``users`` is consumed lazily, one user at a time. The header says
+    :data:`FORMAT_VERSION` whatever ``header.version`` says (a version-1 dump read and written
+    again is a version-2 dump: its users may have gained notes in between)."""
+    yield _line("header", {k: getattr(header, k) for k in _HEADER} | {"version": FORMAT_VERSION})
     n_users = n_items = 0
     for ud in users:
         n_users += 1
