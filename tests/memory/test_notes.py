@@ -11,6 +11,7 @@ import pytest
 from memkit import DAY, T0, chat, rows
 
 from lamina import InvalidInput, Link, Memory, MemoryConfig, Note, NotFoundError
+from lamina.embedders import Embedder
 from lamina.memory.notes import describe
 
 # links between turns that share words (the hashing embedder's cosine is mostly shared words)
@@ -233,3 +234,27 @@ def test_an_update_with_notes_turned_off_rewrites_the_stored_note(tmp_path: Path
         n = _note(m, a)
     text = "Luna the cat sleeps in Seattle all day."
     assert n.keywords[0] == "Seattle" and "luna" in n.keywords and all(w.lower() in text.lower() for w in n.keywords)
+
+
+def test_the_default_thresholds_link_on_minilm(minilm_model: Embedder) -> None:
+    """The defaults (``link_threshold`` 0.5, ``duplicate_threshold`` 0.95) are set for MiniLM:
+    with it, a later question about the adopted beagle links to the adoption (Porter stems:
+    "adoption" shares "adopted"), the same speaker's restatement is a duplicate, another
+    speaker's the same words only related, and an unrelated line links to nothing."""
+    lines = [
+        ("Alice", "I adopted a beagle named Max from the shelter in Portland."),
+        ("Bob", "The weather was lovely this morning."),
+        ("Carol", "How is Max the beagle settling in after the adoption?"),
+        ("Bob", "The weather was lovely this morning."),
+        ("Dave", "My sister bought a new car last week."),
+        ("Carol", "The weather was lovely this morning."),
+    ]
+    with Memory(None, embedder=minilm_model) as m:
+        adopt, weather, ask, again, car, echo = chat(m, "u", "s1", lines, T0, "c")
+        got = {i: [(x.other_id, x.kind, set(x.shared)) for x in m.links(i)] for i in (adopt, weather, car, echo)}
+        weights = [x.weight for x in m.links(adopt)]
+    assert got[adopt] == [(ask, "related", {"Max", "beagle", "adoption"})]
+    assert 0.5 <= weights[0] < 0.95
+    assert got[car] == []
+    assert (again, "duplicate", {"weather", "lovely", "morning"}) in got[weather]
+    assert {(o, k) for o, k, _ in got[echo]} == {(weather, "related"), (again, "related")}
