@@ -30,6 +30,7 @@ MEMORY_LEVELS = {
     "records": 1,
     "pgstore": 1,
     "pgnotify": 2,
+    "dumpnotes": 1,  # (the notes' lines of a dump: below the dump that reads them)
     "dump": 2,
     "staleness": 2,
     "coverage": 2,

@@ -17,7 +17,8 @@ from typing import Any
 from .errors import LaminaError
 from .items import CONTEXT_ORDERS, Blocked, Context, FirewallReport, MemoryItem
 from .memory.firewall import Firewall
-from .memory.notes import LINK_KINDS, Link, Note, NoteRevision
+from .memory.notes import Link, Note, NoteRevision
+from .memory.notestore import LINK_KINDS
 from .memory.reports import DeleteReport, ImportReport, SessionReport
 
 __all__ = [

@@ -18,12 +18,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .notes import LINK_KINDS
-
-if TYPE_CHECKING:
-    from .dump import ItemEntry
+from .notestore import LINK_KINDS
 
 __all__ = [
     "Span",
@@ -82,6 +79,19 @@ class LinkEntry:
     created_at: float | None
 
 
+class ItemLike(Protocol):
+    """What the checks read of a dump's item (:class:`lamina.memory.dump.ItemEntry`)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def commitment(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+
+
 class EntryProblem(ValueError):
     """A note, revision or link entry that cannot be imported (``field``: the field at fault)."""
 
@@ -138,14 +148,14 @@ class NotesCheck:
     """The checks of a user's note, revision and link entries against its items (all of them
     known first), fed in stream order; each method raises :class:`EntryProblem`."""
 
-    def __init__(self, user_id: str, items: Sequence[ItemEntry]) -> None:
+    def __init__(self, user_id: str, items: Sequence[ItemLike]) -> None:
         self.user_id = user_id
-        self.items: Mapping[int, ItemEntry] = {it.id: it for it in items}
+        self.items: Mapping[int, ItemLike] = {it.id: it for it in items}
         self.order = {it.id: i for i, it in enumerate(items)}
         self.notes: dict[int, NoteEntry] = {}
         self.pairs: set[tuple[int, int]] = set()
 
-    def _turn(self, item_id: int, field: str, what: str) -> ItemEntry:
+    def _turn(self, item_id: int, field: str, what: str) -> ItemLike:
         _check_id(item_id, field)
         it = self.items.get(item_id)
         if it is None:

@@ -65,7 +65,6 @@ from .tx import Tx
 
 __all__ = ["Note", "NoteRevision", "Link", "describe", "link_new_turns", "renote", "note_of", "links_of"]
 
-LINK_KINDS = ("related", "duplicate")
 #: Nearest turns searched per link a note may make (the keyword test then filters them).
 CANDIDATES_PER_LINK = 4
 

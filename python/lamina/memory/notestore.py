@@ -16,6 +16,7 @@ __all__ = [
     "NoteRow",
     "NoteRevisionRow",
     "LinkRow",
+    "LINK_KINDS",
     "NoteStore",
     "SQLiteNotes",
     "PostgresNotes",
@@ -32,6 +33,8 @@ NoteRevisionRow = tuple[int, str, float | None, int | None]
 #: A link: (newer turn id, older turn id, cosine, the shared keywords as JSON spans of the newer
 #: turn's text, kind, created at).
 LinkRow = tuple[int, int, float, str, str, float | None]
+#: A link's kinds: ``related``, or ``duplicate`` (the same speaker saying nearly the same again).
+LINK_KINDS = ("related", "duplicate")
 
 #: The SQLite tables (created by the store's schema, ``CREATE ... IF NOT EXISTS``).
 SQLITE_NOTES_SCHEMA = """
