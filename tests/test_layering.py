@@ -31,7 +31,8 @@ MEMORY_LEVELS = {
     "pgstore": 1,
     "pgnotify": 2,
     "dumpnotes": 1,  # (the notes' lines of a dump: below the dump that reads them)
-    "dump": 2,
+    "dumpentries": 2,
+    "dump": 3,
     "staleness": 2,
     "coverage": 2,
     "fusion": 2,
