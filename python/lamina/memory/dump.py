@@ -417,14 +417,20 @@ def check_references(ud: UserDump, where: Mapping[int, int] | None = None) -> No
     """Check that a user's dump is whole: item ids unique, every id an item names (``members``,
     ``parent_id``, ``superseded_by``) and every revision's item an item of the same user in the
     dump, every entry of that user, every turn's session present, every note, note revision and
-    link fitting its turns (:class:`~lamina.memory.dumpnotes.NotesCheck`). :func:`read_dump` runs it on
-    each user (``where``: item id -> line, for the message); an import runs it again on a
-    dump built by other means.
+    link fitting its turns (:class:`~lamina.memory.dumpnotes.NotesCheck`). :func:`read_dump` runs
+    it on each user (``where``: item id -> line, for the message; the notes' lines it has checked
+    as they came, to name them); an import runs it again on a dump built by other means.
 
     Raises
     ------
     DumpError
     """
+    _check_items(ud, where)
+    _check_notes(ud)
+
+
+def _check_items(ud: UserDump, where: Mapping[int, int] | None) -> None:
+    """:func:`check_references` but the notes' part."""
     uid = ud.user.user_id
 
     def at(item_id: int, name: str) -> str:
@@ -489,7 +495,6 @@ def check_references(ud: UserDump, where: Mapping[int, int] | None = None) -> No
     for rv in ud.revisions:
         if rv.item_id not in ids:
             raise DumpError(f"a revision of item {rv.item_id}, which is not an item of user {uid!r} in the dump")
-    _check_notes(ud)
 
 
 E = TypeVar("E")
@@ -596,7 +601,7 @@ def read_dump(lines: Iterable[str | bytes]) -> Dump:
 
     def close(ud: UserDump | None) -> None:
         if ud is not None:
-            check_references(ud, where)
+            _check_items(ud, where)  # (its note, note revision and link lines were checked as read)
 
     for ln in it:
         if footer is not None:
