@@ -1,0 +1,234 @@
+"""The transformer-encoder forward shared by lamina's torch-free sentence embedders.
+
+:class:`SentenceEncoder` holds what BERT-family sentence models have in common — the
+tokenizer (``tokenizers``), the per-layer weights, the batched forward pass (fused Q/K/V,
+post-LayerNorm blocks, exact erf GELU), mean pooling over real tokens and L2 normalisation.
+A model module (:mod:`.minilm`, :mod:`.mpnet`) loads its checkpoint's tensors into
+:class:`Layer` tuples and supplies the two parts that differ between architectures: the input
+embeddings (:meth:`SentenceEncoder._embed_ids`) and an optional additive attention bias
+(:meth:`SentenceEncoder._attention_bias`, MPNet's relative position buckets).
+
+Speed comes from batching: texts are sorted by length and cut into batches so that padding is
+small, every projection is one float32 matrix product over all tokens of the batch, attention
+is one batched matmul per layer with an additive padding mask, and the element-wise work
+(GELU, LayerNorm, softmax) runs in place on the whole batch. There is no per-token Python loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _core
+
+__all__ = ["Layer", "SentenceEncoder", "load_tokenizer", "check_texts"]
+
+F32 = npt.NDArray[np.float32]
+_SCORE_FLOOR = np.float32(-80.0)
+
+
+class Layer(NamedTuple):
+    """One post-LayerNorm encoder block; matrices stored (in, out) so that ``x @ W`` is a
+    row-major GEMM. ``wqkv`` is Q, K and V fused: shape (hidden, 3 * hidden)."""
+
+    wqkv: F32
+    bqkv: F32
+    wo: F32
+    bo: F32
+    ln1_w: F32
+    ln1_b: F32
+    w1: F32
+    b1: F32
+    w2: F32
+    b2: F32
+    ln2_w: F32
+    ln2_b: F32
+
+
+def make_layer(
+    get: Callable[[str], F32], q: str, k: str, v: str, o: str, ln1: str, up: str, down: str, ln2: str
+) -> Layer:
+    """Build a :class:`Layer` from torch ``Linear``/``LayerNorm`` tensor name prefixes.
+
+    ``get(name)`` returns a float32 tensor; torch ``Linear`` stores weights (out, in), so they
+    are transposed here.
+    """
+
+    def t(name: str) -> F32:
+        return np.ascontiguousarray(get(name + ".weight").T)
+
+    return Layer(
+        np.ascontiguousarray(np.concatenate([t(n) for n in (q, k, v)], axis=1)),
+        np.concatenate([get(n + ".bias") for n in (q, k, v)]),
+        t(o),
+        get(o + ".bias"),
+        get(ln1 + ".weight"),
+        get(ln1 + ".bias"),
+        t(up),
+        get(up + ".bias"),
+        t(down),
+        get(down + ".bias"),
+        get(ln2 + ".weight"),
+        get(ln2 + ".bias"),
+    )
+
+
+def load_tokenizer(path: Path, max_length: int) -> object:
+    """A ``tokenizers.Tokenizer`` truncating at ``max_length`` with padding off.
+
+    The ``tokenizer.json`` files of sentence-transformers checkpoints ship with truncation at
+    128 and fixed padding: both differ from sentence-transformers' behaviour (truncate at
+    ``max_seq_length``, no padding).
+    """
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    tok.no_padding()
+    tok.enable_truncation(max_length=max_length)
+    return tok
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """The texts as a list; ``TypeError`` for a bare string or a non-string element."""
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a list of strings, not a single string: wrap it in [ ]")
+    out = list(texts)
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise TypeError(f"texts[{i}] is {type(t).__name__}, expected str")
+    return out
+
+
+class SentenceEncoder:
+    """Base of the torch-free sentence embedders: batching, encoder forward, pooling.
+
+    Subclasses set ``_tok`` (a ``tokenizers.Tokenizer``), ``_layers`` (list of
+    :class:`Layer`), ``_hidden``, ``_heads``, ``_eps``, ``max_length``, ``batch_size`` and
+    ``max_batch_tokens``, and implement :meth:`_embed_ids`; :meth:`_attention_bias` defaults
+    to none.
+    """
+
+    _tok: object
+    _layers: list[Layer]
+    _hidden: int
+    _heads: int
+    _eps: float
+    max_length: int
+    batch_size: int
+    max_batch_tokens: int
+
+    @staticmethod
+    def _check_sizes(batch_size: object, max_batch_tokens: object) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
+            raise ValueError(f"max_batch_tokens must be a positive int, got {max_batch_tokens!r}")
+
+    @property
+    def dim(self) -> int:
+        """Embedding width."""
+        return self._hidden
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text, with the model's special tokens, truncated to ``max_length``."""
+        texts = check_texts(texts)
+        return [e.ids for e in self._tok.encode_batch(texts)]  # type: ignore[attr-defined]
+
+    def embed(self, texts: Sequence[str]) -> F32:
+        """Embed texts.
+
+        Parameters
+        ----------
+        texts : sequence of str, length n
+
+        Returns
+        -------
+        ndarray, shape (n, dim), float32, C-contiguous; each row has unit L2 norm.
+        """
+        texts = check_texts(texts)
+        n = len(texts)
+        out = np.empty((n, self._hidden), dtype=np.float32)
+        if n == 0:
+            return out
+        ids = self.tokenize(texts)
+        lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=n)
+        order = np.argsort(lens, kind="stable")
+        # Batches of similar length: at most batch_size texts and at most max_batch_tokens
+        # padded positions, so one long text never pads a whole batch of short ones.
+        start = 0
+        while start < n:
+            stop = start + 1
+            while (
+                stop < n
+                and stop - start < self.batch_size
+                and (stop - start + 1) * lens[order[stop]] <= self.max_batch_tokens
+            ):
+                stop += 1
+            sel = order[start:stop]
+            out[sel] = self._forward([ids[i] for i in sel])
+            start = stop
+        return out
+
+    def _embed_ids(self, ids: npt.NDArray[np.int64]) -> F32:
+        """Input embeddings after their LayerNorm: ids (b, T) -> (b * T, hidden)."""
+        raise NotImplementedError
+
+    def _attention_bias(self, T: int) -> F32 | None:
+        """Additive attention bias (heads, T, T) shared by every layer, or ``None``."""
+        return None
+
+    def _forward(self, batch: list[list[int]]) -> F32:
+        """Encode one batch of id lists -> (b, hidden) unit-norm float32."""
+        b = len(batch)
+        T = max(len(x) for x in batch)
+        H, nh = self._hidden, self._heads
+        hd = H // nh
+        ids = np.zeros((b, T), dtype=np.int64)
+        mask = np.zeros((b, T), dtype=np.float32)
+        for i, row_ids in enumerate(batch):
+            ids[i, : len(row_ids)] = row_ids
+            mask[i, : len(row_ids)] = 1.0
+        x = self._embed_ids(ids)
+
+        # Additive key mask, as transformers does (finfo.min for padded keys), plus the
+        # model's position bias when it has one (both fixed across layers: added once here).
+        add: F32 = ((1.0 - mask) * np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+        bias = self._attention_bias(T)
+        if bias is not None:
+            add = (add + bias[None]).astype(np.float32, copy=False)
+        scale = np.float32(1.0 / np.sqrt(hd))
+        ff = np.empty((b * T, self._layers[0].w1.shape[1]), dtype=np.float32)
+        for L in self._layers:
+            qkv = x @ L.wqkv
+            qkv += L.bqkv
+            qkv = qkv.reshape(b, T, 3, nh, hd).transpose(2, 0, 3, 1, 4)  # (3, b, nh, T, hd)
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            q *= scale
+            sc = q @ k.transpose(0, 1, 3, 2)  # (b, nh, T, T)
+            sc += add
+            sc -= sc.max(axis=-1, keepdims=True)
+            # exp(< -80) would give float32 denormals, which make every later multiply (and
+            # the BLAS product with V) take microcode assists, ~100x slower. Their weight is
+            # below 2e-35 against the row maximum's 1: clamping changes no output bit.
+            np.maximum(sc, _SCORE_FLOOR, out=sc)
+            np.exp(sc, out=sc)
+            sc /= sc.sum(axis=-1, keepdims=True)
+            ctx = np.ascontiguousarray((sc @ v).transpose(0, 2, 1, 3)).reshape(b * T, H)
+            a = ctx @ L.wo
+            a += L.bo
+            _core.add_layer_norm_(a, x, L.ln1_w, L.ln1_b, self._eps)  # a <- LN(a + x)
+            np.matmul(a, L.w1, out=ff)
+            _core.bias_gelu_(ff, L.b1)  # ff <- GELU(ff + b1), exact erf form
+            x = ff @ L.w2
+            x += L.b2
+            _core.add_layer_norm_(x, a, L.ln2_w, L.ln2_b, self._eps)  # x <- LN(x + a)
+
+        # Mean pooling over real tokens, then L2 normalisation.
+        x3 = x.reshape(b, T, H)
+        pooled: F32 = np.einsum("bth,bt->bh", x3, mask) / mask.sum(axis=1, keepdims=True)
+        pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled.astype(np.float32, copy=False)
