@@ -1,6 +1,7 @@
-"""Sentences per second of lamina's torch-free MiniLM, side by side with sentence-transformers.
+"""Sentences per second of lamina's torch-free MiniLM (or MPNet), side by side with
+sentence-transformers.
 
-    python bench/bench_minilm.py [--n 1000] [--batch 64] [--threads 2]
+    python bench/bench_minilm.py [--model minilm|mpnet] [--n 1000] [--batch 64] [--threads 2]
 
 Encodes N short chat-like lines (about 15 word pieces each, like the reference measurement in
 ../shared/data/minilm/README.md) with batch size 64, after one warm-up call, three timed runs,
@@ -77,6 +78,7 @@ def timed(fn, runs: int = 3) -> list[float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=["minilm", "mpnet"], default="minilm")
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2, help="BLAS / lamina / torch threads")
@@ -87,20 +89,20 @@ def main() -> int:
 
     import numpy as np
 
-    from lamina.embedders import MiniLM
+    from lamina.embedders import MiniLM, MPNet
 
     lines = chat_lines(args.n)
-    m = MiniLM(batch_size=args.batch)
+    m = (MPNet if args.model == "mpnet" else MiniLM)(batch_size=args.batch)
     mean_tok = float(np.mean([len(x) for x in m.tokenize(lines)]))
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus visible, "
         f"{args.threads} threads, numpy {np.__version__}"
     )
-    print(f"{args.n} chat lines, {mean_tok:.1f} word pieces on average, batch {args.batch}")
+    print(f"{m.name}: {args.n} chat lines, {mean_tok:.1f} word pieces on average, batch {args.batch}")
     t_l = timed(lambda: m.embed(lines))
     sps_l = args.n / statistics.median(t_l)
     print(
-        f"lamina MiniLM (numpy + native kernels): {sps_l:8.1f} sentences/s "
+        f"lamina {type(m).__name__} (numpy + native kernels): {sps_l:8.1f} sentences/s "
         f"(runs: {', '.join(f'{t:.2f}s' for t in t_l)})"
     )
     try:
@@ -109,7 +111,7 @@ def main() -> int:
     except ImportError:
         print(
             "sentence-transformers/torch not importable here: no side-by-side run. "
-            "Reference (README of the reference file): ~320 sentences/s under torch, 2 threads."
+            "Reference for MiniLM (README of ../shared/data/minilm): ~320 sentences/s under torch, 2 threads."
         )
         return 0
     torch.set_num_threads(args.threads)

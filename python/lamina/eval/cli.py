@@ -324,7 +324,7 @@ def add_eval_parser(sub: Any) -> None:
     )
     lo.add_argument("--data", default=_DEFAULT_DATA, help="locomo_dev.json / locomo10.json or their folder")
     lo.add_argument("--budgets", type=_budgets, default=[256, 512, 1024, 2048], help="e.g. 256,512,1024,2048")
-    lo.add_argument("--embedder", default="auto", help="auto | minilm | hashing")
+    lo.add_argument("--embedder", default="auto", help="auto | minilm | mpnet | hashing")
     lo.add_argument("--systems", default="", help="comma-separated subset (default: all)")
     lo.add_argument("--out", default=None, help="write every number as JSON here")
     lo.add_argument("--plot", default=None, help="write a PNG of recall vs budget (needs matplotlib)")
@@ -400,7 +400,7 @@ def add_eval_parser(sub: Any) -> None:
         "ingested; gold evidence is the reward), then runs MemCon and the fixed policies.",
     )
     mc.add_argument("--data", default=_DEFAULT_DATA, help="locomo_dev.json / locomo10.json or their folder")
-    mc.add_argument("--embedder", default="hashing", help="auto | minilm | hashing")
+    mc.add_argument("--embedder", default="hashing", help="auto | minilm | mpnet | hashing")
     mc.add_argument("--episodes", type=int, default=20000, help="reported episodes")
     mc.add_argument(
         "--holdout",

