@@ -6,7 +6,7 @@ Needs torch and sentence-transformers (not lamina's dependencies: run it in a sc
 virtualenv, e.g. ``pip install torch==2.13.0 sentence-transformers``). MODEL_DIR is the
 unpacked Hugging Face folder (``lamina.embedders.find_mpnet_dir()`` prints it). The file holds,
 for a fixed set of sentences (chat lines, a text past the 384-token limit, accents and
-non-Latin script, a two-letter greeting, numbers and punctuation), the token ids
+non-Latin script, a two-letter greeting, numbers and punctuation, the literal text ``<pad>``), the token ids
 sentence-transformers feeds the model and its unit-norm embeddings (6 significant digits), plus
 transformers' relative-position bucket for every distance in [-512, 512]. The test suite
 compares lamina's torch-free ``MPNet`` against it.
@@ -43,6 +43,7 @@ SENTENCES = [
     "Café naïve résumé — 東京 😀",
     "Hi",
     "Order #4521: 3.75 kg @ $12.99/kg = $48.71 (incl. 7% VAT); ship by 2024-03-15, 09:30!",
+    "the <pad> token typed as text <pad> takes the padding position",
 ]
 
 

