@@ -23,7 +23,7 @@ __all__ = ["add_io_parsers", "open_db", "stored_embedder", "embedder_spec"]
 
 
 def stored_embedder(path: str) -> str | None:
-    """The embedder spec a database was built with (``hashing-<dim>``, ``minilm`` or the stored
+    """The embedder spec a database was built with (``hashing-<dim>``, ``minilm``, ``mpnet`` or the stored
     name of a custom embedder); None for a file that does not exist or holds no memory yet."""
     store: Store
     if is_postgres_url(path):
@@ -43,11 +43,14 @@ def stored_embedder(path: str) -> str | None:
 
 def embedder_spec(name: str) -> str:
     """What :func:`lamina.embedders.get_embedder` takes for an embedder's stored name
-    (``hashing-384-3-4`` -> ``hashing-384``, ``minilm-l6-v2-...`` -> ``minilm``)."""
+    (``hashing-384-3-4`` -> ``hashing-384``, ``minilm-l6-v2-...`` -> ``minilm``,
+    ``mpnet-base-v2-...`` -> ``mpnet``)."""
     if name.startswith("hashing-"):
         return "-".join(name.split("-")[:2])
     if name.startswith("minilm"):
         return "minilm"
+    if name.startswith("mpnet"):
+        return "mpnet"
     return name
 
 

@@ -247,3 +247,15 @@ def test_memory_runs_on_mpnet(mpnet):
     ctx = m.context("What is the name of Ana's dog?", user_id="u", budget=64)
     assert "Biscuit" in ctx.render()
     assert m.stats().embedder == mpnet.name
+
+
+def test_a_database_built_on_mpnet_reopens_on_mpnet(mpnet, tmp_path):
+    from lamina.io_cli import open_db, stored_embedder
+
+    db = tmp_path / "m.db"
+    with Memory(db, embedder=mpnet) as m:
+        m.add([{"speaker": "Ana", "text": "My sister moved to Lisbon in May."}], user_id="u", session_id="s")
+    assert stored_embedder(str(db)) == "mpnet"
+    with open_db(str(db), None) as again:  # the CLI's way: the stored embedder, by name
+        assert again.embedder.name == mpnet.name and again.embedder.dim == 768
+        assert "Lisbon" in again.context("Where did Ana's sister move?", user_id="u", budget=64).render()

@@ -75,7 +75,7 @@ class Memory(Reading, Inspection, PgArchive):
         SQLite database file (created if missing; reopening restores the exact state), or a
         PostgreSQL URL ``postgresql://user:password@host/dbname`` (extra ``lamina[postgres]``;
         several processes and hosts share it). None keeps everything in memory.
-    embedder : "auto", "hashing", "minilm" or an :class:`~lamina.embedders.Embedder`
+    embedder : "auto", "hashing", "minilm", "mpnet" or an :class:`~lamina.embedders.Embedder`
         ``"auto"`` uses MiniLM when its model files are present locally, else the native hashing
         embedder. A database remembers its embedder; reopening with a different one raises.
     config : MemoryConfig, optional

@@ -66,7 +66,7 @@ class ServeConfig:
     db : str or None
         SQLite file (None: in memory, gone at shutdown).
     embedder : str
-        ``auto``, ``hashing``, ``minilm`` (a database remembers its embedder).
+        ``auto``, ``hashing``, ``minilm``, ``mpnet`` (a database remembers its embedder).
     keys : KeyRing
         Empty: no authentication (the command line then binds to loopback only).
     limits : Limits

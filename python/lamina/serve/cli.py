@@ -200,7 +200,9 @@ def add_serve_parsers(sub: Any) -> None:
     s.add_argument(
         "--keys", default=None, help="TOML keys file with hashed keys (see 'lamina keys'); also LAMINA_API_KEYS"
     )
-    s.add_argument("--embedder", default="auto", help="auto | hashing | minilm (a database remembers its embedder)")
+    s.add_argument(
+        "--embedder", default="auto", help="auto | hashing | minilm | mpnet (a database remembers its embedder)"
+    )
     s.add_argument(
         "--workers", type=int, default=1, help="uvicorn worker processes sharing the --db file or PostgreSQL database"
     )
