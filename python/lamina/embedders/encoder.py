@@ -16,6 +16,8 @@ is one batched matmul per layer with an additive padding mask, and the element-w
 
 from __future__ import annotations
 
+import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -103,16 +105,17 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
     return out
 
 
-class SentenceEncoder:
+class SentenceEncoder(ABC):
     """Base of the torch-free sentence embedders: batching, encoder forward, pooling.
 
-    Subclasses set ``_tok`` (a ``tokenizers.Tokenizer``), ``_layers`` (list of
-    :class:`Layer`), ``_hidden``, ``_heads``, ``_eps``, ``max_length``, ``batch_size`` and
-    ``max_batch_tokens``, and implement :meth:`_embed_ids`; :meth:`_attention_bias` defaults
-    to none.
+    A subclass's constructor calls :meth:`_open_folder` and :meth:`_set_max_length` (which set
+    ``model_dir``, ``batch_size``, ``max_batch_tokens``, ``max_length`` and the tokenizer), sets
+    ``_layers`` (list of :class:`Layer`), ``_hidden``, ``_heads`` and ``_eps``, and implements
+    :meth:`_embed_ids`; :meth:`_attention_bias` defaults to none.
     """
 
     _tok: object
+    model_dir: Path
     _layers: list[Layer]
     _hidden: int
     _heads: int
@@ -121,12 +124,56 @@ class SentenceEncoder:
     batch_size: int
     max_batch_tokens: int
 
-    @staticmethod
-    def _check_sizes(batch_size: object, max_batch_tokens: object) -> None:
+    def _open_folder(
+        self,
+        model_dir: str | Path | None,
+        *,
+        what: str,
+        find: Callable[[], Path | None],
+        complete: Callable[[Path], bool],
+        missing_help: Callable[[], str],
+        batch_size: int,
+        max_batch_tokens: int,
+    ) -> Callable[[str], dict[str, npt.NDArray[np.generic]]]:
+        """Check the libraries, resolve the model folder (``find()`` when none is given) and the
+        batch sizes; returns ``safetensors.numpy.load_file``."""
+        try:
+            import tokenizers  # noqa: F401
+            from safetensors.numpy import load_file
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                f"{what} needs the `tokenizers` and `safetensors` packages: "
+                "pip install 'lamina[minilm]' (or pip install tokenizers safetensors)"
+            ) from e
+        if model_dir is None:
+            found = find()
+            if found is None:
+                raise FileNotFoundError(missing_help())
+            model_dir = found
+        d = Path(model_dir)
+        if not d.is_dir() or not complete(d):
+            raise FileNotFoundError(f"{d} is not a {what} model folder: {missing_help()}")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(max_batch_tokens, int) or max_batch_tokens < 1:
             raise ValueError(f"max_batch_tokens must be a positive int, got {max_batch_tokens!r}")
+        self.model_dir = d
+        self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
+        result: Callable[[str], dict[str, npt.NDArray[np.generic]]] = load_file
+        return result
+
+    def _set_max_length(self, max_length: int | None, max_pos: int) -> None:
+        """``max_length`` (default: the folder's ``sentence_bert_config.json`` ``max_seq_length``,
+        else ``max_pos``), checked against ``max_pos``; loads the tokenizer truncating there."""
+        st_cfg = self.model_dir / "sentence_bert_config.json"
+        model_max = int(json.loads(st_cfg.read_text()).get("max_seq_length", max_pos)) if st_cfg.is_file() else max_pos
+        if max_length is None:
+            max_length = min(model_max, max_pos)
+        if not isinstance(max_length, int) or not 2 <= max_length <= max_pos:
+            raise ValueError(f"max_length must be an int in [2, {max_pos}], got {max_length!r}")
+        self.max_length = max_length
+        self._tok = load_tokenizer(self.model_dir / "tokenizer.json", max_length)
 
     @property
     def dim(self) -> int:
@@ -173,9 +220,9 @@ class SentenceEncoder:
             start = stop
         return out
 
+    @abstractmethod
     def _embed_ids(self, ids: npt.NDArray[np.int64]) -> F32:
         """Input embeddings after their LayerNorm: ids (b, T) -> (b * T, hidden)."""
-        raise NotImplementedError
 
     def _attention_bias(self, T: int) -> F32 | None:
         """Additive attention bias (heads, T, T) shared by every layer, or ``None``."""

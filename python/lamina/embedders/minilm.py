@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from .encoder import Layer, SentenceEncoder, load_tokenizer, make_layer
+from .encoder import Layer, SentenceEncoder, make_layer
 
 __all__ = ["MiniLM", "find_minilm_dir", "MINILM_FILES"]
 
@@ -107,27 +107,16 @@ class MiniLM(SentenceEncoder):
         batch_size: int = 64,
         max_batch_tokens: int = 4096,
     ) -> None:
-        try:
-            import tokenizers  # noqa: F401
-            from safetensors.numpy import load_file
-        except ImportError as e:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "MiniLM needs the `tokenizers` and `safetensors` packages: "
-                "pip install 'lamina[minilm]' (or pip install tokenizers safetensors)"
-            ) from e
-        if model_dir is None:
-            found = find_minilm_dir()
-            if found is None:
-                raise FileNotFoundError(_missing_help())
-            model_dir = found
-        d = Path(model_dir)
-        if not d.is_dir() or not _has_files(d):
-            raise FileNotFoundError(f"{d} is not a MiniLM model folder: {_missing_help()}")
-        self._check_sizes(batch_size, max_batch_tokens)
-        self.model_dir = d
-        self.batch_size = batch_size
-        self.max_batch_tokens = max_batch_tokens
-
+        load_file = self._open_folder(
+            model_dir,
+            what="MiniLM",
+            find=find_minilm_dir,
+            complete=_has_files,
+            missing_help=_missing_help,
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+        )
+        d = self.model_dir
         cfg = json.loads((d / "config.json").read_text())
         if cfg.get("model_type", "bert") != "bert" or cfg.get("hidden_act", "gelu") != "gelu":
             raise ValueError(f"{d}/config.json is not a BERT model with GELU activations")
@@ -136,15 +125,7 @@ class MiniLM(SentenceEncoder):
         self._layers_n = int(cfg["num_hidden_layers"])
         self._eps = float(cfg.get("layer_norm_eps", 1e-12))
         max_pos = int(cfg.get("max_position_embeddings", 512))
-        st_cfg = d / "sentence_bert_config.json"
-        model_max = int(json.loads(st_cfg.read_text()).get("max_seq_length", max_pos)) if st_cfg.is_file() else max_pos
-        if max_length is None:
-            max_length = model_max
-        if not isinstance(max_length, int) or not 2 <= max_length <= max_pos:
-            raise ValueError(f"max_length must be an int in [2, {max_pos}], got {max_length!r}")
-        self.max_length = max_length
-
-        self._tok = load_tokenizer(d / "tokenizer.json", max_length)
+        self._set_max_length(max_length, max_pos)
 
         w = load_file(str(d / "model.safetensors"))
         f32 = np.float32
