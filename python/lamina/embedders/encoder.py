@@ -16,6 +16,7 @@ is one batched matmul per layer with an additive padding mask, and the element-w
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -174,6 +175,16 @@ class SentenceEncoder(ABC):
             raise ValueError(f"max_length must be an int in [2, {max_pos}], got {max_length!r}")
         self.max_length = max_length
         self._tok = load_tokenizer(self.model_dir / "tokenizer.json", max_length)
+
+    @staticmethod
+    def _has_libraries() -> bool:
+        """Whether ``tokenizers`` and ``safetensors`` are importable (without importing them)."""
+        return (
+            importlib.util.find_spec("tokenizers") is not None and importlib.util.find_spec("safetensors") is not None
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model_dir={str(self.model_dir)!r}, dim={self.dim}, max_length={self.max_length})"
 
     @property
     def dim(self) -> int:

@@ -163,19 +163,12 @@ class MiniLM(SentenceEncoder):
     @classmethod
     def available(cls) -> bool:
         """True when ``tokenizers``, ``safetensors`` and the model files are all present."""
-        return (
-            importlib.util.find_spec("tokenizers") is not None
-            and importlib.util.find_spec("safetensors") is not None
-            and find_minilm_dir() is not None
-        )
+        return cls._has_libraries() and find_minilm_dir() is not None
 
     @property
     def name(self) -> str:
         """Stable description: model, width and max length (stored by ``lamina.Memory``)."""
         return f"minilm-l6-v2-{self._hidden}-{self.max_length}"
-
-    def __repr__(self) -> str:
-        return f"MiniLM(model_dir={str(self.model_dir)!r}, dim={self.dim}, max_length={self.max_length})"
 
     def _embed_ids(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """Word + absolute position + token type 0 embeddings, LayerNorm: (b, T) -> (b * T, H)."""

