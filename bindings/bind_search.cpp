@@ -62,6 +62,49 @@ void register_search(py::module_& m) {
       py::arg("threads") = 0);
 
   m.def(
+      "inner_products",
+      [](const py::object& queries, const py::object& vectors, const py::object& out,
+         int threads) {
+        if (!py::isinstance<py::array>(vectors))
+          throw TypeError("vectors must be a numpy.ndarray (float32 or float16)");
+        py::array v = py::reinterpret_borrow<py::array>(vectors);
+        const bool f16 = is_f16(v);
+        if (!f16) v = checked_array<float>(vectors, "vectors", 2, "float32");
+        LAMINA_CHECK(v.ndim() == 2, "vectors must be 2-dimensional (n x dim), got ndim=", v.ndim());
+        LAMINA_CHECK(v.flags() & py::array::c_style,
+                     "vectors must be C-contiguous; pass numpy.ascontiguousarray(vectors)");
+        LAMINA_CHECK(v.shape(1) > 0, "vectors must have at least one column");
+        const std::size_t dim = v.shape(1);
+        py::array q = check_host_queries(queries, dim, "the vectors' dim");
+        const std::size_t nq = q.shape(0), n = v.shape(0);
+        py::array res;
+        if (out.is_none()) {
+          res = py::array_t<float>({nq, n});
+        } else {
+          res = checked_array<float>(out, "out", 2, "float32");
+          LAMINA_CHECK(res.shape(0) == (py::ssize_t)nq && res.shape(1) == (py::ssize_t)n,
+                       "out must have shape (", nq, ", ", n, "), got (", res.shape(0), ", ",
+                       res.shape(1), ")");
+          LAMINA_CHECK(res.flags() & py::array::c_style, "out must be C-contiguous");
+          LAMINA_CHECK(res.writeable(), "out must be writeable");
+        }
+        RowStore rs;
+        rs.base = v.data();
+        rs.stride = dim;
+        rs.dim = dim;
+        rs.f16 = f16;
+        {
+          float* o = static_cast<float*>(res.mutable_data());
+          const float* qp = static_cast<const float*>(q.data());
+          py::gil_scoped_release nogil;
+          inner_products(qp, nq, rs, n, threads, o);
+        }
+        return res;
+      },
+      py::arg("queries"), py::arg("vectors"), py::arg("out") = py::none(),
+      py::arg("threads") = 0);
+
+  m.def(
       "codec_isa",
       [](const std::string& isa) {
         if (isa != "?") set_codec_isa(isa);

@@ -1,24 +1,27 @@
-// AVX-512F path (compiled with -mavx512f -mfma -mf16c; used only when the CPU has AVX-512F).
+// AVX-512F path (compiled with -mavx512f -mfma -mf16c; used only when the CPU has AVX-512F):
+// the sixteen lanes of the shared summation order (dot_kernels.inc) as one zmm register.
 #include <immintrin.h>
+
+#include <cmath>
 
 #include "lamina/common.hpp"
 #include "lamina/simd.hpp"
 
 namespace lamina::simd::avx512_isa {
-using VecF = __m512;
-#define LAMINA_W 16
+using V16 = __m512;
 #define LAMINA_MR 4
+#define LAMINA_NQ 6
+#define LAMINA_MR1 8
 #define LAMINA_ISA_NAME "avx512"
-static inline VecF vzero() { return _mm512_setzero_ps(); }
-static inline VecF vload(const float* p) { return _mm512_loadu_ps(p); }
-static inline VecF vload(const uint16_t* p) {
+static inline V16 v16_zero() { return _mm512_setzero_ps(); }
+static inline V16 v16_load(const float* p) { return _mm512_loadu_ps(p); }
+static inline V16 v16_load(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-static inline VecF vfma(VecF a, VecF b, VecF c) { return _mm512_fmadd_ps(a, b, c); }
-static inline float vhsum(VecF v) { return _mm512_reduce_add_ps(v); }
-#define LAMINA_NQ 6
-static inline void vreduce4(VecF a, VecF b, VecF c, VecF d, float* o) {
-  // Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3], then [a, b, c, d]; then add the 4 lanes.
+static inline V16 v16_fma(V16 a, V16 b, V16 c) { return _mm512_fmadd_ps(a, b, c); }
+static inline void v16_reduce4(V16 a, V16 b, V16 c, V16 d, float* o) {
+  // Per 128-bit lane k: [t_k(a), t_k(b), t_k(c), t_k(d)] with
+  // t_k = (x[4k] + x[4k+2]) + (x[4k+1] + x[4k+3]); then (t0 + t2) + (t1 + t3).
   __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
   __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
   __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),

@@ -172,4 +172,29 @@ void topk_search(const float* queries, std::size_t nq, const RowStore& rows, std
   }
 }
 
+void inner_products(const float* queries, std::size_t nq, const RowStore& rows,
+                    std::size_t n_rows, int n_threads, float* out) {
+  LAMINA_CHECK(rows.dim >= 1, "dimension must be >= 1");
+  if (!nq || !n_rows) return;
+  const std::size_t d = rows.dim;
+  const simd::DotKernels& kern = simd::kernels();
+  const std::size_t n_blocks = (n_rows + detail::kBlockRows - 1) / detail::kBlockRows;
+  const int T = threads_for(nq * n_rows * d, std::size_t(1) << 20, n_threads);
+  const std::size_t elt = rows.f16 ? 2 : 4;
+  const char* base = static_cast<const char*>(rows.base);
+  parallel_for(n_blocks, T, [&](std::size_t b, int) {
+    const std::size_t r0 = b * detail::kBlockRows;
+    const std::size_t cnt = std::min(detail::kBlockRows, n_rows - r0);
+    std::vector<const void*> ptrs(cnt);
+    for (std::size_t i = 0; i < cnt; ++i) ptrs[i] = base + (r0 + i) * rows.stride * elt;
+    if (rows.f16)
+      kern.dot_f16(queries, nq, d, reinterpret_cast<const uint16_t* const*>(ptrs.data()), cnt, d,
+                   out + r0, n_rows);
+    else
+      kern.dot_f32(queries, nq, d, reinterpret_cast<const float* const*>(ptrs.data()), cnt, d,
+                   out + r0, n_rows);
+  });
+}
+
 }  // namespace lamina
+

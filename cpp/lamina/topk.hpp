@@ -58,4 +58,12 @@ void topk_search(const float* queries, std::size_t nq, const RowStore& rows, std
                  const RowFilter& filter, std::size_t k, Metric metric, int n_threads,
                  float* out_scores, int64_t* out_ids);
 
+/// All inner products of `nq` queries (row-major, nq x dim float32) with `n_rows` rows:
+/// out[q * n_rows + r] = <query q, row r>, the very bits topk_search's "ip" scores have for the
+/// pair (one summation order for every ISA and tile: lamina/simd.hpp), so that a decision taken
+/// on these scores and one taken on search results agree exactly. Rows are split over up to
+/// `n_threads` threads (<= 0: the default) for large products. Releases nothing itself.
+void inner_products(const float* queries, std::size_t nq, const RowStore& rows,
+                    std::size_t n_rows, int n_threads, float* out);
+
 }  // namespace lamina

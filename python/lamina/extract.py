@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._memo import quiet_lru_cache
+from .search import inner_products
 
 __all__ = [
     "Turn",
@@ -143,7 +144,10 @@ def _turn_sentences(speaker: str | None, text: str) -> tuple[tuple[str, tuple[tu
 
 
 def _centrality(x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    out: npt.NDArray[np.float32] = x @ x.mean(axis=0)
+    """Each row's inner product with the rows' centroid, shape (n,), by lamina's kernel (the
+    BLAS rounds differently on different CPUs, and the order of the sentences is a decision)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out: npt.NDArray[np.float32] = inner_products(x.mean(axis=0, keepdims=True), x)[0]
     return out
 
 
@@ -194,7 +198,7 @@ class ExtractiveSummarizer:
             # Nothing is embedded: word-overlap centrality first, then the centrality of the
             # sentence's turn (its vector against the turns' centroid) on equal overlap.
             V = np.stack([np.asarray(v, dtype=np.float32) for v in vecs])
-            turn_score = (V @ V.mean(axis=0))[sents]
+            turn_score = _centrality(V)[sents]
             order = np.lexsort((-turn_score, -_bag_scores(bags)))
         else:
             score = _bag_scores(bags) if self._embed is None else _centrality(self._embed(texts))

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from . import _core, _device
 
-__all__ = ["VectorArena", "topk", "Metric", "Codec", "CODECS", "DEFAULT_OVERSAMPLE"]
+__all__ = ["VectorArena", "topk", "inner_products", "Metric", "Codec", "CODECS", "DEFAULT_OVERSAMPLE"]
 
 Metric = Literal["ip", "cosine", "l2"]
 Codec = Literal["binary", "int8"]
@@ -118,6 +118,41 @@ def topk(
     if out is None:
         return res
     return _copy_out(res, outs)
+
+
+def inner_products(
+    queries: npt.NDArray[np.float32],
+    vectors: npt.NDArray[np.floating],
+    *,
+    out: npt.NDArray[np.float32] | None = None,
+    threads: int = 0,
+) -> npt.NDArray[np.float32]:
+    """Every inner product of ``queries`` with the rows of ``vectors``: ``queries @ vectors.T``.
+
+    Each product has the very bits of :func:`topk`'s ``"ip"`` score for the pair, on every
+    instruction set (``LAMINA_SIMD``) and whatever the shapes: one summation order (sixteen
+    fused lanes, a fixed tree, the tail in order). A decision that compares these scores with
+    scores from a search therefore never depends on which of the two computed them, nor on
+    the CPU (numpy's ``@`` goes through the BLAS, whose kernel and rounding vary with the CPU).
+
+    Parameters
+    ----------
+    queries : ndarray, shape (b, d), float32, C-contiguous, finite
+    vectors : ndarray, shape (n, d), float32 or float16, C-contiguous (n may be 0); a row
+        holding NaN or Inf gives NaN or Inf products (not checked, unlike ``queries``)
+    out : ndarray, shape (b, n), float32, C-contiguous, optional
+        Written in place and returned; must not overlap the inputs.
+    threads : int
+        Worker threads for large products (0: ``lamina.get_num_threads()``). The GIL is released.
+
+    Returns
+    -------
+    ndarray, shape (b, n), float32
+    """
+    if out is not None and isinstance(out, np.ndarray):
+        if np.may_share_memory(out, queries) or np.may_share_memory(out, vectors):
+            raise ValueError("out must not overlap queries or vectors")
+    return _core.inner_products(queries, vectors, out, int(threads))
 
 
 def _copy_out(res: tuple[Any, Any], outs: tuple[Any, Any]) -> tuple[Any, Any]:

@@ -217,3 +217,72 @@ print(lamina.build_info()["simd_active"])
     assert r.returncode == 0, r.stderr
     if r.stdout.strip() != isa:
         pytest.skip(f"{isa} is not available on this CPU")
+
+
+def test_every_simd_path_gives_the_same_bits_on_float_data() -> None:
+    """Scores of random float data (every dimension remainder mod 16, float32 and float16
+    rows, every metric, every tile shape) have the same bits on every compiled SIMD path, so
+    which items a memory ranks, keeps or evicts does not depend on the CPU."""
+    import subprocess
+    import sys
+
+    code = """
+import hashlib, numpy as np, lamina
+from lamina.search import inner_products
+rng = np.random.default_rng(7)
+h = hashlib.sha256()
+for d in (1, 7, 16, 17, 33, 100, 384):
+    X = rng.standard_normal((301, d)).astype(np.float32)
+    for nq in (1, 2, 3, 4, 5, 6, 7, 13):
+        Q = rng.standard_normal((nq, d)).astype(np.float32)
+        for rows in (X, X.astype(np.float16)):
+            h.update(inner_products(Q, rows).tobytes())
+            for metric in ("ip", "cosine", "l2"):
+                s, i = lamina.topk(Q, rows, 9, metric)
+                h.update(s.tobytes() + i.tobytes())
+print(lamina.build_info()["simd_active"], h.hexdigest())
+"""
+    digests = {}
+    for isa in lamina.build_info()["simd_available"]:
+        env = dict(os.environ, LAMINA_SIMD=isa)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        got_isa, digest = r.stdout.split()[-2:]
+        assert got_isa == isa
+        digests[isa] = digest
+    assert len(set(digests.values())) == 1, digests
+
+
+def test_inner_products_are_the_top_k_scores() -> None:
+    """``inner_products`` gives every pair's ``"ip"`` score with the bits ``topk`` ranks by."""
+    from lamina.search import inner_products
+
+    rng = np.random.default_rng(11)
+    for d in (3, 16, 40, 384):
+        X = rng.standard_normal((517, d)).astype(np.float32)
+        Q = rng.standard_normal((9, d)).astype(np.float32)
+        B = inner_products(Q, X)
+        s, i = lamina.topk(Q, X, len(X), "ip")
+        assert np.array_equal(np.take_along_axis(B, i, axis=1), s)
+        np.testing.assert_allclose(B, Q @ X.T, rtol=1e-4, atol=1e-4)
+        out = np.empty((9, 517), dtype=np.float32)
+        assert inner_products(Q, X, out=out) is out and np.array_equal(out, B)
+    assert inner_products(Q, X[:0]).shape == (9, 0)
+
+
+def test_inner_products_refuse_bad_input() -> None:
+    from lamina.search import inner_products
+
+    Q = np.ones((2, 4), np.float32)
+    X = np.ones((3, 4), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        inner_products(Q.astype(np.float64), X)
+    with pytest.raises(ValueError, match="queries"):
+        inner_products(np.ones((2, 5), np.float32), X)
+    with pytest.raises(ValueError, match="NaN"):
+        inner_products(np.full((2, 4), np.nan, np.float32), X)
+    with pytest.raises(ValueError, match="shape"):
+        inner_products(Q, X, out=np.empty((3, 2), np.float32))
+    with pytest.raises(ValueError, match="overlap"):
+        buf = np.zeros((2, 4), np.float32)
+        inner_products(buf, np.ones((4, 4), np.float32), out=buf[:, :4])

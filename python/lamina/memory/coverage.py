@@ -22,9 +22,11 @@ user (``UserState.coverage``, in memory only), and updates them with the change:
   otherwise by listing the row anew against the columns covered now (one row × live block), which
   also gives the exact answer directly.
 
-So every answer is exact (up to float32 rounding of the dot products), whatever the history of
-the lists. A list can only run dry for a turn whose listed neighbours all left or are its own
-leaf's; that costs one row × T product for that turn.
+So every answer is exact, whatever the history of the lists: every similarity here, listed
+from a block or from the first build's top-k, comes from lamina's one dot-product kernel, whose
+bits depend neither on the CPU's instruction set nor on the shapes (``search.inner_products``).
+A list can only run dry for a turn whose listed neighbours all left or are its own leaf's; that
+costs one row × T product for that turn.
 """
 
 from __future__ import annotations
@@ -34,11 +36,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numpy.lib.stride_tricks import as_strided
 
 from .._core import _coverage_nearest, _coverage_remap
 from ..layer_index import LayerIndex
-from ..search import topk
+from ..search import inner_products, topk
 
 __all__ = ["TurnNeighbours", "TurnIncidence"]
 
@@ -47,38 +48,13 @@ I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
 _NEG = np.float32(-np.inf)
-# Products are computed in tiles of fewer multiply-adds than this: OpenBLAS runs such a product on
-# the calling thread, larger ones on its thread pool, whose threads then keep spinning for a while
-# (on a busy machine they take the cores the rest of the write needs: every stage of an add ran
-# 2x slower). The products here stream the many rows from memory anyway; threads gain little.
-_ONE_THREAD_FMA = (1 << 18) - 1
 
 
 def _dot_rows(A: F32, X: F32) -> F32:
-    """``A @ X.T``, shape (len(A), len(X)), float32, in tiles (see ``_ONE_THREAD_FMA``).
-
-    Each tile is one BLAS product of up to 16 rows of ``A`` by ``step`` columns: a tile's
-    rounding depends on its shape and on a column's place in it, so the tiling is part of the
-    result. The full tiles of a row block are one stacked ``matmul`` call (numpy runs the same
-    BLAS product per tile, without a Python call each); the last, narrower tile is its own."""
-    m, d = A.shape
-    n = len(X)
-    out = np.empty((m, n), dtype=np.float32)
-    ma = min(m, 16)
-    step = max(1, _ONE_THREAD_FMA // max(1, ma * d))
-    whole = n // step * step  # columns in full tiles
-    tiles = np.reshape(X[:whole], (-1, step, d)).transpose(0, 2, 1)  # tile t: X[t*step : (t+1)*step].T
-    for i in range(0, m, ma):
-        rows = A[i : i + ma]
-        if whole:
-            # (a view of the tiles' places in ``out``, built from its strides: never a copy)
-            at = out[i : i + ma, :whole]
-            r0, c0 = at.strides
-            dst = as_strided(at, (len(rows), whole // step, step), (r0, c0 * step, c0)).transpose(1, 0, 2)
-            np.matmul(rows, tiles, out=dst)
-        if whole < n:
-            np.matmul(rows, X[whole:].T, out=out[i : i + ma, whole:])
-    return out
+    """``A @ X.T``, shape (len(A), len(X)), float32, by lamina's kernel (not the BLAS): each
+    similarity has the bits of the native top-k's score for the pair on every CPU, so lists
+    kept across sessions and lists built from scratch (one top-k) rank the same turns alike."""
+    return inner_products(np.ascontiguousarray(A), np.ascontiguousarray(X))
 
 
 class TurnIncidence:
