@@ -11,19 +11,19 @@ namespace lamina::simd::avx2_isa {
 struct V16 {
   __m256 lo, hi;  // lanes 0..7, 8..15
 };
-#define LAMINA_MR 2
-#define LAMINA_NQ 3
+#define LAMINA_MR 1
+#define LAMINA_NQ 6
 #define LAMINA_MR1 4
 #define LAMINA_ISA_NAME "avx2"
 static inline V16 v16_zero() { return V16{_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-static inline V16 v16_load(const float* p) { return V16{_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
-static inline V16 v16_load(const uint16_t* p) {
-  return V16{_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
-             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
+using VecH = __m256;
+constexpr int kHalves = 2;
+static inline VecH& half(V16& v, int h) { return h ? v.hi : v.lo; }
+static inline VecH hload(const float* p) { return _mm256_loadu_ps(p); }
+static inline VecH hload(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-static inline V16 v16_fma(const V16& a, const V16& b, const V16& c) {
-  return V16{_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
-}
+static inline VecH hfma(VecH a, VecH b, VecH c) { return _mm256_fmadd_ps(a, b, c); }
 // Per 128-bit lane k of four vectors: [t_k(a), t_k(b), t_k(c), t_k(d)] with
 // t_k = (x[4k] + x[4k+2]) + (x[4k+1] + x[4k+3]).
 static inline __m256 quads(__m256 a, __m256 b, __m256 c, __m256 d) {

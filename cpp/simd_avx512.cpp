@@ -14,11 +14,14 @@ using V16 = __m512;
 #define LAMINA_MR1 8
 #define LAMINA_ISA_NAME "avx512"
 static inline V16 v16_zero() { return _mm512_setzero_ps(); }
-static inline V16 v16_load(const float* p) { return _mm512_loadu_ps(p); }
-static inline V16 v16_load(const uint16_t* p) {
+using VecH = __m512;
+constexpr int kHalves = 1;
+static inline VecH& half(V16& v, int) { return v; }
+static inline VecH hload(const float* p) { return _mm512_loadu_ps(p); }
+static inline VecH hload(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-static inline V16 v16_fma(V16 a, V16 b, V16 c) { return _mm512_fmadd_ps(a, b, c); }
+static inline VecH hfma(VecH a, VecH b, VecH c) { return _mm512_fmadd_ps(a, b, c); }
 static inline void v16_reduce4(V16 a, V16 b, V16 c, V16 d, float* o) {
   // Per 128-bit lane k: [t_k(a), t_k(b), t_k(c), t_k(d)] with
   // t_k = (x[4k] + x[4k+2]) + (x[4k+1] + x[4k+3]); then (t0 + t2) + (t1 + t3).
