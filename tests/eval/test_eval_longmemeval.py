@@ -119,6 +119,8 @@ def test_load_keeps_gold_apart_and_sessions_once(lme_file: Path):
     t = data.sessions["answer_a3_1"].turns[1]
     assert set(vars(t)) == {"role", "text"}
     assert load_longmemeval(lme_file, types=["single-session-user"], limit=1).report.questions == 1
+    strat = load_longmemeval(lme_file, per_type=1)
+    assert [q.qid for q in strat.questions] == ["k1", "u2", "a3"]
 
 
 def test_replay_orders_by_date_and_hides_session_ids(lme_file: Path):
@@ -273,6 +275,8 @@ def test_bad_contents_name_the_problem(tmp_path: Path):
         load_longmemeval(write(lambda d: d["questions"][1]["haystack_dates"].pop()))
     with pytest.raises(ValueError, match="unknown question type"):
         load_longmemeval(write(lambda d: None), types=["nope"])
+    with pytest.raises(ValueError, match="per_type must be"):
+        load_longmemeval(write(lambda d: None), per_type=0)
     with pytest.raises(FileNotFoundError):
         load_longmemeval(tmp_path / "missing.json")
     with pytest.raises(FileNotFoundError, match="longmemeval_s_dev.json"):
@@ -304,6 +308,8 @@ def test_cli_end_to_end(lme_file: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert "0 texts embedded" in printed and "read from the cache" in printed
     assert main(["eval", "longmemeval", "--data", str(tmp_path / "none.json"), "--quiet"]) == 2
     assert "no LongMemEval file" in capsys.readouterr().err
+    assert main(["eval", "longmemeval", "--data", str(lme_file), "--limit", "0", "--quiet"]) == 2
+    assert "limit must be >= 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["eval", "longmemeval", "--types", "nope"])
 

@@ -30,11 +30,8 @@ def _cmd(args: argparse.Namespace) -> int:
     from .longmemeval import load_longmemeval
     from .systems import CachedEmbedder
 
-    if args.limit is not None and args.limit < 1:
-        print("lamina eval longmemeval: --limit must be >= 1", file=sys.stderr)
-        return 2
     try:
-        data = load_longmemeval(args.data, limit=args.limit, types=args.types)
+        data = load_longmemeval(args.data, limit=args.limit, types=args.types, per_type=args.per_type)
     except (FileNotFoundError, ValueError) as e:
         print(f"lamina eval longmemeval: {e}", file=sys.stderr)
         return 2
@@ -91,6 +88,7 @@ def add_longmemeval_parser(esub: Any) -> None:
     p.add_argument("--data", default=_DEFAULT_DATA, help="longmemeval_s_dev.json (compact format) or its folder")
     p.add_argument("--embedder", default="hashing", help="hashing | minilm | mpnet | auto")
     p.add_argument("--limit", type=int, default=None, help="first N questions (after --types)")
+    p.add_argument("--per-type", type=int, default=None, help="first N questions of each type (a stratified subset)")
     p.add_argument("--types", type=_types, default=None, help="comma-separated question types")
     p.add_argument("--budgets", type=_budgets, default=[1024, 4096], help="e.g. 1024,4096")
     p.add_argument("--systems", default="", help="comma-separated subset of lamina,bm25,dense-rag,chunk-hybrid")

@@ -211,15 +211,21 @@ def _question(path: str, q: Any, sessions: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_longmemeval(
-    path: str | os.PathLike[str], *, limit: int | None = None, types: Sequence[str] | None = None
+    path: str | os.PathLike[str],
+    *,
+    limit: int | None = None,
+    types: Sequence[str] | None = None,
+    per_type: int | None = None,
 ) -> LmeData:
     """Load a compact LongMemEval file (see module docs).
 
     Parameters
     ----------
     path : the JSON file, or a folder holding ``longmemeval_s_dev.json``
-    limit : keep the first ``limit`` questions (after the type filter)
+    limit : keep the first ``limit`` questions (after the type filter and ``per_type``)
     types : keep only these question types (names of :data:`LME_TYPES`)
+    per_type : keep the first ``per_type`` questions of each type (the file is ordered by
+        type, so ``limit`` alone takes the first types only)
 
     Returns
     -------
@@ -232,7 +238,7 @@ def load_longmemeval(
         No such file (or no ``longmemeval_s_dev.json`` in the folder).
     ValueError
         Not JSON, not the compact format (the message names the first problem), an unknown
-        type, a bad date, or ``limit`` < 1.
+        type, a bad date, or ``limit`` / ``per_type`` < 1.
     """
     p = os.fspath(path)
     if os.path.isdir(p):
@@ -244,6 +250,8 @@ def load_longmemeval(
         raise FileNotFoundError(f"no LongMemEval file at {p}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
+    if per_type is not None and per_type < 1:
+        raise ValueError(f"per_type must be >= 1, got {per_type}")
     if types is not None:
         bad = [t for t in types if t not in LME_TYPES]
         if bad or not types:
@@ -261,6 +269,15 @@ def load_longmemeval(
     raws = [_question(p, q, raw_sessions) for q in data["questions"]]
     if types is not None:
         raws = [q for q in raws if str(q["question_type"]) in types]
+    if per_type is not None:
+        seen: dict[str, int] = {}
+        kept = []
+        for q in raws:
+            t = str(q["question_type"])
+            seen[t] = seen.get(t, 0) + 1
+            if seen[t] <= per_type:
+                kept.append(q)
+        raws = kept
     if limit is not None:
         raws = raws[:limit]
     rep = LmeLoadReport()
