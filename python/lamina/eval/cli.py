@@ -432,6 +432,7 @@ def add_eval_parser(sub: Any) -> None:
     mc.set_defaults(func=_cmd_eval_memcon)
     from .backtrack import add_backtrack_parser
     from .leakage import add_leakage_parser
+    from .lme_cli import add_longmemeval_parser
     from .mistakes import add_mistakes_parser
     from .position_cli import add_position_parser
 
@@ -439,3 +440,4 @@ def add_eval_parser(sub: Any) -> None:
     add_mistakes_parser(esub)
     add_backtrack_parser(esub)
     add_position_parser(esub)
+    add_longmemeval_parser(esub)

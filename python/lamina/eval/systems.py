@@ -199,6 +199,10 @@ class CachedEmbedder:
             out[i] = self._cache[t]
         return out
 
+    def forget(self) -> None:
+        """Drop the in-process memo (the file keeps every vector; the counters are kept)."""
+        self._cache.clear()
+
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
