@@ -319,11 +319,11 @@ void CudaVectorArena::add(const void* vectors, bool on_device, std::size_t n, co
     LAMINA_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(unsigned), st));
     const unsigned blocks = blocks_for(count, 256, 4096);
     if (f16)
-      launch(check_finite_kernel, blocks, 256, 0, st, static_cast<const __half*>(vectors), count,
-             flag);
+      launch(check_finite_kernel<__half>, blocks, 256, 0, st, static_cast<const __half*>(vectors),
+             count, flag);
     else
-      launch(check_finite_kernel, blocks, 256, 0, st, static_cast<const float*>(vectors), count,
-             flag);
+      launch(check_finite_kernel<float>, blocks, 256, 0, st, static_cast<const float*>(vectors),
+             count, flag);
     unsigned h = 0;
     LAMINA_CUDA_CHECK(cudaMemcpyAsync(&h, flag, sizeof h, cudaMemcpyDeviceToHost, st));
     LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -396,11 +396,11 @@ void CudaVectorArena::add(const void* vectors, bool on_device, std::size_t n, co
   const uint32_t* d_gens = upload(scr, gens, st);
   const unsigned blocks = blocks_for(n, 8);
   if (f16)
-    launch(scatter_kernel, blocks, 256, 0, st, static_cast<const __half*>(src), n, int(dim_),
-           stride_, d_rows, d_nsv, d_lv, d_gens, static_cast<__half*>(rows_), d_ns_, d_layer_,
-           d_live_, d_sqnorm_, d_gen_);
+    launch(scatter_kernel<__half>, blocks, 256, 0, st, static_cast<const __half*>(src), n,
+           int(dim_), stride_, d_rows, d_nsv, d_lv, d_gens, static_cast<__half*>(rows_), d_ns_,
+           d_layer_, d_live_, d_sqnorm_, d_gen_);
   else
-    launch(scatter_kernel, blocks, 256, 0, st, static_cast<const float*>(src), n, int(dim_),
+    launch(scatter_kernel<float>, blocks, 256, 0, st, static_cast<const float*>(src), n, int(dim_),
            stride_, d_rows, d_nsv, d_lv, d_gens, static_cast<float*>(rows_), d_ns_, d_layer_,
            d_live_, d_sqnorm_, d_gen_);
 }
@@ -463,11 +463,11 @@ void CudaVectorArena::remove(const int64_t* handles, std::size_t n, void* stream
   const uint32_t* d_rows = upload(scr, rows, st);
   const uint32_t* d_gens = upload(scr, gens, st);
   if (dtype_ == DType::F16)
-    launch(clear_kernel, blocks_for(n, 8), 256, 0, st, static_cast<__half*>(rows_), stride_, d_rows,
-           d_gens, n, d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
+    launch(clear_kernel<__half>, blocks_for(n, 8), 256, 0, st, static_cast<__half*>(rows_), stride_,
+           d_rows, d_gens, n, d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
   else
-    launch(clear_kernel, blocks_for(n, 8), 256, 0, st, static_cast<float*>(rows_), stride_, d_rows,
-           d_gens, n, d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
+    launch(clear_kernel<float>, blocks_for(n, 8), 256, 0, st, static_cast<float*>(rows_), stride_,
+           d_rows, d_gens, n, d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
   if (codec_ != Codec::None) {
     launch(clear_codes_kernel, blocks_for(n, 8), 256, 0, st, d_rows, n, code_stride_, d_codes_,
            d_cfactor_, d_ccount_);
@@ -485,11 +485,11 @@ void CudaVectorArena::get(const int64_t* handles, std::size_t n, void* out, void
   const uint32_t* d_rows = upload(scr, rows, st);
   char* d_out = scr.alloc<char>(n * dim_ * elt());
   if (dtype_ == DType::F16)
-    launch(gather_kernel, blocks_for(n, 8), 256, 0, st, static_cast<const __half*>(rows_), stride_,
-           int(dim_), d_rows, n, reinterpret_cast<__half*>(d_out));
+    launch(gather_kernel<__half>, blocks_for(n, 8), 256, 0, st, static_cast<const __half*>(rows_),
+           stride_, int(dim_), d_rows, n, reinterpret_cast<__half*>(d_out));
   else
-    launch(gather_kernel, blocks_for(n, 8), 256, 0, st, static_cast<const float*>(rows_), stride_,
-           int(dim_), d_rows, n, reinterpret_cast<float*>(d_out));
+    launch(gather_kernel<float>, blocks_for(n, 8), 256, 0, st, static_cast<const float*>(rows_),
+           stride_, int(dim_), d_rows, n, reinterpret_cast<float*>(d_out));
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(out, d_out, n * dim_ * elt(), cudaMemcpyDeviceToHost, st));
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
 }

@@ -130,7 +130,8 @@ std::size_t select_hot(const float* heat, std::size_t n, double threshold,
   if (namespaces && k > 0) {
     uint64_t* keys = scr.alloc<uint64_t>(k);
     uint64_t* keys_out = scr.alloc<uint64_t>(k);
-    launch(gather_kernel, blocks_for(k, 256, kStrideBlocks), 256, 0, st, namespaces, sel, k, keys);
+    launch(gather_kernel<uint64_t>, blocks_for(k, 256, kStrideBlocks), 256, 0, st, namespaces, sel,
+           k, keys);
     detail::sort_pairs(scr, keys, keys_out, sel, out, k, st);  // stable: indices stay ascending
   }
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -183,7 +184,8 @@ std::size_t evict_to_capacity(const float* scores, const uint64_t* namespaces, s
   int64_t* rows2 = scr.alloc<int64_t>(m);
   launch(evict_keys, blocks_for(m, 256, kStrideBlocks), 256, 0, st, scores, rows, m, keys);
   detail::sort_pairs(scr, keys, keys2, rows, rows2, m, st);
-  launch(gather_kernel, blocks_for(m, 256, kStrideBlocks), 256, 0, st, namespaces, rows2, m, keys);
+  launch(gather_kernel<uint64_t>, blocks_for(m, 256, kStrideBlocks), 256, 0, st, namespaces, rows2,
+         m, keys);
   detail::sort_pairs(scr, keys, keys2, rows2, rows, m, st);
   // 3. namespace runs: keys, counts, starts, capacities
   uint64_t* gkeys = scr.alloc<uint64_t>(m);
