@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "common.hpp"
+#include "kv_cache_binding.hpp"
 #include "lamina/model.hpp"
 #include "model_args.hpp"
 
 namespace lamina::py_detail {
 
 namespace {
-
 
 // The model plus the arrays its non-owning pointers point into (kept alive here).
 struct PyModel {
@@ -24,107 +24,25 @@ struct PyModel {
 }  // namespace
 
 void register_model(py::module_& m) {
-  py::class_<model::KVCache>(m, "KVCache")
+  py::class_<model::KVCache> cache_cls(m, "KVCache");
+  cache_cls
       .def(py::init<int, int, int>(), py::arg("n_layers"), py::arg("n_kv_heads"),
            py::arg("head_dim"))
-      .def_property_readonly("n_layers", &model::KVCache::n_layers)
-      .def_property_readonly("n_kv_heads", &model::KVCache::n_kv_heads)
-      .def_property_readonly("head_dim", &model::KVCache::head_dim)
-      .def_property_readonly("n_seen", &model::KVCache::n_seen)
-      .def_property_readonly("nbytes", &model::KVCache::bytes)
-      .def("lengths",
-           [](const model::KVCache& c) {
-             py::array_t<int64_t> out({c.n_layers(), c.n_kv_heads()});
-             int64_t* o = out.mutable_data();
-             for (int l = 0; l < c.n_layers(); ++l)
-               for (int h = 0; h < c.n_kv_heads(); ++h)
-                 o[l * c.n_kv_heads() + h] = static_cast<int64_t>(c.length(l, h));
-             return out;
-           },
-           "Entries held per (layer, KV head): int64 [n_layers, n_kv_heads].")
-      .def("keys",
-           [](const model::KVCache& c, int l, int h) {
-             const std::size_t n = c.length(l, h), D = c.head_dim();
-             py::array_t<float> out({n, D});
-             std::copy(c.keys(l, h), c.keys(l, h) + n * D, out.mutable_data());
-             return out;
-           },
-           py::arg("layer"), py::arg("head"), "Keys of (layer, KV head) after RoPE: float32 [n, head_dim] (a copy).")
-      .def("values",
-           [](const model::KVCache& c, int l, int h) {
-             const std::size_t n = c.length(l, h), D = c.head_dim();
-             py::array_t<float> out({n, D});
-             std::copy(c.values(l, h), c.values(l, h) + n * D, out.mutable_data());
-             return out;
-           },
-           py::arg("layer"), py::arg("head"), "Values of (layer, KV head): float32 [n, head_dim] (a copy).")
-      .def("positions",
-           [](const model::KVCache& c, int l, int h) {
-             const std::size_t n = c.length(l, h);
-             py::array_t<int64_t> out(n);
-             for (std::size_t i = 0; i < n; ++i) out.mutable_data()[i] = c.positions(l, h)[i];
-             return out;
-           },
-           py::arg("layer"), py::arg("head"), "Token positions of the entries of (layer, KV head): int64 [n].")
-      .def("keep",
-           [](model::KVCache& c, int l, int h, const py::object& idx) {
-             py::array a = checked_array<int64_t>(idx, "indices", 1, "int64");
-             const int64_t* p = static_cast<const int64_t*>(a.data());
-             const std::size_t n = static_cast<std::size_t>(a.shape(0));
-             py::gil_scoped_release nogil;
-             c.keep(l, h, p, n);
-           },
-           py::arg("layer"), py::arg("head"), py::arg("indices"),
-           "Keep only entries `indices` (int64, strictly increasing) of (layer, KV head); frees "
-           "the rest.")
-      .def(
-          "truncate",
-          [](model::KVCache& c, std::int64_t n) { c.truncate(n); },
-          py::arg("n_tokens"),
-          "Roll back to the first `n_tokens` tokens: drop every entry at position >= n_tokens "
-          "and set n_seen to n_tokens (no recompute, storage kept; 0 <= n_tokens <= n_seen, "
-          "else ValueError).")
-      .def("clear", &model::KVCache::clear,
-           "Drop every entry and free the storage (and any Ms-PoE ratio assignment).")
-      .def(
-          "ratio_index",
-          [](const model::KVCache& c) -> py::object {
-            if (!c.scaled()) return py::none();
-            py::array_t<int32_t> out({c.n_layers(), c.n_kv_heads()});
-            std::copy(c.ratio_index().begin(), c.ratio_index().end(), out.mutable_data());
-            return std::move(out);
-          },
-          "Ms-PoE ratio index per (layer, KV head), int32 [n_layers, n_kv_heads] (-1: the layer "
-          "keeps plain RoPE), or None when the cache was not filled by a scaled model.")
-      .def(
-          "outlier_share",
-          [](const model::KVCache& c) -> py::object {
-            if (!c.scaled()) return py::none();
-            const std::size_t H = c.outlier_share().size() / static_cast<std::size_t>(c.n_layers());
-            py::array_t<float> out({static_cast<std::size_t>(c.n_layers()), H});
-            std::copy(c.outlier_share().begin(), c.outlier_share().end(), out.mutable_data());
-            return std::move(out);
-          },
-          "The outlier share of every (layer, query head) the Ms-PoE ratios were assigned from, "
-          "float32 [n_layers, n_heads] (0 where not rescaled), or None.")
-      .def(
-          "clone",
-          [](const model::KVCache& c) {
-            py::gil_scoped_release nogil;
-            return model::KVCache(c);
-          },
-          "An independent copy of the cache (entries, positions and seen-token count) with the "
-          "same allocation (nbytes equal).")
-      .def(
-          "reserve",
-          [](model::KVCache& c, std::int64_t n) {
-            if (n < 0) throw py::value_error("reserve: entries must be >= 0, got " + std::to_string(n));
-            py::gil_scoped_release nogil;
-            c.reserve(static_cast<std::size_t>(n));
-          },
-          py::arg("entries"),
-          "Allocate room for `entries` entries on every (layer, KV head) holding less (never "
-          "shrinks): a cache kept at a fixed budget reserves it once and stops reallocating.");
+      .def_property_readonly("nbytes", &model::KVCache::bytes);
+  def_kv_cache(
+      cache_cls,
+      {"Keys of (layer, KV head) after RoPE: float32 [n, head_dim] (a copy).",
+       "Values of (layer, KV head): float32 [n, head_dim] (a copy).",
+       "Keep only entries `indices` (int64, strictly increasing) of (layer, KV head); frees "
+       "the rest."},
+      [](const model::KVCache& c, int l, int h, bool keys) {
+        const std::size_t n = c.length(l, h), D = c.head_dim();
+        py::array_t<float> out({n, D});
+        const float* src = keys ? c.keys(l, h) : c.values(l, h);
+        std::copy(src, src + n * D, out.mutable_data());
+        return out;
+      },
+      [](const model::KVCache& c) { return model::KVCache(c); });
 
   py::class_<PyModel>(m, "LlamaModel")
       .def(py::init([](const py::dict& cfg, const py::dict& tensors, const py::object& position) {

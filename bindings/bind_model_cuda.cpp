@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "kv_cache_binding.hpp"
 #include "lamina/model.hpp"
 #include "lamina/model_f16.hpp"
 #include "model_args.hpp"
@@ -20,7 +21,6 @@
 namespace lamina::py_detail {
 
 namespace {
-
 
 #if defined(LAMINA_WITH_CUDA)
 
@@ -48,80 +48,20 @@ py::array_t<float> head_rows(const cm::DeviceKVCache& c, int l, int h, bool keys
 }
 
 void register_cuda_model(py::module_& m) {
-  py::class_<cm::DeviceKVCache>(m, "CudaKVCache")
+  py::class_<cm::DeviceKVCache> cache_cls(m, "CudaKVCache");
+  cache_cls
       .def(py::init<int, int, int>(), py::arg("n_layers"), py::arg("n_kv_heads"), py::arg("head_dim"),
            "An empty KV cache on the current CUDA device (fp16 keys and values per (layer, KV head)).")
-      .def_property_readonly("n_layers", &cm::DeviceKVCache::n_layers)
-      .def_property_readonly("n_kv_heads", &cm::DeviceKVCache::n_kv_heads)
-      .def_property_readonly("head_dim", &cm::DeviceKVCache::head_dim)
-      .def_property_readonly("n_seen", &cm::DeviceKVCache::n_seen)
       .def_property_readonly("nbytes", &cm::DeviceKVCache::bytes,
                              "Device bytes held (fp16 keys, values, scaled keys; capacity).")
-      .def_property_readonly("device", &cm::DeviceKVCache::device)
-      .def("lengths",
-           [](const cm::DeviceKVCache& c) {
-             py::array_t<int64_t> out({c.n_layers(), c.n_kv_heads()});
-             int64_t* o = out.mutable_data();
-             for (int l = 0; l < c.n_layers(); ++l)
-               for (int h = 0; h < c.n_kv_heads(); ++h)
-                 o[l * c.n_kv_heads() + h] = static_cast<int64_t>(c.length(l, h));
-             return out;
-           })
-      .def("keys", [](const cm::DeviceKVCache& c, int l, int h) { return head_rows(c, l, h, true); },
-           py::arg("layer"), py::arg("head"), "Keys of (layer, KV head) after RoPE, float32 [n, head_dim] (a host copy of the fp16 store).")
-      .def("values", [](const cm::DeviceKVCache& c, int l, int h) { return head_rows(c, l, h, false); },
-           py::arg("layer"), py::arg("head"), "Values of (layer, KV head), float32 [n, head_dim] (a host copy).")
-      .def("positions",
-           [](const cm::DeviceKVCache& c, int l, int h) {
-             const std::size_t n = c.length(l, h);
-             py::array_t<int64_t> out(n);
-             for (std::size_t i = 0; i < n; ++i) out.mutable_data()[i] = c.positions(l, h)[i];
-             return out;
-           },
-           py::arg("layer"), py::arg("head"))
-      .def("keep",
-           [](cm::DeviceKVCache& c, int l, int h, const py::object& idx) {
-             py::array a = checked_array<int64_t>(idx, "indices", 1, "int64");
-             const int64_t* p = static_cast<const int64_t*>(a.data());
-             const std::size_t n = static_cast<std::size_t>(a.shape(0));
-             py::gil_scoped_release nogil;
-             c.keep(l, h, p, n);
-           },
-           py::arg("layer"), py::arg("head"), py::arg("indices"),
-           "Keep only entries `indices` (int64, strictly increasing) of (layer, KV head); the "
-           "head's device storage is reallocated to exactly those entries.")
-      .def("truncate", [](cm::DeviceKVCache& c, std::int64_t n) { c.truncate(n); }, py::arg("n_tokens"))
-      .def("clear",
-           [](cm::DeviceKVCache& c) {
-             py::gil_scoped_release nogil;
-             c.clear();
-           })
-      .def("clone",
-           [](const cm::DeviceKVCache& c) {
-             py::gil_scoped_release nogil;
-             return c.clone();
-           })
-      .def("reserve",
-           [](cm::DeviceKVCache& c, std::int64_t n) {
-             if (n < 0) throw py::value_error("reserve: entries must be >= 0, got " + std::to_string(n));
-             py::gil_scoped_release nogil;
-             c.reserve(static_cast<std::size_t>(n));
-           },
-           py::arg("entries"))
-      .def("ratio_index",
-           [](const cm::DeviceKVCache& c) -> py::object {
-             if (!c.scaled()) return py::none();
-             py::array_t<int32_t> out({c.n_layers(), c.n_kv_heads()});
-             std::copy(c.ratio_index().begin(), c.ratio_index().end(), out.mutable_data());
-             return std::move(out);
-           })
-      .def("outlier_share", [](const cm::DeviceKVCache& c) -> py::object {
-        if (!c.scaled()) return py::none();
-        const std::size_t H = c.outlier_share().size() / static_cast<std::size_t>(c.n_layers());
-        py::array_t<float> out({static_cast<std::size_t>(c.n_layers()), H});
-        std::copy(c.outlier_share().begin(), c.outlier_share().end(), out.mutable_data());
-        return std::move(out);
-      });
+      .def_property_readonly("device", &cm::DeviceKVCache::device);
+  def_kv_cache(
+      cache_cls,
+      {"Keys of (layer, KV head) after RoPE, float32 [n, head_dim] (a host copy of the fp16 store).",
+       "Values of (layer, KV head), float32 [n, head_dim] (a host copy).",
+       "Keep only entries `indices` (int64, strictly increasing) of (layer, KV head); the "
+       "head's device storage is reallocated to exactly those entries."},
+      head_rows, [](const cm::DeviceKVCache& c) { return c.clone(); });
 
   py::class_<PyCudaModel>(m, "CudaLlamaModel")
       .def(py::init([](const py::dict& cfg, const py::dict& tensors, const py::object& position) {

@@ -15,6 +15,8 @@
 namespace lamina::cuda {
 
 using detail::as_stream;
+using detail::blocks_for;
+using detail::launch;
 using detail::Scratch;
 using detail::warp_sum;
 
@@ -142,10 +144,6 @@ __global__ void gather_ns_kernel(const uint64_t* __restrict__ ns, const uint32_t
                                  std::size_t n, uint64_t* __restrict__ out) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = ns[rows[i]];
-}
-
-unsigned blocks_for(std::size_t n, unsigned per_block) {
-  return static_cast<unsigned>(std::max<std::size_t>(1, (n + per_block - 1) / per_block));
 }
 
 template <class T>
@@ -319,12 +317,13 @@ void CudaVectorArena::add(const void* vectors, bool on_device, std::size_t n, co
     Scratch scr(st);
     unsigned* flag = scr.alloc<unsigned>(1);
     LAMINA_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(unsigned), st));
-    const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(blocks_for(count, 256), 4096));
+    const unsigned blocks = blocks_for(count, 256, 4096);
     if (f16)
-      check_finite_kernel<<<blocks, 256, 0, st>>>(static_cast<const __half*>(vectors), count, flag);
+      launch(check_finite_kernel<__half>, blocks, 256, 0, st, static_cast<const __half*>(vectors),
+             count, flag);
     else
-      check_finite_kernel<<<blocks, 256, 0, st>>>(static_cast<const float*>(vectors), count, flag);
-    LAMINA_CUDA_LAUNCHED();
+      launch(check_finite_kernel<float>, blocks, 256, 0, st, static_cast<const float*>(vectors),
+             count, flag);
     unsigned h = 0;
     LAMINA_CUDA_CHECK(cudaMemcpyAsync(&h, flag, sizeof h, cudaMemcpyDeviceToHost, st));
     LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -397,14 +396,13 @@ void CudaVectorArena::add(const void* vectors, bool on_device, std::size_t n, co
   const uint32_t* d_gens = upload(scr, gens, st);
   const unsigned blocks = blocks_for(n, 8);
   if (f16)
-    scatter_kernel<<<blocks, 256, 0, st>>>(static_cast<const __half*>(src), n, int(dim_), stride_,
-                                           d_rows, d_nsv, d_lv, d_gens, static_cast<__half*>(rows_),
-                                           d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
+    launch(scatter_kernel<__half>, blocks, 256, 0, st, static_cast<const __half*>(src), n,
+           int(dim_), stride_, d_rows, d_nsv, d_lv, d_gens, static_cast<__half*>(rows_), d_ns_,
+           d_layer_, d_live_, d_sqnorm_, d_gen_);
   else
-    scatter_kernel<<<blocks, 256, 0, st>>>(static_cast<const float*>(src), n, int(dim_), stride_,
-                                           d_rows, d_nsv, d_lv, d_gens, static_cast<float*>(rows_),
-                                           d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
-  LAMINA_CUDA_LAUNCHED();
+    launch(scatter_kernel<float>, blocks, 256, 0, st, static_cast<const float*>(src), n, int(dim_),
+           stride_, d_rows, d_nsv, d_lv, d_gens, static_cast<float*>(rows_), d_ns_, d_layer_,
+           d_live_, d_sqnorm_, d_gen_);
 }
 
 void CudaVectorArena::write_codes_locked(const void* host_rows, const std::vector<uint32_t>& rows) {
@@ -420,9 +418,8 @@ void CudaVectorArena::write_codes_locked(const void* host_rows, const std::vecto
   const float* d_fac = upload(scr, factor, st);
   const int32_t* d_cnt = upload(scr, count, st);
   const uint32_t* d_rows = upload(scr, rows, st);
-  scatter_codes_kernel<<<blocks_for(n, 8), 256, 0, st>>>(d_src, d_fac, d_cnt, n, code_stride_,
-                                                         d_rows, d_codes_, d_cfactor_, d_ccount_);
-  LAMINA_CUDA_LAUNCHED();
+  launch(scatter_codes_kernel, blocks_for(n, 8), 256, 0, st, d_src, d_fac, d_cnt, n, code_stride_,
+         d_rows, d_codes_, d_cfactor_, d_ccount_);
   // the host buffers must outlive the copies
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
 }
@@ -466,18 +463,14 @@ void CudaVectorArena::remove(const int64_t* handles, std::size_t n, void* stream
   const uint32_t* d_rows = upload(scr, rows, st);
   const uint32_t* d_gens = upload(scr, gens, st);
   if (dtype_ == DType::F16)
-    clear_kernel<<<blocks_for(n, 8), 256, 0, st>>>(static_cast<__half*>(rows_), stride_, d_rows,
-                                                   d_gens, n, d_ns_, d_layer_, d_live_,
-                                                   d_sqnorm_, d_gen_);
+    launch(clear_kernel<__half>, blocks_for(n, 8), 256, 0, st, static_cast<__half*>(rows_), stride_,
+           d_rows, d_gens, n, d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
   else
-    clear_kernel<<<blocks_for(n, 8), 256, 0, st>>>(static_cast<float*>(rows_), stride_, d_rows,
-                                                   d_gens, n, d_ns_, d_layer_, d_live_,
-                                                   d_sqnorm_, d_gen_);
-  LAMINA_CUDA_LAUNCHED();
+    launch(clear_kernel<float>, blocks_for(n, 8), 256, 0, st, static_cast<float*>(rows_), stride_,
+           d_rows, d_gens, n, d_ns_, d_layer_, d_live_, d_sqnorm_, d_gen_);
   if (codec_ != Codec::None) {
-    clear_codes_kernel<<<blocks_for(n, 8), 256, 0, st>>>(d_rows, n, code_stride_, d_codes_,
-                                                         d_cfactor_, d_ccount_);
-    LAMINA_CUDA_LAUNCHED();
+    launch(clear_codes_kernel, blocks_for(n, 8), 256, 0, st, d_rows, n, code_stride_, d_codes_,
+           d_cfactor_, d_ccount_);
   }
 }
 
@@ -492,14 +485,11 @@ void CudaVectorArena::get(const int64_t* handles, std::size_t n, void* out, void
   const uint32_t* d_rows = upload(scr, rows, st);
   char* d_out = scr.alloc<char>(n * dim_ * elt());
   if (dtype_ == DType::F16)
-    gather_kernel<<<blocks_for(n, 8), 256, 0, st>>>(static_cast<const __half*>(rows_), stride_,
-                                                    int(dim_), d_rows, n,
-                                                    reinterpret_cast<__half*>(d_out));
+    launch(gather_kernel<__half>, blocks_for(n, 8), 256, 0, st, static_cast<const __half*>(rows_),
+           stride_, int(dim_), d_rows, n, reinterpret_cast<__half*>(d_out));
   else
-    gather_kernel<<<blocks_for(n, 8), 256, 0, st>>>(static_cast<const float*>(rows_), stride_,
-                                                    int(dim_), d_rows, n,
-                                                    reinterpret_cast<float*>(d_out));
-  LAMINA_CUDA_LAUNCHED();
+    launch(gather_kernel<float>, blocks_for(n, 8), 256, 0, st, static_cast<const float*>(rows_),
+           stride_, int(dim_), d_rows, n, reinterpret_cast<float*>(d_out));
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(out, d_out, n * dim_ * elt(), cudaMemcpyDeviceToHost, st));
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
 }
@@ -526,8 +516,7 @@ void CudaVectorArena::set_layer(const int64_t* handles, std::size_t n, uint8_t l
   const cudaStream_t st = as_stream(stream_);
   Scratch scr(st);
   const uint32_t* d_rows = upload(scr, rows, st);
-  set_layer_kernel<<<blocks_for(n, 256), 256, 0, st>>>(d_layer_, d_rows, n, layer);
-  LAMINA_CUDA_LAUNCHED();
+  launch(set_layer_kernel, blocks_for(n, 256), 256, 0, st, d_layer_, d_rows, n, layer);
 }
 
 void CudaVectorArena::contains(const int64_t* handles, std::size_t n, uint8_t* out) const {
@@ -611,8 +600,7 @@ void CudaVectorArena::ensure_csr_locked() const {
     uint32_t* by_layer = scr.alloc<uint32_t>(n);
     uint64_t* ns_in = scr.alloc<uint64_t>(n);
     uint64_t* keys_out = scr.alloc<uint64_t>(n);
-    iota_kernel<<<blocks_for(n, 256), 256, 0, st>>>(vals_in, n);
-    LAMINA_CUDA_LAUNCHED();
+    launch(iota_kernel, blocks_for(n, 256), 256, 0, st, vals_in, n);
     std::size_t b1 = 0, b2 = 0;
     LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, b1, d_layer_, layer_out, vals_in,
                                                       by_layer, n, 0, 8, st));
@@ -621,8 +609,7 @@ void CudaVectorArena::ensure_csr_locked() const {
     void* temp = scr.alloc<char>(std::max(b1, b2));
     LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, b1, d_layer_, layer_out, vals_in,
                                                       by_layer, n, 0, 8, st));
-    gather_ns_kernel<<<blocks_for(n, 256), 256, 0, st>>>(d_ns_, by_layer, n, ns_in);
-    LAMINA_CUDA_LAUNCHED();
+    launch(gather_ns_kernel, blocks_for(n, 256), 256, 0, st, d_ns_, by_layer, n, ns_in);
     LAMINA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, b2, ns_in, keys_out, by_layer,
                                                       d_csr_, n, 0, end_bit, st));
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "lamina/common.hpp"
 
@@ -26,6 +27,31 @@
 namespace lamina::cuda::detail {
 
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// ---- launches ------------------------------------------------------------------------------
+/// No cap on the blocks of a launch (a kernel that maps one item per thread needs them all).
+constexpr unsigned kAllBlocks = 0xffffffffu;
+/// The cap of the grid-stride kernels' grids (LAMINA_GRID_LOOP) in the selection code.
+constexpr unsigned kStrideBlocks = 65535u;
+/// The blocks of a 1-D grid over `n` items, `per_block` items a block: ceil(n / per_block),
+/// at most `max_blocks` (only for kernels that stride over their grid), and 0 for n = 0 (then
+/// launch() runs nothing).
+inline unsigned blocks_for(std::size_t n, std::size_t per_block, std::size_t max_blocks = kAllBlocks) {
+  const std::size_t b = (n + per_block - 1) / per_block;
+  return static_cast<unsigned>(b < max_blocks ? b : max_blocks);
+}
+
+/// The one way this backend launches a kernel: kernel<<<grid, block, smem, st>>>(args...),
+/// then the launch is checked (a configuration error throws std::runtime_error through
+/// LAMINA_CUDA_LAUNCHED; asynchronous faults surface at the next synchronising call). A grid
+/// with no blocks (no items: blocks_for(0, ...)) launches nothing.
+template <class... P, class... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t st,
+            A&&... args) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  kernel<<<grid, block, smem, st>>>(std::forward<A>(args)...);
+  LAMINA_CUDA_LAUNCHED();
+}
 
 /// A caller-owned device block that Scratch can carve allocations from (bump allocation, 256-
 /// byte aligned), so that a sequence of launches can be captured into a CUDA graph without

@@ -15,10 +15,12 @@
 
 namespace lamina::cuda {
 
+using detail::blocks_for;
 using detail::Filter;
 using detail::kNoId;
 using detail::kThreads;
 using detail::kWarps;
+using detail::launch;
 using detail::WarpList;
 
 namespace {
@@ -270,15 +272,14 @@ void detail::code_enqueue(const DeviceQueryCodes& q, std::size_t nq, const Devic
   a.cand_i = scr.alloc<uint32_t>(nq * a.n_lists * m);
   a.flags = flags;
   const int J = detail::pick_j(m);
-  code_kernel_for(J)<<<dim3(static_cast<unsigned>(nq), static_cast<unsigned>(gx)), kThreads, 0, st>>>(a);
-  LAMINA_CUDA_LAUNCHED();
+  launch(code_kernel_for(J), dim3(static_cast<unsigned>(nq), static_cast<unsigned>(gx)), kThreads,
+         0, st, a);
   float* ms = scr.alloc<float>(nq * m);
   int64_t* mi = scr.alloc<int64_t>(nq * m);
   detail::merges(J, st, scr, a.cand_s, a.cand_i, a.n_lists, static_cast<int>(nq), a.m, 0, ms, mi,
                  nullptr);
-  compact_kernel<<<static_cast<unsigned>((nq + 127) / 128), 128, 0, st>>>(mi, static_cast<int>(nq),
-                                                                          a.m, out_rows, out_seg);
-  LAMINA_CUDA_LAUNCHED();
+  launch(compact_kernel, blocks_for(nq, 128), 128, 0, st, mi, static_cast<int>(nq), a.m, out_rows,
+         out_seg);
 }
 
 void detail::code_raise(unsigned non_finite) {

@@ -17,11 +17,6 @@
 
 namespace lamina::cuda::detail {
 
-inline unsigned grid_1d(std::size_t n, unsigned threads, unsigned max_blocks = 65535u) {
-  const std::size_t b = (n + threads - 1) / threads;
-  return static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>(b, max_blocks)));
-}
-
 #define LAMINA_GRID_LOOP(i, n)                                                              \
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;     \
        i < (n); i += static_cast<std::size_t>(blockDim.x) * gridDim.x)

@@ -17,6 +17,9 @@
 namespace lamina::cuda {
 
 using detail::as_stream;
+using detail::blocks_for;
+using detail::kStrideBlocks;
+using detail::launch;
 
 namespace {
 
@@ -119,31 +122,29 @@ template <class V>
 void launch_bump_heat(const int64_t* ids, std::size_t n_ids, const double* now,
                       const FleetColumns& c, const FleetParams& p, unsigned* flags,
                       cudaStream_t st) {
-  const unsigned grid = detail::grid_1d(n_ids, 256);
+  const unsigned grid = blocks_for(n_ids, 256, kStrideBlocks);
   V* visits = static_cast<V*>(c.visits);
-  bump_kernel<V><<<grid, 256, 0, st>>>(ids, n_ids, now, visits, c.last_access);
-  LAMINA_CUDA_LAUNCHED();
+  launch(bump_kernel<V>, grid, 256, 0, st, ids, n_ids, now, visits, c.last_access);
   const float fa = static_cast<float>(p.a), fb = static_cast<float>(p.b),
               fc = static_cast<float>(p.c);
   const double inv_mu = 1.0 / p.mu;
   switch (c.len_kind) {
     case ColKind::F32:
-      heat_kernel<V, float><<<grid, 256, 0, st>>>(ids, n_ids, now, visits,
-                                                  static_cast<const float*>(c.interaction_len),
-                                                  c.last_access, fa, fb, fc, inv_mu, c.heat, flags);
+      launch(heat_kernel<V, float>, grid, 256, 0, st, ids, n_ids, now, visits,
+             static_cast<const float*>(c.interaction_len), c.last_access, fa, fb, fc, inv_mu,
+             c.heat, flags);
       break;
     case ColKind::I32:
-      heat_kernel<V, int32_t><<<grid, 256, 0, st>>>(ids, n_ids, now, visits,
-                                                    static_cast<const int32_t*>(c.interaction_len),
-                                                    c.last_access, fa, fb, fc, inv_mu, c.heat, flags);
+      launch(heat_kernel<V, int32_t>, grid, 256, 0, st, ids, n_ids, now, visits,
+             static_cast<const int32_t*>(c.interaction_len), c.last_access, fa, fb, fc, inv_mu,
+             c.heat, flags);
       break;
     case ColKind::I64:
-      heat_kernel<V, int64_t><<<grid, 256, 0, st>>>(ids, n_ids, now, visits,
-                                                    static_cast<const int64_t*>(c.interaction_len),
-                                                    c.last_access, fa, fb, fc, inv_mu, c.heat, flags);
+      launch(heat_kernel<V, int64_t>, grid, 256, 0, st, ids, n_ids, now, visits,
+             static_cast<const int64_t*>(c.interaction_len), c.last_access, fa, fb, fc, inv_mu,
+             c.heat, flags);
       break;
   }
-  LAMINA_CUDA_LAUNCHED();
 }
 
 // Segment-length bucket: the scan grid's blocks per query, rounded up to a power of two so that
@@ -303,14 +304,12 @@ void FleetStep::enqueue(const CudaVectorArena::SearchView& v, const Staged& sg,
                            v.generations, lay_s + l * nq * k, lay_i + l * nq * k, scr, flags, st);
     }
     const int iL = static_cast<int>(L);
-    finish_kernel<<<detail::grid_1d(nq * L, 128), 128, 0, st>>>(
-        lay_s, lay_i, nq, iL, static_cast<int>(k), static_cast<int>(p_.relevance_top),
-        out.scores, out.ids, out.relevance);
-    LAMINA_CUDA_LAUNCHED();
-    gate_kernel<<<detail::grid_1d(nq, 128), 128, 0, st>>>(
-        out.relevance, nq, iL, p_.beta, p_.has_max_entropy, static_cast<float>(p_.max_entropy),
-        p_.max_doublings, out.gamma, out.beta_used, flags);
-    LAMINA_CUDA_LAUNCHED();
+    launch(finish_kernel, blocks_for(nq * L, 128, kStrideBlocks), 128, 0, st, lay_s, lay_i, nq, iL,
+           static_cast<int>(k), static_cast<int>(p_.relevance_top), out.scores, out.ids,
+           out.relevance);
+    launch(gate_kernel, blocks_for(nq, 128, kStrideBlocks), 128, 0, st, out.relevance, nq, iL,
+           p_.beta, p_.has_max_entropy, static_cast<float>(p_.max_entropy), p_.max_doublings,
+           out.gamma, out.beta_used, flags);
     const std::size_t n_ids = nq * L * k;
     switch (cols.visits_kind) {
       case ColKind::F32: launch_bump_heat<float>(out.ids, n_ids, d_now, cols, p_, flags, st); break;

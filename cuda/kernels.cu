@@ -14,6 +14,8 @@
 namespace lamina::cuda {
 
 using detail::as_stream;
+using detail::blocks_for;
+using detail::launch;
 using detail::Scratch;
 using detail::warp_sum;
 
@@ -82,12 +84,9 @@ template <class V, class L>
 void launch_heat(const void* v, const void* l, const double* last, std::size_t n, double now,
                  float a, float b, float c, double inv_mu, float* out, unsigned* flags,
                  cudaStream_t st) {
-  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(
-      (n + kHeatThreads - 1) / kHeatThreads, wave_blocks<heat_kernel<V, L>>(kHeatThreads)));
-  heat_kernel<V, L><<<std::max(1u, blocks), kHeatThreads, 0, st>>>(
-      static_cast<const V*>(v), static_cast<const L*>(l), last, n, now, a, b, c, inv_mu, out,
-      flags);
-  LAMINA_CUDA_LAUNCHED();
+  const unsigned blocks = blocks_for(n, kHeatThreads, wave_blocks<heat_kernel<V, L>>(kHeatThreads));
+  launch(heat_kernel<V, L>, blocks, kHeatThreads, 0, st, static_cast<const V*>(v),
+         static_cast<const L*>(l), last, n, now, a, b, c, inv_mu, out, flags);
 }
 
 template <class V>
@@ -290,10 +289,8 @@ void launch_rows_vec(float* rows, std::size_t d, const float* targets, std::size
                      cudaStream_t st) {
   constexpr int R = NV <= 2 ? 2 : 1;
   constexpr auto kernel = rows_vec_kernel<kDamped, kRenorm, NV, R>;
-  const unsigned blocks = static_cast<unsigned>(
-      std::min<std::size_t>((m + 8 * R - 1) / (8 * R), wave_blocks<kernel>(256)));
-  kernel<<<std::max(1u, blocks), 256, 0, st>>>(rows, d, targets, m, index, p, drift, flags);
-  LAMINA_CUDA_LAUNCHED();
+  const unsigned blocks = blocks_for(m, 8 * R, wave_blocks<kernel>(256));
+  launch(kernel, blocks, 256, 0, st, rows, d, targets, m, index, p, drift, flags);
 }
 
 template <bool kDamped, bool kRenorm>
@@ -310,9 +307,8 @@ void launch_rows(float* rows, std::size_t d, const float* targets, std::size_t m
       default: return launch_rows_vec<kDamped, kRenorm, 4>(rows, d, targets, m, index, p, drift, flags, st);
     }
   }
-  rows_kernel<kDamped, kRenorm><<<static_cast<unsigned>((m + 7) / 8), 256, 0, st>>>(
-      rows, d, targets, m, index, p, drift, flags);
-  LAMINA_CUDA_LAUNCHED();
+  launch(rows_kernel<kDamped, kRenorm>, blocks_for(m, 8), 256, 0, st, rows, d, targets, m, index, p,
+         drift, flags);
 }
 
 bool overlaps(const void* a, std::size_t ab, const void* b, std::size_t bb) {
@@ -346,9 +342,8 @@ void run_rows(float* rows, std::size_t n, std::size_t d, const float* targets, s
       bitmap = scr.alloc<unsigned>((n + 31) / 32);
       LAMINA_CUDA_CHECK(cudaMemsetAsync(bitmap, 0, (n + 31) / 32 * sizeof(unsigned), st));
     }
-    const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((m + 255) / 256, 4096));
-    validate_kernel<<<blocks, 256, 0, st>>>(index, m, n, bitmap, p, lo, hi, flags);
-    LAMINA_CUDA_LAUNCHED();
+    const unsigned blocks = blocks_for(m, 256, 4096);
+    launch(validate_kernel, blocks, 256, 0, st, index, m, n, bitmap, p, lo, hi, flags);
     LAMINA_CHECK_INDEX(!hf.read(kIndexRange), "index has entries out of range for ", n,
                        " rows (valid: 0 <= index < n; negative indices are not accepted)");
     LAMINA_CHECK(!hf.read(kIndexDup), "index contains a row more than once; each row may be "
@@ -428,10 +423,9 @@ std::size_t first_bad_row(const float* relevance, std::size_t b, std::size_t L) 
   return b;
 }
 
-unsigned grid_for(std::size_t n, unsigned threads) {
-  return static_cast<unsigned>(
-      std::max<std::size_t>(1, std::min<std::size_t>((n + threads - 1) / threads,
-                                                     8u * static_cast<unsigned>(detail::sm_count()) * 8u)));
+// Blocks of the gate kernels: at most 64 a multiprocessor (they stride over their grid).
+unsigned gate_blocks(std::size_t n, unsigned threads) {
+  return blocks_for(n, threads, 8u * static_cast<unsigned>(detail::sm_count()) * 8u);
 }
 
 }  // namespace
@@ -500,8 +494,7 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const De
   const cudaStream_t st = as_stream(stream);
   detail::HostFlags hf(st);
   if (per_row) {
-    gate_beta_check<<<grid_for(b, 256), 256, 0, st>>>(beta, b, has_max_entropy, hf.device());
-    LAMINA_CUDA_LAUNCHED();
+    launch(gate_beta_check, gate_blocks(b, 256), 256, 0, st, beta, b, has_max_entropy, hf.device());
     if (hf.read(kParam)) {
       const std::size_t i = first_bad_beta(beta, b, has_max_entropy);
       LAMINA_CHECK(false, "beta[", i, "] is not a finite float32 value",
@@ -510,10 +503,9 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const De
     }
     hf.reset();
   }
-  gate_kernel<<<grid_for(b, 128), 128, 0, st>>>(relevance, b, static_cast<int>(L), beta,
-                                                has_max_entropy, static_cast<float>(max_entropy),
-                                                max_doublings, gamma, beta_used, hf.device());
-  LAMINA_CUDA_LAUNCHED();
+  launch(gate_kernel, gate_blocks(b, 128), 128, 0, st, relevance, b, static_cast<int>(L), beta,
+         has_max_entropy, static_cast<float>(max_entropy), max_doublings, gamma, beta_used,
+         hf.device());
   if (hf.read(kBad))
     LAMINA_CHECK(false, "relevance[", first_bad_row(relevance, b, L),
                  "] contains NaN or Inf; pass finite relevances (check isfinite)");

@@ -13,7 +13,9 @@
 namespace lamina::cuda::kv {
 
 using detail::as_stream;
-using detail::grid_1d;
+using detail::blocks_for;
+using detail::kStrideBlocks;
+using detail::launch;
 using detail::read_scalar;
 using detail::Scratch;
 using lamina::kv::Pool;
@@ -351,21 +353,19 @@ void window_scores(const float* in, const ScoreSpec& sp, const float* scale_per_
   std::size_t a_stride = S;
   if (w > 0) {
     float* red = scr.alloc<float>(L * H * n);
-    window_reduce_kernel<<<grid_1d(L * H * S, 256), 256, 0, st>>>(
-        in, L * H, w, S, n, sp.window_reduce == Reduce::Mean, sp.causal_normalize, red, flags);
-    LAMINA_CUDA_LAUNCHED();
+    launch(window_reduce_kernel, blocks_for(L * H * S, 256, kStrideBlocks), 256, 0, st, in, L * H,
+           w, S, n, sp.window_reduce == Reduce::Mean, sp.causal_normalize, red, flags);
     a = red;
     a_stride = n;
   } else {
-    check_finite_kernel<<<grid_1d(L * H * S, 256), 256, 0, st>>>(in, L * H * S, kBadInput, flags);
-    LAMINA_CUDA_LAUNCHED();
+    launch(check_finite_kernel, blocks_for(L * H * S, 256, kStrideBlocks), 256, 0, st, in,
+           L * H * S, kBadInput, flags);
   }
   float* nu = nullptr;
   if (scale_per_row || scale_per_token) {
     nu = scr.alloc<float>(R);
-    row_scale_kernel<<<grid_1d(R, 128), 128, 0, st>>>(scale_per_row, scale_per_token, R, S, n,
-                                                      nu, flags);
-    LAMINA_CUDA_LAUNCHED();
+    launch(row_scale_kernel, blocks_for(R, 128, kStrideBlocks), 128, 0, st, scale_per_row,
+           scale_per_token, R, S, n, nu, flags);
   }
   unsigned f = read_flags(flags, st);
   LAMINA_CHECK(!(f & kBadInput), "scores / window attention contain NaN or Inf (or a window "
@@ -374,10 +374,9 @@ void window_scores(const float* in, const ScoreSpec& sp, const float* scale_per_
   LAMINA_CHECK(!(f & kNegNorm), "value_norms must be >= 0 (they are L1 norms)");
   LAMINA_CHECK(!(f & kBadScale), "a value norm scale (LAVa's nu) is not finite or is < 0");
   if (n == 0) return;
-  dim3 grid(grid_1d(n * Hkv, 256, 4096), static_cast<unsigned>(L));
-  score_kernel<<<grid, 256, 0, st>>>(a, a_stride, H, Hkv, n, static_cast<int>(sp.pool), sp.kernel,
-                                     sp.group_reduce == Reduce::Max, nu, out, flags);
-  LAMINA_CUDA_LAUNCHED();
+  dim3 grid(blocks_for(n * Hkv, 256, 4096), static_cast<unsigned>(L));
+  launch(score_kernel, grid, 256, 0, st, a, a_stride, H, Hkv, n, static_cast<int>(sp.pool),
+         sp.kernel, sp.group_reduce == Reduce::Max, nu, out, flags);
   f = read_flags(flags, st);
   LAMINA_CHECK(!(f & kOverflow), "scores overflow float32 after scaling; rescale the inputs");
 }
@@ -396,10 +395,10 @@ void layer_entropy(const float* scores, std::size_t layers, std::size_t kv_heads
     float* ps = scr.alloc<float>(R * nb * kLanes);
     double* dz = scr.alloc<double>(R);
     double* ds = scr.alloc<double>(R);
-    entropy_partials<<<grid_1d(R * nb * kLanes, 256), 256, 0, st>>>(scores, R, n, nb, pz, ps, neg);
-    LAMINA_CUDA_LAUNCHED();
-    entropy_finish<<<grid_1d(R, 64), 64, 0, st>>>(pz, ps, R, nb * kLanes, dz, ds);
-    LAMINA_CUDA_LAUNCHED();
+    launch(entropy_partials, blocks_for(R * nb * kLanes, 256, kStrideBlocks), 256, 0, st, scores, R,
+           n, nb, pz, ps, neg);
+    launch(entropy_finish, blocks_for(R, 64, kStrideBlocks), 64, 0, st, pz, ps, R, nb * kLanes, dz,
+           ds);
     std::vector<double> z(R), sl(R);
     std::vector<unsigned> ng(R);
     LAMINA_CUDA_CHECK(cudaMemcpyAsync(z.data(), dz, R * sizeof(double), cudaMemcpyDeviceToHost, st));
@@ -463,20 +462,18 @@ void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_h
                                       cudaMemcpyHostToDevice, st));
     LAMINA_CUDA_CHECK(cudaMemcpyAsync(d_floor, floor, layers * sizeof(int64_t),
                                       cudaMemcpyHostToDevice, st));
-    make_keys<<<grid_1d(T, 256), 256, 0, st>>>(scores, T, n, keys);
-    LAMINA_CUDA_LAUNCHED();
+    launch(make_keys, blocks_for(T, 256, kStrideBlocks), 256, 0, st, scores, T, n, keys);
     detail::segmented_sort_keys_desc(scr, keys, sorted, T, R, d_seg_row, st);
-    pin_keys<<<grid_1d(T, 256), 256, 0, st>>>(sorted, scores, layers, kv_heads, n, d_floor, keys);
-    LAMINA_CUDA_LAUNCHED();
+    launch(pin_keys, blocks_for(T, 256, kStrideBlocks), 256, 0, st, sorted, scores, layers,
+           kv_heads, n, d_floor, keys);
   } else {
-    make_keys<<<grid_1d(T, 256), 256, 0, st>>>(scores, T, N, keys);
-    LAMINA_CUDA_LAUNCHED();
+    launch(make_keys, blocks_for(T, 256, kStrideBlocks), 256, 0, st, scores, T, N, keys);
   }
   detail::segmented_sort_keys_desc(scr, keys, sorted, T, layers, d_seg_layer, st);
   unsigned long long* d_counts = scr.alloc<unsigned long long>(layers * kv_heads);
   LAMINA_CUDA_CHECK(cudaMemsetAsync(d_counts, 0, layers * kv_heads * sizeof(unsigned long long), st));
-  count_heads<<<grid_1d(T, 256), 256, 0, st>>>(sorted, layers, kv_heads, n, d_total, d_counts);
-  LAMINA_CUDA_LAUNCHED();
+  launch(count_heads, blocks_for(T, 256, kStrideBlocks), 256, 0, st, sorted, layers, kv_heads, n,
+         d_total, d_counts);
   std::vector<unsigned long long> c(layers * kv_heads);
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(c.data(), d_counts, c.size() * sizeof(unsigned long long),
                                     cudaMemcpyDeviceToHost, st));
@@ -521,28 +518,26 @@ void select_rows(const float* scores, std::size_t n_rows, std::size_t n, const i
                                         cudaMemcpyHostToDevice, st));
       uint64_t* keys = scr.alloc<uint64_t>(T);
       uint64_t* sorted = scr.alloc<uint64_t>(T);
-      make_keys<<<grid_1d(T, 256), 256, 0, st>>>(scores, T, n, keys);
-      LAMINA_CUDA_LAUNCHED();
+      launch(make_keys, blocks_for(T, 256, kStrideBlocks), 256, 0, st, scores, T, n, keys);
       detail::segmented_sort_keys_desc(scr, keys, sorted, T, n_rows, d_seg, st);
       LAMINA_CUDA_CHECK(cudaMemsetAsync(flags, 0, T, st));
-      flag_top<<<grid_1d(T, 256), 256, 0, st>>>(sorted, n_rows, n, d_k, flags);
+      launch(flag_top, blocks_for(T, 256, kStrideBlocks), 256, 0, st, sorted, n_rows, n, d_k,
+             flags);
     } else {
-      flag_full_rows<<<grid_1d(T, 256), 256, 0, st>>>(n_rows, n, d_k, flags);
+      launch(flag_full_rows, blocks_for(T, 256, kStrideBlocks), 256, 0, st, n_rows, n, d_k, flags);
     }
-    LAMINA_CUDA_LAUNCHED();
     int* ones = scr.alloc<int>(T);
     int* pos = scr.alloc<int>(T);
     // position of each kept entry in the kept list (flags widened to int for the scan); the
     // tails of the rows before it are added in emit_rows
-    widen_u8<<<grid_1d(T, 256), 256, 0, st>>>(flags, T, ones);
-    LAMINA_CUDA_LAUNCHED();
+    launch(widen_u8, blocks_for(T, 256, kStrideBlocks), 256, 0, st, flags, T, ones);
     detail::exclusive_sum(scr, ones, pos, T, st);
-    emit_rows<<<grid_1d(T, 256), 256, 0, st>>>(flags, pos, n_rows, n, tail, out);
-    LAMINA_CUDA_LAUNCHED();
+    launch(emit_rows, blocks_for(T, 256, kStrideBlocks), 256, 0, st, flags, pos, n_rows, n, tail,
+           out);
   }
   if (tail > 0) {
-    emit_tail<<<grid_1d(n_rows * tail, 256), 256, 0, st>>>(d_off, d_k, n_rows, n, tail, out);
-    LAMINA_CUDA_LAUNCHED();
+    launch(emit_tail, blocks_for(n_rows * tail, 256, kStrideBlocks), 256, 0, st, d_off, d_k, n_rows,
+           n, tail, out);
   }
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));  // host staging buffers (k, offsets, segments)
 }
@@ -554,8 +549,8 @@ void fill_rows(const int64_t* pattern, std::size_t len, std::size_t n_rows, int6
   Scratch scr(st);
   int64_t* d = scr.alloc<int64_t>(len);
   LAMINA_CUDA_CHECK(cudaMemcpyAsync(d, pattern, len * sizeof(int64_t), cudaMemcpyHostToDevice, st));
-  fill_rows_kernel<<<grid_1d(len * n_rows, 256), 256, 0, st>>>(d, len, n_rows, out);
-  LAMINA_CUDA_LAUNCHED();
+  launch(fill_rows_kernel, blocks_for(len * n_rows, 256, kStrideBlocks), 256, 0, st, d, len, n_rows,
+         out);
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
 }
 
@@ -566,8 +561,8 @@ void l1_norms(const float* values, std::size_t rows, std::size_t dim, float* out
   Scratch scr(st);
   unsigned* flags = scr.alloc<unsigned>(1);
   LAMINA_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned), st));
-  l1_kernel<<<grid_1d(rows, 256), 256, 0, st>>>(values, rows, dim, out, flags);
-  LAMINA_CUDA_LAUNCHED();
+  launch(l1_kernel, blocks_for(rows, 256, kStrideBlocks), 256, 0, st, values, rows, dim, out,
+         flags);
   LAMINA_CHECK(!(read_flags(flags, st) & kBadInput), "values contain NaN or Inf");
 }
 
@@ -587,8 +582,8 @@ void gather_rows(const void* src, std::size_t n_rows, std::size_t seq_len, std::
   if (total > 0) {
     unsigned* flags = scr.alloc<unsigned>(1);
     LAMINA_CUDA_CHECK(cudaMemsetAsync(flags, 0, sizeof(unsigned), st));
-    check_positions<<<grid_1d(total, 256), 256, 0, st>>>(idx, total, seq_len, flags);
-    LAMINA_CUDA_LAUNCHED();
+    launch(check_positions, blocks_for(total, 256, kStrideBlocks), 256, 0, st, idx, total, seq_len,
+           flags);
     LAMINA_CHECK_INDEX(!(read_flags(flags, st) & kBadIndex), "a kept position is outside [0, ",
                        seq_len, ") (a KeepSet for another cache?)");
   }
@@ -600,21 +595,17 @@ void gather_rows(const void* src, std::size_t n_rows, std::size_t seq_len, std::
     return row_bytes % a == 0 && reinterpret_cast<std::uintptr_t>(src) % a == 0 &&
            reinterpret_cast<std::uintptr_t>(dst) % a == 0;
   };
-  const unsigned blocks = grid_1d(total, 8);  // 8 warps per block
+  const unsigned blocks = blocks_for(total, 8, kStrideBlocks);  // 8 warps per block
   if (aligned(16)) {
-    gather_kernel<uint4><<<blocks, 256, 0, st>>>(static_cast<const uint4*>(src), n_rows, seq_len,
-                                                 row_bytes / 16, offsets, idx, total, padded_len,
-                                                 static_cast<uint4*>(dst));
+    launch(gather_kernel<uint4>, blocks, 256, 0, st, static_cast<const uint4*>(src), n_rows,
+           seq_len, row_bytes / 16, offsets, idx, total, padded_len, static_cast<uint4*>(dst));
   } else if (aligned(4)) {
-    gather_kernel<uint32_t><<<blocks, 256, 0, st>>>(static_cast<const uint32_t*>(src), n_rows,
-                                                    seq_len, row_bytes / 4, offsets, idx, total,
-                                                    padded_len, static_cast<uint32_t*>(dst));
+    launch(gather_kernel<uint32_t>, blocks, 256, 0, st, static_cast<const uint32_t*>(src), n_rows,
+           seq_len, row_bytes / 4, offsets, idx, total, padded_len, static_cast<uint32_t*>(dst));
   } else {
-    gather_kernel<uint8_t><<<blocks, 256, 0, st>>>(static_cast<const uint8_t*>(src), n_rows,
-                                                   seq_len, row_bytes, offsets, idx, total,
-                                                   padded_len, static_cast<uint8_t*>(dst));
+    launch(gather_kernel<uint8_t>, blocks, 256, 0, st, static_cast<const uint8_t*>(src), n_rows,
+           seq_len, row_bytes, offsets, idx, total, padded_len, static_cast<uint8_t*>(dst));
   }
-  LAMINA_CUDA_LAUNCHED();
 }
 
 }  // namespace lamina::cuda::kv

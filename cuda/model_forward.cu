@@ -14,6 +14,8 @@
 namespace lamina::cuda::model {
 
 using detail::as_stream;
+using detail::blocks_for;
+using detail::launch;
 
 namespace {
 
@@ -38,10 +40,6 @@ __device__ __forceinline__ void load8(const __half* p, float* f) {
     f[2 * i] = v.x;
     f[2 * i + 1] = v.y;
   }
-}
-
-unsigned grid_1d(std::size_t n, unsigned block) {
-  return static_cast<unsigned>((n + block - 1) / block);
 }
 
 // ---- matmul ----------------------------------------------------------------------------------
@@ -456,38 +454,33 @@ void matmul_f16(const float* X, std::size_t T, std::size_t K, const void* w, std
                "matmul_f16: sizes exceed 2^31");
   const __half* W = static_cast<const __half*>(w);
   if (T <= kGemvMaxTokens) {
-    gemv_kernel<<<grid_1d(N * 32, 128), 128, 0, as_stream(stream)>>>(
-        X, static_cast<int>(T), static_cast<int>(K), W, static_cast<int>(N), Y,
-        static_cast<int>(ldy), accumulate);
+    launch(gemv_kernel, blocks_for(N * 32, 128), 128, 0, as_stream(stream), X, static_cast<int>(T),
+           static_cast<int>(K), W, static_cast<int>(N), Y, static_cast<int>(ldy), accumulate);
   } else {
-    const dim3 grid(grid_1d(N, kTN), grid_1d(T, kTM));
-    gemm_kernel<<<grid, 256, 0, as_stream(stream)>>>(X, static_cast<int>(T), static_cast<int>(K), W,
-                                                     static_cast<int>(N), Y, static_cast<int>(ldy),
-                                                     accumulate);
+    const dim3 grid(blocks_for(N, kTN), blocks_for(T, kTM));
+    launch(gemm_kernel, grid, 256, 0, as_stream(stream), X, static_cast<int>(T),
+           static_cast<int>(K), W, static_cast<int>(N), Y, static_cast<int>(ldy), accumulate);
   }
-  LAMINA_CUDA_LAUNCHED();
 }
 
 void embed_f16(const int32_t* ids, std::size_t T, const void* e, std::size_t d, float* x,
                void* stream) {
   if (T == 0) return;
-  embed_kernel<<<static_cast<unsigned>(T), 256, 0, as_stream(stream)>>>(
-      ids, static_cast<const __half*>(e), static_cast<int>(d), x);
-  LAMINA_CUDA_LAUNCHED();
+  launch(embed_kernel, static_cast<unsigned>(T), 256, 0, as_stream(stream), ids,
+         static_cast<const __half*>(e), static_cast<int>(d), x);
 }
 
 void rmsnorm(const float* x, const float* w, std::size_t T, std::size_t d, float eps, float* out,
              void* stream) {
   if (T == 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(T), 256, 0, as_stream(stream)>>>(x, w, static_cast<int>(d),
-                                                                          eps, out);
-  LAMINA_CUDA_LAUNCHED();
+  launch(rmsnorm_kernel, static_cast<unsigned>(T), 256, 0, as_stream(stream), x, w,
+         static_cast<int>(d), eps, out);
 }
 
 void swiglu(const float* gu, std::size_t T, std::size_t F, float* out, void* stream) {
   if (T == 0 || F == 0) return;
-  swiglu_kernel<<<grid_1d(T * F, 256), 256, 0, as_stream(stream)>>>(gu, T, static_cast<int>(F), out);
-  LAMINA_CUDA_LAUNCHED();
+  launch(swiglu_kernel, blocks_for(T * F, 256), 256, 0, as_stream(stream), gu, T,
+         static_cast<int>(F), out);
 }
 
 void rope_append(float* qkv, std::size_t T, int H, int Hk, int D, const float* rope,
@@ -496,10 +489,9 @@ void rope_append(float* qkv, std::size_t T, int H, int Hk, int D, const float* r
   if (T == 0) return;
   LAMINA_CHECK(D >= 2 && D % 2 == 0 && D <= kMaxHeadDim, "rope_append: bad head_dim ", D);
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H + Hk));
-  rope_append_kernel<<<grid, static_cast<unsigned>(std::max(32, D / 2)), 0, as_stream(stream)>>>(
-      qkv, static_cast<int>(T), H, Hk, D, reinterpret_cast<const float2*>(rope), qmap, kmap, slots,
-      qfar);
-  LAMINA_CUDA_LAUNCHED();
+  launch(rope_append_kernel, grid, static_cast<unsigned>(std::max(32, D / 2)), 0, as_stream(stream),
+         qkv, static_cast<int>(T), H, Hk, D, reinterpret_cast<const float2*>(rope), qmap, kmap,
+         slots, qfar);
 }
 
 void channel_scale(float* qkv, const float* hn, std::size_t T, std::size_t d, int channel,
@@ -511,10 +503,10 @@ void channel_scale(float* qkv, const float* hn, std::size_t T, std::size_t d, in
                channel, " outside [0, ", d, ")");
   LAMINA_CHECK(t_q <= T, "channel_scale: t_q (", t_q, ") must be in [0, T = ", T, "]");
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(H + Hk));
-  channel_scale_kernel<<<grid, static_cast<unsigned>(std::max(32, D / 2)), 0, as_stream(stream)>>>(
-      qkv, hn, static_cast<int>(d), channel, delta, static_cast<int>(T), H, Hk, D, col,
-      static_cast<int>(t_q), keys_copy ? 1 : 0, reinterpret_cast<const float2*>(rope), slots);
-  LAMINA_CUDA_LAUNCHED();
+  launch(channel_scale_kernel, grid, static_cast<unsigned>(std::max(32, D / 2)), 0,
+         as_stream(stream), qkv, hn, static_cast<int>(d), channel, delta, static_cast<int>(T), H,
+         Hk, D, col, static_cast<int>(t_q), keys_copy ? 1 : 0,
+         reinterpret_cast<const float2*>(rope), slots);
 }
 
 std::size_t attention_scratch_floats(std::size_t T, int H, int D, std::size_t max_len) {
@@ -538,31 +530,28 @@ void attention(const float* q, std::size_t ldq, std::size_t T, int H, int Hk, in
   attention_splits(T, H, max_len, &splits, &chunk);
   const std::size_t items = T * static_cast<std::size_t>(H) * splits;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  attention_kernel<<<grid_1d(items, kAttnWarps), kAttnWarps * 32, 0, as_stream(stream)>>>(
-      q, ldq, static_cast<int>(T), H, Hk, D, qmap, static_cast<int>(t_dual), slots, splits, chunk,
-      scale, qfar, far, part, out);
-  LAMINA_CUDA_LAUNCHED();
+  launch(attention_kernel, blocks_for(items, kAttnWarps), kAttnWarps * 32, 0, as_stream(stream), q,
+         ldq, static_cast<int>(T), H, Hk, D, qmap, static_cast<int>(t_dual), slots, splits, chunk,
+         scale, qfar, far, part, out);
   if (splits > 1) {
-    attention_merge_kernel<<<static_cast<unsigned>(T * H), static_cast<unsigned>(std::max(32, D)), 0,
-                             as_stream(stream)>>>(part, static_cast<int>(T), H, D, splits, out);
-    LAMINA_CUDA_LAUNCHED();
+    launch(attention_merge_kernel, static_cast<unsigned>(T * H),
+           static_cast<unsigned>(std::max(32, D)), 0, as_stream(stream), part, static_cast<int>(T),
+           H, D, splits, out);
   }
 }
 
 void outlier_share(const float* qkv, std::size_t T, int H, int Hk, int D, float* share,
                    void* stream) {
   if (T == 0) return;
-  outlier_kernel<<<static_cast<unsigned>(H), 256, 0, as_stream(stream)>>>(qkv, static_cast<int>(T), H,
-                                                                         Hk, D, share);
-  LAMINA_CUDA_LAUNCHED();
+  launch(outlier_kernel, static_cast<unsigned>(H), 256, 0, as_stream(stream), qkv,
+         static_cast<int>(T), H, Hk, D, share);
 }
 
 void gather_rows_f16(const void* src, const int64_t* idx, std::size_t n, std::size_t row_elems,
                      void* dst, void* stream) {
   if (n == 0 || row_elems == 0) return;
-  gather_kernel<<<grid_1d(n * row_elems, 256), 256, 0, as_stream(stream)>>>(
-      static_cast<const __half*>(src), idx, n, row_elems, static_cast<__half*>(dst));
-  LAMINA_CUDA_LAUNCHED();
+  launch(gather_kernel, blocks_for(n * row_elems, 256), 256, 0, as_stream(stream),
+         static_cast<const __half*>(src), idx, n, row_elems, static_cast<__half*>(dst));
 }
 
 // ---- DeviceKVCache ---------------------------------------------------------------------------
@@ -872,28 +861,24 @@ void DeviceModel::set_channel_scaling(const ChannelScaling& cs) {
   float* cols = nullptr;
   LAMINA_CUDA_CHECK(cudaMalloc(&cols, static_cast<std::size_t>(c.n_layers) * n * sizeof(float)));
   cudaStream_t st = as_stream(stream_);
-  cudaError_t err = cudaSuccess;
-  for (int l = cs.first_layer; l < cs.last_layer && err == cudaSuccess; ++l) {
-    // wqkv rows [0, (H + Hk)·D) are wq then wk: their column `channel`, as the device has it.
-    column_kernel<<<grid_1d(n, 256), 256, 0, st>>>(
-        static_cast<const __half*>(layers_[static_cast<std::size_t>(l)].wqkv),
-        static_cast<std::size_t>(c.d_model), cs.channel, static_cast<int>(n),
-        cols + static_cast<std::size_t>(l) * n);
-    err = cudaGetLastError();
-  }
-  if (err == cudaSuccess) err = cudaStreamSynchronize(st);
-  if (err != cudaSuccess) {
+  try {
+    for (int l = cs.first_layer; l < cs.last_layer; ++l) {
+      // wqkv rows [0, (H + Hk)·D) are wq then wk: their column `channel`, as the device has it.
+      launch(column_kernel, blocks_for(n, 256), 256, 0, st,
+             static_cast<const __half*>(layers_[static_cast<std::size_t>(l)].wqkv),
+             static_cast<std::size_t>(c.d_model), cs.channel, static_cast<int>(n),
+             cols + static_cast<std::size_t>(l) * n);
+    }
+    LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
+  } catch (...) {
     cudaFree(cols);
-    LAMINA_CUDA_CHECK(err);
+    throw;
   }
   chan_cols_ = cols;
   chan_ = cs;
 }
 
-float DeviceModel::ratio_of(int i) const {
-  return pos_.ratio_min + (pos_.ratio_max - pos_.ratio_min) * static_cast<float>(i) /
-                              static_cast<float>(cfg_.n_kv_heads);
-}
+float DeviceModel::ratio_of(int i) const { return lamina::model::ratio_of(pos_, cfg_.n_kv_heads, i); }
 
 void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cache, Logits mode,
                           float* logits, float* queries, std::size_t q_window) {
@@ -944,30 +929,15 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
   }
   cache.reserve_more(T);
 
-  // Host tables: rotations (as cpp/model.cpp computes them), head slots and ratio maps.
+  // Host tables: rotations (the CPU forward's rope_tables()), head slots and ratio maps.
   // Tables: 0 plain (p), 1 + r ratio index r's (p / r), and with the window variant 1 + Hk + r
   // its far queries' (p / r + window · (1 - 1/r)).
-  const std::size_t half_d = static_cast<std::size_t>(D / 2);
   const std::size_t win = scaled ? static_cast<std::size_t>(pos_.window) : 0;
-  const std::size_t n_ratio = scaled ? static_cast<std::size_t>(Hk) : 0;
-  const std::size_t n_tab = 1 + n_ratio + (win ? n_ratio : 0);
-  std::vector<float> rope(n_tab * T * half_d * 2);
-  for (std::size_t r = 0; r < n_tab; ++r) {
-    const bool far_tab = r > n_ratio;
-    const std::size_t ri = far_tab ? r - 1 - n_ratio : r - 1;
-    const double ratio = r == 0 ? 1.0 : static_cast<double>(ratio_of(static_cast<int>(ri)));
-    const double shift = far_tab ? static_cast<double>(win) * (1.0 - 1.0 / ratio) : 0.0;
-    for (std::size_t t = 0; t < T; ++t)
-      for (std::size_t i = 0; i < half_d; ++i) {
-        const double inv = std::pow(static_cast<double>(c.rope_base),
-                                    -2.0 * static_cast<double>(i) / static_cast<double>(D));
-        const double p = static_cast<double>(pos0 + static_cast<int64_t>(t));
-        const double ang = r == 0 ? p * inv : far_tab ? (p / ratio + shift) * inv : (p / ratio) * inv;
-        const std::size_t o = ((r * T + t) * half_d + i) * 2;
-        rope[o] = static_cast<float>(std::cos(ang));
-        rope[o + 1] = static_cast<float>(std::sin(ang));
-      }
-  }
+  std::vector<float> ratios;
+  for (int r = 0; scaled && r < Hk; ++r) ratios.push_back(ratio_of(r));
+  std::vector<int64_t> positions(T);
+  for (std::size_t t = 0; t < T; ++t) positions[t] = pos0 + static_cast<int64_t>(t);
+  const std::vector<float> rope = lamina::model::rope_tables(c, positions.data(), T, ratios, win);
   // The window variant's split per (layer >= first, KV head, query t): the number of the head's
   // entries at position <= pos0 + t - window (positions ascend: the held ones, all < pos0, then
   // the call's pos0 + j for j <= t), read with the far query and the scaled keys.
@@ -1049,20 +1019,8 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
       float* out_share = cache.outlier_share().data() + static_cast<std::size_t>(l) * H;
       LAMINA_CUDA_CHECK(cudaMemcpyAsync(out_share, share, H * sizeof(float), cudaMemcpyDeviceToHost, st));
       LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
-      std::vector<float> score(Hk, 0.0f);
-      std::vector<int> order(Hk);
-      for (int g = 0; g < Hk; ++g) {
-        for (int j = 0; j < G; ++j) score[g] += out_share[g * G + j];
-        score[g] /= static_cast<float>(G);
-        order[g] = g;
-      }
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return score[a] > score[b]; });
-      int* ri = cache.ratio_index().data() + static_cast<std::size_t>(l) * Hk;
-      for (int g = 0; g < Hk; ++g) {
-        if (pos_.order == lamina::model::RatioOrder::Rank) ri[order[g]] = g;
-        else if (pos_.order == lamina::model::RatioOrder::Gather) ri[g] = order[g];
-        else ri[g] = Hk - 1 - g;
-      }
+      lamina::model::assign_ratios(out_share, H, Hk, pos_.order,
+                                   cache.ratio_index().data() + static_cast<std::size_t>(l) * Hk);
       maps_of_layer(l);
       LAMINA_CUDA_CHECK(cudaMemcpyAsync(lq, qmap.data() + static_cast<std::size_t>(l) * H, H * sizeof(int),
                                         cudaMemcpyHostToDevice, st));

@@ -37,9 +37,8 @@ std::string runtime_version() {
 void axpy(float a, const float* x, float* y, std::size_t n, void* stream) {
   if (n == 0) return;
   const int threads = 256;
-  const int blocks = static_cast<int>(std::min<std::size_t>((n + threads - 1) / threads, 65535));
-  axpy_kernel<<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(a, x, y, n);
-  LAMINA_CUDA_CHECK(cudaGetLastError());
+  const unsigned blocks = detail::blocks_for(n, threads, detail::kStrideBlocks);
+  detail::launch(axpy_kernel, blocks, threads, 0, static_cast<cudaStream_t>(stream), a, x, y, n);
 }
 
 void selftest() {

@@ -12,7 +12,9 @@
 namespace lamina::cuda {
 
 using detail::as_stream;
-using detail::grid_1d;
+using detail::blocks_for;
+using detail::kStrideBlocks;
+using detail::launch;
 using detail::read_scalar;
 using detail::Scratch;
 
@@ -111,13 +113,11 @@ std::size_t select_hot(const float* heat, std::size_t n, double threshold,
   Scratch scr(st);
   unsigned long long* bad = scr.alloc<unsigned long long>(1);
   LAMINA_CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof *bad, st));
-  first_nonfinite<<<grid_1d(n, 256), 256, 0, st>>>(heat, nullptr, n, bad);
-  LAMINA_CUDA_LAUNCHED();
+  launch(first_nonfinite, blocks_for(n, 256, kStrideBlocks), 256, 0, st, heat, nullptr, n, bad);
   uint8_t* flags = scr.alloc<uint8_t>(n);
   int64_t* iota = scr.alloc<int64_t>(n);
   int* d_count = scr.alloc<int>(1);
-  hot_flags<<<grid_1d(n, 256), 256, 0, st>>>(heat, n, thr, flags, iota);
-  LAMINA_CUDA_LAUNCHED();
+  launch(hot_flags, blocks_for(n, 256, kStrideBlocks), 256, 0, st, heat, n, thr, flags, iota);
   if (const unsigned long long i = read_scalar(bad, st); i != kNone) {
     float v = 0.0f;
     LAMINA_CUDA_CHECK(cudaMemcpy(&v, heat + i, sizeof v, cudaMemcpyDeviceToHost));
@@ -130,8 +130,8 @@ std::size_t select_hot(const float* heat, std::size_t n, double threshold,
   if (namespaces && k > 0) {
     uint64_t* keys = scr.alloc<uint64_t>(k);
     uint64_t* keys_out = scr.alloc<uint64_t>(k);
-    gather_kernel<<<grid_1d(k, 256), 256, 0, st>>>(namespaces, sel, k, keys);
-    LAMINA_CUDA_LAUNCHED();
+    launch(gather_kernel<uint64_t>, blocks_for(k, 256, kStrideBlocks), 256, 0, st, namespaces, sel,
+           k, keys);
     detail::sort_pairs(scr, keys, keys_out, sel, out, k, st);  // stable: indices stay ascending
   }
   LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -160,8 +160,7 @@ std::size_t evict_to_capacity(const float* scores, const uint64_t* namespaces, s
   Scratch scr(st);
   unsigned long long* bad = scr.alloc<unsigned long long>(1);
   LAMINA_CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof *bad, st));
-  first_nonfinite<<<grid_1d(n, 256), 256, 0, st>>>(scores, live, n, bad);
-  LAMINA_CUDA_LAUNCHED();
+  launch(first_nonfinite, blocks_for(n, 256, kStrideBlocks), 256, 0, st, scores, live, n, bad);
   if (const unsigned long long i = read_scalar(bad, st); i != kNone) {
     float v = 0.0f;
     LAMINA_CUDA_CHECK(cudaMemcpy(&v, scores + i, sizeof v, cudaMemcpyDeviceToHost));
@@ -174,8 +173,7 @@ std::size_t evict_to_capacity(const float* scores, const uint64_t* namespaces, s
   uint8_t* flags = scr.alloc<uint8_t>(n);
   int64_t* iota = scr.alloc<int64_t>(n);
   int* d_count = scr.alloc<int>(1);
-  live_flags<<<grid_1d(n, 256), 256, 0, st>>>(live, n, flags, iota);
-  LAMINA_CUDA_LAUNCHED();
+  launch(live_flags, blocks_for(n, 256, kStrideBlocks), 256, 0, st, live, n, flags, iota);
   int64_t* rows = scr.alloc<int64_t>(n);
   detail::select_flagged(scr, iota, flags, rows, d_count, n, st);
   const std::size_t m = static_cast<std::size_t>(read_scalar(d_count, st));
@@ -184,11 +182,10 @@ std::size_t evict_to_capacity(const float* scores, const uint64_t* namespaces, s
   uint64_t* keys = scr.alloc<uint64_t>(m);
   uint64_t* keys2 = scr.alloc<uint64_t>(m);
   int64_t* rows2 = scr.alloc<int64_t>(m);
-  evict_keys<<<grid_1d(m, 256), 256, 0, st>>>(scores, rows, m, keys);
-  LAMINA_CUDA_LAUNCHED();
+  launch(evict_keys, blocks_for(m, 256, kStrideBlocks), 256, 0, st, scores, rows, m, keys);
   detail::sort_pairs(scr, keys, keys2, rows, rows2, m, st);
-  gather_kernel<<<grid_1d(m, 256), 256, 0, st>>>(namespaces, rows2, m, keys);
-  LAMINA_CUDA_LAUNCHED();
+  launch(gather_kernel<uint64_t>, blocks_for(m, 256, kStrideBlocks), 256, 0, st, namespaces, rows2,
+         m, keys);
   detail::sort_pairs(scr, keys, keys2, rows2, rows, m, st);
   // 3. namespace runs: keys, counts, starts, capacities
   uint64_t* gkeys = scr.alloc<uint64_t>(m);
@@ -220,13 +217,12 @@ std::size_t evict_to_capacity(const float* scores, const uint64_t* namespaces, s
                                       cudaMemcpyHostToDevice, st));
   }
   int64_t* gcap = scr.alloc<int64_t>(G);
-  group_caps<<<grid_1d(G, 256), 256, 0, st>>>(gkeys, G, d_cap_keys, d_cap_vals, n_caps,
-                                              default_capacity, gcap);
-  LAMINA_CUDA_LAUNCHED();
+  launch(group_caps, blocks_for(G, 256, kStrideBlocks), 256, 0, st, gkeys, G, d_cap_keys,
+         d_cap_vals, n_caps, default_capacity, gcap);
   // 4. mark, then compact ascending
   LAMINA_CUDA_CHECK(cudaMemsetAsync(flags, 0, n, st));
-  mark_evicted<<<grid_1d(m, 256), 256, 0, st>>>(rows, m, gstarts, gcounts, gcap, G, flags);
-  LAMINA_CUDA_LAUNCHED();
+  launch(mark_evicted, blocks_for(m, 256, kStrideBlocks), 256, 0, st, rows, m, gstarts, gcounts,
+         gcap, G, flags);
   detail::select_flagged(scr, iota, flags, out, d_count, n, st);
   const std::size_t k = static_cast<std::size_t>(read_scalar(d_count, st));
   if (n_caps) LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));  // host staging buffers

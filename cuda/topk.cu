@@ -18,8 +18,10 @@
 namespace lamina::cuda {
 
 using detail::better;
+using detail::blocks_for;
 using detail::kFullMask;
 using detail::kNoId;
+using detail::launch;
 using detail::WarpList;
 using detail::warp_sum;
 
@@ -533,8 +535,7 @@ void launch_wmma(dim3 grid, cudaStream_t st, const WmmaArgs& a) {
   LAMINA_CUDA_CHECK(cudaFuncSetAttribute(wmma_kernel<J, VEC>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(bytes)));
-  wmma_kernel<J, VEC><<<grid, kThreads, bytes, st>>>(a);
-  LAMINA_CUDA_LAUNCHED();
+  launch(wmma_kernel<J, VEC>, grid, kThreads, bytes, st, a);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
@@ -585,15 +586,13 @@ void detail::topk_enqueue(const float* queries, std::size_t nq, const DeviceRows
     float* qscale = scr.alloc<float>(nq);
     LAMINA_CUDA_CHECK(cudaMemsetAsync(Qh, 0, nq_pad * dpad * sizeof(__half), st));
     LAMINA_CUDA_CHECK(cudaMemsetAsync(Ql, 0, nq_pad * dpad * sizeof(__half), st));
-    query_prep_kernel<<<(nq + 7) / 8, 256, 0, st>>>(queries, static_cast<int>(nq), d, im, qsq,
-                                                    qinv, Qh, Ql, qscale, dpad, flags);
-    LAMINA_CUDA_LAUNCHED();
+    launch(query_prep_kernel, blocks_for(nq, 8), 256, 0, st, queries, static_cast<int>(nq), d, im,
+           qsq, qinv, Qh, Ql, qscale, dpad, flags);
     const float* xsq = rows.sqnorms;
     if (metric != Metric::IP && !xsq && n_rows) {
       float* t = scr.alloc<float>(n_rows);
-      row_sqnorm_kernel<__half><<<(n_rows + 7) / 8, 256, 0, st>>>(
-          static_cast<const __half*>(rows.base), n_rows, rows.stride, d, t);
-      LAMINA_CUDA_LAUNCHED();
+      launch(row_sqnorm_kernel<__half>, blocks_for(n_rows, 8), 256, 0, st,
+             static_cast<const __half*>(rows.base), n_rows, rows.stride, d, t);
       xsq = t;
     }
     const std::size_t n_tiles = std::max<std::size_t>(1, (n_units + kTN - 1) / kTN);
@@ -620,9 +619,8 @@ void detail::topk_enqueue(const float* queries, std::size_t nq, const DeviceRows
       else launch_wmma<4, false>(grid, st, a);
     }
   } else {
-    query_prep_kernel<<<(nq + 7) / 8, 256, 0, st>>>(queries, static_cast<int>(nq), d, im, qsq,
-                                                    qinv, nullptr, nullptr, nullptr, 0, flags);
-    LAMINA_CUDA_LAUNCHED();
+    launch(query_prep_kernel, blocks_for(nq, 8), 256, 0, st, queries, static_cast<int>(nq), d, im,
+           qsq, qinv, nullptr, nullptr, nullptr, 0, flags);
     const int QB = (segmented || nq == 1) ? 1 : max_group(J);
     const std::size_t elt = rows.f16 ? 2 : 4;
     const bool vec = aligned16(rows.base) && aligned16(queries) &&
@@ -653,8 +651,7 @@ void detail::topk_enqueue(const float* queries, std::size_t nq, const DeviceRows
                flags};
     LAMINA_CHECK(gx <= 65535, "a namespace is too large for one GPU launch");
     const dim3 grid(static_cast<unsigned>(gy), static_cast<unsigned>(gx));
-    kern<<<grid, kThreads, 0, st>>>(a);
-    LAMINA_CUDA_LAUNCHED();
+    launch(kern, grid, kThreads, 0, st, a);
   }
   merges(J, st, scr, cand_s, cand_i, n_lists, static_cast<int>(nq), kq, im, out_scores, out_ids,
          generations);

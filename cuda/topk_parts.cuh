@@ -95,18 +95,15 @@ void launch_merges(cudaStream_t st, detail::Scratch& scr, const float* cs, const
                    const uint32_t* gen) {
   while (true) {
     if (n_lists <= kMergeGroup) {
-      merge_kernel<J, true><<<dim3(nq, 1), 32, 0, st>>>(cs, ci, n_lists, k, n_lists, nullptr,
-                                                         nullptr, 1, metric, out_s, out_i, gen);
-      LAMINA_CUDA_LAUNCHED();
+      launch(merge_kernel<J, true>, dim3(nq, 1), 32, 0, st, cs, ci, n_lists, k, n_lists, nullptr,
+             nullptr, 1, metric, out_s, out_i, gen);
       return;
     }
     const int n_out = (n_lists + kMergeGroup - 1) / kMergeGroup;
     float* ns = scr.alloc<float>(static_cast<std::size_t>(nq) * n_out * k);
     uint32_t* ni = scr.alloc<uint32_t>(static_cast<std::size_t>(nq) * n_out * k);
-    merge_kernel<J, false><<<dim3(nq, n_out), 32, 0, st>>>(cs, ci, n_lists, k, kMergeGroup, ns,
-                                                           ni, n_out, metric, nullptr, nullptr,
-                                                           nullptr);
-    LAMINA_CUDA_LAUNCHED();
+    launch(merge_kernel<J, false>, dim3(nq, n_out), 32, 0, st, cs, ci, n_lists, k, kMergeGroup, ns,
+           ni, n_out, metric, nullptr, nullptr, nullptr);
     cs = ns;
     ci = ni;
     n_lists = n_out;

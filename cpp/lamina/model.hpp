@@ -166,6 +166,21 @@ ChannelSpan channel_span(const ChannelScaling& cs, std::size_t n_layers, std::si
 /// holds `n_seen` tokens of a forward without channel scaling.
 void check_dual_keys_start(int64_t n_seen);
 
+/// Ratio r_i of Ms-PoE index i: ratio_min + (ratio_max - ratio_min) · i / n_kv_heads.
+float ratio_of(const PositionScaling& p, int n_kv_heads, int i);
+/// Ms-PoE's ratio assignment of one layer (both forwards): each KV head's score is the mean
+/// outlier share of its n_heads / n_kv_heads query heads (`share`, n_heads floats); the KV
+/// heads ranked by score (descending, stable) get ratio_index[n_kv_heads] as `order` says.
+void assign_ratios(const float* share, int n_heads, int n_kv_heads, RatioOrder order,
+                   int* ratio_index);
+/// The RoPE rotation tables of T rows (both forwards; the CUDA one uploads them): table 0
+/// holds the angles p_t·θ_i (p_t = positions[t], θ_i = rope_base^(-2i / head_dim)); with
+/// Ms-PoE ratios r_j (j < n = ratios.size()) tables 1 + j hold (p_t / r_j)·θ_i and, when
+/// window > 0, tables 1 + n + j the far queries' (p_t / r_j + window·(1 - 1/r_j))·θ_i.
+/// Layout [table][t][head_dim / 2] of (cos, sin) float pairs; angles in double.
+std::vector<float> rope_tables(const Config& c, const int64_t* positions, std::size_t T,
+                               const std::vector<float>& ratios, std::size_t window);
+
 /// The KV cache of one sequence (see the file comment). Not thread-safe: one forward (or one
 /// keep/clear) at a time per cache; distinct caches are independent.
 class KVCache {
@@ -336,7 +351,9 @@ class Model {
   PositionScaling pos_;
   std::vector<std::vector<uint8_t>> packed_;  // the packed block matrices w_ points into
   bool q8_prefill_ = true;
-  // forward (batch = false, caches[0]) and forward_batch (batch = true, T caches).
+  // forward (batch = false, caches[0]) and forward_batch (batch = true, T caches), run as
+  // the stages of one Pass (model_forward.cpp).
+  class Pass;
   void forward_impl(const int32_t* ids, std::size_t T, KVCache* const* caches, bool batch,
                     Logits mode, float* logits, int n_threads, const AttentionRecord* record,
                     bool q8_decode, float* hidden) const;
