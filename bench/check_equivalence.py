@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 import lamina
-from lamina.demo import run_demo
+from lamina.cli.demo import run_demo
 from lamina.embedders import get_embedder
 from lamina.eval import load_locomo
 from lamina.eval.systems import LAMINA_VARIANTS, CachedEmbedder

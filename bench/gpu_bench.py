@@ -410,7 +410,7 @@ def bench_multi_tenant(cp: Any, lamina: Any, sc: float) -> None:
 
 def bench_selection_kernels(cp: Any, lamina: Any, sc: float) -> None:
     """softmax_gate (eq. 7 + entropy bound), select_hot, evict_to_capacity vs CuPy formulations."""
-    kern = lamina.kernels
+    kern = lamina.native.kernels
     if not hasattr(lamina._core, "cuda_softmax_gate"):
         log("selection kernels: no CUDA versions in this build; skipped")
         return

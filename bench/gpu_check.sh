@@ -67,7 +67,7 @@ $PY -c "import lamina, json; i = lamina.build_info(); print(json.dumps({k: i[k] 
 PYTEST_ARGS=(-q -rs -p no:cacheprovider -W default --junitxml="$RES/gpu_tests.xml")
 $PY -c "import hypothesis" 2>/dev/null || PYTEST_ARGS+=(--noconftest)
 log "GPU tests"
-timeout 180 $PY -m pytest "${PYTEST_ARGS[@]}" tests/native/test_cuda.py tests/test_fleet.py || fail "GPU tests"
+timeout 180 $PY -m pytest "${PYTEST_ARGS[@]}" tests/native/test_cuda.py tests/native/test_fleet.py || fail "GPU tests"
 if [[ "${GPU_CHECK_CPU_TESTS:-1}" != 0 ]]; then
   log "CPU twins of the GPU kernels (sanity)"
   timeout 45 $PY -m pytest "${PYTEST_ARGS[@]}" -x tests/native/test_topk.py tests/native/test_arena.py tests/native/test_codec.py || fail "CPU top-k / arena tests"

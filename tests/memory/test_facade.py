@@ -13,7 +13,7 @@ from memkit import DAY, FILLER, T0, chat, item_rows
 
 import lamina
 from lamina import Memory, MemoryConfig
-from lamina.items import LAYERS
+from lamina.memory.types import LAYERS
 
 
 def test_identifiers_are_keyword_only() -> None:

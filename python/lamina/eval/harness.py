@@ -27,9 +27,10 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from ..cli.progress import ProgressBar
 from ..embedders import Embedder
-from ..items import ContextOrder, context_order
-from ..llm import LLM
+from ..llm.openai_chat import LLM
+from ..memory.types import ContextOrder, context_order
 from .locomo import Audit, Conversation, LoadReport, Question
 from .metrics import (
     CATEGORY_NAMES,
@@ -62,35 +63,6 @@ ALL_SYSTEMS: tuple[str, ...] = tuple(BASELINES) + tuple(LAMINA_VARIANTS)
 PERIODS = 6
 RETENTION_CAPACITY = 0.25  # of the conversation's raw turns
 _DAY = 86400.0
-
-
-class _Bar:
-    """A one-line stderr progress bar (no dependency)."""
-
-    def __init__(self, total: int, label: str, stream: TextIO | None) -> None:
-        self.total, self.label, self.stream, self.n = max(1, total), label, stream, 0
-        self.t0 = time.perf_counter()
-        self._last = 0.0
-
-    def update(self, k: int = 1, note: str = "") -> None:
-        self.n += k
-        if self.stream is None:
-            return
-        now = time.perf_counter()
-        if now - self._last < 0.2 and self.n < self.total:
-            return
-        self._last = now
-        w = 28
-        f = min(1.0, self.n / self.total)
-        el = now - self.t0
-        eta = el / f - el if f > 0 else 0.0
-        self.stream.write(
-            f"\r{self.label} [{'#' * int(f * w)}{'-' * (w - int(f * w))}] {100 * f:5.1f}% "
-            f"{el:6.0f}s elapsed, ~{eta:5.0f}s left {note[:40]:<40}"
-        )
-        if self.n >= self.total:
-            self.stream.write("\n")
-        self.stream.flush()
 
 
 def named_speaker(question: str, speakers: Sequence[str]) -> str | None:
@@ -268,7 +240,7 @@ def run_locomo(
     audit : the audit's corrections (:func:`lamina.eval.locomo.load_audit`): evidence recall is
         also reported on the corrected gold (``evidence_recall_audit``); without it that equals
         the original
-    orders : context orders (:data:`lamina.items.CONTEXT_ORDERS`) the reader answers each
+    orders : context orders (:data:`lamina.memory.types.CONTEXT_ORDERS`) the reader answers each
         question in: the same selected items of the same context, only their order changed
         (:meth:`lamina.Context.reordered`), one answer per order; per question under
         ``"orders"``, aggregated as ``reader_orders`` (F1 per category with bootstrap intervals,
@@ -301,7 +273,7 @@ def run_locomo(
     }
     ingest_s: dict[str, float] = {s: 0.0 for s in systems}
     work = sum(len(c.questions) * len(systems) for c in convs)
-    bar = _Bar(work, "locomo", progress)
+    bar = ProgressBar(work, "locomo", progress)
     t_start = time.perf_counter()
     conv_info = []
     for conv in convs:

@@ -16,7 +16,7 @@ and measures what reaches the context:
 
 A memory is "in the context" when its source id is among ``Context.sources`` (verbatim, or
 quoted by a segment, summary or fact). Everything is deterministic in ``--seed``; the
-generator's words are general vocabulary, not those of :data:`lamina.memory.domains.DEFAULT_LEXICON`
+generator's words are general vocabulary, not those of :data:`lamina.text.domains.DEFAULT_LEXICON`
 (the classifier's accuracy on it is reported beside the rates, since its labels gate the
 firewall).
 """

@@ -18,9 +18,9 @@ Write path (``add``, ``end_session``) and read path (``context``, ``search``) of
 Capacity projection Π_C (``end_session``): beyond C_e / C_s the items whose raw text is most
 redundant go first (the Shapley share of novelty-weighted turn coverage; ``eviction="heat"``: the
 lowest heat × strength), optionally a pool using what the other leaves unused (``lend_capacity``); the rule
-is written out in :mod:`lamina.memory.retention`.
+is written out in :mod:`lamina.memory.write.retention`.
 
-Vectors live in a :class:`~lamina.layer_index.LayerIndex`: two native arenas (the archive apart
+Vectors live in a :class:`~lamina.native.layer_index.LayerIndex`: two native arenas (the archive apart
 from the active layers), one namespace per (user, layer), searched with the native exact top-k up
 to ``MemoryConfig.ann_threshold`` vectors and through hnswlib past it; the layer gate is
 ``kernels.softmax_gate`` (eq. 7, entropy bound ε).
@@ -28,31 +28,31 @@ to ``MemoryConfig.ann_threshold`` vectors and through hnswlib past it; the layer
 The package reads top-down as the loop (imports flow one way, from the first to the last):
 
 * :mod:`~lamina.memory.config` (``MemoryConfig``), :mod:`~lamina.memory.inputs` (argument checks),
-  :mod:`~lamina.memory.reports` (typed results), :mod:`~lamina.memory.store` (the ``Store``
+  :mod:`~lamina.memory.reports` (typed results), :mod:`~lamina.memory.store.sqlite` (the ``Store``
   protocol and SQLite, the only SQL);
-* :mod:`~lamina.memory.records` (the record, namespace codes, ``namespace()``),
-  :mod:`~lamina.memory.staleness`, :mod:`~lamina.memory.coverage` (the coverage rule's kept
-  neighbour lists and incidence), :mod:`~lamina.memory.state` (per-user state, arenas, catching up
-  with the store's change log), :mod:`~lamina.memory.tx` (the unit of work ``Tx``);
-* the stages: :mod:`~lamina.memory.ingest` (add, working FIFO), :mod:`~lamina.memory.consolidate`
-  (segments, MemTree, summaries, EMA blend), :mod:`~lamina.memory.notes` (A-Mem notes, links and
-  evolution of turns), :mod:`~lamina.memory.semantic` (facts, supersession,
-  profiles), :mod:`~lamina.memory.retention` (heat, promotion, eviction),
-  :mod:`~lamina.memory.retrieve` (candidates, lexical fusion, staleness), :mod:`~lamina.memory.domains`
-  (domain labels) and :mod:`~lamina.memory.firewall` (what may pass into a prompt),
-  :mod:`~lamina.memory.fill` (gate, budget fill, order);
-* :mod:`~lamina.memory.memory`, the façade ``Memory``.
+* :mod:`~lamina.memory.state.records` (the record, namespace codes, ``namespace()``),
+  :mod:`~lamina.memory.state.staleness`, :mod:`~lamina.memory.state.coverage` (the coverage rule's kept
+  neighbour lists and incidence), :mod:`~lamina.memory.state.memstate` (per-user state, arenas, catching up
+  with the store's change log), :mod:`~lamina.memory.state.tx` (the unit of work ``Tx``);
+* the stages: :mod:`~lamina.memory.write.ingest` (add, working FIFO), :mod:`~lamina.memory.write.consolidate`
+  (segments, MemTree, summaries, EMA blend), :mod:`~lamina.memory.write.notes` (A-Mem notes, links and
+  evolution of turns), :mod:`~lamina.memory.write.semantic` (facts, supersession,
+  profiles), :mod:`~lamina.memory.write.retention` (heat, promotion, eviction),
+  :mod:`~lamina.memory.read.candidates` (candidates, lexical fusion, staleness), :mod:`~lamina.text.domains`
+  (domain labels) and :mod:`~lamina.memory.read.firewall` (what may pass into a prompt),
+  :mod:`~lamina.memory.read.fill` (gate, budget fill, order);
+* :mod:`~lamina.memory.facade`, the façade ``Memory``.
 """
 
 from __future__ import annotations
 
+from ..text.domains import DomainClassifier
 from .config import MemoryConfig
-from .domains import DomainClassifier
-from .firewall import Firewall
-from .listing import Activity, ActivityBin, ItemPage
-from .memory import ClosedError, Memory
-from .notes import Link, Note, NoteRevision
+from .facade import ClosedError, Memory
+from .read.firewall import Firewall
+from .read.listing import Activity, ActivityBin, ItemPage
 from .reports import Candidate, ContextExplanation, DeleteReport, MemoryStats, ProfileDrift, SessionReport
+from .write.notes import Link, Note, NoteRevision
 
 __all__ = [
     "Memory",
