@@ -42,7 +42,7 @@ sys.path.insert(0, str(HERE))
 import lamina  # noqa: E402
 from bench_scaleout import postgres  # noqa: E402
 from lamina.memory.store.postgres import PostgresStore, archive_index_name  # noqa: E402
-from lamina.memory.store.sqlite import ITEM_COLUMNS, seq_of  # noqa: E402
+from lamina.memory.store.protocol import ITEM_COLUMNS, seq_of  # noqa: E402
 from lamina.native.layer_index import LayerIndex  # noqa: E402
 
 DIM = 384

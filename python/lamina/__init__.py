@@ -24,8 +24,9 @@ from .memory import (
     SessionReport,
 )
 from .memory.aio import AsyncMemory
-from .memory.dump.format import Dump, DumpError, UserDump, read_dump
+from .memory.dump.format import Dump, DumpError, UserDump
 from .memory.dump.jsonl import export_jsonl, import_dump, import_jsonl, iter_export
+from .memory.dump.reader import read_dump
 from .memory.reports import ImportReport
 from .memory.types import Blocked, Context, FirewallReport, MemoryItem
 from .native._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads

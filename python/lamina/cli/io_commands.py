@@ -14,10 +14,11 @@ import tempfile
 from typing import TextIO
 
 from ..errors import LaminaError
-from ..memory.dump.format import read_dump
+from ..memory.dump.reader import read_dump
 from ..memory.facade import Memory
 from ..memory.store.dburl import is_postgres_url, redact_url
-from ..memory.store.sqlite import SQLiteStore, Store
+from ..memory.store.protocol import Store
+from ..memory.store.sqlite import SQLiteStore
 
 __all__ = ["add_io_parsers", "open_db", "stored_embedder", "embedder_spec"]
 

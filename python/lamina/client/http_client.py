@@ -27,7 +27,8 @@ from urllib.parse import quote
 import httpx
 
 from ..errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
-from ..memory.dump.format import DumpHeader, UserDump, dump_lines, read_dump
+from ..memory.dump.format import DumpHeader, UserDump, dump_lines
+from ..memory.dump.reader import read_dump
 from ..memory.inputs import TimeLike
 from ..memory.read.firewall import Firewall
 from ..memory.reports import DeleteReport, ImportReport, SessionReport

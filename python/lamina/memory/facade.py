@@ -37,7 +37,8 @@ from .state.records import Record
 from .state.turnvec import turn_vectors
 from .state.tx import Models, Tx
 from .store.dburl import is_postgres_url
-from .store.sqlite import SQLiteStore, Store
+from .store.protocol import Store
+from .store.sqlite import SQLiteStore
 from .types import MemoryItem
 from .write import consolidate, ingest, notes
 
@@ -596,7 +597,7 @@ class Memory(Reading, Inspection):
     def import_user(
         self, dump: UserDump, *, embedder: str, user_id: str | None = None, replace: bool = False
     ) -> ImportReport:
-        """Import one user of a validated dump (:func:`lamina.memory.dump.format.read_dump`) in one
+        """Import one user of a validated dump (:func:`lamina.memory.dump.reader.read_dump`) in one
         atomic transaction, with fresh item ids (references remapped). The imported user's
         contexts are those of the exported one.
 

@@ -32,8 +32,9 @@ from starlette.responses import Response, StreamingResponse
 from ..client.wire import import_report_to_json
 from ..errors import InvalidInput, NotFoundError, Overloaded
 from ..memory import Memory
-from ..memory.dump.format import DumpError, read_dump
+from ..memory.dump.format import DumpError
 from ..memory.dump.jsonl import iter_dump, renamed
+from ..memory.dump.reader import read_dump
 from . import schemas as S
 from .errors import UserExists
 from .service import CallerDep, ServiceDep

@@ -23,8 +23,9 @@ import pytest
 from dumpkit import normalised
 from lamina import InvalidInput, Memory, MemoryConfig, NotFoundError
 from lamina.cli.demo import generate
-from lamina.memory.dump.format import TEXT_KINDS, DumpError, read_dump
+from lamina.memory.dump.format import TEXT_KINDS, DumpError
 from lamina.memory.dump.jsonl import export_jsonl, import_jsonl, iter_export
+from lamina.memory.dump.reader import read_dump
 
 SHARED_DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 # small capacities: the conversation evicts, promotes notes, supersedes facts and moves profiles

@@ -18,8 +18,9 @@ import pytest
 
 from dumpkit import mapped_links, mapped_note, normalised
 from lamina import Memory, MemoryConfig, Note
-from lamina.memory.dump.format import FORMAT_VERSION, DumpError, dump_lines, read_dump
+from lamina.memory.dump.format import FORMAT_VERSION, DumpError, dump_lines
 from lamina.memory.dump.jsonl import export_jsonl, import_jsonl, iter_export
+from lamina.memory.dump.reader import read_dump
 
 # links between turns that share words (the hashing embedder's cosine is mostly shared words)
 CFG = MemoryConfig(link_threshold=0.2)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from lamina.memory.config import MemoryConfig
 from lamina.memory.read.fusion import Fused, Turns, fuse, segment_ranks, sort_within, twins
 from lamina.memory.state.records import NsCode
-from lamina.memory.store.sqlite import ID_SHIFT
+from lamina.memory.store.protocol import ID_SHIFT
 from lamina.native.layer_index import LayerIndex
 
 DIM = 6

@@ -15,7 +15,7 @@ from lamina.memory.state.records import (
     turn_tokens,
     unit,
 )
-from lamina.memory.store.sqlite import ITEM_COLUMNS
+from lamina.memory.store.protocol import ITEM_COLUMNS
 from lamina.memory.types import LAYERS
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from lamina import InvalidInput, Memory
 from lamina.memory.store.pgnotify import parse_notice
-from lamina.memory.store.postgres import CHANNEL, notice_payload
+from lamina.memory.store.pgschema import CHANNEL, notice_payload
 from memkit import T0
 
 WAIT = 15.0  # seconds a test waits for a notice's effect (arrives in milliseconds on an idle machine)

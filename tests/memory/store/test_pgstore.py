@@ -13,7 +13,8 @@ import pytest
 
 from lamina import InvalidInput, Memory, StoreBusy
 from lamina.memory.store.dburl import is_postgres_url, redact_url
-from lamina.memory.store.postgres import MIGRATIONS, PG_SCHEMA_VERSION, PostgresStore
+from lamina.memory.store.pgschema import MIGRATIONS, PG_SCHEMA_VERSION
+from lamina.memory.store.postgres import PostgresStore
 
 
 def test_migrations_are_recorded_once_and_a_newer_schema_is_refused(pg_url: str) -> None:

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from lamina import InvalidInput, Memory, MemoryConfig
-from lamina.memory.store.postgres import MIGRATIONS, PostgresStore, archive_index_name
+from lamina.memory.store.pgschema import MIGRATIONS
+from lamina.memory.store.postgres import PostgresStore, archive_index_name
 from memkit import T0
 
 CFG = MemoryConfig(working_capacity=8, pgvector_threshold=60)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from lamina.memory.state.records import Record
-from lamina.memory.store.sqlite import ID_SHIFT, ITEM_COLUMNS, SCHEMA_VERSION, SQLiteStore, Store, seq_of
+from lamina.memory.store.protocol import ID_SHIFT, ITEM_COLUMNS, Store, seq_of
+from lamina.memory.store.sqlite import SCHEMA_VERSION, SQLiteStore
 
 
 def _store(path: Path | None = None) -> Store:

@@ -29,7 +29,8 @@ from ...errors import InvalidInput
 from ...native import _info
 from ..facade import Memory
 from ..reports import ImportReport
-from .format import Dump, DumpFooter, DumpHeader, UserDump, dump_lines, read_dump
+from .format import Dump, DumpFooter, DumpHeader, UserDump, dump_lines
+from .reader import read_dump
 
 __all__ = [
     "UserMap",

@@ -29,9 +29,10 @@ from ..reports import ImportReport
 from ..state.records import ITEM_FIELDS, NO_TREE, ROOT, unit
 from ..state.tx import Tx
 from ..store.notestore import LinkRow, NoteRevisionRow, NoteRow
-from ..store.sqlite import Store, seq_of
-from .format import TEXT_KINDS, DumpError, ItemEntry, RevisionEntry, SessionEntry, UserDump, UserEntry, check_references
+from ..store.protocol import Store, seq_of
+from .format import TEXT_KINDS, DumpError, ItemEntry, RevisionEntry, SessionEntry, UserDump, UserEntry
 from .note_entries import EntryProblem, LinkEntry, NoteEntry, NoteRevisionEntry, NotesCheck, Span
+from .reader import check_references
 
 __all__ = ["export_user", "import_vectors", "import_user"]
 
@@ -153,7 +154,7 @@ def import_vectors(
     Raises
     ------
     DumpError
-        The dump is not whole (:func:`~lamina.memory.dump.format.check_references`) or a vector has
+        The dump is not whole (:func:`~lamina.memory.dump.reader.check_references`) or a vector has
         another dimension.
     """
     check_references(ud)

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from ...native.layer_index import LayerIndex
 from ..config import MemoryConfig
 from ..state.records import NsCode
-from ..store.sqlite import ID_SHIFT
+from ..store.protocol import ID_SHIFT
 
 __all__ = ["Turns", "Fused", "FusedMany", "fuse", "fuse_many", "segment_ranks", "sort_within", "twins"]
 

@@ -19,7 +19,7 @@ from ..inputs import check_count, check_id, check_layers, check_text
 from ..reports import MemoryStats
 from ..state.host import MemoryHost
 from ..state.records import Record, norm_key
-from ..store.sqlite import Store
+from ..store.protocol import Store
 from ..types import MemoryItem
 from ..write.notes import Link, Note, links_of, note_of
 from . import listing

@@ -12,7 +12,7 @@ from ...embedders import Embedder, TextCache
 from ...llm.openai_chat import LLM
 from ...text.domains import DomainClassifier
 from ..config import MemoryConfig
-from ..store.sqlite import Store
+from ..store.protocol import Store
 from .memstate import MemoryState, UserState
 from .records import Record
 from .tx import Models

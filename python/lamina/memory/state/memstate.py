@@ -25,7 +25,7 @@ import numpy.typing as npt
 from ...native.layer_index import LayerIndex
 from ...native.lexical import LexicalIndex
 from ..config import MemoryConfig
-from ..store.sqlite import SessionRow, Store, UserRow
+from ..store.protocol import SessionRow, Store, UserRow
 from ..types import MemoryItem
 from .gcquiet import quiet
 from .postings import discard_id, insert_id, tuple_add, tuple_discard

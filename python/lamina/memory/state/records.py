@@ -19,7 +19,7 @@ import numpy.typing as npt
 from ..._core import _gc_untrack
 from ...native.layer_index import NAMESPACE_BITS
 from ...text._memo import frozen
-from ..store.sqlite import ITEM_COLUMNS
+from ..store.protocol import ITEM_COLUMNS
 from ..types import LAYERS, format_day, turn_line
 
 __all__ = [

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from ..._core import _gc_untrack
 from ...llm.extract import FactExtractor, Summarizer
-from ..store.sqlite import Store, seq_of
+from ..store.protocol import Store, seq_of
 from .memstate import MemoryState, UserState
 from .records import Record
 

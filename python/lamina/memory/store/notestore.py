@@ -63,7 +63,7 @@ PG_NOTES_SCHEMA: tuple[str, ...] = (
 
 
 class NoteStore(Protocol):
-    """What :mod:`lamina.memory.write.notes` needs of a store (part of :class:`~lamina.memory.store.sqlite.Store`)."""
+    """What :mod:`lamina.memory.write.notes` needs of a store (part of :class:`~lamina.memory.store.protocol.Store`)."""
 
     def put_notes(self, user_id: str, rows: list[NoteRow]) -> None:
         """Insert or replace notes of the user's turns."""

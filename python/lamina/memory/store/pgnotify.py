@@ -1,7 +1,7 @@
 """``LISTEN`` / ``NOTIFY`` for handles on PostgreSQL: :class:`ChangeListener`.
 
 Every write of a :class:`~lamina.memory.store.postgres.PostgresStore` announces, inside its
-transaction, each user it touched on the channel :data:`~lamina.memory.store.postgres.CHANNEL`
+transaction, each user it touched on the channel :data:`~lamina.memory.store.pgschema.CHANNEL`
 (payload ``"<write number> <user_id>"``; PostgreSQL delivers the notices at commit, none for a
 write that rolls back). A :class:`ChangeListener` holds a dedicated connection that ``LISTEN`` s
 on that channel in a daemon thread and hands each notice to a callback; :class:`lamina.Memory`
@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 
 from .dburl import redact_url
-from .postgres import CHANNEL
+from .pgschema import CHANNEL
 
 __all__ = ["ChangeListener", "parse_notice"]
 
@@ -45,7 +45,7 @@ def parse_notice(payload: str) -> tuple[int, str | None] | None:
 
 
 class ChangeListener:
-    """A daemon thread that ``LISTEN`` s on :data:`~lamina.memory.store.postgres.CHANNEL`.
+    """A daemon thread that ``LISTEN`` s on :data:`~lamina.memory.store.pgschema.CHANNEL`.
 
     Parameters
     ----------
