@@ -18,9 +18,10 @@ import sys
 import time
 
 from lamina.embedders import get_embedder
-from lamina.eval.harness import _DAY, Reader, _answer_in_orders, format_orders, order_stats
+from lamina.eval.harness import _DAY, Reader, _answer_in_orders, order_stats
 from lamina.eval.locomo import load_locomo
 from lamina.eval.systems import CachedEmbedder, make_system
+from lamina.eval.tables import format_orders
 from lamina.memory.types import CONTEXT_ORDERS, ContextOrder, context_order
 
 

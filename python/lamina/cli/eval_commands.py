@@ -93,8 +93,9 @@ def _reader(args: argparse.Namespace) -> Any:
 
 def _cmd_eval_locomo(args: argparse.Namespace) -> int:
     from ..embedders import Embedder, get_embedder
-    from ..eval.harness import ALL_SYSTEMS, format_tables, plot_recall, run_locomo
+    from ..eval.harness import ALL_SYSTEMS, run_locomo
     from ..eval.locomo import load_audit, load_locomo
+    from ..eval.tables import format_tables, plot_recall
 
     data = args.data
     if not os.path.exists(data):

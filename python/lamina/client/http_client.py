@@ -159,7 +159,7 @@ def _one_user(content: bytes) -> UserDump:
 def _dump_bytes(dump: UserDump, embedder: str) -> bytes:
     """A user's dump as JSONL, its header naming ``embedder`` (the vectors' embedder)."""
     if not isinstance(dump, UserDump):
-        raise TypeError(f"dump must be a lamina.memory.dump.format.UserDump, got {type(dump).__name__}")
+        raise TypeError(f"dump must be a lamina.UserDump, got {type(dump).__name__}")
     if not isinstance(embedder, str):
         raise TypeError(f"embedder must be a str, got {type(embedder).__name__}")
     vecs = [it.embedding for it in dump.items if it.embedding is not None]

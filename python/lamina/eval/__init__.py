@@ -9,9 +9,10 @@
 
 from __future__ import annotations
 
-from .harness import ALL_SYSTEMS, Reader, format_tables, plot_recall, run_locomo
+from .harness import ALL_SYSTEMS, Reader, run_locomo
 from .locomo import Conversation, LoadReport, Question, Session, Turn, load_locomo
 from .metrics import CATEGORY_NAMES
+from .tables import format_tables, plot_recall
 
 __all__ = [
     "ALL_SYSTEMS",

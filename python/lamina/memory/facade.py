@@ -24,13 +24,12 @@ from ..llm.openai_chat import LLM, LLMFactExtractor, LLMSummarizer
 from ..native._device import parse_device
 from ..text.domains import DomainClassifier
 from .config import MemoryConfig
-from .dump import user_transfer as transfer
-from .dump.format import UserDump
+from .dump.user_transfer import UserTransfers
 from .inputs import TimeLike, check_id, check_text, to_time, wall_clock
 from .pgarchive import archive_remote
 from .read.inspection import Inspection
 from .read.reading import Reading
-from .reports import DeleteReport, ImportReport, SessionReport
+from .reports import DeleteReport, SessionReport
 from .state.gcquiet import collector_paused
 from .state.memstate import MemoryState, UserState
 from .state.records import Record
@@ -69,7 +68,7 @@ def _open_store(path: str | os.PathLike[str] | None, synchronous: str, busy_time
     return SQLiteStore(None if path is None else os.fspath(path), synchronous=synchronous, busy_timeout=busy_timeout)
 
 
-class Memory(Reading, Inspection):
+class Memory(Reading, Inspection, UserTransfers):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters
@@ -548,99 +547,6 @@ class Memory(Reading, Inspection):
                 self._embed.clear()
                 tx.st.drop_user(user_id)
         return DeleteReport(deleted=len(doomed), ids=doomed)
-
-    # ------------------------------------------------------------------ export / import
-    def export_user(self, *, user_id: str, vectors: bool = False) -> UserDump:
-        """Everything stored of a user, as the entries of the export format
-        (:mod:`lamina.memory.dump.format`; :func:`lamina.memory.dump.jsonl.export_jsonl` writes them as JSONL).
-
-        Pending access statistics are written first; the rows are read in one snapshot of the
-        store: items of every layer and status, sessions, revisions, the A-Mem notes of turns
-        (with their revisions) and the links between turns, the user's statistics. For
-        a database file the snapshot is taken under the memory's lock and read through a second,
-        read-only connection without it, so other calls are not held up by a large export.
-
-        Parameters
-        ----------
-        user_id : str
-        vectors : bool
-            Include every item's vector. By default the vectors of turns and facts (the
-            embeddings of their own text) are left out and re-embedded on import; the others
-            (centroids, blends, damped updates) are always included.
-
-        Raises
-        ------
-        NotFoundError
-            Unknown user.
-        """
-        self._check_open()
-        check_id(user_id, "user_id")
-        ud: UserDump | None = None
-        with self._op():
-            self._check_open()
-            self._flush_pending()
-            # a file database: a second connection's snapshot, taken under the lock and read
-            # without it (other users' calls go on meanwhile); in memory: read under the lock
-            reader = self._store.read_snapshot()
-            if reader is None:
-                with self._store.read_tx():
-                    ud = transfer.export_user(self._store, user_id, vectors=bool(vectors))
-        if reader is not None:
-            try:
-                ud = transfer.export_user(reader, user_id, vectors=bool(vectors))
-            finally:
-                reader.close()
-        if ud is None:
-            raise NotFoundError(f"unknown user_id {user_id!r}")
-        return ud
-
-    def import_user(
-        self, dump: UserDump, *, embedder: str, user_id: str | None = None, replace: bool = False
-    ) -> ImportReport:
-        """Import one user of a validated dump (:func:`lamina.memory.dump.reader.read_dump`) in one
-        atomic transaction, with fresh item ids (references remapped). The imported user's
-        contexts are those of the exported one.
-
-        Parameters
-        ----------
-        dump : UserDump
-        embedder : str
-            Name of the embedder that made the dump's vectors (the dump header's). When it is not
-            this memory's, no vector of the dump is used: every vector is computed again (see
-            :func:`lamina.memory.dump.user_transfer.import_vectors`).
-        user_id : str, optional
-            The user to import as (default: the dump's).
-        replace : bool
-            Delete an existing user of that id first (in the same transaction).
-
-        Raises
-        ------
-        InvalidInput
-            The user exists and ``replace`` is False (nothing is written).
-        """
-        self._check_open()
-        if not isinstance(dump, UserDump):
-            raise TypeError(f"dump must be a lamina.memory.dump.format.UserDump, got {type(dump).__name__}")
-        if not isinstance(embedder, str):
-            raise TypeError(f"embedder must be a str, got {type(embedder).__name__}")
-        target = check_id(dump.user.user_id if user_id is None else user_id, "user_id")
-        vectors, computed = transfer.import_vectors(
-            dump, self._embed, self._embed_turns, self._dim, embedder == self._embedder.name
-        )
-        with self._write() as tx:
-            u = self._user(target)
-            if u is not None:
-                if not replace:
-                    raise InvalidInput(
-                        f"user {target!r} already exists ({len(u.ids)} items); import with replace=True "
-                        "(lamina import --replace) to delete it first, or as another user"
-                    )
-                tx.touch(target)
-                tx.store.delete_user(target)
-                tx.store.mark_deleted()
-                self._embed.clear()
-                tx.st.drop_user(target)
-            return transfer.import_user(tx, dump, target, vectors, computed, u is not None)
 
     def flush(self) -> None:
         """Write pending access statistics of ``context`` calls to the database."""

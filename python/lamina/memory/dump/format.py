@@ -27,8 +27,8 @@ profiles: their vectors are centroids, blends and damped updates the loop comput
 carries its vector, since it cannot be computed from the text again. Vectors are little-endian
 float32, base64-encoded.
 
-:func:`~lamina.memory.dump.reader.read_dump` parses and validates a whole stream before anything is imported: a bad line
-raises :class:`DumpError` naming the line number and the field.
+:func:`~lamina.memory.dump.reader.read_dump` parses and validates a whole stream before anything
+is imported: a bad line raises :class:`DumpError` naming the line number and the field.
 """
 
 from __future__ import annotations

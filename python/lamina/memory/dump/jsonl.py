@@ -147,7 +147,7 @@ def import_dump(
         Delete existing users of the target ids first (each in its user's transaction).
     """
     if not isinstance(dump, Dump):
-        raise TypeError(f"dump must be a lamina.memory.dump.format.Dump, got {type(dump).__name__}")
+        raise TypeError(f"dump must be a lamina.Dump, got {type(dump).__name__}")
     targets = [_target(user_map, ud.user.user_id) for ud in dump.users]
     for uid, t in zip((ud.user.user_id for ud in dump.users), targets):
         if not isinstance(t, str) or not t.strip():

@@ -1,12 +1,16 @@
-"""``MemoryHost``: the parts of :class:`lamina.Memory` its mixins (the read path in
-:mod:`~lamina.memory.read.reading`, the views in :mod:`~lamina.memory.read.inspection`) use, so that each
-mixin is typed without importing the façade."""
+"""``MemoryHost``: the parts of :class:`lamina.Memory` its mixins use (the read path in
+:mod:`~lamina.memory.read.reading`, the views in :mod:`~lamina.memory.read.inspection`, a user's
+export and import in :mod:`~lamina.memory.dump.user_transfer`), so that each mixin is typed
+without importing the façade."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from ...embedders import Embedder, TextCache
 from ...llm.openai_chat import LLM
@@ -15,7 +19,7 @@ from ..config import MemoryConfig
 from ..store.protocol import Store
 from .memstate import MemoryState, UserState
 from .records import Record
-from .tx import Models
+from .tx import Models, Tx
 
 __all__ = ["MemoryHost"]
 
@@ -37,6 +41,9 @@ class MemoryHost(Protocol):
     _query_domains: DomainClassifier
 
     def _check_open(self) -> None: ...
+    def _write(self) -> contextlib.AbstractContextManager[Tx]: ...
+    def _flush_pending(self) -> None: ...
+    def _embed_turns(self, turns: list[tuple[str, str | None]]) -> npt.NDArray[np.float32]: ...
     def _op(self) -> contextlib.AbstractContextManager[None]: ...
     def _sync(self) -> None: ...
     def _record(self, item_id: int, user_id: str | None) -> Record: ...
