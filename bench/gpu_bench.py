@@ -1,6 +1,6 @@
 """GPU benchmark of lamina's CUDA kernels against a measured copy and CuPy references.
 
-Run by bench/gpu_check.sh on a machine with a GPU (needs a LAMINA_CUDA=ON build and CuPy;
+Run by bench/tools/gpu_check.sh on a machine with a GPU (needs a LAMINA_CUDA=ON build and CuPy;
 PyTorch is used as an extra reference when present). Times are CUDA-event medians after
 warm-up, lamina and the references measured in the same run. Bandwidth = bytes a kernel must
 move (reads + writes) / time, compared with a device-to-device copy measured here

@@ -1,6 +1,6 @@
 """MPNet without torch: the relative-position buckets and the split-archive unpack on their own,
 the packaged all-mpnet-base-v2 against vectors made by sentence-transformers
-(``data/mpnet_reference.json``, written by ``bench/make_mpnet_reference.py``)."""
+(``data/mpnet_reference.json``, written by ``bench/tools/make_mpnet_reference.py``)."""
 
 from __future__ import annotations
 

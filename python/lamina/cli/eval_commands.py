@@ -321,7 +321,7 @@ def add_eval_parser(sub: Any) -> None:
         "locomo",
         help="LoCoMo retrieval metrics: lamina, ablations and baselines",
         description="Replays each LoCoMo conversation into every system and scores the "
-        "contexts (DESIGN.md §4). Only turns are ingested.",
+        "contexts (docs/design.md §4). Only turns are ingested.",
     )
     lo.add_argument("--data", default=_DEFAULT_DATA, help="locomo_dev.json / locomo10.json or their folder")
     lo.add_argument("--budgets", type=_budgets, default=[256, 512, 1024, 2048], help="e.g. 256,512,1024,2048")

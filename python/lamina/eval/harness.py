@@ -3,7 +3,7 @@
 For each conversation and each system: replay the sessions in order (session dates as event
 times, the session closed after each), then build a context for every question at every
 budget, as of the end of the conversation (LoCoMo asks its questions after the whole
-conversation), and score it with the retrieval metrics of DESIGN.md §4
+conversation), and score it with the retrieval metrics of docs/design.md §4
 (:mod:`lamina.eval.metrics`). Questions are embedded once, before any timing, so context
 latencies measure retrieval and assembly, not the query embedding (reported on its own).
 

@@ -1,6 +1,6 @@
 """``lamina eval leakage``: a labelled benchmark of cross-domain leakage and sycophancy triggers.
 
-PersistBench (see ``../shared/DESIGN.md``) measured two failures of memory-augmented models:
+PersistBench (see ``docs/design.md``) measured two failures of memory-augmented models:
 memories of one life domain leaking into answers about another (median 53 % across 18 models)
 and stored beliefs pulled into factual questions, where they invite agreement over accuracy
 (97 %). This module generates users whose memories span health, work, finance, relationships,

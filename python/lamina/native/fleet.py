@@ -2,7 +2,7 @@
 
 One step answers ``b`` queries, query ``i`` on behalf of the agent whose memories carry
 namespace ``namespaces[i]`` in a :class:`~lamina.native.search.VectorArena`, over ``L`` arena layers
-(DESIGN.md, read path steps 1, 2 and 4):
+(docs/design.md, read path steps 1, 2 and 4):
 
 1. **search** — for each layer ``layers[l]``, the top-``k`` of query ``i`` among that agent's
    live rows with that layer label (``scores``, ``ids``: shape ``(b, L, k)``, arena slots,

@@ -1,4 +1,4 @@
-"""Fused native kernels of the memory loop (DESIGN.md §2-3; equations from the MLMF paper).
+"""Fused native kernels of the memory loop (docs/design.md §2-3; equations from the MLMF paper).
 
 =====================  ==========================================  ===========================
 function               paper                                       what

@@ -1,6 +1,6 @@
 """Write tests/embedders/data/mpnet_reference.json with the original all-mpnet-base-v2.
 
-    python bench/make_mpnet_reference.py MODEL_DIR [--out tests/embedders/data/mpnet_reference.json]
+    python bench/tools/make_mpnet_reference.py MODEL_DIR [--out tests/embedders/data/mpnet_reference.json]
 
 Needs torch and sentence-transformers (not lamina's dependencies: run it in a scratch
 virtualenv, e.g. ``pip install torch==2.13.0 sentence-transformers``). MODEL_DIR is the

@@ -38,7 +38,11 @@ from typing import Any
 import numpy as np
 
 import lamina
-from lamina.cli.demo import run_demo
+
+try:
+    from lamina.cli.demo import run_demo
+except ImportError:  # a build before the layout of issue 43
+    from lamina.demo import run_demo  # type: ignore[no-redef]
 from lamina.embedders import get_embedder
 from lamina.eval import load_locomo
 from lamina.eval.systems import LAMINA_VARIANTS, CachedEmbedder
@@ -146,7 +150,9 @@ def demo(out: dict[str, str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "locomo"))
+    p.add_argument(
+        "--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "locomo")
+    )
     p.add_argument("--embedder", default="hashing", help="hashing | minilm")
     p.add_argument("--cache", default=os.path.expanduser("~/.cache/lamina/eval-vectors.sqlite"))
     p.add_argument("--conversations", type=int, default=0, help="only the first N (0: all)")

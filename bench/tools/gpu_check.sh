@@ -8,7 +8,7 @@
 # then the GPU bench.
 #
 # Usage (from anywhere, on a machine with an NVIDIA GPU, nvcc, CuPy; no network needed):
-#   bench/gpu_check.sh            # results under $OUT (if set) or bench/results/
+#   bench/tools/gpu_check.sh            # results under $OUT (if set) or bench/results/
 # Stages have their own timeouts; a failing stage is reported and the next one still runs;
 # the exit status is non-zero if any stage failed. The whole run is capped at 450 s (7.5 min;
 # GPU_CHECK_TOTAL_S overrides), the benchmark taking what the earlier stages left.
@@ -16,7 +16,7 @@
 # GPU_CHECK_CPU_TESTS=0 skips the CPU-twin sanity tests.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 RES=${OUT:-$ROOT/bench/results}
 mkdir -p "$RES"

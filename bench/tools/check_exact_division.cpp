@@ -4,7 +4,7 @@
 // is compared with the IEEE quotient x / d. It is exact for odd d and powers of two, not for
 // the other even d (subnormal quotients differ), so div_by uses it only for the former
 // (exact_divisor). About 5 s per divisor on one AVX-512 core:
-//   g++ -O3 -mavx2 -mfma -o /tmp/check_div bench/check_exact_division.cpp && /tmp/check_div
+//   g++ -O3 -mavx2 -mfma -o /tmp/check_div bench/tools/check_exact_division.cpp && /tmp/check_div
 // Prints one line per divisor and exits 1 if a divisor div_by uses has a mismatch.
 #include <cmath>
 #include <cstdint>

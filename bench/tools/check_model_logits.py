@@ -7,7 +7,7 @@ Paths: the prefill (``Model.logits``) as an integer GEMM on int8 activations (th
 with float32 activations on dequantised panels (``q8_prefill=False``); with ``--decode`` also
 token-by-token decode with int8 activations (the default) and with float32 activations.
 
-    PYTHONPATH=python:tests/model python bench/check_model_logits.py --positions 2000 --decode
+    PYTHONPATH=python:tests/model python bench/tools/check_model_logits.py --positions 2000 --decode
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "model"))
 
 SOURCES = [
