@@ -1,6 +1,6 @@
 """Nearest-neighbour lists of covered raw turns, kept across sessions for the capacity projection.
 
-The coverage projection (:mod:`lamina.memory.write.retention`) needs, for every raw turn some pooled
+The coverage projection (:mod:`lamina.memory.retention`) needs, for every raw turn some pooled
 item covers, ν_t = 1 − max(0, cos(t, t′)) for the nearest covered turn t′ of another leaf. A
 from-scratch answer is a T×T top-k over the T covered turns (≈ 12k at the default capacities)
 every time a session ends; :class:`TurnNeighbours` keeps the answer's ingredients instead, per

@@ -120,7 +120,7 @@ def item_turns(st: MemoryState, u: UserState, items: list[Record]) -> tuple[list
     bytes of an int64 array (:func:`_flatten` joins them in one C call: a list of ints each took
     ~0.1 µs per id, an array each ~1 µs per item).
 
-    Read from the user's :class:`~lamina.memory.state.coverage.TurnIncidence` (``u.incidence``) where an
+    Read from the user's :class:`~lamina.memory.coverage.TurnIncidence` (``u.incidence``) where an
     entry holds, else read from the records and kept there (see its docstring for when an entry
     holds); entries of items no longer asked about are dropped now and then."""
     inc = u.incidence
@@ -149,7 +149,7 @@ def item_turns(st: MemoryState, u: UserState, items: list[Record]) -> tuple[list
                 np.array(raw, dtype=np.int64).tobytes(),
                 np.array(agg, dtype=np.int64).tobytes(),
             )
-            _gc_untrack(e)  # (long-lived, cycle-free: see lamina.memory.state.gcquiet; bytes are not tracked)
+            _gc_untrack(e)  # (long-lived, cycle-free: see lamina.memory.gcquiet; bytes are not tracked)
         raws.append(e[2])
         aggs.append(e[3])
     if len(ent) > 2 * len(items) + 256:
@@ -365,7 +365,7 @@ class CoverageProjection:
     evicted (the user's neighbour lists then forget the turns nothing covers any more).
 
     The nearest neighbours of the T covered raw turns come from the user's
-    :class:`~lamina.memory.state.coverage.TurnNeighbours` (``UserState.coverage``), kept up to date as
+    :class:`~lamina.memory.coverage.TurnNeighbours` (``UserState.coverage``), kept up to date as
     turns become covered (:func:`observe_covered`, from the add path) and brought exactly to the
     covered set here (new turns listed against the others: one new × T block); it is built from
     scratch (one native T × T top-k) only when the user has none (a state loaded from the
