@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from lamina import Memory
-from lamina.memory import batch as batch_stage
-from lamina.memory import fill, ranking, retrieve
+from lamina.memory.read import batch as batch_stage
+from lamina.memory.read import candidates as retrieve
+from lamina.memory.read import fill, ranking
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
 WORDS = (

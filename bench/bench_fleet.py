@@ -24,7 +24,7 @@ random unit vectors and says so (their recall says little about real embeddings)
     python bench/bench_fleet.py --oversample 2 4 8 --cases 100x10000
     python bench/bench_fleet.py --step-only --cases 1x1000 64x1000 1000x1000 --device cuda  # graph vs launches
 
-``--step`` / ``--step-only`` time the whole fleet step of :mod:`lamina.fleet` (search over 3
+``--step`` / ``--step-only`` time the whole fleet step of :mod:`lamina.native.fleet` (search over 3
 layers, gate, heat bump): its CPU twin and, on the GPU, the same kernels as separate launches
 against one CUDA graph launch; small batches show the fixed per-step cost the graph removes.
 """
@@ -149,7 +149,7 @@ def run_case(
     row("exact", "cpu", t_exact, len(X) * d * elt, bw["cpu"], 1.0, t_exact)
     for codec in args.codecs:
         a = arenas[codec]
-        for r in args.oversample or [lamina.search.DEFAULT_OVERSAMPLE[codec]]:
+        for r in args.oversample or [lamina.native.search.DEFAULT_OVERSAMPLE[codec]]:
             _, ci = a.search(Q, K, namespace=qns, threads=threads, oversample=r)
             step = partial(a.search, Q, K, namespace=qns, threads=threads, oversample=r)
             t = timeit(step, min_time=args.min_time)
@@ -161,7 +161,7 @@ def run_case(
         for codec in [None, *args.codecs]:
             g = lamina.VectorArena(d, dtype=args.dtype, capacity=len(X), device="cuda", codec=codec)
             g.add(X, namespace=ns)
-            for r in [0] if codec is None else args.oversample or [lamina.search.DEFAULT_OVERSAMPLE[codec]]:
+            for r in [0] if codec is None else args.oversample or [lamina.native.search.DEFAULT_OVERSAMPLE[codec]]:
                 _, gi = g.search(Q, K, namespace=qns, oversample=r)
                 t = timeit(partial(g.search, Q, K, namespace=qns, oversample=r), min_time=args.min_time)
                 if codec is None:
@@ -178,11 +178,11 @@ def run_case(
 def run_step_case(
     agents: int, per: int, pool: np.ndarray, qpool: np.ndarray, args: argparse.Namespace, rng: np.random.Generator
 ) -> list[dict[str, Any]]:
-    """The whole fleet step (lamina.fleet: search 3 layers -> gate -> heat bump): the exact CPU
+    """The whole fleet step (lamina.native.fleet: search 3 layers -> gate -> heat bump): the exact CPU
     twin, and with --device cuda, for the exact scan and each codec (re-ranked, at its default
     oversampling), the same step as separate launches and as one CUDA graph launch (replayed:
     the same queries buffer, outputs and columns every step)."""
-    from lamina.fleet import FleetConfig, FleetResult, FleetStep, HeatColumns
+    from lamina.native.fleet import FleetConfig, FleetResult, FleetStep, HeatColumns
 
     d = pool.shape[1]
     X = fleet_rows(pool, agents, per, rng)
@@ -224,7 +224,7 @@ def run_step_case(
             g.add(X, namespace=ns, layer=layer)
             h = cols(g.high_water)
             gcols = HeatColumns(*(cp.asarray(x) for x in (h.visits, h.interaction_len, h.last_access, h.heat)))
-            rep = "exact" if codec is None else f"{codec}+rerank r={lamina.search.DEFAULT_OVERSAMPLE[codec]}"
+            rep = "exact" if codec is None else f"{codec}+rerank r={lamina.native.search.DEFAULT_OVERSAMPLE[codec]}"
             t_sep = 0.0
             for mode, graph in (("separate launches", False), ("graph", True)):
                 step = FleetStep(g, cfg, graph=graph)
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--step",
         action="store_true",
-        help="also time the whole fleet step (lamina.fleet: 3 layers -> gate -> heat bump): the CPU twin, "
+        help="also time the whole fleet step (lamina.native.fleet: 3 layers -> gate -> heat bump): the CPU twin, "
         "and with --device cuda separate launches vs one CUDA graph launch",
     )
     ap.add_argument("--step-only", action="store_true", help="time only the whole fleet step (implies --step)")

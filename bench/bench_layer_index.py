@@ -24,7 +24,7 @@ import numpy as np
 import lamina
 from lamina import MemoryConfig
 from lamina.embedders import get_embedder
-from lamina.layer_index import LayerIndex
+from lamina.native.layer_index import LayerIndex
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_memory import turn  # noqa: E402

@@ -11,7 +11,7 @@ prints the load average at start and end and the process CPU time beside every w
 
 ``--device cuda`` runs the same measurements on the fp16 CUDA forward (``load(device="cuda")``;
 llama.cpp is not run then: its numbers here are CPU numbers) and ends with a short table;
-bench/gpu_check.sh runs it that way.
+bench/tools/gpu_check.sh runs it that way.
 
 Backtracking's candidates (issue 23): ``--candidates 8`` also times B candidate
 continuations of one rolled-back cache — B clones decoded one after another (B · steps

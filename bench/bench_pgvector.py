@@ -41,9 +41,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import lamina  # noqa: E402
 from bench_scaleout import postgres  # noqa: E402
-from lamina.layer_index import LayerIndex  # noqa: E402
-from lamina.memory.pgstore import PostgresStore, archive_index_name  # noqa: E402
-from lamina.memory.store import ITEM_COLUMNS, seq_of  # noqa: E402
+from lamina.memory.store.postgres import PostgresStore, archive_index_name  # noqa: E402
+from lamina.memory.store.protocol import ITEM_COLUMNS, seq_of  # noqa: E402
+from lamina.native.layer_index import LayerIndex  # noqa: E402
 
 DIM = 384
 K = 10

@@ -1,4 +1,4 @@
-"""lamina.kernels vs the best numpy formulation of the same formula, in one process.
+"""lamina.native.kernels vs the best numpy formulation of the same formula, in one process.
 
 For every kernel at ``--rows`` rows (d = ``--dim`` for the row updates) this prints the best-of
 ``--repeat`` wall time of lamina on one thread and on all threads, of numpy (single-threaded:
@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - optional
     threadpool_limits = None
 
 import lamina
-from lamina import kernels as K
+from lamina.native import kernels as K
 
 # ---------------------------------------------------------------------------- numpy references
 # The fastest plain-numpy formulations we know: in-place ufuncs with preallocated scratch

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lamina  # noqa: E402
 from _util import machine_facts, print_table, write_json  # noqa: E402
 from lamina.eval.systems import _BM25Index  # noqa: E402
-from lamina.lexical import STOP_WORDS, tokenize  # noqa: E402
+from lamina.native.lexical import STOP_WORDS, tokenize  # noqa: E402
 
 K = 10
 VOCAB = 20_000

@@ -1,6 +1,6 @@
 """GPU benchmark of lamina's CUDA kernels against a measured copy and CuPy references.
 
-Run by bench/gpu_check.sh on a machine with a GPU (needs a LAMINA_CUDA=ON build and CuPy;
+Run by bench/tools/gpu_check.sh on a machine with a GPU (needs a LAMINA_CUDA=ON build and CuPy;
 PyTorch is used as an extra reference when present). Times are CUDA-event medians after
 warm-up, lamina and the references measured in the same run. Bandwidth = bytes a kernel must
 move (reads + writes) / time, compared with a device-to-device copy measured here
@@ -410,7 +410,7 @@ def bench_multi_tenant(cp: Any, lamina: Any, sc: float) -> None:
 
 def bench_selection_kernels(cp: Any, lamina: Any, sc: float) -> None:
     """softmax_gate (eq. 7 + entropy bound), select_hot, evict_to_capacity vs CuPy formulations."""
-    kern = lamina.kernels
+    kern = lamina.native.kernels
     if not hasattr(lamina._core, "cuda_softmax_gate"):
         log("selection kernels: no CUDA versions in this build; skipped")
         return

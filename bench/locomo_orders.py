@@ -18,10 +18,11 @@ import sys
 import time
 
 from lamina.embedders import get_embedder
-from lamina.eval.harness import _DAY, Reader, _answer_in_orders, format_orders, order_stats
+from lamina.eval.harness import _DAY, Reader, _answer_in_orders, order_stats
 from lamina.eval.locomo import load_locomo
 from lamina.eval.systems import CachedEmbedder, make_system
-from lamina.items import CONTEXT_ORDERS, ContextOrder, context_order
+from lamina.eval.tables import format_orders
+from lamina.memory.types import CONTEXT_ORDERS, ContextOrder, context_order
 
 
 def _summarise(path: str) -> None:
@@ -52,7 +53,7 @@ def main() -> int:
     if a.summarise:
         _summarise(a.summarise)
         return 0
-    from lamina.local_llm import LocalChat
+    from lamina.llm.local_chat import LocalChat
 
     ords: list[ContextOrder] = [context_order(o.strip()) for o in a.orders.split(",")]
     n = a.per_conversation

@@ -1,4 +1,4 @@
-"""pytest-benchmark micro-benchmarks of lamina.kernels at 1M rows (d = 384 for the row updates),
+"""pytest-benchmark micro-benchmarks of lamina.native.kernels at 1M rows (d = 384 for the row updates),
 each next to its numpy reference in the same benchmark group.
 
 Collected only when bench/ is named explicitly (testpaths = tests):
@@ -23,7 +23,7 @@ from compare_kernels import (
     np_softmax_gate,
     np_softmax_gate_eps,
 )
-from lamina import kernels as K
+from lamina.native import kernels as K
 
 pytestmark = pytest.mark.slow
 

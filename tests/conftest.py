@@ -27,7 +27,7 @@ def _probe_cuda() -> int:
 
     if not lamina.build_info()["cuda"]:
         return 0
-    from lamina import _device  # noqa: F401  (the CUDA path's Python side)
+    from lamina.native import _device  # noqa: F401  (the CUDA path's Python side)
 
     n, expected = lamina.cuda_device_count(), driver_device_count()
     if n != expected:
@@ -116,3 +116,17 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "m.db")
     return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture(params=["scalar", "avx2", "avx512"])
+def isa(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test on each SIMD path of the KV selection kernels this CPU supports (tests/native,
+    tests/kv)."""
+    from lamina import _core
+
+    try:
+        _core.kv_simd_isa(request.param)
+    except ValueError:
+        pytest.skip(f"{request.param} not available on this CPU")
+    yield request.param
+    _core.kv_simd_isa("")

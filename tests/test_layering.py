@@ -1,6 +1,7 @@
 """Imports flow one way: no module of the package imports the package root, the module graph is
-acyclic, and the memory package's modules import only those below them (the loop read
-top-down: records/config -> store/state -> stages -> facade)."""
+acyclic, and each folder imports only the folders below it — a rule per folder of the package
+(``lamina.text`` and ``lamina.native`` at the bottom, the memory loop over them, its front ends on
+top) and per folder of ``lamina.memory`` (store -> state -> dump -> write / read -> façade)."""
 
 from __future__ import annotations
 
@@ -14,51 +15,31 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "python" / "lamina"
 
-# lamina.memory: each module may import only modules of a lower level.
-MEMORY_LEVELS = {
-    "notestore": -1,  # (below the store, whose protocol and SQLite class take it in)
-    "config": 0,
-    "dburl": 0,
-    "domains": 0,
-    "inputs": 0,
-    "reports": 0,
-    "store": 0,
-    "postings": 0,
-    "pgvectors": 0,
-    "gcquiet": 0,
-    "turnvec": 0,
-    "records": 1,
-    "pgstore": 1,
-    "pgnotify": 2,
-    "dumpnotes": 1,  # (the notes' lines of a dump: below the dump that reads them)
-    "dumpentries": 2,
-    "dump": 3,
-    "staleness": 2,
-    "coverage": 2,
-    "fusion": 2,
-    "userstate": 3,
-    "state": 4,
-    "tx": 5,
-    "stats": 5,
-    "listing": 5,
-    "host": 6,
-    "inspection": 7,
-    "pgarchive": 7,
-    "semantic": 6,
-    "notes": 6,
-    "retention": 6,
-    "retrieve": 6,
-    "transfer": 6,
-    "fill": 6,
-    "consolidate": 7,
-    "ranking": 7,
-    "firewall": 7,
-    "explain": 7,
-    "ingest": 8,
-    "batch": 8,
-    "reading": 9,
-    "memory": 10,
+# lamina.memory, folder by folder: what each may import of the memory outside its own folder
+# (modules of one folder import each other freely; the acyclicity check orders them). "base" are
+# the memory's own types and checks at its root (config, inputs, reports, types), "top" the façade
+# and what it is made of (host, pgarchive, facade, aio).
+MEMORY_FOLDERS: dict[str, set[str]] = {
+    "store": set(),  # persistence (the only SQL): the bottom
+    "base": set(),
+    "state": {"store", "base"},  # the in-memory state over the store
+    "dump": {"state", "store", "base"},  # the export format and one user's export / import
+    "write": {"state", "store", "base"},
+    "read": {"dump", "state", "store", "base"},
+    "top": {"read", "write", "dump", "state", "store", "base"},
 }
+MEMORY_BASE = ("config", "inputs", "reports", "types")
+MEMORY_TOP = ("host", "pgarchive", "facade", "aio")
+# stated exceptions: (importer, imported) -> why
+MEMORY_EXCEPTIONS = {
+    (
+        "lamina.memory.read.inspection",
+        "lamina.memory.write.notes",
+    ): "a turn's note is read by the module that writes it",
+}
+# lamina.memory.dump.jsonl (whole memories to and from JSONL) opens and fills a Memory: the one
+# module of the memory above the façade
+MEMORY_ABOVE_FACADE = ("lamina.memory.dump.jsonl",)
 
 
 # lamina.model: file reading and text handling below the runtime that ties them together.
@@ -118,7 +99,7 @@ def _imports(name: str) -> list[tuple[str, int, list[str]]]:
 
 
 def test_found_the_package() -> None:
-    assert "lamina" in MODULES and "lamina.memory.memory" in MODULES and len(MODULES) > 30
+    assert "lamina" in MODULES and "lamina.memory.facade" in MODULES and len(MODULES) > 30
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n != "lamina"))
@@ -170,53 +151,111 @@ def test_module_graph_is_acyclic_below_the_packages() -> None:
             visit(n)
 
 
-def test_memory_modules_import_only_lower_levels() -> None:
-    assert {n.split(".")[-1] for n in MODULES if n.startswith("lamina.memory.")} == set(MEMORY_LEVELS)
-    for mod, level in MEMORY_LEVELS.items():
-        for target, line, names in _imports(f"lamina.memory.{mod}"):
-            for n in names or [""]:
-                full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
-                if not full.startswith("lamina.memory."):
-                    assert full != "lamina.memory", f"lamina.memory.{mod}:{line} imports the package root"
-                    continue
-                dep = full.split(".")[2]
-                assert MEMORY_LEVELS[dep] < level, (
-                    f"lamina.memory.{mod} (level {level}) imports lamina.memory.{dep} (level {MEMORY_LEVELS[dep]})"
+def _memory_folder(name: str) -> str:
+    """The MEMORY_FOLDERS key of a module of lamina.memory."""
+    parts = name.split(".")[2:]
+    if len(parts) > 1 or _is_package(f"lamina.memory.{parts[0]}"):
+        return parts[0]
+    if parts[0] in MEMORY_BASE:
+        return "base"
+    assert parts[0] in MEMORY_TOP, f"lamina.memory.{parts[0]}: add it to MEMORY_BASE or MEMORY_TOP"
+    return "top"
+
+
+def _deps(name: str) -> list[tuple[str, int]]:
+    """(imported module, line) for the lamina modules module ``name`` imports."""
+    out = []
+    for target, line, names in _imports(name):
+        for n in names or [""]:
+            full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
+            if full == "lamina" and n == "_core":
+                full = "lamina._core"
+            out.append((full, line))
+    return out
+
+
+@pytest.mark.parametrize("folder", sorted(MEMORY_FOLDERS))
+def test_memory_folders_import_only_the_folders_below(folder: str) -> None:
+    for name in MODULES:
+        if not name.startswith("lamina.memory.") or name in MEMORY_ABOVE_FACADE or _memory_folder(name) != folder:
+            continue
+        for full, line in _deps(name):
+            if not full.startswith("lamina.memory."):
+                assert full != "lamina.memory" or name == "lamina.memory.aio", f"{name}:{line} imports the package root"
+                continue
+            dep = _memory_folder(full)
+            if dep == folder or (name, full) in MEMORY_EXCEPTIONS:
+                continue
+            assert full not in MEMORY_ABOVE_FACADE, f"{name}:{line} imports {full}, which is above the façade"
+            assert dep in MEMORY_FOLDERS[folder], f"{name}:{line} ({folder}/) imports {full} ({dep}/)"
+
+
+# The package's folders: what each may import of lamina outside itself; lamina.errors and the
+# compiled core are below them all. The memory never imports its front ends (client, serve, cli),
+# the evaluation, the agent, the model runtime or the KV-cache methods.
+ROOT_FOLDERS: dict[str, tuple[str, ...]] = {
+    "text": (),  # stemming, time expressions, memos, the domain lexicon
+    "native": ("lamina.text",),  # the typed wrappers over _core (the lexical index stems)
+    "llm": ("lamina.text", "lamina.native", "lamina.model"),  # protocols, chat models (LocalChat: the model)
+    "embedders": (),
+    "reasoning": (),
+    "memory": ("lamina.text", "lamina.native", "lamina.llm", "lamina.embedders"),
+}
+
+
+@pytest.mark.parametrize("folder", sorted(ROOT_FOLDERS))
+def test_root_folders_import_only_what_is_below_them(folder: str) -> None:
+    allowed = ("lamina._core", "lamina.errors", f"lamina.{folder}", *ROOT_FOLDERS[folder])
+    for name in MODULES:
+        if name == f"lamina.{folder}" or name.startswith(f"lamina.{folder}."):
+            for full, line in _deps(name):
+                assert full.startswith(allowed), f"{name}:{line} imports {full}"
+
+
+def test_the_package_root_holds_only_the_package_files() -> None:
+    """Every module lives in a folder but the root's ``__init__``, ``errors`` and ``__main__``."""
+    files = {p.name for p in PKG.iterdir() if p.is_file()}
+    assert files == {"__init__.py", "errors.py", "__main__.py", "_core.pyi", "py.typed"}, files
+
+
+# files still over 600 lines, each to split along a concept line (the model runtime's Model class
+# goes with the model forward's split into stages)
+LONG_FILES = {"model/runtime.py"}
+
+
+def test_folders_and_files_stay_small() -> None:
+    """No folder of lamina.memory over 12 modules, no Python file over 600 lines."""
+    for d in [PKG / "memory", *(p for p in (PKG / "memory").iterdir() if (p / "__init__.py").is_file())]:
+        assert len(list(d.glob("*.py"))) <= 12, d
+    for p in PKG.rglob("*.py"):
+        if p.relative_to(PKG).as_posix() not in LONG_FILES:
+            assert len(p.read_text(encoding="utf-8").splitlines()) <= 600, p
+
+
+CLI = "lamina.cli."
+
+
+def test_the_command_line_is_on_top() -> None:
+    """Nothing imports lamina.cli but the command line itself and ``python -m lamina``; the one
+    exception is its progress bar, a leaf that the evaluation draws too."""
+    assert not [t for t, _, _ in _imports("lamina.cli.progress") if t.startswith("lamina")]
+    for name in MODULES:
+        if name.startswith(CLI) or name in ("lamina.cli", "lamina.__main__"):
+            continue
+        for full, line in _deps(name):
+            if full == "lamina.cli" or full.startswith(CLI):
+                assert full == "lamina.cli.progress" and name.startswith("lamina.eval."), (
+                    f"{name}:{line} imports {full}"
                 )
 
 
-def test_no_module_imports_the_memory_package_from_below() -> None:
-    """Modules the memory loop builds on (items, extract, search, kernels, ...) never import it."""
-    low = (
-        "lamina.items",
-        "lamina.extract",
-        "lamina.errors",
-        "lamina.search",
-        "lamina.kernels",
-        "lamina.fleet",
-        "lamina.lexical",
-        "lamina.timeref",
-        "lamina.layer_index",
-        "lamina.llm",
-        "lamina.local_llm",
-        "lamina._info",
-        "lamina._device",
-        "lamina.embedders",
-    )
-    for name in MODULES:
-        if not name.startswith(low):
-            continue
-        for target, line, _ in _imports(name):
-            assert not target.startswith("lamina.memory"), f"{name}:{line} imports {target}"
-
-
 def test_timeref_is_a_leaf() -> None:
-    """lamina.timeref (relative time expressions) is plain calendar arithmetic: it imports no
-    other lamina module but the leaf memo (``lamina._memo``, over the native core), so items,
-    records and retrieval can all use it."""
-    assert "lamina.timeref" in MODULES
-    assert not [t for t, _, _ in _imports("lamina.timeref") if t.startswith("lamina") and t != "lamina._memo"]
-    assert [t for t, _, _ in _imports("lamina._memo") if t.startswith("lamina")] == ["lamina._core"]
+    """lamina.text.timeref (relative time expressions) is plain calendar arithmetic: it imports no
+    other lamina module but the leaf memo (``lamina.text._memo``, over the native core), so the
+    memory's types, records and retrieval can all use it."""
+    assert "lamina.text.timeref" in MODULES
+    assert not [t for t, _, _ in _imports("lamina.text.timeref") if t.startswith("lamina") and t != "lamina.text._memo"]
+    assert [t for t, _, _ in _imports("lamina.text._memo") if t.startswith("lamina")] == ["lamina._core"]
 
 
 def test_model_modules_import_only_lower_levels() -> None:
@@ -264,7 +303,7 @@ def test_kv_modules_import_only_lower_levels() -> None:
             for n in names or [""]:
                 full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
                 if not full.startswith("lamina.kv."):
-                    assert full in ("lamina", "lamina._core", "lamina._device"), (
+                    assert full in ("lamina", "lamina._core", "lamina.native._device"), (
                         f"lamina.kv.{mod}:{line} imports {full}"
                     )
                     continue
@@ -274,38 +313,39 @@ def test_kv_modules_import_only_lower_levels() -> None:
 
 def test_the_kv_suite_is_pure_and_the_kv_eval_sits_on_the_model() -> None:
     """lamina.eval.kv_suite (the generated prompts) imports nothing of lamina; lamina.eval.kv
-    builds on the model, lamina.kv and the harness's progress bar, and nothing imports it but
+    builds on the model, lamina.kv, the harness and the progress bar, and nothing imports it but
     the command line."""
     assert not [t for t, _, _ in _imports("lamina.eval.kv_suite")]
     for target, line, names in _imports("lamina.eval.kv"):
         for n in names or [""]:
             full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
-            assert full.startswith(("lamina.model", "lamina.kv", "lamina.eval.harness", "lamina.eval.kv_suite")), (
-                f"lamina.eval.kv:{line} imports {full}"
-            )
+            assert full.startswith(
+                ("lamina.model", "lamina.kv", "lamina.eval.harness", "lamina.eval.kv_suite", "lamina.cli.progress")
+            ), f"lamina.eval.kv:{line} imports {full}"
     for name in MODULES:
-        if name not in ("lamina.eval.cli", "lamina.eval.kv"):
+        if name not in ("lamina.cli.eval_commands", "lamina.eval.kv"):
             assert "lamina.eval.kv" not in {t for t, _, _ in _imports(name)}, name
 
 
-# LLM-protocol implementations sit beside lamina.llm: OpenAIChat in it, LocalChat (the local
-# GGUF runtime) in lamina.local_llm, which builds on lamina.model and lamina.llm only; the
-# model package never imports either (it knows nothing of the LLM protocol).
+# LLM-protocol implementations sit in lamina.llm: OpenAIChat in lamina.llm.openai_chat (with the
+# protocol), LocalChat (the local GGUF runtime) in lamina.llm.local_chat, which builds on
+# lamina.model and the protocol only; the model package never imports lamina.llm (it knows
+# nothing of the LLM protocol).
 MODEL_EXTRA_DEPS = ("gguf", "tokenizers", "jinja2")
 
 
 def test_local_llm_builds_on_the_model_and_the_llm_protocol_only() -> None:
-    for target, line, names in _imports("lamina.local_llm"):
+    for target, line, names in _imports("lamina.llm.local_chat"):
         for n in names or [""]:
             full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
-            assert full in ("lamina.llm", "lamina.errors") or full.startswith("lamina.model."), (
-                f"lamina.local_llm:{line} imports {full}"
+            assert full in ("lamina.llm.openai_chat", "lamina.errors") or full.startswith("lamina.model."), (
+                f"lamina.llm.local_chat:{line} imports {full}"
             )
     for name in MODULES:
         if name.startswith("lamina.model"):
             for target, line, _ in _imports(name):
-                assert not target.startswith(("lamina.llm", "lamina.local_llm")), f"{name}:{line} imports {target}"
-    assert not _top_level_imports("lamina.local_llm") & set(MODEL_EXTRA_DEPS)
+                assert not target.startswith("lamina.llm"), f"{name}:{line} imports {target}"
+    assert not _top_level_imports("lamina.llm.local_chat") & set(MODEL_EXTRA_DEPS)
 
 
 def test_import_lamina_loads_no_model_extra() -> None:
@@ -325,16 +365,35 @@ def test_import_lamina_loads_no_model_extra() -> None:
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
-# The service sits on top: lamina.serve (FastAPI), lamina.client (httpx), lamina.aio and
-# lamina.wire build on the memory; nothing below imports them, and what is imported by the
-# package root or the command line imports no optional server dependency at module level.
-SERVICE = ("lamina.serve", "lamina.client", "lamina.aio", "lamina.wire")
+def test_import_lamina_loads_at_most_half_of_the_package() -> None:
+    """``import lamina`` loads the memory loop and what it stands on; the model runtime, the
+    KV-cache methods, the fleet step, the clients, the service, the evaluation and the command
+    line load when first used."""
+    code = "import sys, lamina; print(sum(1 for m in sys.modules if m.startswith('lamina.')))"
+    env = dict(os.environ)
+    flags: list[str] = []
+    if sys.flags.no_site:
+        env["PYTHONPATH"] = os.pathsep.join([str(PKG.parent), *sys.path])
+        flags = ["-S"]
+    out = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert int(out.stdout) <= len(MODULES) // 2, (out.stdout, len(MODULES))
+
+
+# The service sits on top: lamina.serve (FastAPI, the MCP server), lamina.client (httpx, the wire
+# format) and lamina.memory.aio build on the memory; nothing below imports them, and what is
+# imported by the package root or the command line imports no optional server dependency at
+# module level.
+SERVICE = ("lamina.serve", "lamina.client", "lamina.memory.aio")
 SERVER_DEPS = ("fastapi", "starlette", "uvicorn", "pydantic", "prometheus_client", "httpx")
 
 
-def _top_level_imports(name: str) -> set[str]:
-    """Top-level package names imported at module level (not inside functions or TYPE_CHECKING)."""
+def _top_level_imports(name: str, *, relative: bool = False) -> set[str]:
+    """Top-level package names imported at module level (not inside functions or TYPE_CHECKING);
+    with ``relative``, the lamina modules imported there instead."""
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    if relative:
+        lines = {n.lineno for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))}
+        return {t for t, line, _ in _imports(name) if line in lines}
     out: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.Import):
@@ -346,22 +405,25 @@ def _top_level_imports(name: str) -> set[str]:
 
 def test_nothing_below_the_service_imports_it() -> None:
     for name in MODULES:
-        if name.startswith(SERVICE) or name in ("lamina", "lamina.cli"):
+        if name.startswith(SERVICE) or name == "lamina" or name.startswith(CLI):
             continue
         for target, line, names in _imports(name):
             full = [f"{target}.{n}" for n in names] or [target]
             assert not any(f.startswith(SERVICE) or target.startswith(SERVICE) for f in full), (
                 f"{name}:{line} imports {target} {names}"
             )
-    # the command line reaches the service only through its argparse module
-    assert {t for t, _, _ in _imports("lamina.cli") if t.startswith("lamina.serve")} == {"lamina.serve.cli"}
+    # the command line imports the service inside the commands that run it, never at module level
+    for name in MODULES:
+        if name.startswith(CLI):
+            assert not {t for t in _top_level_imports(name, relative=True) if t.startswith(SERVICE)}, name
 
 
 def test_optional_server_dependencies_load_lazily() -> None:
-    for name in ("lamina", "lamina.cli", "lamina.serve.cli", "lamina.aio", "lamina.wire"):
+    light = ["lamina", "lamina.serve", "lamina.client", "lamina.client.wire", "lamina.memory.aio"]
+    for name in light + [n for n in MODULES if n.startswith(CLI)]:
         assert not _top_level_imports(name) & set(SERVER_DEPS), f"{name} imports a server dependency at module level"
     # the client needs httpx only
-    assert _top_level_imports("lamina.client") & set(SERVER_DEPS) == {"httpx"}
+    assert _top_level_imports("lamina.client.http_client") & set(SERVER_DEPS) == {"httpx"}
 
 
 # lamina.agent: the agent side over the public Memory API (chat models, schemas and the bandit at
@@ -378,7 +440,7 @@ AGENT_LEVELS = {
 
 def test_agent_modules_import_only_lower_levels() -> None:
     """lamina.agent's modules import only lower levels of the package, and outside it only the
-    layers below the agent (llm, extract, the memory facade) — never eval, cli or serve."""
+    layers below the agent (lamina.llm, the memory facade) — never eval, cli or serve."""
     assert {n.split(".")[-1] for n in MODULES if n.startswith("lamina.agent.")} == set(AGENT_LEVELS)
     for mod, level in AGENT_LEVELS.items():
         for target, line, names in _imports(f"lamina.agent.{mod}"):
@@ -386,7 +448,7 @@ def test_agent_modules_import_only_lower_levels() -> None:
                 full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
                 if not full.startswith("lamina.agent."):
                     assert full != "lamina.agent", f"lamina.agent.{mod}:{line} imports the package root"
-                    assert full.startswith(("lamina.llm", "lamina.extract", "lamina.memory", "lamina.errors")), (
+                    assert full.startswith(("lamina.llm", "lamina.memory", "lamina.errors")), (
                         f"lamina.agent.{mod}:{line} imports {full}"
                     )
                     continue
@@ -404,9 +466,9 @@ def test_the_inspector_sits_on_the_service_and_below_its_app() -> None:
     for name in ui:
         for target, line, names in _imports(name):
             full = [f"{target}.{n}" for n in names] or [target]
-            assert not any(f.startswith(("lamina.serve.app", "lamina.serve.cli", "lamina.serve.mcp")) for f in full), (
-                f"{name}:{line} imports {target} {names}"
-            )
+            assert not any(
+                f.startswith(("lamina.serve.app", "lamina.cli.serve_commands", "lamina.serve.mcp")) for f in full
+            ), f"{name}:{line} imports {target} {names}"
     app = ast.parse(MODULES["lamina.serve.app"].read_text(encoding="utf-8"))
     top = [n for n in app.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert not any(isinstance(n, ast.ImportFrom) and n.level and (n.module or "").startswith("ui") for n in top)

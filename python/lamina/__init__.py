@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import embedders, fleet, kernels, kv, model
-from ._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
-from .aio import AsyncMemory
 from .errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
-from .extract import Fact, FactExtractor, Summarizer, Turn
-from .items import Blocked, Context, FirewallReport, MemoryItem
-from .lexical import LexicalIndex, tokenize
-from .llm import LLM, OpenAIChat
-from .local_llm import LocalChat
+from .llm.extract import Fact, FactExtractor, Summarizer, Turn
+from .llm.openai_chat import LLM, OpenAIChat
 from .memory import (
     Candidate,
     ClosedError,
@@ -29,24 +23,55 @@ from .memory import (
     ProfileDrift,
     SessionReport,
 )
-from .memory.dump import Dump, DumpError, UserDump, read_dump
+from .memory.aio import AsyncMemory
+from .memory.dump.format import Dump, DumpError, UserDump
+from .memory.dump.jsonl import export_jsonl, import_dump, import_jsonl, iter_export
+from .memory.dump.reader import read_dump
 from .memory.reports import ImportReport
-from .search import Metric, VectorArena, topk
-from .transfer import export_jsonl, import_dump, import_jsonl, iter_export
+from .memory.types import Blocked, Context, FirewallReport, MemoryItem
+from .native._info import build_info, cuda_device_count, get_num_threads, has_cuda, set_num_threads
+from .native.lexical import LexicalIndex, tokenize
+from .native.search import Metric, VectorArena, topk
 
 if TYPE_CHECKING:
-    from .client import AsyncClient, Client
+    from . import embedders, kv, model
+    from .client.http_client import AsyncClient, Client
+    from .llm.local_chat import LocalChat
+    from .native import fleet, kernels
 
 __version__ = str(build_info()["version"])
 
+# name -> the module that defines it, imported when the name is first used: the model runtime,
+# the KV-cache methods, the fleet step, the kernels, the embedders, the HTTP client (httpx) and
+# the local chat model are not loaded by ``import lamina``
+_LAZY = {
+    "embedders": ("lamina.embedders", None),
+    "kv": ("lamina.kv", None),
+    "model": ("lamina.model", None),
+    "fleet": ("lamina.native.fleet", None),
+    "kernels": ("lamina.native.kernels", None),
+    "Client": ("lamina.client.http_client", "Client"),
+    "AsyncClient": ("lamina.client.http_client", "AsyncClient"),
+    "LocalChat": ("lamina.llm.local_chat", "LocalChat"),
+}
+
 
 def __getattr__(name: str) -> Any:
-    """``Client`` and ``AsyncClient`` import httpx (the ``serve`` extra) when first used."""
-    if name in ("Client", "AsyncClient"):
-        from . import client
+    """The heavy parts of the public API (see ``_LAZY``), imported when first used."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'lamina' has no attribute {name!r}")
+    import importlib
 
-        return getattr(client, name)
-    raise AttributeError(f"module 'lamina' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

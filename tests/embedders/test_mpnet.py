@@ -1,6 +1,6 @@
 """MPNet without torch: the relative-position buckets and the split-archive unpack on their own,
 the packaged all-mpnet-base-v2 against vectors made by sentence-transformers
-(``data/mpnet_reference.json``, written by ``bench/make_mpnet_reference.py``)."""
+(``data/mpnet_reference.json``, written by ``bench/tools/make_mpnet_reference.py``)."""
 
 from __future__ import annotations
 
@@ -250,7 +250,7 @@ def test_memory_runs_on_mpnet(mpnet):
 
 
 def test_a_database_built_on_mpnet_reopens_on_mpnet(mpnet, tmp_path):
-    from lamina.io_cli import open_db, stored_embedder
+    from lamina.cli.io_commands import open_db, stored_embedder
 
     db = tmp_path / "m.db"
     with Memory(db, embedder=mpnet) as m:

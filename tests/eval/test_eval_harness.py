@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lamina.cli import main
+from lamina.cli.main import main
 from lamina.embedders import Hashing
 from lamina.eval import ALL_SYSTEMS, format_tables, load_locomo, run_locomo
 from lamina.eval.harness import Reader, named_speaker
@@ -458,7 +458,7 @@ def test_orders_are_refused_where_they_mean_nothing(synthetic):
 
 
 def test_cli_orders_option_parses_and_rejects(tmp_path, capsys):
-    from lamina.eval.cli import _orders
+    from lamina.cli.eval_commands import _orders
 
     assert _orders("lost-in-the-middle, score,reversed") == ["lost-in-the-middle", "score", "reversed"]
     data = tmp_path / "locomo_dev.json"

@@ -4,6 +4,7 @@ the shared data is present."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -302,7 +303,9 @@ def test_cli_end_to_end(lme_file: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert main(argv) == 0
     res = json.loads(out.read_text())
     assert res["dataset"]["questions"] == 2 and res["budgets"] == [32, 256]
-    assert (plots / "longmemeval-overall.png").exists() and (plots / "longmemeval-single-session-user.png").exists()
+    if importlib.util.find_spec("matplotlib") is not None:  # (an optional extra: without it no plot, a message)
+        assert (plots / "longmemeval-overall.png").exists()
+        assert (plots / "longmemeval-single-session-user.png").exists()
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "0 texts embedded" in printed and "read from the cache" in printed

@@ -1,4 +1,4 @@
-"""Metric functions of lamina.eval against hand-worked examples (DESIGN.md §4, official LoCoMo rules)."""
+"""Metric functions of lamina.eval against hand-worked examples (docs/design.md §4, official LoCoMo rules)."""
 
 from __future__ import annotations
 

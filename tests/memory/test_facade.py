@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from memkit import DAY, FILLER, T0, chat, item_rows
 
 import lamina
 from lamina import Memory, MemoryConfig
-from lamina.items import LAYERS
+from lamina.memory.types import LAYERS
+from memkit import DAY, FILLER, T0, chat, item_rows
 
 
 def test_identifiers_are_keyword_only() -> None:

@@ -124,8 +124,8 @@ def test_dot_ids_are_refused_everywhere() -> None:
     import io
 
     from lamina import Memory
+    from lamina.memory.dump.jsonl import export_jsonl, import_jsonl
     from lamina.serve.tenancy import stored_user_id
-    from lamina.transfer import export_jsonl, import_jsonl
 
     for bad in (".", ".."):
         with pytest.raises(InvalidInput, match=r"user_id must not be '\.{1,2}' \(it cannot be a URL path segment\)"):

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from lamina import InvalidInput, Memory, MemoryConfig, NotFoundError
-from lamina.items import LAYERS
+from lamina.memory.types import LAYERS
 
 USERS = ["ann", "bob", "cyd"]
 SESSIONS = ["s0", "s1", "s2"]

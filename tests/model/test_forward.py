@@ -3,7 +3,7 @@ and the KV cache: incremental decode equals the full forward, head-wise compacti
 
 The issue's bar: top-1 agreement >= 99 % wherever the reference's top-2 margin exceeds 0.5
 logit, mean KL(reference || lamina) <= 0.01. Here over the TEXTS of conftest.py (a few hundred
-positions, for speed); bench/check_model_logits.py measures >= 2,000 positions.
+positions, for speed); bench/tools/check_model_logits.py measures >= 2,000 positions.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 
 import lamina
 from lamina.errors import InvalidInput
-from lamina.llm import LLM, LLMError
+from lamina.llm.openai_chat import LLM, LLMError
 from lamina.model.chat import CHATML, render_messages
 
 CONVERSATION = [
@@ -37,7 +37,7 @@ def _greedy_by_hand(model: Any, prompt: str, max_tokens: int) -> str:
 
 
 def test_is_an_llm_and_exported() -> None:
-    assert lamina.LocalChat is lamina.local_llm.LocalChat
+    assert lamina.LocalChat is lamina.llm.local_chat.LocalChat
     assert isinstance(lamina.LocalChat(), LLM)
     assert "not loaded" in repr(lamina.LocalChat())
 

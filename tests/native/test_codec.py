@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import lamina
 from lamina import _core
-from lamina.search import DEFAULT_OVERSAMPLE
+from lamina.native.search import DEFAULT_OVERSAMPLE
 
 CODECS = ["binary", "int8"]
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import lamina
-from lamina import _core, _device
+from lamina import _core
+from lamina.native import _device
 
 # ---------------------------------------------------------------------------------------------
 # helpers
@@ -521,13 +522,13 @@ def test_gpu_arena_errors() -> None:
 def test_row_kernels_refuse_mixed_devices() -> None:
     rows = np.zeros((4, 3), np.float32)
     with pytest.raises(ValueError, match="host memory"):
-        lamina.kernels.ema_blend(rows, FakeDeviceArray((4, 3)), 0.5)
+        lamina.native.kernels.ema_blend(rows, FakeDeviceArray((4, 3)), 0.5)
     with pytest.raises(ValueError, match="host memory"):
-        lamina.kernels.damped_update(FakeDeviceArray((4, 3)), rows, 0.5)
+        lamina.native.kernels.damped_update(FakeDeviceArray((4, 3)), rows, 0.5)
     with pytest.raises(ValueError, match="host memory"):
-        lamina.kernels.ema_blend(FakeDeviceArray((4, 3)), FakeDeviceArray((4, 3)), np.ones(4))
+        lamina.native.kernels.ema_blend(FakeDeviceArray((4, 3)), FakeDeviceArray((4, 3)), np.ones(4))
     with pytest.raises(ValueError, match="host memory"):
-        lamina.kernels.heat_scores(
+        lamina.native.kernels.heat_scores(
             np.zeros(4, np.int32), FakeDeviceArray((4,), "<i4"), FakeDeviceArray((4,), "<f8"), 1.0
         )
 
@@ -542,15 +543,17 @@ def test_gpu_heat_matches_cpu_bitwise(vt: str, lt: str) -> None:
     ilen = rng.integers(0, 500, n).astype(lt)
     last = rng.uniform(0, 2e7, n)
     now, a, b, c, mu = 1.5e7, 0.7, 0.2, 3.0, 1e6
-    cpu = lamina.kernels.heat_scores(visits, ilen, last, now, a, b, c, mu)
+    cpu = lamina.native.kernels.heat_scores(visits, ilen, last, now, a, b, c, mu)
     out = cp.full(n, cp.nan, cp.float32)
-    res = lamina.kernels.heat_scores(cp.asarray(visits), cp.asarray(ilen), cp.asarray(last), now, a, b, c, mu, out=out)
+    res = lamina.native.kernels.heat_scores(
+        cp.asarray(visits), cp.asarray(ilen), cp.asarray(last), now, a, b, c, mu, out=out
+    )
     assert res is out
     np.testing.assert_array_equal(cp.asnumpy(out), cpu, err_msg=f"seed={seed}")
     bad = cp.asarray(last)
     bad[n // 2] = cp.nan
     with pytest.raises(ValueError, match="NaN"):
-        lamina.kernels.heat_scores(cp.asarray(visits), cp.asarray(ilen), bad, now)
+        lamina.native.kernels.heat_scores(cp.asarray(visits), cp.asarray(ilen), bad, now)
 
 
 @pytest.mark.gpu
@@ -572,11 +575,11 @@ def test_gpu_row_updates_match_cpu(fn: str, indexed: bool, per_row: bool) -> Non
         if fn == "ema_blend":
             kw = {"renormalize": renorm}
         cpu_rows = rows.copy()
-        cpu_drift = getattr(lamina.kernels, fn)(cpu_rows, targets, param, index, **kw)
+        cpu_drift = getattr(lamina.native.kernels, fn)(cpu_rows, targets, param, index, **kw)
         g_rows = cp.asarray(rows)
         g_param = cp.asarray(param) if per_row else param
         out = cp.full(m, cp.nan, cp.float32)
-        g_drift = getattr(lamina.kernels, fn)(
+        g_drift = getattr(lamina.native.kernels, fn)(
             g_rows, cp.asarray(targets), g_param, None if index is None else cp.asarray(index), out=out, **kw
         )
         assert g_drift is out
@@ -591,20 +594,20 @@ def test_gpu_row_updates_errors() -> None:
     rows = cp.ones((5, 4), cp.float32)
     t = cp.ones((2, 4), cp.float32)
     with pytest.raises(IndexError, match="out of range"):
-        lamina.kernels.ema_blend(rows, t, 0.5, cp.asarray([0, 5], cp.int64))
+        lamina.native.kernels.ema_blend(rows, t, 0.5, cp.asarray([0, 5], cp.int64))
     with pytest.raises(ValueError, match="more than once"):
-        lamina.kernels.ema_blend(rows, t, 0.5, cp.asarray([1, 1], cp.int64))
+        lamina.native.kernels.ema_blend(rows, t, 0.5, cp.asarray([1, 1], cp.int64))
     with pytest.raises(ValueError, match="out of range"):
-        lamina.kernels.ema_blend(rows, t, 1.5, cp.asarray([0, 1], cp.int64))
+        lamina.native.kernels.ema_blend(rows, t, 1.5, cp.asarray([0, 1], cp.int64))
     with pytest.raises(ValueError, match="out of range"):
-        lamina.kernels.damped_update(rows, t, cp.asarray([0.5, -1.0]), cp.asarray([0, 1], cp.int64))
+        lamina.native.kernels.damped_update(rows, t, cp.asarray([0.5, -1.0]), cp.asarray([0, 1], cp.int64))
     np.testing.assert_array_equal(cp.asnumpy(rows), np.ones((5, 4), np.float32))  # nothing written
     tb = cp.ones((5, 4), cp.float32)
     tb[3, 1] = cp.nan
     with pytest.raises(ValueError, match="NaN or Inf"):
-        lamina.kernels.damped_update(rows, tb, 0.5)
+        lamina.native.kernels.damped_update(rows, tb, 0.5)
     with pytest.raises(ValueError, match="shares memory"):
-        lamina.kernels.ema_blend(rows, rows, 0.5)
+        lamina.native.kernels.ema_blend(rows, rows, 0.5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -612,7 +615,7 @@ def test_gpu_row_updates_errors() -> None:
 
 
 def test_selection_kernels_refuse_mixed_devices() -> None:
-    k = lamina.kernels
+    k = lamina.native.kernels
     with pytest.raises(ValueError, match="host memory"):
         k.softmax_gate(np.zeros((3, 4), np.float32), 1.0, out=FakeDeviceArray((3, 4)))
     with pytest.raises(ValueError, match="host memory"):
@@ -627,7 +630,7 @@ def test_selection_kernels_refuse_mixed_devices() -> None:
 
 @pytest.mark.skipif(lamina.cuda_device_count() > 0, reason="checks the no-device error path")
 def test_selection_kernels_without_cuda_say_so() -> None:
-    k = lamina.kernels
+    k = lamina.native.kernels
     msg = _expected_no_gpu_message()
     with pytest.raises(RuntimeError, match=msg):
         k.softmax_gate(FakeDeviceArray((3, 4)), 1.0)
@@ -650,9 +653,9 @@ def test_gpu_softmax_gate_matches_cpu_bitwise(entropy: bool, per_row: bool) -> N
         bdt = np.float32 if rng.random() < 0.5 else np.float64
         beta: Any = rng.uniform(0.05, 4.0, b).astype(bdt) if per_row else float(rng.uniform(0.05, 4.0))
         eps = float(rng.uniform(0.0, 0.8)) if entropy else None
-        g_cpu, b_cpu = lamina.kernels.softmax_gate(rel, beta, eps, max_doublings=20)
+        g_cpu, b_cpu = lamina.native.kernels.softmax_gate(rel, beta, eps, max_doublings=20)
         out = cp.full((b, L), cp.nan, cp.float32)
-        g_dev, b_dev = lamina.kernels.softmax_gate(
+        g_dev, b_dev = lamina.native.kernels.softmax_gate(
             cp.asarray(rel), cp.asarray(beta) if per_row else beta, eps, max_doublings=20, out=out
         )
         assert g_dev is out
@@ -667,14 +670,14 @@ def test_gpu_softmax_gate_errors() -> None:
     rel = cp.ones((4, 3), cp.float32)
     rel[2, 1] = cp.inf
     with pytest.raises(ValueError, match=r"relevance\[2\]"):
-        lamina.kernels.softmax_gate(rel, 1.0)
+        lamina.native.kernels.softmax_gate(rel, 1.0)
     ok = cp.ones((4, 3), cp.float32)
     with pytest.raises(ValueError, match="> 0"):
-        lamina.kernels.softmax_gate(ok, -1.0, 0.1)
+        lamina.native.kernels.softmax_gate(ok, -1.0, 0.1)
     with pytest.raises(ValueError, match=r"beta\[1\]"):
-        lamina.kernels.softmax_gate(ok, cp.asarray([1.0, -1.0, 1.0, 1.0]), 0.1)
+        lamina.native.kernels.softmax_gate(ok, cp.asarray([1.0, -1.0, 1.0, 1.0]), 0.1)
     with pytest.raises(ValueError, match="max_doublings"):
-        lamina.kernels.softmax_gate(ok, 1.0, 0.1, max_doublings=2000)
+        lamina.native.kernels.softmax_gate(ok, 1.0, 0.1, max_doublings=2000)
 
 
 @pytest.mark.gpu
@@ -686,15 +689,15 @@ def test_gpu_select_hot_matches_cpu(grouped: bool) -> None:
     heat = np.round(rng.standard_normal(n) * 4).astype(np.float32)  # many ties
     ns = rng.integers(0, 50, n).astype(np.uint64) * np.uint64(2**40) if grouped else None
     for thr in (0.0, 1.0 + 1e-12, -3.5, float(rng.uniform(-2, 2))):
-        cpu = lamina.kernels.select_hot(heat, thr, ns)
-        dev = lamina.kernels.select_hot(cp.asarray(heat), thr, None if ns is None else cp.asarray(ns))
+        cpu = lamina.native.kernels.select_hot(heat, thr, ns)
+        dev = lamina.native.kernels.select_hot(cp.asarray(heat), thr, None if ns is None else cp.asarray(ns))
         assert isinstance(dev, cp.ndarray) and dev.dtype == cp.int64
         np.testing.assert_array_equal(cp.asnumpy(dev), cpu, err_msg=f"seed={seed} thr={thr}")
     if n:
         bad = cp.asarray(heat)
         bad[n - 1] = cp.nan
         with pytest.raises(ValueError, match=rf"heat\[{n - 1}\]"):
-            lamina.kernels.select_hot(bad, 0.0)
+            lamina.native.kernels.select_hot(bad, 0.0)
 
 
 @pytest.mark.gpu
@@ -715,8 +718,8 @@ def test_gpu_evict_to_capacity_matches_cpu(with_live: bool, mapping: bool) -> No
         if mapping
         else int(rng.integers(0, 400))
     )
-    cpu = lamina.kernels.evict_to_capacity(scores, ns, cap, live=live)
-    dev = lamina.kernels.evict_to_capacity(
+    cpu = lamina.native.kernels.evict_to_capacity(scores, ns, cap, live=live)
+    dev = lamina.native.kernels.evict_to_capacity(
         cp.asarray(scores), cp.asarray(ns), cap, live=None if live is None else cp.asarray(live)
     )
     np.testing.assert_array_equal(cp.asnumpy(dev), cpu, err_msg=f"seed={seed}")
@@ -724,7 +727,7 @@ def test_gpu_evict_to_capacity_matches_cpu(with_live: bool, mapping: bool) -> No
         bad = cp.asarray(scores)
         bad[n // 2] = cp.inf
         with pytest.raises(ValueError, match=rf"scores\[{n // 2}\]"):
-            lamina.kernels.evict_to_capacity(bad, cp.asarray(ns), 1)
+            lamina.native.kernels.evict_to_capacity(bad, cp.asarray(ns), 1)
 
 
 # ---------------------------------------------------------------------------------------------

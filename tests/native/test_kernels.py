@@ -1,4 +1,4 @@
-"""lamina.kernels against plain numpy references of the paper's formulas."""
+"""lamina.native.kernels against plain numpy references of the paper's formulas."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import lamina
-from lamina import kernels as K
+from lamina.native import kernels as K
 
 # ----------------------------------------------------------------------------- references
 
@@ -828,7 +828,7 @@ def test_empty_inputs():
 
 
 def test_exported():
-    assert lamina.kernels is K
+    assert lamina.native.kernels is K
     assert set(K.__all__) == {
         "softmax_gate",
         "ema_blend",
@@ -866,7 +866,7 @@ def test_kernels_run_concurrently_from_python_threads():
 _ISA_SCRIPT = r"""
 import hashlib, sys
 import numpy as np
-from lamina import kernels as K
+from lamina.native import kernels as K
 rng = np.random.default_rng(5)
 h = hashlib.sha256()
 for L in (5, 2, 3, 4):  # L = 2..4 take the register-resident SIMD path

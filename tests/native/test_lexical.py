@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lamina
-from lamina.lexical import STOP_WORDS, term_hash, tokenize
+from lamina.native.lexical import STOP_WORDS, term_hash, tokenize
 
 K1, B = 1.2, 0.75
 TOL = 1e-5
@@ -113,9 +113,9 @@ def test_stop_words_are_lowercase_and_dropped():
 
 
 def test_eval_stemmer_still_importable():
-    from lamina._stem import porter_stem
     from lamina.eval.metrics import porter_stem as from_metrics
     from lamina.eval.stem import porter_stem as from_eval
+    from lamina.text._stem import porter_stem
 
     assert from_eval is porter_stem and from_metrics is porter_stem
 

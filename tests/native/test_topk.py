@@ -228,7 +228,7 @@ def test_every_simd_path_gives_the_same_bits_on_float_data() -> None:
 
     code = """
 import hashlib, numpy as np, lamina
-from lamina.search import inner_products
+from lamina.native.search import inner_products
 rng = np.random.default_rng(7)
 h = hashlib.sha256()
 for d in (1, 7, 16, 17, 33, 100, 384):
@@ -255,7 +255,7 @@ print(lamina.build_info()["simd_active"], h.hexdigest())
 
 def test_inner_products_are_the_top_k_scores() -> None:
     """``inner_products`` gives every pair's ``"ip"`` score with the bits ``topk`` ranks by."""
-    from lamina.search import inner_products
+    from lamina.native.search import inner_products
 
     rng = np.random.default_rng(11)
     for d in (3, 16, 40, 384):
@@ -271,7 +271,7 @@ def test_inner_products_are_the_top_k_scores() -> None:
 
 
 def test_inner_products_refuse_bad_input() -> None:
-    from lamina.search import inner_products
+    from lamina.native.search import inner_products
 
     Q = np.ones((2, 4), np.float32)
     X = np.ones((3, 4), np.float32)

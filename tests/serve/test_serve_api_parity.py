@@ -203,7 +203,7 @@ def test_errors_are_lamina_errors(api: Any, user: str) -> None:
 def test_export_import_round_trip(api: Any, user: str) -> None:
     """export_user / import_user: the copy's contexts are the original's; an existing user is
     refused without replace; an unknown user is NotFoundError."""
-    from lamina.memory.dump import UserDump
+    from lamina.memory.dump.format import UserDump
     from lamina.memory.reports import ImportReport
 
     emb = lamina.embedders.get_embedder("hashing").name

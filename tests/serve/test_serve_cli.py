@@ -15,8 +15,8 @@ import pytest
 from servekit import KEY_A, lamina_cmd, serve_process
 
 from lamina import Memory
+from lamina.cli.serve_commands import is_loopback
 from lamina.serve.auth import KeyRing, hash_key
-from lamina.serve.cli import is_loopback
 
 
 def _run(*args: str, env_keys: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -179,7 +179,7 @@ def test_the_default_import_limit_takes_a_large_users_export() -> None:
     and the CLI's default must be the same; the bodies held are bounded by max_imports."""
     import argparse
 
-    from lamina.serve.cli import add_serve_parsers
+    from lamina.cli.serve_commands import add_serve_parsers
 
     assert Limits().max_import_bytes == 512 << 20 and Limits().max_imports == 2
     p = argparse.ArgumentParser()

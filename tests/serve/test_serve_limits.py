@@ -104,6 +104,6 @@ def test_an_unexpected_error_is_a_json_500_and_the_server_goes_on() -> None:
             "message": "internal error (RuntimeError); see the server log",
         }
         assert _add(url, "fine").status_code == 200
-        with Client(url) as c, pytest.raises(lamina.client.ServiceError) as ei:
+        with Client(url) as c, pytest.raises(lamina.client.http_client.ServiceError) as ei:
             c.add([{"text": "boom again"}], user_id="u", session_id="s")
         assert ei.value.status == 500 and ei.value.code == "internal"

@@ -19,7 +19,7 @@ httpx2 = pytest.importorskip("httpx2", reason="the MCP SDK's HTTP client")
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from lamina.mcp_server import TOOLS  # noqa: E402
+from lamina.serve.mcp_server import TOOLS  # noqa: E402
 
 T0 = 1_683_550_000.0
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from servekit import KEY_A, KEY_B, MAX_BODY, MAX_IMPORT, ServerProc
 
-from lamina.memory.dump import read_dump
+from lamina.memory.dump.reader import read_dump
 from lamina.serve import schemas as S
 
 T0 = 1_683_550_000.0

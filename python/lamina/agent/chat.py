@@ -1,8 +1,8 @@
 """Tool-calling chat models: the :class:`ChatModel` protocol and two implementations.
 
 * :class:`OpenAIToolChat` — an OpenAI-compatible ``/chat/completions`` endpoint with native
-  ``tools`` (function calling), stdlib HTTP only, configured like :class:`lamina.llm.OpenAIChat`.
-* :class:`PromptedToolChat` — any plain :class:`lamina.llm.LLM` (e.g. :class:`lamina.LocalChat`)
+  ``tools`` (function calling), stdlib HTTP only, configured like :class:`lamina.llm.openai_chat.OpenAIChat`.
+* :class:`PromptedToolChat` — any plain :class:`lamina.llm.openai_chat.LLM` (e.g. :class:`lamina.LocalChat`)
   driven by a prompt that lists the tools and asks for one JSON object per reply.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..llm import LLM, LLMError, OpenAIChat
+from ..llm.openai_chat import LLM, LLMError, OpenAIChat
 
 __all__ = ["ToolCall", "ChatReply", "ChatModel", "OpenAIToolChat", "PromptedToolChat"]
 
@@ -52,7 +52,7 @@ class OpenAIToolChat:
     Parameters
     ----------
     base_url, model, api_key, timeout :
-        As :class:`lamina.llm.OpenAIChat` (the same environment variables).
+        As :class:`lamina.llm.openai_chat.OpenAIChat` (the same environment variables).
     temperature : float
     max_tokens : int
     """
@@ -124,7 +124,7 @@ _PROMPT = (
 
 
 class PromptedToolChat:
-    """Tool calls by prompting a plain :class:`lamina.llm.LLM` (no native function calling).
+    """Tool calls by prompting a plain :class:`lamina.llm.openai_chat.LLM` (no native function calling).
 
     The tool list is appended to the system message; a reply that parses as
     ``{"function": ..., "arguments": {...}}`` becomes a :class:`ToolCall`, anything else is the

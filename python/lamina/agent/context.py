@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..extract import ExtractiveSummarizer, Summarizer, Turn
+from ..llm.extract import ExtractiveSummarizer, Summarizer, Turn
 
 if TYPE_CHECKING:
     from ..memory import Memory
@@ -155,7 +155,7 @@ class VirtualContext:
     tokens : callable, tokenizer, or None
         See :func:`token_counter`.
     core : CoreMemory, optional
-    summarizer : lamina.extract.Summarizer, optional
+    summarizer : lamina.llm.extract.Summarizer, optional
         Folds evicted messages into the recursive summary (default: extractive).
     summary_words : int
         Length bound of the recursive summary (1 .. window/4; eviction leaves room for it).

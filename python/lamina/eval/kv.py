@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
+from ..cli.progress import ProgressBar
 from ..kv import KVMethod, make_method
 from ..model import Model
 from ..model.press import (
@@ -34,7 +35,6 @@ from ..model.press import (
     observation_window,
     reads_window,
 )
-from .harness import _Bar
 from .kv_suite import KVSample, score_output
 
 __all__ = [
@@ -172,7 +172,7 @@ def run_kv(
             return None
         return model.reconstruction_scores(cache, ids)
 
-    bar = _Bar(len(samples) * (1 + len(ms) * len(compressions) * len(modes)), "kv", progress)
+    bar = ProgressBar(len(samples) * (1 + len(ms) * len(compressions) * len(modes)), "kv", progress)
     out: list[KVRecord] = []
     for smp in samples:
         parts = model.prompt_parts(smp.context, smp.question)

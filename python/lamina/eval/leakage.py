@@ -1,6 +1,6 @@
 """``lamina eval leakage``: a labelled benchmark of cross-domain leakage and sycophancy triggers.
 
-PersistBench (see ``../shared/DESIGN.md``) measured two failures of memory-augmented models:
+PersistBench (see ``docs/design.md``) measured two failures of memory-augmented models:
 memories of one life domain leaking into answers about another (median 53 % across 18 models)
 and stored beliefs pulled into factual questions, where they invite agreement over accuracy
 (97 %). This module generates users whose memories span health, work, finance, relationships,
@@ -16,7 +16,7 @@ and measures what reaches the context:
 
 A memory is "in the context" when its source id is among ``Context.sources`` (verbatim, or
 quoted by a segment, summary or fact). Everything is deterministic in ``--seed``; the
-generator's words are general vocabulary, not those of :data:`lamina.memory.domains.DEFAULT_LEXICON`
+generator's words are general vocabulary, not those of :data:`lamina.text.domains.DEFAULT_LEXICON`
 (the classifier's accuracy on it is reported beside the rates, since its labels gate the
 firewall).
 """

@@ -30,8 +30,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from ..cli.progress import ProgressBar
 from ..embedders import Embedder
-from .harness import _Bar
 from .lme_metrics import KS, first_occurrence, retrieval_scores
 from .lme_systems import (
     LME_BASELINES,
@@ -209,7 +209,7 @@ def run_longmemeval(
         raise ValueError(f"unknown system(s) {bad or list(systems)}; expected some of {list(LME_SYSTEMS)}")
     emb = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
     per_q: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
-    bar = _Bar(len(data.questions), "longmemeval", progress)
+    bar = ProgressBar(len(data.questions), "longmemeval", progress)
     t_start = time.perf_counter()
     late = 0
     for q in data.questions:

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ..items import MemoryItem, format_time
 from ..memory.reports import ContextExplanation
+from ..memory.types import MemoryItem, format_time
 from .locomo import Session, Turn
 from .longmemeval import LmeQuestion, LmeSession
 from .metrics import answer_tokens, count_tokens

@@ -1,4 +1,4 @@
-"""Metric definitions of DESIGN.md §4 and the official LoCoMo answer scoring.
+"""Metric definitions of docs/design.md §4 and the official LoCoMo answer scoring.
 
 Retrieval level (no reader involved):
 

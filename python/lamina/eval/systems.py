@@ -36,9 +36,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ..embedders import Embedder
-from ..items import Context, ContextOrder, MemoryItem, format_time
 from ..memory import Memory, MemoryConfig
-from ..search import topk
+from ..memory.types import Context, ContextOrder, MemoryItem, format_time
+from ..native.search import topk
 from .locomo import Session, Turn
 from .metrics import answer_tokens, count_tokens
 
@@ -81,7 +81,7 @@ class Ctx:
     source: Context | None = None
 
     def render_in(self, order: ContextOrder) -> str:
-        """The same selected items rendered in ``order`` (:func:`lamina.items.arrange`).
+        """The same selected items rendered in ``order`` (:func:`lamina.memory.types.arrange`).
 
         Raises
         ------

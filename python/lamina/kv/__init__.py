@@ -73,7 +73,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core, _device
+from .. import _core
+from ..native import _device
 from . import _ops
 from .adakv import AdaKV
 from .base import Budget, KeepSet, KVMethod, check_threads

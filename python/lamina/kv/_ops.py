@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core, _device
+from .. import _core
+from ..native import _device
 
 __all__ = [
     "on_device",

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .. import _device
+from ..native import _device
 from . import _ops
 
 __all__ = ["KeepSet", "KVMethod", "Budget", "resolve_budget", "apportion"]

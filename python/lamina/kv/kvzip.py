@@ -27,7 +27,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .. import _device
+from ..native import _device
 from .base import KeepSet, KVMethod, is_integral, keep_all
 
 __all__ = ["KVzip"]

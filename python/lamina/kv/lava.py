@@ -58,7 +58,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .. import _core, _device
+from .. import _core
+from ..native import _device
 from . import _ops
 from .base import apportion, check_fraction, select_rows
 from .snapkv import SnapKV

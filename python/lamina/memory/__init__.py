@@ -1,6 +1,6 @@
 """``lamina.memory``: the multi-layer memory loop (MLMF Algorithm 1 with MemoryOS / MemTree tiers).
 
-Write path (``add``, ``end_session``) and read path (``context``, ``search``) of DESIGN.md §2:
+Write path (``add``, ``end_session``) and read path (``context``, ``search``) of docs/design.md §2:
 
 * **working** — raw turns of each live (user, session), FIFO, at most ``working_capacity``;
   on overflow the oldest half is dequeued, cut into segments of adjacent turns by embedding
@@ -18,41 +18,42 @@ Write path (``add``, ``end_session``) and read path (``context``, ``search``) of
 Capacity projection Π_C (``end_session``): beyond C_e / C_s the items whose raw text is most
 redundant go first (the Shapley share of novelty-weighted turn coverage; ``eviction="heat"``: the
 lowest heat × strength), optionally a pool using what the other leaves unused (``lend_capacity``); the rule
-is written out in :mod:`lamina.memory.retention`.
+is written out in :mod:`lamina.memory.write.retention`.
 
-Vectors live in a :class:`~lamina.layer_index.LayerIndex`: two native arenas (the archive apart
+Vectors live in a :class:`~lamina.native.layer_index.LayerIndex`: two native arenas (the archive apart
 from the active layers), one namespace per (user, layer), searched with the native exact top-k up
 to ``MemoryConfig.ann_threshold`` vectors and through hnswlib past it; the layer gate is
 ``kernels.softmax_gate`` (eq. 7, entropy bound ε).
 
-The package reads top-down as the loop (imports flow one way, from the first to the last):
+The package reads bottom-up as the loop, one folder per stage (imports flow one way, from the
+first to the last; ``tests/test_layering.py`` states the rule of each folder):
 
-* :mod:`~lamina.memory.config` (``MemoryConfig``), :mod:`~lamina.memory.inputs` (argument checks),
-  :mod:`~lamina.memory.reports` (typed results), :mod:`~lamina.memory.store` (the ``Store``
-  protocol and SQLite, the only SQL);
-* :mod:`~lamina.memory.records` (the record, namespace codes, ``namespace()``),
-  :mod:`~lamina.memory.staleness`, :mod:`~lamina.memory.coverage` (the coverage rule's kept
-  neighbour lists and incidence), :mod:`~lamina.memory.state` (per-user state, arenas, catching up
-  with the store's change log), :mod:`~lamina.memory.tx` (the unit of work ``Tx``);
-* the stages: :mod:`~lamina.memory.ingest` (add, working FIFO), :mod:`~lamina.memory.consolidate`
-  (segments, MemTree, summaries, EMA blend), :mod:`~lamina.memory.notes` (A-Mem notes, links and
-  evolution of turns), :mod:`~lamina.memory.semantic` (facts, supersession,
-  profiles), :mod:`~lamina.memory.retention` (heat, promotion, eviction),
-  :mod:`~lamina.memory.retrieve` (candidates, lexical fusion, staleness), :mod:`~lamina.memory.domains`
-  (domain labels) and :mod:`~lamina.memory.firewall` (what may pass into a prompt),
-  :mod:`~lamina.memory.fill` (gate, budget fill, order);
-* :mod:`~lamina.memory.memory`, the façade ``Memory``.
+* at its root, what every stage uses: :mod:`~lamina.memory.config` (``MemoryConfig``),
+  :mod:`~lamina.memory.inputs` (argument checks), :mod:`~lamina.memory.reports` (typed results),
+  :mod:`~lamina.memory.types` (items and ``Context``);
+* :mod:`lamina.memory.store` — persistence, the only SQL: the ``Store`` protocol, SQLite,
+  PostgreSQL with pgvector and ``LISTEN`` / ``NOTIFY``;
+* :mod:`lamina.memory.state` — the record and namespace codes, per-user indexes, the state and its
+  catching up with the store's change log, staleness, the coverage rule's neighbour lists, the
+  unit of work ``Tx``;
+* :mod:`lamina.memory.dump` — the export format and one user's export and import;
+* :mod:`lamina.memory.write` — ``add`` (working FIFO), consolidation (segments, MemTree, summaries,
+  EMA blend), A-Mem notes, facts (supersession, profiles), retention (heat, promotion, eviction);
+* :mod:`lamina.memory.read` — candidates, rank fusion, ranking, the firewall (what may pass into a
+  prompt; domain labels from :mod:`lamina.text.domains`), the budget fill (gate, order);
+* :mod:`~lamina.memory.facade`, the façade ``Memory`` (its read methods and export / import are
+  mixins from read/ and dump/), and :mod:`~lamina.memory.aio` (``AsyncMemory``).
 """
 
 from __future__ import annotations
 
+from ..text.domains import DomainClassifier
 from .config import MemoryConfig
-from .domains import DomainClassifier
-from .firewall import Firewall
-from .listing import Activity, ActivityBin, ItemPage
-from .memory import ClosedError, Memory
-from .notes import Link, Note, NoteRevision
+from .facade import ClosedError, Memory
+from .read.firewall import Firewall
+from .read.listing import Activity, ActivityBin, ItemPage
 from .reports import Candidate, ContextExplanation, DeleteReport, MemoryStats, ProfileDrift, SessionReport
+from .write.notes import Link, Note, NoteRevision
 
 __all__ = [
     "Memory",

@@ -7,17 +7,17 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from ..errors import InvalidInput
-from ..search import CODECS, Codec
+from ..native.search import CODECS, Codec
 
 __all__ = ["MemoryConfig", "Eviction", "Synchronous", "VectorDType", "TurnVectors", "ACTIVE_LAYERS"]
 
-#: The capacity projection's rule (see :mod:`lamina.memory.retention`).
+#: The capacity projection's rule (see :mod:`lamina.memory.write.retention`).
 Eviction = Literal["coverage", "heat"]
 #: SQLite's ``synchronous`` setting: NORMAL survives kill -9, FULL also power loss.
 Synchronous = Literal["NORMAL", "FULL"]
 #: Storage of the index's searched arenas (:class:`lamina.VectorArena` dtypes).
 VectorDType = Literal["float32", "float16"]
-#: How a turn is embedded (:mod:`lamina.memory.turnvec`).
+#: How a turn is embedded (:mod:`lamina.memory.state.turnvec`).
 TurnVectors = Literal["sentences", "text"]
 #: The active layers, in the order the read path visits them.
 ACTIVE_LAYERS = ("working", "episodic", "semantic")
@@ -63,16 +63,16 @@ class MemoryConfig:
     firewall floor: below it nothing is returned and the context abstains);
     ``working_share`` (the largest share of the budget working memory gets first);
     ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p),
-    except for a query that asks for a time, :func:`lamina.timeref.date_intent`: when something
+    except for a query that asks for a time, :func:`lamina.text.timeref.date_intent`: when something
     happened is asked of its history, superseded or not);
     ``lexical``: episodic turns are also ranked by BM25 over ``speaker + text`` (native
     :class:`lamina.LexicalIndex`, per-user statistics) and the two rankings are fused by
     reciprocal rank (``rrf_k``: 1/(k + rank); 20 was chosen among 10 / 20 / 30 / 60 on the LoCoMo
     development split, better than the customary 60 with MiniLM and with the hashing embedder
     at 256 and 1,024 tokens), each turn keeping a score on the cosine scale;
-    ``time_channel``: when the query asks for a time (:func:`lamina.timeref.date_intent`:
+    ``time_channel``: when the query asks for a time (:func:`lamina.text.timeref.date_intent`:
     "when ...", "what year ..."), the candidate turns that say when something happened
-    (:func:`lamina.timeref.mentions_time`) are a third ranking in that fusion, in cosine order;
+    (:func:`lamina.text.timeref.mentions_time`) are a third ranking in that fusion, in cosine order;
     ``session_prior`` [μ] (the two-stage read: a session is as relevant as its best candidate
     turn's fused score, and each of its candidate turns gets μ times that added, so the turns
     of the sessions that matter rank together; 0 disables; 1 was chosen among 0.3 / 1 / 2 / 4
@@ -86,12 +86,12 @@ class MemoryConfig:
 
     Turn vectors: ``turn_vectors`` "sentences" (default: a turn is embedded as its text and as
     each of its sentences of three words or more, summed and normalised, and its speaker's name
-    — unless a chat role like "user" — is added with weight 0.5: :mod:`lamina.memory.turnvec`;
+    — unless a chat role like "user" — is added with weight 0.5: :mod:`lamina.memory.state.turnvec`;
     about 3.6 texts to embed per conversational turn, measured in the README's "LoCoMo") or
     "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
     embedded; vectors already stored stay as they are.
 
-    A-Mem notes (:mod:`lamina.memory.notes`): with ``notes`` on, every added turn gets a note
+    A-Mem notes (:mod:`lamina.memory.write.notes`): with ``notes`` on, every added turn gets a note
     (at most ``note_keywords`` keywords) and links to at most ``note_links`` earlier turns whose
     cosine is at least ``link_threshold`` and that share a keyword (``duplicate_threshold``: a
     link this close between turns of one speaker is a restatement); linked notes gain the shared

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InvalidInput
-from ..items import LAYERS
+from .types import LAYERS
 
 __all__ = [
     "TimeLike",
@@ -139,7 +139,7 @@ def check_count(v: object, what: str, unit: str = "", maximum: int | None = None
 
 
 def check_layers(layers: Sequence[str]) -> list[str]:
-    """A list of layer names of :data:`lamina.items.LAYERS`."""
+    """A list of layer names of :data:`lamina.memory.types.LAYERS`."""
     if isinstance(layers, str):
         raise TypeError("layers must be a list of layer names, e.g. ['archive']")
     names = list(layers)

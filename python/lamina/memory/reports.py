@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..items import Context, MemoryItem
+from .types import Context, MemoryItem
 
 __all__ = [
     "SessionReport",

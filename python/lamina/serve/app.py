@@ -2,13 +2,13 @@
 
 Every route that touches the memory runs its call on the service's bounded work pool
 (:class:`~lamina.serve.limits.WorkPool`): the event loop never blocks on native work, and a full
-queue answers 503 at once. Responses are the wire form of :mod:`lamina.wire` (described by the
+queue answers 503 at once. Responses are the wire form of :mod:`lamina.client.wire` (described by the
 models of :mod:`~lamina.serve.schemas`), serialised once, without a second validation pass.
 
 User ids in paths and bodies are the caller's; the service stores them in the caller's tenant
 namespace (:mod:`~lamina.serve.tenancy`), and item routes answer 403 for another tenant's item.
 
-Besides the routes here: a user's export and import (:mod:`~lamina.serve.transfer`) and, unless
+Besides the routes here: a user's export and import (:mod:`~lamina.serve.dump_api`) and, unless
 ``ServeConfig.mcp`` is off, the MCP server at ``/mcp`` (:mod:`~lamina.serve.mcp`), on the same
 memory with the same keys and tenants.
 """
@@ -29,10 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from ..embedders import get_embedder
-from ..errors import InvalidInput
-from ..memory import Firewall, Memory, MemoryConfig
-from ..wire import (
+from ..client.wire import (
     context_to_json,
     delete_report_to_json,
     item_to_json,
@@ -40,14 +37,17 @@ from ..wire import (
     note_to_json,
     session_report_to_json,
 )
+from ..embedders import get_embedder
+from ..errors import InvalidInput
+from ..memory import Firewall, Memory, MemoryConfig
 from . import schemas as S
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
+from .dump_api import IMPORT_PATH, transfer_router
 from .errors import error_response, install_error_handlers
 from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
 from .service import Caller, CallerDep, Service, ServiceDep
 from .tenancy import owns
-from .transfer import IMPORT_PATH, transfer_router
 
 __all__ = ["ServeConfig", "create_app", "app_from_env", "ENV_CONFIG"]
 
@@ -394,7 +394,7 @@ def create_app(
         Serve this memory (the caller closes it); by default the app opens ``config.db`` at
         startup and closes it at shutdown, after the in-flight calls finished.
     routers : sequence of fastapi.APIRouter
-        More routes (the export and import routes of :mod:`~lamina.serve.transfer` are always
+        More routes (the export and import routes of :mod:`~lamina.serve.dump_api` are always
         included); they reach the service with
         :func:`~lamina.serve.service.get_service` and :func:`~lamina.serve.service.get_caller`.
     mounts : mapping of path to ASGI app
@@ -486,7 +486,7 @@ def create_app(
 
 
 def _version() -> str:
-    from .._info import build_info
+    from ..native._info import build_info
 
     return str(build_info()["version"])
 

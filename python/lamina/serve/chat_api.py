@@ -25,8 +25,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..agent.chat import PromptedToolChat
-from ..llm import LLMError
-from ..local_llm import LocalChat
+from ..llm.local_chat import LocalChat
+from ..llm.openai_chat import LLMError
 
 __all__ = ["create_chat_app"]
 

@@ -6,7 +6,7 @@ code                   status  raised for
 ``invalid_input``      400     a value lamina cannot accept (:class:`~lamina.InvalidInput`), or a
                                body that is not UTF-8 JSON
 ``bad_dump``           400     an import body that is no valid dump (the message names the line
-                               and the field: :class:`~lamina.memory.dump.DumpError`)
+                               and the field: :class:`~lamina.memory.dump.format.DumpError`)
 ``type_error``         400     a value of the wrong type
 ``validation_error``   422     a body or parameter that does not fit the schema (``detail``)
 ``unauthorized``       401     a missing or unknown API key (:class:`~lamina.AuthError`)
@@ -36,7 +36,7 @@ from starlette.responses import Response
 
 from ..errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
 from ..memory import ClosedError
-from ..memory.dump import DumpError
+from ..memory.dump.format import DumpError
 from .limits import RequestTooLarge
 
 __all__ = ["error_response", "install_error_handlers", "status_of", "UserExists"]

@@ -1,4 +1,4 @@
-"""The MCP server (:mod:`lamina.mcp_server`) at ``/mcp`` of ``lamina serve`` (streamable HTTP).
+"""The MCP server (:mod:`lamina.serve.mcp_server`) at ``/mcp`` of ``lamina serve`` (streamable HTTP).
 
 It serves the process's one :class:`~lamina.Memory`, the one the HTTP routes serve, with the
 same API keys and tenants:
@@ -35,8 +35,8 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import AuthError, LaminaError
-from ..mcp_server import build_mcp_server, mcp_http_app
 from .errors import error_response, status_of
+from .mcp_server import build_mcp_server, mcp_http_app
 from .service import Service
 
 __all__ = ["McpEndpoint", "MCP_PATH"]

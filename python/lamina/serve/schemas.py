@@ -2,7 +2,7 @@
 
 Requests are validated by these models (unknown fields are refused: 422 ``validation_error``);
 the values then go through :class:`lamina.Memory`'s own checks (400 ``invalid_input``). Responses
-are the wire form of :mod:`lamina.wire`, which these models describe (a test checks each
+are the wire form of :mod:`lamina.client.wire`, which these models describe (a test checks each
 response against its model).
 """
 
@@ -165,7 +165,7 @@ class ContextOut(BaseModel):
     text: str = Field(description="The context rendered for a prompt (empty when abstaining).")
     firewall: FirewallReportOut | None = None
     order: Literal["lost-in-the-middle", "score", "reversed"] = Field(
-        "lost-in-the-middle", description="The order the items are in (lamina.items.CONTEXT_ORDERS)."
+        "lost-in-the-middle", description="The order the items are in (lamina.memory.types.CONTEXT_ORDERS)."
     )
 
 

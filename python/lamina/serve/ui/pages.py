@@ -22,9 +22,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from ...errors import InvalidInput, LaminaError, NotFoundError
-from ...items import format_time
 from ...memory import Firewall
-from ...transfer import iter_dump, renamed
+from ...memory.dump.jsonl import iter_dump, renamed
+from ...memory.types import format_time
 from ..errors import status_of
 from ..service import Service
 from ..tenancy import owns

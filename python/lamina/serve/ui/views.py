@@ -12,9 +12,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ...errors import NotFoundError
-from ...items import Blocked, Context, FirewallReport, MemoryItem
 from ...memory import ContextExplanation, Firewall, ItemPage, Memory
-from ...memory.dump import ItemEntry
+from ...memory.dump.format import ItemEntry
+from ...memory.types import Blocked, Context, FirewallReport, MemoryItem
 
 __all__ = [
     "UserRow",

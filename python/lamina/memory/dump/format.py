@@ -1,0 +1,246 @@
+"""The export format of a memory: the JSONL lines of users' stored state, written from the typed
+entries of :mod:`lamina.memory.dump.entries` (re-exported here) by :func:`dump_lines`, read back
+by :mod:`lamina.memory.dump.reader`.
+
+A dump is a stream of JSON objects, one per line (``docs/export-format.md`` is the reference):
+
+* a :class:`DumpHeader` first (format name, version, lamina version, the embedder that made
+  the vectors, its dimension, which vectors the dump carries);
+* per user: one :class:`UserEntry`, then its :class:`SessionEntry` lines, its
+  :class:`ItemEntry` lines (every stored item of every layer and status, in creation order)
+  and its :class:`RevisionEntry` lines (earlier texts of updated items), then (version 2) the
+  A-Mem notes of its turns: :class:`~lamina.memory.dump.note_entries.NoteEntry`,
+  :class:`~lamina.memory.dump.note_entries.NoteRevisionEntry` and
+  :class:`~lamina.memory.dump.note_entries.LinkEntry` lines;
+* a :class:`DumpFooter` last (counts: a stream cut short is refused).
+
+Item ids in a dump are the exporting database's; they only link the lines of one user
+(``members``, ``parent_id``, ``superseded_by``, a revision's ``item_id``, a note's or note
+revision's ``item_id`` and ``cause``, a link's ``src`` and ``dst``). An import allocates fresh
+ids and remaps these references (:mod:`lamina.memory.dump.user_transfer`). Writing always writes
+:data:`FORMAT_VERSION`; reading takes every version of :data:`VERSIONS` (a version-1 dump
+holds no notes).
+
+Vectors: the items whose vector is the embedding of their own text (:data:`TEXT_KINDS`: turns
+and facts) carry one only with ``vectors="all"``; every other item (segments, summaries, notes,
+profiles: their vectors are centroids, blends and damped updates the loop computed) always
+carries its vector, since it cannot be computed from the text again. Vectors are little-endian
+float32, base64-encoded.
+
+:func:`~lamina.memory.dump.reader.read_dump` parses and validates a whole stream before anything
+is imported: a bad line raises :class:`DumpError` naming the line number and the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ...errors import InvalidInput
+from .entries import (
+    FORMAT,
+    FORMAT_VERSION,
+    KINDS,
+    STATUSES,
+    TEXT_KINDS,
+    VERSIONS,
+    Dump,
+    DumpError,
+    DumpFooter,
+    DumpHeader,
+    ItemEntry,
+    RevisionEntry,
+    SessionEntry,
+    UserDump,
+    UserEntry,
+    Vec,
+)
+from .note_entries import LinkEntry, NoteEntry, NoteRevisionEntry
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "VERSIONS",
+    "TEXT_KINDS",
+    "KINDS",
+    "STATUSES",
+    "DumpError",
+    "DumpHeader",
+    "UserEntry",
+    "SessionEntry",
+    "ItemEntry",
+    "RevisionEntry",
+    "NoteEntry",
+    "NoteRevisionEntry",
+    "LinkEntry",
+    "DumpFooter",
+    "UserDump",
+    "Dump",
+    "dump_lines",
+]
+
+# ---------------------------------------------------------------------------- field schemas
+# name -> (accepted JSON types, nullable). bool is checked apart (it is an int in Python).
+Schema = dict[str, tuple[tuple[type, ...], bool]]
+_STR: tuple[type, ...] = (str,)
+_INT: tuple[type, ...] = (int,)
+_NUM: tuple[type, ...] = (int, float)
+_USER: Schema = {"user_id": (_STR, False), "drift_total": (_NUM, False), "drift_last": (_NUM, False)}
+_USER |= {"drift_updates": (_INT, False), "decays": (_INT, False)}
+_SESSION: Schema = {"user_id": (_STR, False), "session_id": (_STR, False), "status": (_STR, False)}
+_SESSION |= {"started_at": (_NUM, True), "ended_at": (_NUM, True), "ends": (_INT, False)}
+_ITEM: Schema = {
+    "user_id": (_STR, False),
+    "id": (_INT, False),
+    "layer": (_STR, False),
+    "kind": (_STR, False),
+    "status": (_STR, False),
+    "text": (_STR, False),
+    "session_id": (_STR, True),
+    "summary": (_STR, True),
+    "speaker": (_STR, True),
+    "source_id": (_STR, True),
+    "sources": ((list,), False),
+    "members": ((list,), False),
+    "created_at": (_NUM, True),
+    "timestamp": (_NUM, True),
+    "last_access": (_NUM, True),
+    "access_count": (_INT, False),
+    "interaction_len": (_NUM, False),
+    "strength": (_NUM, False),
+    "domain": (_STR, True),
+    "commitment": (_STR, False),
+    "subject": (_STR, True),
+    "predicate": (_STR, True),
+    "object": (_STR, True),
+    "valid_from": (_NUM, True),
+    "valid_to": (_NUM, True),
+    "superseded_by": (_INT, True),
+    "parent_id": (_INT, True),
+    "depth": (_INT, False),
+    "decay_mark": (_INT, True),
+    "embedding": (_STR, True),
+}
+_REVISION: Schema = {
+    "user_id": (_STR, False),
+    "item_id": (_INT, False),
+    "text": (_STR, False),
+    "changed_at": (_NUM, False),
+}
+_NOTE: Schema = {
+    "user_id": (_STR, False),
+    "item_id": (_INT, False),
+    "keywords": ((list,), False),
+    "own": ((list,), False),
+    "gained": ((list,), False),
+    "updated_at": (_NUM, True),
+}
+_NOTE_REVISION: Schema = {
+    "user_id": (_STR, False),
+    "item_id": (_INT, False),
+    "own": ((list,), False),
+    "gained": ((list,), False),
+    "changed_at": (_NUM, True),
+    "cause": (_INT, True),
+}
+_LINK: Schema = {
+    "user_id": (_STR, False),
+    "src": (_INT, False),
+    "dst": (_INT, False),
+    "weight": (_NUM, False),
+    "shared": ((list,), False),
+    "kind": (_STR, False),
+    "created_at": (_NUM, True),
+}
+#: The lines of a user's block, in the order they come (a version-1 dump has the first three).
+_SECTIONS = ("session", "item", "revision", "note", "note_revision", "link")
+_HEADER: Schema = {
+    "format": (_STR, False),
+    "version": (_INT, False),
+    "lamina_version": (_STR, False),
+    "embedder": (_STR, False),
+    "dim": (_INT, False),
+    "vectors": (_STR, False),
+    "created_at": (_NUM, False),
+}
+_FOOTER: Schema = {"users": (_INT, False), "items": (_INT, False)}
+_FLOAT_FIELDS = {
+    k
+    for s in (_USER, _SESSION, _ITEM, _REVISION, _HEADER, _NOTE, _NOTE_REVISION, _LINK)
+    for k, (t, _) in s.items()
+    if t is _NUM
+}
+#: Event times: in the years 1-9999 UTC, as the API takes them (:func:`lamina.memory.inputs.to_time`).
+_TIME_FIELDS = frozenset(
+    {
+        "created_at",
+        "timestamp",
+        "last_access",
+        "valid_from",
+        "valid_to",
+        "started_at",
+        "ended_at",
+        "changed_at",
+        "updated_at",
+    }
+)
+#: The largest count (accesses, consolidations, decays), interaction length, strength or drift
+#: a dump may hold: far above what a memory reaches, low enough that scores stay finite.
+MAX_COUNT = 10**15
+#: The deepest tree node a dump may hold.
+MAX_DEPTH = 10_000
+#: The largest vector dimension a dump may name.
+MAX_DIM = 1 << 16
+#: Bounds of every integer field: SQLite's 64-bit integers.
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
+_BOUNDED = ("access_count", "interaction_len", "strength", "decay_mark")
+
+
+# ---------------------------------------------------------------------------- writing
+def _vec_text(v: Vec) -> str:
+    return base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii")
+
+
+def _line(kind: str, d: dict[str, Any]) -> str:
+    try:
+        return json.dumps({"type": kind, **d}, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError as e:  # NaN or infinity in a float field
+        raise InvalidInput(f"cannot export a {kind} entry of user {d.get('user_id')!r}: {e}") from e
+
+
+def _item_dict(it: ItemEntry) -> dict[str, Any]:
+    d = {k: getattr(it, k) for k in _ITEM if k != "embedding"}
+    d["sources"] = list(it.sources)
+    d["members"] = list(it.members)
+    d["embedding"] = None if it.embedding is None else _vec_text(it.embedding)
+    return d
+
+
+def dump_lines(header: DumpHeader, users: Iterable[UserDump]) -> Iterator[str]:
+    """The JSONL lines of a dump (each ending in ``\\n``): the header, each user's entries, the
+    footer. ``users`` is consumed lazily, one user at a time. The header says
+    :data:`FORMAT_VERSION` whatever ``header.version`` says (a version-1 dump read and written
+    again is a version-2 dump: its users may have gained notes in between)."""
+    yield _line("header", {k: getattr(header, k) for k in _HEADER} | {"version": FORMAT_VERSION})
+    n_users = n_items = 0
+    for ud in users:
+        n_users += 1
+        yield _line("user", {k: getattr(ud.user, k) for k in _USER})
+        for s in ud.sessions:
+            yield _line("session", {k: getattr(s, k) for k in _SESSION})
+        for it in ud.items:
+            n_items += 1
+            yield _line("item", _item_dict(it))
+        for rv in ud.revisions:
+            yield _line("revision", {k: getattr(rv, k) for k in _REVISION})
+        for n in ud.notes:
+            yield _line("note", {k: getattr(n, k) for k in _NOTE})
+        for nr in ud.note_revisions:
+            yield _line("note_revision", {k: getattr(nr, k) for k in _NOTE_REVISION})
+        for lk in ud.links:
+            yield _line("link", {k: getattr(lk, k) for k in _LINK})
+    yield _line("end", {"users": n_users, "items": n_items})

@@ -1,0 +1,353 @@
+"""The read path for many queries at once: :meth:`lamina.Memory.context_batch` and
+:meth:`lamina.Memory.search_batch` (and the one-query :meth:`~lamina.Memory.context` and
+:meth:`~lamina.Memory.search`, which are batches of one).
+
+A batch of (query, user) pairs is answered in stages, each over every pair: the caller embeds
+the queries in one call; :func:`lamina.memory.read.candidates.search` runs the native candidate
+searches of all pairs together (each arena's namespaces of many pairs in one call, the same bits
+as one pair at a time); the episodic fusion of all pairs in numpy steps
+(:func:`lamina.memory.read.candidates.fused_turns_many`); the ranking, for :data:`RANK_MANY` pairs or more
+in numpy steps over all of them (:func:`lamina.memory.read.ranking.rank_many`), else pair by pair
+(:func:`lamina.memory.read.candidates.rank`), and the firewall; the gates of all pairs in one
+``softmax_gate`` call per set of layers (:func:`lamina.memory.read.fill.gate_rows`); the fill order
+of all ranked pairs sorted at once (:meth:`lamina.memory.read.ranking.Ranked.pools`); last, in the
+pairs' order, the budget fill (:func:`lamina.memory.read.fill.take`), the items and the visits they
+count (:func:`bump`). The cyclic collector is paused while a batch of more than one pair runs.
+
+Equal to the pairs one at a time: what a context reads (candidates, scores, gates, fill) does
+not depend on the visits earlier contexts counted — those feed heat, which only the write path
+reads — so the stages may run across pairs; only the items' ``access_count`` and
+``last_access`` show earlier visits, and the items of each pair are built after the visits of
+the pairs before it and before its own, as in a loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from ...errors import InvalidInput
+from ...text.domains import DomainClassifier
+from ..config import ACTIVE_LAYERS
+from ..inputs import MAX_BUDGET, TimeLike, check_count, check_id, check_text, to_time, wall_clock
+from ..reports import ContextExplanation
+from ..state.gcquiet import collector_paused
+from ..state.memstate import MemoryState, UserState
+from ..state.records import Record
+from ..types import Context, FirewallReport, MemoryItem
+from . import candidates as retrieve
+from . import fill, ranking
+from .candidates import Candidates
+from .explain import explanation
+from .firewall import Firewall, empty_report, screen
+
+__all__ = ["pairs", "options", "query_domains", "contexts", "searches", "bump", "RANK_MANY"]
+
+#: From this many queries on, a batch ranks its candidates in numpy steps over all queries
+#: (:func:`lamina.memory.read.ranking.rank_many`); fewer are ranked one by one, as one query alone
+#: is (the same results: the numpy steps cost more than they save for a few queries).
+RANK_MANY = 4
+
+Vec = npt.NDArray[np.float32]
+
+
+def pairs(queries: Sequence[str], user_ids: str | Sequence[str]) -> tuple[list[str], list[str]]:
+    """The checked (query, user) pairs of a batch: ``user_ids`` one id for every query, or one
+    per query. Raises TypeError for a non-sequence, a non-str query or id, ValueError
+    (InvalidInput) for an empty query, mismatched lengths or a bad id, naming the entry."""
+    if isinstance(queries, str) or not isinstance(queries, Sequence):
+        raise TypeError(f"queries must be a sequence of str, got {type(queries).__name__}")
+    qs = list(queries)
+    for i, query in enumerate(qs):
+        check_text(query, f"queries[{i}]")
+        if not query.strip():
+            raise InvalidInput(f"queries[{i}] is empty")
+    if isinstance(user_ids, str):
+        uids = [check_id(user_ids, "user_ids")] * len(qs)
+    elif not isinstance(user_ids, Sequence):
+        raise TypeError(f"user_ids must be a str or a sequence of str, got {type(user_ids).__name__}")
+    else:
+        if len(user_ids) != len(qs):
+            raise InvalidInput(
+                f"user_ids has {len(user_ids)} entries but queries has {len(qs)}: pass one user_id "
+                "for every query, or a single str"
+            )
+        uids = [check_id(u, f"user_ids[{i}]") for i, u in enumerate(user_ids)]
+    return qs, uids
+
+
+def options(
+    budget: int, now: TimeLike, domain: str | None, firewall: Firewall | None
+) -> tuple[int, float | None, str | None]:
+    """The checked ``budget``, ``now`` (seconds) and ``domain`` of a context call."""
+    budget = check_count(budget, "budget", " (tokens)", MAX_BUDGET)
+    t_now = to_time(now, "now")
+    if domain is not None and not isinstance(domain, str):
+        raise TypeError("domain must be a str or None")
+    if domain is not None:
+        check_text(domain, "domain")
+    if firewall is not None and not isinstance(firewall, Firewall):
+        raise TypeError(f"firewall must be a lamina.Firewall or None, got {type(firewall).__name__}")
+    return budget, t_now, domain
+
+
+def query_domains(
+    classifier: DomainClassifier, queries: Sequence[str], domain: str | None, firewall: Firewall | None
+) -> list[str | None]:
+    """Each query's domain: ``domain``, or the classifier's label for ``"auto"`` (and for None
+    with a firewall)."""
+    if domain == "auto" or (firewall is not None and domain is None):
+        return [classifier.classify(q) for q in queries]
+    return [domain] * len(queries)
+
+
+def contexts(
+    st: MemoryState,
+    users: Sequence[UserState | None],
+    queries: Sequence[str],
+    Q: Vec,
+    domains: Sequence[str | None],
+    *,
+    budget: int,
+    t_now: float | None,
+    include_archive: bool,
+    firewall: Firewall | None,
+    explain: bool = False,
+    classifier: DomainClassifier | None = None,
+) -> list[tuple[Context, ContextExplanation | None]]:
+    """The contexts of many queries (see the module docstring), with their explanations when
+    ``explain`` (which then counts no visit). The caller holds the memory's lock.
+
+    Parameters
+    ----------
+    st : the memory state
+    users : each query's user state (None: an unknown user, whose context abstains)
+    queries : the query texts
+    Q : ndarray, shape (len(queries), dim), float32 — the query vectors
+    domains : each query's domain (:func:`query_domains`)
+    budget, t_now, include_archive, firewall : as :meth:`lamina.Memory.context` takes them
+    classifier : the memory's domain classifier (the firewall reads which domains a constraint
+        touches with it; None: the default lexicon)
+
+    Notes
+    -----
+    For more than one query the cyclic garbage collector is paused while the batch runs
+    (:func:`lamina.memory.state.gcquiet.collector_paused`): a batch allocates many short-lived
+    objects (lists, tuples, arrays per query), which would otherwise start young collections
+    that walk the items already built for the batch's earlier queries.
+    """
+    args = (st, users, queries, Q, domains, budget, t_now, include_archive, firewall, explain, classifier)
+    if len(queries) < 2:
+        return _contexts(*args)
+    with collector_paused():
+        return _contexts(*args)
+
+
+def _contexts(
+    st: MemoryState,
+    users: Sequence[UserState | None],
+    queries: Sequence[str],
+    Q: Vec,
+    domains: Sequence[str | None],
+    budget: int,
+    t_now: float | None,
+    include_archive: bool,
+    firewall: Firewall | None,
+    explain: bool,
+    classifier: DomainClassifier | None,
+) -> list[tuple[Context, ContextExplanation | None]]:
+    c = st.config
+    n = len(queries)
+    layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
+    # enough candidates to fill the budget unless items average under 4 tokens (a turn
+    # on its own renders as "[date time]" + "Speaker: word"); a shallower first search
+    # with a deeper retry was measured slower (the retry ran for half the queries of
+    # bench/bench_memory.py) and lost recall on LoCoMo (shallower fusion lists)
+    m = max(c.candidates, -(-budget // 4))
+    known = [i for i in range(n) if users[i] is not None]
+    jobs: list[retrieve.Job] = []
+    for i in known:
+        u = users[i]
+        assert u is not None
+        jobs.append((u, layers, queries[i]))
+    found = retrieve.search(st, jobs, Q[known], m, views=True)
+    lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
+    # with a firewall the domain gate is its own
+    search_domains = [domains[i] if firewall is None else None for i in known]
+    turns = retrieve.fused_turns_many(st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains)
+    cands: list[Candidates | None] = [None] * n
+    reports: list[FirewallReport | None] = [None] * n
+    relevance: dict[int, dict[str, float]] = {}  # query -> its layer relevances, when it has candidates
+    lazy: ranking.Ranked | None = None  # (many queries: each one's candidates built when it is filled)
+    slot = {i: k for k, i in enumerate(known)}
+    if len(known) >= RANK_MANY:
+        lazy = ranking.rank_many(
+            st, [j[0] for j in jobs], [j[2] for j in jobs], layers, found, m, t_now, search_domains, lookup, turns
+        )
+        if firewall is not None:  # (the firewall screens the candidates before the gate)
+            cands = [None if u is None else lazy.candidates(slot[i]) for i, u in enumerate(users)]
+            lazy = None
+        else:
+            relevance = {i: lazy.relevance[k] for k, i in enumerate(known) if not lazy.empty(k)}
+    else:
+        for k, (i, (u, _, query), raw, dom) in enumerate(zip(known, jobs, found, search_domains)):
+            cands[i] = retrieve.rank(
+                st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, turns.one(k)
+            )
+    cd: Candidates | None
+    if lazy is None:
+        for i in known:
+            cd = cands[i]
+            u = users[i]
+            if cd is not None and firewall is not None:
+                assert u is not None
+                reports[i] = screen(
+                    st, u, cd, Q[i : i + 1].copy(), domains[i], firewall, query=queries[i], classifier=classifier
+                )
+            if cd is not None:
+                relevance[i] = cd.relevance
+    gated = [i for i in range(n) if relevance.get(i)]
+    gates = dict(zip(gated, fill.gate_rows([relevance[i] for i in gated], layers, c)))
+    out: list[tuple[Context, ContextExplanation | None]] = []
+    made = _Items(st, remember=len(known) > 1)
+    # (many queries, nothing to explain: every query's fill order sorted at once)
+    pools = None if lazy is None or explain else lazy.pools(st, {slot[i]: gates[i] for i in gated})
+    for i in range(n):
+        u, report, query = users[i], reports[i], queries[i]
+        if u is None or i not in gates:
+            ctx = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
+            if firewall is not None:
+                ctx.firewall = report if report is not None else empty_report(domains[i], firewall)
+            out.append((ctx, None))
+            continue
+        g, b_used = gates[i]
+        reasons: dict[int, str] | None = {} if explain else None
+        cd = None
+        if pools is not None:
+            assert lazy is not None
+            k = slot[i]
+            a, b = pools.starts[k], pools.ends[k]
+            recs, scores = pools.recs, pools.scores
+            at, used = fill.take(
+                st,
+                recs[a:b],
+                budget,
+                n_working=pools.working_ends[k] - a,
+                working=fill.working_tokens(g, budget, c),
+                sizes=pools.sizes[a:b],
+                keys=pools.keys[a:b],
+                least=pools.least[a:b],
+            )
+            chosen = [(scores[a + j], recs[a + j]) for j in at]
+            demoted = lazy.demoted(k)
+            via = {recs[a + j].id for j in at if pools.via[a + j]}  # (those shown: what is asked of it)
+        else:
+            cd = cands[i] if lazy is None else lazy.candidates(slot[i])
+            assert cd is not None
+            chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)
+            demoted, via = cd.demoted, cd.via
+        if demoted:
+            chosen = [(demoted.get(r.id, s), r) for s, r in chosen]
+        items: list[MemoryItem] = []
+        if chosen:
+            ordered = fill.lost_in_the_middle(chosen)
+            items = [made.item(r, s, r.id in via) for s, r in ordered]
+            if not explain:
+                bump(st, u, ordered, via, t_now if t_now is not None else wall_clock())
+            if report is not None:
+                report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
+        ctx = Context(
+            items=items, gates=g, beta=b_used, abstain=not chosen, query=query, budget=budget, firewall=report
+        )
+        ex = None
+        if reasons is not None:
+            assert cd is not None
+            ex = explanation(st, ctx, layers, cd, chosen, reasons, used, c.max_entropy)
+        out.append((ctx, ex))
+    return out
+
+
+def searches(
+    st: MemoryState,
+    users: Sequence[UserState | None],
+    Q: Vec,
+    names: Sequence[str],
+    k: int,
+    t_now: float | None,
+    archive_only: bool,
+) -> list[list[MemoryItem]]:
+    """The top-``k`` items of each query's user over the layers ``names`` (no gate, floor or
+    visit), the native searches of all queries together. The caller holds the memory's lock."""
+    known = [i for i, u in enumerate(users) if u is not None]
+    jobs: list[retrieve.Job] = []
+    for i in known:
+        u = users[i]
+        assert u is not None
+        jobs.append((u, names, ""))
+    found = retrieve.search(st, jobs, Q[known], k, leaves=True)
+    lookup = retrieve.Lookup(st, found)
+    out: list[list[MemoryItem]] = [[] for _ in users]
+    for i, raw in zip(known, found):
+        hits: list[tuple[float, Record]] = []
+        for lst in retrieve.layer_hits(st, raw, names, t_now, None, lookup=lookup).values():
+            hits.extend(lst)
+        if archive_only:
+            hits = [(s, r) for s, r in hits if r.kind == "turn"]
+        hits.sort(key=lambda x: (-x[0], x[1].seq))
+        for s, r in hits[:k]:
+            it = st.item(r, s)
+            if archive_only:
+                it.layer = "archive"
+            out[i].append(it)
+    return out
+
+
+class _Items:
+    """The items of a batch's contexts: a record's item is built once
+    (:meth:`~lamina.memory.state.memstate.MemoryState.item`) and copied for each context that shows it,
+    with that context's score and the visits counted so far (a batch changes nothing else of a
+    record: its contexts only count visits)."""
+
+    __slots__ = ("_st", "_made", "_remember")
+
+    def __init__(self, st: MemoryState, remember: bool = True) -> None:
+        self._st = st
+        self._made: dict[int, dict[str, object]] = {}
+        self._remember = remember  # (False: one context, which shows a record once)
+
+    def item(self, r: Record, score: float, via: bool = False) -> MemoryItem:
+        """``st.item(r, score)``; ``via``: the record is a turn found through its episode (an
+        active archive turn then shows in the episodic layer, on its own)."""
+        fields = self._made.get(r.id)
+        if fields is None:
+            it = self._st.item(r, score)
+            if self._remember:
+                self._made[r.id] = dict(vars(it))
+        else:  # (a copy of the fields: a third of the cost of the dataclass' __init__)
+            it = object.__new__(MemoryItem)
+            vars(it).update(fields)
+            it.score = score
+            it.access_count = int(r.access_count)
+            it.last_access = r.last_access
+        if via and r.status == "active" and r.layer == "archive":
+            it.layer = "episodic"
+        return it
+
+
+def bump(st: MemoryState, u: UserState, shown: list[tuple[float, Record]], via: set[int], t: float) -> None:
+    """Visits: the items shown, and the episode of a turn shown for its episode (heat feeds
+    promotion and eviction). Applied in memory now, written with the next write (or
+    :meth:`lamina.Memory.flush` / :meth:`~lamina.Memory.close`): reads stay off the disk path."""
+    heated: dict[int, Record] = {}
+    for _, r in shown:
+        heated[r.id] = r
+        leaf = u.seg_of.get(r.id) if r.id in via else None
+        if leaf is not None:
+            heated[leaf] = st.recs[leaf]
+    for r in heated.values():
+        r.access_count += 1
+        r.last_access = t
+        st.pending[r.id] = r

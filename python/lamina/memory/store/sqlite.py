@@ -1,0 +1,472 @@
+"""Persistence of :class:`lamina.Memory` on SQLite: :class:`SQLiteStore`.
+
+With :mod:`~lamina.memory.store.postgres`, the only SQL of the memory loop.
+:class:`~lamina.memory.store.protocol.Store` is what the loop needs of a backend (transactions,
+meta values, ids, users, sessions, item rows, revisions); :class:`SQLiteStore` implements it on
+the stdlib ``sqlite3`` in WAL mode.
+
+The database is the source of truth: every write of the memory loop happens inside one
+``BEGIN IMMEDIATE`` transaction, and the in-memory state (records, arenas, trees) is built from
+it on open and after any failed write. ``path=None`` uses an in-memory database with the same
+code path.
+
+Change log: each write transaction gets the database's next write number
+(:meth:`SQLiteStore.write_number`); it stamps every item row the write inserts or updates
+(``items.version``), every id it deletes (a row in ``tombstones``) and every user it touches
+(``users.version``); a deleted user leaves its namespace index (``gone_users``). A handle whose state of a user is at version v catches up by reading the
+rows stamped after v and the tombstones after v (:meth:`SQLiteStore.changes`, indexed), not the
+whole user; a user deleted (a tombstone without an item id) or created again (``users.born``
+after v) is loaded afresh.
+
+Durability: WAL with ``synchronous=NORMAL`` survives a killed process (kill -9) for every
+committed transaction; ``synchronous="FULL"`` (``MemoryConfig.synchronous``) also survives power
+loss at the cost of an fsync per commit.
+
+Deletion forgets: the connection runs with ``PRAGMA secure_delete=ON`` (checked at open; it
+overwrites deleted cells and freed pages with zeros), and :meth:`SQLiteStore.forget`, run by
+``Memory`` after each committed ``delete`` / ``delete_user``, checkpoints the write-ahead log
+into the database and truncates it. Where the SQLite build refuses ``secure_delete``,
+``forget`` runs ``VACUUM`` first (a full rewrite without the deleted rows), so either way no copy
+of a deleted row stays in the ``.db``, ``-wal`` or ``-shm`` file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ...errors import StoreBusy
+from .notestore import SQLITE_NOTES_SCHEMA, SQLiteNotes
+from .protocol import ID_SHIFT, ITEM_COLUMNS, SessionRow, UserRow, _decode, _enc
+
+__all__ = ["SQLiteStore", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 4
+# 2: users.version (the database write number of the user's last write)
+# 3: the change log: items.version (the write number of the row's last change), users.born (the
+#    write number that created the user) and tombstones (ids deleted by each write); the lazy α
+#    decay: users.decays, sessions.ends, items.decay_mark (see lamina.memory.state.memstate.strength)
+# 4: A-Mem notes of turns, their revisions and links (tables notes, note_revisions, links; created
+#    by the schema's CREATE TABLE IF NOT EXISTS, empty for the turns of older stores)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS users (
+  user_id TEXT PRIMARY KEY, ns INTEGER NOT NULL UNIQUE,
+  drift_total REAL NOT NULL DEFAULT 0, drift_last REAL NOT NULL DEFAULT 0,
+  drift_updates INTEGER NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0,
+  born INTEGER NOT NULL DEFAULT 0, decays INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS sessions (
+  user_id TEXT NOT NULL, session_id TEXT NOT NULL, status TEXT NOT NULL,
+  started_at REAL, ended_at REAL, ends INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (user_id, session_id));
+CREATE TABLE IF NOT EXISTS items (
+  id INTEGER PRIMARY KEY, user_id TEXT NOT NULL, session_id TEXT, layer TEXT NOT NULL,
+  kind TEXT NOT NULL, status TEXT NOT NULL, text TEXT NOT NULL, summary TEXT, speaker TEXT,
+  source_id TEXT, sources TEXT NOT NULL, members TEXT NOT NULL, embedding BLOB NOT NULL,
+  created_at REAL, timestamp REAL, last_access REAL, access_count INTEGER NOT NULL,
+  interaction_len REAL NOT NULL, strength REAL NOT NULL, domain TEXT, commitment TEXT NOT NULL,
+  subject TEXT, predicate TEXT, object TEXT, valid_from REAL, valid_to REAL,
+  superseded_by INTEGER, parent_id INTEGER, depth INTEGER NOT NULL, seq INTEGER NOT NULL,
+  decay_mark INTEGER, version INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS items_user ON items(user_id);
+CREATE INDEX IF NOT EXISTS items_user_version ON items(user_id, version);
+CREATE INDEX IF NOT EXISTS users_version ON users(version);
+CREATE TABLE IF NOT EXISTS tombstones (user_id TEXT NOT NULL, item_id INTEGER NOT NULL, version INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tombstones_user ON tombstones(user_id, version);
+CREATE TABLE IF NOT EXISTS gone_users (ns INTEGER NOT NULL, version INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS gone_users_version ON gone_users(version);
+CREATE TABLE IF NOT EXISTS revisions (
+  item_id INTEGER NOT NULL, text TEXT NOT NULL, changed_at REAL NOT NULL, seq INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
+"""
+
+
+class SQLiteStore(SQLiteNotes):
+    """One SQLite database (WAL mode). Not thread-safe by itself: ``Memory`` serialises all calls."""
+
+    def __init__(self, path: str | None, synchronous: str = "NORMAL", busy_timeout: float = 30.0) -> None:
+        if synchronous.upper() not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        if not busy_timeout >= 0:
+            raise ValueError(f"busy_timeout must be >= 0 seconds, got {busy_timeout}")
+        self.path = path
+        self.busy_timeout = float(busy_timeout)
+        target = ":memory:" if path is None else os.fspath(path)
+        self.conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout)
+        if path is not None:
+            mode = self.conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise OSError(f"could not enable WAL mode on {path} (got {mode})")
+        self.conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        self._ready = False
+        self._in_tx = False
+        self._write_no: int | None = None  # this transaction's write number, once allocated
+        self.secure_delete = _secure_delete(self.conn)
+        with self.tx():
+            self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            v = self.get_meta("schema_version")
+            if v is not None and int(v) != SCHEMA_VERSION:
+                _migrate(self.conn, int(v))
+            for stmt in (_SCHEMA + SQLITE_NOTES_SCHEMA).strip().split(";"):
+                if stmt.strip():
+                    self.conn.execute(stmt)
+            if v is None:
+                self.set_meta("db_tag", str(1 + secrets.randbelow((1 << 22) - 1)))
+                self.set_meta("next_seq", "1")
+            self.set_meta("schema_version", str(SCHEMA_VERSION))
+        self.tag = int(self.get_meta("db_tag") or 0)
+        self.next_seq = int(self.get_meta("next_seq") or 1)
+        self._ready = True
+
+    # -- transactions ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``; rolls back on any exception (and re-raises).
+
+        ``BEGIN IMMEDIATE`` takes the database's write lock (waiting up to the connection's
+        timeout for another process's write to end), so the id counter is read afresh inside it:
+        ids never collide between processes. Raises :class:`StoreBusy` when another connection
+        holds the write lock for longer than ``busy_timeout``."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e) or "busy" in str(e):
+                raise StoreBusy(
+                    f"{self.path}: another connection held the database's write lock for over "
+                    f"{self.busy_timeout:g} s (busy_timeout); nothing was written"
+                ) from e
+            raise
+        self._in_tx = True
+        self._write_no = None
+        try:
+            if self._ready:
+                self.next_seq = int(self.get_meta("next_seq") or 1)
+            yield
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._in_tx = False
+            self._write_no = None
+
+    @contextlib.contextmanager
+    def read_tx(self) -> Iterator[None]:
+        """``BEGIN`` (deferred: a read snapshot in WAL mode, no lock) ... ``COMMIT``; inside a
+        transaction already, the reads belong to it."""
+        if self._in_tx:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        self._in_tx = True
+        try:
+            yield
+        finally:
+            self._in_tx = False
+            self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def read_snapshot(self) -> SQLiteStore | None:
+        """A read-only connection to the same file inside a read transaction whose snapshot is
+        taken now (WAL mode: it sees every write committed before, none after, and blocks no
+        writer); the caller reads through it without holding any lock and closes it. None for
+        an in-memory database (no second connection can reach it)."""
+        if self.path is None:
+            return None
+        uri = Path(os.fspath(self.path)).absolute().as_uri() + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout)
+        try:
+            conn.execute("BEGIN")
+            conn.execute("SELECT COUNT(*) FROM meta").fetchone()  # (the snapshot is taken at the first read)
+        except BaseException:
+            conn.close()
+            raise
+        reader = object.__new__(SQLiteStore)
+        reader.path = self.path
+        reader.busy_timeout = self.busy_timeout
+        reader.conn = conn
+        reader._ready = True
+        reader._in_tx = True  # (read_tx inside it belongs to the snapshot)
+        reader._write_no = None
+        reader.secure_delete = self.secure_delete
+        reader.tag = self.tag
+        reader.next_seq = self.next_seq
+        return reader
+
+    # -- meta / ids --------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        r = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return None if r is None else str(r[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            (key, value),
+        )
+
+    def new_ids(self, n: int) -> list[int]:
+        """n fresh item ids (persisted with the enclosing transaction)."""
+        start = self.next_seq
+        self.next_seq += n
+        self.set_meta("next_seq", str(self.next_seq))
+        return [(self.tag << ID_SHIFT) | s for s in range(start, start + n)]
+
+    def owns(self, item_id: int) -> bool:
+        return (item_id >> ID_SHIFT) == self.tag
+
+    # -- users / sessions --------------------------------------------------------------------
+    def users(self, user_id: str | None = None) -> list[UserRow]:
+        sql = "SELECT user_id, ns, drift_total, drift_last, drift_updates, decays FROM users"
+        cur = (
+            self.conn.execute(sql + " ORDER BY ns")
+            if user_id is None
+            else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
+        )
+        return [(str(u), int(ns), float(t), float(last), int(n), int(d)) for u, ns, t, last, n, d in cur]
+
+    def user_versions(self, user_id: str | None = None) -> dict[str, int]:
+        sql = "SELECT user_id, version FROM users"
+        cur = self.conn.execute(sql) if user_id is None else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
+        return {str(u): int(v) for u, v in cur}
+
+    def item_user(self, item_id: int) -> str | None:
+        row = self.conn.execute("SELECT user_id FROM items WHERE id=?", (item_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def item_counts(self, user_ids: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for uid in user_ids:
+            row = self.conn.execute("SELECT COUNT(*) FROM items WHERE user_id=?", (uid,)).fetchone()
+            if row[0]:
+                out[uid] = int(row[0])
+        return out
+
+    def write_number(self) -> int:
+        """This transaction's write number (allocated on first use: the database's next one)."""
+        if self._write_no is None:
+            # one number per write of the whole database, never reused: a user deleted and
+            # created again can never come back to a version another handle still holds
+            self._write_no = int(self.get_meta("write_seq") or 0) + 1
+            self.set_meta("write_seq", str(self._write_no))
+        return self._write_no
+
+    def last_write(self) -> int:
+        return int(self.get_meta("write_seq") or 0)
+
+    def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
+        uids = sorted(set(user_ids))
+        if not uids:
+            return {}
+        n = self.write_number()
+        self.conn.executemany("UPDATE users SET version=? WHERE user_id=?", [(n, u) for u in uids])
+        found = {
+            str(r[0])
+            for r in self.conn.execute(
+                f"SELECT user_id FROM users WHERE user_id IN ({','.join('?' for _ in uids)})", uids
+            )
+        }
+        return {u: n for u in uids if u in found}  # (a user deleted by this write has none)
+
+    def next_user_index(self) -> int:
+        return int(self.conn.execute("SELECT COALESCE(MAX(ns), 0) + 1 FROM users").fetchone()[0])
+
+    def data_version(self) -> int:
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def add_user(self, user_id: str, ns: int) -> None:
+        self.conn.execute("INSERT INTO users(user_id, ns, born) VALUES(?, ?, ?)", (user_id, ns, self.write_number()))
+
+    def user_born(self, user_id: str) -> int | None:
+        row = self.conn.execute("SELECT born FROM users WHERE user_id=?", (user_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def moved_since(self, version: int) -> tuple[dict[str, int], set[int]]:
+        moved = {
+            str(u): int(v)
+            for u, v in self.conn.execute("SELECT user_id, version FROM users WHERE version > ?", (version,))
+        }
+        gone = {int(r[0]) for r in self.conn.execute("SELECT ns FROM gone_users WHERE version > ?", (version,))}
+        return moved, gone
+
+    def set_decays(self, user_id: str, decays: int) -> None:
+        self.conn.execute("UPDATE users SET decays=? WHERE user_id=?", (decays, user_id))
+
+    def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None:
+        self.conn.execute(
+            "UPDATE users SET drift_total=?, drift_last=?, drift_updates=? WHERE user_id=?",
+            (total, last, updates, user_id),
+        )
+
+    def sessions(self, user_id: str | None = None) -> list[SessionRow]:
+        sql = "SELECT user_id, session_id, status, started_at, ended_at, ends FROM sessions"
+        cur = self.conn.execute(sql) if user_id is None else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
+        return [(str(u), str(s), str(st), started, ended, int(n)) for u, s, st, started, ended, n in cur]
+
+    def upsert_session(
+        self,
+        user_id: str,
+        session_id: str,
+        status: str,
+        started_at: float | None,
+        ended_at: float | None,
+        ends: int = 0,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO sessions(user_id, session_id, status, started_at, ended_at, ends) VALUES(?,?,?,?,?,?) "
+            "ON CONFLICT(user_id, session_id) DO UPDATE SET status=excluded.status, ended_at=excluded.ended_at, "
+            "ends=excluded.ends",
+            (user_id, session_id, status, started_at, ended_at, ends),
+        )
+
+    # -- items -------------------------------------------------------------------------------
+    def insert_items(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        cols = ",".join(ITEM_COLUMNS)
+        qs = ",".join("?" for _ in ITEM_COLUMNS)
+        n = self.write_number()
+        self.conn.executemany(
+            f"INSERT INTO items({cols},version) VALUES({qs},?)",
+            [tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) + (n,) for r in rows],
+        )
+
+    def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None:
+        groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
+        for item_id, fields in updates:
+            if fields:  # one statement per set of columns, run over all its rows
+                groups.setdefault(tuple(fields), []).append(tuple(_enc(k, v) for k, v in fields.items()) + (item_id,))
+        if not groups:
+            return
+        n = self.write_number()
+        for cols, rows in groups.items():
+            sets = ",".join(f"{k}=?" for k in cols)
+            self.conn.executemany(f"UPDATE items SET {sets},version={n} WHERE id=?", rows)
+
+    def bump_access(self, rows: list[tuple[int, float | None, int]]) -> None:
+        """(access_count, last_access, id) per row."""
+        self.conn.executemany("UPDATE items SET access_count=?, last_access=? WHERE id=?", rows)
+
+    def delete_items(self, user_id: str, ids: list[int]) -> None:
+        n = self.write_number()
+        self.conn.executemany("DELETE FROM items WHERE id=?", [(i,) for i in ids])
+        self.conn.executemany("DELETE FROM revisions WHERE item_id=?", [(i,) for i in ids])
+        self.delete_notes(ids)
+        self.conn.executemany(
+            "INSERT INTO tombstones(user_id, item_id, version) VALUES(?,?,?)", [(user_id, i, n) for i in ids]
+        )
+
+    def delete_user(self, user_id: str) -> None:
+        row = self.conn.execute("SELECT ns FROM users WHERE user_id=?", (user_id,)).fetchone()
+        self.conn.execute("DELETE FROM revisions WHERE item_id IN (SELECT id FROM items WHERE user_id=?)", (user_id,))
+        self.delete_user_notes(user_id)
+        self.conn.execute("DELETE FROM items WHERE user_id=?", (user_id,))
+        self.conn.execute("DELETE FROM sessions WHERE user_id=?", (user_id,))
+        self.conn.execute("DELETE FROM users WHERE user_id=?", (user_id,))
+        # the user's item tombstones give way to one for the whole user, by namespace index
+        # (the user id itself is forgotten)
+        self.conn.execute("DELETE FROM tombstones WHERE user_id=?", (user_id,))
+        if row is not None:
+            self.conn.execute("INSERT INTO gone_users(ns, version) VALUES(?, ?)", (int(row[0]), self.write_number()))
+
+    def changes(self, user_id: str, since: int) -> tuple[list[dict[str, Any]], list[int]]:
+        sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items WHERE user_id=? AND version > ? ORDER BY seq"
+        rows = [_decode(row) for row in self.conn.execute(sql, (user_id, since))]
+        dead = [
+            int(r[0])
+            for r in self.conn.execute(
+                "SELECT item_id FROM tombstones WHERE user_id=? AND version > ? AND item_id IS NOT NULL",
+                (user_id, since),
+            )
+        ]
+        return rows, dead
+
+    def forget(self) -> bool:
+        """Wipe what a committed delete left behind in the files: the deleted cells and freed
+        pages are zeroed as they are deleted (``PRAGMA secure_delete=ON``, set at open; on a
+        SQLite build that refuses it, a ``VACUUM`` here rewrites the database without them);
+        then ``PRAGMA wal_checkpoint(TRUNCATE)`` copies the zeroed pages into the database and
+        truncates the ``-wal`` file, whose older frames still hold the deleted rows. Returns
+        False when the checkpoint could not finish (another connection reads the log; it is
+        completed by a later ``forget`` or the last connection's close); it does not wait for
+        readers. Deletes count generations in the meta table (``wipe_gen``, :meth:`mark_deleted`);
+        a wipe that went through records the one it covered (``wiped_gen``)."""
+        try:
+            gen = int(self.get_meta("wipe_gen") or 0)
+            if not self.secure_delete:
+                self.conn.execute("VACUUM")
+            # without waiting: a reader that holds the log would otherwise stall this write (and,
+            # behind its lock, every other writer) for the whole busy timeout; a later write retries
+            self.conn.execute("PRAGMA busy_timeout=0")
+            try:
+                busy, _log, _done = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                self.conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            if busy:
+                return False
+            # only the generation read before the checkpoint is covered: a delete committed
+            # meanwhile (by another connection) stays pending
+            with self.tx():
+                if int(self.get_meta("wiped_gen") or 0) < gen:
+                    self.set_meta("wiped_gen", str(gen))
+            return True
+        except sqlite3.Error:
+            return False  # (a later write retries)
+
+    def mark_deleted(self) -> None:
+        self.set_meta("wipe_gen", str(int(self.get_meta("wipe_gen") or 0) + 1))
+
+    def wipe_pending(self) -> bool:
+        return int(self.get_meta("wipe_gen") or 0) > int(self.get_meta("wiped_gen") or 0)
+
+    def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
+        sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items"
+        cur = (
+            self.conn.execute(sql + " ORDER BY seq")
+            if user_id is None
+            else self.conn.execute(sql + " WHERE user_id=? ORDER BY seq", (user_id,))
+        )
+        for row in cur:
+            yield _decode(row)
+
+    def add_revision(self, item_id: int, text: str, changed_at: float) -> None:
+        seq = self.conn.execute("SELECT COUNT(*) FROM revisions WHERE item_id=?", (item_id,)).fetchone()[0]
+        self.conn.execute(
+            "INSERT INTO revisions(item_id, text, changed_at, seq) VALUES(?,?,?,?)", (item_id, text, changed_at, seq)
+        )
+
+    def revisions(self, item_id: int) -> list[tuple[str, float]]:
+        return [
+            (str(t), float(c))
+            for t, c in self.conn.execute(
+                "SELECT text, changed_at FROM revisions WHERE item_id=? ORDER BY seq", (item_id,)
+            )
+        ]
+
+
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Bring a store of an older schema to :data:`SCHEMA_VERSION` (inside the open transaction)."""
+    if version > SCHEMA_VERSION or version < 1:
+        raise ValueError(f"database schema version {version} is not supported (expected {SCHEMA_VERSION})")
+    if version < 2:  # per-user change counter
+        conn.execute("ALTER TABLE users ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+    if version < 3:  # the change log (rows of older writes carry version 0: a handle that opens loads them)
+        conn.execute("ALTER TABLE items ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+        conn.execute("ALTER TABLE users ADD COLUMN born INTEGER NOT NULL DEFAULT 0")
+        # the lazy α decay: stored strengths of older stores are already decayed (decay_mark NULL)
+        conn.execute("ALTER TABLE items ADD COLUMN decay_mark INTEGER")
+        conn.execute("ALTER TABLE users ADD COLUMN decays INTEGER NOT NULL DEFAULT 0")
+        conn.execute("ALTER TABLE sessions ADD COLUMN ends INTEGER NOT NULL DEFAULT 0")
+
+
+def _secure_delete(conn: sqlite3.Connection) -> bool:
+    """Turn ``secure_delete`` on (deleted content is overwritten with zeros); whether it took."""
+    row = conn.execute("PRAGMA secure_delete=ON").fetchone()
+    return row is not None and int(row[0]) == 1

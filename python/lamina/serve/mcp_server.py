@@ -1,0 +1,476 @@
+"""lamina as an MCP server (Model Context Protocol, the official ``mcp`` SDK, 2.x line).
+
+:func:`build_mcp_server` wraps a :class:`lamina.Memory` in an :class:`mcp.server.mcpserver.MCPServer`
+with seven tools, each with a typed JSON schema for its input and its output:
+
+==================  ==========================================================================
+``add_memory``      add messages (turns) to a user's session → the new item ids
+``get_context``     a budgeted context for a query (rendered text, items, gates, abstain)
+``search_memory``   top-k items by similarity, optionally from given layers
+``delete_memory``   delete one of the user's items (a turn takes what derives from it along)
+``end_session``     consolidate a session → what consolidation did
+``list_facts``      the user's semantic facts (current, or with their history)
+``related_memories``  a turn's A-Mem note and the turns linked to it (:meth:`lamina.Memory.links`)
+==================  ==========================================================================
+
+Bad input never crashes the server: a value lamina refuses (an empty text, an unknown user or
+item, another user's item, a bad time) comes back as a tool error (``isError``) whose message
+says what was wrong; arguments that do not fit the schema are refused by the SDK the same way.
+
+Transports: ``lamina mcp --db PATH`` serves it over stdio (:func:`run_stdio`);
+:func:`mcp_http_app` gives its streamable-HTTP ASGI app. To mount the server inside another
+ASGI app (``lamina serve`` mounts it at ``/mcp``), build the app with ``path="/"``, mount it
+at ``/mcp``, and run ``server.session_manager.run()`` in the host app's lifespan (a mounted
+app's own lifespan is not run by Starlette).
+
+Tenants: ``user_id_map`` maps the ``user_id`` a tool receives, with the HTTP request that
+carried the call (its headers, its ASGI scope: what the host's authentication attached), to the
+one stored; a server that namespaces users per tenant passes its mapping. (The tool runs in the
+MCP session's task, not the request's, so the request is the way to reach the caller's identity,
+not a context variable.) Items are returned without their stored user id, and refusals name
+the user as the caller did, so no tool shows the mapped ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio.to_thread
+from mcp.server.mcpserver import Context as ToolContext
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
+from starlette.applications import Starlette
+from starlette.requests import Request
+
+from ..errors import LaminaError, Overloaded, StoreBusy
+from ..memory.facade import Memory
+from ..memory.inputs import MAX_BUDGET
+from ..memory.types import Context, MemoryItem
+from ..native import _info
+
+__all__ = [
+    "build_mcp_server",
+    "mcp_http_app",
+    "run_stdio",
+    "TOOLS",
+    "UserIdMap",
+    "Runner",
+    "MessageIn",
+    "ItemOut",
+    "AddResult",
+    "ContextResult",
+    "SearchResult",
+    "DeleteResult",
+    "SessionResult",
+    "FactsResult",
+]
+
+TOOLS = (
+    "add_memory",
+    "get_context",
+    "search_memory",
+    "delete_memory",
+    "end_session",
+    "list_facts",
+    "related_memories",
+)
+
+INSTRUCTIONS = (
+    "Long-term memory of conversations, per user. Call add_memory with each exchange (speaker and "
+    "text per message) under a session id, end_session when a conversation ends (it consolidates "
+    "episodes and facts), and get_context before answering to recall what matters for the question "
+    "within a token budget. search_memory lists raw matches; list_facts the facts known about a user; "
+    "delete_memory forgets an item; related_memories follows a remembered turn's links to the turns that share "
+    "its topic (evidence spread over conversations)."
+)
+
+T = TypeVar("T")
+#: Maps a tool call's ``user_id`` and the HTTP request that carried the call (None over stdio)
+#: to the stored user id.
+UserIdMap = Callable[[str, Request | None], str]
+#: Runs a blocking call off the event loop and awaits it (default: :func:`anyio.to_thread.run_sync`).
+Runner = Callable[[Callable[[], Any]], Awaitable[Any]]
+Layer = Literal["working", "episodic", "semantic", "archive", "history"]
+UserId = Annotated[str, Field(min_length=1, description="The user whose memory this is (e.g. a person or agent id).")]
+Time = Annotated[
+    float | str | None,
+    Field(description="Event time: seconds since the epoch or an ISO-8601 string; default: now."),
+]
+
+
+class MessageIn(BaseModel):
+    """One message (turn) to remember."""
+
+    speaker: str = Field(min_length=1, description="Who said it (a name or a role such as 'user').")
+    text: str = Field(min_length=1, description="What was said.")
+    id: str | None = Field(default=None, description="Your id of the message (provenance); default: assigned.")
+    timestamp: float | str | None = Field(default=None, description="When it was said (epoch seconds or ISO-8601).")
+
+
+class ItemOut(BaseModel):
+    """A memory item as a tool returns it."""
+
+    id: int = Field(description="Item id (use it with delete_memory).")
+    text: str
+    layer: str = Field(description="working, episodic, semantic, archive or history.")
+    kind: str = Field(description="turn, segment, summary, note, fact or profile.")
+    score: float
+    session_id: str | None = None
+    speaker: str | None = None
+    timestamp: float | None = Field(default=None, description="Event time, seconds since the epoch.")
+    sources: list[str] = Field(default_factory=list, description="Ids of the messages it derives from.")
+    subject: str | None = None
+    predicate: str | None = None
+    object: str | None = None
+    valid_from: float | None = None
+    valid_to: float | None = None
+    superseded_by: int | None = None
+
+
+class AddResult(BaseModel):
+    """The item ids of the added messages, in order."""
+
+    ids: list[int]
+
+
+class ContextResult(BaseModel):
+    """A budgeted context: the text to put in a prompt, and what it holds."""
+
+    text: str = Field(description="The rendered context (empty when abstaining).")
+    abstain: bool = Field(description="True when nothing relevant enough was found.")
+    tokens: int = Field(description="Whitespace tokens of the rendered text.")
+    budget: int
+    gates: dict[str, float] = Field(description="Share of the budget each layer got.")
+    items: list[ItemOut]
+
+
+class SearchResult(BaseModel):
+    """Items by similarity, best first."""
+
+    items: list[ItemOut]
+
+
+class DeleteResult(BaseModel):
+    """What was deleted."""
+
+    deleted: int
+    ids: list[int]
+
+
+class SessionResult(BaseModel):
+    """What consolidating the session did."""
+
+    segments: int
+    facts: int
+    promoted: int
+    evicted: int
+    blend_drift: float
+    purged: int = 0
+
+
+class FactsResult(BaseModel):
+    """Semantic facts, by subject and predicate."""
+
+    facts: list[ItemOut]
+
+
+class LinkedOut(BaseModel):
+    """A turn linked to the one asked about."""
+
+    item: ItemOut
+    weight: float = Field(description="Cosine similarity of the two turns when the link was made.")
+    kind: Literal["related", "duplicate"] = Field(description="duplicate: the same speaker saying it again.")
+    shared: list[str] = Field(description="The keywords the two turns share.")
+    newer: bool = Field(description="The linked turn came later than the one asked about.")
+
+
+class RelatedResult(BaseModel):
+    """A turn's note (empty for an item that is not a turn) and its linked turns, strongest first."""
+
+    keywords: list[str]
+    tags: list[str]
+    context: str | None = Field(description="One line: who, when, about what.")
+    related: list[LinkedOut]
+
+
+def _item(it: MemoryItem) -> ItemOut:
+    return ItemOut(
+        id=it.id,
+        text=it.text,
+        layer=it.layer,
+        kind=it.kind,
+        score=float(it.score),
+        session_id=it.session_id,
+        speaker=it.speaker,
+        timestamp=it.timestamp,
+        sources=list(it.sources),
+        subject=it.subject,
+        predicate=it.predicate,
+        object=it.object,
+        valid_from=it.valid_from,
+        valid_to=it.valid_to,
+        superseded_by=it.superseded_by,
+    )
+
+
+def _context(ctx: Context) -> ContextResult:
+    text = ctx.render()
+    return ContextResult(
+        text=text,
+        abstain=ctx.abstain,
+        tokens=len(text.split()),
+        budget=ctx.budget,
+        gates={k: float(v) for k, v in ctx.gates.items()},
+        items=[_item(it) for it in ctx.items],
+    )
+
+
+def _guarded(call: Callable[[], T], user: tuple[str, str] | None = None) -> T:
+    """``call()``, with a refused input raised as a tool error; ``user``: (stored id, the
+    caller's id), so that the message names the user as the caller does."""
+    try:
+        return call()
+    except (LaminaError, ValueError, TypeError, KeyError) as e:  # (StoreBusy is a LaminaError)
+        raise _tool_error(e, user) from e
+
+
+async def _guarded_run(run: Runner, call: Callable[[], T], user: tuple[str, str]) -> T:
+    """:func:`_guarded` of ``call()`` run by ``run`` (off the event loop)."""
+    try:
+        out: T = await run(call)
+        return out
+    except (LaminaError, ValueError, TypeError, KeyError) as e:
+        raise _tool_error(e, user) from e
+
+
+def _tool_error(e: Exception, user: tuple[str, str] | None) -> ToolError:
+    """What the caller sees of a refused call (the message names the bad argument)."""
+    busy = isinstance(e, (StoreBusy, Overloaded))
+    kind = "not found" if isinstance(e, KeyError) else "busy" if busy else "invalid input"
+    msg = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+    if user is not None and user[0] != user[1]:
+        msg = msg.replace(repr(user[0]), repr(user[1]))
+    return ToolError(f"{kind}: {msg}")
+
+
+def build_mcp_server(
+    memory: Memory,
+    *,
+    user_id_map: UserIdMap | None = None,
+    name: str = "lamina",
+    default_budget: int = 1024,
+    run: Runner | None = None,
+    max_messages: int | None = None,
+) -> MCPServer:
+    """An MCP server whose tools read and write ``memory``.
+
+    Parameters
+    ----------
+    memory : Memory
+        Shared by every session of the server (it is thread-safe; each tool runs its memory call
+        through ``run``, off the event loop, so the event loop never waits on the engine).
+    user_id_map : callable ``(user_id, request) -> str``, optional
+        Maps the ``user_id`` of a tool call to the stored one (tenant namespacing); ``request``
+        is the Starlette request that carried the call over HTTP, None over stdio. It may raise
+        ``ValueError``, ``KeyError`` or :class:`lamina.LaminaError` to refuse the call (a tool
+        error then, with its message). It runs on the event loop: no blocking work in it.
+    name : str
+        The server's name in the MCP handshake.
+    default_budget : int
+        ``get_context``'s budget when the call gives none (tokens).
+    run : callable, optional
+        ``await run(fn)`` runs the blocking memory call ``fn()`` off the event loop (default:
+        :func:`anyio.to_thread.run_sync`); ``lamina serve`` passes its bounded work pool (a full
+        pool is a tool error ``busy: ...``).
+    max_messages : int, optional
+        Most messages one ``add_memory`` takes (a tool error past it); ``lamina serve`` passes
+        its ``--max-messages``, the limit of ``POST /v1/memories``. Default: no limit.
+
+    Returns
+    -------
+    mcp.server.mcpserver.MCPServer
+        Run it over stdio (:func:`run_stdio`) or HTTP (:func:`mcp_http_app`).
+    """
+    if not isinstance(memory, Memory):
+        raise TypeError(f"memory must be a lamina.Memory, got {type(memory).__name__}")
+    if isinstance(default_budget, bool) or not isinstance(default_budget, int) or not 1 <= default_budget <= MAX_BUDGET:
+        raise ValueError(f"default_budget must be an int in 1..{MAX_BUDGET}, got {default_budget!r}")
+    if max_messages is not None and (
+        isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1
+    ):
+        raise ValueError(f"max_messages must be an int >= 1 or None, got {max_messages!r}")
+    runner: Runner = run if run is not None else anyio.to_thread.run_sync
+    server = MCPServer(
+        name=name,
+        instructions=INSTRUCTIONS,
+        version=str(_info.build_info()["version"]),
+        warn_on_duplicate_tools=True,
+    )
+
+    def user(uid: str, ctx: ToolContext[Any, Any]) -> str:
+        if user_id_map is None:
+            return uid
+        req = ctx.request_context.request
+        out = _guarded(lambda: user_id_map(uid, req if isinstance(req, Request) else None))
+        if not isinstance(out, str) or not out:
+            raise ToolError(f"invalid input: user_id {uid!r} maps to no user")
+        return out
+
+    @server.tool(title="Add memory")
+    async def add_memory(
+        ctx: ToolContext[Any, Any],
+        user_id: UserId,
+        session_id: Annotated[str, Field(min_length=1, description="The conversation these messages belong to.")],
+        messages: Annotated[list[MessageIn], Field(min_length=1, description="The messages, in order.")],
+        timestamp: Time = None,
+    ) -> AddResult:
+        """Remember messages of a conversation (one atomic write). Returns their item ids."""
+        if max_messages is not None and len(messages) > max_messages:
+            raise ToolError(
+                f"too many messages: {len(messages)} in one add_memory; at most {max_messages} (max_messages)"
+            )
+        uid = user(user_id, ctx)
+        msgs = [m.model_dump(exclude_none=True) for m in messages]
+        ids = await _guarded_run(
+            runner, lambda: memory.add(msgs, user_id=uid, session_id=session_id, timestamp=timestamp), (uid, user_id)
+        )
+        return AddResult(ids=ids)
+
+    @server.tool(title="Get context")
+    async def get_context(
+        ctx: ToolContext[Any, Any],
+        user_id: UserId,
+        query: Annotated[str, Field(min_length=1, description="The question or task to recall memories for.")],
+        budget: Annotated[
+            int | None, Field(ge=1, le=MAX_BUDGET, description="Token budget of the context (at most 10,000,000).")
+        ] = None,
+        now: Time = None,
+        domain: Annotated[str | None, Field(description="Only items of this domain (and untagged ones).")] = None,
+    ) -> ContextResult:
+        """A budgeted context of the user's memories for a query: rendered text to put in a
+        prompt, the items it holds, and whether it abstains (nothing relevant)."""
+        uid = user(user_id, ctx)
+        b = default_budget if budget is None else budget
+        found = await _guarded_run(
+            runner, lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain), (uid, user_id)
+        )
+        return _context(found)
+
+    @server.tool(title="Search memory")
+    async def search_memory(
+        ctx: ToolContext[Any, Any],
+        user_id: UserId,
+        query: Annotated[str, Field(min_length=1, description="What to look for.")],
+        k: Annotated[int, Field(ge=1, le=1000, description="How many items.")] = 10,
+        layers: Annotated[
+            list[Layer] | None, Field(description="Layers to search (default: working, episodic, semantic).")
+        ] = None,
+    ) -> SearchResult:
+        """The user's items most similar to the query, best first (no budget)."""
+        uid = user(user_id, ctx)
+        found = await _guarded_run(
+            runner, lambda: memory.search(query, user_id=uid, k=k, layers=layers), (uid, user_id)
+        )
+        return SearchResult(items=[_item(it) for it in found])
+
+    @server.tool(title="Delete memory")
+    async def delete_memory(
+        ctx: ToolContext[Any, Any],
+        user_id: UserId,
+        item_id: Annotated[int, Field(ge=1, description="The item to delete (an id a tool returned).")],
+    ) -> DeleteResult:
+        """Forget one of the user's items. A raw turn takes along what was derived from it
+        (segments, summaries, facts), so its text leaves every layer."""
+        uid = user(user_id, ctx)
+        rep = await _guarded_run(runner, lambda: memory.delete(item_id, user_id=uid), (uid, user_id))
+        return DeleteResult(deleted=rep.deleted, ids=list(rep.ids))
+
+    @server.tool(title="End session")
+    async def end_session(
+        ctx: ToolContext[Any, Any],
+        user_id: UserId,
+        session_id: Annotated[str, Field(min_length=1, description="The conversation to consolidate.")],
+        now: Time = None,
+    ) -> SessionResult:
+        """Consolidate a finished conversation into episodes and facts."""
+        uid = user(user_id, ctx)
+        rep = await _guarded_run(
+            runner, lambda: memory.end_session(user_id=uid, session_id=session_id, now=now), (uid, user_id)
+        )
+        return SessionResult(**rep.to_dict())
+
+    @server.tool(title="List facts")
+    async def list_facts(
+        ctx: ToolContext[Any, Any],
+        user_id: UserId,
+        subject: Annotated[str | None, Field(description="Only facts about this subject.")] = None,
+        current: Annotated[bool, Field(description="Only current values (false: superseded ones too).")] = True,
+    ) -> FactsResult:
+        """The facts known about the user's world (subject, predicate, object), current ones by default."""
+        uid = user(user_id, ctx)
+        facts = await _guarded_run(
+            runner, lambda: memory.facts(user_id=uid, subject=subject, current=current), (uid, user_id)
+        )
+        return FactsResult(facts=[_item(it) for it in facts])
+
+    @server.tool(title="Related memories")
+    async def related_memories(
+        ctx: ToolContext[Any, Any],
+        user_id: UserId,
+        item_id: Annotated[int, Field(ge=1, description="A remembered turn (an id a tool returned).")],
+    ) -> RelatedResult:
+        """The turns linked to a remembered turn — earlier or later turns of the user that share a
+        keyword with it and are close in meaning — with the turn's note (keywords, tags, a context
+        line). Follow them to gather what is spread over several conversations."""
+        uid = user(user_id, ctx)
+
+        def read() -> RelatedResult:
+            note = memory.note(item_id, user_id=uid)
+            linked = [
+                LinkedOut(
+                    item=_item(memory.get(x.other_id, user_id=uid)),
+                    weight=x.weight,
+                    kind="duplicate" if x.kind == "duplicate" else "related",
+                    shared=list(x.shared),
+                    newer=x.newer,
+                )
+                for x in memory.links(item_id, user_id=uid)
+            ]
+            if note is None:
+                return RelatedResult(keywords=[], tags=[], context=None, related=linked)
+            return RelatedResult(
+                keywords=list(note.keywords), tags=list(note.tags), context=note.context, related=linked
+            )
+
+        return await _guarded_run(runner, read, (uid, user_id))
+
+    return server
+
+
+def mcp_http_app(
+    server: MCPServer,
+    *,
+    path: str = "/mcp",
+    json_response: bool = False,
+    host: str = "127.0.0.1",
+    stateless: bool = False,
+) -> Starlette:
+    """The server's streamable-HTTP ASGI app, serving MCP at ``path``; its lifespan runs the
+    server's session manager (mounted in another app, run ``server.session_manager.run()`` in
+    that app's lifespan instead).
+
+    ``host``: the address the app is served on. On a loopback address (the default) the SDK
+    protects against DNS rebinding (it accepts only ``Host`` headers of loopback names); on any
+    other it does not (a client reaches it by the server's name, and the host authenticates).
+    ``stateless``: no MCP session is kept between requests (each request is answered on its
+    own), so any of several server processes can answer any request; the tools need no session."""
+    return server.streamable_http_app(
+        streamable_http_path=path, json_response=json_response, host=host, stateless_http=stateless
+    )
+
+
+def run_stdio(server: MCPServer) -> None:
+    """Serve over stdin/stdout until the client closes the stream."""
+    server.run("stdio")
