@@ -25,6 +25,7 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 
 import lamina  # noqa: E402
 from lamina import Memory  # noqa: E402
+from lamina.errors import UNSEEN_ITEM  # noqa: E402
 from lamina.mcp_server import TOOLS, build_mcp_server, mcp_http_app  # noqa: E402
 
 T0 = 1_683_550_000.0
@@ -106,10 +107,8 @@ async def _exercise(client: Client, user: str = "alice") -> None:
     assert "empty text" in await _error(
         client, "add_memory", user_id=user, session_id="s1", messages=[{"speaker": "A", "text": "  "}]
     )
-    assert "not found: item id 12345 does not belong to this database" in await _error(
-        client, "delete_memory", user_id=user, item_id=12345
-    )
-    assert "not found: unknown user_id 'mallory'" in await _error(
+    assert f"not found: {UNSEEN_ITEM}" in await _error(client, "delete_memory", user_id=user, item_id=12345)
+    assert f"not found: {UNSEEN_ITEM}" in await _error(  # (another user's item: as a missing one, #45)
         client, "delete_memory", user_id="mallory", item_id=ids[0]
     )
     assert "not found: unknown session 'nope'" in await _error(client, "end_session", user_id=user, session_id="nope")
@@ -145,9 +144,7 @@ async def _exercise(client: Client, user: str = "alice") -> None:
     assert link["item"]["id"] == later and link["newer"] and link["kind"] == "related" and "Pixel" in link["shared"]
     back = await _call(client, "related_memories", user_id=user, item_id=later)
     assert [x["item"]["id"] for x in back["related"]] == [first] and not back["related"][0]["newer"]
-    assert "not found: item id 12345 does not belong to this database" in await _error(
-        client, "related_memories", user_id=user, item_id=12345
-    )
+    assert f"not found: {UNSEEN_ITEM}" in await _error(client, "related_memories", user_id=user, item_id=12345)
 
 
 def test_stdio_subprocess(tmp_path: Path) -> None:
@@ -245,7 +242,7 @@ def test_tenant_mapping_over_http(tmp_path: Path) -> None:
                 assert (await _call(cb, "list_facts", user_id="alice"))["facts"] == []
                 await _call(cb, "add_memory", user_id="alice", session_id="s", messages=msg)  # t2's own alice
                 refused = await _error(cb, "delete_memory", user_id="alice", item_id=item)
-                assert "does not belong to user 'alice'" in refused and "t2:" not in refused
+                assert UNSEEN_ITEM in refused and "t2:" not in refused  # (as a missing id: #45)
                 assert "may not contain" in await _error(cb, "get_context", user_id="t1:alice", query="Lisbon")
                 for c in (anon, bad):
                     assert "missing or unknown API key" in await _error(c, "list_facts", user_id="alice")

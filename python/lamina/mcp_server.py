@@ -45,7 +45,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 
 from . import _info
-from .errors import LaminaError, Overloaded, StoreBusy
+from .errors import UNSEEN_ITEM, LaminaError, NotFoundError, Overloaded, StoreBusy
 from .items import Context, MemoryItem
 from .memory.inputs import MAX_BUDGET
 from .memory.memory import Memory
@@ -245,6 +245,15 @@ async def _guarded_run(run: Runner, call: Callable[[], T], user: tuple[str, str]
         raise _tool_error(e, user) from e
 
 
+def _unseen(call: Callable[[], T]) -> T:
+    """``call()`` on one item id, every unknown-item answer alike (missing, deleted, another
+    user's or tenant's: ``lamina.errors.UNSEEN_ITEM``), so that an id tells nothing."""
+    try:
+        return call()
+    except NotFoundError:
+        raise NotFoundError(UNSEEN_ITEM) from None
+
+
 def _tool_error(e: Exception, user: tuple[str, str] | None) -> ToolError:
     """What the caller sees of a refused call (the message names the bad argument)."""
     busy = isinstance(e, (StoreBusy, Overloaded))
@@ -384,7 +393,7 @@ def build_mcp_server(
         """Forget one of the user's items. A raw turn takes along what was derived from it
         (segments, summaries, facts), so its text leaves every layer."""
         uid = user(user_id, ctx)
-        rep = await _guarded_run(runner, lambda: memory.delete(item_id, user_id=uid), (uid, user_id))
+        rep = await _guarded_run(runner, lambda: _unseen(lambda: memory.delete(item_id, user_id=uid)), (uid, user_id))
         return DeleteResult(deleted=rep.deleted, ids=list(rep.ids))
 
     @server.tool(title="End session")
@@ -444,7 +453,7 @@ def build_mcp_server(
                 keywords=list(note.keywords), tags=list(note.tags), context=note.context, related=linked
             )
 
-        return await _guarded_run(runner, read, (uid, user_id))
+        return await _guarded_run(runner, lambda: _unseen(read), (uid, user_id))
 
     return server
 

@@ -6,7 +6,8 @@ queue answers 503 at once. Responses are the wire form of :mod:`lamina.wire` (de
 models of :mod:`~lamina.serve.schemas`), serialised once, without a second validation pass.
 
 User ids in paths and bodies are the caller's; the service stores them in the caller's tenant
-namespace (:mod:`~lamina.serve.tenancy`), and item routes answer 403 for another tenant's item.
+namespace (:mod:`~lamina.serve.tenancy`), and item routes answer one 404 for another tenant's item
+and a missing one (:mod:`~lamina.serve.ids`).
 
 Besides the routes here: a user's export and import (:mod:`~lamina.serve.transfer`) and, unless
 ``ServeConfig.mcp`` is off, the MCP server at ``/mcp`` (:mod:`~lamina.serve.mcp`), on the same
@@ -43,6 +44,7 @@ from ..wire import (
 from . import schemas as S
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
 from .errors import error_response, install_error_handlers
+from .ids import as_unseen, item_owner
 from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
 from .service import Caller, CallerDep, Service, ServiceDep
@@ -54,7 +56,7 @@ __all__ = ["ServeConfig", "create_app", "app_from_env", "ENV_CONFIG"]
 #: Environment variable through which ``lamina serve --workers N`` hands its options to each worker.
 ENV_CONFIG = "LAMINA_SERVE_CONFIG"
 _MAX_ID = 2**63 - 1
-_ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": S.ErrorOut} for s in (400, 401, 403, 404, 413, 422, 503)}
+_ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": S.ErrorOut} for s in (400, 401, 404, 413, 422, 503)}
 
 
 @dataclass(frozen=True)
@@ -234,9 +236,9 @@ def _routes() -> APIRouter:
         return _items(caller, items)
 
     def owner(svc: Service, caller: Caller, item_id: int, user_id: str | None) -> str:
-        """The stored owner of an item of the caller's (403 for another tenant's, 404 for none)."""
-        stored = svc.memory.get(item_id).user_id
-        caller.check_owner(stored, item_id)
+        """The stored owner of an item of the caller's (the one 404 of :mod:`~lamina.serve.ids`
+        for a missing item and another tenant's alike)."""
+        stored = item_owner(svc.memory, caller.tenant, item_id)
         return stored if user_id is None else caller.uid(user_id)
 
     @r.get("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="One item")
@@ -247,7 +249,9 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        it = await svc.call(caller, lambda: mem.get(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        it = await svc.call(
+            caller, lambda: as_unseen(lambda: mem.get(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        )
         return _json(item_to_json(it, caller.public(it.user_id)))
 
     @r.patch("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="Replace an item's text")
@@ -261,8 +265,10 @@ def _routes() -> APIRouter:
         mem = svc.memory
         it = await svc.call(
             caller,
-            lambda: mem.update(
-                item_id, req.text, user_id=owner(svc, caller, item_id, user_id), timestamp=req.timestamp
+            lambda: as_unseen(
+                lambda: mem.update(
+                    item_id, req.text, user_id=owner(svc, caller, item_id, user_id), timestamp=req.timestamp
+                )
             ),
         )
         return _json(item_to_json(it, caller.public(it.user_id)))
@@ -275,7 +281,9 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        rep = await svc.call(caller, lambda: mem.delete(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        rep = await svc.call(
+            caller, lambda: as_unseen(lambda: mem.delete(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        )
         return _json(delete_report_to_json(rep))
 
     @r.get(
@@ -288,7 +296,9 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        items = await svc.call(caller, lambda: mem.history(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        items = await svc.call(
+            caller, lambda: as_unseen(lambda: mem.history(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        )
         return _items(caller, items)
 
     @r.get("/v1/memories/{item_id}/note", response_model=S.NoteOut, tags=["memories"], summary="A turn's A-Mem note")
@@ -299,7 +309,9 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        n = await svc.call(caller, lambda: mem.note(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        n = await svc.call(
+            caller, lambda: as_unseen(lambda: mem.note(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        )
         return _json(note_to_json(n))
 
     @r.get(
@@ -312,7 +324,9 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        found = await svc.call(caller, lambda: mem.links(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        found = await svc.call(
+            caller, lambda: as_unseen(lambda: mem.links(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        )
         return _json(links_to_json(found))
 
     @r.get("/v1/users", response_model=S.UsersOut, tags=["users"], summary="The caller's user ids")

@@ -5,8 +5,9 @@ API.
 Every response carries a strict Content-Security-Policy (no script at all, styles and images
 from this origin only, forms post here only, no framing). A page needs a session
 (:mod:`~lamina.serve.ui.session`; without one: a redirect to ``/ui/login``); every POST needs
-the session's CSRF token (403 otherwise). Item pages answer 403 for another tenant's item, as
-the API does; user ids are the caller's, in the caller's namespace.
+the session's CSRF token (403 otherwise). Item pages answer one 404 for another tenant's item
+and a missing one, as the API does (:mod:`~lamina.serve.ids`); user ids are the caller's, in the
+caller's namespace.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ...items import format_time
 from ...memory import Firewall
 from ...transfer import iter_dump, renamed
 from ..errors import status_of
+from ..ids import as_unseen, item_owner
 from ..service import Service
 from ..tenancy import owns
 from . import svg
@@ -294,9 +296,8 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         mem = svc.memory
 
         def work() -> tuple[Any, list[Any], Any, list[Any]]:
-            it = mem.get(item_id)
-            sess.caller.check_owner(it.user_id, item_id)
-            uid = it.user_id
+            uid = item_owner(mem, sess.caller.tenant, item_id)
+            it = mem.get(item_id, user_id=uid)
             return (
                 it,
                 mem.history(item_id, user_id=uid),
@@ -323,9 +324,8 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         mem = svc.memory
 
         def work() -> tuple[str, int]:
-            owner = mem.get(item_id).user_id
-            sess.caller.check_owner(owner, item_id)
-            return owner, mem.delete(item_id, user_id=owner).deleted
+            owner = item_owner(mem, sess.caller.tenant, item_id)
+            return owner, as_unseen(lambda: mem.delete(item_id, user_id=owner)).deleted
 
         owner, n = await call(sess, work)
         return _redirect(f"{PREFIX}/users/{quote(sess.caller.public(owner), safe='')}?deleted={n}")
