@@ -47,6 +47,7 @@ from .errors import error_response, install_error_handlers
 from .ids import as_unseen, item_owner
 from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
+from .ratelimit import DEFAULT_RATE_LIMIT, RateGate, RateLimits, RateState
 from .service import Caller, CallerDep, Service, ServiceDep
 from .tenancy import owns
 from .transfer import IMPORT_PATH, transfer_router
@@ -92,6 +93,9 @@ class ServeConfig:
         The most users a worker keeps loaded in its native arenas (``lamina serve
         --max-loaded-users``; the least recently used beyond it are evicted and loaded again when
         next used; see :class:`lamina.Memory`). None: no limit.
+    rate_limits : RateLimits
+        Budgets of failed authentications and of writes (``lamina serve --rate-limit``;
+        :mod:`~lamina.serve.ratelimit`).
     """
 
     db: str | None
@@ -106,6 +110,7 @@ class ServeConfig:
     ui: bool = True
     eval_results: str | None = None
     max_loaded_users: int | None = None
+    rate_limits: RateLimits = field(default_factory=RateLimits)
 
     def __post_init__(self) -> None:
         if self.metrics_key is not None:
@@ -126,6 +131,7 @@ class ServeConfig:
                 "ui": self.ui,
                 "eval_results": self.eval_results,
                 "max_loaded_users": self.max_loaded_users,
+                "rate_limits": self.rate_limits.spec(),
             }
         )
 
@@ -144,6 +150,7 @@ class ServeConfig:
             ui=bool(d.get("ui", True)),
             eval_results=d.get("eval_results"),
             max_loaded_users=d.get("max_loaded_users"),
+            rate_limits=RateLimits.parse(d.get("rate_limits", DEFAULT_RATE_LIMIT)),
         )
 
 
@@ -494,7 +501,10 @@ def create_app(
         larger=[("POST", IMPORT_PATH, config.limits.max_import_bytes, "max_import_bytes")],
     )
     # with keys, a request without a known key is refused before anything reads its body
-    app.add_middleware(KeyGate, keys=config.keys, self_authenticated=ui_prefixes)
+    rates = RateState(config.rate_limits, metrics)
+    app.add_middleware(KeyGate, keys=config.keys, self_authenticated=ui_prefixes, on_refused=rates.failed_auth)
+    # before the key is looked at: an address out of its failed-authentication budget gets 429s
+    app.add_middleware(RateGate, state=rates)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # the outermost: it times the others too
     return app
 
