@@ -103,6 +103,10 @@ def test_a_flood_of_wrong_keys_gets_429_and_other_clients_are_served(tmp_path: P
         assert _counter(text, 'lamina_rate_limited_total{budget="auth"}') == 1000 - AUTH_BUDGET + 1
         assert _counter(text, 'lamina_rate_limited_total{budget="writes"}') == 6
         assert _counter(text, "lamina_auth_failures_total") == AUTH_BUDGET
+        # requests that offer no key (a browser's /favicon.ico) guess nothing: no budget is spent
+        with httpx.Client(base_url=sp.url, transport=httpx.HTTPTransport(local_address="127.0.0.5")) as n:
+            assert {n.get("/favicon.ico").status_code for _ in range(2 * AUTH_BUDGET)} == {401}
+            assert n.get("/v1/users", headers={"Authorization": f"Bearer {KEY_A}"}).status_code == 200
 
 
 def test_rate_limit_spec_and_buckets() -> None:

@@ -217,7 +217,7 @@ class KeyGate:
         Path prefixes whose routes authenticate on their own (the inspector at ``/ui``: its
         session cookie, not a bearer header); the gate passes them.
     on_refused : callable, optional
-        ``on_refused(scope)`` before each 401 (the rate limits count failed authentications:
+        ``on_refused(scope)`` before each 401 for an unknown key (the rate limits count failed authentications:
         :meth:`~lamina.serve.ratelimit.RateState.failed_auth`).
     """
 
@@ -253,6 +253,6 @@ class KeyGate:
             await self.app(scope, receive, send)
             return
         scope["lamina.route"] = "unauthenticated"  # (the metrics' route label)
-        if self.on_refused is not None:
+        if self.on_refused is not None and key is not None:  # (a wrong key; a missing one guesses nothing)
             self.on_refused(scope)
         await error_response(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})(scope, receive, send)

@@ -8,7 +8,7 @@
 * ``lamina_pending_requests`` and ``lamina_rejected_total{reason}`` — the work pool's queue;
 * ``lamina_users{tenant}`` and ``lamina_items{tenant}`` — counted from the memory at scrape time;
 * ``lamina_rate_limited_total{budget}`` (429s, ``auth`` or ``writes``) and
-  ``lamina_auth_failures_total`` (401s) — the rate limits (:mod:`~lamina.serve.ratelimit`).
+  ``lamina_auth_failures_total`` (401s to an offered key) — the rate limits (:mod:`~lamina.serve.ratelimit`).
 """
 
 from __future__ import annotations

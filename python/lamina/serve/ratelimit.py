@@ -3,8 +3,9 @@
 Two budgets, each a token bucket (``N`` requests per ``T`` seconds, refilled continuously, a burst
 of ``N`` at most), configured with ``lamina serve --rate-limit`` (:meth:`RateLimits.parse`):
 
-* ``auth``, per client address: every answer ``401`` (a missing or unknown API key on ``/v1``,
-  ``/mcp`` or ``/metrics``, a failed inspector login) takes one token. An address without a
+* ``auth``, per client address: every answer ``401`` to a request that offered a key (an
+  unknown API key on ``/v1``, ``/mcp`` or ``/metrics``, a failed inspector login) takes one
+  token; a request without any key (a browser's ``/favicon.ico``) guesses nothing and takes none. An address without a
   token left gets ``429 rate_limited`` for every request but ``/healthz`` and ``/readyz`` until
   a token is back — its valid keys included: a budget that let a right key through would keep
   answering a guesser which guess was right. A legitimate client on another address is not
@@ -271,8 +272,12 @@ class RateGate:
             for w in who:
                 st.writes.take(w)
 
+        # a 401 for a request that offered a key (a bearer header, the inspector's login form)
+        # is a failed authentication; one without (a browser's /favicon.ico) guessed nothing
+        offered = _header(scope, b"authorization") is not None or scope.get("path") == "/ui/login"
+
         async def watch(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 401:
+            if offered and message["type"] == "http.response.start" and message["status"] == 401:
                 st.failed_auth(scope)
             await send(message)
 
