@@ -34,6 +34,7 @@ from .pgarchive import PgArchive
 from .reading import Reading
 from .records import Record
 from .reports import DeleteReport, ImportReport, SessionReport
+from .service_records import ServiceRecords
 from .state import MemoryState, UserState
 from .store import SQLiteStore, Store
 from .turnvec import turn_vectors
@@ -66,7 +67,7 @@ def _open_store(path: str | os.PathLike[str] | None, synchronous: str, busy_time
     return SQLiteStore(None if path is None else os.fspath(path), synchronous=synchronous, busy_timeout=busy_timeout)
 
 
-class Memory(Reading, Inspection, PgArchive):
+class Memory(Reading, Inspection, PgArchive, ServiceRecords):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters
