@@ -112,6 +112,22 @@ async def _exercise(client: Client, user: str = "alice") -> None:
         client, "delete_memory", user_id="mallory", item_id=ids[0]
     )
     assert "not found: unknown session 'nope'" in await _error(client, "end_session", user_id=user, session_id="nope")
+    # a field the tool does not know, or a commitment of none of the four, is an error (was dropped: #45)
+    for bad in ({"commitment": "forever"}, {"colour": "red"}):
+        text = await _error(
+            client, "add_memory", user_id=user, session_id="s2", messages=[{"speaker": "A", "text": "x", **bad}]
+        )
+        assert next(iter(bad)) in text
+    (eph,) = (
+        await _call(
+            client,
+            "add_memory",
+            user_id=user,
+            session_id="s2",
+            messages=[{"speaker": "A", "text": "a passing thought", "commitment": "ephemeral"}],
+        )
+    )["ids"]
+    assert eph > 0
     assert "invalid input: timestamp 'soon' is not an ISO-8601 time" in await _error(
         client, "add_memory", user_id=user, session_id="s2", messages=[{"speaker": "A", "text": "hi"}], timestamp="soon"
     )
@@ -149,12 +165,16 @@ async def _exercise(client: Client, user: str = "alice") -> None:
 
 def test_stdio_subprocess(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
-    cmd, args, env = _lamina_command("mcp", "--db", str(db), "--embedder", "hashing")
+    cmd, args, env = _lamina_command("mcp", "--db", str(db), "--embedder", "hashing", "--max-messages", "5")
 
     async def main() -> None:
         params = StdioServerParameters(command=cmd, args=args, env=env, cwd=str(tmp_path))
         async with Client(params, read_timeout_seconds=60) as client:
             await _exercise(client)
+            six = [{"speaker": "A", "text": f"m{i}"} for i in range(6)]  # (lamina mcp --max-messages)
+            assert "too many messages: 6" in await _error(
+                client, "add_memory", user_id="bob", session_id="s", messages=six
+            )
 
     _run(main)
     with Memory(db, embedder="hashing") as mem:  # the subprocess wrote through the store

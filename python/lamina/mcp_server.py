@@ -40,7 +40,7 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context as ToolContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 
@@ -101,12 +101,19 @@ Time = Annotated[
 
 
 class MessageIn(BaseModel):
-    """One message (turn) to remember."""
+    """One message (turn) to remember (a field not listed here is an error, not dropped)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     speaker: str = Field(min_length=1, description="Who said it (a name or a role such as 'user').")
     text: str = Field(min_length=1, description="What was said.")
     id: str | None = Field(default=None, description="Your id of the message (provenance); default: assigned.")
     timestamp: float | str | None = Field(default=None, description="When it was said (epoch seconds or ISO-8601).")
+    commitment: Literal["persist", "ephemeral", "verify", "clarify"] | None = Field(
+        default=None,
+        description="persist (default); ephemeral: never consolidated, gone at session end; verify: shown "
+        "with a recheck marker; clarify: never injected by a firewalled context, which asks instead.",
+    )
 
 
 class ItemOut(BaseModel):
