@@ -51,7 +51,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         keys = KeyRing.from_sources(args.keys)
-        metrics_key = args.metrics_key or os.environ.get(METRICS_ENV_VAR) or None
+        metrics_key = _metrics_key(args)
         if metrics_key is not None and len(metrics_key) < MIN_KEY_LEN:
             raise InvalidInput(
                 f"the metrics key (--metrics-key / {METRICS_ENV_VAR}) has {len(metrics_key)} characters; it needs "
@@ -83,6 +83,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"lamina serve: {len(keys.tenants)} tenant(s) with API keys", file=sys.stderr)
         if metrics_key is None:
             print("lamina serve: no --metrics-key: /metrics answers 404", file=sys.stderr)
+    for warning in _secrets_on_the_command_line(args):
+        print(f"lamina serve: warning: {warning}", file=sys.stderr)
     db = None if args.db == ":memory:" else args.db
     cfg = ServeConfig(
         db=db,
@@ -137,6 +139,40 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if stopped:
         print(f"lamina serve: stopped ({signal.Signals(stopped[0]).name}); the memory is closed", file=sys.stderr)
     return 0
+
+
+def _metrics_key(args: argparse.Namespace) -> str | None:
+    """The metrics key: ``--metrics-key-file`` (its first line), else ``--metrics-key``, else
+    ``LAMINA_METRICS_KEY`` (InvalidInput for an unreadable file)."""
+    from ..errors import InvalidInput
+    from .auth import METRICS_ENV_VAR
+
+    if args.metrics_key_file is not None:
+        try:
+            with open(args.metrics_key_file, encoding="utf-8") as f:
+                return f.readline().strip() or None
+        except OSError as e:
+            raise InvalidInput(f"cannot read --metrics-key-file {args.metrics_key_file}: {e.strerror or e}") from None
+    return args.metrics_key or os.environ.get(METRICS_ENV_VAR) or None
+
+
+def _secrets_on_the_command_line(args: argparse.Namespace) -> list[str]:
+    """Warnings for secrets given as arguments (every local user sees a command line: ``ps``)."""
+    from urllib.parse import urlsplit
+
+    out = []
+    if args.metrics_key:
+        out.append("--metrics-key puts the key on the command line; use LAMINA_METRICS_KEY or --metrics-key-file")
+    try:
+        password = urlsplit(str(args.db)).password if "://" in str(args.db) else None
+    except ValueError:
+        password = None
+    if password:
+        out.append(
+            "the --db URL holds a password, visible on the command line; leave it out and set PGPASSWORD "
+            "or a ~/.pgpass file (libpq reads both)"
+        )
+    return out
 
 
 def _cmd_keys_hash(args: argparse.Namespace) -> int:
@@ -260,6 +296,12 @@ def add_serve_parsers(sub: Any) -> None:
         default=None,
         help="addresses of trusted proxies whose X-Forwarded-For / X-Forwarded-Proto are believed "
         "(comma-separated, '*' for any; default: $FORWARDED_ALLOW_IPS or 127.0.0.1)",
+    )
+    s.add_argument(
+        "--metrics-key-file",
+        default=None,
+        help="a file whose first line is the metrics key (instead of --metrics-key, which every local user "
+        "can read on the command line)",
     )
     s.add_argument("--no-mcp", action="store_true", help="do not serve the MCP server at /mcp")
     s.add_argument("--no-ui", action="store_true", help="do not serve the memory inspector at /ui")
