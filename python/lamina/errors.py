@@ -27,6 +27,11 @@ class NotFoundError(LaminaError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+#: The one message for an item id a caller cannot see — missing, deleted, of another database, of
+#: another user or of another tenant — so that a service's answer tells none of these apart.
+UNSEEN_ITEM = "no item of yours has this id"
+
+
 class StoreBusy(LaminaError, TimeoutError):
     """Another connection (another process, say) held the database's write lock for longer than
     the busy timeout (``lamina.Memory(busy_timeout=...)``). Nothing was written; retry later."""

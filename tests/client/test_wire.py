@@ -120,9 +120,15 @@ def test_malformed_documents_raise_wire_error() -> None:
 def test_key_ring(tmp_path: Path) -> None:
     f = tmp_path / "keys.toml"
     f.write_text(f'[tenants.acme]\nkeys = ["{hash_key("acme-key-0000000001")}", "{hash_key("acme-key-0000000002")}"]\n')
-    ring = KeyRing.from_sources(f, env={"LAMINA_API_KEYS": "globex:globex-key-000000001, initech:initech-key-0000001"})
+    ring = KeyRing.from_sources(
+        f,
+        env={"LAMINA_API_KEYS": "globex:globex-key-000000001-0123456789ab, initech:initech-key-0000001-0123456789abc"},
+    )
     assert ring.tenants == ["acme", "globex", "initech"] and ring.enabled
-    assert ring.tenant_of("acme-key-0000000002") == "acme" and ring.tenant_of("globex-key-000000001") == "globex"
+    assert (
+        ring.tenant_of("acme-key-0000000002") == "acme"
+        and ring.tenant_of("globex-key-000000001-0123456789ab") == "globex"
+    )
     assert ring.tenant_of("acme-key-000000000") is None and ring.tenant_of("") is None
     assert not KeyRing.from_sources(None, env={}).enabled
     bad_files = {
@@ -139,14 +145,19 @@ def test_key_ring(tmp_path: Path) -> None:
             KeyRing.from_sources(f, env={})
     for env, msg in {
         "acme": "must be 'tenant:key'",
-        "acme:short": "shorter than 16",
-        "a b:0123456789abcdefgh": "tenant name",
-        "x:0123456789abcdefgh,y:0123456789abcdefgh": "same key",
+        "acme:short": "has 5 characters; a key needs at least 32",
+        "acme:" + "k" * 31: "has 31 characters",
+        "a b:0123456789abcdefgh0123456789abcdefgh": "tenant name",
+        "x:0123456789abcdefgh0123456789abcdefgh,y:0123456789abcdefgh0123456789abcdefgh": "same key",
     }.items():
         with pytest.raises(lamina.InvalidInput, match=msg):
             KeyRing.from_sources(None, env={"LAMINA_API_KEYS": env})
     # a malformed entry may be a bare key: the message never shows it
-    for env in ("acme-secret-key-0123456789", "acme:", "ok:0123456789abcdefgh,secret-key-without-colon-0123"):
+    for env in (
+        "acme-secret-key-0123456789",
+        "acme:",
+        "ok:0123456789abcdefgh0123456789abcdefgh,secret-key-without-colon-0123",
+    ):
         with pytest.raises(lamina.InvalidInput, match="must be 'tenant:key'") as ei:
             KeyRing.from_sources(None, env={"LAMINA_API_KEYS": env})
         assert "secret" not in str(ei.value) and "acme" not in str(ei.value)

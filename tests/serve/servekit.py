@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import uvicorn
 
-KEY_A = "key-of-tenant-a-0123456789"
-KEY_B = "key-of-tenant-b-9876543210"
+KEY_A = "key-of-tenant-a-0123456789abcdefghijk"
+KEY_B = "key-of-tenant-b-9876543210kjihgfedcba"
 #: the shared server's metrics key (LAMINA_METRICS_KEY)
-METRICS_KEY = "metrics-key-0123456789abcdef"
+METRICS_KEY = "metrics-key-0123456789abcdef0123456"
 #: the shared server's limits (the size tests rely on them)
 MAX_BODY = 65536
 MAX_MESSAGES = 50

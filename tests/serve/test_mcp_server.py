@@ -25,6 +25,7 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 
 import lamina  # noqa: E402
 from lamina import Memory  # noqa: E402
+from lamina.errors import UNSEEN_ITEM  # noqa: E402
 from lamina.serve.mcp_server import TOOLS, build_mcp_server, mcp_http_app  # noqa: E402
 
 T0 = 1_683_550_000.0
@@ -106,13 +107,27 @@ async def _exercise(client: Client, user: str = "alice") -> None:
     assert "empty text" in await _error(
         client, "add_memory", user_id=user, session_id="s1", messages=[{"speaker": "A", "text": "  "}]
     )
-    assert "not found: item id 12345 does not belong to this database" in await _error(
-        client, "delete_memory", user_id=user, item_id=12345
-    )
-    assert "not found: unknown user_id 'mallory'" in await _error(
+    assert f"not found: {UNSEEN_ITEM}" in await _error(client, "delete_memory", user_id=user, item_id=12345)
+    assert f"not found: {UNSEEN_ITEM}" in await _error(  # (another user's item: as a missing one, #45)
         client, "delete_memory", user_id="mallory", item_id=ids[0]
     )
     assert "not found: unknown session 'nope'" in await _error(client, "end_session", user_id=user, session_id="nope")
+    # a field the tool does not know, or a commitment of none of the four, is an error (was dropped: #45)
+    for bad in ({"commitment": "forever"}, {"colour": "red"}):
+        text = await _error(
+            client, "add_memory", user_id=user, session_id="s2", messages=[{"speaker": "A", "text": "x", **bad}]
+        )
+        assert next(iter(bad)) in text
+    (eph,) = (
+        await _call(
+            client,
+            "add_memory",
+            user_id=user,
+            session_id="s2",
+            messages=[{"speaker": "A", "text": "a passing thought", "commitment": "ephemeral"}],
+        )
+    )["ids"]
+    assert eph > 0
     assert "invalid input: timestamp 'soon' is not an ISO-8601 time" in await _error(
         client, "add_memory", user_id=user, session_id="s2", messages=[{"speaker": "A", "text": "hi"}], timestamp="soon"
     )
@@ -145,19 +160,21 @@ async def _exercise(client: Client, user: str = "alice") -> None:
     assert link["item"]["id"] == later and link["newer"] and link["kind"] == "related" and "Pixel" in link["shared"]
     back = await _call(client, "related_memories", user_id=user, item_id=later)
     assert [x["item"]["id"] for x in back["related"]] == [first] and not back["related"][0]["newer"]
-    assert "not found: item id 12345 does not belong to this database" in await _error(
-        client, "related_memories", user_id=user, item_id=12345
-    )
+    assert f"not found: {UNSEEN_ITEM}" in await _error(client, "related_memories", user_id=user, item_id=12345)
 
 
 def test_stdio_subprocess(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
-    cmd, args, env = _lamina_command("mcp", "--db", str(db), "--embedder", "hashing")
+    cmd, args, env = _lamina_command("mcp", "--db", str(db), "--embedder", "hashing", "--max-messages", "5")
 
     async def main() -> None:
         params = StdioServerParameters(command=cmd, args=args, env=env, cwd=str(tmp_path))
         async with Client(params, read_timeout_seconds=60) as client:
             await _exercise(client)
+            six = [{"speaker": "A", "text": f"m{i}"} for i in range(6)]  # (lamina mcp --max-messages)
+            assert "too many messages: 6" in await _error(
+                client, "add_memory", user_id="bob", session_id="s", messages=six
+            )
 
     _run(main)
     with Memory(db, embedder="hashing") as mem:  # the subprocess wrote through the store
@@ -245,7 +262,7 @@ def test_tenant_mapping_over_http(tmp_path: Path) -> None:
                 assert (await _call(cb, "list_facts", user_id="alice"))["facts"] == []
                 await _call(cb, "add_memory", user_id="alice", session_id="s", messages=msg)  # t2's own alice
                 refused = await _error(cb, "delete_memory", user_id="alice", item_id=item)
-                assert "does not belong to user 'alice'" in refused and "t2:" not in refused
+                assert UNSEEN_ITEM in refused and "t2:" not in refused  # (as a missing id: #45)
                 assert "may not contain" in await _error(cb, "get_context", user_id="t1:alice", query="Lisbon")
                 for c in (anon, bad):
                     assert "missing or unknown API key" in await _error(c, "list_facts", user_id="alice")

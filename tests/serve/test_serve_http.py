@@ -119,15 +119,15 @@ def test_tenants_are_apart(a: httpx.Client, b: httpx.Client) -> None:
         )
     )
     assert [h["id"] for h in hits_b["items"]] == ib
-    # item routes: another tenant's item is forbidden, whatever the method
-    msg = err(b.get(f"/v1/memories/{ia[0]}"), 403, "forbidden")
+    # item routes: another tenant's item is not found (as a missing one: #45), whatever the method
+    msg = err(b.get(f"/v1/memories/{ia[0]}"), 404, "not_found")
     assert "Zq4812x" not in msg
-    err(b.get(f"/v1/memories/{ia[0]}", params={"user_id": u}), 403, "forbidden")
-    err(b.get(f"/v1/memories/{ia[0]}/note"), 403, "forbidden")
-    err(b.get(f"/v1/memories/{ia[0]}/links"), 403, "forbidden")
-    err(b.patch(f"/v1/memories/{ia[0]}", json={"text": "overwritten"}), 403, "forbidden")
-    err(b.get(f"/v1/memories/{ia[0]}/history"), 403, "forbidden")
-    err(b.delete(f"/v1/memories/{ia[0]}"), 403, "forbidden")
+    err(b.get(f"/v1/memories/{ia[0]}", params={"user_id": u}), 404, "not_found")
+    err(b.get(f"/v1/memories/{ia[0]}/note"), 404, "not_found")
+    err(b.get(f"/v1/memories/{ia[0]}/links"), 404, "not_found")
+    err(b.patch(f"/v1/memories/{ia[0]}", json={"text": "overwritten"}), 404, "not_found")
+    err(b.get(f"/v1/memories/{ia[0]}/history"), 404, "not_found")
+    err(b.delete(f"/v1/memories/{ia[0]}"), 404, "not_found")
     assert ok(a.get(f"/v1/memories/{ia[0]}"))["text"] == "Tenant A secret: the vault code is Zq4812x."
     # deleting tenant b's user leaves tenant a's user of the same id
     ok(b.delete(f"/v1/users/{u}"))

@@ -208,6 +208,46 @@ def test_log_in_browse_a_user_and_log_out(browser: Any, ui: tuple[ServerProc, st
     ctx.close()
 
 
+def test_a_stolen_cookie_stops_at_logout_and_a_cross_site_login_is_refused(
+    browser: Any, ui: tuple[ServerProc, str]
+) -> None:
+    """Issue 45: the cookie is a session token, not the key; a copy of it (a thief's browser)
+    works until the owner logs out, never on /v1; a login form posted from another site fails."""
+    sp, _ = ui
+    ctx, page = _login(browser, sp.url, KEY_A)
+    (cookie,) = [c for c in ctx.cookies() if c["name"] == "lamina_ui"]
+    assert cookie["value"] != KEY_A and KEY_A not in json.dumps(ctx.cookies())
+    for auth in ({"Authorization": f"Bearer {cookie['value']}"}, {"Cookie": f"lamina_ui={cookie['value']}"}):
+        assert httpx.get(sp.url + "/v1/users", headers=auth).status_code == 401
+    thief = browser.new_context()
+    thief.add_cookies([{"name": "lamina_ui", "value": cookie["value"], "url": sp.url + "/ui"}])
+    tpage = thief.new_page()
+    tpage.goto(sp.url + "/ui/users")
+    assert tpage.url.endswith("/ui/users") and tpage.locator("#tenant").inner_text() == "a"
+    page.click("#logout")
+    page.wait_for_url(re.compile(r".*/ui/login$"))
+    tpage.goto(sp.url + "/ui/users")
+    assert "/ui/login" in tpage.url  # the stolen copy died with the session
+    thief.close()
+    # another site's page posts the attacker's key (and the attacker's own form token) to the login
+    with httpx.Client(base_url=sp.url) as attacker:
+        token = re.search(r'name="csrf" value="([0-9a-f]{64})"', attacker.get("/ui/login").text)
+        assert token is not None
+    evil = (
+        f'<form id="f" method="post" action="{sp.url}/ui/login">'
+        f'<input name="api_key" value="{KEY_B}"><input name="csrf" value="{token.group(1)}">'
+        '<input name="next" value="/ui/users"></form><script>document.getElementById("f").submit()</script>'
+    )
+    page.route("http://evil.example/**", lambda route: route.fulfill(body=evil, content_type="text/html"))
+    page.goto(sp.url + "/ui/login")  # (the victim's browser holds a pre-login cookie of its own)
+    with page.expect_navigation(url=re.compile(r".*/ui/login$")) as nav:
+        page.goto("http://evil.example/")
+    resp = nav.value
+    assert resp is not None and resp.status == 403
+    assert [c for c in ctx.cookies() if c["name"] == "lamina_ui"] == []  # not logged into tenant b
+    ctx.close()
+
+
 def test_the_context_debugger_shows_what_memory_context_returns(
     browser: Any, ui: tuple[ServerProc, str], shots: Path
 ) -> None:
@@ -299,7 +339,7 @@ def test_a_stored_xss_payload_never_runs(browser: Any, ui: tuple[ServerProc, str
     ctx.close()
 
 
-def test_a_second_tenants_url_answers_403(browser: Any, ui: tuple[ServerProc, str]) -> None:
+def test_a_second_tenants_url_answers_404(browser: Any, ui: tuple[ServerProc, str]) -> None:
     sp, _ = ui
     items = httpx.post(
         sp.url + "/v1/search",
@@ -309,8 +349,8 @@ def test_a_second_tenants_url_answers_403(browser: Any, ui: tuple[ServerProc, st
     ctx, page = _login(browser, sp.url, KEY_B)
     assert page.locator('tr[data-user="bob"]').count() == 1 and page.locator('tr[data-user="conv"]').count() == 0
     resp = page.goto(f"{sp.url}/ui/items/{items[0]['id']}")
-    assert resp is not None and resp.status == 403
-    assert page.locator("#status").inner_text().startswith("403")
+    assert resp is not None and resp.status == 404  # as a missing item's (#45)
+    assert page.locator("#status").inner_text().startswith("404")
     ctx.close()
 
 

@@ -17,7 +17,7 @@ from lamina.serve.app import ServeConfig, create_app
 from lamina.serve.auth import KeyRing, hash_key
 from lamina.serve.tenancy import stored_user_id
 from lamina.serve.ui import CSP
-from lamina.serve.ui.session import COOKIE, csrf_token
+from lamina.serve.ui.session import COOKIE
 from lamina.serve.ui.views import ARCHIVE_PAGE, NO_EXPLAIN, TREE_NODES, WORKING_PAGE, debug_context
 
 NOW = 1_700_000_000.0
@@ -75,21 +75,34 @@ def _close_clients() -> Iterator[None]:
         _CLIENTS.pop().close()
 
 
+def _form_csrf(html: str) -> str:
+    m = re.search(r'name="csrf" value="([0-9a-f]{64})"', html)
+    assert m is not None, html
+    return m.group(1)
+
+
 def _login(url: str, key: str) -> httpx.Client:
     c = httpx.Client(base_url=url, follow_redirects=False)
     _CLIENTS.append(c)
-    r = c.post("/ui/login", data={"api_key": key})
+    token = _form_csrf(c.get("/ui/login").text)  # (the login form's token, bound to its cookie)
+    r = c.post("/ui/login", data={"api_key": key, "csrf": token})
     assert r.status_code == 303, r.text
     return c
+
+
+def _csrf(c: httpx.Client) -> str:
+    """The CSRF token of the client's session (from a page's form)."""
+    return _form_csrf(c.get("/ui/logout").text)
 
 
 def test_pages_need_a_session_and_login_sets_a_strict_httponly_cookie(served: tuple[str, Memory]) -> None:
     url, _ = served
     r = httpx.get(url + "/ui/users", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"].startswith("/ui/login")
-    bad = httpx.post(url + "/ui/login", data={"api_key": "not-a-key-of-anyone"})
-    assert bad.status_code == 401 and "unknown API key" in bad.text
-    r = httpx.post(url + "/ui/login", data={"api_key": KEY_A}, follow_redirects=False)
+    with httpx.Client(base_url=url) as c:
+        bad = c.post("/ui/login", data={"api_key": "not-a-key-of-anyone", "csrf": _form_csrf(c.get("/ui/login").text)})
+        assert bad.status_code == 401 and "unknown API key" in bad.text
+        r = c.post("/ui/login", data={"api_key": KEY_A, "csrf": _form_csrf(bad.text)}, follow_redirects=False)
     cookie = r.headers["set-cookie"]
     assert cookie.startswith(f"{COOKIE}=") and "HttpOnly" in cookie and "SameSite=strict" in cookie
     assert r.headers["location"] == "/ui/users"
@@ -117,17 +130,17 @@ def test_posts_without_the_csrf_token_are_refused(served: tuple[str, Memory]) ->
     assert c.post("/ui/users/alice/forget", data={"confirm": "alice"}).status_code == 403
     assert mem.get(item).id == item  # still there
     # the token is the session's: another session's token does not do
-    other = csrf_token(KEY_B)
+    other = _csrf(_login(url, KEY_B))
     assert c.post(f"/ui/items/{item}/delete", data={"csrf": other}).status_code == 403
 
 
-def test_another_tenants_item_is_403_and_its_users_are_not_listed(served: tuple[str, Memory]) -> None:
+def test_another_tenants_item_is_404_and_its_users_are_not_listed(served: tuple[str, Memory]) -> None:
     url, mem = served
     b = _login(url, KEY_B)
     item = mem.search("Lisbon", user_id=stored_user_id("a", "alice"), k=1)[0].id
-    assert b.get(f"/ui/items/{item}").status_code == 403
-    token = csrf_token(KEY_B)
-    assert b.post(f"/ui/items/{item}/delete", data={"csrf": token}).status_code == 403
+    assert b.get(f"/ui/items/{item}").status_code == 404  # as a missing item's (#45)
+    token = _csrf(b)
+    assert b.post(f"/ui/items/{item}/delete", data={"csrf": token}).status_code == 404
     assert mem.get(item).id == item
     users = b.get("/ui/users").text
     assert 'data-user="bob"' in users and "alice" not in users
@@ -249,7 +262,8 @@ def test_a_memory_without_explain_context_gets_a_clear_note() -> None:
     app = create_app(ServeConfig(db=None, keys=KeyRing({}), mcp=False), memory=mem)
     with serve_in_thread(app) as url:
         with httpx.Client(base_url=url) as cl:
-            assert cl.post("/ui/login", data={"api_key": ""}).status_code in (200, 303)
+            login = {"api_key": "", "csrf": _form_csrf(cl.get("/ui/login").text)}
+            assert cl.post("/ui/login", data=login).status_code in (200, 303)
             r = cl.get("/ui/users/u/context", params={"q": "cello", "budget": 64})
     assert r.status_code == 200 and "has no explain_context" in r.text
     mem.close()
@@ -258,7 +272,7 @@ def test_a_memory_without_explain_context_gets_a_clear_note() -> None:
 def test_forget_needs_the_user_id_typed_and_export_is_the_users_dump(served: tuple[str, Memory]) -> None:
     url, mem = served
     c = _login(url, KEY_B)
-    token = csrf_token(KEY_B)
+    token = _csrf(c)
     dump = c.get("/ui/users/bob/export.jsonl")
     assert dump.status_code == 200 and dump.headers["content-type"].startswith("application/x-ndjson")
     assert '"user_id":"bob"' in dump.text.replace(" ", "") and "\x1f" not in dump.text

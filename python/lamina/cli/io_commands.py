@@ -189,7 +189,7 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     except (LaminaError, ValueError, OSError) as e:
         return _fail("mcp", e)
     try:
-        run_stdio(build_mcp_server(mem, default_budget=args.budget))
+        run_stdio(build_mcp_server(mem, default_budget=args.budget, max_messages=args.max_messages))
     finally:
         mem.close()
     return 0
@@ -202,6 +202,9 @@ def add_io_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     m.add_argument("--db", required=True, help="SQLite file (created if missing)")
     m.add_argument("--embedder", default=None, help=emb + "; a new database: auto")
     m.add_argument("--budget", type=int, default=1024, help="get_context's default token budget")
+    m.add_argument(
+        "--max-messages", type=int, default=1000, help="messages per add_memory call (more: a tool error; default 1000)"
+    )
     m.set_defaults(func=_cmd_mcp)
     e = sub.add_parser("export", help="write users' memories as JSONL (docs/export-format.md)")
     e.add_argument("--db", required=True, help="SQLite file or postgresql:// URL")

@@ -37,9 +37,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from ..serve.app import ENV_CONFIG, ServeConfig, create_app
-        from ..serve.auth import METRICS_ENV_VAR, KeyRing, hash_key
+        from ..serve.auth import METRICS_ENV_VAR, MIN_KEY_LEN, KeyRing, hash_key
         from ..serve.limits import Limits
         from ..serve.metrics import ServeMetrics, TimedEmbedder
+        from ..serve.ratelimit import RateLimits
     except ImportError as e:  # pragma: no cover - depends on the installation
         print(f"{_EXTRA_HINT} ({e})", file=sys.stderr)
         return 2
@@ -50,9 +51,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         keys = KeyRing.from_sources(args.keys)
-        metrics_key = args.metrics_key or os.environ.get(METRICS_ENV_VAR) or None
-        if metrics_key is not None and len(metrics_key) < 16:
-            raise InvalidInput("the metrics key (--metrics-key / LAMINA_METRICS_KEY) needs at least 16 characters")
+        metrics_key = _metrics_key(args)
+        if metrics_key is not None and len(metrics_key) < MIN_KEY_LEN:
+            raise InvalidInput(
+                f"the metrics key (--metrics-key / {METRICS_ENV_VAR}) has {len(metrics_key)} characters; it needs "
+                f"at least {MIN_KEY_LEN} ('lamina keys new' makes one)"
+            )
+        rate_limits = RateLimits() if args.rate_limit is None else RateLimits.parse(args.rate_limit)
         limits = Limits(
             max_body_bytes=args.max_body_bytes,
             max_messages=args.max_messages,
@@ -78,6 +83,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"lamina serve: {len(keys.tenants)} tenant(s) with API keys", file=sys.stderr)
         if metrics_key is None:
             print("lamina serve: no --metrics-key: /metrics answers 404", file=sys.stderr)
+    for warning in _secrets_on_the_command_line(args):
+        print(f"lamina serve: warning: {warning}", file=sys.stderr)
     db = None if args.db == ":memory:" else args.db
     cfg = ServeConfig(
         db=db,
@@ -91,6 +98,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         ui=not args.no_ui,
         eval_results=args.eval,
         max_loaded_users=args.max_loaded_users,
+        rate_limits=rate_limits,
     )
     common: dict[str, Any] = dict(
         host=args.host,
@@ -101,6 +109,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=args.graceful_timeout,
         backlog=max(2048, limits.max_pending),
     )
+    if args.forwarded_allow_ips is not None:  # (else uvicorn's default: $FORWARDED_ALLOW_IPS or 127.0.0.1)
+        common["forwarded_allow_ips"] = args.forwarded_allow_ips
     # uvicorn shuts down gracefully on SIGTERM / SIGINT, then re-raises the signal to the handler
     # it found: a quiet one makes a graceful stop exit 0 (not -15, nor a KeyboardInterrupt)
     stopped: list[int] = []
@@ -131,6 +141,40 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _metrics_key(args: argparse.Namespace) -> str | None:
+    """The metrics key: ``--metrics-key-file`` (its first line), else ``--metrics-key``, else
+    ``LAMINA_METRICS_KEY`` (InvalidInput for an unreadable file)."""
+    from ..errors import InvalidInput
+    from ..serve.auth import METRICS_ENV_VAR
+
+    if args.metrics_key_file is not None:
+        try:
+            with open(args.metrics_key_file, encoding="utf-8") as f:
+                return f.readline().strip() or None
+        except OSError as e:
+            raise InvalidInput(f"cannot read --metrics-key-file {args.metrics_key_file}: {e.strerror or e}") from None
+    return args.metrics_key or os.environ.get(METRICS_ENV_VAR) or None
+
+
+def _secrets_on_the_command_line(args: argparse.Namespace) -> list[str]:
+    """Warnings for secrets given as arguments (every local user sees a command line: ``ps``)."""
+    from urllib.parse import urlsplit
+
+    out = []
+    if args.metrics_key:
+        out.append("--metrics-key puts the key on the command line; use LAMINA_METRICS_KEY or --metrics-key-file")
+    try:
+        password = urlsplit(str(args.db)).password if "://" in str(args.db) else None
+    except ValueError:
+        password = None
+    if password:
+        out.append(
+            "the --db URL holds a password, visible on the command line; leave it out and set PGPASSWORD "
+            "or a ~/.pgpass file (libpq reads both)"
+        )
+    return out
+
+
 def _cmd_keys_hash(args: argparse.Namespace) -> int:
     from ..serve.auth import hash_key
 
@@ -143,8 +187,11 @@ def _cmd_keys_new(args: argparse.Namespace) -> int:
     from ..serve.auth import hash_key, new_key
     from ..serve.tenancy import check_tenant
 
-    tenant = check_tenant(args.tenant)
     key = new_key()
+    if args.tenant is None:  # just a key (LAMINA_API_KEYS='tenant:key', the metrics key)
+        print(key)
+        return 0
+    tenant = check_tenant(args.tenant)
     # the key on stderr, the keys-file entry (its hash only) on stdout: `>> keys.toml` stores no key
     print(f"API key of tenant {tenant!r} (give it to the client; it is stored nowhere):\n{key}", file=sys.stderr)
     print(f'\n[tenants.{tenant}]\nkeys = ["{hash_key(key)}"]')
@@ -237,6 +284,25 @@ def add_serve_parsers(sub: Any) -> None:
         help="with API keys: the bearer key GET /metrics requires (also LAMINA_METRICS_KEY; without it "
         "/metrics answers 404 when keys are configured; without keys /metrics is open)",
     )
+    s.add_argument(
+        "--rate-limit",
+        default=None,
+        help="budgets: 'auth=N/T' failed authentications per client address and 'writes=N/T' writes per key "
+        "and per address (N requests per T seconds; 429 past them), comma-separated, or 'off' "
+        "(default auth=30/60s)",
+    )
+    s.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        help="addresses of trusted proxies whose X-Forwarded-For / X-Forwarded-Proto are believed "
+        "(comma-separated, '*' for any; default: $FORWARDED_ALLOW_IPS or 127.0.0.1)",
+    )
+    s.add_argument(
+        "--metrics-key-file",
+        default=None,
+        help="a file whose first line is the metrics key (instead of --metrics-key, which every local user "
+        "can read on the command line)",
+    )
     s.add_argument("--no-mcp", action="store_true", help="do not serve the MCP server at /mcp")
     s.add_argument("--no-ui", action="store_true", help="do not serve the memory inspector at /ui")
     s.add_argument("--eval", default=None, help="a 'lamina eval' results file (JSON) the inspector at /ui plots")
@@ -268,6 +334,6 @@ def add_serve_parsers(sub: Any) -> None:
     h = ks.add_parser("hash", help="print the keys-file hash of a key (read from stdin when not given)")
     h.add_argument("key", nargs="?", default=None)
     h.set_defaults(func=_cmd_keys_hash)
-    n = ks.add_parser("new", help="a new random key (on stderr) and its keys-file entry (on stdout)")
-    n.add_argument("tenant")
+    n = ks.add_parser("new", help="a new random key: with TENANT, the key on stderr and its keys-file entry on stdout")
+    n.add_argument("tenant", nargs="?", default=None)
     n.set_defaults(func=_cmd_keys_new)

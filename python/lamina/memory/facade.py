@@ -30,6 +30,7 @@ from .pgarchive import archive_remote
 from .read.inspection import Inspection
 from .read.reading import Reading
 from .reports import DeleteReport, SessionReport
+from .service_records import ServiceRecords
 from .state.gcquiet import collector_paused
 from .state.memstate import MemoryState, UserState
 from .state.records import Record
@@ -68,7 +69,7 @@ def _open_store(path: str | os.PathLike[str] | None, synchronous: str, busy_time
     return SQLiteStore(None if path is None else os.fspath(path), synchronous=synchronous, busy_timeout=busy_timeout)
 
 
-class Memory(Reading, Inspection, UserTransfers):
+class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters

@@ -6,7 +6,8 @@ queue answers 503 at once. Responses are the wire form of :mod:`lamina.client.wi
 models of :mod:`~lamina.serve.schemas`), serialised once, without a second validation pass.
 
 User ids in paths and bodies are the caller's; the service stores them in the caller's tenant
-namespace (:mod:`~lamina.serve.tenancy`), and item routes answer 403 for another tenant's item.
+namespace (:mod:`~lamina.serve.tenancy`), and item routes answer one 404 for another tenant's item
+and a missing one (:mod:`~lamina.serve.ids`).
 
 Besides the routes here: a user's export and import (:mod:`~lamina.serve.dump_api`) and, unless
 ``ServeConfig.mcp`` is off, the MCP server at ``/mcp`` (:mod:`~lamina.serve.mcp`), on the same
@@ -44,8 +45,10 @@ from . import schemas as S
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
 from .dump_api import IMPORT_PATH, transfer_router
 from .errors import error_response, install_error_handlers
+from .ids import as_unseen, item_owner
 from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
+from .ratelimit import DEFAULT_RATE_LIMIT, RateGate, RateLimits, RateState
 from .service import Caller, CallerDep, Service, ServiceDep
 from .tenancy import owns
 
@@ -54,7 +57,7 @@ __all__ = ["ServeConfig", "create_app", "app_from_env", "ENV_CONFIG"]
 #: Environment variable through which ``lamina serve --workers N`` hands its options to each worker.
 ENV_CONFIG = "LAMINA_SERVE_CONFIG"
 _MAX_ID = 2**63 - 1
-_ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": S.ErrorOut} for s in (400, 401, 403, 404, 413, 422, 503)}
+_ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": S.ErrorOut} for s in (400, 401, 404, 413, 422, 503)}
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,9 @@ class ServeConfig:
         The most users a worker keeps loaded in its native arenas (``lamina serve
         --max-loaded-users``; the least recently used beyond it are evicted and loaded again when
         next used; see :class:`lamina.Memory`). None: no limit.
+    rate_limits : RateLimits
+        Budgets of failed authentications and of writes (``lamina serve --rate-limit``;
+        :mod:`~lamina.serve.ratelimit`).
     """
 
     db: str | None
@@ -104,6 +110,7 @@ class ServeConfig:
     ui: bool = True
     eval_results: str | None = None
     max_loaded_users: int | None = None
+    rate_limits: RateLimits = field(default_factory=RateLimits)
 
     def __post_init__(self) -> None:
         if self.metrics_key is not None:
@@ -124,6 +131,7 @@ class ServeConfig:
                 "ui": self.ui,
                 "eval_results": self.eval_results,
                 "max_loaded_users": self.max_loaded_users,
+                "rate_limits": self.rate_limits.spec(),
             }
         )
 
@@ -142,6 +150,7 @@ class ServeConfig:
             ui=bool(d.get("ui", True)),
             eval_results=d.get("eval_results"),
             max_loaded_users=d.get("max_loaded_users"),
+            rate_limits=RateLimits.parse(d.get("rate_limits", DEFAULT_RATE_LIMIT)),
         )
 
 
@@ -234,9 +243,9 @@ def _routes() -> APIRouter:
         return _items(caller, items)
 
     def owner(svc: Service, caller: Caller, item_id: int, user_id: str | None) -> str:
-        """The stored owner of an item of the caller's (403 for another tenant's, 404 for none)."""
-        stored = svc.memory.get(item_id).user_id
-        caller.check_owner(stored, item_id)
+        """The stored owner of an item of the caller's (the one 404 of :mod:`~lamina.serve.ids`
+        for a missing item and another tenant's alike)."""
+        stored = item_owner(svc.memory, caller.tenant, item_id)
         return stored if user_id is None else caller.uid(user_id)
 
     @r.get("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="One item")
@@ -247,7 +256,9 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        it = await svc.call(caller, lambda: mem.get(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        it = await svc.call(
+            caller, lambda: as_unseen(lambda: mem.get(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        )
         return _json(item_to_json(it, caller.public(it.user_id)))
 
     @r.patch("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="Replace an item's text")
@@ -261,8 +272,10 @@ def _routes() -> APIRouter:
         mem = svc.memory
         it = await svc.call(
             caller,
-            lambda: mem.update(
-                item_id, req.text, user_id=owner(svc, caller, item_id, user_id), timestamp=req.timestamp
+            lambda: as_unseen(
+                lambda: mem.update(
+                    item_id, req.text, user_id=owner(svc, caller, item_id, user_id), timestamp=req.timestamp
+                )
             ),
         )
         return _json(item_to_json(it, caller.public(it.user_id)))
@@ -275,7 +288,9 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        rep = await svc.call(caller, lambda: mem.delete(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        rep = await svc.call(
+            caller, lambda: as_unseen(lambda: mem.delete(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        )
         return _json(delete_report_to_json(rep))
 
     @r.get(
@@ -288,7 +303,9 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        items = await svc.call(caller, lambda: mem.history(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        items = await svc.call(
+            caller, lambda: as_unseen(lambda: mem.history(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        )
         return _items(caller, items)
 
     @r.get("/v1/memories/{item_id}/note", response_model=S.NoteOut, tags=["memories"], summary="A turn's A-Mem note")
@@ -299,7 +316,9 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        n = await svc.call(caller, lambda: mem.note(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        n = await svc.call(
+            caller, lambda: as_unseen(lambda: mem.note(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        )
         return _json(note_to_json(n))
 
     @r.get(
@@ -312,7 +331,9 @@ def _routes() -> APIRouter:
         user_id: OfUser = None,
     ) -> Response:
         mem = svc.memory
-        found = await svc.call(caller, lambda: mem.links(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        found = await svc.call(
+            caller, lambda: as_unseen(lambda: mem.links(item_id, user_id=owner(svc, caller, item_id, user_id)))
+        )
         return _json(links_to_json(found))
 
     @r.get("/v1/users", response_model=S.UsersOut, tags=["users"], summary="The caller's user ids")
@@ -480,7 +501,10 @@ def create_app(
         larger=[("POST", IMPORT_PATH, config.limits.max_import_bytes, "max_import_bytes")],
     )
     # with keys, a request without a known key is refused before anything reads its body
-    app.add_middleware(KeyGate, keys=config.keys, self_authenticated=ui_prefixes)
+    rates = RateState(config.rate_limits, metrics)
+    app.add_middleware(KeyGate, keys=config.keys, self_authenticated=ui_prefixes, on_refused=rates.failed_auth)
+    # before the key is looked at: an address out of its failed-authentication budget gets 429s
+    app.add_middleware(RateGate, state=rates)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # the outermost: it times the others too
     return app
 

@@ -22,7 +22,7 @@ import hmac
 import os
 import secrets
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ __all__ = [
     "metrics_key_matches",
     "ENV_VAR",
     "METRICS_ENV_VAR",
+    "MIN_KEY_LEN",
     "OPEN_PATHS",
 ]
 
@@ -56,7 +57,8 @@ ENV_VAR = "LAMINA_API_KEYS"
 #: Environment variable with the plain key ``/metrics`` requires (``lamina serve --metrics-key``).
 METRICS_ENV_VAR = "LAMINA_METRICS_KEY"
 _PREFIX = "sha256:"
-_MIN_KEY_LEN = 16
+#: The fewest characters of a configured plain key (``LAMINA_API_KEYS``, the metrics key).
+MIN_KEY_LEN = 32
 
 
 def hash_key(key: str) -> str:
@@ -160,9 +162,10 @@ class KeyRing:
                         f"{ENV_VAR} entry {i + 1} must be 'tenant:key' "
                         f"({'no key after the colon' if sep else 'no colon'}; the entry is not shown: it may hold a key)"
                     )
-                if len(key) < _MIN_KEY_LEN:
+                if len(key) < MIN_KEY_LEN:
                     raise InvalidInput(
-                        f"{ENV_VAR}: the key of tenant {tenant!r} is shorter than {_MIN_KEY_LEN} characters"
+                        f"{ENV_VAR}: the key of tenant {tenant!r} has {len(key)} characters; a key needs at least "
+                        f"{MIN_KEY_LEN} ('lamina keys new' makes one)"
                     )
                 pairs.append((hash_key(key), check_tenant(tenant), f"{ENV_VAR} entry {i + 1}"))
         out: dict[str, str] = {}
@@ -213,12 +216,22 @@ class KeyGate:
     self_authenticated : tuple of str
         Path prefixes whose routes authenticate on their own (the inspector at ``/ui``: its
         session cookie, not a bearer header); the gate passes them.
+    on_refused : callable, optional
+        ``on_refused(scope)`` before each 401 for an unknown key (the rate limits count failed authentications:
+        :meth:`~lamina.serve.ratelimit.RateState.failed_auth`).
     """
 
-    def __init__(self, app: ASGIApp, keys: KeyRing, self_authenticated: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: KeyRing,
+        self_authenticated: tuple[str, ...] = (),
+        on_refused: Callable[[Scope], None] | None = None,
+    ) -> None:
         self.app = app
         self.keys = keys
         self.self_authenticated = self_authenticated
+        self.on_refused = on_refused
 
     def _passes(self, path: str) -> bool:
         return path in OPEN_PATHS or any(path == p or path.startswith(p + "/") for p in self.self_authenticated)
@@ -240,4 +253,6 @@ class KeyGate:
             await self.app(scope, receive, send)
             return
         scope["lamina.route"] = "unauthenticated"  # (the metrics' route label)
+        if self.on_refused is not None and key is not None:  # (a wrong key; a missing one guesses nothing)
+            self.on_refused(scope)
         await error_response(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})(scope, receive, send)

@@ -10,7 +10,8 @@ code                   status  raised for
 ``type_error``         400     a value of the wrong type
 ``validation_error``   422     a body or parameter that does not fit the schema (``detail``)
 ``unauthorized``       401     a missing or unknown API key (:class:`~lamina.AuthError`)
-``forbidden``          403     another tenant's item (:class:`~lamina.PermissionDenied`)
+``forbidden``          403     :class:`~lamina.PermissionDenied` (no route raises it: another
+                               tenant's item is ``not_found``, :mod:`~lamina.serve.ids`)
 ``not_found``          404     an unknown id or route (:class:`~lamina.NotFoundError`)
 ``user_exists``        409     an import into an existing user without ``replace=true``
 ``method_not_allowed`` 405     a route without that method

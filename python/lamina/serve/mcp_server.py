@@ -40,11 +40,11 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context as ToolContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.requests import Request
 
-from ..errors import LaminaError, Overloaded, StoreBusy
+from ..errors import UNSEEN_ITEM, LaminaError, NotFoundError, Overloaded, StoreBusy
 from ..memory.facade import Memory
 from ..memory.inputs import MAX_BUDGET
 from ..memory.types import Context, MemoryItem
@@ -101,12 +101,19 @@ Time = Annotated[
 
 
 class MessageIn(BaseModel):
-    """One message (turn) to remember."""
+    """One message (turn) to remember (a field not listed here is an error, not dropped)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     speaker: str = Field(min_length=1, description="Who said it (a name or a role such as 'user').")
     text: str = Field(min_length=1, description="What was said.")
     id: str | None = Field(default=None, description="Your id of the message (provenance); default: assigned.")
     timestamp: float | str | None = Field(default=None, description="When it was said (epoch seconds or ISO-8601).")
+    commitment: Literal["persist", "ephemeral", "verify", "clarify"] | None = Field(
+        default=None,
+        description="persist (default); ephemeral: never consolidated, gone at session end; verify: shown "
+        "with a recheck marker; clarify: never injected by a firewalled context, which asks instead.",
+    )
 
 
 class ItemOut(BaseModel):
@@ -243,6 +250,15 @@ async def _guarded_run(run: Runner, call: Callable[[], T], user: tuple[str, str]
         return out
     except (LaminaError, ValueError, TypeError, KeyError) as e:
         raise _tool_error(e, user) from e
+
+
+def _unseen(call: Callable[[], T]) -> T:
+    """``call()`` on one item id, every unknown-item answer alike (missing, deleted, another
+    user's or tenant's: ``lamina.errors.UNSEEN_ITEM``), so that an id tells nothing."""
+    try:
+        return call()
+    except NotFoundError:
+        raise NotFoundError(UNSEEN_ITEM) from None
 
 
 def _tool_error(e: Exception, user: tuple[str, str] | None) -> ToolError:
@@ -384,7 +400,7 @@ def build_mcp_server(
         """Forget one of the user's items. A raw turn takes along what was derived from it
         (segments, summaries, facts), so its text leaves every layer."""
         uid = user(user_id, ctx)
-        rep = await _guarded_run(runner, lambda: memory.delete(item_id, user_id=uid), (uid, user_id))
+        rep = await _guarded_run(runner, lambda: _unseen(lambda: memory.delete(item_id, user_id=uid)), (uid, user_id))
         return DeleteResult(deleted=rep.deleted, ids=list(rep.ids))
 
     @server.tool(title="End session")
@@ -444,7 +460,7 @@ def build_mcp_server(
                 keywords=list(note.keywords), tags=list(note.tags), context=note.context, related=linked
             )
 
-        return await _guarded_run(runner, read, (uid, user_id))
+        return await _guarded_run(runner, lambda: _unseen(read), (uid, user_id))
 
     return server
 

@@ -6,7 +6,9 @@
 * ``lamina_embed_seconds`` (a histogram) and ``lamina_embedded_texts_total`` — time in the
   embedder (:class:`TimedEmbedder` wraps the memory's embedder);
 * ``lamina_pending_requests`` and ``lamina_rejected_total{reason}`` — the work pool's queue;
-* ``lamina_users{tenant}`` and ``lamina_items{tenant}`` — counted from the memory at scrape time.
+* ``lamina_users{tenant}`` and ``lamina_items{tenant}`` — counted from the memory at scrape time;
+* ``lamina_rate_limited_total{budget}`` (429s, ``auth`` or ``writes``) and
+  ``lamina_auth_failures_total`` (401s to an offered key) — the rate limits (:mod:`~lamina.serve.ratelimit`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ class ServeMetrics:
         self.embedded_texts = Counter("lamina_embedded_texts", "Texts embedded", registry=r)
         self.pending = Gauge("lamina_pending_requests", "Memory calls running or waiting for a thread", registry=r)
         self.rejected = Counter("lamina_rejected", "Requests refused by the work pool", ["reason"], registry=r)
+        self.rate_limited = Counter(
+            "lamina_rate_limited", "Requests refused (429) by a rate limit, by budget", ["budget"], registry=r
+        )
+        self.auth_failures = Counter("lamina_auth_failures", "Answers 401 (a missing or unknown key)", registry=r)
 
 
 class TimedEmbedder:

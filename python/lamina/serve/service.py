@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..errors import AuthError, LaminaError, Overloaded, PermissionDenied
+from ..errors import UNSEEN_ITEM, AuthError, LaminaError, NotFoundError, Overloaded
 from ..memory import ClosedError, Memory
 from .auth import KeyRing, bearer_key
 from .limits import ImportSlots, Limits, WorkPool
@@ -60,9 +60,10 @@ class Caller:
         exc.args = (msg, *exc.args[1:])
 
     def check_owner(self, stored: str, item_id: int) -> None:
-        """Raise :class:`~lamina.PermissionDenied` unless the item's owner is the caller's."""
+        """Raise :class:`~lamina.NotFoundError` (the one answer of :mod:`~lamina.serve.ids` for an
+        id the caller cannot see) unless the item's owner is the caller's."""
         if not owns(self.tenant, stored):
-            raise PermissionDenied(f"item id {item_id} belongs to another tenant")
+            raise NotFoundError(UNSEEN_ITEM)
 
 
 class Service:

@@ -37,22 +37,41 @@ _VOWELS = frozenset("aeiou")
 
 
 def _cons(w: str, i: int) -> bool:
+    """Whether ``w[i]`` is a consonant: not a vowel, and ``y`` only at the start or after a vowel.
+
+    A ``y`` is a consonant when the letter before it is not; a run of ``y`` alternates from the
+    letter before the run (a loop over the run, not a recursion: a word of 1,000 ``y`` is input).
+    """
     c = w[i]
     if c in _VOWELS:
         return False
-    if c == "y":
-        return True if i == 0 else not _cons(w, i - 1)
-    return True
+    if c != "y":
+        return True
+    j = i
+    while j > 0 and w[j - 1] == "y":
+        j -= 1
+    first = j == 0 or w[j - 1] in _VOWELS  # w[j], the run's first y, follows a vowel (or starts w)
+    return first if (i - j) % 2 == 0 else not first
+
+
+def _cv(stem: str) -> str:
+    """``stem`` as ``c`` (consonant) and ``v`` (vowel) letters, in one pass."""
+    out = []
+    prev = True  # (unused for i = 0: a y there is a consonant)
+    for i, c in enumerate(stem):
+        cons = c not in _VOWELS and (c != "y" or i == 0 or not prev)
+        out.append("c" if cons else "v")
+        prev = cons
+    return "".join(out)
 
 
 def _m(stem: str) -> int:
     """Porter's measure: the number of vowel-consonant sequences."""
-    seq = "".join("c" if _cons(stem, i) else "v" for i in range(len(stem)))
-    return seq.count("vc")
+    return _cv(stem).count("vc")
 
 
 def _has_vowel(stem: str) -> bool:
-    return any(not _cons(stem, i) for i in range(len(stem)))
+    return "v" in _cv(stem)
 
 
 def _double_cons(w: str) -> bool:
@@ -152,7 +171,7 @@ _STEP2 = [
 
 def _step2(w: str) -> str:
     if w.endswith("alli") and _pos(w[:-4]):
-        return _step2(w[:-4] + "al")
+        w = w[:-4] + "al"  # (then the rules below on it: it no longer ends in "alli")
     rules = [(s, r, _pos) for s, r in _STEP2]
     rules.append(("logi", "log", lambda stem: _pos(w[:-3])))
     return _rules(w, rules)

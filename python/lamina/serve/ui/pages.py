@@ -5,12 +5,14 @@ API.
 Every response carries a strict Content-Security-Policy (no script at all, styles and images
 from this origin only, forms post here only, no framing). A page needs a session
 (:mod:`~lamina.serve.ui.session`; without one: a redirect to ``/ui/login``); every POST needs
-the session's CSRF token (403 otherwise). Item pages answer 403 for another tenant's item, as
-the API does; user ids are the caller's, in the caller's namespace.
+the session's CSRF token (403 otherwise). Item pages answer one 404 for another tenant's item
+and a missing one, as the API does (:mod:`~lamina.serve.ids`); user ids are the caller's, in the
+caller's namespace.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,11 +27,13 @@ from ...errors import InvalidInput, LaminaError, NotFoundError
 from ...memory import Firewall
 from ...memory.dump.jsonl import iter_dump, renamed
 from ...memory.types import format_time
+from ..auth import hash_key
 from ..errors import status_of
+from ..ids import as_unseen, item_owner
 from ..service import Service
 from ..tenancy import owns
 from . import svg
-from .session import COOKIE, UiSession, anonymous_token, csrf_ok, session_of
+from .session import COOKIE, LOGIN_COOKIE, SessionStore, UiSession, csrf_ok, csrf_token, new_login_token
 from .views import debug_context, user_rows, user_view
 
 __all__ = ["ui_router", "load_eval", "CSP", "PREFIX"]
@@ -84,8 +88,11 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         html = env.get_template(name).render(session=sess, prefix=PREFIX, **ctx)
         return Response(html, http_status, media_type="text/html; charset=utf-8", headers=_HEADERS)
 
-    def session(request: Request) -> UiSession:
-        s = session_of(svc.keys, request.cookies.get(COOKIE))
+    sessions = SessionStore(lambda: svc.memory, svc.keys)
+
+    async def session(request: Request) -> UiSession:
+        token = request.cookies.get(COOKIE)
+        s = await svc.call(None, lambda: sessions.open(token)) if token else None
         if s is None:
             raise _Login()
         return s
@@ -96,7 +103,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         if len(body) > _MAX_FORM:
             raise InvalidInput(f"form body larger than {_MAX_FORM} bytes")
         fields = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True).items()}
-        if sess is not None and not csrf_ok(request.cookies.get(COOKIE, ""), fields.get("csrf")):
+        if sess is not None and not hmac.compare_digest(sess.csrf, fields.get("csrf") or ""):
             raise _Csrf()
         return fields
 
@@ -136,43 +143,53 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
     async def root() -> Response:
         return _redirect(f"{PREFIX}/users")
 
+    def login_page(request: Request, http_status: int, error: str | None, nxt: str) -> Response:
+        """The login form, its CSRF token bound to a fresh pre-login cookie."""
+        pre = new_login_token()
+        resp = page("login.html", http_status, keys=svc.keys.enabled, error=error, next=nxt, csrf=csrf_token(pre))
+        resp.set_cookie(
+            LOGIN_COOKIE, pre, httponly=True, samesite="strict", secure=_https(request), path=PREFIX + "/login"
+        )
+        return resp
+
     @r.get(PREFIX + "/login")
     async def login_form(request: Request) -> Response:
-        return page("login.html", keys=svc.keys.enabled, error=None, next=_safe_next(request.query_params.get("next")))
+        return login_page(request, 200, None, _safe_next(request.query_params.get("next")))
 
     @r.post(PREFIX + "/login")
     @guarded
     async def login(request: Request) -> Response:
         fields = await form(request, None)
-        key = fields.get("api_key", "").strip()
         nxt = _safe_next(fields.get("next"))
+        if not csrf_ok(request.cookies.get(LOGIN_COOKIE), fields.get("csrf")) or not _same_origin(request):
+            # (a post from another site: its browser sends no SameSite=Strict pre-login cookie)
+            return page("error.html", 403, None, status=403, code="csrf", message="missing or wrong CSRF token")
+        key = fields.get("api_key", "").strip()
+        key_hash: str | None = None
+        tenant: str | None = None
         if svc.keys.enabled:
             tenant = await svc.call(None, lambda: svc.keys.tenant_of(key) if key else None)
             if tenant is None:
-                return page("login.html", 401, keys=True, error="unknown API key", next=nxt)
-            value = key
-        else:
-            value = anonymous_token()
+                return login_page(request, 401, "unknown API key", nxt)
+            key_hash = hash_key(key)
+        old = request.cookies.get(COOKIE)
+        token = await svc.call(None, lambda: sessions.create(tenant, key_hash, replaces=old))
         resp = _redirect(nxt)
-        resp.set_cookie(
-            COOKIE,
-            value,
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-            path=PREFIX,
-        )
+        resp.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=_https(request), path=PREFIX)
+        resp.delete_cookie(LOGIN_COOKIE, path=PREFIX + "/login", httponly=True, samesite="strict")
         return resp
 
     @r.get(PREFIX + "/logout")
     @guarded
     async def logout_form(request: Request) -> Response:
-        return page("logout.html", sess=session(request))
+        return page("logout.html", sess=await session(request))
 
     @r.post(PREFIX + "/logout")
     @guarded
     async def logout(request: Request) -> Response:
-        await form(request, session(request))
+        await form(request, await session(request))
+        token = request.cookies.get(COOKIE)
+        await svc.call(None, lambda: sessions.revoke(token))
         resp = _redirect(f"{PREFIX}/login")
         resp.delete_cookie(COOKIE, path=PREFIX, httponly=True, samesite="strict")
         return resp
@@ -180,7 +197,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
     @r.get(PREFIX + "/users")
     @guarded
     async def users(request: Request) -> Response:
-        sess = session(request)
+        sess = await session(request)
         mem = svc.memory
         mine = [u for u in await call(sess, mem.users) if owns(sess.caller.tenant, u)]
         rows = await call(sess, lambda: user_rows(mem, mine))
@@ -204,7 +221,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         facts_page: int = 0,
         notes_page: int = 0,
     ) -> Response:
-        sess = session(request)
+        sess = await session(request)
         uid = sess.caller.uid(user_id)
         mem = svc.memory
         asked = {"page_no": page_no, "working_page": working_page, "tree_page": tree_page}
@@ -264,7 +281,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         tau: float = Firewall.tau,
         gate: str = "1",
     ) -> Response:
-        sess = session(request)
+        sess = await session(request)
         uid = sess.caller.uid(user_id)
         mem = svc.memory
         on = fw == "1"
@@ -290,13 +307,12 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
     @r.get(PREFIX + "/items/{item_id}")
     @guarded
     async def item(request: Request, item_id: int) -> Response:
-        sess = session(request)
+        sess = await session(request)
         mem = svc.memory
 
         def work() -> tuple[Any, list[Any], Any, list[Any]]:
-            it = mem.get(item_id)
-            sess.caller.check_owner(it.user_id, item_id)
-            uid = it.user_id
+            uid = item_owner(mem, sess.caller.tenant, item_id)
+            it = mem.get(item_id, user_id=uid)
             return (
                 it,
                 mem.history(item_id, user_id=uid),
@@ -318,14 +334,13 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
     @r.post(PREFIX + "/items/{item_id}/delete")
     @guarded
     async def delete_item(request: Request, item_id: int) -> Response:
-        sess = session(request)
+        sess = await session(request)
         await form(request, sess)
         mem = svc.memory
 
         def work() -> tuple[str, int]:
-            owner = mem.get(item_id).user_id
-            sess.caller.check_owner(owner, item_id)
-            return owner, mem.delete(item_id, user_id=owner).deleted
+            owner = item_owner(mem, sess.caller.tenant, item_id)
+            return owner, as_unseen(lambda: mem.delete(item_id, user_id=owner)).deleted
 
         owner, n = await call(sess, work)
         return _redirect(f"{PREFIX}/users/{quote(sess.caller.public(owner), safe='')}?deleted={n}")
@@ -333,7 +348,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
     @r.get(PREFIX + "/users/{user_id}/forget")
     @guarded
     async def forget_form(request: Request, user_id: str) -> Response:
-        sess = session(request)
+        sess = await session(request)
         uid = sess.caller.uid(user_id)
         mem = svc.memory
         rows = await call(sess, lambda: user_rows(mem, [uid]))
@@ -344,7 +359,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
     @r.post(PREFIX + "/users/{user_id}/forget")
     @guarded
     async def forget(request: Request, user_id: str) -> Response:
-        sess = session(request)
+        sess = await session(request)
         fields = await form(request, sess)
         uid = sess.caller.uid(user_id)
         mem = svc.memory
@@ -361,7 +376,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
     @r.get(PREFIX + "/users/{user_id}/export.jsonl")
     @guarded
     async def export(request: Request, user_id: str) -> Response:
-        sess = session(request)
+        sess = await session(request)
         uid = sess.caller.uid(user_id)
         mem = svc.memory
         ud = await call(sess, lambda: renamed(mem.export_user(user_id=uid), user_id))
@@ -431,3 +446,18 @@ def load_eval(path: str) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise InvalidInput(f"eval results {path}: expected a JSON object")
     return d
+
+
+def _https(request: Request) -> bool:
+    """Whether the request came over HTTPS (uvicorn takes a trusted proxy's X-Forwarded-Proto)."""
+    return request.url.scheme == "https"
+
+
+def _same_origin(request: Request) -> bool:
+    """False when the browser names another origin (``Origin``). Absent or ``null`` (what a
+    browser sends under the pages' ``Referrer-Policy: no-referrer``) pass: the SameSite=Strict
+    pre-login cookie, which no other site's page makes a browser send, is the check then."""
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return True
+    return origin.split("://", 1)[-1] == request.headers.get("host", "")
