@@ -7,7 +7,7 @@ from pathlib import Path
 
 from lamina import Memory
 from lamina.cli.demo import generate, run_demo
-from lamina.cli.main import build_parser
+from lamina.cli.entry import build_parser
 
 
 def test_generator_is_deterministic_and_consistent() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 import lamina
 from lamina import Memory
-from lamina.cli.main import main
+from lamina.cli.entry import main
 
 T0 = 1_683_550_000.0
 

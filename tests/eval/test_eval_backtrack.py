@@ -78,7 +78,7 @@ def test_backtracking_per_localiser_against_none() -> None:
 @needs_model
 @needs_data
 def test_the_command_end_to_end(tmp_path: Path, capsys: Any) -> None:
-    from lamina.cli.main import main
+    from lamina.cli.entry import main
 
     out = tmp_path / "bt.json"
     rc = main(

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lamina.cli.main import main
+from lamina.cli.entry import main
 from lamina.embedders import Hashing
 from lamina.eval import ALL_SYSTEMS, format_tables, load_locomo, run_locomo
 from lamina.eval.harness import Reader, named_speaker

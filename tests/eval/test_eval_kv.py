@@ -44,7 +44,7 @@ needs_model = pytest.mark.skipif(bool(_MISSING), reason=f"needs the model extra:
 
 @needs_model
 def test_eval_kv_cli_small_run(tmp_path: Path, capsys: Any) -> None:
-    from lamina.cli.main import main
+    from lamina.cli.entry import main
 
     out = tmp_path / "kv.json"
     svg = tmp_path / "kv.svg"

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from lamina import Firewall, Memory
-from lamina.cli.main import main
+from lamina.cli.entry import main
 from lamina.eval.leakage import decoy_rate, generate_users, run_setting
 
 

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from lamina.cli.main import main
+from lamina.cli.entry import main
 from lamina.reasoning import MistakeLocator
 
 

@@ -65,7 +65,7 @@ def test_locomo_samples_carry_question_and_documents(convs: Any) -> None:
 
 @needs_locomo
 def test_build_command(tmp_path: Path, capsys: Any) -> None:
-    from lamina.cli.main import main
+    from lamina.cli.entry import main
 
     out = tmp_path / "pamqa.jsonl"
     assert main(["pamqa", "build", "--data", str(_LOCOMO), "--out", str(out), "--limit", "5", "--documents", "4"]) == 0
@@ -78,7 +78,7 @@ def test_build_command(tmp_path: Path, capsys: Any) -> None:
 @needs_model
 @needs_locomo
 def test_position_eval_runs_pamqa_beside_the_plain_prompt(tmp_path: Path, capsys: Any) -> None:
-    from lamina.cli.main import main
+    from lamina.cli.entry import main
 
     out = tmp_path / "p.json"
     args = ["eval", "position", "--suites", "locomo", "--lengths", "400", "--positions", "0,1", "--samples", "1"]

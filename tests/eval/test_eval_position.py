@@ -164,7 +164,7 @@ def test_parse_method() -> None:
 
 @needs_model
 def test_eval_position_cli_small_run(tmp_path: Path, capsys: Any) -> None:
-    from lamina.cli.main import main
+    from lamina.cli.entry import main
 
     out = tmp_path / "position.json"
     args = ["eval", "position", "--suites", "uuid", "passkey", "--lengths", "160", "--positions", "0,1"]
@@ -188,7 +188,7 @@ def test_eval_position_cli_small_run(tmp_path: Path, capsys: Any) -> None:
 def test_eval_position_channel_method(tmp_path: Path, capsys: Any) -> None:
     """The channel method calibrates first (no --calibration), writes the file, answers the
     same prompts as rope and records its scaling; a given file is used as is."""
-    from lamina.cli.main import main
+    from lamina.cli.entry import main
     from lamina.model.calibration import Calibration
 
     cal = tmp_path / "cal.json"
@@ -211,7 +211,7 @@ def test_eval_position_channel_method(tmp_path: Path, capsys: Any) -> None:
 
 @needs_model
 def test_eval_position_plot(tmp_path: Path, capsys: Any) -> None:
-    from lamina.cli.main import main
+    from lamina.cli.entry import main
 
     png = tmp_path / "position.png"
     args = ["eval", "position", "--lengths", "128", "--positions", "1", "--samples", "1", "--methods", "rope"]
@@ -226,7 +226,7 @@ def test_eval_position_plot(tmp_path: Path, capsys: Any) -> None:
 def test_eval_position_merge_of_runs(tmp_path: Path, capsys: Any) -> None:
     """One method per run, merged: the same table as one run with both, the per-prompt
     comparison, and runs on other prompts refused."""
-    from lamina.cli.main import main
+    from lamina.cli.entry import main
     from lamina.cli.position_commands import merge_results, paired_counts
 
     base = ["eval", "position", "--suites", "uuid", "--lengths", "160", "--positions", "0,1", "--samples", "2"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lamina.cli.main import main
+from lamina.cli.entry import main
 
 _TURNS = [
     ("Alice", "I adopted a golden retriever puppy named Biscuit."),

@@ -1,6 +1,6 @@
 """``lamina.cli``: the ``lamina`` command line — every command and the one progress bar.
 
-* :mod:`~lamina.cli.main` — :func:`main`, the parser and the small commands (``info``, ``bench``,
+* :mod:`~lamina.cli.entry` — :func:`main`, the parser and the small commands (``info``, ``bench``,
   ``demo``);
 * :mod:`~lamina.cli.demo` — ``lamina demo``;
 * :mod:`~lamina.cli.io_commands` — ``lamina mcp``, ``export``, ``import``, ``migrate``;
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``lamina`` console script (:func:`lamina.cli.main.main`)."""
-    from .main import main as run
+    """The ``lamina`` console script (:func:`lamina.cli.entry.main`)."""
+    from .entry import main as run
 
     return run(argv)
 
