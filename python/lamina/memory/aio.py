@@ -130,6 +130,8 @@ class AsyncMemory:
     users = _off_loop(Memory.users)
     item_counts = _off_loop(Memory.item_counts)
     flush = _off_loop(Memory.flush)
+    service_record = _off_loop(Memory.service_record)
+    update_service_record = _off_loop(Memory.update_service_record)
 
     async def aclose(self) -> None:
         """Wait for the running calls, close the memory and the pool (idempotent)."""
