@@ -1,13 +1,16 @@
-"""Argument helpers shared by the evaluation commands (``lamina eval locomo``, ``longmemeval``)."""
+"""Argument and output helpers shared by the evaluation commands (``lamina eval locomo``, ``kv``,
+``memcon``, ``longmemeval``, ``position``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["budgets_arg", "default_cache", "json_safe"]
+__all__ = ["budgets_arg", "default_cache", "json_safe", "write_outputs"]
 
 
 def budgets_arg(s: str) -> list[int]:
@@ -36,3 +39,19 @@ def json_safe(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [json_safe(v) for v in x]
     return x
+
+
+def write_outputs(
+    args: argparse.Namespace, result: Callable[[], Any], draw: Callable[[str], str | None], drawn: str = ""
+) -> int:
+    """A command's ``--out`` and ``--plot``: ``result()`` as JSON there (indent 1), then
+    ``draw(path)``, printing what it returns (why it drew nothing) or ``drawn`` (default ``wrote
+    <path>``). Returns 0, the command's exit status."""
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(result(), f, indent=1)
+        print(f"wrote {args.out}")
+    if args.plot:
+        why = draw(args.plot)
+        print(why if why else drawn or f"wrote {args.plot}")
+    return 0

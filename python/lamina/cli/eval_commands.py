@@ -5,13 +5,12 @@ position``: :mod:`lamina.cli.position_commands`)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from typing import Any
 
-from .eval_args import budgets_arg, default_cache, json_safe
+from .eval_args import budgets_arg, default_cache, json_safe, write_outputs
 
 __all__ = ["add_eval_parser"]
 
@@ -165,14 +164,7 @@ def _cmd_eval_locomo(args: argparse.Namespace) -> int:
         print(f"embedding: {e['from_cache']} vectors read from the cache {cache}")
     if cached is not None:
         cached.close()
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(json_safe(res), f, indent=1)
-        print(f"wrote {args.out}")
-    if args.plot:
-        why = plot_recall(res, args.plot)
-        print(why if why else f"wrote {args.plot}")
-    return 0
+    return write_outputs(args, lambda: json_safe(res), lambda path: plot_recall(res, path))
 
 
 def _csv(kind: type, s: str) -> list[Any]:
@@ -232,14 +224,7 @@ def _cmd_eval_kv(args: argparse.Namespace) -> int:
     }
     print(format_kv_tables(summary))
     print(f"\n{len(recs)} answers in {summary['config']['seconds']:.0f} s")
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(json_safe(summary), f, indent=1)
-        print(f"wrote {args.out}")
-    if args.plot:
-        why = plot_kv(summary, args.plot)
-        print(why if why else f"wrote {args.plot}")
-    return 0
+    return write_outputs(args, lambda: json_safe(summary), lambda path: plot_kv(summary, path))
 
 
 def _cmd_eval_memcon(args: argparse.Namespace) -> int:
@@ -278,14 +263,7 @@ def _cmd_eval_memcon(args: argparse.Namespace) -> int:
     res["embedder"] = args.embedder
     res["ask"] = args.ask
     print(report(res))
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(json_safe(res), f, indent=1)
-        print(f"wrote {args.out}")
-    if args.plot:
-        why = plot_regret(res, args.plot)
-        print(why if why else f"wrote {args.plot}")
-    return 0
+    return write_outputs(args, lambda: json_safe(res), lambda path: plot_regret(res, path))
 
 
 def add_eval_parser(sub: Any) -> None:

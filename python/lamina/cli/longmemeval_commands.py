@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -28,7 +27,7 @@ def _cmd(args: argparse.Namespace) -> int:
     from ..eval.lme_harness import LME_SYSTEMS, format_lme_tables, plot_lme, run_longmemeval
     from ..eval.longmemeval import load_longmemeval
     from ..eval.systems import CachedEmbedder
-    from .eval_args import default_cache, json_safe
+    from .eval_args import default_cache, json_safe, write_outputs
 
     try:
         data = load_longmemeval(args.data, limit=args.limit, types=args.types, per_type=args.per_type)
@@ -64,14 +63,8 @@ def _cmd(args: argparse.Namespace) -> int:
         f"\nembedding: {st['texts_embedded']} texts embedded in {st['seconds']:.1f} s, {st['from_cache']} read from "
         f"the cache{f' {cache}' if cache else ''}; total {res['elapsed_seconds']:.0f} s"
     )
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(json_safe(res), f, indent=1)
-        print(f"wrote {args.out}")
-    if args.plot:
-        why = plot_lme(res, args.plot)
-        print(why if why else f"wrote one plot per type to {args.plot}")
-    return 0
+    drawn = f"wrote one plot per type to {args.plot}"
+    return write_outputs(args, lambda: json_safe(res), lambda folder: plot_lme(res, folder), drawn)
 
 
 def add_longmemeval_parser(esub: Any) -> None:

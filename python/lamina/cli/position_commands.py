@@ -13,11 +13,12 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
 from ..eval.position import SUITES, PositionCell, PositionSample, make_suite, score_output, summarize
+from .eval_args import write_outputs
 
 __all__ = [
     "PamqaReader",
@@ -160,6 +161,11 @@ def format_table(cells: Sequence[PositionCell], methods: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def _drawer(cells: Sequence[PositionCell], methods: Sequence[str]) -> Callable[[str], None]:
+    """``--plot``'s drawing for :func:`~lamina.cli.eval_args.write_outputs`."""
+    return lambda path: plot_position(cells, methods, path)
+
+
 def plot_position(cells: Sequence[PositionCell], methods: Sequence[str], path: str) -> None:
     """A PNG of accuracy vs gold position (Wilson 95 % error bars): one panel per (suite,
     length), one line per method (each drawn slightly apart on x so that the bars can be told
@@ -260,18 +266,8 @@ def _merge_cmd(args: argparse.Namespace) -> int:
             pc = paired_counts(records, m, args.baseline)
             row = "  ".join(f"{s} {n} @{p:.2f} +{g} -{lo}" for (s, n, p), (g, lo) in sorted(pc.items()))
             print(f"  {m}: {row}")
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(
-                {"config": {"merged": list(args.merge), "methods": labels}, "cells": [asdict(c) for c in cells]},
-                f,
-                indent=1,
-            )
-        print(f"wrote {args.out}")
-    if args.plot:
-        plot_position(cells, labels, args.plot)
-        print(f"wrote {args.plot}")
-    return 0
+    config = {"merged": list(args.merge), "methods": labels}
+    return write_outputs(args, lambda: {"config": config, "cells": [asdict(c) for c in cells]}, _drawer(cells, labels))
 
 
 def _calibration(args: argparse.Namespace) -> str:
@@ -362,8 +358,9 @@ def _cmd(args: argparse.Namespace) -> int:
                 print(f"  pos {p:.2f}: {hit}/{len(rs)}  (named none: {sum(r['named_document'] is None for r in rs)})")
     secs = time.perf_counter() - t0
     print(f"\n{len(records)} answers in {secs:.0f} s")
-    if args.out:
-        result = {
+
+    def result() -> dict[str, Any]:
+        return {
             "config": {
                 "model": str(base.path.name),
                 "suites": list(args.suites),
@@ -378,13 +375,8 @@ def _cmd(args: argparse.Namespace) -> int:
             "cells": [asdict(c) for c in cells],
             "records": records,
         }
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {args.out}")
-    if args.plot:
-        plot_position(cells, labels, args.plot)
-        print(f"wrote {args.plot}")
-    return 0
+
+    return write_outputs(args, result, _drawer(cells, labels))
 
 
 def add_position_parser(esub: Any) -> None:

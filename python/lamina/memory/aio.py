@@ -10,35 +10,36 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, TypeVar
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..embedders import Embedder
 from . import (
-    Activity,
     ClosedError,
-    DeleteReport,
-    Firewall,
-    ItemPage,
     Memory,
     MemoryConfig,
-    MemoryStats,
-    SessionReport,
 )
-from .dump.format import UserDump
-from .inputs import TimeLike
-from .reports import ContextExplanation, ImportReport
-from .types import Context, MemoryItem
-from .write.notes import Link, Note
 
 __all__ = ["AsyncMemory"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _off_loop(
+    method: Callable[Concatenate[Any, P], T],
+) -> Callable[Concatenate[AsyncMemory, P], Coroutine[Any, Any, T]]:
+    """The coroutine twin of a :class:`lamina.Memory` method: the call runs on the pool."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def call(self: AsyncMemory, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run(getattr(self._mem, name), *args, **kwargs)
+
+    call.__doc__ = f"See :meth:`lamina.Memory.{name}`."
+    return call
 
 
 class AsyncMemory:
@@ -105,215 +106,32 @@ class AsyncMemory:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
-    async def add(
-        self, messages: Sequence[Mapping[str, Any]], *, user_id: str, session_id: str, timestamp: TimeLike = None
-    ) -> list[int]:
-        """See :meth:`lamina.Memory.add`."""
-        return await self._run(self._mem.add, messages, user_id=user_id, session_id=session_id, timestamp=timestamp)
-
-    async def end_session(self, *, user_id: str, session_id: str, now: TimeLike = None) -> SessionReport:
-        """See :meth:`lamina.Memory.end_session`."""
-        return await self._run(self._mem.end_session, user_id=user_id, session_id=session_id, now=now)
-
-    async def context(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        budget: int = 1024,
-        now: TimeLike = None,
-        domain: str | None = None,
-        include_archive: bool = False,
-        query_embedding: npt.NDArray[np.float32] | None = None,
-        firewall: Firewall | None = None,
-    ) -> Context:
-        """See :meth:`lamina.Memory.context`."""
-        return await self._run(
-            self._mem.context,
-            query,
-            user_id=user_id,
-            budget=budget,
-            now=now,
-            domain=domain,
-            include_archive=include_archive,
-            query_embedding=query_embedding,
-            firewall=firewall,
-        )
-
-    async def context_batch(
-        self,
-        queries: Sequence[str],
-        *,
-        user_ids: str | Sequence[str],
-        budget: int = 1024,
-        now: TimeLike = None,
-        domain: str | None = None,
-        include_archive: bool = False,
-        query_embeddings: npt.NDArray[np.float32] | None = None,
-        firewall: Firewall | None = None,
-    ) -> list[Context]:
-        """See :meth:`lamina.Memory.context_batch`."""
-        return await self._run(
-            self._mem.context_batch,
-            queries,
-            user_ids=user_ids,
-            budget=budget,
-            now=now,
-            domain=domain,
-            include_archive=include_archive,
-            query_embeddings=query_embeddings,
-            firewall=firewall,
-        )
-
-    async def explain_context(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        budget: int = 1024,
-        now: TimeLike = None,
-        domain: str | None = None,
-        include_archive: bool = False,
-        query_embedding: npt.NDArray[np.float32] | None = None,
-        firewall: Firewall | None = None,
-    ) -> ContextExplanation:
-        """See :meth:`lamina.Memory.explain_context`."""
-        return await self._run(
-            self._mem.explain_context,
-            query,
-            user_id=user_id,
-            budget=budget,
-            now=now,
-            domain=domain,
-            include_archive=include_archive,
-            query_embedding=query_embedding,
-            firewall=firewall,
-        )
-
-    async def search(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        k: int = 10,
-        layers: Sequence[str] | None = None,
-        now: TimeLike = None,
-        query_embedding: npt.NDArray[np.float32] | None = None,
-    ) -> list[MemoryItem]:
-        """See :meth:`lamina.Memory.search`."""
-        return await self._run(
-            self._mem.search, query, user_id=user_id, k=k, layers=layers, now=now, query_embedding=query_embedding
-        )
-
-    async def search_batch(
-        self,
-        queries: Sequence[str],
-        *,
-        user_ids: str | Sequence[str],
-        k: int = 10,
-        layers: Sequence[str] | None = None,
-        now: TimeLike = None,
-        query_embeddings: npt.NDArray[np.float32] | None = None,
-    ) -> list[list[MemoryItem]]:
-        """See :meth:`lamina.Memory.search_batch`."""
-        return await self._run(
-            self._mem.search_batch,
-            queries,
-            user_ids=user_ids,
-            k=k,
-            layers=layers,
-            now=now,
-            query_embeddings=query_embeddings,
-        )
-
-    async def get(self, item_id: int, *, user_id: str | None = None) -> MemoryItem:
-        """See :meth:`lamina.Memory.get`."""
-        return await self._run(self._mem.get, item_id, user_id=user_id)
-
-    async def update(
-        self, item_id: int, text: str, *, user_id: str | None = None, timestamp: TimeLike = None
-    ) -> MemoryItem:
-        """See :meth:`lamina.Memory.update`."""
-        return await self._run(self._mem.update, item_id, text, user_id=user_id, timestamp=timestamp)
-
-    async def delete(self, item_id: int, *, user_id: str | None = None) -> DeleteReport:
-        """See :meth:`lamina.Memory.delete`."""
-        return await self._run(self._mem.delete, item_id, user_id=user_id)
-
-    async def history(self, item_id: int, *, user_id: str | None = None) -> list[MemoryItem]:
-        """See :meth:`lamina.Memory.history`."""
-        return await self._run(self._mem.history, item_id, user_id=user_id)
-
-    async def note(self, item_id: int, *, user_id: str | None = None) -> Note | None:
-        """See :meth:`lamina.Memory.note`."""
-        return await self._run(self._mem.note, item_id, user_id=user_id)
-
-    async def links(self, item_id: int, *, user_id: str | None = None) -> list[Link]:
-        """See :meth:`lamina.Memory.links`."""
-        return await self._run(self._mem.links, item_id, user_id=user_id)
-
-    async def facts(self, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
-        """See :meth:`lamina.Memory.facts`."""
-        return await self._run(self._mem.facts, user_id=user_id, subject=subject, current=current)
-
-    async def delete_user(self, *, user_id: str) -> DeleteReport:
-        """See :meth:`lamina.Memory.delete_user`."""
-        return await self._run(self._mem.delete_user, user_id=user_id)
-
-    async def export_user(self, *, user_id: str, vectors: bool = False) -> UserDump:
-        """See :meth:`lamina.Memory.export_user`."""
-        return await self._run(self._mem.export_user, user_id=user_id, vectors=vectors)
-
-    async def import_user(
-        self, dump: UserDump, *, embedder: str, user_id: str | None = None, replace: bool = False
-    ) -> ImportReport:
-        """See :meth:`lamina.Memory.import_user`."""
-        return await self._run(self._mem.import_user, dump, embedder=embedder, user_id=user_id, replace=replace)
-
-    async def list_items(
-        self,
-        *,
-        user_id: str,
-        layers: Sequence[str] | None = None,
-        kinds: Sequence[str] | None = None,
-        statuses: Sequence[str] | None = None,
-        contains: str = "",
-        offset: int = 0,
-        limit: int | None = 50,
-        newest_first: bool = False,
-    ) -> ItemPage:
-        """See :meth:`lamina.Memory.list_items`."""
-        return await self._run(
-            self._mem.list_items,
-            user_id=user_id,
-            layers=layers,
-            kinds=kinds,
-            statuses=statuses,
-            contains=contains,
-            offset=offset,
-            limit=limit,
-            newest_first=newest_first,
-        )
-
-    async def activity(self, *, user_id: str, kinds: Sequence[str] = ("turn",), bins: int = 40) -> Activity:
-        """See :meth:`lamina.Memory.activity`."""
-        return await self._run(self._mem.activity, user_id=user_id, kinds=kinds, bins=bins)
-
-    async def stats(self, *, user_id: str | None = None) -> MemoryStats:
-        """See :meth:`lamina.Memory.stats`."""
-        return await self._run(self._mem.stats, user_id=user_id)
-
-    async def users(self) -> list[str]:
-        """See :meth:`lamina.Memory.users`."""
-        return await self._run(self._mem.users)
-
-    async def item_counts(self) -> dict[str, int]:
-        """See :meth:`lamina.Memory.item_counts`."""
-        return await self._run(self._mem.item_counts)
-
-    async def flush(self) -> None:
-        """See :meth:`lamina.Memory.flush`."""
-        await self._run(self._mem.flush)
+    # the Memory API, each call run on the pool (same parameters, results and errors)
+    add = _off_loop(Memory.add)
+    end_session = _off_loop(Memory.end_session)
+    context = _off_loop(Memory.context)
+    context_batch = _off_loop(Memory.context_batch)
+    explain_context = _off_loop(Memory.explain_context)
+    search = _off_loop(Memory.search)
+    search_batch = _off_loop(Memory.search_batch)
+    get = _off_loop(Memory.get)
+    update = _off_loop(Memory.update)
+    delete = _off_loop(Memory.delete)
+    history = _off_loop(Memory.history)
+    note = _off_loop(Memory.note)
+    links = _off_loop(Memory.links)
+    facts = _off_loop(Memory.facts)
+    delete_user = _off_loop(Memory.delete_user)
+    export_user = _off_loop(Memory.export_user)
+    import_user = _off_loop(Memory.import_user)
+    list_items = _off_loop(Memory.list_items)
+    activity = _off_loop(Memory.activity)
+    stats = _off_loop(Memory.stats)
+    users = _off_loop(Memory.users)
+    item_counts = _off_loop(Memory.item_counts)
+    flush = _off_loop(Memory.flush)
+    service_record = _off_loop(Memory.service_record)
+    update_service_record = _off_loop(Memory.update_service_record)
 
     async def aclose(self) -> None:
         """Wait for the running calls, close the memory and the pool (idempotent)."""

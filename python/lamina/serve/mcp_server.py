@@ -34,7 +34,7 @@ the user as the caller did, so no tool shows the mapped ids.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 from mcp.server.mcpserver import Context as ToolContext
@@ -49,6 +49,7 @@ from ..memory.facade import Memory
 from ..memory.inputs import MAX_BUDGET
 from ..memory.types import Context, MemoryItem
 from ..native import _info
+from .schemas import item_model
 
 __all__ = [
     "build_mcp_server",
@@ -116,24 +117,30 @@ class MessageIn(BaseModel):
     )
 
 
-class ItemOut(BaseModel):
-    """A memory item as a tool returns it."""
+#: The public item fields (:func:`lamina.serve.schemas.item_fields`) a tool returns, in this order.
+ITEM_FIELDS = (
+    *("id", "text", "layer", "kind", "score", "session_id", "speaker", "timestamp", "sources"),
+    *("subject", "predicate", "object", "valid_from", "valid_to", "superseded_by"),
+)
 
-    id: int = Field(description="Item id (use it with delete_memory).")
-    text: str
-    layer: str = Field(description="working, episodic, semantic, archive or history.")
-    kind: str = Field(description="turn, segment, summary, note, fact or profile.")
-    score: float
-    session_id: str | None = None
-    speaker: str | None = None
-    timestamp: float | None = Field(default=None, description="Event time, seconds since the epoch.")
-    sources: list[str] = Field(default_factory=list, description="Ids of the messages it derives from.")
-    subject: str | None = None
-    predicate: str | None = None
-    object: str | None = None
-    valid_from: float | None = None
-    valid_to: float | None = None
-    superseded_by: int | None = None
+if TYPE_CHECKING:
+    ItemOut = BaseModel
+else:
+    #: A memory item as a tool returns it.
+    ItemOut = item_model(
+        "ItemOut",
+        "A memory item as a tool returns it.",
+        ITEM_FIELDS,
+        required=("id", "text", "layer", "kind", "score"),
+        descriptions={
+            "id": "Item id (use it with delete_memory).",
+            "layer": "working, episodic, semantic, archive or history.",
+            "kind": "turn, segment, summary, note, fact or profile.",
+            "timestamp": "Event time, seconds since the epoch.",
+            "sources": "Ids of the messages it derives from.",
+        },
+        module=__name__,
+    )
 
 
 class AddResult(BaseModel):
@@ -203,23 +210,8 @@ class RelatedResult(BaseModel):
 
 
 def _item(it: MemoryItem) -> ItemOut:
-    return ItemOut(
-        id=it.id,
-        text=it.text,
-        layer=it.layer,
-        kind=it.kind,
-        score=float(it.score),
-        session_id=it.session_id,
-        speaker=it.speaker,
-        timestamp=it.timestamp,
-        sources=list(it.sources),
-        subject=it.subject,
-        predicate=it.predicate,
-        object=it.object,
-        valid_from=it.valid_from,
-        valid_to=it.valid_to,
-        superseded_by=it.superseded_by,
-    )
+    d = {k: getattr(it, k) for k in ITEM_FIELDS}
+    return ItemOut(**d | {"score": float(it.score), "sources": list(it.sources)})
 
 
 def _context(ctx: Context) -> ContextResult:

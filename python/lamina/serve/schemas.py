@@ -8,11 +8,14 @@ response against its model).
 
 from __future__ import annotations
 
-from typing import Literal
+import typing
+from dataclasses import MISSING, fields
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..memory.inputs import MAX_BUDGET, MAX_K
+from ..memory.types import MemoryItem
 
 __all__ = [
     "Message",
@@ -21,6 +24,8 @@ __all__ = [
     "EndSessionRequest",
     "SessionReportOut",
     "ContextRequest",
+    "item_fields",
+    "item_model",
     "ItemOut",
     "ContextOut",
     "SearchRequest",
@@ -123,33 +128,62 @@ class ContextRequest(_In):
     firewall: FirewallIn | None = None
 
 
-class ItemOut(BaseModel):
-    """A memory item (:class:`lamina.MemoryItem`)."""
+def _wire_type(t: Any) -> Any:
+    """The JSON form of a field type: a tuple of any length is a list (nested ones too)."""
+    args = typing.get_args(t)
+    if typing.get_origin(t) is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return list[_wire_type(args[0])]  # type: ignore[misc]
+    return t
 
-    id: int
-    text: str
-    layer: str
-    kind: str
-    user_id: str
-    session_id: str | None
-    score: float
-    sources: list[str]
-    timestamp: float | None
-    speaker: str | None
-    subject: str | None
-    predicate: str | None
-    object: str | None
-    valid_from: float | None
-    valid_to: float | None
-    superseded_by: int | None
-    summary: str | None
-    access_count: int
-    last_access: float | None
-    strength: float
-    domain: str | None
-    commitment: str
-    turns: list[tuple[float | None, str | None, str]] = Field(
-        description="Raw turns shown with the item: [time, speaker, text]."
+
+def item_fields() -> dict[str, tuple[Any, Any]]:
+    """The public item fields, the fields of :class:`lamina.MemoryItem` in its order: name ->
+    (the field's JSON type, its default or :data:`dataclasses.MISSING`). The item schemas of the
+    HTTP API (:class:`ItemOut`) and of the MCP tools derive from them."""
+    hints = typing.get_type_hints(MemoryItem)
+    return {
+        f.name: (_wire_type(hints[f.name]), f.default if f.default_factory is MISSING else f.default_factory())
+        for f in fields(MemoryItem)
+    }
+
+
+def item_model(
+    name: str,
+    doc: str,
+    names: tuple[str, ...] | None = None,
+    *,
+    required: tuple[str, ...] | None = None,
+    descriptions: dict[str, str] | None = None,
+    module: str = __name__,
+) -> type[BaseModel]:
+    """A pydantic model of the public item fields (:func:`item_fields`): those of ``names`` in that
+    order (default: every one), ``required`` without a default (default: every one), the others
+    with the item's own default; ``descriptions`` for the schema; ``module``: where it is defined."""
+    spec = item_fields()
+    chosen = tuple(spec) if names is None else names
+    must = chosen if required is None else required
+    about = descriptions or {}
+    defs: dict[str, Any] = {}
+    for n in chosen:
+        t, default = spec[n]
+        kw: dict[str, Any] = {"description": about[n]} if n in about else {}
+        if n in must:
+            defs[n] = (t, Field(**kw)) if kw else t
+        elif isinstance(default, (list, tuple)):
+            defs[n] = (t, Field(default_factory=list, **kw))
+        else:
+            defs[n] = (t, Field(default=default, **kw)) if kw else (t, default)
+    return create_model(name, __doc__=doc, __module__=module, **defs)
+
+
+if TYPE_CHECKING:
+    ItemOut = BaseModel
+else:
+    #: A memory item (:class:`lamina.MemoryItem`): every public field, each required.
+    ItemOut = item_model(
+        "ItemOut",
+        "A memory item (:class:`lamina.MemoryItem`).",
+        descriptions={"turns": "Raw turns shown with the item: [time, speaker, text]."},
     )
 
 

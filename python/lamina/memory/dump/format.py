@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import base64
 import json
+import types
+import typing
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -93,38 +95,27 @@ _USER: Schema = {"user_id": (_STR, False), "drift_total": (_NUM, False), "drift_
 _USER |= {"drift_updates": (_INT, False), "decays": (_INT, False)}
 _SESSION: Schema = {"user_id": (_STR, False), "session_id": (_STR, False), "status": (_STR, False)}
 _SESSION |= {"started_at": (_NUM, True), "ended_at": (_NUM, True), "ends": (_INT, False)}
-_ITEM: Schema = {
-    "user_id": (_STR, False),
-    "id": (_INT, False),
-    "layer": (_STR, False),
-    "kind": (_STR, False),
-    "status": (_STR, False),
-    "text": (_STR, False),
-    "session_id": (_STR, True),
-    "summary": (_STR, True),
-    "speaker": (_STR, True),
-    "source_id": (_STR, True),
-    "sources": ((list,), False),
-    "members": ((list,), False),
-    "created_at": (_NUM, True),
-    "timestamp": (_NUM, True),
-    "last_access": (_NUM, True),
-    "access_count": (_INT, False),
-    "interaction_len": (_NUM, False),
-    "strength": (_NUM, False),
-    "domain": (_STR, True),
-    "commitment": (_STR, False),
-    "subject": (_STR, True),
-    "predicate": (_STR, True),
-    "object": (_STR, True),
-    "valid_from": (_NUM, True),
-    "valid_to": (_NUM, True),
-    "superseded_by": (_INT, True),
-    "parent_id": (_INT, True),
-    "depth": (_INT, False),
-    "decay_mark": (_INT, True),
-    "embedding": (_STR, True),
-}
+
+
+def _schema_of(entry: type, **json_types: tuple[type, ...]) -> Schema:
+    """The schema of an entry dataclass's fields, in its order, from their types (``X | None``:
+    nullable; a tuple: a JSON list); ``json_types`` for fields stored in another JSON type."""
+    out: Schema = {}
+    for name, t in typing.get_type_hints(entry).items():
+        args = [a for a in typing.get_args(t) if a is not type(None)]
+        nullable = typing.get_origin(t) in (typing.Union, types.UnionType) and len(args) < len(typing.get_args(t))
+        base = args[0] if nullable else t
+        if name in json_types:
+            out[name] = (json_types[name], nullable)
+        elif typing.get_origin(base) is tuple:
+            out[name] = ((list,), nullable)
+        else:
+            out[name] = ({str: _STR, int: _INT, float: _NUM}[base], nullable)
+    return out
+
+
+#: An item line: the fields of :class:`ItemEntry` (the embedding as base64 text).
+_ITEM: Schema = _schema_of(ItemEntry, embedding=_STR)
 _REVISION: Schema = {
     "user_id": (_STR, False),
     "item_id": (_INT, False),

@@ -55,26 +55,27 @@ import contextlib
 import logging
 import secrets
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
-from ...errors import InvalidInput, StoreBusy
+from ...errors import InvalidInput
 from .dburl import is_postgres_url, redact_url
 from .notestore import PostgresNotes
-from .pgschema import _ITEM_TYPES, CHANNEL, MIGRATIONS, PG_SCHEMA_VERSION, WRITE_LOCK, notice_payload
+from .pgschema import CHANNEL, MIGRATIONS, PG_SCHEMA_VERSION, WRITE_LOCK, notice_payload
 from .pgvectors import ArchiveIndexes, archive_index_name, vector_text
-from .protocol import ID_SHIFT, ITEM_COLUMNS, SessionRow, UserRow, _decode, _enc
+from .protocol import ITEM_COLUMNS, _enc
+from .sql import POSTGRES, SQLStore
 
 __all__ = ["PostgresStore", "vector_text", "archive_index_name"]
 
 _log = logging.getLogger("lamina")
 
 
-class PostgresStore(ArchiveIndexes, PostgresNotes):
+class PostgresStore(ArchiveIndexes, PostgresNotes, SQLStore):
     """One PostgreSQL database (schema ``lamina``) through one connection. Not thread-safe by
     itself: ``Memory`` serialises all calls.
 
@@ -87,6 +88,9 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
         Seconds a write waits for another connection's write lock before it raises
         :class:`~lamina.errors.StoreBusy`.
     """
+
+    dialect = POSTGRES
+    _sessions_order = (" ORDER BY user_id, session_id", " ORDER BY session_id")
 
     def __init__(self, url: str, busy_timeout: float = 30.0) -> None:
         if not is_postgres_url(url):
@@ -166,10 +170,7 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
             self.conn.execute(f"BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK:d})")
         except pg_errors.LockNotAvailable as e:
             self._end("ROLLBACK")
-            raise StoreBusy(
-                f"{self.path}: another connection held the database's write lock for over "
-                f"{self.busy_timeout:g} s (busy_timeout); nothing was written"
-            ) from e
+            raise self._busy() from e
         except BaseException:
             self._end("ROLLBACK")
             raise
@@ -204,44 +205,14 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
         if not self.conn.closed and self.conn.info.transaction_status != TransactionStatus.IDLE:
             self.conn.execute(how)
 
-    @contextlib.contextmanager
-    def read_tx(self) -> Iterator[None]:
-        """``BEGIN ISOLATION LEVEL REPEATABLE READ`` (one snapshot, no lock) ... ``COMMIT``;
-        inside a transaction already, the reads belong to it."""
-        if self._in_tx:
-            yield
-            return
-        self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        self._in_tx = True
-        try:
-            yield
-        finally:
-            self._in_tx = False
-            self._end("COMMIT")
-
-    def close(self) -> None:
-        self.conn.close()
-
     def read_snapshot(self) -> PostgresStore | None:
         """A second connection inside a REPEATABLE READ transaction whose snapshot is taken now
         (it sees every write committed before, none after, and blocks no writer); the caller
         reads through it without holding any lock and closes it."""
         conn: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(self.url, autocommit=True)
-        try:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            conn.execute("SELECT 1 FROM lamina.meta LIMIT 1").fetchall()  # (the snapshot is taken at the first read)
-        except BaseException:
-            conn.close()
-            raise
-        reader = object.__new__(PostgresStore)
+        reader = self._reader(conn)
         reader.url = self.url
-        reader.path = self.path
-        reader.busy_timeout = self.busy_timeout
-        reader.conn = conn
-        reader._in_tx = True  # (read_tx inside it belongs to the snapshot)
-        reader._write_no = None
         reader._own = set()
-        reader.tag = self.tag
         reader.vectors = self.vectors
         reader._index_state = {}
         reader._builds = set()
@@ -250,26 +221,12 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
         return reader
 
     # -- helpers -----------------------------------------------------------------------------
-    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        row = self.conn.execute(sql, params).fetchone()
-        return None if row is None else row[0]
-
     def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         if rows:
             with self.conn.cursor() as cur:
                 cur.executemany(sql, rows)
 
     # -- meta / ids --------------------------------------------------------------------------
-    def get_meta(self, key: str) -> str | None:
-        v = self._one("SELECT value FROM lamina.meta WHERE key=%s", (key,))
-        return None if v is None else str(v)
-
-    def set_meta(self, key: str, value: str) -> None:
-        self.conn.execute(
-            "INSERT INTO lamina.meta(key, value) VALUES(%s, %s) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-            (key, value),
-        )
-
     def new_ids(self, n: int) -> list[int]:
         """n fresh item ids from the sequence (a rolled-back write does not hand its ids out again)."""
         if n <= 0:
@@ -277,30 +234,9 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
         seqs = [
             int(r[0]) for r in self.conn.execute("SELECT nextval('lamina.item_seq') FROM generate_series(1, %s)", (n,))
         ]
-        return [(self.tag << ID_SHIFT) | s for s in sorted(seqs)]
-
-    def owns(self, item_id: int) -> bool:
-        return (item_id >> ID_SHIFT) == self.tag
+        return self._tagged(sorted(seqs))
 
     # -- users / sessions --------------------------------------------------------------------
-    def users(self, user_id: str | None = None) -> list[UserRow]:
-        sql = "SELECT user_id, ns, drift_total, drift_last, drift_updates, decays FROM lamina.users"
-        cur = (
-            self.conn.execute(sql + " ORDER BY ns")
-            if user_id is None
-            else self.conn.execute(sql + " WHERE user_id=%s", (user_id,))
-        )
-        return [(str(u), int(ns), float(t), float(last), int(n), int(d)) for u, ns, t, last, n, d in cur]
-
-    def user_versions(self, user_id: str | None = None) -> dict[str, int]:
-        sql = "SELECT user_id, version FROM lamina.users"
-        cur = self.conn.execute(sql) if user_id is None else self.conn.execute(sql + " WHERE user_id=%s", (user_id,))
-        return {str(u): int(v) for u, v in cur}
-
-    def item_user(self, item_id: int) -> str | None:
-        v = self._one("SELECT user_id FROM lamina.items WHERE id=%s", (item_id,))
-        return None if v is None else str(v)
-
     def item_counts(self, user_ids: list[str]) -> dict[str, int]:
         cur = self.conn.execute(
             "SELECT user_id, COUNT(*) FROM lamina.items WHERE user_id = ANY(%s) GROUP BY user_id",
@@ -308,26 +244,16 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
         )
         return {str(u): int(n) for u, n in cur}
 
-    def write_number(self) -> int:
-        """This transaction's write number (allocated on first use: the database's next one;
-        the write lock makes write numbers commit in order)."""
-        if self._write_no is None:
-            self._write_no = int(
-                self._one(
-                    "INSERT INTO lamina.meta(key, value) VALUES('write_seq', '1') ON CONFLICT(key)"
-                    " DO UPDATE SET value=(lamina.meta.value::BIGINT + 1)::TEXT RETURNING value"
-                )
+    def _next_write(self) -> int:
+        # (the write lock makes write numbers commit in order)
+        return int(
+            self._one(
+                "INSERT INTO lamina.meta(key, value) VALUES('write_seq', '1') ON CONFLICT(key)"
+                " DO UPDATE SET value=(lamina.meta.value::BIGINT + 1)::TEXT RETURNING value"
             )
-        return self._write_no
+        )
 
-    def last_write(self) -> int:
-        return int(self.get_meta("write_seq") or 0)
-
-    def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
-        uids = sorted(set(user_ids))
-        if not uids:
-            return {}
-        n = self.write_number()
+    def _bump(self, uids: list[str], n: int) -> dict[str, int]:
         found = self.conn.execute(
             "UPDATE lamina.users SET version=%s WHERE user_id = ANY(%s) RETURNING user_id", (n, uids)
         ).fetchall()
@@ -338,9 +264,6 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
         )
         return {str(r[0]): n for r in sorted(found)}  # (a user deleted by this write has none)
 
-    def next_user_index(self) -> int:
-        return int(self._one("SELECT COALESCE(MAX(ns), 0) + 1 FROM lamina.users"))
-
     def data_version(self) -> int:
         """The database's last write number, not counting this connection's own writes on top
         (as SQLite's ``PRAGMA data_version``: it moves only when another connection commits)."""
@@ -350,62 +273,19 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
         self._own = {w for w in self._own if w > v}  # (a later read never walks below v)
         return v
 
-    def add_user(self, user_id: str, ns: int) -> None:
-        self.conn.execute(
-            "INSERT INTO lamina.users(user_id, ns, born) VALUES(%s, %s, %s)", (user_id, ns, self.write_number())
-        )
-
-    def user_born(self, user_id: str) -> int | None:
-        v = self._one("SELECT born FROM lamina.users WHERE user_id=%s", (user_id,))
-        return None if v is None else int(v)
-
-    def moved_since(self, version: int) -> tuple[dict[str, int], set[int]]:
-        moved = {
-            str(u): int(v)
-            for u, v in self.conn.execute("SELECT user_id, version FROM lamina.users WHERE version > %s", (version,))
-        }
-        gone = {int(r[0]) for r in self.conn.execute("SELECT ns FROM lamina.gone_users WHERE version > %s", (version,))}
-        return moved, gone
-
-    def set_decays(self, user_id: str, decays: int) -> None:
-        self.conn.execute("UPDATE lamina.users SET decays=%s WHERE user_id=%s", (decays, user_id))
-
-    def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None:
-        self.conn.execute(
-            "UPDATE lamina.users SET drift_total=%s, drift_last=%s, drift_updates=%s WHERE user_id=%s",
-            (total, last, updates, user_id),
-        )
-
-    def sessions(self, user_id: str | None = None) -> list[SessionRow]:
-        sql = "SELECT user_id, session_id, status, started_at, ended_at, ends FROM lamina.sessions"
-        cur = (
-            self.conn.execute(sql + " ORDER BY user_id, session_id")
-            if user_id is None
-            else self.conn.execute(sql + " WHERE user_id=%s ORDER BY session_id", (user_id,))
-        )
-        return [(str(u), str(s), str(st), started, ended, int(n)) for u, s, st, started, ended, n in cur]
-
-    def upsert_session(
-        self,
-        user_id: str,
-        session_id: str,
-        status: str,
-        started_at: float | None,
-        ended_at: float | None,
-        ends: int = 0,
-    ) -> None:
-        self.conn.execute(
-            "INSERT INTO lamina.sessions(user_id, session_id, status, started_at, ended_at, ends)"
-            " VALUES(%s,%s,%s,%s,%s,%s) ON CONFLICT(user_id, session_id) DO UPDATE SET status=excluded.status,"
-            " ended_at=excluded.ended_at, ends=excluded.ends",
-            (user_id, session_id, status, started_at, ended_at, ends),
-        )
-
     # -- items -------------------------------------------------------------------------------
+    def _update_sets(self, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> tuple[str, list[tuple[Any, ...]]]:
+        sets, rows = super()._update_sets(cols, rows)
+        if self.vectors and "embedding" in cols:  # (a turn's vector follows its embedding)
+            at = cols.index("embedding")
+            sets += ", vec=CASE WHEN kind='turn' THEN %s::vector END"
+            rows = [(*r[:-1], vector_text(r[at]), r[-1]) for r in rows]
+        return sets, rows
+
     def insert_items(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        cols = ",".join(f'"{c}"' for c in ITEM_COLUMNS)
+        cols = self.dialect.item_columns
         n = self.write_number()
         if not self.vectors:
             with self.conn.cursor() as cur, cur.copy(f"COPY lamina.items ({cols}, version) FROM STDIN") as copy:
@@ -416,29 +296,6 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
             for r in rows:  # (a turn's embedding also as a pgvector vector: the archive's index reads it)
                 vec = vector_text(r["embedding"]) if r["kind"] == "turn" else None
                 copy.write_row(tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) + (n, vec))
-
-    def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None:
-        groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
-        for item_id, fields in updates:
-            if fields:  # one statement per set of columns, run over all its rows
-                for k in fields:
-                    if k not in _ITEM_TYPES:
-                        raise ValueError(f"unknown item column {k!r}")
-                groups.setdefault(tuple(fields), []).append(tuple(_enc(k, v) for k, v in fields.items()) + (item_id,))
-        if not groups:
-            return
-        n = self.write_number()
-        for cols, rows in groups.items():
-            sets = ",".join(f'"{k}"=%s' for k in cols)
-            if self.vectors and "embedding" in cols:  # (a turn's vector follows its embedding)
-                at = cols.index("embedding")
-                sets += ", vec=CASE WHEN kind='turn' THEN %s::vector END"
-                rows = [(*r[:-1], vector_text(r[at]), r[-1]) for r in rows]
-            self._many(f"UPDATE lamina.items SET {sets}, version={n} WHERE id=%s", rows)
-
-    def bump_access(self, rows: list[tuple[int, float | None, int]]) -> None:
-        """(access_count, last_access, id) per row."""
-        self._many("UPDATE lamina.items SET access_count=%s, last_access=%s WHERE id=%s", list(rows))
 
     def delete_items(self, user_id: str, ids: list[int]) -> None:
         if not ids:
@@ -461,20 +318,6 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
                 "INSERT INTO lamina.gone_users(ns, version) VALUES(%s, %s)", (int(ns), self.write_number())
             )
 
-    def changes(self, user_id: str, since: int) -> tuple[list[dict[str, Any]], list[int]]:
-        cols = ",".join(f'"{c}"' for c in ITEM_COLUMNS)
-        cur = self.conn.execute(
-            f"SELECT {cols} FROM lamina.items WHERE user_id=%s AND version > %s ORDER BY seq", (user_id, since)
-        )
-        rows = [_decode(row) for row in cur]
-        dead = [
-            int(r[0])
-            for r in self.conn.execute(
-                "SELECT item_id FROM lamina.tombstones WHERE user_id=%s AND version > %s", (user_id, since)
-            )
-        ]
-        return rows, dead
-
     def forget(self) -> bool:
         """``VACUUM`` the tables deletes touch (no dead tuple or index entry of a deleted row
         stays in the live pages), without waiting on another connection's lock of them; records
@@ -491,30 +334,10 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
                 )
             finally:
                 self._set_lock_timeout(self.busy_timeout)
-            with self.tx():
-                if int(self.get_meta("wiped_gen") or 0) < gen:
-                    self.set_meta("wiped_gen", str(gen))
+            self._wiped(gen)
             return True
         except psycopg.Error:
             return False
-
-    def mark_deleted(self) -> None:
-        self.set_meta("wipe_gen", str(int(self.get_meta("wipe_gen") or 0) + 1))
-
-    def wipe_pending(self) -> bool:
-        gens = dict(self.conn.execute("SELECT key, value FROM lamina.meta WHERE key IN ('wipe_gen', 'wiped_gen')"))
-        return int(gens.get("wipe_gen") or 0) > int(gens.get("wiped_gen") or 0)
-
-    def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
-        cols = ",".join(f'"{c}"' for c in ITEM_COLUMNS)
-        sql = f"SELECT {cols} FROM lamina.items"
-        cur = (
-            self.conn.execute(sql + " ORDER BY seq")
-            if user_id is None
-            else self.conn.execute(sql + " WHERE user_id=%s ORDER BY seq", (user_id,))
-        )
-        for row in cur:
-            yield _decode(row)
 
     def add_revision(self, item_id: int, text: str, changed_at: float) -> None:
         # (the user key comes from the item: revisions are keyed by user like every table)
@@ -526,11 +349,3 @@ class PostgresStore(ArchiveIndexes, PostgresNotes):
         )
         if cur.rowcount != 1:
             raise ValueError(f"add_revision: no item {item_id} in {self.path}")
-
-    def revisions(self, item_id: int) -> list[tuple[str, float]]:
-        return [
-            (str(t), float(c))
-            for t, c in self.conn.execute(
-                "SELECT text, changed_at FROM lamina.revisions WHERE item_id=%s ORDER BY seq", (item_id,)
-            )
-        ]

@@ -36,13 +36,13 @@ import contextlib
 import os
 import secrets
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...errors import StoreBusy
 from .notestore import SQLITE_NOTES_SCHEMA, SQLiteNotes
-from .protocol import ID_SHIFT, ITEM_COLUMNS, SessionRow, UserRow, _decode, _enc
+from .protocol import ITEM_COLUMNS, _enc
+from .sql import SQLITE, SQLStore
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
@@ -87,8 +87,10 @@ CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
 """
 
 
-class SQLiteStore(SQLiteNotes):
+class SQLiteStore(SQLStore, SQLiteNotes):
     """One SQLite database (WAL mode). Not thread-safe by itself: ``Memory`` serialises all calls."""
+
+    dialect = SQLITE
 
     def __init__(self, path: str | None, synchronous: str = "NORMAL", busy_timeout: float = 30.0) -> None:
         if synchronous.upper() not in ("NORMAL", "FULL"):
@@ -137,10 +139,7 @@ class SQLiteStore(SQLiteNotes):
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
             if "locked" in str(e) or "busy" in str(e):
-                raise StoreBusy(
-                    f"{self.path}: another connection held the database's write lock for over "
-                    f"{self.busy_timeout:g} s (busy_timeout); nothing was written"
-                ) from e
+                raise self._busy() from e
             raise
         self._in_tx = True
         self._write_no = None
@@ -156,23 +155,11 @@ class SQLiteStore(SQLiteNotes):
             self._in_tx = False
             self._write_no = None
 
-    @contextlib.contextmanager
-    def read_tx(self) -> Iterator[None]:
-        """``BEGIN`` (deferred: a read snapshot in WAL mode, no lock) ... ``COMMIT``; inside a
-        transaction already, the reads belong to it."""
-        if self._in_tx:
-            yield
-            return
-        self.conn.execute("BEGIN")
-        self._in_tx = True
-        try:
-            yield
-        finally:
-            self._in_tx = False
-            self.conn.execute("COMMIT")
+    def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        self.conn.executemany(sql, rows)
 
-    def close(self) -> None:
-        self.conn.close()
+    def _end(self, how: str) -> None:
+        self.conn.execute(how)
 
     def read_snapshot(self) -> SQLiteStore | None:
         """A read-only connection to the same file inside a read transaction whose snapshot is
@@ -182,65 +169,23 @@ class SQLiteStore(SQLiteNotes):
         if self.path is None:
             return None
         uri = Path(os.fspath(self.path)).absolute().as_uri() + "?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout)
-        try:
-            conn.execute("BEGIN")
-            conn.execute("SELECT COUNT(*) FROM meta").fetchone()  # (the snapshot is taken at the first read)
-        except BaseException:
-            conn.close()
-            raise
-        reader = object.__new__(SQLiteStore)
-        reader.path = self.path
-        reader.busy_timeout = self.busy_timeout
-        reader.conn = conn
+        reader = self._reader(
+            sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout)
+        )
         reader._ready = True
-        reader._in_tx = True  # (read_tx inside it belongs to the snapshot)
-        reader._write_no = None
         reader.secure_delete = self.secure_delete
-        reader.tag = self.tag
         reader.next_seq = self.next_seq
         return reader
 
     # -- meta / ids --------------------------------------------------------------------------
-    def get_meta(self, key: str) -> str | None:
-        r = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return None if r is None else str(r[0])
-
-    def set_meta(self, key: str, value: str) -> None:
-        self.conn.execute(
-            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-            (key, value),
-        )
-
     def new_ids(self, n: int) -> list[int]:
         """n fresh item ids (persisted with the enclosing transaction)."""
         start = self.next_seq
         self.next_seq += n
         self.set_meta("next_seq", str(self.next_seq))
-        return [(self.tag << ID_SHIFT) | s for s in range(start, start + n)]
-
-    def owns(self, item_id: int) -> bool:
-        return (item_id >> ID_SHIFT) == self.tag
+        return self._tagged(list(range(start, start + n)))
 
     # -- users / sessions --------------------------------------------------------------------
-    def users(self, user_id: str | None = None) -> list[UserRow]:
-        sql = "SELECT user_id, ns, drift_total, drift_last, drift_updates, decays FROM users"
-        cur = (
-            self.conn.execute(sql + " ORDER BY ns")
-            if user_id is None
-            else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
-        )
-        return [(str(u), int(ns), float(t), float(last), int(n), int(d)) for u, ns, t, last, n, d in cur]
-
-    def user_versions(self, user_id: str | None = None) -> dict[str, int]:
-        sql = "SELECT user_id, version FROM users"
-        cur = self.conn.execute(sql) if user_id is None else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
-        return {str(u): int(v) for u, v in cur}
-
-    def item_user(self, item_id: int) -> str | None:
-        row = self.conn.execute("SELECT user_id FROM items WHERE id=?", (item_id,)).fetchone()
-        return None if row is None else str(row[0])
-
     def item_counts(self, user_ids: list[str]) -> dict[str, int]:
         out: dict[str, int] = {}
         for uid in user_ids:
@@ -249,23 +194,14 @@ class SQLiteStore(SQLiteNotes):
                 out[uid] = int(row[0])
         return out
 
-    def write_number(self) -> int:
-        """This transaction's write number (allocated on first use: the database's next one)."""
-        if self._write_no is None:
-            # one number per write of the whole database, never reused: a user deleted and
-            # created again can never come back to a version another handle still holds
-            self._write_no = int(self.get_meta("write_seq") or 0) + 1
-            self.set_meta("write_seq", str(self._write_no))
-        return self._write_no
+    def _next_write(self) -> int:
+        # one number per write of the whole database, never reused: a user deleted and
+        # created again can never come back to a version another handle still holds
+        n = int(self.get_meta("write_seq") or 0) + 1
+        self.set_meta("write_seq", str(n))
+        return n
 
-    def last_write(self) -> int:
-        return int(self.get_meta("write_seq") or 0)
-
-    def bump_versions(self, user_ids: Iterable[str]) -> dict[str, int]:
-        uids = sorted(set(user_ids))
-        if not uids:
-            return {}
-        n = self.write_number()
+    def _bump(self, uids: list[str], n: int) -> dict[str, int]:
         self.conn.executemany("UPDATE users SET version=? WHERE user_id=?", [(n, u) for u in uids])
         found = {
             str(r[0])
@@ -275,56 +211,8 @@ class SQLiteStore(SQLiteNotes):
         }
         return {u: n for u in uids if u in found}  # (a user deleted by this write has none)
 
-    def next_user_index(self) -> int:
-        return int(self.conn.execute("SELECT COALESCE(MAX(ns), 0) + 1 FROM users").fetchone()[0])
-
     def data_version(self) -> int:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
-
-    def add_user(self, user_id: str, ns: int) -> None:
-        self.conn.execute("INSERT INTO users(user_id, ns, born) VALUES(?, ?, ?)", (user_id, ns, self.write_number()))
-
-    def user_born(self, user_id: str) -> int | None:
-        row = self.conn.execute("SELECT born FROM users WHERE user_id=?", (user_id,)).fetchone()
-        return None if row is None else int(row[0])
-
-    def moved_since(self, version: int) -> tuple[dict[str, int], set[int]]:
-        moved = {
-            str(u): int(v)
-            for u, v in self.conn.execute("SELECT user_id, version FROM users WHERE version > ?", (version,))
-        }
-        gone = {int(r[0]) for r in self.conn.execute("SELECT ns FROM gone_users WHERE version > ?", (version,))}
-        return moved, gone
-
-    def set_decays(self, user_id: str, decays: int) -> None:
-        self.conn.execute("UPDATE users SET decays=? WHERE user_id=?", (decays, user_id))
-
-    def set_drift(self, user_id: str, total: float, last: float, updates: int) -> None:
-        self.conn.execute(
-            "UPDATE users SET drift_total=?, drift_last=?, drift_updates=? WHERE user_id=?",
-            (total, last, updates, user_id),
-        )
-
-    def sessions(self, user_id: str | None = None) -> list[SessionRow]:
-        sql = "SELECT user_id, session_id, status, started_at, ended_at, ends FROM sessions"
-        cur = self.conn.execute(sql) if user_id is None else self.conn.execute(sql + " WHERE user_id=?", (user_id,))
-        return [(str(u), str(s), str(st), started, ended, int(n)) for u, s, st, started, ended, n in cur]
-
-    def upsert_session(
-        self,
-        user_id: str,
-        session_id: str,
-        status: str,
-        started_at: float | None,
-        ended_at: float | None,
-        ends: int = 0,
-    ) -> None:
-        self.conn.execute(
-            "INSERT INTO sessions(user_id, session_id, status, started_at, ended_at, ends) VALUES(?,?,?,?,?,?) "
-            "ON CONFLICT(user_id, session_id) DO UPDATE SET status=excluded.status, ended_at=excluded.ended_at, "
-            "ends=excluded.ends",
-            (user_id, session_id, status, started_at, ended_at, ends),
-        )
 
     # -- items -------------------------------------------------------------------------------
     def insert_items(self, rows: list[dict[str, Any]]) -> None:
@@ -337,22 +225,6 @@ class SQLiteStore(SQLiteNotes):
             f"INSERT INTO items({cols},version) VALUES({qs},?)",
             [tuple(_enc(c, r[c]) for c in ITEM_COLUMNS) + (n,) for r in rows],
         )
-
-    def update_items(self, updates: list[tuple[int, dict[str, Any]]]) -> None:
-        groups: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
-        for item_id, fields in updates:
-            if fields:  # one statement per set of columns, run over all its rows
-                groups.setdefault(tuple(fields), []).append(tuple(_enc(k, v) for k, v in fields.items()) + (item_id,))
-        if not groups:
-            return
-        n = self.write_number()
-        for cols, rows in groups.items():
-            sets = ",".join(f"{k}=?" for k in cols)
-            self.conn.executemany(f"UPDATE items SET {sets},version={n} WHERE id=?", rows)
-
-    def bump_access(self, rows: list[tuple[int, float | None, int]]) -> None:
-        """(access_count, last_access, id) per row."""
-        self.conn.executemany("UPDATE items SET access_count=?, last_access=? WHERE id=?", rows)
 
     def delete_items(self, user_id: str, ids: list[int]) -> None:
         n = self.write_number()
@@ -375,18 +247,6 @@ class SQLiteStore(SQLiteNotes):
         self.conn.execute("DELETE FROM tombstones WHERE user_id=?", (user_id,))
         if row is not None:
             self.conn.execute("INSERT INTO gone_users(ns, version) VALUES(?, ?)", (int(row[0]), self.write_number()))
-
-    def changes(self, user_id: str, since: int) -> tuple[list[dict[str, Any]], list[int]]:
-        sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items WHERE user_id=? AND version > ? ORDER BY seq"
-        rows = [_decode(row) for row in self.conn.execute(sql, (user_id, since))]
-        dead = [
-            int(r[0])
-            for r in self.conn.execute(
-                "SELECT item_id FROM tombstones WHERE user_id=? AND version > ? AND item_id IS NOT NULL",
-                (user_id, since),
-            )
-        ]
-        return rows, dead
 
     def forget(self) -> bool:
         """Wipe what a committed delete left behind in the files: the deleted cells and freed
@@ -413,42 +273,16 @@ class SQLiteStore(SQLiteNotes):
                 return False
             # only the generation read before the checkpoint is covered: a delete committed
             # meanwhile (by another connection) stays pending
-            with self.tx():
-                if int(self.get_meta("wiped_gen") or 0) < gen:
-                    self.set_meta("wiped_gen", str(gen))
+            self._wiped(gen)
             return True
         except sqlite3.Error:
             return False  # (a later write retries)
-
-    def mark_deleted(self) -> None:
-        self.set_meta("wipe_gen", str(int(self.get_meta("wipe_gen") or 0) + 1))
-
-    def wipe_pending(self) -> bool:
-        return int(self.get_meta("wipe_gen") or 0) > int(self.get_meta("wiped_gen") or 0)
-
-    def load_items(self, user_id: str | None = None) -> Iterator[dict[str, Any]]:
-        sql = f"SELECT {','.join(ITEM_COLUMNS)} FROM items"
-        cur = (
-            self.conn.execute(sql + " ORDER BY seq")
-            if user_id is None
-            else self.conn.execute(sql + " WHERE user_id=? ORDER BY seq", (user_id,))
-        )
-        for row in cur:
-            yield _decode(row)
 
     def add_revision(self, item_id: int, text: str, changed_at: float) -> None:
         seq = self.conn.execute("SELECT COUNT(*) FROM revisions WHERE item_id=?", (item_id,)).fetchone()[0]
         self.conn.execute(
             "INSERT INTO revisions(item_id, text, changed_at, seq) VALUES(?,?,?,?)", (item_id, text, changed_at, seq)
         )
-
-    def revisions(self, item_id: int) -> list[tuple[str, float]]:
-        return [
-            (str(t), float(c))
-            for t, c in self.conn.execute(
-                "SELECT text, changed_at FROM revisions WHERE item_id=? ORDER BY seq", (item_id,)
-            )
-        ]
 
 
 def _migrate(conn: sqlite3.Connection, version: int) -> None:
