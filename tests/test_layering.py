@@ -200,6 +200,8 @@ ROOT_FOLDERS: dict[str, tuple[str, ...]] = {
     "embedders": (),
     "reasoning": (),
     "memory": ("lamina.text", "lamina.native", "lamina.llm", "lamina.embedders"),
+    # the framework adapters (lamina.integrations): over the public memory API only
+    "integrations": ("lamina.memory",),
 }
 
 
@@ -484,3 +486,18 @@ def test_reasoning_is_self_contained() -> None:
         assert not target.startswith("lamina") or target == "lamina.reasoning.checkers", f"locator:{line} {target}"
     for target, line, _ in _imports("lamina.reasoning.stepcheck"):
         assert not target.startswith("lamina") or target == "lamina.reasoning.checkers", f"stepcheck:{line} {target}"
+
+
+def test_nothing_imports_the_integrations() -> None:
+    """lamina.integrations (the framework adapters) sits on top: no other module imports it, and
+    its package imports no framework (each adapter module imports its own when imported)."""
+    assert "lamina.integrations" in MODULES
+    for name in MODULES:
+        if name.startswith("lamina.integrations"):
+            continue
+        for target, line, names in _imports(name):
+            full = [f"{target}.{n}" for n in names] or [target]
+            assert not any(f.startswith("lamina.integrations") for f in [target, *full]), (
+                f"{name}:{line} imports {target}"
+            )
+    assert not _top_level_imports("lamina.integrations") - {"__future__"}
