@@ -316,7 +316,9 @@ def test_context_reads_summaries_not_leaves_and_search_still_finds_leaves(tmp_pa
     """Episodic leaves live in their own namespace: a context searches the layer's summaries
     (leaves are reached through their turns), search(layers=["episodic"]) returns both."""
     path = tmp_path / "m.db"
-    cfg = MemoryConfig(working_capacity=4, max_segment_turns=2)
+    # (turns only down to the floor: with fill_past_floor every turn fits in 4,096 tokens, and a
+    # summary whose turns are all shown is a duplicate)
+    cfg = MemoryConfig(working_capacity=4, max_segment_turns=2, fill_past_floor=False)
     m = Memory(path, embedder="hashing", config=cfg)
     rng = random.Random(9)
     texts = [" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(60)]
