@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from lamina import InvalidInput
+from lamina.embedders import get_embedder
 from lamina.memory.inputs import (
     MAX_BUDGET,
     MAX_K,
@@ -17,6 +18,7 @@ from lamina.memory.inputs import (
     check_id,
     check_layers,
     check_text,
+    query_vector,
     to_time,
 )
 
@@ -141,3 +143,20 @@ def test_dot_ids_are_refused_everywhere() -> None:
         export_jsonl(mem, f)
     with Memory(None, embedder="hashing") as other, pytest.raises(InvalidInput, match="path segment"):
         import_jsonl(other, io.StringIO(f.getvalue()), user_map=lambda _u: ".")
+
+
+def test_query_vector() -> None:
+    emb = get_embedder("hashing")
+    q = query_vector(emb.embed, emb.dim, "hello there", None)
+    assert q.shape == (1, emb.dim) and q.dtype == np.float32
+    np.testing.assert_array_equal(q[0], emb.embed(["hello there"])[0])
+    v = np.ones(emb.dim, dtype=np.float32)
+    assert query_vector(emb.embed, emb.dim, "ignored", v).shape == (1, emb.dim)
+    with pytest.raises(TypeError):
+        query_vector(emb.embed, emb.dim, 3, None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="empty"):
+        query_vector(emb.embed, emb.dim, "  ", None)
+    with pytest.raises(InvalidInput, match="shape"):
+        query_vector(emb.embed, emb.dim, "q", np.ones(3, dtype=np.float32))
+    with pytest.raises(InvalidInput, match="non-zero"):
+        query_vector(emb.embed, emb.dim, "q", np.zeros(emb.dim, dtype=np.float32))

@@ -14,14 +14,17 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InvalidInput
 from .types import LAYERS
 
 __all__ = [
+    "query_vector",
+    "query_matrix",
     "TimeLike",
     "MIN_TIME",
     "MAX_TIME",
@@ -147,3 +150,47 @@ def check_layers(layers: Sequence[str]) -> list[str]:
         if L not in LAYERS:
             raise InvalidInput(f"unknown layer {L!r}; expected some of {list(LAYERS)}")
     return names
+
+
+def query_vector(
+    embed: Callable[[list[str]], npt.NDArray[np.float32]],
+    dim: int,
+    query: str,
+    query_embedding: npt.NDArray[np.float32] | None,
+) -> npt.NDArray[np.float32]:
+    """The query as one row, shape (1, dim): embedded, or the caller's checked vector."""
+    check_text(query, "query")
+    if not query.strip():
+        raise InvalidInput("query is empty")
+    if query_embedding is None:
+        return embed([query])
+    q = query_embedding
+    if not isinstance(q, np.ndarray) or q.dtype != np.float32:
+        raise TypeError("query_embedding must be a float32 numpy array of shape (dim,)")
+    if q.shape != (dim,):
+        raise InvalidInput(f"query_embedding must have shape ({dim},), got {q.shape}")
+    if not np.isfinite(q).all() or not np.any(q):
+        raise InvalidInput("query_embedding must be finite and non-zero")
+    return np.ascontiguousarray(q.reshape(1, -1))
+
+
+def query_matrix(
+    embed: Callable[[list[str]], npt.NDArray[np.float32]],
+    dim: int,
+    queries: Sequence[str],
+    query_embeddings: npt.NDArray[np.float32] | None,
+) -> npt.NDArray[np.float32]:
+    """Checked query texts (:func:`lamina.memory.read.batch.pairs`) as rows, shape (len(queries), dim):
+    embedded in one call, or the caller's vectors, checked."""
+    n = len(queries)
+    if query_embeddings is None:
+        return embed(list(queries)) if n else np.empty((0, dim), dtype=np.float32)
+    Q = query_embeddings
+    if not isinstance(Q, np.ndarray) or Q.dtype != np.float32:
+        raise TypeError("query_embeddings must be a float32 numpy array of shape (len(queries), dim)")
+    if Q.shape != (n, dim):
+        raise InvalidInput(f"query_embeddings must have shape ({n}, {dim}) (one row per query), got {Q.shape}")
+    bad = ~(np.isfinite(Q).all(axis=1) & np.any(Q, axis=1))
+    if bad.any():
+        raise InvalidInput(f"query_embeddings[{int(np.argmax(bad))}] must be finite and non-zero")
+    return np.ascontiguousarray(Q)

@@ -84,9 +84,13 @@ def test_domain_gate_blocks_other_domains_verbatim_and_inside_summaries() -> Non
     for secret in ("blood pressure", "astrology", "sushi"):
         assert secret not in text
     reasons = {b.reason for b in fw.firewall.blocked}
-    assert reasons == {"domain"}
+    # (the candidates reach past the floor, MemoryConfig.fill_past_floor: the CLARIFY turn is one
+    # and is held back for its commitment)
+    assert "domain" in reasons and reasons <= {"domain", "clarify"}
     # every blocked item names the domains that blocked it; none of them is the query's alone
-    assert all(b.domain and set(b.domain.split(",")) - {"work", "other"} for b in fw.firewall.blocked)
+    assert all(
+        b.domain and set(b.domain.split(",")) - {"work", "other"} for b in fw.firewall.blocked if b.reason == "domain"
+    )
     # the gate off: the same items as without a firewall once the floor is off too
     open_fw = m.context(q, user_id="ann", budget=400, firewall=Firewall(tau=-1.0, domain_gate=False))
     assert open_fw.firewall is not None

@@ -95,6 +95,8 @@ def _cases(draw: st.DrawFn) -> tuple[object, ...]:
         rrf_k=draw(st.sampled_from([1, 2, 60])),
         session_prior=draw(st.sampled_from([0.0, 0.5, 1.0])),
         time_channel=draw(st.booleans()),
+        fill_past_floor=False,  # (the reference keeps the turns down to the floor)
+        long_turn_words=0,  # (no lengths in the reference)
     )
     floor = draw(st.sampled_from([-10.0, 0.0, 0.5, 1.0, 10.0]))
     top = draw(st.integers(1, 4))

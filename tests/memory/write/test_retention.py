@@ -160,7 +160,8 @@ def test_heat_rule_evicts_by_age_for_contrast() -> None:
 
 
 def test_visits_protect_a_redundant_item() -> None:
-    m = Memory(embedder=Placed(), config=_episodic_cfg())
+    # (only the turn above the floor is shown and visited: not the turns past it)
+    m = Memory(embedder=Placed(), config=_episodic_cfg(fill_past_floor=False))
     _session(m, 1, ["alpha", "bravo one"])
     (leaf,) = [it for it in active_leaves(m) if it.text.endswith("bravo one")]
     for _ in range(2):  # retrieved twice: the turn is shown through its episode, which is heated

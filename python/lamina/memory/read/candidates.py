@@ -5,18 +5,16 @@ scope) and the layer relevance r_i that the gate reads (:mod:`lamina.memory.read
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
 
-from ...errors import InvalidInput
 from ...text.timeref import date_intent, mentions_time
-from ..inputs import check_text
 from ..state.memstate import MemoryState, UserState
-from ..state.records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key
+from ..state.records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key, turn_tokens
 from ..state.staleness import Staleness
 from ..types import LAYERS
 from .fusion import Fused, FusedMany, Turns, fuse_many
@@ -25,8 +23,6 @@ __all__ = [
     "Candidates",
     "Found",
     "Job",
-    "query_vector",
-    "query_matrix",
     "staleness",
     "search",
     "rank_layers",
@@ -43,42 +39,6 @@ Vec = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 _NO_IDS: I64 = np.empty(0, dtype=np.int64)
 Scored = list[tuple[float, Record]]
-
-
-def query_vector(embed: Callable[[list[str]], Vec], dim: int, query: str, query_embedding: Vec | None) -> Vec:
-    """The query as one row, shape (1, dim): embedded, or the caller's checked vector."""
-    check_text(query, "query")
-    if not query.strip():
-        raise InvalidInput("query is empty")
-    if query_embedding is None:
-        return embed([query])
-    q = query_embedding
-    if not isinstance(q, np.ndarray) or q.dtype != np.float32:
-        raise TypeError("query_embedding must be a float32 numpy array of shape (dim,)")
-    if q.shape != (dim,):
-        raise InvalidInput(f"query_embedding must have shape ({dim},), got {q.shape}")
-    if not np.isfinite(q).all() or not np.any(q):
-        raise InvalidInput("query_embedding must be finite and non-zero")
-    return np.ascontiguousarray(q.reshape(1, -1))
-
-
-def query_matrix(
-    embed: Callable[[list[str]], Vec], dim: int, queries: Sequence[str], query_embeddings: Vec | None
-) -> Vec:
-    """Checked query texts (:func:`lamina.memory.read.batch.pairs`) as rows, shape (len(queries), dim):
-    embedded in one call, or the caller's vectors, checked."""
-    n = len(queries)
-    if query_embeddings is None:
-        return embed(list(queries)) if n else np.empty((0, dim), dtype=np.float32)
-    Q = query_embeddings
-    if not isinstance(Q, np.ndarray) or Q.dtype != np.float32:
-        raise TypeError("query_embeddings must be a float32 numpy array of shape (len(queries), dim)")
-    if Q.shape != (n, dim):
-        raise InvalidInput(f"query_embeddings must have shape ({n}, {dim}) (one row per query), got {Q.shape}")
-    bad = ~(np.isfinite(Q).all(axis=1) & np.any(Q, axis=1))
-    if bad.any():
-        raise InvalidInput(f"query_embeddings[{int(np.argmax(bad))}] must be finite and non-zero")
-    return np.ascontiguousarray(Q)
 
 
 def staleness(st: MemoryState, u: UserState) -> Staleness:
@@ -168,7 +128,7 @@ class Lookup:
     found : the searches' results (:func:`search`)
     """
 
-    __slots__ = ("ids", "recs", "_vis", "_when", "_sess", "_table", "_lo")
+    __slots__ = ("ids", "recs", "_vis", "_when", "_sess", "_words", "_table", "_lo")
 
     def __init__(self, st: MemoryState, found: Sequence[Found]) -> None:
         parts = [_NO_IDS]
@@ -192,6 +152,7 @@ class Lookup:
         self._vis: dict[tuple[float | None, str | None], npt.NDArray[np.bool_]] = {}
         self._when: npt.NDArray[np.bool_] | None = None
         self._sess: I64 | None = None
+        self._words: I64 | None = None
         # ids close together (one database's sequence numbers): positions by a table, a gather
         # (np.searchsorted of many unsorted ids costs some 40x more)
         self._table: I64 | None = None
@@ -228,6 +189,15 @@ class Lookup:
         if self._when is None:
             self._when = np.array([mentions_time(r.text, r.timestamp) for r in self.recs.tolist()], dtype=bool)
         return self._when
+
+    def words(self) -> I64:
+        """Each record's length in words (a turn's: its rendered ``Speaker: text`` line)."""
+        if self._words is None:
+            self._words = np.array(
+                [turn_tokens(r)[0] if r.kind == "turn" else len(r.text.split()) for r in self.recs.tolist()],
+                dtype=np.int64,
+            )
+        return self._words
 
     def sessions(self) -> I64:
         """A code of each record's session (equal codes: the same session id, None included)."""
@@ -293,15 +263,32 @@ def search(
         if leaf:
             f.leaves = r[len(live)]
         if tv is not None:
-            f.views = r[-1][1] & ~TURN_KEY
+            f.views = _whole_ties(*r[-1], k) & ~TURN_KEY
             f.lexical = _NO_IDS
             if st.config.lexical:
                 lex.append(j)
     if lex:
-        _, keys = st.lex.search_many([jobs[j][2] for j in lex], [plans[j][2] or 0 for j in lex], k)
-        for j, row in zip(lex, keys):
-            out[j].lexical = row[row >= 0]
+        scores, keys = st.lex.search_many([jobs[j][2] for j in lex], [plans[j][2] or 0 for j in lex], k)
+        for j, sc, row in zip(lex, scores, keys):
+            ok = row >= 0
+            out[j].lexical = _whole_ties(sc[ok], row[ok], k)
     return out
+
+
+def _whole_ties(scores: npt.NDArray[np.floating], ids: I64, k: int) -> I64:
+    """A top-``k`` list (best first) without its last tie class when the depth ``k`` cut it:
+    which members of a class of equal scores (repeated texts) a search returns at its depth
+    depends on where the rows are stored, so the turns past the floor would differ between two
+    handles of one store (:attr:`~lamina.memory.config.MemoryConfig.fill_past_floor`). A list
+    of one tie class is kept whole."""
+    n = len(ids)
+    if n < k or n == 0 or scores[0] == scores[n - 1]:
+        return ids
+    last = scores[n - 1]
+    cut = n
+    while scores[cut - 1] == last:
+        cut -= 1
+    return ids[:cut]
 
 
 def rank_layers(
@@ -385,6 +372,7 @@ def fused_turns_many(
         jobs,
         c.min_similarity,
         c.relevance_top,
+        lookup.words() if c.long_turn_words else None,
     )
     return fused.remap(np.array(which, dtype=np.int64), len(found))
 

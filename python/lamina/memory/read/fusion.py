@@ -28,6 +28,9 @@ I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 _SEQ_MASK = (1 << ID_SHIFT) - 1
 _NO: I64 = np.empty(0, dtype=np.int64)
+#: The span above the floor that the turns past a query's cosines above it are scored in
+#: (:attr:`~lamina.memory.config.MemoryConfig.fill_past_floor`).
+_PAST_FLOOR = 1e-6
 
 
 @dataclass(slots=True)
@@ -59,10 +62,12 @@ class Fused:
     Attributes
     ----------
     ids : ndarray, shape (n,), int64 — the turns in fused order, the best ``n`` only: those
-        whose score reaches the floor, and at least the ``top`` first
+        whose score reaches the floor, and at least the ``top`` first (with
+        ``MemoryConfig.fill_past_floor``, every turn when the best reaches the floor)
     at : ndarray, shape (n,), int64 — their positions in the lookup's ids
     scores : ndarray, shape (n,), float64 — the i-th largest cosine of all the query's turns
-        for the i-th turn
+        for the i-th turn (past those at or above the floor, with ``fill_past_floor``: just
+        above the floor, decreasing)
     every : ndarray, shape (m,), int64 — every turn of the query (dense hits, then lexical
         ones not among them), m >= n
     """
@@ -223,9 +228,10 @@ def fuse(
     jobs: Sequence[Turns],
     floor: float,
     top: int,
+    words: I64 | None = None,
 ) -> list[Fused | None]:
     """:func:`fuse_many`, one :class:`Fused` per job (None for a job without turns)."""
-    many = fuse_many(vectors, config, ids, locate, when, sessions, visible, Q, jobs, floor, top)
+    many = fuse_many(vectors, config, ids, locate, when, sessions, visible, Q, jobs, floor, top, words)
     return [many.one(b) for b in range(len(jobs))]
 
 
@@ -241,6 +247,7 @@ def fuse_many(
     jobs: Sequence[Turns],
     floor: float,
     top: int,
+    words: I64 | None = None,
 ) -> FusedMany:
     """The turns of many queries, ranked by reciprocal-rank fusion (``config.rrf_k``) of their
     dense (exact cosine; ties: older first), lexical (BM25 order) and, for a query with
@@ -248,6 +255,11 @@ def fuse_many(
     contributing 1 / (k + 1 + rank); plus the session prior μ (``config.session_prior``): a
     session is as relevant as its best turn and lends μ of that to each of its turns. Ties: older
     first. The i-th turn in fused order gets the i-th largest cosine of the query's turns.
+    A turn longer than ``config.long_turn_words`` has its dense term divided by its length in
+    those words (at most ``config.long_turn_damping``); the lexical term is weighted by
+    ``config.lexical_weight``. With ``config.fill_past_floor``, a query whose best cosine reaches
+    the floor keeps all its turns, those past its cosines above the floor scored in
+    (floor, floor + 1e-6], decreasing in fused order.
 
     Parameters
     ----------
@@ -264,6 +276,8 @@ def fuse_many(
     jobs : the queries' turn hits (every id among ``ids``; those a query does not see are dropped)
     floor : the scores kept reach it (a turn below it can only be dropped)
     top : at least this many first turns are kept (the layer relevance reads them)
+    words : ndarray, shape (N,), int64 — each record's length in words (the long-turn damping
+        reads it; None: no damping)
 
     Returns
     -------
@@ -325,7 +339,13 @@ def fuse_many(
     # (the terms of a turn add up in the order dense, lexical, time, as np.bincount of one query)
     dense = by_cos[is_dense[by_cos]]
     fused[dense] += 1.0 / (kk + 1 + segment_ranks(q_of[dense], B))
-    fused[lex_at] += 1.0 / (kk + 1 + segment_ranks(l_q, B))
+    if config.long_turn_words and words is not None and len(dense):
+        # a long turn's vector is the sum of many sentences (or a truncated text): its cosine is
+        # a weaker witness of what the turn says (long, general texts score high against most
+        # queries), so its dense term is divided by its length in long_turn_words (at most by
+        # long_turn_damping); BM25 normalises length itself
+        fused[dense] /= np.clip(words[at[dense]] / float(config.long_turn_words), 1.0, config.long_turn_damping)
+    fused[lex_at] += float(config.lexical_weight) / (kk + 1 + segment_ranks(l_q, B))
     asks = np.fromiter((j.when for j in jobs), dtype=bool, count=B)
     if config.time_channel and asks.any():
         tl = by_cos[asks[q_of[by_cos]] & when[at[by_cos]]]
@@ -341,7 +361,22 @@ def fuse_many(
         np.maximum.at(best, group, fused)
         fused = fused + mu * best[group]
     dist = cos[by_cos].astype(np.float64)
-    keep = (dist >= floor) | (segment_ranks(q_of, B) < top)
+    rk = segment_ranks(q_of, B)  # (q_of[by_cos] is q_of: the sort is within each query)
+    above = dist >= floor
+    keep = above | (rk < top)
+    if config.fill_past_floor and len(dist):
+        # the depth is the searches' (set by the budget), not the count of cosines above the
+        # floor: a query whose best turn reaches the floor keeps every turn found, those past
+        # its cosines above the floor scored just above the floor, decreasing in fused order
+        first = rk == 0
+        ok = np.zeros(B, dtype=bool)
+        ok[q_of[first]] = above[first]
+        low = ok[q_of] & ~above
+        if low.any():
+            n_above = np.bincount(q_of[above], minlength=B)[q_of]
+            tail = (n[q_of] - n_above).astype(np.float64)
+            dist[low] = floor + _PAST_FLOOR * (tail[low] - (rk[low] - n_above[low])) / tail[low]
+            keep |= low
     n_kept = np.bincount(q_of[keep], minlength=B)
     kept = n_kept.tolist()
     # Each query's first kept turns in fused order: only the turns scored at least its k-th best

@@ -11,13 +11,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ..config import ACTIVE_LAYERS
-from ..inputs import MAX_K, TimeLike, check_count, check_id, check_layers, to_time
+from ..inputs import MAX_K, TimeLike, check_count, check_id, check_layers, query_matrix, query_vector, to_time
 from ..reports import ContextExplanation
 from ..state.host import MemoryHost
 from ..state.memstate import UserState
 from ..types import Context, MemoryItem
 from . import batch
-from . import candidates as retrieve
 from .firewall import Firewall
 
 __all__ = ["Reading"]
@@ -158,7 +157,7 @@ class Reading:
         qs, uids = batch.pairs(queries, user_ids)
         budget, t_now, domain = batch.options(budget, now, domain, firewall)
         domains = batch.query_domains(self._query_domains, qs, domain, firewall)
-        Q = retrieve.query_matrix(self._embed, self._dim, qs, query_embeddings)
+        Q = query_matrix(self._embed, self._dim, qs, query_embeddings)
         if not qs:
             return []
         return [c for c, _ in _contexts(self, qs, uids, Q, domains, budget, t_now, include_archive, firewall, False)]
@@ -189,7 +188,7 @@ class Reading:
         k = check_count(k, "k", maximum=MAX_K)
         names, archive_only = _search_layers(layers)
         t_now = to_time(now, "now")
-        q = retrieve.query_vector(self._embed, self._dim, query, query_embedding)
+        q = query_vector(self._embed, self._dim, query, query_embedding)
         return _searches(self, [user_id], q, names, k, t_now, archive_only)[0]
 
     def search_batch(
@@ -211,7 +210,7 @@ class Reading:
         k = check_count(k, "k", maximum=MAX_K)
         names, archive_only = _search_layers(layers)
         t_now = to_time(now, "now")
-        Q = retrieve.query_matrix(self._embed, self._dim, qs, query_embeddings)
+        Q = query_matrix(self._embed, self._dim, qs, query_embeddings)
         return _searches(self, uids, Q, names, k, t_now, archive_only) if qs else []
 
 
@@ -242,7 +241,7 @@ def _one_context(
     check_id(user_id, "user_id")
     budget, t_now, domain = batch.options(budget, now, domain, firewall)
     domains = batch.query_domains(host._query_domains, [query], domain, firewall)
-    q = retrieve.query_vector(host._embed, host._dim, query, query_embedding)
+    q = query_vector(host._embed, host._dim, query, query_embedding)
     return _contexts(host, [query], [user_id], q, domains, budget, t_now, include_archive, firewall, explain)[0]
 
 
