@@ -49,6 +49,31 @@ def _cuda_devices() -> int:
     return _cuda["n"]
 
 
+# The slow lane: modules whose tests take tens of seconds each on 2 cores (the model runtime's
+# forward passes, the packaged encoders, processes killed at random points, a real browser, the
+# position evaluation). CI's fast lane (`-m "not slow"`) leaves them to the full run after it.
+SLOW_MODULES = (
+    "tests/model/",
+    "tests/embedders/test_mpnet.py",
+    "tests/embedders/test_minilm.py",
+    "tests/eval/test_eval_position.py",
+    "tests/eval/test_eval_pamqa.py",
+    "tests/memory/store/test_faults.py",
+    "tests/memory/store/test_processes.py",
+    "tests/native/test_codec.py",
+    "tests/serve/test_ui_browser.py",
+    "tests/serve/test_serve_replicas.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).resolve().parents[1]
+    for item in items:
+        rel = Path(str(item.fspath)).resolve().relative_to(root).as_posix()
+        if rel.startswith(SLOW_MODULES):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") and _cuda_devices() == 0:
         import lamina
