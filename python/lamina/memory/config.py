@@ -89,9 +89,10 @@ class MemoryConfig:
         whose turns are short: unchanged on both embedders; 100 / 3 chosen among 40, 60, 100 words);
         ``fill_past_floor``: the fused turns' depth is the searches' (set by the budget), not the
         number of turns whose cosine reaches ``min_similarity``: when a query's best turn reaches the
-        floor, every turn its dense and lexical searches found is a candidate, those past its cosines
-        above the floor scored just above the floor (within 1e-6) in fused order, so lexical hits
-        with low cosines enter and the context fills its budget (off: the i-th fused turn takes the
+        floor, every turn its lexical search found is a candidate too, those past its cosines above
+        the floor scored just above the floor (within 1e-6) in fused order, so lexical hits with
+        low cosines enter and the context fills its budget (dense hits under the floor stay out:
+        they would fill it with whatever is least unrelated) (off: the i-th fused turn takes the
         i-th largest cosine and only those at or above the floor are kept; a query whose best turn
         is under the floor abstains either way);
     >>>>>>> readpath

@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import InvalidInput
+from ...native.search import inner_products
 from ...text.domains import OTHER, DomainClassifier, asks_for_plan, states_constraint
 from ..state.memstate import MemoryState, UserState
 from ..state.records import Record
@@ -164,7 +165,7 @@ def screen(
         Which domains a constraint's words touch (default: the default lexicon).
     """
     q = np.asarray(q, dtype=np.float32).reshape(-1)
-    qn = float(np.linalg.norm(q)) or 1.0
+    qn = float(np.linalg.norm(q, axis=-1)) or 1.0  # (with an axis: no BLAS call)
     blocked: list[Blocked] = []
     clarify: list[int] = []
     gate = fw.domain_gate and query_domain is not None
@@ -175,7 +176,7 @@ def screen(
             continue
         vecs = st.vecs([r.id for _, r in scored])
         norms = np.linalg.norm(vecs, axis=1)
-        sims = (vecs @ q) / (np.where(norms > 0, norms, 1.0) * qn)
+        sims = inner_products(q.reshape(1, -1), vecs)[0] / (np.where(norms > 0, norms, 1.0) * qn)
         kept = []
         for (s, r), sim in zip(scored, sims.tolist()):
             labelled, is_clarify = _traits(st, u, r)

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...native.layer_index import LayerIndex
+from ...native.search import inner_products
 from ..config import MemoryConfig
 from ..state.records import NsCode
 from ..store.protocol import ID_SHIFT
@@ -330,7 +331,7 @@ def fuse_many(
     for b, j in enumerate(jobs):
         s, e = starts[b], ends[b]
         if e > s:
-            cos[s:e] = vectors.rows(arena, slots[s:e]) @ Q[j.row].copy()
+            cos[s:e] = inner_products(Q[j.row : j.row + 1], np.ascontiguousarray(vectors.rows(arena, slots[s:e])))[0]
     seq = tid & _SEQ_MASK
     kk = float(config.rrf_k)
     # each query's turns by cosine, best first (ties: older first)
@@ -366,12 +367,17 @@ def fuse_many(
     keep = above | (rk < top)
     if config.fill_past_floor and len(dist):
         # the depth is the searches' (set by the budget), not the count of cosines above the
-        # floor: a query whose best turn reaches the floor keeps every turn found, those past
-        # its cosines above the floor scored just above the floor, decreasing in fused order
+        # floor: a query whose best turn reaches the floor keeps every turn its lexical search
+        # found too, those past its cosines above the floor scored just above the floor,
+        # decreasing in fused order
         first = rk == 0
         ok = np.zeros(B, dtype=bool)
         ok[q_of[first]] = above[first]
-        low = ok[q_of] & ~above
+        # (only turns the lexical search found: a dense hit under the floor is a weak witness,
+        # and taking those would fill a budget with whatever is least unrelated)
+        lexical = np.zeros(len(key), dtype=bool)
+        lexical[lex_at] = True
+        low = ok[q_of] & ~above & lexical[by_cos]
         if low.any():
             n_above = np.bincount(q_of[above], minlength=B)[q_of]
             tail = (n[q_of] - n_above).astype(np.float64)

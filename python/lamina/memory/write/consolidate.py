@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from ...llm.extract import SourcedSummarizer, Turn, split_sentences
 from ...native import kernels
+from ...native.search import inner_products
 from ..inputs import wall_clock
 from ..reports import SessionReport
 from ..state.memstate import MemoryState, UserState
@@ -79,7 +80,7 @@ def segments(tx: Tx, embs: Vec) -> list[list[int]]:
     centroid = np.zeros(dim, dtype=np.float32)
     for i in range(len(embs)):
         if cur:
-            sim = float(embs[i] @ unit(centroid))
+            sim = float(inner_products(embs[i : i + 1], unit(centroid).reshape(1, -1))[0, 0])
             if len(cur) >= c.max_segment_turns or (len(cur) >= c.min_segment_turns and sim < c.segment_threshold):
                 segs.append(cur)
                 cur, centroid = [], np.zeros(dim, dtype=np.float32)
@@ -178,7 +179,7 @@ def _tree_insert(tx: Tx, models: Models, u: UserState, leaf: Record, e: Vec) -> 
         if not kids:
             _attach(u, leaf, v, depth + 1)
             break
-        sims = st.vecs(kids) @ e
+        sims = inner_products(np.ascontiguousarray(e, dtype=np.float32).reshape(1, -1), st.vecs(kids))[0]
         b = int(np.argmax(sims))
         if float(sims[b]) >= _theta(tx, depth, height):
             v = kids[b]
@@ -266,7 +267,9 @@ def _resummarise(tx: Tx, models: Models, u: UserState, node: Record, leaf: Recor
         views = [Turn(str(k.id), None, k.summary or k.text, k.timestamp, v) for k, v in zip(kids, kv)]
         summary = psi.summarize(views, st.config.summary_words)
         sources = tuple(dict.fromkeys(s for k in kids for s in k.sources))
-        emb = np.ascontiguousarray(kv[int(np.argmax(kv @ _centroid(kv)))])  # the most central child's
+        emb = np.ascontiguousarray(
+            kv[int(np.argmax(inner_products(_centroid(kv).reshape(1, -1), kv)[0]))]
+        )  # the most central child's
     if node.interaction_len is None or not node.sources:  # a new node from a leaf expansion
         node.interaction_len = float(sum(k.interaction_len or 0.0 for k in kids if k.id != leaf.id))
     node.text = node.summary = summary or kids[-1].text
@@ -361,7 +364,7 @@ def _session_summary(
     s_emb = _centroid(tv).reshape(1, -1)
     if prev:
         P = st.vecs(prev)
-        sims = P @ s_emb[0]
+        sims = inner_products(s_emb, P)[0]
         b = int(np.argmax(sims))
         if float(sims[b]) >= c.blend_threshold:
             row = np.ascontiguousarray(P[b : b + 1])

@@ -11,6 +11,7 @@ import numpy as np
 
 from ...llm.extract import Fact, fact_sentence
 from ...native import kernels
+from ...native.search import inner_products
 from ..inputs import wall_clock
 from ..state.memstate import UserState
 from ..state.records import Record, derived_commitment, norm_key
@@ -23,7 +24,7 @@ def _same_value(tx: Tx, models: Models, a: str, b: str) -> bool:
     if norm_key(a) == norm_key(b):
         return True
     x = models.embed([a, b])
-    return float(x[0] @ x[1]) >= tx.st.config.resolve_threshold
+    return float(inner_products(x[0:1], x[1:2])[0, 0]) >= tx.st.config.resolve_threshold
 
 
 def _last_stated(tx: Tx, u: UserState, r: Record) -> float:
