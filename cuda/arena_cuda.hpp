@@ -37,6 +37,7 @@
 
 #include "lamina/arena.hpp"
 #include "lamina/codec.hpp"
+#include "lamina/slot_table.hpp"
 #include "lamina/topk.hpp"
 #include "codec_cuda.hpp"
 #include "topk_cuda.hpp"
@@ -128,8 +129,8 @@ class CudaVectorArena {
 
  private:
   std::size_t elt() const { return dtype_ == DType::F16 ? 2 : 4; }
-  uint32_t row_of_checked(int64_t h) const;
-  std::vector<uint32_t> rows_checked(const int64_t* handles, std::size_t n) const;
+  DeviceRows device_rows_locked() const;
+  DeviceCodes device_codes_locked() const;
   void grow_locked(std::size_t min_capacity);
   void ensure_csr_locked() const;  // on stream_, under csr_mu_
   void write_codes_locked(const void* host_rows, const std::vector<uint32_t>& rows);
@@ -148,9 +149,6 @@ class CudaVectorArena {
   std::size_t stride_;
   int device_;
   void* stream_ = nullptr;  // cudaStream_t owned by the arena
-  std::size_t capacity_ = 0;
-  std::size_t high_water_ = 0;
-  std::size_t live_count_ = 0;
   // device columns
   void* rows_ = nullptr;
   uint64_t* d_ns_ = nullptr;
@@ -163,13 +161,8 @@ class CudaVectorArena {
   uint8_t* d_codes_ = nullptr;
   float* d_cfactor_ = nullptr;
   int32_t* d_ccount_ = nullptr;
-  // host mirror
-  std::vector<uint64_t> ns_;
-  std::vector<uint8_t> layer_;
-  std::vector<uint8_t> live_;
-  std::vector<uint32_t> gen_;
-  std::vector<uint32_t> free_;
-  std::unordered_map<uint64_t, std::size_t> ns_count_;
+  // host mirror: handles, namespaces, layers, live flags, free rows
+  SlotTable slots_;
   struct NsLayerHash {
     std::size_t operator()(const std::pair<uint64_t, uint8_t>& k) const {
       return std::hash<uint64_t>()(k.first * 0x9E3779B97F4A7C15ull ^ k.second);
