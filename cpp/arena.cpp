@@ -104,19 +104,6 @@ VectorArena::VectorArena(std::size_t dim, DType dtype, std::size_t capacity, Cod
   grow_locked(std::max<std::size_t>(capacity, 16));
 }
 
-std::size_t VectorArena::capacity() const {
-  std::shared_lock lk(mu_);
-  return slots_.capacity();
-}
-std::size_t VectorArena::size() const {
-  std::shared_lock lk(mu_);
-  return slots_.live_count();
-}
-std::size_t VectorArena::high_water() const {
-  std::shared_lock lk(mu_);
-  return slots_.high_water();
-}
-
 void VectorArena::grow_locked(std::size_t min_capacity) {
   if (min_capacity <= slots_.capacity() && storage_) return;
   const std::size_t cap = slots_.grown_capacity(min_capacity);
@@ -211,40 +198,14 @@ void VectorArena::get(const int64_t* handles, std::size_t n, void* out) const {
                 row_bytes);
 }
 
-void VectorArena::namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const {
-  std::shared_lock lk(mu_);
-  slots_.namespaces_of(handles, n, out);
-}
-
-void VectorArena::layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const {
-  std::shared_lock lk(mu_);
-  slots_.layers_of(handles, n, out);
-}
-
 void VectorArena::set_layer(const int64_t* handles, std::size_t n, uint8_t layer) {
   std::unique_lock lk(mu_);
   for (uint32_t r : slots_.rows_of(handles, n)) slots_.set_layer(r, layer);
 }
 
-void VectorArena::contains(const int64_t* handles, std::size_t n, uint8_t* out) const {
-  std::shared_lock lk(mu_);
-  slots_.contains(handles, n, out);
-}
-
-std::size_t VectorArena::namespace_size(uint64_t ns) const {
-  std::shared_lock lk(mu_);
-  return slots_.namespace_size(ns);
-}
-
 ArenaView VectorArena::view() const {
   std::shared_lock lk(mu_);
   return ArenaView{storage_, slots_.high_water(), dim_, stride_, dtype_};
-}
-
-void VectorArena::columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
-                          std::vector<uint8_t>& live) const {
-  std::shared_lock lk(mu_);
-  slots_.columns(ns, layers, live);
 }
 
 void VectorArena::search_locked(const float* queries, std::size_t nq, std::size_t k,

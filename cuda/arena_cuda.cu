@@ -224,19 +224,6 @@ void CudaVectorArena::count_ns_layer(uint64_t ns, uint8_t layer, bool add) {
   if (--it->second == 0) nl_count_.erase(it);
 }
 
-std::size_t CudaVectorArena::capacity() const {
-  std::shared_lock lk(mu_);
-  return slots_.capacity();
-}
-std::size_t CudaVectorArena::size() const {
-  std::shared_lock lk(mu_);
-  return slots_.live_count();
-}
-std::size_t CudaVectorArena::high_water() const {
-  std::shared_lock lk(mu_);
-  return slots_.high_water();
-}
-
 void CudaVectorArena::grow_locked(std::size_t min_capacity) {
   if (min_capacity <= slots_.capacity() && rows_) return;
   const std::size_t cap = slots_.grown_capacity(min_capacity);
@@ -451,32 +438,6 @@ void CudaVectorArena::set_layer(const int64_t* handles, std::size_t n, uint8_t l
   Scratch scr(st);
   const uint32_t* d_rows = upload(scr, rows, st);
   launch(set_layer_kernel, blocks_for(n, 256), 256, 0, st, d_layer_, d_rows, n, layer);
-}
-
-void CudaVectorArena::contains(const int64_t* handles, std::size_t n, uint8_t* out) const {
-  std::shared_lock lk(mu_);
-  slots_.contains(handles, n, out);
-}
-
-void CudaVectorArena::namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const {
-  std::shared_lock lk(mu_);
-  slots_.namespaces_of(handles, n, out);
-}
-
-void CudaVectorArena::layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const {
-  std::shared_lock lk(mu_);
-  slots_.layers_of(handles, n, out);
-}
-
-std::size_t CudaVectorArena::namespace_size(uint64_t ns) const {
-  std::shared_lock lk(mu_);
-  return slots_.namespace_size(ns);
-}
-
-void CudaVectorArena::columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
-                              std::vector<uint8_t>& live) const {
-  std::shared_lock lk(mu_);
-  slots_.columns(ns, layers, live);
 }
 
 DeviceRows CudaVectorArena::device_rows_locked() const {

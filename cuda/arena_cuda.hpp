@@ -44,7 +44,7 @@
 
 namespace lamina::cuda {
 
-class CudaVectorArena {
+class CudaVectorArena : public ArenaSlots {
  public:
   /// dim >= 1; capacity: initial rows (grows by doubling); device: CUDA ordinal; codec: the
   /// rows' codes (Codec::None: none).
@@ -60,9 +60,6 @@ class CudaVectorArena {
   DType dtype() const { return dtype_; }
   std::size_t stride() const { return stride_; }
   int device() const { return device_; }
-  std::size_t capacity() const;
-  std::size_t size() const;
-  std::size_t high_water() const;
 
   /// Append n rows (n x dim, C-contiguous, dtype()): `vectors` is device memory of this device
   /// when `on_device`, else host memory. ns / layers: one value or n values (host). Rows must be
@@ -77,12 +74,6 @@ class CudaVectorArena {
   /// Copy rows to host memory `out` (n x dim of dtype()).
   void get(const int64_t* handles, std::size_t n, void* out, void* stream) const;
   void set_layer(const int64_t* handles, std::size_t n, uint8_t layer, void* stream);
-  void contains(const int64_t* handles, std::size_t n, uint8_t* out) const;
-  void namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const;
-  void layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const;
-  std::size_t namespace_size(uint64_t ns) const;
-  void columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
-               std::vector<uint8_t>& live) const;
 
   /// Exact top-k; queries (nq x dim float32) and outputs (nq x k) are device memory of this
   /// device. Filters as VectorArena::search (ns, n_ns and layer_mask are host memory).
@@ -161,8 +152,6 @@ class CudaVectorArena {
   uint8_t* d_codes_ = nullptr;
   float* d_cfactor_ = nullptr;
   int32_t* d_ccount_ = nullptr;
-  // host mirror: handles, namespaces, layers, live flags, free rows
-  SlotTable slots_;
   struct NsLayerHash {
     std::size_t operator()(const std::pair<uint64_t, uint8_t>& k) const {
       return std::hash<uint64_t>()(k.first * 0x9E3779B97F4A7C15ull ^ k.second);
@@ -180,7 +169,6 @@ class CudaVectorArena {
   mutable std::unordered_map<std::pair<uint64_t, uint8_t>, std::pair<std::size_t, std::size_t>,
                              NsLayerHash>
       csr_nl_off_;
-  mutable std::shared_mutex mu_;
 };
 
 }  // namespace lamina::cuda

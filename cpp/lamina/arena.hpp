@@ -48,7 +48,7 @@ struct ArenaView {
   DType dtype = DType::F32;
 };
 
-class VectorArena {
+class VectorArena : public ArenaSlots {
  public:
   /// dim >= 1; capacity: initial rows reserved (grows by doubling); codec: the rows' codes.
   VectorArena(std::size_t dim, DType dtype, std::size_t capacity, Codec codec = Codec::None);
@@ -58,9 +58,6 @@ class VectorArena {
   std::size_t dim() const { return dim_; }
   DType dtype() const { return dtype_; }
   std::size_t stride() const { return stride_; }
-  std::size_t capacity() const;
-  std::size_t size() const;        // live rows
-  std::size_t high_water() const;  // rows ever used (live + dead)
 
   /// Append n rows (n x dim, C-contiguous, element type per dtype(): float or binary16 bits).
   /// ns/layers: one value (ns_per_row/layers_per_row = false) or n values. Rows must be
@@ -74,13 +71,8 @@ class VectorArena {
 
   /// Copy rows to out (n x dim of dtype(), contiguous).
   void get(const int64_t* handles, std::size_t n, void* out) const;
-  /// Columns of given handles.
-  void namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const;
-  void layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const;
   /// Move rows to another layer.
   void set_layer(const int64_t* handles, std::size_t n, uint8_t layer);
-  /// True for handles that currently name a live row.
-  void contains(const int64_t* handles, std::size_t n, uint8_t* out) const;
 
   /// Exact top-k (see topk.hpp for ordering, ties and padding). Filters:
   ///  - ns == nullptr: all namespaces; n_ns == 1: one namespace for all queries;
@@ -97,10 +89,6 @@ class VectorArena {
 
   /// Snapshot of the block (shared ownership) and copies of the columns.
   ArenaView view() const;
-  void columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
-               std::vector<uint8_t>& live) const;
-  /// Live rows per namespace.
-  std::size_t namespace_size(uint64_t ns) const;
 
  private:
   std::size_t elt() const { return dtype_ == DType::F16 ? 2 : 4; }
@@ -117,14 +105,12 @@ class VectorArena {
   DType dtype_;
   std::size_t stride_;
   std::shared_ptr<void> storage_;
-  SlotTable slots_;  // handles, namespaces, layers, live flags, free rows
   std::vector<float> sqnorm_;
   Codec codec_ = Codec::None;
   std::size_t code_stride_ = 0;  // bytes per row's code
   std::vector<uint8_t> codes_;
   std::vector<float> code_factor_;
   std::vector<int32_t> code_count_;
-  mutable std::shared_mutex mu_;
 };
 
 }  // namespace lamina

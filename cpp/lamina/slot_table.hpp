@@ -14,6 +14,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -82,6 +84,53 @@ class SlotTable {
   std::vector<uint32_t> free_;  // released rows available for reuse (LIFO)
   std::unordered_map<uint64_t, std::vector<uint32_t>> ns_rows_;
   std::vector<uint32_t> ns_pos_;  // position of a live row in ns_rows_[ns_[row]]
+};
+
+/// What both arenas share besides the rows: the reader/writer lock, the slot table, and the
+/// reads that need nothing else (taken under the reader lock). Arenas derive from it.
+class ArenaSlots {
+ public:
+  std::size_t capacity() const {
+    std::shared_lock lk(mu_);
+    return slots_.capacity();
+  }
+  std::size_t size() const {  // live rows
+    std::shared_lock lk(mu_);
+    return slots_.live_count();
+  }
+  std::size_t high_water() const {  // rows ever used (live + dead)
+    std::shared_lock lk(mu_);
+    return slots_.high_water();
+  }
+  /// Columns of given handles (IndexError for a stale or unknown handle).
+  void namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const {
+    std::shared_lock lk(mu_);
+    slots_.namespaces_of(handles, n, out);
+  }
+  void layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const {
+    std::shared_lock lk(mu_);
+    slots_.layers_of(handles, n, out);
+  }
+  /// True for handles that currently name a live row.
+  void contains(const int64_t* handles, std::size_t n, uint8_t* out) const {
+    std::shared_lock lk(mu_);
+    slots_.contains(handles, n, out);
+  }
+  /// Copies of the columns up to the high-water mark.
+  void columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
+               std::vector<uint8_t>& live) const {
+    std::shared_lock lk(mu_);
+    slots_.columns(ns, layers, live);
+  }
+  /// Live rows per namespace.
+  std::size_t namespace_size(uint64_t ns) const {
+    std::shared_lock lk(mu_);
+    return slots_.namespace_size(ns);
+  }
+
+ protected:
+  SlotTable slots_;
+  mutable std::shared_mutex mu_;
 };
 
 }  // namespace lamina
