@@ -11,7 +11,7 @@
 #include "common.hpp"
 #include "cuda_array.hpp"
 #include "cuda_call.hpp"
-#include "kernels_cuda.hpp"
+#include "kernels.hpp"
 
 namespace lamina::py_detail {
 

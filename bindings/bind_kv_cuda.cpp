@@ -11,7 +11,7 @@
 #include "common.hpp"
 #include "cuda_array.hpp"
 #include "cuda_call.hpp"
-#include "kv_cuda.hpp"
+#include "kv.hpp"
 #include "lamina/kv.hpp"
 
 namespace lamina::py_detail {

@@ -13,11 +13,11 @@
 #include "common.hpp"
 #include "cuda_array.hpp"
 #include "cuda_call.hpp"
-#include "arena_cuda.hpp"
+#include "arena.hpp"
 #include "lamina/arena.hpp"
 #include "lamina/codec.hpp"
 #include "lamina/topk.hpp"
-#include "topk_cuda.hpp"
+#include "topk.hpp"
 
 namespace lamina::py_detail {
 

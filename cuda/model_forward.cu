@@ -1,4 +1,4 @@
-// The llama forward on a CUDA device in fp16 (cuda/model_cuda.hpp).
+// The llama forward on a CUDA device in fp16 (cuda/model.hpp).
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include "check.cuh"
 #include "lamina/model_f16.hpp"
 #include "lamina_cuda.hpp"
-#include "model_cuda.hpp"
+#include "model.hpp"
 
 namespace lamina::cuda::model {
 

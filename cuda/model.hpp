@@ -1,4 +1,4 @@
-// cuda/model_cuda.hpp — the llama forward on a CUDA device in fp16 (the CPU path of
+// cuda/model.hpp — the llama forward on a CUDA device in fp16 (the CPU path of
 // lamina/model.hpp is its oracle). Includable from plain C++ (no CUDA headers).
 //
 // Weights: every matrix dequantised to fp16 on the host (lamina/model_f16.hpp) and uploaded

@@ -1,15 +1,15 @@
-// GPU-resident vector arena (see arena_cuda.hpp).
+// GPU-resident vector arena (see arena.hpp).
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <cstring>
 
-#include "arena_cuda.hpp"
+#include "arena.hpp"
 #include "check.cuh"
-#include "codec_cuda.hpp"
+#include "codec.hpp"
 #include "lamina_cuda.hpp"
-#include "topk_cuda.hpp"
+#include "topk.hpp"
 #include "topk_select.cuh"
 
 namespace lamina::cuda {

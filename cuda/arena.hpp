@@ -1,4 +1,4 @@
-// cuda/arena_cuda.hpp — a VectorArena whose rows and columns live in device memory.
+// cuda/arena.hpp — a VectorArena whose rows and columns live in device memory.
 //
 // Same model as lamina/arena.hpp (rows padded to a 64-byte stride, namespace / layer / live /
 // squared-norm / generation columns, handles (generation << 32) | row, stale handles refused,
@@ -20,7 +20,7 @@
 //
 // Codes: with a codec (lamina/codec.hpp) each row also has its code in device memory, encoded
 // on the host at add() (device input is copied to the host for it) and cleared on remove();
-// search(oversample = r > 0) scans the codes for k * r candidates per query (codec_cuda.hpp)
+// search(oversample = r > 0) scans the codes for k * r candidates per query (codec.hpp)
 // and re-scores them exactly from the float rows.
 //
 // Thread safety: like VectorArena (shared reader lock for reads, exclusive for writes).
@@ -39,8 +39,8 @@
 #include "lamina/codec.hpp"
 #include "lamina/slot_table.hpp"
 #include "lamina/topk.hpp"
-#include "codec_cuda.hpp"
-#include "topk_cuda.hpp"
+#include "codec.hpp"
+#include "topk.hpp"
 
 namespace lamina::cuda {
 
@@ -89,7 +89,7 @@ class CudaVectorArena : public ArenaSlots {
                    const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
                    float* out_scores, int64_t* out_ids, std::size_t oversample = 0) const;
 
-  /// What a fused fleet step (fleet_cuda.hpp) needs to search this arena with its own
+  /// What a fused fleet step (fleet.hpp) needs to search this arena with its own
   /// (captured) launches: the rows, the device columns and the namespace CSR. Valid while the
   /// reader lock of read_lock() is held; the CSR and the columns are written on stream(), so
   /// the consumer's stream must wait for it first.
