@@ -9,7 +9,7 @@
 #if defined(LAMINA_WITH_CUDA)
 #include "cuda_call.hpp"
 #include "lamina_cuda.hpp"
-#include "topk_cuda.hpp"
+#include "topk.hpp"
 #endif
 
 namespace lamina::py_detail {

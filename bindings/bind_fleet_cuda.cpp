@@ -12,8 +12,8 @@
 #include "common.hpp"
 #include "cuda_array.hpp"
 #include "cuda_call.hpp"
-#include "arena_cuda.hpp"
-#include "fleet_cuda.hpp"
+#include "arena.hpp"
+#include "fleet.hpp"
 
 namespace lamina::py_detail {
 

@@ -11,7 +11,7 @@
 #include "common.hpp"
 #include "cuda_array.hpp"
 #include "cuda_call.hpp"
-#include "kernels_cuda.hpp"
+#include "kernels.hpp"
 
 namespace lamina::py_detail {
 
@@ -50,9 +50,8 @@ void cuda_rows_call(const py::object& rows, const py::object& targets, const py:
   });
 }
 
-}  // namespace
 
-void register_kernels_cuda(py::module_& m) {
+void register_heat_blend_cuda(py::module_& m) {
   // ---- memory kernels (lamina.kernels on device arrays) ----------------------------------
   m.def(
       "cuda_heat_scores",
@@ -99,7 +98,9 @@ void register_kernels_cuda(py::module_& m) {
         },
         py::arg("rows"), py::arg("targets"), py::arg("lam"), py::arg("index"), py::arg("out"),
         py::arg("stream"));
+}
 
+void register_gate_evict_cuda(py::module_& m) {
   m.def(
       "cuda_softmax_gate",
       [](const py::object& relevance, const py::object& beta, const py::object& max_entropy,
@@ -205,6 +206,13 @@ void register_kernels_cuda(py::module_& m) {
       },
       py::arg("scores"), py::arg("namespaces"), py::arg("default_capacity"), py::arg("cap_keys"),
       py::arg("cap_values"), py::arg("live"), py::arg("out"), py::arg("stream"));
+}
+
+}  // namespace
+
+void register_kernels_cuda(py::module_& m) {
+  register_heat_blend_cuda(m);
+  register_gate_evict_cuda(m);
 }
 
 }  // namespace lamina::py_detail

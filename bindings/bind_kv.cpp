@@ -67,9 +67,8 @@ py::array_t<int64_t> make_offsets(const py::array& kk, long long n, long long ta
   return offsets;
 }
 
-}  // namespace
 
-void register_kv(py::module_& m) {
+void register_kv_scores(py::module_& m) {
   m.def(
       "kv_window_scores",
       [](const py::object& x, long long kv_heads, long long n_candidates,
@@ -187,7 +186,9 @@ void register_kv(py::module_& m) {
         return out;
       },
       py::arg("weights"), py::arg("total"), py::arg("cap"));
+}
 
+void register_kv_lava(py::module_& m) {
   m.def(
       "kv_lava_select",
       [](const py::object& x, long long kv_heads, long long n_candidates, const std::string& pool,
@@ -258,7 +259,9 @@ void register_kv(py::module_& m) {
       },
       py::arg("scores"), py::arg("layer_budget"), py::arg("alpha"), py::arg("tail") = 0,
       py::arg("threads") = 0);
+}
 
+void register_kv_rows(py::module_& m) {
   m.def(
       "kv_select_rows",
       [](const py::object& scores, const py::object& k, long long n, long long tail,
@@ -367,6 +370,14 @@ void register_kv(py::module_& m) {
       py::arg("isa") = "?",
       "Testing aid: the ISA of the KV row kernels; pass 'scalar'/'avx2'/'avx512' to force one, "
       "'' to restore the default.");
+}
+
+}  // namespace
+
+void register_kv(py::module_& m) {
+  register_kv_scores(m);
+  register_kv_lava(m);
+  register_kv_rows(m);
 }
 
 }  // namespace lamina::py_detail

@@ -11,12 +11,14 @@
 #include "common.hpp"
 #include "cuda_array.hpp"
 #include "cuda_call.hpp"
-#include "kv_cuda.hpp"
+#include "kv.hpp"
 #include "lamina/kv.hpp"
 
 namespace lamina::py_detail {
 
-void register_kv_cuda(py::module_& m) {
+namespace {
+
+void register_kv_scores_cuda(py::module_& m) {
   // ---- KV selection (lamina.kv on device arrays) -----------------------------------------
   m.def(
       "cuda_kv_window_scores",
@@ -107,6 +109,9 @@ void register_kv_cuda(py::module_& m) {
         return out;
       },
       py::arg("scores"), py::arg("total"), py::arg("floor"), py::arg("stream"));
+}
+
+void register_kv_rows_cuda(py::module_& m) {
   m.def(
       "cuda_kv_select_rows",
       [](const py::object& scores, const py::object& k, long long n, long long tail,
@@ -214,6 +219,13 @@ void register_kv_cuda(py::module_& m) {
       },
       py::arg("src"), py::arg("offsets_dev"), py::arg("offsets_host"), py::arg("indices"),
       py::arg("padded_len"), py::arg("out"), py::arg("stream"));
+}
+
+}  // namespace
+
+void register_kv_cuda(py::module_& m) {
+  register_kv_scores_cuda(m);
+  register_kv_rows_cuda(m);
 }
 
 }  // namespace lamina::py_detail

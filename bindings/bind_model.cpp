@@ -23,7 +23,11 @@ struct PyModel {
 
 }  // namespace
 
-void register_model(py::module_& m) {
+namespace {
+
+using ModelClass = py::class_<PyModel>;
+
+void register_kv_cache(py::module_& m) {
   py::class_<model::KVCache> cache_cls(m, "KVCache");
   cache_cls
       .def(py::init<int, int, int>(), py::arg("n_layers"), py::arg("n_kv_heads"),
@@ -43,8 +47,11 @@ void register_model(py::module_& m) {
         return out;
       },
       [](const model::KVCache& c) { return model::KVCache(c); });
+}
 
-  py::class_<PyModel>(m, "LlamaModel")
+// construction, the settings and forward_hidden
+void def_model_setup(ModelClass& model_cls) {
+  model_cls
       .def(py::init([](const py::dict& cfg, const py::dict& tensors, const py::object& position) {
              const model::Config c = model_config(cfg);
              auto pm = std::make_unique<PyModel>();
@@ -118,7 +125,12 @@ void register_model(py::module_& m) {
           py::arg("ids"), py::arg("cache"), py::arg("logits") = "none", py::arg("threads") = 0,
           py::arg("q8_decode") = true,
           "forward() that also returns the residual stream after every layer: (logits or None, "
-          "hidden float32 [n_layers, T, d_model]).")
+          "hidden float32 [n_layers, T, d_model]).");
+}
+
+// forward and forward_batch
+void def_model_forward(ModelClass& model_cls) {
+  model_cls
       .def_property_readonly_static("kernel_isa",
                                     [](const py::object&) { return model::Model::kernel_isa(); })
       .def(
@@ -208,6 +220,15 @@ void register_model(py::module_& m) {
           "KVCaches), each attending over its own cache; returns float32 [B, vocab], row b the "
           "next-token logits of sequence b. The matmuls run over the B rows together. ValueError "
           "with Ms-PoE or channel scaling (not implemented batched).");
+}
+
+}  // namespace
+
+void register_model(py::module_& m) {
+  register_kv_cache(m);
+  ModelClass model_cls(m, "LlamaModel");
+  def_model_setup(model_cls);
+  def_model_forward(model_cls);
 }
 
 }  // namespace lamina::py_detail

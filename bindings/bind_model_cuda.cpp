@@ -1,4 +1,4 @@
-// Bindings of the model's CUDA path (cuda/model_cuda.hpp) and of the host-side fp16
+// Bindings of the model's CUDA path (cuda/model.hpp) and of the host-side fp16
 // dequantisation it uploads with (lamina/model_f16.hpp). Private: python/lamina/model wraps
 // them. `model_dequantize_f16` exists in every build (so the host code is tested without a
 // GPU); `CudaLlamaModel` and `CudaKVCache` only in CUDA builds (the _core convention).
@@ -15,7 +15,7 @@
 #include "lamina/model_f16.hpp"
 #include "model_args.hpp"
 #if defined(LAMINA_WITH_CUDA)
-#include "model_cuda.hpp"
+#include "model.hpp"
 #endif
 
 namespace lamina::py_detail {

@@ -21,9 +21,8 @@ std::pair<py::array_t<float>, py::array_t<int64_t>> alloc_out(std::size_t nq, st
   return {py::array_t<float>({nq, k}), py::array_t<int64_t>({nq, k})};
 }
 
-}  // namespace
 
-void register_search(py::module_& m) {
+void register_topk(py::module_& m) {
   m.def(
       "topk",
       [](const py::object& queries, const py::object& vectors, long long k,
@@ -113,30 +112,19 @@ void register_search(py::module_& m) {
       py::arg("isa") = "?",
       "Testing aid: the ISA of the code-scan kernels; pass 'scalar'/'avx2'/'avx512' to force "
       "one, '' to restore the default.");
+}
 
+void register_arena(py::module_& m) {
   py::class_<VectorArena, std::shared_ptr<VectorArena>> arena_cls(m, "VectorArena");
   def_arena_common<VectorArena>(arena_cls);
   arena_cls
       .def(py::init([](long long dim, const std::string& dtype, long long capacity,
                        const py::object& codec) {
-             LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
-             LAMINA_CHECK(capacity >= 0, "capacity must be >= 0, got ", capacity);
-             Codec c = Codec::None;
-             if (!codec.is_none()) {
-               if (!py::isinstance<py::str>(codec))
-                 throw TypeError("codec must be 'binary', 'int8' or None");
-               c = parse_codec(codec.cast<std::string>());
-             }
-             return std::make_shared<VectorArena>(dim, parse_dtype(dtype), capacity, c);
+             const ArenaArgs a = arena_args(dim, dtype, capacity, codec);
+             return std::make_shared<VectorArena>(a.dim, a.dtype, a.capacity, a.codec);
            }),
            py::arg("dim"), py::arg("dtype") = "float32", py::arg("capacity") = 1024,
            py::arg("codec") = py::none())
-      .def_property_readonly("codec",
-                             [](const VectorArena& A) -> py::object {
-                               if (A.codec() == Codec::None) return py::none();
-                               return py::str(codec_name(A.codec()));
-                             })
-      .def_property_readonly("code_bytes", &VectorArena::code_stride)
       .def(
           "add",
           [](VectorArena& A, const py::object& vectors, const py::object& ns,
@@ -227,6 +215,13 @@ void register_search(py::module_& m) {
              py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
              return arr;
            });
+}
+
+}  // namespace
+
+void register_search(py::module_& m) {
+  register_topk(m);
+  register_arena(m);
 }
 
 }  // namespace lamina::py_detail

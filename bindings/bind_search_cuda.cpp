@@ -13,15 +13,20 @@
 #include "common.hpp"
 #include "cuda_array.hpp"
 #include "cuda_call.hpp"
-#include "arena_cuda.hpp"
+#include "arena.hpp"
 #include "lamina/arena.hpp"
 #include "lamina/codec.hpp"
 #include "lamina/topk.hpp"
-#include "topk_cuda.hpp"
+#include "topk.hpp"
 
 namespace lamina::py_detail {
 
-void register_search_cuda(py::module_& m) {
+namespace {
+
+using CA = cuda::CudaVectorArena;
+using ArenaClass = py::class_<CA, std::shared_ptr<CA>>;
+
+void register_topk_cuda(py::module_& m) {
   m.def(
       "cuda_topk",
       [](const py::object& queries, const py::object& vectors, long long k,
@@ -60,33 +65,19 @@ void register_search_cuda(py::module_& m) {
       },
       py::arg("queries"), py::arg("vectors"), py::arg("k"), py::arg("metric"),
       py::arg("out_scores"), py::arg("out_ids"), py::arg("stream"));
+}
 
-  // ---- the GPU-resident arena ------------------------------------------------------------
-  using CA = cuda::CudaVectorArena;
-  py::class_<CA, std::shared_ptr<CA>> arena_cls(m, "CudaVectorArena");
-  def_arena_common<CA>(arena_cls);
+// construction and the rows: add, remove, get, set_layer
+void def_arena_rows_cuda(ArenaClass& arena_cls) {
   arena_cls
       .def(py::init([](long long dim, const std::string& dtype, long long capacity, int device,
                        const py::object& codec) {
-             LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
-             LAMINA_CHECK(capacity >= 0, "capacity must be >= 0, got ", capacity);
-             Codec c = Codec::None;
-             if (!codec.is_none()) {
-               if (!py::isinstance<py::str>(codec))
-                 throw TypeError("codec must be 'binary', 'int8' or None");
-               c = parse_codec(codec.cast<std::string>());
-             }
-             return std::make_shared<CA>(dim, parse_dtype(dtype), capacity, device, c);
+             const ArenaArgs a = arena_args(dim, dtype, capacity, codec);
+             return std::make_shared<CA>(a.dim, a.dtype, a.capacity, device, a.codec);
            }),
            py::arg("dim"), py::arg("dtype") = "float32", py::arg("capacity") = 1024,
            py::arg("device") = 0, py::arg("codec") = py::none())
       .def_property_readonly("device", &CA::device)
-      .def_property_readonly("codec",
-                             [](const CA& A) -> py::object {
-                               if (A.codec() == Codec::None) return py::none();
-                               return py::str(codec_name(A.codec()));
-                             })
-      .def_property_readonly("code_bytes", &CA::code_stride)
       .def(
           "add",
           [](CA& A, const py::object& vectors, const py::object& ns, const py::object& layer,
@@ -155,7 +146,12 @@ void register_search_cuda(py::module_& m) {
              A.set_layer(static_cast<const int64_t*>(s.data()), s.shape(0),
                          static_cast<uint8_t>(layer), as_stream(stream));
            },
-           py::arg("slots"), py::arg("layer"), py::arg("stream") = 0)
+           py::arg("slots"), py::arg("layer"), py::arg("stream") = 0);
+}
+
+// the device view and the searches
+void def_arena_search_cuda(ArenaClass& arena_cls) {
+  arena_cls
       .def("device_view",
            [](const CA& A) {
              py::dict d;
@@ -220,6 +216,21 @@ void register_search_cuda(py::module_& m) {
           py::arg("namespace") = py::none(), py::arg("layers") = py::none(),
           py::arg("out_scores") = py::none(), py::arg("out_ids") = py::none(),
           py::arg("stream") = 0, py::arg("oversample") = 0);
+}
+
+// ---- the GPU-resident arena ------------------------------------------------------------
+void register_arena_cuda(py::module_& m) {
+  ArenaClass arena_cls(m, "CudaVectorArena");
+  def_arena_common<CA>(arena_cls);
+  def_arena_rows_cuda(arena_cls);
+  def_arena_search_cuda(arena_cls);
+}
+
+}  // namespace
+
+void register_search_cuda(py::module_& m) {
+  register_topk_cuda(m);
+  register_arena_cuda(m);
 }
 
 }  // namespace lamina::py_detail

@@ -38,6 +38,19 @@ DType parse_dtype(const std::string& s) {
   throw ValueError("unsupported arena dtype '" + s + "'; expected 'float32' or 'float16'");
 }
 
+ArenaArgs arena_args(long long dim, const std::string& dtype, long long capacity,
+                     const py::object& codec) {
+  LAMINA_CHECK(dim >= 1, "dim must be >= 1, got ", dim);
+  LAMINA_CHECK(capacity >= 0, "capacity must be >= 0, got ", capacity);
+  Codec c = Codec::None;
+  if (!codec.is_none()) {
+    if (!py::isinstance<py::str>(codec)) throw TypeError("codec must be 'binary', 'int8' or None");
+    c = parse_codec(codec.cast<std::string>());
+  }
+  return {static_cast<std::size_t>(dim), parse_dtype(dtype), static_cast<std::size_t>(capacity),
+          c};
+}
+
 void layer_mask_from(const py::handle& layers, uint64_t mask[4]) {
   mask[0] = mask[1] = mask[2] = mask[3] = 0;
   for (auto item : layers) {

@@ -34,6 +34,16 @@ void check_columns(const char* name, py::ssize_t rows, py::ssize_t cols, std::si
 void check_k(long long k);
 /// Arena dtype by name ("float32"/"f4"/"<f4", "float16"/...).
 DType parse_dtype(const std::string& s);
+/// An arena constructor's arguments, checked (dim >= 1, capacity >= 0, dtype by name, codec
+/// None or 'binary' / 'int8').
+struct ArenaArgs {
+  std::size_t dim;
+  DType dtype;
+  std::size_t capacity;
+  Codec codec;
+};
+ArenaArgs arena_args(long long dim, const std::string& dtype, long long capacity,
+                     const py::object& codec);
 /// A sequence of layer numbers as a 256-bit mask.
 void layer_mask_from(const py::handle& layers, uint64_t mask[4]);
 /// Host queries: float32 (n, dim), C-contiguous, finite; `whose` names dim in messages.

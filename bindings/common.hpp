@@ -88,6 +88,12 @@ void def_arena_common(Cls& cls) {
       .def_property_readonly("capacity", &Arena::capacity)
       .def_property_readonly("high_water", &Arena::high_water)
       .def_property_readonly("stride", &Arena::stride)
+      .def_property_readonly("codec",
+                             [](const Arena& A) -> py::object {
+                               if (A.codec() == Codec::None) return py::none();
+                               return py::str(codec_name(A.codec()));
+                             })
+      .def_property_readonly("code_bytes", &Arena::code_stride)
       .def("__len__", &Arena::size)
       .def("reserve",
            [](Arena& A, long long c) {

@@ -15,7 +15,7 @@
 
 #include "common.hpp"
 #include "cuda_array.hpp"
-#include "kernels_cuda.hpp"
+#include "kernels.hpp"
 #include "lamina_cuda.hpp"
 
 namespace lamina::py_detail {

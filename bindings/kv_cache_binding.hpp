@@ -2,7 +2,7 @@
 // bind_model.cpp, CudaKVCache in bind_model_cuda.cpp), defined once for either cache type.
 // A cache type provides n_layers/n_kv_heads/head_dim/n_seen/bytes, length, positions, keep,
 // truncate, clear, reserve, scaled, ratio_index and outlier_share (lamina/model.hpp and
-// cuda/model_cuda.hpp); the host copies of keys/values and clone() differ and come in as
+// cuda/model.hpp); the host copies of keys/values and clone() differ and come in as
 // callables.
 #pragma once
 

@@ -1,4 +1,4 @@
-// cuda/code_enqueue.cuh — internal to cuda/*.cu: the GPU code scan (codec_cuda.hpp) split into
+// cuda/code_enqueue.cuh — internal to cuda/*.cu: the GPU code scan (codec.hpp) split into
 // its stream work and its error report, with the queries' codes already in device memory, so
 // that a caller can queue it (or capture it into a CUDA graph) and synchronise once.
 #pragma once
@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "check.cuh"
-#include "codec_cuda.hpp"
+#include "codec.hpp"
 
 namespace lamina::cuda::detail {
 

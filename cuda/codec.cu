@@ -1,4 +1,4 @@
-// The compressed candidate scan on the GPU (see codec_cuda.hpp).
+// The compressed candidate scan on the GPU (see codec.hpp).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 
 #include "check.cuh"
 #include "code_enqueue.cuh"
-#include "codec_cuda.hpp"
+#include "codec.hpp"
 #include "topk_parts.cuh"
 #include "topk_select.cuh"
 

@@ -1,4 +1,4 @@
-// The fleet step as one CUDA graph (see fleet_cuda.hpp). Compiled with -fmad=false
+// The fleet step as one CUDA graph (see fleet.hpp). Compiled with -fmad=false
 // (CMakeLists.txt): relevance, gate and heat round as on the CPU.
 #include <algorithm>
 #include <cfloat>
@@ -8,7 +8,7 @@
 #include "check.cuh"
 #include "code_enqueue.cuh"
 #include "cub_util.cuh"
-#include "fleet_cuda.hpp"
+#include "fleet.hpp"
 #include "gate_row.cuh"
 #include "lamina/kernel_math.hpp"
 #include "lamina_cuda.hpp"

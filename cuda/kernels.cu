@@ -1,4 +1,4 @@
-// CUDA row kernels: heat, EMA blend, damped update (see kernels_cuda.hpp).
+// CUDA row kernels: heat, EMA blend, damped update (see kernels.hpp).
 // Compiled with -fmad=false (CMakeLists.txt) so kernel_math.hpp rounds as on the CPU.
 #include <algorithm>
 #include <cfloat>
@@ -7,7 +7,7 @@
 
 #include "check.cuh"
 #include "gate_row.cuh"
-#include "kernels_cuda.hpp"
+#include "kernels.hpp"
 #include "lamina/kernel_math.hpp"
 #include "topk_select.cuh"
 

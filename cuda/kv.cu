@@ -1,4 +1,4 @@
-// CUDA KV selection core (see kv_cuda.hpp). Compiled with -fmad=false (CMakeLists.txt): the
+// CUDA KV selection core (see kv.hpp). Compiled with -fmad=false (CMakeLists.txt): the
 // score and entropy arithmetic must round exactly as cpp/kv_score.cpp does.
 #include <algorithm>
 #include <cfloat>
@@ -7,7 +7,7 @@
 
 #include "check.cuh"
 #include "cub_util.cuh"
-#include "kv_cuda.hpp"
+#include "kv.hpp"
 #include "lamina/kernel_math.hpp"
 
 namespace lamina::cuda::kv {

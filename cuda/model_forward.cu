@@ -1,4 +1,4 @@
-// The llama forward on a CUDA device in fp16 (cuda/model_cuda.hpp).
+// The llama forward on a CUDA device in fp16 (cuda/model.hpp).
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 #include "check.cuh"
 #include "lamina/model_f16.hpp"
 #include "lamina_cuda.hpp"
-#include "model_cuda.hpp"
+#include "model.hpp"
 
 namespace lamina::cuda::model {
 
@@ -880,18 +880,45 @@ void DeviceModel::set_channel_scaling(const ChannelScaling& cs) {
 
 float DeviceModel::ratio_of(int i) const { return lamina::model::ratio_of(pos_, cfg_.n_kv_heads, i); }
 
-void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cache, Logits mode,
-                          float* logits, float* queries, std::size_t q_window) {
-  const Config& c = cfg_;
+namespace {
+
+// The window variant's split per (layer >= first, KV head, query t): the number of the head's
+// entries at position <= pos0 + t - window (positions ascend: the held ones, all < pos0, then
+// the call's pos0 + j for j <= t), read with the far query and the scaled keys. [L, Hk, T].
+std::vector<int> far_splits(const DeviceKVCache& cache, int L, int Hk, int first, std::size_t T,
+                            int64_t pos0, std::size_t win) {
+  std::vector<int> far;
+  far.assign(static_cast<std::size_t>(L) * Hk * T, 0);
+  for (int l = first; l < L; ++l)
+    for (int h = 0; h < Hk; ++h) {
+      const int32_t* pp = cache.positions(l, h);
+      const std::size_t held = cache.length(l, h);
+      int* row = far.data() + (static_cast<std::size_t>(l) * Hk + h) * T;
+      for (std::size_t t = 0; t < T; ++t) {
+        const int64_t cut = pos0 + static_cast<int64_t>(t) - static_cast<int64_t>(win);
+        const std::size_t below = static_cast<std::size_t>(
+            std::upper_bound(pp, pp + held, cut, [](int64_t a, int32_t b) { return a < b; }) - pp);
+        const std::size_t own = t + 1 >= win ? t + 1 - win : 0;  // j <= t - window
+        row[t] = static_cast<int>(below + own);
+      }
+    }
+  return far;
+}
+
+}  // namespace
+
+void DeviceModel::check_forward(const int32_t* ids, std::size_t T, const DeviceKVCache& cache,
+                                Logits mode, const float* logits, const float* queries,
+                                std::size_t q_window) const {
   LAMINA_CHECK(T >= 1, "forward: no tokens (ids is empty)");
-  LAMINA_CHECK(cache.n_layers() == c.n_layers && cache.n_kv_heads() == c.n_kv_heads &&
-                   cache.head_dim() == c.head_dim,
+  LAMINA_CHECK(cache.n_layers() == cfg_.n_layers && cache.n_kv_heads() == cfg_.n_kv_heads &&
+                   cache.head_dim() == cfg_.head_dim,
                "forward: the KV cache was made for another model shape");
   LAMINA_CHECK(cache.device() == device_, "forward: the KV cache is on cuda:", cache.device(),
                " but the model is on cuda:", device_);
   for (std::size_t t = 0; t < T; ++t)
-    LAMINA_CHECK(ids[t] >= 0 && ids[t] < c.vocab_size, "token id ", ids[t], " at index ", t,
-                 " is outside the vocabulary [0, ", c.vocab_size, ")");
+    LAMINA_CHECK(ids[t] >= 0 && ids[t] < cfg_.vocab_size, "token id ", ids[t], " at index ", t,
+                 " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
   LAMINA_CHECK(mode == Logits::None || logits != nullptr, "forward: no logits buffer");
   LAMINA_CHECK(!queries || (q_window >= 1 && q_window <= T), "forward: the query window (", q_window,
                ") must be in [1, number of tokens (", T, ")]");
@@ -900,6 +927,12 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
   LAMINA_CHECK(!queries || !chan_.enabled || chan_.last_tokens == 0,
                "forward: returning queries for an attention record is not implemented with "
                "last-tokens channel scaling on CUDA");
+}
+
+void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cache, Logits mode,
+                          float* logits, float* queries, std::size_t q_window) {
+  check_forward(ids, T, cache, mode, logits, queries, q_window);
+  const Config& c = cfg_;
   const int64_t pos0 = cache.n_seen();
   LAMINA_CHECK(pos0 + static_cast<int64_t>(T) < (int64_t{1} << 31), "forward: position overflow");
   std::lock_guard<std::mutex> lock(mu_);
@@ -938,26 +971,8 @@ void DeviceModel::forward(const int32_t* ids, std::size_t T, DeviceKVCache& cach
   std::vector<int64_t> positions(T);
   for (std::size_t t = 0; t < T; ++t) positions[t] = pos0 + static_cast<int64_t>(t);
   const std::vector<float> rope = lamina::model::rope_tables(c, positions.data(), T, ratios, win);
-  // The window variant's split per (layer >= first, KV head, query t): the number of the head's
-  // entries at position <= pos0 + t - window (positions ascend: the held ones, all < pos0, then
-  // the call's pos0 + j for j <= t), read with the far query and the scaled keys.
-  std::vector<int> far;
-  if (win) {
-    far.assign(static_cast<std::size_t>(L) * Hk * T, 0);
-    for (int l = first; l < L; ++l)
-      for (int h = 0; h < Hk; ++h) {
-        const int32_t* pp = cache.positions(l, h);
-        const std::size_t held = cache.length(l, h);
-        int* row = far.data() + (static_cast<std::size_t>(l) * Hk + h) * T;
-        for (std::size_t t = 0; t < T; ++t) {
-          const int64_t cut = pos0 + static_cast<int64_t>(t) - static_cast<int64_t>(win);
-          const std::size_t below = static_cast<std::size_t>(
-              std::upper_bound(pp, pp + held, cut, [](int64_t a, int32_t b) { return a < b; }) - pp);
-          const std::size_t own = t + 1 >= win ? t + 1 - win : 0;  // j <= t - window
-          row[t] = static_cast<int>(below + own);
-        }
-      }
-  }
+  const std::vector<int> far =
+      win ? far_splits(cache, L, Hk, first, T, pos0, win) : std::vector<int>();
   std::vector<HeadSlot> slots(static_cast<std::size_t>(L) * Hk);
   std::size_t max_len = 0;
   for (int l = 0; l < L; ++l)

@@ -1,5 +1,5 @@
 // Exact top-k on the GPU: fused scoring + warp-list selection, then merge passes.
-// See topk_cuda.hpp for the contract and the structure.
+// See topk.hpp for the contract and the structure.
 #include <cuda_fp16.h>
 #include <mma.h>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "check.cuh"
-#include "topk_cuda.hpp"
+#include "topk.hpp"
 #include "topk_enqueue.cuh"
 #include "topk_parts.cuh"
 #include "topk_select.cuh"

@@ -1,4 +1,4 @@
-// cuda/topk_enqueue.cuh — internal to cuda/*.cu: the exact GPU top-k (topk_cuda.hpp) split into
+// cuda/topk_enqueue.cuh — internal to cuda/*.cu: the exact GPU top-k (topk.hpp) split into
 // its stream work and its error report, so that a caller can queue several searches (or capture
 // them into a CUDA graph) and synchronise once.
 #pragma once
@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "check.cuh"
-#include "topk_cuda.hpp"
+#include "topk.hpp"
 
 namespace lamina::cuda::detail {
 

@@ -23,15 +23,21 @@
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "lamina/codec.hpp"
+#include "lamina/slot_table.hpp"
 #include "lamina/topk.hpp"
 
 namespace lamina {
 
 enum class DType : int { F32 = 0, F16 = 1 };
+
+/// Elements between rows: dim rounded up to a multiple of 64 bytes (ValueError unless
+/// 1 <= dim <= 2^20). Both arenas lay their rows out so.
+std::size_t arena_row_stride(std::size_t dim, DType dtype);
+/// ValueError naming the first row of `rows` (n x dim of dtype, host memory) with a NaN or Inf.
+void check_finite_rows(const void* rows, std::size_t n, std::size_t dim, DType dtype);
 
 /// A snapshot of the row block: keeps the storage alive while a view of it exists.
 struct ArenaView {
@@ -42,7 +48,7 @@ struct ArenaView {
   DType dtype = DType::F32;
 };
 
-class VectorArena {
+class VectorArena : public ArenaSlots {
  public:
   /// dim >= 1; capacity: initial rows reserved (grows by doubling); codec: the rows' codes.
   VectorArena(std::size_t dim, DType dtype, std::size_t capacity, Codec codec = Codec::None);
@@ -52,9 +58,6 @@ class VectorArena {
   std::size_t dim() const { return dim_; }
   DType dtype() const { return dtype_; }
   std::size_t stride() const { return stride_; }
-  std::size_t capacity() const;
-  std::size_t size() const;        // live rows
-  std::size_t high_water() const;  // rows ever used (live + dead)
 
   /// Append n rows (n x dim, C-contiguous, element type per dtype(): float or binary16 bits).
   /// ns/layers: one value (ns_per_row/layers_per_row = false) or n values. Rows must be
@@ -68,13 +71,8 @@ class VectorArena {
 
   /// Copy rows to out (n x dim of dtype(), contiguous).
   void get(const int64_t* handles, std::size_t n, void* out) const;
-  /// Columns of given handles.
-  void namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const;
-  void layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const;
   /// Move rows to another layer.
   void set_layer(const int64_t* handles, std::size_t n, uint8_t layer);
-  /// True for handles that currently name a live row.
-  void contains(const int64_t* handles, std::size_t n, uint8_t* out) const;
 
   /// Exact top-k (see topk.hpp for ordering, ties and padding). Filters:
   ///  - ns == nullptr: all namespaces; n_ns == 1: one namespace for all queries;
@@ -91,15 +89,11 @@ class VectorArena {
 
   /// Snapshot of the block (shared ownership) and copies of the columns.
   ArenaView view() const;
-  void columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
-               std::vector<uint8_t>& live) const;
-  /// Live rows per namespace.
-  std::size_t namespace_size(uint64_t ns) const;
 
  private:
   std::size_t elt() const { return dtype_ == DType::F16 ? 2 : 4; }
-  uint32_t row_of_checked(int64_t h) const;  // throws IndexError
   void grow_locked(std::size_t min_capacity);
+  RowStore row_store() const;
   void search_locked(const float* queries, std::size_t nq, std::size_t k, Metric metric,
                      const RowFilter& filter, int n_threads, float* out_scores,
                      int64_t* out_ids, std::size_t oversample) const;
@@ -110,24 +104,13 @@ class VectorArena {
   std::size_t dim_;
   DType dtype_;
   std::size_t stride_;
-  std::size_t capacity_ = 0;
-  std::size_t high_water_ = 0;
-  std::size_t live_count_ = 0;
   std::shared_ptr<void> storage_;
-  std::vector<uint64_t> ns_;
-  std::vector<uint8_t> layer_;
-  std::vector<uint8_t> live_;
   std::vector<float> sqnorm_;
-  std::vector<uint32_t> gen_;
   Codec codec_ = Codec::None;
   std::size_t code_stride_ = 0;  // bytes per row's code
   std::vector<uint8_t> codes_;
   std::vector<float> code_factor_;
   std::vector<int32_t> code_count_;
-  std::vector<uint32_t> free_;  // removed rows available for reuse (LIFO)
-  std::unordered_map<uint64_t, std::vector<uint32_t>> ns_rows_;
-  std::vector<uint32_t> ns_pos_;  // position of a live row in ns_rows_[ns_[row]]
-  mutable std::shared_mutex mu_;
 };
 
 }  // namespace lamina

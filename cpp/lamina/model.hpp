@@ -32,7 +32,7 @@
 // call are causally masked (entry j of the call is visible to its queries i >= j).
 //
 // Position scaling (Ms-PoE, Zhang et al. 2024, "Found in the Middle"; optional; also in the
-// CUDA forward, cuda/model_cuda.hpp, the window variant included):
+// CUDA forward, cuda/model.hpp, the window variant included):
 // in layers [first_layer, n_layers) every KV head g is rotated at position p / r_g instead
 // of p, queries and keys alike, with r_i = ratio_min + (ratio_max - ratio_min) · i / Hk.
 // The ratios are assigned on the cache's first call (it must start empty): each query head's

@@ -1,4 +1,4 @@
-// lamina/model_f16.hpp — the host side of the model's CUDA path (cuda/model_cuda.hpp): GGUF
+// lamina/model_f16.hpp — the host side of the model's CUDA path (cuda/model.hpp): GGUF
 // matrices dequantised to IEEE binary16 (the device weights), and the attention record of a
 // prefill window computed from the queries the device returns. Plain C++, tested without a GPU.
 //

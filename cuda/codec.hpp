@@ -1,4 +1,4 @@
-// cuda/codec_cuda.hpp — the compressed candidate scan on a CUDA device (host launcher API).
+// cuda/codec.hpp — the compressed candidate scan on a CUDA device (host launcher API).
 //
 // Same rule as lamina/codec.hpp (binary: 4-bit query planes against sign bits; int8: integer
 // dot products of the quantised query and rows; the estimate of <q, x> turned into the metric's
@@ -7,14 +7,14 @@
 // Structure: lane per row (a binary row is 48 bytes for 384 dims, an int8 row 384), the
 // estimate folded into per-warp sorted lists of m candidates (topk_select.cuh), lists merged
 // to one per query (topk_parts.cuh), then compacted into a row list with one segment per
-// query, which the exact scan (topk_cuda.hpp) re-scores from the float rows.
+// query, which the exact scan (topk.hpp) re-scores from the float rows.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "lamina/codec.hpp"
-#include "topk_cuda.hpp"
+#include "topk.hpp"
 
 namespace lamina::cuda {
 

@@ -1,15 +1,15 @@
-// cuda/fleet_cuda.hpp — the fleet step on a CUDA device: for a batch of agents, search their
+// cuda/fleet.hpp — the fleet step on a CUDA device: for a batch of agents, search their
 // memories layer by layer, gate the layers and bump the heat of what was returned, as one CUDA
 // graph launch (host launcher API, no CUDA headers).
 //
 // One step, for queries q = 0 .. nq-1 with namespaces ns[q] (one agent per query) over the
 // rows of a CudaVectorArena, and L arena layer labels layers[0 .. L-1]:
 //  1. search: for each layer l, the top-k of query q among the live rows of namespace ns[q]
-//     with layer label layers[l] (topk_cuda.hpp's segmented scan over the arena's
+//     with layer label layers[l] (topk.hpp's segmented scan over the arena's
 //     (namespace, layer) ranges: one launch for all queries, each reading only its agent's rows
 //     of that layer) -> scores / ids (nq, L, k), ids as arena handles, -1 / -inf padding.
 //     Exact with oversample = 0; with oversample = r > 0 (an arena with a codec) the code scan
-//     (codec_cuda.hpp) keeps k·r candidates per query and layer and the exact scan re-scores
+//     (codec.hpp) keeps k·r candidates per query and layer and the exact scan re-scores
 //     them from the float rows, as CudaVectorArena::search does (the queries are encoded on the
 //     host, so they are read back first when they are in device memory);
 //  2. relevance r[q, l]: the mean of the first min(relevance_top, found) scores of that list,
@@ -44,8 +44,8 @@
 #include <mutex>
 #include <vector>
 
-#include "arena_cuda.hpp"
-#include "kernels_cuda.hpp"
+#include "arena.hpp"
+#include "kernels.hpp"
 
 namespace lamina::cuda {
 

@@ -1,4 +1,4 @@
-// cuda/kv_cuda.hpp — CUDA versions of the KV selection core of lamina/kv.hpp (host launcher
+// cuda/kv.hpp — CUDA versions of the KV selection core of lamina/kv.hpp (host launcher
 // API, no CUDA headers).
 //
 // Same contracts, shapes and tie rule as lamina/kv.hpp (among equal scores the smaller

@@ -1,4 +1,4 @@
-// CUDA select_hot and evict_to_capacity (see kernels_cuda.hpp). Comparisons only, no float
+// CUDA select_hot and evict_to_capacity (see kernels.hpp). Comparisons only, no float
 // arithmetic: results equal the CPU's exactly (same threshold rounding, same tie rule).
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "check.cuh"
 #include "cub_util.cuh"
-#include "kernels_cuda.hpp"
+#include "kernels.hpp"
 #include "lamina/kernel_math.hpp"
 
 namespace lamina::cuda {

@@ -1,4 +1,4 @@
-// cuda/kernels_cuda.hpp — CUDA versions of the memory kernels of lamina/heat.hpp,
+// cuda/kernels.hpp — CUDA versions of the memory kernels of lamina/heat.hpp,
 // lamina/blend.hpp, lamina/gating.hpp and lamina/evict.hpp (host launcher API, no CUDA headers).
 //
 // Same contracts and the same per-element formulas (lamina/kernel_math.hpp, compiled with

@@ -1,4 +1,4 @@
-// cuda/model_cuda.hpp — the llama forward on a CUDA device in fp16 (the CPU path of
+// cuda/model.hpp — the llama forward on a CUDA device in fp16 (the CPU path of
 // lamina/model.hpp is its oracle). Includable from plain C++ (no CUDA headers).
 //
 // Weights: every matrix dequantised to fp16 on the host (lamina/model_f16.hpp) and uploaded
@@ -247,6 +247,9 @@ class DeviceModel {
   const ChannelScaling& channel_scaling() const { return chan_; }
 
  private:
+  // forward()'s argument checks (ValueError), before it takes the lock.
+  void check_forward(const int32_t* ids, std::size_t T, const DeviceKVCache& cache, Logits mode,
+                     const float* logits, const float* queries, std::size_t q_window) const;
   struct DLayer {
     float* attn_norm = nullptr;
     float* ffn_norm = nullptr;

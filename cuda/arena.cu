@@ -1,15 +1,15 @@
-// GPU-resident vector arena (see arena_cuda.hpp).
+// GPU-resident vector arena (see arena.hpp).
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <cstring>
 
-#include "arena_cuda.hpp"
+#include "arena.hpp"
 #include "check.cuh"
-#include "codec_cuda.hpp"
+#include "codec.hpp"
 #include "lamina_cuda.hpp"
-#include "topk_cuda.hpp"
+#include "topk.hpp"
 #include "topk_select.cuh"
 
 namespace lamina::cuda {
@@ -21,8 +21,6 @@ using detail::Scratch;
 using detail::warp_sum;
 
 namespace {
-
-constexpr uint32_t kMaxGeneration = 0x7fffffffu;  // keeps handles non-negative (as on the CPU)
 
 template <typename T>
 __device__ __forceinline__ bool nonfinite(T v) {
@@ -187,13 +185,11 @@ class StreamScope {
 
 CudaVectorArena::CudaVectorArena(std::size_t dim, DType dtype, std::size_t capacity, int device,
                                  Codec codec)
-    : dim_(dim), dtype_(dtype), device_(device), codec_(codec) {
-  LAMINA_CHECK(dim >= 1 && dim <= (1u << 20), "dim must be in [1, 2^20], got ", dim);
+    : dim_(dim), dtype_(dtype), stride_(arena_row_stride(dim, dtype)), device_(device),
+      codec_(codec) {
   code_stride_ = lamina::code_stride(codec, dim);
   LAMINA_CHECK(device >= 0 && device < device_count(), "CUDA device ", device,
                " does not exist (", device_count(), " usable devices)");
-  const std::size_t per_line = 64 / elt();
-  stride_ = (dim + per_line - 1) / per_line * per_line;
   DeviceGuard g(device_);
   cudaStream_t s;
   LAMINA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -228,24 +224,10 @@ void CudaVectorArena::count_ns_layer(uint64_t ns, uint8_t layer, bool add) {
   if (--it->second == 0) nl_count_.erase(it);
 }
 
-std::size_t CudaVectorArena::capacity() const {
-  std::shared_lock lk(mu_);
-  return capacity_;
-}
-std::size_t CudaVectorArena::size() const {
-  std::shared_lock lk(mu_);
-  return live_count_;
-}
-std::size_t CudaVectorArena::high_water() const {
-  std::shared_lock lk(mu_);
-  return high_water_;
-}
-
 void CudaVectorArena::grow_locked(std::size_t min_capacity) {
-  if (min_capacity <= capacity_ && rows_) return;
-  LAMINA_CHECK(min_capacity < 0xffffffffull, "arena capacity is limited to 2^32 - 1 rows");
-  std::size_t cap = std::max<std::size_t>(capacity_ * 2, min_capacity);
-  cap = std::min<std::size_t>(cap, 0xfffffffeull);
+  if (min_capacity <= slots_.capacity() && rows_) return;
+  const std::size_t cap = slots_.grown_capacity(min_capacity);
+  const std::size_t high_water = slots_.high_water();
   const cudaStream_t st = as_stream(stream_);
   char* rows = static_cast<char*>(rows_);
   {
@@ -257,51 +239,30 @@ void CudaVectorArena::grow_locked(std::size_t min_capacity) {
                                std::to_string(cap) + " rows (" + cudaGetErrorString(e) + ")");
     }
     LAMINA_CUDA_CHECK(cudaMemsetAsync(fresh, 0, cap * stride_ * elt(), st));
-    if (rows && high_water_)
-      LAMINA_CUDA_CHECK(cudaMemcpyAsync(fresh, rows, high_water_ * stride_ * elt(),
+    if (rows && high_water)
+      LAMINA_CUDA_CHECK(cudaMemcpyAsync(fresh, rows, high_water * stride_ * elt(),
                                         cudaMemcpyDeviceToDevice, st));
     LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
     if (rows) LAMINA_CUDA_CHECK(cudaFree(rows));
     rows_ = fresh;
   }
-  grow_column(d_ns_, high_water_, cap, st);
-  grow_column(d_layer_, high_water_, cap, st);
-  grow_column(d_live_, high_water_, cap, st);
-  grow_column(d_sqnorm_, high_water_, cap, st);
-  grow_column(d_gen_, high_water_, cap, st);
+  grow_column(d_ns_, high_water, cap, st);
+  grow_column(d_layer_, high_water, cap, st);
+  grow_column(d_live_, high_water, cap, st);
+  grow_column(d_sqnorm_, high_water, cap, st);
+  grow_column(d_gen_, high_water, cap, st);
   if (codec_ != Codec::None) {
-    grow_column(d_codes_, high_water_ * code_stride_, cap * code_stride_, st);
-    grow_column(d_cfactor_, high_water_, cap, st);
-    grow_column(d_ccount_, high_water_, cap, st);
+    grow_column(d_codes_, high_water * code_stride_, cap * code_stride_, st);
+    grow_column(d_cfactor_, high_water, cap, st);
+    grow_column(d_ccount_, high_water, cap, st);
   }
-  ns_.resize(cap);
-  layer_.resize(cap);
-  live_.resize(cap);
-  gen_.resize(cap);
-  capacity_ = cap;
+  slots_.resize(cap);
 }
 
 void CudaVectorArena::reserve(std::size_t capacity) {
   DeviceGuard g(device_);
   std::unique_lock lk(mu_);
   grow_locked(capacity);
-}
-
-uint32_t CudaVectorArena::row_of_checked(int64_t h) const {
-  LAMINA_CHECK_INDEX(h >= 0, "slot ", h, " is not a valid slot (negative)");
-  const uint64_t row = static_cast<uint64_t>(h) & 0xffffffffull;
-  const uint64_t gen = static_cast<uint64_t>(h) >> 32;
-  LAMINA_CHECK_INDEX(row < high_water_, "slot ", h, " is out of range (arena has ", high_water_,
-                     " rows)");
-  LAMINA_CHECK_INDEX(live_[row] && gen_[row] == gen, "slot ", h,
-                     " is stale: its row was removed (and possibly reused)");
-  return static_cast<uint32_t>(row);
-}
-
-std::vector<uint32_t> CudaVectorArena::rows_checked(const int64_t* handles, std::size_t n) const {
-  std::vector<uint32_t> rows(n);
-  for (std::size_t i = 0; i < n; ++i) rows[i] = row_of_checked(handles[i]);
-  return rows;
 }
 
 void CudaVectorArena::add(const void* vectors, bool on_device, std::size_t n, const uint64_t* ns,
@@ -329,45 +290,22 @@ void CudaVectorArena::add(const void* vectors, bool on_device, std::size_t n, co
     LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
     LAMINA_CHECK(h == 0, "vectors contain NaN or Inf; only finite vectors can be stored");
   } else {
-    if (f16) {
-      const uint16_t* p = static_cast<const uint16_t*>(vectors);
-      for (std::size_t i = 0; i < count; ++i)
-        LAMINA_CHECK(!half_is_nonfinite(p[i]), "vectors[", i / dim_,
-                     "] contains NaN or Inf; only finite vectors can be stored");
-    } else {
-      const float* p = static_cast<const float*>(vectors);
-      for (std::size_t i = 0; i < count; ++i)
-        LAMINA_CHECK(std::isfinite(p[i]), "vectors[", i / dim_,
-                     "] contains NaN or Inf; only finite vectors can be stored");
-    }
+    check_finite_rows(vectors, n, dim_, dtype_);
   }
 
   std::unique_lock lk(mu_);
-  const std::size_t reuse = std::min(n, free_.size());
-  grow_locked(high_water_ + (n - reuse));
+  grow_locked(slots_.high_water() + slots_.rows_past_high_water(n));
   std::vector<uint32_t> rows(n), gens(n);
   std::vector<uint64_t> nsv(n);
   std::vector<uint8_t> lv(n);
   for (std::size_t i = 0; i < n; ++i) {
-    uint32_t row;
-    if (!free_.empty()) {
-      row = free_.back();
-      free_.pop_back();
-    } else {
-      row = static_cast<uint32_t>(high_water_++);
-      gen_[row] = 0;
-    }
-    rows[i] = row;
-    gens[i] = gen_[row];
     nsv[i] = ns_per_row ? ns[i] : ns[0];
     lv[i] = layers_per_row ? layers[i] : layers[0];
-    ns_[row] = nsv[i];
-    layer_[row] = lv[i];
-    live_[row] = 1;
-    ++ns_count_[nsv[i]];
+    const uint32_t row = slots_.acquire(nsv[i], lv[i]);
+    rows[i] = row;
+    gens[i] = slots_.generation(row);
     count_ns_layer(nsv[i], lv[i], true);
-    ++live_count_;
-    out[i] = (static_cast<int64_t>(gens[i]) << 32) | static_cast<int64_t>(row);
+    out[i] = slots_.handle_of(row);
   }
   {
     std::lock_guard cl(csr_mu_);
@@ -428,31 +366,14 @@ void CudaVectorArena::remove(const int64_t* handles, std::size_t n, void* stream
   DeviceGuard g(device_);
   StreamScope scope(stream, stream_);
   std::unique_lock lk(mu_);
-  std::vector<uint32_t> rows = rows_checked(handles, n);
-  {
-    std::vector<uint32_t> sorted(rows);
-    std::sort(sorted.begin(), sorted.end());
-    auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-    LAMINA_CHECK(dup == sorted.end(), "slot for row ", (dup == sorted.end() ? 0 : *dup),
-                 " appears more than once in remove(); pass each slot once");
-  }
+  const std::vector<uint32_t> rows = slots_.rows_to_remove(handles, n);
   if (n == 0) return;
   std::vector<uint32_t> gens(n);
   for (std::size_t i = 0; i < n; ++i) {
     const uint32_t row = rows[i];
-    auto it = ns_count_.find(ns_[row]);
-    LAMINA_ASSERT(it != ns_count_.end() && it->second > 0);
-    if (--it->second == 0) ns_count_.erase(it);
-    count_ns_layer(ns_[row], layer_[row], false);
-    live_[row] = 0;
-    ns_[row] = 0;
-    layer_[row] = 0;
-    --live_count_;
-    if (gen_[row] < kMaxGeneration) {
-      ++gen_[row];
-      free_.push_back(row);
-    }
-    gens[i] = gen_[row];
+    count_ns_layer(slots_.ns(row), slots_.layer(row), false);
+    slots_.release(row);
+    gens[i] = slots_.generation(row);
   }
   {
     std::lock_guard cl(csr_mu_);
@@ -478,7 +399,7 @@ void CudaVectorArena::get(const int64_t* handles, std::size_t n, void* out, void
   DeviceGuard g(device_);
   StreamScope scope(stream, stream_);
   std::shared_lock lk(mu_);
-  std::vector<uint32_t> rows = rows_checked(handles, n);
+  const std::vector<uint32_t> rows = slots_.rows_of(handles, n);
   if (n == 0) return;
   const cudaStream_t st = as_stream(stream_);
   Scratch scr(st);
@@ -499,14 +420,14 @@ void CudaVectorArena::set_layer(const int64_t* handles, std::size_t n, uint8_t l
   DeviceGuard g(device_);
   StreamScope scope(stream, stream_);
   std::unique_lock lk(mu_);
-  std::vector<uint32_t> rows = rows_checked(handles, n);
+  const std::vector<uint32_t> rows = slots_.rows_of(handles, n);
   if (n == 0) return;
   bool moved = false;
   for (uint32_t r : rows) {
-    if (layer_[r] == layer) continue;
-    count_ns_layer(ns_[r], layer_[r], false);
-    count_ns_layer(ns_[r], layer, true);
-    layer_[r] = layer;
+    if (slots_.layer(r) == layer) continue;
+    count_ns_layer(slots_.ns(r), slots_.layer(r), false);
+    count_ns_layer(slots_.ns(r), layer, true);
+    slots_.set_layer(r, layer);
     moved = true;
   }
   if (moved) {  // the CSR is sorted by (namespace, layer)
@@ -519,46 +440,32 @@ void CudaVectorArena::set_layer(const int64_t* handles, std::size_t n, uint8_t l
   launch(set_layer_kernel, blocks_for(n, 256), 256, 0, st, d_layer_, d_rows, n, layer);
 }
 
-void CudaVectorArena::contains(const int64_t* handles, std::size_t n, uint8_t* out) const {
-  std::shared_lock lk(mu_);
-  for (std::size_t i = 0; i < n; ++i) {
-    const int64_t h = handles[i];
-    const uint64_t row = static_cast<uint64_t>(h) & 0xffffffffull;
-    const uint64_t gen = static_cast<uint64_t>(h) >> 32;
-    out[i] = h >= 0 && row < high_water_ && live_[row] && gen_[row] == gen;
-  }
+DeviceRows CudaVectorArena::device_rows_locked() const {
+  DeviceRows rs;
+  rs.base = rows_;
+  rs.stride = stride_;
+  rs.dim = dim_;
+  rs.f16 = dtype_ == DType::F16;
+  rs.sqnorms = d_sqnorm_;
+  return rs;
 }
 
-void CudaVectorArena::namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const {
-  std::shared_lock lk(mu_);
-  std::vector<uint32_t> rows = rows_checked(handles, n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = ns_[rows[i]];
-}
-
-void CudaVectorArena::layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const {
-  std::shared_lock lk(mu_);
-  std::vector<uint32_t> rows = rows_checked(handles, n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = layer_[rows[i]];
-}
-
-std::size_t CudaVectorArena::namespace_size(uint64_t ns) const {
-  std::shared_lock lk(mu_);
-  auto it = ns_count_.find(ns);
-  return it == ns_count_.end() ? 0 : it->second;
-}
-
-void CudaVectorArena::columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
-                              std::vector<uint8_t>& live) const {
-  std::shared_lock lk(mu_);
-  ns.assign(ns_.begin(), ns_.begin() + high_water_);
-  layers.assign(layer_.begin(), layer_.begin() + high_water_);
-  live.assign(live_.begin(), live_.begin() + high_water_);
+DeviceCodes CudaVectorArena::device_codes_locked() const {
+  DeviceCodes dc;
+  dc.codec = codec_;
+  dc.base = d_codes_;
+  dc.stride = code_stride_;
+  dc.dim = dim_;
+  dc.factor = d_cfactor_;
+  dc.count = d_ccount_;
+  dc.sqnorms = d_sqnorm_;
+  return dc;
 }
 
 void CudaVectorArena::ensure_csr_locked() const {
   if (!csr_dirty_) return;
   const cudaStream_t st = as_stream(stream_);
-  const std::size_t n = high_water_;
+  const std::size_t n = slots_.high_water();
   if (csr_cap_ < n) {
     LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
     if (d_csr_) LAMINA_CUDA_CHECK(cudaFree(d_csr_));
@@ -570,7 +477,7 @@ void CudaVectorArena::ensure_csr_locked() const {
   // skips them); the host knows every range from its counts without reading the device.
   std::vector<std::pair<std::pair<uint64_t, uint8_t>, std::size_t>> counts(nl_count_.begin(),
                                                                            nl_count_.end());
-  const std::size_t dead = high_water_ - live_count_;
+  const std::size_t dead = n - slots_.live_count();
   if (dead) {
     auto it = std::find_if(counts.begin(), counts.end(), [](auto& p) {
       return p.first.first == 0 && p.first.second == 0;
@@ -637,24 +544,14 @@ CudaVectorArena::SearchView CudaVectorArena::search_view(const uint64_t* ns, std
   }
   *longest = top;
   SearchView v;
-  v.rows.base = rows_;
-  v.rows.stride = stride_;
-  v.rows.dim = dim_;
-  v.rows.f16 = dtype_ == DType::F16;
-  v.rows.sqnorms = d_sqnorm_;
+  v.rows = device_rows_locked();
   v.live = d_live_;
   v.layers = d_layer_;
   v.generations = d_gen_;
   v.csr = d_csr_;
-  v.codes.codec = codec_;
-  v.codes.base = d_codes_;
-  v.codes.stride = code_stride_;
-  v.codes.dim = dim_;
-  v.codes.factor = d_cfactor_;
-  v.codes.count = d_ccount_;
-  v.codes.sqnorms = d_sqnorm_;
-  v.high_water = high_water_;
-  v.live_count = live_count_;
+  v.codes = device_codes_locked();
+  v.high_water = slots_.high_water();
+  v.live_count = slots_.live_count();
   return v;
 }
 
@@ -674,31 +571,20 @@ void CudaVectorArena::search_codes_locked(const float* queries, std::size_t nq, 
     LAMINA_CUDA_CHECK(cudaStreamSynchronize(st));
     host_queries = hq.data();
   }
-  DeviceCodes dc;
-  dc.codec = codec_;
-  dc.base = d_codes_;
-  dc.stride = code_stride_;
-  dc.dim = dim_;
-  dc.factor = d_cfactor_;
-  dc.count = d_ccount_;
-  dc.sqnorms = d_sqnorm_;
+  const DeviceCodes dc = device_codes_locked();
+  const std::size_t high_water = slots_.high_water();
   Scratch scr(st);
   uint32_t* cand = scr.alloc<uint32_t>(nq * m);
   int64_t* seg = scr.alloc<int64_t>(2 * nq);
-  code_candidates(host_queries, nq, dc, high_water_, f, m, metric, cand, seg, stream_);
-  DeviceRows rs;
-  rs.base = rows_;
-  rs.stride = stride_;
-  rs.dim = dim_;
-  rs.f16 = dtype_ == DType::F16;
-  rs.sqnorms = d_sqnorm_;
+  code_candidates(host_queries, nq, dc, high_water, f, m, metric, cand, seg, stream_);
   DeviceFilter g;  // the candidates passed every filter already
   g.use_row_list = true;
   g.row_list = cand;
   g.row_list_len = nq * m;
   g.segments = seg;
   g.max_segment = m;
-  topk_search(queries, nq, rs, high_water_, g, k, metric, d_gen_, out_scores, out_ids, stream_);
+  topk_search(queries, nq, device_rows_locked(), high_water, g, k, metric, d_gen_, out_scores,
+              out_ids, stream_);
 }
 
 void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
@@ -717,16 +603,12 @@ void CudaVectorArena::search_impl(const float* queries, const float* host_querie
   DeviceGuard g(device_);
   StreamScope scope(stream, stream_);
   std::shared_lock lk(mu_);
-  LAMINA_CHECK(live_count_ > 0, "the arena is empty; add vectors before searching");
+  const std::size_t live_count = slots_.live_count(), high_water = slots_.high_water();
+  LAMINA_CHECK(live_count > 0, "the arena is empty; add vectors before searching");
   const cudaStream_t st = as_stream(stream_);
-  DeviceRows rs;
-  rs.base = rows_;
-  rs.stride = stride_;
-  rs.dim = dim_;
-  rs.f16 = dtype_ == DType::F16;
-  rs.sqnorms = d_sqnorm_;
+  const DeviceRows rs = device_rows_locked();
   DeviceFilter f;
-  if (live_count_ != high_water_) f.live = d_live_;
+  if (live_count != high_water) f.live = d_live_;
   if (layer_mask) {
     f.layers = d_layer_;
     std::copy(layer_mask, layer_mask + 4, f.layer_mask);
@@ -737,7 +619,7 @@ void CudaVectorArena::search_impl(const float* queries, const float* host_querie
       search_codes_locked(queries, nq, k, host_queries, metric, f, oversample, out_scores,
                           out_ids);
     else
-      topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+      topk_search(queries, nq, rs, high_water, f, k, metric, d_gen_, out_scores, out_ids, stream_);
     return;
   }
   LAMINA_CHECK(n_ns == 1 || n_ns == nq, "namespace must be one value or one per query (", nq,
@@ -759,7 +641,7 @@ void CudaVectorArena::search_impl(const float* queries, const float* host_querie
       search_codes_locked(queries, nq, k, host_queries, metric, f, oversample, out_scores,
                           out_ids);
     else
-      topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+      topk_search(queries, nq, rs, high_water, f, k, metric, d_gen_, out_scores, out_ids, stream_);
     return;
   }
   std::vector<int64_t> seg(2 * nq);
@@ -772,13 +654,13 @@ void CudaVectorArena::search_impl(const float* queries, const float* host_querie
   }
   Scratch scr(st);
   f.segments = upload(scr, seg, st);
-  f.row_list_len = high_water_;
+  f.row_list_len = high_water;
   f.max_segment = longest;
   if (coded)
     search_codes_locked(queries, nq, k, host_queries, metric, f, oversample, out_scores,
                           out_ids);
   else
-    topk_search(queries, nq, rs, high_water_, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+    topk_search(queries, nq, rs, high_water, f, k, metric, d_gen_, out_scores, out_ids, stream_);
 }
 
 void CudaVectorArena::search_host(const float* queries, std::size_t nq, std::size_t k,

@@ -1,4 +1,4 @@
-// cuda/arena_cuda.hpp — a VectorArena whose rows and columns live in device memory.
+// cuda/arena.hpp — a VectorArena whose rows and columns live in device memory.
 //
 // Same model as lamina/arena.hpp (rows padded to a 64-byte stride, namespace / layer / live /
 // squared-norm / generation columns, handles (generation << 32) | row, stale handles refused,
@@ -20,7 +20,7 @@
 //
 // Codes: with a codec (lamina/codec.hpp) each row also has its code in device memory, encoded
 // on the host at add() (device input is copied to the host for it) and cleared on remove();
-// search(oversample = r > 0) scans the codes for k * r candidates per query (codec_cuda.hpp)
+// search(oversample = r > 0) scans the codes for k * r candidates per query (codec.hpp)
 // and re-scores them exactly from the float rows.
 //
 // Thread safety: like VectorArena (shared reader lock for reads, exclusive for writes).
@@ -37,13 +37,14 @@
 
 #include "lamina/arena.hpp"
 #include "lamina/codec.hpp"
+#include "lamina/slot_table.hpp"
 #include "lamina/topk.hpp"
-#include "codec_cuda.hpp"
-#include "topk_cuda.hpp"
+#include "codec.hpp"
+#include "topk.hpp"
 
 namespace lamina::cuda {
 
-class CudaVectorArena {
+class CudaVectorArena : public ArenaSlots {
  public:
   /// dim >= 1; capacity: initial rows (grows by doubling); device: CUDA ordinal; codec: the
   /// rows' codes (Codec::None: none).
@@ -59,9 +60,6 @@ class CudaVectorArena {
   DType dtype() const { return dtype_; }
   std::size_t stride() const { return stride_; }
   int device() const { return device_; }
-  std::size_t capacity() const;
-  std::size_t size() const;
-  std::size_t high_water() const;
 
   /// Append n rows (n x dim, C-contiguous, dtype()): `vectors` is device memory of this device
   /// when `on_device`, else host memory. ns / layers: one value or n values (host). Rows must be
@@ -76,12 +74,6 @@ class CudaVectorArena {
   /// Copy rows to host memory `out` (n x dim of dtype()).
   void get(const int64_t* handles, std::size_t n, void* out, void* stream) const;
   void set_layer(const int64_t* handles, std::size_t n, uint8_t layer, void* stream);
-  void contains(const int64_t* handles, std::size_t n, uint8_t* out) const;
-  void namespaces_of(const int64_t* handles, std::size_t n, uint64_t* out) const;
-  void layers_of(const int64_t* handles, std::size_t n, uint8_t* out) const;
-  std::size_t namespace_size(uint64_t ns) const;
-  void columns(std::vector<uint64_t>& ns, std::vector<uint8_t>& layers,
-               std::vector<uint8_t>& live) const;
 
   /// Exact top-k; queries (nq x dim float32) and outputs (nq x k) are device memory of this
   /// device. Filters as VectorArena::search (ns, n_ns and layer_mask are host memory).
@@ -97,7 +89,7 @@ class CudaVectorArena {
                    const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
                    float* out_scores, int64_t* out_ids, std::size_t oversample = 0) const;
 
-  /// What a fused fleet step (fleet_cuda.hpp) needs to search this arena with its own
+  /// What a fused fleet step (fleet.hpp) needs to search this arena with its own
   /// (captured) launches: the rows, the device columns and the namespace CSR. Valid while the
   /// reader lock of read_lock() is held; the CSR and the columns are written on stream(), so
   /// the consumer's stream must wait for it first.
@@ -128,8 +120,8 @@ class CudaVectorArena {
 
  private:
   std::size_t elt() const { return dtype_ == DType::F16 ? 2 : 4; }
-  uint32_t row_of_checked(int64_t h) const;
-  std::vector<uint32_t> rows_checked(const int64_t* handles, std::size_t n) const;
+  DeviceRows device_rows_locked() const;
+  DeviceCodes device_codes_locked() const;
   void grow_locked(std::size_t min_capacity);
   void ensure_csr_locked() const;  // on stream_, under csr_mu_
   void write_codes_locked(const void* host_rows, const std::vector<uint32_t>& rows);
@@ -148,9 +140,6 @@ class CudaVectorArena {
   std::size_t stride_;
   int device_;
   void* stream_ = nullptr;  // cudaStream_t owned by the arena
-  std::size_t capacity_ = 0;
-  std::size_t high_water_ = 0;
-  std::size_t live_count_ = 0;
   // device columns
   void* rows_ = nullptr;
   uint64_t* d_ns_ = nullptr;
@@ -163,13 +152,6 @@ class CudaVectorArena {
   uint8_t* d_codes_ = nullptr;
   float* d_cfactor_ = nullptr;
   int32_t* d_ccount_ = nullptr;
-  // host mirror
-  std::vector<uint64_t> ns_;
-  std::vector<uint8_t> layer_;
-  std::vector<uint8_t> live_;
-  std::vector<uint32_t> gen_;
-  std::vector<uint32_t> free_;
-  std::unordered_map<uint64_t, std::size_t> ns_count_;
   struct NsLayerHash {
     std::size_t operator()(const std::pair<uint64_t, uint8_t>& k) const {
       return std::hash<uint64_t>()(k.first * 0x9E3779B97F4A7C15ull ^ k.second);
@@ -187,7 +169,6 @@ class CudaVectorArena {
   mutable std::unordered_map<std::pair<uint64_t, uint8_t>, std::pair<std::size_t, std::size_t>,
                              NsLayerHash>
       csr_nl_off_;
-  mutable std::shared_mutex mu_;
 };
 
 }  // namespace lamina::cuda

@@ -1,4 +1,4 @@
-// cuda/topk_cuda.hpp — exact top-k search on a CUDA device (host launcher API, no CUDA headers).
+// cuda/topk.hpp — exact top-k search on a CUDA device (host launcher API, no CUDA headers).
 //
 // Same contract as lamina/topk.hpp (ordering best first, ties -> smaller row id, padding id -1
 // and score -inf for ip/cosine, +inf for l2; the same metric formulas), so the CPU search is the
