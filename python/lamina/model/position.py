@@ -6,7 +6,7 @@ instead of p, with ratios r_i = ratio_min + (ratio_max - ratio_min) · i / H spr
 heads; heads are ranked by the outlier share of the prompt's last attention row (the most
 position-aware head gets the smallest ratio). The native forward does the scoring, the
 assignment and the rotation (``cpp/lamina/model.hpp``, "Position scaling"; on CUDA
-``cuda/model_cuda.hpp``, the window variant included); this
+``cuda/model.hpp``, the window variant included); this
 module holds the validated settings (:class:`MsPoE`) and finds the copy heads — previous-token
 and induction heads, which need an offset of exactly 1 between neighbours — from their
 attention on a probe of random tokens repeated twice.
