@@ -12,6 +12,7 @@ deletes, the wipe of deleted rows (:mod:`~lamina.memory.store.sqlite`,
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import functools
 from collections.abc import Iterable, Iterator
@@ -58,7 +59,7 @@ SQLITE = Dialect(prefix="", mark="?", quoted=False, begin_read="BEGIN")
 POSTGRES = Dialect(prefix="lamina.", mark="%s", quoted=True, begin_read="BEGIN ISOLATION LEVEL REPEATABLE READ")
 
 
-class SQLStore:
+class SQLStore(abc.ABC):
     """The statements SQLite and PostgreSQL share, over the backend's connection (``conn``) in
     its :class:`Dialect` (``dialect``). A backend subclasses it and adds what differs."""
 
@@ -73,21 +74,21 @@ class SQLStore:
     _sessions_order: tuple[str, str] = ("", "")
 
     # -- to implement ------------------------------------------------------------------------
+    @abc.abstractmethod
     def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         """Run one statement over many rows."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _end(self, how: str) -> None:
         """COMMIT or ROLLBACK the open transaction."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _next_write(self) -> int:
         """Take the database's next write number."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _bump(self, uids: list[str], n: int) -> dict[str, int]:
         """Stamp these users (sorted, at least one) with write number n; those found."""
-        raise NotImplementedError
 
     # -- helpers -----------------------------------------------------------------------------
     def _run(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
@@ -194,8 +195,9 @@ class SQLStore:
             if int(self.get_meta("wiped_gen") or 0) < gen:
                 self.set_meta("wiped_gen", str(gen))
 
+    @abc.abstractmethod
     def tx(self) -> contextlib.AbstractContextManager[None]:
-        raise NotImplementedError
+        """The backend's write transaction (nested calls join the open one)."""
 
     # -- users / sessions --------------------------------------------------------------------
     def users(self, user_id: str | None = None) -> list[UserRow]:
