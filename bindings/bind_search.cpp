@@ -22,6 +22,27 @@ std::pair<py::array_t<float>, py::array_t<int64_t>> alloc_out(std::size_t nq, st
 }
 
 
+// The rows of a plain float32 / float16 matrix, checked (2-D, C-contiguous, >= 1 column; with
+// `need_rows`, >= 1 row); `keep` holds the array while the RowStore points into it.
+RowStore matrix_rows(const py::object& vectors, bool need_rows, py::array& keep) {
+  if (!py::isinstance<py::array>(vectors))
+    throw TypeError("vectors must be a numpy.ndarray (float32 or float16)");
+  keep = py::reinterpret_borrow<py::array>(vectors);
+  const bool f16 = is_f16(keep);
+  if (!f16) keep = checked_array<float>(vectors, "vectors", 2, "float32");
+  LAMINA_CHECK(keep.ndim() == 2, "vectors must be 2-dimensional (n x dim), got ndim=", keep.ndim());
+  LAMINA_CHECK(keep.flags() & py::array::c_style,
+               "vectors must be C-contiguous; pass numpy.ascontiguousarray(vectors)");
+  if (need_rows) LAMINA_CHECK(keep.shape(0) > 0, "vectors is empty (0 rows); nothing to search");
+  LAMINA_CHECK(keep.shape(1) > 0, "vectors must have at least one column");
+  RowStore rs;
+  rs.base = keep.data();
+  rs.stride = keep.shape(1);
+  rs.dim = keep.shape(1);
+  rs.f16 = f16;
+  return rs;
+}
+
 void register_topk(py::module_& m) {
   m.def(
       "topk",
@@ -29,25 +50,11 @@ void register_topk(py::module_& m) {
          const std::string& metric, int threads) {
         check_k(k);
         const Metric met = parse_metric(metric);
-        if (!py::isinstance<py::array>(vectors))
-          throw TypeError("vectors must be a numpy.ndarray (float32 or float16)");
-        py::array v = py::reinterpret_borrow<py::array>(vectors);
-        const bool f16 = is_f16(v);
-        if (!f16) v = checked_array<float>(vectors, "vectors", 2, "float32");
-        LAMINA_CHECK(v.ndim() == 2, "vectors must be 2-dimensional (n x dim), got ndim=", v.ndim());
-        LAMINA_CHECK(v.flags() & py::array::c_style,
-                     "vectors must be C-contiguous; pass numpy.ascontiguousarray(vectors)");
-        LAMINA_CHECK(v.shape(0) > 0, "vectors is empty (0 rows); nothing to search");
-        LAMINA_CHECK(v.shape(1) > 0, "vectors must have at least one column");
-        const std::size_t dim = v.shape(1);
-        py::array q = check_host_queries(queries, dim, "the vectors' dim");
+        py::array v;
+        const RowStore rs = matrix_rows(vectors, true, v);
+        py::array q = check_host_queries(queries, rs.dim, "the vectors' dim");
         const std::size_t nq = q.shape(0), n = v.shape(0);
         auto [scores, ids] = alloc_out(nq, k);
-        RowStore rs;
-        rs.base = v.data();
-        rs.stride = dim;
-        rs.dim = dim;
-        rs.f16 = f16;
         {
           float* so = scores.mutable_data();
           int64_t* io = ids.mutable_data();
@@ -64,17 +71,9 @@ void register_topk(py::module_& m) {
       "inner_products",
       [](const py::object& queries, const py::object& vectors, const py::object& out,
          int threads) {
-        if (!py::isinstance<py::array>(vectors))
-          throw TypeError("vectors must be a numpy.ndarray (float32 or float16)");
-        py::array v = py::reinterpret_borrow<py::array>(vectors);
-        const bool f16 = is_f16(v);
-        if (!f16) v = checked_array<float>(vectors, "vectors", 2, "float32");
-        LAMINA_CHECK(v.ndim() == 2, "vectors must be 2-dimensional (n x dim), got ndim=", v.ndim());
-        LAMINA_CHECK(v.flags() & py::array::c_style,
-                     "vectors must be C-contiguous; pass numpy.ascontiguousarray(vectors)");
-        LAMINA_CHECK(v.shape(1) > 0, "vectors must have at least one column");
-        const std::size_t dim = v.shape(1);
-        py::array q = check_host_queries(queries, dim, "the vectors' dim");
+        py::array v;
+        const RowStore rs = matrix_rows(vectors, false, v);
+        py::array q = check_host_queries(queries, rs.dim, "the vectors' dim");
         const std::size_t nq = q.shape(0), n = v.shape(0);
         py::array res;
         if (out.is_none()) {
@@ -87,11 +86,6 @@ void register_topk(py::module_& m) {
           LAMINA_CHECK(res.flags() & py::array::c_style, "out must be C-contiguous");
           LAMINA_CHECK(res.writeable(), "out must be writeable");
         }
-        RowStore rs;
-        rs.base = v.data();
-        rs.stride = dim;
-        rs.dim = dim;
-        rs.f16 = f16;
         {
           float* o = static_cast<float*>(res.mutable_data());
           const float* qp = static_cast<const float*>(q.data());
