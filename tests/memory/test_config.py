@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from memkit import FILLER, T0, chat
 
 from lamina import InvalidInput, Memory, MemoryConfig
+from memkit import FILLER, T0, chat
 
 
 def test_defaults_are_valid_and_frozen() -> None:

@@ -4,9 +4,9 @@ and a device exist, else skips; a CUDA build that fails to load fails, see tests
 from __future__ import annotations
 
 import pytest
-from memkit import FILLER, T0, chat
 
 from lamina import Memory, MemoryConfig
+from memkit import FILLER, T0, chat
 
 QUESTIONS = ("Which cats did Bob adopt?", "Where is the bakery?", "football")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memkit import rows
 
 from lamina import Memory, MemoryConfig
+from memkit import rows
 
 CITIES = ["Paris", "Berlin", "Rome", "Oslo"]
 PETS = ["Max", "Rex", "Luna"]
