@@ -83,9 +83,29 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+class _OneLineHelp(argparse.HelpFormatter):
+    """Help wide enough that every command's summary fits on one line."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30, width=200)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            # argparse measures the command names at the section's indent, then prints them
+            # two columns deeper: widen by that, so no summary wraps onto a line of its own
+            self._action_max_length += 4
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lamina", description="lamina memory engine")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = argparse.ArgumentParser(
+        prog="lamina",
+        description="lamina: long-term memory engine for LLM agents",
+        epilog="`lamina COMMAND --help` shows a command's options.",
+        formatter_class=_OneLineHelp,
+    )
+    p.add_argument("--version", action="version", version=f"lamina {_info.build_info()['version']}")
+    sub = p.add_subparsers(dest="cmd", required=True, title="commands", metavar="COMMAND")
     b = sub.add_parser("bench-search", help="time exact top-k search against numpy")
     b.add_argument("--rows", type=int, default=100_000)
     b.add_argument("--dim", type=int, default=384)
