@@ -50,8 +50,8 @@ class KeepSet:
 
     Device sets: when :func:`lamina.kv.select` runs on CUDA scores, ``indices`` is a device
     array (CuPy / PyTorch, the scores' library) while ``offsets`` and ``lengths`` stay small
-    host arrays; :meth:`head` works on it, :meth:`mask` / :meth:`padded` need
-    :meth:`to_host` first (an explicit copy).
+    host arrays; :meth:`head` works on it, :meth:`mask` / :meth:`padded` need a call of
+    ``to_host()`` first (an explicit copy).
 
     Thread safety: immutable after construction (the arrays are made read-only); safe to share.
     """
