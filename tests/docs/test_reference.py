@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,12 @@ def test_the_http_reference_documents_every_route() -> None:
             assert f"## `{method.upper()} {path}`" in page
     for name in spec["components"]["schemas"]:
         assert f"### {name}" in page
+
+
+def test_the_readme_links_resolve() -> None:
+    """The README is not part of the site, so the strict build does not check its links: this does."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = [t for t in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme) if "://" not in t]
+    assert len(targets) >= 20
+    missing = [t for t in targets if not (ROOT / t).is_file()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
