@@ -43,6 +43,7 @@ from ..errors import InvalidInput
 from ..memory import Firewall, Memory, MemoryConfig
 from ..memory.reports import DeleteReport
 from ..memory.service_records import MAX_LOG_PAGE
+from ..memory.store.dburl import is_postgres_url
 from ..memory.types import MemoryItem
 from . import schemas as S
 from .audit import entries as audit_entries
@@ -496,6 +497,7 @@ def create_app(
             mem = svc._memory
             svc.ready = False
             await asyncio.to_thread(svc.pool.shutdown)
+            rates.close()
             if owned and mem is not None:
                 mem.close()
                 svc.set_memory(None)
@@ -528,7 +530,8 @@ def create_app(
         larger=[("POST", IMPORT_PATH, config.limits.max_import_bytes, "max_import_bytes")],
     )
     # with keys, a request without a known key is refused before anything reads its body
-    rates = RateState(config.rate_limits, metrics)
+    # (on PostgreSQL the budgets are the database's: every worker and replica shares them)
+    rates = RateState(config.rate_limits, metrics, shared=config.db if is_postgres_url(config.db) else None)
     app.add_middleware(KeyGate, keys=config.keys, self_authenticated=ui_prefixes, on_refused=rates.failed_auth)
     # before the key is looked at: an address out of its failed-authentication budget gets 429s
     app.add_middleware(RateGate, state=rates)
