@@ -108,13 +108,17 @@ class Service:
         self.metrics_key = metrics_key
         self.limits = limits
         self.metrics = metrics
-        self.pool = WorkPool(limits)
+        self.pool = WorkPool(limits, timing=self._timing)
         self.imports = ImportSlots(limits)
         self.addresses = AddressBook()
         self._memory: Memory | None = None
         self._ids: PublicIds | None = None
         self.ready = False
         self.set_memory(memory)
+
+    def _timing(self, waited: float, ran: float) -> None:
+        self.metrics.queue_seconds.observe(waited)
+        self.metrics.call_seconds.observe(ran)
 
     @property
     def memory(self) -> Memory:
