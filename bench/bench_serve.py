@@ -420,13 +420,17 @@ def report(rows: list[Row], args: argparse.Namespace, per_user: int) -> None:
         print("where an HTTP request's time goes (means, ms): the server's time from arrival to answer, of it the")
         print("wait for a pool thread, the memory call and the embedder; the rest of the client's mean latency")
         print("and the CPU ms per request of the server's processes and of the client (robust to other load)")
-        head = ["client", "server", "queue", "call", "embed", "rest", "srv cpu", "cli cpu"]
+        print(
+            f"(ceiling: the req/s {os.cpu_count()} idle cores would serve at that CPU per request, server and client)"
+        )
+        head = ["client", "server", "queue", "call", "embed", "rest", "srv cpu", "cli cpu", "ceiling"]
         print(f"{'route':<9}{'workers':>8}{'clients':>8}" + "".join(f"{h:>9}" for h in head))
         for r in http:
             sv = r.server
             rest = r.mean_ms - sv.get("request", float("nan"))
             cols = [r.mean_ms, sv.get("request", float("nan")), sv.get("queue", 0.0), sv.get("call", 0.0)]
-            cols += [sv.get("embed", 0.0), rest, r.server_cpu_ms, r.client_cpu_ms]
+            ceiling = 1e3 * (os.cpu_count() or 1) / (r.server_cpu_ms + r.client_cpu_ms)
+            cols += [sv.get("embed", 0.0), rest, r.server_cpu_ms, r.client_cpu_ms, ceiling]
             print(f"{r.route:<9}{r.workers:>8}{r.clients:>8}" + "".join(f"{x:>9.2f}" for x in cols))
     lo, hi = min(args.clients), max(args.clients)
     if lo != hi:
