@@ -6,8 +6,10 @@ queue answers 503 at once. Responses are the wire form of :mod:`lamina.client.wi
 models of :mod:`~lamina.serve.schemas`), serialised once, without a second validation pass.
 
 User ids in paths and bodies are the caller's; the service stores them in the caller's tenant
-namespace (:mod:`~lamina.serve.tenancy`), and item routes answer one 404 for another tenant's item
-and a missing one (:mod:`~lamina.serve.ids`).
+namespace (:mod:`~lamina.serve.tenancy`). Item ids in paths and answers are public ids, and item
+routes answer one 404 for another tenant's item and a missing one (:mod:`~lamina.serve.ids`).
+Deletes, exports and imports are logged in the tenant's audit log, read at ``GET /v1/audit``
+(:mod:`~lamina.serve.audit`).
 
 Besides the routes here: a user's export and import (:mod:`~lamina.serve.dump_api`) and, unless
 ``ServeConfig.mcp`` is off, the MCP server at ``/mcp`` (:mod:`~lamina.serve.mcp`), on the same

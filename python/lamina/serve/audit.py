@@ -159,7 +159,9 @@ class AddressBook:
     """Which (key, address) pairs were seen, to log a key's first use from an address once.
 
     The pairs are kept per tenant in the database (a record of the memory, so a restart, another
-    worker or a replica does not log them again) and cached in the process.
+    worker or a replica does not log them again) and cached in the process. A pair is marked
+    seen, then its entry appended, in two transactions: concurrent first uses log it once, and a
+    crash between the two loses that one ``new_address`` entry (never a duplicate).
 
     Thread safety: thread-safe; :meth:`seen` is blocking on a miss (call it off the event loop).
     """
