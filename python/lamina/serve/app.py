@@ -49,6 +49,7 @@ from ..memory.store.dburl import is_postgres_url
 from ..memory.types import MemoryItem
 from . import schemas as S
 from .audit import entries as audit_entries
+from .audit import export_lines as audit_lines
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
 from .dump_api import IMPORT_PATH, transfer_router
 from .errors import error_response, install_error_handlers
@@ -389,6 +390,18 @@ def _routes() -> APIRouter:
         page, total = await svc.call(caller, lambda: audit_entries(mem, caller.tenant, after=after, limit=limit))
         last = page[-1].seq if page else after
         return _json({"entries": [e.to_json() for e in page], "total": total, "next": last if last < total else None})
+
+    @r.get(
+        "/v1/audit/export",
+        tags=["audit"],
+        summary="The tenant's whole audit log as JSONL",
+        response_class=Response,
+        responses={200: {"content": {"application/x-ndjson": {}}, "description": "One entry per line, oldest first."}},
+    )
+    async def audit_export(svc: ServiceDep, caller: CallerDep) -> Response:
+        mem = svc.memory
+        lines = await svc.call(caller, lambda: "".join(audit_lines(mem, caller.tenant)))
+        return Response(lines.encode("utf-8"), media_type="application/x-ndjson")
 
     @r.get("/healthz", response_model=S.HealthOut, tags=["ops"], summary="The process is alive")
     async def healthz() -> Response:

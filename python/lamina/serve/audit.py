@@ -19,7 +19,8 @@ The log of a tenant is kept in the memory's database (SQLite or PostgreSQL: the 
 records of :mod:`lamina.memory.service_records`), one committed write per entry before the
 response is sent: it survives a restart and a ``kill -9``, and every worker and replica on the
 database appends to the same log, numbered in the order the writes committed. A tenant reads
-its own log only (``GET /v1/audit``, :func:`entries`); nothing removes an entry (deleting a user
+its own log only (``GET /v1/audit``, :func:`entries`; all of it as JSONL: ``GET /v1/audit/export``,
+:func:`export_lines`); nothing removes an entry (deleting a user
 leaves the entries about it). The addresses a key was seen from are kept too (at most
 :data:`MAX_ADDRESSES` per tenant, the oldest forgotten first), so that a restart does not log
 them again.
