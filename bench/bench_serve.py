@@ -1,16 +1,24 @@
 """``lamina serve`` against the same memory in process: throughput and p50 / p99 per route.
 
-N concurrent asyncio clients (default 1, 8, 64) ask for contexts and add turns for a fixed time
-per phase, first in process (``lamina.AsyncMemory`` on a copy of the database), then over HTTP
-(``lamina.AsyncClient`` against a real ``lamina serve`` subprocess on a free port, one worker,
-then two workers on the same SQLite file). The users asked about hold ``--items`` raw turns each
+N concurrent asyncio clients (default 16 and 64, side by side) ask for contexts and add turns for
+a fixed time per phase, first in process (``lamina.AsyncMemory`` on a copy of the database), then
+over HTTP (``lamina.AsyncClient`` against a real ``lamina serve`` subprocess on a free port, with
+as many workers as the machine has cores by default, on the same SQLite file). The users asked about hold ``--items`` raw turns each
 (hashing embedder, sessions of 100 turns, each consolidated). Latency is measured by the client,
 around each awaited call, so the HTTP figures include the client's own work (building the
 request, parsing the JSON back into ``lamina.Context``): what a Python caller sees. The client
 runs on the same cores as the server.
 
-    python bench/bench_serve.py                       # 10k items per user, 1/8/64 clients
-    python bench/bench_serve.py --items 2000 --duration 1 --workers 1   # quick
+Where a request's time goes (HTTP phases): the server's own ``/metrics`` are read before and
+after each phase, from every worker (``lamina_worker{pid}``), and the phase's requests are split
+into the server's time per request (``lamina_request_seconds``: from the request's arrival to its
+answer), of which the wait for a thread of the work pool (``lamina_queue_seconds``), the memory
+call on it (``lamina_call_seconds``) and, for adds, the embedder (``lamina_embed_seconds``, the
+write path's embedding); the rest of the client's latency is the client, the connection and the
+event loops. The last table sets each route's 64-client row against its 16-client row.
+
+    python bench/bench_serve.py                       # 10k items per user, 16 and 64 clients
+    python bench/bench_serve.py --items 2000 --duration 3   # quick
 
 Done-when bar (issue 15): context p50 over HTTP within 2 ms of in process at 10k items per user
 (1 client), and >= 500 context requests/s with 64 concurrent clients.
@@ -32,11 +40,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 import lamina
 from lamina import AsyncClient, AsyncMemory, Memory
@@ -96,6 +105,13 @@ class Row:
     rps: float
     p50_ms: float
     p99_ms: float
+    mean_ms: float = float("nan")
+    #: CPU time per request (ms) of the server's processes and of this (the client's) process:
+    #: unlike the wall clock, not moved by other programs on the machine
+    server_cpu_ms: float = float("nan")
+    client_cpu_ms: float = float("nan")
+    #: the server's mean per request (HTTP): total, queue wait, memory call, embedder (ms)
+    server: dict[str, float] = field(default_factory=dict)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -106,10 +122,11 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 async def phase(
-    route: str, call: Callable[[int, int], Awaitable[Any]], clients: int, duration: float
-) -> tuple[int, int, float, list[float]]:
+    route: str, call: Callable[[int, int], Awaitable[Any]], clients: int, duration: float, server_pid: int | None = None
+) -> tuple[int, int, float, list[float], tuple[float, float]]:
     """``clients`` tasks calling ``call(task, i)`` back to back for ``duration`` seconds (after a
-    short warm-up); returns (requests, errors, seconds, latencies)."""
+    short warm-up); returns (requests, errors, seconds, latencies, (CPU seconds of the server
+    ``server_pid`` and of this process) over the measured time)."""
     lat: list[float] = []
     errors = 0
     stop = False
@@ -130,16 +147,112 @@ async def phase(
     await asyncio.sleep(min(0.3, duration / 4))  # warm-up: connections, caches
     lat.clear()
     errors = 0
+    s0 = cpu_seconds(server_pid) if server_pid else float("nan")
+    c0 = time.process_time()
     t0 = time.perf_counter()
     await asyncio.sleep(duration)
     n, e, lat_now = len(lat), errors, list(lat)
     elapsed = time.perf_counter() - t0
+    cpu = ((cpu_seconds(server_pid) if server_pid else float("nan")) - s0, time.process_time() - c0)
     stop = True
     await asyncio.gather(*tasks)
-    return n, e, elapsed, lat_now
+    return n, e, elapsed, lat_now, cpu
 
 
-async def run_phases(api: Any, mode: str, workers: int, args: argparse.Namespace, tag: str) -> list[Row]:
+_SERVER_SERIES = {
+    "request": "lamina_request_seconds",
+    "queue": "lamina_queue_seconds",
+    "call": "lamina_call_seconds",
+    "embed": "lamina_embed_seconds",
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its descendants (Linux ``/proc``; NaN elsewhere)."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        stats: dict[int, tuple[int, float]] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat", encoding="ascii") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                stats[int(d)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)  # (ppid, utime + stime)
+    except (OSError, ValueError):
+        return float("nan")
+    tree, todo = set[int](), [pid]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo += [c for c, (pp, _) in stats.items() if pp == p and c not in tree]
+    return sum(stats[p][1] for p in tree if p in stats)
+
+
+def _scrape_once(url: str) -> tuple[str, dict[str, tuple[float, float]]]:
+    """(the answering worker's pid, {series: (sum, count)}) of one ``/metrics`` (a fresh connection)."""
+    text = httpx.get(url + "/metrics", timeout=30, headers={"Connection": "close"}).text
+    pid, out = "?", dict[str, tuple[float, float]]()
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            if smp.name == "lamina_worker":
+                pid = smp.labels["pid"]
+            for key, name in _SERVER_SERIES.items():
+                if smp.name in (name + "_sum", name + "_count") and (
+                    key != "request" or smp.labels.get("route", "").startswith(("/v1/context", "/v1/memories"))
+                ):
+                    s, n = out.get(key + ":" + smp.labels.get("route", ""), (0.0, 0.0))
+                    add = smp.value
+                    out[key + ":" + smp.labels.get("route", "")] = (
+                        (s + add, n) if smp.name.endswith("_sum") else (s, n + add)
+                    )
+    return pid, out
+
+
+def scrape(url: str, workers: int) -> dict[str, dict[str, tuple[float, float]]]:
+    """Every worker's series (scraped until each of ``workers`` pids answered, or 60 tries)."""
+    seen: dict[str, dict[str, tuple[float, float]]] = {}
+    for _ in range(60):
+        pid, series = _scrape_once(url)
+        seen.setdefault(pid, series)
+        if len(seen) >= workers:
+            break
+    return seen
+
+
+def server_split(
+    before: dict[str, dict[str, tuple[float, float]]], after: dict[str, dict[str, tuple[float, float]]], route: str
+) -> dict[str, float]:
+    """The server's mean ms per request of ``route`` during a phase, summed over the workers."""
+    path = "/v1/context" if route == "context" else "/v1/memories"
+    tot: dict[str, list[float]] = {}
+    for pid, a in after.items():
+        b = before.get(pid, {})
+        for key, (s, n) in a.items():
+            s0, n0 = b.get(key, (0.0, 0.0))
+            name, _, r = key.partition(":")
+            if name == "request" and r != path:
+                continue
+            acc = tot.setdefault(name, [0.0, 0.0])
+            acc[0] += s - s0
+            acc[1] += n - n0
+    n_req = tot.get("request", [0.0, 0.0])[1]
+    if n_req <= 0:
+        return {}
+    # per request: the memory calls' and embedder's time over the route's requests
+    return {k: 1e3 * v[0] / n_req for k, v in tot.items()} | {"requests": n_req}
+
+
+async def run_phases(
+    api: Any,
+    mode: str,
+    workers: int,
+    args: argparse.Namespace,
+    tag: str,
+    url: str | None = None,
+    server_pid: int | None = None,
+) -> list[Row]:
     rows = []
     users = [f"u{u}" for u in range(args.users)]
 
@@ -155,9 +268,15 @@ async def run_phases(api: Any, mode: str, workers: int, args: argparse.Namespace
 
     for route, call in (("context", context), ("add", add)):
         for c in args.clients:
-            n, e, secs, lat = await phase(route, call, c, args.duration)
-            rows.append(Row(route, mode, workers, c, n, e, n / secs, _pct(lat, 0.5), _pct(lat, 0.99)))
+            before = await asyncio.to_thread(scrape, url, workers) if url else {}
+            n, e, secs, lat, cpu = await phase(route, call, c, args.duration, server_pid)
+            after = await asyncio.to_thread(scrape, url, workers) if url else {}
+            mean = 1e3 * sum(lat) / len(lat) if lat else float("nan")
+            rows.append(Row(route, mode, workers, c, n, e, n / secs, _pct(lat, 0.5), _pct(lat, 0.99), mean))
             r = rows[-1]
+            r.server = server_split(before, after, route) if url else {}
+            if n:
+                r.server_cpu_ms, r.client_cpu_ms = 1e3 * cpu[0] / n, 1e3 * cpu[1] / n
             print(
                 f"  {route:<8}{mode:<11}{workers:>3} workers {c:>3} clients: {r.rps:8.0f} req/s  "
                 f"p50 {r.p50_ms:6.2f} ms  p99 {r.p99_ms:7.2f} ms  errors {e}",
@@ -214,7 +333,7 @@ async def bench_in_process(db: Path, args: argparse.Namespace) -> list[Row]:
         await am.aclose()
 
 
-async def bench_http(url: str, workers: int, args: argparse.Namespace) -> list[Row]:
+async def bench_http(url: str, workers: int, args: argparse.Namespace, server_pid: int) -> list[Row]:
     # one client (one keep-alive connection) per task, as N separate callers would have; one
     # httpx client pooling 64 connections spends several ms of CPU per request managing its pool
     one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
@@ -226,7 +345,7 @@ async def bench_http(url: str, workers: int, args: argparse.Namespace) -> list[R
             return await clients[k].context(QUERIES[i % len(QUERIES)], user_id=f"u{(k + i) % args.users}", budget=8)
 
         await phase("warm-up", warm, max(args.clients), 2.0)
-        return await run_phases(lambda k: clients[k], "http", workers, args, f"http{workers}")
+        return await run_phases(lambda k: clients[k], "http", workers, args, f"http{workers}", url, server_pid)
     finally:
         for c in clients:
             await c.aclose()
@@ -237,9 +356,15 @@ def main() -> None:
     p.add_argument("--items", type=int, default=10_000, help="raw turns per user asked about")
     p.add_argument("--users", type=int, default=2)
     p.add_argument("--budget", type=int, default=256, help="context budget (tokens)")
-    p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
+    p.add_argument("--clients", type=int, nargs="+", default=[16, 64])
     p.add_argument("--duration", type=float, default=3.0, help="seconds per phase")
-    p.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="uvicorn workers to bench")
+    p.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[os.cpu_count() or 1],
+        help="uvicorn workers to bench (default: one per core)",
+    )
     p.add_argument("--threads", type=int, default=4, help="memory threads (server and AsyncMemory)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     args = p.parse_args()
@@ -261,7 +386,7 @@ def main() -> None:
             shutil.copy(src, db)
             proc, url = start_server(db, w, args.threads)
             try:
-                rows += asyncio.run(bench_http(url, w, args))
+                rows += asyncio.run(bench_http(url, w, args, proc.pid))
             finally:
                 stop_server(proc)
         report(rows, args, per_user)
@@ -289,6 +414,42 @@ def report(rows: list[Row], args: argparse.Namespace, per_user: int) -> None:
         )
         w = "-" if r.mode == "in-process" else str(r.workers)
         print(f"{r.route:<9}{r.mode:<12}{w:>8}{r.clients:>8}{r.rps:>9.0f}{r.p50_ms:>9.2f}{r.p99_ms:>9.2f}{rel:>16}")
+    http = [r for r in rows if r.mode == "http" and r.server]
+    if http:
+        print()
+        print("where an HTTP request's time goes (means, ms): the server's time from arrival to answer, of it the")
+        print("wait for a pool thread, the memory call and the embedder; the rest of the client's mean latency")
+        print("and the CPU ms per request of the server's processes and of the client (robust to other load)")
+        print(
+            f"(ceiling: the req/s {os.cpu_count()} idle cores would serve at that CPU per request, server and client)"
+        )
+        head = ["client", "server", "queue", "call", "embed", "rest", "srv cpu", "cli cpu", "ceiling"]
+        print(f"{'route':<9}{'workers':>8}{'clients':>8}" + "".join(f"{h:>9}" for h in head))
+        for r in http:
+            sv = r.server
+            rest = r.mean_ms - sv.get("request", float("nan"))
+            cols = [r.mean_ms, sv.get("request", float("nan")), sv.get("queue", 0.0), sv.get("call", 0.0)]
+            ceiling = 1e3 * (os.cpu_count() or 1) / (r.server_cpu_ms + r.client_cpu_ms)
+            cols += [sv.get("embed", 0.0), rest, r.server_cpu_ms, r.client_cpu_ms, ceiling]
+            print(f"{r.route:<9}{r.workers:>8}{r.clients:>8}" + "".join(f"{x:>9.2f}" for x in cols))
+    lo, hi = min(args.clients), max(args.clients)
+    if lo != hi:
+        print()
+        print(f"{hi} clients against {lo} (same route, mode and workers): throughput ratio, p50 and p99")
+        for r in rows:
+            if r.clients != hi:
+                continue
+            b16 = next(
+                (x for x in rows if (x.route, x.mode, x.workers, x.clients) == (r.route, r.mode, r.workers, lo)), None
+            )
+            if b16 is None:
+                continue
+            w = "-" if r.mode == "in-process" else str(r.workers)
+            print(
+                f"  {r.route:<8}{r.mode:<11}{w:>3} workers: {r.rps / b16.rps:5.2f}x req/s "
+                f"({b16.rps:.0f} -> {r.rps:.0f}); p50 {b16.p50_ms:.1f} -> {r.p50_ms:.1f} ms; "
+                f"p99 {b16.p99_ms:.1f} -> {r.p99_ms:.1f} ms"
+            )
     c1 = [r for r in rows if r.route == "context" and r.clients == min(args.clients)]
     mem1 = next((r for r in c1 if r.mode == "in-process"), None)
     http1 = [r for r in c1 if r.mode == "http"]

@@ -63,6 +63,8 @@ SLOW_MODULES = (
     "tests/native/test_codec.py",
     "tests/serve/test_ui_browser.py",
     "tests/serve/test_serve_replicas.py",
+    "tests/serve/test_serve_audit.py",
+    "tests/serve/test_serve_rate_limit_shared.py",
 )
 
 

@@ -44,3 +44,31 @@ def test_records_are_shared_and_replaced_atomically(db: str) -> None:
         assert got is not None and got.caller.tenant == "a"
         s2.revoke(token)
         assert s1.open(token) is None
+
+
+def test_service_logs_append_in_commit_order_across_handles(db: str) -> None:
+    with Memory(db, embedder="hashing") as one, Memory(db, embedder="hashing") as two:
+        assert one.service_log("log") == ([], 0)
+
+        def append(m: Memory, who: str) -> None:
+            for i in range(20):
+                m.append_service_log("log", f"{who}{i}")
+
+        threads = [threading.Thread(target=append, args=(m, w)) for m, w in ((one, "a"), (two, "b"), (one, "c"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        page, total = two.service_log("log", after=0, limit=1000)
+        assert total == 60 and [n for n, _ in page] == list(range(1, 61))
+        for w in "abc":  # each writer's entries in its own order
+            assert [v for _, v in page if v[0] == w] == [f"{w}{i}" for i in range(20)]
+        assert one.service_log("log", after=55, limit=3) == (page[55:58], 60)
+        assert one.service_log("other") == ([], 0)
+        for bad in ({"after": -1}, {"limit": 0}, {"limit": 1001}):
+            with pytest.raises(InvalidInput):
+                one.service_log("log", **bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInput):
+            one.append_service_log("log", "")
+        with pytest.raises(InvalidInput, match="'#'"):
+            one.service_record("log#n")  # (a log's own records are out of reach)

@@ -17,6 +17,7 @@ from servekit import KEY_A, lamina_cmd, serve_process
 from lamina import Memory
 from lamina.cli.serve_commands import is_loopback
 from lamina.serve.auth import KeyRing, hash_key
+from lamina.serve.ids import PublicIds
 
 
 def _run(*args: str, env_keys: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -86,9 +87,10 @@ def test_graceful_shutdown_finishes_in_flight_writes(tmp_path: Path) -> None:
     done = [ids for status, ids in results if status == 200]
     assert done and all(status in (200, 503, -1) for status, _ in results)
     with Memory(db, embedder="hashing") as m:  # every acknowledged write is there
+        pub = PublicIds.of_memory(m)
         for ids in done:
             for i in ids:
-                m.get(i)
+                m.get(pub.internal(i))
 
 
 @pytest.mark.slow

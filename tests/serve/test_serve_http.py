@@ -3,6 +3,7 @@ health, metrics, the OpenAPI, and responses matching their schemas."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -222,6 +223,14 @@ def test_metrics(a: httpx.Client, b: httpx.Client, anon: httpx.Client) -> None:
     # refused by the key gate before routing
     assert 'lamina_requests_total{method="GET",route="unauthenticated",status="401"}' in text
     assert "lamina_embed_seconds_count" in text and "lamina_embedded_texts_total" in text
+    # each memory call's wait for a pool thread and its run on it; the worker that answered
+    calls = {
+        ln.split()[0]: float(ln.split()[1])
+        for ln in text.splitlines()
+        if ln.startswith(("lamina_queue_seconds_count", "lamina_call_seconds_count"))
+    }
+    assert calls["lamina_queue_seconds_count"] == calls["lamina_call_seconds_count"] >= 3
+    assert re.search(r'^lamina_worker\{pid="\d+"\} 1\.0$', text, re.M)
     users = {
         ln.split()[0]: float(ln.split()[1])
         for ln in text.splitlines()

@@ -15,6 +15,7 @@ from servekit import KEY_A, KEY_B, serve_in_thread
 from lamina.memory import ContextExplanation, DomainClassifier, Firewall, Memory
 from lamina.serve.app import ServeConfig, create_app
 from lamina.serve.auth import KeyRing, hash_key
+from lamina.serve.ids import PublicIds
 from lamina.serve.tenancy import stored_user_id
 from lamina.serve.ui import CSP
 from lamina.serve.ui.session import COOKIE
@@ -124,11 +125,13 @@ def test_every_page_has_the_strict_csp_and_escapes_memory_text(served: tuple[str
 def test_posts_without_the_csrf_token_are_refused(served: tuple[str, Memory]) -> None:
     url, mem = served
     c = _login(url, KEY_A)
-    item = mem.search("cat Miso", user_id=stored_user_id("a", "alice"), k=1)[0].id
+    pub = PublicIds.of_memory(mem)
+    iid = mem.search("cat Miso", user_id=stored_user_id("a", "alice"), k=1)[0].id
+    item = pub.public(iid)  # (the id the pages show)
     assert c.post(f"/ui/items/{item}/delete", data={}).status_code == 403
     assert c.post(f"/ui/items/{item}/delete", data={"csrf": "0" * 64}).status_code == 403
     assert c.post("/ui/users/alice/forget", data={"confirm": "alice"}).status_code == 403
-    assert mem.get(item).id == item  # still there
+    assert mem.get(iid).id == iid  # still there
     # the token is the session's: another session's token does not do
     other = _csrf(_login(url, KEY_B))
     assert c.post(f"/ui/items/{item}/delete", data={"csrf": other}).status_code == 403
@@ -137,11 +140,12 @@ def test_posts_without_the_csrf_token_are_refused(served: tuple[str, Memory]) ->
 def test_another_tenants_item_is_404_and_its_users_are_not_listed(served: tuple[str, Memory]) -> None:
     url, mem = served
     b = _login(url, KEY_B)
-    item = mem.search("Lisbon", user_id=stored_user_id("a", "alice"), k=1)[0].id
+    iid = mem.search("Lisbon", user_id=stored_user_id("a", "alice"), k=1)[0].id
+    item = PublicIds.of_memory(mem).public(iid)
     assert b.get(f"/ui/items/{item}").status_code == 404  # as a missing item's (#45)
     token = _csrf(b)
     assert b.post(f"/ui/items/{item}/delete", data={"csrf": token}).status_code == 404
-    assert mem.get(item).id == item
+    assert mem.get(iid).id == iid
     users = b.get("/ui/users").text
     assert 'data-user="bob"' in users and "alice" not in users
     assert b.get("/ui/users/alice").status_code == 404  # b's namespace has no alice
@@ -171,15 +175,17 @@ def _debugger(html: str) -> dict[str, Any]:
     }
 
 
-def _expected(ex: ContextExplanation) -> dict[str, Any]:
+def _expected(ex: ContextExplanation, pub: PublicIds) -> dict[str, Any]:
+    """What the debugger should show of ``ex`` (with the public ids the pages show)."""
     ctx = ex.context
-    cands = {(L, c.item.id): (c.item.score, c.reason) for L, cs in ex.candidates.items() for c in cs}
+    p = pub.public
+    cands = {(L, p(c.item.id)): (c.item.score, c.reason) for L, cs in ex.candidates.items() for c in cs}
     for b in ctx.firewall.blocked if ctx.firewall is not None else ():
-        cands[(b.layer, b.item_id)] = (b.similarity, f"firewall: {b.reason}")
+        cands[(b.layer, p(b.item_id))] = (b.similarity, f"firewall: {b.reason}")
     return {
         "gates": ctx.gates,
         "beta": ctx.beta,
-        "rows": [(it.id, it.score, it.layer) for it in ctx.items],
+        "rows": [(p(it.id), it.score, it.layer) for it in ctx.items],
         "tokens": ctx.tokens,
         "rendered": ctx.render(),
         "candidates": cands,
@@ -213,18 +219,20 @@ def test_the_debuggers_numbers_and_reasons_equal_memory_context(served: tuple[st
         page = _debugger(r.text)
         ex = mem.explain_context(q, user_id=alice, budget=budget, now=now, firewall=fw)
         ctx = mem.context(q, user_id=alice, budget=budget, now=now, firewall=fw)
-        want = _expected(ex)
+        pub = PublicIds.of_memory(mem)
+        want = _expected(ex, pub)
         assert {k: v for k, v in page.items() if k != "candidates"} == {
             k: v for k, v in want.items() if k != "candidates"
         }
-        assert [(it.id, it.score, it.layer) for it in ctx.items] == want["rows"] and ctx.gates == want["gates"]
+        assert [(pub.public(it.id), it.score, it.layer) for it in ctx.items] == want["rows"]
+        assert ctx.gates == want["gates"]
         # every shown candidate has the score and the reason explain_context reports, and
         # every chosen one is shown
         assert page["candidates"] and set(page["candidates"]) <= set(want["candidates"])
         for key, (score, why) in page["candidates"].items():
             assert want["candidates"][key] == (score, why), key
         chosen = {i for (_, i), (_, why) in page["candidates"].items() if why == "chosen"}
-        assert chosen == {it.id for it in ctx.items}
+        assert chosen == {pub.public(it.id) for it in ctx.items}
         seen.update(why for _, why in page["candidates"].values())
         if fw is not None:
             assert ctx.firewall is not None
@@ -313,7 +321,8 @@ def test_long_lists_are_paged_and_the_memtree_opens_a_subtree_at_a_time(served: 
         arch = page[page.index('id="archive"') :]
         seen += [int(i) for i in re.findall(r'<div class="item" data-item="(\d+)"', arch)]
     turns = mem.list_items(user_id=many, kinds=["turn"], limit=None, newest_first=True).items
-    assert seen == [e.id for e in turns]
+    pub = PublicIds.of_memory(mem)
+    assert seen == [pub.public(e.id) for e in turns]
     last = c.get("/ui/users/many", params={"page_no": 10_000}).text  # past the end: the last page
     assert f'data-page="{int(pager.group(1)) - 1}"' in last
     # open a subtree: that node and what is under it, with the path back to the top
@@ -326,7 +335,7 @@ def test_long_lists_are_paged_and_the_memtree_opens_a_subtree_at_a_time(served: 
     assert first is not None and int(first.group(1)) == root
     # another user's item (or any id that is no episodic node of this user) is no root here
     alice_item = mem.list_items(user_id=stored_user_id("a", "alice"), layers=["episodic"], limit=1).items[0].id
-    assert c.get("/ui/users/many", params={"tree_root": alice_item}).status_code == 404
+    assert c.get("/ui/users/many", params={"tree_root": pub.public(alice_item)}).status_code == 404
     assert c.get("/ui/users/many", params={"page_no": -1}).status_code == 400
 
 
@@ -340,10 +349,11 @@ def test_a_turns_page_shows_its_note_and_links_to_the_linked_turns(served: tuple
     links = mem.links(first.id)
     assert later and {x.other_id for x in links} >= {it.id for it in later}
     c = _login(url, KEY_A)
-    page = c.get(f"/ui/items/{first.id}").text
+    pub = PublicIds.of_memory(mem)
+    page = c.get(f"/ui/items/{pub.public(first.id)}").text
     note = mem.note(first.id)
     assert note is not None and f"<td>{', '.join(note.tags)}</td>" in page and unescape(page).count(note.context) == 1
     shown = re.findall(r'<li><a href="/ui/items/(\d+)">', page.split('id="links"')[1])
-    assert [int(i) for i in shown] == [x.other_id for x in links]
+    assert [int(i) for i in shown] == [pub.public(x.other_id) for x in links]
     xss = next(it for it in mem.search("alert", user_id=alice, k=40, layers=["archive"]) if "<script>" in it.text)
-    assert "<script" not in c.get(f"/ui/items/{xss.id}").text.lower()
+    assert "<script" not in c.get(f"/ui/items/{pub.public(xss.id)}").text.lower()

@@ -132,6 +132,8 @@ class AsyncMemory:
     flush = _off_loop(Memory.flush)
     service_record = _off_loop(Memory.service_record)
     update_service_record = _off_loop(Memory.update_service_record)
+    append_service_log = _off_loop(Memory.append_service_log)
+    service_log = _off_loop(Memory.service_log)
 
     async def aclose(self) -> None:
         """Wait for the running calls, close the memory and the pool (idempotent)."""

@@ -6,8 +6,10 @@ queue answers 503 at once. Responses are the wire form of :mod:`lamina.client.wi
 models of :mod:`~lamina.serve.schemas`), serialised once, without a second validation pass.
 
 User ids in paths and bodies are the caller's; the service stores them in the caller's tenant
-namespace (:mod:`~lamina.serve.tenancy`), and item routes answer one 404 for another tenant's item
-and a missing one (:mod:`~lamina.serve.ids`).
+namespace (:mod:`~lamina.serve.tenancy`). Item ids in paths and answers are public ids, and item
+routes answer one 404 for another tenant's item and a missing one (:mod:`~lamina.serve.ids`).
+Deletes, exports and imports are logged in the tenant's audit log, read at ``GET /v1/audit``
+(:mod:`~lamina.serve.audit`).
 
 Besides the routes here: a user's export and import (:mod:`~lamina.serve.dump_api`) and, unless
 ``ServeConfig.mcp`` is off, the MCP server at ``/mcp`` (:mod:`~lamina.serve.mcp`), on the same
@@ -41,11 +43,17 @@ from ..client.wire import (
 from ..embedders import get_embedder
 from ..errors import InvalidInput
 from ..memory import Firewall, Memory, MemoryConfig
+from ..memory.reports import DeleteReport
+from ..memory.service_records import MAX_LOG_PAGE
+from ..memory.store.dburl import is_postgres_url
+from ..memory.types import MemoryItem
 from . import schemas as S
+from .audit import entries as audit_entries
+from .audit import export_lines as audit_lines
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
 from .dump_api import IMPORT_PATH, transfer_router
 from .errors import error_response, install_error_handlers
-from .ids import as_unseen, item_owner
+from .ids import as_unseen, item_owner, with_message_ids
 from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder
 from .ratelimit import DEFAULT_RATE_LIMIT, RateGate, RateLimits, RateState
@@ -179,11 +187,16 @@ def _json(obj: object, status: int = 200) -> Response:
     return Response(_dumps(obj), status, media_type="application/json")
 
 
-def _items(caller: Caller, items: Sequence[Any]) -> Response:
-    return _json({"items": [item_to_json(it, caller.public(it.user_id)) for it in items]})
+def _item(svc: Service, caller: Caller, it: MemoryItem) -> dict[str, Any]:
+    """An item as the caller sees it: their user id, its public ids (:mod:`~lamina.serve.ids`)."""
+    return item_to_json(svc.ids.item(it), caller.public(it.user_id))
 
 
-ItemId = Annotated[int, Path(ge=-_MAX_ID, le=_MAX_ID, description="An item id.")]
+def _items(svc: Service, caller: Caller, items: Sequence[MemoryItem]) -> Response:
+    return _json({"items": [_item(svc, caller, it) for it in items]})
+
+
+ItemId = Annotated[int, Path(ge=-_MAX_ID, le=_MAX_ID, description="An item id (a public id: :mod:`lamina.serve.ids`).")]
 OfUser = Annotated[str | None, Query(description="Only if the item is this user's (404 otherwise).")]
 
 
@@ -197,13 +210,13 @@ def _routes() -> APIRouter:
                 f"{len(req.messages)} messages in one add; at most {svc.limits.max_messages} (max_messages)",
                 "too_many_messages",
             )
-        msgs = [m.model_dump(exclude_none=True) for m in req.messages]
+        msgs = with_message_ids([m.model_dump(exclude_none=True) for m in req.messages])
         uid = caller.uid(req.user_id)
         mem = svc.memory
         ids = await svc.call(
             caller, lambda: mem.add(msgs, user_id=uid, session_id=req.session_id, timestamp=req.timestamp)
         )
-        return _json({"ids": ids})
+        return _json({"ids": [svc.ids.public(i) for i in ids]})
 
     @r.post(
         "/v1/sessions/end", response_model=S.SessionReportOut, tags=["memories"], summary="End (consolidate) a session"
@@ -229,7 +242,7 @@ def _routes() -> APIRouter:
                 include_archive=req.include_archive,
                 firewall=None if req.firewall is None else Firewall(**req.firewall.model_dump()),
             )
-            return context_to_json(ctx, req.user_id)
+            return context_to_json(svc.ids.context(ctx), req.user_id)
 
         return _json(await svc.call(caller, work))
 
@@ -240,11 +253,11 @@ def _routes() -> APIRouter:
         items = await svc.call(
             caller, lambda: mem.search(req.query, user_id=uid, k=req.k, layers=req.layers, now=req.now)
         )
-        return _items(caller, items)
+        return _items(svc, caller, items)
 
     def owner(svc: Service, caller: Caller, item_id: int, user_id: str | None) -> str:
-        """The stored owner of an item of the caller's (the one 404 of :mod:`~lamina.serve.ids`
-        for a missing item and another tenant's alike)."""
+        """The stored owner of an item (an internal id) of the caller's (the one 404 of
+        :mod:`~lamina.serve.ids` for a missing item and another tenant's alike)."""
         stored = item_owner(svc.memory, caller.tenant, item_id)
         return stored if user_id is None else caller.uid(user_id)
 
@@ -255,11 +268,9 @@ def _routes() -> APIRouter:
         caller: CallerDep,
         user_id: OfUser = None,
     ) -> Response:
-        mem = svc.memory
-        it = await svc.call(
-            caller, lambda: as_unseen(lambda: mem.get(item_id, user_id=owner(svc, caller, item_id, user_id)))
-        )
-        return _json(item_to_json(it, caller.public(it.user_id)))
+        mem, iid = svc.memory, svc.ids.internal(item_id)
+        it = await svc.call(caller, lambda: as_unseen(lambda: mem.get(iid, user_id=owner(svc, caller, iid, user_id))))
+        return _json(_item(svc, caller, it))
 
     @r.patch("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="Replace an item's text")
     async def update_item(
@@ -269,16 +280,14 @@ def _routes() -> APIRouter:
         caller: CallerDep,
         user_id: OfUser = None,
     ) -> Response:
-        mem = svc.memory
+        mem, iid = svc.memory, svc.ids.internal(item_id)
         it = await svc.call(
             caller,
             lambda: as_unseen(
-                lambda: mem.update(
-                    item_id, req.text, user_id=owner(svc, caller, item_id, user_id), timestamp=req.timestamp
-                )
+                lambda: mem.update(iid, req.text, user_id=owner(svc, caller, iid, user_id), timestamp=req.timestamp)
             ),
         )
-        return _json(item_to_json(it, caller.public(it.user_id)))
+        return _json(_item(svc, caller, it))
 
     @r.delete("/v1/memories/{item_id}", response_model=S.DeleteReportOut, tags=["memories"], summary="Delete an item")
     async def delete_item(
@@ -287,11 +296,16 @@ def _routes() -> APIRouter:
         caller: CallerDep,
         user_id: OfUser = None,
     ) -> Response:
-        mem = svc.memory
-        rep = await svc.call(
-            caller, lambda: as_unseen(lambda: mem.delete(item_id, user_id=owner(svc, caller, item_id, user_id)))
-        )
-        return _json(delete_report_to_json(rep))
+        mem, iid = svc.memory, svc.ids.internal(item_id)
+
+        def work() -> DeleteReport:
+            stored = owner(svc, caller, iid, user_id)
+            rep = as_unseen(lambda: mem.delete(iid, user_id=stored))
+            svc.audit(caller, "delete", user_id=caller.public(stored), item_id=item_id)
+            return rep
+
+        rep = await svc.call(caller, work)
+        return _json(delete_report_to_json(svc.ids.delete_report(rep)))
 
     @r.get(
         "/v1/memories/{item_id}/history", response_model=S.ItemsOut, tags=["memories"], summary="Versions of an item"
@@ -302,11 +316,11 @@ def _routes() -> APIRouter:
         caller: CallerDep,
         user_id: OfUser = None,
     ) -> Response:
-        mem = svc.memory
+        mem, iid = svc.memory, svc.ids.internal(item_id)
         items = await svc.call(
-            caller, lambda: as_unseen(lambda: mem.history(item_id, user_id=owner(svc, caller, item_id, user_id)))
+            caller, lambda: as_unseen(lambda: mem.history(iid, user_id=owner(svc, caller, iid, user_id)))
         )
-        return _items(caller, items)
+        return _items(svc, caller, items)
 
     @r.get("/v1/memories/{item_id}/note", response_model=S.NoteOut, tags=["memories"], summary="A turn's A-Mem note")
     async def note(
@@ -315,11 +329,9 @@ def _routes() -> APIRouter:
         caller: CallerDep,
         user_id: OfUser = None,
     ) -> Response:
-        mem = svc.memory
-        n = await svc.call(
-            caller, lambda: as_unseen(lambda: mem.note(item_id, user_id=owner(svc, caller, item_id, user_id)))
-        )
-        return _json(note_to_json(n))
+        mem, iid = svc.memory, svc.ids.internal(item_id)
+        n = await svc.call(caller, lambda: as_unseen(lambda: mem.note(iid, user_id=owner(svc, caller, iid, user_id))))
+        return _json(note_to_json(svc.ids.note(n)))
 
     @r.get(
         "/v1/memories/{item_id}/links", response_model=S.LinksOut, tags=["memories"], summary="A turn's linked turns"
@@ -330,11 +342,11 @@ def _routes() -> APIRouter:
         caller: CallerDep,
         user_id: OfUser = None,
     ) -> Response:
-        mem = svc.memory
+        mem, iid = svc.memory, svc.ids.internal(item_id)
         found = await svc.call(
-            caller, lambda: as_unseen(lambda: mem.links(item_id, user_id=owner(svc, caller, item_id, user_id)))
+            caller, lambda: as_unseen(lambda: mem.links(iid, user_id=owner(svc, caller, iid, user_id)))
         )
-        return _json(links_to_json(found))
+        return _json(links_to_json(svc.ids.links(found)))
 
     @r.get("/v1/users", response_model=S.UsersOut, tags=["users"], summary="The caller's user ids")
     async def users(svc: ServiceDep, caller: CallerDep) -> Response:
@@ -352,14 +364,44 @@ def _routes() -> APIRouter:
         uid = caller.uid(user_id)
         mem = svc.memory
         items = await svc.call(caller, lambda: mem.facts(user_id=uid, subject=subject, current=current))
-        return _items(caller, items)
+        return _items(svc, caller, items)
 
     @r.delete("/v1/users/{user_id:path}", response_model=S.DeleteReportOut, tags=["users"], summary="Delete a user")
     async def delete_user(user_id: str, svc: ServiceDep, caller: CallerDep) -> Response:
         uid = caller.uid(user_id)
         mem = svc.memory
-        rep = await svc.call(caller, lambda: mem.delete_user(user_id=uid))
-        return _json(delete_report_to_json(rep))
+
+        def work() -> DeleteReport:
+            rep = mem.delete_user(user_id=uid)
+            svc.audit(caller, "delete_user", user_id=user_id, detail=f"{rep.deleted} items")
+            return rep
+
+        rep = await svc.call(caller, work)
+        return _json(delete_report_to_json(svc.ids.delete_report(rep)))
+
+    @r.get("/v1/audit", response_model=S.AuditOut, tags=["audit"], summary="The tenant's audit log")
+    async def audit_log(
+        svc: ServiceDep,
+        caller: CallerDep,
+        after: Annotated[int, Query(ge=0, description="Entries numbered after this one (0: from the first).")] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_LOG_PAGE, description="Most entries in the page.")] = 100,
+    ) -> Response:
+        mem = svc.memory
+        page, total = await svc.call(caller, lambda: audit_entries(mem, caller.tenant, after=after, limit=limit))
+        last = page[-1].seq if page else after
+        return _json({"entries": [e.to_json() for e in page], "total": total, "next": last if last < total else None})
+
+    @r.get(
+        "/v1/audit/export",
+        tags=["audit"],
+        summary="The tenant's whole audit log as JSONL",
+        response_class=Response,
+        responses={200: {"content": {"application/x-ndjson": {}}, "description": "One entry per line, oldest first."}},
+    )
+    async def audit_export(svc: ServiceDep, caller: CallerDep) -> Response:
+        mem = svc.memory
+        lines = await svc.call(caller, lambda: "".join(audit_lines(mem, caller.tenant)))
+        return Response(lines.encode("utf-8"), media_type="application/x-ndjson")
 
     @r.get("/healthz", response_model=S.HealthOut, tags=["ops"], summary="The process is alive")
     async def healthz() -> Response:
@@ -455,9 +497,10 @@ def create_app(
         owned = memory is None
         if owned:
             emb = TimedEmbedder(get_embedder(config.embedder), metrics)
-            svc.set_memory(
-                await asyncio.to_thread(Memory, config.db, emb, config.config, max_loaded_users=config.max_loaded_users)
+            opened = await asyncio.to_thread(
+                Memory, config.db, emb, config.config, max_loaded_users=config.max_loaded_users
             )
+            await asyncio.to_thread(svc.set_memory, opened)  # (reads or makes the public-id key)
         try:
             async with AsyncExitStack() as stack:
                 for extra in extra_lifespans:
@@ -469,6 +512,7 @@ def create_app(
             mem = svc._memory
             svc.ready = False
             await asyncio.to_thread(svc.pool.shutdown)
+            rates.close()
             if owned and mem is not None:
                 mem.close()
                 svc.set_memory(None)
@@ -501,7 +545,8 @@ def create_app(
         larger=[("POST", IMPORT_PATH, config.limits.max_import_bytes, "max_import_bytes")],
     )
     # with keys, a request without a known key is refused before anything reads its body
-    rates = RateState(config.rate_limits, metrics)
+    # (on PostgreSQL the budgets are the database's: every worker and replica shares them)
+    rates = RateState(config.rate_limits, metrics, shared=config.db if is_postgres_url(config.db) else None)
     app.add_middleware(KeyGate, keys=config.keys, self_authenticated=ui_prefixes, on_refused=rates.failed_auth)
     # before the key is looked at: an address out of its failed-authentication budget gets 429s
     app.add_middleware(RateGate, state=rates)

@@ -42,6 +42,7 @@ __all__ = [
     "KeyRing",
     "KeyGate",
     "hash_key",
+    "key_id",
     "new_key",
     "bearer_key",
     "check_hash",
@@ -66,6 +67,12 @@ def hash_key(key: str) -> str:
     if not isinstance(key, str) or not key:
         raise InvalidInput("an API key must be a non-empty string")
     return _PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def key_id(key_hash: str) -> str:
+    """The id of a key in logs (the audit log): ``sha256:`` and the first 16 hex digits of its
+    hash (:func:`hash_key`), which names the key among a tenant's without revealing it."""
+    return key_hash[: len(_PREFIX) + 16]
 
 
 def bearer_key(authorization: str | None) -> str | None:

@@ -5,7 +5,8 @@
   users (``application/x-ndjson``). The user is read in one snapshot on the work pool (for a
   database file through a second, read-only connection, without holding the memory's lock
   while its rows are read) and its lines are encoded chunk by chunk as they are sent; the
-  lines name the caller's user id, never the stored one (no tenant prefix leaves the service).
+  lines name the caller's user id, never the stored one (no tenant prefix leaves the service),
+  and carry public item ids (:mod:`~lamina.serve.ids`).
 * ``POST /v1/users/{user_id}/import[?replace=true]`` takes a dump of ONE user as the body and
   imports it as the path's user of the caller's tenant (whatever user id the dump names: a dump
   can never reach another tenant). The whole dump is validated before anything is written (a
@@ -32,7 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from ..client.wire import import_report_to_json
 from ..errors import InvalidInput, NotFoundError, Overloaded
 from ..memory import Memory
-from ..memory.dump.format import DumpError
+from ..memory.dump.format import DumpError, UserDump
 from ..memory.dump.jsonl import iter_dump, renamed
 from ..memory.dump.reader import read_dump
 from . import schemas as S
@@ -104,7 +105,14 @@ def transfer_router() -> APIRouter:
         # while the rows are read) on the work pool: an unknown user is a 404 before the response
         # starts. Its lines are then encoded chunk by chunk as the response is sent, on
         # Starlette's thread pool, never all held at once.
-        ud = await svc.call(caller, lambda: renamed(mem.export_user(user_id=uid, vectors=vectors), user_id))
+        ids = svc.ids
+
+        def read() -> UserDump:
+            ud = ids.dump(renamed(mem.export_user(user_id=uid, vectors=vectors), user_id))
+            svc.audit(caller, "export", user_id=user_id, detail=f"{len(ud.items)} items")
+            return ud
+
+        ud = await svc.call(caller, read)
         safe = _UNSAFE.sub("_", user_id)[:100]
         headers = {"Content-Disposition": f'attachment; filename="{safe}.jsonl"'}
         return StreamingResponse(_chunks(iter_dump(mem, [ud], vectors=vectors)), media_type=NDJSON, headers=headers)
@@ -141,7 +149,8 @@ def transfer_router() -> APIRouter:
                 if not replace and not isinstance(e, DumpError) and _exists(mem, uid):
                     raise _exists_error(user_id) from e
                 raise
-            return _json_bytes(import_report_to_json(rep, user_id))
+            svc.audit(caller, "import", user_id=user_id, detail=f"{rep.items} items" + (", replace" if replace else ""))
+            return _json_bytes(import_report_to_json(svc.ids.import_report(rep), user_id))
 
         # at most max_imports bodies are received or held at once (503 past that)
         try:

@@ -25,6 +25,7 @@ import asyncio
 import json
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -109,11 +110,15 @@ class Limits:
 class WorkPool:
     """A bounded thread pool for the memory's blocking calls (see the module docstring).
 
+    ``timing(waited, ran)``, if given, gets each call's seconds waiting for a thread and running
+    on it (the ``lamina_queue_seconds`` and ``lamina_call_seconds`` metrics).
+
     Thread safety: use from one event loop; :meth:`run` is a coroutine.
     """
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: Limits, *, timing: Callable[[float, float], None] | None = None) -> None:
         self.limits = limits
+        self.timing = timing
         self._executor = ThreadPoolExecutor(max_workers=limits.threads, thread_name_prefix="lamina-serve")
         self._slots: asyncio.Semaphore | None = None
         self._pending = 0
@@ -145,6 +150,7 @@ class WorkPool:
             self._slots = asyncio.Semaphore(lim.threads)
         slots = self._slots
         self._pending += 1
+        entered = time.perf_counter()
         try:
             try:
                 await asyncio.wait_for(slots.acquire(), lim.queue_timeout)
@@ -155,8 +161,9 @@ class WorkPool:
             loop = asyncio.get_running_loop()
             with self._lock:
                 self._running += 1
+            waited = time.perf_counter() - entered
             try:
-                cf: Future[T] = self._executor.submit(fn, *args)
+                cf: Future[T] = self._executor.submit(self._timed, waited, fn, *args)
             except BaseException:
                 self._release(slots, loop)
                 raise
@@ -165,6 +172,14 @@ class WorkPool:
             return await asyncio.shield(asyncio.wrap_future(cf))
         finally:
             self._pending -= 1
+
+    def _timed(self, waited: float, fn: Callable[..., T], *args: Any) -> T:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            if self.timing is not None:
+                self.timing(waited, time.perf_counter() - t0)
 
     def _release(self, slots: asyncio.Semaphore, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:

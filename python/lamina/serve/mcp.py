@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..errors import AuthError, LaminaError
 from .errors import error_response, status_of
 from .mcp_server import build_mcp_server, mcp_http_app
-from .service import Service
+from .service import Caller, Service
 
 __all__ = ["McpEndpoint", "MCP_PATH"]
 
@@ -74,6 +74,18 @@ class McpEndpoint:
         caller = self.service.caller_from_header(request.headers.get("authorization"))
         return caller.uid(user_id)
 
+    def caller_of(self, authorization: str | None, client: tuple[str, int] | None) -> Caller:
+        """The caller of a request's ``Authorization`` header, with the client's address."""
+        caller = self.service.caller_from_header(authorization)
+        return Caller(caller.tenant, caller.key, client[0] if client else None)
+
+    def audit(self, action: str, user_id: str, item_id: int, request: Request | None) -> None:
+        """Log a tool call's administrative action (on the work pool) for the request's caller."""
+        if request is None:
+            return
+        caller = self.caller_of(request.headers.get("authorization"), request.client)
+        self.service.audit(caller, action, user_id=user_id, item_id=item_id)
+
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         """Build the MCP server on the service's memory and run its session manager (a manager
@@ -89,6 +101,8 @@ class McpEndpoint:
             default_budget=self.default_budget,
             run=run,
             max_messages=svc.limits.max_messages,  # (the limit of POST /v1/memories)
+            ids=svc.ids,  # (the public ids of the HTTP routes)
+            audit=self.audit,
         )
         # stateless: any worker of ``lamina serve --workers N`` answers any request of a client
         app = mcp_http_app(server, path=MCP_PATH, host=self.host, stateless=True)
@@ -113,11 +127,12 @@ class McpEndpoint:
             if k == b"authorization":
                 auth = v.decode("latin-1")
         try:
-            self.service.caller_from_header(auth)
+            caller = self.caller_of(auth, scope.get("client"))
         except LaminaError as e:
             status, code, headers = status_of(e)
             await error_response(status, code, str(e), headers)(scope, receive, send)
             return
+        await self.service.note_address(caller)  # (a key's first use from this address is logged)
         inner: dict[str, Any] = dict(scope)
         inner["path"] = MCP_PATH  # (``/mcp/`` too: the transport's route is ``/mcp``)
         inner["raw_path"] = MCP_PATH.encode()

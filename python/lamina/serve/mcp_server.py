@@ -47,8 +47,10 @@ from starlette.requests import Request
 from ..errors import UNSEEN_ITEM, LaminaError, NotFoundError, Overloaded, StoreBusy
 from ..memory.facade import Memory
 from ..memory.inputs import MAX_BUDGET
+from ..memory.reports import DeleteReport
 from ..memory.types import Context, MemoryItem
 from ..native import _info
+from .ids import PublicIds, with_message_ids
 from .schemas import item_model
 
 __all__ = [
@@ -91,6 +93,8 @@ T = TypeVar("T")
 #: Maps a tool call's ``user_id`` and the HTTP request that carried the call (None over stdio)
 #: to the stored user id.
 UserIdMap = Callable[[str, Request | None], str]
+#: Logs an administrative action of a tool call: ``(action, user_id, public item id, request)``.
+AuditHook = Callable[[str, str, int, Request | None], None]
 #: Runs a blocking call off the event loop and awaits it (default: :func:`anyio.to_thread.run_sync`).
 Runner = Callable[[Callable[[], Any]], Awaitable[Any]]
 Layer = Literal["working", "episodic", "semantic", "archive", "history"]
@@ -210,11 +214,13 @@ class RelatedResult(BaseModel):
 
 
 def _item(it: MemoryItem) -> ItemOut:
+    """An item (its ids public already) as a tool returns it."""
     d = {k: getattr(it, k) for k in ITEM_FIELDS}
     return ItemOut(**d | {"score": float(it.score), "sources": list(it.sources)})
 
 
 def _context(ctx: Context) -> ContextResult:
+    """A context (its ids public already) as ``get_context`` returns it."""
     text = ctx.render()
     return ContextResult(
         text=text,
@@ -271,6 +277,8 @@ def build_mcp_server(
     default_budget: int = 1024,
     run: Runner | None = None,
     max_messages: int | None = None,
+    ids: PublicIds | None = None,
+    audit: AuditHook | None = None,
 ) -> MCPServer:
     """An MCP server whose tools read and write ``memory``.
 
@@ -295,6 +303,13 @@ def build_mcp_server(
     max_messages : int, optional
         Most messages one ``add_memory`` takes (a tool error past it); ``lamina serve`` passes
         its ``--max-messages``, the limit of ``POST /v1/memories``. Default: no limit.
+    ids : PublicIds, optional
+        The item ids the tools show and take (:mod:`lamina.serve.ids`); default: the public ids
+        of ``memory``'s database (its key is read, or made, now), as ``lamina serve`` shows them.
+    audit : callable ``(action, user_id, item_id, request)``, optional
+        Called (through ``run``, in the same call) after ``delete_memory`` deleted an item, with
+        ``"delete"``, the caller's user id, the public item id and the request (None over
+        stdio): ``lamina serve`` logs it (:mod:`lamina.serve.audit`).
 
     Returns
     -------
@@ -310,6 +325,7 @@ def build_mcp_server(
     ):
         raise ValueError(f"max_messages must be an int >= 1 or None, got {max_messages!r}")
     runner: Runner = run if run is not None else anyio.to_thread.run_sync
+    pub = ids if ids is not None else PublicIds.of_memory(memory)
     server = MCPServer(
         name=name,
         instructions=INSTRUCTIONS,
@@ -340,11 +356,11 @@ def build_mcp_server(
                 f"too many messages: {len(messages)} in one add_memory; at most {max_messages} (max_messages)"
             )
         uid = user(user_id, ctx)
-        msgs = [m.model_dump(exclude_none=True) for m in messages]
-        ids = await _guarded_run(
+        msgs = with_message_ids([m.model_dump(exclude_none=True) for m in messages])
+        added = await _guarded_run(
             runner, lambda: memory.add(msgs, user_id=uid, session_id=session_id, timestamp=timestamp), (uid, user_id)
         )
-        return AddResult(ids=ids)
+        return AddResult(ids=[pub.public(i) for i in added])
 
     @server.tool(title="Get context")
     async def get_context(
@@ -364,7 +380,7 @@ def build_mcp_server(
         found = await _guarded_run(
             runner, lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain), (uid, user_id)
         )
-        return _context(found)
+        return _context(pub.context(found))
 
     @server.tool(title="Search memory")
     async def search_memory(
@@ -381,7 +397,7 @@ def build_mcp_server(
         found = await _guarded_run(
             runner, lambda: memory.search(query, user_id=uid, k=k, layers=layers), (uid, user_id)
         )
-        return SearchResult(items=[_item(it) for it in found])
+        return SearchResult(items=[_item(it) for it in pub.items(found)])
 
     @server.tool(title="Delete memory")
     async def delete_memory(
@@ -392,8 +408,17 @@ def build_mcp_server(
         """Forget one of the user's items. A raw turn takes along what was derived from it
         (segments, summaries, facts), so its text leaves every layer."""
         uid = user(user_id, ctx)
-        rep = await _guarded_run(runner, lambda: _unseen(lambda: memory.delete(item_id, user_id=uid)), (uid, user_id))
-        return DeleteResult(deleted=rep.deleted, ids=list(rep.ids))
+        req = ctx.request_context.request
+        request = req if isinstance(req, Request) else None
+
+        def delete() -> DeleteReport:
+            rep = _unseen(lambda: memory.delete(pub.internal(item_id), user_id=uid))
+            if audit is not None:
+                audit("delete", user_id, item_id, request)
+            return rep
+
+        rep = await _guarded_run(runner, delete, (uid, user_id))
+        return DeleteResult(deleted=rep.deleted, ids=[pub.public(i) for i in rep.ids])
 
     @server.tool(title="End session")
     async def end_session(
@@ -421,7 +446,7 @@ def build_mcp_server(
         facts = await _guarded_run(
             runner, lambda: memory.facts(user_id=uid, subject=subject, current=current), (uid, user_id)
         )
-        return FactsResult(facts=[_item(it) for it in facts])
+        return FactsResult(facts=[_item(it) for it in pub.items(facts)])
 
     @server.tool(title="Related memories")
     async def related_memories(
@@ -435,16 +460,17 @@ def build_mcp_server(
         uid = user(user_id, ctx)
 
         def read() -> RelatedResult:
-            note = memory.note(item_id, user_id=uid)
+            iid = pub.internal(item_id)
+            note = memory.note(iid, user_id=uid)
             linked = [
                 LinkedOut(
-                    item=_item(memory.get(x.other_id, user_id=uid)),
+                    item=_item(pub.item(memory.get(x.other_id, user_id=uid))),
                     weight=x.weight,
                     kind="duplicate" if x.kind == "duplicate" else "related",
                     shared=list(x.shared),
                     newer=x.newer,
                 )
-                for x in memory.links(item_id, user_id=uid)
+                for x in memory.links(iid, user_id=uid)
             ]
             if note is None:
                 return RelatedResult(keywords=[], tags=[], context=None, related=linked)

@@ -6,6 +6,10 @@
 * ``lamina_embed_seconds`` (a histogram) and ``lamina_embedded_texts_total`` — time in the
   embedder (:class:`TimedEmbedder` wraps the memory's embedder);
 * ``lamina_pending_requests`` and ``lamina_rejected_total{reason}`` — the work pool's queue;
+  ``lamina_queue_seconds`` and ``lamina_call_seconds`` (histograms) — each memory call's wait for
+  a thread and its run on it (what ``bench/bench_serve.py`` splits a request's time into);
+* ``lamina_worker{pid}`` — the worker process that answered the scrape (each worker of
+  ``--workers N`` keeps its own counts);
 * ``lamina_users{tenant}`` and ``lamina_items{tenant}`` — counted from the memory at scrape time;
 * ``lamina_rate_limited_total{budget}`` (429s, ``auth`` or ``writes``) and
   ``lamina_auth_failures_total`` (401s to an offered key) — the rate limits (:mod:`~lamina.serve.ratelimit`).
@@ -13,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -52,11 +57,24 @@ class ServeMetrics:
         )
         self.embedded_texts = Counter("lamina_embedded_texts", "Texts embedded", registry=r)
         self.pending = Gauge("lamina_pending_requests", "Memory calls running or waiting for a thread", registry=r)
+        self.queue_seconds = Histogram(
+            "lamina_queue_seconds",
+            "Time a memory call waited for a thread of the work pool",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.call_seconds = Histogram(
+            "lamina_call_seconds", "Time a memory call ran on its thread", buckets=_LATENCY_BUCKETS, registry=r
+        )
         self.rejected = Counter("lamina_rejected", "Requests refused by the work pool", ["reason"], registry=r)
         self.rate_limited = Counter(
             "lamina_rate_limited", "Requests refused (429) by a rate limit, by budget", ["budget"], registry=r
         )
         self.auth_failures = Counter("lamina_auth_failures", "Answers 401 (a missing or unknown key)", registry=r)
+        # (with --workers N each worker answers /metrics with its own counts: the pid tells them apart)
+        Gauge("lamina_worker", "The process that answered this scrape", ["pid"], registry=r).labels(
+            str(os.getpid())
+        ).set(1)
 
 
 class TimedEmbedder:

@@ -20,8 +20,15 @@ The client address is the connection's, or the one a trusted proxy names
 Each 429 counts in ``lamina_rate_limited_total{budget}`` and each 401 in
 ``lamina_auth_failures_total`` (:mod:`~lamina.serve.metrics`).
 
-The counters live in the process: with ``--workers N`` each worker keeps its own (an address
-may get up to ``N`` budgets), and replicas do not share them.
+Where the counters live: on a SQLite database (or in memory) in the process, so with
+``--workers N`` each worker keeps its own (an address may get up to ``N`` budgets). On
+PostgreSQL in the database (:class:`SharedBuckets` over
+:class:`~lamina.memory.store.pgbuckets.PgBuckets`): every worker and every replica on the
+database draws from one budget per key and per address. Each token taken is one round trip to
+PostgreSQL (a failed authentication, a write); the check before a request asks the database at
+most every :data:`SHARED_TTL` seconds per identity, and never while the identity is known to be
+out of tokens (a bucket only empties faster than predicted), so a replica learns of another
+replica's takes within that time or at its own next take.
 """
 
 from __future__ import annotations
@@ -41,7 +48,16 @@ from .auth import bearer_key
 from .errors import error_response
 from .metrics import ServeMetrics
 
-__all__ = ["RateLimits", "Buckets", "RateState", "RateGate", "DEFAULT_RATE_LIMIT", "is_write"]
+__all__ = [
+    "RateLimits",
+    "Buckets",
+    "SharedBuckets",
+    "RateState",
+    "RateGate",
+    "DEFAULT_RATE_LIMIT",
+    "is_write",
+    "SHARED_TTL",
+]
 
 #: ``lamina serve --rate-limit``'s default: 30 failed authentications a minute per address.
 DEFAULT_RATE_LIMIT = "auth=30/60s"
@@ -49,6 +65,8 @@ _SPEC = re.compile(r"(auth|writes)=(\d+)/(\d+(?:\.\d+)?)(s|m|min|h)?")
 _UNIT = {None: 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _READ_POSTS = frozenset({"/v1/context", "/v1/search"})
 _UNLIMITED_PATHS = frozenset({"/healthz", "/readyz"})
+#: Seconds a process trusts what it last read of a shared bucket that had tokens.
+SHARED_TTL = 0.5
 
 
 @dataclass(frozen=True)
@@ -180,6 +198,63 @@ class Buckets:
                 del self._tokens[k]
 
 
+class SharedBuckets:
+    """:class:`Buckets` kept in PostgreSQL, shared by every process on the database (see the
+    module docstring), with what this process last read of each cached.
+
+    Parameters
+    ----------
+    url : str
+        The database (``postgresql://...``).
+    budget : str
+        ``auth`` or ``writes``.
+    n : int
+    seconds : float
+    clock : callable
+        Seconds, monotonic (``time.monotonic``): how old a cached level is.
+
+    Thread safety: thread-safe; blocking on a cache miss and on every take.
+    """
+
+    def __init__(
+        self, url: str, budget: str, n: int, seconds: float, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        from ..memory.store.pgbuckets import PgBuckets
+
+        self.n = float(n)
+        self.rate = n / seconds
+        self.clock = clock
+        self.store = PgBuckets(url, budget, n, seconds)
+        self._seen: dict[str, tuple[float, float]] = {}  # identity -> (level, at): what was last read
+        self._lock = threading.Lock()
+
+    def _note(self, key: str, level: float) -> None:
+        with self._lock:
+            if len(self._seen) > 100_000:
+                self._seen.clear()
+            self._seen[key] = (level, self.clock())
+
+    def wait(self, key: str) -> float:
+        """Seconds until ``key`` has a token (0: it has one now); takes nothing."""
+        now = self.clock()
+        with self._lock:
+            seen = self._seen.get(key)
+        if seen is not None:
+            level, at = seen
+            predicted = min(self.n, level + (now - at) * self.rate)  # (an upper bound: others only take)
+            if predicted < 1.0:
+                return (1.0 - predicted) / self.rate
+            if now - at < SHARED_TTL:
+                return 0.0
+        level = self.store.level(key)
+        self._note(key, level)
+        return 0.0 if level >= 1.0 else (1.0 - level) / self.rate
+
+    def take(self, key: str) -> None:
+        """Take one token of ``key`` in the database."""
+        self._note(key, self.store.take(key))
+
+
 def is_write(method: str, path: str) -> bool:
     """Whether a request counts against the ``writes`` budget (see the module docstring)."""
     if method not in ("POST", "PATCH", "PUT", "DELETE"):
@@ -204,15 +279,30 @@ class RateState:
     limits : RateLimits
     metrics : ServeMetrics
         Its ``rate_limited`` and ``auth_failures`` counters.
+    shared : str, optional
+        A PostgreSQL URL: the buckets are the database's (:class:`SharedBuckets`), shared by
+        every process on it; default: this process's (:class:`Buckets`).
 
     Thread safety: thread-safe (the buckets are).
     """
 
-    def __init__(self, limits: RateLimits, metrics: ServeMetrics) -> None:
+    def __init__(self, limits: RateLimits, metrics: ServeMetrics, *, shared: str | None = None) -> None:
         self.limits = limits
         self.metrics = metrics
-        self.auth = Buckets(limits.auth, limits.auth_seconds) if limits.auth > 0 else None
-        self.writes = Buckets(limits.writes, limits.writes_seconds) if limits.writes > 0 else None
+        self.auth = self._buckets(shared, "auth", limits.auth, limits.auth_seconds)
+        self.writes = self._buckets(shared, "writes", limits.writes, limits.writes_seconds)
+
+    @staticmethod
+    def _buckets(shared: str | None, budget: str, n: int, seconds: float) -> Buckets | SharedBuckets | None:
+        if n <= 0:
+            return None
+        return Buckets(n, seconds) if shared is None else SharedBuckets(shared, budget, n, seconds)
+
+    def close(self) -> None:
+        """Close the database connections of shared buckets (nothing for the process's own)."""
+        for b in (self.auth, self.writes):
+            if isinstance(b, SharedBuckets):
+                b.store.close()
 
     def failed_auth(self, scope: Scope) -> None:
         """Count a refused authentication of the request ``scope`` (once per request)."""

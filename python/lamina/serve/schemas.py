@@ -18,6 +18,8 @@ from ..memory.inputs import MAX_BUDGET, MAX_K
 from ..memory.types import MemoryItem
 
 __all__ = [
+    "AuditEntryOut",
+    "AuditOut",
     "Message",
     "AddRequest",
     "AddResponse",
@@ -280,6 +282,27 @@ class ImportReportOut(BaseModel):
 
 class UsersOut(BaseModel):
     users: list[str]
+
+
+class AuditEntryOut(BaseModel):
+    """One administrative action (:class:`lamina.serve.audit.AuditEntry`)."""
+
+    seq: int = Field(description="Its number in the tenant's log: 1, 2, ... in the order the actions happened.")
+    at: float = Field(description="When, seconds since the epoch.")
+    action: str = Field(description="delete, delete_user, export, import, adopt or new_address.")
+    who: str = Field(description="The key's id (sha256: and 16 hex digits of its hash), anonymous or operator.")
+    address: str | None = Field(description="The client's address.")
+    user_id: str | None = Field(description="The user the action was on (your id).")
+    item_id: int | None = Field(description="The item deleted (its public id).")
+    detail: str | None
+
+
+class AuditOut(BaseModel):
+    """A page of the tenant's audit log, oldest first."""
+
+    entries: list[AuditEntryOut]
+    total: int = Field(description="Entries in the log.")
+    next: int | None = Field(description="Pass as ?after= for the next page (null: this page is the last).")
 
 
 class ErrorOut(BaseModel):

@@ -12,6 +12,7 @@ import) reach them with the FastAPI dependencies :func:`get_service` and :func:`
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -21,7 +22,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..errors import UNSEEN_ITEM, AuthError, LaminaError, NotFoundError, Overloaded
 from ..memory import ClosedError, Memory
-from .auth import KeyRing, bearer_key
+from .audit import AddressBook, record
+from .auth import KeyRing, bearer_key, hash_key, key_id
+from .ids import PublicIds
 from .limits import ImportSlots, Limits, WorkPool
 from .metrics import ServeMetrics
 from .tenancy import SEP, owns, public_user_id, stored_user_id
@@ -37,12 +40,21 @@ class CallTypeError(LaminaError, TypeError):
 
 @dataclass(frozen=True)
 class Caller:
-    """The tenant of a request (None: the anonymous tenant of a server without keys).
+    """The tenant of a request (None: the anonymous tenant of a server without keys), the id of
+    the key it came with (:func:`~lamina.serve.auth.key_id`; None without keys) and the client's
+    address (None where unknown): who the audit log names (:mod:`~lamina.serve.audit`).
 
     Thread safety: immutable, thread-safe.
     """
 
     tenant: str | None
+    key: str | None = None
+    address: str | None = None
+
+    @property
+    def who(self) -> str:
+        """The audit log's ``who`` of this caller: its key's id, or ``anonymous``."""
+        return self.key or "anonymous"
 
     def uid(self, user_id: str) -> str:
         """The stored id of the caller's ``user_id`` (TypeError / InvalidInput for a bad id)."""
@@ -96,10 +108,17 @@ class Service:
         self.metrics_key = metrics_key
         self.limits = limits
         self.metrics = metrics
-        self.pool = WorkPool(limits)
+        self.pool = WorkPool(limits, timing=self._timing)
         self.imports = ImportSlots(limits)
-        self._memory = memory
-        self.ready = memory is not None
+        self.addresses = AddressBook()
+        self._memory: Memory | None = None
+        self._ids: PublicIds | None = None
+        self.ready = False
+        self.set_memory(memory)
+
+    def _timing(self, waited: float, ran: float) -> None:
+        self.metrics.queue_seconds.observe(waited)
+        self.metrics.call_seconds.observe(ran)
 
     @property
     def memory(self) -> Memory:
@@ -108,7 +127,17 @@ class Service:
             raise ClosedError("the server is not ready (starting or shutting down)")
         return self._memory
 
+    @property
+    def ids(self) -> PublicIds:
+        """The public item ids of the memory's database (:mod:`~lamina.serve.ids`; ClosedError,
+        HTTP 503, before startup or after shutdown)."""
+        if self._ids is None or not self.ready:
+            raise ClosedError("the server is not ready (starting or shutting down)")
+        return self._ids
+
     def set_memory(self, memory: Memory | None) -> None:
+        """Serve ``memory`` (None: none); reads (or makes) its database's public-id key."""
+        self._ids = None if memory is None else PublicIds.of_memory(memory)
         self._memory = memory
         self.ready = memory is not None
 
@@ -140,7 +169,40 @@ class Service:
         tenant = self.keys.tenant_of(credentials.credentials)
         if tenant is None:
             raise AuthError("unknown API key")
-        return Caller(tenant)
+        return Caller(tenant, key_id(hash_key(credentials.credentials)))
+
+    def audit(
+        self,
+        caller: Caller,
+        action: str,
+        *,
+        user_id: str | None = None,
+        item_id: int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Log an administrative action of ``caller`` (:func:`lamina.serve.audit.record`; blocking:
+        call it on the work pool, in the call that acted). ``user_id``: the caller's id,
+        ``item_id``: the public one."""
+        record(
+            self.memory,
+            tenant=caller.tenant,
+            action=action,
+            who=caller.who,
+            address=caller.address,
+            user_id=user_id,
+            item_id=item_id,
+            detail=detail,
+        )
+
+    async def note_address(self, caller: Caller) -> None:
+        """Log the first use of the caller's key from its address (a database write the first
+        time a process sees the pair; nothing without keys)."""
+        if caller.key is None or caller.address is None:
+            return
+        if self.addresses.known(caller.tenant, caller.key, caller.address):
+            return
+        mem = self.memory
+        await asyncio.to_thread(self.addresses.seen, mem, caller.tenant, caller.key, caller.address)
 
     def caller_from_header(self, authorization: str | None) -> Caller:
         """:meth:`caller` from a raw ``Authorization`` header value: for sub-applications mounted
@@ -175,9 +237,15 @@ async def get_service(request: Request) -> Service:
 async def get_caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> Caller:
-    """FastAPI dependency: the request's :class:`Caller` (401 without a valid key when keys are on)."""
+    """FastAPI dependency: the request's :class:`Caller` (401 without a valid key when keys are on),
+    with the client's address; a key's first request from an address is logged
+    (:class:`~lamina.serve.audit.AddressBook`)."""
     svc: Service = request.app.state.lamina
-    return svc.caller(credentials)
+    caller = svc.caller(credentials)
+    address = request.client.host if request.client else None
+    caller = Caller(caller.tenant, caller.key, address)
+    await svc.note_address(caller)
+    return caller
 
 
 #: ``svc: ServiceDep`` in a route's parameters: the app's :class:`Service`.

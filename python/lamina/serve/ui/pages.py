@@ -12,6 +12,7 @@ caller's namespace.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 from collections.abc import Callable, Iterator
@@ -25,12 +26,13 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from ...errors import InvalidInput, LaminaError, NotFoundError
 from ...memory import Firewall
+from ...memory.dump.format import UserDump
 from ...memory.dump.jsonl import iter_dump, renamed
 from ...memory.types import format_time
-from ..auth import hash_key
+from ..auth import hash_key, key_id
 from ..errors import status_of
 from ..ids import as_unseen, item_owner
-from ..service import Service
+from ..service import Caller, Service
 from ..tenancy import owns
 from . import svg
 from .session import COOKIE, LOGIN_COOKIE, SessionStore, UiSession, csrf_ok, csrf_token, new_login_token
@@ -90,12 +92,19 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
 
     sessions = SessionStore(lambda: svc.memory, svc.keys)
 
+    def public_id(internal: int) -> int:
+        """The public id a page shows of an item (:mod:`~lamina.serve.ids`)."""
+        return svc.ids.public(internal)
+
+    env.globals["pid"] = public_id  # (a global: the imported macros see it too)
+
     async def session(request: Request) -> UiSession:
         token = request.cookies.get(COOKIE)
         s = await svc.call(None, lambda: sessions.open(token)) if token else None
         if s is None:
             raise _Login()
-        return s
+        address = request.client.host if request.client else None
+        return dataclasses.replace(s, caller=dataclasses.replace(s.caller, address=address))
 
     async def form(request: Request, sess: UiSession | None) -> dict[str, str]:
         """The urlencoded body (CSRF-checked when ``sess`` is given: 403 otherwise)."""
@@ -172,6 +181,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
             if tenant is None:
                 return login_page(request, 401, "unknown API key", nxt)
             key_hash = hash_key(key)
+            await svc.note_address(Caller(tenant, key_id(key_hash), request.client.host if request.client else None))
         old = request.cookies.get(COOKIE)
         token = await svc.call(None, lambda: sessions.create(tenant, key_hash, replaces=old))
         resp = _redirect(nxt)
@@ -224,6 +234,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         sess = await session(request)
         uid = sess.caller.uid(user_id)
         mem = svc.memory
+        root = None if tree_root is None else svc.ids.internal(tree_root)
         asked = {"page_no": page_no, "working_page": working_page, "tree_page": tree_page}
         asked.update(facts_page=facts_page, notes_page=notes_page)
         for name, v in asked.items():
@@ -238,7 +249,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
                 query=q,
                 working_page=working_page,
                 tree_page=tree_page,
-                tree_root=tree_root,
+                tree_root=root,
                 facts_page=facts_page,
                 notes_page=notes_page,
             ),
@@ -247,16 +258,18 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         at: dict[str, int | None] = {"page_no": view.archive_paged.page, "tree_page": view.tree_paged.page}
         at.update(
             working_page=view.working_paged.page,
-            tree_root=view.tree_root,
+            tree_root=None if view.tree_root is None else public_id(view.tree_root),
             facts_page=view.chains_paged.page,
             notes_page=view.notes_paged.page,
         )
 
         def link(name: str, to: int | None) -> str:
-            """This page's URL query with ``name`` (a list's page, or ``tree_root``) set to ``to``."""
+            """This page's URL query with ``name`` (a list's page, or ``tree_root``: an internal
+            id, shown public) set to ``to``."""
             asked = {**at, name: to, "q": view.query}
             if name == "tree_root":
                 asked["tree_page"] = 0
+                asked["tree_root"] = None if to is None else public_id(to)
             return "?" + urlencode({k: v for k, v in asked.items() if v is not None})
 
         return page(
@@ -308,16 +321,16 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
     @guarded
     async def item(request: Request, item_id: int) -> Response:
         sess = await session(request)
-        mem = svc.memory
+        mem, iid = svc.memory, svc.ids.internal(item_id)
 
         def work() -> tuple[Any, list[Any], Any, list[Any]]:
-            uid = item_owner(mem, sess.caller.tenant, item_id)
-            it = mem.get(item_id, user_id=uid)
+            uid = item_owner(mem, sess.caller.tenant, iid)
+            it = mem.get(iid, user_id=uid)
             return (
                 it,
-                mem.history(item_id, user_id=uid),
-                mem.note(item_id, user_id=uid),
-                mem.links(item_id, user_id=uid),
+                mem.history(iid, user_id=uid),
+                mem.note(iid, user_id=uid),
+                mem.links(iid, user_id=uid),
             )
 
         it, hist, note, links = await call(sess, work)
@@ -336,11 +349,13 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
     async def delete_item(request: Request, item_id: int) -> Response:
         sess = await session(request)
         await form(request, sess)
-        mem = svc.memory
+        mem, iid = svc.memory, svc.ids.internal(item_id)
 
         def work() -> tuple[str, int]:
-            owner = item_owner(mem, sess.caller.tenant, item_id)
-            return owner, as_unseen(lambda: mem.delete(item_id, user_id=owner)).deleted
+            owner = item_owner(mem, sess.caller.tenant, iid)
+            n = as_unseen(lambda: mem.delete(iid, user_id=owner)).deleted
+            svc.audit(sess.caller, "delete", user_id=sess.caller.public(owner), item_id=item_id)
+            return owner, n
 
         owner, n = await call(sess, work)
         return _redirect(f"{PREFIX}/users/{quote(sess.caller.public(owner), safe='')}?deleted={n}")
@@ -370,7 +385,12 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
             return page(
                 "forget.html", 400, sess=sess, user_id=user_id, row=rows[0], error="type the user id to confirm"
             )
-        await call(sess, lambda: mem.delete_user(user_id=uid))
+
+        def work() -> None:
+            rep = mem.delete_user(user_id=uid)
+            svc.audit(sess.caller, "delete_user", user_id=user_id, detail=f"{rep.deleted} items")
+
+        await call(sess, work)
         return _redirect(f"{PREFIX}/users")
 
     @r.get(PREFIX + "/users/{user_id}/export.jsonl")
@@ -379,7 +399,14 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         sess = await session(request)
         uid = sess.caller.uid(user_id)
         mem = svc.memory
-        ud = await call(sess, lambda: renamed(mem.export_user(user_id=uid), user_id))
+        ids = svc.ids
+
+        def read() -> UserDump:
+            ud = ids.dump(renamed(mem.export_user(user_id=uid), user_id))
+            svc.audit(sess.caller, "export", user_id=user_id, detail=f"{len(ud.items)} items")
+            return ud
+
+        ud = await call(sess, read)
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in user_id)[:100]
         headers = {**_HEADERS, "Content-Disposition": f'attachment; filename="{safe}.jsonl"'}
         return StreamingResponse(_encoded(iter_dump(mem, [ud])), media_type="application/x-ndjson", headers=headers)

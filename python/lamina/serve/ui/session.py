@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...memory import Memory
-from ..auth import KeyRing
+from ..auth import KeyRing, key_id
 from ..service import Caller
 
 __all__ = [
@@ -161,7 +161,7 @@ class SessionStore:
 
             self._memory().update_service_record(_RECORD, touch)
         tenant = str(entry[0]) or None
-        return UiSession(Caller(tenant), csrf_token(token))
+        return UiSession(Caller(tenant, key_id(str(entry[1])) if entry[1] else None), csrf_token(token))
 
     def create(self, tenant: str | None, key_hash: str | None, *, replaces: str | None = None) -> str:
         """A new session's token (the session ``replaces`` had, if any, ends: rotation)."""
