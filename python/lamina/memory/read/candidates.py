@@ -63,12 +63,40 @@ def staleness(st: MemoryState, u: UserState) -> Staleness:
                 old = norm_key(r.object or "")
                 if old and now_vals and old not in now_vals:
                     values.setdefault(old, set()).update(now_vals)
-        s = Staleness(frozenset(hist - cur), values, frozenset(resolved))
+        stale_src = frozenset(hist - cur)
+        heirs: dict[str, set[int]] = {}
+        for i in u.facts:
+            r = st.recs[i]
+            if r.status != "active" or r.layer != "history" or r.superseded_by is None:
+                continue
+            heir = _current_heir(st, int(r.superseded_by))
+            if heir is not None:
+                for src in r.sources:
+                    if src in stale_src:
+                        heirs.setdefault(src, set()).add(heir)
+        s = Staleness(stale_src, values, frozenset(resolved), {k: tuple(sorted(v)) for k, v in heirs.items()})
         last = u.stale_last
         if last is not None and last.same_as(s):
             s = last  # nothing it depends on changed: keep its per-item cache
         u.stale = u.stale_last = s
     return u.stale
+
+
+def _current_heir(st: MemoryState, fact_id: int) -> int | None:
+    """The current fact at the end of a supersession chain from ``fact_id`` (None: the chain
+    ends in a deleted or no longer current fact)."""
+    seen: set[int] = set()
+    while fact_id not in seen:
+        seen.add(fact_id)
+        r = st.recs.get(fact_id)
+        if r is None or r.status != "active":
+            return None
+        if r.layer != "history":
+            return fact_id
+        if r.superseded_by is None:
+            return None
+        fact_id = int(r.superseded_by)
+    return None
 
 
 def scope(u: UserState, query: str) -> str | None:
@@ -417,6 +445,12 @@ def rank(
             found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
     # a query for a time asks when something happened: a superseded fact's turns are its history
     stp = 0.0 if date_intent(query) else c.stale_penalty
+    # the current value of what a stale candidate said ranks at least as that candidate did
+    lift = (
+        stale.lifts([(s, r.sources) for L in layers for s, r in found[L] if r.kind != "fact"])
+        if stp and stale.heirs
+        else {}
+    )
     for L in layers:
         cands = found[L]
         if not cands:
@@ -440,6 +474,8 @@ def rank(
                     w = stale.weight(r.id, r.text, r.sources, text_key(r))
                 if w:
                     s = s - abs(s) * (stp * w)  # the stale penalty
+            elif lift and r.id in lift and lift[r.id] > s:
+                s = lift[r.id]  # the current-value lift
             if s < floor:
                 continue
             adj.append((s, r))

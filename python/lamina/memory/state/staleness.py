@@ -18,14 +18,21 @@ class Staleness:
     sources : source ids whose every fact is superseded
     values : superseded object value -> the current values of the same subject + predicate
     resolved : ids of current facts that superseded another
+    heirs : stale source id -> the current facts that superseded (directly or along a chain) a
+        fact of that source: what a question the stale turn answers asks now
     """
 
     def __init__(
-        self, sources: frozenset[str], values: dict[str, set[str]], resolved: frozenset[int] = frozenset()
+        self,
+        sources: frozenset[str],
+        values: dict[str, set[str]],
+        resolved: frozenset[int] = frozenset(),
+        heirs: dict[str, tuple[int, ...]] | None = None,
     ) -> None:
         self.sources = sources
         self.values = values
         self.resolved = resolved
+        self.heirs: dict[str, tuple[int, ...]] = heirs or {}
         # item id -> (its text, its sources, weight): an entry holds while the item keeps the
         # very text and sources objects it was computed from (a re-summarised node gets new ones)
         self.cache: dict[int, tuple[str, Sequence[str], float]] = {}
@@ -43,7 +50,25 @@ class Staleness:
 
     def same_as(self, other: Staleness) -> bool:
         """Whether both were built from the same facts (then one's cache serves the other)."""
-        return (self.sources, self.values, self.resolved) == (other.sources, other.values, other.resolved)
+        return (self.sources, self.values, self.resolved, self.heirs) == (
+            other.sources,
+            other.values,
+            other.resolved,
+            other.heirs,
+        )
+
+    def lifts(self, rows: Sequence[tuple[float, Sequence[str]]]) -> dict[int, float]:
+        """The current-value lift of one query: for each current fact that superseded a fact of
+        a candidate's sources, the best (unpenalised) score of such a candidate. ``rows``: the
+        query's stale candidates (score, sources), in any order."""
+        out: dict[int, float] = {}
+        heirs = self.heirs
+        for s, sources in rows:
+            for src in sources:
+                for f in heirs.get(src, ()):
+                    if f not in out or s > out[f]:
+                        out[f] = s
+        return out
 
     def weight(self, item_id: int, text: str, sources: Sequence[str], low: str | None = None) -> float:
         """1 when the text names a superseded value and not its current one (or all its sources
