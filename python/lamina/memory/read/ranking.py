@@ -389,6 +389,13 @@ class Ranked:
                 prior[i * nL + layers.index(L)] = (x / g_max) ** (1.0 / beta) if beta > 0 and x > 0 else 1.0
         e = np.flatnonzero(live[f.q])  # the pool: every candidate of a gated query
         w = e[f.layer[e] == layers.index("working")] if "working" in layers else _NONE
+        floor = st.config.fill_floor
+        if floor > 0 and len(e):  # the fill floor: a share of each query's best gate-weighted score
+            gw = f.score[e] * prior[f.q[e] * nL + f.layer[e]]
+            best = np.full(B, -np.inf)
+            np.maximum.at(best, f.q[e], gw)
+            bq = best[f.q[e]]
+            e = e[~(bq > 0) | (gw >= floor * bq)]
         q = np.concatenate([f.q[w], f.q[e]])
         # sort keys: (query, section: working 0 / pool 1, aggregate), then the negated score, then
         # (demoted, seq), then position (the pool's order of equal keys, as fill's list)
