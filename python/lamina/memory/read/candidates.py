@@ -15,7 +15,7 @@ import numpy.typing as npt
 from ...text.timeref import date_intent, mentions_time
 from ..state.memstate import MemoryState, UserState
 from ..state.records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key, turn_tokens
-from ..state.staleness import Staleness
+from ..state.staleness import Staleness, supersession_heirs
 from ..types import LAYERS
 from .fusion import Fused, FusedMany, Turns, fuse_many
 
@@ -64,39 +64,12 @@ def staleness(st: MemoryState, u: UserState) -> Staleness:
                 if old and now_vals and old not in now_vals:
                     values.setdefault(old, set()).update(now_vals)
         stale_src = frozenset(hist - cur)
-        heirs: dict[str, set[int]] = {}
-        for i in u.facts:
-            r = st.recs[i]
-            if r.status != "active" or r.layer != "history" or r.superseded_by is None:
-                continue
-            heir = _current_heir(st, int(r.superseded_by))
-            if heir is not None:
-                for src in r.sources:
-                    if src in stale_src:
-                        heirs.setdefault(src, set()).add(heir)
-        s = Staleness(stale_src, values, frozenset(resolved), {k: tuple(sorted(v)) for k, v in heirs.items()})
+        s = Staleness(stale_src, values, frozenset(resolved), supersession_heirs(st.recs, u.facts, stale_src))
         last = u.stale_last
         if last is not None and last.same_as(s):
             s = last  # nothing it depends on changed: keep its per-item cache
         u.stale = u.stale_last = s
     return u.stale
-
-
-def _current_heir(st: MemoryState, fact_id: int) -> int | None:
-    """The current fact at the end of a supersession chain from ``fact_id`` (None: the chain
-    ends in a deleted or no longer current fact)."""
-    seen: set[int] = set()
-    while fact_id not in seen:
-        seen.add(fact_id)
-        r = st.recs.get(fact_id)
-        if r is None or r.status != "active":
-            return None
-        if r.layer != "history":
-            return fact_id
-        if r.superseded_by is None:
-            return None
-        fact_id = int(r.superseded_by)
-    return None
 
 
 def scope(u: UserState, query: str) -> str | None:

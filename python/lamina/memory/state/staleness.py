@@ -3,11 +3,46 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from .records import norm_key
+from .records import Record, norm_key
 
-__all__ = ["Staleness"]
+__all__ = ["Staleness", "supersession_heirs"]
+
+
+def supersession_heirs(
+    recs: Mapping[int, Record], fact_ids: Iterable[int], stale: frozenset[str]
+) -> dict[str, tuple[int, ...]]:
+    """Stale source id -> the current facts at the end of the supersession chains of the
+    superseded facts (``history`` layer) from that source (:attr:`Staleness.heirs`)."""
+    heirs: dict[str, set[int]] = {}
+    for i in fact_ids:
+        r = recs[i]
+        if r.status != "active" or r.layer != "history" or r.superseded_by is None:
+            continue
+        heir = _current_heir(recs, int(r.superseded_by))
+        if heir is not None:
+            for src in r.sources:
+                if src in stale:
+                    heirs.setdefault(src, set()).add(heir)
+    return {k: tuple(sorted(v)) for k, v in heirs.items()}
+
+
+def _current_heir(recs: Mapping[int, Record], fact_id: int) -> int | None:
+    """The current fact at the end of a supersession chain from ``fact_id`` (None: the chain
+    ends in a deleted or no longer current fact)."""
+    seen: set[int] = set()
+    while fact_id not in seen:
+        seen.add(fact_id)
+        r = recs.get(fact_id)
+        if r is None or r.status != "active":
+            return None
+        if r.layer != "history":
+            return fact_id
+        if r.superseded_by is None:
+            return None
+        fact_id = int(r.superseded_by)
+    return None
 
 
 class Staleness:
