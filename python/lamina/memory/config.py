@@ -64,7 +64,10 @@ class MemoryConfig:
     ``working_share`` (the largest share of the budget working memory gets first);
     ``fill_floor`` (the fill passes over candidates whose gate-weighted score is below this share
     of the query's best gate-weighted score, so a budget is not filled with what barely
-    relates to the question; 0: off, the default — see docs for the measured effect);
+    relates to the question; 0: off, the default: on the LoCoMo and LongMemEval_S dev splits
+    with the hashing embedder 0.3 kept LoCoMo's evidence recall within 0.3 point and used as
+    many tokens, and saved 6 % of LongMemEval's tokens at 4,096 for 0.5 point of recall; 0.5
+    saved 10-43 % of the tokens for 3-9 points; MiniLM on LoCoMo at 0.3: unchanged);
     ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p),
     except for a query that asks for a time, :func:`lamina.text.timeref.date_intent`: when something
     happened is asked of its history, superseded or not);
