@@ -29,7 +29,7 @@ MEMORY_FOLDERS: dict[str, set[str]] = {
     "top": {"read", "write", "dump", "state", "store", "base"},
 }
 MEMORY_BASE = ("config", "inputs", "reports", "types")
-MEMORY_TOP = ("host", "pgarchive", "service_records", "facade", "aio")
+MEMORY_TOP = ("host", "pgarchive", "service_records", "opening", "facade", "aio")
 # stated exceptions: (importer, imported) -> why
 MEMORY_EXCEPTIONS = {
     (

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lamina.embedders import get_embedder
 from lamina.llm.extract import (
@@ -17,6 +19,42 @@ from lamina.llm.extract import (
     is_functional,
     split_sentences,
 )
+
+_POOL = [
+    "How has your week been?",
+    "Pretty busy, but good overall.",
+    "I work as a nurse now.",
+    "I moved to Lisbon last spring.",
+    "Haha, that is so true!",
+    "My dog Max loves the beach.",
+    "We should plan a call.",
+    "i work as a  NURSE now.",  # the same sentence, case and spacing aside
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    picks=st.lists(
+        st.tuples(st.sampled_from(["Ann", "Bo", None]), st.lists(st.sampled_from(_POOL), min_size=1, max_size=4)),
+        min_size=1,
+        max_size=14,
+    ),
+    max_words=st.integers(min_value=3, max_value=120),
+    with_vectors=st.booleans(),
+)
+def test_a_summary_never_repeats_a_sentence(
+    picks: list[tuple[str | None, list[str]]], max_words: int, with_vectors: bool
+) -> None:
+    emb = get_embedder("hashing-64")
+    turns = []
+    for i, (speaker, sents) in enumerate(picks):
+        text = " ".join(sents)
+        vec = emb.embed([text])[0] if with_vectors else None
+        turns.append(Turn(str(i), speaker, text, float(i), vector=vec))
+    summary, quoted = ExtractiveSummarizer(emb.embed).summarize_sourced(turns, max_words)
+    said = [" ".join(x.split(": ", 1)[-1].casefold().split()) for x in split_sentences(summary)]
+    assert len(said) == len(set(said)), summary
+    assert summary and quoted == sorted(set(quoted)) and all(0 <= q < len(turns) for q in quoted)
 
 
 def _facts(text: str, speaker: str | None = "Ann") -> list[tuple[str, str, str]]:

@@ -52,14 +52,15 @@ def test_render_of_each_kind() -> None:
         turns=((T0, "Ann", "I moved to Paris."),),
     )
     assert (
-        fact.current and fact.render() == '[fact, since 2023-05-08] Ann lives in Paris (from Ann: "I moved to Paris.")'
+        fact.current
+        and fact.render() == '[fact, since 2023-05-08] Ann lives in Paris (current) (from Ann: "I moved to Paris.")'
     )
     old = MemoryItem(
         id=7, text="Ann lives in Rome", layer="history", kind="fact", valid_from=T0 - DAY, valid_to=T0, superseded_by=6
     )
-    assert not old.current and old.render() == "[fact, until 2023-05-08, since 2023-05-07] Ann lives in Rome"
+    assert not old.current and old.render() == "[fact, since 2023-05-07] Ann lives in Rome (until 2023-05)"
     verify = MemoryItem(id=8, text="Ann is a pilot", layer="semantic", kind="fact", valid_from=T0, commitment="verify")
-    assert verify.render() == "[fact, verify, since 2023-05-08] Ann is a pilot"
+    assert verify.render() == "[fact, verify, since 2023-05-08] Ann is a pilot (current)"
 
 
 def test_turn_lines_and_group_key() -> None:
@@ -77,7 +78,7 @@ def test_turn_lines_and_group_key() -> None:
     assert seg.turn_lines() == [(T0, "Ann: one"), (T0 + 60, "two")]
     src = ((T0 + DAY, "Ann", "I moved to Paris."),)
     fact = MemoryItem(id=3, text="f", layer="semantic", kind="fact", session_id="s", timestamp=T0, turns=src)
-    assert fact.turn_lines() == [(T0 + DAY, "Ann: I moved to Paris.")]
+    assert fact.turn_lines() == [(T0 + DAY, "Ann: I moved to Paris. (current)")]
     assert fact.group_key() == ("s", "2023-05-09")  # a fact groups by its source turn's day
     assert MemoryItem(id=4, text="f", layer="history", kind="fact", valid_to=T0, turns=src).turn_lines() is None
     assert (
@@ -103,7 +104,7 @@ def test_render_grouped_layout() -> None:
         "[2023-05-08 12:46]",
         "Ben: first",
         "Ann: second",
-        "[fact, since 2023-05-08] a fact",
+        "[fact, since 2023-05-08] a fact (current)",
         "[2023-05-09 12:46]",
         "Ann: other day",
     ]

@@ -39,7 +39,7 @@ def test_refuses_a_public_host_without_keys(tmp_path: Path) -> None:
 def test_a_database_it_cannot_serve_is_one_clear_line(tmp_path: Path) -> None:
     Memory(tmp_path / "h.db", embedder="hashing").close()
     r = _run("serve", "--db", str(tmp_path / "h.db"), "--embedder", "hashing-128", "--port", "9")
-    assert r.returncode == 2 and "cannot open" in r.stderr and "embedder='hashing'" in r.stderr
+    assert r.returncode == 2 and "cannot open" in r.stderr and "embedder='hashing-384'" in r.stderr
     assert "Traceback" not in r.stderr
 
 

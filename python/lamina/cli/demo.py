@@ -307,7 +307,9 @@ def run_demo(
     n_turns = len(texts)
     out.write(
         f"lamina demo: {len(convs)} users x {sessions} sessions x {turns} turns = {n_turns} turns, "
-        f"embedder {mem.embedder.name}, budget {budget} tokens\n"
+        f"embedder {mem.embedder.name}"
+        + (" (lexical; --embedder auto: MiniLM when installed)" if mem.embedder.name.startswith("hashing") else "")
+        + f", budget {budget} tokens\n"
     )
     bar = ProgressBar(n_turns, "ingest", sys.stderr, show="rate") if progress else None
     add_lat: list[float] = []
@@ -390,5 +392,8 @@ def run_demo(
     out.write("\n" + "metric".ljust(w) + "value\n" + "-" * (w + 24) + "\n")
     for k, v in rows:
         out.write(k.ljust(w) + v + "\n")
-    out.write(f"\nmemory written to {os.path.abspath(db_path)} (reopen with lamina.Memory({db_path!r}))\n")
+    out.write(
+        f"\nmemory written to {os.path.abspath(db_path)} (reopen with lamina.Memory({db_path!r}): a database "
+        f"opens with the embedder it was built with, {st['embedder']})\n"
+    )
     return {"rows": dict(rows), "results": results, "stats": st}

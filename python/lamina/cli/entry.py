@@ -18,6 +18,7 @@ from .eval_commands import add_eval_parser
 from .io_commands import add_io_parsers
 from .model_commands import add_model_parser
 from .serve_commands import add_serve_parsers
+from .tenant_commands import add_tenant_parser
 
 __all__ = ["main"]
 
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(sub)
     add_pamqa_parser(sub)
     add_io_parsers(sub)
+    add_tenant_parser(sub)
     add_serve_parsers(sub)
     add_model_parser(sub)  # after serve's: `lamina model calibrate` joins its `model` group
     i = sub.add_parser("info", help="print build facts")

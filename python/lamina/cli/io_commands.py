@@ -11,14 +11,15 @@ import os
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Callable
 from typing import TextIO
 
-from ..errors import LaminaError
+from ..embedders import embedder_spec
+from ..errors import LaminaError, NotFoundError
 from ..memory.dump.reader import read_dump
 from ..memory.facade import Memory
+from ..memory.opening import open_store
 from ..memory.store.dburl import is_postgres_url, redact_url
-from ..memory.store.protocol import Store
-from ..memory.store.sqlite import SQLiteStore
 
 __all__ = ["add_io_parsers", "open_db", "stored_embedder", "embedder_spec"]
 
@@ -26,33 +27,14 @@ __all__ = ["add_io_parsers", "open_db", "stored_embedder", "embedder_spec"]
 def stored_embedder(path: str) -> str | None:
     """The embedder spec a database was built with (``hashing-<dim>``, ``minilm``, ``mpnet`` or the stored
     name of a custom embedder); None for a file that does not exist or holds no memory yet."""
-    store: Store
-    if is_postgres_url(path):
-        from ..memory.store.postgres import PostgresStore
-
-        store = PostgresStore(path)
-    elif not os.path.exists(path):
+    if not is_postgres_url(path) and not os.path.exists(path):
         return None
-    else:
-        store = SQLiteStore(path)
+    store = open_store(path)
     try:
         name = store.get_meta("embedder")
     finally:
         store.close()
     return None if name is None else embedder_spec(name)
-
-
-def embedder_spec(name: str) -> str:
-    """What :func:`lamina.embedders.get_embedder` takes for an embedder's stored name
-    (``hashing-384-3-4`` -> ``hashing-384``, ``minilm-l6-v2-...`` -> ``minilm``,
-    ``mpnet-base-v2-...`` -> ``mpnet``)."""
-    if name.startswith("hashing-"):
-        return "-".join(name.split("-")[:2])
-    if name.startswith("minilm"):
-        return "minilm"
-    if name.startswith("mpnet"):
-        return "mpnet"
-    return name
 
 
 def open_db(path: str, embedder: str | None, default: str = "auto") -> Memory:
@@ -78,9 +60,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return _fail("export", FileNotFoundError(f"no database at {args.db}"))
     try:
         with open_db(args.db, args.embedder) as mem:
-            users = args.user or None
+            users, rename = _export_users(mem, args.user or None, args.tenant)
             if args.out == "-":
-                end = export_jsonl(mem, sys.stdout, user_ids=users, vectors=args.vectors)
+                end = export_jsonl(mem, sys.stdout, user_ids=users, vectors=args.vectors, rename=rename)
             else:
                 # written next to the target, then renamed: a failed export (an unknown user, say)
                 # leaves no partial file, and an existing file as it was
@@ -88,7 +70,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
                 fd, tmp = tempfile.mkstemp(prefix=".lamina-export-", suffix=".tmp", dir=out_dir)
                 try:
                     with open(fd, "w", encoding="utf-8") as f:
-                        end = export_jsonl(mem, f, user_ids=users, vectors=args.vectors)
+                        end = export_jsonl(mem, f, user_ids=users, vectors=args.vectors, rename=rename)
                     os.replace(tmp, args.out)
                 except BaseException:
                     with contextlib.suppress(OSError):
@@ -100,6 +82,39 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return _fail("export", e)
     print(f"lamina export: {end.users} users, {end.items} items", file=sys.stderr)
     return 0
+
+
+def _export_users(
+    mem: Memory, users: list[str] | None, tenant: str | None
+) -> tuple[list[str] | None, Callable[[str], str] | None]:
+    """The stored ids to export and how to name them in the dump. With ``tenant``: its users
+    (those named, else all), named without the tenant prefix. Without: the users named, a name
+    that is no stored user but one tenant's user (adopted, or written by a server with keys)
+    standing for that one."""
+    from ..serve.adoption import tenants_of
+    from ..serve.tenancy import check_tenant, owns, public_user_id, stored_user_id
+
+    if tenant is not None:
+        check_tenant(tenant)
+        if users is None:
+            users = [public_user_id(tenant, u) for u in mem.users() if owns(tenant, u)]
+        return [stored_user_id(tenant, u) for u in users], lambda stored: public_user_id(tenant, stored)
+    if users is None:
+        return None, None
+    stored = mem.users()
+    have = set(stored)
+    out: list[str] = []
+    names: dict[str, str] = {}
+    for u in users:
+        where = [] if u in have else tenants_of(stored, u)
+        if len(where) > 1:
+            raise NotFoundError(f"user {u!r} is in tenants {', '.join(where)}: name one with --tenant")
+        if len(where) == 1:
+            print(f"lamina export: user {u!r} is tenant {where[0]!r}'s", file=sys.stderr)
+            names[stored_user_id(where[0], u)] = u
+            u = stored_user_id(where[0], u)
+        out.append(u)
+    return out, (lambda s: names.get(s, s)) if names else None
 
 
 def _user_map(args: argparse.Namespace, users: list[str]) -> dict[str, str] | None:
@@ -212,6 +227,9 @@ def add_io_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     e.add_argument("--vectors", action="store_true", help="every vector (default: turns and facts re-embedded)")
     e.add_argument("-o", "--out", default="-", help="output file (default: stdout)")
     e.add_argument("--embedder", default=None, help=emb)
+    e.add_argument(
+        "--tenant", default=None, help="the users of this tenant of a served database (named without the tenant)"
+    )
     e.set_defaults(func=_cmd_export)
     i = sub.add_parser("import", help="read a JSONL dump into a database (one transaction per user)")
     i.add_argument("file", nargs="?", default="-", help="the dump (default: stdin)")

@@ -44,9 +44,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as e:  # pragma: no cover - depends on the installation
         print(f"{_EXTRA_HINT} ({e})", file=sys.stderr)
         return 2
-    from ..embedders import get_embedder
     from ..errors import InvalidInput
     from ..memory import Memory
+    from ..memory.opening import database_embedder
     from ..memory.store.dburl import redact_url
 
     try:
@@ -57,6 +57,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 f"the metrics key (--metrics-key / {METRICS_ENV_VAR}) has {len(metrics_key)} characters; it needs "
                 f"at least {MIN_KEY_LEN} ('lamina keys new' makes one)"
             )
+        admin_key = _admin_key(args)
+        if admin_key is not None and len(admin_key) < MIN_KEY_LEN:
+            raise InvalidInput(f"the admin key has {len(admin_key)} characters; it needs at least {MIN_KEY_LEN}")
         rate_limits = RateLimits() if args.rate_limit is None else RateLimits.parse(args.rate_limit)
         limits = Limits(
             max_body_bytes=args.max_body_bytes,
@@ -95,6 +98,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         mcp=not args.no_mcp,
         host=args.host,
         metrics_key=None if metrics_key is None else hash_key(metrics_key),
+        admin_key=None if admin_key is None else hash_key(admin_key),
         ui=not args.no_ui,
         eval_results=args.eval,
         max_loaded_users=args.max_loaded_users,
@@ -123,7 +127,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # file) is one clear line and exit status 2, not a traceback from the app's startup
     metrics = ServeMetrics()
     try:
-        mem = Memory(db, TimedEmbedder(get_embedder(args.embedder), metrics), max_loaded_users=args.max_loaded_users)
+        mem = Memory(
+            db, TimedEmbedder(database_embedder(db, args.embedder), metrics), max_loaded_users=args.max_loaded_users
+        )
     except Exception as e:
         print(f"lamina serve: cannot open {redact_url(args.db)}: {e}", file=sys.stderr)
         return 2
@@ -141,19 +147,32 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _metrics_key(args: argparse.Namespace) -> str | None:
-    """The metrics key: ``--metrics-key-file`` (its first line), else ``--metrics-key``, else
-    ``LAMINA_METRICS_KEY`` (InvalidInput for an unreadable file)."""
+def _key(file: str | None, flag: str, plain: str | None, env: str) -> str | None:
+    """A key: the first line of ``file`` (given as ``flag``), else ``plain``, else ``$env``
+    (InvalidInput for an unreadable file)."""
     from ..errors import InvalidInput
-    from ..serve.auth import METRICS_ENV_VAR
 
-    if args.metrics_key_file is not None:
+    if file is not None:
         try:
-            with open(args.metrics_key_file, encoding="utf-8") as f:
+            with open(file, encoding="utf-8") as f:
                 return f.readline().strip() or None
         except OSError as e:
-            raise InvalidInput(f"cannot read --metrics-key-file {args.metrics_key_file}: {e.strerror or e}") from None
-    return args.metrics_key or os.environ.get(METRICS_ENV_VAR) or None
+            raise InvalidInput(f"cannot read {flag} {file}: {e.strerror or e}") from None
+    return plain or os.environ.get(env) or None
+
+
+def _metrics_key(args: argparse.Namespace) -> str | None:
+    """The metrics key: ``--metrics-key-file``, else ``--metrics-key``, else ``LAMINA_METRICS_KEY``."""
+    from ..serve.auth import METRICS_ENV_VAR
+
+    return _key(args.metrics_key_file, "--metrics-key-file", args.metrics_key, METRICS_ENV_VAR)
+
+
+def _admin_key(args: argparse.Namespace) -> str | None:
+    """The admin key: ``--admin-key-file``, else ``LAMINA_ADMIN_KEY``."""
+    from ..serve.admin_api import ENV_ADMIN_KEY
+
+    return _key(args.admin_key_file, "--admin-key-file", None, ENV_ADMIN_KEY)
 
 
 def _secrets_on_the_command_line(args: argparse.Namespace) -> list[str]:
@@ -248,7 +267,9 @@ def add_serve_parsers(sub: Any) -> None:
         "--keys", default=None, help="TOML keys file with hashed keys (see 'lamina keys'); also LAMINA_API_KEYS"
     )
     s.add_argument(
-        "--embedder", default="auto", help="auto | hashing | minilm | mpnet (a database remembers its embedder)"
+        "--embedder",
+        default="auto",
+        help="auto (default: the database's own; a new one: MiniLM if installed, else hashing) | hashing | minilm | mpnet",
     )
     s.add_argument(
         "--workers", type=int, default=1, help="uvicorn worker processes sharing the --db file or PostgreSQL database"
@@ -302,6 +323,12 @@ def add_serve_parsers(sub: Any) -> None:
         default=None,
         help="a file whose first line is the metrics key (instead of --metrics-key, which every local user "
         "can read on the command line)",
+    )
+    s.add_argument(
+        "--admin-key-file",
+        default=None,
+        help="a file whose first line is the admin key (also LAMINA_ADMIN_KEY): the bearer key of the admin "
+        "routes (POST /v1/admin/tenants/T/adopt); without it they answer 404",
     )
     s.add_argument("--no-mcp", action="store_true", help="do not serve the MCP server at /mcp")
     s.add_argument("--no-ui", action="store_true", help="do not serve the memory inspector at /ui")

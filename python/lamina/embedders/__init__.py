@@ -28,6 +28,7 @@ __all__ = [
     "find_minilm_dir",
     "find_mpnet_dir",
     "get_embedder",
+    "embedder_spec",
     "check_texts",
     "check_embeddings",
     "TextCache",
@@ -53,6 +54,19 @@ def _try_minilm() -> Embedder | None:
     except (ImportError, OSError, FileNotFoundError, RuntimeError, ValueError) as e:
         _log.info("lamina: MiniLM embedder unavailable (%s); using Hashing", e)
         return None
+
+
+def embedder_spec(name: str) -> str:
+    """What :func:`get_embedder` takes for an embedder's stored name (``hashing-384-3-4`` ->
+    ``hashing-384``, ``minilm-l6-v2-...`` -> ``minilm``, ``mpnet-base-v2-...`` -> ``mpnet``; a
+    custom embedder's name as it is)."""
+    if name.startswith("hashing-"):
+        return "-".join(name.split("-")[:2])
+    if name.startswith("minilm"):
+        return "minilm"
+    if name.startswith("mpnet"):
+        return "mpnet"
+    return name
 
 
 def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:

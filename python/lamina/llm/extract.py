@@ -109,6 +109,11 @@ def _sentences(text: str) -> tuple[str, ...]:
     return tuple(s for s in (x.strip() for x in _SENT.split(text.strip())) if s)
 
 
+def _sentence_key(sentence: str) -> str:
+    """What two sentences share when they say the same (case and spacing aside)."""
+    return " ".join(sentence.casefold().split())
+
+
 def _words(s: str) -> list[str]:
     return s.split()
 
@@ -182,17 +187,23 @@ class ExtractiveSummarizer:
         sents: list[int] = []  # the turn of each sentence
         texts: list[str] = []  # "Speaker: sentence"
         bags: list[tuple[tuple[str, ...], int]] = []
+        keys: list[str] = []  # what makes two sentences the same (whoever says it)
         for ti, t in enumerate(turns):
             got = _turn_sentences(t.speaker, t.text)
             sents += [ti] * len(got)
+            keys += [_sentence_key(x) for x in _sentences(t.text)]
             for q, b in got:
                 texts.append(q)
                 bags.append(b)
         if not sents:
             return "", []
         lens = [n for _b, n in bags]
+        # a sentence said again (small talk, a repeated fact) is quoted once, where first said;
+        # the scores below still count every occurrence (a repeated sentence is central)
         if sum(lens) <= max_words:
-            return " ".join(texts), sorted(set(sents))
+            seen: dict[str, int] = {}
+            first = [i for i, k in enumerate(keys) if seen.setdefault(k, i) == i]
+            return " ".join(texts[i] for i in first), sorted({sents[i] for i in first})
         vecs = [t.vector for t in turns]
         if all(v is not None for v in vecs):
             # Nothing is embedded: word-overlap centrality first, then the centrality of the
@@ -204,11 +215,13 @@ class ExtractiveSummarizer:
             score = _bag_scores(bags) if self._embed is None else _centrality(self._embed(texts))
             order = np.argsort(-score, kind="stable")
         chosen: list[int] = []
+        said: set[str] = set()
         used = 0
         for i in order.tolist():
             n = lens[i]
-            if used + n > max_words and chosen:
+            if (used + n > max_words and chosen) or keys[i] in said:
                 continue
+            said.add(keys[i])
             chosen.append(int(i))
             used += n
             if used >= max_words:

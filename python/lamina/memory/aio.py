@@ -124,6 +124,7 @@ class AsyncMemory:
     delete_user = _off_loop(Memory.delete_user)
     export_user = _off_loop(Memory.export_user)
     import_user = _off_loop(Memory.import_user)
+    rename_users = _off_loop(Memory.rename_users)
     list_items = _off_loop(Memory.list_items)
     activity = _off_loop(Memory.activity)
     stats = _off_loop(Memory.stats)

@@ -27,125 +27,127 @@ ACTIVE_LAYERS = ("working", "episodic", "semantic")
 class MemoryConfig:
     """Parameters of the memory loop (paper symbols in brackets).
 
-        Capacities: ``working_capacity`` [C_w] turns per live session; ``episodic_capacity`` [C_e]
-        leaves and session summaries per user; ``semantic_capacity`` [C_s] current facts and notes per
-        user (profiles are not counted; superseded facts live in ``history`` and are not counted); with
-        ``lend_capacity`` a pool may use what the other leaves unused (C_e + C_s in all).
+    Capacities: ``working_capacity`` [C_w] turns per live session; ``episodic_capacity`` [C_e]
+    leaves and session summaries per user; ``semantic_capacity`` [C_s] current facts and notes per
+    user (profiles are not counted; superseded facts live in ``history`` and are not counted); with
+    ``lend_capacity`` a pool may use what the other leaves unused (C_e + C_s in all).
 
-        Write path: ``segment_threshold`` (a turn joins the running segment while its cosine to the
-        segment centroid is at least this), ``min_segment_turns`` / ``max_segment_turns``;
-        ``tree_theta0`` [θ0] and ``tree_lambda`` [λ_tree] of θ(d) = θ0·exp(λ·d/D);
-        ``summary_words`` (ψ length); ``alpha`` [α] EMA retention (eq. 5): strengths decay by α per
-        ended session and the matching episode's embedding becomes α·e + (1−α)·ŝ when its cosine to
-        ŝ is at least ``blend_threshold``; heat [MemoryOS] = ``heat_a``·N_visit + ``heat_b``·L +
-        ``heat_c``·exp(−Δt/``heat_mu``) and ``promote_threshold`` [τ]; ``resolve_threshold`` [τ_s]:
-        objects at least this similar are the same value; ``profile_lambda`` [λ] of the damped
-        profile update e = (e* + λ·e_prev)/(1+λ) (0 disables damping).
+    Write path: ``segment_threshold`` (a turn joins the running segment while its cosine to the
+    segment centroid is at least this), ``min_segment_turns`` / ``max_segment_turns``;
+    ``tree_theta0`` [θ0] and ``tree_lambda`` [λ_tree] of θ(d) = θ0·exp(λ·d/D);
+    ``summary_words`` (ψ length); ``alpha`` [α] EMA retention (eq. 5): strengths decay by α per
+    ended session and the matching episode's embedding becomes α·e + (1−α)·ŝ when its cosine to
+    ŝ is at least ``blend_threshold``; heat [MemoryOS] = ``heat_a``·N_visit + ``heat_b``·L +
+    ``heat_c``·exp(−Δt/``heat_mu``) and ``promote_threshold`` [τ]; ``resolve_threshold`` [τ_s]:
+    objects at least this similar are the same value; ``profile_lambda`` [λ] of the damped
+    profile update e = (e* + λ·e_prev)/(1+λ) (0 disables damping).
 
-        Capacity projection Π_C: ``eviction`` "coverage" (default: beyond C_e / C_s, the items whose
-        raw text is most redundant go first — the Shapley share of novelty-weighted turn coverage
-        times 1 + ``heat_a``·N_visit, aggregates once their turns are gone; module docstring) or
-        "heat" (the lowest heat × strength); ``eviction_tiebreak`` [ε] scales the recency term
-        exp(−Δt/μ) that breaks ties between equally valuable items (0: the newer id goes).
-        ``lend_capacity`` (default False): a pool may use the capacity the other leaves unused — the
-        episodic pool holds at most C_e + max(0, C_s − |P_s|) items and the semantic pool at most
-        C_s + max(0, C_e − |P_e|) —, so the two together never exceed C_e + C_s and each pool still
-        gets its own capacity whenever it fills it (the borrower gives the slots back at the next
-        projection). Without an LLM extractor the semantic pool holds few facts and C_s would
-        otherwise idle while episodic leaves are evicted (LoCoMo retention at 25 % capacity: 75.0 %
-        separate, 85.2 % lent). Off by default: at the default capacities (C_s = 5 000) lending
-        lets the episodic pool grow to 7 000 leaves, and at 100k turns per user that raised
-        ``end_session``'s p99 from 48 to 86 ms and the add's from 11-16 to 22 ms
-        (``bench/bench_memory.py``); set it where the capacities are sized as one budget.
+    Capacity projection Π_C: ``eviction`` "coverage" (default: beyond C_e / C_s, the items whose
+    raw text is most redundant go first — the Shapley share of novelty-weighted turn coverage
+    times 1 + ``heat_a``·N_visit, aggregates once their turns are gone; module docstring) or
+    "heat" (the lowest heat × strength); ``eviction_tiebreak`` [ε] scales the recency term
+    exp(−Δt/μ) that breaks ties between equally valuable items (0: the newer id goes).
+    ``lend_capacity`` (default False): a pool may use the capacity the other leaves unused — the
+    episodic pool holds at most C_e + max(0, C_s − |P_s|) items and the semantic pool at most
+    C_s + max(0, C_e − |P_e|) —, so the two together never exceed C_e + C_s and each pool still
+    gets its own capacity whenever it fills it (the borrower gives the slots back at the next
+    projection). Without an LLM extractor the semantic pool holds few facts and C_s would
+    otherwise idle while episodic leaves are evicted (LoCoMo retention at 25 % capacity: 75.0 %
+    separate, 85.2 % lent). Off by default: at the default capacities (C_s = 5 000) lending
+    lets the episodic pool grow to 7 000 leaves, and at 100k turns per user that raised
+    ``end_session``'s p99 from 48 to 86 ms and the add's from 11-16 to 22 ms
+    (``bench/bench_memory.py``); set it where the capacities are sized as one budget.
 
-        Read path: ``candidates`` [m] per layer; ``relevance_top`` similarities averaged into r_i;
-        ``beta`` [β] and ``max_entropy`` [ε] of the gate (None: no bound); ``min_similarity`` (the
-        firewall floor: below it nothing is returned and the context abstains);
-        ``working_share`` (the largest share of the budget working memory gets first);
-        ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p),
-        except for a query that asks for a time, :func:`lamina.text.timeref.date_intent`: when something
-        happened is asked of its history, superseded or not);
-        ``lexical``: episodic turns are also ranked by BM25 over ``speaker + text`` (native
-        :class:`lamina.LexicalIndex`, per-user statistics) and the two rankings are fused by
-        reciprocal rank (``rrf_k``: 1/(k + rank); 20 was chosen among 10 / 20 / 30 / 60 on the LoCoMo
-        development split, better than the customary 60 with MiniLM and with the hashing embedder
-        at 256 and 1,024 tokens), each turn keeping a score on the cosine scale;
-        ``time_channel``: when the query asks for a time (:func:`lamina.text.timeref.date_intent`:
-        "when ...", "what year ..."), the candidate turns that say when something happened
-    <<<<<<< HEAD
-        (:func:`lamina.text.timeref.mentions_time`) are a third ranking in that fusion, in cosine order;
-    =======
-        (:func:`lamina.timeref.mentions_time`) are a third ranking in that fusion, in cosine order;
-        ``lexical_weight``: the weight of the lexical (BM25) ranking's term in that fusion (the
-        dense one has 1); 1 by default: on the LoCoMo development split 2 gained with the hashing
-        embedder (+1.3 points at 1,024 tokens) and lost with MiniLM (−1.2), whose dense ranking is
-        the stronger one;
-        ``long_turn_words`` and ``long_turn_damping``: a turn longer than ``long_turn_words`` words
-        (its rendered line) has its dense term in the fusion divided by its length in
-        ``long_turn_words``, at most by ``long_turn_damping`` (0 words: off) — a long turn's vector
-        is the sum of many sentences (or a truncated text), and long, general texts score high against
-        most queries, so its cosine witnesses less of what it says; BM25 normalises length itself
-        (LongMemEval_S dev, hashing: evidence recall 69.7 → 75.1 % at 1,024 tokens; LoCoMo dev,
-        whose turns are short: unchanged on both embedders; 100 / 3 chosen among 40, 60, 100 words);
-        ``fill_past_floor``: the fused turns' depth is the searches' (set by the budget), not the
-        number of turns whose cosine reaches ``min_similarity``: when a query's best turn reaches the
-        floor, every turn its lexical search found is a candidate too, those past its cosines above
-        the floor scored just above the floor (within 1e-6) in fused order, so lexical hits with
-        low cosines enter and the context fills its budget (dense hits under the floor stay out:
-        they would fill it with whatever is least unrelated) (off: the i-th fused turn takes the
-        i-th largest cosine and only those at or above the floor are kept; a query whose best turn
-        is under the floor abstains either way);
-    >>>>>>> readpath
-        ``session_prior`` [μ] (the two-stage read: a session is as relevant as its best candidate
-        turn's fused score, and each of its candidate turns gets μ times that added, so the turns
-        of the sessions that matter rank together; 0 disables; 1 was chosen among 0.3 / 1 / 2 / 4
-        on the LoCoMo development split);
-        ``speaker_scope`` (attribution firewall: when the query names exactly one of the people
-        this user's memory knows — speakers of turns, subjects of facts — the items it returns that
-        are attributed to someone else score ×(1 − p) and are ordered accordingly, so the named
-        person's memories come first and another person's are never presented as the best match;
-        which items enter the context is decided before it — the firewall does not hide relevant
-        memories; 0 disables).
+    Read path: ``candidates`` [m] per layer; ``relevance_top`` similarities averaged into r_i;
+    ``beta`` [β] and ``max_entropy`` [ε] of the gate (None: no bound); ``min_similarity`` (the
+    firewall floor: below it nothing is returned and the context abstains);
+    ``working_share`` (the largest share of the budget working memory gets first);
+    ``fill_floor`` (the fill passes over candidates whose gate-weighted score is below this share
+    of the query's best gate-weighted score, so a budget is not filled with what barely
+    relates to the question; 0: off, the default: on the LoCoMo and LongMemEval_S dev splits
+    with the hashing embedder 0.3 kept LoCoMo's evidence recall within 0.3 point and used as
+    many tokens, and saved 6 % of LongMemEval's tokens at 4,096 for 0.5 point of recall; 0.5
+    saved 10-43 % of the tokens for 3-9 points; MiniLM on LoCoMo at 0.3: unchanged);
+    ``stale_penalty`` (raw text whose sources only support superseded facts scores ×(1 − p),
+    except for a query that asks for a time, :func:`lamina.text.timeref.date_intent`: when something
+    happened is asked of its history, superseded or not);
+    ``lexical``: episodic turns are also ranked by BM25 over ``speaker + text`` (native
+    :class:`lamina.LexicalIndex`, per-user statistics) and the two rankings are fused by
+    reciprocal rank (``rrf_k``: 1/(k + rank); 20 was chosen among 10 / 20 / 30 / 60 on the LoCoMo
+    development split, better than the customary 60 with MiniLM and with the hashing embedder
+    at 256 and 1,024 tokens), each turn keeping a score on the cosine scale;
+    ``time_channel``: when the query asks for a time (:func:`lamina.text.timeref.date_intent`:
+    "when ...", "what year ..."), the candidate turns that say when something happened
+    (:func:`lamina.text.timeref.mentions_time`) are a third ranking in that fusion, in cosine order;
+    ``lexical_weight``: the weight of the lexical (BM25) ranking's term in that fusion (the
+    dense one has 1); 1 by default: on the LoCoMo development split 2 gained with the hashing
+    embedder (+1.3 points at 1,024 tokens) and lost with MiniLM (−1.2), whose dense ranking is
+    the stronger one;
+    ``long_turn_words`` and ``long_turn_damping``: a turn longer than ``long_turn_words`` words
+    (its rendered line) has its dense term in the fusion divided by its length in
+    ``long_turn_words``, at most by ``long_turn_damping`` (0 words: off) — a long turn's vector
+    is the sum of many sentences (or a truncated text), and long, general texts score high against
+    most queries, so its cosine witnesses less of what it says; BM25 normalises length itself
+    (LongMemEval_S dev, hashing: evidence recall 69.7 → 75.1 % at 1,024 tokens; LoCoMo dev,
+    whose turns are short: unchanged on both embedders; 100 / 3 chosen among 40, 60, 100 words);
+    ``fill_past_floor``: the fused turns' depth is the searches' (set by the budget), not the
+    number of turns whose cosine reaches ``min_similarity``: when a query's best turn reaches the
+    floor, every turn its lexical search found is a candidate too, those past its cosines above
+    the floor scored just above the floor (within 1e-6) in fused order, so lexical hits with
+    low cosines enter and the context fills its budget (dense hits under the floor stay out:
+    they would fill it with whatever is least unrelated) (off: the i-th fused turn takes the
+    i-th largest cosine and only those at or above the floor are kept; a query whose best turn
+    is under the floor abstains either way);
+    ``session_prior`` [μ] (the two-stage read: a session is as relevant as its best candidate
+    turn's fused score, and each of its candidate turns gets μ times that added, so the turns
+    of the sessions that matter rank together; 0 disables; 1 was chosen among 0.3 / 1 / 2 / 4
+    on the LoCoMo development split);
+    ``speaker_scope`` (attribution firewall: when the query names exactly one of the people
+    this user's memory knows — speakers of turns, subjects of facts — the items it returns that
+    are attributed to someone else score ×(1 − p) and are ordered accordingly, so the named
+    person's memories come first and another person's are never presented as the best match;
+    which items enter the context is decided before it — the firewall does not hide relevant
+    memories; 0 disables).
 
-        Turn vectors: ``turn_vectors`` "sentences" (default: a turn is embedded as its text and as
-        each of its sentences of three words or more, summed and normalised, and its speaker's name
-        — unless a chat role like "user" — is added with weight 0.5: :mod:`lamina.memory.state.turnvec`;
-        about 3.6 texts to embed per conversational turn, measured in the README's "LoCoMo") or
-        "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
-        embedded; vectors already stored stay as they are.
+    Turn vectors: ``turn_vectors`` "sentences" (default: a turn is embedded as its text and as
+    each of its sentences of three words or more, summed and normalised, and its speaker's name
+    — unless a chat role like "user" — is added with weight 0.5: :mod:`lamina.memory.state.turnvec`;
+    about 3.6 texts to embed per conversational turn, measured in the README's "LoCoMo") or
+    "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
+    embedded; vectors already stored stay as they are.
 
-        A-Mem notes (:mod:`lamina.memory.write.notes`): with ``notes`` on, every added turn gets a note
-        (at most ``note_keywords`` keywords) and links to at most ``note_links`` earlier turns whose
-        cosine is at least ``link_threshold`` and that share a keyword (``duplicate_threshold``: a
-        link this close between turns of one speaker is a restatement); linked notes gain the shared
-        keywords as tags (at most ``note_tags``, the oldest gained dropped first). Read through
-        :meth:`lamina.Memory.note` and :meth:`lamina.Memory.links`; the read path does not use them.
+    A-Mem notes (:mod:`lamina.memory.write.notes`): with ``notes`` on, every added turn gets a note
+    (at most ``note_keywords`` keywords) and links to at most ``note_links`` earlier turns whose
+    cosine is at least ``link_threshold`` and that share a keyword (``duplicate_threshold``: a
+    link this close between turns of one speaker is a restatement); linked notes gain the shared
+    keywords as tags (at most ``note_tags``, the oldest gained dropped first). Read through
+    :meth:`lamina.Memory.note` and :meth:`lamina.Memory.links`; the read path does not use them.
 
-        Storage: ``synchronous`` "NORMAL" (survives kill -9) or "FULL" (also power loss).
+    Storage: ``synchronous`` "NORMAL" (survives kill -9) or "FULL" (also power loss).
 
-        Ablation: ``layers`` names the active layers in use (default all three); leaving out
-        ``episodic`` or ``semantic`` stops writing to it and reading from it (turns still reach the
-        archive), which is how ``lamina eval`` measures what each layer contributes.
-        Index: a (user, layer) with at most ``ann_threshold`` vectors is searched exactly (native
-        top-k); past it through an hnswlib graph (``ann_m`` [M], ``ann_ef_construction``,
-        ``ann_ef_search`` [ef, at least k]), built lazily on the first search that needs it (also
-        after reopening) and kept up to date incrementally. The default 20 000 sits above every
-        active layer at the default capacities (C_e = 2 000 leaves plus their tree nodes and session
-        summaries, C_s = 5 000 plus profiles; with ``lend_capacity`` on, up to C_e + C_s = 7 000
-        leaves and their nodes while the semantic pool is nearly empty), so the active layers stay exact —
-        exact search of a few thousand rows costs well under a millisecond — while the archive, which
-        grows by one row per turn forever, switches to ANN where exact search of one user's turns
-        starts to cost milliseconds per query (``bench/bench_memory.py``, ``bench/bench_layer_index.py``).
-        ``codec`` (None, "binary" or "int8") gives the index's arenas a compact code per row, so those
-        exact searches become code scans whose best ``k × oversample`` rows are re-scored exactly
-        (:class:`lamina.VectorArena`; ``oversample`` None: the codec's default): scores stay exact,
-        a row the codes ranked low can be missed. ``vector_dtype`` "float16" halves the bytes the
-        searched arenas hold and scan (scores accumulate in float32; they round differently).
-        ``pgvector_threshold`` (PostgreSQL with pgvector only): a user's archive with more rows than
-        this is searched through a pgvector HNSW index in the database (one per user, built in the
-        background the first time a search finds the archive past the threshold, shared by every
-        replica; approximate, ``ann_ef_search`` candidates) instead of the handle's arena or hnswlib
-        graph; None: never. The default was chosen from ``bench/bench_pgvector.py`` (README).
+    Ablation: ``layers`` names the active layers in use (default all three); leaving out
+    ``episodic`` or ``semantic`` stops writing to it and reading from it (turns still reach the
+    archive), which is how ``lamina eval`` measures what each layer contributes.
+    Index: a (user, layer) with at most ``ann_threshold`` vectors is searched exactly (native
+    top-k); past it through an hnswlib graph (``ann_m`` [M], ``ann_ef_construction``,
+    ``ann_ef_search`` [ef, at least k]), built lazily on the first search that needs it (also
+    after reopening) and kept up to date incrementally. The default 20 000 sits above every
+    active layer at the default capacities (C_e = 2 000 leaves plus their tree nodes and session
+    summaries, C_s = 5 000 plus profiles; with ``lend_capacity`` on, up to C_e + C_s = 7 000
+    leaves and their nodes while the semantic pool is nearly empty), so the active layers stay exact —
+    exact search of a few thousand rows costs well under a millisecond — while the archive, which
+    grows by one row per turn forever, switches to ANN where exact search of one user's turns
+    starts to cost milliseconds per query (``bench/bench_memory.py``, ``bench/bench_layer_index.py``).
+    ``codec`` (None, "binary" or "int8") gives the index's arenas a compact code per row, so those
+    exact searches become code scans whose best ``k × oversample`` rows are re-scored exactly
+    (:class:`lamina.VectorArena`; ``oversample`` None: the codec's default): scores stay exact,
+    a row the codes ranked low can be missed. ``vector_dtype`` "float16" halves the bytes the
+    searched arenas hold and scan (scores accumulate in float32; they round differently).
+    ``pgvector_threshold`` (PostgreSQL with pgvector only): a user's archive with more rows than
+    this is searched through a pgvector HNSW index in the database (one per user, built in the
+    background the first time a search finds the archive past the threshold, shared by every
+    replica; approximate, ``ann_ef_search`` candidates) instead of the handle's arena or hnswlib
+    graph; None: never. The default was chosen from ``bench/bench_pgvector.py`` (README).
     """
 
     working_capacity: int = 16
@@ -176,6 +178,7 @@ class MemoryConfig:
     min_similarity: float = 0.12
     working_share: float = 0.5
     stale_penalty: float = 0.5
+    fill_floor: float = 0.0
     synchronous: Synchronous = "NORMAL"
     layers: tuple[str, ...] = ("working", "episodic", "semantic")
     ann_threshold: int = 20_000
@@ -264,7 +267,7 @@ class MemoryConfig:
             raise InvalidInput(f"MemoryConfig.ann_m must be >= 2 (hnswlib links per node), got {self.ann_m}")
         if self.min_segment_turns > self.max_segment_turns:
             raise InvalidInput("MemoryConfig.min_segment_turns must be <= max_segment_turns")
-        for nm in ("alpha", "working_share", "stale_penalty", "speaker_scope"):
+        for nm in ("alpha", "working_share", "stale_penalty", "speaker_scope", "fill_floor"):
             if not 0.0 <= getattr(self, nm) <= 1.0:
                 raise InvalidInput(f"MemoryConfig.{nm} must be in [0, 1], got {getattr(self, nm)}")
         for nm in (

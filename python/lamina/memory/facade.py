@@ -26,6 +26,7 @@ from ..text.domains import DomainClassifier
 from .config import MemoryConfig
 from .dump.user_transfer import UserTransfers
 from .inputs import TimeLike, check_id, check_text, to_time, wall_clock
+from .opening import check_embedder, embedder_for, is_auto, open_store, recorded_embedder
 from .pgarchive import archive_remote
 from .read.inspection import Inspection
 from .read.reading import Reading
@@ -38,7 +39,6 @@ from .state.turnvec import turn_vectors
 from .state.tx import Models, Tx
 from .store.dburl import is_postgres_url
 from .store.protocol import Store
-from .store.sqlite import SQLiteStore
 from .types import MemoryItem
 from .write import consolidate, ingest, notes
 
@@ -55,20 +55,6 @@ class ClosedError(LaminaError, ValueError):
     """The :class:`Memory` was closed."""
 
 
-def _open_store(path: str | os.PathLike[str] | None, synchronous: str, busy_timeout: float) -> Store:
-    """The store a ``Memory`` argument names: a ``postgresql://`` URL opens
-    :class:`~lamina.memory.store.postgres.PostgresStore` (extra ``lamina[postgres]``), anything else a
-    SQLite file (None: in memory)."""
-    if is_postgres_url(path):
-        assert isinstance(path, str)
-        try:
-            from .store.postgres import PostgresStore
-        except ImportError as e:
-            raise ImportError(f"a postgresql:// database needs psycopg 3 ({e}): pip install 'lamina[postgres]'") from e
-        return PostgresStore(path, busy_timeout=busy_timeout)
-    return SQLiteStore(None if path is None else os.fspath(path), synchronous=synchronous, busy_timeout=busy_timeout)
-
-
 class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
@@ -79,8 +65,10 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
         PostgreSQL URL ``postgresql://user:password@host/dbname`` (extra ``lamina[postgres]``;
         several processes and hosts share it). None keeps everything in memory.
     embedder : "auto", "hashing", "minilm", "mpnet" or an :class:`~lamina.embedders.Embedder`
-        ``"auto"`` uses MiniLM when its model files are present locally, else the native hashing
-        embedder. A database remembers its embedder; reopening with a different one raises.
+        A database records its embedder and ``"auto"`` (the default) opens it with that one; a new
+        database gets MiniLM when its model files are installed, else the native hashing embedder
+        (``"hashing"`` chooses it explicitly). An explicit embedder other than the recorded one
+        raises :class:`~lamina.InvalidInput` naming both (:mod:`lamina.memory.opening`).
     config : MemoryConfig, optional
     llm : LLM, optional
         A chat model (e.g. :class:`lamina.OpenAIChat`); when given, ψ and 𝒜 are prompted (JSON
@@ -166,8 +154,23 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
         if not isinstance(config, MemoryConfig):
             raise TypeError(f"config must be a lamina.MemoryConfig, got {type(config).__name__}")
         self.config = config
-        self._embedder = get_embedder(embedder)
-        self._dim = int(self._embedder.dim)
+        # an explicit embedder is resolved (and a bad one refused) before anything is opened
+        chosen = None if is_auto(embedder) else get_embedder(embedder)
+        self._store: Store = open_store(path, str(config.synchronous), busy_timeout)
+        self._path = self._store.path  # (a PostgreSQL URL without its password)
+        try:
+            recorded = recorded_embedder(self._store)
+            self._embedder = chosen if chosen is not None else embedder_for(recorded, "auto", where=str(self._path))
+            self._dim = int(self._embedder.dim)
+            with self._store.tx():
+                recorded = recorded_embedder(self._store)  # (another process may have created it since)
+                if recorded is None:
+                    self._store.set_meta("embedder", self._embedder.name)
+                    self._store.set_meta("dim", str(self._dim))
+            check_embedder(recorded, self._embedder.name, where=str(self._path))
+        except BaseException:
+            self._store.close()
+            raise
         # every text the loop embeds (turns, summary sentences, summaries, facts, queries) once
         self._embed = TextCache(self._embed_new, self._dim, _EMBED_CACHE_TEXTS)
         self._lock = threading.RLock()
@@ -179,19 +182,6 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
         if fact_extractor is None:
             fact_extractor = LLMFactExtractor(llm, RuleFactExtractor()) if llm is not None else RuleFactExtractor()
         self._models = Models(self._embed, summarizer, fact_extractor)
-        self._store: Store = _open_store(path, str(config.synchronous), busy_timeout)
-        self._path = self._store.path  # (a PostgreSQL URL without its password)
-        with self._store.tx():
-            name = self._store.get_meta("embedder")
-            if name is None:
-                self._store.set_meta("embedder", self._embedder.name)
-                self._store.set_meta("dim", str(self._dim))
-        if name is not None and name != self._embedder.name:
-            self._store.close()
-            raise InvalidInput(
-                f"database {self._path} was built with embedder {name!r}, not "
-                f"{self._embedder.name!r}; open it with embedder={name.split('-')[0]!r}"
-            )
         try:
             with self._store.read_tx():
                 self._st = MemoryState.load(self._store, config, self._dim, device, lazy=max_loaded_users is not None)

@@ -212,10 +212,8 @@ class MemoryItem:
     def render(self) -> str:
         """Prompt text with dates and speakers."""
         if self.kind == "fact":
-            tag = "fact" if self.current else f"fact, until {format_day(self.valid_to)}"
-            if self.commitment == "verify":
-                tag += ", verify"
-            out = f"[{tag}, since {format_day(self.valid_from)}] {self.text}"
+            tag = "fact, verify" if self.commitment == "verify" else "fact"
+            out = f"[{tag}, since {format_day(self.valid_from)}] {self.text} {self.validity()}"
             if self.turns:  # the latest source turn, verbatim
                 t, sp, tx = self.turns[-1]
                 out += f' (from {sp + ": " if sp else ""}"{tx}")'
@@ -244,8 +242,13 @@ class MemoryItem:
             return [(self.timestamp, line + " [recheck]" if self.commitment == "verify" else line)]
         if self.kind == "fact" and self.current and self.turns and self.commitment != "verify":
             t, sp, tx = self.turns[-1]
-            return [(t, turn_line(sp, tx, t))]
+            return [(t, f"{turn_line(sp, tx, t)} {self.validity()}")]
         return None
+
+    def validity(self) -> str:
+        """For facts: ``(current)``, or ``(until YYYY-MM)`` (the month it was superseded; ``?``
+        when unknown) — how a context marks a fact's value as the present one or a past one."""
+        return "(current)" if self.current else f"(until {_strftime(self.valid_to, '%Y-%m')})"
 
     def group_key(self) -> tuple[str | None, str]:
         """Turns with the same key are rendered under one ``[date time]`` header."""

@@ -40,14 +40,15 @@ from ..client.wire import (
     note_to_json,
     session_report_to_json,
 )
-from ..embedders import get_embedder
 from ..errors import InvalidInput
 from ..memory import Firewall, Memory, MemoryConfig
+from ..memory.opening import database_embedder
 from ..memory.reports import DeleteReport
 from ..memory.service_records import MAX_LOG_PAGE
 from ..memory.store.dburl import is_postgres_url
 from ..memory.types import MemoryItem
 from . import schemas as S
+from .admin_api import ADMIN_PREFIX, admin_router
 from .audit import entries as audit_entries
 from .audit import export_lines as audit_lines
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
@@ -77,7 +78,8 @@ class ServeConfig:
     db : str or None
         SQLite file (None: in memory, gone at shutdown).
     embedder : str
-        ``auto``, ``hashing``, ``minilm``, ``mpnet`` (a database remembers its embedder).
+        ``auto`` (the database's own; a new one: MiniLM when installed, else hashing), ``hashing``,
+        ``minilm``, ``mpnet``.
     keys : KeyRing
         Empty: no authentication (the command line then binds to loopback only).
     limits : Limits
@@ -104,6 +106,10 @@ class ServeConfig:
     rate_limits : RateLimits
         Budgets of failed authentications and of writes (``lamina serve --rate-limit``;
         :mod:`~lamina.serve.ratelimit`).
+    admin_key : str or None
+        The hash of the bearer key the admin routes require (:mod:`~lamina.serve.admin_api`:
+        adopting users into a tenant; ``lamina serve --admin-key-file`` or ``LAMINA_ADMIN_KEY``).
+        None: they answer 404.
     """
 
     db: str | None
@@ -119,10 +125,13 @@ class ServeConfig:
     eval_results: str | None = None
     max_loaded_users: int | None = None
     rate_limits: RateLimits = field(default_factory=RateLimits)
+    admin_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.metrics_key is not None:
             object.__setattr__(self, "metrics_key", check_hash(self.metrics_key, "ServeConfig.metrics_key"))
+        if self.admin_key is not None:
+            object.__setattr__(self, "admin_key", check_hash(self.admin_key, "ServeConfig.admin_key"))
 
     def to_env(self) -> str:
         """This configuration as JSON for :data:`ENV_CONFIG` (keys travel as their hashes)."""
@@ -140,6 +149,7 @@ class ServeConfig:
                 "eval_results": self.eval_results,
                 "max_loaded_users": self.max_loaded_users,
                 "rate_limits": self.rate_limits.spec(),
+                "admin_key": self.admin_key,
             }
         )
 
@@ -159,6 +169,7 @@ class ServeConfig:
             eval_results=d.get("eval_results"),
             max_loaded_users=d.get("max_loaded_users"),
             rate_limits=RateLimits.parse(d.get("rate_limits", DEFAULT_RATE_LIMIT)),
+            admin_key=d.get("admin_key"),
         )
 
 
@@ -496,7 +507,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = memory is None
         if owned:
-            emb = TimedEmbedder(get_embedder(config.embedder), metrics)
+            emb = TimedEmbedder(await asyncio.to_thread(database_embedder, config.db, config.embedder), metrics)
             opened = await asyncio.to_thread(
                 Memory, config.db, emb, config.config, max_loaded_users=config.max_loaded_users
             )
@@ -527,6 +538,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(_routes())
     app.include_router(transfer_router())
+    app.include_router(admin_router(config.admin_key))
     for extra in routers:
         app.include_router(extra)
     ui_prefixes: tuple[str, ...] = ()
@@ -547,7 +559,9 @@ def create_app(
     # with keys, a request without a known key is refused before anything reads its body
     # (on PostgreSQL the budgets are the database's: every worker and replica shares them)
     rates = RateState(config.rate_limits, metrics, shared=config.db if is_postgres_url(config.db) else None)
-    app.add_middleware(KeyGate, keys=config.keys, self_authenticated=ui_prefixes, on_refused=rates.failed_auth)
+    app.add_middleware(
+        KeyGate, keys=config.keys, self_authenticated=(*ui_prefixes, ADMIN_PREFIX), on_refused=rates.failed_auth
+    )
     # before the key is looked at: an address out of its failed-authentication budget gets 429s
     app.add_middleware(RateGate, state=rates)
     app.add_middleware(MetricsMiddleware, metrics=metrics)  # the outermost: it times the others too

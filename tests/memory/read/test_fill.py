@@ -234,9 +234,9 @@ def test_item_tokens_of_a_fact_follow_its_source_turn() -> None:
         u.ids.add(r.id)
         st.index(u, r)
     assert item_tokens(st, turn) == (6, ("s", "2023-05-08"))  # "Ann: My dog is called Max."
-    assert item_tokens(st, fact) == (6, ("s", "2023-05-08"))  # a current fact shows its turn
+    assert item_tokens(st, fact) == (7, ("s", "2023-05-08"))  # a current fact shows its turn, "(current)"
     turn.text = "My dog is called Max and he is great"
-    assert item_tokens(st, turn)[0] == 10 and item_tokens(st, fact)[0] == 10  # cache keyed by what it shows
+    assert item_tokens(st, turn)[0] == 10 and item_tokens(st, fact)[0] == 11  # cache keyed by what it shows
     fact.valid_to, fact.superseded_by = T0 + DAY, 3  # superseded: renders as a fact line on its own
     n, key = item_tokens(st, fact)
     assert key is None and n == words(st.item(fact).render())

@@ -112,11 +112,16 @@ def iter_dump(memory: Memory, users: Iterable[UserDump], *, vectors: bool = Fals
 
 
 def export_jsonl(
-    memory: Memory, out: TextIO, *, user_ids: Sequence[str] | None = None, vectors: bool = False
+    memory: Memory,
+    out: TextIO,
+    *,
+    user_ids: Sequence[str] | None = None,
+    vectors: bool = False,
+    rename: Callable[[str], str] | None = None,
 ) -> DumpFooter:
     """Write a dump (see :func:`iter_export`) to a text file; returns its counts."""
     last = ""
-    for last in iter_export(memory, user_ids=user_ids, vectors=vectors):
+    for last in iter_export(memory, user_ids=user_ids, vectors=vectors, rename=rename):
         out.write(last)
     out.flush()
     end = json.loads(last)  # (the end line: the counts)

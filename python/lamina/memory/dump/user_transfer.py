@@ -19,7 +19,7 @@ rewritten on every update) is not exported, nor its history or links.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -334,3 +334,55 @@ class UserTransfers:
                 self._embed.clear()
                 tx.st.drop_user(target)
             return import_user(tx, dump, target, vectors, computed, u is not None)
+
+    def rename_users(self: MemoryHost, renames: Mapping[str, str]) -> list[ImportReport]:
+        """Give users new ids, all in one transaction: each user's rows are written under its new
+        id (with fresh item ids, as an import writes them; the vectors are taken as they are,
+        nothing is embedded) and the old user is deleted. Either every user is renamed or,
+        on any error, none.
+
+        Parameters
+        ----------
+        renames : mapping of str to str
+            Old user id -> new user id. The new ids must be free (no existing user, no two
+            users to one id).
+
+        Returns
+        -------
+        list of ImportReport
+            One per renamed user, in the mapping's order (``from_user_id``: the old id,
+            ``user_id``: the new one, ``ids``: old item id -> new item id).
+
+        Raises
+        ------
+        NotFoundError
+            An old id names no user.
+        InvalidInput
+            A new id is taken, or two users would get the same one.
+        """
+        self._check_open()
+        if not isinstance(renames, Mapping):
+            raise TypeError(f"renames must be a mapping of old to new user ids, got {type(renames).__name__}")
+        pairs = [(check_id(old, "user_id"), check_id(new, "user_id")) for old, new in renames.items()]
+        targets = [new for _old, new in pairs]
+        if len(set(targets)) != len(targets):
+            raise InvalidInput(f"two users would be renamed to the same id: {sorted(targets)}")
+        reports: list[ImportReport] = []
+        with self._write() as tx:
+            for old, new in pairs:
+                if new != old and self._user(new) is not None:
+                    raise InvalidInput(f"cannot rename {old!r} to {new!r}: user {new!r} already exists")
+            for old, new in pairs:
+                ud = export_user(tx.store, old, vectors=True)
+                if ud is None:
+                    raise NotFoundError(f"unknown user_id {old!r}")
+                if new == old:
+                    continue
+                vectors, computed = import_vectors(ud, self._embed, self._embed_turns, self._dim, True)
+                tx.touch(old)
+                tx.store.delete_user(old)
+                tx.store.mark_deleted()
+                tx.st.drop_user(old)
+                reports.append(import_user(tx, ud, new, vectors, computed, False))
+            self._embed.clear()
+        return reports

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from ...text.timeref import date_intent, mentions_time
 from ..state.memstate import MemoryState, UserState
 from ..state.records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key, turn_tokens
-from ..state.staleness import Staleness
+from ..state.staleness import Staleness, supersession_heirs
 from ..types import LAYERS
 from .fusion import Fused, FusedMany, Turns, fuse_many
 
@@ -63,7 +63,8 @@ def staleness(st: MemoryState, u: UserState) -> Staleness:
                 old = norm_key(r.object or "")
                 if old and now_vals and old not in now_vals:
                     values.setdefault(old, set()).update(now_vals)
-        s = Staleness(frozenset(hist - cur), values, frozenset(resolved))
+        stale_src = frozenset(hist - cur)
+        s = Staleness(stale_src, values, frozenset(resolved), supersession_heirs(st.recs, u.facts, stale_src))
         last = u.stale_last
         if last is not None and last.same_as(s):
             s = last  # nothing it depends on changed: keep its per-item cache
@@ -417,6 +418,12 @@ def rank(
             found["semantic"] = [(s, r) for s, r in found["semantic"] if r.id not in folded]
     # a query for a time asks when something happened: a superseded fact's turns are its history
     stp = 0.0 if date_intent(query) else c.stale_penalty
+    # the current value of what a stale candidate said ranks at least as that candidate did
+    lift = (
+        stale.lifts([(s, r.sources) for L in layers for s, r in found[L] if r.kind != "fact"])
+        if stp and stale.heirs
+        else {}
+    )
     for L in layers:
         cands = found[L]
         if not cands:
@@ -440,6 +447,8 @@ def rank(
                     w = stale.weight(r.id, r.text, r.sources, text_key(r))
                 if w:
                     s = s - abs(s) * (stp * w)  # the stale penalty
+            elif lift and r.id in lift and lift[r.id] > s:
+                s = lift[r.id]  # the current-value lift
             if s < floor:
                 continue
             adj.append((s, r))

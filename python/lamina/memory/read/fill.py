@@ -70,7 +70,9 @@ def fill(
     ``working_share``), then every layer's candidates in one order of gate-weighted score
     s·(γ_L/γ_max)^(1/β) = s·exp(r_L − r_max) (the gate as a prior over layers, so the budget
     follows item scores rather than fixed shares); aggregates (summaries, notes, profiles) only
-    fill what the specific items (turns, facts) above the floor leave. ``demoted``: items the
+    fill what the specific items (turns, facts) above the floor leave; with
+    ``config.fill_floor`` > 0 the pool keeps only the candidates whose gate-weighted score reaches
+    that share of the best one (working memory's first fill is not floored). ``demoted``: items the
     speaker scope ranks lower — on equal scores they come after the others (so that of two
     identical statements the named person's is the one kept).
 
@@ -94,6 +96,12 @@ def fill(
         p = prior[L]
         for s, r in per_layer.get(L, ()):
             pool.append((r.kind in GENERAL_KINDS, -(s * p), r.id in demoted, r.seq, len(pool), s, r))
+    floor = st.config.fill_floor
+    if floor > 0 and pool:
+        best = -min(x[1] for x in pool)  # the best gate-weighted score
+        if best > 0:
+            cut = floor * best
+            pool = [x for x in pool if -x[1] >= cut]
     pool.sort()  # (the position: a record in two layers, e.g. working and archive, never compares records)
     scores = [s for s, _ in work]
     recs = [r for _, r in work]

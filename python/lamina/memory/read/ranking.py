@@ -17,6 +17,7 @@ import numpy.typing as npt
 from ...text.timeref import date_intent
 from ..state.memstate import MemoryState, UserState
 from ..state.records import GENERAL_KINDS, Record, TokenCount, norm_key, text_key
+from ..state.staleness import Staleness
 from .candidates import Candidates, Found, Lookup, Scored, scope, staleness
 from .fill import item_tokens
 from .fusion import FusedMany, segment_ranks, sort_within
@@ -157,6 +158,7 @@ def rank_many(
     # (a query for a time asks when something happened: a superseded fact's turns are its history)
     stp_q = np.array([0.0 if date_intent(q) else stp for q in queries])
     adj = np.where(w != 0, score - np.abs(score) * (stp_q[q_of] * w), score)
+    _lift_current(st, rl, kind, q_of, pos, score, adj, stp_q)
     kept = ~(adj < floor)
 
     # -- the speaker scope: items of someone else than the one person the query names --
@@ -225,6 +227,42 @@ def rank_many(
         (lookup.ids[pos[demote]].tolist(), lowered[demote].tolist(), d_at.tolist()),
         _Flat(kept_q, l_of[kept], adj[kept], pos[kept], general[kept], shown_lower, via, lookup),
     )
+
+
+def _lift_current(
+    st: MemoryState,
+    rl: list[Record],
+    kind: list[str],
+    q_of: I64,
+    pos: I64,
+    score: F64,
+    adj: F64,
+    stp_q: F64,
+) -> None:
+    """The current-value lift (in place on ``adj``), as :func:`~lamina.memory.read.candidates.rank`
+    applies it: a current fact that superseded a fact of a stale candidate's sources scores at
+    least that candidate's unpenalised score, in the queries with a stale penalty."""
+    rows: dict[int, list[tuple[float, tuple[str, ...]]]] = {}
+    stale_of: dict[str, Staleness] = {}
+    for j in np.flatnonzero(stp_q[q_of] > 0).tolist():
+        p = int(pos[j])
+        if kind[p] == "fact":
+            continue
+        r = rl[p]
+        stale = stale_of.get(r.user_id)
+        if stale is None:
+            stale = stale_of[r.user_id] = staleness(st, st.users[r.user_id])
+        if stale.heirs and any(src in stale.heirs for src in r.sources):
+            rows.setdefault(int(q_of[j]), []).append((float(score[j]), r.sources))
+    if not rows:
+        return
+    lifts = {i: stale_of[rl[int(pos[np.flatnonzero(q_of == i)[0]])].user_id].lifts(v) for i, v in rows.items()}
+    for j in np.flatnonzero(np.isin(q_of, list(lifts))).tolist():
+        p = int(pos[j])
+        if kind[p] == "fact":
+            x = lifts[int(q_of[j])].get(rl[p].id)
+            if x is not None and x > adj[j]:
+                adj[j] = x
 
 
 @dataclass(slots=True)
@@ -351,6 +389,13 @@ class Ranked:
                 prior[i * nL + layers.index(L)] = (x / g_max) ** (1.0 / beta) if beta > 0 and x > 0 else 1.0
         e = np.flatnonzero(live[f.q])  # the pool: every candidate of a gated query
         w = e[f.layer[e] == layers.index("working")] if "working" in layers else _NONE
+        floor = st.config.fill_floor
+        if floor > 0 and len(e):  # the fill floor: a share of each query's best gate-weighted score
+            gw = f.score[e] * prior[f.q[e] * nL + f.layer[e]]
+            best = np.full(B, -np.inf)
+            np.maximum.at(best, f.q[e], gw)
+            bq = best[f.q[e]]
+            e = e[~(bq > 0) | (gw >= floor * bq)]
         q = np.concatenate([f.q[w], f.q[e]])
         # sort keys: (query, section: working 0 / pool 1, aggregate), then the negated score, then
         # (demoted, seq), then position (the pool's order of equal keys, as fill's list)
