@@ -169,7 +169,7 @@ void register_arena(py::module_& m) {
           "search",
           [](const VectorArena& A, const py::object& queries, long long k,
              const std::string& metric, const py::object& ns, const py::object& layers,
-             int threads, long long oversample) {
+             int threads, long long oversample, const py::object& allow) {
             check_k(k);
             LAMINA_CHECK(oversample >= 0, "oversample must be >= 0, got ", oversample);
             const Metric met = parse_metric(metric);
@@ -182,6 +182,14 @@ void register_arena(py::module_& m) {
               layer_mask_from(layers, mask);
               maskp = mask;
             }
+            py::array allow_arr;  // (held while the search reads it; zero-copy)
+            const uint8_t* allowp = nullptr;
+            std::size_t allow_len = 0;
+            if (!allow.is_none()) {
+              allow_arr = checked_array<uint8_t>(allow, "allow", 1, "uint8");
+              allowp = static_cast<const uint8_t*>(allow_arr.data());
+              allow_len = allow_arr.shape(0);
+            }
             auto [scores, ids] = alloc_out(nq, k);
             {
               const float* qp = static_cast<const float*>(q.data());
@@ -189,13 +197,13 @@ void register_arena(py::module_& m) {
               int64_t* io = ids.mutable_data();
               py::gil_scoped_release nogil;
               A.search(qp, nq, k, met, qns.ptr(), qns.n, maskp, threads, so, io,
-                       static_cast<std::size_t>(oversample));
+                       static_cast<std::size_t>(oversample), allowp, allow_len);
             }
             return py::make_tuple(scores, ids);
           },
           py::arg("queries"), py::arg("k"), py::arg("metric") = "ip",
           py::arg("namespace") = py::none(), py::arg("layers") = py::none(),
-          py::arg("threads") = 0, py::arg("oversample") = 0)
+          py::arg("threads") = 0, py::arg("oversample") = 0, py::arg("allow") = py::none())
       .def("vectors_view",
            [](const VectorArena& A) {
              ArenaView v = A.view();
