@@ -28,7 +28,7 @@ MEMORY_FOLDERS: dict[str, set[str]] = {
     "read": {"dump", "state", "store", "base"},
     "top": {"read", "write", "dump", "state", "store", "base"},
 }
-MEMORY_BASE = ("config", "inputs", "reports", "types")
+MEMORY_BASE = ("config", "inputs", "reports", "types", "metadata", "filters")
 MEMORY_TOP = ("host", "pgarchive", "service_records", "facade", "aio")
 # stated exceptions: (importer, imported) -> why
 MEMORY_EXCEPTIONS = {

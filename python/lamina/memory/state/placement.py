@@ -17,6 +17,7 @@ import numpy.typing as npt
 from ...native.layer_index import LayerIndex
 from ...native.lexical import LexicalIndex
 from ..config import MemoryConfig
+from ..metadata import as_dict
 from ..types import MemoryItem
 from .records import (
     TURN_KEY,
@@ -129,6 +130,7 @@ class Placement:
             domain=r.domain,
             commitment=r.commitment,
             turns=turns,
+            metadata=as_dict(r.metadata) if r.metadata else {},
         )
 
     # ------------------------------------------------------------------ vectors
