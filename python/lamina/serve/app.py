@@ -201,7 +201,10 @@ def _routes() -> APIRouter:
         uid = caller.uid(req.user_id)
         mem = svc.memory
         ids = await svc.call(
-            caller, lambda: mem.add(msgs, user_id=uid, session_id=req.session_id, timestamp=req.timestamp)
+            caller,
+            lambda: mem.add(
+                msgs, user_id=uid, session_id=req.session_id, timestamp=req.timestamp, metadata=req.metadata
+            ),
         )
         return _json({"ids": ids})
 
@@ -228,6 +231,7 @@ def _routes() -> APIRouter:
                 domain=req.domain,
                 include_archive=req.include_archive,
                 firewall=None if req.firewall is None else Firewall(**req.firewall.model_dump()),
+                filters=req.filters,
             )
             return context_to_json(ctx, req.user_id)
 
@@ -238,7 +242,8 @@ def _routes() -> APIRouter:
         uid = caller.uid(req.user_id)
         mem = svc.memory
         items = await svc.call(
-            caller, lambda: mem.search(req.query, user_id=uid, k=req.k, layers=req.layers, now=req.now)
+            caller,
+            lambda: mem.search(req.query, user_id=uid, k=req.k, layers=req.layers, now=req.now, filters=req.filters),
         )
         return _items(caller, items)
 

@@ -39,6 +39,14 @@ __all__ = [
 
 #: An event time: seconds since the Unix epoch, or an ISO-8601 string ("2023-05-08T13:56:00Z").
 Time = float | str
+#: Metadata of a message (lamina.memory.metadata, which checks it: 400 naming the key).
+MetadataIn = dict[str, Any]
+#: A filter on items (lamina.memory.filters, which checks it: 400 naming the key or operator).
+FiltersIn = dict[str, Any]
+_FILTERS_DOC = (
+    'Only items it admits: {"category": "work"}, {"category": {"in": [...]}}, {"priority": {"gte": 2}}, '
+    '{"created_at": {"gte": "2024-01-01"}}, {"or": [...]} (see docs/guides/metadata.md).'
+)
 
 
 class _In(BaseModel):
@@ -56,13 +64,15 @@ class Message(_In):
     timestamp: Time | None = Field(None, description="Event time of the message.")
     domain: str | None = None
     commitment: Literal["persist", "ephemeral", "verify", "clarify"] | None = None
+    metadata: MetadataIn | None = Field(None, description="str -> str | int | float | bool | list[str].")
 
 
 class AddRequest(_In):
     user_id: str
-    session_id: str
+    session_id: str | None = Field(None, description='Default "default": one running session per user.')
     messages: list[Message]
     timestamp: Time | None = Field(None, description="Event time of messages without one (default: now).")
+    metadata: MetadataIn | None = Field(None, description="Metadata of every message (a message's own wins).")
 
 
 class AddResponse(BaseModel):
@@ -126,6 +136,7 @@ class ContextRequest(_In):
     domain: str | None = None
     include_archive: bool = False
     firewall: FirewallIn | None = None
+    filters: FiltersIn | None = Field(None, description=_FILTERS_DOC)
 
 
 def _wire_type(t: Any) -> Any:
@@ -209,6 +220,7 @@ class SearchRequest(_In):
     k: int = Field(10, le=MAX_K, description="How many items, at most 100,000.")
     layers: list[str] | None = Field(None, description="Any of working, episodic, semantic, archive, history.")
     now: Time | None = None
+    filters: FiltersIn | None = Field(None, description=_FILTERS_DOC)
 
 
 class ItemsOut(BaseModel):

@@ -1,0 +1,148 @@
+"""Metadata filters on the read path: a filtered search returns ``min(k, matching)`` items, every
+one matching (hypothesis: the filter is pushed into the native dense and lexical searches, so no
+post-filter starves ``k``); contexts draw on matching items only; bad filters and unknown keys
+raise, naming what was wrong."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lamina import InvalidInput, Memory
+from lamina.memory.filters import parse_filters
+from memkit import DAY, T0
+
+CATS = ["work", "home", "health"]
+WORDS = ["apple", "river", "train", "garden", "music", "coffee"]
+
+
+def _fill(mem: Memory, n: int, seed: int = 0) -> list[dict[str, object]]:
+    """``n`` turns of user ``u`` with metadata drawn from ``seed``; returns each turn's metadata."""
+    metas: list[dict[str, object]] = []
+    msgs = []
+    for i in range(n):
+        j = (i * 7 + seed * 3) % 97
+        md: dict[str, object] = {"category": CATS[j % 3], "priority": j % 5, "tags": [WORDS[j % 6], WORDS[(j + 1) % 6]]}
+        metas.append(md)
+        msgs.append({"speaker": "Ann", "text": f"{WORDS[j % 6]} {WORDS[(j * 5) % 6]} turn {i}", "metadata": md})
+    mem.add(msgs, user_id="u", session_id="s", timestamp=T0)
+    return metas
+
+
+FILTERS = [
+    {"category": "work"},
+    {"category": {"in": ["home", "health"]}},
+    {"priority": {"gte": 2, "lte": 3}},
+    {"tags": "apple"},
+    {"or": [{"category": "work"}, {"priority": {"gt": 3}}]},
+    {"and": [{"category": {"ne": "home"}}, {"tags": {"in": ["river", "music"]}}]},
+    {"created_at": {"gte": T0 - DAY, "lt": T0 + DAY}},
+]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    seed=st.integers(0, 50),
+    k=st.integers(1, 25),
+    which=st.integers(0, len(FILTERS) - 1),
+    query=st.sampled_from(WORDS),
+)
+def test_a_filtered_search_returns_min_k_matching_items(n: int, seed: int, k: int, which: int, query: str) -> None:
+    f = FILTERS[which]
+    with Memory(None, embedder="hashing") as mem:
+        _fill(mem, n, seed)
+        flt = parse_filters(f)
+        assert flt is not None
+        every = mem.list_items(user_id="u", limit=1000).items
+        matching = [e for e in every if e.kind == "turn" and flt.matches(e)]
+        got = mem.search(query, user_id="u", k=k, layers=["archive"], filters=f)
+        assert len(got) == min(k, len(matching))
+        assert all(flt.matches(_Rec(it.metadata, it)) for it in got)
+        # the k best of the matching items: what an unfiltered search ranks first among them
+        ranked = mem.search(query, user_id="u", k=1000, layers=["archive"])
+        best = [it.id for it in ranked if flt.matches(_Rec(it.metadata, it))][:k]
+        assert sorted(it.score for it in got) == sorted(it.score for it in ranked if it.id in best)
+
+
+class _Rec:
+    """An item seen as a record (the fields a filter reads)."""
+
+    def __init__(self, md: dict[str, object], it: object) -> None:
+        self.metadata = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in md.items())
+        self.created_at = getattr(it, "timestamp", None)
+        self.session_id = getattr(it, "session_id", None)
+        self.speaker = getattr(it, "speaker", None)
+        self.kind = getattr(it, "kind", None)
+
+
+def test_context_and_batches_draw_on_matching_items_only() -> None:
+    with Memory(None, embedder="hashing") as mem:
+        _fill(mem, 80)
+        mem.end_session(user_id="u", session_id="s")
+        f = {"category": "health", "priority": {"lte": 2}}
+        flt = parse_filters(f)
+        assert flt is not None
+        ctx = mem.context("apple river", user_id="u", filters=f, budget=4000)
+        assert ctx.items and all(flt.matches(_Rec(it.metadata, it)) for it in ctx.items)
+        batch = mem.context_batch(["apple", "music"], user_ids="u", filters=f)
+        assert all(all(flt.matches(_Rec(it.metadata, it)) for it in c.items) for c in batch)
+        assert [it.id for it in batch[0].items] == [it.id for it in mem.context("apple", user_id="u", filters=f).items]
+        many = mem.search_batch(["apple", "coffee"], user_ids="u", k=5, layers=["archive"], filters=f)
+        assert all(len(r) == 5 and all(it.metadata["category"] == "health" for it in r) for r in many)
+
+
+def test_metadata_is_returned_stored_and_merged(tmp_path: object) -> None:
+    path = f"{tmp_path}/m.db"
+    with Memory(path, embedder="hashing") as mem:
+        (i,) = mem.add(
+            [{"speaker": "Ann", "text": "I moved to Oslo", "metadata": {"topic": "move", "n": 2}}],
+            user_id="u",
+            metadata={"agent_id": "a1", "topic": "life"},
+        )
+    with Memory(path, embedder="hashing") as mem:  # (reopened: read back from the store)
+        it = mem.get(i, user_id="u")
+        assert it.metadata == {"agent_id": "a1", "n": 2, "topic": "move"}
+        assert it.session_id == "default"
+        hit = mem.search("Oslo", user_id="u", layers=["archive"], filters={"agent_id": "a1"})
+        assert [h.metadata for h in hit] == [it.metadata]
+
+
+@pytest.mark.parametrize(
+    ("filters", "err", "words"),
+    [
+        ({"catgory": "work"}, InvalidInput, "unknown key 'catgory'"),
+        ({"category": {"near": "work"}}, InvalidInput, "unknown operator 'near'"),
+        ({"priority": {"gte": "two"}}, InvalidInput, "must be a number"),
+        ({"created_at": {"gte": "yesterday"}}, InvalidInput, "not an ISO-8601 time"),
+        ({"category": {"in": []}}, InvalidInput, "non-empty list"),
+        ({"or": []}, InvalidInput, "non-empty list of filters"),
+        (["category"], TypeError, "must be a dict"),
+        ({"speaker": {"gte": 1}}, InvalidInput, "is text"),
+    ],
+)
+def test_bad_filters_raise_naming_the_problem(filters: object, err: type[Exception], words: str) -> None:
+    with Memory(None, embedder="hashing") as mem:
+        _fill(mem, 3)
+        with pytest.raises(err, match=words):
+            mem.search("apple", user_id="u", filters=filters)  # type: ignore[arg-type]
+        with pytest.raises(err, match=words):
+            mem.context("apple", user_id="u", filters=filters)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        ({"text": "hi", "agent_id": "a"}, "unknown key 'agent_id'.*'metadata'"),
+        ({"text": "hi", "metadata": {"x": [1]}}, r"\['x'\]\[0\] must be a str"),
+        ({"text": "hi", "metadata": {"x": float("nan")}}, "must be finite"),
+        ({"text": "hi", "metadata": {"session_id": "s"}}, "reserved"),
+        ({"text": "hi", "metadata": {"x": {"y": 1}}}, "must be a str, int, float, bool or list of str"),
+    ],
+)
+def test_bad_messages_and_metadata_raise_naming_the_key(message: dict[str, object], words: str) -> None:
+    with Memory(None, embedder="hashing") as mem:
+        with pytest.raises((InvalidInput, TypeError), match=words):
+            mem.add([message], user_id="u")
+        assert mem.users() == []
