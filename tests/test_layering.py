@@ -29,7 +29,7 @@ MEMORY_FOLDERS: dict[str, set[str]] = {
     "top": {"read", "write", "dump", "state", "store", "base"},
 }
 MEMORY_BASE = ("config", "inputs", "reports", "types", "metadata", "filters")
-MEMORY_TOP = ("host", "pgarchive", "service_records", "facade", "aio")
+MEMORY_TOP = ("host", "pgarchive", "service_records", "facade", "aio", "bulk")
 # stated exceptions: (importer, imported) -> why
 MEMORY_EXCEPTIONS = {
     (

@@ -23,6 +23,7 @@ from ..llm.extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor
 from ..llm.openai_chat import LLM, LLMFactExtractor, LLMSummarizer
 from ..native._device import parse_device
 from ..text.domains import DomainClassifier
+from .bulk import Bulk
 from .config import MemoryConfig
 from .dump.user_transfer import UserTransfers
 from .inputs import TimeLike, check_id, check_text, to_time, wall_clock
@@ -73,7 +74,7 @@ def _open_store(path: str | os.PathLike[str] | None, synchronous: str, busy_time
     return SQLiteStore(None if path is None else os.fspath(path), synchronous=synchronous, busy_timeout=busy_timeout)
 
 
-class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
+class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters
@@ -556,11 +557,7 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
         with self._lock:
             with self._write() as tx:
                 doomed = tuple(sorted(self._known_user(user_id).ids))
-                tx.touch(user_id)
-                tx.store.delete_user(user_id)
-                tx.store.mark_deleted()
-                self._embed.clear()
-                tx.st.drop_user(user_id)
+                self._drop_user(tx, user_id)
         return DeleteReport(deleted=len(doomed), ids=doomed)
 
     def flush(self) -> None:

@@ -146,3 +146,48 @@ def test_bad_messages_and_metadata_raise_naming_the_key(message: dict[str, objec
         with pytest.raises((InvalidInput, TypeError), match=words):
             mem.add([message], user_id="u")
         assert mem.users() == []
+
+
+def test_list_memories_pages_with_an_opaque_cursor_and_filters() -> None:
+    with Memory(None, embedder="hashing") as mem:
+        metas = _fill(mem, 25)
+        f = {"category": "work"}
+        want = sum(1 for m in metas if m["category"] == "work")
+        seen: list[int] = []
+        cursor = None
+        pages = 0
+        while True:
+            page = mem.list_memories(user_id="u", filters=f, cursor=cursor, limit=3)
+            assert len(page.items) <= 3 and all(it.metadata["category"] == "work" for it in page.items)
+            seen += [it.id for it in page.items]
+            pages += 1
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert len(seen) == want and seen == sorted(set(seen)) and pages == -(-want // 3)
+        everything = mem.list_memories(user_id="u", limit=1000)  # (turns, and the segments of the overflow)
+        assert sum(it.kind == "turn" for it in everything.items) == 25 and everything.next_cursor is None
+        with pytest.raises(InvalidInput, match="cursor"):
+            mem.list_memories(user_id="u", cursor="not-a-cursor")
+        with pytest.raises(KeyError, match="unknown user_id 'v'"):
+            mem.list_memories(user_id="v")
+
+
+def test_delete_memories_deletes_what_the_filter_admits_and_reset_deletes_users() -> None:
+    with Memory(None, embedder="hashing") as mem:
+        metas = _fill(mem, 20)
+        mem.add([{"speaker": "Bo", "text": "another user"}], user_id="w")
+        before = mem.list_memories(user_id="u", limit=1000).items
+        doomed = {it.id for it in before if int(it.metadata.get("priority", 0)) >= 3}  # type: ignore[call-overload]
+        assert len(doomed) == sum(1 for m in metas if int(m["priority"]) >= 3)  # type: ignore[call-overload]
+        rep = mem.delete_memories(user_id="u", filters={"priority": {"gte": 3}})
+        assert doomed <= set(rep.ids)  # (and what derives from them)
+        left = mem.list_memories(user_id="u", limit=1000).items
+        assert len(left) == len(before) - rep.deleted
+        assert not {it.id for it in left} & set(rep.ids)
+        assert all(int(it.metadata["priority"]) < 3 for it in left if it.kind == "turn")  # type: ignore[call-overload]
+        with pytest.raises(InvalidInput, match="non-empty filter"):
+            mem.delete_memories(user_id="u", filters={})
+        gone = mem.reset(user_ids=["w", "nobody"])
+        assert gone.deleted == 1 and mem.users() == ["u"]
+        assert mem.reset().deleted == len(left) and mem.users() == []
