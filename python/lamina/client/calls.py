@@ -16,7 +16,7 @@ from ..memory.dump.format import DumpHeader, UserDump, dump_lines
 from ..memory.dump.reader import read_dump
 from ..memory.inputs import TimeLike
 from ..memory.read.firewall import Firewall
-from ..memory.reports import DeleteReport, ImportReport, SessionReport
+from ..memory.reports import DeleteReport, ImportReport, MemoryPage, SessionReport
 from ..memory.types import Context, MemoryItem
 from ..memory.write.notes import Link, Note
 from ..native import _info
@@ -115,6 +115,16 @@ def _dump_bytes(dump: UserDump, embedder: str) -> bytes:
     return "".join(dump_lines(header, [dump])).encode("utf-8")
 
 
+def _dicts(xs: object, what: str, like: str) -> list[Mapping[str, Any]]:
+    """``xs`` checked as a list of dicts (TypeError naming the bad entry)."""
+    if isinstance(xs, (str, bytes, Mapping)) or not isinstance(xs, Sequence):
+        raise TypeError(f"{what} must be a list of dicts like {like}")
+    for i, x in enumerate(xs):
+        if not isinstance(x, Mapping):
+            raise TypeError(f"{what}[{i}] must be a dict, got {type(x).__name__}")
+    return list(xs)
+
+
 def _drop_none(d: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
@@ -130,12 +140,8 @@ class _Api:
         timestamp: TimeLike,
         metadata: Mapping[str, Any] | None,
     ) -> _Call[list[int]]:
-        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-            raise TypeError("messages must be a list of dicts like {'speaker': 'Alice', 'text': '...'}")
         msgs = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, Mapping):
-                raise TypeError(f"messages[{i}] must be a dict, got {type(m).__name__}")
+        for i, m in enumerate(_dicts(messages, "messages", "{'speaker': 'Alice', 'text': '...'}")):
             mm = dict(m)
             if "timestamp" in mm:
                 mm["timestamp"] = _time(mm["timestamp"], f"messages[{i}]['timestamp']")
@@ -248,6 +254,64 @@ class _Api:
     @staticmethod
     def delete_user(user_id: str) -> _Call[DeleteReport]:
         return _Call("DELETE", f"/v1/users/{_user_path(user_id)}", delete_report_from_json)
+
+    @staticmethod
+    def add_batch(requests: Sequence[Mapping[str, Any]]) -> _Call[list[list[int]]]:
+        """Several :meth:`add` calls in one request (``POST /v1/memories/batch``), in order:
+        ``requests`` holds dicts of ``add``'s arguments (``messages``, ``user_id``, optionally
+        ``session_id``, ``timestamp``, ``metadata``). Each add is atomic; a failing one stops
+        the rest (those before it stay). Returns each add's ids."""
+        bodies = []
+        for i, a in enumerate(_dicts(requests, "requests", "{'messages': [...], 'user_id': 'alice'}")):
+            unknown = set(a) - {"messages", "user_id", "session_id", "timestamp", "metadata"}
+            if unknown:
+                raise InvalidInput(f"requests[{i}] has unknown key {sorted(unknown)[0]!r}")
+            uid = a.get("user_id")
+            if not isinstance(uid, str):
+                raise TypeError(f"requests[{i}]['user_id'] must be a str, got {type(uid).__name__}")
+            one = _Api.add(a.get("messages", ()), uid, a.get("session_id"), a.get("timestamp"), a.get("metadata"))
+            bodies.append(one.body)
+        return _Call(
+            "POST", "/v1/memories/batch", lambda d: [[int(i) for i in x] for x in d["ids"]], {"requests": bodies}
+        )
+
+    @staticmethod
+    def context_batch(queries: Sequence[str], *, user_ids: str | Sequence[str], **options: Any) -> _Call[list[Context]]:
+        """See :meth:`lamina.Memory.context_batch`: ``options`` are its ``budget``, ``now``,
+        ``domain``, ``include_archive`` and ``filters`` (no firewall or query embeddings over
+        HTTP; the service checks each, a bad one is the same error as in process)."""
+        if isinstance(queries, str) or not isinstance(queries, Sequence):
+            raise TypeError(f"queries must be a sequence of str, got {type(queries).__name__}")
+        unknown = set(options) - {"budget", "now", "domain", "include_archive", "filters"}
+        if unknown:
+            raise TypeError(f"context_batch() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        body = options | {
+            "queries": list(queries),
+            "user_ids": user_ids if isinstance(user_ids, str) else list(user_ids),
+        }
+        body["now"] = _time(options.get("now"), "now")
+        return _Call(
+            "POST", "/v1/context/batch", lambda d: [context_from_json(c) for c in d["contexts"]], _drop_none(body)
+        )
+
+    @staticmethod
+    def list_memories(
+        *, user_id: str, filters: Mapping[str, Any] | None = None, cursor: str | None = None, limit: int = 100
+    ) -> _Call[MemoryPage]:
+        """See :meth:`lamina.Memory.list_memories` (``POST /v1/memories/list``)."""
+        body = {"user_id": user_id, "filters": filters, "cursor": cursor, "limit": limit}
+        page = lambda d: MemoryPage(items=_items(d), next_cursor=d["next_cursor"])  # noqa: E731
+        return _Call("POST", "/v1/memories/list", page, _drop_none(body))
+
+    @staticmethod
+    def delete_memories(*, user_id: str, filters: Mapping[str, Any]) -> _Call[DeleteReport]:
+        """See :meth:`lamina.Memory.delete_memories` (``POST /v1/memories/delete``)."""
+        return _Call("POST", "/v1/memories/delete", delete_report_from_json, {"user_id": user_id, "filters": filters})
+
+    @staticmethod
+    def reset() -> _Call[DeleteReport]:
+        """Delete every user of the caller's tenant (``POST /v1/reset``; see :meth:`lamina.Memory.reset`)."""
+        return _Call("POST", "/v1/reset", delete_report_from_json, {})
 
     @staticmethod
     def users() -> _Call[list[str]]:

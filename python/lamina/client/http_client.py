@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
 
@@ -35,6 +35,7 @@ from .wire import WireError
 __all__ = ["Client", "AsyncClient", "ServiceError"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class ServiceError(LaminaError, RuntimeError):
@@ -98,6 +99,27 @@ def _read(call: _Call[T], resp: httpx.Response) -> T:
         if isinstance(e, LaminaError):
             raise
         raise WireError(f"{call.method} {call.path}: unreadable response ({e})") from None
+
+
+def _blocking(build: Callable[P, _Call[T]]) -> Callable[Concatenate[Client, P], T]:
+    """A :class:`Client` method that sends the request ``build`` describes (its signature and
+    docstring are the method's)."""
+
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._do(build(*args, **kwargs))
+
+    call.__name__, call.__doc__ = build.__name__, build.__doc__
+    return call
+
+
+def _awaiting(build: Callable[P, _Call[T]]) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
+    """:func:`_blocking` for :class:`AsyncClient`."""
+
+    async def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._do(build(*args, **kwargs))
+
+    call.__name__, call.__doc__ = build.__name__, build.__doc__
+    return call
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -217,6 +239,12 @@ class Client:
     def delete_user(self, *, user_id: str) -> DeleteReport:
         """See :meth:`lamina.Memory.delete_user`."""
         return self._do(_Api.delete_user(user_id))
+
+    add_batch = _blocking(_Api.add_batch)
+    context_batch = _blocking(_Api.context_batch)
+    list_memories = _blocking(_Api.list_memories)
+    delete_memories = _blocking(_Api.delete_memories)
+    reset = _blocking(_Api.reset)
 
     def users(self) -> list[str]:
         """The tenant's user ids (see :meth:`lamina.Memory.users`)."""
@@ -357,6 +385,12 @@ class AsyncClient:
     async def delete_user(self, *, user_id: str) -> DeleteReport:
         """See :meth:`lamina.Memory.delete_user`."""
         return await self._do(_Api.delete_user(user_id))
+
+    add_batch = _awaiting(_Api.add_batch)
+    context_batch = _awaiting(_Api.context_batch)
+    list_memories = _awaiting(_Api.list_memories)
+    delete_memories = _awaiting(_Api.delete_memories)
+    reset = _awaiting(_Api.reset)
 
     async def users(self) -> list[str]:
         """The tenant's user ids (see :meth:`lamina.Memory.users`)."""

@@ -43,6 +43,7 @@ from ..errors import InvalidInput
 from ..memory import Firewall, Memory, MemoryConfig
 from . import schemas as S
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
+from .bulk_api import bulk_router
 from .dump_api import IMPORT_PATH, transfer_router
 from .errors import error_response, install_error_handlers
 from .ids import as_unseen, item_owner
@@ -223,16 +224,8 @@ def _routes() -> APIRouter:
         mem = svc.memory
 
         def work() -> dict[str, Any]:
-            ctx = mem.context(
-                req.query,
-                user_id=uid,
-                budget=req.budget,
-                now=req.now,
-                domain=req.domain,
-                include_archive=req.include_archive,
-                firewall=None if req.firewall is None else Firewall(**req.firewall.model_dump()),
-                filters=req.filters,
-            )
+            fw = None if req.firewall is None else Firewall(**req.firewall.model_dump())
+            ctx = mem.context(req.query, user_id=uid, firewall=fw, **req.options())
             return context_to_json(ctx, req.user_id)
 
         return _json(await svc.call(caller, work))
@@ -488,6 +481,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(_routes())
     app.include_router(transfer_router())
+    app.include_router(bulk_router(_json))
     for extra in routers:
         app.include_router(extra)
     ui_prefixes: tuple[str, ...] = ()

@@ -126,17 +126,26 @@ class FirewallReportOut(BaseModel):
     clarify: list[int]
 
 
-class ContextRequest(_In):
-    user_id: str
-    query: str
+class _ContextOptions(_In):
+    """The options of a context, one query or many (:meth:`lamina.Memory.context`)."""
+
     budget: int = Field(
         1024, le=MAX_BUDGET, description="Token budget (whitespace words of the rendered context), at most 10,000,000."
     )
     now: Time | None = None
     domain: str | None = None
     include_archive: bool = False
-    firewall: FirewallIn | None = None
     filters: FiltersIn | None = Field(None, description=_FILTERS_DOC)
+
+    def options(self) -> dict[str, Any]:
+        """These options as keyword arguments of ``Memory.context`` / ``context_batch``."""
+        return {k: getattr(self, k) for k in _ContextOptions.model_fields}
+
+
+class ContextRequest(_ContextOptions):
+    user_id: str
+    query: str
+    firewall: FirewallIn | None = None
 
 
 def _wire_type(t: Any) -> Any:
@@ -225,6 +234,40 @@ class SearchRequest(_In):
 
 class ItemsOut(BaseModel):
     items: list[ItemOut]
+
+
+class AddBatchRequest(_In):
+    requests: list[AddRequest] = Field(description="Adds run in order, each atomic (a failed one stops the rest).")
+
+
+class AddBatchOut(BaseModel):
+    ids: list[list[int]] = Field(description="Each add's item ids, in order.")
+
+
+class ContextBatchRequest(_ContextOptions):
+    queries: list[str]
+    user_ids: str | list[str] = Field(description="One user for every query, or one per query.")
+
+
+class ContextsOut(BaseModel):
+    contexts: list[ContextOut]
+
+
+class ListRequest(_In):
+    user_id: str
+    filters: FiltersIn | None = Field(None, description=_FILTERS_DOC)
+    cursor: str | None = Field(None, description="The next_cursor of the page before (None: the first page).")
+    limit: int = Field(100, ge=1, le=1000, description="Items per page, at most 1000.")
+
+
+class PageOut(BaseModel):
+    items: list[ItemOut]
+    next_cursor: str | None = Field(description="Pass it as cursor for the next page; null on the last page.")
+
+
+class DeleteMatchingRequest(_In):
+    user_id: str
+    filters: FiltersIn = Field(description=_FILTERS_DOC)
 
 
 class NoteRevisionOut(BaseModel):
