@@ -58,13 +58,14 @@ class Cond:
     op: str
     value: Any
 
-    def matches(self, r: Any) -> bool:
-        """Whether the record (anything with the built-in fields and ``metadata`` pairs) passes."""
+    def matches(self, r: Any, md: Any = None) -> bool:
+        """Whether the record (anything with the built-in fields and ``metadata`` pairs) passes;
+        ``md``: its metadata pairs when not ``r.metadata`` (a derived item's)."""
         if self.key in BUILTIN_FIELDS:
             v = getattr(r, self.key)
         else:
             v = None
-            for k, x in r.metadata:
+            for k, x in r.metadata if md is None else md:
                 if k == self.key:
                     v = x
                     break
@@ -97,8 +98,8 @@ class AllOf:
 
     parts: tuple[Filter, ...]
 
-    def matches(self, r: Any) -> bool:
-        return all(p.matches(r) for p in self.parts)
+    def matches(self, r: Any, md: Any = None) -> bool:
+        return all(p.matches(r, md) for p in self.parts)
 
     def keys(self) -> set[str]:
         return set().union(*(p.keys() for p in self.parts))
@@ -110,8 +111,8 @@ class AnyOf:
 
     parts: tuple[Filter, ...]
 
-    def matches(self, r: Any) -> bool:
-        return any(p.matches(r) for p in self.parts)
+    def matches(self, r: Any, md: Any = None) -> bool:
+        return any(p.matches(r, md) for p in self.parts)
 
     def keys(self) -> set[str]:
         return set().union(*(p.keys() for p in self.parts))

@@ -179,7 +179,7 @@ class MemoryItem:
         Id of the fact that replaced this one.
     metadata : dict
         The caller's metadata (:data:`lamina.memory.metadata.Metadata`): a turn carries its
-        message's; segments, summaries, facts and notes carry none.
+        message's; a derived item (segment, summary, fact, note) the pairs its source turns agree on.
     """
 
     id: int
@@ -201,7 +201,7 @@ class MemoryItem:
     summary: str | None = None
     access_count: int = 0
     last_access: float | None = None
-    #: the caller's metadata of the item (a turn: its message's; derived items carry none)
+    #: the caller's metadata of the item (a turn: its message's; a derived item: what its turns agree on)
     metadata: dict[str, Any] = field(default_factory=dict)
     strength: float = 1.0
     domain: str | None = None

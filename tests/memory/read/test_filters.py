@@ -191,3 +191,32 @@ def test_delete_memories_deletes_what_the_filter_admits_and_reset_deletes_users(
         gone = mem.reset(user_ids=["w", "nobody"])
         assert gone.deleted == 1 and mem.users() == ["u"]
         assert mem.reset().deleted == len(left) and mem.users() == []
+
+
+def test_derived_items_carry_what_their_source_turns_agree_on() -> None:
+    with Memory(None, embedder="hashing") as mem:
+        for s, agent in enumerate(["a1", "a2"]):
+            msgs = [
+                {"speaker": "Ann", "text": f"I moved to Oslo in spring {s}", "metadata": {"agent_id": agent, "n": 0}},
+                {
+                    "speaker": "Ann",
+                    "text": f"Oslo is cold but I like the fjords {s}",
+                    "metadata": {"agent_id": agent, "n": 1},
+                },
+            ]
+            mem.add(msgs, user_id="u", session_id=f"s{s}", timestamp=T0 + s * DAY)
+            mem.end_session(user_id="u", session_id=f"s{s}")
+        items = mem.list_memories(user_id="u", limit=1000).items
+        agent_of = {it.sources[0]: it.metadata["agent_id"] for it in items if it.kind == "turn"}
+        derived = [it for it in items if it.kind != "turn"]
+        assert {it.kind for it in derived} >= {"segment", "summary", "fact"}
+        for it in derived:  # one session's items carry its agent; a blend of both sessions none
+            agents = {agent_of[s] for s in it.sources}
+            assert it.metadata.get("agent_id") == (agents.pop() if len(agents) == 1 else None), it
+        ctx = mem.context("where does Ann live?", user_id="u", filters={"agent_id": "a2"}, include_archive=True)
+        assert ctx.items and all(it.metadata.get("agent_id") == "a2" for it in ctx.items)
+        found = mem.search(
+            "Ann Oslo fjords", user_id="u", k=20, layers=["episodic", "semantic"], filters={"agent_id": "a2"}
+        )
+        assert {it.kind for it in found} >= {"segment", "fact"}
+        assert all(it.metadata.get("agent_id") == "a2" for it in found)

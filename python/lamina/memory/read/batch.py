@@ -359,7 +359,8 @@ def allowed(st: MemoryState, u: UserState, f: Filter) -> I64:
     check_keys(st, u, f)
     recs = st.recs
     match = f.matches
-    ids = np.array(sorted(i for i in u.ids if match(recs[i])), dtype=np.int64)
+    meta = st.metadata_of
+    ids = np.array(sorted(i for i in u.ids if match(recs[i], meta(recs[i]))), dtype=np.int64)
     if len(u.filtered) > 64:  # (a bounded cache: many distinct filters of one user)
         u.filtered = {_KEYS: u.filtered[_KEYS]} if _KEYS in u.filtered else {}
     u.filtered[f] = (u.version, ids)

@@ -73,9 +73,9 @@ class Reading:
         filters : dict, optional
             Only items it admits enter (:mod:`lamina.memory.filters`: equality, ``in``,
             ``gte``/``lte`` on numbers and ``created_at``, ``and``/``or``), pushed into the
-            candidate searches, so the budget fills from matching items alone. Derived items
-            (segments, summaries, facts, notes) carry no metadata: a metadata filter admits
-            turns. A metadata key no item of the user carries raises InvalidInput.
+            candidate searches, so the budget fills from matching items alone (a derived item
+            carries what its source turns agree on: ``MemoryItem.metadata``). A metadata key no
+            item of the user carries raises InvalidInput.
         """
         ctx, _ = _one_context(
             self,
