@@ -86,9 +86,11 @@ def test_context_and_batches_draw_on_matching_items_only() -> None:
         assert flt is not None
         ctx = mem.context("apple river", user_id="u", filters=f, budget=4000)
         assert ctx.items and all(flt.matches(_Rec(it.metadata, it)) for it in ctx.items)
-        batch = mem.context_batch(["apple", "music"], user_ids="u", filters=f)
+        qs = ["apple", "music", "river garden", "coffee", "train music"]  # (RANK_MANY: ranked in numpy steps)
+        batch = mem.context_batch(qs, user_ids="u", filters=f)
         assert all(all(flt.matches(_Rec(it.metadata, it)) for it in c.items) for c in batch)
-        assert [it.id for it in batch[0].items] == [it.id for it in mem.context("apple", user_id="u", filters=f).items]
+        one = [mem.context(q, user_id="u", filters=f) for q in qs]
+        assert [[it.id for it in c.items] for c in batch] == [[it.id for it in c.items] for c in one]
         many = mem.search_batch(["apple", "coffee"], user_ids="u", k=5, layers=["archive"], filters=f)
         assert all(len(r) == 5 and all(it.metadata["category"] == "health" for it in r) for r in many)
 
