@@ -135,11 +135,13 @@ class _Api:
     @staticmethod
     def add(
         messages: Sequence[Mapping[str, Any]],
+        *,
         user_id: str,
-        session_id: str | None,
-        timestamp: TimeLike,
-        metadata: Mapping[str, Any] | None,
+        session_id: str | None = None,
+        timestamp: TimeLike = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> _Call[list[int]]:
+        """See :meth:`lamina.Memory.add`."""
         msgs = []
         for i, m in enumerate(_dicts(messages, "messages", "{'speaker': 'Alice', 'text': '...'}")):
             mm = dict(m)
@@ -163,14 +165,16 @@ class _Api:
     @staticmethod
     def context(
         query: str,
+        *,
         user_id: str,
-        budget: int,
-        now: TimeLike,
-        domain: str | None,
-        include_archive: bool,
-        firewall: Firewall | None,
-        filters: Mapping[str, Any] | None,
+        budget: int = 1024,
+        now: TimeLike = None,
+        domain: str | None = None,
+        include_archive: bool = False,
+        firewall: Firewall | None = None,
+        filters: Mapping[str, Any] | None = None,
     ) -> _Call[Context]:
+        """See :meth:`lamina.Memory.context`."""
         if firewall is not None and not isinstance(firewall, Firewall):
             raise TypeError(f"firewall must be a lamina.Firewall or None, got {type(firewall).__name__}")
         body = {
@@ -188,12 +192,14 @@ class _Api:
     @staticmethod
     def search(
         query: str,
+        *,
         user_id: str,
-        k: int,
-        layers: Sequence[str] | None,
-        now: TimeLike,
-        filters: Mapping[str, Any] | None,
+        k: int = 10,
+        layers: Sequence[str] | None = None,
+        now: TimeLike = None,
+        filters: Mapping[str, Any] | None = None,
     ) -> _Call[list[MemoryItem]]:
+        """See :meth:`lamina.Memory.search`."""
         if isinstance(layers, str):
             raise TypeError("layers must be a list of layer names, e.g. ['archive']")
         body = {
@@ -269,7 +275,13 @@ class _Api:
             uid = a.get("user_id")
             if not isinstance(uid, str):
                 raise TypeError(f"requests[{i}]['user_id'] must be a str, got {type(uid).__name__}")
-            one = _Api.add(a.get("messages", ()), uid, a.get("session_id"), a.get("timestamp"), a.get("metadata"))
+            one = _Api.add(
+                a.get("messages", ()),
+                user_id=uid,
+                session_id=a.get("session_id"),
+                timestamp=a.get("timestamp"),
+                metadata=a.get("metadata"),
+            )
             bodies.append(one.body)
         return _Call(
             "POST", "/v1/memories/batch", lambda d: [[int(i) for i in x] for x in d["ids"]], {"requests": bodies}

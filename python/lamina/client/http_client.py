@@ -15,8 +15,9 @@ description, so they cannot drift apart.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -25,9 +26,8 @@ import httpx
 from ..errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
 from ..memory.dump.format import UserDump
 from ..memory.inputs import TimeLike
-from ..memory.read.firewall import Firewall
 from ..memory.reports import DeleteReport, ImportReport, SessionReport
-from ..memory.types import Context, MemoryItem
+from ..memory.types import MemoryItem
 from ..memory.write.notes import Link, Note
 from .calls import _Api, _Call
 from .wire import WireError
@@ -36,6 +36,7 @@ __all__ = ["Client", "AsyncClient", "ServiceError"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ServiceError(LaminaError, RuntimeError):
@@ -101,6 +102,16 @@ def _read(call: _Call[T], resp: httpx.Response) -> T:
         raise WireError(f"{call.method} {call.path}: unreadable response ({e})") from None
 
 
+def _as_method(call: F, build: Callable[..., Any]) -> F:
+    """``call`` named, documented and signed as ``build`` with ``self`` first (what
+    :func:`inspect.signature` and the API docs show)."""
+    sig = inspect.signature(build)
+    me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    call.__name__, call.__qualname__, call.__doc__ = build.__name__, build.__name__, build.__doc__
+    call.__signature__ = sig.replace(parameters=[me, *sig.parameters.values()])  # type: ignore[attr-defined]
+    return call
+
+
 def _blocking(build: Callable[P, _Call[T]]) -> Callable[Concatenate[Client, P], T]:
     """A :class:`Client` method that sends the request ``build`` describes (its signature and
     docstring are the method's)."""
@@ -108,8 +119,7 @@ def _blocking(build: Callable[P, _Call[T]]) -> Callable[Concatenate[Client, P], 
     def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._do(build(*args, **kwargs))
 
-    call.__name__, call.__doc__ = build.__name__, build.__doc__
-    return call
+    return _as_method(call, build)
 
 
 def _awaiting(build: Callable[P, _Call[T]]) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
@@ -118,8 +128,7 @@ def _awaiting(build: Callable[P, _Call[T]]) -> Callable[Concatenate[AsyncClient,
     async def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._do(build(*args, **kwargs))
 
-    call.__name__, call.__doc__ = build.__name__, build.__doc__
-    return call
+    return _as_method(call, build)
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -164,49 +173,9 @@ class Client:
         resp = self._http.request(call.method, call.path, **call.request_args())
         return _read(call, resp)
 
-    def add(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        user_id: str,
-        session_id: str | None = None,
-        timestamp: TimeLike = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> list[int]:
-        """See :meth:`lamina.Memory.add`."""
-        return self._do(_Api.add(messages, user_id, session_id, timestamp, metadata))
-
     def end_session(self, *, user_id: str, session_id: str, now: TimeLike = None) -> SessionReport:
         """See :meth:`lamina.Memory.end_session`."""
         return self._do(_Api.end_session(user_id, session_id, now))
-
-    def context(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        budget: int = 1024,
-        now: TimeLike = None,
-        domain: str | None = None,
-        include_archive: bool = False,
-        firewall: Firewall | None = None,
-        filters: Mapping[str, Any] | None = None,
-    ) -> Context:
-        """See :meth:`lamina.Memory.context`."""
-        return self._do(_Api.context(query, user_id, budget, now, domain, include_archive, firewall, filters))
-
-    def search(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        k: int = 10,
-        layers: Sequence[str] | None = None,
-        now: TimeLike = None,
-        filters: Mapping[str, Any] | None = None,
-    ) -> list[MemoryItem]:
-        """See :meth:`lamina.Memory.search`."""
-        return self._do(_Api.search(query, user_id, k, layers, now, filters))
 
     def get(self, item_id: int, *, user_id: str | None = None) -> MemoryItem:
         """See :meth:`lamina.Memory.get`."""
@@ -240,6 +209,9 @@ class Client:
         """See :meth:`lamina.Memory.delete_user`."""
         return self._do(_Api.delete_user(user_id))
 
+    add = _blocking(_Api.add)
+    context = _blocking(_Api.context)
+    search = _blocking(_Api.search)
     add_batch = _blocking(_Api.add_batch)
     context_batch = _blocking(_Api.context_batch)
     list_memories = _blocking(_Api.list_memories)
@@ -308,49 +280,9 @@ class AsyncClient:
             return await asyncio.to_thread(_read, call, resp)
         return _read(call, resp)
 
-    async def add(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        user_id: str,
-        session_id: str | None = None,
-        timestamp: TimeLike = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> list[int]:
-        """See :meth:`lamina.Memory.add`."""
-        return await self._do(_Api.add(messages, user_id, session_id, timestamp, metadata))
-
     async def end_session(self, *, user_id: str, session_id: str, now: TimeLike = None) -> SessionReport:
         """See :meth:`lamina.Memory.end_session`."""
         return await self._do(_Api.end_session(user_id, session_id, now))
-
-    async def context(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        budget: int = 1024,
-        now: TimeLike = None,
-        domain: str | None = None,
-        include_archive: bool = False,
-        firewall: Firewall | None = None,
-        filters: Mapping[str, Any] | None = None,
-    ) -> Context:
-        """See :meth:`lamina.Memory.context`."""
-        return await self._do(_Api.context(query, user_id, budget, now, domain, include_archive, firewall, filters))
-
-    async def search(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        k: int = 10,
-        layers: Sequence[str] | None = None,
-        now: TimeLike = None,
-        filters: Mapping[str, Any] | None = None,
-    ) -> list[MemoryItem]:
-        """See :meth:`lamina.Memory.search`."""
-        return await self._do(_Api.search(query, user_id, k, layers, now, filters))
 
     async def get(self, item_id: int, *, user_id: str | None = None) -> MemoryItem:
         """See :meth:`lamina.Memory.get`."""
@@ -386,6 +318,9 @@ class AsyncClient:
         """See :meth:`lamina.Memory.delete_user`."""
         return await self._do(_Api.delete_user(user_id))
 
+    add = _awaiting(_Api.add)
+    context = _awaiting(_Api.context)
+    search = _awaiting(_Api.search)
     add_batch = _awaiting(_Api.add_batch)
     context_batch = _awaiting(_Api.context_batch)
     list_memories = _awaiting(_Api.list_memories)
