@@ -6,6 +6,7 @@
 
 #include "common.hpp"
 #include "lamina/lexical.hpp"
+#include "optional_array.hpp"
 
 namespace lamina::py_detail {
 
@@ -165,14 +166,7 @@ void register_lexical(py::module_& m) {
              const py::object& ns, long long k, int threads, const py::object& allow) {
             LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
             TermsArg t = check_terms(hashes, offsets);
-            py::array allow_arr;  // (held while the search reads it; zero-copy)
-            const int64_t* allowp = nullptr;
-            std::size_t n_allow = 0;
-            if (!allow.is_none()) {
-              allow_arr = checked_array<int64_t>(allow, "allow", 1, "int64");
-              allowp = static_cast<const int64_t*>(allow_arr.data());
-              n_allow = allow_arr.shape(0);
-            }
+            const auto al = optional_array<int64_t>(allow, "allow", "int64");
             NamespaceArg a = parse_namespace(ns, t.n, "query");
             py::array_t<float> scores({t.n, static_cast<std::size_t>(k)});
             py::array_t<int64_t> out_keys({t.n, static_cast<std::size_t>(k)});
@@ -183,7 +177,7 @@ void register_lexical(py::module_& m) {
               int64_t* ko = out_keys.mutable_data();
               py::gil_scoped_release nogil;
               L.search(hp, t.n_hashes, op, t.n, a.ptr, a.per_row, static_cast<std::size_t>(k),
-                       threads, so, ko, allowp, n_allow);
+                       threads, so, ko, al.data, al.size);
             }
             return py::make_tuple(scores, out_keys);
           },

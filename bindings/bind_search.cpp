@@ -10,6 +10,7 @@
 #include "lamina/arena.hpp"
 #include "lamina/codec.hpp"
 #include "lamina/topk.hpp"
+#include "optional_array.hpp"
 
 namespace lamina::py_detail {
 
@@ -182,14 +183,7 @@ void register_arena(py::module_& m) {
               layer_mask_from(layers, mask);
               maskp = mask;
             }
-            py::array allow_arr;  // (held while the search reads it; zero-copy)
-            const uint8_t* allowp = nullptr;
-            std::size_t allow_len = 0;
-            if (!allow.is_none()) {
-              allow_arr = checked_array<uint8_t>(allow, "allow", 1, "uint8");
-              allowp = static_cast<const uint8_t*>(allow_arr.data());
-              allow_len = allow_arr.shape(0);
-            }
+            const auto al = optional_array<uint8_t>(allow, "allow", "uint8");
             auto [scores, ids] = alloc_out(nq, k);
             {
               const float* qp = static_cast<const float*>(q.data());
@@ -197,7 +191,7 @@ void register_arena(py::module_& m) {
               int64_t* io = ids.mutable_data();
               py::gil_scoped_release nogil;
               A.search(qp, nq, k, met, qns.ptr(), qns.n, maskp, threads, so, io,
-                       static_cast<std::size_t>(oversample), allowp, allow_len);
+                       static_cast<std::size_t>(oversample), al.data, al.size);
             }
             return py::make_tuple(scores, ids);
           },

@@ -32,8 +32,7 @@ from .inputs import to_time
 __all__ = [
     "Filter",
     "Cond",
-    "AllOf",
-    "AnyOf",
+    "Group",
     "BUILTIN_FIELDS",
     "OPERATORS",
     "parse_filters",
@@ -93,33 +92,22 @@ class Cond:
 
 
 @dataclass(frozen=True, slots=True)
-class AllOf:
-    """Every part holds."""
+class Group:
+    """``and`` (every part holds) or ``or`` (some part holds) of filters."""
 
+    op: str
     parts: tuple[Filter, ...]
 
     def matches(self, r: Any, md: Any = None) -> bool:
-        return all(p.matches(r, md) for p in self.parts)
-
-    def keys(self) -> set[str]:
-        return set().union(*(p.keys() for p in self.parts))
-
-
-@dataclass(frozen=True, slots=True)
-class AnyOf:
-    """Some part holds."""
-
-    parts: tuple[Filter, ...]
-
-    def matches(self, r: Any, md: Any = None) -> bool:
-        return any(p.matches(r, md) for p in self.parts)
+        hits = (p.matches(r, md) for p in self.parts)
+        return all(hits) if self.op == "and" else any(hits)
 
     def keys(self) -> set[str]:
         return set().union(*(p.keys() for p in self.parts))
 
 
 #: A parsed filter (hashable: equal filters share the read path's cache of matching ids).
-Filter = Cond | AllOf | AnyOf
+Filter = Cond | Group
 
 
 def _has(v: Any, want: Scalar) -> bool:
@@ -168,7 +156,7 @@ def _node(d: Mapping[Any, Any], what: str) -> Filter:
                 if not isinstance(x, Mapping) or not x:
                     raise InvalidInput(f"{what}[{key!r}][{i}] must be a non-empty filter dict")
                 subs.append(_node(x, f"{what}[{key!r}][{i}]"))
-            parts.append(subs[0] if len(subs) == 1 else (AllOf if logic == "and" else AnyOf)(tuple(subs)))
+            parts.append(subs[0] if len(subs) == 1 else Group(logic, tuple(subs)))
             continue
         if not key.strip():
             raise InvalidInput(f"{what} has an empty key")
@@ -179,7 +167,7 @@ def _node(d: Mapping[Any, Any], what: str) -> Filter:
                 parts.append(_cond(key, op, x, f"{what}[{key!r}]"))
         else:
             parts.append(_cond(key, "eq", val, f"{what}[{key!r}]"))
-    return parts[0] if len(parts) == 1 else AllOf(tuple(parts))
+    return parts[0] if len(parts) == 1 else Group("and", tuple(parts))
 
 
 def _cond(key: str, op: object, x: object, what: str) -> Cond:
