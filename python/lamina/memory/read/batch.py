@@ -32,7 +32,7 @@ import numpy.typing as npt
 from ...errors import InvalidInput
 from ...text.domains import DomainClassifier
 from ..config import ACTIVE_LAYERS
-from ..filters import Filter, unknown_keys
+from ..filters import BUILTIN_FIELDS, Filter, unknown_keys
 from ..inputs import MAX_BUDGET, TimeLike, check_count, check_id, check_text, to_time, wall_clock
 from ..reports import ContextExplanation
 from ..state.gcquiet import collector_paused
@@ -345,7 +345,7 @@ def check_keys(st: MemoryState, u: UserState, f: Filter) -> None:
         known = sorted(user_keys(st, u))
         raise InvalidInput(
             f"filters name unknown key {bad[0]!r}: no memory of user {u.user_id!r} has metadata "
-            f"{bad[0]!r} (its keys: {known}; built-in fields: created_at, session_id, speaker, kind)"
+            f"{bad[0]!r} (its keys: {known}; built-in fields: {', '.join(BUILTIN_FIELDS)})"
         )
 
 
