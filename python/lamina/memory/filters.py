@@ -35,6 +35,7 @@ __all__ = [
     "Group",
     "BUILTIN_FIELDS",
     "OPERATORS",
+    "LOGIC",
     "parse_filters",
     "metadata_keys",
     "unknown_keys",
@@ -45,7 +46,8 @@ BUILTIN_FIELDS: dict[str, str] = {"created_at": "time", "session_id": "str", "sp
 #: Comparison operators.
 OPERATORS = ("eq", "ne", "in", "gte", "gt", "lte", "lt")
 _ORDER_OPS = ("gte", "gt", "lte", "lt")
-_LOGIC = {"and": "and", "AND": "and", "or": "or", "OR": "or"}
+#: The keys that combine filters, and the operation each names.
+LOGIC = {"and": "and", "AND": "and", "or": "or", "OR": "or"}
 Scalar = str | int | float | bool
 
 
@@ -147,7 +149,7 @@ def _node(d: Mapping[Any, Any], what: str) -> Filter:
     for key, val in d.items():
         if not isinstance(key, str):
             raise TypeError(f"{what} keys must be str, got {type(key).__name__} ({key!r})")
-        logic = _LOGIC.get(key)
+        logic = LOGIC.get(key)
         if logic is not None:
             if isinstance(val, (str, bytes, Mapping)) or not isinstance(val, Sequence) or not val:
                 raise InvalidInput(f"{what}[{key!r}] must be a non-empty list of filters")

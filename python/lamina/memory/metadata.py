@@ -19,6 +19,7 @@ import math
 from collections.abc import Mapping
 
 from ..errors import InvalidInput
+from .filters import BUILTIN_FIELDS, LOGIC
 from .inputs import check_text
 
 __all__ = [
@@ -43,7 +44,7 @@ Frozen = tuple[tuple[str, str | int | float | bool | tuple[str, ...]], ...]
 
 #: Keys a metadata dict may not use: the built-in fields filters name
 #: (:data:`lamina.memory.filters.BUILTIN_FIELDS`) and the filter operators.
-RESERVED_KEYS = frozenset({"created_at", "session_id", "speaker", "kind", "and", "or", "AND", "OR"})
+RESERVED_KEYS = frozenset(BUILTIN_FIELDS) | frozenset(LOGIC)
 MAX_KEYS = 64
 MAX_KEY_CHARS = 128
 MAX_VALUE_CHARS = 4096
