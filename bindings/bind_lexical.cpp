@@ -6,6 +6,7 @@
 
 #include "common.hpp"
 #include "lamina/lexical.hpp"
+#include "optional_array.hpp"
 
 namespace lamina::py_detail {
 
@@ -162,9 +163,10 @@ void register_lexical(py::module_& m) {
       .def(
           "search",
           [](const LexicalIndex& L, const py::object& hashes, const py::object& offsets,
-             const py::object& ns, long long k, int threads) {
+             const py::object& ns, long long k, int threads, const py::object& allow) {
             LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
             TermsArg t = check_terms(hashes, offsets);
+            const auto al = optional_array<int64_t>(allow, "allow", "int64");
             NamespaceArg a = parse_namespace(ns, t.n, "query");
             py::array_t<float> scores({t.n, static_cast<std::size_t>(k)});
             py::array_t<int64_t> out_keys({t.n, static_cast<std::size_t>(k)});
@@ -175,12 +177,12 @@ void register_lexical(py::module_& m) {
               int64_t* ko = out_keys.mutable_data();
               py::gil_scoped_release nogil;
               L.search(hp, t.n_hashes, op, t.n, a.ptr, a.per_row, static_cast<std::size_t>(k),
-                       threads, so, ko);
+                       threads, so, ko, al.data, al.size);
             }
             return py::make_tuple(scores, out_keys);
           },
           py::arg("hashes"), py::arg("offsets"), py::arg("namespace"), py::arg("k"),
-          py::arg("threads") = 0);
+          py::arg("threads") = 0, py::arg("allow") = py::none());
 }
 
 }  // namespace lamina::py_detail

@@ -10,6 +10,7 @@
 #include "lamina/arena.hpp"
 #include "lamina/codec.hpp"
 #include "lamina/topk.hpp"
+#include "optional_array.hpp"
 
 namespace lamina::py_detail {
 
@@ -169,7 +170,7 @@ void register_arena(py::module_& m) {
           "search",
           [](const VectorArena& A, const py::object& queries, long long k,
              const std::string& metric, const py::object& ns, const py::object& layers,
-             int threads, long long oversample) {
+             int threads, long long oversample, const py::object& allow) {
             check_k(k);
             LAMINA_CHECK(oversample >= 0, "oversample must be >= 0, got ", oversample);
             const Metric met = parse_metric(metric);
@@ -182,6 +183,7 @@ void register_arena(py::module_& m) {
               layer_mask_from(layers, mask);
               maskp = mask;
             }
+            const auto al = optional_array<uint8_t>(allow, "allow", "uint8");
             auto [scores, ids] = alloc_out(nq, k);
             {
               const float* qp = static_cast<const float*>(q.data());
@@ -189,13 +191,13 @@ void register_arena(py::module_& m) {
               int64_t* io = ids.mutable_data();
               py::gil_scoped_release nogil;
               A.search(qp, nq, k, met, qns.ptr(), qns.n, maskp, threads, so, io,
-                       static_cast<std::size_t>(oversample));
+                       static_cast<std::size_t>(oversample), al.data, al.size);
             }
             return py::make_tuple(scores, ids);
           },
           py::arg("queries"), py::arg("k"), py::arg("metric") = "ip",
           py::arg("namespace") = py::none(), py::arg("layers") = py::none(),
-          py::arg("threads") = 0, py::arg("oversample") = 0)
+          py::arg("threads") = 0, py::arg("oversample") = 0, py::arg("allow") = py::none())
       .def("vectors_view",
            [](const VectorArena& A) {
              ArenaView v = A.view();

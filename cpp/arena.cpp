@@ -276,12 +276,15 @@ void VectorArena::rerank_locked(const float* queries, std::size_t nq, std::size_
 void VectorArena::search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
                          const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask,
                          int n_threads, float* out_scores, int64_t* out_ids,
-                         std::size_t oversample) const {
+                         std::size_t oversample, const uint8_t* allow,
+                         std::size_t allow_len) const {
   LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
   std::shared_lock lk(mu_);
   const std::size_t live_count = slots_.live_count(), high_water = slots_.high_water();
   LAMINA_CHECK(live_count > 0, "the arena is empty; add vectors before searching");
   RowFilter f;
+  f.allow = allow;
+  f.allow_len = allow_len;
   if (layer_mask) {
     f.layers = slots_.layer_column();
     std::copy(layer_mask, layer_mask + 4, f.layer_mask);

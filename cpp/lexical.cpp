@@ -331,7 +331,8 @@ LexicalStats LexicalIndex::stats(uint64_t ns) const {
 }
 
 void LexicalIndex::search_one(Scratch& sc, Namespace* s, const uint64_t* terms, std::size_t n_terms,
-                              std::size_t k, float* out_scores, int64_t* out_keys) const {
+                              std::size_t k, float* out_scores, int64_t* out_keys, const int64_t* allow,
+                               std::size_t n_allow) const {
   std::fill(out_scores, out_scores + k, -std::numeric_limits<float>::infinity());
   std::fill(out_keys, out_keys + k, int64_t(-1));
   if (!s || s->n_live == 0 || n_terms == 0) return;
@@ -377,6 +378,10 @@ void LexicalIndex::search_one(Scratch& sc, Namespace* s, const uint64_t* terms, 
   const float* len = s->len.data();
   const uint8_t* live = s->live.data();
   const int64_t* key = s->key.data();
+  // a document is a candidate when live and, with an allow list, listed in it
+  auto ok = [&](uint32_t p) {
+    return live[p] && (allow == nullptr || std::binary_search(allow, allow + n_allow, key[p]));
+  };
 
   // Phase 1: every posting of the heaviest terms opens or updates an accumulator. Once the k-th
   // best partial score theta (a lower bound of the final k-th score) exceeds rest[i], no
@@ -409,7 +414,7 @@ void LexicalIndex::search_one(Scratch& sc, Namespace* s, const uint64_t* terms, 
     sc.part.clear();
     for (std::size_t j = 0; j < n_touched; ++j) {
       const uint32_t p = touched[j];
-      if (live[p]) sc.part.push_back(acc[p]);
+      if (ok(p)) sc.part.push_back(acc[p]);
     }
     if (sc.part.size() < k) continue;
     std::nth_element(sc.part.begin(), sc.part.begin() + (k - 1), sc.part.end(), std::greater<float>());
@@ -435,7 +440,7 @@ void LexicalIndex::search_one(Scratch& sc, Namespace* s, const uint64_t* terms, 
     const std::size_t* off = s->fwd_off.data();
     for (std::size_t j = 0; j < n_touched; ++j) {
       const uint32_t p = touched[j];
-      if (!live[p]) continue;
+      if (!ok(p)) continue;
       // Matches of document p with the terms left, added in processing order as in phase 1.
       sc.matches.clear();
       for (std::size_t e = off[p]; e < off[p + 1]; ++e)
@@ -455,7 +460,7 @@ void LexicalIndex::search_one(Scratch& sc, Namespace* s, const uint64_t* terms, 
   heap.clear();
   for (std::size_t j = 0; j < n_touched; ++j) {
     const uint32_t p = touched[j];
-    if (!live[p]) continue;
+    if (!ok(p)) continue;
     std::pair<float, int64_t> cand{acc[p], key[p]};
     if (heap.size() < k) {
       heap.push_back(cand);
@@ -475,8 +480,13 @@ void LexicalIndex::search_one(Scratch& sc, Namespace* s, const uint64_t* terms, 
 
 void LexicalIndex::search(const uint64_t* hashes, std::size_t n_hashes, const int64_t* offsets,
                           std::size_t nq, const uint64_t* ns, bool ns_per_query, std::size_t k,
-                          int n_threads, float* out_scores, int64_t* out_keys) const {
+                          int n_threads, float* out_scores, int64_t* out_keys,
+                          const int64_t* allow, std::size_t n_allow) const {
   LAMINA_CHECK(k >= 1, "k must be >= 1, got ", k);
+  if (allow != nullptr)
+    for (std::size_t i = 1; i < n_allow; ++i)
+      LAMINA_CHECK(allow[i - 1] < allow[i],
+                   "allow must be sorted ascending without repeats; pass numpy.unique(allow)");
   check_offsets(offsets, nq, n_hashes, "query");
   std::shared_lock lk(mu_);
   std::vector<Namespace*> spaces(nq);
@@ -512,7 +522,7 @@ void LexicalIndex::search(const uint64_t* hashes, std::size_t n_hashes, const in
   auto run = [&](std::size_t q, int worker) {
     search_one(*scratch[static_cast<std::size_t>(worker)], spaces[q], hashes + offsets[q],
                static_cast<std::size_t>(offsets[q + 1] - offsets[q]), k, out_scores + q * k,
-               out_keys + q * k);
+               out_keys + q * k, allow, n_allow);
   };
   if (n_workers == 1) {
     for (std::size_t q = 0; q < nq; ++q) run(q, 0);

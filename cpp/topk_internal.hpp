@@ -64,6 +64,7 @@ struct Heap {
 
 inline bool row_passes(const RowFilter& f, uint32_t r) {
   if (f.live && !f.live[r]) return false;
+  if (f.allow && (r >= f.allow_len || !f.allow[r])) return false;
   if (f.ns && f.ns[r] != f.ns_value) return false;
   if (f.layers) {
     const uint8_t l = f.layers[r];
@@ -100,7 +101,7 @@ bool select_rows(std::size_t nq, std::size_t n_rows, const RowFilter& filter, st
     for (std::size_t q = 0; q < nq; ++q)
       heaps[p * nq + q] = Heap{store.data() + (p * nq + q) * cap, 0, static_cast<uint32_t>(cap)};
 
-  const bool any_filter = filter.live || filter.layers || filter.ns;
+  const bool any_filter = filter.live || filter.layers || filter.ns || filter.allow;
   std::vector<char> failed(P * G, 0);
   parallel_for(P * G, T, [&](std::size_t task, int) {
     const std::size_t p = task / G, g = task % G;

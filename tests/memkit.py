@@ -131,12 +131,16 @@ def rows(path: str | Path, sql: str, *args: Any) -> list[dict[str, Any]]:
 
 
 def item_rows(path: str | Path, user_id: str | None = None) -> dict[int, dict[str, Any]]:
-    """Every stored item (sources / members decoded), by id."""
+    """Every stored item (sources / members decoded; metadata as sorted (key, value) pairs, lists
+    as tuples), by id."""
     sql = "SELECT * FROM items" + (" WHERE user_id=?" if user_id is not None else "")
     out = {}
     for r in rows(path, sql, *(() if user_id is None else (user_id,))):
         r["sources"] = tuple(json.loads(r["sources"]))
         r["members"] = tuple(json.loads(r["members"]))
+        if "metadata" in r:
+            md = json.loads(r["metadata"])
+            r["metadata"] = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in md.items()))
         out[r["id"]] = r
     return out
 

@@ -77,13 +77,18 @@ class VectorArena : public ArenaSlots {
   /// Exact top-k (see topk.hpp for ordering, ties and padding). Filters:
   ///  - ns == nullptr: all namespaces; n_ns == 1: one namespace for all queries;
   ///    n_ns == nq: query i searches only namespace ns[i] (one agent per query);
-  ///  - layer_mask: 256-bit mask of allowed layers (null: all).
+  ///  - layer_mask: 256-bit mask of allowed layers (null: all);
+  ///  - allow: a mask over rows (a handle's low 32 bits), allow_len bytes (null: every row);
+  ///    row r is a candidate only if r < allow_len and allow[r] != 0. Rows outside the mask are
+  ///    never scored, so a search returns min(k, admitted live rows) results (a metadata filter
+  ///    pushed into the search: no post-filter starves k).
   /// Output ids are handles; -1 pads. Throws ValueError on an empty arena.
   /// oversample > 0 (an arena with a codec): the code scan keeps k * oversample candidates per
   /// query, re-scored exactly; scores are exact, the set may miss rows the codes ranked low.
   void search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
               const uint64_t* ns, std::size_t n_ns, const uint64_t* layer_mask, int n_threads,
-              float* out_scores, int64_t* out_ids, std::size_t oversample = 0) const;
+              float* out_scores, int64_t* out_ids, std::size_t oversample = 0,
+              const uint8_t* allow = nullptr, std::size_t allow_len = 0) const;
 
   void reserve(std::size_t capacity);
 

@@ -107,9 +107,13 @@ class LexicalIndex {
   /// An unknown namespace or a query with no known term gives an all-padding row.
   /// Writes out_scores[nq x k] (float32) and out_keys[nq x k] (int64). k >= 1.
   /// Queries run in parallel over up to n_threads threads (<= 0: default, 1 for small work).
+  /// allow: keys sorted ascending (n_allow of them; null: every key): only these documents are
+  /// candidates, for every query (ValueError when not sorted), so a query returns as many
+  /// results as allowed documents match, up to k (a metadata filter pushed into the search).
   void search(const uint64_t* hashes, std::size_t n_hashes, const int64_t* offsets,
               std::size_t nq, const uint64_t* ns, bool ns_per_query, std::size_t k, int n_threads,
-              float* out_scores, int64_t* out_keys) const;
+              float* out_scores, int64_t* out_keys, const int64_t* allow = nullptr,
+              std::size_t n_allow = 0) const;
 
   /// Compact every namespace that holds dead documents now (normally automatic).
   void compact();
@@ -125,7 +129,8 @@ class LexicalIndex {
   Namespace* find_locked(uint64_t ns) const;
   void compact_locked(Namespace& s);
   void search_one(Scratch& sc, Namespace* s, const uint64_t* terms, std::size_t n_terms,
-                  std::size_t k, float* out_scores, int64_t* out_keys) const;
+                  std::size_t k, float* out_scores, int64_t* out_keys, const int64_t* allow,
+                  std::size_t n_allow) const;
 
   double k1_, b_;
   std::unordered_map<uint64_t, std::unique_ptr<Namespace>> spaces_;

@@ -49,6 +49,8 @@ struct RowFilter {
   const uint32_t* row_list = nullptr; // explicit candidate rows (e.g. one namespace's rows)
   std::size_t row_list_len = 0;
   bool use_row_list = false;
+  const uint8_t* allow = nullptr;     // allow-mask over rows (null: every row); row r is a
+  std::size_t allow_len = 0;          //   candidate only if r < allow_len and allow[r] != 0
 };
 
 /// Search `nq` queries (row-major, nq x dim float32, finite) against `n_rows` rows.

@@ -86,6 +86,7 @@ class VectorArena:
         layers: Iterable[int] | None = None,
         threads: int = 0,
         oversample: int = 0,
+        allow: _U8 | None = None,
     ) -> tuple[_F32, _I64]: ...
     def vectors_view(self) -> _Rows: ...
     def columns(self) -> tuple[_U64, _U8, _Bool]: ...
@@ -460,7 +461,13 @@ class LexicalIndex:
     def contains(self, keys: _I64) -> _Bool: ...
     def compact(self) -> None: ...
     def search(
-        self, hashes: _U64, offsets: _I64, namespace: _Namespace, k: int, threads: int = 0
+        self,
+        hashes: _U64,
+        offsets: _I64,
+        namespace: _Namespace,
+        k: int,
+        threads: int = 0,
+        allow: _I64 | None = None,
     ) -> tuple[_F32, _I64]: ...
 
 # ---- llama-architecture model runtime (bind_model.cpp) -----------------------------------

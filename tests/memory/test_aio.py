@@ -117,7 +117,7 @@ def test_async_client_reads_and_writes_dumps_off_the_event_loop(monkeypatch: pyt
 
     import httpx
 
-    import lamina.client.http_client as lc
+    import lamina.client.calls as lc  # (where the client reads and writes dumps)
     from lamina.memory.dump.jsonl import export_jsonl
 
     with Memory(None, embedder="hashing") as mem:

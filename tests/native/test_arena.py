@@ -334,3 +334,51 @@ def test_removed_rows_are_zeroed_and_the_rest_is_served_unchanged(dtype):
             sc, ib = b.search(q, 10, metric, ns)
             np.testing.assert_array_equal(sa, sc)
             assert ia.tolist() == [[to_a[int(j)] for j in row] for row in ib]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 60),
+    k=st.integers(1, 20),
+    seed=st.integers(0, 1000),
+    removed=st.integers(0, 10),
+    codec=st.sampled_from([None, "int8"]),
+)
+def test_an_allow_mask_admits_exactly_its_rows(n: int, k: int, seed: int, removed: int, codec: str | None) -> None:
+    """search(allow=mask) equals the exact top-k of the admitted live rows of the namespace
+    (min(k, admitted) results: the mask is a candidate filter, never a post-filter)."""
+    rng = np.random.default_rng(seed)
+    a = lamina.VectorArena(8, capacity=4, codec=codec)  # type: ignore[arg-type]
+    X = rng.standard_normal((n, 8)).astype(np.float32)
+    ns = rng.integers(0, 2, n).astype(np.uint64)
+    slots = a.add(X, namespace=ns)
+    gone = slots[: min(removed, n - 1)]
+    if len(gone):
+        a.remove(gone)
+    mask = rng.integers(0, 2, max(0, a.high_water + int(rng.integers(-2, 3)))).astype(np.uint8)
+    q = rng.standard_normal((1, 8)).astype(np.float32)
+    scores, got = a.search(q, k, "cosine", namespace=1, oversample=0, allow=mask)
+    rows = [
+        int(s & ROW_MASK)
+        for s in slots
+        if s not in set(gone.tolist())
+        and ns[int(s & ROW_MASK)] == 1
+        and int(s & ROW_MASK) < len(mask)
+        and mask[int(s & ROW_MASK)]
+    ]
+    kept = got[0][got[0] >= 0]
+    assert len(kept) == min(k, len(rows))
+    assert {int(s & ROW_MASK) for s in kept} <= set(rows)
+    if rows:
+        ref_s, ref_i = ref_topk(q, X[rows], min(k, len(rows)), "cosine")
+        np.testing.assert_allclose(scores[0][: len(kept)], ref_s[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_bad_allow_mask_is_refused_naming_the_fix() -> None:
+    a = lamina.VectorArena(4)
+    a.add(np.eye(4, dtype=np.float32))
+    q = np.ones((1, 4), dtype=np.float32)
+    with pytest.raises(TypeError, match="allow must have dtype uint8"):
+        a.search(q, 2, allow=np.ones(4, dtype=bool))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        a.search(q, 2, allow=np.ones(8, dtype=np.uint8)[::2])

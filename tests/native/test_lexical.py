@@ -513,3 +513,37 @@ def test_k1_b_parameters_follow_the_formula():
     sc, ky = ix.search_many([["a", "b"]], 0, 3)
     check_topk(ref.scores(["a", "b"], 0), sc[0], ky[0], 3)
     assert (ix.k1, ix.b) == (2.0, 0.3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    docs=st.lists(
+        st.lists(st.sampled_from(["apple", "river", "train", "music", "stone"]), min_size=1, max_size=6),
+        min_size=1,
+        max_size=40,
+    ),
+    picks=st.lists(st.booleans(), min_size=40, max_size=40),
+    k=st.integers(1, 15),
+)
+def test_an_allow_list_admits_exactly_its_documents(docs: list[list[str]], picks: list[bool], k: int) -> None:
+    """search_many(allow=keys) returns min(k, matching allowed documents), each allowed, with the
+    scores the unfiltered search gives them (BM25 statistics stay the namespace's)."""
+    ix = lamina.LexicalIndex()
+    keys = list(range(10, 10 + len(docs)))
+    ix.add(keys, docs, 3)
+    allow = np.array([key for key, p in zip(keys, picks) if p], dtype=np.int64)
+    scores, got = ix.search_many([["apple", "stone"]], 3, k, allow=allow)
+    full_s, full_k = ix.search_many([["apple", "stone"]], 3, len(docs))
+    everyone = {int(key): float(s) for key, s in zip(full_k[0], full_s[0]) if key >= 0}
+    admitted = {key: s for key, s in everyone.items() if key in set(allow.tolist())}
+    hits = [(int(key), float(s)) for key, s in zip(got[0], scores[0]) if key >= 0]
+    assert len(hits) == min(k, len(admitted))
+    assert all(key in admitted and s == pytest.approx(admitted[key]) for key, s in hits)
+    assert sorted((s for _, s in hits), reverse=True) == sorted(admitted.values(), reverse=True)[: len(hits)]
+
+
+def test_an_unsorted_allow_list_is_refused() -> None:
+    ix = lamina.LexicalIndex()
+    ix.add([1, 2], ["apple", "apple pie"], 0)
+    with pytest.raises(ValueError, match="sorted ascending"):
+        ix.search_many(["apple"], 0, 2, allow=np.array([2, 1], dtype=np.int64))

@@ -53,7 +53,7 @@ async def _check_tools(client: Client) -> None:
         assert "user_id" in props and props["user_id"]["type"] == "string", t.name
         assert t.description and t.output_schema and t.output_schema["type"] == "object", t.name
     add = next(t for t in listed if t.name == "add_memory")
-    assert set(add.input_schema["required"]) == {"user_id", "session_id", "messages"}
+    assert set(add.input_schema["required"]) == {"user_id", "messages"}  # (session_id: "default")
     search = next(t for t in listed if t.name == "search_memory")
     assert search.input_schema["properties"]["k"]["minimum"] == 1
 

@@ -24,6 +24,10 @@ _BODIES: dict[tuple[str, str], Any] = {
     ("post", "/v1/context"): {"user_id": "{user}", "query": "the vault code", "budget": 200},
     ("post", "/v1/search"): {"user_id": "{user}", "query": "the vault code", "k": 5},
     ("patch", "/v1/memories/{item_id}"): {"text": "overwritten"},
+    ("post", "/v1/memories/batch"): {"requests": [{"user_id": "{user}", "messages": [{"speaker": "u", "text": "hi"}]}]},
+    ("post", "/v1/context/batch"): {"queries": ["the vault code"], "user_ids": "{user}", "budget": 200},
+    ("post", "/v1/memories/list"): {"user_id": "{user}"},
+    ("post", "/v1/memories/delete"): {"user_id": "{user}", "filters": {"topic": "vault"}},
     ("post", "/v1/chat/completions"): {
         "model": "lamina",
         "user": "{user}",
@@ -31,7 +35,12 @@ _BODIES: dict[tuple[str, str], Any] = {
     },
 }
 #: routes that write for the caller's own (new) user: their answers differ by the new item ids
-_WRITES = {("post", "/v1/memories"), ("post", "/v1/users/{user_id}/import")}
+_WRITES = {
+    ("post", "/v1/memories"),
+    ("post", "/v1/users/{user_id}/import"),
+    ("post", "/v1/memories/batch"),
+    ("post", "/v1/reset"),  # (deletes the caller's own users: the second call finds fewer)
+}
 
 
 @pytest.fixture

@@ -357,3 +357,21 @@ def test_a_turns_page_shows_its_note_and_links_to_the_linked_turns(served: tuple
     assert [int(i) for i in shown] == [pub.public(x.other_id) for x in links]
     xss = next(it for it in mem.search("alert", user_id=alice, k=40, layers=["archive"]) if "<script>" in it.text)
     assert "<script" not in c.get(f"/ui/items/{pub.public(xss.id)}").text.lower()
+
+
+def test_an_items_page_shows_its_metadata_escaped(served: tuple[str, Memory]) -> None:
+    url, mem = served
+    carol = stored_user_id("a", "carol")
+    (i,) = mem.add(
+        [
+            {
+                "speaker": "carol",
+                "text": "Pack the tent.",
+                "metadata": {"trip": "<b>alps</b>", "tags": ["gear", "x"], "n": 2},
+            }
+        ],
+        user_id=carol,
+    )
+    page = _login(url, KEY_A).get(f"/ui/items/{PublicIds.of_memory(mem).public(i)}").text
+    row = page.split('id="metadata"')[1].split("</td>")[0]
+    assert "<b>n</b>: 2" in row and "<b>tags</b>: gear, x" in row and "&lt;b&gt;alps&lt;/b&gt;" in row

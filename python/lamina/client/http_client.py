@@ -15,41 +15,28 @@ description, so they cannot drift apart.
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
+import inspect
 import json
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, Generic, TypeVar
-from urllib.parse import quote
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
 
 from ..errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
-from ..memory.dump.format import DumpHeader, UserDump, dump_lines
-from ..memory.dump.reader import read_dump
+from ..memory.dump.format import UserDump
 from ..memory.inputs import TimeLike
-from ..memory.read.firewall import Firewall
 from ..memory.reports import DeleteReport, ImportReport, SessionReport
-from ..memory.types import Context, MemoryItem
+from ..memory.types import MemoryItem
 from ..memory.write.notes import Link, Note
-from ..native import _info
-from .wire import (
-    WireError,
-    context_from_json,
-    delete_report_from_json,
-    firewall_to_json,
-    import_report_from_json,
-    item_from_json,
-    links_from_json,
-    note_from_json,
-    session_report_from_json,
-)
+from .calls import _Api, _Call
+from .wire import WireError
 
 __all__ = ["Client", "AsyncClient", "ServiceError"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ServiceError(LaminaError, RuntimeError):
@@ -96,222 +83,6 @@ def _error(resp: httpx.Response) -> Exception:
     return ServiceError(f"{resp.status_code} {code}: {msg}", resp.status_code, code)
 
 
-def _time(t: TimeLike, what: str) -> float | int | str | None:
-    """An event time as JSON (datetimes as ISO-8601; naive ones mean UTC, as in ``Memory``)."""
-    if isinstance(t, _dt.datetime):
-        return (t if t.tzinfo is not None else t.replace(tzinfo=_dt.timezone.utc)).isoformat()
-    if t is None or isinstance(t, (float, int, str)):
-        return t
-    raise TypeError(f"{what} must be seconds since the epoch, a datetime or an ISO-8601 string, got {type(t).__name__}")
-
-
-def _user_path(user_id: str) -> str:
-    if not isinstance(user_id, str):
-        raise TypeError(f"user_id must be a str, got {type(user_id).__name__}")
-    if not user_id.strip():
-        raise InvalidInput("user_id must be a non-empty string")
-    return quote(user_id, safe="")
-
-
-def _item_id(item_id: int) -> int:
-    if isinstance(item_id, bool) or not isinstance(item_id, int):
-        raise TypeError(f"item_id must be an int, got {type(item_id).__name__}")
-    return item_id
-
-
-def _items(d: Any) -> list[MemoryItem]:
-    if not isinstance(d, Mapping) or not isinstance(d.get("items"), list):
-        raise WireError("expected an object with 'items'")
-    return [item_from_json(x) for x in d["items"]]
-
-
-@dataclass(frozen=True)
-class _Call(Generic[T]):
-    """One request and how to read its answer."""
-
-    method: str
-    path: str
-    parse: Callable[[Any], T]
-    body: Mapping[str, Any] | None = None
-    params: Mapping[str, Any] | None = None
-    #: a body that is not JSON (a dump), sent as it is
-    content: bytes | None = None
-    #: ``parse`` reads the raw response body (bytes), not its JSON
-    raw: bool = False
-
-    def request_args(self) -> dict[str, Any]:
-        if self.content is not None:
-            return {"content": self.content, "params": self.params, "headers": {"Content-Type": _NDJSON}}
-        return {"json": self.body, "params": self.params}
-
-
-_NDJSON = "application/x-ndjson"
-
-
-def _one_user(content: bytes) -> UserDump:
-    """The user of an exported dump (a dump of another number of users is a :class:`WireError`)."""
-    dump = read_dump(content.splitlines(keepends=True))
-    if len(dump.users) != 1:
-        raise WireError(f"an export holds one user, this one {len(dump.users)}")
-    return dump.users[0]
-
-
-def _dump_bytes(dump: UserDump, embedder: str) -> bytes:
-    """A user's dump as JSONL, its header naming ``embedder`` (the vectors' embedder)."""
-    if not isinstance(dump, UserDump):
-        raise TypeError(f"dump must be a lamina.UserDump, got {type(dump).__name__}")
-    if not isinstance(embedder, str):
-        raise TypeError(f"embedder must be a str, got {type(embedder).__name__}")
-    vecs = [it.embedding for it in dump.items if it.embedding is not None]
-    header = DumpHeader(
-        embedder=embedder,
-        # (a dump without vectors has only turns and facts: the service embeds them, whatever dim)
-        dim=int(vecs[0].shape[0]) if vecs else 1,
-        vectors="all" if dump.items and len(vecs) == len(dump.items) else "derived",
-        lamina_version=str(_info.build_info()["version"]),
-        created_at=time.time(),
-    )
-    return "".join(dump_lines(header, [dump])).encode("utf-8")
-
-
-def _drop_none(d: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if v is not None}
-
-
-class _Api:
-    """The requests of the Memory API (shared by the sync and the async client)."""
-
-    @staticmethod
-    def add(
-        messages: Sequence[Mapping[str, Any]], user_id: str, session_id: str, timestamp: TimeLike
-    ) -> _Call[list[int]]:
-        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-            raise TypeError("messages must be a list of dicts like {'speaker': 'Alice', 'text': '...'}")
-        msgs = []
-        for i, m in enumerate(messages):
-            if not isinstance(m, Mapping):
-                raise TypeError(f"messages[{i}] must be a dict, got {type(m).__name__}")
-            mm = dict(m)
-            if "timestamp" in mm:
-                mm["timestamp"] = _time(mm["timestamp"], f"messages[{i}]['timestamp']")
-            msgs.append(mm)
-        body = {
-            "user_id": user_id,
-            "session_id": session_id,
-            "messages": msgs,
-            "timestamp": _time(timestamp, "timestamp"),
-        }
-        return _Call("POST", "/v1/memories", lambda d: [int(i) for i in d["ids"]], _drop_none(body))
-
-    @staticmethod
-    def end_session(user_id: str, session_id: str, now: TimeLike) -> _Call[SessionReport]:
-        body = {"user_id": user_id, "session_id": session_id, "now": _time(now, "now")}
-        return _Call("POST", "/v1/sessions/end", session_report_from_json, _drop_none(body))
-
-    @staticmethod
-    def context(
-        query: str,
-        user_id: str,
-        budget: int,
-        now: TimeLike,
-        domain: str | None,
-        include_archive: bool,
-        firewall: Firewall | None,
-    ) -> _Call[Context]:
-        if firewall is not None and not isinstance(firewall, Firewall):
-            raise TypeError(f"firewall must be a lamina.Firewall or None, got {type(firewall).__name__}")
-        body = {
-            "user_id": user_id,
-            "query": query,
-            "budget": budget,
-            "now": _time(now, "now"),
-            "domain": domain,
-            "include_archive": include_archive or None,
-            "firewall": None if firewall is None else firewall_to_json(firewall),
-        }
-        return _Call("POST", "/v1/context", context_from_json, _drop_none(body))
-
-    @staticmethod
-    def search(
-        query: str, user_id: str, k: int, layers: Sequence[str] | None, now: TimeLike
-    ) -> _Call[list[MemoryItem]]:
-        if isinstance(layers, str):
-            raise TypeError("layers must be a list of layer names, e.g. ['archive']")
-        body = {
-            "user_id": user_id,
-            "query": query,
-            "k": k,
-            "layers": None if layers is None else list(layers),
-            "now": _time(now, "now"),
-        }
-        return _Call("POST", "/v1/search", _items, _drop_none(body))
-
-    @staticmethod
-    def get(item_id: int, user_id: str | None) -> _Call[MemoryItem]:
-        return _Call(
-            "GET", f"/v1/memories/{_item_id(item_id)}", item_from_json, params=_drop_none({"user_id": user_id})
-        )
-
-    @staticmethod
-    def update(item_id: int, text: str, user_id: str | None, timestamp: TimeLike) -> _Call[MemoryItem]:
-        body = _drop_none({"text": text, "timestamp": _time(timestamp, "timestamp")})
-        return _Call(
-            "PATCH", f"/v1/memories/{_item_id(item_id)}", item_from_json, body, _drop_none({"user_id": user_id})
-        )
-
-    @staticmethod
-    def delete(item_id: int, user_id: str | None) -> _Call[DeleteReport]:
-        return _Call(
-            "DELETE",
-            f"/v1/memories/{_item_id(item_id)}",
-            delete_report_from_json,
-            params=_drop_none({"user_id": user_id}),
-        )
-
-    @staticmethod
-    def history(item_id: int, user_id: str | None) -> _Call[list[MemoryItem]]:
-        return _Call(
-            "GET", f"/v1/memories/{_item_id(item_id)}/history", _items, params=_drop_none({"user_id": user_id})
-        )
-
-    @staticmethod
-    def note(item_id: int, user_id: str | None) -> _Call[Note | None]:
-        return _Call(
-            "GET", f"/v1/memories/{_item_id(item_id)}/note", note_from_json, params=_drop_none({"user_id": user_id})
-        )
-
-    @staticmethod
-    def links(item_id: int, user_id: str | None) -> _Call[list[Link]]:
-        return _Call(
-            "GET", f"/v1/memories/{_item_id(item_id)}/links", links_from_json, params=_drop_none({"user_id": user_id})
-        )
-
-    @staticmethod
-    def facts(user_id: str, subject: str | None, current: bool) -> _Call[list[MemoryItem]]:
-        params = _drop_none({"subject": subject, "current": "true" if current else "false"})
-        return _Call("GET", f"/v1/users/{_user_path(user_id)}/facts", _items, params=params)
-
-    @staticmethod
-    def delete_user(user_id: str) -> _Call[DeleteReport]:
-        return _Call("DELETE", f"/v1/users/{_user_path(user_id)}", delete_report_from_json)
-
-    @staticmethod
-    def users() -> _Call[list[str]]:
-        return _Call("GET", "/v1/users", lambda d: [str(u) for u in d["users"]])
-
-    @staticmethod
-    def export_user(user_id: str, vectors: bool) -> _Call[UserDump]:
-        params = {"vectors": "true" if vectors else "false"}
-        return _Call("GET", f"/v1/users/{_user_path(user_id)}/export", _one_user, params=params, raw=True)
-
-    @staticmethod
-    def import_user(dump: UserDump, embedder: str, user_id: str | None, replace: bool) -> _Call[ImportReport]:
-        content = _dump_bytes(dump, embedder)
-        path = f"/v1/users/{_user_path(dump.user.user_id if user_id is None else user_id)}/import"
-        params = {"replace": "true" if replace else "false"}
-        return _Call("POST", path, import_report_from_json, params=params, content=content)
-
-
 try:  # orjson (in the serve extra) parses a context about 3x faster than json
     import orjson
 
@@ -329,6 +100,35 @@ def _read(call: _Call[T], resp: httpx.Response) -> T:
         if isinstance(e, LaminaError):
             raise
         raise WireError(f"{call.method} {call.path}: unreadable response ({e})") from None
+
+
+def _as_method(call: F, build: Callable[..., Any]) -> F:
+    """``call`` named, documented and signed as ``build`` with ``self`` first (what
+    :func:`inspect.signature` and the API docs show)."""
+    sig = inspect.signature(build)
+    me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    call.__name__, call.__qualname__, call.__doc__ = build.__name__, build.__name__, build.__doc__
+    call.__signature__ = sig.replace(parameters=[me, *sig.parameters.values()])  # type: ignore[attr-defined]
+    return call
+
+
+def _blocking(build: Callable[P, _Call[T]]) -> Callable[Concatenate[Client, P], T]:
+    """A :class:`Client` method that sends the request ``build`` describes (its signature and
+    docstring are the method's)."""
+
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._do(build(*args, **kwargs))
+
+    return _as_method(call, build)
+
+
+def _awaiting(build: Callable[P, _Call[T]]) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]]:
+    """:func:`_blocking` for :class:`AsyncClient`."""
+
+    async def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._do(build(*args, **kwargs))
+
+    return _as_method(call, build)
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -373,35 +173,9 @@ class Client:
         resp = self._http.request(call.method, call.path, **call.request_args())
         return _read(call, resp)
 
-    def add(
-        self, messages: Sequence[Mapping[str, Any]], *, user_id: str, session_id: str, timestamp: TimeLike = None
-    ) -> list[int]:
-        """See :meth:`lamina.Memory.add`."""
-        return self._do(_Api.add(messages, user_id, session_id, timestamp))
-
     def end_session(self, *, user_id: str, session_id: str, now: TimeLike = None) -> SessionReport:
         """See :meth:`lamina.Memory.end_session`."""
         return self._do(_Api.end_session(user_id, session_id, now))
-
-    def context(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        budget: int = 1024,
-        now: TimeLike = None,
-        domain: str | None = None,
-        include_archive: bool = False,
-        firewall: Firewall | None = None,
-    ) -> Context:
-        """See :meth:`lamina.Memory.context`."""
-        return self._do(_Api.context(query, user_id, budget, now, domain, include_archive, firewall))
-
-    def search(
-        self, query: str, *, user_id: str, k: int = 10, layers: Sequence[str] | None = None, now: TimeLike = None
-    ) -> list[MemoryItem]:
-        """See :meth:`lamina.Memory.search`."""
-        return self._do(_Api.search(query, user_id, k, layers, now))
 
     def get(self, item_id: int, *, user_id: str | None = None) -> MemoryItem:
         """See :meth:`lamina.Memory.get`."""
@@ -434,6 +208,15 @@ class Client:
     def delete_user(self, *, user_id: str) -> DeleteReport:
         """See :meth:`lamina.Memory.delete_user`."""
         return self._do(_Api.delete_user(user_id))
+
+    add = _blocking(_Api.add)
+    context = _blocking(_Api.context)
+    search = _blocking(_Api.search)
+    add_batch = _blocking(_Api.add_batch)
+    context_batch = _blocking(_Api.context_batch)
+    list_memories = _blocking(_Api.list_memories)
+    delete_memories = _blocking(_Api.delete_memories)
+    reset = _blocking(_Api.reset)
 
     def users(self) -> list[str]:
         """The tenant's user ids (see :meth:`lamina.Memory.users`)."""
@@ -497,35 +280,9 @@ class AsyncClient:
             return await asyncio.to_thread(_read, call, resp)
         return _read(call, resp)
 
-    async def add(
-        self, messages: Sequence[Mapping[str, Any]], *, user_id: str, session_id: str, timestamp: TimeLike = None
-    ) -> list[int]:
-        """See :meth:`lamina.Memory.add`."""
-        return await self._do(_Api.add(messages, user_id, session_id, timestamp))
-
     async def end_session(self, *, user_id: str, session_id: str, now: TimeLike = None) -> SessionReport:
         """See :meth:`lamina.Memory.end_session`."""
         return await self._do(_Api.end_session(user_id, session_id, now))
-
-    async def context(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        budget: int = 1024,
-        now: TimeLike = None,
-        domain: str | None = None,
-        include_archive: bool = False,
-        firewall: Firewall | None = None,
-    ) -> Context:
-        """See :meth:`lamina.Memory.context`."""
-        return await self._do(_Api.context(query, user_id, budget, now, domain, include_archive, firewall))
-
-    async def search(
-        self, query: str, *, user_id: str, k: int = 10, layers: Sequence[str] | None = None, now: TimeLike = None
-    ) -> list[MemoryItem]:
-        """See :meth:`lamina.Memory.search`."""
-        return await self._do(_Api.search(query, user_id, k, layers, now))
 
     async def get(self, item_id: int, *, user_id: str | None = None) -> MemoryItem:
         """See :meth:`lamina.Memory.get`."""
@@ -560,6 +317,15 @@ class AsyncClient:
     async def delete_user(self, *, user_id: str) -> DeleteReport:
         """See :meth:`lamina.Memory.delete_user`."""
         return await self._do(_Api.delete_user(user_id))
+
+    add = _awaiting(_Api.add)
+    context = _awaiting(_Api.context)
+    search = _awaiting(_Api.search)
+    add_batch = _awaiting(_Api.add_batch)
+    context_batch = _awaiting(_Api.context_batch)
+    list_memories = _awaiting(_Api.list_memories)
+    delete_memories = _awaiting(_Api.delete_memories)
+    reset = _awaiting(_Api.reset)
 
     async def users(self) -> list[str]:
         """The tenant's user ids (see :meth:`lamina.Memory.users`)."""

@@ -52,7 +52,7 @@ from .config import MemoryConfig
 from .facade import ClosedError, Memory
 from .read.firewall import Firewall
 from .read.listing import Activity, ActivityBin, ItemPage
-from .reports import Candidate, ContextExplanation, DeleteReport, MemoryStats, ProfileDrift, SessionReport
+from .reports import Candidate, ContextExplanation, DeleteReport, MemoryPage, MemoryStats, ProfileDrift, SessionReport
 from .write.notes import Link, Note, NoteRevision
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "ClosedError",
     "SessionReport",
     "DeleteReport",
+    "MemoryPage",
     "MemoryStats",
     "ProfileDrift",
     "Candidate",

@@ -23,9 +23,11 @@ from ..llm.extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor
 from ..llm.openai_chat import LLM, LLMFactExtractor, LLMSummarizer
 from ..native._device import parse_device
 from ..text.domains import DomainClassifier
+from .bulk import Bulk
 from .config import MemoryConfig
 from .dump.user_transfer import UserTransfers
 from .inputs import TimeLike, check_id, check_text, to_time, wall_clock
+from .metadata import Metadata, check_metadata
 from .opening import check_embedder, embedder_for, is_auto, open_store, recorded_embedder
 from .pgarchive import archive_remote
 from .read.inspection import Inspection
@@ -45,7 +47,10 @@ from .write import consolidate, ingest, notes
 if TYPE_CHECKING:
     from .store.pgnotify import ChangeListener
 
-__all__ = ["Memory", "ClosedError"]
+__all__ = ["Memory", "ClosedError", "DEFAULT_SESSION"]
+
+#: The session of an ``add`` that names none: one running session per user.
+DEFAULT_SESSION = "default"
 
 _log = logging.getLogger("lamina")
 _EMBED_CACHE_TEXTS = 4096  # distinct texts whose vectors a Memory keeps (6 MB at d = 384; a delete clears them)
@@ -55,7 +60,7 @@ class ClosedError(LaminaError, ValueError):
     """The :class:`Memory` was closed."""
 
 
-class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
+class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters
@@ -367,7 +372,13 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
 
     # ------------------------------------------------------------------ write path
     def add(
-        self, messages: Sequence[Mapping[str, Any]], *, user_id: str, session_id: str, timestamp: TimeLike = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        user_id: str,
+        session_id: str | None = None,
+        timestamp: TimeLike = None,
+        metadata: Metadata | None = None,
     ) -> list[int]:
         """Append turns to working memory and the archive (one atomic transaction).
 
@@ -379,10 +390,14 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
             (event time: seconds since the epoch, datetime or ISO string), ``domain`` (str),
             ``commitment`` ("persist"; "ephemeral": never consolidated, purged at session end; "verify": shown with a
             recheck marker; "clarify": never injected by a firewalled context, which asks
-            instead). A message without ``domain`` is labelled by ``Memory(domains=...)`` when
-            that classifier is given.
-        user_id, session_id : str
+            instead), ``metadata`` (str -> str | int | float | bool | list[str],
+            :mod:`lamina.memory.metadata`; it wins over the call's on a shared key). Another key
+            is refused (InvalidInput naming it: your own values go in ``metadata``). A message
+            without ``domain`` is labelled by ``Memory(domains=...)`` when that classifier is given.
+        user_id : str
+        session_id : str, optional — default :data:`DEFAULT_SESSION`: one running session per user.
         timestamp : event time for messages without one (default: the wall clock now).
+        metadata : dict, optional — metadata of every message (filterable: :mod:`lamina.memory.filters`).
 
         Returns
         -------
@@ -395,9 +410,9 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
         """
         self._check_open()
         check_id(user_id, "user_id")
-        check_id(session_id, "session_id")
+        session_id = DEFAULT_SESSION if session_id is None else check_id(session_id, "session_id")
         default_t = to_time(timestamp, "timestamp")
-        msgs = ingest.parse_messages(messages)
+        msgs = ingest.parse_messages(messages, check_metadata(metadata))
         if self.domains is not None:
             for m in msgs:
                 if m.domain is None:
@@ -532,11 +547,7 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords):
         with self._lock:
             with self._write() as tx:
                 doomed = tuple(sorted(self._known_user(user_id).ids))
-                tx.touch(user_id)
-                tx.store.delete_user(user_id)
-                tx.store.mark_deleted()
-                self._embed.clear()
-                tx.st.drop_user(user_id)
+                self._drop_user(tx, user_id)
         return DeleteReport(deleted=len(doomed), ids=doomed)
 
     def flush(self) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from .types import Context, MemoryItem
 
 __all__ = [
+    "MemoryPage",
     "SessionReport",
     "DeleteReport",
     "ProfileDrift",
@@ -48,6 +49,22 @@ class SessionReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(slots=True)
+class MemoryPage:
+    """One page of :meth:`lamina.Memory.list_memories`.
+
+    Attributes
+    ----------
+    items : list of MemoryItem
+        The page's items, in the order they were stored.
+    next_cursor : str or None
+        Pass it as ``cursor`` for the next page; None on the last page.
+    """
+
+    items: list[MemoryItem]
+    next_cursor: str | None = None
 
 
 @dataclass(slots=True)

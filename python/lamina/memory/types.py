@@ -177,6 +177,9 @@ class MemoryItem:
         Validity of a fact; ``valid_to`` is set when the fact was superseded.
     superseded_by : int or None
         Id of the fact that replaced this one.
+    metadata : dict
+        The caller's metadata (:data:`lamina.memory.metadata.Metadata`): a turn carries its
+        message's; a derived item (segment, summary, fact, note) the pairs its source turns agree on.
     """
 
     id: int
@@ -198,6 +201,8 @@ class MemoryItem:
     summary: str | None = None
     access_count: int = 0
     last_access: float | None = None
+    #: the caller's metadata of the item (a turn: its message's; a derived item: what its turns agree on)
+    metadata: dict[str, Any] = field(default_factory=dict)
     strength: float = 1.0
     domain: str | None = None
     commitment: str = "persist"

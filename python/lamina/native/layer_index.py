@@ -39,7 +39,7 @@ from numpy.random import default_rng  # (imported with the module: numpy loads n
 
 from .._core import _gc_untrack
 from ._info import get_num_threads
-from .search import Codec, VectorArena
+from .search import Codec, VectorArena, topk
 
 __all__ = ["LayerIndex", "NAMESPACE_BITS", "layer_code"]
 
@@ -370,7 +370,13 @@ class LayerIndex:
         return self.search_batch(q.reshape(1, self.dim), [[namespace]], k)[0][0]
 
     def search_batch(
-        self, Q: npt.NDArray[np.float32], requests: Sequence[Sequence[int]], k: int, *, scan: bool = False
+        self,
+        Q: npt.NDArray[np.float32],
+        requests: Sequence[Sequence[int]],
+        k: int,
+        *,
+        scan: bool = False,
+        allow: Sequence[npt.NDArray[np.int64] | None] | None = None,
     ) -> list[list[tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]]]:
         """:meth:`search` of many queries at once: ``out[i][j]`` is the top-``k`` of namespace
         ``requests[i][j]`` for query row ``Q[i]``, as arrays (cosines, float32; item ids,
@@ -384,6 +390,8 @@ class LayerIndex:
         scan : bool
             Scan every namespace exactly (no remote index, no hnswlib graph built or asked): for
             callers whose namespaces are small by construction, or that must not start a graph.
+        allow : per request, the only candidate ids (int64 array; None: all), optional
+            Searched by :meth:`search_allowed`: ``min(k, allowed ids there)`` per namespace.
 
         Notes
         -----
@@ -400,6 +408,11 @@ class LayerIndex:
         exact: dict[int, list[tuple[int, int, int]]] = {}  # arena -> [(query, position, namespace)]
         arena_of: dict[int, int] = {}  # namespace -> its arena, when searched exactly (no remote)
         for i, nss in enumerate(requests):
+            ids_i = None if allow is None else allow[i]
+            if ids_i is not None:
+                for j, ns in enumerate(nss):
+                    out[i][j] = self.search_allowed(Q[i], ns, k, ids_i)
+                continue
             for j, ns in enumerate(nss):
                 a = arena_of.get(ns)
                 if a is not None:  # (a namespace asked again: the route found the first time)
@@ -432,6 +445,49 @@ class LayerIndex:
             for (i, j, _), hit in zip(pairs, res):
                 out[i][j] = hit
         return out
+
+    def search_allowed(
+        self, q: npt.NDArray[np.float32], namespace: int, k: int, ids: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Exact top-``k`` by cosine of ``namespace`` among the item ``ids`` (others ignored):
+        (cosines, float32; ids, int64), best first, ``min(k, allowed rows)``. A host arena scans
+        with an allow-mask over its rows (:meth:`VectorArena.search`'s ``allow``), a CUDA arena's
+        allowed rows are scored by :func:`topk` on the host (the CPU twin); no graph or remote
+        index (they cannot restrict their walk). Ids as :meth:`get_keyed` requires."""
+        empty = (np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64))
+        if not len(ids) or not self.count(namespace):
+            return empty
+        a = self._which(namespace)
+        arena = self._arenas[a]
+        table = self._slot_of_key[a]
+        keys = ids & _KEY_MASK
+        slots = table[keys[keys < len(table)]]
+        slots = slots[slots >= 0]
+        if not len(slots):
+            return empty
+        q1 = np.ascontiguousarray(q.reshape(1, self.dim), dtype=np.float32)
+        id_of = self._id_of_row[a]
+        if arena.device != "cpu":
+            slots = slots[arena.namespaces_of(slots) == np.uint64(namespace)]
+            if not len(slots):
+                return empty
+            sc, at = topk(q1, arena.get(slots).astype(np.float32), min(k, len(slots)), "cosine")
+            keep = at[0] >= 0
+            return sc[0][keep], id_of[slots[at[0][keep]] & _ROW]
+        mask = np.zeros(arena.high_water, dtype=np.uint8)
+        mask[slots & _ROW] = 1
+        n = int(mask.sum())
+        scores, found = arena.search(
+            q1,
+            min(k, n),
+            metric="cosine",
+            namespace=namespace,
+            threads=0 if n >= PARALLEL_ROWS else 1,
+            oversample=self.oversample,
+            allow=mask,
+        )
+        keep = found[0] >= 0
+        return scores[0][keep], id_of[found[0][keep] & _ROW]
 
     def _native(
         self, a: int, Q: npt.NDArray[np.float32], k: int, ns: int | npt.NDArray[np.uint64], threaded: bool

@@ -262,6 +262,7 @@ class LexicalIndex:
         k: int = 10,
         *,
         threads: int = 0,
+        allow: npt.NDArray[np.int64] | None = None,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         """Top-k for a batch of queries, each in its own namespace.
 
@@ -272,6 +273,10 @@ class LexicalIndex:
         k : int >= 1
         threads : int
             Worker threads (0: default; the index uses one thread for small batches).
+        allow : ndarray, shape (n,), int64, sorted ascending without repeats, optional
+            Only these keys are candidates, for every query (read in place, not copied): a
+            query returns ``min(k, matching allowed documents)`` results, as a search of an
+            index holding only them would (BM25 statistics stay the namespace's).
 
         Returns
         -------
@@ -283,7 +288,7 @@ class LexicalIndex:
             raise TypeError(f"queries must be a sequence of texts or token lists, got {type(queries).__name__}")
         ns = self._namespaces(namespaces, len(queries), "query")
         hashes, offsets = _core.lexical_hash_terms([_terms(q, f"queries[{i}]") for i, q in enumerate(queries)])
-        return self._ix.search(hashes, offsets, ns, k, int(threads))
+        return self._ix.search(hashes, offsets, ns, k, int(threads), allow)
 
     @staticmethod
     def _namespaces(

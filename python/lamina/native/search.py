@@ -420,8 +420,9 @@ class VectorArena:
         *,
         threads: int = 0,
         oversample: int | None = None,
+        allow: npt.NDArray[np.uint8] | None = None,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """Top-k over live rows, with optional namespace / layer filters.
+        """Top-k over live rows, with optional namespace / layer / row filters.
 
         Filters select candidates *before* scoring (only matching rows are read), so a
         selective filter is faster than an unfiltered search and never loses results.
@@ -447,6 +448,11 @@ class VectorArena:
         oversample : int, optional
             Candidates kept per result by the code scan (an arena with a codec): None, the
             codec's default (:data:`DEFAULT_OVERSAMPLE`); 0, the exact scan of the float rows.
+        allow : ndarray, shape (n,), uint8, C-contiguous, optional
+            An allow-mask over rows (a slot's row is ``slot & 0xFFFFFFFF``), read in place:
+            row ``r`` is a candidate only when ``r < n`` and ``allow[r] != 0``. Rows outside it
+            are never scored, so each query gets ``min(k, admitted live rows)`` results (a
+            metadata filter pushed into the search). Host arenas only.
 
         Returns
         -------
@@ -464,6 +470,8 @@ class VectorArena:
         k = _check_k(k)
         r = _oversample(self._codec, oversample)
         if self._cuda:
+            if allow is not None:
+                raise ValueError("allow is supported by host arenas only; search a device='cpu' arena")
             if _device.is_device_array(queries):
                 nq = int(queries.shape[0])
                 scores = _device.empty_like_device(queries, (nq, k), np.float32)
@@ -477,4 +485,4 @@ class VectorArena:
                 "queries are on a CUDA device but this arena is on the CPU; pass a "
                 "numpy array or use VectorArena(..., device='cuda')"
             )
-        return self._host().search(queries, k, str(metric), _namespace(namespace), ls, int(threads), r)
+        return self._host().search(queries, k, str(metric), _namespace(namespace), ls, int(threads), r, allow)

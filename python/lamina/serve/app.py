@@ -52,6 +52,7 @@ from .admin_api import ADMIN_PREFIX, admin_router
 from .audit import entries as audit_entries
 from .audit import export_lines as audit_lines
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
+from .bulk_api import bulk_router
 from .dump_api import IMPORT_PATH, transfer_router
 from .errors import error_response, install_error_handlers
 from .ids import as_unseen, item_owner, with_message_ids
@@ -225,7 +226,10 @@ def _routes() -> APIRouter:
         uid = caller.uid(req.user_id)
         mem = svc.memory
         ids = await svc.call(
-            caller, lambda: mem.add(msgs, user_id=uid, session_id=req.session_id, timestamp=req.timestamp)
+            caller,
+            lambda: mem.add(
+                msgs, user_id=uid, session_id=req.session_id, timestamp=req.timestamp, metadata=req.metadata
+            ),
         )
         return _json({"ids": [svc.ids.public(i) for i in ids]})
 
@@ -244,15 +248,8 @@ def _routes() -> APIRouter:
         mem = svc.memory
 
         def work() -> dict[str, Any]:
-            ctx = mem.context(
-                req.query,
-                user_id=uid,
-                budget=req.budget,
-                now=req.now,
-                domain=req.domain,
-                include_archive=req.include_archive,
-                firewall=None if req.firewall is None else Firewall(**req.firewall.model_dump()),
-            )
+            fw = None if req.firewall is None else Firewall(**req.firewall.model_dump())
+            ctx = mem.context(req.query, user_id=uid, firewall=fw, **req.options())
             return context_to_json(svc.ids.context(ctx), req.user_id)
 
         return _json(await svc.call(caller, work))
@@ -262,7 +259,8 @@ def _routes() -> APIRouter:
         uid = caller.uid(req.user_id)
         mem = svc.memory
         items = await svc.call(
-            caller, lambda: mem.search(req.query, user_id=uid, k=req.k, layers=req.layers, now=req.now)
+            caller,
+            lambda: mem.search(req.query, user_id=uid, k=req.k, layers=req.layers, now=req.now, filters=req.filters),
         )
         return _items(svc, caller, items)
 
@@ -539,6 +537,7 @@ def create_app(
     app.include_router(_routes())
     app.include_router(transfer_router())
     app.include_router(admin_router(config.admin_key))
+    app.include_router(bulk_router(_json))
     for extra in routers:
         app.include_router(extra)
     ui_prefixes: tuple[str, ...] = ()

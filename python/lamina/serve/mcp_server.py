@@ -119,12 +119,25 @@ class MessageIn(BaseModel):
         description="persist (default); ephemeral: never consolidated, gone at session end; verify: shown "
         "with a recheck marker; clarify: never injected by a firewalled context, which asks instead.",
     )
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="Your values, str -> str | int | float | bool | list[str]; filterable."
+    )
+
+
+#: A filter on items (lamina.memory.filters checks it; a bad one is a tool error naming it).
+Filters = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description='Only items it admits: {"category": "work"}, {"category": {"in": ["a", "b"]}}, '
+        '{"priority": {"gte": 2}}, {"created_at": {"gte": "2024-01-01"}}, {"or": [...]}.'
+    ),
+]
 
 
 #: The public item fields (:func:`lamina.serve.schemas.item_fields`) a tool returns, in this order.
 ITEM_FIELDS = (
     *("id", "text", "layer", "kind", "score", "session_id", "speaker", "timestamp", "sources"),
-    *("subject", "predicate", "object", "valid_from", "valid_to", "superseded_by"),
+    *("subject", "predicate", "object", "valid_from", "valid_to", "superseded_by", "metadata"),
 )
 
 if TYPE_CHECKING:
@@ -346,8 +359,10 @@ def build_mcp_server(
     async def add_memory(
         ctx: ToolContext[Any, Any],
         user_id: UserId,
-        session_id: Annotated[str, Field(min_length=1, description="The conversation these messages belong to.")],
         messages: Annotated[list[MessageIn], Field(min_length=1, description="The messages, in order.")],
+        session_id: Annotated[
+            str | None, Field(min_length=1, description='The conversation they belong to (default "default").')
+        ] = None,
         timestamp: Time = None,
     ) -> AddResult:
         """Remember messages of a conversation (one atomic write). Returns their item ids."""
@@ -372,13 +387,16 @@ def build_mcp_server(
         ] = None,
         now: Time = None,
         domain: Annotated[str | None, Field(description="Only items of this domain (and untagged ones).")] = None,
+        filters: Filters = None,
     ) -> ContextResult:
         """A budgeted context of the user's memories for a query: rendered text to put in a
         prompt, the items it holds, and whether it abstains (nothing relevant)."""
         uid = user(user_id, ctx)
         b = default_budget if budget is None else budget
         found = await _guarded_run(
-            runner, lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain), (uid, user_id)
+            runner,
+            lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain, filters=filters),
+            (uid, user_id),
         )
         return _context(pub.context(found))
 
@@ -391,11 +409,12 @@ def build_mcp_server(
         layers: Annotated[
             list[Layer] | None, Field(description="Layers to search (default: working, episodic, semantic).")
         ] = None,
+        filters: Filters = None,
     ) -> SearchResult:
         """The user's items most similar to the query, best first (no budget)."""
         uid = user(user_id, ctx)
         found = await _guarded_run(
-            runner, lambda: memory.search(query, user_id=uid, k=k, layers=layers), (uid, user_id)
+            runner, lambda: memory.search(query, user_id=uid, k=k, layers=layers, filters=filters), (uid, user_id)
         )
         return SearchResult(items=[_item(it) for it in pub.items(found)])
 

@@ -41,6 +41,14 @@ __all__ = [
 
 #: An event time: seconds since the Unix epoch, or an ISO-8601 string ("2023-05-08T13:56:00Z").
 Time = float | str
+#: Metadata of a message (lamina.memory.metadata, which checks it: 400 naming the key).
+MetadataIn = dict[str, Any]
+#: A filter on items (lamina.memory.filters, which checks it: 400 naming the key or operator).
+FiltersIn = dict[str, Any]
+_FILTERS_DOC = (
+    'Only items it admits: {"category": "work"}, {"category": {"in": [...]}}, {"priority": {"gte": 2}}, '
+    '{"created_at": {"gte": "2024-01-01"}}, {"or": [...]} (see docs/guides/metadata.md).'
+)
 
 
 class _In(BaseModel):
@@ -58,13 +66,15 @@ class Message(_In):
     timestamp: Time | None = Field(None, description="Event time of the message.")
     domain: str | None = None
     commitment: Literal["persist", "ephemeral", "verify", "clarify"] | None = None
+    metadata: MetadataIn | None = Field(None, description="str -> str | int | float | bool | list[str].")
 
 
 class AddRequest(_In):
     user_id: str
-    session_id: str
+    session_id: str | None = Field(None, description='Default "default": one running session per user.')
     messages: list[Message]
     timestamp: Time | None = Field(None, description="Event time of messages without one (default: now).")
+    metadata: MetadataIn | None = Field(None, description="Metadata of every message (a message's own wins).")
 
 
 class AddResponse(BaseModel):
@@ -118,15 +128,25 @@ class FirewallReportOut(BaseModel):
     clarify: list[int]
 
 
-class ContextRequest(_In):
-    user_id: str
-    query: str
+class _ContextOptions(_In):
+    """The options of a context, one query or many (:meth:`lamina.Memory.context`)."""
+
     budget: int = Field(
         1024, le=MAX_BUDGET, description="Token budget (whitespace words of the rendered context), at most 10,000,000."
     )
     now: Time | None = None
     domain: str | None = None
     include_archive: bool = False
+    filters: FiltersIn | None = Field(None, description=_FILTERS_DOC)
+
+    def options(self) -> dict[str, Any]:
+        """These options as keyword arguments of ``Memory.context`` / ``context_batch``."""
+        return {k: getattr(self, k) for k in _ContextOptions.model_fields}
+
+
+class ContextRequest(_ContextOptions):
+    user_id: str
+    query: str
     firewall: FirewallIn | None = None
 
 
@@ -211,10 +231,45 @@ class SearchRequest(_In):
     k: int = Field(10, le=MAX_K, description="How many items, at most 100,000.")
     layers: list[str] | None = Field(None, description="Any of working, episodic, semantic, archive, history.")
     now: Time | None = None
+    filters: FiltersIn | None = Field(None, description=_FILTERS_DOC)
 
 
 class ItemsOut(BaseModel):
     items: list[ItemOut]
+
+
+class AddBatchRequest(_In):
+    requests: list[AddRequest] = Field(description="Adds run in order, each atomic (a failed one stops the rest).")
+
+
+class AddBatchOut(BaseModel):
+    ids: list[list[int]] = Field(description="Each add's item ids, in order.")
+
+
+class ContextBatchRequest(_ContextOptions):
+    queries: list[str]
+    user_ids: str | list[str] = Field(description="One user for every query, or one per query.")
+
+
+class ContextsOut(BaseModel):
+    contexts: list[ContextOut]
+
+
+class ListRequest(_In):
+    user_id: str
+    filters: FiltersIn | None = Field(None, description=_FILTERS_DOC)
+    cursor: str | None = Field(None, description="The next_cursor of the page before (None: the first page).")
+    limit: int = Field(100, ge=1, le=1000, description="Items per page, at most 1000.")
+
+
+class PageOut(BaseModel):
+    items: list[ItemOut]
+    next_cursor: str | None = Field(description="Pass it as cursor for the next page; null on the last page.")
+
+
+class DeleteMatchingRequest(_In):
+    user_id: str
+    filters: FiltersIn = Field(description=_FILTERS_DOC)
 
 
 class NoteRevisionOut(BaseModel):

@@ -82,7 +82,7 @@ def _types(text: str) -> list[str]:
 def test_the_source_has_what_the_round_trip_must_carry(source: tuple[Memory, str]) -> None:
     m, text = source
     lines = [json.loads(ln) for ln in text.splitlines()]
-    assert lines[0]["version"] == FORMAT_VERSION == 2
+    assert lines[0]["version"] == FORMAT_VERSION == 3
     assert {d["kind"] for d in lines if d["type"] == "link"} == {"related", "duplicate"}
     assert any(d["cause"] is not None for d in lines if d["type"] == "note_revision")
     assert any(d["type"] == "item" and d["kind"] == "segment" for d in lines)
@@ -137,13 +137,13 @@ def test_a_version_1_dump_imports_without_notes(source: tuple[Memory, str]) -> N
     assert sum(r.items for r in reports) == sum(1 for d in lines if d["type"] == "item")
     assert all(b.note(new) is None and b.links(new) == [] for r in reports for new in r.ids.values())
     assert all(r.notes == r.links == 0 for r in reports)
-    assert read_dump(io.StringIO(text)).header.version == 2
-    # a version-1 dump written again (notes added in between) is written as version 2
+    assert read_dump(io.StringIO(text)).header.version == FORMAT_VERSION
+    # a version-1 dump written again (notes added in between) is written as the current version
     old = read_dump(io.StringIO("".join(json.dumps(d) + "\n" for d in v1)))
     assert old.header.version == 1
     full = read_dump(io.StringIO(text))
     again = "".join(dump_lines(old.header, full.users))
-    assert read_dump(io.StringIO(again)).header.version == 2 and "note" in _types(again)
+    assert read_dump(io.StringIO(again)).header.version == FORMAT_VERSION and "note" in _types(again)
 
 
 # ------------------------------------------------------------------ bad lines write nothing

@@ -155,3 +155,21 @@ def test_without_psycopg_a_postgresql_url_says_which_extra_to_install() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "pip install 'lamina[postgres]'" in out.stdout
+
+
+def test_a_database_without_metadata_is_migrated_and_keeps_its_items(pg_url: str) -> None:
+    """A database of migration 3 (items without ``metadata``) gains the column at the next open;
+    its items read back with no metadata, new ones keep theirs."""
+    import psycopg
+
+    with Memory(pg_url, embedder="hashing") as mem:
+        (old,) = mem.add([{"speaker": "Ann", "text": "I live in Oslo."}], user_id="u")
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        con.execute("ALTER TABLE lamina.items DROP COLUMN metadata")
+        con.execute("DELETE FROM lamina.migrations WHERE version = 4")
+    with Memory(pg_url, embedder="hashing") as mem:
+        assert mem.get(old).metadata == {}
+        (new,) = mem.add([{"speaker": "Ann", "text": "I moved to Rome.", "metadata": {"topic": "move"}}], user_id="u")
+    with Memory(pg_url, embedder="hashing") as mem:
+        assert mem.get(new).metadata == {"topic": "move"}
+        assert [it.id for it in mem.search("Rome", user_id="u", layers=["archive"], filters={"topic": "move"})] == [new]

@@ -287,6 +287,7 @@ def _downgrade(p: Path, version: int) -> None:
         "ALTER TABLE items DROP COLUMN decay_mark",
         "ALTER TABLE users DROP COLUMN decays",
         "ALTER TABLE sessions DROP COLUMN ends",
+        "ALTER TABLE items DROP COLUMN metadata",
     ):
         con.execute(stmt)
     if version < 2:

@@ -6,6 +6,7 @@ that cannot be imported raises. :mod:`lamina.memory.dump.format` reads and write
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,9 +36,10 @@ __all__ = [
 ]
 
 FORMAT = "lamina-memory-export"
-FORMAT_VERSION = 2
-#: The versions a reader takes: 1 (no notes) and 2 (notes, their revisions, links).
-VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: The versions a reader takes: 1 (no notes), 2 (notes, their revisions, links) and 3 (items'
+#: metadata; an item line of an older version has none).
+VERSIONS = (1, 2, 3)
 #: Kinds whose vector is the embedding of the item's own text (re-embedded when absent).
 TEXT_KINDS = ("turn", "fact")
 KINDS = ("turn", "segment", "summary", "note", "fact", "profile")
@@ -135,6 +137,8 @@ class ItemEntry:
     parent_id: int | None = None
     depth: int = 0
     decay_mark: int | None = None
+    #: the caller's metadata, frozen (:data:`lamina.memory.metadata.Frozen`; a JSON object in the dump)
+    metadata: tuple[tuple[str, Any], ...] = ()
     embedding: Vec | None = None
 
 

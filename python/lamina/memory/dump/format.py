@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import InvalidInput
+from ..metadata import as_dict
 from .entries import (
     FORMAT,
     FORMAT_VERSION,
@@ -115,7 +116,7 @@ def _schema_of(entry: type, **json_types: tuple[type, ...]) -> Schema:
 
 
 #: An item line: the fields of :class:`ItemEntry` (the embedding as base64 text).
-_ITEM: Schema = _schema_of(ItemEntry, embedding=_STR)
+_ITEM: Schema = _schema_of(ItemEntry, embedding=_STR, metadata=(dict,))
 _REVISION: Schema = {
     "user_id": (_STR, False),
     "item_id": (_INT, False),
@@ -207,6 +208,7 @@ def _item_dict(it: ItemEntry) -> dict[str, Any]:
     d = {k: getattr(it, k) for k in _ITEM if k != "embedding"}
     d["sources"] = list(it.sources)
     d["members"] = list(it.members)
+    d["metadata"] = as_dict(it.metadata)
     d["embedding"] = None if it.embedding is None else _vec_text(it.embedding)
     return d
 

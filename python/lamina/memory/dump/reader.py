@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ...errors import InvalidInput
 from ..inputs import MAX_TIME, MIN_TIME
+from ..metadata import check_metadata
 from ..state.records import COMMITMENTS, NO_TREE, ROOT
 from ..types import LAYERS
 from .entries import (
@@ -184,7 +186,13 @@ def _vector(ln: _Line, text: str, dim: int) -> Vec:
 
 
 def _item(ln: _Line, header: DumpHeader) -> ItemEntry:
+    if header.version < 3 and "metadata" not in ln.d:  # (metadata came with version 3)
+        ln.d["metadata"] = {}
     d = ln.fields(_ITEM)
+    try:
+        d["metadata"] = check_metadata(d["metadata"], "metadata")
+    except (TypeError, InvalidInput) as e:
+        raise ln.fail(str(e), "metadata") from None
     ln.one_of(d, "layer", LAYERS)
     ln.one_of(d, "kind", KINDS)
     ln.one_of(d, "status", STATUSES)

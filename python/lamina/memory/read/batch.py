@@ -32,6 +32,7 @@ import numpy.typing as npt
 from ...errors import InvalidInput
 from ...text.domains import DomainClassifier
 from ..config import ACTIVE_LAYERS
+from ..filters import BUILTIN_FIELDS, Filter, unknown_keys
 from ..inputs import MAX_BUDGET, TimeLike, check_count, check_id, check_text, to_time, wall_clock
 from ..reports import ContextExplanation
 from ..state.gcquiet import collector_paused
@@ -44,7 +45,7 @@ from .candidates import Candidates
 from .explain import explanation
 from .firewall import Firewall, empty_report, screen
 
-__all__ = ["pairs", "options", "query_domains", "contexts", "searches", "bump", "RANK_MANY"]
+__all__ = ["pairs", "options", "query_domains", "contexts", "searches", "bump", "allowed", "check_keys", "RANK_MANY"]
 
 #: From this many queries on, a batch ranks its candidates in numpy steps over all queries
 #: (:func:`lamina.memory.read.ranking.rank_many`); fewer are ranked one by one, as one query alone
@@ -52,6 +53,7 @@ __all__ = ["pairs", "options", "query_domains", "contexts", "searches", "bump", 
 RANK_MANY = 4
 
 Vec = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
 
 
 def pairs(queries: Sequence[str], user_ids: str | Sequence[str]) -> tuple[list[str], list[str]]:
@@ -117,6 +119,7 @@ def contexts(
     firewall: Firewall | None,
     explain: bool = False,
     classifier: DomainClassifier | None = None,
+    filters: Filter | None = None,
 ) -> list[tuple[Context, ContextExplanation | None]]:
     """The contexts of many queries (see the module docstring), with their explanations when
     ``explain`` (which then counts no visit). The caller holds the memory's lock.
@@ -131,6 +134,8 @@ def contexts(
     budget, t_now, include_archive, firewall : as :meth:`lamina.Memory.context` takes them
     classifier : the memory's domain classifier (the firewall reads which domains a constraint
         touches with it; None: the default lexicon)
+    filters : only the items it admits are candidates (pushed into the searches:
+        :func:`lamina.memory.read.candidates.search`'s ``allow``); None: every item
 
     Notes
     -----
@@ -139,7 +144,7 @@ def contexts(
     objects (lists, tuples, arrays per query), which would otherwise start young collections
     that walk the items already built for the batch's earlier queries.
     """
-    args = (st, users, queries, Q, domains, budget, t_now, include_archive, firewall, explain, classifier)
+    args = (st, users, queries, Q, domains, budget, t_now, include_archive, firewall, explain, classifier, filters)
     if len(queries) < 2:
         return _contexts(*args)
     with collector_paused():
@@ -158,6 +163,7 @@ def _contexts(
     firewall: Firewall | None,
     explain: bool,
     classifier: DomainClassifier | None,
+    filters: Filter | None,
 ) -> list[tuple[Context, ContextExplanation | None]]:
     c = st.config
     n = len(queries)
@@ -173,7 +179,7 @@ def _contexts(
         u = users[i]
         assert u is not None
         jobs.append((u, layers, queries[i]))
-    found = retrieve.search(st, jobs, Q[known], m, views=True)
+    found = retrieve.search(st, jobs, Q[known], m, views=True, allow=_allow(st, jobs, filters))
     lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
     # with a firewall the domain gate is its own
     search_domains = [domains[i] if firewall is None else None for i in known]
@@ -278,16 +284,18 @@ def searches(
     k: int,
     t_now: float | None,
     archive_only: bool,
+    filters: Filter | None = None,
 ) -> list[list[MemoryItem]]:
     """The top-``k`` items of each query's user over the layers ``names`` (no gate, floor or
-    visit), the native searches of all queries together. The caller holds the memory's lock."""
+    visit), the native searches of all queries together; with ``filters`` among the items it
+    admits only (pushed into the searches). The caller holds the memory's lock."""
     known = [i for i, u in enumerate(users) if u is not None]
     jobs: list[retrieve.Job] = []
     for i in known:
         u = users[i]
         assert u is not None
         jobs.append((u, names, ""))
-    found = retrieve.search(st, jobs, Q[known], k, leaves=True)
+    found = retrieve.search(st, jobs, Q[known], k, leaves=True, allow=_allow(st, jobs, filters))
     lookup = retrieve.Lookup(st, found)
     out: list[list[MemoryItem]] = [[] for _ in users]
     for i, raw in zip(known, found):
@@ -303,6 +311,67 @@ def searches(
                 it.layer = "archive"
             out[i].append(it)
     return out
+
+
+# ---------------------------------------------------------------------------- filters
+# Which items of a user a filter admits (lamina.memory.filters), for the searches (pushed into
+# the native candidate search as an allow list) and listings: computed once per user version
+# (every committed write of the user moves it) and kept on the user's state, so repeated
+# filtered reads of an unchanged user cost a dictionary lookup; the user's metadata keys likewise.
+_KEYS = "keys"  # (the cache entry of the user's metadata keys)
+
+
+def user_keys(st: MemoryState, u: UserState) -> frozenset[str]:
+    """The metadata keys some item of ``u`` carries."""
+    hit = u.filtered.get(_KEYS)
+    if hit is not None and hit[0] == u.version:
+        keys: frozenset[str] = hit[1]
+        return keys
+    recs = st.recs
+    found: set[str] = set()
+    for i in u.ids:
+        md = recs[i].metadata
+        if md:
+            found.update(k for k, _ in md)
+    keys = frozenset(found)
+    u.filtered[_KEYS] = (u.version, keys)
+    return keys
+
+
+def check_keys(st: MemoryState, u: UserState, f: Filter) -> None:
+    """Raise :class:`lamina.InvalidInput` when ``f`` names a metadata key no item of ``u`` carries."""
+    bad = unknown_keys(f, user_keys(st, u))
+    if bad:
+        known = sorted(user_keys(st, u))
+        raise InvalidInput(
+            f"filters name unknown key {bad[0]!r}: no memory of user {u.user_id!r} has metadata "
+            f"{bad[0]!r} (its keys: {known}; built-in fields: {', '.join(BUILTIN_FIELDS)})"
+        )
+
+
+def allowed(st: MemoryState, u: UserState, f: Filter) -> I64:
+    """The ids of ``u``'s items that ``f`` admits, sorted ascending, shape (n,), int64 (checked
+    by :func:`check_keys` first)."""
+    hit = u.filtered.get(f)
+    if hit is not None and hit[0] == u.version:
+        ids: I64 = hit[1]
+        return ids
+    check_keys(st, u, f)
+    recs = st.recs
+    match = f.matches
+    meta = st.metadata_of
+    ids = np.array(sorted(i for i in u.ids if match(recs[i], meta(recs[i]))), dtype=np.int64)
+    if len(u.filtered) > 64:  # (a bounded cache: many distinct filters of one user)
+        u.filtered = {_KEYS: u.filtered[_KEYS]} if _KEYS in u.filtered else {}
+    u.filtered[f] = (u.version, ids)
+    return ids
+
+
+def _allow(st: MemoryState, jobs: Sequence[retrieve.Job], filters: Filter | None) -> list[I64 | None] | None:
+    """Per job, the ids ``filters`` admits of its user (:func:`allowed`)."""
+    if filters is None:
+        return None
+    return [allowed(st, u, filters) for u, _, _ in jobs]
 
 
 class _Items:

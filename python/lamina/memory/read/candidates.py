@@ -223,7 +223,14 @@ Job = tuple[UserState, Sequence[str], str]
 
 
 def search(
-    st: MemoryState, jobs: Sequence[Job], Q: Vec, k: int, *, leaves: bool = False, views: bool = False
+    st: MemoryState,
+    jobs: Sequence[Job],
+    Q: Vec,
+    k: int,
+    *,
+    leaves: bool = False,
+    views: bool = False,
+    allow: Sequence[I64 | None] | None = None,
 ) -> list[Found]:
     """The native searches of many queries at once: the top-``k`` of each job's layers
     (:meth:`~lamina.native.layer_index.LayerIndex.search_batch`, the same bits as one query at a time),
@@ -235,6 +242,11 @@ def search(
     ----------
     jobs : one (user, layers, query text) per query
     Q : ndarray, shape (len(jobs), dim), float32 — the query vectors, one row per job
+    allow : per job, the item ids its filter admits (sorted int64; None: no filter), optional
+        Pushed into both channels: the dense searches scan with an allow-mask
+        (:meth:`~lamina.native.layer_index.LayerIndex.search_allowed`) and the lexical search
+        takes the ids as its allow list, so a filtered job gets up to ``k`` admitted items per
+        layer whenever that many exist (no post-filter).
     """
     requests: list[list[int]] = []
     plans: list[tuple[list[str], bool, int | None]] = []
@@ -257,7 +269,7 @@ def search(
             plan = made[mine] = (nss, (live, leaf, tv))
         requests.append(plan[0])
         plans.append(plan[1])
-    res = st.vectors.search_batch(Q, requests, k) if jobs else []
+    res = st.vectors.search_batch(Q, requests, k, allow=allow) if jobs else []
     out = [Found(dict(zip(live, r))) for (live, _, _), r in zip(plans, res)]
     lex: list[int] = []
     for j, (f, (live, leaf, tv), r) in enumerate(zip(out, plans, res)):
@@ -268,9 +280,12 @@ def search(
             f.lexical = _NO_IDS
             if st.config.lexical:
                 lex.append(j)
-    if lex:
-        scores, keys = st.lex.search_many([jobs[j][2] for j in lex], [plans[j][2] or 0 for j in lex], k)
-        for j, sc, row in zip(lex, scores, keys):
+    plain = [j for j in lex if allow is None or allow[j] is None]
+    groups: list[tuple[list[int], I64 | None]] = [(plain, None)] if plain else []
+    groups += [([j], allow[j]) for j in lex if allow is not None and allow[j] is not None]
+    for js, ids in groups:
+        scores, keys = st.lex.search_many([jobs[j][2] for j in js], [plans[j][2] or 0 for j in js], k, allow=ids)
+        for j, sc, row in zip(js, scores, keys):
             ok = row >= 0
             out[j].lexical = _whole_ties(sc[ok], row[ok], k)
     return out

@@ -5,12 +5,14 @@ the users' state to :mod:`lamina.memory.read.batch`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..config import ACTIVE_LAYERS
+from ..filters import Filter, parse_filters
 from ..inputs import MAX_K, TimeLike, check_count, check_id, check_layers, query_matrix, query_vector, to_time
 from ..reports import ContextExplanation
 from ..state.host import MemoryHost
@@ -36,6 +38,7 @@ class Reading:
         include_archive: bool = False,
         query_embedding: npt.NDArray[np.float32] | None = None,
         firewall: Firewall | None = None,
+        filters: Mapping[str, Any] | None = None,
     ) -> Context:
         """Build a budgeted context for ``query`` from ``user_id``'s memory.
 
@@ -67,9 +70,25 @@ class Reading:
             The contextual firewall between retrieval and the prompt (domain gate, similarity
             floor τ, CLARIFY commitments); its decisions are in ``Context.firewall``. With a
             firewall, ``domain=None`` means ``"auto"``, and the gate is the firewall's.
+        filters : dict, optional
+            Only items it admits enter (:mod:`lamina.memory.filters`: equality, ``in``,
+            ``gte``/``lte`` on numbers and ``created_at``, ``and``/``or``), pushed into the
+            candidate searches, so the budget fills from matching items alone (a derived item
+            carries what its source turns agree on: ``MemoryItem.metadata``). A metadata key no
+            item of the user carries raises InvalidInput.
         """
         ctx, _ = _one_context(
-            self, query, user_id, budget, now, domain, include_archive, query_embedding, firewall, explain=False
+            self,
+            query,
+            user_id,
+            budget,
+            now,
+            domain,
+            include_archive,
+            query_embedding,
+            firewall,
+            filters,
+            explain=False,
         )
         return ctx
 
@@ -84,6 +103,7 @@ class Reading:
         include_archive: bool = False,
         query_embedding: npt.NDArray[np.float32] | None = None,
         firewall: Firewall | None = None,
+        filters: Mapping[str, Any] | None = None,
     ) -> ContextExplanation:
         """What :meth:`context` would return for the same arguments, and why: each layer's
         candidates with their scores, whether each was chosen and, if not, why (budget,
@@ -101,7 +121,7 @@ class Reading:
             ``.context`` equals ``context(...)``'s result (items, scores, gates, β).
         """
         ctx, ex = _one_context(
-            self, query, user_id, budget, now, domain, include_archive, query_embedding, firewall, explain=True
+            self, query, user_id, budget, now, domain, include_archive, query_embedding, firewall, filters, explain=True
         )
         if ex is None:
             ex = ContextExplanation(context=ctx, max_entropy=self.config.max_entropy)
@@ -118,6 +138,7 @@ class Reading:
         include_archive: bool = False,
         query_embeddings: npt.NDArray[np.float32] | None = None,
         firewall: Firewall | None = None,
+        filters: Mapping[str, Any] | None = None,
     ) -> list[Context]:
         """:meth:`context` of many queries in one call: the same contexts (items, order, scores,
         render, visits counted) as ``[context(q, user_id=u, ...) for q, u in zip(queries,
@@ -140,7 +161,7 @@ class Reading:
             embedder whose vector of a text depends on the texts embedded with it (a padded
             transformer batch may round differently) can then differ from the loop in the
             last bits of the scores.
-        budget, now, domain, include_archive, firewall
+        budget, now, domain, include_archive, firewall, filters
             As :meth:`context`, for every query.
 
         Returns
@@ -157,10 +178,12 @@ class Reading:
         qs, uids = batch.pairs(queries, user_ids)
         budget, t_now, domain = batch.options(budget, now, domain, firewall)
         domains = batch.query_domains(self._query_domains, qs, domain, firewall)
+        flt = parse_filters(filters)
         Q = query_matrix(self._embed, self._dim, qs, query_embeddings)
         if not qs:
             return []
-        return [c for c, _ in _contexts(self, qs, uids, Q, domains, budget, t_now, include_archive, firewall, False)]
+        found = _contexts(self, qs, uids, Q, domains, budget, t_now, include_archive, firewall, False, flt)
+        return [c for c, _ in found]
 
     def search(
         self: MemoryHost,
@@ -171,6 +194,7 @@ class Reading:
         layers: Sequence[str] | None = None,
         now: TimeLike = None,
         query_embedding: npt.NDArray[np.float32] | None = None,
+        filters: Mapping[str, Any] | None = None,
     ) -> list[MemoryItem]:
         """Top-k items of ``user_id`` by cosine similarity (no budget, gate or floor; no access bump).
 
@@ -182,14 +206,18 @@ class Reading:
             Any of ``working``, ``episodic``, ``semantic``, ``archive`` (every raw turn ever added,
             including those still in working memory), ``history`` (superseded facts). Default:
             the active layers.
+        filters : dict, optional
+            As :meth:`context`'s: the top-k among the admitted items, ``min(k, matching)`` of
+            them (the filter is pushed into the search, never applied after it).
         """
         self._check_open()
         check_id(user_id, "user_id")
         k = check_count(k, "k", maximum=MAX_K)
         names, archive_only = _search_layers(layers)
         t_now = to_time(now, "now")
+        flt = parse_filters(filters)
         q = query_vector(self._embed, self._dim, query, query_embedding)
-        return _searches(self, [user_id], q, names, k, t_now, archive_only)[0]
+        return _searches(self, [user_id], q, names, k, t_now, archive_only, flt)[0]
 
     def search_batch(
         self: MemoryHost,
@@ -200,6 +228,7 @@ class Reading:
         layers: Sequence[str] | None = None,
         now: TimeLike = None,
         query_embeddings: npt.NDArray[np.float32] | None = None,
+        filters: Mapping[str, Any] | None = None,
     ) -> list[list[MemoryItem]]:
         """:meth:`search` of many queries in one call (one embedding call, batched native
         searches): the same items, order and scores as a loop of :meth:`search`. ``user_ids``:
@@ -210,8 +239,9 @@ class Reading:
         k = check_count(k, "k", maximum=MAX_K)
         names, archive_only = _search_layers(layers)
         t_now = to_time(now, "now")
+        flt = parse_filters(filters)
         Q = query_matrix(self._embed, self._dim, qs, query_embeddings)
-        return _searches(self, uids, Q, names, k, t_now, archive_only) if qs else []
+        return _searches(self, uids, Q, names, k, t_now, archive_only, flt) if qs else []
 
 
 def _search_layers(layers: Sequence[str] | None) -> tuple[list[str], bool]:
@@ -234,6 +264,7 @@ def _one_context(
     include_archive: bool,
     query_embedding: npt.NDArray[np.float32] | None,
     firewall: Firewall | None,
+    filters: Mapping[str, Any] | None,
     *,
     explain: bool,
 ) -> tuple[Context, ContextExplanation | None]:
@@ -241,8 +272,9 @@ def _one_context(
     check_id(user_id, "user_id")
     budget, t_now, domain = batch.options(budget, now, domain, firewall)
     domains = batch.query_domains(host._query_domains, [query], domain, firewall)
+    flt = parse_filters(filters)
     q = query_vector(host._embed, host._dim, query, query_embedding)
-    return _contexts(host, [query], [user_id], q, domains, budget, t_now, include_archive, firewall, explain)[0]
+    return _contexts(host, [query], [user_id], q, domains, budget, t_now, include_archive, firewall, explain, flt)[0]
 
 
 def _contexts(
@@ -256,6 +288,7 @@ def _contexts(
     include_archive: bool,
     firewall: Firewall | None,
     explain: bool,
+    flt: Filter | None = None,
 ) -> list[tuple[Context, ContextExplanation | None]]:
     with host._op():
         return batch.contexts(
@@ -270,6 +303,7 @@ def _contexts(
             firewall=firewall,
             explain=explain,
             classifier=host._query_domains,
+            filters=flt,
         )
 
 
@@ -281,9 +315,10 @@ def _searches(
     k: int,
     t: float | None,
     arch: bool,
+    flt: Filter | None = None,
 ) -> list[list[MemoryItem]]:
     with host._op():
-        return batch.searches(host._st, _caught_up(host, user_ids), Q, names, k, t, arch)
+        return batch.searches(host._st, _caught_up(host, user_ids), Q, names, k, t, arch, flt)
 
 
 def _caught_up(host: MemoryHost, user_ids: list[str]) -> list[UserState | None]:

@@ -17,6 +17,7 @@ import numpy.typing as npt
 from ...native.layer_index import LayerIndex
 from ...native.lexical import LexicalIndex
 from ..config import MemoryConfig
+from ..metadata import Frozen, as_dict
 from ..types import MemoryItem
 from .records import (
     TURN_KEY,
@@ -92,6 +93,27 @@ class Placement:
         """Vectors of active records by id, shape (len(ids), dim)."""
         return self.vectors.get(ids)
 
+    def metadata_of(self, r: Record) -> Frozen:
+        """A record's metadata: a turn's own; a derived item's (segment, summary, fact, note,
+        profile) the pairs all its source turns still stored agree on (none when they disagree
+        on everything, or none is left)."""
+        if r.kind == "turn" or not r.sources:
+            return r.metadata
+        by_src, recs = self.users[r.user_id].by_src, self.recs
+        common: dict[str, Any] | None = None
+        for src in r.sources:
+            t = recs.get(by_src.get(src, -1))
+            if t is None:
+                continue
+            md = dict(t.metadata)
+            if common is None:
+                common = md
+            else:
+                common = {k: v for k, v in common.items() if k in md and type(md[k]) is type(v) and md[k] == v}
+            if not common:
+                return ()
+        return tuple(sorted(common.items())) if common else ()
+
     def item(self, r: Record, score: float = 0.0) -> MemoryItem:
         """The public view of a record (with the raw turns it renders)."""
         turns: tuple[tuple[float | None, str | None, str], ...] = ()
@@ -129,6 +151,7 @@ class Placement:
             domain=r.domain,
             commitment=r.commitment,
             turns=turns,
+            metadata=as_dict(self.metadata_of(r)),
         )
 
     # ------------------------------------------------------------------ vectors

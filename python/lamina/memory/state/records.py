@@ -155,6 +155,8 @@ class Record:
     parent_id: int | None = None
     depth: int = 0
     decay_mark: int | None = None
+    #: the caller's metadata, frozen (:data:`lamina.memory.metadata.Frozen`: sorted (key, value) pairs)
+    metadata: tuple[tuple[str, Any], ...] = ()
     nt: tuple[tuple[Any, ...], TokenCount] | None = None
     tk: tuple[str, str] | None = None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from ..types import LAYERS
 from .coverage import TurnIncidence, TurnNeighbours
@@ -49,6 +50,7 @@ class UserState:
         "incidence",
         "turn_epoch",
         "vec_epoch",
+        "filtered",
     )
 
     def __init__(self, user_id: str, idx: int) -> None:
@@ -94,6 +96,8 @@ class UserState:
         # counts vectors replaced of turns the neighbour lists hold (the lists' stamps are read
         # again at the next projection; see TurnNeighbours.sync)
         self.vec_epoch = 0
+        # cache of the read path's filters (lamina.memory.read.where): key -> (version, value)
+        self.filtered: dict[object, tuple[int, Any]] = {}
 
     def gc_containers(self) -> Iterator[object]:
         """The user's containers of ids, strings, numbers and records (see

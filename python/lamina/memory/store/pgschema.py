@@ -67,6 +67,7 @@ _ITEM_TYPES = {
     "depth": "BIGINT NOT NULL",
     "seq": "BIGINT NOT NULL",
     "decay_mark": "BIGINT",
+    "metadata": "TEXT NOT NULL DEFAULT '{}'",
 }
 
 
@@ -117,6 +118,11 @@ MIGRATIONS: tuple[tuple[int, str, tuple[Step, ...]], ...] = (
     ),
     (2, "archive vectors in pgvector: items.vec (a turn's embedding as a vector)", (archive_vectors,)),
     (3, "A-Mem notes of turns, their revisions and links", PG_NOTES_SCHEMA),
+    (
+        4,
+        "items.metadata: the caller's metadata of an item, a JSON object",
+        ("ALTER TABLE lamina.items ADD COLUMN IF NOT EXISTS metadata TEXT NOT NULL DEFAULT '{}'",),
+    ),
 )
 
 

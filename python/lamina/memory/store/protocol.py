@@ -55,6 +55,7 @@ ITEM_COLUMNS = (
     "depth",
     "seq",
     "decay_mark",
+    "metadata",
 )
 
 
@@ -215,6 +216,8 @@ class Store(NoteStore, Protocol):
 def _enc(col: str, v: Any) -> Any:
     if col in ("sources", "members"):
         return json.dumps(list(v))
+    if col == "metadata":  # (key, value) pairs, sorted (lamina.memory.metadata.Frozen) -> a JSON object
+        return json.dumps({k: list(x) if isinstance(x, tuple) else x for k, x in v}, ensure_ascii=False) if v else "{}"
     return v
 
 
@@ -228,4 +231,8 @@ def _dec(col: str, v: Any) -> Any:
         return tuple(json.loads(v))
     if col == "members":
         return tuple(json.loads(v))
+    if col == "metadata":
+        if not v or v == "{}":
+            return ()
+        return tuple(sorted((k, tuple(x) if isinstance(x, list) else x) for k, x in json.loads(v).items()))
     return v

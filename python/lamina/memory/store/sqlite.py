@@ -46,13 +46,14 @@ from .sql import SQLITE, SQLStore
 
 __all__ = ["SQLiteStore", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # 2: users.version (the database write number of the user's last write)
 # 3: the change log: items.version (the write number of the row's last change), users.born (the
 #    write number that created the user) and tombstones (ids deleted by each write); the lazy α
 #    decay: users.decays, sessions.ends, items.decay_mark (see lamina.memory.state.memstate.strength)
 # 4: A-Mem notes of turns, their revisions and links (tables notes, note_revisions, links; created
 #    by the schema's CREATE TABLE IF NOT EXISTS, empty for the turns of older stores)
+# 5: items.metadata (a JSON object of the caller's metadata; '{}' for the rows of older stores)
 
 
 _SCHEMA = """
@@ -73,7 +74,7 @@ CREATE TABLE IF NOT EXISTS items (
   interaction_len REAL NOT NULL, strength REAL NOT NULL, domain TEXT, commitment TEXT NOT NULL,
   subject TEXT, predicate TEXT, object TEXT, valid_from REAL, valid_to REAL,
   superseded_by INTEGER, parent_id INTEGER, depth INTEGER NOT NULL, seq INTEGER NOT NULL,
-  decay_mark INTEGER, version INTEGER NOT NULL DEFAULT 0);
+  decay_mark INTEGER, version INTEGER NOT NULL DEFAULT 0, metadata TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS items_user ON items(user_id);
 CREATE INDEX IF NOT EXISTS items_user_version ON items(user_id, version);
 CREATE INDEX IF NOT EXISTS users_version ON users(version);
@@ -298,6 +299,8 @@ def _migrate(conn: sqlite3.Connection, version: int) -> None:
         conn.execute("ALTER TABLE items ADD COLUMN decay_mark INTEGER")
         conn.execute("ALTER TABLE users ADD COLUMN decays INTEGER NOT NULL DEFAULT 0")
         conn.execute("ALTER TABLE sessions ADD COLUMN ends INTEGER NOT NULL DEFAULT 0")
+    if version < 5:  # metadata of items (none for the rows of older stores)
+        conn.execute("ALTER TABLE items ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}'")
 
 
 def _secure_delete(conn: sqlite3.Connection) -> bool:

@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from ...errors import InvalidInput
 from ..inputs import check_text, to_time
+from ..metadata import Frozen, check_metadata, merge
 from ..state.records import COMMITMENTS
 from ..state.tx import Models, Tx
 from .consolidate import dequeue
@@ -30,10 +31,17 @@ class Message:
     timestamp: float | None
     domain: str | None
     commitment: str
+    metadata: Frozen = ()
 
 
-def parse_messages(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
-    """Check ``add``'s messages (see :meth:`lamina.Memory.add`); raises before anything is written."""
+#: The keys a message may have (anything else is refused, naming the key: a misspelt key such
+#: as ``"timestmap"`` must not vanish, and caller data goes in ``metadata``, where it is kept).
+MESSAGE_KEYS = ("speaker", "role", "text", "content", "id", "timestamp", "domain", "commitment", "metadata")
+
+
+def parse_messages(messages: Sequence[Mapping[str, Any]], metadata: Frozen = ()) -> list[Message]:
+    """Check ``add``'s messages (see :meth:`lamina.Memory.add`); raises before anything is written.
+    ``metadata``: the call's metadata (checked), under each message's own (which wins on a key)."""
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise TypeError("messages must be a list of dicts like {'speaker': 'Alice', 'text': '...'}")
     if not messages:
@@ -42,6 +50,12 @@ def parse_messages(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping):
             raise TypeError(f"messages[{i}] must be a dict, got {type(m).__name__}")
+        unknown = [k for k in m if k not in MESSAGE_KEYS]
+        if unknown:
+            raise InvalidInput(
+                f"messages[{i}] has unknown key {unknown[0]!r}; a message takes {list(MESSAGE_KEYS)} "
+                f"(put your own values in 'metadata', e.g. {{'metadata': {{{unknown[0]!r}: ...}}}})"
+            )
         text = m.get("text", m.get("content"))
         if not isinstance(text, str):
             raise TypeError(f"messages[{i}] needs 'text' (or 'content') as a str, got {type(text).__name__}")
@@ -67,7 +81,8 @@ def parse_messages(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
         com = m.get("commitment", "persist")
         if com not in COMMITMENTS:
             raise InvalidInput(f"messages[{i}]['commitment'] must be one of {COMMITMENTS}, got {com!r}")
-        parsed.append(Message(text, sp, src, t, dom, com))
+        meta = merge(metadata, check_metadata(m.get("metadata"), f"messages[{i}]['metadata']"))
+        parsed.append(Message(text, sp, src, t, dom, com, meta))
     return parsed
 
 
@@ -101,6 +116,7 @@ def add_turns(
             domain=m.domain,
             commitment=m.commitment,
             interaction_len=1.0,
+            metadata=m.metadata,
         )
         r.source_id = m.source_id if m.source_id is not None else f"t{r.id}"
         st.set_sources(u, r, (r.source_id,))
