@@ -6,6 +6,7 @@ give, ``list_memories`` pages with its cursor, ``delete_memories`` deletes what 
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,7 +72,9 @@ def test_batches_pages_filtered_deletes_and_tenant_reset(api: Any, url: str) -> 
             cursor = page.next_cursor
             if cursor is None:
                 break
-        assert seen == sorted(ids[0])
+            # the cursor names the public id of the page's last item, never an internal one
+            assert base64.urlsafe_b64decode(cursor).endswith(b":%d" % seen[-1])
+        assert seen == ids[0]  # (in the order they were stored: public ids have no order of their own)
         rep = api.delete_memories(user_id="ann", filters={"row": {"gte": 5}})
         assert set(ids[0][5:]) <= set(rep.ids)
         assert [it.id for it in api.list_memories(user_id="ann").items] == ids[0][:5]
