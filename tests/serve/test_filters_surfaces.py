@@ -14,6 +14,7 @@ from servekit import serve_in_thread
 
 from lamina import Client, InvalidInput, Memory
 from lamina.serve.app import ServeConfig, create_app
+from lamina.serve.ids import PublicIds
 
 T0 = 1_683_550_000.0
 DAY = 86_400.0
@@ -92,6 +93,7 @@ def _mcp(url: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
 
 def test_filters_agree_on_every_surface_and_backend(memory: Memory) -> None:
     app = create_app(ServeConfig(db=None, embedder="hashing", ui=False), memory=memory)
+    pub = PublicIds.of_memory(memory).public  # (the service shows public ids: lamina.serve.ids)
     with serve_in_thread(app) as url, Client(url) as client:
         for f in CASES:
             want = _oracle(f)
@@ -99,16 +101,18 @@ def test_filters_agree_on_every_surface_and_backend(memory: Memory) -> None:
             local = memory.search(args["query"], user_id="u", k=100, layers=["archive"], filters=f)
             assert {it.text for it in local} == want, f
             http = client.search(args["query"], user_id="u", k=100, layers=["archive"], filters=f)
-            assert [(it.id, it.metadata) for it in http] == [(it.id, it.metadata) for it in local]
+            assert [(it.id, it.metadata) for it in http] == [(pub(it.id), it.metadata) for it in local]
             over_mcp = _mcp(url, "search_memory", args)
-            assert [(it["id"], it["metadata"]) for it in over_mcp["items"]] == [(it.id, it.metadata) for it in local]
+            assert [(it["id"], it["metadata"]) for it in over_mcp["items"]] == [
+                (pub(it.id), it.metadata) for it in local
+            ]
             # contexts: only admitted turns, the same on each surface
             ctx = memory.context("garden river trip", user_id="u", budget=400, filters=f, now=T0 + 30 * DAY)
             assert ctx.items and {it.text for it in ctx.items} <= want
             ctx_http = client.context("garden river trip", user_id="u", budget=400, filters=f, now=T0 + 30 * DAY)
-            assert [it.id for it in ctx_http.items] == [it.id for it in ctx.items]
+            assert [it.id for it in ctx_http.items] == [pub(it.id) for it in ctx.items]
             q = {"user_id": "u", "query": "garden river trip", "budget": 400, "filters": f, "now": T0 + 30 * DAY}
-            assert [it["id"] for it in _mcp(url, "get_context", q)["items"]] == [it.id for it in ctx.items]
+            assert [it["id"] for it in _mcp(url, "get_context", q)["items"]] == [pub(it.id) for it in ctx.items]
         bad = {"agent": "a1"}
         with pytest.raises(InvalidInput, match="unknown key 'agent'"):
             memory.search("garden", user_id="u", filters=bad)
