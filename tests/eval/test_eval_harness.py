@@ -332,7 +332,7 @@ def test_audit_corrections_are_matched_checked_and_applied(synthetic, tmp_path):
 
 def test_both_golds_and_their_intervals_are_reported(synthetic, tmp_path):
     from lamina.eval.locomo import load_audit
-    from lamina.eval.metrics import wilson_interval
+    from lamina.eval.scoring import wilson_interval
 
     convs, rep = synthetic
     audit = load_audit(_audit_file(tmp_path), convs)

@@ -1,5 +1,5 @@
 """``lamina eval locomo``, ``lamina eval memcon`` and ``lamina eval kv``: the command-line fronts
-of :mod:`lamina.eval.harness`, :mod:`lamina.eval.memcon` and :mod:`lamina.eval.kv` (``eval
+of :mod:`lamina.eval.harness`, :mod:`lamina.eval.memcon_regret` and :mod:`lamina.eval.kv` (``eval
 position``: :mod:`lamina.cli.position_commands`)."""
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def _cmd_eval_kv(args: argparse.Namespace) -> int:
 
 def _cmd_eval_memcon(args: argparse.Namespace) -> int:
     from ..eval.locomo import load_locomo
-    from ..eval.memcon import plot_regret, report, simulate, timed_precompute
+    from ..eval.memcon_regret import plot_regret, report, simulate, timed_precompute
 
     if not os.path.exists(args.data):
         print(f"lamina eval memcon: no data at {args.data!r}; pass --data PATH to locomo_dev.json", file=sys.stderr)
@@ -384,7 +384,7 @@ def add_eval_parser(sub: Any) -> None:
     mc.add_argument("--plot", default=None, help="write a PNG of the regret curves (needs matplotlib)")
     mc.add_argument("--quiet", action="store_true")
     mc.set_defaults(func=_cmd_eval_memcon)
-    from ..eval.backtrack import add_backtrack_parser
+    from ..eval.backtrack_localisers import add_backtrack_parser
     from ..eval.leakage import add_leakage_parser
     from ..eval.mistakes import add_mistakes_parser
     from .longmemeval_commands import add_longmemeval_parser

@@ -1,7 +1,7 @@
 """``lamina eval position``: accuracy by gold position on the local model, per position method.
 
 Every method (``rope``, ``ms-poe``, ``ms-poe:window=32``, ``channel``, ...) answers the same prompts of
-:mod:`lamina.eval.position` greedily; the table shows accuracy per gold position with its
+:mod:`lamina.eval.position_sweep` greedily; the table shows accuracy per gold position with its
 Wilson 95 % interval, per suite and length.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from ..eval.position import SUITES, PositionCell, PositionSample, make_suite, score_output, summarize
+from ..eval.position_sweep import SUITES, PositionCell, PositionSample, make_suite, score_output, summarize
 from .eval_args import write_outputs
 
 __all__ = [
@@ -384,7 +384,7 @@ def add_position_parser(esub: Any) -> None:
     p = esub.add_parser(
         "position",
         help="lost in the middle: accuracy by gold position on the local model, per position method",
-        description="Generates the seeded suites of lamina.eval.position (UUID / numeric key-value retrieval, "
+        description="Generates the seeded suites of lamina.eval.position_sweep (UUID / numeric key-value retrieval, "
         "passkey by depth, multi-document QA over LoCoMo) and answers every prompt with each method.",
     )
     p.add_argument("--model", default=None, help="a llama-architecture .gguf (default: packaged SmolLM2-135M)")

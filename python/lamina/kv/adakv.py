@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _ops
-from .base import check_fraction
+from .method import check_fraction
 from .snapkv import SnapKV
 
 __all__ = ["AdaKV"]

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _ops
-from .base import KeepSet, KVMethod, check_fraction, keep_all
+from .method import KeepSet, KVMethod, check_fraction, keep_all
 
 __all__ = ["H2O"]
 

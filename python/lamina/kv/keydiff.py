@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .base import KeepSet, KVMethod, check_int_param, keep_all, select_rows
+from .method import KeepSet, KVMethod, check_int_param, keep_all, select_rows
 
 __all__ = ["KeyDiff", "keydiff_scores"]
 

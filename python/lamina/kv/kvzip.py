@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..native import _device
-from .base import KeepSet, KVMethod, is_integral, keep_all
+from .method import KeepSet, KVMethod, is_integral, keep_all
 
 __all__ = ["KVzip"]
 

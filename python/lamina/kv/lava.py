@@ -61,7 +61,7 @@ import numpy.typing as npt
 from .. import _core
 from ..native import _device
 from . import _ops
-from .base import apportion, check_fraction, select_rows
+from .method import apportion, check_fraction, select_rows
 from .snapkv import SnapKV
 
 __all__ = ["LAVa"]

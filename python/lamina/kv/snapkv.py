@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _ops
-from .base import (
+from .method import (
     KeepSet,
     KVMethod,
     check_kv_heads,

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _ops
-from .base import KeepSet, KVMethod, check_int_param, keep_all
+from .method import KeepSet, KVMethod, check_int_param, keep_all
 
 __all__ = ["StreamingLLM"]
 

@@ -13,7 +13,7 @@ from .. import _core
 from ..errors import InvalidInput
 from ..kv import KVMethod
 from .calibration import ChannelScaling, model_identity
-from .chat import render_messages, render_user_message
+from .chat_template import render_messages, render_user_message
 from .generate import Generation, KVBudget, Prefill, PromptParts, continue_generation, run_generation
 from .gguf_file import GGUFModelFile, LlamaConfig
 from .native import NativeCache, NativeModel
