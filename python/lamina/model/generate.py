@@ -19,7 +19,7 @@ from .native import NativeCache, NativeModel
 from .press import CACHE_SCORED, apply_press, prefill_for_press, press_to_budget
 from .sampling import Sampler
 
-__all__ = ["Generation", "PromptParts", "KVBudget", "Prefill", "run_generation", "continue_generation"]
+__all__ = ["Generation", "PromptParts", "KVBudget", "Prefill", "check_limits", "run_generation", "continue_generation"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,6 +109,23 @@ class PromptParts:
 
     context: list[int]
     suffix: list[int]
+
+
+def check_limits(max_tokens: int, stop: str | Sequence[str]) -> list[str]:
+    """The stop strings of a generation (one string becomes a list of one), checked with its
+    token budget.
+
+    Raises
+    ------
+    InvalidInput
+        ``max_tokens`` < 1 or an empty stop string.
+    """
+    if int(max_tokens) < 1:
+        raise InvalidInput(f"max_tokens must be >= 1, got {max_tokens}")
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if any(not s for s in stops):
+        raise InvalidInput("stop strings must be non-empty")
+    return stops
 
 
 def run_generation(
