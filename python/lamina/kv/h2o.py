@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _ops
-from .method import KeepSet, KVMethod, check_fraction, keep_all
+from .method import KeepSet, KVMethod, Selection, check_fraction
 
 __all__ = ["H2O"]
 
@@ -83,18 +83,12 @@ class H2O(KVMethod):
             threads,
         )
 
-    def _select(
-        self,
-        scores: npt.NDArray[np.float32],
-        budget: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        n_kv_heads: int,
-        threads: int,
-    ) -> KeepSet:
-        L, S = scores.shape[0], scores.shape[-1]
+    def _select(self, sel: Selection) -> KeepSet:
+        scores, budget, n_kv_heads = sel.scores, sel.budget, sel.n_kv_heads
+        L, S = sel.n_layers, sel.seq_len
         heavy, recent = self.split(budget)
         if budget >= S:
-            return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
+            return sel.keep_all(like=scores)
         n = S - recent
         if self.normalize and scores.ndim != 4:
             raise ValueError("h2o normalize=True needs window attention (L, H, w, S)")
@@ -113,14 +107,7 @@ class H2O(KVMethod):
             None,
             k,
             recent,
-            threads,
+            sel.threads,
         )
-        return KeepSet(
-            indices=idx,
-            offsets=off,
-            lengths=np.full((L, n_kv_heads), budget, dtype=np.int64),
-            seq_len=S,
-            method=self.name,
-            budget=budget,
-            info={"heavy": heavy, "recent": recent},
-        )
+        lengths = np.full((L, n_kv_heads), budget, dtype=np.int64)
+        return sel.keep(idx, off, lengths, {"heavy": heavy, "recent": recent})

@@ -30,11 +30,11 @@ from . import _ops
 from .method import (
     KeepSet,
     KVMethod,
+    Selection,
     check_kv_heads,
     check_scores,
     check_threads,
     is_integral,
-    keep_all,
     select_rows,
 )
 
@@ -176,48 +176,32 @@ class SnapKV(KVMethod):
         return np.full((n_layers, n_kv_heads), per_head, dtype=np.int64), {}
 
     def _row_budgets(
-        self,
-        x: npt.NDArray[np.float32],
-        w: int,
-        n_kv_heads: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        per_head: int,
-        threads: int,
+        self, sel: Selection, w: int, per_head: int
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
         """(scores (L, H_kv, S - w), non-window budgets (L, H_kv), diagnostics) for methods
-        whose budgets depend on the scores."""
+        whose budgets depend on the scores; ``w`` the window, ``per_head`` the non-window
+        tokens per KV head."""
         raise NotImplementedError
 
     def _budget_and_select(
-        self,
-        x: npt.NDArray[np.float32],
-        w: int,
-        n_kv_heads: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        per_head: int,
-        threads: int,
+        self, sel: Selection, w: int, per_head: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
         """(kept indices, offsets, non-window budgets (L, H_kv), diagnostics) for methods whose
         budgets depend on the scores: _row_budgets, then the native per-row top-k. Methods
         may fuse the two (LAVa does)."""
-        rows, k, info = self._row_budgets(x, w, n_kv_heads, value_norms, per_head, threads)
-        idx, off = select_rows(rows, k, x.shape[-1] - w, w, threads)
+        rows, k, info = self._row_budgets(sel, w, per_head)
+        idx, off = select_rows(rows, k, sel.seq_len - w, w, sel.threads)
         return idx, off, k, info
 
-    def _select(
-        self,
-        scores: npt.NDArray[np.float32],
-        budget: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        n_kv_heads: int,
-        threads: int,
-    ) -> KeepSet:
-        L, S = scores.shape[0], scores.shape[-1]
+    def _select(self, sel: Selection) -> KeepSet:
+        scores, budget, n_kv_heads = sel.scores, sel.budget, sel.n_kv_heads
+        value_norms, threads = sel.value_norms, sel.threads
+        L, S = sel.n_layers, sel.seq_len
         w = self.window(scores)
         if budget >= S:
             if self.uses_value_norms:
                 self._scale_args(value_norms, scores, n_kv_heads)  # still reject bad norms
-            return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
+            return sel.keep_all(like=scores)
         if budget < w:
             raise ValueError(
                 f"{self.name}: budget ({budget} tokens per head) must be >= window_size ({w}); "
@@ -225,7 +209,7 @@ class SnapKV(KVMethod):
             )
         n = S - w
         if self.scores_decide_budgets:
-            idx, off, k, info = self._budget_and_select(scores, w, n_kv_heads, value_norms, budget - w, threads)
+            idx, off, k, info = self._budget_and_select(sel, w, budget - w)
         else:
             k, info = self._static_budgets(L, n_kv_heads, budget - w, n)
             per_row, per_token = self._scale_args(value_norms, scores, n_kv_heads)
@@ -245,12 +229,4 @@ class SnapKV(KVMethod):
                 threads,
             )
         info["window_size"] = w
-        return KeepSet(
-            indices=idx,
-            offsets=off,
-            lengths=k + w,
-            seq_len=S,
-            method=self.name,
-            budget=budget,
-            info=info,
-        )
+        return sel.keep(idx, off, k + w, info)
