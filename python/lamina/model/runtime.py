@@ -13,7 +13,15 @@ from ..errors import InvalidInput
 from ..kv import KVMethod
 from .calibration import ChannelScaling, model_identity
 from .forward import ModelForward
-from .generate import Generation, KVBudget, PromptParts, check_limits, continue_generation, run_generation
+from .generate import (
+    Decoding,
+    Generation,
+    KVBudget,
+    PromptParts,
+    check_limits,
+    continue_generation,
+    run_generation,
+)
 from .gguf_file import GGUFModelFile, LlamaConfig
 from .native import NativeCache, NativeModel
 from .position import HeadSet, MsPoE, copy_head_scores, probe_ids, select_copy_heads
@@ -229,19 +237,9 @@ class Model(ModelForward):
         self._check_room(cache, len(suffix) + int(max_tokens))
         if suffix:
             logits = self.prefill(suffix, cache).logits
+        dec = self._decoding(max_tokens, Sampler(temperature=0.0), list(stop), None)
         return continue_generation(
-            self._native,
-            cache,
-            logits,
-            decode=self.tokenizer.decode,
-            eos_ids=self.eos_ids,
-            max_tokens=int(max_tokens),
-            sampler=Sampler(temperature=0.0),
-            stop=list(stop),
-            on_text=None,
-            threads=self.threads,
-            q8_decode=self.q8_decode,
-            n_prompt=int(cache.n_seen if n_prompt is None else n_prompt),
+            self._native, cache, logits, dec, n_prompt=int(cache.n_seen if n_prompt is None else n_prompt)
         )
 
     def generate(
@@ -353,19 +351,27 @@ class Model(ModelForward):
             self._native,
             self.new_cache(),
             parts,
+            self._decoding(max_tokens, sampler, stops, on_text),
+            press=press,
+            compression=float(compression),
+            context_length=self.config.context_length,
+            budget=budget,
+            instruction=self.repeat_instruction if press is not None else (),
+        )
+
+    def _decoding(
+        self, max_tokens: int, sampler: Sampler, stops: list[str], on_text: Callable[[str], None] | None
+    ) -> Decoding:
+        """This model's :class:`Decoding` with these limits."""
+        return Decoding(
             decode=self.tokenizer.decode,
             eos_ids=self.eos_ids,
             max_tokens=int(max_tokens),
             sampler=sampler,
-            press=press,
-            compression=float(compression),
             stop=stops,
             on_text=on_text,
-            context_length=self.config.context_length,
             threads=self.threads,
             q8_decode=self.q8_decode,
-            budget=budget,
-            instruction=self.repeat_instruction if press is not None else (),
         )
 
     def generate_messages(
