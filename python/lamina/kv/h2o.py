@@ -69,19 +69,11 @@ class H2O(KVMethod):
         self.validate()
         if self.normalize and scores.ndim != 4:
             raise ValueError("h2o normalize=True needs window attention (L, H, w, S)")
-        return _ops.window_scores(  # type: ignore[no-any-return]
-            scores,
-            n_kv_heads,
-            n_candidates,
-            "sum",
-            bool(self.normalize),
-            "none",
-            1,
-            self.gqa,
-            None,
-            None,
-            threads,
-        )
+        return _ops.window_scores(self._scoring(scores, n_kv_heads, n_candidates), threads)  # type: ignore[no-any-return]
+
+    def _scoring(self, scores: npt.NDArray[np.float32], n_kv_heads: int, n: int) -> _ops.WindowScoring:
+        """H2O's scoring: each window query's attention summed per position (no pooling)."""
+        return _ops.WindowScoring(scores, n_kv_heads, n, "sum", bool(self.normalize), "none", 1, self.gqa, None, None)
 
     def _select(self, sel: Selection) -> KeepSet:
         scores, budget, n_kv_heads = sel.scores, sel.budget, sel.n_kv_heads
@@ -94,20 +86,6 @@ class H2O(KVMethod):
             raise ValueError("h2o normalize=True needs window attention (L, H, w, S)")
         k = np.full((L, n_kv_heads), heavy, dtype=np.int64)
         # scored and selected row by row in one native pass (see H2O.score for the scores)
-        idx, off = _ops.score_select(
-            scores,
-            n_kv_heads,
-            n,
-            "sum",
-            bool(self.normalize),
-            "none",
-            1,
-            self.gqa,
-            None,
-            None,
-            k,
-            recent,
-            sel.threads,
-        )
+        idx, off = _ops.score_select(self._scoring(scores, n_kv_heads, n), k, recent, sel.threads)
         lengths = np.full((L, n_kv_heads), budget, dtype=np.int64)
         return sel.keep(idx, off, lengths, {"heavy": heavy, "recent": recent})

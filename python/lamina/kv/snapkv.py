@@ -145,21 +145,16 @@ class SnapKV(KVMethod):
         threads: int,
         entropy: bool = False,
     ) -> Any:
+        return _ops.window_scores(self._scoring(x, n_kv_heads, x.shape[-1] - w, value_norms), threads, entropy)
+
+    def _scoring(
+        self, x: npt.NDArray[np.float32], n_kv_heads: int, n: int, value_norms: npt.NDArray[np.float32] | None
+    ) -> _ops.WindowScoring:
+        """SnapKV's scoring: the window's mean attention, pooled along positions, scaled by
+        the value norms where the method uses them."""
         per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
-        n = x.shape[-1] - w
-        return _ops.window_scores(
-            x,
-            n_kv_heads,
-            n,
-            "mean",
-            False,
-            self.pooling,
-            int(self.kernel_size),
-            self.gqa,
-            per_row,
-            per_token,
-            threads,
-            entropy,
+        return _ops.WindowScoring(
+            x, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size), self.gqa, per_row, per_token
         )
 
     # -- budgets -----------------------------------------------------------------------
@@ -212,21 +207,6 @@ class SnapKV(KVMethod):
             idx, off, k, info = self._budget_and_select(sel, w, budget - w)
         else:
             k, info = self._static_budgets(L, n_kv_heads, budget - w, n)
-            per_row, per_token = self._scale_args(value_norms, scores, n_kv_heads)
-            idx, off = _ops.score_select(
-                scores,
-                n_kv_heads,
-                n,
-                "mean",
-                False,
-                self.pooling,
-                int(self.kernel_size),
-                self.gqa,
-                per_row,
-                per_token,
-                k,
-                w,
-                threads,
-            )
+            idx, off = _ops.score_select(self._scoring(scores, n_kv_heads, n, value_norms), k, w, threads)
         info["window_size"] = w
         return sel.keep(idx, off, k + w, info)
