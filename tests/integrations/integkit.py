@@ -1,6 +1,6 @@
 """What the integration tests share: the framework of a test module (skips when it is not
-installed, fails under LAMINA_REQUIRE_INTEGRATIONS=1, which CI sets), a memory on the hashing
-embedder, and the Python examples of docs/integrations.md."""
+installed, fails under LAMINA_REQUIRE_INTEGRATIONS=1, which CI sets) and the Python examples of
+docs/integrations.md (the ``memory`` fixture, on the hashing embedder, is in conftest.py)."""
 
 from __future__ import annotations
 
