@@ -30,6 +30,20 @@ FILLER = [
 ]
 
 
+#: Small talk with one fact in it (Alice's sister's kitten, Pepper).
+KITTEN_CHAT = [
+    ("Alice", "The weather was lovely this morning."),
+    ("Bob", "I watched a football match yesterday."),
+    ("Alice", "My sister adopted a grey kitten called Pepper."),
+    ("Bob", "Did you try the new bakery downtown?"),
+    ("Alice", "I have been reading a mystery novel."),
+    ("Bob", "Sounds fun, who is the author?"),
+]
+
+#: Words of random chat turns.
+CHAT_WORDS = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
+
+
 def chat(mem: Memory, user: str, session: str, lines: Sequence[tuple[str, str]], t: float, prefix: str) -> list[int]:
     """Add ``lines`` as one batch, one minute apart, with source ids ``prefix:i``."""
     msgs = [

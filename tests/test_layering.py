@@ -222,8 +222,6 @@ def test_the_package_root_holds_only_the_package_files() -> None:
     assert files == {"__init__.py", "errors.py", "__main__.py", "_core.pyi", "py.typed"}, files
 
 
-
-
 # basenames that may stand in more than one folder: the package markers, and (until the lead renames
 # it at merge) the HTTP service's errors, which shares its name with the package's own errors.py
 SHARED_BASENAMES = {"__init__", "__main__"}
