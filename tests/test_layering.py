@@ -9,6 +9,7 @@ import ast
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -276,24 +277,29 @@ def test_timeref_is_a_leaf() -> None:
     assert [t for t, _, _ in _imports("lamina.text._memo") if t.startswith("lamina")] == ["lamina._core"]
 
 
+def _check_levels(package: str, levels: dict[str, int], outside: Callable[[str], bool]) -> None:
+    """``lamina.<package>`` holds the modules of ``levels``; each imports, inside the package, only
+    modules of lower levels, and outside it only what ``outside`` accepts (never the package root)."""
+    prefix = f"lamina.{package}."
+    assert {n.split(".")[-1] for n in MODULES if n.startswith(prefix)} == set(levels)
+    for mod, level in levels.items():
+        for target, line, names in _imports(prefix + mod):
+            for n in names or [""]:
+                full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
+                if not full.startswith(prefix):
+                    assert full != prefix[:-1], f"{prefix}{mod}:{line} imports the package root"
+                    assert outside(full), f"{prefix}{mod}:{line} imports {full}"
+                    continue
+                dep = full.split(".")[2]
+                assert levels[dep] < level, f"{prefix}{mod} (level {level}) imports {prefix}{dep} (level {levels[dep]})"
+
+
 def test_model_modules_import_only_lower_levels() -> None:
     """lamina.model's modules import only lower levels of the package, and outside it only the
     layers it builds on (the native core, errors, lamina.kv) — never the memory loop, eval or cli."""
-    assert {n.split(".")[-1] for n in MODULES if n.startswith("lamina.model.")} == set(MODEL_LEVELS)
-    for mod, level in MODEL_LEVELS.items():
-        for target, line, names in _imports(f"lamina.model.{mod}"):
-            for n in names or [""]:
-                full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
-                if not full.startswith("lamina.model."):
-                    assert full != "lamina.model", f"lamina.model.{mod}:{line} imports the package root"
-                    assert full.startswith(("lamina._core", "lamina.errors", "lamina.kv")) or full == "lamina", (
-                        f"lamina.model.{mod}:{line} imports {full}"
-                    )
-                    continue
-                dep = full.split(".")[2]
-                assert MODEL_LEVELS[dep] < level, (
-                    f"lamina.model.{mod} (level {level}) imports lamina.model.{dep} (level {MODEL_LEVELS[dep]})"
-                )
+    _check_levels(
+        "model", MODEL_LEVELS, lambda m: m == "lamina" or m.startswith(("lamina._core", "lamina.errors", "lamina.kv"))
+    )
 
 
 # lamina.kv: the selection core below one module per method; a method builds on the core and
@@ -315,18 +321,7 @@ KV_LEVELS = {
 
 
 def test_kv_modules_import_only_lower_levels() -> None:
-    assert {n.split(".")[-1] for n in MODULES if n.startswith("lamina.kv.")} == set(KV_LEVELS)
-    for mod, level in KV_LEVELS.items():
-        for target, line, names in _imports(f"lamina.kv.{mod}"):
-            for n in names or [""]:
-                full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
-                if not full.startswith("lamina.kv."):
-                    assert full in ("lamina", "lamina._core", "lamina.native._device"), (
-                        f"lamina.kv.{mod}:{line} imports {full}"
-                    )
-                    continue
-                dep = full.split(".")[2]
-                assert KV_LEVELS[dep] < level, f"lamina.kv.{mod} (level {level}) imports lamina.kv.{dep}"
+    _check_levels("kv", KV_LEVELS, lambda m: m in ("lamina", "lamina._core", "lamina.native._device"))
 
 
 def test_the_kv_suite_is_pure_and_the_kv_eval_sits_on_the_model() -> None:
@@ -459,21 +454,7 @@ AGENT_LEVELS = {
 def test_agent_modules_import_only_lower_levels() -> None:
     """lamina.agent's modules import only lower levels of the package, and outside it only the
     layers below the agent (lamina.llm, the memory facade) — never eval, cli or serve."""
-    assert {n.split(".")[-1] for n in MODULES if n.startswith("lamina.agent.")} == set(AGENT_LEVELS)
-    for mod, level in AGENT_LEVELS.items():
-        for target, line, names in _imports(f"lamina.agent.{mod}"):
-            for n in names or [""]:
-                full = f"{target}.{n}" if f"{target}.{n}" in MODULES else target
-                if not full.startswith("lamina.agent."):
-                    assert full != "lamina.agent", f"lamina.agent.{mod}:{line} imports the package root"
-                    assert full.startswith(("lamina.llm", "lamina.memory", "lamina.errors")), (
-                        f"lamina.agent.{mod}:{line} imports {full}"
-                    )
-                    continue
-                dep = full.split(".")[2]
-                assert AGENT_LEVELS[dep] < level, (
-                    f"lamina.agent.{mod} (level {level}) imports lamina.agent.{dep} (level {AGENT_LEVELS[dep]})"
-                )
+    _check_levels("agent", AGENT_LEVELS, lambda m: m.startswith(("lamina.llm", "lamina.memory", "lamina.errors")))
 
 
 def test_the_inspector_sits_on_the_service_and_below_its_app() -> None:
