@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import random
 import re
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,11 @@ KITTEN_CHAT = [
 
 #: Words of random chat turns.
 CHAT_WORDS = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
+
+
+def random_turns(rng: random.Random, n: int) -> list[tuple[str, str]]:
+    """``n`` chat turns of Ben and Ann in turn (Ben first), each eight random :data:`CHAT_WORDS`."""
+    return [("Ann" if i % 2 else "Ben", " ".join(rng.choice(CHAT_WORDS) for _ in range(8))) for i in range(n)]
 
 
 def chat(mem: Memory, user: str, session: str, lines: Sequence[tuple[str, str]], t: float, prefix: str) -> list[int]:

@@ -18,7 +18,18 @@ from lamina.memory.state.memstate import MemoryState, UserState
 from lamina.memory.state.records import NsCode, Record
 from lamina.memory.state.turnvec import turn_vectors
 from lamina.memory.store.sqlite import SQLiteStore
-from memkit import CHAT_WORDS, DAY, FILLER, KITTEN_CHAT, T0, NoiseEmbedder, active_leaves, chat, everything
+from memkit import (
+    CHAT_WORDS,
+    DAY,
+    FILLER,
+    KITTEN_CHAT,
+    T0,
+    NoiseEmbedder,
+    active_leaves,
+    chat,
+    everything,
+    random_turns,
+)
 from reference import recall, topic_sentences
 
 
@@ -28,8 +39,7 @@ def _fill(
     for s in range(n_sessions):
         t = T0 + s * DAY
         msgs = []
-        for i in range(per):
-            sp, tx = ("Ann" if i % 2 else "Ben"), " ".join(rng.choice(CHAT_WORDS) for _ in range(8))
+        for i, (sp, tx) in enumerate(random_turns(rng, per)):
             if needle is not None and (s, i) == needle[:2]:
                 sp, tx = needle[2], needle[3]
             msgs.append({"speaker": sp, "text": tx, "id": f"D{s}:{i}", "timestamp": t + 60 * i})

@@ -18,7 +18,7 @@ from lamina import Memory, MemoryConfig, MemoryItem
 from lamina.memory.read.fill import gate, item_tokens, lost_in_the_middle
 from lamina.memory.state.memstate import MemoryState, UserState
 from lamina.memory.state.records import Record
-from memkit import CHAT_WORDS, DAY, FILLER, KITTEN_CHAT, T0, chat, words
+from memkit import CHAT_WORDS, DAY, FILLER, KITTEN_CHAT, T0, chat, random_turns, words
 
 
 def expected_tokens(items: Sequence[MemoryItem]) -> int:
@@ -82,7 +82,7 @@ def shared_memory() -> Memory:
             m,
             "u",
             f"s{s}",
-            [("Ann" if i % 2 else "Ben", " ".join(rng.choice(CHAT_WORDS) for _ in range(8))) for i in range(12)],
+            random_turns(rng, 12),
             T0 + s * DAY,
             f"D{s}",
         )

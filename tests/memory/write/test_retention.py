@@ -23,7 +23,19 @@ from lamina.memory.store.sqlite import SQLiteStore
 from lamina.memory.write.consolidate import dequeue
 from lamina.memory.write.ingest import add_turns, parse_messages
 from lamina.memory.write.retention import CoverageProjection, heat
-from memkit import DAY, FILLER, T0, active_leaves, chat, check_tree, everything, item_rows, leaf_texts, pooled
+from memkit import (
+    DAY,
+    FILLER,
+    T0,
+    active_leaves,
+    chat,
+    check_tree,
+    everything,
+    item_rows,
+    leaf_texts,
+    pooled,
+    random_turns,
+)
 
 DIM = 16
 
@@ -276,13 +288,12 @@ def test_one_child_tree_nodes_are_spliced_out(tmp_path: Path) -> None:
         config=MemoryConfig(episodic_capacity=12, max_segment_turns=3, min_segment_turns=2, lend_capacity=False),
     )
     rng = random.Random(5)
-    words = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
     for s in range(25):
         chat(
             m,
             "u",
             f"s{s}",
-            [("Ann" if i % 2 else "Ben", " ".join(rng.choice(words) for _ in range(8))) for i in range(8)],
+            random_turns(rng, 8),
             T0 + s * DAY,
             f"D{s}",
         )
