@@ -58,6 +58,13 @@ def chat(mem: Memory, user: str, session: str, lines: Sequence[tuple[str, str]],
     return mem.add(msgs, user_id=user, session_id=session)
 
 
+def day_session(mem: Memory, s: int, lines: Sequence[tuple[str, str]], user: str = "u") -> list[int]:
+    """Session ``s{s}`` of ``user`` on day ``s`` (source ids ``D{s}:i``), ended; returns the turn ids."""
+    ids = chat(mem, user, f"s{s}", lines, T0 + s * DAY, f"D{s}")
+    mem.end_session(user_id=user, session_id=f"s{s}")
+    return ids
+
+
 def words(text: str) -> int:
     """Whitespace-separated words of a text, counted independently of ``str.split``."""
     return len(re.findall(r"\S+", text))

@@ -27,6 +27,7 @@ from memkit import (
     NoiseEmbedder,
     active_leaves,
     chat,
+    day_session,
     everything,
     random_turns,
 )
@@ -93,8 +94,7 @@ def test_session_prior_ranks_a_turn_with_its_sessions_best() -> None:
                 [("Ann", "The train was late again."), ("Ben", "Ida waters the tulips in the garden.")],
             ]
         ):
-            chat(m, "u", f"s{s}", lines + list(FILLER[:4]), T0 + s * DAY, f"D{s}")
-            m.end_session(user_id="u", session_id=f"s{s}")
+            day_session(m, s, lines + list(FILLER[:4]))
         ex = m.explain_context("tulips garden niece Ida", user_id="u", budget=400, now=T0 + 9 * DAY)
         srcs = [c.item.sources for c in ex.candidates["episodic"] if c.item.kind == "turn"]
         order[mu] = (srcs.index(("D1:1",)), srcs.index(("D2:1",)))

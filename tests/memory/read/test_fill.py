@@ -18,7 +18,7 @@ from lamina import Memory, MemoryConfig, MemoryItem
 from lamina.memory.read.fill import gate, item_tokens, lost_in_the_middle
 from lamina.memory.state.memstate import MemoryState, UserState
 from lamina.memory.state.records import Record
-from memkit import CHAT_WORDS, DAY, FILLER, KITTEN_CHAT, T0, chat, random_turns, words
+from memkit import CHAT_WORDS, DAY, FILLER, KITTEN_CHAT, T0, chat, day_session, random_turns, words
 
 
 def expected_tokens(items: Sequence[MemoryItem]) -> int:
@@ -37,11 +37,6 @@ def expected_tokens(items: Sequence[MemoryItem]) -> int:
             n += 2
         n += sum(words(ln) for _, ln in lines)
     return n
-
-
-def _session(m: Memory, s: int, lines: list[tuple[str, str]]) -> None:
-    chat(m, "u", f"s{s}", lines, T0 + s * DAY, f"D{s}")
-    m.end_session(user_id="u", session_id=f"s{s}")
 
 
 def test_context_budget_gates_render_and_bumps() -> None:
@@ -78,15 +73,7 @@ def shared_memory() -> Memory:
     m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=6))
     rng = random.Random(0)
     for s in range(20):
-        chat(
-            m,
-            "u",
-            f"s{s}",
-            random_turns(rng, 12),
-            T0 + s * DAY,
-            f"D{s}",
-        )
-        m.end_session(user_id="u", session_id=f"s{s}")
+        day_session(m, s, random_turns(rng, 12))
     m.add(
         [{"speaker": "Ann", "text": "I moved to Lisbon last week.", "timestamp": T0 + 40 * DAY}],
         user_id="u",
@@ -139,7 +126,7 @@ def test_aggregates_only_after_specific_items() -> None:
     the best turn, although long summaries can score higher."""
     m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=4, layers=("working", "episodic")))
     for s in range(1, 4):
-        _session(m, s, KITTEN_CHAT)
+        day_session(m, s, KITTEN_CHAT)
     for query in ("who adopted the grey kitten", "weather football bakery novel author", "mystery novel"):
         ctx = m.context(query, user_id="u", budget=14, now=T0 + 9 * DAY)
         best_turn = max(h.score for h in m.search(query, user_id="u", k=50, layers=["archive"]))
@@ -154,7 +141,7 @@ def test_repeated_turn_text_shown_once() -> None:
     """A turn repeating the words of a turn already in the context is skipped (budget goes to new text)."""
     m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=4, layers=("working", "episodic")))
     for s in range(1, 4):
-        _session(m, s, [("Alice", "Work has been hectic lately.")] + KITTEN_CHAT)
+        day_session(m, s, [("Alice", "Work has been hectic lately.")] + KITTEN_CHAT)
     ctx = m.context("how has work been", user_id="u", budget=60, now=T0 + 9 * DAY)
     texts = [it.text for it in ctx.items if it.kind == "turn"]
     assert texts.count("Work has been hectic lately.") == 1

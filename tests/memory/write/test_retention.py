@@ -30,6 +30,7 @@ from memkit import (
     active_leaves,
     chat,
     check_tree,
+    day_session,
     everything,
     item_rows,
     leaf_texts,
@@ -152,8 +153,7 @@ def test_capacity_eviction_never_touches_archive(tmp_path: Path) -> None:
     )
     n = 0
     for s in range(4):
-        n += len(chat(m, "u", f"s{s}", FILLER, T0 + s * DAY, f"D{s}"))
-        m.end_session(user_id="u", session_id=f"s{s}")
+        n += len(day_session(m, s, FILLER))
     st = m.stats(user_id="u")
     assert st.evicted > 0 and st.archive_turns == n == 24
     recs = item_rows(p)
@@ -289,15 +289,7 @@ def test_one_child_tree_nodes_are_spliced_out(tmp_path: Path) -> None:
     )
     rng = random.Random(5)
     for s in range(25):
-        chat(
-            m,
-            "u",
-            f"s{s}",
-            random_turns(rng, 8),
-            T0 + s * DAY,
-            f"D{s}",
-        )
-        m.end_session(user_id="u", session_id=f"s{s}")
+        day_session(m, s, random_turns(rng, 8))
     assert m.stats(user_id="u").evicted > 0
     tree = check_tree(p, "u")
     for node in (r for r in tree if r["kind"] == "summary"):
