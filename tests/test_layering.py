@@ -367,15 +367,20 @@ def test_import_lamina_loads_no_model_extra() -> None:
         "import sys, lamina; assert lamina.LocalChat; "
         f"print(sorted(m for m in {MODEL_EXTRA_DEPS!r} if m in sys.modules))"
     )
-    # the lamina this process imported: a site-less process (a worktree) is given its path; an
-    # installed or editable one is found as usual (the source tree alone has no _core)
+    out = _python(code)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter on the lamina this process imported: a site-less
+    process (a worktree) is given its path; an installed or editable one is found as usual (the
+    source tree alone has no _core)."""
     env = dict(os.environ)
     flags: list[str] = []
     if sys.flags.no_site:
         env["PYTHONPATH"] = os.pathsep.join([str(PKG.parent), *sys.path])
         flags = ["-S"]
-    out = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    return subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, check=True)
 
 
 def test_import_lamina_loads_at_most_half_of_the_package() -> None:
@@ -383,12 +388,7 @@ def test_import_lamina_loads_at_most_half_of_the_package() -> None:
     KV-cache methods, the fleet step, the clients, the service, the evaluation and the command
     line load when first used."""
     code = "import sys, lamina; print(sum(1 for m in sys.modules if m.startswith('lamina.')))"
-    env = dict(os.environ)
-    flags: list[str] = []
-    if sys.flags.no_site:
-        env["PYTHONPATH"] = os.pathsep.join([str(PKG.parent), *sys.path])
-        flags = ["-S"]
-    out = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, check=True)
+    out = _python(code)
     assert int(out.stdout) <= len(MODULES) // 2, (out.stdout, len(MODULES))
 
 
