@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from integkit import need
+from integkit import memory_fixture, need
 
 need("autogen_core")
 
@@ -18,6 +18,8 @@ from autogen_core.models import AssistantMessage, SystemMessage, UserMessage  # 
 
 import lamina  # noqa: E402
 from lamina.integrations.autogen_memory import LaminaAutoGenMemory  # noqa: E402
+
+memory = memory_fixture()
 
 
 def _text(s: str) -> MemoryContent:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from integkit import need
+from integkit import memory_fixture, need
 
 need("langchain_core")
 
@@ -20,6 +20,8 @@ from langchain_core.runnables.history import RunnableWithMessageHistory  # noqa:
 
 import lamina  # noqa: E402
 from lamina.integrations.langchain_memory import LaminaChatMessageHistory, LaminaRetriever  # noqa: E402
+
+memory = memory_fixture()
 
 
 def test_history_round_trip(memory: lamina.Memory) -> None:

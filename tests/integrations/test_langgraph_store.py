@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from integkit import need
+from integkit import memory_fixture, need
 
 need("langgraph.store.base")
 
@@ -27,6 +27,8 @@ from langgraph.store.memory import InMemoryStore  # noqa: E402
 
 import lamina  # noqa: E402
 from lamina.integrations.langgraph_store import LaminaStore  # noqa: E402
+
+memory = memory_fixture()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from integkit import need
+from integkit import memory_fixture, need
 
 need("llama_index.core.memory")
 
@@ -18,6 +18,8 @@ from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
 
 import lamina  # noqa: E402
 from lamina.integrations.llamaindex_memory import LaminaMemoryBlock  # noqa: E402
+
+memory = memory_fixture()
 
 
 def _words(text: str) -> list[str]:  # (LlamaIndex's default tokenizer downloads tiktoken's tables)

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from integkit import need
+from integkit import memory_fixture, need
 
 need("agents")
 
@@ -21,6 +21,8 @@ from openai.types.responses import ResponseOutputMessage, ResponseOutputText  # 
 
 import lamina  # noqa: E402
 from lamina.integrations.openai_agents import LaminaSession  # noqa: E402
+
+memory = memory_fixture()
 
 set_tracing_disabled(True)  # (no trace export: the tests reach no network)
 
