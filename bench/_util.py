@@ -25,6 +25,29 @@ def timeit(fn: Callable[[], Any], min_time: float = 0.4, min_reps: int = 3, max_
     return float(np.median(times))
 
 
+def best_of(fn: Callable[[], Any], repeat: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Shortest of ``repeat`` runs of fn() on ``clock`` (seconds), after one warm-up call (page
+    faults, thread start)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = clock()
+        fn()
+        best = min(best, clock() - t0)
+    return best
+
+
+def run_times(fn: Callable[[], Any], runs: int = 3) -> list[float]:
+    """Wall time in seconds of each of ``runs`` calls of fn(), after one warm-up call."""
+    fn()
+    out: list[float] = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 def stream_bandwidth(nbytes: int = 512 << 20, threads: int = 1) -> float:
     """Streaming bandwidth in GB/s from a large numpy copy (bytes read + bytes written).
 

@@ -17,7 +17,10 @@ import argparse
 import os
 import platform
 import statistics
-import time
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _util import run_times  # noqa: E402
 
 
 def chat_lines(n: int, seed: int = 0) -> list[str]:
@@ -66,16 +69,6 @@ def chat_lines(n: int, seed: int = 0) -> list[str]:
     ]
 
 
-def timed(fn, runs: int = 3) -> list[float]:
-    fn()  # warm-up
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=["minilm", "mpnet"], default="minilm")
@@ -99,7 +92,7 @@ def main() -> int:
         f"{args.threads} threads, numpy {np.__version__}"
     )
     print(f"{m.name}: {args.n} chat lines, {mean_tok:.1f} word pieces on average, batch {args.batch}")
-    t_l = timed(lambda: m.embed(lines))
+    t_l = run_times(lambda: m.embed(lines))
     sps_l = args.n / statistics.median(t_l)
     print(
         f"lamina {type(m).__name__} (numpy + native kernels): {sps_l:8.1f} sentences/s "
@@ -116,7 +109,7 @@ def main() -> int:
         return 0
     torch.set_num_threads(args.threads)
     st = SentenceTransformer(str(m.model_dir), device="cpu")
-    t_s = timed(lambda: st.encode(lines, batch_size=args.batch))
+    t_s = run_times(lambda: st.encode(lines, batch_size=args.batch))
     sps_s = args.n / statistics.median(t_s)
     print(f"sentence-transformers (torch {torch.__version__}): {sps_s:8.1f} sentences/s")
     print(f"ratio lamina / torch: {sps_l / sps_s:.2f}x")

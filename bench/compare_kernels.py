@@ -20,8 +20,8 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -31,8 +31,10 @@ try:  # numpy's BLAS pinned to one thread: the references are timed single-threa
 except ImportError:  # pragma: no cover - optional
     threadpool_limits = None
 
-import lamina
-from lamina.native import kernels as K
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lamina  # noqa: E402
+from _util import best_of  # noqa: E402
+from lamina.native import kernels as K  # noqa: E402
 
 # ---------------------------------------------------------------------------- numpy references
 # The fastest plain-numpy formulations we know: in-place ufuncs with preallocated scratch
@@ -117,18 +119,6 @@ def np_evict(scores, namespaces, capacity):
 CLOCK = time.perf_counter
 
 
-def best_of(fn: Callable[[], object], repeat: int, clock: Callable[[], float] | None = None) -> float:
-    """Best of `repeat` runs after one warm-up (page faults, thread start)."""
-    clock = clock or CLOCK
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = clock()
-        fn()
-        best = min(best, clock() - t0)
-    return best
-
-
 def copy_bandwidth(nbytes: int, threads: int, repeat: int) -> float:
     """Streaming bandwidth in bytes/s: (read + write) bytes of a large numpy copy."""
     src = np.ones(nbytes // 4, dtype=np.float32)
@@ -136,7 +126,7 @@ def copy_bandwidth(nbytes: int, threads: int, repeat: int) -> float:
     chunks = np.array_split(np.arange(src.size), threads)
     bounds = [(c[0], c[-1] + 1) for c in chunks if c.size]
     if threads == 1:
-        t = best_of(lambda: np.copyto(dst, src), repeat)
+        t = best_of(lambda: np.copyto(dst, src), repeat, CLOCK)
     else:
         with ThreadPoolExecutor(threads) as ex:
 
@@ -211,7 +201,7 @@ def main() -> None:
         if only and name not in only:
             return
         res = {"kernel": name, "bytes": nbytes, "row_kernel": row_kernel}
-        t_np = best_of(np_fn, R)
+        t_np = best_of(np_fn, R, CLOCK)
         for label, t in (("1", 1), ("all", all_threads)):
             lamina.set_num_threads(t)
             tl = best_of(lam_fn, R, CLOCK if t == 1 else time.perf_counter)

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -37,8 +38,10 @@ try:  # numpy's BLAS pinned to one thread: the references are timed single-threa
 except ImportError:  # pragma: no cover - optional
     threadpool_limits = None
 
-import lamina
-from lamina import kv
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lamina  # noqa: E402
+from _util import best_of  # noqa: E402
+from lamina import kv  # noqa: E402
 
 F32 = np.float32
 
@@ -170,16 +173,6 @@ def np_lava(x, b, hkv, norms, w=32, k=7, alpha=0.2):
 
 
 # ---------------------------------------------------------------------------------- harness
-
-
-def best_of(fn: Callable[[], Any], repeat: int, clock: Callable[[], float] = time.perf_counter) -> float:
-    fn()  # warm-up (page faults, thread start)
-    best = float("inf")
-    for _ in range(repeat):
-        t = clock()
-        fn()
-        best = min(best, clock() - t)
-    return best
 
 
 def kept_score_sums(rows: list[np.ndarray] | np.ndarray, s: np.ndarray, n: int) -> float:

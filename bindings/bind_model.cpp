@@ -62,36 +62,12 @@ void def_model_setup(ModelClass& model_cls) {
            py::arg("config"), py::arg("tensors"), py::arg("position") = py::none(),
            "position: None (plain RoPE) or the Ms-PoE settings as a dict (first_layer, ratio_min, "
            "ratio_max, order 'rank'|'gather'|'normal', window, plain_heads uint8 [n_layers, n_heads] or None).")
-      .def(
-          "ratio_of",
-          [](const PyModel& pm, int i) {
-            LAMINA_CHECK_INDEX(i >= 0 && i < pm.m->config().n_kv_heads, "ratio index ", i,
-                               " outside [0, n_kv_heads)");
-            return pm.m->ratio_of(i);
-          },
-          py::arg("index"), "The Ms-PoE ratio r_i of ratio index i.")
       .def_property(
           "q8_prefill", [](const PyModel& pm) { return pm.m->q8_prefill(); },
           [](PyModel& pm, bool on) { pm.m->set_q8_prefill(on); },
           "True (default): the prefill multiplies int8-quantised activations with the packed "
           "blocks (integer GEMM, like q8 decode); False: float32 activations on dequantised "
           "weight panels.")
-      .def(
-          "set_channel_scaling",
-          [](PyModel& pm, const py::object& o) {
-            const model::ChannelScaling cs = channel_scaling(o);
-            py::gil_scoped_release nogil;
-            pm.m->set_channel_scaling(cs);
-          },
-          py::arg("scaling"),
-          "Single-channel hidden-state scaling: None removes it, else a dict (first_layer, "
-          "last_layer: layers [first, last); channel in [0, d_model); factor; last_tokens: 0 "
-          "scales every position, n >= 1 the last n queries of each call). ValueError on a bad "
-          "setting or a model with Ms-PoE. Set it before the model is shared between threads.")
-      .def_property_readonly(
-          "channel_scaling",
-          [](const PyModel& pm) -> py::object { return channel_scaling_dict(pm.m->channel_scaling()); },
-          "The channel scaling as set (a dict), or None.")
       .def(
           "forward_hidden",
           [](const PyModel& pm, const py::object& ids, model::KVCache& cache,
@@ -101,17 +77,8 @@ void def_model_setup(ModelClass& model_cls) {
             const model::Config& c = pm.m->config();
             const std::size_t T = static_cast<std::size_t>(a.shape(0));
             LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
-            py::object out = py::none();
             float* lp = nullptr;
-            if (mode == model::Logits::Last) {
-              py::array_t<float> o(c.vocab_size);
-              lp = o.mutable_data();
-              out = o;
-            } else if (mode == model::Logits::All) {
-              py::array_t<float> o({T, static_cast<std::size_t>(c.vocab_size)});
-              lp = o.mutable_data();
-              out = o;
-            }
+            py::object out = logits_array(mode, T, c.vocab_size, &lp);
             py::array_t<float> hid({static_cast<std::size_t>(c.n_layers), T,
                                     static_cast<std::size_t>(c.d_model)});
             float* hp = hid.mutable_data();
@@ -145,17 +112,8 @@ void def_model_forward(ModelClass& model_cls) {
             LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
             LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
                          "record_window must be in [0, len(ids)], got ", record_window);
-            py::object out = py::none(), rec = py::none(), acc = py::none();
             float* lp = nullptr;
-            if (mode == model::Logits::Last) {
-              py::array_t<float> o(c.vocab_size);
-              lp = o.mutable_data();
-              out = o;
-            } else if (mode == model::Logits::All) {
-              py::array_t<float> o({T, static_cast<std::size_t>(c.vocab_size)});
-              lp = o.mutable_data();
-              out = o;
-            }
+            py::object out = logits_array(mode, T, c.vocab_size, &lp), rec = py::none(), acc = py::none();
             LAMINA_CHECK(reduce == "sum" || reduce == "max",
                          "accumulate_reduce must be 'sum' or 'max', got '", reduce, "'");
             model::AttentionRecord R;
@@ -228,6 +186,12 @@ void register_model(py::module_& m) {
   register_kv_cache(m);
   ModelClass model_cls(m, "LlamaModel");
   def_model_setup(model_cls);
+  def_channel_scaling(model_cls,
+                      "Single-channel hidden-state scaling: None removes it, else a dict (first_layer, "
+                      "last_layer: layers [first, last); channel in [0, d_model); factor; last_tokens: 0 "
+                      "scales every position, n >= 1 the last n queries of each call). ValueError on a bad "
+                      "setting or a model with Ms-PoE. Set it before the model is shared between threads.");
+  def_ratio_of(model_cls);
   def_model_forward(model_cls);
 }
 

@@ -63,7 +63,12 @@ void register_cuda_model(py::module_& m) {
        "head's device storage is reallocated to exactly those entries."},
       head_rows, [](const cm::DeviceKVCache& c) { return c.clone(); });
 
-  py::class_<PyCudaModel>(m, "CudaLlamaModel")
+  py::class_<PyCudaModel> model_cls(m, "CudaLlamaModel");
+  def_channel_scaling(model_cls,
+                      "LlamaModel.set_channel_scaling on the device: None removes it, else the same dict; "
+                      "the channel's column of the fp16 query / key weights is copied on the device.");
+  def_ratio_of(model_cls);
+  model_cls
       .def(py::init([](const py::dict& cfg, const py::dict& tensors, const py::object& position) {
              const model::Config c = model_config(cfg);
              py::list keep;  // the arrays the weight view points into, until the upload is done
@@ -79,29 +84,8 @@ void register_cuda_model(py::module_& m) {
            py::arg("config"), py::arg("tensors"), py::arg("position") = py::none(),
            "The llama forward on the current CUDA device: every matrix dequantised to fp16 and "
            "uploaded once. Same arguments as LlamaModel.")
-      .def(
-          "set_channel_scaling",
-          [](PyCudaModel& pm, const py::object& o) {
-            const model::ChannelScaling cs = channel_scaling(o);
-            py::gil_scoped_release nogil;
-            pm.m->set_channel_scaling(cs);
-          },
-          py::arg("scaling"),
-          "LlamaModel.set_channel_scaling on the device: None removes it, else the same dict; "
-          "the channel's column of the fp16 query / key weights is copied on the device.")
-      .def_property_readonly(
-          "channel_scaling",
-          [](const PyCudaModel& pm) -> py::object { return channel_scaling_dict(pm.m->channel_scaling()); },
-          "The channel scaling as set (a dict), or None.")
       .def_property_readonly("weight_bytes", [](const PyCudaModel& pm) { return pm.m->weight_bytes(); })
       .def_property_readonly("device", [](const PyCudaModel& pm) { return pm.m->device(); })
-      .def("ratio_of",
-           [](const PyCudaModel& pm, int i) {
-             LAMINA_CHECK_INDEX(i >= 0 && i < pm.m->config().n_kv_heads, "ratio index ", i,
-                                " outside [0, n_kv_heads)");
-             return pm.m->ratio_of(i);
-           },
-           py::arg("index"))
       .def(
           "forward",
           [](PyCudaModel& pm, const py::object& ids, cm::DeviceKVCache& cache, const std::string& logits,
@@ -118,17 +102,8 @@ void register_cuda_model(py::module_& m) {
             LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
                          "record_window must be in [0, len(ids)], got ", record_window);
             const model::Logits mode = logits_mode(logits);
-            py::object out = py::none(), rec = py::none();
             float* lp = nullptr;
-            if (mode == model::Logits::Last) {
-              py::array_t<float> o(c.vocab_size);
-              lp = o.mutable_data();
-              out = o;
-            } else if (mode == model::Logits::All) {
-              py::array_t<float> o({T, static_cast<std::size_t>(c.vocab_size)});
-              lp = o.mutable_data();
-              out = o;
-            }
+            py::object out = logits_array(mode, T, c.vocab_size, &lp), rec = py::none();
             // The attention record (window presses): the device returns the window's queries,
             // the host computes the softmax rows over the cache's keys (lamina/model_f16.hpp).
             const std::size_t w = static_cast<std::size_t>(record_window);

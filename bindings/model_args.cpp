@@ -155,4 +155,13 @@ model::Logits logits_mode(const std::string& s) {
   throw ValueError("logits must be 'none', 'last' or 'all', got '" + s + "'");
 }
 
+py::object logits_array(model::Logits mode, std::size_t T, int vocab_size, float** data) {
+  *data = nullptr;
+  if (mode == model::Logits::None) return py::none();
+  const std::size_t V = static_cast<std::size_t>(vocab_size);
+  py::array_t<float> o = mode == model::Logits::Last ? py::array_t<float>(V) : py::array_t<float>({T, V});
+  *data = o.mutable_data();
+  return std::move(o);
+}
+
 }  // namespace lamina::py_detail

@@ -40,5 +40,38 @@ py::object channel_scaling_dict(const model::ChannelScaling& cs);
 
 /// "none" | "last" | "all" (ValueError otherwise).
 model::Logits logits_mode(const std::string& s);
+/// The logits array a forward of T tokens fills in `mode`: float32 [vocab_size] for Last,
+/// [T, vocab_size] for All, None for None; `*data` is set to its buffer (nullptr for None).
+py::object logits_array(model::Logits mode, std::size_t T, int vocab_size, float** data);
+
+/// set_channel_scaling / channel_scaling on a model class (PyM: the wrapper whose `m` is the
+/// CPU or CUDA model); `set_doc` documents the setter.
+template <class PyM>
+void def_channel_scaling(py::class_<PyM>& cls, const char* set_doc) {
+  cls.def(
+         "set_channel_scaling",
+         [](PyM& pm, const py::object& o) {
+           const model::ChannelScaling cs = channel_scaling(o);
+           py::gil_scoped_release nogil;
+           pm.m->set_channel_scaling(cs);
+         },
+         py::arg("scaling"), set_doc)
+      .def_property_readonly(
+          "channel_scaling", [](const PyM& pm) -> py::object { return channel_scaling_dict(pm.m->channel_scaling()); },
+          "The channel scaling as set (a dict), or None.");
+}
+
+/// ratio_of(index) on a model class: the Ms-PoE ratio r_i of ratio index i (IndexError outside
+/// [0, n_kv_heads)).
+template <class PyM>
+void def_ratio_of(py::class_<PyM>& cls) {
+  cls.def(
+      "ratio_of",
+      [](const PyM& pm, int i) {
+        LAMINA_CHECK_INDEX(i >= 0 && i < pm.m->config().n_kv_heads, "ratio index ", i, " outside [0, n_kv_heads)");
+        return pm.m->ratio_of(i);
+      },
+      py::arg("index"), "The Ms-PoE ratio r_i of ratio index i.");
+}
 
 }  // namespace lamina::py_detail

@@ -109,20 +109,28 @@ void check_param(const RowParam& p, std::size_t m, const char* name, double lo, 
   }
 }
 
+// The job of an update of rows [n, d] from targets at `index` with `param` (α or λ), the drift
+// written to `drift`; the caller sets the update's kind (renormalize, damped).
+kisa::BlendJob blend_job(float* rows, std::size_t d, const float* targets, const int64_t* index,
+                         const RowParam& param, float* drift) {
+  kisa::BlendJob job;
+  job.rows = rows;
+  job.d = d;
+  job.targets = targets;
+  job.index = index;
+  job.param = param;
+  job.drift = drift;
+  return job;
+}
+
 }  // namespace
 
 void ema_blend(float* rows, std::size_t n, std::size_t d, const float* targets, std::size_t m,
                const int64_t* index, const RowParam& alpha, bool renormalize, float* drift,
                int threads) {
   check_param(alpha, m, "alpha", 0.0, 1.0, "a finite value in [0, 1]");
-  kisa::BlendJob job;
-  job.rows = rows;
-  job.d = d;
-  job.targets = targets;
-  job.index = index;
-  job.param = alpha;
+  kisa::BlendJob job = blend_job(rows, d, targets, index, alpha, drift);
   job.renormalize = renormalize;
-  job.drift = drift;
   run_rows(job, n, m, threads);
 }
 
@@ -130,14 +138,8 @@ void damped_update(float* rows, std::size_t n, std::size_t d, const float* targe
                    std::size_t m, const int64_t* index, const RowParam& lam, float* drift,
                    int threads) {
   check_param(lam, m, "lam", 0.0, HUGE_VAL, "a finite value >= 0");
-  kisa::BlendJob job;
-  job.rows = rows;
-  job.d = d;
-  job.targets = targets;
-  job.index = index;
-  job.param = lam;
+  kisa::BlendJob job = blend_job(rows, d, targets, index, lam, drift);
   job.damped = true;
-  job.drift = drift;
   run_rows(job, n, m, threads);
 }
 

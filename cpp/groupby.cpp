@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "lamina/common.hpp"
+#include "lamina/hashing.hpp"
 
 namespace lamina {
 
@@ -16,7 +17,7 @@ class KeyIds {
   KeyIds() { rehash(1024); }
 
   uint32_t id_of(uint64_t key) {
-    std::size_t h = mix(key) & mask_;
+    std::size_t h = fmix64(key) & mask_;
     for (;;) {
       const uint32_t id = ids_[h];
       if (id == kEmpty) break;
@@ -36,20 +37,12 @@ class KeyIds {
 
  private:
   static constexpr uint32_t kEmpty = 0xffffffffu;
-  static uint64_t mix(uint64_t k) {  // murmur3 fmix64
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    k *= 0xc4ceb9fe1a85ec53ull;
-    k ^= k >> 33;
-    return k;
-  }
   void rehash(std::size_t cap) {
     keys_.assign(cap, 0);
     ids_.assign(cap, kEmpty);
     mask_ = cap - 1;
     for (uint32_t id = 0; id < order_.size(); ++id) {
-      std::size_t h = mix(order_[id]) & mask_;
+      std::size_t h = fmix64(order_[id]) & mask_;
       while (ids_[h] != kEmpty) h = (h + 1) & mask_;
       keys_[h] = order_[id];
       ids_[h] = id;

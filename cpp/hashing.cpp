@@ -23,15 +23,6 @@ constexpr float kStopWeight = 0.15f;
 constexpr float kBigramWeight = 0.6f;
 constexpr float kCharWeightPerWord = 0.6f;
 
-uint64_t fmix64(uint64_t k) {
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdull;
-  k ^= k >> 33;
-  k *= 0xc4ceb9fe1a85ec53ull;
-  k ^= k >> 33;
-  return k;
-}
-
 unsigned char lower(unsigned char c) {
   return (c >= 'A' && c <= 'Z') ? static_cast<unsigned char>(c - 'A' + 'a') : c;
 }

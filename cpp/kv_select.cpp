@@ -188,6 +188,21 @@ std::size_t emit(const float* x, std::size_t n, const Cut& c, int64_t* out, cons
   return w;
 }
 
+// Per row g of the kv_heads rows of n scores at s (one layer, rows contiguous): the entries
+// the layer-wide cut keeps, cnt[g] — those above it, and of those equal to it the first
+// c.take_equal in row order.
+void counts_at_cut(const float* s, std::size_t kv_heads, std::size_t n, const Cut& c, int64_t* cnt,
+                   const RowKernels& K) {
+  std::size_t eq_left = c.take_equal;
+  for (std::size_t g = 0; g < kv_heads; ++g) {
+    std::size_t gt, eq;
+    K.count(s + g * n, n, c.value, &gt, &eq);
+    const std::size_t take = std::min(eq, eq_left);
+    eq_left -= take;
+    cnt[g] = static_cast<int64_t>(gt + take);
+  }
+}
+
 // The k best of x[0..n) (ascending positions) written to out[0..k), when the k-th largest
 // is near the top of the row: one SIMD pass collects every value >= the sample's low bracket
 // end with its position (a few percent of the row), the cut is found among those, and the
@@ -503,15 +518,7 @@ void lava_layer(const float* s, std::size_t kv_heads, std::size_t n, std::size_t
       counts_from_collected(kv_heads, tot, cut, cnt, W, K);
       have = true;
     } else {  // the sample misled or the budget is a large share: the general cut
-      const Cut c = find_cut(s, N, tot, W.w, K);
-      std::size_t eq_left = c.take_equal;
-      for (std::size_t g = 0; g < kv_heads; ++g) {
-        std::size_t gt, eq;
-        K.count(s + g * n, n, c.value, &gt, &eq);
-        const std::size_t take = std::min(eq, eq_left);
-        eq_left -= take;
-        cnt[g] = static_cast<int64_t>(gt + take);
-      }
+      counts_at_cut(s, kv_heads, n, find_cut(s, N, tot, W.w, K), cnt, K);
     }
   }
   lava_rows(kv_heads, n, b, alpha, tail, cnt, hb, out, W, have,
@@ -697,15 +704,7 @@ void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_h
       }
       s = W.layer.data();
     }
-    const Cut c = find_cut(s, N, tot, W, K);
-    std::size_t eq_left = c.take_equal;
-    for (std::size_t g = 0; g < kv_heads; ++g) {
-      std::size_t gt, eq;
-      K.count(s + g * n, n, c.value, &gt, &eq);
-      const std::size_t take = std::min(eq, eq_left);
-      eq_left -= take;
-      cnt[g] = static_cast<int64_t>(gt + take);
-    }
+    counts_at_cut(s, kv_heads, n, find_cut(s, N, tot, W, K), cnt, K);
   });
 }
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +56,8 @@ SLOW_MODULES = (
     "tests/model/",
     "tests/embedders/test_mpnet.py",
     "tests/embedders/test_minilm.py",
-    "tests/eval/test_eval_position.py",
-    "tests/eval/test_eval_pamqa.py",
+    "tests/eval/test_position_sweep.py",
+    "tests/eval/test_pamqa_data.py",
     "tests/memory/store/test_faults.py",
     "tests/memory/store/test_processes.py",
     "tests/native/test_codec.py",
@@ -151,9 +151,23 @@ def isa(request: pytest.FixtureRequest) -> Iterator[str]:
     tests/kv)."""
     from lamina import _core
 
+    yield from _on_isa(_core.kv_simd_isa, request.param)
+
+
+@pytest.fixture(params=["scalar", "avx2", "avx512"])
+def codec_isa(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each SIMD path of the code-scan kernels this CPU supports (tests/native/test_codec.py)."""
+    from lamina import _core
+
+    yield from _on_isa(_core.codec_isa, request.param)
+
+
+def _on_isa(select: Callable[[str], object], isa: str) -> Iterator[str]:
+    """The kernels that ``select`` switches run on ``isa`` (the test skips where this CPU has
+    none), then on the default again."""
     try:
-        _core.kv_simd_isa(request.param)
+        select(isa)
     except ValueError:
-        pytest.skip(f"{request.param} not available on this CPU")
-    yield request.param
-    _core.kv_simd_isa("")
+        pytest.skip(f"{isa} not available on this CPU")
+    yield isa
+    select("")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import random
 import re
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -30,12 +31,38 @@ FILLER = [
 ]
 
 
+#: Small talk with one fact in it (Alice's sister's kitten, Pepper).
+KITTEN_CHAT = [
+    ("Alice", "The weather was lovely this morning."),
+    ("Bob", "I watched a football match yesterday."),
+    ("Alice", "My sister adopted a grey kitten called Pepper."),
+    ("Bob", "Did you try the new bakery downtown?"),
+    ("Alice", "I have been reading a mystery novel."),
+    ("Bob", "Sounds fun, who is the author?"),
+]
+
+#: Words of random chat turns.
+CHAT_WORDS = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
+
+
+def random_turns(rng: random.Random, n: int) -> list[tuple[str, str]]:
+    """``n`` chat turns of Ben and Ann in turn (Ben first), each eight random :data:`CHAT_WORDS`."""
+    return [("Ann" if i % 2 else "Ben", " ".join(rng.choice(CHAT_WORDS) for _ in range(8))) for i in range(n)]
+
+
 def chat(mem: Memory, user: str, session: str, lines: Sequence[tuple[str, str]], t: float, prefix: str) -> list[int]:
     """Add ``lines`` as one batch, one minute apart, with source ids ``prefix:i``."""
     msgs = [
         {"speaker": sp, "text": tx, "id": f"{prefix}:{i}", "timestamp": t + 60 * i} for i, (sp, tx) in enumerate(lines)
     ]
     return mem.add(msgs, user_id=user, session_id=session)
+
+
+def day_session(mem: Memory, s: int, lines: Sequence[tuple[str, str]], user: str = "u") -> list[int]:
+    """Session ``s{s}`` of ``user`` on day ``s`` (source ids ``D{s}:i``), ended; returns the turn ids."""
+    ids = chat(mem, user, f"s{s}", lines, T0 + s * DAY, f"D{s}")
+    mem.end_session(user_id=user, session_id=f"s{s}")
+    return ids
 
 
 def words(text: str) -> int:

@@ -36,6 +36,17 @@ namespace lamina {
 /// Any fixed seed hashes equally well (fmix64 finalises every feature hash).
 uint64_t fnv1a64(std::string_view s, uint64_t seed = 1469598103934665603ull);
 
+/// MurmurHash3's 64-bit finaliser: mixes every bit of `k` into every bit of the result (a
+/// bijection; used to spread hash keys over buckets).
+inline uint64_t fmix64(uint64_t k) {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ull;
+  k ^= k >> 33;
+  return k;
+}
+
 class HashingEmbedder {
  public:
   /// dim >= 8; 1 <= ngram_min <= ngram_max <= 8.

@@ -121,7 +121,7 @@ void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_h
 /// in [0, cap], summing to total: shares above cap are clamped and the excess re-split over the
 /// rest in proportion (water filling; all-zero weights split uniformly), then rounded by
 /// largest remainder, ties to the lower index. Float noise is neutralised as in
-/// lamina.kv.base.apportion (the Python version; same rule, same results): a share within 1e-9
+/// lamina.kv.method.apportion (the Python version; same rule, same results): a share within 1e-9
 /// of an integer is that integer, remainders compare at 1e-9 resolution.
 /// Precondition (ValueError): 0 <= total <= m * cap.
 void apportion(const double* weights, std::size_t m, int64_t total, int64_t cap, int64_t* out);

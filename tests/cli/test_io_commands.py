@@ -14,6 +14,7 @@ import pytest
 import lamina
 from lamina import Memory
 from lamina.cli.entry import main
+from memkit import LINES
 
 T0 = 1_683_550_000.0
 
@@ -151,14 +152,7 @@ def test_a_failed_export_leaves_no_file(tmp_path: Path, capsys: pytest.CaptureFi
     assert out.read_text(encoding="utf-8").startswith('{"type": "header"')
 
 
-_LINES = [
-    "I moved to Paris last spring.",
-    "My dog is called Max.",
-    "The weather is nice.",
-    "I work as a nurse.",
-    "We watched a movie.",
-    "I moved to Berlin for a job.",
-]
+_LINES = LINES[:6]
 _QUERIES = ["Where does she live?", "What is the dog called?", "job", "weather"]
 
 

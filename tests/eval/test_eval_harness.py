@@ -193,29 +193,32 @@ def test_reader_scores_with_official_rules(synthetic):
     assert "fake-reader-1" in format_tables(res)
 
 
+def _locomo_args(data: Path, out: Path, *, budgets: str, systems: str) -> list[str]:
+    """``lamina eval locomo`` on the hashing embedder, quiet, its vectors cached beside the data."""
+    return [
+        "eval",
+        "locomo",
+        "--data",
+        str(data),
+        "--embedder",
+        "hashing",
+        "--budgets",
+        budgets,
+        "--systems",
+        systems,
+        "--out",
+        str(out),
+        "--quiet",
+        "--cache",
+        str(data / "v.sqlite"),
+    ]
+
+
 def test_cli_eval_locomo(tmp_path, capsys):
     data = tmp_path / "locomo_dev.json"
     data.write_text(json.dumps([dict(_sample())]))
     out = tmp_path / "res.json"
-    rc = main(
-        [
-            "eval",
-            "locomo",
-            "--data",
-            str(tmp_path),
-            "--embedder",
-            "hashing",
-            "--budgets",
-            "32,64",
-            "--systems",
-            "bm25,lamina",
-            "--out",
-            str(out),
-            "--quiet",
-            "--cache",
-            str(tmp_path / "v.sqlite"),
-        ]
-    )
+    rc = main(_locomo_args(tmp_path, out, budgets="32,64", systems="bm25,lamina"))
     assert rc == 0
     text = capsys.readouterr().out
     assert "1 conversations" in text and "budget 64 tokens" in text and "reader: skipped" in text
@@ -224,25 +227,7 @@ def test_cli_eval_locomo(tmp_path, capsys):
     assert res["dataset"]["load_report"]["questions"] == 6
     assert res["embedder"]["from_cache"] == 0 and res["embedder"]["texts_embedded"] > 0
     # a rerun embeds nothing: every vector comes back from the cache file
-    rc = main(
-        [
-            "eval",
-            "locomo",
-            "--data",
-            str(tmp_path),
-            "--embedder",
-            "hashing",
-            "--budgets",
-            "32",
-            "--systems",
-            "bm25",
-            "--out",
-            str(out),
-            "--quiet",
-            "--cache",
-            str(tmp_path / "v.sqlite"),
-        ]
-    )
+    rc = main(_locomo_args(tmp_path, out, budgets="32", systems="bm25"))
     assert rc == 0 and "read from the cache" in capsys.readouterr().out
     res2 = json.loads(out.read_text())
     # (the first run also embedded lamina's summaries and facts; this one needs turns and questions)
@@ -332,7 +317,7 @@ def test_audit_corrections_are_matched_checked_and_applied(synthetic, tmp_path):
 
 def test_both_golds_and_their_intervals_are_reported(synthetic, tmp_path):
     from lamina.eval.locomo import load_audit
-    from lamina.eval.metrics import wilson_interval
+    from lamina.eval.scoring import wilson_interval
 
     convs, rep = synthetic
     audit = load_audit(_audit_file(tmp_path), convs)

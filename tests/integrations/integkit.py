@@ -7,10 +7,13 @@ from __future__ import annotations
 import importlib
 import os
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+import lamina
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 
@@ -33,3 +36,17 @@ def doc_examples(tag: str) -> list[str]:
     """The ```python blocks of docs/integrations.md that follow a ``<!-- example: tag -->`` line."""
     text = DOCS.read_text(encoding="utf-8")
     return re.findall(r"<!-- example: " + re.escape(tag) + r" -->\s*```python\n(.*?)```", text, flags=re.S)
+
+
+def memory_fixture() -> Callable[..., Iterator[lamina.Memory]]:
+    """A test module's ``memory`` fixture (``memory = memory_fixture()``): a fresh memory on the
+    hashing embedder per test. (Not in a conftest.py: tests import names from the root conftest
+    as ``conftest``, which a second conftest module would shadow.)"""
+
+    @pytest.fixture
+    def memory(tmp_path: Path) -> Iterator[lamina.Memory]:
+        m = lamina.Memory(tmp_path / "memory.db", embedder="hashing")
+        yield m
+        m.close()
+
+    return memory

@@ -5,11 +5,10 @@ docs' example."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
-from integkit import doc_examples, need
+from integkit import memory_fixture, need
 
 need("autogen_core")
 
@@ -20,12 +19,7 @@ from autogen_core.models import AssistantMessage, SystemMessage, UserMessage  # 
 import lamina  # noqa: E402
 from lamina.integrations.autogen_memory import LaminaAutoGenMemory  # noqa: E402
 
-
-@pytest.fixture
-def memory(tmp_path: Path) -> Any:
-    m = lamina.Memory(tmp_path / "ag.db", embedder="hashing")
-    yield m
-    m.close()
+memory = memory_fixture()
 
 
 def _text(s: str) -> MemoryContent:
@@ -97,13 +91,3 @@ def test_bad_input_raises(memory: lamina.Memory) -> None:
     with pytest.raises(TypeError, match="unexpected keyword"):
         asyncio.run(mem.query("x", top_k=3))
     assert memory.users() == []
-
-
-def test_docs_have_the_example() -> None:
-    assert len(doc_examples("autogen")) == 1
-
-
-@pytest.mark.parametrize("code", doc_examples("autogen"))
-def test_docs_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "docs/integrations.md", "exec"), {"__name__": "__main__"})

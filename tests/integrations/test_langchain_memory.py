@@ -5,11 +5,9 @@ in a chain), and the docs' example."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Any
 
 import pytest
-from integkit import doc_examples, need
+from integkit import memory_fixture, need
 
 need("langchain_core")
 
@@ -23,12 +21,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory  # noqa:
 import lamina  # noqa: E402
 from lamina.integrations.langchain_memory import LaminaChatMessageHistory, LaminaRetriever  # noqa: E402
 
-
-@pytest.fixture
-def memory(tmp_path: Path) -> Any:
-    m = lamina.Memory(tmp_path / "lc.db", embedder="hashing")
-    yield m
-    m.close()
+memory = memory_fixture()
 
 
 def test_history_round_trip(memory: lamina.Memory) -> None:
@@ -140,13 +133,3 @@ def test_bad_input_raises(memory: lamina.Memory) -> None:
     with pytest.raises(TypeError, match="lamina.Memory"):
         LaminaRetriever(memory="x", user_id="a")  # type: ignore[arg-type]
     assert memory.users() == []
-
-
-def test_docs_have_the_example() -> None:
-    assert len(doc_examples("langchain")) == 1
-
-
-@pytest.mark.parametrize("code", doc_examples("langchain"))
-def test_docs_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "docs/integrations.md", "exec"), {"__name__": "__main__"})

@@ -8,11 +8,10 @@ store, and the docs' example runs."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
-from integkit import doc_examples, need
+from integkit import memory_fixture, need
 
 need("langgraph.store.base")
 
@@ -29,12 +28,7 @@ from langgraph.store.memory import InMemoryStore  # noqa: E402
 import lamina  # noqa: E402
 from lamina.integrations.langgraph_store import LaminaStore  # noqa: E402
 
-
-@pytest.fixture
-def memory(tmp_path: Path) -> Any:
-    m = lamina.Memory(tmp_path / "lg.db", embedder="hashing")
-    yield m
-    m.close()
+memory = memory_fixture()
 
 
 @pytest.fixture
@@ -235,13 +229,3 @@ def test_a_graph_uses_the_store(memory: lamina.Memory) -> None:
     out = app.invoke({"user": "alice", "said": "I started learning the violin", "recalled": []})
     assert out["recalled"][0] == "I started learning the violin" and len(out["recalled"]) == 2
     assert memory.users() == ["memories.alice"]
-
-
-@pytest.mark.parametrize("code", doc_examples("langgraph"))
-def test_docs_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "docs/integrations.md", "exec"), {"__name__": "__main__"})
-
-
-def test_docs_have_the_example() -> None:
-    assert len(doc_examples("langgraph")) == 1

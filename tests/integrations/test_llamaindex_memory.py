@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
-from integkit import doc_examples, need
+from integkit import memory_fixture, need
 
 need("llama_index.core.memory")
 
@@ -20,12 +19,7 @@ from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
 import lamina  # noqa: E402
 from lamina.integrations.llamaindex_memory import LaminaMemoryBlock  # noqa: E402
 
-
-@pytest.fixture
-def memory(tmp_path: Path) -> Any:
-    m = lamina.Memory(tmp_path / "li.db", embedder="hashing")
-    yield m
-    m.close()
+memory = memory_fixture()
 
 
 def _words(text: str) -> list[str]:  # (LlamaIndex's default tokenizer downloads tiktoken's tables)
@@ -108,13 +102,3 @@ def test_bad_input_raises(memory: lamina.Memory) -> None:
     with pytest.raises(TypeError, match="ChatMessage"):
         asyncio.run(block.aput(["hello"]))  # type: ignore[list-item]
     assert memory.users() == []
-
-
-def test_docs_have_the_example() -> None:
-    assert len(doc_examples("llamaindex")) == 1
-
-
-@pytest.mark.parametrize("code", doc_examples("llamaindex"))
-def test_docs_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "docs/integrations.md", "exec"), {"__name__": "__main__"})

@@ -5,11 +5,10 @@ the smallest ``Model``), and the docs' example."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
-from integkit import doc_examples, need
+from integkit import memory_fixture, need
 
 need("agents")
 
@@ -22,6 +21,8 @@ from openai.types.responses import ResponseOutputMessage, ResponseOutputText  # 
 
 import lamina  # noqa: E402
 from lamina.integrations.openai_agents import LaminaSession  # noqa: E402
+
+memory = memory_fixture()
 
 set_tracing_disabled(True)  # (no trace export: the tests reach no network)
 
@@ -47,13 +48,6 @@ class ScriptedModel(Model):  # type: ignore[misc]
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
-
-
-@pytest.fixture
-def memory(tmp_path: Path) -> Any:
-    m = lamina.Memory(tmp_path / "oa.db", embedder="hashing")
-    yield m
-    m.close()
 
 
 CALL = {"type": "function_call", "call_id": "c1", "name": "weather", "arguments": '{"city": "Lisbon"}', "id": "fc_1"}
@@ -132,13 +126,3 @@ def test_bad_input_raises(memory: lamina.Memory) -> None:
     with pytest.raises(ValueError, match="limit"):
         asyncio.run(s.get_items(limit=0))
     assert memory.users() == []
-
-
-def test_docs_have_the_example() -> None:
-    assert len(doc_examples("openai-agents")) == 1
-
-
-@pytest.mark.parametrize("code", doc_examples("openai-agents"))
-def test_docs_example_runs(code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    exec(compile(code, "docs/integrations.md", "exec"), {"__name__": "__main__"})

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import lamina
 from lamina import _core, kv
-from lamina.kv.base import apportion
+from lamina.kv.method import apportion
 
 F32 = np.float32
 
@@ -92,7 +92,7 @@ def ref_counts(rows_l, total, floor=0):
 
 
 def ref_apportion(weights, total, cap):
-    """Water-filled, largest-remainder split (the rule documented in lamina.kv.base.apportion)."""
+    """Water-filled, largest-remainder split (the rule documented in lamina.kv.method.apportion)."""
     w = np.where(np.asarray(weights, dtype=np.float64) > 0, weights, 0.0)
     m = w.size
     x = np.zeros(m)

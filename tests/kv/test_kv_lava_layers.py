@@ -2,7 +2,7 @@
 selection kernels, against plain numpy references.
 
 lava_layers is LAVa after the scores: global top-k counts per head (ties: smaller (head,
-position)), head budgets split by lamina.kv.base.apportion, each row's top k_g (ties: smaller
+position)), head budgets split by lamina.kv.method.apportion, each row's top k_g (ties: smaller
 position) followed by the tail. Rows longer than 2048 entries take the sampled candidate path
 (a strided sample sets a threshold, one SIMD pass collects the entries above it, per-row
 counts and cuts are taken among those); heavy ties, empty and full layer budgets and a
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from lamina import _core
-from lamina.kv.base import apportion
+from lamina.kv.method import apportion
 
 F32 = np.float32
 

@@ -12,7 +12,7 @@ import pytest
 import lamina
 from lamina.errors import InvalidInput
 from lamina.llm.openai_chat import LLM, LLMError
-from lamina.model.chat import CHATML, render_messages
+from lamina.model.chat_template import CHATML, render_messages
 
 CONVERSATION = [
     {"role": "system", "content": "You answer in one short sentence."},

@@ -24,17 +24,6 @@ CODECS = ["binary", "int8"]
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
-@pytest.fixture(params=["scalar", "avx2", "avx512"])
-def codec_isa(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """Each SIMD path of the code-scan kernels this CPU supports."""
-    try:
-        _core.codec_isa(request.param)
-    except ValueError:
-        pytest.skip(f"{request.param} not available on this CPU")
-    yield request.param
-    _core.codec_isa("")
-
-
 def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
     x = rng.standard_normal((n, d)).astype(np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)

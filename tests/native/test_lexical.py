@@ -113,7 +113,7 @@ def test_stop_words_are_lowercase_and_dropped():
 
 
 def test_eval_stemmer_still_importable():
-    from lamina.eval.metrics import porter_stem as from_metrics
+    from lamina.eval.scoring import porter_stem as from_metrics
     from lamina.eval.stem import porter_stem as from_eval
     from lamina.text._stem import porter_stem
 

@@ -1,8 +1,8 @@
 """``lamina.agent``: the agent side of the memory (MemGPT virtual context, MemCon controller).
 
-* :mod:`~lamina.agent.chat` — tool-calling chat models (:class:`ChatModel`, an OpenAI-compatible
+* :mod:`~lamina.agent.tool_chat` — tool-calling chat models (:class:`ChatModel`, an OpenAI-compatible
   client, a prompted-tools adapter for plain LLMs such as :class:`lamina.LocalChat`);
-* :mod:`~lamina.agent.schemas` — the memory tools in the OpenAI function-calling format;
+* :mod:`~lamina.agent.tool_schemas` — the memory tools in the OpenAI function-calling format;
 * :mod:`~lamina.agent.context` — :class:`VirtualContext` (core memory, recall FIFO, memory
   pressure, flush with a recursive summary) over a :class:`lamina.Memory`;
 * :mod:`~lamina.agent.tools` — the dispatcher (argument validation, tool errors);
@@ -12,11 +12,11 @@
 
 from __future__ import annotations
 
-from .chat import ChatModel, ChatReply, OpenAIToolChat, PromptedToolChat, ToolCall
 from .context import PRESSURE_MESSAGE, PRESSURE_MESSAGE_PREFIX, CoreMemory, PressureEvent, VirtualContext, token_counter
 from .loop import TurnResult, run_turn
 from .memcon import Action, MemCon, PlanLibrary, default_actions, generalise
-from .schemas import TOOL_SCHEMAS, tool_schemas
+from .tool_chat import ChatModel, ChatReply, OpenAIToolChat, PromptedToolChat, ToolCall
+from .tool_schemas import TOOL_SCHEMAS, tool_schemas
 from .tools import PAGE_SIZE, ToolResult, dispatch
 
 __all__ = [

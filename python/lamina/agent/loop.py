@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chat import ChatModel
 from .context import PressureEvent, VirtualContext
-from .schemas import tool_schemas
+from .tool_chat import ChatModel
+from .tool_schemas import tool_schemas
 from .tools import ToolResult, dispatch
 
 __all__ = ["TurnResult", "run_turn"]

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .schemas import TOOL_SCHEMAS
+from .tool_schemas import TOOL_SCHEMAS
 
 if TYPE_CHECKING:
     from .context import VirtualContext

@@ -197,32 +197,20 @@ def generate(n_users: int = 4, n_sessions: int = 12, turns_per_session: int = 24
             sessions.append((f"S{s + 1}", msgs))
         qs: list[Question] = []
         for p in (a, b):
-            hist = evidence[(p, "city")]
-            qs.append(
-                Question(
-                    uid,
-                    f"Where does {p} live now?",
-                    hist[-1][0],
-                    [hist[-1][1]],
-                    "current",
-                    p,
-                    stale=[v for v, _, _ in hist[:-1] if v != hist[-1][0]],
-                    period=hist[-1][2],
+            for fact, ask in (("city", f"Where does {p} live now?"), ("job", f"What does {p} do for work these days?")):
+                hist = evidence[(p, fact)]
+                qs.append(
+                    Question(
+                        uid,
+                        ask,
+                        hist[-1][0],
+                        [hist[-1][1]],
+                        "current",
+                        p,
+                        stale=[v for v, _, _ in hist[:-1] if v != hist[-1][0]],
+                        period=hist[-1][2],
+                    )
                 )
-            )
-            hist = evidence[(p, "job")]
-            qs.append(
-                Question(
-                    uid,
-                    f"What does {p} do for work these days?",
-                    hist[-1][0],
-                    [hist[-1][1]],
-                    "current",
-                    p,
-                    stale=[v for v, _, _ in hist[:-1] if v != hist[-1][0]],
-                    period=hist[-1][2],
-                )
-            )
             pet = evidence[(p, "pet")][0]
             qs.append(
                 Question(uid, f"What is the name of {p}'s {persona[p]['pet'][0]}?", pet[0], [pet[1]], "stable", p)

@@ -11,7 +11,7 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
-from ..eval.pamqa import add_pamqa_parser
+from ..eval.pamqa_data import add_pamqa_parser
 from ..native import _info
 from ..native.search import VectorArena, topk
 from .eval_commands import add_eval_parser

@@ -10,7 +10,58 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["budgets_arg", "default_cache", "json_safe", "write_outputs"]
+__all__ = [
+    "LOCOMO_DATA",
+    "add_locomo_args",
+    "shared_data",
+    "add_cache_args",
+    "add_model_args",
+    "add_output_args",
+    "budgets_arg",
+    "default_cache",
+    "json_safe",
+    "write_outputs",
+]
+
+
+def shared_data(name: str) -> str:
+    """The default folder of a data set: ``../shared/data/<name>`` (relative to the working directory)."""
+    return os.path.join("..", "shared", "data", name)
+
+
+#: The default ``--data`` of the LoCoMo commands.
+LOCOMO_DATA = shared_data("locomo")
+
+
+def add_locomo_args(p: argparse.ArgumentParser, *, embedder: str) -> None:
+    """``--data`` (LoCoMo's file or folder) and ``--embedder`` (default ``embedder``)."""
+    p.add_argument("--data", default=LOCOMO_DATA, help="locomo_dev.json / locomo10.json or their folder")
+    p.add_argument("--embedder", default=embedder, help="auto | minilm | mpnet | hashing")
+
+
+def add_cache_args(p: argparse.ArgumentParser) -> None:
+    """``--cache`` / ``--no-cache``: the SQLite file of embedded texts reused across runs."""
+    p.add_argument(
+        "--cache",
+        default=None,
+        help="SQLite file of embedded texts reused across runs "
+        "(default $LAMINA_CACHE_DIR/eval-vectors.sqlite, ~/.cache/lamina)",
+    )
+    p.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing on disk")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """``--model`` / ``--threads``: the local model a command runs on."""
+    p.add_argument("--model", default=None, help="a llama-architecture .gguf (default: packaged SmolLM2-135M)")
+    p.add_argument("--threads", type=int, default=0, help="worker threads (0: lamina's default)")
+
+
+def add_output_args(p: argparse.ArgumentParser, *, out: str, plot: str) -> None:
+    """``--out`` / ``--plot`` (what :func:`write_outputs` writes; ``out`` and ``plot`` their
+    help) and ``--quiet`` (no progress bar)."""
+    p.add_argument("--out", default=None, help=out)
+    p.add_argument("--plot", default=None, help=plot)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def budgets_arg(s: str) -> list[int]:

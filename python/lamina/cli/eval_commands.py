@@ -1,5 +1,5 @@
 """``lamina eval locomo``, ``lamina eval memcon`` and ``lamina eval kv``: the command-line fronts
-of :mod:`lamina.eval.harness`, :mod:`lamina.eval.memcon` and :mod:`lamina.eval.kv` (``eval
+of :mod:`lamina.eval.harness`, :mod:`lamina.eval.memcon_regret` and :mod:`lamina.eval.kv` (``eval
 position``: :mod:`lamina.cli.position_commands`)."""
 
 from __future__ import annotations
@@ -10,22 +10,18 @@ import sys
 import time
 from typing import Any
 
-from .eval_args import budgets_arg, default_cache, json_safe, write_outputs
+from .eval_args import (
+    add_cache_args,
+    add_locomo_args,
+    add_model_args,
+    add_output_args,
+    budgets_arg,
+    default_cache,
+    json_safe,
+    write_outputs,
+)
 
 __all__ = ["add_eval_parser"]
-
-_DEFAULT_DATA = os.path.join("..", "shared", "data", "locomo")
-_KV_METHODS = (
-    "streaming",
-    "h2o",
-    "snapkv",
-    "adakv",
-    "pyramidkv",
-    "lava",
-    "keydiff",
-    "criticalkv",
-    "adakv_criticalkv",
-)
 
 
 def _orders(s: str) -> list[str]:
@@ -185,7 +181,8 @@ def _cmd_eval_kv(args: argparse.Namespace) -> int:
     if bad:
         print(f"lamina eval kv: unknown task(s) {', '.join(bad)}; valid: {', '.join(TASKS)}", file=sys.stderr)
         return 2
-    methods = _csv(str, args.methods)
+    # by default every method but KVzip (its scores need a reconstruction pass of the model)
+    methods = _csv(str, args.methods) if args.methods else [m for m in METHODS if m != "kvzip"]
     badm = [m for m in methods if m not in METHODS]
     if badm:
         print(f"lamina eval kv: unknown method(s) {', '.join(badm)}; valid: {', '.join(METHODS)}", file=sys.stderr)
@@ -229,7 +226,7 @@ def _cmd_eval_kv(args: argparse.Namespace) -> int:
 
 def _cmd_eval_memcon(args: argparse.Namespace) -> int:
     from ..eval.locomo import load_locomo
-    from ..eval.memcon import plot_regret, report, simulate, timed_precompute
+    from ..eval.memcon_regret import plot_regret, report, simulate, timed_precompute
 
     if not os.path.exists(args.data):
         print(f"lamina eval memcon: no data at {args.data!r}; pass --data PATH to locomo_dev.json", file=sys.stderr)
@@ -276,12 +273,12 @@ def add_eval_parser(sub: Any) -> None:
         description="Replays each LoCoMo conversation into every system and scores the "
         "contexts (docs/design.md §4). Only turns are ingested.",
     )
-    lo.add_argument("--data", default=_DEFAULT_DATA, help="locomo_dev.json / locomo10.json or their folder")
+    add_locomo_args(lo, embedder="auto")
     lo.add_argument("--budgets", type=budgets_arg, default=[256, 512, 1024, 2048], help="e.g. 256,512,1024,2048")
-    lo.add_argument("--embedder", default="auto", help="auto | minilm | mpnet | hashing")
     lo.add_argument("--systems", default="", help="comma-separated subset (default: all)")
-    lo.add_argument("--out", default=None, help="write every number as JSON here")
-    lo.add_argument("--plot", default=None, help="write a PNG of recall vs budget (needs matplotlib)")
+    add_output_args(
+        lo, out="write every number as JSON here", plot="write a PNG of recall vs budget (needs matplotlib)"
+    )
     lo.add_argument("--limit-conversations", type=int, default=None, help="first N conversations only")
     lo.add_argument("--no-retention", action="store_true", help="skip the 6-period retention replays")
     lo.add_argument(
@@ -316,14 +313,7 @@ def add_eval_parser(sub: Any) -> None:
         "(lamina's default), score, reversed — the same items, only their order changed (lamina systems "
         "only; default systems then: lamina)",
     )
-    lo.add_argument(
-        "--cache",
-        default=None,
-        help="SQLite file of embedded texts reused across runs "
-        "(default $LAMINA_CACHE_DIR/eval-vectors.sqlite, ~/.cache/lamina)",
-    )
-    lo.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing on disk")
-    lo.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_cache_args(lo)
     lo.set_defaults(func=_cmd_eval_locomo)
 
     kv = esub.add_parser(
@@ -332,20 +322,19 @@ def add_eval_parser(sub: Any) -> None:
         description="Generates the long-context suite (lamina.eval.kv_suite), prefills each prompt once "
         "and scores every method x compression x mode on a clone of the cache, beside the full cache.",
     )
-    kv.add_argument("--model", default=None, help="a llama-architecture .gguf (default: packaged SmolLM2-135M)")
+    add_model_args(kv)
     kv.add_argument("--lengths", default="4096", help="prompt lengths in tokens, e.g. 1024,2048,4096,8192")
     kv.add_argument("--tasks", default="", help="comma-separated subset of the tasks (default: all six)")
     kv.add_argument("--n", "--samples", dest="samples", type=int, default=2, help="prompts per task and length")
     kv.add_argument("--seed", type=int, default=0)
-    kv.add_argument("--methods", default=",".join(_KV_METHODS), help="comma-separated lamina.kv methods")
+    kv.add_argument("--methods", default="", help="comma-separated lamina.kv methods (default: all but kvzip)")
     kv.add_argument(
         "--compressions", default="0.25,0.5,0.75,0.9", help="fractions removed (0, the full cache, always runs)"
     )
     kv.add_argument("--modes", default="agnostic,aware", help="agnostic (kvpress's setting) and/or aware")
-    kv.add_argument("--threads", type=int, default=0, help="worker threads (0: lamina's default)")
-    kv.add_argument("--out", default=None, help="write the summary and every answer as JSON here")
-    kv.add_argument("--plot", default=None, help="write an SVG of score vs compression here")
-    kv.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_args(
+        kv, out="write the summary and every answer as JSON here", plot="write an SVG of score vs compression here"
+    )
     kv.set_defaults(func=_cmd_eval_kv)
     mc = esub.add_parser(
         "memcon",
@@ -353,8 +342,7 @@ def add_eval_parser(sub: Any) -> None:
         description="Precomputes every memory action's outcome per question once (only turns are "
         "ingested; gold evidence is the reward), then runs MemCon and the fixed policies.",
     )
-    mc.add_argument("--data", default=_DEFAULT_DATA, help="locomo_dev.json / locomo10.json or their folder")
-    mc.add_argument("--embedder", default="hashing", help="auto | minilm | mpnet | hashing")
+    add_locomo_args(mc, embedder="hashing")
     mc.add_argument("--episodes", type=int, default=20000, help="reported episodes")
     mc.add_argument(
         "--holdout",
@@ -384,7 +372,7 @@ def add_eval_parser(sub: Any) -> None:
     mc.add_argument("--plot", default=None, help="write a PNG of the regret curves (needs matplotlib)")
     mc.add_argument("--quiet", action="store_true")
     mc.set_defaults(func=_cmd_eval_memcon)
-    from ..eval.backtrack import add_backtrack_parser
+    from ..eval.backtrack_localisers import add_backtrack_parser
     from ..eval.leakage import add_leakage_parser
     from ..eval.mistakes import add_mistakes_parser
     from .longmemeval_commands import add_longmemeval_parser

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
+from .eval_args import shared_data
+
 __all__ = ["add_longmemeval_parser"]
 
-_DEFAULT_DATA = os.path.join("..", "shared", "data", "longmemeval")
+_DEFAULT_DATA = shared_data("longmemeval")
 
 
 def _types(s: str) -> list[str]:
@@ -69,7 +70,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def add_longmemeval_parser(esub: Any) -> None:
     """Register ``eval longmemeval`` on the ``lamina eval`` subparsers."""
-    from .eval_args import budgets_arg
+    from .eval_args import add_cache_args, add_output_args, budgets_arg
 
     p = esub.add_parser(
         "longmemeval",
@@ -85,14 +86,8 @@ def add_longmemeval_parser(esub: Any) -> None:
     p.add_argument("--types", type=_types, default=None, help="comma-separated question types")
     p.add_argument("--budgets", type=budgets_arg, default=[1024, 4096], help="e.g. 1024,4096")
     p.add_argument("--systems", default="", help="comma-separated subset of lamina,bm25,dense-rag,chunk-hybrid")
-    p.add_argument("--out", default=None, help="write every number as JSON here")
-    p.add_argument("--plot", default=None, help="folder for one PNG per question type (needs matplotlib)")
-    p.add_argument(
-        "--cache",
-        default=None,
-        help="SQLite file of embedded texts reused across runs "
-        "(default $LAMINA_CACHE_DIR/eval-vectors.sqlite, ~/.cache/lamina)",
+    add_output_args(
+        p, out="write every number as JSON here", plot="folder for one PNG per question type (needs matplotlib)"
     )
-    p.add_argument("--no-cache", action="store_true", help="embed everything afresh, keep nothing on disk")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_cache_args(p)
     p.set_defaults(func=_cmd)

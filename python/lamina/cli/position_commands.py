@@ -1,7 +1,7 @@
 """``lamina eval position``: accuracy by gold position on the local model, per position method.
 
 Every method (``rope``, ``ms-poe``, ``ms-poe:window=32``, ``channel``, ...) answers the same prompts of
-:mod:`lamina.eval.position` greedily; the table shows accuracy per gold position with its
+:mod:`lamina.eval.position_sweep` greedily; the table shows accuracy per gold position with its
 Wilson 95 % interval, per suite and length.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from ..eval.position import SUITES, PositionCell, PositionSample, make_suite, score_output, summarize
-from .eval_args import write_outputs
+from ..eval.position_sweep import SUITES, PositionCell, PositionSample, make_suite, score_output, summarize
+from .eval_args import LOCOMO_DATA, add_model_args, add_output_args, write_outputs
 
 __all__ = [
     "PamqaReader",
@@ -31,7 +31,7 @@ __all__ = [
     "add_position_parser",
 ]
 
-_DEFAULT_DATA = os.path.join("..", "shared", "data", "locomo")
+_DEFAULT_DATA = LOCOMO_DATA
 _BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
 _OPTIONS: dict[str, Any] = {
     "order": str,
@@ -384,10 +384,10 @@ def add_position_parser(esub: Any) -> None:
     p = esub.add_parser(
         "position",
         help="lost in the middle: accuracy by gold position on the local model, per position method",
-        description="Generates the seeded suites of lamina.eval.position (UUID / numeric key-value retrieval, "
+        description="Generates the seeded suites of lamina.eval.position_sweep (UUID / numeric key-value retrieval, "
         "passkey by depth, multi-document QA over LoCoMo) and answers every prompt with each method.",
     )
-    p.add_argument("--model", default=None, help="a llama-architecture .gguf (default: packaged SmolLM2-135M)")
+    add_model_args(p)
     p.add_argument("--suites", nargs="+", choices=SUITES, default=["uuid"], help="suites to run")
     p.add_argument("--lengths", default="1024", help="prompt lengths in tokens, e.g. 1024,2048,4096")
     p.add_argument("--positions", default="0,0.25,0.5,0.75,1", help="gold positions as fractions")
@@ -406,10 +406,11 @@ def add_position_parser(esub: Any) -> None:
         help="the channel method's calibration file (lamina model calibrate); without it the model is calibrated first",
     )
     p.add_argument("--data", default=_DEFAULT_DATA, help="LoCoMo locomo_dev.json or its folder (suite locomo)")
-    p.add_argument("--threads", type=int, default=0, help="worker threads (0: lamina's default)")
-    p.add_argument("--out", default=None, help="write cells and every answer as JSON here")
-    p.add_argument("--plot", default=None, help="write a PNG of accuracy vs position (needs matplotlib)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_output_args(
+        p,
+        out="write cells and every answer as JSON here",
+        plot="write a PNG of accuracy vs position (needs matplotlib)",
+    )
     p.add_argument(
         "--merge",
         nargs="+",

@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 import logging
 
-from .base import Embedder, check_embeddings, check_texts
 from .cache import TextCache
+from .embedder import Embedder, check_embeddings, check_texts
 from .hashing import Hashing
 from .minilm import MiniLM, find_minilm_dir
 from .mpnet import MPNet, find_mpnet_dir

@@ -21,7 +21,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -163,6 +163,19 @@ class SentenceEncoder(ABC):
         self.max_batch_tokens = max_batch_tokens
         result: Callable[[str], dict[str, npt.NDArray[np.generic]]] = load_file
         return result
+
+    def _read_config(self, model_type: str, *, label: str, untyped_ok: bool = False) -> dict[str, Any]:
+        """The folder's ``config.json``, checked to describe a ``model_type`` model with GELU
+        activations (``untyped_ok``: a file without ``model_type`` counts as one; ``label`` names
+        the kind in the error); sets ``_hidden`` and ``_heads``."""
+        d = self.model_dir
+        cfg: dict[str, Any] = json.loads((d / "config.json").read_text())
+        kind = cfg.get("model_type", model_type if untyped_ok else None)
+        if kind != model_type or cfg.get("hidden_act", "gelu") != "gelu":
+            raise ValueError(f"{d}/config.json is not {label} model with GELU activations")
+        self._hidden = int(cfg["hidden_size"])
+        self._heads = int(cfg["num_attention_heads"])
+        return cfg
 
     def _set_max_length(self, max_length: int | None, max_pos: int) -> None:
         """``max_length`` (default: the folder's ``sentence_bert_config.json`` ``max_seq_length``,

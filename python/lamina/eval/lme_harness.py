@@ -6,7 +6,7 @@ after each (:func:`lamina.eval.lme_systems.replay_sessions`: roles and texts onl
 gold); then, as of the question's date, a context at every budget and a ranking:
 
 * evidence recall of each budgeted context — the share of the question's ``has_answer`` turns
-  whose text is in the rendered context (:func:`lamina.eval.metrics.evidence_recall`, as on
+  whose text is in the rendered context (:func:`lamina.eval.scoring.evidence_recall`, as on
   LoCoMo);
 * the benchmark's retrieval metrics (:mod:`lamina.eval.lme_metrics`) of the ranking at session
   and turn granularity. A baseline's ranking is its order of every turn; lamina's is the items of
@@ -43,7 +43,7 @@ from .lme_systems import (
     replay_sessions,
 )
 from .longmemeval import LME_TYPES, LmeData, LmeQuestion
-from .metrics import count_tokens, evidence_recall, percentile, wilson_interval
+from .scoring import count_tokens, evidence_recall, percentile, wilson_interval
 from .systems import CachedEmbedder, LaminaSystem, make_system
 
 __all__ = ["LME_SYSTEMS", "run_longmemeval", "question_records", "aggregate", "format_lme_tables", "plot_lme"]

@@ -34,7 +34,7 @@ from ..memory.reports import ContextExplanation
 from ..memory.types import MemoryItem, format_time
 from .locomo import Session, Turn
 from .longmemeval import LmeQuestion, LmeSession
-from .metrics import answer_tokens, count_tokens
+from .scoring import answer_tokens, count_tokens
 from .systems import BM25, CachedEmbedder, Ctx, CtxItem, DenseRAG, LaminaSystem, RawTurns, _BM25Index, render_turn
 
 __all__ = [

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..reasoning import Chain, MistakeLocator, read_chains
 from ..reasoning.checkers import first_wrong, step_verdicts
-from .metrics import wilson_interval
+from .scoring import wilson_interval
 
 __all__ = ["TaskResult", "leave_one_task_out", "add_mistakes_parser"]
 

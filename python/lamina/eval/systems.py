@@ -40,7 +40,7 @@ from ..memory import Memory, MemoryConfig
 from ..memory.types import Context, ContextOrder, MemoryItem, format_time
 from ..native.search import topk
 from .locomo import Session, Turn
-from .metrics import answer_tokens, count_tokens
+from .scoring import answer_tokens, count_tokens
 
 __all__ = [
     "CtxItem",

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from .harness import _OVERALL
-from .metrics import (
+from .scoring import (
     CATEGORY_NAMES,
 )
 from .systems import BASELINES

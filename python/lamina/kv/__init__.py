@@ -77,12 +77,12 @@ from .. import _core
 from ..native import _device
 from . import _ops
 from .adakv import AdaKV
-from .base import Budget, KeepSet, KVMethod, check_threads
 from .criticalkv import AdaCriticalKV, CriticalKV, value_l2_norms
 from .h2o import H2O
 from .keydiff import KeyDiff, keydiff_scores
 from .kvzip import KVzip
 from .lava import LAVa
+from .method import Budget, KeepSet, KVMethod, check_threads
 from .pyramidkv import PyramidKV
 from .snapkv import SnapKV
 from .streaming import StreamingLLM

@@ -6,7 +6,7 @@ the small per-layer results (entropies, head counts, offsets) are always host ar
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +17,7 @@ from ..native import _device
 __all__ = [
     "on_device",
     "check_same_side",
+    "WindowScoring",
     "window_scores",
     "score_select",
     "layer_entropy",
@@ -42,81 +43,67 @@ def check_same_side(*named: tuple[str, Any]) -> None:
         _device.on_device(*named)  # raises the shared mixed-device ValueError
 
 
-def window_scores(
-    x: Any,
-    n_kv_heads: int,
-    n: int,
-    window_reduce: str,
-    causal: bool,
-    pool: str,
-    kernel: int,
-    gqa: str,
-    per_row: Any,
-    per_token: Any,
-    threads: int,
-    entropy: bool = False,
-) -> Any:
+class WindowScoring(NamedTuple):
+    """How candidate positions are scored from the attention (the leading arguments of
+    :func:`lamina._core.kv_window_scores` and ``kv_score_select``, in their order; see
+    cpp/lamina/kv.hpp).
+
+    Attributes
+    ----------
+    scores : array, float32, shape (L, H, w, S) or (L, H, S)
+        Host or CUDA array.
+    n_kv_heads : int
+    n : int
+        Candidate positions [0, n) scored.
+    window_reduce : {"mean", "sum"}
+    causal : bool
+        Normalise each window query's row over the positions it sees (H2O's normalize).
+    pool : str
+        Pooling along positions ("avg", "max", "none").
+    kernel : int
+        Pooling width.
+    gqa : {"mean", "max"}
+    per_row, per_token : array or None
+        Value-norm scales (one per row, or one per token).
+    """
+
+    scores: Any
+    n_kv_heads: int
+    n: int
+    window_reduce: str
+    causal: bool
+    pool: str
+    kernel: int
+    gqa: str
+    per_row: Any
+    per_token: Any
+
+    def on_device(self) -> bool:
+        """True when the scores (and value norms) are CUDA arrays."""
+        return on_device(("scores", self.scores), ("value_norms", self.per_row), ("value_norms", self.per_token))
+
+
+def window_scores(ws: WindowScoring, threads: int, entropy: bool = False) -> Any:
     """Rows (L, H_kv, n) of :func:`lamina._core.kv_window_scores` (see cpp/lamina/kv.hpp);
     with ``entropy`` the pair (rows, per-layer normalised entropy as a host float64 array)."""
-    if on_device(("scores", x), ("value_norms", per_row), ("value_norms", per_token)):
-        out = _device.empty_like_device(x, (int(x.shape[0]), int(n_kv_heads), int(n)), np.float32)
-        _core.cuda_kv_window_scores(
-            x,
-            n_kv_heads,
-            n,
-            window_reduce,
-            causal,
-            pool,
-            kernel,
-            gqa,
-            per_row,
-            per_token,
-            out,
-            _device.current_stream(x),
-        )
+    if ws.on_device():
+        x = ws.scores
+        out = _device.empty_like_device(x, (int(x.shape[0]), int(ws.n_kv_heads), int(ws.n)), np.float32)
+        _core.cuda_kv_window_scores(*ws, out, _device.current_stream(x))
         if entropy:
             return out, layer_entropy(out, threads)
         return out
-    return _core.kv_window_scores(
-        x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa, per_row, per_token, threads, entropy
-    )
+    return _core.kv_window_scores(*ws, threads, entropy)
 
 
 def score_select(
-    x: Any,
-    n_kv_heads: int,
-    n: int,
-    window_reduce: str,
-    causal: bool,
-    pool: str,
-    kernel: int,
-    gqa: str,
-    per_row: Any,
-    per_token: Any,
-    k: npt.NDArray[np.int64],
-    tail: int,
-    threads: int,
+    ws: WindowScoring, k: npt.NDArray[np.int64], tail: int, threads: int
 ) -> tuple[Any, npt.NDArray[np.int64]]:
     """window_scores + select_rows: fused in one native pass on the host; on the device the
     scores are materialised and selected from (the same result)."""
-    if on_device(("scores", x), ("value_norms", per_row), ("value_norms", per_token)):
-        rows = window_scores(x, n_kv_heads, n, window_reduce, causal, pool, kernel, gqa, per_row, per_token, threads)
-        return select_rows(rows, k, n, tail, threads)
-    return _core.kv_score_select(
-        x,
-        n_kv_heads,
-        n,
-        window_reduce,
-        causal,
-        pool,
-        kernel,
-        gqa,
-        per_row,
-        per_token,
-        np.ascontiguousarray(k, dtype=np.int64),
-        tail,
-        threads,
-    )
+    if ws.on_device():
+        return select_rows(window_scores(ws, threads), k, ws.n, tail, threads)
+    return _core.kv_score_select(*ws, np.ascontiguousarray(k, dtype=np.int64), tail, threads)
 
 
 def layer_entropy(rows: Any, threads: int) -> npt.NDArray[np.float64]:

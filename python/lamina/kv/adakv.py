@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _ops
-from .base import check_fraction
+from .method import Selection, check_fraction
 from .snapkv import SnapKV
 
 __all__ = ["AdaKV"]
@@ -59,18 +59,12 @@ class AdaKV(SnapKV):
     scores_decide_budgets: ClassVar[bool] = True
 
     def _row_budgets(
-        self,
-        x: npt.NDArray[np.float32],
-        w: int,
-        n_kv_heads: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        per_head: int,
-        threads: int,
+        self, sel: Selection, w: int, per_head: int
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
-        rows = self._score(x, w, n_kv_heads, value_norms, threads)
-        L = rows.shape[0]
+        rows = self._score(sel.scores, w, sel.n_kv_heads, sel.value_norms, sel.threads)
+        L, n_kv_heads = rows.shape[0], sel.n_kv_heads
         floor = int(per_head * float(self.alpha_safeguard))
         total = np.full(L, n_kv_heads * per_head, dtype=np.int64)
         floors = np.full(L, floor, dtype=np.int64)
-        counts = _ops.layer_head_counts(rows, total, floors, threads)
+        counts = _ops.layer_head_counts(rows, total, floors, sel.threads)
         return rows, counts, {"floor": floor, "head_budgets": counts.copy()}

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .adakv import AdaKV
+from .method import Selection
 from .snapkv import SnapKV
 
 __all__ = ["CriticalKV", "AdaCriticalKV", "value_l2_norms"]
@@ -106,15 +107,9 @@ class CriticalKV(_ValueWeighted, SnapKV):
     scores_decide_budgets: ClassVar[bool] = True  # the weighted scores are selected in Python's pass
 
     def _row_budgets(
-        self,
-        x: npt.NDArray[np.float32],
-        w: int,
-        n_kv_heads: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        per_head: int,
-        threads: int,
+        self, sel: Selection, w: int, per_head: int
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
-        rows = self._score(x, w, n_kv_heads, value_norms, threads)
+        rows = self._score(sel.scores, w, sel.n_kv_heads, sel.value_norms, sel.threads)
         return rows, np.full(rows.shape[:2], per_head, dtype=np.int64), {}
 
 

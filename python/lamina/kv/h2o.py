@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _ops
-from .base import KeepSet, KVMethod, check_fraction, keep_all
+from .method import KeepSet, KVMethod, Selection, check_fraction
 
 __all__ = ["H2O"]
 
@@ -69,58 +69,23 @@ class H2O(KVMethod):
         self.validate()
         if self.normalize and scores.ndim != 4:
             raise ValueError("h2o normalize=True needs window attention (L, H, w, S)")
-        return _ops.window_scores(  # type: ignore[no-any-return]
-            scores,
-            n_kv_heads,
-            n_candidates,
-            "sum",
-            bool(self.normalize),
-            "none",
-            1,
-            self.gqa,
-            None,
-            None,
-            threads,
-        )
+        return _ops.window_scores(self._scoring(scores, n_kv_heads, n_candidates), threads)  # type: ignore[no-any-return]
 
-    def _select(
-        self,
-        scores: npt.NDArray[np.float32],
-        budget: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        n_kv_heads: int,
-        threads: int,
-    ) -> KeepSet:
-        L, S = scores.shape[0], scores.shape[-1]
+    def _scoring(self, scores: npt.NDArray[np.float32], n_kv_heads: int, n: int) -> _ops.WindowScoring:
+        """H2O's scoring: each window query's attention summed per position (no pooling)."""
+        return _ops.WindowScoring(scores, n_kv_heads, n, "sum", bool(self.normalize), "none", 1, self.gqa, None, None)
+
+    def _select(self, sel: Selection) -> KeepSet:
+        scores, budget, n_kv_heads = sel.scores, sel.budget, sel.n_kv_heads
+        L, S = sel.n_layers, sel.seq_len
         heavy, recent = self.split(budget)
         if budget >= S:
-            return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
+            return sel.keep_all(like=scores)
         n = S - recent
         if self.normalize and scores.ndim != 4:
             raise ValueError("h2o normalize=True needs window attention (L, H, w, S)")
         k = np.full((L, n_kv_heads), heavy, dtype=np.int64)
         # scored and selected row by row in one native pass (see H2O.score for the scores)
-        idx, off = _ops.score_select(
-            scores,
-            n_kv_heads,
-            n,
-            "sum",
-            bool(self.normalize),
-            "none",
-            1,
-            self.gqa,
-            None,
-            None,
-            k,
-            recent,
-            threads,
-        )
-        return KeepSet(
-            indices=idx,
-            offsets=off,
-            lengths=np.full((L, n_kv_heads), budget, dtype=np.int64),
-            seq_len=S,
-            method=self.name,
-            budget=budget,
-            info={"heavy": heavy, "recent": recent},
-        )
+        idx, off = _ops.score_select(self._scoring(scores, n_kv_heads, n), k, recent, sel.threads)
+        lengths = np.full((L, n_kv_heads), budget, dtype=np.int64)
+        return sel.keep(idx, off, lengths, {"heavy": heavy, "recent": recent})

@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .base import KeepSet, KVMethod, check_int_param, keep_all, select_rows
+from .method import KeepSet, KVMethod, Selection, check_int_param, select_rows
 
 __all__ = ["KeyDiff", "keydiff_scores"]
 
@@ -86,22 +86,16 @@ class KeyDiff(KVMethod):
             raise ValueError(f"keys must be (L, H_kv, S, D), got shape {keys.shape}")
         return keydiff_scores(keys)
 
-    def _select(
-        self,
-        scores: npt.NDArray[np.float32],
-        budget: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        n_kv_heads: int,
-        threads: int,
-    ) -> KeepSet:
+    def _select(self, sel: Selection) -> KeepSet:
+        scores, budget, n_kv_heads = sel.scores, sel.budget, sel.n_kv_heads
         if scores.ndim != 3 or scores.shape[1] != n_kv_heads:
             raise ValueError(
                 f"keydiff scores must be (L, H_kv, S) = (L, {n_kv_heads}, S) (KeyDiff.key_scores), got {scores.shape}"
             )
         n_sink = check_int_param(self.n_sink, "n_sink", 0)
-        L, S = scores.shape[0], scores.shape[-1]
+        L, S = sel.n_layers, sel.seq_len
         if budget >= S:
-            return keep_all(L, n_kv_heads, S, self.name, budget)
+            return sel.keep_all()
         if budget < n_sink:
             raise ValueError(f"keydiff: budget ({budget} tokens per head) must be >= n_sink ({n_sink})")
         x = scores
@@ -109,13 +103,5 @@ class KeyDiff(KVMethod):
             x = scores.copy()
             x[..., :n_sink] = np.finfo(np.float32).max
         k = np.full((L, n_kv_heads), budget, dtype=np.int64)
-        idx, off = select_rows(np.ascontiguousarray(x), k, S, 0, threads)
-        return KeepSet(
-            indices=idx,
-            offsets=off,
-            lengths=k,
-            seq_len=S,
-            method=self.name,
-            budget=budget,
-            info={"n_sink": n_sink},
-        )
+        idx, off = select_rows(np.ascontiguousarray(x), k, S, 0, sel.threads)
+        return sel.keep(idx, off, k, {"n_sink": n_sink})

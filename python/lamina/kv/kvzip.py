@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..native import _device
-from .base import KeepSet, KVMethod, is_integral, keep_all
+from .method import KeepSet, KVMethod, Selection, is_integral
 
 __all__ = ["KVzip"]
 
@@ -73,14 +73,8 @@ class KVzip(KVMethod):
         out = g.max(axis=2) if self.gqa == "max" else g.mean(axis=2)
         return np.ascontiguousarray(out, dtype=np.float32)
 
-    def _select(
-        self,
-        scores: npt.NDArray[np.float32],
-        budget: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        n_kv_heads: int,
-        threads: int,
-    ) -> KeepSet:
+    def _select(self, sel: Selection) -> KeepSet:
+        scores, budget, n_kv_heads = sel.scores, sel.budget, sel.n_kv_heads
         if _device.is_device_array(scores):
             raise ValueError("kvzip selects on host (numpy) scores; copy the scores to the host first")
         if scores.ndim != 3:
@@ -88,9 +82,9 @@ class KVzip(KVMethod):
                 "kvzip needs (L, H, S) reconstruction scores (lamina.model.press.reconstruction_scores), "
                 f"got a {scores.ndim}-d array"
             )
-        L, S = scores.shape[0], scores.shape[-1]
+        L, S = sel.n_layers, sel.seq_len
         if budget >= S:
-            return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
+            return sel.keep_all(like=scores)
         s = self.head_scores(scores, n_kv_heads).reshape(L * n_kv_heads, S)
         R = s.shape[0]
         # per row: positions by descending score, ties to the smaller position
@@ -110,12 +104,5 @@ class KVzip(KVMethod):
         lengths = np.bincount(rows, minlength=R).astype(np.int64)
         offsets = np.zeros(R + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        return KeepSet(
-            indices=pos.astype(np.int64),
-            offsets=offsets,
-            lengths=lengths.reshape(L, n_kv_heads),
-            seq_len=S,
-            method=self.name,
-            budget=budget,
-            info={"budgets": self.budgets, "min_per_head": int(self.min_per_head)},
-        )
+        info = {"budgets": self.budgets, "min_per_head": int(self.min_per_head)}
+        return sel.keep(pos.astype(np.int64), offsets, lengths.reshape(L, n_kv_heads), info)

@@ -61,7 +61,7 @@ import numpy.typing as npt
 from .. import _core
 from ..native import _device
 from . import _ops
-from .base import apportion, check_fraction, select_rows
+from .method import Selection, apportion, check_fraction, select_rows
 from .snapkv import SnapKV
 
 __all__ = ["LAVa"]
@@ -148,14 +148,9 @@ class LAVa(SnapKV):
     scores_decide_budgets: ClassVar[bool] = True
 
     def _budget_and_select(
-        self,
-        x: npt.NDArray[np.float32],
-        w: int,
-        n_kv_heads: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        per_head: int,
-        threads: int,
+        self, sel: Selection, w: int, per_head: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
+        x, n_kv_heads, value_norms, threads = sel.scores, sel.n_kv_heads, sel.value_norms, sel.threads
         per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
         if not _ops.on_device(("scores", x), ("value_norms", value_norms)):
             # host: scores, entropies, layer budgets (base.apportion's rule), head counts,

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .base import apportion, is_real
+from .method import apportion, is_real
 from .snapkv import SnapKV
 
 __all__ = ["PyramidKV"]

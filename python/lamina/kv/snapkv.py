@@ -27,14 +27,14 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _ops
-from .base import (
+from .method import (
     KeepSet,
     KVMethod,
+    Selection,
     check_kv_heads,
     check_scores,
     check_threads,
     is_integral,
-    keep_all,
     select_rows,
 )
 
@@ -145,21 +145,16 @@ class SnapKV(KVMethod):
         threads: int,
         entropy: bool = False,
     ) -> Any:
+        return _ops.window_scores(self._scoring(x, n_kv_heads, x.shape[-1] - w, value_norms), threads, entropy)
+
+    def _scoring(
+        self, x: npt.NDArray[np.float32], n_kv_heads: int, n: int, value_norms: npt.NDArray[np.float32] | None
+    ) -> _ops.WindowScoring:
+        """SnapKV's scoring: the window's mean attention, pooled along positions, scaled by
+        the value norms where the method uses them."""
         per_row, per_token = self._scale_args(value_norms, x, n_kv_heads)
-        n = x.shape[-1] - w
-        return _ops.window_scores(
-            x,
-            n_kv_heads,
-            n,
-            "mean",
-            False,
-            self.pooling,
-            int(self.kernel_size),
-            self.gqa,
-            per_row,
-            per_token,
-            threads,
-            entropy,
+        return _ops.WindowScoring(
+            x, n_kv_heads, n, "mean", False, self.pooling, int(self.kernel_size), self.gqa, per_row, per_token
         )
 
     # -- budgets -----------------------------------------------------------------------
@@ -176,48 +171,32 @@ class SnapKV(KVMethod):
         return np.full((n_layers, n_kv_heads), per_head, dtype=np.int64), {}
 
     def _row_budgets(
-        self,
-        x: npt.NDArray[np.float32],
-        w: int,
-        n_kv_heads: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        per_head: int,
-        threads: int,
+        self, sel: Selection, w: int, per_head: int
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], dict[str, Any]]:
         """(scores (L, H_kv, S - w), non-window budgets (L, H_kv), diagnostics) for methods
-        whose budgets depend on the scores."""
+        whose budgets depend on the scores; ``w`` the window, ``per_head`` the non-window
+        tokens per KV head."""
         raise NotImplementedError
 
     def _budget_and_select(
-        self,
-        x: npt.NDArray[np.float32],
-        w: int,
-        n_kv_heads: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        per_head: int,
-        threads: int,
+        self, sel: Selection, w: int, per_head: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, Any]]:
         """(kept indices, offsets, non-window budgets (L, H_kv), diagnostics) for methods whose
         budgets depend on the scores: _row_budgets, then the native per-row top-k. Methods
         may fuse the two (LAVa does)."""
-        rows, k, info = self._row_budgets(x, w, n_kv_heads, value_norms, per_head, threads)
-        idx, off = select_rows(rows, k, x.shape[-1] - w, w, threads)
+        rows, k, info = self._row_budgets(sel, w, per_head)
+        idx, off = select_rows(rows, k, sel.seq_len - w, w, sel.threads)
         return idx, off, k, info
 
-    def _select(
-        self,
-        scores: npt.NDArray[np.float32],
-        budget: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        n_kv_heads: int,
-        threads: int,
-    ) -> KeepSet:
-        L, S = scores.shape[0], scores.shape[-1]
+    def _select(self, sel: Selection) -> KeepSet:
+        scores, budget, n_kv_heads = sel.scores, sel.budget, sel.n_kv_heads
+        value_norms, threads = sel.value_norms, sel.threads
+        L, S = sel.n_layers, sel.seq_len
         w = self.window(scores)
         if budget >= S:
             if self.uses_value_norms:
                 self._scale_args(value_norms, scores, n_kv_heads)  # still reject bad norms
-            return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
+            return sel.keep_all(like=scores)
         if budget < w:
             raise ValueError(
                 f"{self.name}: budget ({budget} tokens per head) must be >= window_size ({w}); "
@@ -225,32 +204,9 @@ class SnapKV(KVMethod):
             )
         n = S - w
         if self.scores_decide_budgets:
-            idx, off, k, info = self._budget_and_select(scores, w, n_kv_heads, value_norms, budget - w, threads)
+            idx, off, k, info = self._budget_and_select(sel, w, budget - w)
         else:
             k, info = self._static_budgets(L, n_kv_heads, budget - w, n)
-            per_row, per_token = self._scale_args(value_norms, scores, n_kv_heads)
-            idx, off = _ops.score_select(
-                scores,
-                n_kv_heads,
-                n,
-                "mean",
-                False,
-                self.pooling,
-                int(self.kernel_size),
-                self.gqa,
-                per_row,
-                per_token,
-                k,
-                w,
-                threads,
-            )
+            idx, off = _ops.score_select(self._scoring(scores, n_kv_heads, n, value_norms), k, w, threads)
         info["window_size"] = w
-        return KeepSet(
-            indices=idx,
-            offsets=off,
-            lengths=k + w,
-            seq_len=S,
-            method=self.name,
-            budget=budget,
-            info=info,
-        )
+        return sel.keep(idx, off, k + w, info)

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from . import _ops
-from .base import KeepSet, KVMethod, check_int_param, keep_all
+from .method import KeepSet, KVMethod, Selection, check_int_param
 
 __all__ = ["StreamingLLM"]
 
@@ -41,29 +40,20 @@ class StreamingLLM(KVMethod):
     def validate(self) -> None:
         check_int_param(self.n_sink, "n_sink", 0)
 
-    def _select(
-        self,
-        scores: npt.NDArray[np.float32],
-        budget: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        n_kv_heads: int,
-        threads: int,
-    ) -> KeepSet:
+    def _select(self, sel: Selection) -> KeepSet:
+        scores, budget, n_kv_heads = sel.scores, sel.budget, sel.n_kv_heads
         n_sink = check_int_param(self.n_sink, "n_sink", 0)
-        L, S = scores.shape[0], scores.shape[-1]
+        L, S = sel.n_layers, sel.seq_len
         if budget >= S:
-            return keep_all(L, n_kv_heads, S, self.name, budget, like=scores)
+            return sel.keep_all(like=scores)
         if budget < n_sink:
             raise ValueError(f"streaming: budget ({budget} tokens per head) must be >= n_sink ({n_sink})")
         recent = budget - n_sink
         row = np.concatenate([np.arange(n_sink, dtype=np.int64), np.arange(S - recent, S, dtype=np.int64)])
         rows = L * n_kv_heads
-        return KeepSet(
-            indices=_ops.fill_rows(row, rows, scores),
-            offsets=np.arange(rows + 1, dtype=np.int64) * budget,
-            lengths=np.full((L, n_kv_heads), budget, dtype=np.int64),
-            seq_len=S,
-            method=self.name,
-            budget=budget,
-            info={"n_sink": n_sink, "recent": recent},
+        return sel.keep(
+            _ops.fill_rows(row, rows, scores),
+            np.arange(rows + 1, dtype=np.int64) * budget,
+            np.full((L, n_kv_heads), budget, dtype=np.int64),
+            {"n_sink": n_sink, "recent": recent},
         )

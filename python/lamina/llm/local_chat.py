@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput
-from ..model.chat import ROLES
+from ..model.chat_template import ROLES
 from .openai_chat import LLMError
 
 if TYPE_CHECKING:

@@ -83,23 +83,28 @@ class OpenAIChat:
     def __repr__(self) -> str:
         return f"OpenAIChat(base_url={self.base_url!r}, model={self.model!r})"
 
-    def complete(self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int = 512) -> str:
-        body = json.dumps(
-            {"model": self.model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
-        ).encode()
+    def post(self, body: dict[str, Any]) -> Any:
+        """POST ``body`` (JSON) to the endpoint's ``/chat/completions``; returns the decoded JSON
+        reply. Raises LLMError on an HTTP error, a failed request or a reply that is not JSON."""
         headers = {"Content-Type": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
-        req = urllib.request.Request(self.base_url + "/chat/completions", data=body, headers=headers, method="POST")
+        data = json.dumps(body).encode()
+        req = urllib.request.Request(self.base_url + "/chat/completions", data=data, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                payload = json.loads(r.read().decode("utf-8"))
+                return json.loads(r.read().decode("utf-8"))
         except urllib.error.HTTPError as e:
             raise LLMError(f"HTTP {e.code} from {self.base_url}") from e
         except (urllib.error.URLError, OSError, TimeoutError) as e:
             raise LLMError(f"request to {self.base_url} failed: {e}") from e
         except (ValueError, UnicodeDecodeError) as e:
             raise LLMError("response is not JSON") from e
+
+    def complete(self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int = 512) -> str:
+        payload = self.post(
+            {"model": self.model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
+        )
         try:
             content = payload["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError) as e:

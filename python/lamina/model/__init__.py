@@ -25,7 +25,7 @@ ragged per (layer, KV head) so a head-wise budget frees memory.
 from __future__ import annotations
 
 from .calibration import Calibration, ChannelScaling
-from .chat import render_messages, render_user_message
+from .chat_template import render_messages, render_user_message
 from .generate import Generation, Prefill
 from .gguf_file import (
     SUPPORTED_TYPES,

@@ -19,7 +19,16 @@ from .native import NativeCache, NativeModel
 from .press import CACHE_SCORED, apply_press, prefill_for_press, press_to_budget
 from .sampling import Sampler
 
-__all__ = ["Generation", "PromptParts", "KVBudget", "Prefill", "run_generation", "continue_generation"]
+__all__ = [
+    "Decoding",
+    "Generation",
+    "PromptParts",
+    "KVBudget",
+    "Prefill",
+    "check_limits",
+    "run_generation",
+    "continue_generation",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,22 +120,65 @@ class PromptParts:
     suffix: list[int]
 
 
+@dataclass(frozen=True)
+class Decoding:
+    """How a generation draws tokens and turns them into text.
+
+    Attributes
+    ----------
+    decode : callable
+        Token ids -> text (the model's tokenizer).
+    eos_ids : frozenset of int
+        Tokens that end the reply.
+    max_tokens : int
+        Budget of generated tokens (>= 1).
+    sampler : Sampler
+    stop : sequence of str
+        The reply ends before the first of these strings.
+    on_text : callable or None
+        Streaming: called with each new piece of text.
+    threads : int
+        Worker threads of the forward (0: lamina's default).
+    q8_decode : bool
+        Decode steps with int8-quantised activations.
+    """
+
+    decode: Callable[[Sequence[int]], str]
+    eos_ids: frozenset[int]
+    max_tokens: int
+    sampler: Sampler
+    stop: Sequence[str]
+    on_text: Callable[[str], None] | None
+    threads: int
+    q8_decode: bool = True
+
+
+def check_limits(max_tokens: int, stop: str | Sequence[str]) -> list[str]:
+    """The stop strings of a generation (one string becomes a list of one), checked with its
+    token budget.
+
+    Raises
+    ------
+    InvalidInput
+        ``max_tokens`` < 1 or an empty stop string.
+    """
+    if int(max_tokens) < 1:
+        raise InvalidInput(f"max_tokens must be >= 1, got {max_tokens}")
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if any(not s for s in stops):
+        raise InvalidInput("stop strings must be non-empty")
+    return stops
+
+
 def run_generation(
     native: NativeModel,
     cache: NativeCache,
     parts: PromptParts,
+    dec: Decoding,
     *,
-    decode: Callable[[Sequence[int]], str],
-    eos_ids: frozenset[int],
-    max_tokens: int,
-    sampler: Sampler,
     press: KVMethod | None,
     compression: float,
-    stop: Sequence[str],
-    on_text: Callable[[str], None] | None,
     context_length: int,
-    threads: int,
-    q8_decode: bool = True,
     budget: KVBudget | None = None,
     instruction: Sequence[int] = (),
 ) -> Generation:
@@ -137,24 +189,14 @@ def run_generation(
             native,
             cache,
             parts,
-            decode=decode,
-            eos_ids=eos_ids,
-            max_tokens=max_tokens,
-            sampler=sampler,
+            dec,
             press=press,
             budget=budget,
-            stop=stop,
-            on_text=on_text,
             context_length=context_length,
-            threads=threads,
-            q8_decode=q8_decode,
             instruction=instruction,
         )
-    n_prompt = len(parts.context) + len(parts.suffix)
-    if n_prompt + max_tokens > context_length:
-        raise InvalidInput(
-            f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's context of {context_length}"
-        )
+    n_prompt = _prompt_tokens(parts, dec.max_tokens, context_length)
+    threads, q8_decode = dec.threads, dec.q8_decode
     ctx = np.asarray(parts.context, dtype=np.int32)
     logits, scores = prefill_for_press(
         native,
@@ -175,75 +217,38 @@ def run_generation(
         assert last is not None
         logits = last
         peak = max(peak, int(cache.nbytes))
-    return _decode(
-        native,
-        cache,
-        logits,
-        decode=decode,
-        eos_ids=eos_ids,
-        max_tokens=max_tokens,
-        sampler=sampler,
-        stop=stop,
-        on_text=on_text,
-        threads=threads,
-        q8_decode=q8_decode,
-        n_prompt=n_prompt,
-        before_step=None,
-        peak=peak,
-    )
+    return _decode(native, cache, logits, dec, n_prompt=n_prompt, before_step=None, peak=peak)
 
 
 def continue_generation(
-    native: NativeModel,
-    cache: NativeCache,
-    logits: npt.NDArray[np.float32],
-    *,
-    decode: Callable[[Sequence[int]], str],
-    eos_ids: frozenset[int],
-    max_tokens: int,
-    sampler: Sampler,
-    stop: Sequence[str],
-    on_text: Callable[[str], None] | None,
-    threads: int,
-    q8_decode: bool,
-    n_prompt: int,
+    native: NativeModel, cache: NativeCache, logits: npt.NDArray[np.float32], dec: Decoding, *, n_prompt: int
 ) -> Generation:
     """Decode from ``cache`` whose last token produced ``logits`` (no press)."""
-    return _decode(
-        native,
-        cache,
-        logits,
-        decode=decode,
-        eos_ids=eos_ids,
-        max_tokens=max_tokens,
-        sampler=sampler,
-        stop=stop,
-        on_text=on_text,
-        threads=threads,
-        q8_decode=q8_decode,
-        n_prompt=n_prompt,
-        before_step=None,
-        peak=int(cache.nbytes),
-    )
+    return _decode(native, cache, logits, dec, n_prompt=n_prompt, before_step=None, peak=int(cache.nbytes))
+
+
+def _prompt_tokens(parts: PromptParts, max_tokens: int, context_length: int) -> int:
+    """Tokens of the prompt; raises InvalidInput when they and ``max_tokens`` pass the context."""
+    n_prompt = len(parts.context) + len(parts.suffix)
+    if n_prompt + max_tokens > context_length:
+        raise InvalidInput(
+            f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's context of {context_length}"
+        )
+    return n_prompt
 
 
 def _decode(
     native: NativeModel,
     cache: NativeCache,
     logits: npt.NDArray[np.float32],
+    dec: Decoding,
     *,
-    decode: Callable[[Sequence[int]], str],
-    eos_ids: frozenset[int],
-    max_tokens: int,
-    sampler: Sampler,
-    stop: Sequence[str],
-    on_text: Callable[[str], None] | None,
-    threads: int,
-    q8_decode: bool,
     n_prompt: int,
     before_step: Callable[[], None] | None,
     peak: int,
 ) -> Generation:
+    decode, eos_ids, max_tokens, sampler = dec.decode, dec.eos_ids, dec.max_tokens, dec.sampler
+    stop, on_text, threads, q8_decode = dec.stop, dec.on_text, dec.threads, dec.q8_decode
     tokens: list[int] = []
     logprobs: list[float] = []
     text = ""
@@ -299,18 +304,11 @@ def _run_budgeted(
     native: NativeModel,
     cache: NativeCache,
     parts: PromptParts,
+    dec: Decoding,
     *,
-    decode: Callable[[Sequence[int]], str],
-    eos_ids: frozenset[int],
-    max_tokens: int,
-    sampler: Sampler,
     press: KVMethod | None,
     budget: KVBudget,
-    stop: Sequence[str],
-    on_text: Callable[[str], None] | None,
     context_length: int,
-    threads: int,
-    q8_decode: bool,
     instruction: Sequence[int] = (),
 ) -> Generation:
     """Generation under a fixed KV budget: chunked prefill (press after each chunk), press
@@ -326,11 +324,8 @@ def _run_budgeted(
     chunk = budget.prefill_chunk
     if chunk is not None and int(chunk) < 1:
         raise InvalidInput(f"prefill_chunk must be >= 1, got {chunk}")
-    n_prompt = len(parts.context) + len(parts.suffix)
-    if n_prompt + max_tokens > context_length:
-        raise InvalidInput(
-            f"prompt ({n_prompt} tokens) + max_tokens ({max_tokens}) exceeds the model's context of {context_length}"
-        )
+    max_tokens, threads, q8_decode = dec.max_tokens, dec.threads, dec.q8_decode
+    n_prompt = _prompt_tokens(parts, max_tokens, context_length)
     cache_scored = press.name in CACHE_SCORED
     ctx = np.asarray(parts.context, dtype=np.int32)
     if cache_scored:
@@ -391,19 +386,4 @@ def _run_budgeted(
             press_to_budget(cache, press, low)
             cache.reserve(b)
 
-    return _decode(
-        native,
-        cache,
-        logits,
-        decode=decode,
-        eos_ids=eos_ids,
-        max_tokens=max_tokens,
-        sampler=sampler,
-        stop=stop,
-        on_text=on_text,
-        threads=threads,
-        q8_decode=q8_decode,
-        n_prompt=n_prompt,
-        before_step=before_step,
-        peak=peak,
-    )
+    return _decode(native, cache, logits, dec, n_prompt=n_prompt, before_step=before_step, peak=peak)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -13,23 +12,27 @@ from .. import _core
 from ..errors import InvalidInput
 from ..kv import KVMethod
 from .calibration import ChannelScaling, model_identity
-from .chat import render_messages, render_user_message
-from .generate import Generation, KVBudget, Prefill, PromptParts, continue_generation, run_generation
+from .forward import ModelForward
+from .generate import (
+    Decoding,
+    Generation,
+    KVBudget,
+    PromptParts,
+    check_limits,
+    continue_generation,
+    run_generation,
+)
 from .gguf_file import GGUFModelFile, LlamaConfig
 from .native import NativeCache, NativeModel
 from .position import HeadSet, MsPoE, copy_head_scores, probe_ids, select_copy_heads
-from .press import REPEAT_INSTRUCTION, reconstruction_scores, resolve_press
+from .press import resolve_press
 from .sampling import Sampler
-from .tokenizer import Tokenizer
 from .weights import cuda_model, native_model, weight_bytes
 
 __all__ = ["Model"]
 
 #: Where the forward runs: the CPU runtime, or (CUDA builds) the fp16 device forward.
 DEVICES = ("cpu", "cuda")
-
-#: Separator between a context and its question inside the one user message.
-QUESTION_SEPARATOR = "\n\n"
 
 
 def _check_cuda() -> None:
@@ -43,7 +46,7 @@ def _check_cuda() -> None:
         raise RuntimeError("device='cuda': no usable CUDA device (no GPU or no driver); use device='cpu'")
 
 
-class Model:
+class Model(ModelForward):
     """A llama-architecture GGUF model on lamina's native runtime.
 
     Parameters
@@ -114,10 +117,9 @@ class Model:
     ) -> None:
         if channel is not None and ms_poe is not None:
             raise InvalidInput("channel scaling cannot be combined with Ms-PoE")
-        self._file = file
+        super().__init__(file)
         self.path = file.path
         self.config: LlamaConfig = file.config
-        self.tokenizer = Tokenizer(file.tokenizer)
         self.threads = int(threads)
         self.q8_decode = bool(q8_decode)
         self.position = "rope" if ms_poe is None else "ms-poe"
@@ -143,13 +145,6 @@ class Model:
             self._native = (
                 native_model(file, position, q8_prefill=q8_prefill) if device == "cpu" else cuda_model(file, position)
             )
-        eos = {i for i in (file.tokenizer.eos_id,) if i is not None}
-        for name in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
-            if name in file.tokenizer.tokens:
-                i = file.tokenizer.tokens.index(name)
-                if i in self.tokenizer.special_ids:
-                    eos.add(i)
-        self.eos_ids = frozenset(eos)
         self.channel: ChannelScaling | None = None
         self.set_channel(channel)
 
@@ -176,38 +171,6 @@ class Model:
         """The model file's identity a calibration is checked against
         (:func:`lamina.model.calibration.model_identity`)."""
         return model_identity(self._file)
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` without a BOS (a continuation of a prompt)."""
-        return self.tokenizer.encode(text, add_bos=False)
-
-    def hidden_states(self, ids: Sequence[int] | npt.NDArray[Any]) -> npt.NDArray[np.float32]:
-        """The residual stream after every layer: one full causal forward from position 0
-        (the native forward, this model's settings), no cache kept.
-
-        Parameters
-        ----------
-        ids : sequence of int, length T >= 1
-
-        Returns
-        -------
-        ndarray, float32, shape (n_layers, T, d_model)
-
-        Raises
-        ------
-        NotImplementedError
-            On ``device="cuda"`` (the hidden states come from the CPU forward).
-        """
-        a = self._ids(ids)
-        cache = _core.KVCache(self.config.n_layers, self.config.n_kv_heads, self.config.head_dim)
-        _, hidden = self._cpu().forward_hidden(a, cache, "none", self.threads, self.q8_decode)
-        return np.asarray(hidden, dtype=np.float32)
-
-    def _cpu(self) -> _core.LlamaModel:
-        """The native CPU model (what only the CPU forward offers: the hidden states)."""
-        if not isinstance(self._native, _core.LlamaModel):
-            raise NotImplementedError(f"this needs the CPU forward; the model runs on device={self.device!r}")
-        return self._native
 
     def __repr__(self) -> str:
         c = self.config
@@ -237,216 +200,6 @@ class Model:
     def weight_bytes(self) -> int:
         """Bytes of the stored (quantised) weights."""
         return weight_bytes(self._file)
-
-    # ---- text ---------------------------------------------------------------------------------
-    @functools.cached_property
-    def repeat_instruction(self) -> list[int]:
-        """Token ids (no BOS) of the instruction KVzip's reconstruction pass runs before the
-        repeated context (:data:`lamina.model.press.REPEAT_INSTRUCTION`)."""
-        return self.tokenizer.encode(REPEAT_INSTRUCTION, add_bos=False)
-
-    def tokenize(self, text: str) -> list[int]:
-        """Token ids of ``text``, with the BOS the model expects (none for SmolLM2); control
-        tokens written in the text (``<|im_start|>``) become their ids."""
-        return self.tokenizer.encode(text)
-
-    def detokenize(self, ids: Sequence[int]) -> str:
-        """Text of token ids (control tokens written out)."""
-        return self.tokenizer.decode(ids)
-
-    def chat_prompt(self, message: str) -> str:
-        """The prompt text of one user message under the model's chat template."""
-        t = self._file.tokenizer
-        bos = t.tokens[t.bos_id] if t.bos_id is not None else ""
-        eos = t.tokens[t.eos_id] if t.eos_id is not None else ""
-        return render_user_message(t.chat_template, message, bos_token=bos, eos_token=eos)
-
-    def chat_messages_prompt(self, messages: Sequence[Mapping[str, str]]) -> str:
-        """The prompt text of a conversation (system/user/assistant messages, in order) under
-        the model's chat template, ending with the opening of the assistant's turn."""
-        t = self._file.tokenizer
-        bos = t.tokens[t.bos_id] if t.bos_id is not None else ""
-        eos = t.tokens[t.eos_id] if t.eos_id is not None else ""
-        return render_messages(t.chat_template, messages, bos_token=bos, eos_token=eos)
-
-    # ---- forward ------------------------------------------------------------------------------
-    def _ids(self, ids: Sequence[int] | npt.NDArray[Any]) -> npt.NDArray[np.int32]:
-        a = np.asarray(ids)
-        if a.ndim != 1 or a.size == 0:
-            raise InvalidInput(f"ids must be a non-empty 1-D sequence of token ids, got shape {a.shape}")
-        if a.dtype.kind not in "iu":
-            raise InvalidInput(f"ids must be integers, got dtype {a.dtype}")
-        V = self.config.vocab_size
-        bad = np.flatnonzero((a < 0) | (a >= V))
-        if bad.size:
-            raise InvalidInput(f"token id {int(a[bad[0]])} at index {int(bad[0])} is outside the vocabulary [0, {V})")
-        if a.size > self.config.context_length:
-            raise InvalidInput(f"{a.size} tokens exceed the model's context of {self.config.context_length}")
-        return np.ascontiguousarray(a, dtype=np.int32)
-
-    def new_cache(self) -> NativeCache:
-        """An empty KV cache for this model (ragged per layer and KV head; on the GPU, fp16,
-        for a ``device="cuda"`` model)."""
-        c = self.config
-        if self.device == "cuda":
-            return _core.CudaKVCache(c.n_layers, c.n_kv_heads, c.head_dim)
-        return _core.KVCache(c.n_layers, c.n_kv_heads, c.head_dim)
-
-    def logits(self, ids: Sequence[int] | npt.NDArray[Any]) -> npt.NDArray[np.float32]:
-        """Logits of every position: one full causal forward from position 0, no cache kept.
-
-        Parameters
-        ----------
-        ids : sequence of int, length T >= 1
-
-        Returns
-        -------
-        ndarray, float32, shape (T, vocab_size)
-
-        Raises
-        ------
-        InvalidInput
-            Empty ids, an id outside the vocabulary, or more tokens than the context.
-        """
-        a = self._ids(ids)
-        out, _, _ = self._native.forward(a, self.new_cache(), "all", self.threads, 0)
-        assert out is not None
-        return out
-
-    @property
-    def batched_decode(self) -> bool:
-        """True when :meth:`forward_batch` runs (the CPU forward without Ms-PoE or channel
-        scaling)."""
-        return self.device == "cpu" and self.ms_poe is None and self.channel is None
-
-    def forward_batch(self, ids: Sequence[int], caches: Sequence[NativeCache]) -> npt.NDArray[np.float32]:
-        """One decode step of B independent sequences: token ``ids[b]`` is appended to
-        ``caches[b]`` and attends over that cache alone. The matmuls run over the B rows
-        together, so the weights are read once for all of them (one step of a B-token call
-        instead of B single-token steps). The logits equal B separate :meth:`forward` calls
-        up to the summation order (float32 activations) or the int8 activation rounding
-        (``q8_decode`` / ``q8_prefill``, which may round a near-tie differently).
-
-        Parameters
-        ----------
-        ids : sequence of int, length B >= 1
-        caches : sequence of KVCache, length B
-            Distinct caches of this model (:meth:`new_cache`, clones of one are fine).
-
-        Returns
-        -------
-        ndarray, float32, shape (B, vocab_size)
-            Row b: the next-token logits of sequence b.
-
-        Raises
-        ------
-        InvalidInput
-            Lengths that differ, no sequence, a repeated cache, an id outside the vocabulary,
-            or a cache at the model's context.
-        NotImplementedError
-            On ``device="cuda"`` or with Ms-PoE or channel scaling (:attr:`batched_decode`).
-        """
-        if not self.batched_decode:
-            raise NotImplementedError(
-                "a batched decode runs on the CPU forward without Ms-PoE or channel scaling "
-                f"(device={self.device!r}, position={self.position!r}, channel={self.channel is not None})"
-            )
-        if len(ids) != len(caches) or not ids:
-            raise InvalidInput(f"need one cache per id and at least one, got {len(ids)} ids and {len(caches)} caches")
-        if any(int(c.n_seen) + 1 > self.config.context_length for c in caches):
-            raise InvalidInput(f"a cache would exceed the model's context of {self.config.context_length} tokens")
-        native = self._cpu()
-        try:
-            return native.forward_batch(self._ids(ids), list(caches), self.threads, self.q8_decode)  # type: ignore[arg-type]
-        except ValueError as e:
-            raise InvalidInput(str(e)) from None
-
-    def forward(
-        self,
-        ids: Sequence[int] | npt.NDArray[Any],
-        cache: NativeCache,
-        *,
-        logits: str = "last",
-        record_window: int = 0,
-    ) -> tuple[npt.NDArray[np.float32] | None, npt.NDArray[np.float32] | None]:
-        """Run ``ids`` after the tokens already in ``cache`` (which grows by len(ids) per head).
-
-        Parameters
-        ----------
-        ids : sequence of int, length T >= 1
-        cache : lamina._core.KVCache
-            From :meth:`new_cache`.
-        logits : {"last", "all", "none"}
-            Logits of the last token (shape (V,)), of every token (T, V), or none.
-        record_window : int
-            Record the attention of the last ``record_window`` queries: (L, H, w, S), S the
-            cache length after the call (needs an uncompacted cache).
-
-        Returns
-        -------
-        (logits or None, attention or None)
-        """
-        if cache.n_seen + len(ids) > self.config.context_length:
-            raise InvalidInput(f"the cache would exceed the model's context of {self.config.context_length} tokens")
-        out, att, _ = self._native.forward(
-            self._ids(ids), cache, logits, self.threads, int(record_window), self.q8_decode
-        )
-        return out, att
-
-    def reconstruction_scores(
-        self, cache: NativeCache, ids: Sequence[int] | npt.NDArray[Any], *, chunk: int = 2048
-    ) -> npt.NDArray[np.float32]:
-        """KVzip's scores, (L, H, S) float32, of ``cache`` holding exactly ``ids`` (S tokens):
-        the largest attention each entry gets while the model repeats the context on a clone
-        (see :func:`lamina.model.press.reconstruction_scores`; ``cache`` is unchanged)."""
-        arr = self._ids(ids)
-        if int(cache.n_seen) != len(arr) or int(cache.lengths().min()) != len(arr):
-            raise InvalidInput(
-                f"the cache must hold exactly the {len(arr)} ids, uncompressed (it has seen {cache.n_seen})"
-            )
-        return reconstruction_scores(
-            self._native,
-            cache,
-            arr,
-            self.repeat_instruction,
-            context_length=self.config.context_length,
-            threads=self.threads,
-            q8_decode=self.q8_decode,
-            chunk=chunk,
-        )
-
-    def prefill(
-        self,
-        ids: Sequence[int] | npt.NDArray[Any],
-        cache: NativeCache,
-        *,
-        record_window: int = 0,
-        accumulate: bool = False,
-    ) -> Prefill:
-        """Run ``ids`` after the tokens in ``cache``, keeping the last logits and, on request,
-        the attention a press reads.
-
-        Parameters
-        ----------
-        ids : sequence of int, length T >= 1
-        cache : lamina._core.KVCache
-            Every head must hold the same number of entries to record attention.
-        record_window : int
-            Record the softmax rows of the last ``record_window`` (<= T) queries.
-        accumulate : bool
-            Also sum every query's softmax row per entry (H2O's accumulated attention).
-
-        Returns
-        -------
-        Prefill
-        """
-        if cache.n_seen + len(ids) > self.config.context_length:
-            raise InvalidInput(f"the cache would exceed the model's context of {self.config.context_length} tokens")
-        out, att, acc = self._native.forward(
-            self._ids(ids), cache, "last", self.threads, int(record_window), self.q8_decode, bool(accumulate)
-        )
-        assert out is not None
-        return Prefill(logits=out, attention=att, accumulated=acc)
 
     def continue_from(
         self,
@@ -481,39 +234,12 @@ class Model:
             raise InvalidInput(f"max_tokens must be >= 1, got {max_tokens}")
         if isinstance(stop, str):
             stop = (stop,)
-        if cache.n_seen + len(suffix) + int(max_tokens) > self.config.context_length:
-            raise InvalidInput(f"the cache would exceed the model's context of {self.config.context_length} tokens")
+        self._check_room(cache, len(suffix) + int(max_tokens))
         if suffix:
             logits = self.prefill(suffix, cache).logits
+        dec = self._decoding(max_tokens, Sampler(temperature=0.0), list(stop), None)
         return continue_generation(
-            self._native,
-            cache,
-            logits,
-            decode=self.tokenizer.decode,
-            eos_ids=self.eos_ids,
-            max_tokens=int(max_tokens),
-            sampler=Sampler(temperature=0.0),
-            stop=list(stop),
-            on_text=None,
-            threads=self.threads,
-            q8_decode=self.q8_decode,
-            n_prompt=int(cache.n_seen if n_prompt is None else n_prompt),
-        )
-
-    # ---- generation ---------------------------------------------------------------------------
-    def prompt_parts(self, prompt: str, question: str | None = None) -> PromptParts:
-        """Token ids of ``prompt`` (and ``question``) as one user message under the chat
-        template; with a question, the ids are split where the question starts."""
-        if not isinstance(prompt, str) or (question is not None and not isinstance(question, str)):
-            raise TypeError("prompt and question must be str")
-        if not prompt.strip() or (question is not None and not question.strip()):
-            raise InvalidInput("prompt (and question, when given) must be non-empty text")
-        if question is None:
-            return PromptParts(context=self.tokenize(self.chat_prompt(prompt)), suffix=[])
-        rendered = self.chat_prompt(prompt + QUESTION_SEPARATOR + question)
-        cut = rendered.find(prompt) + len(prompt)
-        return PromptParts(
-            context=self.tokenize(rendered[:cut]), suffix=self.tokenizer.encode(rendered[cut:], add_bos=False)
+            self._native, cache, logits, dec, n_prompt=int(cache.n_seen if n_prompt is None else n_prompt)
         )
 
     def generate(
@@ -587,14 +313,9 @@ class Model:
             string, a prompt that does not fit the context, or a bad ``kv_budget`` setting
             (no press, compression given too, chunked prefill with an attention-scored method).
         """
-        if int(max_tokens) < 1:
-            raise InvalidInput(f"max_tokens must be >= 1, got {max_tokens}")
+        stops = check_limits(max_tokens, stop)
         if not 0.0 <= float(compression) < 1.0:
             raise InvalidInput(f"compression must be in [0, 1), got {compression}")
-        if isinstance(stop, str):
-            stop = (stop,)
-        if any(not s for s in stop):
-            raise InvalidInput("stop strings must be non-empty")
         method = resolve_press(press) if press is not None else None
         budget = None
         if kv_budget is not None:
@@ -608,23 +329,49 @@ class Model:
         if method is not None and compression == 0.0 and budget is None:
             method = None
         parts = self.prompt_parts(prompt, question)
+        sampler = Sampler(temperature=float(temperature), top_p=float(top_p), seed=seed)
+        return self._run(
+            parts, stops, max_tokens, sampler, on_text=on_text, press=method, compression=compression, budget=budget
+        )
+
+    def _run(
+        self,
+        parts: PromptParts,
+        stops: list[str],
+        max_tokens: int,
+        sampler: Sampler,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        press: KVMethod | None = None,
+        compression: float = 0.0,
+        budget: KVBudget | None = None,
+    ) -> Generation:
+        """Generate into a new cache with this model's tokenizer, threads and context."""
         return run_generation(
             self._native,
             self.new_cache(),
             parts,
+            self._decoding(max_tokens, sampler, stops, on_text),
+            press=press,
+            compression=float(compression),
+            context_length=self.config.context_length,
+            budget=budget,
+            instruction=self.repeat_instruction if press is not None else (),
+        )
+
+    def _decoding(
+        self, max_tokens: int, sampler: Sampler, stops: list[str], on_text: Callable[[str], None] | None
+    ) -> Decoding:
+        """This model's :class:`Decoding` with these limits."""
+        return Decoding(
             decode=self.tokenizer.decode,
             eos_ids=self.eos_ids,
             max_tokens=int(max_tokens),
-            sampler=Sampler(temperature=float(temperature), top_p=float(top_p), seed=seed),
-            press=method,
-            compression=float(compression),
-            stop=list(stop),
+            sampler=sampler,
+            stop=stops,
             on_text=on_text,
-            context_length=self.config.context_length,
             threads=self.threads,
             q8_decode=self.q8_decode,
-            budget=budget,
-            instruction=self.repeat_instruction,
         )
 
     def generate_messages(
@@ -657,26 +404,11 @@ class Model:
             Bad messages, max_tokens < 1, bad sampling parameters, an empty stop string, or
             a prompt that does not fit the context with ``max_tokens``.
         """
-        if int(max_tokens) < 1:
-            raise InvalidInput(f"max_tokens must be >= 1, got {max_tokens}")
-        if isinstance(stop, str):
-            stop = (stop,)
-        if any(not s for s in stop):
-            raise InvalidInput("stop strings must be non-empty")
+        stops = check_limits(max_tokens, stop)
         ids = self.tokenize(self.chat_messages_prompt(messages))
-        return run_generation(
-            self._native,
-            self.new_cache(),
+        return self._run(
             PromptParts(context=ids, suffix=[]),
-            decode=self.tokenizer.decode,
-            eos_ids=self.eos_ids,
-            max_tokens=int(max_tokens),
-            sampler=Sampler(temperature=float(temperature), top_p=float(top_p), seed=seed),
-            press=None,
-            compression=0.0,
-            stop=list(stop),
-            on_text=None,
-            context_length=self.config.context_length,
-            threads=self.threads,
-            q8_decode=self.q8_decode,
+            stops,
+            max_tokens,
+            Sampler(temperature=float(temperature), top_p=float(top_p), seed=seed),
         )

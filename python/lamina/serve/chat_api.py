@@ -24,7 +24,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..agent.chat import PromptedToolChat
+from ..agent.tool_chat import PromptedToolChat
 from ..llm.local_chat import LocalChat
 from ..llm.openai_chat import LLMError
 

@@ -21,11 +21,10 @@ from lamina import Memory, MemoryConfig, Note
 from lamina.memory.dump.format import FORMAT_VERSION, DumpError, dump_lines
 from lamina.memory.dump.jsonl import export_jsonl, import_jsonl, iter_export
 from lamina.memory.dump.reader import read_dump
+from memkit import DAY, T0
 
 # links between turns that share words (the hashing embedder's cosine is mostly shared words)
 CFG = MemoryConfig(link_threshold=0.2)
-T0 = 1_683_550_000.0  # 2023-05-08
-DAY = 86_400.0
 FIRST = [
     ("Alice", "I adopted a beagle named Max from the shelter in Portland."),
     ("Bob", "The weather was lovely this morning."),

@@ -18,19 +18,20 @@ from lamina.memory.state.memstate import MemoryState, UserState
 from lamina.memory.state.records import NsCode, Record
 from lamina.memory.state.turnvec import turn_vectors
 from lamina.memory.store.sqlite import SQLiteStore
-from memkit import DAY, FILLER, T0, NoiseEmbedder, active_leaves, chat, everything
+from memkit import (
+    CHAT_WORDS,
+    DAY,
+    FILLER,
+    KITTEN_CHAT,
+    T0,
+    NoiseEmbedder,
+    active_leaves,
+    chat,
+    day_session,
+    everything,
+    random_turns,
+)
 from reference import recall, topic_sentences
-
-WORDS = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
-
-LINES = [
-    ("Alice", "The weather was lovely this morning."),
-    ("Bob", "I watched a football match yesterday."),
-    ("Alice", "My sister adopted a grey kitten called Pepper."),
-    ("Bob", "Did you try the new bakery downtown?"),
-    ("Alice", "I have been reading a mystery novel."),
-    ("Bob", "Sounds fun, who is the author?"),
-]
 
 
 def _fill(
@@ -39,8 +40,7 @@ def _fill(
     for s in range(n_sessions):
         t = T0 + s * DAY
         msgs = []
-        for i in range(per):
-            sp, tx = ("Ann" if i % 2 else "Ben"), " ".join(rng.choice(WORDS) for _ in range(8))
+        for i, (sp, tx) in enumerate(random_turns(rng, per)):
             if needle is not None and (s, i) == needle[:2]:
                 sp, tx = needle[2], needle[3]
             msgs.append({"speaker": sp, "text": tx, "id": f"D{s}:{i}", "timestamp": t + 60 * i})
@@ -94,8 +94,7 @@ def test_session_prior_ranks_a_turn_with_its_sessions_best() -> None:
                 [("Ann", "The train was late again."), ("Ben", "Ida waters the tulips in the garden.")],
             ]
         ):
-            chat(m, "u", f"s{s}", lines + list(FILLER[:4]), T0 + s * DAY, f"D{s}")
-            m.end_session(user_id="u", session_id=f"s{s}")
+            day_session(m, s, lines + list(FILLER[:4]))
         ex = m.explain_context("tulips garden niece Ida", user_id="u", budget=400, now=T0 + 9 * DAY)
         srcs = [c.item.sources for c in ex.candidates["episodic"] if c.item.kind == "turn"]
         order[mu] = (srcs.index(("D1:1",)), srcs.index(("D2:1",)))
@@ -112,7 +111,7 @@ def test_matching_turn_alone_and_leaf_heated() -> None:
     m = Memory(
         embedder="hashing", config=MemoryConfig(working_capacity=4, semantic_capacity=1, layers=("working", "episodic"))
     )
-    chat(m, "u", "s1", LINES, T0 + DAY, "D1")
+    chat(m, "u", "s1", KITTEN_CHAT, T0 + DAY, "D1")
     m.end_session(user_id="u", session_id="s1")
     ctx = m.context("grey kitten Pepper", user_id="u", budget=12, now=T0 + 9 * DAY)
     assert not ctx.abstain
@@ -127,7 +126,7 @@ def test_matching_turn_alone_and_leaf_heated() -> None:
     )
     # a leaf's score is its best turn's cosine (not the mean of its turns)
     q = m.embedder.embed(["grey kitten Pepper"])[0]
-    turn = turn_vectors(m.embedder.embed, [(LINES[2][1], LINES[2][0])])[0]  # (as the write path embeds it)
+    turn = turn_vectors(m.embedder.embed, [(KITTEN_CHAT[2][1], KITTEN_CHAT[2][0])])[0]  # (as the write path embeds it)
     assert abs(top.score - float(turn @ q)) < 1e-5
     m.close()
 
@@ -234,7 +233,7 @@ def test_lookup_positions() -> None:
     """Lookup.pos (a table of the ids' positions) is np.searchsorted into the sorted ids."""
     m = Memory(None, embedder="hashing")
     try:
-        chat(m, "u", "s0", LINES * 3, T0, "a")
+        chat(m, "u", "s0", KITTEN_CHAT * 3, T0, "a")
         st = m._st
         ids = np.array(sorted(st.recs), dtype=np.int64)
         rng = np.random.default_rng(1)
@@ -304,7 +303,7 @@ def test_context_reads_summaries_not_leaves_and_search_still_finds_leaves(tmp_pa
     cfg = MemoryConfig(working_capacity=4, max_segment_turns=2, fill_past_floor=False)
     m = Memory(path, embedder="hashing", config=cfg)
     rng = random.Random(9)
-    texts = [" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(60)]
+    texts = [" ".join(rng.choice(CHAT_WORDS) for _ in range(8)) for _ in range(60)]
     for s in range(3):
         m.add(
             [

@@ -18,18 +18,7 @@ from lamina import Memory, MemoryConfig, MemoryItem
 from lamina.memory.read.fill import gate, item_tokens, lost_in_the_middle
 from lamina.memory.state.memstate import MemoryState, UserState
 from lamina.memory.state.records import Record
-from memkit import DAY, FILLER, T0, chat, words
-
-WORDS = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
-
-LINES = [
-    ("Alice", "The weather was lovely this morning."),
-    ("Bob", "I watched a football match yesterday."),
-    ("Alice", "My sister adopted a grey kitten called Pepper."),
-    ("Bob", "Did you try the new bakery downtown?"),
-    ("Alice", "I have been reading a mystery novel."),
-    ("Bob", "Sounds fun, who is the author?"),
-]
+from memkit import CHAT_WORDS, DAY, FILLER, KITTEN_CHAT, T0, chat, day_session, random_turns, words
 
 
 def expected_tokens(items: Sequence[MemoryItem]) -> int:
@@ -48,11 +37,6 @@ def expected_tokens(items: Sequence[MemoryItem]) -> int:
             n += 2
         n += sum(words(ln) for _, ln in lines)
     return n
-
-
-def _session(m: Memory, s: int, lines: list[tuple[str, str]]) -> None:
-    chat(m, "u", f"s{s}", lines, T0 + s * DAY, f"D{s}")
-    m.end_session(user_id="u", session_id=f"s{s}")
 
 
 def test_context_budget_gates_render_and_bumps() -> None:
@@ -89,15 +73,7 @@ def shared_memory() -> Memory:
     m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=6))
     rng = random.Random(0)
     for s in range(20):
-        chat(
-            m,
-            "u",
-            f"s{s}",
-            [("Ann" if i % 2 else "Ben", " ".join(rng.choice(WORDS) for _ in range(8))) for i in range(12)],
-            T0 + s * DAY,
-            f"D{s}",
-        )
-        m.end_session(user_id="u", session_id=f"s{s}")
+        day_session(m, s, random_turns(rng, 12))
     m.add(
         [{"speaker": "Ann", "text": "I moved to Lisbon last week.", "timestamp": T0 + 40 * DAY}],
         user_id="u",
@@ -113,7 +89,7 @@ def shared_memory() -> Memory:
 @given(budget=st.integers(1, 400), seed=st.integers(0, 10_000))
 def test_grouped_render_never_exceeds_the_budget(shared_memory: Memory, budget: int, seed: int) -> None:
     rng = random.Random(seed)
-    q = " ".join(rng.choice(WORDS) for _ in range(3))
+    q = " ".join(rng.choice(CHAT_WORDS) for _ in range(3))
     ctx = shared_memory.context(q, user_id="u", budget=budget, now=T0 + 60 * DAY)
     text = ctx.render()
     assert ctx.tokens == words(text) == expected_tokens(ctx.items) <= budget
@@ -131,7 +107,7 @@ def test_short_items_fill_the_budget() -> None:
     said = set()
     for s in range(30):
         msgs = [
-            {"speaker": "A", "text": rng.choice(WORDS), "id": f"{s}:{i}", "timestamp": T0 + s * DAY + i}
+            {"speaker": "A", "text": rng.choice(CHAT_WORDS), "id": f"{s}:{i}", "timestamp": T0 + s * DAY + i}
             for i in range(10)
         ]
         said.update(x["text"] for x in msgs)
@@ -150,7 +126,7 @@ def test_aggregates_only_after_specific_items() -> None:
     the best turn, although long summaries can score higher."""
     m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=4, layers=("working", "episodic")))
     for s in range(1, 4):
-        _session(m, s, LINES)
+        day_session(m, s, KITTEN_CHAT)
     for query in ("who adopted the grey kitten", "weather football bakery novel author", "mystery novel"):
         ctx = m.context(query, user_id="u", budget=14, now=T0 + 9 * DAY)
         best_turn = max(h.score for h in m.search(query, user_id="u", k=50, layers=["archive"]))
@@ -165,7 +141,7 @@ def test_repeated_turn_text_shown_once() -> None:
     """A turn repeating the words of a turn already in the context is skipped (budget goes to new text)."""
     m = Memory(embedder="hashing", config=MemoryConfig(working_capacity=4, layers=("working", "episodic")))
     for s in range(1, 4):
-        _session(m, s, [("Alice", "Work has been hectic lately.")] + LINES)
+        day_session(m, s, [("Alice", "Work has been hectic lately.")] + KITTEN_CHAT)
     ctx = m.context("how has work been", user_id="u", budget=60, now=T0 + 9 * DAY)
     texts = [it.text for it in ctx.items if it.kind == "turn"]
     assert texts.count("Work has been hectic lately.") == 1

@@ -5,6 +5,7 @@ alone or in any batch; its sorting helpers equal ``np.lexsort``."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lamina.memory.config import MemoryConfig
-from lamina.memory.read.fusion import Fused, Turns, fuse, segment_ranks, sort_within, twins
+from lamina.memory.read.fusion import Fused, Turns, fuse_many, segment_ranks, sort_within, twins
 from lamina.memory.state.records import NsCode
 from lamina.memory.store.protocol import ID_SHIFT
 from lamina.native.layer_index import LayerIndex
@@ -107,6 +108,12 @@ def _as_tuple(f: Fused | None) -> object:
     if f is None:
         return None
     return f.ids.tolist(), f.at.tolist(), [x.hex() for x in f.scores], f.every.tolist()
+
+
+def fuse(*args: Any) -> list[Fused | None]:
+    """One :class:`Fused` per job (None for a job without turns), from :func:`fuse_many`."""
+    many = fuse_many(*args)
+    return [many.one(b) for b in range(len(args[8]))]
 
 
 @settings(max_examples=150, deadline=None)

@@ -20,7 +20,7 @@ from lamina import Memory, MemoryConfig
 from lamina.memory.state.coverage import TurnNeighbours, _dot_rows
 from lamina.memory.write.retention import CoverageProjection, pooled_items
 from lamina.native.search import topk
-from memkit import DAY, T0, item_rows, pooled, unit
+from memkit import CHAT_WORDS, DAY, T0, item_rows, pooled, unit
 
 
 class _Stamps:
@@ -184,7 +184,6 @@ def test_many_arrivals_and_departures_keep_the_answers() -> None:
 
 
 # ---------------------------------------------------------------------------- through Memory
-WORDS = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
 
 
 def _brute_nu(path: Path, user: str) -> dict[int, float]:
@@ -228,11 +227,11 @@ def _lines(rng: np.random.Generator, n: int, s: int) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
         if rng.random() < 0.3:  # a line said before, word for word
-            text = f"I love {WORDS[int(rng.integers(0, 4))]} a lot."
+            text = f"I love {CHAT_WORDS[int(rng.integers(0, 4))]} a lot."
         elif rng.random() < 0.2:
             text = f"I live in {['Paris', 'Oslo', 'Lima'][int(rng.integers(0, 3))]} now."
         else:
-            text = " ".join(WORDS[int(j)] for j in rng.integers(0, len(WORDS), 6)) + f" {s}.{i}"
+            text = " ".join(CHAT_WORDS[int(j)] for j in rng.integers(0, len(CHAT_WORDS), 6)) + f" {s}.{i}"
         out.append(
             {"speaker": "Ann" if i % 2 else "Ben", "text": text, "id": f"D{s}:{i}", "timestamp": T0 + s * DAY + 60 * i}
         )
@@ -261,7 +260,7 @@ def test_kept_lists_give_the_rule_novelty_across_sessions(
             if s % 4 == 2:  # an archived turn of an earlier session says something else now
                 turns = m.search("x", user_id="u", k=10_000, layers=["archive"])
                 t = turns[int(rng.integers(0, len(turns)))]
-                m.update(t.id, f"a new text {s} about {WORDS[int(rng.integers(0, len(WORDS)))]}", user_id="u")
+                m.update(t.id, f"a new text {s} about {CHAT_WORDS[int(rng.integers(0, len(CHAT_WORDS)))]}", user_id="u")
             if s % 5 == 3:
                 m.delete(ids[int(rng.integers(0, len(ids)))], user_id="u")
             if s == 8:
@@ -357,7 +356,7 @@ def _replay_checked(seed: int, path: Path, cfg: MemoryConfig, sessions: int = 18
             if s % 4 == 2:  # an archived turn says something else now
                 turns = m.search("x", user_id="u", k=10_000, layers=["archive"])
                 t = turns[int(rng.integers(0, len(turns)))]
-                m.update(t.id, f"a new text {s} about {WORDS[int(rng.integers(0, len(WORDS)))]}", user_id="u")
+                m.update(t.id, f"a new text {s} about {CHAT_WORDS[int(rng.integers(0, len(CHAT_WORDS)))]}", user_id="u")
             if s % 5 == 3:  # a turn and what derives from it go
                 m.delete(ids[int(rng.integers(0, len(ids)))], user_id="u")
             if s % 7 == 5:  # another handle changes the user: this one catches up (MemoryState.apply)

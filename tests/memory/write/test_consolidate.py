@@ -15,7 +15,7 @@ from lamina.memory.state.turnvec import turn_texts, turn_vectors
 from lamina.memory.state.tx import Tx
 from lamina.memory.store.sqlite import SQLiteStore
 from lamina.memory.write.consolidate import segments
-from memkit import DAY, FILLER, T0, active_leaves, chat, check_tree, item_rows, rows, unit
+from memkit import DAY, FILLER, T0, active_leaves, chat, check_tree, day_session, item_rows, rows, unit
 
 
 def _segments(embs: list[list[float]], **cfg: object) -> list[list[int]]:
@@ -78,8 +78,7 @@ def test_memtree_structure_invariants(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
     m = Memory(p, embedder="hashing", config=MemoryConfig(working_capacity=4, max_segment_turns=2, tree_theta0=0.05))
     for s in range(3):
-        chat(m, "u", f"s{s}", FILLER + [("Alice", f"I went hiking at trail {s}.")], T0 + s * DAY, f"D{s}")
-        m.end_session(user_id="u", session_id=f"s{s}")
+        day_session(m, s, FILLER + [("Alice", f"I went hiking at trail {s}.")])
     tree = check_tree(p, "u")
     internal = [r for r in tree if r["kind"] == "summary"]
     assert internal  # some internal node exists with θ0 this low
@@ -269,8 +268,7 @@ def test_node_provenance_is_what_it_quotes(tmp_path: Path) -> None:
     m = Memory(p, embedder="hashing", config=cfg)
     for s in range(12):
         lines = [(("Alice", "Bob")[j % 2], f"{LINES_X[(s + j) % len(LINES_X)]} Note {s}-{j}.") for j in range(8)]
-        chat(m, "u", f"s{s}", lines, T0 + s * DAY, f"D{s}")
-        m.end_session(user_id="u", session_id=f"s{s}")
+        day_session(m, s, lines)
     tree = check_tree(p, "u")
     nodes = [r for r in tree if r["kind"] == "summary"]
     leaves = [r for r in tree if r["kind"] == "segment"]

@@ -23,7 +23,20 @@ from lamina.memory.store.sqlite import SQLiteStore
 from lamina.memory.write.consolidate import dequeue
 from lamina.memory.write.ingest import add_turns, parse_messages
 from lamina.memory.write.retention import CoverageProjection, heat
-from memkit import DAY, FILLER, T0, active_leaves, chat, check_tree, everything, item_rows, leaf_texts, pooled
+from memkit import (
+    DAY,
+    FILLER,
+    T0,
+    active_leaves,
+    chat,
+    check_tree,
+    day_session,
+    everything,
+    item_rows,
+    leaf_texts,
+    pooled,
+    random_turns,
+)
 
 DIM = 16
 
@@ -140,8 +153,7 @@ def test_capacity_eviction_never_touches_archive(tmp_path: Path) -> None:
     )
     n = 0
     for s in range(4):
-        n += len(chat(m, "u", f"s{s}", FILLER, T0 + s * DAY, f"D{s}"))
-        m.end_session(user_id="u", session_id=f"s{s}")
+        n += len(day_session(m, s, FILLER))
     st = m.stats(user_id="u")
     assert st.evicted > 0 and st.archive_turns == n == 24
     recs = item_rows(p)
@@ -276,17 +288,8 @@ def test_one_child_tree_nodes_are_spliced_out(tmp_path: Path) -> None:
         config=MemoryConfig(episodic_capacity=12, max_segment_turns=3, min_segment_turns=2, lend_capacity=False),
     )
     rng = random.Random(5)
-    words = "coffee garden piano dinner movie weekend trip sister office meeting concert beach recipe book".split()
     for s in range(25):
-        chat(
-            m,
-            "u",
-            f"s{s}",
-            [("Ann" if i % 2 else "Ben", " ".join(rng.choice(words) for _ in range(8))) for i in range(8)],
-            T0 + s * DAY,
-            f"D{s}",
-        )
-        m.end_session(user_id="u", session_id=f"s{s}")
+        day_session(m, s, random_turns(rng, 8))
     assert m.stats(user_id="u").evicted > 0
     tree = check_tree(p, "u")
     for node in (r for r in tree if r["kind"] == "summary"):

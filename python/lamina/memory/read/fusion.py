@@ -1,4 +1,4 @@
-"""The episodic turns' ranking for many queries at once (:func:`fuse`): reciprocal-rank fusion of
+"""The episodic turns' ranking for many queries at once (:func:`fuse_many`): reciprocal-rank fusion of
 the dense, lexical and time lists, the session prior and the cosine-scale scores, as numpy steps
 over every query of a batch together (a context alone is a batch of one).
 
@@ -22,7 +22,7 @@ from ..config import MemoryConfig
 from ..state.records import NsCode
 from ..store.protocol import ID_SHIFT
 
-__all__ = ["Turns", "Fused", "FusedMany", "fuse", "fuse_many", "segment_ranks", "sort_within", "twins"]
+__all__ = ["Turns", "Fused", "FusedMany", "fuse_many", "segment_ranks", "sort_within", "twins"]
 
 Vec = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -36,12 +36,12 @@ _PAST_FLOOR = 1e-6
 
 @dataclass(slots=True)
 class Turns:
-    """One query's turn hits, the input of :func:`fuse`.
+    """One query's turn hits, the input of :func:`fuse_many`.
 
     Attributes
     ----------
     row : the query's row in the batch's query matrix
-    gate : the row of :func:`fuse`'s ``visible`` that says which turns the query sees
+    gate : the row of :func:`fuse_many`'s ``visible`` that says which turns the query sees
     dense : ndarray, shape (nd,), int64 — the turns whose views matched best, best first
         (unique ids)
     lexical : ndarray, shape (nl,), int64 — the turns whose BM25 matched best, best first
@@ -58,7 +58,7 @@ class Turns:
 
 @dataclass(slots=True)
 class Fused:
-    """One query's fused turns (:func:`fuse`).
+    """One query's fused turns (:func:`fuse_many`).
 
     Attributes
     ----------
@@ -215,25 +215,6 @@ def twins(a: I64, b: I64, space: int, table: bool | None = None) -> tuple[I64, I
     in_b, in_a = np.maximum(x, y) - len(a), np.minimum(x, y)
     o = np.argsort(in_b)
     return in_b[o], in_a[o]
-
-
-def fuse(
-    vectors: LayerIndex,
-    config: MemoryConfig,
-    ids: I64,
-    locate: Callable[[I64], I64],
-    when: npt.NDArray[np.bool_],
-    sessions: I64,
-    visible: npt.NDArray[np.bool_],
-    Q: Vec,
-    jobs: Sequence[Turns],
-    floor: float,
-    top: int,
-    words: I64 | None = None,
-) -> list[Fused | None]:
-    """:func:`fuse_many`, one :class:`Fused` per job (None for a job without turns)."""
-    many = fuse_many(vectors, config, ids, locate, when, sessions, visible, Q, jobs, floor, top, words)
-    return [many.one(b) for b in range(len(jobs))]
 
 
 def fuse_many(

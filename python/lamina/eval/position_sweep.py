@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .locomo import Conversation
-from .metrics import answer_token_recall, wilson_interval
+from .scoring import answer_token_recall, wilson_interval
 
 __all__ = [
     "SUITES",

@@ -9,8 +9,6 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -86,21 +84,7 @@ class OpenAIToolChat:
         if tools:
             body["tools"] = list(tools)
             body["tool_choice"] = "auto"
-        headers = {"Content-Type": "application/json"}
-        if self._cfg._key:
-            headers["Authorization"] = f"Bearer {self._cfg._key}"
-        req = urllib.request.Request(
-            self.base_url + "/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=self._cfg.timeout) as r:
-                payload = json.loads(r.read().decode("utf-8"))
-        except urllib.error.HTTPError as e:
-            raise LLMError(f"HTTP {e.code} from {self.base_url}") from e
-        except (urllib.error.URLError, OSError, TimeoutError) as e:
-            raise LLMError(f"request to {self.base_url} failed: {e}") from e
-        except (ValueError, UnicodeDecodeError) as e:
-            raise LLMError("response is not JSON") from e
+        payload = self._cfg.post(body)
         try:
             msg = payload["choices"][0]["message"]
         except (KeyError, IndexError, TypeError) as e:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lamina.eval.metrics import (
+from lamina.eval.scoring import (
     answer_token_recall,
     answer_tokens,
     bleu1,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lamina.eval.backtrack import answers_match, make_localisers, run_backtrack, step_pairs
+from lamina.eval.backtrack_localisers import answers_match, make_localisers, run_backtrack, step_pairs
 from lamina.reasoning import Chain, read_chains
 
 _DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "bigbench-mistake"

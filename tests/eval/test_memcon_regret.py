@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lamina.agent import default_actions
-from lamina.eval.memcon import (
+from lamina.eval.memcon_regret import (
     DEFAULT_THETAS,
     FEATURES,
     QuestionOutcomes,

@@ -36,7 +36,7 @@ from typing import Any
 from ..reasoning import Chain, MistakeLocator, read_chains
 from ..reasoning.checkers import first_wrong, step_verdicts
 from ..reasoning.stepcheck import first_failing_step
-from .metrics import wilson_interval
+from .scoring import wilson_interval
 
 __all__ = [
     "LOCALISERS",

@@ -16,7 +16,7 @@ import numpy.typing as npt
 from ..native import _device
 from . import _ops
 
-__all__ = ["KeepSet", "KVMethod", "Budget", "resolve_budget", "apportion"]
+__all__ = ["KeepSet", "KVMethod", "Budget", "Selection", "resolve_budget", "apportion"]
 
 Budget = int | float
 """An int (tokens kept per KV head on average) or a float in (0, 1) (kvpress compression_ratio)."""
@@ -333,6 +333,62 @@ def check_fraction(value: Any, name: str) -> float:
     return v
 
 
+@dataclass(frozen=True, eq=False)
+class Selection:
+    """The checked arguments of one :meth:`KVMethod.select` call, as a method's ``_select``
+    receives them, and the :class:`KeepSet` they make.
+
+    Attributes
+    ----------
+    method : str
+        The method's name (:attr:`KeepSet.method`).
+    scores : ndarray, float32, shape (L, H, S) or (L, H, w, S)
+        Host or CUDA array.
+    budget : int
+        Tokens kept per KV head on average (resolved, >= 1).
+    value_norms : ndarray, float32, or None
+    n_kv_heads : int
+        H_kv (divides H).
+    threads : int
+        Worker threads (0: lamina's default).
+    """
+
+    method: str
+    scores: npt.NDArray[np.float32]
+    budget: int
+    value_norms: npt.NDArray[np.float32] | None
+    n_kv_heads: int
+    threads: int
+
+    @property
+    def n_layers(self) -> int:
+        """L."""
+        return int(self.scores.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        """S, the positions scored."""
+        return int(self.scores.shape[-1])
+
+    def keep_all(self, like: Any = None) -> KeepSet:
+        """Every position of every row (see :func:`keep_all`)."""
+        return keep_all(self.n_layers, self.n_kv_heads, self.seq_len, self.method, self.budget, like=like)
+
+    def keep(
+        self, indices: Any, offsets: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], info: dict[str, Any]
+    ) -> KeepSet:
+        """The :class:`KeepSet` of this call with these rows (lengths: shape (L, H_kv))."""
+        return KeepSet(
+            indices=indices,
+            offsets=offsets,
+            lengths=lengths,
+            seq_len=self.seq_len,
+            method=self.method,
+            budget=self.budget,
+            info=info,
+        )
+
+
 def keep_all(n_layers: int, n_heads: int, seq_len: int, method: str, budget: int, like: Any = None) -> KeepSet:
     """Every position of every row (the cache is not longer than the budget); indices on
     ``like``'s device when it is a CUDA array."""
@@ -413,17 +469,11 @@ class KVMethod:
         if value_norms is not None and not self.uses_value_norms:
             raise ValueError(f"method {self.name!r} does not use value_norms; pass None")
         b = resolve_budget(budget, x.shape[-1])
-        return self._select(x, b, value_norms, hkv, nthreads)
+        return self._select(Selection(self.name, x, b, value_norms, hkv, nthreads))
 
     def validate(self) -> None:
         """Check the hyper-parameters; raises TypeError / ValueError naming the bad one."""
 
-    def _select(
-        self,
-        scores: npt.NDArray[np.float32],
-        budget: int,
-        value_norms: npt.NDArray[np.float32] | None,
-        n_kv_heads: int,
-        threads: int,
-    ) -> KeepSet:
+    def _select(self, sel: Selection) -> KeepSet:
+        """The kept tokens of a checked call (what :meth:`select` checks, in ``sel``)."""
         raise NotImplementedError

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .locomo import Conversation
-from .position import _locomo_docs, locomo_questions
+from .position_sweep import _locomo_docs, locomo_questions
 
 __all__ = ["build_pamqa_examples", "add_pamqa_parser"]
 
