@@ -223,10 +223,8 @@ def test_the_package_root_holds_only_the_package_files() -> None:
     assert files == {"__init__.py", "errors.py", "__main__.py", "_core.pyi", "py.typed"}, files
 
 
-# basenames that may stand in more than one folder: the package markers, and (until the lead renames
-# it at merge) the HTTP service's errors, which shares its name with the package's own errors.py
+# basenames that may stand in more than one folder: the package markers
 SHARED_BASENAMES = {"__init__", "__main__"}
-NOT_YET_UNIQUE = {("errors", "errors.py"), ("errors", "serve/errors.py")}
 
 
 def test_each_module_name_stands_once() -> None:
@@ -234,13 +232,8 @@ def test_each_module_name_stands_once() -> None:
     by_name: dict[str, set[str]] = {}
     for p in PKG.rglob("*.py"):
         by_name.setdefault(p.stem, set()).add(p.relative_to(PKG).as_posix())
-    repeated = {
-        (name, where)
-        for name, places in by_name.items()
-        if len(places) > 1 and name not in SHARED_BASENAMES
-        for where in places
-    }
-    assert repeated <= NOT_YET_UNIQUE, sorted(repeated - NOT_YET_UNIQUE)
+    repeated = {name: sorted(places) for name, places in by_name.items() if len(places) > 1}
+    assert set(repeated) <= SHARED_BASENAMES, {k: v for k, v in repeated.items() if k not in SHARED_BASENAMES}
 
 
 def test_folders_and_files_stay_small() -> None:

@@ -10,7 +10,7 @@
 * :mod:`~lamina.serve.tenancy` — how tenants' user ids share one store;
 * :mod:`~lamina.serve.limits` — body size, messages per add, the bounded work pool;
 * :mod:`~lamina.serve.metrics` — Prometheus metrics;
-* :mod:`~lamina.serve.errors` — errors as JSON with stable codes.
+* :mod:`~lamina.serve.http_errors` — errors as JSON with stable codes.
 
 Importing this package imports none of them: the names below load their module (and FastAPI)
 when first used, so that :mod:`~lamina.serve.mcp_server` (``lamina mcp`` over stdio) and

@@ -54,7 +54,7 @@ from .audit import export_lines as audit_lines
 from .auth import KeyGate, KeyRing, check_hash, metrics_key_matches
 from .bulk_api import bulk_router
 from .dump_api import IMPORT_PATH, transfer_router
-from .errors import error_response, install_error_handlers
+from .http_errors import error_response, install_error_handlers
 from .ids import as_unseen, item_owner, with_message_ids
 from .limits import BodyLimit, Limits, RequestTooLarge
 from .metrics import MetricsMiddleware, ServeMetrics, TenantCollector, TimedEmbedder

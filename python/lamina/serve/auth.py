@@ -30,7 +30,7 @@ from typing import Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import InvalidInput
-from .errors import error_response
+from .http_errors import error_response
 from .tenancy import check_tenant
 
 if sys.version_info >= (3, 11):

@@ -37,7 +37,7 @@ from ..memory.dump.format import DumpError, UserDump
 from ..memory.dump.jsonl import iter_dump, renamed
 from ..memory.dump.reader import read_dump
 from . import schemas as S
-from .errors import UserExists
+from .http_errors import UserExists
 from .service import CallerDep, ServiceDep
 
 __all__ = ["transfer_router", "IMPORT_PATH", "NDJSON"]

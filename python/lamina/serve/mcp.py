@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import AuthError, LaminaError
-from .errors import error_response, status_of
+from .http_errors import error_response, status_of
 from .mcp_server import build_mcp_server, mcp_http_app
 from .service import Caller, Service
 

@@ -45,7 +45,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import InvalidInput
 from .auth import bearer_key
-from .errors import error_response
+from .http_errors import error_response
 from .metrics import ServeMetrics
 
 __all__ = [

@@ -30,7 +30,7 @@ from ...memory.dump.format import UserDump
 from ...memory.dump.jsonl import iter_dump, renamed
 from ...memory.types import format_time
 from ..auth import hash_key, key_id
-from ..errors import status_of
+from ..http_errors import status_of
 from ..ids import as_unseen, item_owner
 from ..service import Caller, Service
 from ..tenancy import owns
