@@ -1,4 +1,4 @@
-"""The measurement behind README's context-order table (#23 part 4): lamina's LoCoMo contexts
+"""The measurement behind the context-order table of docs/evaluation/locomo.md (#23 part 4): lamina's LoCoMo contexts
 answered by the local reader in every context order, round-robin across the conversations, one
 JSON line per question (a stop keeps every question done); then the table.
 

@@ -1,6 +1,6 @@
 """What the integration tests share: the framework of a test module (skips when it is not
 installed, fails under LAMINA_REQUIRE_INTEGRATIONS=1, which CI sets), a memory on the hashing
-embedder, and the Python examples of docs/integrations.md."""
+embedder, and the Python examples of docs/guides/integrations.md."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 import lamina
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "guides" / "integrations.md"
 
 
 def need(module: str) -> ModuleType:
@@ -33,7 +33,7 @@ def need(module: str) -> ModuleType:
 
 
 def doc_examples(tag: str) -> list[str]:
-    """The ```python blocks of docs/integrations.md that follow a ``<!-- example: tag -->`` line."""
+    """The ```python blocks of docs/guides/integrations.md that follow a ``<!-- example: tag -->`` line."""
     text = DOCS.read_text(encoding="utf-8")
     return re.findall(r"<!-- example: " + re.escape(tag) + r" -->\s*```python\n(.*?)```", text, flags=re.S)
 

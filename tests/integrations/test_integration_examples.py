@@ -1,5 +1,5 @@
-"""The Python examples of docs/integrations.md: one per framework, and each runs as written
-(where its framework is installed)."""
+"""The Python examples of docs/guides/integrations.md: one per framework, and each runs as written
+with its framework required (tests/docs runs every block of the docs too, in page order)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from integkit import doc_examples, need
 
-# the example's tag in docs/integrations.md -> the framework module it needs
+# the example's tag in docs/guides/integrations.md -> the framework module it needs
 FRAMEWORKS = {
     "autogen": "autogen_core",
     "langchain": "langchain_core",
@@ -27,4 +27,4 @@ def test_docs_have_one_example_per_framework(tag: str) -> None:
 def test_docs_example_runs(tag: str, code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     need(FRAMEWORKS[tag])
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "docs/integrations.md", "exec"), {"__name__": "__main__"})
+    exec(compile(code, "docs/guides/integrations.md", "exec"), {"__name__": "__main__"})

@@ -221,7 +221,7 @@ def add_io_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "--max-messages", type=int, default=1000, help="messages per add_memory call (more: a tool error; default 1000)"
     )
     m.set_defaults(func=_cmd_mcp)
-    e = sub.add_parser("export", help="write users' memories as JSONL (docs/export-format.md)")
+    e = sub.add_parser("export", help="write users' memories as JSONL (docs/reference/export-format.md)")
     e.add_argument("--db", required=True, help="SQLite file or postgresql:// URL")
     e.add_argument("--user", action="append", help="a user to export (repeatable; default: every user)")
     e.add_argument("--vectors", action="store_true", help="every vector (default: turns and facts re-embedded)")

@@ -16,7 +16,7 @@ module                                                 what it implements
 
 Every adapter wraps a :class:`lamina.Memory` the caller opened (and closes): several adapters
 may share one memory, so what a LangGraph store writes for a user shows in that user's
-``Memory.context`` too. See ``docs/integrations.md``.
+``Memory.context`` too. See ``docs/guides/integrations.md``.
 """
 
 from __future__ import annotations

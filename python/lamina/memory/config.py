@@ -112,7 +112,7 @@ class MemoryConfig:
     Turn vectors: ``turn_vectors`` "sentences" (default: a turn is embedded as its text and as
     each of its sentences of three words or more, summed and normalised, and its speaker's name
     — unless a chat role like "user" — is added with weight 0.5: :mod:`lamina.memory.state.turnvec`;
-    about 3.6 texts to embed per conversational turn, measured in the README's "LoCoMo") or
+    about 3.6 texts to embed per conversational turn, measured in docs/evaluation/locomo.md) or
     "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
     embedded; vectors already stored stay as they are.
 

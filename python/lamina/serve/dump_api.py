@@ -1,5 +1,5 @@
 """Export and import routes of ``lamina serve``: a user's memories as a JSONL dump
-(the format of :mod:`lamina.memory.dump.format`, ``docs/export-format.md``).
+(the format of :mod:`lamina.memory.dump.format`, ``docs/reference/export-format.md``).
 
 * ``GET /v1/users/{user_id}/export[?vectors=true]`` streams the dump of one of the caller's
   users (``application/x-ndjson``). The user is read in one snapshot on the work pool (for a

@@ -1,7 +1,7 @@
 """The records of the export format: the header, a user's entries (sessions, items, revisions;
 the notes' entries come from :mod:`lamina.memory.dump.note_entries`), the footer, and the error a dump
 that cannot be imported raises. :mod:`lamina.memory.dump.format` reads and writes their JSONL lines
-(``docs/export-format.md`` is the reference)."""
+(``docs/reference/export-format.md`` is the reference)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 entries of :mod:`lamina.memory.dump.entries` (re-exported here) by :func:`dump_lines`, read back
 by :mod:`lamina.memory.dump.reader`.
 
-A dump is a stream of JSON objects, one per line (``docs/export-format.md`` is the reference):
+A dump is a stream of JSON objects, one per line (``docs/reference/export-format.md`` is the reference):
 
 * a :class:`DumpHeader` first (format name, version, lamina version, the embedder that made
   the vectors, its dimension, which vectors the dump carries);

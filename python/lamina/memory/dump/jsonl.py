@@ -2,7 +2,7 @@
 
 The format (a header line, per user its user, session, item and revision lines and the A-Mem
 notes of its turns: note, note revision and link lines, an end line) is
-defined in :mod:`lamina.memory.dump.format` and documented in ``docs/export-format.md``. These
+defined in :mod:`lamina.memory.dump.format` and documented in ``docs/reference/export-format.md``. These
 functions connect it to a :class:`lamina.Memory`:
 
 * :func:`iter_export` yields the lines of a dump of some or all users, one user read at a time

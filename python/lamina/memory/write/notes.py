@@ -43,7 +43,7 @@ So a deleted turn's words live nowhere but in its own item row, which the store 
 leaves copies of small rows in page free space when B-tree pages are rebalanced, even with
 ``secure_delete``; a note row holding the words let a deleted turn's word survive in the file).
 The read path does not follow links: on LoCoMo a second hop along them lowered evidence recall
-(see the README's "LoCoMo" section).
+(see docs/evaluation/locomo.md).
 """
 
 from __future__ import annotations
