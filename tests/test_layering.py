@@ -29,7 +29,7 @@ MEMORY_FOLDERS: dict[str, set[str]] = {
     "read": {"dump", "state", "store", "base"},
     "top": {"read", "write", "dump", "state", "store", "base"},
 }
-MEMORY_BASE = ("config", "inputs", "reports", "types", "metadata", "filters")
+MEMORY_BASE = ("config", "inputs", "reports", "types", "metadata")
 MEMORY_TOP = ("host", "pgarchive", "service_records", "opening", "facade", "aio", "bulk")
 # stated exceptions: (importer, imported) -> why
 MEMORY_EXCEPTIONS = {

@@ -1,7 +1,7 @@
 """Whole-collection calls of :class:`lamina.Memory` (the :class:`Bulk` mixin): a user's memories
 page by page with an opaque cursor, filtered (``list_memories``); deleting the memories a filter
 admits (``delete_memories``); deleting users wholesale (``reset``). Filters are those of
-:mod:`lamina.memory.filters`, matched by :func:`lamina.memory.read.batch.allowed`."""
+:mod:`lamina.memory.metadata`, matched by :func:`lamina.memory.read.batch.allowed`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import InvalidInput
-from .filters import parse_filters
 from .inputs import check_count, check_id
+from .metadata import parse_filters
 from .read.batch import allowed
 from .reports import DeleteReport, MemoryPage
 from .state.host import MemoryHost
@@ -69,7 +69,7 @@ class Bulk:
         ----------
         user_id : str
         filters : dict, optional
-            As :meth:`search`'s (:mod:`lamina.memory.filters`).
+            As :meth:`search`'s (:mod:`lamina.memory.metadata`).
         cursor : str, optional
             The ``next_cursor`` of the page before (opaque); None: the first page. Items stored
             after a page was read appear on later pages; deleted ones do not.

@@ -397,7 +397,7 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
         user_id : str
         session_id : str, optional — default :data:`DEFAULT_SESSION`: one running session per user.
         timestamp : event time for messages without one (default: the wall clock now).
-        metadata : dict, optional — metadata of every message (filterable: :mod:`lamina.memory.filters`).
+        metadata : dict, optional — metadata of every message (filterable: :mod:`lamina.memory.metadata`).
 
         Returns
         -------

@@ -124,7 +124,7 @@ class MessageIn(BaseModel):
     )
 
 
-#: A filter on items (lamina.memory.filters checks it; a bad one is a tool error naming it).
+#: A filter on items (lamina.memory.metadata checks it; a bad one is a tool error naming it).
 Filters = Annotated[
     dict[str, Any] | None,
     Field(

@@ -43,7 +43,7 @@ __all__ = [
 Time = float | str
 #: Metadata of a message (lamina.memory.metadata, which checks it: 400 naming the key).
 MetadataIn = dict[str, Any]
-#: A filter on items (lamina.memory.filters, which checks it: 400 naming the key or operator).
+#: A filter on items (lamina.memory.metadata, which checks it: 400 naming the key or operator).
 FiltersIn = dict[str, Any]
 _FILTERS_DOC = (
     'Only items it admits: {"category": "work"}, {"category": {"in": [...]}}, {"priority": {"gte": 2}}, '

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lamina import InvalidInput, Memory
-from lamina.memory.filters import parse_filters
+from lamina.memory.metadata import parse_filters
 from memkit import DAY, T0
 
 CATS = ["work", "home", "health"]

@@ -13,7 +13,7 @@ import pytest
 from conftest import SHARED_DATA
 from lamina import Memory
 from lamina.memory.config import ACTIVE_LAYERS
-from lamina.memory.read.candidates import Candidates, Lookup, fused_turns_many, rank, search, staleness
+from lamina.memory.read.candidates import Candidates, Lookup, fused_turns_many, rank, search
 from lamina.memory.read.fill import fill, gate_rows, take, working_tokens
 from lamina.memory.read.ranking import Ranked, rank_many
 from lamina.memory.state.records import text_key
@@ -67,7 +67,7 @@ def _compare(m: Memory, qs: list[str], us: list[str], now: float | None, domains
     assert [ranked.empty(i) for i in range(len(ranked))] == [x is None for x in many]
     assert [ranked.relevance[i] for i, x in enumerate(many) if x is not None] == [x.relevance for x in many if x]
     alone = [
-        rank(st, u, Q[i : i + 1].copy(), q, layers, found[i], depth, now, d, staleness(st, u))  # type: ignore[arg-type]
+        rank(st, u, Q[i : i + 1].copy(), q, layers, found[i], depth, now, d, u.staleness(st.recs))  # type: ignore[arg-type]
         for i, (u, q, d) in enumerate(zip(users, qs, domains))
     ]
     assert [_view(x) for x in many] == [_view(x) for x in alone]

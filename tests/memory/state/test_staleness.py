@@ -1,5 +1,5 @@
 """lamina.memory.state.staleness.Staleness (what only supports superseded facts) and the read path's
-``retrieve.staleness`` that builds it from a user's facts."""
+``UserState.staleness`` that builds it from a user's facts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 from lamina import Memory, MemoryConfig
 from lamina.embedders import get_embedder
-from lamina.memory.read.candidates import staleness
 from lamina.memory.state.memstate import MemoryState
 from lamina.memory.state.records import norm_key
 from lamina.memory.state.staleness import Staleness
@@ -92,9 +91,9 @@ def test_built_from_a_users_facts(tmp_path: Path) -> None:
     st = MemoryState.load(store, cfg, get_embedder("hashing").dim)
     store.close()
     u = st.users["u"]
-    s = staleness(st, u)
+    s = u.staleness(st.recs)
     assert s.sources == frozenset({"D1:0"}) and s.values == {"london": {"paris"}}
     assert s.resolved == frozenset({cur.id})  # the current fact that superseded another
-    assert staleness(st, u) is s  # cached per user
+    assert u.staleness(st.recs) is s  # cached per user
     u.stale = None  # (what a fact change does) the rebuilt one equals it: the old cache is kept
-    assert staleness(st, u) is s
+    assert u.staleness(st.recs) is s

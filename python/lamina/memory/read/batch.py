@@ -32,8 +32,8 @@ import numpy.typing as npt
 from ...errors import InvalidInput
 from ...text.domains import DomainClassifier
 from ..config import ACTIVE_LAYERS
-from ..filters import BUILTIN_FIELDS, Filter, unknown_keys
 from ..inputs import MAX_BUDGET, TimeLike, check_count, check_id, check_text, to_time, wall_clock
+from ..metadata import BUILTIN_FIELDS, Filter, unknown_keys
 from ..reports import ContextExplanation
 from ..state.gcquiet import collector_paused
 from ..state.memstate import MemoryState, UserState
@@ -201,7 +201,7 @@ def _contexts(
     else:
         for k, (i, (u, _, query), raw, dom) in enumerate(zip(known, jobs, found, search_domains)):
             cands[i] = retrieve.rank(
-                st, u, Q[i], query, layers, raw, m, t_now, dom, retrieve.staleness(st, u), lookup, turns.one(k)
+                st, u, Q[i], query, layers, raw, m, t_now, dom, u.staleness(st.recs), lookup, turns.one(k)
             )
     cd: Candidates | None
     if lazy is None:
@@ -314,7 +314,7 @@ def searches(
 
 
 # ---------------------------------------------------------------------------- filters
-# Which items of a user a filter admits (lamina.memory.filters), for the searches (pushed into
+# Which items of a user a filter admits (lamina.memory.metadata), for the searches (pushed into
 # the native candidate search as an allow list) and listings: computed once per user version
 # (every committed write of the user moves it) and kept on the user's state, so repeated
 # filtered reads of an unchanged user cost a dictionary lookup; the user's metadata keys likewise.

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from ...text.timeref import date_intent, mentions_time
 from ..state.memstate import MemoryState, UserState
 from ..state.records import GENERAL_KINDS, TURN_KEY, NsCode, Record, norm_key, text_key, turn_tokens
-from ..state.staleness import Staleness, supersession_heirs
+from ..state.staleness import Staleness
 from ..types import LAYERS
 from .fusion import Fused, FusedMany, Turns, fuse_many
 
@@ -23,7 +23,6 @@ __all__ = [
     "Candidates",
     "Found",
     "Job",
-    "staleness",
     "search",
     "rank_layers",
     "rank",
@@ -39,37 +38,6 @@ Vec = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 _NO_IDS: I64 = np.empty(0, dtype=np.int64)
 Scored = list[tuple[float, Record]]
-
-
-def staleness(st: MemoryState, u: UserState) -> Staleness:
-    """What only supports superseded facts: their source turns, and their object values
-    (when the current value of the same subject + predicate is different). Cached per user."""
-    if u.stale is None:
-        hist: set[str] = set()
-        cur: set[str] = set()
-        values: dict[str, set[str]] = {}
-        resolved: set[int] = set()
-        for i in u.facts:
-            r = st.recs[i]
-            if r.status != "active":
-                continue
-            (hist if r.layer == "history" else cur).update(r.sources)
-            if r.layer == "history" and r.superseded_by is not None:
-                resolved.add(int(r.superseded_by))
-            if r.layer == "history":
-                key = (norm_key(r.subject or ""), r.predicate or "")
-                now_ids = u.current.get(key, [])
-                now_vals = {norm_key(st.recs[i].object or "") for i in now_ids}
-                old = norm_key(r.object or "")
-                if old and now_vals and old not in now_vals:
-                    values.setdefault(old, set()).update(now_vals)
-        stale_src = frozenset(hist - cur)
-        s = Staleness(stale_src, values, frozenset(resolved), supersession_heirs(st.recs, u.facts, stale_src))
-        last = u.stale_last
-        if last is not None and last.same_as(s):
-            s = last  # nothing it depends on changed: keep its per-item cache
-        u.stale = u.stale_last = s
-    return u.stale
 
 
 def scope(u: UserState, query: str) -> str | None:
@@ -583,7 +551,7 @@ def episodic_candidates(
     via = {r.id for _, r in out if r.kind == "turn"}
     if raw.views is not None and raw.lexical is not None:  # (the user's episodes have turns)
         fact_of: dict[int, Record] = {}  # source turn -> its best-scored current fact
-        resolved = staleness(st, u).resolved
+        resolved = u.staleness(st.recs).resolved
         for _, f in facts:
             t = u.by_src.get(f.sources[-1]) if f.kind == "fact" and f.sources else None
             if t is None or t not in u.seg_of or f.id in resolved:

@@ -18,7 +18,7 @@ from ...text.timeref import date_intent
 from ..state.memstate import MemoryState, UserState
 from ..state.records import GENERAL_KINDS, Record, TokenCount, norm_key, text_key
 from ..state.staleness import Staleness
-from .candidates import Candidates, Found, Lookup, Scored, scope, staleness
+from .candidates import Candidates, Found, Lookup, Scored, scope
 from .fill import item_tokens
 from .fusion import FusedMany, segment_ranks, sort_within
 
@@ -91,7 +91,7 @@ def rank_many(
         if kind[p] == "fact" and f.sources:
             u = st.users[f.user_id]
             t = u.by_src.get(f.sources[-1])
-            if t is not None and t in u.seg_of and f.id not in staleness(st, u).resolved:
+            if t is not None and t in u.seg_of and f.id not in u.staleness(st.recs).resolved:
                 fold_to[p] = t
     folded = in_sem & (fold_to[pos] >= 0)
     fact_of: list[dict[int, int]] = [{} for _ in range(B)]  # turn id -> its best-scored fact's position
@@ -145,7 +145,7 @@ def rank_many(
         r = rl[p]
         if kind[p] == "fact":
             continue
-        stale = staleness(st, st.users[r.user_id])
+        stale = st.users[r.user_id].staleness(st.recs)
         if not stale:
             continue
         e = stale.cache.get(r.id)
@@ -251,7 +251,7 @@ def _lift_current(
         r = rl[p]
         stale = stale_of.get(r.user_id)
         if stale is None:
-            stale = stale_of[r.user_id] = staleness(st, st.users[r.user_id])
+            stale = stale_of[r.user_id] = st.users[r.user_id].staleness(st.recs)
         if stale.heirs and any(src in stale.heirs for src in r.sources):
             rows.setdefault(int(q_of[j]), []).append((float(score[j]), r.sources))
     if not rows:

@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..config import ACTIVE_LAYERS
-from ..filters import Filter, parse_filters
 from ..inputs import MAX_K, TimeLike, check_count, check_id, check_layers, query_matrix, query_vector, to_time
+from ..metadata import Filter, parse_filters
 from ..reports import ContextExplanation
 from ..state.host import MemoryHost
 from ..state.memstate import UserState
@@ -71,7 +71,7 @@ class Reading:
             floor τ, CLARIFY commitments); its decisions are in ``Context.firewall``. With a
             firewall, ``domain=None`` means ``"auto"``, and the gate is the firewall's.
         filters : dict, optional
-            Only items it admits enter (:mod:`lamina.memory.filters`: equality, ``in``,
+            Only items it admits enter (:mod:`lamina.memory.metadata`: equality, ``in``,
             ``gte``/``lte`` on numbers and ``created_at``, ``and``/``or``), pushed into the
             candidate searches, so the budget fills from matching items alone (a derived item
             carries what its source turns agree on: ``MemoryItem.metadata``). A metadata key no

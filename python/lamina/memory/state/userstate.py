@@ -5,13 +5,13 @@ with the records as the store changes."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..types import LAYERS
 from .coverage import TurnIncidence, TurnNeighbours
-from .records import NO_TREE, ROOT, Record, namespace
-from .staleness import Staleness
+from .records import NO_TREE, ROOT, Record, namespace, norm_key
+from .staleness import Staleness, supersession_heirs
 
 __all__ = ["UserState"]
 
@@ -141,6 +141,36 @@ class UserState:
         self.pool_sessions.discard(r.id)
         if r.id in self.active[r.layer]:
             self._file(r)
+
+    def staleness(self, recs: Mapping[int, Record]) -> Staleness:
+        """What only supports superseded facts: their source turns, and their object values
+        (when the current value of the same subject + predicate is different). Cached until the
+        user's facts change (``recs``: the memory's records by id)."""
+        if self.stale is None:
+            hist: set[str] = set()
+            cur: set[str] = set()
+            values: dict[str, set[str]] = {}
+            resolved: set[int] = set()
+            for i in self.facts:
+                r = recs[i]
+                if r.status != "active":
+                    continue
+                (hist if r.layer == "history" else cur).update(r.sources)
+                if r.layer == "history" and r.superseded_by is not None:
+                    resolved.add(int(r.superseded_by))
+                if r.layer == "history":
+                    key = (norm_key(r.subject or ""), r.predicate or "")
+                    now_vals = {norm_key(recs[j].object or "") for j in self.current.get(key, [])}
+                    old = norm_key(r.object or "")
+                    if old and now_vals and old not in now_vals:
+                        values.setdefault(old, set()).update(now_vals)
+            stale_src = frozenset(hist - cur)
+            s = Staleness(stale_src, values, frozenset(resolved), supersession_heirs(recs, self.facts, stale_src))
+            last = self.stale_last
+            if last is not None and last.same_as(s):
+                s = last  # nothing it depends on changed: keep its per-item cache
+            self.stale = self.stale_last = s
+        return self.stale
 
     def ns(self, code: int) -> int:
         """This user's namespace of a layer code (:class:`~lamina.memory.state.records.NsCode`)."""
