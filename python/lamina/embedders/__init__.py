@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import logging
 
-from .base import Embedder, check_embeddings, check_texts
+from .base import Embedder, SpanEmbedder, SpanVectors, check_embeddings, check_texts
 from .cache import TextCache
 from .hashing import Hashing
 from .minilm import MiniLM, find_minilm_dir
@@ -22,6 +22,8 @@ from .mpnet import MPNet, find_mpnet_dir
 
 __all__ = [
     "Embedder",
+    "SpanEmbedder",
+    "SpanVectors",
     "Hashing",
     "MiniLM",
     "MPNet",
