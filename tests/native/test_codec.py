@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 
 import lamina
 from lamina import _core
-from lamina.native.search import DEFAULT_OVERSAMPLE, DEPTH_GROWTH, DEPTH_REFERENCE_ROWS, rerank_oversample
+from lamina.native.search import (
+    DEFAULT_OVERSAMPLE,
+    DEPTH_GROWTH,
+    DEPTH_REFERENCE_ROWS,
+    MAX_DEFAULT_DEPTH,
+    rerank_oversample,
+)
 
 CODECS = ["binary", "int8"]
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -253,6 +259,9 @@ def test_default_depth_never_exceeds_the_rows(codec):
     assert rerank_oversample(codec, rows=30, k=10) == min(DEFAULT_OVERSAMPLE[codec], 3)
     assert rerank_oversample(codec, rows=0, k=10) == 1
     assert rerank_oversample(codec, rows=5, k=10) == 1  # fewer rows than k: one pass is exact
+    # nor past what the GPU scan keeps (k·r <= 1024), however large the store
+    assert rerank_oversample(codec, rows=10**12, k=10) * 10 <= MAX_DEFAULT_DEPTH
+    assert rerank_oversample(codec, rows=10**12, k=1000) == 1
 
 
 def test_default_depth_refuses_bad_input():

@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_OVERSAMPLE",
     "DEPTH_REFERENCE_ROWS",
     "DEPTH_GROWTH",
+    "MAX_DEFAULT_DEPTH",
     "rerank_oversample",
 ]
 
@@ -51,7 +52,9 @@ DEFAULT_OVERSAMPLE: dict[Codec, int] = {"binary": 8, "int8": 2}
 DEPTH_REFERENCE_ROWS = 16_384
 #: Growth of the default oversample per doubling of the scanned rows past
 #: :data:`DEPTH_REFERENCE_ROWS`, as a share of the codec's base oversample.
-DEPTH_GROWTH: dict[Codec, float] = {"binary": 0.5, "int8": 0.5}
+DEPTH_GROWTH: dict[Codec, float] = {"binary": 1.0, "int8": 0.25}
+#: The deepest default re-ranking (k·r): the GPU's largest candidate list (``cuda_max_k()``).
+MAX_DEFAULT_DEPTH = 1024
 NamespaceArg = int | np.integer | npt.NDArray[np.uint64] | None
 
 
@@ -201,9 +204,11 @@ def rerank_oversample(codec: Codec, *, rows: int, k: int = 10) -> int:
 
         r = ceil(r0 · (1 + g · log2(rows / DEPTH_REFERENCE_ROWS)))
 
-    with g = :data:`DEPTH_GROWTH` (calibrated with ``bench/bench_codec_depth.py``: recall@10
-    >= 0.95 at 10k to 1M rows; docs/benchmarks/binary-codes.md), and never past the rows
-    themselves (k·r <= max(rows, k)): a deeper re-ranking than the store is the exact scan.
+    with g = :data:`DEPTH_GROWTH` (calibrated with ``bench/bench_codec_depth.py`` on MiniLM
+    vectors of chat text with near-duplicates: binary recall@10 0.99 from 10k to 200k rows and
+    0.98 at 1M; docs/benchmarks/binary-codes.md), never past the rows themselves
+    (k·r <= max(rows, k): a deeper re-ranking than the store is the exact scan) nor past
+    :data:`MAX_DEFAULT_DEPTH` (k·r <= 1024, what the GPU scan can keep).
 
     Parameters
     ----------
@@ -228,7 +233,7 @@ def rerank_oversample(codec: Codec, *, rows: int, k: int = 10) -> int:
         if rows <= DEPTH_REFERENCE_ROWS
         else math.ceil(r0 * (1.0 + DEPTH_GROWTH[codec] * math.log2(rows / DEPTH_REFERENCE_ROWS)))
     )
-    return max(1, min(r, max(int(rows), k) // k))
+    return max(1, min(r, max(int(rows), k) // k, MAX_DEFAULT_DEPTH // k))
 
 
 def _oversample(codec: Codec | None, oversample: int | None, rows: int | None = None, k: int = 10) -> int:
