@@ -151,3 +151,62 @@ def test_minilm_input_errors(minilm, tmp_path):
         MiniLM(tmp_path)
     with pytest.raises(ValueError, match="max_length"):
         MiniLM(minilm.model_dir, max_length=100000)
+
+
+# ---- late chunking: one pass over a text, token states pooled per span -----------------------
+
+
+def test_late_whole_vector_is_the_plain_embedding_within_one_window(minilm):
+    texts = ["Thanks! I went hiking with my dad last weekend. How was your trip?", "Short one."]
+    got = minilm.embed_spans(texts, [[(8, 47)], []])
+    E = minilm.embed(texts)
+    for sv, e in zip(got, E):
+        assert sv.whole.shape == (384,) and sv.whole.dtype == np.float32
+        assert float(sv.whole @ e) >= 0.99999
+    assert got[0].spans.shape == (1, 384) and got[1].spans.shape == (0, 384)
+
+
+def test_late_span_vectors_say_what_their_sentence_says(minilm):
+    """Each sentence's pooled vector is nearer to that sentence embedded alone than the whole
+    turn's vector is (a token state carries its context too: MiniLM's pooled spans lean toward
+    the turn's first sentence, so nearest-sentence does not hold), and has unit norm."""
+    sents = [
+        "I adopted a grey kitten from the shelter on Monday.",
+        "My brother is training for the Berlin marathon in the autumn.",
+        "We are repainting the kitchen a pale shade of green.",
+    ]
+    text = " ".join(sents)
+    spans, pos = [], 0
+    for s in sents:
+        a = text.index(s, pos)
+        spans.append((a, a + len(s)))
+        pos = a + len(s)
+    (sv,) = minilm.embed_spans([text], [spans])
+    np.testing.assert_allclose(np.linalg.norm(sv.spans, axis=1), 1.0, atol=1e-5)
+    alone = minilm.embed(sents)
+    own = (sv.spans * alone).sum(axis=1)
+    assert (own > alone @ sv.whole + 0.05).all(), (own, alone @ sv.whole)
+
+
+def test_late_chunking_reads_a_long_text_past_the_window(minilm):
+    """A text longer than max_length tokens is encoded in windows: a sentence past the first
+    window still gets its own vector (the plain embedding truncates it away)."""
+    filler = " ".join(f"Item number {i} on the list is a plain wooden chair." for i in range(40))
+    tail = "My grandmother grew tomatoes and basil on her balcony in Naples."
+    text = filler + " " + tail
+    assert len(minilm.tokenize([text])[0]) == minilm.max_length  # truncated by the plain path
+    a = text.index(tail)
+    (sv,) = minilm.embed_spans([text], [[(0, 52), (a, a + len(tail))]])
+    e_tail = minilm.embed([tail])[0]
+    assert float(sv.spans[1] @ e_tail) > float(sv.spans[0] @ e_tail) + 0.2
+    assert float(sv.whole @ e_tail) > float(minilm.embed([text])[0] @ e_tail)  # the whole text counts
+
+
+def test_late_chunking_refuses_bad_spans(minilm):
+    with pytest.raises(ValueError, match="one list per text"):
+        minilm.embed_spans(["a b c"], [])
+    with pytest.raises(ValueError, match=r"spans\[0\]\[0\]"):
+        minilm.embed_spans(["a b c"], [[(2, 99)]])
+    with pytest.raises(TypeError, match=r"spans\[0\]\[0\]"):
+        minilm.embed_spans(["a b c"], [[(0.0, 1.0)]])
+    assert minilm.embed_spans([], []) == []

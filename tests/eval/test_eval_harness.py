@@ -258,6 +258,43 @@ def test_cached_embedder_file_round_trip(tmp_path):
     b.close(), c.close()
 
 
+def test_cached_embedder_keeps_late_vectors_apart_and_on_disk(tmp_path, minilm_model):
+    """Late-chunked vectors are stored under their own key (model + "/late", text and spans): a
+    second embedder on the file encodes nothing, and the plain vector of the text is not one of them."""
+    from lamina.eval.systems import CachedEmbedder
+
+    text = "Thanks! I adopted a grey kitten. Her name is Luna and she sleeps a lot."
+    spans = [[(8, 32), (33, len(text))]]
+    a = CachedEmbedder(minilm_model, str(tmp_path / "v.sqlite"))
+    (sa,) = a.embed_spans([text], spans)
+    assert a.embedded == 1 and sa.spans.shape == (2, 384)
+    a.close()
+    b = CachedEmbedder(minilm_model, str(tmp_path / "v.sqlite"))
+    (sb,) = b.embed_spans([text], spans)
+    assert b.embedded == 0 and b.from_disk == 1
+    np.testing.assert_array_equal(sb.spans, sa.spans)
+    np.testing.assert_array_equal(sb.whole, sa.whole)
+    # other spans of the same text are other vectors; the plain text is embedded on its own
+    (sc,) = b.embed_spans([text], [[(8, 32)]])
+    assert b.embedded == 1 and sc.spans.shape == (1, 384)
+    b.embed([text])
+    assert b.embedded == 2
+    b.close()
+
+
+def test_cached_embedder_late_spans_without_an_encoder_embed_each_span():
+    from lamina.eval.systems import CachedEmbedder
+
+    h = Hashing(dim=64)
+    e = CachedEmbedder(h)
+    text = "I moved to Paris. My dog is called Max."
+    (sv,) = e.embed_spans([text], [[(0, 17), (18, len(text))]])
+    np.testing.assert_array_equal(sv.whole, h.embed([text])[0])
+    np.testing.assert_array_equal(sv.spans, h.embed(["I moved to Paris.", "My dog is called Max."]))
+    with pytest.raises(ValueError, match="spans"):
+        e.embed_spans([text], [[(5, 500)]])
+
+
 def test_run_locomo_rejects_bad_arguments(synthetic):
     convs, _ = synthetic
     with pytest.raises(ValueError, match="budgets"):

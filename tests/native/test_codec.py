@@ -9,6 +9,7 @@ and ``bench/bench_fleet.py``.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,13 @@ from hypothesis import strategies as st
 
 import lamina
 from lamina import _core
-from lamina.native.search import DEFAULT_OVERSAMPLE
+from lamina.native.search import (
+    DEFAULT_OVERSAMPLE,
+    DEPTH_GROWTH,
+    DEPTH_REFERENCE_ROWS,
+    MAX_DEFAULT_DEPTH,
+    rerank_oversample,
+)
 
 CODECS = ["binary", "int8"]
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -218,3 +225,62 @@ def test_recall_on_minilm_locomo(codec, minilm_model):
     _, ci = coded.search(Q, 10)
     recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ci, ei)])
     assert recall >= 0.95, f"{codec}: recall@10 {recall:.3f}"
+
+
+# ---- the default re-ranking depth grows with the scanned rows ----------------------------------
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_default_depth_is_the_base_up_to_the_reference_rows_and_grows_past_them(codec):
+    base = DEFAULT_OVERSAMPLE[codec]
+    assert rerank_oversample(codec, rows=DEPTH_REFERENCE_ROWS) == base
+    assert rerank_oversample(codec, rows=1000) == base
+    depths = [rerank_oversample(codec, rows=n) for n in (10**4, 10**5, 2 * 10**5, 10**6, 10**7)]
+    assert depths == sorted(depths) and depths[-1] > base  # never shrinks, grows past the reference
+    # each doubling adds the same share of the base (log growth, not linear)
+    grow = DEPTH_GROWTH[codec] * base
+    for n in (DEPTH_REFERENCE_ROWS * 4, DEPTH_REFERENCE_ROWS * 64):
+        assert rerank_oversample(codec, rows=n) == math.ceil(base + grow * math.log2(n / DEPTH_REFERENCE_ROWS))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_default_depth_never_exceeds_the_rows(codec):
+    assert rerank_oversample(codec, rows=30, k=10) == min(DEFAULT_OVERSAMPLE[codec], 3)
+    assert rerank_oversample(codec, rows=0, k=10) == 1
+    assert rerank_oversample(codec, rows=5, k=10) == 1  # fewer rows than k: one pass is exact
+    # nor past what the GPU scan keeps (k·r <= 1024), however large the store
+    assert rerank_oversample(codec, rows=10**12, k=10) * 10 <= MAX_DEFAULT_DEPTH
+    assert rerank_oversample(codec, rows=10**12, k=1000) == 1
+
+
+def test_default_depth_refuses_bad_input():
+    with pytest.raises(ValueError, match="codec"):
+        rerank_oversample("pq", rows=10)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="rows"):
+        rerank_oversample("binary", rows=-1)
+    with pytest.raises(ValueError, match="k must be"):
+        rerank_oversample("binary", rows=10, k=0)
+
+
+def test_search_uses_the_depth_of_the_rows_it_scans():
+    """A search without ``oversample`` returns what ``oversample=rerank_oversample(rows)``
+    returns, with rows the namespace's live rows (one namespace) or the arena's (all)."""
+    rng = np.random.default_rng(11)
+    n_small, n_big, d = 2_000, 40_000, 32
+    a = lamina.VectorArena(d, codec="binary")
+    a.add(_unit(rng, n_small, d), namespace=1)
+    a.add(_unit(rng, n_big, d), namespace=2)
+    Q = _unit(rng, 8, d)
+    r_small, r_big = (rerank_oversample("binary", rows=n) for n in (n_small, n_big))
+    r_all = rerank_oversample("binary", rows=n_small + n_big)
+    assert r_small < r_big <= r_all
+    # the depth changes the answer here (binary codes of 32 dims rank poorly), so the equalities
+    # below say which depth each search used
+    base = a.search(Q, 10, namespace=2, oversample=r_small)[1]
+    assert not np.array_equal(base, a.search(Q, 10, namespace=2, oversample=r_big)[1])
+    for ns, r in ((1, r_small), (2, r_big), (None, r_all)):
+        np.testing.assert_array_equal(a.search(Q, 10, namespace=ns)[1], a.search(Q, 10, namespace=ns, oversample=r)[1])
+    per_query = np.array([1, 2] * 4, dtype=np.uint64)  # the largest namespace of the batch decides
+    np.testing.assert_array_equal(
+        a.search(Q, 10, namespace=per_query)[1], a.search(Q, 10, namespace=per_query, oversample=r_big)[1]
+    )

@@ -25,7 +25,7 @@ def _types(s: str) -> list[str]:
 
 def _cmd(args: argparse.Namespace) -> int:
     from ..embedders import Embedder, get_embedder
-    from ..eval.lme_harness import LME_SYSTEMS, format_lme_tables, plot_lme, run_longmemeval
+    from ..eval.lme_harness import LME_CHOICES, LME_SYSTEMS, format_lme_tables, plot_lme, run_longmemeval
     from ..eval.longmemeval import load_longmemeval
     from ..eval.systems import CachedEmbedder
     from .eval_args import default_cache, json_safe, write_outputs
@@ -36,9 +36,9 @@ def _cmd(args: argparse.Namespace) -> int:
         print(f"lamina eval longmemeval: {e}", file=sys.stderr)
         return 2
     systems = list(LME_SYSTEMS) if not args.systems else [s.strip() for s in args.systems.split(",") if s.strip()]
-    bad = [s for s in systems if s not in LME_SYSTEMS]
+    bad = [s for s in systems if s not in LME_CHOICES]
     if bad or not systems:
-        print(f"lamina eval longmemeval: unknown system(s) {bad}; valid: {', '.join(LME_SYSTEMS)}", file=sys.stderr)
+        print(f"lamina eval longmemeval: unknown system(s) {bad}; valid: {', '.join(LME_CHOICES)}", file=sys.stderr)
         return 2
     inner: Embedder = get_embedder(args.embedder)
     cache = None if args.no_cache else (args.cache or default_cache())
@@ -85,7 +85,11 @@ def add_longmemeval_parser(esub: Any) -> None:
     p.add_argument("--per-type", type=int, default=None, help="first N questions of each type (a stratified subset)")
     p.add_argument("--types", type=_types, default=None, help="comma-separated question types")
     p.add_argument("--budgets", type=budgets_arg, default=[1024, 4096], help="e.g. 1024,4096")
-    p.add_argument("--systems", default="", help="comma-separated subset of lamina,bm25,dense-rag,chunk-hybrid")
+    p.add_argument(
+        "--systems",
+        default="",
+        help="comma-separated: lamina,bm25,dense-rag,chunk-hybrid (default: these) or lamina's ablations ('lamina late', ...)",
+    )
     add_output_args(
         p, out="write every number as JSON here", plot="folder for one PNG per question type (needs matplotlib)"
     )

@@ -15,13 +15,15 @@ import importlib
 import logging
 
 from .cache import TextCache
-from .embedder import Embedder, check_embeddings, check_texts
+from .embedder import Embedder, SpanEmbedder, SpanVectors, check_embeddings, check_texts
 from .hashing import Hashing
 from .minilm import MiniLM, find_minilm_dir
 from .mpnet import MPNet, find_mpnet_dir
 
 __all__ = [
     "Embedder",
+    "SpanEmbedder",
+    "SpanVectors",
     "Hashing",
     "MiniLM",
     "MPNet",

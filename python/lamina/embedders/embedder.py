@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Embedder", "check_texts", "check_embeddings"]
+__all__ = ["Embedder", "SpanEmbedder", "SpanVectors", "Span", "check_texts", "check_embeddings", "check_spans"]
 
 
 @runtime_checkable
@@ -46,6 +47,65 @@ class Embedder(Protocol):
             One row per text (unit L2 norm for the bundled embedders).
         """
         ...
+
+
+#: A character range ``[start, end)`` of a text.
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class SpanVectors:
+    """A text's vector and the vectors of character spans of it, from one encoder pass.
+
+    Attributes
+    ----------
+    whole : ndarray, shape (dim,), float32, unit norm — the text's vector (mean of all its
+        token states, over every window of a text longer than the encoder's window)
+    spans : ndarray, shape (m, dim), float32, unit-norm rows — span i's vector: the mean of the
+        token states of the tokens that overlap ``spans[i]``, each token read in the context
+        of the whole text (or of its window: "late chunking"); a span holding no token takes
+        ``whole``
+    """
+
+    whole: npt.NDArray[np.float32]
+    spans: npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class SpanEmbedder(Embedder, Protocol):
+    """An :class:`Embedder` that also embeds spans of a text in one pass over the text
+    (:meth:`embed_spans`): a transformer encoder runs once over the text and pools its token
+    states per span, instead of embedding each span as a text of its own.
+
+    Thread safety: as :class:`Embedder` (concurrent calls allowed).
+    """
+
+    def embed_spans(self, texts: list[str], spans: list[list[Span]]) -> list[SpanVectors]:
+        """One :class:`SpanVectors` per text: its vector and one vector per span of
+        ``spans[i]`` (character ranges of ``texts[i]``, see :func:`check_spans`)."""
+        ...
+
+
+def check_spans(texts: Sequence[str], spans: Sequence[Sequence[Span]]) -> list[list[Span]]:
+    """Validate spans: one list per text, each span ``(start, end)`` ints with
+    ``0 <= start < end <= len(text)`` (TypeError / ValueError naming the bad entry)."""
+    if len(spans) != len(texts):
+        raise ValueError(f"spans must hold one list per text: {len(spans)} lists for {len(texts)} texts")
+    out: list[list[Span]] = []
+    for i, (t, ss) in enumerate(zip(texts, spans)):
+        row: list[Span] = []
+        for j, sp in enumerate(ss):
+            if (
+                not isinstance(sp, tuple)
+                or len(sp) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in sp)
+            ):
+                raise TypeError(f"spans[{i}][{j}] must be a (start, end) pair of ints, got {sp!r}")
+            if not 0 <= sp[0] < sp[1] <= len(t):
+                raise ValueError(f"spans[{i}][{j}] = {sp} is not a non-empty range of texts[{i}] (length {len(t)})")
+            row.append((int(sp[0]), int(sp[1])))
+        out.append(row)
+    return out
 
 
 def check_texts(texts: Sequence[str], what: str = "texts") -> list[str]:

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
+from .embedder import Span, SpanVectors, check_spans
 
 __all__ = ["Layer", "SentenceEncoder", "load_tokenizer", "make_layer"]
 
@@ -226,10 +227,18 @@ class SentenceEncoder(ABC):
         if n == 0:
             return out
         ids = self.tokenize(texts)
-        lens = np.fromiter((len(x) for x in ids), dtype=np.int64, count=n)
+        for sel in self._length_batches([len(x) for x in ids]):
+            out[sel] = self._forward([ids[i] for i in sel])
+        return out
+
+    def _length_batches(self, lengths: Sequence[int]) -> list[npt.NDArray[np.int64]]:
+        """Indices of id lists in batches of similar length: at most ``batch_size`` lists and at
+        most ``max_batch_tokens`` padded positions, so one long text never pads a whole batch
+        of short ones."""
+        n = len(lengths)
+        lens = np.asarray(lengths, dtype=np.int64)
         order = np.argsort(lens, kind="stable")
-        # Batches of similar length: at most batch_size texts and at most max_batch_tokens
-        # padded positions, so one long text never pads a whole batch of short ones.
+        out: list[npt.NDArray[np.int64]] = []
         start = 0
         while start < n:
             stop = start + 1
@@ -239,10 +248,96 @@ class SentenceEncoder(ABC):
                 and (stop - start + 1) * lens[order[stop]] <= self.max_batch_tokens
             ):
                 stop += 1
-            sel = order[start:stop]
-            out[sel] = self._forward([ids[i] for i in sel])
+            out.append(order[start:stop])
             start = stop
         return out
+
+    def embed_spans(self, texts: list[str], spans: list[list[Span]]) -> list[SpanVectors]:
+        """Embed each text once and pool its token states over character spans ("late chunking").
+
+        A text is tokenized without truncation and encoded in windows of at most
+        ``max_length`` positions (its special tokens included); a text longer than one window
+        is cut between spans where it can (inside a span only when one span is longer than a
+        window). A token belongs to every span its characters overlap.
+
+        Parameters
+        ----------
+        texts : list of str, length n
+        spans : list of n lists of (start, end) character ranges (``0 <= start < end <= len``)
+
+        Returns
+        -------
+        list of n :class:`SpanVectors`: ``whole`` (dim,), the mean of every token state of the
+        text (equal to :meth:`embed` of a text within one window); ``spans`` (m_i, dim), the
+        mean of the states of each span's tokens; all rows unit norm.
+        """
+        texts = _check_texts(texts)
+        spans = check_spans(texts, spans)
+        if not texts:
+            return []
+        pre, post = self._specials()
+        room = self.max_length - len(pre) - len(post)
+        encs = self._tok_full().encode_batch(texts, add_special_tokens=False)  # type: ignore[attr-defined]
+        windows: list[list[int]] = []
+        plan: list[tuple[list[tuple[int, int, int]], npt.NDArray[np.int64], npt.NDArray[np.int64]]] = []
+        for enc, ss in zip(encs, spans):
+            tok_ids = list(enc.ids)
+            offs = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+            # token range [a, b) of each span: tokens whose characters overlap it
+            a = np.searchsorted(offs[:, 1], [sp[0] for sp in ss], side="right").astype(np.int64)
+            b = np.searchsorted(offs[:, 0], [sp[1] for sp in ss], side="left").astype(np.int64)
+            cuts = _window_cuts(len(tok_ids), room, a)
+            wins = []
+            for lo, hi in zip(cuts[:-1], cuts[1:]):
+                wins.append((len(windows), lo, hi))
+                windows.append(pre + tok_ids[lo:hi] + post)
+            plan.append((wins, a, b))
+        states: list[F32] = [np.empty((0, self._hidden), np.float32)] * len(windows)
+        for sel in self._length_batches([len(w) for w in windows]):
+            x3, _ = self._token_states([windows[i] for i in sel])
+            for row, i in enumerate(sel):
+                states[i] = x3[row, : len(windows[i])]
+        out: list[SpanVectors] = []
+        npre = len(pre)
+        for (wins, a, b), ss in zip(plan, spans):
+            whole_sum = np.zeros(self._hidden, np.float64)
+            count = 0
+            n_tok = wins[-1][2] if wins else 0
+            tok = np.zeros((n_tok, self._hidden), np.float32)  # each content token's state
+            for w, lo, hi in wins:
+                st = states[w]
+                whole_sum += st.sum(axis=0, dtype=np.float64)
+                count += len(st)
+                tok[lo:hi] = st[npre : npre + hi - lo]
+            whole = (whole_sum / max(count, 1)).astype(np.float32)
+            whole /= np.float32(np.linalg.norm(whole))
+            V = np.empty((len(ss), self._hidden), np.float32)
+            for j in range(len(ss)):
+                if b[j] > a[j]:
+                    v = tok[a[j] : b[j]].mean(axis=0)
+                    nv = np.linalg.norm(v)
+                    V[j] = v / nv if nv > 0 else whole
+                else:
+                    V[j] = whole
+            out.append(SpanVectors(whole=whole, spans=V))
+        return out
+
+    def _specials(self) -> tuple[list[int], list[int]]:
+        """The special token ids the tokenizer puts before and after a text (BERT: [CLS], [SEP])."""
+        both = list(self._tok.encode("", add_special_tokens=True).ids)  # type: ignore[attr-defined]
+        return both[:1], both[1:]
+
+    def _tok_full(self) -> object:
+        """The tokenizer without truncation (late chunking reads a long text in windows)."""
+        t = getattr(self, "_tok_untruncated", None)
+        if t is None:
+            from tokenizers import Tokenizer
+
+            t = Tokenizer.from_str(self._tok.to_str())  # type: ignore[attr-defined]
+            t.no_truncation()
+            t.no_padding()
+            self._tok_untruncated = t
+        return t
 
     @abstractmethod
     def _embed_ids(self, ids: npt.NDArray[np.int64]) -> F32:
@@ -253,7 +348,16 @@ class SentenceEncoder(ABC):
         return None
 
     def _forward(self, batch: list[list[int]]) -> F32:
-        """Encode one batch of id lists -> (b, hidden) unit-norm float32."""
+        """Encode one batch of id lists -> (b, hidden) unit-norm float32: mean pooling over real
+        tokens, then L2 normalisation."""
+        x3, mask = self._token_states(batch)
+        pooled: F32 = np.einsum("bth,bt->bh", x3, mask) / mask.sum(axis=1, keepdims=True)
+        pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+        return pooled.astype(np.float32, copy=False)
+
+    def _token_states(self, batch: list[list[int]]) -> tuple[F32, F32]:
+        """The last layer's token states of one batch of id lists: (b, T, hidden) and the
+        real-token mask (b, T) (T the longest list; padded positions masked out)."""
         b = len(batch)
         T = max(len(x) for x in batch)
         H, nh = self._hidden, self._heads
@@ -298,8 +402,17 @@ class SentenceEncoder(ABC):
             x += L.b2
             _core.add_layer_norm_(x, a, L.ln2_w, L.ln2_b, self._eps)  # x <- LN(x + a)
 
-        # Mean pooling over real tokens, then L2 normalisation.
-        x3 = x.reshape(b, T, H)
-        pooled: F32 = np.einsum("bth,bt->bh", x3, mask) / mask.sum(axis=1, keepdims=True)
-        pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
-        return pooled.astype(np.float32, copy=False)
+        return x.reshape(b, T, H), mask
+
+
+def _window_cuts(n: int, room: int, span_starts: npt.NDArray[np.int64]) -> list[int]:
+    """Token positions cutting ``n`` tokens into windows of at most ``room`` tokens, each cut at
+    the last span start that fits (inside a span only when none does): [0, ..., n]."""
+    cuts = [0]
+    starts = np.unique(span_starts)
+    while n - cuts[-1] > room:
+        lo, hi = cuts[-1], cuts[-1] + room
+        k = int(np.searchsorted(starts, hi, side="right")) - 1
+        cuts.append(int(starts[k]) if k >= 0 and starts[k] > lo else hi)
+    cuts.append(n)
+    return cuts  # [0, 0] for no tokens: one window of the special tokens alone

@@ -44,12 +44,22 @@ from .lme_systems import (
 )
 from .longmemeval import LME_TYPES, LmeData, LmeQuestion
 from .scoring import count_tokens, evidence_recall, percentile, wilson_interval
-from .systems import CachedEmbedder, LaminaSystem, make_system
+from .systems import LAMINA_VARIANTS, CachedEmbedder, LaminaSystem, make_system
 
-__all__ = ["LME_SYSTEMS", "run_longmemeval", "question_records", "aggregate", "format_lme_tables", "plot_lme"]
+__all__ = [
+    "LME_SYSTEMS",
+    "LME_CHOICES",
+    "run_longmemeval",
+    "question_records",
+    "aggregate",
+    "format_lme_tables",
+    "plot_lme",
+]
 
 #: lamina and the three baselines, in table order.
 LME_SYSTEMS: tuple[str, ...] = ("lamina", *LME_BASELINES)
+#: What ``systems`` may name: those, and lamina's ablations (:data:`lamina.eval.systems.LAMINA_VARIANTS`).
+LME_CHOICES: tuple[str, ...] = LME_SYSTEMS + tuple(v for v in LAMINA_VARIANTS if v not in LME_SYSTEMS)
 _SHORT = {
     "single-session-user": "ss-user",
     "single-session-assistant": "ss-assistant",
@@ -65,9 +75,9 @@ _METRICS = tuple(f"{m}@{k}" for k in KS for m in ("recall_any", "recall_all", "n
 def _build(name: str, emb: CachedEmbedder, user: str) -> Any:
     if name in LME_BASELINES:
         return LME_BASELINES[name](emb)
-    if name == "lamina":
-        return make_system("lamina", emb, user)
-    raise ValueError(f"unknown system {name!r}; expected some of {list(LME_SYSTEMS)}")
+    if name in LAMINA_VARIANTS:
+        return make_system(name, emb, user)
+    raise ValueError(f"unknown system {name!r}; expected some of {list(LME_CHOICES)}")
 
 
 def _ranked_keys(turns: Sequence[str], sessions: Sequence[int], replay: Replay) -> tuple[list[Any], list[str]]:
@@ -204,9 +214,9 @@ def run_longmemeval(
     budgets = [int(b) for b in budgets]
     if not budgets or any(b < 1 for b in budgets):
         raise ValueError(f"budgets must be positive token counts, got {budgets}")
-    bad = [s for s in systems if s not in LME_SYSTEMS]
+    bad = [s for s in systems if s not in LME_CHOICES]
     if bad or not systems:
-        raise ValueError(f"unknown system(s) {bad or list(systems)}; expected some of {list(LME_SYSTEMS)}")
+        raise ValueError(f"unknown system(s) {bad or list(systems)}; expected some of {list(LME_CHOICES)}")
     emb = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
     per_q: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     bar = ProgressBar(len(data.questions), "longmemeval", progress)

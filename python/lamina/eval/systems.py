@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..embedders import Embedder
+from ..embedders import Embedder, SpanEmbedder, SpanVectors
+from ..embedders.embedder import Span, check_spans
 from ..memory import Memory, MemoryConfig
 from ..memory.types import Context, ContextOrder, MemoryItem, format_time
 from ..native.search import topk
@@ -123,6 +124,7 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, path: str | None = None) -> None:
         self.inner = inner
         self._cache: dict[str, npt.NDArray[np.float32]] = {}
+        self._late: dict[bytes, SpanVectors] = {}
         self.seconds = 0.0
         self.embedded = 0
         self.from_disk = 0
@@ -199,9 +201,65 @@ class CachedEmbedder:
             out[i] = self._cache[t]
         return out
 
+    def embed_spans(self, texts: list[str], spans: list[list[Span]]) -> list[SpanVectors]:
+        """The inner embedder's late-chunked vectors (:meth:`lamina.embedders.SpanEmbedder.embed_spans`),
+        each distinct (text, spans) encoded once, kept under the model name + ``"/late"`` (a text's
+        late vectors are not its plain vector). An inner embedder without ``embed_spans``
+        embeds the text and each span's text on their own (through :meth:`embed`).
+
+        Returns
+        -------
+        list of :class:`lamina.embedders.SpanVectors`, one per text
+        """
+        import time
+
+        spans = check_spans(texts, spans)
+        inner = self.inner
+        if not isinstance(inner, SpanEmbedder):
+            out = []
+            for t, ss in zip(texts, spans):
+                X = self.embed([t, *(t[a:b] for a, b in ss)])
+                out.append(SpanVectors(whole=X[0].copy(), spans=np.ascontiguousarray(X[1:])))
+            return out
+        model, dim = self.name + "/late", self.dim
+        keys = [hashlib.sha256(repr((t, ss)).encode("utf-8")).digest() for t, ss in zip(texts, spans)]
+        got: dict[bytes, SpanVectors] = {k: v for k in keys if (v := self._late.get(k)) is not None}
+        want = list(dict.fromkeys(k for k in keys if k not in got))
+        if self._db is not None and want:
+            for i in range(0, len(want), 500):
+                chunk = want[i : i + 500]
+                q = ",".join("?" * len(chunk))
+                for k, d, v in self._db.execute(
+                    f"SELECT key, dim, vec FROM vectors WHERE model = ? AND key IN ({q})", [model, *chunk]
+                ).fetchall():
+                    X = np.frombuffer(v, dtype=np.float32).reshape(-1, int(d))
+                    if int(d) == dim and len(X):
+                        got[bytes(k)] = self._late[bytes(k)] = SpanVectors(whole=X[0].copy(), spans=X[1:].copy())
+                        self.from_disk += 1
+        idx = {k: i for i, k in enumerate(keys)}
+        miss = [k for k in want if k not in got]
+        if miss:
+            t0 = time.perf_counter()
+            new = inner.embed_spans([texts[idx[k]] for k in miss], [spans[idx[k]] for k in miss])
+            self.seconds += time.perf_counter() - t0
+            self.embedded += len(miss)
+            for k, sv in zip(miss, new):
+                got[k] = self._late[k] = sv
+            if self._db is not None:
+                with self._db:
+                    self._db.executemany(
+                        "INSERT OR REPLACE INTO vectors VALUES (?, ?, ?, ?)",
+                        [
+                            (model, k, dim, np.vstack([sv.whole[None], sv.spans]).astype(np.float32).tobytes())
+                            for k, sv in zip(miss, new)
+                        ],
+                    )
+        return [got[k] for k in keys]
+
     def forget(self) -> None:
         """Drop the in-process memo (the file keeps every vector; the counters are kept)."""
         self._cache.clear()
+        self._late.clear()
 
     def close(self) -> None:
         if self._db is not None:
@@ -397,6 +455,7 @@ LAMINA_VARIANTS: dict[str, dict[str, Any]] = {
     "lamina -time": {"time_channel": False},  # no time-bearing ranking for "when" questions
     "lamina -session": {"session_prior": 0.0},  # turns ranked on their own, not by their session too
     "lamina -sentences": {"turn_vectors": "text"},  # a turn embedded as its text alone
+    "lamina late": {"turn_vectors": "late"},  # sentence vectors pooled from one pass over the turn
     "lamina -stale": {"stale_penalty": 0.0},  # superseded facts' turns not demoted
     "lamina +lend": {"lend_capacity": True},  # the capacity pools lend each other their unused room
 }

@@ -18,7 +18,7 @@ Synchronous = Literal["NORMAL", "FULL"]
 #: Storage of the index's searched arenas (:class:`lamina.VectorArena` dtypes).
 VectorDType = Literal["float32", "float16"]
 #: How a turn is embedded (:mod:`lamina.memory.state.turnvec`).
-TurnVectors = Literal["sentences", "text"]
+TurnVectors = Literal["sentences", "late", "text"]
 #: The active layers, in the order the read path visits them.
 ACTIVE_LAYERS = ("working", "episodic", "semantic")
 
@@ -112,7 +112,11 @@ class MemoryConfig:
     Turn vectors: ``turn_vectors`` "sentences" (default: a turn is embedded as its text and as
     each of its sentences of three words or more, summed and normalised, and its speaker's name
     — unless a chat role like "user" — is added with weight 0.5: :mod:`lamina.memory.state.turnvec`;
-    about 3.6 texts to embed per conversational turn, measured in docs/evaluation/locomo.md) or
+    about 3.6 texts to embed per conversational turn, measured in docs/evaluation/locomo.md),
+    "late" (the same sum from one encoder pass over the turn, its token states pooled over
+    each sentence: one embedded text per turn with an encoder embedder such as MiniLM,
+    "sentences" with one that cannot; cheaper to fill, lower evidence recall:
+    docs/evaluation/ingest.md) or
     "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
     embedded; vectors already stored stay as they are.
 
@@ -304,8 +308,10 @@ class MemoryConfig:
                 raise InvalidInput(f"MemoryConfig.{nm} must be a cosine in [-1, 1], got {getattr(self, nm)}")
         if self.link_threshold > self.duplicate_threshold:
             raise InvalidInput("MemoryConfig.link_threshold must be <= duplicate_threshold")
-        if self.turn_vectors not in ("sentences", "text"):
-            raise InvalidInput(f"MemoryConfig.turn_vectors must be 'sentences' or 'text', got {self.turn_vectors!r}")
+        if self.turn_vectors not in ("sentences", "late", "text"):
+            raise InvalidInput(
+                f"MemoryConfig.turn_vectors must be 'sentences', 'late' or 'text', got {self.turn_vectors!r}"
+            )
         if self.eviction not in ("coverage", "heat"):
             raise InvalidInput(f"MemoryConfig.eviction must be 'coverage' or 'heat', got {self.eviction!r}")
         if self.eviction_tiebreak < 0:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ..embedders import Embedder, TextCache, check_embeddings, get_embedder
+from ..embedders import Embedder, SpanEmbedder, TextCache, check_embeddings, get_embedder
 from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..llm.extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer
 from ..llm.openai_chat import LLM, LLMFactExtractor, LLMSummarizer
@@ -330,7 +330,9 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
         ``MemoryConfig.turn_vectors`` says (:mod:`lamina.memory.state.turnvec`)."""
         if self.config.turn_vectors == "text":
             return self._embed([t for t, _ in turns])
-        return turn_vectors(self._embed, turns)
+        emb = self._embedder
+        late = emb if self.config.turn_vectors == "late" and isinstance(emb, SpanEmbedder) else None
+        return turn_vectors(self._embed, turns, late=late)
 
     def _user(self, user_id: str) -> UserState | None:
         """A user's state (loaded from the store if another writer moved it); caller holds the lock."""

@@ -16,6 +16,7 @@ distance, computed as FAISS does).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
@@ -25,14 +26,35 @@ import numpy.typing as npt
 from .. import _core
 from . import _device
 
-__all__ = ["VectorArena", "topk", "inner_products", "Metric", "Codec", "CODECS", "DEFAULT_OVERSAMPLE"]
+__all__ = [
+    "VectorArena",
+    "topk",
+    "inner_products",
+    "Metric",
+    "Codec",
+    "CODECS",
+    "DEFAULT_OVERSAMPLE",
+    "DEPTH_REFERENCE_ROWS",
+    "DEPTH_GROWTH",
+    "MAX_DEFAULT_DEPTH",
+    "rerank_oversample",
+]
 
 Metric = Literal["ip", "cosine", "l2"]
 Codec = Literal["binary", "int8"]
 CODECS: tuple[Codec, ...] = ("binary", "int8")
-#: Candidates per result that the code scan keeps for the exact re-ranking, by codec: chosen
-#: from recall@10 against the exact scan on MiniLM vectors of LoCoMo turns (bench/bench_fleet.py).
+#: Candidates per result that the code scan keeps for the exact re-ranking, by codec, on stores
+#: up to :data:`DEPTH_REFERENCE_ROWS` rows: chosen from recall@10 against the exact scan on
+#: MiniLM vectors of LoCoMo turns (bench/bench_fleet.py); larger stores: :func:`rerank_oversample`.
 DEFAULT_OVERSAMPLE: dict[Codec, int] = {"binary": 8, "int8": 2}
+#: Rows up to which :data:`DEFAULT_OVERSAMPLE` keeps its measured recall; past them the default
+#: depth grows with log2 of the scanned rows (:func:`rerank_oversample`).
+DEPTH_REFERENCE_ROWS = 16_384
+#: Growth of the default oversample per doubling of the scanned rows past
+#: :data:`DEPTH_REFERENCE_ROWS`, as a share of the codec's base oversample.
+DEPTH_GROWTH: dict[Codec, float] = {"binary": 1.0, "int8": 0.25}
+#: The deepest default re-ranking (k·r): the GPU's largest candidate list (``cuda_max_k()``).
+MAX_DEFAULT_DEPTH = 1024
 NamespaceArg = int | np.integer | npt.NDArray[np.uint64] | None
 
 
@@ -172,9 +194,55 @@ def _check_k(k: int) -> int:
     return int(k)
 
 
-def _oversample(codec: Codec | None, oversample: int | None) -> int:
+def rerank_oversample(codec: Codec, *, rows: int, k: int = 10) -> int:
+    """The default oversample r of a code scan over ``rows`` rows: the re-ranking depth is k·r.
+
+    The codes rank the true top k among more impostors as the scanned rows grow (a fixed depth
+    loses recall: binary codes at r = 8 keep recall@10 0.99 on 12k MiniLM vectors of chat text
+    and fall to 0.91 on 200k with near-duplicates). Up to :data:`DEPTH_REFERENCE_ROWS` rows
+    the codec's :data:`DEFAULT_OVERSAMPLE` r0 holds; past them
+
+        r = ceil(r0 · (1 + g · log2(rows / DEPTH_REFERENCE_ROWS)))
+
+    with g = :data:`DEPTH_GROWTH` (calibrated with ``bench/bench_codec_depth.py`` on MiniLM
+    vectors of chat text with near-duplicates: binary recall@10 0.99 from 10k to 200k rows and
+    0.98 at 1M; docs/benchmarks/binary-codes.md), never past the rows themselves
+    (k·r <= max(rows, k): a deeper re-ranking than the store is the exact scan) nor past
+    :data:`MAX_DEFAULT_DEPTH` (k·r <= 1024, what the GPU scan can keep).
+
+    Parameters
+    ----------
+    codec : {"binary", "int8"}
+    rows : int
+        Rows the scan reads (the namespace's live rows for a one-namespace search), >= 0.
+    k : int
+        Results per query (>= 1).
+
+    Returns
+    -------
+    int, >= 1
+    """
+    if codec not in CODECS:
+        raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
+    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 0:
+        raise ValueError(f"rows must be an int >= 0, got {rows!r}")
+    k = _check_k(k)
+    r0 = DEFAULT_OVERSAMPLE[codec]
+    r = (
+        r0
+        if rows <= DEPTH_REFERENCE_ROWS
+        else math.ceil(r0 * (1.0 + DEPTH_GROWTH[codec] * math.log2(rows / DEPTH_REFERENCE_ROWS)))
+    )
+    return max(1, min(r, max(int(rows), k) // k, MAX_DEFAULT_DEPTH // k))
+
+
+def _oversample(codec: Codec | None, oversample: int | None, rows: int | None = None, k: int = 10) -> int:
+    """The oversample a search uses: ``oversample`` checked, or (None) the codec's default for
+    ``rows`` scanned rows (:func:`rerank_oversample`; ``rows`` None: the base default)."""
     if oversample is None:
-        return 0 if codec is None else DEFAULT_OVERSAMPLE[codec]
+        if codec is None:
+            return 0
+        return DEFAULT_OVERSAMPLE[codec] if rows is None else rerank_oversample(codec, rows=rows, k=k)
     if isinstance(oversample, (bool, np.bool_)) or not isinstance(oversample, (int, np.integer)):
         raise TypeError(f"oversample must be an int or None, got {type(oversample).__name__}")
     if oversample < 0:
@@ -410,6 +478,18 @@ class VectorArena:
         ns, layers, live = self._a.columns()
         return ns, layers, live
 
+    def _scanned_rows(self, namespace: NamespaceArg) -> int:
+        """Live rows a search of ``namespace`` reads at most (the largest of its namespaces)."""
+        ns = _namespace(namespace)
+        if ns is None or self._codec is None:
+            return len(self)
+        if isinstance(ns, int):
+            return int(self._a.namespace_size(ns))
+        uniq = np.unique(np.asarray(ns))
+        if len(uniq) > 64:  # one count per namespace costs a call each; the arena bounds them all
+            return len(self)
+        return max((int(self._a.namespace_size(int(v))) for v in uniq), default=0)
+
     def search(
         self,
         queries: npt.NDArray[np.float32],
@@ -447,7 +527,9 @@ class VectorArena:
             Worker threads (0: default). The GIL is released while searching.
         oversample : int, optional
             Candidates kept per result by the code scan (an arena with a codec): None, the
-            codec's default (:data:`DEFAULT_OVERSAMPLE`); 0, the exact scan of the float rows.
+            codec's default for the rows scanned (:func:`rerank_oversample` of the namespace's
+            live rows, or of the arena's; it grows with log2 of the rows past
+            :data:`DEPTH_REFERENCE_ROWS`); 0, the exact scan of the float rows.
         allow : ndarray, shape (n,), uint8, C-contiguous, optional
             An allow-mask over rows (a slot's row is ``slot & 0xFFFFFFFF``), read in place:
             row ``r`` is a candidate only when ``r < n`` and ``allow[r] != 0``. Rows outside it
@@ -468,7 +550,7 @@ class VectorArena:
         """
         ls = None if layers is None else [int(x) for x in layers]
         k = _check_k(k)
-        r = _oversample(self._codec, oversample)
+        r = _oversample(self._codec, oversample, self._scanned_rows(namespace) if oversample is None else None, k)
         if self._cuda:
             if allow is not None:
                 raise ValueError("allow is supported by host arenas only; search a device='cpu' arena")

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lamina import Memory, MemoryConfig
 from lamina.embedders import get_embedder
 from lamina.errors import InvalidInput
-from lamina.memory.state.turnvec import SPEAKER_WEIGHT, is_name, sentences, turn_texts, turn_vectors
+from lamina.memory.state.turnvec import (
+    SPEAKER_WEIGHT,
+    is_name,
+    sentence_spans,
+    sentences,
+    turn_texts,
+    turn_vectors,
+)
 from memkit import T0, chat
 
 HASH = get_embedder("hashing")
@@ -136,6 +145,24 @@ def test_config_names_the_choice() -> None:
     assert MemoryConfig().turn_vectors == "sentences"
     with pytest.raises(InvalidInput, match="turn_vectors"):
         MemoryConfig(turn_vectors="words")  # type: ignore[arg-type]
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab .!?\n")), max_size=60))
+def test_sentence_spans_locate_the_sentences(text: str) -> None:
+    """Late chunking pools over these spans: they must be exactly the sentences, in order."""
+    spans = sentence_spans(text)
+    assert [text[a:b] for a, b in spans] == sentences(text)
+    assert all(0 <= a < b <= len(text) for a, b in spans)
+    assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:]))
+
+
+def test_late_turn_vectors_without_an_encoder_are_the_sentence_vectors() -> None:
+    """The hashing embedder has no token states to pool: "late" stores what "sentences" stores."""
+    text = "Thanks, Bob! I moved to Lisbon in May. The flat is small."
+    m = Memory(embedder="hashing", config=MemoryConfig(turn_vectors="late"))
+    chat(m, "u", "s1", [("Ann", text)], T0, "D")
+    np.testing.assert_allclose(stored(m, text), turn_vectors(HASH.embed, [(text, "Ann")])[0], atol=1e-6)
+    m.close()
 
 
 @pytest.mark.parametrize("mode", ["sentences", "text"])

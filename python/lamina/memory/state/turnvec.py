@@ -17,6 +17,16 @@ at 0.71, with w = 0.5 it is 0.96).
 Measured on the LoCoMo development split with all-MiniLM-L6-v2 (README, "LoCoMo"). It costs
 3.6 embedded texts per turn there (about 2.2x the embedding time of the text alone).
 ``MemoryConfig.turn_vectors = "text"`` embeds the plain text instead (one vector per turn).
+
+``MemoryConfig.turn_vectors = "late"`` computes the same sum from one encoder pass per turn
+("late chunking", :meth:`lamina.embedders.encoder.SentenceEncoder.embed_spans`): the turn is
+encoded once and its token states are pooled over each sentence's characters, so a sentence
+vector is read in the context of its turn and a turn costs one embedded text (a turn longer
+than the encoder's window: one pass per window) instead of 1 + its sentences. With an embedder
+that has no ``embed_spans`` (the hashing embedder) it is the same as "sentences". Measured with
+MiniLM (docs/evaluation/ingest.md): ingest 0.8x the time of embedding the turns once on LoCoMo
+(2.6x with "sentences"), but evidence recall 0.9 / 1.3 points lower at 256 / 1,024 tokens on
+LoCoMo and lower on a LongMemEval sample, a pooled sentence leaning toward its turn: not the default.
 """
 
 from __future__ import annotations
@@ -27,7 +37,18 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MIN_WORDS", "SPEAKER_WEIGHT", "ROLES", "sentences", "turn_texts", "turn_vectors", "is_name"]
+from ...embedders.embedder import Span, SpanEmbedder
+
+__all__ = [
+    "MIN_WORDS",
+    "SPEAKER_WEIGHT",
+    "ROLES",
+    "sentences",
+    "sentence_spans",
+    "turn_texts",
+    "turn_vectors",
+    "is_name",
+]
 
 Vec = npt.NDArray[np.float32]
 
@@ -43,9 +64,22 @@ ROLES = frozenset({"user", "assistant", "system", "human", "ai", "bot", "agent",
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
+def sentence_spans(text: str) -> list[Span]:
+    """Character ranges ``[start, end)`` in ``text`` of its :func:`sentences`, in order."""
+    body = text.strip()
+    off = text.index(body) if body else 0
+    out: list[Span] = []
+    pos = 0
+    for m in _SENTENCE_END.finditer(body):
+        out.append((off + pos, off + m.start()))
+        pos = m.end()
+    out.append((off + pos, off + len(body)))
+    return [(a, b) for a, b in out if len(text[a:b].split()) >= MIN_WORDS]
+
+
 def sentences(text: str) -> list[str]:
     """The sentences of ``text`` with at least :data:`MIN_WORDS` words (split after . ! ?)."""
-    return [s for s in _SENTENCE_END.split(text.strip()) if len(s.split()) >= MIN_WORDS]
+    return [text[a:b] for a, b in sentence_spans(text)]
 
 
 def is_name(speaker: str | None) -> bool:
@@ -53,13 +87,19 @@ def is_name(speaker: str | None) -> bool:
     return bool(speaker and speaker.strip() and speaker.strip().lower() not in ROLES)
 
 
+def _parts(text: str) -> list[Span]:
+    """The sentence spans that join a turn's whole text in its vector: none when the turn has
+    no more to say than the whole itself (no sentence, or one sentence that is the text)."""
+    spans = sentence_spans(text)
+    if not spans or (len(spans) == 1 and text[spans[0][0] : spans[0][1]] == text):
+        return []
+    return spans
+
+
 def turn_texts(text: str) -> list[str]:
     """What is embedded for a turn's content: the whole text first, then its :func:`sentences`
     when the turn has more than the whole itself to say."""
-    parts = sentences(text)
-    if not parts or (len(parts) == 1 and parts[0] == text):
-        return [text]
-    return [text, *parts]
+    return [text, *(text[a:b] for a, b in _parts(text))]
 
 
 def _normalised(S: Vec, fallback: Vec) -> Vec:
@@ -77,31 +117,45 @@ def turn_vectors(
     turns: Sequence[tuple[str, str | None]],
     *,
     speaker_weight: float = SPEAKER_WEIGHT,
+    late: SpanEmbedder | None = None,
 ) -> Vec:
     """Vectors of turns ``(text, speaker)``: each the normalised u + w·e(speaker), u the
-    normalised sum of the embeddings of its :func:`turn_texts` (a speaker that is no name —
-    none, or a chat role, :func:`is_name` —: u alone). All texts and distinct names are
-    embedded in one call.
+    normalised sum of the vectors of its :func:`turn_texts` (a speaker that is no name —
+    none, or a chat role, :func:`is_name` —: u alone). Each distinct name is embedded once,
+    through ``embed`` (whose cache serves it to every later call).
+
+    Without ``late`` every turn text and sentence is embedded as a text of its own, all in one
+    call of ``embed``. With ``late`` each turn is encoded once and its sentence vectors are
+    pooled from that pass (:meth:`SpanEmbedder.embed_spans`, "late chunking").
 
     Returns
     -------
     ndarray, shape (len(turns), dim), float32, rows of unit norm.
     """
-    texts: list[str] = []
-    starts = np.empty(len(turns), dtype=np.int64)
-    for i, (text, _) in enumerate(turns):
-        starts[i] = len(texts)
-        texts.extend(turn_texts(text))
     names = sorted({sp for _, sp in turns if sp is not None and is_name(sp)}) if speaker_weight else []
-    X = np.asarray(embed(texts + names), dtype=np.float32)
-    if not len(turns):
-        return np.ascontiguousarray(X[:0])
-    whole = X[starts]
-    U = _normalised(np.add.reduceat(X[: len(texts)], starts, axis=0), whole)
+    if late is None:
+        texts: list[str] = []
+        starts = np.empty(len(turns), dtype=np.int64)
+        for i, (text, _) in enumerate(turns):
+            starts[i] = len(texts)
+            texts.extend(turn_texts(text))
+        X = np.asarray(embed(texts + names), dtype=np.float32)
+        if not len(turns):
+            return np.ascontiguousarray(X[:0])
+        whole = X[starts]
+        U = _normalised(np.add.reduceat(X[: len(texts)], starts, axis=0), whole)
+        N = X[len(texts) :]
+    else:
+        pooled = late.embed_spans([t for t, _ in turns], [_parts(t) for t, _ in turns])
+        N = np.asarray(embed(names), dtype=np.float32) if names else np.zeros((0, late.dim), np.float32)
+        if not len(turns):
+            return np.zeros((0, late.dim), np.float32)
+        whole = np.stack([p.whole for p in pooled]).astype(np.float32)
+        U = _normalised(whole + np.stack([p.spans.sum(axis=0) for p in pooled]).astype(np.float32), whole)
     if names:
-        row = {n: len(texts) + j for j, n in enumerate(names)}
+        row = {n: j for j, n in enumerate(names)}
         who = np.array([row.get(sp, -1) if sp is not None else -1 for _, sp in turns], dtype=np.int64)
         has = who >= 0
-        U[has] += np.float32(speaker_weight) * X[who[has]]
+        U[has] += np.float32(speaker_weight) * N[who[has]]
         U = _normalised(U, whole)
     return np.ascontiguousarray(U, dtype=np.float32)
