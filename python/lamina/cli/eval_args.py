@@ -12,7 +12,7 @@ from typing import Any
 
 __all__ = [
     "LOCOMO_DATA",
-    "add_locomo_args",
+    "add_locomo_command",
     "shared_data",
     "add_cache_args",
     "add_model_args",
@@ -33,10 +33,13 @@ def shared_data(name: str) -> str:
 LOCOMO_DATA = shared_data("locomo")
 
 
-def add_locomo_args(p: argparse.ArgumentParser, *, embedder: str) -> None:
-    """``--data`` (LoCoMo's file or folder) and ``--embedder`` (default ``embedder``)."""
+def add_locomo_command(esub: Any, name: str, *, help: str, description: str, embedder: str) -> argparse.ArgumentParser:
+    """``lamina eval NAME``, a command over LoCoMo: its parser, with ``--data`` (LoCoMo's file or
+    folder) and ``--embedder`` (default ``embedder``) added."""
+    p: argparse.ArgumentParser = esub.add_parser(name, help=help, description=description)
     p.add_argument("--data", default=LOCOMO_DATA, help="locomo_dev.json / locomo10.json or their folder")
     p.add_argument("--embedder", default=embedder, help="auto | minilm | mpnet | hashing")
+    return p
 
 
 def add_cache_args(p: argparse.ArgumentParser) -> None:
