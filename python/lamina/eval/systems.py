@@ -145,6 +145,18 @@ class CachedEmbedder:
     def dim(self) -> int:
         return int(self.inner.dim)
 
+    def report(self) -> dict[str, Any]:
+        """The run's embedding work, as the results file records it: ``name``, ``dim``,
+        ``texts_embedded`` (by the inner embedder), ``from_cache`` (read from the file) and
+        ``seconds`` (spent embedding)."""
+        return {
+            "name": self.name,
+            "dim": self.dim,
+            "texts_embedded": self.embedded,
+            "from_cache": self.from_disk,
+            "seconds": round(self.seconds, 3),
+        }
+
     @property
     def name(self) -> str:
         return str(self.inner.name)
