@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from collections.abc import Callable
 from typing import Any
+
+from ..eval.commands import shared_data, write_json
 
 __all__ = [
     "LOCOMO_DATA",
@@ -22,11 +23,6 @@ __all__ = [
     "json_safe",
     "write_outputs",
 ]
-
-
-def shared_data(name: str) -> str:
-    """The default folder of a data set: ``../shared/data/<name>`` (relative to the working directory)."""
-    return os.path.join("..", "shared", "data", name)
 
 
 #: The default ``--data`` of the LoCoMo commands.
@@ -102,9 +98,7 @@ def write_outputs(
     ``draw(path)``, printing what it returns (why it drew nothing) or ``drawn`` (default ``wrote
     <path>``). Returns 0, the command's exit status."""
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(result(), f, indent=1)
-        print(f"wrote {args.out}")
+        write_json(args.out, result())
     if args.plot:
         why = draw(args.plot)
         print(why if why else drawn or f"wrote {args.plot}")
