@@ -45,6 +45,7 @@ import numpy.typing as npt
 
 from .. import _core
 from . import _device
+from ._checks import check_int, check_threads
 
 __all__ = [
     "softmax_gate",
@@ -104,14 +105,6 @@ def _device_rows(
     else:
         _core.cuda_damped_update(rows, targets, p, index, drift, stream)
     return drift
-
-
-def _threads(threads: int) -> int:
-    if isinstance(threads, (bool, np.bool_)) or not isinstance(threads, (int, np.integer)):
-        raise TypeError(f"threads must be an int, got {type(threads).__name__}")
-    if threads < 0:
-        raise ValueError(f"threads must be >= 0 (0: default), got {threads}")
-    return int(threads)
 
 
 def softmax_gate(
@@ -195,7 +188,7 @@ def softmax_gate(
         )
         return gamma, beta_used
     gamma, beta_used = _core.softmax_gate(
-        relevance, _row_param(beta, "beta"), eps, int(max_doublings), out, _threads(threads)
+        relevance, _row_param(beta, "beta"), eps, int(max_doublings), out, check_threads(threads)
     )
     return gamma, beta_used
 
@@ -258,7 +251,9 @@ def ema_blend(
         ("rows", rows), ("targets", targets), ("index", index), ("out", out), ("alpha", _array_or_none(alpha))
     ):
         return _device_rows("ema", rows, targets, alpha, "alpha", index, bool(renormalize), out)  # type: ignore[return-value]
-    return _core.ema_blend(rows, targets, _row_param(alpha, "alpha"), index, bool(renormalize), out, _threads(threads))
+    return _core.ema_blend(
+        rows, targets, _row_param(alpha, "alpha"), index, bool(renormalize), out, check_threads(threads)
+    )
 
 
 def damped_update(
@@ -306,7 +301,7 @@ def damped_update(
         ("rows", rows), ("targets", targets), ("index", index), ("out", out), ("lam", _array_or_none(lam))
     ):
         return _device_rows("damped", rows, targets, lam, "lam", index, False, out)  # type: ignore[return-value]
-    return _core.damped_update(rows, targets, _row_param(lam, "lam"), index, out, _threads(threads))
+    return _core.damped_update(rows, targets, _row_param(lam, "lam"), index, out, check_threads(threads))
 
 
 def heat_scores(
@@ -385,7 +380,7 @@ def heat_scores(
         _real(c, "c"),
         _real(mu, "mu"),
         out,
-        _threads(threads),
+        check_threads(threads),
     )
 
 
@@ -426,7 +421,7 @@ def select_hot(
         buf = _device.empty_like_device(heat, (n,), np.int64)
         k = _core.cuda_select_hot(heat, _real(threshold, "threshold"), namespaces, buf, _device.current_stream(heat))
         return _device.trimmed(buf, int(k))  # type: ignore[no-any-return]
-    return _core.select_hot(heat, _real(threshold, "threshold"), namespaces, _threads(threads))
+    return _core.select_hot(heat, _real(threshold, "threshold"), namespaces, check_threads(threads))
 
 
 def evict_to_capacity(
@@ -480,14 +475,11 @@ def evict_to_capacity(
         for k, (ns, cap) in enumerate(capacity.items()):
             if not _is_real(ns) or not isinstance(ns, (int, np.integer)):
                 raise TypeError(f"capacity mapping keys must be int namespaces, got {type(ns).__name__}")
-            if not isinstance(cap, (int, np.integer)) or isinstance(cap, (bool, np.bool_)):
-                raise TypeError(f"capacity for namespace {ns} must be an int, got {type(cap).__name__}")
+            n_cap = check_int(cap, f"capacity for namespace {ns}", 0)
             if not 0 <= int(ns) < 2**64:
                 raise ValueError(f"namespace {ns} in the capacity mapping is outside [0, 2**64)")
-            if cap < 0:
-                raise ValueError(f"capacity for namespace {ns} must be >= 0, got {cap}")
             keys[k] = int(ns)
-            vals[k] = int(cap)
+            vals[k] = n_cap
         default = -1
     elif isinstance(capacity, (int, np.integer)) and not isinstance(capacity, (bool, np.bool_)):
         if capacity < 0:
@@ -504,4 +496,4 @@ def evict_to_capacity(
             scores, namespaces, default, keys, vals, live, buf, _device.current_stream(scores)
         )
         return _device.trimmed(buf, int(k))  # type: ignore[no-any-return]
-    return _core.evict_to_capacity(scores, namespaces, default, keys, vals, live, _threads(threads))
+    return _core.evict_to_capacity(scores, namespaces, default, keys, vals, live, check_threads(threads))
