@@ -107,6 +107,29 @@ def _device_rows(
     return drift
 
 
+def _update_rows(
+    fn: str,
+    rows: FloatArray,
+    targets: FloatArray,
+    param: RowParam,
+    pname: str,
+    index: npt.NDArray[np.int64] | None,
+    renormalize: bool,
+    out: FloatArray | None,
+    threads: int,
+) -> FloatArray:
+    """:func:`ema_blend` (``fn == "ema"``, ``param`` α) or :func:`damped_update` (λ) on the
+    device the arrays are on."""
+    if _device.on_device(
+        ("rows", rows), ("targets", targets), ("index", index), ("out", out), (pname, _array_or_none(param))
+    ):
+        return _device_rows(fn, rows, targets, param, pname, index, renormalize, out)  # type: ignore[return-value]
+    p, t = _row_param(param, pname), check_threads(threads)
+    if fn == "ema":
+        return _core.ema_blend(rows, targets, p, index, renormalize, out, t)
+    return _core.damped_update(rows, targets, p, index, out, t)
+
+
 def softmax_gate(
     relevance: FloatArray,
     beta: RowParam,
@@ -247,13 +270,7 @@ def ema_blend(
     """
     if not isinstance(renormalize, (bool, np.bool_)):
         raise TypeError(f"renormalize must be a bool, got {type(renormalize).__name__}")
-    if _device.on_device(
-        ("rows", rows), ("targets", targets), ("index", index), ("out", out), ("alpha", _array_or_none(alpha))
-    ):
-        return _device_rows("ema", rows, targets, alpha, "alpha", index, bool(renormalize), out)  # type: ignore[return-value]
-    return _core.ema_blend(
-        rows, targets, _row_param(alpha, "alpha"), index, bool(renormalize), out, check_threads(threads)
-    )
+    return _update_rows("ema", rows, targets, alpha, "alpha", index, bool(renormalize), out, threads)
 
 
 def damped_update(
@@ -283,10 +300,8 @@ def damped_update(
         λ ≥ 0, finite: the retention weight (larger keeps more of the previous row).
     index : ndarray, shape (m,), int64, optional
         Rows to update, each in [0, n), no duplicates (as in :func:`ema_blend`).
-    out : ndarray, shape (m,), float32, optional
-        Receives the drift.
-    threads : int
-        Worker threads (0: default).
+    out, threads
+        As in :func:`ema_blend`.
 
     Returns
     -------
@@ -297,11 +312,7 @@ def damped_update(
     TypeError, ValueError, IndexError
         As :func:`ema_blend`, with λ < 0 or non-finite in place of the α range.
     """
-    if _device.on_device(
-        ("rows", rows), ("targets", targets), ("index", index), ("out", out), ("lam", _array_or_none(lam))
-    ):
-        return _device_rows("damped", rows, targets, lam, "lam", index, False, out)  # type: ignore[return-value]
-    return _core.damped_update(rows, targets, _row_param(lam, "lam"), index, out, check_threads(threads))
+    return _update_rows("damped", rows, targets, lam, "lam", index, False, out, threads)
 
 
 def heat_scores(
@@ -352,36 +363,16 @@ def heat_scores(
     ValueError
         Length mismatch, NaN/Inf in any input, μ ≤ 0, a heat that overflows float32.
     """
+    now_, a_, b_, c_, mu_ = (_real(x, name) for x, name in ((now, "now"), (a, "a"), (b, "b"), (c, "c"), (mu, "mu")))
     if _device.on_device(
         ("visits", visits), ("interaction_len", interaction_len), ("last_access", last_access), ("out", out)
     ):
         n = int(last_access.shape[0]) if len(getattr(last_access, "shape", ())) else 0
         heat = out if out is not None else _device.empty_like_device(last_access, (n,), np.float32)
-        _core.cuda_heat_scores(
-            visits,
-            interaction_len,
-            last_access,
-            _real(now, "now"),
-            _real(a, "a"),
-            _real(b, "b"),
-            _real(c, "c"),
-            _real(mu, "mu"),
-            heat,
-            _device.current_stream(last_access),
-        )
+        stream = _device.current_stream(last_access)
+        _core.cuda_heat_scores(visits, interaction_len, last_access, now_, a_, b_, c_, mu_, heat, stream)
         return heat
-    return _core.heat_scores(
-        visits,
-        interaction_len,
-        last_access,
-        _real(now, "now"),
-        _real(a, "a"),
-        _real(b, "b"),
-        _real(c, "c"),
-        _real(mu, "mu"),
-        out,
-        check_threads(threads),
-    )
+    return _core.heat_scores(visits, interaction_len, last_access, now_, a_, b_, c_, mu_, out, check_threads(threads))
 
 
 def select_hot(
