@@ -454,9 +454,11 @@ class KVMethod:
             Per-position scores of each query head, or the attention weights of the last w
             queries (the observation window) over all S positions.
         budget : int or float
-            See the :mod:`lamina.kv` docstring (tokens per KV head, or a compression ratio).
+            Tokens per KV head on average, or a compression ratio in (0, 1) (see the
+            :mod:`lamina.kv` docstring).
         value_norms : ndarray, float32, optional
-            Only for methods that use them (LAVa).
+            Only for methods that use them (LAVa): (L, H_kv, S) L1 norms of the values or
+            their per-head maxima (L, H_kv).
         n_kv_heads : int, optional
             H_kv for grouped-query attention (divides H); None means H_kv = H.
         threads : int
