@@ -153,10 +153,10 @@ def test_harness_end_to_end_on_synthetic(synthetic):
     json.dumps(res, allow_nan=True)
 
 
-class _FakeLLM:
-    """A deterministic chat model: says 'not mentioned' to choice questions, else repeats a context word."""
+class _RecordingLLM:
+    """A deterministic chat model that records each prompt and answers it with ``answer``."""
 
-    model = "fake-reader-1"
+    model = "recording-1"
 
     def __init__(self):
         self.prompts = []
@@ -164,6 +164,18 @@ class _FakeLLM:
     def complete(self, messages, temperature=0.0, max_tokens=64):
         p = messages[0]["content"]
         self.prompts.append(p)
+        return self.answer(p)
+
+    def answer(self, p):
+        raise NotImplementedError
+
+
+class _FakeLLM(_RecordingLLM):
+    """Says 'not mentioned' to choice questions, else repeats a context word."""
+
+    model = "fake-reader-1"
+
+    def answer(self, p):
         if "Select the correct answer" in p:
             return "Not mentioned in the conversation"
         question = p.rsplit("Question:", 1)[1]
@@ -402,18 +414,12 @@ def test_cli_local_reader_scores_a_question_subset(tmp_path, capsys):
     assert main([*argv[:-2], "--questions-per-conversation", "0"]) == 2
 
 
-class _FirstLineLLM:
-    """A deterministic reader that answers with the context's first ``Speaker: text`` line, so its
-    F1 depends on the order; records each prompt."""
+class _FirstLineLLM(_RecordingLLM):
+    """Answers with the context's first ``Speaker: text`` line, so its F1 depends on the order."""
 
     model = "first-line-1"
 
-    def __init__(self):
-        self.prompts = []
-
-    def complete(self, messages, temperature=0.0, max_tokens=64):
-        p = messages[0]["content"]
-        self.prompts.append(p)
+    def answer(self, p):
         ctx = p.split("\n\n", 1)[1].rsplit("\n\n", 1)[0]
         lines = [ln for ln in ctx.splitlines() if not ln.startswith("[")]
         return lines[0].split(": ", 1)[-1] if lines else "nothing"

@@ -128,18 +128,36 @@ def rows_to_keepset(rows_list, L, hkv):
     return [[np.asarray(rows_list[l][g]) for g in range(hkv)] for l in range(L)]
 
 
-def ref_snapkv(x, b, hkv, w, k, pool, gqa, nu=None):
+def ref_keep_all(L, hkv, S):
+    """Every position of every (layer, KV head): the budget covers the prompt."""
+    return [[np.arange(S)] * hkv for _ in range(L)]
+
+
+def ref_top_and_window(rows_l, counts, n, S):
+    """One layer: per KV head g, the counts[g] best positions of rows_l[g] and the window n..S-1."""
+    return [np.concatenate([ref_top(rows_l[g], counts[g]), np.arange(n, S)]) for g in range(len(rows_l))]
+
+
+def ref_windowed(x, b, hkv, w, k, pool, gqa, counts, nu=None):
+    """Keep sets of the observation-window methods: per (layer, KV head), the window (the last w
+    positions) and the counts(rows, n, bp)[l][g] best of the n = S - w positions before it (rows:
+    ref_rows' scores, bp = b - w); everything when the budget b covers the prompt."""
     L, S = x.shape[0], x.shape[-1]
     if b >= S:
-        return [[np.arange(S)] * hkv for _ in range(L)]
-    n = S - w
+        return ref_keep_all(L, hkv, S)
+    n, bp = S - w, b - w
     rows = ref_rows(x, hkv, n, pool=pool, k=k, gqa=gqa, nu=nu)
-    return [[np.concatenate([ref_top(rows[l, g], b - w), np.arange(n, S)]) for g in range(hkv)] for l in range(L)]
+    per_layer = counts(rows, n, bp)
+    return [ref_top_and_window(rows[l], per_layer[l], n, S) for l in range(L)]
+
+
+def ref_snapkv(x, b, hkv, w, k, pool, gqa, nu=None):
+    return ref_windowed(x, b, hkv, w, k, pool, gqa, lambda rows, n, bp: [[bp] * hkv] * len(rows), nu)
 
 
 def ref_streaming(L, hkv, S, b, n_sink):
     if b >= S:
-        return [[np.arange(S)] * hkv for _ in range(L)]
+        return ref_keep_all(L, hkv, S)
     row = np.concatenate([np.arange(n_sink), np.arange(S - (b - n_sink), S)])
     return [[row] * hkv for _ in range(L)]
 
@@ -147,24 +165,18 @@ def ref_streaming(L, hkv, S, b, n_sink):
 def ref_h2o(x, b, hkv, recent_ratio, normalize, gqa):
     L, S = x.shape[0], x.shape[-1]
     if b >= S:
-        return [[np.arange(S)] * hkv for _ in range(L)]
+        return ref_keep_all(L, hkv, S)
     recent = int(b * recent_ratio)
     n = S - recent
     rows = ref_rows(x, hkv, n, reduce="sum", normalize=normalize, gqa=gqa)
-    return [[np.concatenate([ref_top(rows[l, g], b - recent), np.arange(n, S)]) for g in range(hkv)] for l in range(L)]
+    return [ref_top_and_window(rows[l], [b - recent] * hkv, n, S) for l in range(L)]
 
 
 def ref_adakv(x, b, hkv, w, k, pool, gqa, alpha):
-    L, S = x.shape[0], x.shape[-1]
-    if b >= S:
-        return [[np.arange(S)] * hkv for _ in range(L)]
-    n, bp = S - w, b - w
-    rows = ref_rows(x, hkv, n, pool=pool, k=k, gqa=gqa)
-    out = []
-    for l in range(L):
-        cnt = ref_counts(rows[l], hkv * bp, int(bp * alpha))
-        out.append([np.concatenate([ref_top(rows[l, g], cnt[g]), np.arange(n, S)]) for g in range(hkv)])
-    return out
+    def counts(rows, n, bp):
+        return [ref_counts(rows_l, hkv * bp, int(bp * alpha)) for rows_l in rows]
+
+    return ref_windowed(x, b, hkv, w, k, pool, gqa, counts)
 
 
 def ref_pyramid_budgets(L, bp, n, beta):
@@ -180,13 +192,10 @@ def ref_pyramid_budgets(L, bp, n, beta):
 
 
 def ref_pyramidkv(x, b, hkv, w, k, pool, gqa, beta):
-    L, S = x.shape[0], x.shape[-1]
-    if b >= S:
-        return [[np.arange(S)] * hkv for _ in range(L)]
-    n, bp = S - w, b - w
-    rows = ref_rows(x, hkv, n, pool=pool, k=k, gqa=gqa)
-    lb = ref_pyramid_budgets(L, bp, n, beta)
-    return [[np.concatenate([ref_top(rows[l, g], lb[l]), np.arange(n, S)]) for g in range(hkv)] for l in range(L)]
+    def counts(rows, n, bp):
+        return [[lb] * hkv for lb in ref_pyramid_budgets(len(rows), bp, n, beta)]
+
+    return ref_windowed(x, b, hkv, w, k, pool, gqa, counts)
 
 
 def ref_entropy(rows):
@@ -207,7 +216,7 @@ def ref_lava(x, b, hkv, w, k, pool, gqa, alpha, norms, entropy=None):
     split so that float noise in logarithms cannot move a rounding boundary."""
     L, S = x.shape[0], x.shape[-1]
     if b >= S:
-        return [[np.arange(S)] * hkv for _ in range(L)], None
+        return ref_keep_all(L, hkv, S), None
     n, bp = S - w, b - w
     nu = norms[:, :, :n].max(axis=2) if norms.ndim == 3 else norms
     if n == 0:
@@ -220,8 +229,7 @@ def ref_lava(x, b, hkv, w, k, pool, gqa, alpha, norms, entropy=None):
     for l in range(L):
         cnt = ref_counts(rows[l], hkv * lb[l])
         mixed = (1 - alpha) * cnt + alpha * float(lb[l])
-        hb = ref_apportion(mixed, hkv * int(lb[l]), n)
-        out.append([np.concatenate([ref_top(rows[l, g], hb[g]), np.arange(n, S)]) for g in range(hkv)])
+        out.append(ref_top_and_window(rows[l], ref_apportion(mixed, hkv * int(lb[l]), n), n, S))
     return out, e_ref
 
 
@@ -393,6 +401,18 @@ def test_avg_pool_and_means_divide_exactly(isa, k, G, w):
 # ---------------------------------------------------------------------------------------------
 
 
+def _select_or_raise(x, budget, method, hkv, invalid, **params):
+    """``kv.select``'s keep set, its invariants checked; where ``invalid``, None after checking
+    that the call raises ValueError."""
+    if invalid:
+        with pytest.raises(ValueError):
+            kv.select(x, budget, method, n_kv_heads=hkv, **params)
+        return None
+    ks = kv.select(x, budget, method, n_kv_heads=hkv, **params)
+    check_invariants(ks)
+    return ks
+
+
 @given(shapes, st.integers(0, 6), st.data())
 def test_streaming_matches_reference(p, n_sink, data):
     H = p["hkv"] * p["G"]
@@ -400,12 +420,9 @@ def test_streaming_matches_reference(p, n_sink, data):
     x = make_data(p["seed"], p["L"], H, S, p["wrows"], p["integer"])
     budget = budget_for(data, S, n_sink)
     b = resolved(budget, S)
-    if b < 1 or (b < S and b < n_sink):
-        with pytest.raises(ValueError):
-            kv.select(x, budget, "streaming", n_kv_heads=p["hkv"], n_sink=n_sink)
+    ks = _select_or_raise(x, budget, "streaming", p["hkv"], b < 1 or (b < S and b < n_sink), n_sink=n_sink)
+    if ks is None:
         return
-    ks = kv.select(x, budget, "streaming", n_kv_heads=p["hkv"], n_sink=n_sink)
-    check_invariants(ks)
     assert_keepset(ks, ref_streaming(p["L"], p["hkv"], S, b, n_sink), p["L"], p["hkv"], S)
     assert np.all(ks.lengths == b)
     if b < S:  # sinks and the recent window are always kept
@@ -421,12 +438,9 @@ def test_h2o_matches_reference(p, ratio, normalize, gqa, data):
     normalize = normalize and x.ndim == 4
     budget = budget_for(data, S, 1)
     b = resolved(budget, S)
-    if b < 1:
-        with pytest.raises(ValueError):
-            kv.select(x, budget, "h2o", n_kv_heads=p["hkv"])
+    ks = _select_or_raise(x, budget, "h2o", p["hkv"], b < 1, recent_ratio=ratio, normalize=normalize, gqa=gqa)
+    if ks is None:
         return
-    ks = kv.select(x, budget, "h2o", n_kv_heads=p["hkv"], recent_ratio=ratio, normalize=normalize, gqa=gqa)
-    check_invariants(ks)
     assert_keepset(ks, ref_h2o(x, b, p["hkv"], ratio, normalize, gqa), p["L"], p["hkv"], S)
     assert np.all(ks.lengths == b)
     if b < S:
@@ -451,12 +465,9 @@ def _expect_window_error(b, S, w):
 def test_snapkv_matches_reference(p, pool, k, gqa, data):
     x, w, S, budget, b = _window_case(p, data)
     params = dict(kernel_size=k, pooling=pool, gqa=gqa, window_size=None if x.ndim == 4 else w)
-    if _expect_window_error(b, S, w):
-        with pytest.raises(ValueError):
-            kv.select(x, budget, "snapkv", n_kv_heads=p["hkv"], **params)
+    ks = _select_or_raise(x, budget, "snapkv", p["hkv"], _expect_window_error(b, S, w), **params)
+    if ks is None:
         return
-    ks = kv.select(x, budget, "snapkv", n_kv_heads=p["hkv"], **params)
-    check_invariants(ks)
     assert_keepset(ks, ref_snapkv(x, b, p["hkv"], w, k, pool, gqa), p["L"], p["hkv"], S)
     assert np.all(ks.lengths == b)
     if b < S:
@@ -467,12 +478,9 @@ def test_snapkv_matches_reference(p, pool, k, gqa, data):
 def test_adakv_matches_reference(p, alpha, pool, data):
     x, w, S, budget, b = _window_case(p, data)
     params = dict(kernel_size=3, pooling=pool, alpha_safeguard=alpha, window_size=None if x.ndim == 4 else w)
-    if _expect_window_error(b, S, w):
-        with pytest.raises(ValueError):
-            kv.select(x, budget, "adakv", n_kv_heads=p["hkv"], **params)
+    ks = _select_or_raise(x, budget, "adakv", p["hkv"], _expect_window_error(b, S, w), **params)
+    if ks is None:
         return
-    ks = kv.select(x, budget, "adakv", n_kv_heads=p["hkv"], **params)
-    check_invariants(ks)
     assert_keepset(ks, ref_adakv(x, b, p["hkv"], w, 3, pool, "mean", alpha), p["L"], p["hkv"], S)
     assert np.all(ks.lengths.sum(axis=1) == p["hkv"] * b), "each layer keeps H_kv * budget"
     if b < S:
@@ -484,12 +492,9 @@ def test_adakv_matches_reference(p, alpha, pool, data):
 def test_pyramidkv_matches_reference(p, beta, data):
     x, w, S, budget, b = _window_case(p, data)
     params = dict(beta=beta, window_size=None if x.ndim == 4 else w)
-    if _expect_window_error(b, S, w):
-        with pytest.raises(ValueError):
-            kv.select(x, budget, "pyramidkv", n_kv_heads=p["hkv"], **params)
+    ks = _select_or_raise(x, budget, "pyramidkv", p["hkv"], _expect_window_error(b, S, w), **params)
+    if ks is None:
         return
-    ks = kv.select(x, budget, "pyramidkv", n_kv_heads=p["hkv"], **params)
-    check_invariants(ks)
     assert_keepset(ks, ref_pyramidkv(x, b, p["hkv"], w, 5, "avg", "mean", beta), p["L"], p["hkv"], S)
     L = p["L"]
     assert int(ks.lengths.sum()) == L * p["hkv"] * b, "the model keeps L * H_kv * budget"
@@ -507,12 +512,9 @@ def test_lava_matches_reference(p, alpha, per_head_norms, pool, data):
     if per_head_norms:
         norms = np.ascontiguousarray(norms[:, :, : max(S - w, 1)].max(axis=2))
     params = dict(floor_alpha=alpha, pooling=pool, window_size=None if x.ndim == 4 else w)
-    if _expect_window_error(b, S, w):
-        with pytest.raises(ValueError):
-            kv.select(x, budget, "lava", value_norms=norms, n_kv_heads=p["hkv"], **params)
+    ks = _select_or_raise(x, budget, "lava", p["hkv"], _expect_window_error(b, S, w), value_norms=norms, **params)
+    if ks is None:
         return
-    ks = kv.select(x, budget, "lava", value_norms=norms, n_kv_heads=p["hkv"], **params)
-    check_invariants(ks)
     ref, e_ref = ref_lava(x, b, p["hkv"], w, 7, pool, "max", alpha, norms, ks.info.get("entropy"))
     assert_keepset(ks, ref, p["L"], p["hkv"], S)
     assert int(ks.lengths.sum()) == p["L"] * p["hkv"] * b, "the model keeps L * H_kv * budget"

@@ -165,22 +165,29 @@ def test_keep_all_is_identity_and_subsets_free_memory(model: Any) -> None:
     assert c.n_seen == n + 1 and (c.lengths() == lengths + 1).all()
 
 
+def prefill_and_compact(m: Any, text: str, *, seed: int) -> tuple[Any, Any, dict[tuple[int, int], Any]]:
+    """``text``'s ids, a cache holding all of them but the last, compacted head by head to a
+    seeded random subset of at least 4 entries, and the kept positions per (layer, KV head)."""
+    ids = m.tokenize(text)
+    n = len(ids) - 1
+    cache = m.new_cache()
+    m.forward(ids[:n], cache, logits="none")
+    rng = np.random.default_rng(seed)
+    keeps = {}
+    for layer in range(m.config.n_layers):
+        for h in range(m.config.n_kv_heads):
+            idx = np.sort(rng.choice(n, size=int(rng.integers(4, n)), replace=False)).astype(np.int64)
+            keeps[layer, h] = idx
+            cache.keep(layer, h, idx)
+    return ids, cache, keeps
+
+
 def test_ragged_cache_matches_reference(model_f32_decode: Any, reference: Any) -> None:
     """A decode step after head-wise compaction attends exactly the kept entries of each
     (layer, KV head): the reference masks the same positions for its last query."""
     m = model_f32_decode
-    ids = m.tokenize(TEXTS[0])
-    n = len(ids) - 1
-    cache = m.new_cache()
-    m.forward(ids[:n], cache, logits="none")
-    rng = np.random.default_rng(1)
-    keeps = {}
-    for l in range(m.config.n_layers):
-        for h in range(m.config.n_kv_heads):
-            idx = np.sort(rng.choice(n, size=int(rng.integers(4, n)), replace=False)).astype(np.int64)
-            keeps[l, h] = idx
-            cache.keep(l, h, idx)
-    got, _ = m.forward(ids[n:], cache)
+    ids, cache, keeps = prefill_and_compact(m, TEXTS[0], seed=1)
+    got, _ = m.forward(ids[-1:], cache)
     ref = reference.logits(ids, last_keeps=keeps)[-1]
     np.testing.assert_allclose(got, ref, atol=2e-3, rtol=0)
     full = reference.logits(ids)[-1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -158,21 +159,14 @@ def test_lazy_load_happens_once_under_concurrency(model: Any, monkeypatch: pytes
     monkeypatch.setattr(loading, "load", fake_load)
     chat = lamina.LocalChat(path=model.path, threads=2)
     msgs = [{"role": "user", "content": "Say hello."}]
-    results: list[str] = []
-    errors: list[BaseException] = []
+    start = threading.Barrier(4)  # all four calls race for the first load
 
-    def worker() -> None:
-        try:
-            results.append(chat.complete(msgs, max_tokens=6))
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
+    def worker(_: int) -> str:
+        start.wait()
+        return chat.complete(msgs, max_tokens=6)
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(worker, range(4)))  # re-raises a worker's exception
     assert calls == [(model.path, 2)]
     assert chat.model is model
     assert len(results) == 4 and len(set(results)) == 1

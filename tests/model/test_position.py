@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from reference_llama import MsPoERule
-from test_forward import agreement
+from test_forward import agreement, prefill_and_compact
 
 import lamina.model
 from conftest import TEXTS
@@ -191,18 +191,8 @@ def test_compacted_rescaled_cache_matches_reference(model: Any, reference: Any, 
     """A decode step after head-wise compaction of a rescaled cache (its scaled keys compacted
     with the plain ones) attends exactly the kept entries, as the reference masks them."""
     m = _load(model, order="normal", window=window, q8_decode=False)
-    ids = m.tokenize(TEXTS[1])
-    n = len(ids) - 1
-    cache = m.new_cache()
-    m.forward(ids[:n], cache, logits="none")
-    rng = np.random.default_rng(3)
-    keeps = {}
-    for li in range(m.config.n_layers):
-        for h in range(m.config.n_kv_heads):
-            idx = np.sort(rng.choice(n, size=int(rng.integers(4, n)), replace=False)).astype(np.int64)
-            keeps[li, h] = idx
-            cache.keep(li, h, idx)
-    got, _ = m.forward(ids[n:], cache)
+    ids, cache, keeps = prefill_and_compact(m, TEXTS[1], seed=3)
+    got, _ = m.forward(ids[-1:], cache)
     ref = reference.logits(ids, last_keeps=keeps, ms_poe=MsPoERule(order="normal", window=window))[-1]
     assert got is not None
     np.testing.assert_allclose(got, ref, atol=2e-3, rtol=0)

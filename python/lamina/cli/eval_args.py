@@ -4,15 +4,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 from collections.abc import Callable
 from typing import Any
 
+from ..eval.commands import shared_data, write_json
+
 __all__ = [
     "LOCOMO_DATA",
-    "add_locomo_args",
+    "add_locomo_command",
     "shared_data",
     "add_cache_args",
     "add_model_args",
@@ -24,19 +25,17 @@ __all__ = [
 ]
 
 
-def shared_data(name: str) -> str:
-    """The default folder of a data set: ``../shared/data/<name>`` (relative to the working directory)."""
-    return os.path.join("..", "shared", "data", name)
-
-
 #: The default ``--data`` of the LoCoMo commands.
 LOCOMO_DATA = shared_data("locomo")
 
 
-def add_locomo_args(p: argparse.ArgumentParser, *, embedder: str) -> None:
-    """``--data`` (LoCoMo's file or folder) and ``--embedder`` (default ``embedder``)."""
+def add_locomo_command(esub: Any, name: str, *, help: str, description: str, embedder: str) -> argparse.ArgumentParser:
+    """``lamina eval NAME``, a command over LoCoMo: its parser, with ``--data`` (LoCoMo's file or
+    folder) and ``--embedder`` (default ``embedder``) added."""
+    p: argparse.ArgumentParser = esub.add_parser(name, help=help, description=description)
     p.add_argument("--data", default=LOCOMO_DATA, help="locomo_dev.json / locomo10.json or their folder")
     p.add_argument("--embedder", default=embedder, help="auto | minilm | mpnet | hashing")
+    return p
 
 
 def add_cache_args(p: argparse.ArgumentParser) -> None:
@@ -99,9 +98,7 @@ def write_outputs(
     ``draw(path)``, printing what it returns (why it drew nothing) or ``drawn`` (default ``wrote
     <path>``). Returns 0, the command's exit status."""
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(result(), f, indent=1)
-        print(f"wrote {args.out}")
+        write_json(args.out, result())
     if args.plot:
         why = draw(args.plot)
         print(why if why else drawn or f"wrote {args.plot}")

@@ -12,7 +12,7 @@ from typing import Any
 
 from .eval_args import (
     add_cache_args,
-    add_locomo_args,
+    add_locomo_command,
     add_model_args,
     add_output_args,
     budgets_arg,
@@ -20,6 +20,7 @@ from .eval_args import (
     json_safe,
     write_outputs,
 )
+from .groups import command_group
 
 __all__ = ["add_eval_parser"]
 
@@ -265,15 +266,15 @@ def _cmd_eval_memcon(args: argparse.Namespace) -> int:
 
 def add_eval_parser(sub: Any) -> None:
     """Register ``eval locomo`` on the ``lamina`` command's subparsers."""
-    ev = sub.add_parser("eval", help="evaluate lamina and baselines on a benchmark")
-    esub = ev.add_subparsers(dest="bench", required=True)
-    lo = esub.add_parser(
+    esub = command_group(sub, "eval", help="evaluate lamina and baselines on a benchmark", dest="bench")
+    lo = add_locomo_command(
+        esub,
         "locomo",
         help="LoCoMo retrieval metrics: lamina, ablations and baselines",
         description="Replays each LoCoMo conversation into every system and scores the "
         "contexts (docs/design.md §4). Only turns are ingested.",
+        embedder="auto",
     )
-    add_locomo_args(lo, embedder="auto")
     lo.add_argument("--budgets", type=budgets_arg, default=[256, 512, 1024, 2048], help="e.g. 256,512,1024,2048")
     lo.add_argument("--systems", default="", help="comma-separated subset (default: all)")
     add_output_args(
@@ -336,13 +337,14 @@ def add_eval_parser(sub: Any) -> None:
         kv, out="write the summary and every answer as JSON here", plot="write an SVG of score vs compression here"
     )
     kv.set_defaults(func=_cmd_eval_kv)
-    mc = esub.add_parser(
+    mc = add_locomo_command(
+        esub,
         "memcon",
         help="MemCon learning offline on LoCoMo: regret against fixed memory policies",
         description="Precomputes every memory action's outcome per question once (only turns are "
         "ingested; gold evidence is the reward), then runs MemCon and the fixed policies.",
+        embedder="hashing",
     )
-    add_locomo_args(mc, embedder="hashing")
     mc.add_argument("--episodes", type=int, default=20000, help="reported episodes")
     mc.add_argument(
         "--holdout",
@@ -368,9 +370,9 @@ def add_eval_parser(sub: Any) -> None:
     mc.add_argument("--alpha", type=float, default=0.15, help="constant step of the Q update")
     mc.add_argument("--seed", type=int, default=0)
     mc.add_argument("--limit-conversations", type=int, default=None)
-    mc.add_argument("--out", default=None, help="write the result (curves included) as JSON")
-    mc.add_argument("--plot", default=None, help="write a PNG of the regret curves (needs matplotlib)")
-    mc.add_argument("--quiet", action="store_true")
+    add_output_args(
+        mc, out="write the result (curves included) as JSON", plot="write a PNG of the regret curves (needs matplotlib)"
+    )
     mc.set_defaults(func=_cmd_eval_memcon)
     from ..eval.backtrack_localisers import add_backtrack_parser
     from ..eval.leakage import add_leakage_parser

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .groups import command_group
+
 __all__ = ["add_model_parser", "default_calibration_path"]
 
 
@@ -66,11 +68,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def add_model_parser(sub: Any) -> None:
     """Register ``lamina model calibrate`` on the ``lamina`` subparsers: under the ``model``
     group ``lamina model serve`` opened (:mod:`lamina.cli.serve_commands`), or a new group."""
-    group = sub.choices.get("model")
-    if group is None:
-        group = sub.add_parser("model", help="the local model")
-        group.add_subparsers(dest="model_cmd", required=True)
-    msub = next(a for a in group._actions if isinstance(a, argparse._SubParsersAction))
+    msub = command_group(sub, "model", help="the local model", dest="model_cmd")
     c = msub.add_parser(
         "calibrate",
         help="find the model's position channel and factor (Yu et al. 2024) and write its calibration file",

@@ -14,6 +14,8 @@ import socket
 import sys
 from typing import Any
 
+from .groups import command_group
+
 __all__ = ["add_serve_parsers", "is_loopback"]
 
 _EXTRA_HINT = "lamina serve needs the serve extra: pip install 'lamina[serve]'"
@@ -159,6 +161,11 @@ def _key(file: str | None, flag: str, plain: str | None, env: str) -> str | None
         except OSError as e:
             raise InvalidInput(f"cannot read {flag} {file}: {e.strerror or e}") from None
     return plain or os.environ.get(env) or None
+
+
+def _add_key_file_arg(p: argparse.ArgumentParser, key: str, more: str) -> None:
+    """``--KEY-key-file``: a file whose first line is that key (read by :func:`_key`); ``more`` ends its help."""
+    p.add_argument(f"--{key}-key-file", default=None, help=f"a file whose first line is the {key} key {more}")
 
 
 def _metrics_key(args: argparse.Namespace) -> str | None:
@@ -318,17 +325,12 @@ def add_serve_parsers(sub: Any) -> None:
         help="addresses of trusted proxies whose X-Forwarded-For / X-Forwarded-Proto are believed "
         "(comma-separated, '*' for any; default: $FORWARDED_ALLOW_IPS or 127.0.0.1)",
     )
-    s.add_argument(
-        "--metrics-key-file",
-        default=None,
-        help="a file whose first line is the metrics key (instead of --metrics-key, which every local user "
-        "can read on the command line)",
-    )
-    s.add_argument(
-        "--admin-key-file",
-        default=None,
-        help="a file whose first line is the admin key (also LAMINA_ADMIN_KEY): the bearer key of the admin "
-        "routes (POST /v1/admin/tenants/T/adopt); without it they answer 404",
+    _add_key_file_arg(s, "metrics", "(instead of --metrics-key, which every local user can read on the command line)")
+    _add_key_file_arg(
+        s,
+        "admin",
+        "(also LAMINA_ADMIN_KEY): the bearer key of the admin routes (POST /v1/admin/tenants/T/adopt); "
+        "without it they answer 404",
     )
     s.add_argument("--no-mcp", action="store_true", help="do not serve the MCP server at /mcp")
     s.add_argument("--no-ui", action="store_true", help="do not serve the memory inspector at /ui")
@@ -341,8 +343,7 @@ def add_serve_parsers(sub: Any) -> None:
     s.add_argument("--log-level", default="warning")
     s.add_argument("--access-log", action="store_true", help="log every request (slower)")
     s.set_defaults(func=_cmd_serve)
-    m = sub.add_parser("model", help="the local model (needs lamina[model] and the model file)")
-    ms = m.add_subparsers(dest="model_cmd", required=True)
+    ms = command_group(sub, "model", help="the local model (needs lamina[model] and the model file)", dest="model_cmd")
     mv = ms.add_parser(
         "serve",
         help="an OpenAI-compatible chat endpoint on the local model (needs lamina[serve])",
@@ -356,8 +357,7 @@ def add_serve_parsers(sub: Any) -> None:
     mv.add_argument("--api-key-env", default=None, help="require 'Bearer <key>' with the key read from this variable")
     mv.add_argument("--log-level", default="warning")
     mv.set_defaults(func=_cmd_model_serve)
-    k = sub.add_parser("keys", help="make and hash API keys for 'lamina serve --keys'")
-    ks = k.add_subparsers(dest="keys_cmd", required=True)
+    ks = command_group(sub, "keys", help="make and hash API keys for 'lamina serve --keys'", dest="keys_cmd")
     h = ks.add_parser("hash", help="print the keys-file hash of a key (read from stdin when not given)")
     h.add_argument("key", nargs="?", default=None)
     h.set_defaults(func=_cmd_keys_hash)

@@ -10,6 +10,7 @@ import sys
 
 from ..errors import LaminaError
 from ..memory.store.dburl import is_postgres_url
+from .groups import command_group
 from .io_commands import open_db
 
 __all__ = ["add_tenant_parser"]
@@ -44,8 +45,9 @@ def _cmd_adopt(args: argparse.Namespace) -> int:
 
 def add_tenant_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``lamina tenant adopt``."""
-    t = sub.add_parser("tenant", help="tenants of a served database: adopt users written without one")
-    tsub = t.add_subparsers(dest="tenant_cmd", required=True)
+    tsub = command_group(
+        sub, "tenant", help="tenants of a served database: adopt users written without one", dest="tenant_cmd"
+    )
     a = tsub.add_parser(
         "adopt",
         help="move users that belong to no tenant into TENANT, in one transaction (their item ids change)",

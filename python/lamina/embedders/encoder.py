@@ -20,8 +20,9 @@ import importlib.util
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +30,7 @@ import numpy.typing as npt
 from .. import _core
 from .embedder import Span, SpanVectors, check_spans
 
-__all__ = ["Layer", "SentenceEncoder", "load_tokenizer", "make_layer"]
+__all__ = ["Layer", "ModelFolder", "SentenceEncoder", "load_tokenizer", "make_layer", "make_layers"]
 
 F32 = npt.NDArray[np.float32]
 _SCORE_FLOOR = np.float32(-80.0)
@@ -81,6 +82,33 @@ def make_layer(
     )
 
 
+def make_layers(
+    get: Callable[[str], F32], prefix: str, n_layers: int, *, qkvo: tuple[str, str, str, str], attention_norm: str
+) -> list[Layer]:
+    """The encoder's ``n_layers`` layers (:func:`make_layer`); layer ``i``'s tensors are named
+    ``f"{prefix}{i}.{name}"``: the attention's q, k, v and output projections (``qkvo``) and its
+    LayerNorm (``attention_norm``) as the checkpoint names them, the feed-forward's
+    ``intermediate.dense``, ``output.dense`` and ``output.LayerNorm`` as BERT and MPNet both do."""
+    layers = []
+    for i in range(n_layers):
+        p = f"{prefix}{i}."
+        q, k, v, o = (p + name for name in qkvo)
+        layers.append(
+            make_layer(
+                get,
+                q,
+                k,
+                v,
+                o,
+                p + attention_norm,
+                p + "intermediate.dense",
+                p + "output.dense",
+                p + "output.LayerNorm",
+            )
+        )
+    return layers
+
+
 def load_tokenizer(path: Path, max_length: int) -> object:
     """A ``tokenizers.Tokenizer`` truncating at ``max_length`` with padding off.
 
@@ -107,14 +135,42 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class ModelFolder:
+    """Where a sentence model's files are: ``what`` names the model in messages (``"MiniLM"``),
+    ``find()`` is the folder used when none is given (or None), ``complete(folder)`` whether a
+    folder holds every file the model needs, ``missing_help()`` how to install them."""
+
+    what: str
+    find: Callable[[], Path | None]
+    complete: Callable[[Path], bool]
+    missing_help: Callable[[], str]
+
+
 class SentenceEncoder(ABC):
     """Base of the torch-free sentence embedders: batching, encoder forward, pooling.
 
-    A subclass's constructor calls :meth:`_open_folder` and :meth:`_set_max_length` (which set
-    ``model_dir``, ``batch_size``, ``max_batch_tokens``, ``max_length`` and the tokenizer), sets
-    ``_layers`` (list of :class:`Layer`), ``_hidden``, ``_heads`` and ``_eps``, and implements
-    :meth:`_embed_ids`; :meth:`_attention_bias` defaults to none.
+    Parameters
+    ----------
+    model_dir : str or Path, optional
+        Folder with ``config.json``, ``tokenizer.json`` and ``model.safetensors`` (a Hugging
+        Face checkpoint of the subclass's architecture). Default: the folder its ``find()`` names.
+    max_length : int, optional
+        Tokens per text, special tokens included (default: the model's ``max_seq_length``).
+        Longer texts are truncated.
+    batch_size : int
+        Most texts per forward pass (default 64).
+    max_batch_tokens : int
+        Most padded tokens per forward pass (default 4096): texts are sorted by length and
+        batched so that long texts go together in smaller batches.
+
+    A subclass names its :class:`ModelFolder` (``_folder``) and implements :meth:`_load`, which
+    calls :meth:`_set_max_length` (setting ``max_length`` and the tokenizer), sets ``_layers``
+    (list of :class:`Layer`), ``_hidden``, ``_heads`` and ``_eps``, and :meth:`_embed_ids`;
+    :meth:`_attention_bias` defaults to none.
     """
+
+    _folder: ClassVar[ModelFolder]
 
     _tok: object
     model_dir: Path
@@ -126,19 +182,33 @@ class SentenceEncoder(ABC):
     batch_size: int
     max_batch_tokens: int
 
-    def _open_folder(
+    def __init__(
         self,
-        model_dir: str | Path | None,
+        model_dir: str | Path | None = None,
         *,
-        what: str,
-        find: Callable[[], Path | None],
-        complete: Callable[[Path], bool],
-        missing_help: Callable[[], str],
-        batch_size: int,
-        max_batch_tokens: int,
+        max_length: int | None = None,
+        batch_size: int = 64,
+        max_batch_tokens: int = 4096,
+    ) -> None:
+        self._load(self._open_folder(model_dir, batch_size=batch_size, max_batch_tokens=max_batch_tokens), max_length)
+
+    @abstractmethod
+    def _load(self, load_file: Callable[[str], dict[str, npt.NDArray[np.generic]]], max_length: int | None) -> None:
+        """Read ``config.json`` and the weights of ``model_dir`` (``load_file``:
+        ``safetensors.numpy.load_file``) and set the tokenizer for ``max_length``."""
+
+    def _open_folder(
+        self, model_dir: str | Path | None, *, batch_size: int, max_batch_tokens: int
     ) -> Callable[[str], dict[str, npt.NDArray[np.generic]]]:
-        """Check the libraries, resolve the model folder (``find()`` when none is given) and the
-        batch sizes; returns ``safetensors.numpy.load_file``."""
+        """Check the libraries, resolve the model folder (``_folder.find()`` when none is given)
+        and the batch sizes; sets ``model_dir``, ``batch_size`` and ``max_batch_tokens``;
+        returns ``safetensors.numpy.load_file``."""
+        what, find, complete, missing_help = (
+            self._folder.what,
+            self._folder.find,
+            self._folder.complete,
+            self._folder.missing_help,
+        )
         try:
             import tokenizers  # noqa: F401
             from safetensors.numpy import load_file

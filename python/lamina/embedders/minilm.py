@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from .encoder import Layer, SentenceEncoder, make_layer
+from .encoder import Layer, ModelFolder, SentenceEncoder, make_layers
 
 __all__ = ["MiniLM", "find_minilm_dir", "MINILM_FILES"]
 
@@ -74,17 +76,12 @@ class MiniLM(SentenceEncoder):
 
     Parameters
     ----------
-    model_dir : str or Path, optional
-        Folder with ``config.json``, ``tokenizer.json`` and ``model.safetensors`` (a Hugging
-        Face BERT checkpoint). Default: :func:`find_minilm_dir`.
     max_length : int, optional
         Word pieces per text including ``[CLS]``/``[SEP]`` (default: the model's
         ``max_seq_length``, 256). Longer texts are truncated, as sentence-transformers does.
-    batch_size : int
-        Most texts per forward pass (default 64).
-    max_batch_tokens : int
-        Most padded word pieces per forward pass (default 4096): texts are sorted by length
-        and batched so that long texts go together in smaller batches.
+    model_dir, batch_size, max_batch_tokens
+        As :class:`~lamina.embedders.encoder.SentenceEncoder`: a BERT checkpoint, by default
+        :func:`find_minilm_dir`'s; 64 texts and 4096 word pieces per forward pass.
 
     Attributes
     ----------
@@ -98,23 +95,9 @@ class MiniLM(SentenceEncoder):
     threads.
     """
 
-    def __init__(
-        self,
-        model_dir: str | Path | None = None,
-        *,
-        max_length: int | None = None,
-        batch_size: int = 64,
-        max_batch_tokens: int = 4096,
-    ) -> None:
-        load_file = self._open_folder(
-            model_dir,
-            what="MiniLM",
-            find=find_minilm_dir,
-            complete=_has_files,
-            missing_help=_missing_help,
-            batch_size=batch_size,
-            max_batch_tokens=max_batch_tokens,
-        )
+    _folder: ClassVar[ModelFolder] = ModelFolder("MiniLM", find_minilm_dir, _has_files, _missing_help)
+
+    def _load(self, load_file: Callable[[str], dict[str, npt.NDArray[np.generic]]], max_length: int | None) -> None:
         d = self.model_dir
         cfg = self._read_config("bert", label="a BERT", untyped_ok=True)
         self._layers_n = int(cfg["num_hidden_layers"])
@@ -136,22 +119,13 @@ class MiniLM(SentenceEncoder):
         self._pos = g(pre + "embeddings.position_embeddings.weight")
         self._type0 = g(pre + "embeddings.token_type_embeddings.weight")[0].copy()
         self._emb_ln = (g(pre + "embeddings.LayerNorm.weight"), g(pre + "embeddings.LayerNorm.bias"))
-        self._layers: list[Layer] = []
-        for i in range(self._layers_n):
-            p = f"{pre}encoder.layer.{i}."
-            self._layers.append(
-                make_layer(
-                    g,
-                    p + "attention.self.query",
-                    p + "attention.self.key",
-                    p + "attention.self.value",
-                    p + "attention.output.dense",
-                    p + "attention.output.LayerNorm",
-                    p + "intermediate.dense",
-                    p + "output.dense",
-                    p + "output.LayerNorm",
-                )
-            )
+        self._layers: list[Layer] = make_layers(
+            g,
+            f"{pre}encoder.layer.",
+            self._layers_n,
+            qkvo=("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"),
+            attention_norm="attention.output.LayerNorm",
+        )
         if self._word.shape[1] != self._hidden:
             raise ValueError("embedding width does not match config.json hidden_size")
 

@@ -31,14 +31,16 @@ import shutil
 import time
 import zipfile
 import zlib
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from .encoder import Layer, SentenceEncoder, make_layer
+from .encoder import Layer, ModelFolder, SentenceEncoder, make_layers
 
 __all__ = ["MPNet", "find_mpnet_dir", "assemble_mpnet", "MPNET_FILES", "MPNET_PARTS"]
 
@@ -280,16 +282,12 @@ class MPNet(SentenceEncoder):
 
     Parameters
     ----------
-    model_dir : str or Path, optional
-        Folder with ``config.json``, ``tokenizer.json`` and ``model.safetensors`` (a Hugging
-        Face MPNet checkpoint). Default: :func:`find_mpnet_dir`.
     max_length : int, optional
         Tokens per text including ``<s>``/``</s>`` (default: the model's ``max_seq_length``,
         384). Longer texts are truncated.
-    batch_size : int
-        Most texts per forward pass (default 64).
-    max_batch_tokens : int
-        Most padded tokens per forward pass (default 4096).
+    model_dir, batch_size, max_batch_tokens
+        As :class:`~lamina.embedders.encoder.SentenceEncoder`: an MPNet checkpoint, by default
+        :func:`find_mpnet_dir`'s; 64 texts and 4096 tokens per forward pass.
 
     Raises
     ------
@@ -306,23 +304,9 @@ class MPNet(SentenceEncoder):
     ``embed`` changes no state besides the tokenizer's fixed settings.
     """
 
-    def __init__(
-        self,
-        model_dir: str | Path | None = None,
-        *,
-        max_length: int | None = None,
-        batch_size: int = 64,
-        max_batch_tokens: int = 4096,
-    ) -> None:
-        load_file = self._open_folder(
-            model_dir,
-            what="MPNet",
-            find=find_mpnet_dir,
-            complete=_has_files,
-            missing_help=_missing_help,
-            batch_size=batch_size,
-            max_batch_tokens=max_batch_tokens,
-        )
+    _folder: ClassVar[ModelFolder] = ModelFolder("MPNet", find_mpnet_dir, _has_files, _missing_help)
+
+    def _load(self, load_file: Callable[[str], dict[str, npt.NDArray[np.generic]]], max_length: int | None) -> None:
         d = self.model_dir
         cfg = self._read_config("mpnet", label="an MPNet")
         self._eps = float(cfg.get("layer_norm_eps", 1e-5))
@@ -345,22 +329,13 @@ class MPNet(SentenceEncoder):
         self._rel = g(pre + "encoder.relative_attention_bias.weight")  # (buckets, heads)
         if self._rel.shape != (self._buckets, self._heads) or self._word.shape[1] != self._hidden:
             raise ValueError(f"{d}/model.safetensors does not match its config.json")
-        self._layers: list[Layer] = []
-        for i in range(int(cfg["num_hidden_layers"])):
-            p = f"{pre}encoder.layer.{i}."
-            self._layers.append(
-                make_layer(
-                    g,
-                    p + "attention.attn.q",
-                    p + "attention.attn.k",
-                    p + "attention.attn.v",
-                    p + "attention.attn.o",
-                    p + "attention.LayerNorm",
-                    p + "intermediate.dense",
-                    p + "output.dense",
-                    p + "output.LayerNorm",
-                )
-            )
+        self._layers: list[Layer] = make_layers(
+            g,
+            f"{pre}encoder.layer.",
+            int(cfg["num_hidden_layers"]),
+            qkvo=("attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o"),
+            attention_norm="attention.LayerNorm",
+        )
         # The bias depends on i - j only: the table for max_length holds every shorter one.
         buckets = relative_position_buckets(self.max_length, self._buckets)
         self._bias = np.ascontiguousarray(self._rel[buckets].transpose(2, 0, 1))  # (heads, T, T)

@@ -36,6 +36,7 @@ from typing import Any
 from ..reasoning import Chain, MistakeLocator, read_chains
 from ..reasoning.checkers import first_wrong, step_verdicts
 from ..reasoning.stepcheck import first_failing_step
+from .commands import add_mistake_data_arg, documented_command, write_json, write_jsonl
 from .scoring import wilson_interval
 
 __all__ = [
@@ -50,7 +51,6 @@ __all__ = [
 ]
 
 LOCALISERS: tuple[str, ...] = ("none", "gold", "checkers", "locator", "stepcheck", "random")
-_DEFAULT = os.path.join("..", "shared", "data", "bigbench-mistake")
 
 Localiser = Callable[[int, Chain], int | None]
 
@@ -315,37 +315,27 @@ def _cmd(args: argparse.Namespace) -> int:
     print(format_rows(rows))
     print(f"\n{secs:.0f} s")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(
-                {
-                    "task": args.task,
-                    "traces": pick,
-                    "seconds": secs,
-                    "rows": [asdict(r) for r in rows],
-                    "records": records,
-                },
-                f,
-                indent=1,
-            )
-        print(f"wrote {args.out}")
+        write_json(
+            args.out,
+            {"task": args.task, "traces": pick, "seconds": secs, "rows": [asdict(r) for r in rows], "records": records},
+        )
     if args.pairs:
         pairs = step_pairs(records)
-        with open(args.pairs, "w", encoding="utf-8") as f:
-            for pair in pairs:
-                f.write(json.dumps(pair, ensure_ascii=False) + "\n")
+        write_jsonl(args.pairs, pairs)
         print(f"wrote {len(pairs)} step pairs ({sum(p['verified'] for p in pairs)} verified) to {args.pairs}")
     return 0
 
 
 def add_backtrack_parser(esub: Any) -> None:
     """Register ``lamina eval backtrack``."""
-    p = esub.add_parser(
+    p = documented_command(
+        esub,
         "backtrack",
         help="backtracking on the local model per mistake localiser (BIG-Bench Mistake traces)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        doc=__doc__,
+        func=_cmd,
     )
-    p.add_argument("--data", default=_DEFAULT, help="folder of BIG-Bench Mistake .jsonl files")
+    add_mistake_data_arg(p)
     p.add_argument("--task", default="multistep_arithmetic", help="the task file to run (without .jsonl)")
     p.add_argument("--n", type=int, default=12, help="traces in the seeded sample")
     p.add_argument("--seed", type=int, default=0)
@@ -360,4 +350,3 @@ def add_backtrack_parser(esub: Any) -> None:
         "--pairs", default=None, help="write step-level candidate lessons (original vs kept step) as JSONL here"
     )
     p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=_cmd)

@@ -341,14 +341,7 @@ def run_locomo(
                 for c in CATEGORY_NAMES
             },
         },
-        "embedder": {
-            "name": emb.name,
-            "dim": emb.dim,
-            "texts_embedded": emb.embedded,
-            "from_cache": emb.from_disk,
-            "seconds": round(emb.seconds, 3),
-            "texts_per_s": (emb.embedded / emb.seconds) if emb.seconds > 0 else None,
-        },
+        "embedder": {**emb.report(), "texts_per_s": (emb.embedded / emb.seconds) if emb.seconds > 0 else None},
         "budgets": budgets,
         "systems": list(systems),
         "protocol": {

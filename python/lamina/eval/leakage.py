@@ -24,12 +24,12 @@ firewall).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 from ..memory import DomainClassifier, Firewall, Memory
+from .commands import documented_command, write_json
 
 __all__ = [
     "Probe",
@@ -422,9 +422,7 @@ def _cmd(args: argparse.Namespace) -> int:
         f"off {100 * dec['off']:.1f} %, firewall {100 * dec['firewall']:.1f} %"
     )
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=1)
-        print(f"results: {args.out}")
+        write_json(args.out, res)
     if args.plot:
         print(_plot(res, args.plot))
     return 0
@@ -432,11 +430,12 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def add_leakage_parser(esub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``lamina eval leakage``."""
-    p = esub.add_parser(
+    p = documented_command(
+        esub,
         "leakage",
         help="cross-domain leakage / sycophancy benchmark of the contextual firewall",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        doc=__doc__,
+        func=_cmd,
     )
     p.add_argument("--users", type=int, default=40, help="synthetic users (default 40)")
     p.add_argument("--seed", type=int, default=0)
@@ -446,4 +445,3 @@ def add_leakage_parser(esub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--embedder", default="hashing", help="hashing (default), minilm, mpnet or auto")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--plot", help="write the sweep plot (PNG) here (needs matplotlib)")
-    p.set_defaults(func=_cmd)

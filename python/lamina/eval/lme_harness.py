@@ -242,14 +242,7 @@ def run_longmemeval(
             "questions_without_evidence_turns": rep.questions_without_evidence_turns,
             "late_sessions": late,
         },
-        "embedder": {
-            "name": emb.name,
-            "dim": emb.dim,
-            "texts_embedded": emb.embedded,
-            "from_cache": emb.from_disk,
-            "seconds": round(emb.seconds, 3),
-            "cache": emb.path,
-        },
+        "embedder": {**emb.report(), "cache": emb.path},
         "budgets": budgets,
         "systems": list(systems),
         "protocol": {

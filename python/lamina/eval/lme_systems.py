@@ -35,7 +35,7 @@ from ..memory.types import MemoryItem, format_time
 from .locomo import Session, Turn
 from .longmemeval import LmeQuestion, LmeSession
 from .scoring import answer_tokens, count_tokens
-from .systems import BM25, CachedEmbedder, Ctx, CtxItem, DenseRAG, LaminaSystem, RawTurns, _BM25Index, render_turn
+from .systems import BM25, CachedEmbedder, Ctx, DenseRAG, LaminaSystem, RawTurns, _BM25Index, render_turn
 
 __all__ = [
     "TurnKey",
@@ -190,16 +190,8 @@ def lamina_context(
     sysm: LaminaSystem, question: str, budget: int, now: float, q_emb: npt.NDArray[np.float32]
 ) -> tuple[Ctx, ContextExplanation]:
     """lamina's context for ``question`` (read-only: no visit counted) and its explanation."""
-    ex = sysm.mem.explain_context(
-        question,
-        user_id=sysm.user_id,
-        budget=budget,
-        now=now,
-        query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32),
-    )
-    c = ex.context
-    items = [CtxItem(it.render(), float(it.score), LaminaSystem._parts(it), it.layer) for it in c.items]
-    return Ctx(items, abstain=bool(c.abstain), text=c.render(), source=c), ex
+    ex = sysm.mem.explain_context(question, **sysm.read_args(budget, now, q_emb))
+    return sysm.as_ctx(ex.context), ex
 
 
 def _shown_turns(it: MemoryItem) -> tuple[str, ...]:

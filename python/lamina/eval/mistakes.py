@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -21,11 +20,10 @@ from typing import Any
 
 from ..reasoning import Chain, MistakeLocator, read_chains
 from ..reasoning.checkers import first_wrong, step_verdicts
+from .commands import add_mistake_data_arg, documented_command, write_json
 from .scoring import wilson_interval
 
 __all__ = ["TaskResult", "leave_one_task_out", "add_mistakes_parser"]
-
-_DEFAULT = os.path.join("..", "shared", "data", "bigbench-mistake")
 
 
 @dataclass(frozen=True)
@@ -87,9 +85,7 @@ def _cmd(args: argparse.Namespace) -> int:
         maj = f"{r.majority:.3f} [{r.majority_index}]"
         print(f"{r.task:<28}{r.chains:>5}{r.locator:>9.3f}{ci:>15}{r.checkers:>10.3f}{r.classifier:>12.3f}{maj:>14}")
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump([asdict(r) for r in res], f, indent=1)
-        print(f"wrote {args.out}")
+        write_json(args.out, [asdict(r) for r in res])
     if args.save:
         MistakeLocator.train(files).save(args.save)
         print(f"wrote a locator trained on all {len(files)} files to {args.save}")
@@ -98,13 +94,13 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def add_mistakes_parser(esub: Any) -> None:
     """Register ``lamina eval mistakes``."""
-    p = esub.add_parser(
+    p = documented_command(
+        esub,
         "mistakes",
         help="locate the first wrong step of reasoning chains (BIG-Bench Mistake), leave one task out",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        doc=__doc__,
+        func=_cmd,
     )
-    p.add_argument("--data", default=_DEFAULT, help="folder of BIG-Bench Mistake .jsonl files")
+    add_mistake_data_arg(p)
     p.add_argument("--out", default=None, help="write the per-task results as JSON")
     p.add_argument("--save", default=None, help="also train on every file and save the locator here")
-    p.set_defaults(func=_cmd)

@@ -18,19 +18,19 @@ for users who fine-tune elsewhere.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .commands import documented_command, shared_data, write_jsonl
 from .locomo import Conversation
 from .position_sweep import _locomo_docs, locomo_questions
 
 __all__ = ["build_pamqa_examples", "add_pamqa_parser"]
 
-_DEFAULT_DATA = os.path.join("..", "shared", "data", "locomo")
+_DEFAULT_DATA = shared_data("locomo")
 
 
 def build_pamqa_examples(
@@ -94,9 +94,7 @@ def _cmd(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"lamina pamqa build: {e}", file=sys.stderr)
         return 2
-    with open(args.out, "w", encoding="utf-8") as f:
-        for example in ex:
-            f.write(json.dumps(example, ensure_ascii=False) + "\n")
+    write_jsonl(args.out, ex)
     spread = sorted({x["gold_index"] for x in ex})
     print(f"wrote {len(ex)} PAM-QA examples ({args.documents} documents each, gold at {spread}) to {args.out}")
     return 0
@@ -106,15 +104,15 @@ def add_pamqa_parser(sub: Any) -> None:
     """Register ``lamina pamqa build`` on the ``lamina`` command's subparsers."""
     p = sub.add_parser("pamqa", help="PAM-QA (position-agnostic multi-step QA) training data")
     psub = p.add_subparsers(dest="pamqa_cmd", required=True)
-    b = psub.add_parser(
+    b = documented_command(
+        psub,
         "build",
         help="write PAM-QA examples (JSONL) from LoCoMo-style multi-document questions",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        doc=__doc__,
+        func=_cmd,
     )
     b.add_argument("--data", default=_DEFAULT_DATA, help="locomo_dev.json or its folder")
     b.add_argument("--out", required=True, help="the JSONL file to write")
     b.add_argument("--documents", type=int, default=8, help="documents per example (gold + distractors)")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--limit", type=int, default=None, help="at most this many examples")
-    b.set_defaults(func=_cmd)

@@ -145,6 +145,18 @@ class CachedEmbedder:
     def dim(self) -> int:
         return int(self.inner.dim)
 
+    def report(self) -> dict[str, Any]:
+        """The run's embedding work, as the results file records it: ``name``, ``dim``,
+        ``texts_embedded`` (by the inner embedder), ``from_cache`` (read from the file) and
+        ``seconds`` (spent embedding)."""
+        return {
+            "name": self.name,
+            "dim": self.dim,
+            "texts_embedded": self.embedded,
+            "from_cache": self.from_disk,
+            "seconds": round(self.seconds, 3),
+        }
+
     @property
     def name(self) -> str:
         return str(self.inner.name)
@@ -488,16 +500,24 @@ class LaminaSystem:
             return tuple(parts) + ((it.subject, it.text),)
         return ((None, it.text),)  # summaries, notes, profiles: attributed to nobody
 
-    def context(self, question: str, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> Ctx:
-        c = self.mem.context(
-            question,
-            user_id=self.user_id,
-            budget=budget,
-            now=now,
-            query_embedding=np.ascontiguousarray(q_emb, dtype=np.float32),
-        )
-        items = [CtxItem(it.render(), float(it.score), self._parts(it), it.layer) for it in c.items]
+    def read_args(self, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> dict[str, Any]:
+        """The keyword arguments of a read of this system's user (``Memory.context``,
+        ``Memory.explain_context``): the budget, the time and the precomputed query embedding."""
+        return {
+            "user_id": self.user_id,
+            "budget": budget,
+            "now": now,
+            "query_embedding": np.ascontiguousarray(q_emb, dtype=np.float32),
+        }
+
+    @classmethod
+    def as_ctx(cls, c: Context) -> Ctx:
+        """A lamina context as the evaluation's :class:`Ctx` (its items' source turns attributed)."""
+        items = [CtxItem(it.render(), float(it.score), cls._parts(it), it.layer) for it in c.items]
         return Ctx(items, abstain=bool(c.abstain), text=c.render(), source=c)
+
+    def context(self, question: str, budget: int, now: float | None, q_emb: npt.NDArray[np.float32]) -> Ctx:
+        return self.as_ctx(self.mem.context(question, **self.read_args(budget, now, q_emb)))
 
     def close(self) -> None:
         self.mem.close()

@@ -155,23 +155,16 @@ def select(
     threads: int = 0,
     **params: Any,
 ) -> KeepSet:
-    """Kept token positions per (layer, KV head).
+    """Kept token positions per (layer, KV head): :meth:`KVMethod.select` of the method
+    ``method`` names, configured with ``params``.
 
     Parameters
     ----------
-    scores : ndarray, float32, shape (L, H, S) or (L, H, w, S)
-        Per-position scores or window attention (see the module docstring).
-    budget : int or float
-        Tokens per KV head on average, or a compression ratio in (0, 1) (module docstring).
+    scores, budget, value_norms, n_kv_heads, threads
+        As :meth:`KVMethod.select` (``value_norms``: LAVa's, from :func:`value_norms`).
     method : str or KVMethod
         ``"streaming"``, ``"h2o"``, ``"snapkv"``, ``"adakv"``, ``"pyramidkv"``, ``"lava"``,
         or a configured instance.
-    value_norms : ndarray, float32, optional
-        LAVa only: (L, H_kv, S) L1 norms of the values (:func:`value_norms`) or (L, H_kv).
-    n_kv_heads : int, optional
-        KV heads for GQA (divides H); default H.
-    threads : int
-        Worker threads (0: default). The GIL is released during the native work.
     **params
         Method hyper-parameters (e.g. ``window_size=32, kernel_size=7, floor_alpha=0.2``).
 

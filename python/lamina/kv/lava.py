@@ -61,7 +61,7 @@ import numpy.typing as npt
 from .. import _core
 from ..native import _device
 from . import _ops
-from .method import Selection, apportion, check_fraction, select_rows
+from .method import Selection, apportion, check_fraction, device_f32_shape, select_rows
 from .snapkv import SnapKV
 
 __all__ = ["LAVa"]
@@ -114,13 +114,7 @@ class LAVa(SnapKV):
                 "(lamina.kv.value_norms(values)) or per-head maxima (L, H_kv)"
             )
         if _device.is_device_array(value_norms):
-            cai = value_norms.__cuda_array_interface__
-            if cai["typestr"][1:] != "f4":
-                raise TypeError(
-                    f"value_norms must have dtype float32, got typestr {cai['typestr']!r}; "
-                    "convert explicitly with value_norms.astype('float32')"
-                )
-            vshape = tuple(int(s) for s in cai["shape"])
+            vshape = device_f32_shape(value_norms, "value_norms")
             if vshape == (L, n_kv_heads, S):
                 return None, value_norms
             if vshape == (L, n_kv_heads):

@@ -247,17 +247,23 @@ def apportion(weights: npt.ArrayLike, total: int, cap: int) -> npt.NDArray[np.in
     return base
 
 
+def device_f32_shape(x: Any, name: str) -> tuple[int, ...]:
+    """The shape of ``x``, a CUDA array (``__cuda_array_interface__``) that must be float32;
+    a TypeError naming ``name`` and the conversion otherwise."""
+    cai = x.__cuda_array_interface__
+    if cai["typestr"][1:] != "f4":
+        raise TypeError(
+            f"{name} must have dtype float32, got typestr {cai['typestr']!r}; convert "
+            f"explicitly with {name}.astype('float32')"
+        )
+    return tuple(int(s) for s in cai["shape"])
+
+
 def check_scores(scores: Any) -> npt.NDArray[np.float32]:
     """scores: float32 ndarray, (L, H, S) or (L, H, w, S), C-contiguous, non-empty; or the same
     as a CUDA array (dtype / contiguity then checked natively)."""
     if _device.is_device_array(scores):
-        cai = scores.__cuda_array_interface__
-        if cai["typestr"][1:] != "f4":
-            raise TypeError(
-                f"scores must have dtype float32, got typestr {cai['typestr']!r}; convert "
-                "explicitly with scores.astype('float32')"
-            )
-        shape = tuple(int(s) for s in cai["shape"])
+        shape = device_f32_shape(scores, "scores")
         if len(shape) not in (3, 4):
             raise ValueError(
                 f"scores must be (L, H, S) per-position scores or (L, H, w, S) window attention, got shape {shape}"
@@ -448,9 +454,11 @@ class KVMethod:
             Per-position scores of each query head, or the attention weights of the last w
             queries (the observation window) over all S positions.
         budget : int or float
-            See the :mod:`lamina.kv` docstring (tokens per KV head, or a compression ratio).
+            Tokens per KV head on average, or a compression ratio in (0, 1) (see the
+            :mod:`lamina.kv` docstring).
         value_norms : ndarray, float32, optional
-            Only for methods that use them (LAVa).
+            Only for methods that use them (LAVa): (L, H_kv, S) L1 norms of the values or
+            their per-head maxima (L, H_kv).
         n_kv_heads : int, optional
             H_kv for grouped-query attention (divides H); None means H_kv = H.
         threads : int

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput
-from ..model.chat_template import ROLES
+from ..model.chat_template import checked_messages
 from .openai_chat import LLMError
 
 if TYPE_CHECKING:
@@ -94,20 +94,6 @@ class LocalChat:
             self._model = load(self._path, threads=self._threads or 0)
         return self._model
 
-    @staticmethod
-    def _validate(messages: object) -> list[dict[str, str]]:
-        if not isinstance(messages, list) or not messages:
-            raise ValueError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict):
-                raise ValueError(f"messages[{i}] must be a dict, got {type(m).__name__}")
-            role, content = m.get("role"), m.get("content")
-            if not isinstance(role, str) or role not in ROLES:
-                raise ValueError(f"messages[{i}]['role'] must be one of {', '.join(ROLES)}; got {role!r}")
-            if not isinstance(content, str):
-                raise ValueError(f"messages[{i}]['content'] must be a string, got {type(content).__name__}")
-        return messages
-
     def complete(self, messages: list[dict[str, str]], *, temperature: float = 0.0, max_tokens: int = 512) -> str:
         """The model's reply to a conversation.
 
@@ -135,7 +121,7 @@ class LocalChat:
             The prompt leaves no room in the model's context (the message gives both token
             counts), or the runtime rejects the call.
         """
-        msgs = self._validate(messages)
+        msgs = checked_messages(messages)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0.0:

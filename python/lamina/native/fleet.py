@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from .. import _core
 from . import _device, kernels
+from ._checks import check_int
 from .search import VectorArena, _oversample
 
 __all__ = ["FleetConfig", "FleetResult", "FleetStats", "FleetStep", "HeatColumns"]
@@ -48,15 +49,6 @@ __all__ = ["FleetConfig", "FleetResult", "FleetStats", "FleetStep", "HeatColumns
 FleetArray = Any
 
 _COUNT_DTYPES = (np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.int64))
-
-
-def _int(x: object, name: str, lo: int, hi: int | None = None) -> int:
-    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(x).__name__}")
-    if x < lo or (hi is not None and x > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be {rng}, got {x}")
-    return int(x)
 
 
 def _real(x: object, name: str) -> float:
@@ -112,20 +104,20 @@ class FleetConfig:
         raw: object = self.layers
         if isinstance(raw, (str, bytes)) or not isinstance(raw, (tuple, list, range, np.ndarray)):
             raise TypeError(f"layers must be a sequence of ints, got {type(raw).__name__}")
-        ls = tuple(_int(x, "layers[]", 0, 255) for x in raw)
+        ls = tuple(check_int(x, "layers[]", 0, 255) for x in raw)
         if not ls:
             raise ValueError("layers must name at least one arena layer")
         if len(set(ls)) != len(ls):
             raise ValueError(f"layers contains a layer more than once: {ls}; name each layer once")
         object.__setattr__(self, "layers", ls)
-        _int(self.k, "k", 1)
+        check_int(self.k, "k", 1)
         if self.oversample is not None:
-            _int(self.oversample, "oversample", 0)
+            check_int(self.oversample, "oversample", 0)
         if self.metric not in ("ip", "cosine"):
             raise ValueError(
                 f"metric must be 'ip' or 'cosine' (the gate needs higher-is-better scores), got {self.metric!r}"
             )
-        _int(self.relevance_top, "relevance_top", 1, self.k)
+        check_int(self.relevance_top, "relevance_top", 1, self.k)
         beta = _real(self.beta, "beta")
         if abs(beta) > float(np.finfo(np.float32).max):
             raise ValueError(f"beta = {beta} is not a finite float32 value")
@@ -135,7 +127,7 @@ class FleetConfig:
                 raise ValueError(f"max_entropy (epsilon) must be >= 0, got {eps}")
             if beta <= 0:
                 raise ValueError(f"beta = {beta} must be > 0 when max_entropy is given")
-        _int(self.max_doublings, "max_doublings", 0, 1024)
+        check_int(self.max_doublings, "max_doublings", 0, 1024)
         if not isinstance(self.heat, tuple) or len(self.heat) != 4:
             raise TypeError("heat must be a tuple (a, b, c, mu)")
         a, b, c, mu = (_real(x, n) for x, n in zip(self.heat, ("a", "b", "c", "mu")))

@@ -45,6 +45,7 @@ import numpy.typing as npt
 
 from .. import _core
 from . import _device
+from ._checks import check_int, check_threads
 
 __all__ = [
     "softmax_gate",
@@ -106,12 +107,27 @@ def _device_rows(
     return drift
 
 
-def _threads(threads: int) -> int:
-    if isinstance(threads, (bool, np.bool_)) or not isinstance(threads, (int, np.integer)):
-        raise TypeError(f"threads must be an int, got {type(threads).__name__}")
-    if threads < 0:
-        raise ValueError(f"threads must be >= 0 (0: default), got {threads}")
-    return int(threads)
+def _update_rows(
+    fn: str,
+    rows: FloatArray,
+    targets: FloatArray,
+    param: RowParam,
+    pname: str,
+    index: npt.NDArray[np.int64] | None,
+    renormalize: bool,
+    out: FloatArray | None,
+    threads: int,
+) -> FloatArray:
+    """:func:`ema_blend` (``fn == "ema"``, ``param`` α) or :func:`damped_update` (λ) on the
+    device the arrays are on."""
+    if _device.on_device(
+        ("rows", rows), ("targets", targets), ("index", index), ("out", out), (pname, _array_or_none(param))
+    ):
+        return _device_rows(fn, rows, targets, param, pname, index, renormalize, out)  # type: ignore[return-value]
+    p, t = _row_param(param, pname), check_threads(threads)
+    if fn == "ema":
+        return _core.ema_blend(rows, targets, p, index, renormalize, out, t)
+    return _core.damped_update(rows, targets, p, index, out, t)
 
 
 def softmax_gate(
@@ -195,7 +211,7 @@ def softmax_gate(
         )
         return gamma, beta_used
     gamma, beta_used = _core.softmax_gate(
-        relevance, _row_param(beta, "beta"), eps, int(max_doublings), out, _threads(threads)
+        relevance, _row_param(beta, "beta"), eps, int(max_doublings), out, check_threads(threads)
     )
     return gamma, beta_used
 
@@ -254,11 +270,7 @@ def ema_blend(
     """
     if not isinstance(renormalize, (bool, np.bool_)):
         raise TypeError(f"renormalize must be a bool, got {type(renormalize).__name__}")
-    if _device.on_device(
-        ("rows", rows), ("targets", targets), ("index", index), ("out", out), ("alpha", _array_or_none(alpha))
-    ):
-        return _device_rows("ema", rows, targets, alpha, "alpha", index, bool(renormalize), out)  # type: ignore[return-value]
-    return _core.ema_blend(rows, targets, _row_param(alpha, "alpha"), index, bool(renormalize), out, _threads(threads))
+    return _update_rows("ema", rows, targets, alpha, "alpha", index, bool(renormalize), out, threads)
 
 
 def damped_update(
@@ -288,10 +300,8 @@ def damped_update(
         λ ≥ 0, finite: the retention weight (larger keeps more of the previous row).
     index : ndarray, shape (m,), int64, optional
         Rows to update, each in [0, n), no duplicates (as in :func:`ema_blend`).
-    out : ndarray, shape (m,), float32, optional
-        Receives the drift.
-    threads : int
-        Worker threads (0: default).
+    out, threads
+        As in :func:`ema_blend`.
 
     Returns
     -------
@@ -302,11 +312,7 @@ def damped_update(
     TypeError, ValueError, IndexError
         As :func:`ema_blend`, with λ < 0 or non-finite in place of the α range.
     """
-    if _device.on_device(
-        ("rows", rows), ("targets", targets), ("index", index), ("out", out), ("lam", _array_or_none(lam))
-    ):
-        return _device_rows("damped", rows, targets, lam, "lam", index, False, out)  # type: ignore[return-value]
-    return _core.damped_update(rows, targets, _row_param(lam, "lam"), index, out, _threads(threads))
+    return _update_rows("damped", rows, targets, lam, "lam", index, False, out, threads)
 
 
 def heat_scores(
@@ -357,36 +363,16 @@ def heat_scores(
     ValueError
         Length mismatch, NaN/Inf in any input, μ ≤ 0, a heat that overflows float32.
     """
+    now_, a_, b_, c_, mu_ = (_real(x, name) for x, name in ((now, "now"), (a, "a"), (b, "b"), (c, "c"), (mu, "mu")))
     if _device.on_device(
         ("visits", visits), ("interaction_len", interaction_len), ("last_access", last_access), ("out", out)
     ):
         n = int(last_access.shape[0]) if len(getattr(last_access, "shape", ())) else 0
         heat = out if out is not None else _device.empty_like_device(last_access, (n,), np.float32)
-        _core.cuda_heat_scores(
-            visits,
-            interaction_len,
-            last_access,
-            _real(now, "now"),
-            _real(a, "a"),
-            _real(b, "b"),
-            _real(c, "c"),
-            _real(mu, "mu"),
-            heat,
-            _device.current_stream(last_access),
-        )
+        stream = _device.current_stream(last_access)
+        _core.cuda_heat_scores(visits, interaction_len, last_access, now_, a_, b_, c_, mu_, heat, stream)
         return heat
-    return _core.heat_scores(
-        visits,
-        interaction_len,
-        last_access,
-        _real(now, "now"),
-        _real(a, "a"),
-        _real(b, "b"),
-        _real(c, "c"),
-        _real(mu, "mu"),
-        out,
-        _threads(threads),
-    )
+    return _core.heat_scores(visits, interaction_len, last_access, now_, a_, b_, c_, mu_, out, check_threads(threads))
 
 
 def select_hot(
@@ -426,7 +412,7 @@ def select_hot(
         buf = _device.empty_like_device(heat, (n,), np.int64)
         k = _core.cuda_select_hot(heat, _real(threshold, "threshold"), namespaces, buf, _device.current_stream(heat))
         return _device.trimmed(buf, int(k))  # type: ignore[no-any-return]
-    return _core.select_hot(heat, _real(threshold, "threshold"), namespaces, _threads(threads))
+    return _core.select_hot(heat, _real(threshold, "threshold"), namespaces, check_threads(threads))
 
 
 def evict_to_capacity(
@@ -480,14 +466,11 @@ def evict_to_capacity(
         for k, (ns, cap) in enumerate(capacity.items()):
             if not _is_real(ns) or not isinstance(ns, (int, np.integer)):
                 raise TypeError(f"capacity mapping keys must be int namespaces, got {type(ns).__name__}")
-            if not isinstance(cap, (int, np.integer)) or isinstance(cap, (bool, np.bool_)):
-                raise TypeError(f"capacity for namespace {ns} must be an int, got {type(cap).__name__}")
+            n_cap = check_int(cap, f"capacity for namespace {ns}", 0)
             if not 0 <= int(ns) < 2**64:
                 raise ValueError(f"namespace {ns} in the capacity mapping is outside [0, 2**64)")
-            if cap < 0:
-                raise ValueError(f"capacity for namespace {ns} must be >= 0, got {cap}")
             keys[k] = int(ns)
-            vals[k] = int(cap)
+            vals[k] = n_cap
         default = -1
     elif isinstance(capacity, (int, np.integer)) and not isinstance(capacity, (bool, np.bool_)):
         if capacity < 0:
@@ -504,4 +487,4 @@ def evict_to_capacity(
             scores, namespaces, default, keys, vals, live, buf, _device.current_stream(scores)
         )
         return _device.trimmed(buf, int(k))  # type: ignore[no-any-return]
-    return _core.evict_to_capacity(scores, namespaces, default, keys, vals, live, _threads(threads))
+    return _core.evict_to_capacity(scores, namespaces, default, keys, vals, live, check_threads(threads))

@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from .. import _core
 from ..text._stem import porter_stem
+from ._checks import check_k
 
 __all__ = ["tokenize", "term_hash", "LexicalIndex", "STOP_WORDS"]
 
@@ -102,14 +103,6 @@ def _ns(namespace: NamespaceArg, name: str = "namespace") -> int:
     if not 0 <= v < 2**64:
         raise ValueError(f"{name} must be in [0, 2**64), got {v}")
     return v
-
-
-def _check_k(k: int) -> int:
-    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"k must be an int, got {type(k).__name__}")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    return int(k)
 
 
 def _terms(item: object, what: str) -> Sequence[str]:
@@ -247,7 +240,7 @@ class LexicalIndex:
         keys : ndarray, shape (k',), int64
             ``k' <= k`` is the number of documents sharing a term with the query (no padding).
         """
-        k = _check_k(k)
+        k = check_k(k)
         ns = _ns(namespace)
         k_eff = max(1, min(k, self.count(ns)))
         hashes, offsets = _core.lexical_hash_terms([_terms(query, "query")])
@@ -283,7 +276,7 @@ class LexicalIndex:
         scores : ndarray, shape (b, k), float32 (``-inf`` pads)
         keys : ndarray, shape (b, k), int64 (``-1`` pads)
         """
-        k = _check_k(k)
+        k = check_k(k)
         if isinstance(queries, str) or not isinstance(queries, Sequence):
             raise TypeError(f"queries must be a sequence of texts or token lists, got {type(queries).__name__}")
         ns = self._namespaces(namespaces, len(queries), "query")

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from .. import _core
 from . import _device
+from ._checks import check_k
 
 __all__ = [
     "VectorArena",
@@ -129,7 +130,7 @@ def topk(
     ValueError
         Wrong shape, non-contiguous input, NaN/Inf, ``k <= 0``, empty ``vectors``, unknown metric.
     """
-    k = _check_k(k)
+    k = check_k(k)
     outs = _device.out_pair(out) if out is not None else (None, None)
     if _device.on_device(("queries", queries), ("vectors", vectors), ("out[0]", outs[0]), ("out[1]", outs[1])):
         nq = int(queries.shape[0]) if len(queries.shape) else 0
@@ -186,14 +187,6 @@ def _copy_out(res: tuple[Any, Any], outs: tuple[Any, Any]) -> tuple[Any, Any]:
     return outs[0], outs[1]
 
 
-def _check_k(k: int) -> int:
-    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"k must be an int, got {type(k).__name__}")
-    if k <= 0:
-        raise ValueError(f"k must be >= 1, got {k}")
-    return int(k)
-
-
 def rerank_oversample(codec: Codec, *, rows: int, k: int = 10) -> int:
     """The default oversample r of a code scan over ``rows`` rows: the re-ranking depth is k·r.
 
@@ -226,7 +219,7 @@ def rerank_oversample(codec: Codec, *, rows: int, k: int = 10) -> int:
         raise ValueError(f"codec must be one of {CODECS}, got {codec!r}")
     if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 0:
         raise ValueError(f"rows must be an int >= 0, got {rows!r}")
-    k = _check_k(k)
+    k = check_k(k)
     r0 = DEFAULT_OVERSAMPLE[codec]
     r = (
         r0
@@ -549,7 +542,7 @@ class VectorArena:
             Wrong dtype.
         """
         ls = None if layers is None else [int(x) for x in layers]
-        k = _check_k(k)
+        k = check_k(k)
         r = _oversample(self._codec, oversample, self._scanned_rows(namespace) if oversample is None else None, k)
         if self._cuda:
             if allow is not None:
