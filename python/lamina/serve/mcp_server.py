@@ -51,7 +51,7 @@ from ..memory.reports import DeleteReport
 from ..memory.types import Context, MemoryItem
 from ..native import _info
 from .ids import PublicIds, with_message_ids
-from .schemas import item_model
+from .schemas import DeleteReportOut, SessionReportOut, item_model
 
 __all__ = [
     "build_mcp_server",
@@ -183,22 +183,12 @@ class SearchResult(BaseModel):
     items: list[ItemOut]
 
 
-class DeleteResult(BaseModel):
+class DeleteResult(DeleteReportOut):
     """What was deleted."""
 
-    deleted: int
-    ids: list[int]
 
-
-class SessionResult(BaseModel):
+class SessionResult(SessionReportOut):
     """What consolidating the session did."""
-
-    segments: int
-    facts: int
-    promoted: int
-    evicted: int
-    blend_drift: float
-    purged: int = 0
 
 
 class FactsResult(BaseModel):
