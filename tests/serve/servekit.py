@@ -7,9 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -20,6 +18,8 @@ from typing import Any
 import httpx
 import uvicorn
 
+from prockit import free_port, lamina_cmd, wait_ready
+
 KEY_A = "key-of-tenant-a-0123456789abcdefghijk"
 KEY_B = "key-of-tenant-b-9876543210kjihgfedcba"
 #: the shared server's metrics key (LAMINA_METRICS_KEY)
@@ -28,18 +28,6 @@ METRICS_KEY = "metrics-key-0123456789abcdef0123456"
 MAX_BODY = 65536
 MAX_MESSAGES = 50
 MAX_IMPORT = 4 * MAX_BODY
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def lamina_cmd(*args: str) -> list[str]:
-    """``python -m lamina ARGS`` with this interpreter and its ``-S`` flag (the test environment
-    may run without site-packages and a PYTHONPATH; the environment is passed on)."""
-    return [sys.executable, *(["-S"] if sys.flags.no_site else []), "-m", "lamina", *args]
 
 
 @dataclass
@@ -82,18 +70,14 @@ def serve_process(
         proc = subprocess.Popen(lamina_cmd("serve", *args, "--port", str(port)), env=env, stdout=out, stderr=out)
     sp = ServerProc(proc, f"http://127.0.0.1:{port}", log)
     try:
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"lamina serve exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                if httpx.get(sp.url + "/readyz", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"lamina serve not ready after {ready_timeout} s:\n{log.read_text()}")
-            time.sleep(0.05)
+        wait_ready(
+            proc,
+            lambda: httpx.get(sp.url + "/readyz", timeout=1.0).status_code == 200,
+            log,
+            "lamina serve",
+            ready_timeout,
+            0.05,
+        )
         yield sp
     finally:
         sp.stop()
