@@ -265,8 +265,7 @@ class UserTransfers:
         NotFoundError
             Unknown user.
         """
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         ud: UserDump | None = None
         with self._op():
             self._check_open()

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..config import ACTIVE_LAYERS
-from ..inputs import MAX_K, TimeLike, check_count, check_id, check_layers, query_matrix, query_vector, to_time
+from ..inputs import MAX_K, TimeLike, check_count, check_layers, query_matrix, query_vector, to_time
 from ..metadata import Filter, parse_filters
 from ..reports import ContextExplanation
 from ..state.host import MemoryHost
@@ -210,8 +210,7 @@ class Reading:
             As :meth:`context`'s: the top-k among the admitted items, ``min(k, matching)`` of
             them (the filter is pushed into the search, never applied after it).
         """
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         k = check_count(k, "k", maximum=MAX_K)
         names, archive_only = _search_layers(layers)
         t_now = to_time(now, "now")
@@ -268,8 +267,7 @@ def _one_context(
     *,
     explain: bool,
 ) -> tuple[Context, ContextExplanation | None]:
-    host._check_open()
-    check_id(user_id, "user_id")
+    host._check_user_call(user_id)
     budget, t_now, domain = batch.options(budget, now, domain, firewall)
     domains = batch.query_domains(host._query_domains, [query], domain, firewall)
     flt = parse_filters(filters)
