@@ -28,7 +28,7 @@ from .config import MemoryConfig
 from .dump.user_transfer import UserTransfers
 from .inputs import TimeLike, check_id, check_text, to_time, wall_clock
 from .metadata import Metadata, check_metadata
-from .opening import check_embedder, embedder_for, is_auto, open_store, recorded_embedder
+from .opening import Closing, check_embedder, embedder_for, is_auto, open_store, recorded_embedder
 from .pgarchive import archive_remote
 from .read.inspection import Inspection
 from .read.reading import Reading
@@ -60,7 +60,7 @@ class ClosedError(LaminaError, ValueError):
     """The :class:`Memory` was closed."""
 
 
-class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
+class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk, Closing):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters
@@ -580,12 +580,6 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
                 self._flush_pending()
                 self._closed = True
                 self._store.close()
-
-    def __enter__(self) -> Memory:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Memory(path={self._path!r}, embedder={self._embedder.name!r}, users={len(self._st.users) + len(self._st.unloaded)})"
