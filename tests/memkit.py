@@ -102,6 +102,21 @@ class NoiseEmbedder:
         return out
 
 
+#: Texts the rule fact extractor turns into facts (the functional ones supersede), each naming a
+#: token ``{t}`` that a test follows through the memory.
+FACT_TEMPLATES = (
+    "I moved to {t}ville last week.",
+    "My dog is called {t}.",
+    "I work as a {t} engineer.",
+    "We talked about {t} over coffee.",
+)
+
+
+def token_numbers(text: str | None, token: re.Pattern[str]) -> set[int]:
+    """The numbers of the tokens (``token``'s first group, matched lower-cased) ``text`` holds."""
+    return {int(x) for x in token.findall((text or "").lower())}
+
+
 class GatedEmbedder:
     """The hashing embedder, held in ``embed`` while ``gate`` is clear (it starts clear), to keep
     a call busy; ``entered`` is set when a call reaches the embedder."""
