@@ -216,7 +216,8 @@ class Reading:
         t_now = to_time(now, "now")
         flt = parse_filters(filters)
         q = query_vector(self._embed, self._dim, query, query_embedding)
-        return _searches(self, [user_id], q, names, k, t_now, archive_only, flt)[0]
+        with self._op():
+            return batch.searches(self._st, _caught_up(self, [user_id]), q, names, k, t_now, archive_only, flt)[0]
 
     def search_batch(
         self: MemoryHost,
@@ -240,7 +241,10 @@ class Reading:
         t_now = to_time(now, "now")
         flt = parse_filters(filters)
         Q = query_matrix(self._embed, self._dim, qs, query_embeddings)
-        return _searches(self, uids, Q, names, k, t_now, archive_only, flt) if qs else []
+        if not qs:
+            return []
+        with self._op():
+            return batch.searches(self._st, _caught_up(self, uids), Q, names, k, t_now, archive_only, flt)
 
 
 def _search_layers(layers: Sequence[str] | None) -> tuple[list[str], bool]:
@@ -303,20 +307,6 @@ def _contexts(
             classifier=host._query_domains,
             filters=flt,
         )
-
-
-def _searches(
-    host: MemoryHost,
-    user_ids: list[str],
-    Q: npt.NDArray[np.float32],
-    names: list[str],
-    k: int,
-    t: float | None,
-    arch: bool,
-    flt: Filter | None = None,
-) -> list[list[MemoryItem]]:
-    with host._op():
-        return batch.searches(host._st, _caught_up(host, user_ids), Q, names, k, t, arch, flt)
 
 
 def _caught_up(host: MemoryHost, user_ids: list[str]) -> list[UserState | None]:
