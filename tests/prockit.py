@@ -1,9 +1,10 @@
 """``lamina`` commands as subprocesses for tests: the command line with this interpreter, a free
-port, and the wait until a started server answers (shared by the service's and the local
+port, the wait until a started server answers, and its stop (shared by the service's and the local
 model endpoint's tests)."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -44,3 +45,16 @@ def wait_ready(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not ready after {timeout:g} s:\n{log.read_text()}")
         time.sleep(poll)
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
+    """Send ``sig`` to ``proc`` (unless it has exited) and wait up to ``timeout`` seconds for it,
+    killing it past that. Returns its exit status; None when it had to be killed."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None

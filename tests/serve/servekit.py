@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from prockit import free_port, lamina_cmd, wait_ready
+from prockit import free_port, lamina_cmd, stop_process, wait_ready
 
 KEY_A = "key-of-tenant-a-0123456789abcdefghijk"
 KEY_B = "key-of-tenant-b-9876543210kjihgfedcba"
@@ -37,16 +37,10 @@ class ServerProc:
     log: Path
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(
-                f"lamina serve did not stop within {timeout} s; log:\n{self.log.read_text()}"
-            ) from None
+        code = stop_process(self.proc, sig, timeout)
+        if code is None:
+            raise AssertionError(f"lamina serve did not stop within {timeout} s; log:\n{self.log.read_text()}")
+        return code
 
 
 @contextlib.contextmanager
