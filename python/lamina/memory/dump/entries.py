@@ -102,7 +102,7 @@ class SessionEntry:
     ends: int = 0
 
 
-@dataclass(slots=True, eq=False, kw_only=True)
+@dataclass(slots=True, eq=False)
 class ItemEntry(StoredItem):
     """One stored item: every column of the ``items`` table but the store's bookkeeping
     (``seq``, the change-log ``version``): the fields of

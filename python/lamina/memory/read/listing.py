@@ -80,7 +80,7 @@ def _t(r: Record) -> float:
 
 def entry(r: Record) -> ItemEntry:
     """The export entry of a record (no vector)."""
-    return ItemEntry(**dict(zip(STORED_FIELDS, _VALUES(r))))
+    return ItemEntry(*_VALUES(r))
 
 
 def list_items(

@@ -112,19 +112,23 @@ ITEM_FIELDS = tuple(c for c in ITEM_COLUMNS if c != "embedding")
 TokenCount = tuple[int, "tuple[str | None, str] | None"]
 
 
-@dataclass(slots=True, eq=False, kw_only=True)
+@dataclass(eq=False)
 class StoredItem:
     """The columns of one stored item that the in-memory :class:`Record` and the export entry
     (:class:`~lamina.memory.dump.entries.ItemEntry`) share, in the export format's order: every
     column of the ``items`` table (:data:`~lamina.memory.store.protocol.ITEM_COLUMNS`) but the
-    embedding and the store's sequence number ``seq``. Both add their own fields; all are
-    keyword-only."""
+    embedding and the store's sequence number ``seq``. Both add their own fields.
+
+    Its subclasses hold the fields in their own slots (``__slots__ = ()`` here: on Python 3.10 a
+    slotted dataclass also re-declares its base's slots)."""
+
+    __slots__ = ()
 
     user_id: str
     id: int
     layer: str
     kind: str
-    status: str = "active"
+    status: str
     text: str
     session_id: str | None = None
     summary: str | None = None
@@ -173,6 +177,7 @@ class Record(StoredItem):
     records tracked its pause grew with the store (about 0.7 µs per record here).
     """
 
+    status: str = "active"
     seq: int
     nt: tuple[tuple[Any, ...], TokenCount] | None = None
     tk: tuple[str, str] | None = None
