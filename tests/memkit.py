@@ -1,5 +1,6 @@
-"""Shared helpers of the memory tests: times, chat lines, embedders with hand-placed vectors, and
-read-only views of a database (the stored truth, read with ``sqlite3`` or ``psycopg``)."""
+"""Shared helpers of the memory tests: times, chat lines, embedders with hand-placed vectors, one
+held at a gate, and read-only views of a database (the stored truth, read with ``sqlite3`` or
+``psycopg``)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ import json
 import random
 import re
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from lamina import Memory
+from lamina.embedders.hashing import Hashing
 from lamina.memory.types import LAYERS
 
 T0 = 1_683_550_000.0  # 2023-05-08
@@ -96,6 +100,44 @@ class NoiseEmbedder:
             v = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
             out[i] = v / np.linalg.norm(v)
         return out
+
+
+#: Texts the rule fact extractor turns into facts (the functional ones supersede), each naming a
+#: token ``{t}`` that a test follows through the memory.
+FACT_TEMPLATES = (
+    "I moved to {t}ville last week.",
+    "My dog is called {t}.",
+    "I work as a {t} engineer.",
+    "We talked about {t} over coffee.",
+)
+
+
+def token_numbers(text: str | None, token: re.Pattern[str]) -> set[int]:
+    """The numbers of the tokens (``token``'s first group, matched lower-cased) ``text`` holds."""
+    return {int(x) for x in token.findall((text or "").lower())}
+
+
+class GatedEmbedder:
+    """The hashing embedder, held in ``embed`` while ``gate`` is clear (it starts clear), to keep
+    a call busy; ``entered`` is set when a call reaches the embedder."""
+
+    def __init__(self) -> None:
+        self._inner = Hashing()
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    @property
+    def dim(self) -> int:
+        return self._inner.dim
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        self.entered.set()
+        assert self.gate.wait(30)
+        return self._inner.embed(texts)
 
 
 def everything(mem: Memory, user_id: str, layer: str) -> list[Any]:

@@ -5,40 +5,16 @@ from __future__ import annotations
 import asyncio
 import threading
 
-import numpy as np
-import numpy.typing as npt
 import pytest
 
 import lamina
 from lamina import AsyncMemory, Memory
-from lamina.embedders.hashing import Hashing
-
-
-class GatedEmbedder:
-    """The hashing embedder, held while ``gate`` is clear."""
-
-    def __init__(self) -> None:
-        self._inner = Hashing()
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-
-    @property
-    def dim(self) -> int:
-        return self._inner.dim
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        self.entered.set()
-        assert self.gate.wait(30)
-        return self._inner.embed(texts)
+from memkit import GatedEmbedder
 
 
 def test_the_event_loop_runs_while_a_call_works() -> None:
     emb = GatedEmbedder()
+    emb.gate.set()
 
     async def main() -> int:
         async with AsyncMemory(None, embedder=emb, max_workers=2) as am:

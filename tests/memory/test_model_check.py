@@ -23,11 +23,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from lamina import InvalidInput, Memory, MemoryConfig, NotFoundError
 from lamina.memory.types import LAYERS
+from memkit import FACT_TEMPLATES, T0, token_numbers
 
 USERS = ["ann", "bob", "cyd"]
 SESSIONS = ["s0", "s1", "s2"]
 CFG = MemoryConfig(working_capacity=4, episodic_capacity=6, semantic_capacity=6)
-T0 = 1_683_550_000.0
 #: Bug (see test_faults.py::test_end_session_after_deleting_a_turn_of_a_subtree): deleting a turn
 #: deletes the MemTree summaries above it but not their other children, whose parent_id then
 #: dangles, and an end_session that evicts such a child raises KeyError (every time). Until it is
@@ -36,17 +36,11 @@ T0 = 1_683_550_000.0
 TOLERATE_ORPHANED_SUBTREE = False
 TOKEN = re.compile(r"qz(\d+)x")
 #: Texts the rule extractor turns into facts (functional ones supersede), and small talk.
-TEMPLATES = [
-    "I moved to {t}ville last week.",
-    "My dog is called {t}.",
-    "I work as a {t} engineer.",
-    "We talked about {t} over coffee.",
-    "The {t} museum was closed today.",
-]
+TEMPLATES = [*FACT_TEMPLATES, "The {t} museum was closed today."]
 
 
 def tokens(text: str | None) -> set[int]:
-    return {int(x) for x in TOKEN.findall((text or "").lower())}
+    return token_numbers(text, TOKEN)
 
 
 def item_tokens(it: object) -> set[int]:

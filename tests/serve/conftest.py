@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from servekit import KEY_A, KEY_B, MAX_BODY, MAX_IMPORT, MAX_MESSAGES, METRICS_KEY, ServerProc, serve_process
 
@@ -36,3 +37,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
     with serve_process(tmp, args, env_keys=f"b:{KEY_B}", extra_env={"LAMINA_METRICS_KEY": METRICS_KEY}) as sp:
         yield sp
     assert sp.proc.returncode == 0, Path(sp.log).read_text()
+
+
+@pytest.fixture
+def a(server: ServerProc) -> Iterator[httpx.Client]:
+    """An HTTP client of the shared server, as tenant ``a``."""
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY_A}"}) as c:
+        yield c
+
+
+@pytest.fixture
+def b(server: ServerProc) -> Iterator[httpx.Client]:
+    """An HTTP client of the shared server, as tenant ``b``."""
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY_B}"}) as c:
+        yield c

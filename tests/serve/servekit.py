@@ -7,9 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -19,6 +17,8 @@ from typing import Any
 
 import httpx
 import uvicorn
+
+from prockit import free_port, lamina_cmd, stop_process, wait_ready
 
 KEY_A = "key-of-tenant-a-0123456789abcdefghijk"
 KEY_B = "key-of-tenant-b-9876543210kjihgfedcba"
@@ -30,18 +30,6 @@ MAX_MESSAGES = 50
 MAX_IMPORT = 4 * MAX_BODY
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def lamina_cmd(*args: str) -> list[str]:
-    """``python -m lamina ARGS`` with this interpreter and its ``-S`` flag (the test environment
-    may run without site-packages and a PYTHONPATH; the environment is passed on)."""
-    return [sys.executable, *(["-S"] if sys.flags.no_site else []), "-m", "lamina", *args]
-
-
 @dataclass
 class ServerProc:
     proc: subprocess.Popen[bytes]
@@ -49,16 +37,10 @@ class ServerProc:
     log: Path
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(
-                f"lamina serve did not stop within {timeout} s; log:\n{self.log.read_text()}"
-            ) from None
+        code = stop_process(self.proc, sig, timeout)
+        if code is None:
+            raise AssertionError(f"lamina serve did not stop within {timeout} s; log:\n{self.log.read_text()}")
+        return code
 
 
 @contextlib.contextmanager
@@ -82,18 +64,14 @@ def serve_process(
         proc = subprocess.Popen(lamina_cmd("serve", *args, "--port", str(port)), env=env, stdout=out, stderr=out)
     sp = ServerProc(proc, f"http://127.0.0.1:{port}", log)
     try:
-        deadline = time.monotonic() + ready_timeout
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"lamina serve exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                if httpx.get(sp.url + "/readyz", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"lamina serve not ready after {ready_timeout} s:\n{log.read_text()}")
-            time.sleep(0.05)
+        wait_ready(
+            proc,
+            lambda: httpx.get(sp.url + "/readyz", timeout=1.0).status_code == 200,
+            log,
+            "lamina serve",
+            ready_timeout,
+            0.05,
+        )
         yield sp
     finally:
         sp.stop()

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servekit import KEY_A, lamina_cmd, serve_process
+from servekit import KEY_A, serve_process
 
 from lamina import Memory
 from lamina.cli.serve_commands import is_loopback
 from lamina.serve.auth import KeyRing, hash_key
 from lamina.serve.ids import PublicIds
+from prockit import lamina_cmd
 
 
 def _run(*args: str, env_keys: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

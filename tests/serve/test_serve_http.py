@@ -11,23 +11,11 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import BaseModel
-from servekit import KEY_A, KEY_B, MAX_BODY, MAX_MESSAGES, METRICS_KEY, ServerProc
+from servekit import KEY_A, MAX_BODY, MAX_MESSAGES, METRICS_KEY, ServerProc
 
 from lamina.serve import schemas as S
 
 T0 = 1_683_550_000.0
-
-
-@pytest.fixture
-def a(server: ServerProc) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY_A}"}) as c:
-        yield c
-
-
-@pytest.fixture
-def b(server: ServerProc) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY_B}"}) as c:
-        yield c
 
 
 @pytest.fixture

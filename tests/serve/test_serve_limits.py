@@ -14,30 +14,8 @@ from servekit import serve_in_thread
 
 import lamina
 from lamina import Client, Memory
-from lamina.embedders.hashing import Hashing
 from lamina.serve import Limits, ServeConfig, create_app
-
-
-class GatedEmbedder:
-    """The hashing embedder, held at a gate while ``gate`` is clear (to keep a request busy)."""
-
-    def __init__(self) -> None:
-        self._inner = Hashing()
-        self.gate = threading.Event()
-        self.waiting = threading.Event()
-
-    @property
-    def dim(self) -> int:
-        return self._inner.dim
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        self.waiting.set()
-        assert self.gate.wait(30)
-        return self._inner.embed(texts)
+from memkit import GatedEmbedder
 
 
 def _add(url: str, text: str) -> httpx.Response:
@@ -54,7 +32,7 @@ def test_full_pool_answers_503_and_started_work_finishes(queue_timeout: float) -
     app = create_app(ServeConfig(db=None, limits=limits), memory=mem)
     with serve_in_thread(app) as url, ThreadPoolExecutor(4) as ex:
         first = ex.submit(_add, url, "the first request")
-        assert emb.waiting.wait(30)  # it runs (in the embedder) and holds the only thread
+        assert emb.entered.wait(30)  # it runs (in the embedder) and holds the only thread
         if queue_timeout > 1:
             second = ex.submit(_add, url, "the second request waits")
             while app.state.lamina.pool.pending < 2:

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servekit import KEY_A, KEY_B, METRICS_KEY, lamina_cmd, serve_process
+from servekit import KEY_A, KEY_B, METRICS_KEY, serve_process
 
 from lamina import InvalidInput
 from lamina.serve.auth import MIN_KEY_LEN, KeyRing
 from lamina.serve.ratelimit import Buckets, RateLimits, is_write
+from prockit import lamina_cmd
 
 AUTH_BUDGET = 20
 WRITE_BUDGET = 30

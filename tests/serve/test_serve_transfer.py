@@ -12,8 +12,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-import pytest
-from servekit import KEY_A, KEY_B, MAX_BODY, MAX_IMPORT, ServerProc
+from servekit import KEY_A, MAX_BODY, MAX_IMPORT, ServerProc
 
 from lamina.memory.dump.reader import read_dump
 from lamina.serve import schemas as S
@@ -27,18 +26,6 @@ LINES = [
     ("Alice", "I moved to Lisbon in March."),
 ]
 QUERIES = ["What is the name of the cat?", "Where does Alice live?", "sister"]
-
-
-@pytest.fixture
-def a(server: ServerProc) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY_A}"}) as c:
-        yield c
-
-
-@pytest.fixture
-def b(server: ServerProc) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY_B}"}) as c:
-        yield c
 
 
 def uid() -> str:

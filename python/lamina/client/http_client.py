@@ -18,7 +18,6 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable, Coroutine
-from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
@@ -26,6 +25,7 @@ import httpx
 from ..errors import AuthError, InvalidInput, LaminaError, NotFoundError, Overloaded, PermissionDenied, StoreBusy
 from ..memory.dump.format import UserDump
 from ..memory.inputs import TimeLike
+from ..memory.opening import AsyncClosing, Closing
 from ..memory.reports import DeleteReport, ImportReport, SessionReport
 from ..memory.types import MemoryItem
 from ..memory.write.notes import Link, Note
@@ -135,7 +135,7 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-class Client:
+class Client(Closing):
     """A ``lamina serve`` service with the API of :class:`lamina.Memory` (blocking, over httpx).
 
     Parameters
@@ -238,17 +238,11 @@ class Client:
         """Close the connections (idempotent)."""
         self._http.close()
 
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"Client({self.base_url!r})"
 
 
-class AsyncClient:
+class AsyncClient(AsyncClosing):
     """:class:`Client` for asyncio (over ``httpx.AsyncClient``); the same methods, as coroutines.
 
     Thread safety
@@ -344,14 +338,6 @@ class AsyncClient:
     async def aclose(self) -> None:
         """Close the connections (idempotent)."""
         await self._http.aclose()
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"AsyncClient({self.base_url!r})"

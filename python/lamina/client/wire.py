@@ -10,9 +10,9 @@ A malformed document (a missing field, a wrong type) raises :class:`WireError`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import LaminaError
 from ..memory.read.firewall import Firewall
@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 _ITEM_FIELDS = tuple(f.name for f in fields(MemoryItem))
+_R = TypeVar("_R")
 
 
 class WireError(LaminaError, ValueError):
@@ -50,6 +51,16 @@ def _obj(d: object, what: str) -> Mapping[str, Any]:
     if not isinstance(d, Mapping):
         raise WireError(f"{what} must be a JSON object, got {type(d).__name__}")
     return d
+
+
+def _parse(d: object, what: str, build: Callable[[Mapping[str, Any]], _R], malformed: str = "") -> _R:
+    """``build(d)`` for the JSON object ``d``, the wire form of ``what``: a missing or bad field is a
+    :class:`WireError` saying ``malformed <what>: <malformed><the field or error>``."""
+    o = _obj(d, what)
+    try:
+        return build(o)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:  # (a WireError too)
+        raise WireError(f"malformed {what}: {malformed}{e}") from None
 
 
 def item_to_json(it: MemoryItem, user_id: str | None = None) -> dict[str, Any]:
@@ -154,9 +165,10 @@ def _order(x: object) -> str:
 
 def context_from_json(d: object) -> Context:
     """The :class:`Context` of :func:`context_to_json`'s object (``text`` is re-rendered from the items)."""
-    o = _obj(d, "context")
-    try:
-        return Context(
+    return _parse(
+        d,
+        "context",
+        lambda o: Context(
             items=[item_from_json(x) for x in o["items"]],
             gates={str(k): float(v) for k, v in o["gates"].items()},
             beta=float(o["beta"]),
@@ -165,9 +177,9 @@ def context_from_json(d: object) -> Context:
             budget=int(o["budget"]),
             firewall=report_from_json(o.get("firewall")),
             order=_order(o.get("order", "lost-in-the-middle")),
-        )
-    except (KeyError, TypeError, AttributeError, ValueError) as e:
-        raise WireError(f"malformed context: missing or bad field {e}") from None
+        ),
+        "missing or bad field ",
+    )
 
 
 def session_report_to_json(r: SessionReport) -> dict[str, Any]:
@@ -177,18 +189,18 @@ def session_report_to_json(r: SessionReport) -> dict[str, Any]:
 
 def session_report_from_json(d: object) -> SessionReport:
     """The :class:`SessionReport` of :func:`session_report_to_json`'s object."""
-    o = _obj(d, "session report")
-    try:
-        return SessionReport(
+    return _parse(
+        d,
+        "session report",
+        lambda o: SessionReport(
             segments=int(o["segments"]),
             facts=int(o["facts"]),
             promoted=int(o["promoted"]),
             evicted=int(o["evicted"]),
             blend_drift=float(o["blend_drift"]),
             purged=int(o.get("purged", 0)),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise WireError(f"malformed session report: {e}") from None
+        ),
+    )
 
 
 def delete_report_to_json(r: DeleteReport) -> dict[str, Any]:
@@ -198,11 +210,9 @@ def delete_report_to_json(r: DeleteReport) -> dict[str, Any]:
 
 def delete_report_from_json(d: object) -> DeleteReport:
     """The :class:`DeleteReport` of :func:`delete_report_to_json`'s object."""
-    o = _obj(d, "delete report")
-    try:
-        return DeleteReport(deleted=int(o["deleted"]), ids=tuple(int(i) for i in o["ids"]))
-    except (KeyError, TypeError, ValueError) as e:
-        raise WireError(f"malformed delete report: {e}") from None
+    return _parse(
+        d, "delete report", lambda o: DeleteReport(deleted=int(o["deleted"]), ids=tuple(int(i) for i in o["ids"]))
+    )
 
 
 def import_report_to_json(r: ImportReport, user_id: str | None = None) -> dict[str, Any]:
@@ -216,9 +226,10 @@ def import_report_to_json(r: ImportReport, user_id: str | None = None) -> dict[s
 
 def import_report_from_json(d: object) -> ImportReport:
     """The :class:`ImportReport` of :func:`import_report_to_json`'s object."""
-    o = _obj(d, "import report")
-    try:
-        return ImportReport(
+    return _parse(
+        d,
+        "import report",
+        lambda o: ImportReport(
             user_id=str(o["user_id"]),
             from_user_id=str(o["from_user_id"]),
             items=int(o["items"]),
@@ -229,9 +240,8 @@ def import_report_from_json(d: object) -> ImportReport:
             reembedded=int(o["reembedded"]),
             replaced=bool(o["replaced"]),
             ids={int(k): int(v) for k, v in _obj(o["ids"], "import report ids").items()},
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise WireError(f"malformed import report: {e}") from None
+        ),
+    )
 
 
 def note_to_json(n: Note | None) -> dict[str, Any]:

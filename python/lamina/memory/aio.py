@@ -12,7 +12,6 @@ import functools
 import os
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..embedders import Embedder
@@ -21,6 +20,7 @@ from . import (
     Memory,
     MemoryConfig,
 )
+from .opening import AsyncClosing
 
 __all__ = ["AsyncMemory"]
 
@@ -42,7 +42,7 @@ def _off_loop(
     return call
 
 
-class AsyncMemory:
+class AsyncMemory(AsyncClosing):
     """:class:`lamina.Memory` with coroutine methods (same arguments, same results, same errors).
 
     Parameters
@@ -144,14 +144,6 @@ class AsyncMemory:
         self._closed = True
         await asyncio.to_thread(self._pool.shutdown, True)
         await asyncio.to_thread(self._mem.close)
-
-    async def __aenter__(self) -> AsyncMemory:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"Async{self._mem!r}"

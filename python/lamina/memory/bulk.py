@@ -88,8 +88,7 @@ class Bulk:
         InvalidInput
             A bad filter (an unknown metadata key), a cursor this memory did not return.
         """
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         flt = parse_filters(filters)
         limit = check_count(limit, "limit", maximum=MAX_PAGE)
         after = cursor_position(cursor)
@@ -114,8 +113,7 @@ class Bulk:
         NotFoundError
             Unknown user.
         """
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         flt = parse_filters(filters)
         if flt is None:
             raise InvalidInput("delete_memories needs a non-empty filter; delete_user deletes every item of a user")

@@ -28,7 +28,7 @@ from .config import MemoryConfig
 from .dump.user_transfer import UserTransfers
 from .inputs import TimeLike, check_id, check_text, to_time, wall_clock
 from .metadata import Metadata, check_metadata
-from .opening import check_embedder, embedder_for, is_auto, open_store, recorded_embedder
+from .opening import Closing, check_embedder, embedder_for, is_auto, open_store, recorded_embedder
 from .pgarchive import archive_remote
 from .read.inspection import Inspection
 from .read.reading import Reading
@@ -60,7 +60,7 @@ class ClosedError(LaminaError, ValueError):
     """The :class:`Memory` was closed."""
 
 
-class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
+class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk, Closing):
     """Multi-layer long-term memory for LLM agents, persisted in SQLite or PostgreSQL.
 
     Parameters
@@ -321,6 +321,11 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
         if self._closed:
             raise ClosedError("this Memory is closed")
 
+    def _check_user_call(self, user_id: str) -> None:
+        """What a call on one user checks first: the memory open, ``user_id`` an id."""
+        self._check_open()
+        check_id(user_id, "user_id")
+
     def _embed_new(self, texts: list[str]) -> npt.NDArray[np.float32]:
         x = self._embedder.embed(texts)
         return check_embeddings(x, len(texts), self._dim, type(self._embedder).__name__)
@@ -410,8 +415,7 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
         TypeError, InvalidInput
             Bad messages, ids or times (nothing is written).
         """
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         session_id = DEFAULT_SESSION if session_id is None else check_id(session_id, "session_id")
         default_t = to_time(timestamp, "timestamp")
         msgs = ingest.parse_messages(messages, check_metadata(metadata))
@@ -453,8 +457,7 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
         and one young collection ends it (:func:`lamina.memory.state.gcquiet.collector_paused`; a
         process that turned the collector off keeps it off).
         """
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         check_id(session_id, "session_id")
         t_now = to_time(now, "now")
         # (the consolidation allocates much and keeps little: see gcquiet.collector_paused)
@@ -544,8 +547,7 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
 
     def delete_user(self, *, user_id: str) -> DeleteReport:
         """Delete every item, session and statistic of a user."""
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         with self._lock:
             with self._write() as tx:
                 doomed = tuple(sorted(self._known_user(user_id).ids))
@@ -578,12 +580,6 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk):
                 self._flush_pending()
                 self._closed = True
                 self._store.close()
-
-    def __enter__(self) -> Memory:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Memory(path={self._path!r}, embedder={self._embedder.name!r}, users={len(self._st.users) + len(self._st.unloaded)})"

@@ -7,6 +7,9 @@ or ``minilm-l6-v2-384-256``) and always opens with it: ``"auto"`` (the default e
 ``lamina export`` / ``import``) means *the recorded one*, and for a new database the best
 embedder installed (:func:`lamina.embedders.get_embedder`). An explicit embedder that differs
 from the recorded one is an :class:`~lamina.InvalidInput` naming both.
+
+What is opened is closed with ``close()`` (``aclose()`` for asyncio): :class:`Closing` and
+:class:`AsyncClosing` make such an object a context manager (a memory, a client).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+from types import TracebackType
+from typing import TypeVar
 
 from ..embedders import Embedder, embedder_spec, get_embedder
 from ..errors import InvalidInput
@@ -22,8 +27,19 @@ from .store.protocol import Store
 from .store.sqlite import SQLiteStore
 
 _log = logging.getLogger("lamina")
+_C = TypeVar("_C", bound="Closing")
+_A = TypeVar("_A", bound="AsyncClosing")
 
-__all__ = ["open_store", "is_auto", "recorded_embedder", "embedder_for", "check_embedder", "database_embedder"]
+__all__ = [
+    "Closing",
+    "AsyncClosing",
+    "open_store",
+    "is_auto",
+    "recorded_embedder",
+    "embedder_for",
+    "check_embedder",
+    "database_embedder",
+]
 
 
 def open_store(path: str | os.PathLike[str] | None, synchronous: str = "NORMAL", busy_timeout: float = 30.0) -> Store:
@@ -135,3 +151,33 @@ def database_embedder(path: str | os.PathLike[str] | None, spec: str | Embedder 
     finally:
         store.close()
     return embedder_for(recorded, spec, where=redact_url(os.fspath(path)))
+
+
+class Closing:
+    """An object closed by :meth:`close`; ``with`` closes it at the block's end."""
+
+    def close(self) -> None:
+        """Release what it holds (idempotent)."""
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClosing:
+    """An object closed by :meth:`aclose`; ``async with`` closes it at the block's end."""
+
+    async def aclose(self) -> None:
+        """Release what it holds (idempotent)."""
+        raise NotImplementedError
+
+    async def __aenter__(self: _A) -> _A:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

@@ -115,18 +115,12 @@ def unarrange(items: Sequence[_T], *, order: str) -> list[_T]:
     ValueError
         ``order`` is not one of :data:`CONTEXT_ORDERS`.
     """
-    _check_order(order)
     xs = list(items)
-    if order == "score":
-        return xs
-    if order == "reversed":
-        return xs[::-1]
-    front = (len(xs) + 1) // 2
-    out: list[_T] = []
-    for i in range(front):
-        out.append(xs[i])
-        if i < len(xs) - front:
-            out.append(xs[len(xs) - 1 - i])
+    # arrange's permutation of the ranks 0..n-1: the rank of the item at each position
+    ranks = arrange(range(len(xs)), order=order)
+    out = xs.copy()
+    for at, rank in enumerate(ranks):
+        out[rank] = xs[at]
     return out
 
 

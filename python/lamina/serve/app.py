@@ -24,9 +24,9 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, FastAPI, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 from starlette.routing import Route
@@ -67,6 +67,7 @@ __all__ = ["ServeConfig", "create_app", "app_from_env", "ENV_CONFIG"]
 #: Environment variable through which ``lamina serve --workers N`` hands its options to each worker.
 ENV_CONFIG = "LAMINA_SERVE_CONFIG"
 _MAX_ID = 2**63 - 1
+T = TypeVar("T")
 _ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": S.ErrorOut} for s in (400, 401, 404, 413, 422, 503)}
 
 
@@ -212,6 +213,37 @@ ItemId = Annotated[int, Path(ge=-_MAX_ID, le=_MAX_ID, description="An item id (a
 OfUser = Annotated[str | None, Query(description="Only if the item is this user's (404 otherwise).")]
 
 
+@dataclass(frozen=True)
+class _OneItem:
+    """A request on one item: the path's item id (public and internal) and the ``user_id``
+    query, for the caller."""
+
+    svc: Service
+    caller: Caller
+    item_id: int
+    iid: int
+    user_id: str | None
+
+    def owner(self) -> str:
+        """The stored owner of the item, the caller's (the one 404 of :mod:`~lamina.serve.ids`
+        for a missing item and another tenant's alike); with ``user_id``, that user."""
+        stored = item_owner(self.svc.memory, self.caller.tenant, self.iid)
+        return stored if self.user_id is None else self.caller.uid(self.user_id)
+
+    async def call(self, fn: Callable[[int, str], T]) -> T:
+        """``fn(internal id, stored owner)``, a memory call on the item, on the work pool (its
+        :class:`~lamina.NotFoundError` answers the same 404)."""
+        return await self.svc.call(self.caller, lambda: as_unseen(lambda: fn(self.iid, self.owner())))
+
+
+def _one_item(item_id: ItemId, svc: ServiceDep, caller: CallerDep, user_id: OfUser = None) -> _OneItem:
+    return _OneItem(svc, caller, item_id, svc.ids.internal(item_id), user_id)
+
+
+#: ``ref: OneItem`` in a route's parameters: the path's item, the ``user_id`` query.
+OneItem = Annotated[_OneItem, Depends(_one_item)]
+
+
 def _routes() -> APIRouter:
     r = APIRouter(responses=_ERRORS)
 
@@ -264,98 +296,52 @@ def _routes() -> APIRouter:
         )
         return _items(svc, caller, items)
 
-    def owner(svc: Service, caller: Caller, item_id: int, user_id: str | None) -> str:
-        """The stored owner of an item (an internal id) of the caller's (the one 404 of
-        :mod:`~lamina.serve.ids` for a missing item and another tenant's alike)."""
-        stored = item_owner(svc.memory, caller.tenant, item_id)
-        return stored if user_id is None else caller.uid(user_id)
-
     @r.get("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="One item")
-    async def get_item(
-        item_id: ItemId,
-        svc: ServiceDep,
-        caller: CallerDep,
-        user_id: OfUser = None,
-    ) -> Response:
-        mem, iid = svc.memory, svc.ids.internal(item_id)
-        it = await svc.call(caller, lambda: as_unseen(lambda: mem.get(iid, user_id=owner(svc, caller, iid, user_id))))
-        return _json(_item(svc, caller, it))
+    async def get_item(ref: OneItem) -> Response:
+        mem = ref.svc.memory
+        it = await ref.call(lambda iid, owner: mem.get(iid, user_id=owner))
+        return _json(_item(ref.svc, ref.caller, it))
 
     @r.patch("/v1/memories/{item_id}", response_model=S.ItemOut, tags=["memories"], summary="Replace an item's text")
-    async def update_item(
-        req: S.UpdateRequest,
-        item_id: ItemId,
-        svc: ServiceDep,
-        caller: CallerDep,
-        user_id: OfUser = None,
-    ) -> Response:
-        mem, iid = svc.memory, svc.ids.internal(item_id)
-        it = await svc.call(
-            caller,
-            lambda: as_unseen(
-                lambda: mem.update(iid, req.text, user_id=owner(svc, caller, iid, user_id), timestamp=req.timestamp)
-            ),
-        )
-        return _json(_item(svc, caller, it))
+    async def update_item(req: S.UpdateRequest, ref: OneItem) -> Response:
+        mem = ref.svc.memory
+        it = await ref.call(lambda iid, owner: mem.update(iid, req.text, user_id=owner, timestamp=req.timestamp))
+        return _json(_item(ref.svc, ref.caller, it))
 
     @r.delete("/v1/memories/{item_id}", response_model=S.DeleteReportOut, tags=["memories"], summary="Delete an item")
-    async def delete_item(
-        item_id: ItemId,
-        svc: ServiceDep,
-        caller: CallerDep,
-        user_id: OfUser = None,
-    ) -> Response:
-        mem, iid = svc.memory, svc.ids.internal(item_id)
+    async def delete_item(ref: OneItem) -> Response:
+        svc, mem = ref.svc, ref.svc.memory
 
         def work() -> DeleteReport:
-            stored = owner(svc, caller, iid, user_id)
-            rep = as_unseen(lambda: mem.delete(iid, user_id=stored))
-            svc.audit(caller, "delete", user_id=caller.public(stored), item_id=item_id)
+            stored = ref.owner()
+            rep = as_unseen(lambda: mem.delete(ref.iid, user_id=stored))
+            svc.audit(ref.caller, "delete", user_id=ref.caller.public(stored), item_id=ref.item_id)
             return rep
 
-        rep = await svc.call(caller, work)
+        rep = await svc.call(ref.caller, work)
         return _json(delete_report_to_json(svc.ids.delete_report(rep)))
 
     @r.get(
         "/v1/memories/{item_id}/history", response_model=S.ItemsOut, tags=["memories"], summary="Versions of an item"
     )
-    async def history(
-        item_id: ItemId,
-        svc: ServiceDep,
-        caller: CallerDep,
-        user_id: OfUser = None,
-    ) -> Response:
-        mem, iid = svc.memory, svc.ids.internal(item_id)
-        items = await svc.call(
-            caller, lambda: as_unseen(lambda: mem.history(iid, user_id=owner(svc, caller, iid, user_id)))
-        )
-        return _items(svc, caller, items)
+    async def history(ref: OneItem) -> Response:
+        mem = ref.svc.memory
+        items = await ref.call(lambda iid, owner: mem.history(iid, user_id=owner))
+        return _items(ref.svc, ref.caller, items)
 
     @r.get("/v1/memories/{item_id}/note", response_model=S.NoteOut, tags=["memories"], summary="A turn's A-Mem note")
-    async def note(
-        item_id: ItemId,
-        svc: ServiceDep,
-        caller: CallerDep,
-        user_id: OfUser = None,
-    ) -> Response:
-        mem, iid = svc.memory, svc.ids.internal(item_id)
-        n = await svc.call(caller, lambda: as_unseen(lambda: mem.note(iid, user_id=owner(svc, caller, iid, user_id))))
-        return _json(note_to_json(svc.ids.note(n)))
+    async def note(ref: OneItem) -> Response:
+        mem = ref.svc.memory
+        n = await ref.call(lambda iid, owner: mem.note(iid, user_id=owner))
+        return _json(note_to_json(ref.svc.ids.note(n)))
 
     @r.get(
         "/v1/memories/{item_id}/links", response_model=S.LinksOut, tags=["memories"], summary="A turn's linked turns"
     )
-    async def links(
-        item_id: ItemId,
-        svc: ServiceDep,
-        caller: CallerDep,
-        user_id: OfUser = None,
-    ) -> Response:
-        mem, iid = svc.memory, svc.ids.internal(item_id)
-        found = await svc.call(
-            caller, lambda: as_unseen(lambda: mem.links(iid, user_id=owner(svc, caller, iid, user_id)))
-        )
-        return _json(links_to_json(svc.ids.links(found)))
+    async def links(ref: OneItem) -> Response:
+        mem = ref.svc.memory
+        found = await ref.call(lambda iid, owner: mem.links(iid, user_id=owner))
+        return _json(links_to_json(ref.svc.ids.links(found)))
 
     @r.get("/v1/users", response_model=S.UsersOut, tags=["users"], summary="The caller's user ids")
     async def users(svc: ServiceDep, caller: CallerDep) -> Response:

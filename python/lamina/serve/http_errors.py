@@ -57,30 +57,30 @@ def error_response(
     return Response(json.dumps(body, default=str), status_code=status, media_type="application/json", headers=headers)
 
 
+#: lamina's errors as HTTP answers: (class, status, code, extra headers), the first class the
+#: error is an instance of answers (subclasses before their bases).
+_ANSWERS: tuple[tuple[type[Exception], int, str, dict[str, str] | None], ...] = (
+    (UserExists, 409, "user_exists", None),
+    (DumpError, 400, "bad_dump", None),
+    (AuthError, 401, "unauthorized", {"WWW-Authenticate": "Bearer"}),
+    (PermissionDenied, 403, "forbidden", None),
+    (NotFoundError, 404, "not_found", None),
+    (StoreBusy, 503, "store_busy", {"Retry-After": "1"}),
+    (ClosedError, 503, "not_ready", {"Retry-After": "1"}),
+    (InvalidInput, 400, "invalid_input", None),
+    (TypeError, 400, "type_error", None),
+)
+
+
 def status_of(exc: LaminaError) -> tuple[int, str, dict[str, str] | None]:
     """(HTTP status, code, extra headers) of one of lamina's errors."""
-    if isinstance(exc, RequestTooLarge):
+    if isinstance(exc, RequestTooLarge):  # (its code and Overloaded's Retry-After are the error's own)
         return 413, exc.code, None
-    if isinstance(exc, UserExists):
-        return 409, "user_exists", None
-    if isinstance(exc, DumpError):
-        return 400, "bad_dump", None
-    if isinstance(exc, AuthError):
-        return 401, "unauthorized", {"WWW-Authenticate": "Bearer"}
-    if isinstance(exc, PermissionDenied):
-        return 403, "forbidden", None
-    if isinstance(exc, NotFoundError):
-        return 404, "not_found", None
     if isinstance(exc, Overloaded):
         return 503, "overloaded", {"Retry-After": str(int(exc.retry_after or 1))}
-    if isinstance(exc, StoreBusy):
-        return 503, "store_busy", {"Retry-After": "1"}
-    if isinstance(exc, ClosedError):
-        return 503, "not_ready", {"Retry-After": "1"}
-    if isinstance(exc, InvalidInput):
-        return 400, "invalid_input", None
-    if isinstance(exc, TypeError):
-        return 400, "type_error", None
+    for cls, status, code, headers in _ANSWERS:
+        if isinstance(exc, cls):
+            return status, code, None if headers is None else dict(headers)
     return 500, "internal", None
 
 

@@ -51,7 +51,7 @@ from ..memory.reports import DeleteReport
 from ..memory.types import Context, MemoryItem
 from ..native import _info
 from .ids import PublicIds, with_message_ids
-from .schemas import item_model
+from .schemas import DeleteReportOut, SessionReportOut, item_model
 
 __all__ = [
     "build_mcp_server",
@@ -183,22 +183,12 @@ class SearchResult(BaseModel):
     items: list[ItemOut]
 
 
-class DeleteResult(BaseModel):
+class DeleteResult(DeleteReportOut):
     """What was deleted."""
 
-    deleted: int
-    ids: list[int]
 
-
-class SessionResult(BaseModel):
+class SessionResult(SessionReportOut):
     """What consolidating the session did."""
-
-    segments: int
-    facts: int
-    promoted: int
-    evicted: int
-    blend_drift: float
-    purged: int = 0
 
 
 class FactsResult(BaseModel):
@@ -355,6 +345,16 @@ def build_mcp_server(
             raise ToolError(f"invalid input: user_id {uid!r} maps to no user")
         return out
 
+    async def for_user(user_id: str, ctx: ToolContext[Any, Any], work: Callable[[str], T]) -> T:
+        """``work(stored user id)``, a memory call on the tool call's user, run off the event loop,
+        its errors tool errors naming the user as the caller does."""
+        uid = user(user_id, ctx)
+        return await _guarded_run(runner, lambda: work(uid), (uid, user_id))
+
+    def items(found: list[MemoryItem]) -> list[ItemOut]:
+        """Items (their ids internal) as a tool returns them."""
+        return [_item(it) for it in pub.items(found)]
+
     @server.tool(title="Add memory")
     async def add_memory(
         ctx: ToolContext[Any, Any],
@@ -370,10 +370,9 @@ def build_mcp_server(
             raise ToolError(
                 f"too many messages: {len(messages)} in one add_memory; at most {max_messages} (max_messages)"
             )
-        uid = user(user_id, ctx)
         msgs = with_message_ids([m.model_dump(exclude_none=True) for m in messages])
-        added = await _guarded_run(
-            runner, lambda: memory.add(msgs, user_id=uid, session_id=session_id, timestamp=timestamp), (uid, user_id)
+        added = await for_user(
+            user_id, ctx, lambda uid: memory.add(msgs, user_id=uid, session_id=session_id, timestamp=timestamp)
         )
         return AddResult(ids=[pub.public(i) for i in added])
 
@@ -391,12 +390,11 @@ def build_mcp_server(
     ) -> ContextResult:
         """A budgeted context of the user's memories for a query: rendered text to put in a
         prompt, the items it holds, and whether it abstains (nothing relevant)."""
-        uid = user(user_id, ctx)
         b = default_budget if budget is None else budget
-        found = await _guarded_run(
-            runner,
-            lambda: memory.context(query, user_id=uid, budget=b, now=now, domain=domain, filters=filters),
-            (uid, user_id),
+        found = await for_user(
+            user_id,
+            ctx,
+            lambda uid: memory.context(query, user_id=uid, budget=b, now=now, domain=domain, filters=filters),
         )
         return _context(pub.context(found))
 
@@ -412,11 +410,10 @@ def build_mcp_server(
         filters: Filters = None,
     ) -> SearchResult:
         """The user's items most similar to the query, best first (no budget)."""
-        uid = user(user_id, ctx)
-        found = await _guarded_run(
-            runner, lambda: memory.search(query, user_id=uid, k=k, layers=layers, filters=filters), (uid, user_id)
+        found = await for_user(
+            user_id, ctx, lambda uid: memory.search(query, user_id=uid, k=k, layers=layers, filters=filters)
         )
-        return SearchResult(items=[_item(it) for it in pub.items(found)])
+        return SearchResult(items=items(found))
 
     @server.tool(title="Delete memory")
     async def delete_memory(
@@ -426,17 +423,16 @@ def build_mcp_server(
     ) -> DeleteResult:
         """Forget one of the user's items. A raw turn takes along what was derived from it
         (segments, summaries, facts), so its text leaves every layer."""
-        uid = user(user_id, ctx)
         req = ctx.request_context.request
         request = req if isinstance(req, Request) else None
 
-        def delete() -> DeleteReport:
+        def delete(uid: str) -> DeleteReport:
             rep = _unseen(lambda: memory.delete(pub.internal(item_id), user_id=uid))
             if audit is not None:
                 audit("delete", user_id, item_id, request)
             return rep
 
-        rep = await _guarded_run(runner, delete, (uid, user_id))
+        rep = await for_user(user_id, ctx, delete)
         return DeleteResult(deleted=rep.deleted, ids=[pub.public(i) for i in rep.ids])
 
     @server.tool(title="End session")
@@ -447,10 +443,7 @@ def build_mcp_server(
         now: Time = None,
     ) -> SessionResult:
         """Consolidate a finished conversation into episodes and facts."""
-        uid = user(user_id, ctx)
-        rep = await _guarded_run(
-            runner, lambda: memory.end_session(user_id=uid, session_id=session_id, now=now), (uid, user_id)
-        )
+        rep = await for_user(user_id, ctx, lambda uid: memory.end_session(user_id=uid, session_id=session_id, now=now))
         return SessionResult(**rep.to_dict())
 
     @server.tool(title="List facts")
@@ -461,11 +454,8 @@ def build_mcp_server(
         current: Annotated[bool, Field(description="Only current values (false: superseded ones too).")] = True,
     ) -> FactsResult:
         """The facts known about the user's world (subject, predicate, object), current ones by default."""
-        uid = user(user_id, ctx)
-        facts = await _guarded_run(
-            runner, lambda: memory.facts(user_id=uid, subject=subject, current=current), (uid, user_id)
-        )
-        return FactsResult(facts=[_item(it) for it in pub.items(facts)])
+        facts = await for_user(user_id, ctx, lambda uid: memory.facts(user_id=uid, subject=subject, current=current))
+        return FactsResult(facts=items(facts))
 
     @server.tool(title="Related memories")
     async def related_memories(
@@ -476,9 +466,8 @@ def build_mcp_server(
         """The turns linked to a remembered turn — earlier or later turns of the user that share a
         keyword with it and are close in meaning — with the turn's note (keywords, tags, a context
         line). Follow them to gather what is spread over several conversations."""
-        uid = user(user_id, ctx)
 
-        def read() -> RelatedResult:
+        def read(uid: str) -> RelatedResult:
             iid = pub.internal(item_id)
             note = memory.note(iid, user_id=uid)
             linked = [
@@ -497,7 +486,7 @@ def build_mcp_server(
                 keywords=list(note.keywords), tags=list(note.tags), context=note.context, related=linked
             )
 
-        return await _guarded_run(runner, lambda: _unseen(read), (uid, user_id))
+        return await for_user(user_id, ctx, lambda uid: _unseen(lambda: read(uid)))
 
     return server
 

@@ -35,7 +35,7 @@ import pytest
 
 from lamina import Memory, MemoryConfig, NotFoundError
 from lamina.memory.types import LAYERS
-from memkit import T0, check_tree
+from memkit import FACT_TEMPLATES, T0, check_tree, token_numbers
 
 #: The bug test_end_session_after_deleting_a_turn_of_a_subtree reproduces: an end_session after
 #: some deletes raises a raw KeyError (and writes nothing). Until it is fixed, the writers here
@@ -44,16 +44,11 @@ TOLERATE_ORPHANED_SUBTREE = False
 CFG_ARGS = "working_capacity=4, episodic_capacity=6, semantic_capacity=6"
 CFG = MemoryConfig(working_capacity=4, episodic_capacity=6, semantic_capacity=6)
 TOKEN = re.compile(r"kq(\d+)x")
-TEMPLATES = [
-    "I moved to {t}ville last week.",
-    "My dog is called {t}.",
-    "I work as a {t} engineer.",
-    "We talked about {t} over coffee.",
-]
+TEMPLATES = list(FACT_TEMPLATES)
 
 
 def tokens(text: str | None) -> set[int]:
-    return {int(x) for x in TOKEN.findall((text or "").lower())}
+    return token_numbers(text, TOKEN)
 
 
 def shown_tokens(m: Memory, user: str, queries: list[str]) -> set[int]:

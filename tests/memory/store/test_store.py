@@ -197,13 +197,21 @@ def test_users_and_sessions(backend: Backend) -> None:
     s.close()
 
 
-def test_items_round_trip_updates_and_deletes(backend: Backend) -> None:
+def _three_items(
+    backend: Backend, order: tuple[int, int, int] = (0, 1, 2)
+) -> tuple[Store, list[int], list[dict[str, object]]]:
+    """A fresh store with user ``u`` and three new items (their ids, their rows), inserted in ``order``."""
     s = backend.fresh()
     with s.tx():
         ids = s.new_ids(3)
         s.add_user("u", 1)
         rows = [_row(i) for i in ids]
-        s.insert_items(rows)
+        s.insert_items([rows[k] for k in order])
+    return s, ids, rows
+
+
+def test_items_round_trip_updates_and_deletes(backend: Backend) -> None:
+    s, ids, rows = _three_items(backend)
     loaded = list(s.load_items())
     assert [r["id"] for r in loaded] == ids and set(loaded[0]) == set(ITEM_COLUMNS)
     for got, want in zip(loaded, rows):
@@ -233,11 +241,7 @@ def test_items_round_trip_updates_and_deletes(backend: Backend) -> None:
 
 
 def test_load_items_orders_by_sequence(backend: Backend) -> None:
-    s = backend.fresh()
-    with s.tx():
-        ids = s.new_ids(3)
-        s.add_user("u", 1)
-        s.insert_items([_row(ids[2]), _row(ids[0]), _row(ids[1])])
+    s, ids, _ = _three_items(backend, order=(2, 0, 1))
     assert [r["id"] for r in s.load_items()] == ids
     s.close()
 

@@ -111,6 +111,11 @@ def _session(m: Memory, s: int, texts: list[str]) -> SessionReport:
     return m.end_session(user_id="u", session_id=f"s{s}")
 
 
+def _capped(path: Path, **capacities: int) -> Memory:
+    """A file memory (hashing embedder) with these capacities and none lent between layers."""
+    return Memory(path, embedder="hashing", config=MemoryConfig(lend_capacity=False, **capacities))
+
+
 def _episodic_cfg(**kw: object) -> MemoryConfig:
     base = dict(
         turn_vectors="text",
@@ -146,11 +151,7 @@ def test_redundant_leaf_goes_before_unique_ones_and_summaries_first() -> None:
 
 def test_capacity_eviction_never_touches_archive(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
-    m = Memory(
-        p,
-        embedder="hashing",
-        config=MemoryConfig(working_capacity=4, episodic_capacity=3, max_segment_turns=2, lend_capacity=False),
-    )
+    m = _capped(p, working_capacity=4, episodic_capacity=3, max_segment_turns=2)
     n = 0
     for s in range(4):
         n += len(day_session(m, s, FILLER))
@@ -203,7 +204,8 @@ def _all_facts(m: Memory, seen: dict[int, str]) -> dict[int, str]:
     return seen
 
 
-def test_semantic_pool_keeps_the_unique_facts() -> None:
+def _semantic_pool() -> Memory:
+    """Turns straight to facts (one per turn) in a semantic layer of 3."""
     cfg = MemoryConfig(
         turn_vectors="text",
         working_capacity=8,
@@ -211,7 +213,11 @@ def test_semantic_pool_keeps_the_unique_facts() -> None:
         layers=("working", "semantic"),
         lend_capacity=False,
     )
-    m = Memory(embedder=Placed(), config=cfg, fact_extractor=PerTurnFacts())
+    return Memory(embedder=Placed(), config=cfg, fact_extractor=PerTurnFacts())
+
+
+def test_semantic_pool_keeps_the_unique_facts() -> None:
+    m = _semantic_pool()
     _session(m, 1, ["alpha", "bravo one"])
     made = _all_facts(m, {})
     rep = _session(m, 2, ["bravo two", "charlie"])
@@ -226,14 +232,7 @@ def test_semantic_pool_keeps_the_unique_facts() -> None:
 
 
 def test_a_fact_restated_counts_as_use() -> None:
-    cfg = MemoryConfig(
-        turn_vectors="text",
-        working_capacity=8,
-        semantic_capacity=3,
-        layers=("working", "semantic"),
-        lend_capacity=False,
-    )
-    m = Memory(embedder=Placed(), config=cfg, fact_extractor=PerTurnFacts())
+    m = _semantic_pool()
     _session(m, 1, ["alpha", "bravo one", "bravo one"])  # the second "bravo one" reinforces the fact
     assert [f.strength for f in m.facts(user_id="u") if f.object == "bravo one"] == [2.0]
     _session(m, 2, ["bravo two", "charlie"])
@@ -282,11 +281,7 @@ def test_hot_episodes_are_promoted_to_notes() -> None:
 
 def test_one_child_tree_nodes_are_spliced_out(tmp_path: Path) -> None:
     p = tmp_path / "m.db"
-    m = Memory(
-        p,
-        embedder="hashing",
-        config=MemoryConfig(episodic_capacity=12, max_segment_turns=3, min_segment_turns=2, lend_capacity=False),
-    )
+    m = _capped(p, episodic_capacity=12, max_segment_turns=3, min_segment_turns=2)
     rng = random.Random(5)
     for s in range(25):
         day_session(m, s, random_turns(rng, 8))

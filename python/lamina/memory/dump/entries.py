@@ -6,12 +6,12 @@ that cannot be imported raises. :mod:`lamina.memory.dump.format` reads and write
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ...errors import InvalidInput
+from ..state.records import StoredItem
 from .note_entries import LinkEntry, NoteEntry, NoteRevisionEntry
 
 __all__ = [
@@ -103,42 +103,13 @@ class SessionEntry:
 
 
 @dataclass(slots=True, eq=False)
-class ItemEntry:
+class ItemEntry(StoredItem):
     """One stored item: every column of the ``items`` table but the store's bookkeeping
-    (``seq``, the change-log ``version``). ``id`` is the exporting database's item id;
-    ``embedding`` is None where the dump leaves the vector out (:data:`TEXT_KINDS` only)."""
+    (``seq``, the change-log ``version``): the fields of
+    :class:`~lamina.memory.state.records.StoredItem`, in their order, then the vector. ``id`` is
+    the exporting database's item id; ``embedding`` is None where the dump leaves the vector out
+    (:data:`TEXT_KINDS` only)."""
 
-    user_id: str
-    id: int
-    layer: str
-    kind: str
-    status: str
-    text: str
-    session_id: str | None = None
-    summary: str | None = None
-    speaker: str | None = None
-    source_id: str | None = None
-    sources: tuple[str, ...] = ()
-    members: tuple[int, ...] = ()
-    created_at: float | None = None
-    timestamp: float | None = None
-    last_access: float | None = None
-    access_count: int = 0
-    interaction_len: float = 0.0
-    strength: float = 1.0
-    domain: str | None = None
-    commitment: str = "persist"
-    subject: str | None = None
-    predicate: str | None = None
-    object: str | None = None
-    valid_from: float | None = None
-    valid_to: float | None = None
-    superseded_by: int | None = None
-    parent_id: int | None = None
-    depth: int = 0
-    decay_mark: int | None = None
-    #: the caller's metadata, frozen (:data:`lamina.memory.metadata.Frozen`; a JSON object in the dump)
-    metadata: tuple[tuple[str, Any], ...] = ()
     embedding: Vec | None = None
 
 

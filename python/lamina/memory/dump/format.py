@@ -92,10 +92,6 @@ Schema = dict[str, tuple[tuple[type, ...], bool]]
 _STR: tuple[type, ...] = (str,)
 _INT: tuple[type, ...] = (int,)
 _NUM: tuple[type, ...] = (int, float)
-_USER: Schema = {"user_id": (_STR, False), "drift_total": (_NUM, False), "drift_last": (_NUM, False)}
-_USER |= {"drift_updates": (_INT, False), "decays": (_INT, False)}
-_SESSION: Schema = {"user_id": (_STR, False), "session_id": (_STR, False), "status": (_STR, False)}
-_SESSION |= {"started_at": (_NUM, True), "ended_at": (_NUM, True), "ends": (_INT, False)}
 
 
 def _schema_of(entry: type, **json_types: tuple[type, ...]) -> Schema:
@@ -117,39 +113,16 @@ def _schema_of(entry: type, **json_types: tuple[type, ...]) -> Schema:
 
 #: An item line: the fields of :class:`ItemEntry` (the embedding as base64 text).
 _ITEM: Schema = _schema_of(ItemEntry, embedding=_STR, metadata=(dict,))
-_REVISION: Schema = {
-    "user_id": (_STR, False),
-    "item_id": (_INT, False),
-    "text": (_STR, False),
-    "changed_at": (_NUM, False),
-}
-_NOTE: Schema = {
-    "user_id": (_STR, False),
-    "item_id": (_INT, False),
-    "keywords": ((list,), False),
-    "own": ((list,), False),
-    "gained": ((list,), False),
-    "updated_at": (_NUM, True),
-}
-_NOTE_REVISION: Schema = {
-    "user_id": (_STR, False),
-    "item_id": (_INT, False),
-    "own": ((list,), False),
-    "gained": ((list,), False),
-    "changed_at": (_NUM, True),
-    "cause": (_INT, True),
-}
-_LINK: Schema = {
-    "user_id": (_STR, False),
-    "src": (_INT, False),
-    "dst": (_INT, False),
-    "weight": (_NUM, False),
-    "shared": ((list,), False),
-    "kind": (_STR, False),
-    "created_at": (_NUM, True),
-}
+#: The other lines: the fields of their entries, in their order.
+_USER: Schema = _schema_of(UserEntry)
+_SESSION: Schema = _schema_of(SessionEntry)
+_REVISION: Schema = _schema_of(RevisionEntry)
+_NOTE: Schema = _schema_of(NoteEntry)
+_NOTE_REVISION: Schema = _schema_of(NoteRevisionEntry)
+_LINK: Schema = _schema_of(LinkEntry)
 #: The lines of a user's block, in the order they come (a version-1 dump has the first three).
 _SECTIONS = ("session", "item", "revision", "note", "note_revision", "link")
+#: The header line, in the order it is written (which is not :class:`DumpHeader`'s).
 _HEADER: Schema = {
     "format": (_STR, False),
     "version": (_INT, False),
@@ -159,7 +132,7 @@ _HEADER: Schema = {
     "vectors": (_STR, False),
     "created_at": (_NUM, False),
 }
-_FOOTER: Schema = {"users": (_INT, False), "items": (_INT, False)}
+_FOOTER: Schema = _schema_of(DumpFooter)
 _FLOAT_FIELDS = {
     k
     for s in (_USER, _SESSION, _ITEM, _REVISION, _HEADER, _NOTE, _NOTE_REVISION, _LINK)

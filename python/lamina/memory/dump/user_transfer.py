@@ -29,7 +29,7 @@ from ...errors import InvalidInput, NotFoundError
 from ..inputs import check_id
 from ..reports import ImportReport
 from ..state.host import MemoryHost
-from ..state.records import ITEM_FIELDS, NO_TREE, ROOT, unit
+from ..state.records import NO_TREE, ROOT, STORED_FIELDS, unit
 from ..state.tx import Tx
 from ..store.notestore import LinkRow, NoteRevisionRow, NoteRow
 from ..store.protocol import Store, seq_of
@@ -40,7 +40,6 @@ from .reader import check_references
 __all__ = ["export_user", "import_vectors", "import_user", "UserTransfers"]
 
 Vec = npt.NDArray[np.float32]
-_ENTRY_FIELDS = tuple(f for f in ITEM_FIELDS if f != "seq")
 
 
 def export_user(store: Store, user_id: str, *, vectors: bool) -> UserDump | None:
@@ -57,7 +56,7 @@ def export_user(store: Store, user_id: str, *, vectors: bool) -> UserDump | None
     for row in store.load_items(user_id):
         emb = row["embedding"]
         keep = vectors or row["kind"] not in TEXT_KINDS
-        fields: dict[str, Any] = {k: row[k] for k in _ENTRY_FIELDS}
+        fields: dict[str, Any] = {k: row[k] for k in STORED_FIELDS}
         fields["sources"] = tuple(row["sources"])
         fields["members"] = tuple(row["members"])
         vec = np.frombuffer(emb, dtype=np.float32).copy() if keep else None
@@ -188,7 +187,7 @@ def _remap(ref: int | None, new: dict[int, int]) -> int | None:
 
 
 def _row(it: ItemEntry, user_id: str, rid: int, new: dict[int, int], vec: Vec) -> dict[str, Any]:
-    row: dict[str, Any] = {k: getattr(it, k) for k in _ENTRY_FIELDS}
+    row: dict[str, Any] = {k: getattr(it, k) for k in STORED_FIELDS}
     row.update(
         id=rid,
         user_id=user_id,
@@ -266,8 +265,7 @@ class UserTransfers:
         NotFoundError
             Unknown user.
         """
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         ud: UserDump | None = None
         with self._op():
             self._check_open()

@@ -24,6 +24,7 @@ the pairs before it and before its own, as in a loop.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 
 import numpy as np
@@ -144,136 +145,118 @@ def contexts(
     objects (lists, tuples, arrays per query), which would otherwise start young collections
     that walk the items already built for the batch's earlier queries.
     """
-    args = (st, users, queries, Q, domains, budget, t_now, include_archive, firewall, explain, classifier, filters)
-    if len(queries) < 2:
-        return _contexts(*args)
-    with collector_paused():
-        return _contexts(*args)
-
-
-def _contexts(
-    st: MemoryState,
-    users: Sequence[UserState | None],
-    queries: Sequence[str],
-    Q: Vec,
-    domains: Sequence[str | None],
-    budget: int,
-    t_now: float | None,
-    include_archive: bool,
-    firewall: Firewall | None,
-    explain: bool,
-    classifier: DomainClassifier | None,
-    filters: Filter | None,
-) -> list[tuple[Context, ContextExplanation | None]]:
-    c = st.config
-    n = len(queries)
-    layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
-    # enough candidates to fill the budget unless items average under 4 tokens (a turn
-    # on its own renders as "[date time]" + "Speaker: word"); a shallower first search
-    # with a deeper retry was measured slower (the retry ran for half the queries of
-    # bench/bench_memory.py) and lost recall on LoCoMo (shallower fusion lists)
-    m = max(c.candidates, -(-budget // 4))
-    known = [i for i in range(n) if users[i] is not None]
-    jobs: list[retrieve.Job] = []
-    for i in known:
-        u = users[i]
-        assert u is not None
-        jobs.append((u, layers, queries[i]))
-    found = retrieve.search(st, jobs, Q[known], m, views=True, allow=_allow(st, jobs, filters))
-    lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
-    # with a firewall the domain gate is its own
-    search_domains = [domains[i] if firewall is None else None for i in known]
-    turns = retrieve.fused_turns_many(st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains)
-    cands: list[Candidates | None] = [None] * n
-    reports: list[FirewallReport | None] = [None] * n
-    relevance: dict[int, dict[str, float]] = {}  # query -> its layer relevances, when it has candidates
-    lazy: ranking.Ranked | None = None  # (many queries: each one's candidates built when it is filled)
-    slot = {i: k for k, i in enumerate(known)}
-    if len(known) >= RANK_MANY:
-        lazy = ranking.rank_many(
-            st, [j[0] for j in jobs], [j[2] for j in jobs], layers, found, m, t_now, search_domains, lookup, turns
-        )
-        if firewall is not None:  # (the firewall screens the candidates before the gate)
-            cands = [None if u is None else lazy.candidates(slot[i]) for i, u in enumerate(users)]
-            lazy = None
-        else:
-            relevance = {i: lazy.relevance[k] for k, i in enumerate(known) if not lazy.empty(k)}
-    else:
-        for k, (i, (u, _, query), raw, dom) in enumerate(zip(known, jobs, found, search_domains)):
-            cands[i] = retrieve.rank(
-                st, u, Q[i], query, layers, raw, m, t_now, dom, u.staleness(st.recs), lookup, turns.one(k)
-            )
-    cd: Candidates | None
-    if lazy is None:
+    with collector_paused() if len(queries) > 1 else nullcontext():
+        c = st.config
+        n = len(queries)
+        layers = [L for L in ACTIVE_LAYERS if L in c.layers] + (["archive"] if include_archive else [])
+        # enough candidates to fill the budget unless items average under 4 tokens (a turn
+        # on its own renders as "[date time]" + "Speaker: word"); a shallower first search
+        # with a deeper retry was measured slower (the retry ran for half the queries of
+        # bench/bench_memory.py) and lost recall on LoCoMo (shallower fusion lists)
+        m = max(c.candidates, -(-budget // 4))
+        known = [i for i in range(n) if users[i] is not None]
+        jobs: list[retrieve.Job] = []
         for i in known:
-            cd = cands[i]
             u = users[i]
-            if cd is not None and firewall is not None:
-                assert u is not None
-                reports[i] = screen(
-                    st, u, cd, Q[i : i + 1].copy(), domains[i], firewall, query=queries[i], classifier=classifier
-                )
-            if cd is not None:
-                relevance[i] = cd.relevance
-    gated = [i for i in range(n) if relevance.get(i)]
-    gates = dict(zip(gated, fill.gate_rows([relevance[i] for i in gated], layers, c)))
-    out: list[tuple[Context, ContextExplanation | None]] = []
-    made = _Items(st, remember=len(known) > 1)
-    # (many queries, nothing to explain: every query's fill order sorted at once)
-    pools = None if lazy is None or explain else lazy.pools(st, {slot[i]: gates[i] for i in gated})
-    for i in range(n):
-        u, report, query = users[i], reports[i], queries[i]
-        if u is None or i not in gates:
-            ctx = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
-            if firewall is not None:
-                ctx.firewall = report if report is not None else empty_report(domains[i], firewall)
-            out.append((ctx, None))
-            continue
-        g, b_used = gates[i]
-        reasons: dict[int, str] | None = {} if explain else None
-        cd = None
-        if pools is not None:
-            assert lazy is not None
-            k = slot[i]
-            a, b = pools.starts[k], pools.ends[k]
-            recs, scores = pools.recs, pools.scores
-            at, used = fill.take(
-                st,
-                recs[a:b],
-                budget,
-                n_working=pools.working_ends[k] - a,
-                working=fill.working_tokens(g, budget, c),
-                sizes=pools.sizes[a:b],
-                keys=pools.keys[a:b],
-                least=pools.least[a:b],
-            )
-            chosen = [(scores[a + j], recs[a + j]) for j in at]
-            demoted = lazy.demoted(k)
-            via = {recs[a + j].id for j in at if pools.via[a + j]}  # (those shown: what is asked of it)
-        else:
-            cd = cands[i] if lazy is None else lazy.candidates(slot[i])
-            assert cd is not None
-            chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)
-            demoted, via = cd.demoted, cd.via
-        if demoted:
-            chosen = [(demoted.get(r.id, s), r) for s, r in chosen]
-        items: list[MemoryItem] = []
-        if chosen:
-            ordered = fill.lost_in_the_middle(chosen)
-            items = [made.item(r, s, r.id in via) for s, r in ordered]
-            if not explain:
-                bump(st, u, ordered, via, t_now if t_now is not None else wall_clock())
-            if report is not None:
-                report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
-        ctx = Context(
-            items=items, gates=g, beta=b_used, abstain=not chosen, query=query, budget=budget, firewall=report
+            assert u is not None
+            jobs.append((u, layers, queries[i]))
+        found = retrieve.search(st, jobs, Q[known], m, views=True, allow=_allow(st, jobs, filters))
+        lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
+        # with a firewall the domain gate is its own
+        search_domains = [domains[i] if firewall is None else None for i in known]
+        turns = retrieve.fused_turns_many(
+            st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains
         )
-        ex = None
-        if reasons is not None:
-            assert cd is not None
-            ex = explanation(st, ctx, layers, cd, chosen, reasons, used, c.max_entropy)
-        out.append((ctx, ex))
-    return out
+        cands: list[Candidates | None] = [None] * n
+        reports: list[FirewallReport | None] = [None] * n
+        relevance: dict[int, dict[str, float]] = {}  # query -> its layer relevances, when it has candidates
+        lazy: ranking.Ranked | None = None  # (many queries: each one's candidates built when it is filled)
+        slot = {i: k for k, i in enumerate(known)}
+        if len(known) >= RANK_MANY:
+            lazy = ranking.rank_many(
+                st, [j[0] for j in jobs], [j[2] for j in jobs], layers, found, m, t_now, search_domains, lookup, turns
+            )
+            if firewall is not None:  # (the firewall screens the candidates before the gate)
+                cands = [None if u is None else lazy.candidates(slot[i]) for i, u in enumerate(users)]
+                lazy = None
+            else:
+                relevance = {i: lazy.relevance[k] for k, i in enumerate(known) if not lazy.empty(k)}
+        else:
+            for k, (i, (u, _, query), raw, dom) in enumerate(zip(known, jobs, found, search_domains)):
+                cands[i] = retrieve.rank(
+                    st, u, Q[i], query, layers, raw, m, t_now, dom, u.staleness(st.recs), lookup, turns.one(k)
+                )
+        cd: Candidates | None
+        if lazy is None:
+            for i in known:
+                cd = cands[i]
+                u = users[i]
+                if cd is not None and firewall is not None:
+                    assert u is not None
+                    reports[i] = screen(
+                        st, u, cd, Q[i : i + 1].copy(), domains[i], firewall, query=queries[i], classifier=classifier
+                    )
+                if cd is not None:
+                    relevance[i] = cd.relevance
+        gated = [i for i in range(n) if relevance.get(i)]
+        gates = dict(zip(gated, fill.gate_rows([relevance[i] for i in gated], layers, c)))
+        out: list[tuple[Context, ContextExplanation | None]] = []
+        made = _Items(st, remember=len(known) > 1)
+        # (many queries, nothing to explain: every query's fill order sorted at once)
+        pools = None if lazy is None or explain else lazy.pools(st, {slot[i]: gates[i] for i in gated})
+        for i in range(n):
+            u, report, query = users[i], reports[i], queries[i]
+            if u is None or i not in gates:
+                ctx = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
+                if firewall is not None:
+                    ctx.firewall = report if report is not None else empty_report(domains[i], firewall)
+                out.append((ctx, None))
+                continue
+            g, b_used = gates[i]
+            reasons: dict[int, str] | None = {} if explain else None
+            cd = None
+            if pools is not None:
+                assert lazy is not None
+                k = slot[i]
+                a, b = pools.starts[k], pools.ends[k]
+                recs, scores = pools.recs, pools.scores
+                at, used = fill.take(
+                    st,
+                    recs[a:b],
+                    budget,
+                    n_working=pools.working_ends[k] - a,
+                    working=fill.working_tokens(g, budget, c),
+                    sizes=pools.sizes[a:b],
+                    keys=pools.keys[a:b],
+                    least=pools.least[a:b],
+                )
+                chosen = [(scores[a + j], recs[a + j]) for j in at]
+                demoted = lazy.demoted(k)
+                via = {recs[a + j].id for j in at if pools.via[a + j]}  # (those shown: what is asked of it)
+            else:
+                cd = cands[i] if lazy is None else lazy.candidates(slot[i])
+                assert cd is not None
+                chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)
+                demoted, via = cd.demoted, cd.via
+            if demoted:
+                chosen = [(demoted.get(r.id, s), r) for s, r in chosen]
+            items: list[MemoryItem] = []
+            if chosen:
+                ordered = fill.lost_in_the_middle(chosen)
+                items = [made.item(r, s, r.id in via) for s, r in ordered]
+                if not explain:
+                    bump(st, u, ordered, via, t_now if t_now is not None else wall_clock())
+                if report is not None:
+                    report = replace(report, verify=tuple(r.id for _, r in ordered if r.commitment == "verify"))
+            ctx = Context(
+                items=items, gates=g, beta=b_used, abstain=not chosen, query=query, budget=budget, firewall=report
+            )
+            ex = None
+            if reasons is not None:
+                assert cd is not None
+                ex = explanation(st, ctx, layers, cd, chosen, reasons, used, c.max_entropy)
+            out.append((ctx, ex))
+        return out
 
 
 def searches(

@@ -26,7 +26,6 @@ __all__ = [
     "search",
     "rank_layers",
     "rank",
-    "fused_turns",
     "fused_turns_many",
     "candidates",
     "layer_hits",
@@ -292,21 +291,6 @@ def rank_layers(
     return rank(st, u, q, query, layers, found, m, t_now, domain, stale)
 
 
-def fused_turns(
-    st: MemoryState,
-    lookup: Lookup,
-    Q: Vec,
-    found: Sequence[Found],
-    queries: Sequence[str],
-    now: float | None,
-    domains: Sequence[str | None],
-) -> list[Fused | None]:
-    """:func:`fused_turns_many`, one :class:`~lamina.memory.read.fusion.Fused` per query (None for a
-    query without turn views or without a visible turn)."""
-    many = fused_turns_many(st, lookup, Q, found, queries, now, domains)
-    return [many.one(i) for i in range(len(found))]
-
-
 def fused_turns_many(
     st: MemoryState,
     lookup: Lookup,
@@ -378,11 +362,11 @@ def rank(
     """:func:`rank_layers` of one query's search results (``raw``: :func:`search` at depth
     ``m`` with ``views``): the replay clock and domain gate, the episodic fusion, the stale
     penalty, the floor, the speaker scope and the layer relevances. ``lookup``: one that holds
-    ``raw``'s records (a batch's) with ``turns``, the query's :func:`fused_turns` from it; by
+    ``raw``'s records (a batch's) with ``turns``, the query's :func:`fused_turns_many` from it; by
     default both are computed here for ``raw``."""
     if lookup is None:
         lookup = Lookup(st, [raw])
-        turns = fused_turns(st, lookup, q.reshape(1, -1), [raw], [query], t_now, [domain])[0]
+        turns = fused_turns_many(st, lookup, q.reshape(1, -1), [raw], [query], t_now, [domain]).one(0)
     c = st.config
     out = Candidates()
     per_layer, rel, shown = out.per_layer, out.relevance, out.demoted
@@ -539,7 +523,7 @@ def episodic_candidates(
     current beats stale) and facts whose turn has left the episodic layer stand on their own.
 
     ``raw``: the query's search results; ``turns``: its turns, fused and scored
-    (:func:`fused_turns`, whose records ``lookup`` holds; only the best of them: the others
+    (:func:`fused_turns_many`, whose records ``lookup`` holds; only the best of them: the others
     are under the floor).
 
     Returns the candidates (in no particular order: the caller ranks them), the ids of the

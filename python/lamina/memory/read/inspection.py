@@ -111,8 +111,7 @@ class Inspection:
 
     def facts(self: MemoryHost, *, user_id: str, subject: str | None = None, current: bool = True) -> list[MemoryItem]:
         """Semantic facts of a user (current only by default; ``current=False`` adds history)."""
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         if subject is not None:
             check_text(subject, "subject")
         with self._op():
@@ -176,8 +175,7 @@ class Inspection:
         NotFoundError
             Unknown user.
         """
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         if layers is not None:
             layers = check_layers(layers)
         kinds = names_of(kinds, "kinds", KINDS)
@@ -214,8 +212,7 @@ class Inspection:
         NotFoundError
             Unknown user.
         """
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         checked = names_of(kinds, "kinds", KINDS)
         assert checked is not None
         bins = check_count(bins, "bins", maximum=10_000)

@@ -11,19 +11,17 @@ objects (building one costs about as much as filtering a hundred records).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 from ..dump.format import ItemEntry
 from ..state.memstate import MemoryState, UserState
-from ..state.records import ITEM_FIELDS, Record
+from ..state.records import STORED_FIELDS, Record
 
 __all__ = ["ItemPage", "ActivityBin", "Activity", "list_items", "activity", "entry"]
 
-# the entry's fields, in its order, as the record's (one C call per entry; no vector)
-_ENTRY_FIELDS = tuple(f.name for f in fields(ItemEntry) if f.name != "embedding")
-assert set(_ENTRY_FIELDS) <= set(ITEM_FIELDS)
-_VALUES = attrgetter(*_ENTRY_FIELDS)
+# the fields an entry shares with the record (one C call per entry; no vector)
+_VALUES = attrgetter(*STORED_FIELDS)
 #: The narrowest bin of :func:`activity` (seconds): one day.
 MIN_BIN = 86400.0
 

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..config import ACTIVE_LAYERS
-from ..inputs import MAX_K, TimeLike, check_count, check_id, check_layers, query_matrix, query_vector, to_time
+from ..inputs import MAX_K, TimeLike, check_count, check_layers, query_matrix, query_vector, to_time
 from ..metadata import Filter, parse_filters
 from ..reports import ContextExplanation
 from ..state.host import MemoryHost
@@ -210,14 +210,14 @@ class Reading:
             As :meth:`context`'s: the top-k among the admitted items, ``min(k, matching)`` of
             them (the filter is pushed into the search, never applied after it).
         """
-        self._check_open()
-        check_id(user_id, "user_id")
+        self._check_user_call(user_id)
         k = check_count(k, "k", maximum=MAX_K)
         names, archive_only = _search_layers(layers)
         t_now = to_time(now, "now")
         flt = parse_filters(filters)
         q = query_vector(self._embed, self._dim, query, query_embedding)
-        return _searches(self, [user_id], q, names, k, t_now, archive_only, flt)[0]
+        with self._op():
+            return batch.searches(self._st, _caught_up(self, [user_id]), q, names, k, t_now, archive_only, flt)[0]
 
     def search_batch(
         self: MemoryHost,
@@ -241,7 +241,10 @@ class Reading:
         t_now = to_time(now, "now")
         flt = parse_filters(filters)
         Q = query_matrix(self._embed, self._dim, qs, query_embeddings)
-        return _searches(self, uids, Q, names, k, t_now, archive_only, flt) if qs else []
+        if not qs:
+            return []
+        with self._op():
+            return batch.searches(self._st, _caught_up(self, uids), Q, names, k, t_now, archive_only, flt)
 
 
 def _search_layers(layers: Sequence[str] | None) -> tuple[list[str], bool]:
@@ -268,8 +271,7 @@ def _one_context(
     *,
     explain: bool,
 ) -> tuple[Context, ContextExplanation | None]:
-    host._check_open()
-    check_id(user_id, "user_id")
+    host._check_user_call(user_id)
     budget, t_now, domain = batch.options(budget, now, domain, firewall)
     domains = batch.query_domains(host._query_domains, [query], domain, firewall)
     flt = parse_filters(filters)
@@ -305,20 +307,6 @@ def _contexts(
             classifier=host._query_domains,
             filters=flt,
         )
-
-
-def _searches(
-    host: MemoryHost,
-    user_ids: list[str],
-    Q: npt.NDArray[np.float32],
-    names: list[str],
-    k: int,
-    t: float | None,
-    arch: bool,
-    flt: Filter | None = None,
-) -> list[list[MemoryItem]]:
-    with host._op():
-        return batch.searches(host._st, _caught_up(host, user_ids), Q, names, k, t, arch, flt)
 
 
 def _caught_up(host: MemoryHost, user_ids: list[str]) -> list[UserState | None]:

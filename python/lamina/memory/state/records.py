@@ -9,7 +9,7 @@ and tells the unit of work (:class:`lamina.memory.state.tx.Tx`) which columns ch
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import IntEnum
 from typing import Any
 
@@ -23,6 +23,8 @@ from ..store.protocol import ITEM_COLUMNS
 from ..types import LAYERS, format_day, turn_line
 
 __all__ = [
+    "StoredItem",
+    "STORED_FIELDS",
     "Record",
     "NsCode",
     "namespace",
@@ -110,28 +112,24 @@ ITEM_FIELDS = tuple(c for c in ITEM_COLUMNS if c != "embedding")
 TokenCount = tuple[int, "tuple[str | None, str] | None"]
 
 
-@dataclass(slots=True, eq=False)
-class Record:
-    """One stored item (see :class:`lamina.MemoryItem` for the public view of the same fields).
+@dataclass(eq=False)
+class StoredItem:
+    """The columns of one stored item that the in-memory :class:`Record` and the export entry
+    (:class:`~lamina.memory.dump.entries.ItemEntry`) share, in the export format's order: every
+    column of the ``items`` table (:data:`~lamina.memory.store.protocol.ITEM_COLUMNS`) but the
+    embedding and the store's sequence number ``seq``. Both add their own fields.
 
-    ``nt`` and ``tk`` are read-path caches keyed by what they depend on (the token count and
-    group key of :func:`lamina.memory.read.fill.item_tokens`, the normalised text of
-    :func:`text_key`); they are not stored.
+    Its subclasses hold the fields in their own slots (``__slots__ = ()`` here: on Python 3.10 a
+    slotted dataclass also re-declares its base's slots)."""
 
-    Every field holds an atomic value (None, bool, int, float, str) or a tuple of them, so a
-    record can never be part of a reference cycle, and it is untracked from the cyclic garbage
-    collector when created (CPython's own rule for dicts and tuples of atomic values): a store
-    keeps one record per turn, and a full collection visits every tracked object, so with the
-    records tracked its pause grew with the store (about 0.7 µs per record here).
-    """
+    __slots__ = ()
 
-    id: int
     user_id: str
+    id: int
     layer: str
     kind: str
+    status: str
     text: str
-    seq: int
-    status: str = "active"
     session_id: str | None = None
     summary: str | None = None
     speaker: str | None = None
@@ -157,6 +155,30 @@ class Record:
     decay_mark: int | None = None
     #: the caller's metadata, frozen (:data:`lamina.memory.metadata.Frozen`: sorted (key, value) pairs)
     metadata: tuple[tuple[str, Any], ...] = ()
+
+
+#: The fields of :class:`StoredItem`, in its order.
+STORED_FIELDS = tuple(f.name for f in fields(StoredItem))
+assert set(ITEM_FIELDS) == {*STORED_FIELDS, "seq"}
+
+
+@dataclass(slots=True, eq=False, kw_only=True)
+class Record(StoredItem):
+    """One stored item (see :class:`lamina.MemoryItem` for the public view of the same fields).
+
+    ``nt`` and ``tk`` are read-path caches keyed by what they depend on (the token count and
+    group key of :func:`lamina.memory.read.fill.item_tokens`, the normalised text of
+    :func:`text_key`); they are not stored.
+
+    Every field holds an atomic value (None, bool, int, float, str) or a tuple of them, so a
+    record can never be part of a reference cycle, and it is untracked from the cyclic garbage
+    collector when created (CPython's own rule for dicts and tuples of atomic values): a store
+    keeps one record per turn, and a full collection visits every tracked object, so with the
+    records tracked its pause grew with the store (about 0.7 µs per record here).
+    """
+
+    status: str = "active"
+    seq: int
     nt: tuple[tuple[Any, ...], TokenCount] | None = None
     tk: tuple[str, str] | None = None
 

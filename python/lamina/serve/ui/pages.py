@@ -360,16 +360,18 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         owner, n = await call(sess, work)
         return _redirect(f"{PREFIX}/users/{quote(sess.caller.public(owner), safe='')}?deleted={n}")
 
-    @r.get(PREFIX + "/users/{user_id}/forget")
-    @guarded
-    async def forget_form(request: Request, user_id: str) -> Response:
-        sess = await session(request)
-        uid = sess.caller.uid(user_id)
-        mem = svc.memory
+    async def forget_page(sess: UiSession, user_id: str, http_status: int = 200, error: str | None = None) -> Response:
+        """The form that deletes a user (404 for an unknown one), with ``error`` above it."""
+        uid, mem = sess.caller.uid(user_id), svc.memory
         rows = await call(sess, lambda: user_rows(mem, [uid]))
         if not rows:
             raise NotFoundError(f"unknown user_id {user_id!r}")
-        return page("forget.html", sess=sess, user_id=user_id, row=rows[0], error=None)
+        return page("forget.html", http_status, sess=sess, user_id=user_id, row=rows[0], error=error)
+
+    @r.get(PREFIX + "/users/{user_id}/forget")
+    @guarded
+    async def forget_form(request: Request, user_id: str) -> Response:
+        return await forget_page(await session(request), user_id)
 
     @r.post(PREFIX + "/users/{user_id}/forget")
     @guarded
@@ -379,12 +381,7 @@ def ui_router(svc: Service, *, eval_results: dict[str, Any] | None = None) -> AP
         uid = sess.caller.uid(user_id)
         mem = svc.memory
         if fields.get("confirm") != user_id:
-            rows = await call(sess, lambda: user_rows(mem, [uid]))
-            if not rows:
-                raise NotFoundError(f"unknown user_id {user_id!r}")
-            return page(
-                "forget.html", 400, sess=sess, user_id=user_id, row=rows[0], error="type the user id to confirm"
-            )
+            return await forget_page(sess, user_id, 400, "type the user id to confirm")
 
         def work() -> None:
             rep = mem.delete_user(user_id=uid)
