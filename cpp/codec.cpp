@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "lamina/common.hpp"
+#include "lamina/enum_names.hpp"
 #include "lamina/isa.hpp"
 #include "topk_internal.hpp"
 
@@ -365,21 +366,19 @@ struct CodeScorer {
 
 }  // namespace
 
+namespace {
+constexpr EnumName<Codec> kCodecNames[] = {
+    {Codec::Binary, "binary"}, {Codec::Int8, "int8"}, {Codec::None, "none"}};
+}  // namespace
+
 Codec parse_codec(const std::string& name) {
-  if (name == "binary") return Codec::Binary;
-  if (name == "int8") return Codec::Int8;
-  if (name == "none" || name.empty()) return Codec::None;
-  throw ValueError("unknown codec '" + name + "'; expected 'binary', 'int8' or None");
+  if (name.empty()) return Codec::None;
+  return enum_parse(kCodecNames, name, [&] {
+    return "unknown codec '" + name + "'; expected 'binary', 'int8' or None";
+  });
 }
 
-const char* codec_name(Codec c) {
-  switch (c) {
-    case Codec::Binary: return "binary";
-    case Codec::Int8: return "int8";
-    case Codec::None: return "none";
-  }
-  return "?";
-}
+const char* codec_name(Codec c) { return enum_name(kCodecNames, c); }
 
 std::size_t code_stride(Codec c, std::size_t dim) {
   switch (c) {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "lamina/common.hpp"
+#include "lamina/enum_names.hpp"
 #include "lamina/isa.hpp"
 #include "lamina/model_isa.hpp"
 #include "lamina/parallel.hpp"
@@ -16,25 +17,19 @@
 namespace lamina::model {
 
 // ---- types -----------------------------------------------------------------------------------
+namespace {
+constexpr EnumName<QType> kQTypeNames[] = {{QType::F32, "F32"},   {QType::F16, "F16"},
+                                           {QType::Q4_0, "Q4_0"}, {QType::Q4_1, "Q4_1"},
+                                           {QType::Q8_0, "Q8_0"}};
+}  // namespace
+
 QType qtype_from_name(const std::string& name) {
-  if (name == "F32") return QType::F32;
-  if (name == "F16") return QType::F16;
-  if (name == "Q4_0") return QType::Q4_0;
-  if (name == "Q4_1") return QType::Q4_1;
-  if (name == "Q8_0") return QType::Q8_0;
-  throw ValueError("tensor type " + name + " is not supported (F32, F16, Q4_0, Q4_1, Q8_0)");
+  return enum_parse(kQTypeNames, name, [&] {
+    return "tensor type " + name + " is not supported (F32, F16, Q4_0, Q4_1, Q8_0)";
+  });
 }
 
-const char* qtype_name(QType t) {
-  switch (t) {
-    case QType::F32: return "F32";
-    case QType::F16: return "F16";
-    case QType::Q4_0: return "Q4_0";
-    case QType::Q4_1: return "Q4_1";
-    case QType::Q8_0: return "Q8_0";
-  }
-  return "?";
-}
+const char* qtype_name(QType t) { return enum_name(kQTypeNames, t); }
 
 std::size_t row_bytes(QType t, std::size_t cols) {
   switch (t) {
