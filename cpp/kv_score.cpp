@@ -491,8 +491,7 @@ EntropyFn entropy_fn() { return kScoreLoops.get(detail::selector()).entropy; }
 
 }  // namespace
 
-namespace {
-void check_spec(const ScoreSpec& sp, const RowScale& scale) {
+void check_score_spec(const ScoreSpec& sp, bool per_row_scale, bool per_token_scale) {
   LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.kv_heads >= 1 && sp.seq_len >= 1,
                "window_scores: empty shape");
   LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "window_scores: heads (", sp.heads,
@@ -508,7 +507,12 @@ void check_spec(const ScoreSpec& sp, const RowScale& scale) {
                "window_scores: group_reduce must be Mean or Max");
   LAMINA_CHECK(!sp.causal_normalize || sp.window_reduce == Reduce::Sum,
                "window_scores: causal_normalize needs window_reduce Sum");
-  LAMINA_CHECK(!(scale.per_row && scale.per_token), "window_scores: give one kind of scale");
+  LAMINA_CHECK(!(per_row_scale && per_token_scale), "window_scores: give one kind of scale");
+}
+
+namespace {
+void check_spec(const ScoreSpec& sp, const RowScale& scale) {
+  check_score_spec(sp, scale.per_row != nullptr, scale.per_token != nullptr);
 }
 
 int score_threads(const ScoreSpec& sp, int threads) {
