@@ -295,23 +295,8 @@ std::vector<float> rope_tables(const Config& c, const int64_t* positions, std::s
 
 // ---- KVCache ---------------------------------------------------------------------------------
 KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim)
-    : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim) {
-  LAMINA_CHECK(n_layers >= 1 && n_kv_heads >= 1 && head_dim >= 1,
-               "KVCache: n_layers, n_kv_heads and head_dim must be >= 1");
-  heads_.resize(static_cast<std::size_t>(n_layers) * n_kv_heads);
-}
+    : HeadGrid(n_layers, n_kv_heads, head_dim) {}
 
-KVCache::Head& KVCache::head(int layer, int h) {
-  LAMINA_CHECK_INDEX(layer >= 0 && layer < n_layers_ && h >= 0 && h < n_kv_, "KV cache (layer ",
-                     layer, ", head ", h, ") out of range (", n_layers_, " layers, ", n_kv_,
-                     " KV heads)");
-  return heads_[static_cast<std::size_t>(layer) * n_kv_ + h];
-}
-const KVCache::Head& KVCache::head(int layer, int h) const {
-  return const_cast<KVCache*>(this)->head(layer, h);
-}
-
-std::size_t KVCache::length(int layer, int h) const { return head(layer, h).len; }
 const float* KVCache::keys(int layer, int h) const { return head(layer, h).k.data(); }
 const float* KVCache::values(int layer, int h) const { return head(layer, h).v.data(); }
 const int32_t* KVCache::positions(int layer, int h) const { return head(layer, h).pos.data(); }
