@@ -111,13 +111,29 @@ def machine_facts() -> dict[str, Any]:
     return facts
 
 
-def print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> None:
-    """columns: (key, header, format)."""
-    widths = [max([len(h), 10] + [len(format(r[k], f)) for r in rows if r.get(k) is not None]) for k, h, f in columns]
-    print("  ".join(h.rjust(w) for (_, h, _), w in zip(columns, widths)))
+Column = str | tuple[str, str] | tuple[str, str, str]
+
+
+def _column(c: Column) -> tuple[str, str, str]:
+    if isinstance(c, str):
+        return c, c, ""
+    if len(c) == 2:
+        return c[0], c[1], ""
+    return c
+
+
+def print_table(rows: list[dict[str, Any]], columns: list[Column]) -> None:
+    """Print ``rows`` as a right-aligned table, ``-`` for a missing value.
+
+    Each column is ``key``, ``(key, header)`` or ``(key, header, format)``: the header defaults
+    to the key and the format to ``""`` (``str()``; floats then print in full, so give them one).
+    """
+    cols = [_column(c) for c in columns]
+    widths = [max([len(h), 10] + [len(format(r[k], f)) for r in rows if r.get(k) is not None]) for k, h, f in cols]
+    print("  ".join(h.rjust(w) for (_, h, _), w in zip(cols, widths)))
     for r in rows:
         cells = []
-        for (key, _, fmt), w in zip(columns, widths):
+        for (key, _, fmt), w in zip(cols, widths):
             v = r.get(key)
             cells.append(("-" if v is None else format(v, fmt)).rjust(w))
         print("  ".join(cells))

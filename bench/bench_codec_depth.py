@@ -154,9 +154,9 @@ def main() -> None:
         print_table(
             case,
             [
-                ("rows", "rows", "d"),
-                ("rep", "representation", "s"),
-                ("depth", "k*r", "d"),
+                "rows",
+                ("rep", "representation"),
+                ("depth", "k*r"),
                 ("recall10", "recall@10", ".3f"),
                 ("ms", "ms/query", ".3f"),
                 ("x_exact", "x exact", ".2f"),

@@ -321,13 +321,13 @@ def main(argv: list[str] | None = None) -> int:
         print_table(
             step_rows,
             [
-                ("case", "case", ""),
-                ("mode", "mode", ""),
+                "case",
+                "mode",
                 ("ms", "step ms", ".3f"),
                 ("us_per_agent", "us / agent", ".2f"),
                 ("vs_cpu", "x cpu twin", ".2f"),
                 ("vs_separate", "x separate", ".2f"),
-                ("note", "note", ""),
+                "note",
             ],
         )
     if not rows:
@@ -336,9 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     print_table(
         rows,
         [
-            ("case", "case", ""),
-            ("device", "device", ""),
-            ("rep", "representation", ""),
+            "case",
+            "device",
+            ("rep", "representation"),
             ("ms", "step ms", ".3f"),
             ("bytes_gb", "bytes GB", ".3f"),
             ("bound_ms", "bound ms", ".3f"),

@@ -179,9 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     print_table(
         rows_out,
         [
-            ("n", "n", "d"),
-            ("batch", "batch", "d"),
-            ("threads", "threads", "d"),
+            "n",
+            "batch",
+            "threads",
             ("system", "system", ">24"),
             ("ms", "ms/batch", ".2f"),
             ("qps", "queries/s", ".1f"),

@@ -62,34 +62,30 @@ def cols():
     )
 
 
-@pytest.mark.benchmark(group="ema_blend 1M x 384")
-def test_ema_blend_lamina(benchmark, mats):
+@pytest.mark.parametrize(
+    ("group", "update", "arg", "options"),
+    [
+        ("ema_blend 1M x 384", K.ema_blend, 0.9, {}),
+        ("ema_blend renormalize 1M x 384", K.ema_blend, 0.9, {"renormalize": True}),
+        ("damped_update 1M x 384", K.damped_update, 4.0, {}),
+    ],
+    ids=["ema_blend", "ema_blend_renorm", "damped_update"],
+)
+def test_row_update_lamina(benchmark, mats, group, update, arg, options):
     rows, targets, _, drift = mats
-    benchmark(K.ema_blend, rows, targets, 0.9, out=drift)
+    benchmark.group = group
+    benchmark(update, rows, targets, arg, out=drift, **options)
 
 
-@pytest.mark.benchmark(group="ema_blend 1M x 384")
-def test_ema_blend_numpy(benchmark, mats):
+@pytest.mark.parametrize(
+    ("group", "reference", "arg"),
+    [("ema_blend 1M x 384", np_ema_blend, 0.9), ("damped_update 1M x 384", np_damped_update, 4.0)],
+    ids=["ema_blend", "damped_update"],
+)
+def test_row_update_numpy(benchmark, mats, group, reference, arg):
     rows, targets, scratch, _ = mats
-    benchmark(np_ema_blend, rows, targets, 0.9, scratch)
-
-
-@pytest.mark.benchmark(group="ema_blend renormalize 1M x 384")
-def test_ema_blend_renorm_lamina(benchmark, mats):
-    rows, targets, _, drift = mats
-    benchmark(K.ema_blend, rows, targets, 0.9, renormalize=True, out=drift)
-
-
-@pytest.mark.benchmark(group="damped_update 1M x 384")
-def test_damped_update_lamina(benchmark, mats):
-    rows, targets, _, drift = mats
-    benchmark(K.damped_update, rows, targets, 4.0, out=drift)
-
-
-@pytest.mark.benchmark(group="damped_update 1M x 384")
-def test_damped_update_numpy(benchmark, mats):
-    rows, targets, scratch, _ = mats
-    benchmark(np_damped_update, rows, targets, 4.0, scratch)
+    benchmark.group = group
+    benchmark(reference, rows, targets, arg, scratch)
 
 
 @pytest.mark.benchmark(group="softmax_gate 1M x 3")

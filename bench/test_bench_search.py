@@ -38,22 +38,22 @@ def queries(b: int) -> np.ndarray:
     return np.random.default_rng(b).standard_normal((b, D), dtype=np.float32)
 
 
-@pytest.mark.parametrize("b", BATCHES)
-@pytest.mark.parametrize("n", SIZES)
-def test_topk_lamina(benchmark, n, b):
-    X, _ = data(n)
-    Q = queries(b)
+@pytest.fixture(params=[(n, b) for n in SIZES for b in BATCHES], ids=lambda p: f"n={p[0]}-b={p[1]}")
+def topk_case(request: pytest.FixtureRequest, benchmark) -> tuple[np.ndarray, np.ndarray]:
+    """(X, Q) of one (n, b) case, in that case's benchmark group (lamina and numpy side by side)."""
+    n, b = request.param
     benchmark.group = f"topk n={n} b={b}"
+    return data(n)[0], queries(b)
+
+
+def test_topk_lamina(benchmark, topk_case):
+    X, Q = topk_case
     s, i = benchmark(lamina.topk, Q, X, K)
-    assert i.shape == (b, K)
+    assert i.shape == (len(Q), K)
 
 
-@pytest.mark.parametrize("b", BATCHES)
-@pytest.mark.parametrize("n", SIZES)
-def test_topk_numpy(benchmark, n, b):
-    X, _ = data(n)
-    Q = queries(b)
-    benchmark.group = f"topk n={n} b={b}"
+def test_topk_numpy(benchmark, topk_case):
+    X, Q = topk_case
 
     def run() -> np.ndarray:
         S = Q @ X.T

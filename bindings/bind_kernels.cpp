@@ -145,6 +145,29 @@ const uint8_t* live_mask(const py::object& obj, std::size_t n) {
   return static_cast<const uint8_t*>(a.data());
 }
 
+/// ema_blend (kDamped false, `param` α) or damped_update (true, `param` λ) of the host arrays:
+/// `rows` updated in place (GIL released), the drift of each updated row returned (in `out`
+/// when given), as cuda_rows_call does for device arrays.
+template <bool kDamped>
+py::array_t<float> rows_call(const py::object& rows, const py::object& targets,
+                             const py::object& param, const py::object& index, bool renormalize,
+                             const py::object& out, int threads, const char* pname) {
+  RowUpdateArgs a = row_update_args(rows, targets, index);
+  const RowParam p = row_param(param, pname, a.m, "updated rows");
+  py::array_t<float> drift = out_array<float>(out, {static_cast<py::ssize_t>(a.m)}, "float32");
+  {
+    float* rp = static_cast<float*>(a.rows.mutable_data());
+    const float* tp = static_cast<const float*>(a.targets.data());
+    float* dp = drift.mutable_data();
+    py::gil_scoped_release nogil;
+    if constexpr (kDamped)
+      damped_update(rp, a.n, a.d, tp, a.m, a.idx, p, dp, threads);
+    else
+      ema_blend(rp, a.n, a.d, tp, a.m, a.idx, p, renormalize, dp, threads);
+  }
+  return drift;
+}
+
 }  // namespace
 
 void register_kernels(py::module_& m) {
@@ -184,17 +207,7 @@ void register_kernels(py::module_& m) {
       "ema_blend",
       [](const py::object& rows, const py::object& targets, const py::object& alpha,
          const py::object& index, bool renormalize, const py::object& out, int threads) {
-        RowUpdateArgs a = row_update_args(rows, targets, index);
-        const RowParam ap = row_param(alpha, "alpha", a.m, "updated rows");
-        py::array_t<float> drift = out_array<float>(out, {static_cast<py::ssize_t>(a.m)}, "float32");
-        {
-          float* rp = static_cast<float*>(a.rows.mutable_data());
-          const float* tp = static_cast<const float*>(a.targets.data());
-          float* dp = drift.mutable_data();
-          py::gil_scoped_release nogil;
-          ema_blend(rp, a.n, a.d, tp, a.m, a.idx, ap, renormalize, dp, threads);
-        }
-        return drift;
+        return rows_call<false>(rows, targets, alpha, index, renormalize, out, threads, "alpha");
       },
       py::arg("rows"), py::arg("targets"), py::arg("alpha"), py::arg("index") = py::none(),
       py::arg("renormalize") = false, py::arg("out") = py::none(), py::arg("threads") = 0);
@@ -203,17 +216,7 @@ void register_kernels(py::module_& m) {
       "damped_update",
       [](const py::object& rows, const py::object& targets, const py::object& lam,
          const py::object& index, const py::object& out, int threads) {
-        RowUpdateArgs a = row_update_args(rows, targets, index);
-        const RowParam lp = row_param(lam, "lam", a.m, "updated rows");
-        py::array_t<float> drift = out_array<float>(out, {static_cast<py::ssize_t>(a.m)}, "float32");
-        {
-          float* rp = static_cast<float*>(a.rows.mutable_data());
-          const float* tp = static_cast<const float*>(a.targets.data());
-          float* dp = drift.mutable_data();
-          py::gil_scoped_release nogil;
-          damped_update(rp, a.n, a.d, tp, a.m, a.idx, lp, dp, threads);
-        }
-        return drift;
+        return rows_call<true>(rows, targets, lam, index, false, out, threads, "lam");
       },
       py::arg("rows"), py::arg("targets"), py::arg("lam"), py::arg("index") = py::none(),
       py::arg("out") = py::none(), py::arg("threads") = 0);

@@ -99,57 +99,55 @@ void def_model_setup(ModelClass& model_cls) {
 void def_model_forward(ModelClass& model_cls) {
   model_cls
       .def_property_readonly_static("kernel_isa",
-                                    [](const py::object&) { return model::Model::kernel_isa(); })
-      .def(
-          "forward",
-          [](const PyModel& pm, const py::object& ids, model::KVCache& cache,
-             const std::string& logits, int threads, int record_window, bool q8,
-             bool accumulate, const std::string& reduce) {
-            py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
-            const model::Logits mode = logits_mode(logits);
-            const model::Config& c = pm.m->config();
-            const std::size_t T = static_cast<std::size_t>(a.shape(0));
-            LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
-            LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
-                         "record_window must be in [0, len(ids)], got ", record_window);
-            float* lp = nullptr;
-            py::object out = logits_array(mode, T, c.vocab_size, &lp), rec = py::none(), acc = py::none();
-            LAMINA_CHECK(reduce == "sum" || reduce == "max",
-                         "accumulate_reduce must be 'sum' or 'max', got '", reduce, "'");
-            model::AttentionRecord R;
-            R.accumulate_max = reduce == "max";
-            if (record_window > 0) {
-              const std::size_t S = cache.length(0, 0) + T;
-              py::array_t<float> o({static_cast<std::size_t>(c.n_layers),
-                                    static_cast<std::size_t>(c.n_heads),
-                                    static_cast<std::size_t>(record_window), S});
-              R.window = record_window;
-              R.out = o.mutable_data();
-              rec = o;
-            }
-            if (accumulate) {
-              const std::size_t S = cache.length(0, 0) + T;
-              py::array_t<float> o({static_cast<std::size_t>(c.n_layers),
-                                    static_cast<std::size_t>(c.n_heads), S});
-              R.accumulated = o.mutable_data();
-              acc = o;
-            }
-            const int32_t* p = static_cast<const int32_t*>(a.data());
-            {
-              py::gil_scoped_release nogil;
-              pm.m->forward(p, T, cache, mode, lp, threads,
-                            record_window > 0 || accumulate ? &R : nullptr, q8);
-            }
-            return py::make_tuple(out, rec, acc);
-          },
-          py::arg("ids"), py::arg("cache"), py::arg("logits") = "last", py::arg("threads") = 0,
-          py::arg("record_window") = 0, py::arg("q8_decode") = true,
-          py::arg("accumulate_attention") = false, py::arg("accumulate_reduce") = "sum",
-          "Runs ids (int32 [T]) through the model after the tokens in cache; returns (logits, "
-          "attention, accumulated): logits float32 [vocab] ('last'), [T, vocab] ('all') or None ('none'); "
-          "attention float32 [L, H, record_window, S] or None. q8_decode: int8 activations on the "
-          "decode (GEMV) path. accumulate_attention: accumulated is (L, H, S) float32, each entry's attention "
-          "summed over every query of the call (H2O; accumulate_reduce='max': its maximum, KVzip), else None.")
+                                    [](const py::object&) { return model::Model::kernel_isa(); });
+  def_forward(
+      model_cls,
+      [](const PyModel& pm, const py::object& ids, model::KVCache& cache,
+         const std::string& logits, int threads, int record_window, bool q8,
+         bool accumulate, const std::string& reduce) {
+        py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
+        const model::Logits mode = logits_mode(logits);
+        const model::Config& c = pm.m->config();
+        const std::size_t T = static_cast<std::size_t>(a.shape(0));
+        LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
+        LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
+                     "record_window must be in [0, len(ids)], got ", record_window);
+        float* lp = nullptr;
+        py::object out = logits_array(mode, T, c.vocab_size, &lp), rec = py::none(), acc = py::none();
+        LAMINA_CHECK(reduce == "sum" || reduce == "max",
+                     "accumulate_reduce must be 'sum' or 'max', got '", reduce, "'");
+        model::AttentionRecord R;
+        R.accumulate_max = reduce == "max";
+        if (record_window > 0) {
+          const std::size_t S = cache.length(0, 0) + T;
+          py::array_t<float> o({static_cast<std::size_t>(c.n_layers),
+                                static_cast<std::size_t>(c.n_heads),
+                                static_cast<std::size_t>(record_window), S});
+          R.window = record_window;
+          R.out = o.mutable_data();
+          rec = o;
+        }
+        if (accumulate) {
+          const std::size_t S = cache.length(0, 0) + T;
+          py::array_t<float> o({static_cast<std::size_t>(c.n_layers),
+                                static_cast<std::size_t>(c.n_heads), S});
+          R.accumulated = o.mutable_data();
+          acc = o;
+        }
+        const int32_t* p = static_cast<const int32_t*>(a.data());
+        {
+          py::gil_scoped_release nogil;
+          pm.m->forward(p, T, cache, mode, lp, threads,
+                        record_window > 0 || accumulate ? &R : nullptr, q8);
+        }
+        return py::make_tuple(out, rec, acc);
+      },
+      "Runs ids (int32 [T]) through the model after the tokens in cache; returns (logits, "
+      "attention, accumulated): logits float32 [vocab] ('last'), [T, vocab] ('all') or None ('none'); "
+      "attention float32 [L, H, record_window, S] or None. q8_decode: int8 activations on the "
+      "decode (GEMV) path. accumulate_attention: accumulated is (L, H, S) float32, each entry's attention "
+      "summed over every query of the call (H2O; accumulate_reduce='max': its maximum, KVzip), else None.");
+  model_cls
       .def(
           "forward_batch",
           [](const PyModel& pm, const py::object& ids, const py::list& caches, int threads, bool q8) {

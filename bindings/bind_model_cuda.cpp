@@ -85,74 +85,71 @@ void register_cuda_model(py::module_& m) {
            "The llama forward on the current CUDA device: every matrix dequantised to fp16 and "
            "uploaded once. Same arguments as LlamaModel.")
       .def_property_readonly("weight_bytes", [](const PyCudaModel& pm) { return pm.m->weight_bytes(); })
-      .def_property_readonly("device", [](const PyCudaModel& pm) { return pm.m->device(); })
-      .def(
-          "forward",
-          [](PyCudaModel& pm, const py::object& ids, cm::DeviceKVCache& cache, const std::string& logits,
-             int threads, int record_window, bool /*q8_decode*/, bool accumulate,
-             const std::string& /*reduce*/) {
-            if (accumulate)
-              not_implemented(
-                  "accumulated attention (accumulate_attention: H2O's scores, KVzip's reconstruction) "
-                  "is not implemented on CUDA; use device='cpu' for h2o and kvzip");
-            py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
-            const model::Config& c = pm.m->config();
-            const std::size_t T = static_cast<std::size_t>(a.shape(0));
-            LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
-            LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
-                         "record_window must be in [0, len(ids)], got ", record_window);
-            const model::Logits mode = logits_mode(logits);
-            float* lp = nullptr;
-            py::object out = logits_array(mode, T, c.vocab_size, &lp), rec = py::none();
-            // The attention record (window presses): the device returns the window's queries,
-            // the host computes the softmax rows over the cache's keys (lamina/model_f16.hpp).
-            const std::size_t w = static_cast<std::size_t>(record_window);
-            const std::size_t L = static_cast<std::size_t>(c.n_layers), H = static_cast<std::size_t>(c.n_heads),
-                              Hk = static_cast<std::size_t>(c.n_kv_heads), D = static_cast<std::size_t>(c.head_dim);
-            std::size_t S = 0;
-            float* rp = nullptr;
-            if (w > 0) {
-              if (pm.m->scaled())
-                not_implemented("attention records with Ms-PoE are not implemented on CUDA; use device='cpu'");
-              const model::ChannelScaling& cs = pm.m->channel_scaling();
-              if (cs.enabled && cs.last_tokens > 0)
-                not_implemented("attention records with last-tokens channel scaling are not implemented on "
-                                "CUDA; use device='cpu'");
-              for (int l = 0; l < c.n_layers; ++l)
-                for (int h = 0; h < c.n_kv_heads; ++h)
-                  LAMINA_CHECK(cache.length(l, h) == cache.length(0, 0),
-                               "forward: recording attention needs every head to hold the same number of "
-                               "entries (the cache was compacted head-wise)");
-              S = cache.length(0, 0) + T;
-              py::array_t<float> o({L, H, w, S});
-              rp = o.mutable_data();
-              rec = o;
+      .def_property_readonly("device", [](const PyCudaModel& pm) { return pm.m->device(); });
+  def_forward(
+      model_cls,
+      [](PyCudaModel& pm, const py::object& ids, cm::DeviceKVCache& cache, const std::string& logits,
+         int threads, int record_window, bool /*q8_decode*/, bool accumulate,
+         const std::string& /*reduce*/) {
+        if (accumulate)
+          not_implemented(
+              "accumulated attention (accumulate_attention: H2O's scores, KVzip's reconstruction) "
+              "is not implemented on CUDA; use device='cpu' for h2o and kvzip");
+        py::array a = checked_array<int32_t>(ids, "ids", 1, "int32");
+        const model::Config& c = pm.m->config();
+        const std::size_t T = static_cast<std::size_t>(a.shape(0));
+        LAMINA_CHECK(T >= 1, "ids is empty: at least one token is needed");
+        LAMINA_CHECK(record_window >= 0 && static_cast<std::size_t>(record_window) <= T,
+                     "record_window must be in [0, len(ids)], got ", record_window);
+        const model::Logits mode = logits_mode(logits);
+        float* lp = nullptr;
+        py::object out = logits_array(mode, T, c.vocab_size, &lp), rec = py::none();
+        // The attention record (window presses): the device returns the window's queries,
+        // the host computes the softmax rows over the cache's keys (lamina/model_f16.hpp).
+        const std::size_t w = static_cast<std::size_t>(record_window);
+        const std::size_t L = static_cast<std::size_t>(c.n_layers), H = static_cast<std::size_t>(c.n_heads),
+                          Hk = static_cast<std::size_t>(c.n_kv_heads), D = static_cast<std::size_t>(c.head_dim);
+        std::size_t S = 0;
+        float* rp = nullptr;
+        if (w > 0) {
+          if (pm.m->scaled())
+            not_implemented("attention records with Ms-PoE are not implemented on CUDA; use device='cpu'");
+          const model::ChannelScaling& cs = pm.m->channel_scaling();
+          if (cs.enabled && cs.last_tokens > 0)
+            not_implemented("attention records with last-tokens channel scaling are not implemented on "
+                            "CUDA; use device='cpu'");
+          for (int l = 0; l < c.n_layers; ++l)
+            for (int h = 0; h < c.n_kv_heads; ++h)
+              LAMINA_CHECK(cache.length(l, h) == cache.length(0, 0),
+                           "forward: recording attention needs every head to hold the same number of "
+                           "entries (the cache was compacted head-wise)");
+          S = cache.length(0, 0) + T;
+          py::array_t<float> o({L, H, w, S});
+          rp = o.mutable_data();
+          rec = o;
+        }
+        const int32_t* p = static_cast<const int32_t*>(a.data());
+        {
+          py::gil_scoped_release nogil;
+          std::vector<float> queries(w > 0 ? L * w * H * D : 0);
+          pm.m->forward(p, T, cache, mode, lp, w > 0 ? queries.data() : nullptr, w);
+          if (w > 0) {
+            std::vector<float> keys(Hk * S * D);
+            for (std::size_t l = 0; l < L; ++l) {
+              for (std::size_t h = 0; h < Hk; ++h)
+                cache.keys(static_cast<int>(l), static_cast<int>(h), keys.data() + h * S * D);
+              model::window_attention_rows(queries.data() + l * w * H * D, w, c.n_heads, c.n_kv_heads,
+                                           c.head_dim, keys.data(), S, rp + l * H * w * S, threads);
             }
-            const int32_t* p = static_cast<const int32_t*>(a.data());
-            {
-              py::gil_scoped_release nogil;
-              std::vector<float> queries(w > 0 ? L * w * H * D : 0);
-              pm.m->forward(p, T, cache, mode, lp, w > 0 ? queries.data() : nullptr, w);
-              if (w > 0) {
-                std::vector<float> keys(Hk * S * D);
-                for (std::size_t l = 0; l < L; ++l) {
-                  for (std::size_t h = 0; h < Hk; ++h)
-                    cache.keys(static_cast<int>(l), static_cast<int>(h), keys.data() + h * S * D);
-                  model::window_attention_rows(queries.data() + l * w * H * D, w, c.n_heads, c.n_kv_heads,
-                                               c.head_dim, keys.data(), S, rp + l * H * w * S, threads);
-                }
-              }
-            }
-            return py::make_tuple(out, rec, py::none());
-          },
-          py::arg("ids"), py::arg("cache"), py::arg("logits") = "last", py::arg("threads") = 0,
-          py::arg("record_window") = 0, py::arg("q8_decode") = true,
-          py::arg("accumulate_attention") = false, py::arg("accumulate_reduce") = "sum",
-          "LlamaModel.forward's signature on the device: returns (logits, attention, None); q8_decode "
-          "is ignored (fp16 weights, float32 activations); record_window > 0 records the last "
-          "queries' softmax rows (L, H, record_window, S), computed on the host from the device's "
-          "queries and keys with `threads` threads (not with Ms-PoE); accumulate_attention raises "
-          "NotImplementedError.");
+          }
+        }
+        return py::make_tuple(out, rec, py::none());
+      },
+      "LlamaModel.forward's signature on the device: returns (logits, attention, None); q8_decode "
+      "is ignored (fp16 weights, float32 activations); record_window > 0 records the last "
+      "queries' softmax rows (L, H, record_window, S), computed on the host from the device's "
+      "queries and keys with `threads` threads (not with Ms-PoE); accumulate_attention raises "
+      "NotImplementedError.");
 }
 
 #endif  // LAMINA_WITH_CUDA

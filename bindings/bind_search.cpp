@@ -137,28 +137,8 @@ void register_arena(py::module_& m) {
             return out;
           },
           py::arg("vectors"), py::arg("namespace") = 0, py::arg("layer") = 0)
-      .def("remove",
-           [](VectorArena& A, const py::object& slots) {
-             py::array s = check_slots(slots);
-             const int64_t* p = static_cast<const int64_t*>(s.data());
-             const std::size_t n = s.shape(0);
-             py::gil_scoped_release nogil;
-             A.remove(p, n);
-           })
-      .def("get",
-           [](const VectorArena& A, const py::object& slots) {
-             py::array s = check_slots(slots);
-             const std::size_t n = s.shape(0);
-             py::array out(A.dtype() == DType::F16 ? py::dtype("float16") : py::dtype("float32"),
-                           std::vector<py::ssize_t>{(py::ssize_t)n, (py::ssize_t)A.dim()});
-             {
-               const int64_t* p = static_cast<const int64_t*>(s.data());
-               void* o = out.mutable_data();
-               py::gil_scoped_release nogil;
-               A.get(p, n, o);
-             }
-             return out;
-           })
+      .def("remove", [](VectorArena& A, const py::object& slots) { remove_slots(A, slots); })
+      .def("get", [](const VectorArena& A, const py::object& slots) { return get_slots(A, slots); })
       .def("set_layer",
            [](VectorArena& A, const py::object& slots, long long layer) {
              check_layer(layer);
@@ -204,7 +184,7 @@ void register_arena(py::module_& m) {
              auto* keep = new std::shared_ptr<void>(v.storage);
              py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
              const py::ssize_t elt = v.dtype == DType::F16 ? 2 : 4;
-             py::array arr(v.dtype == DType::F16 ? py::dtype("float16") : py::dtype("float32"),
+             py::array arr(py::dtype(dtype_name(v.dtype)),
                            std::vector<py::ssize_t>{(py::ssize_t)v.rows, (py::ssize_t)v.dim},
                            std::vector<py::ssize_t>{(py::ssize_t)v.stride * elt, elt},
                            v.storage.get(), owner);

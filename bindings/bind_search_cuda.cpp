@@ -115,30 +115,18 @@ void def_arena_rows_cuda(ArenaClass& arena_cls) {
             return out;
           },
           py::arg("vectors"), py::arg("namespace") = 0, py::arg("layer") = 0, py::arg("stream") = 0)
-      .def("remove",
-           [](CA& A, const py::object& slots, std::uintptr_t stream) {
-             py::array s = check_slots(slots);
-             const int64_t* p = static_cast<const int64_t*>(s.data());
-             const std::size_t n = s.shape(0);
-             py::gil_scoped_release nogil;
-             A.remove(p, n, as_stream(stream));
-           },
-           py::arg("slots"), py::arg("stream") = 0)
-      .def("get",
-           [](const CA& A, const py::object& slots, std::uintptr_t stream) {
-             py::array s = check_slots(slots);
-             const std::size_t n = s.shape(0);
-             py::array out(A.dtype() == DType::F16 ? py::dtype("float16") : py::dtype("float32"),
-                           std::vector<py::ssize_t>{(py::ssize_t)n, (py::ssize_t)A.dim()});
-             {
-               const int64_t* p = static_cast<const int64_t*>(s.data());
-               void* o = out.mutable_data();
-               py::gil_scoped_release nogil;
-               A.get(p, n, o, as_stream(stream));
-             }
-             return out;
-           },
-           py::arg("slots"), py::arg("stream") = 0)
+      .def(
+          "remove",
+          [](CA& A, const py::object& slots, std::uintptr_t stream) {
+            remove_slots(A, slots, as_stream(stream));
+          },
+          py::arg("slots"), py::arg("stream") = 0)
+      .def(
+          "get",
+          [](const CA& A, const py::object& slots, std::uintptr_t stream) {
+            return get_slots(A, slots, as_stream(stream));
+          },
+          py::arg("slots"), py::arg("stream") = 0)
       .def("set_layer",
            [](CA& A, const py::object& slots, long long layer, std::uintptr_t stream) {
              check_layer(layer);

@@ -77,6 +77,37 @@ void def_slot_columns(Cls& cls) {
       });
 }
 
+/// numpy's name of an arena's row dtype.
+inline const char* dtype_name(DType t) { return t == DType::F16 ? "float16" : "float32"; }
+
+/// remove(slots) for every arena type; `extra` (the CUDA arena's stream) follows the slots in
+/// Arena::remove. The GIL is released around the removal.
+template <class Arena, class... Extra>
+void remove_slots(Arena& A, const py::object& slots, Extra... extra) {
+  py::array s = check_slots(slots);
+  const int64_t* p = static_cast<const int64_t*>(s.data());
+  const std::size_t n = s.shape(0);
+  py::gil_scoped_release nogil;
+  A.remove(p, n, extra...);
+}
+
+/// get(slots) for every arena type: the rows of `slots` as a new [n, dim] array of the arena's
+/// dtype; `extra` (the CUDA arena's stream) follows the output in Arena::get.
+template <class Arena, class... Extra>
+py::array get_slots(const Arena& A, const py::object& slots, Extra... extra) {
+  py::array s = check_slots(slots);
+  const std::size_t n = s.shape(0);
+  py::array out(py::dtype(dtype_name(A.dtype())),
+                std::vector<py::ssize_t>{(py::ssize_t)n, (py::ssize_t)A.dim()});
+  {
+    const int64_t* p = static_cast<const int64_t*>(s.data());
+    void* o = out.mutable_data();
+    py::gil_scoped_release nogil;
+    A.get(p, n, o, extra...);
+  }
+  return out;
+}
+
 /// The members every arena type shares (host VectorArena and the CUDA arena): shape and
 /// capacity properties, reserve, namespace_size and the bookkeeping columns.
 template <class Arena, class Cls>
@@ -84,7 +115,7 @@ void def_arena_common(Cls& cls) {
   def_slot_columns<Arena>(cls);
   cls.def_property_readonly("dim", &Arena::dim)
       .def_property_readonly("dtype",
-                             [](const Arena& A) { return A.dtype() == DType::F16 ? "float16" : "float32"; })
+                             [](const Arena& A) { return dtype_name(A.dtype()); })
       .def_property_readonly("capacity", &Arena::capacity)
       .def_property_readonly("high_water", &Arena::high_water)
       .def_property_readonly("stride", &Arena::stride)

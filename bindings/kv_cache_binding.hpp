@@ -13,10 +13,21 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common.hpp"
 
 namespace lamina::py_detail {
+
+/// A per-(layer, head) table of the Ms-PoE assignment, `v` row-major, as a new
+/// [n_layers, v.size() / n_layers] array of T.
+template <class T, class V>
+py::array_t<T> per_layer_table(const std::vector<V>& v, int n_layers) {
+  const std::size_t rows = static_cast<std::size_t>(n_layers);
+  py::array_t<T> out({rows, v.size() / rows});
+  std::copy(v.begin(), v.end(), out.mutable_data());
+  return out;
+}
 
 /// The docstrings that differ between the two caches.
 struct KVCacheDocs {
@@ -82,9 +93,7 @@ void def_kv_cache(py::class_<Cache>& cls, const KVCacheDocs& docs, Rows rows, Cl
           "ratio_index",
           [](const Cache& c) -> py::object {
             if (!c.scaled()) return py::none();
-            py::array_t<int32_t> out({c.n_layers(), c.n_kv_heads()});
-            std::copy(c.ratio_index().begin(), c.ratio_index().end(), out.mutable_data());
-            return std::move(out);
+            return per_layer_table<int32_t>(c.ratio_index(), c.n_layers());
           },
           "Ms-PoE ratio index per (layer, KV head), int32 [n_layers, n_kv_heads] (-1: the layer "
           "keeps plain RoPE), or None when the cache was not filled by a scaled model.")
@@ -92,10 +101,7 @@ void def_kv_cache(py::class_<Cache>& cls, const KVCacheDocs& docs, Rows rows, Cl
           "outlier_share",
           [](const Cache& c) -> py::object {
             if (!c.scaled()) return py::none();
-            const std::size_t H = c.outlier_share().size() / static_cast<std::size_t>(c.n_layers());
-            py::array_t<float> out({static_cast<std::size_t>(c.n_layers()), H});
-            std::copy(c.outlier_share().begin(), c.outlier_share().end(), out.mutable_data());
-            return std::move(out);
+            return per_layer_table<float>(c.outlier_share(), c.n_layers());
           },
           "The outlier share of every (layer, query head) the Ms-PoE ratios were assigned from, "
           "float32 [n_layers, n_heads] (0 where not rescaled), or None.")

@@ -1,6 +1,7 @@
 // The Python-side arguments of the model bindings (see model_args.hpp).
 #include "model_args.hpp"
 
+#include <type_traits>
 #include <utility>
 
 namespace lamina::py_detail {
@@ -122,29 +123,37 @@ model::PositionScaling position_scaling(const py::object& o, const model::Config
   return p;
 }
 
+namespace {
+/// The Python dict keys of a ChannelScaling, each with its field: visit(key, cs.field) per
+/// field (CS: ChannelScaling or const ChannelScaling).
+template <class CS, class Visit>
+void channel_scaling_fields(CS& cs, Visit visit) {
+  visit("first_layer", cs.first_layer);
+  visit("last_layer", cs.last_layer);
+  visit("channel", cs.channel);
+  visit("factor", cs.factor);
+  visit("last_tokens", cs.last_tokens);
+}
+}  // namespace
+
 model::ChannelScaling channel_scaling(const py::object& o) {
   model::ChannelScaling cs;
   if (o.is_none()) return cs;
   const py::dict d = o.cast<py::dict>();
-  for (const char* key : {"first_layer", "last_layer", "channel", "factor", "last_tokens"})
+  channel_scaling_fields(cs, [&](const char* key, auto&) {
     LAMINA_CHECK(d.contains(key), "channel scaling: missing key '", key, "'");
+  });
   cs.enabled = true;
-  cs.first_layer = d["first_layer"].cast<int>();
-  cs.last_layer = d["last_layer"].cast<int>();
-  cs.channel = d["channel"].cast<int>();
-  cs.factor = d["factor"].cast<float>();
-  cs.last_tokens = d["last_tokens"].cast<int>();
+  channel_scaling_fields(cs, [&](const char* key, auto& field) {
+    field = d[key].cast<std::remove_reference_t<decltype(field)>>();
+  });
   return cs;
 }
 
 py::object channel_scaling_dict(const model::ChannelScaling& cs) {
   if (!cs.enabled) return py::none();
   py::dict d;
-  d["first_layer"] = cs.first_layer;
-  d["last_layer"] = cs.last_layer;
-  d["channel"] = cs.channel;
-  d["factor"] = cs.factor;
-  d["last_tokens"] = cs.last_tokens;
+  channel_scaling_fields(cs, [&](const char* key, const auto& field) { d[key] = field; });
   return std::move(d);
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "common.hpp"
 #include "lamina/model.hpp"
@@ -43,6 +44,17 @@ model::Logits logits_mode(const std::string& s);
 /// The logits array a forward of T tokens fills in `mode`: float32 [vocab_size] for Last,
 /// [T, vocab_size] for All, None for None; `*data` is set to its buffer (nullptr for None).
 py::object logits_array(model::Logits mode, std::size_t T, int vocab_size, float** data);
+
+/// forward(ids, cache, logits="last", threads=0, record_window=0, q8_decode=True,
+/// accumulate_attention=False, accumulate_reduce="sum") on a model class: the one Python
+/// signature of the CPU and CUDA models' forward, implemented by `f`, documented by `doc`.
+template <class PyM, class F>
+void def_forward(py::class_<PyM>& cls, F&& f, const char* doc) {
+  cls.def("forward", std::forward<F>(f), py::arg("ids"), py::arg("cache"),
+          py::arg("logits") = "last", py::arg("threads") = 0, py::arg("record_window") = 0,
+          py::arg("q8_decode") = true, py::arg("accumulate_attention") = false,
+          py::arg("accumulate_reduce") = "sum", doc);
+}
 
 /// set_channel_scaling / channel_scaling on a model class (PyM: the wrapper whose `m` is the
 /// CPU or CUDA model); `set_doc` documents the setter.

@@ -7,11 +7,11 @@
 #include <limits>
 
 #include "lamina/common.hpp"
+#include "lamina/enum_names.hpp"
 #include "lamina/isa.hpp"
 #include "topk_internal.hpp"
 
-#if defined(LAMINA_HAVE_X86_SIMD) && (defined(__GNUC__) || defined(__clang__))
-#define LAMINA_CODEC_X86 1
+#if defined(LAMINA_ISA_TARGETS)
 #include <immintrin.h>
 #endif
 
@@ -61,7 +61,7 @@ void int8_scalar(const int8_t* q, const uint8_t*, std::size_t L, const uint8_t* 
 
 const CodecKernels kScalar{"scalar", binary_scalar, int8_scalar};
 
-#if defined(LAMINA_CODEC_X86)
+#if defined(LAMINA_ISA_TARGETS)
 // ------------------------------------------------------------------------------- AVX2
 #define LAMINA_AVX2 __attribute__((target("avx2,popcnt")))
 
@@ -204,15 +204,11 @@ const CodecKernels& avx512_table() {
   }();
   return full ? kAvx512 : kAvx2;
 }
-#define LAMINA_CODEC_TABLE(f) &f
-#else
-#define LAMINA_CODEC_TABLE(f) nullptr
 #endif
 
 const CodecKernels& scalar_table() { return kScalar; }
-constexpr isa::Family<CodecKernels> kCodecs{&scalar_table, LAMINA_CODEC_TABLE(avx2_table),
-                                            LAMINA_CODEC_TABLE(avx512_table)};
-#undef LAMINA_CODEC_TABLE
+constexpr isa::Family<CodecKernels> kCodecs{&scalar_table, LAMINA_ISA_TARGET_X86(&avx2_table),
+                                            LAMINA_ISA_TARGET_X86(&avx512_table)};
 isa::Selector g_codec_isa;
 
 const CodecKernels& kernels() { return kCodecs.get(g_codec_isa); }
@@ -370,21 +366,19 @@ struct CodeScorer {
 
 }  // namespace
 
+namespace {
+constexpr EnumName<Codec> kCodecNames[] = {
+    {Codec::Binary, "binary"}, {Codec::Int8, "int8"}, {Codec::None, "none"}};
+}  // namespace
+
 Codec parse_codec(const std::string& name) {
-  if (name == "binary") return Codec::Binary;
-  if (name == "int8") return Codec::Int8;
-  if (name == "none" || name.empty()) return Codec::None;
-  throw ValueError("unknown codec '" + name + "'; expected 'binary', 'int8' or None");
+  if (name.empty()) return Codec::None;
+  return enum_parse(kCodecNames, name, [&] {
+    return "unknown codec '" + name + "'; expected 'binary', 'int8' or None";
+  });
 }
 
-const char* codec_name(Codec c) {
-  switch (c) {
-    case Codec::Binary: return "binary";
-    case Codec::Int8: return "int8";
-    case Codec::None: return "none";
-  }
-  return "?";
-}
+const char* codec_name(Codec c) { return enum_name(kCodecNames, c); }
 
 std::size_t code_stride(Codec c, std::size_t dim) {
   switch (c) {

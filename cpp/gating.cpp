@@ -144,27 +144,31 @@ const kisa::GatePredictor* predictor(std::size_t L, float eps) {
 }
 }  // namespace
 
+void check_gate_beta(double v, bool per_row, std::size_t row, bool has_max_entropy) {
+  LAMINA_CHECK(std::isfinite(v) && std::fabs(v) <= FLT_MAX, "beta",
+               per_row ? detail::concat("[", row, "]") : std::string(), " = ", v,
+               " is not a finite float32 value");
+  LAMINA_CHECK(!has_max_entropy || v > 0.0, "beta",
+               per_row ? detail::concat("[", row, "]") : std::string(), " = ", v,
+               " must be > 0 when max_entropy is given (doubling beta sharpens the gate only "
+               "for beta > 0)");
+}
+
+void check_gate_entropy(double max_entropy, int max_doublings) {
+  LAMINA_CHECK(std::isfinite(max_entropy) && max_entropy >= 0.0,
+               "max_entropy (epsilon) must be finite and >= 0, got ", max_entropy);
+  LAMINA_CHECK(max_doublings >= 0 && max_doublings <= 1024,
+               "max_doublings must be in [0, 1024], got ", max_doublings);
+}
+
 void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const RowParam& beta,
                   bool has_max_entropy, double max_entropy, int max_doublings, float* gamma,
                   double* beta_used, int threads, int predict) {
   LAMINA_CHECK(L >= 1, "relevance must have at least one column (one per memory layer), got 0");
   const std::size_t nb = beta.per_row() ? b : 1;
-  for (std::size_t i = 0; i < nb; ++i) {
-    const double v = beta[i];
-    LAMINA_CHECK(std::isfinite(v) && std::fabs(v) <= FLT_MAX, "beta",
-                 beta.per_row() ? detail::concat("[", i, "]") : std::string(), " = ", v,
-                 " is not a finite float32 value");
-    LAMINA_CHECK(!has_max_entropy || v > 0.0, "beta",
-                 beta.per_row() ? detail::concat("[", i, "]") : std::string(), " = ", v,
-                 " must be > 0 when max_entropy is given (doubling beta sharpens the gate only "
-                 "for beta > 0)");
-  }
-  if (has_max_entropy) {
-    LAMINA_CHECK(std::isfinite(max_entropy) && max_entropy >= 0.0,
-                 "max_entropy (epsilon) must be finite and >= 0, got ", max_entropy);
-    LAMINA_CHECK(max_doublings >= 0 && max_doublings <= 1024,
-                 "max_doublings must be in [0, 1024], got ", max_doublings);
-  }
+  for (std::size_t i = 0; i < nb; ++i)
+    check_gate_beta(beta[i], beta.per_row(), i, has_max_entropy);
+  if (has_max_entropy) check_gate_entropy(max_entropy, max_doublings);
   if (b == 0) return;
 
   const bool doubling = has_max_entropy && max_doublings > 0;

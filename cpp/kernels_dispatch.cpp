@@ -7,16 +7,7 @@
 #include "lamina/kernel_isa.hpp"
 
 namespace lamina::kisa {
-namespace scalar_isa { const Table& get_table(); }
-#if defined(LAMINA_HAVE_X86_SIMD)
-namespace avx2_isa { const Table& get_table(); }
-namespace avx512_isa { const Table& get_table(); }
-#endif
-
-namespace {
-constexpr isa::Family<Table> kLoops{&scalar_isa::get_table, LAMINA_ISA_X86(&avx2_isa::get_table),
-                                    LAMINA_ISA_X86(&avx512_isa::get_table)};
-}  // namespace
+LAMINA_ISA_FAMILY(Table, get_table, kLoops)
 
 const Table& table() { return kLoops.get(); }
 

@@ -9,6 +9,7 @@
 
 #include "kv_internal.hpp"
 #include "lamina/common.hpp"
+#include "lamina/isa.hpp"
 #include "lamina/kernel_math.hpp"
 #include "lamina/kv.hpp"
 #include "lamina/parallel.hpp"
@@ -26,9 +27,6 @@ namespace {
 #define LAMINA_KV_INLINE inline __attribute__((always_inline))
 #else
 #define LAMINA_KV_INLINE inline
-#endif
-#if defined(LAMINA_HAVE_X86_SIMD) && (defined(__GNUC__) || defined(__clang__))
-#define LAMINA_KV_X86 1
 #endif
 
 constexpr std::size_t kChunk = 2048;              // window-reduce block (stays in L1)
@@ -77,7 +75,7 @@ inline bool exact_divisor(float d) {
   const unsigned u = static_cast<unsigned>(d);
   return (u & 1u) != 0 || (u & (u - 1u)) == 0;  // odd or a power of two
 }
-#if defined(LAMINA_KV_X86)
+#if defined(LAMINA_ISA_TARGETS)
 __attribute__((target("avx2,fma"))) void div_exact_avx2(float* o, std::size_t m, float d,
                                                         float r) {
   for (std::size_t i = 0; i < m; ++i) {
@@ -88,7 +86,7 @@ __attribute__((target("avx2,fma"))) void div_exact_avx2(float* o, std::size_t m,
 #endif
 template <int kIsa>
 LAMINA_KV_INLINE void div_by(float* o, std::size_t m, float d) {
-#if defined(LAMINA_KV_X86)
+#if defined(LAMINA_ISA_TARGETS)
   if (kIsa > 0 && exact_divisor(d)) {
     const float r = 1.0f / d;
     if (kIsa == 1) {
@@ -441,7 +439,7 @@ void score_row_base(const float* in, const ScoreSpec& sp, const RowScale& sc, fl
                     RowBuffers& B, std::size_t r, RowEntropySums* st, float* nu) {
   score_row<0>(in, sp, sc, acc, B, r, st, nu);
 }
-#if defined(LAMINA_KV_X86)
+#if defined(LAMINA_ISA_TARGETS)
 __attribute__((target("avx2"))) void score_row_avx2(const float* in, const ScoreSpec& sp,
                                                     const RowScale& sc, float* acc,
                                                     RowBuffers& B, std::size_t r,
@@ -461,7 +459,7 @@ using EntropyFn = void (*)(const float*, std::size_t, double*, double*, float*);
 void entropy_base(const float* s, std::size_t N, double* z, double* sl, float* mn) {
   entropy_sums(s, N, z, sl, mn);
 }
-#if defined(LAMINA_KV_X86)
+#if defined(LAMINA_ISA_TARGETS)
 __attribute__((target("avx2"))) void entropy_avx2(const float* s, std::size_t N, double* z,
                                                   double* sl, float* mn) {
   entropy_sums(s, N, z, sl, mn);
@@ -479,26 +477,21 @@ struct ScoreLoops {
 };
 const ScoreLoops kBase{score_row_base, entropy_base};
 const ScoreLoops& base_loops() { return kBase; }
-#if defined(LAMINA_KV_X86)
+#if defined(LAMINA_ISA_TARGETS)
 const ScoreLoops kAvx2{score_row_avx2, entropy_avx2};
 const ScoreLoops kAvx512{score_row_avx512, entropy_avx512};
 const ScoreLoops& avx2_loops() { return kAvx2; }
 const ScoreLoops& avx512_loops() { return kAvx512; }
-#define LAMINA_KV_TABLE(t) &t
-#else
-#define LAMINA_KV_TABLE(t) nullptr
 #endif
-constexpr isa::Family<ScoreLoops> kScoreLoops{&base_loops, LAMINA_KV_TABLE(avx2_loops),
-                                              LAMINA_KV_TABLE(avx512_loops)};
-#undef LAMINA_KV_TABLE
+constexpr isa::Family<ScoreLoops> kScoreLoops{&base_loops, LAMINA_ISA_TARGET_X86(&avx2_loops),
+                                              LAMINA_ISA_TARGET_X86(&avx512_loops)};
 
 ScoreRowFn score_row_fn() { return kScoreLoops.get(detail::selector()).score_row; }
 EntropyFn entropy_fn() { return kScoreLoops.get(detail::selector()).entropy; }
 
 }  // namespace
 
-namespace {
-void check_spec(const ScoreSpec& sp, const RowScale& scale) {
+void check_score_spec(const ScoreSpec& sp, bool per_row_scale, bool per_token_scale) {
   LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.kv_heads >= 1 && sp.seq_len >= 1,
                "window_scores: empty shape");
   LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "window_scores: heads (", sp.heads,
@@ -514,7 +507,12 @@ void check_spec(const ScoreSpec& sp, const RowScale& scale) {
                "window_scores: group_reduce must be Mean or Max");
   LAMINA_CHECK(!sp.causal_normalize || sp.window_reduce == Reduce::Sum,
                "window_scores: causal_normalize needs window_reduce Sum");
-  LAMINA_CHECK(!(scale.per_row && scale.per_token), "window_scores: give one kind of scale");
+  LAMINA_CHECK(!(per_row_scale && per_token_scale), "window_scores: give one kind of scale");
+}
+
+namespace {
+void check_spec(const ScoreSpec& sp, const RowScale& scale) {
+  check_score_spec(sp, scale.per_row != nullptr, scale.per_token != nullptr);
 }
 
 int score_threads(const ScoreSpec& sp, int threads) {

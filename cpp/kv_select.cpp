@@ -662,10 +662,10 @@ void lava_layers(const float* scores, std::size_t layers, std::size_t kv_heads, 
   detail::lava_offsets(layers * kv_heads, tail, head_budgets, offsets);
 }
 
-void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_heads,
-                       std::size_t n, const int64_t* total, const int64_t* floor,
-                       int64_t* counts, int threads) {
+bool check_head_counts(std::size_t layers, std::size_t kv_heads, std::size_t n,
+                       const int64_t* total, const int64_t* floor) {
   const std::size_t N = kv_heads * n;
+  bool need = false;
   for (std::size_t l = 0; l < layers; ++l) {
     const int64_t f = floor ? floor[l] : 0;
     LAMINA_CHECK(f >= 0 && static_cast<std::size_t>(f) <= n, "layer_head_counts: floor[", l,
@@ -674,7 +674,16 @@ void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_h
                      static_cast<std::size_t>(total[l]) <= N,
                  "layer_head_counts: total[", l, "] = ", total[l], " is outside [",
                  f * static_cast<int64_t>(kv_heads), ", ", N, "]");
+    if (total[l] != 0 && static_cast<std::size_t>(total[l]) != N) need = true;
   }
+  return need;
+}
+
+void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_heads,
+                       std::size_t n, const int64_t* total, const int64_t* floor,
+                       int64_t* counts, int threads) {
+  check_head_counts(layers, kv_heads, n, total, floor);
+  const std::size_t N = kv_heads * n;
   const RowKernels& K = detail::row_kernels();
   const int nt = threads_for(layers * (N + 1), kMinPerThread, threads);
   std::vector<Workspace> ws(nt > 0 ? nt : 1);

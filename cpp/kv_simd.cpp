@@ -7,8 +7,7 @@
 #include "lamina/common.hpp"
 #include "lamina/isa.hpp"
 
-#if defined(LAMINA_HAVE_X86_SIMD) && (defined(__GNUC__) || defined(__clang__))
-#define LAMINA_KV_X86 1
+#if defined(LAMINA_ISA_TARGETS)
 #include <immintrin.h>
 #endif
 
@@ -73,7 +72,7 @@ std::size_t collect_scalar(const float* x, std::size_t n, float lo, float* vals,
 const RowKernels kScalar{"scalar", count_scalar, band_scalar, positions_scalar,
                          nth_equal_scalar, collect_scalar};
 
-#if defined(LAMINA_KV_X86)
+#if defined(LAMINA_ISA_TARGETS)
 // ------------------------------------------------------------------------------- AVX2
 #define LAMINA_AVX2 __attribute__((target("avx2,popcnt")))
 
@@ -304,19 +303,15 @@ LAMINA_AVX512 std::size_t collect_avx512(const float* x, std::size_t n, float lo
 
 const RowKernels kAvx512{"avx512", count_avx512, band_avx512, positions_avx512,
                          nth_equal_avx512, collect_avx512};
-#endif  // LAMINA_KV_X86
+#endif  // LAMINA_ISA_TARGETS
 
 const RowKernels& scalar_table() { return kScalar; }
-#if defined(LAMINA_KV_X86)
+#if defined(LAMINA_ISA_TARGETS)
 const RowKernels& avx2_table() { return kAvx2; }
 const RowKernels& avx512_table() { return kAvx512; }
-#define LAMINA_KV_TABLE(t) &t
-#else
-#define LAMINA_KV_TABLE(t) nullptr
 #endif
-constexpr isa::Family<RowKernels> kRows{&scalar_table, LAMINA_KV_TABLE(avx2_table),
-                                        LAMINA_KV_TABLE(avx512_table)};
-#undef LAMINA_KV_TABLE
+constexpr isa::Family<RowKernels> kRows{&scalar_table, LAMINA_ISA_TARGET_X86(&avx2_table),
+                                        LAMINA_ISA_TARGET_X86(&avx512_table)};
 
 isa::Selector g_selector;
 

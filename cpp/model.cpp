@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "lamina/common.hpp"
+#include "lamina/enum_names.hpp"
 #include "lamina/isa.hpp"
 #include "lamina/model_isa.hpp"
 #include "lamina/parallel.hpp"
@@ -16,25 +17,19 @@
 namespace lamina::model {
 
 // ---- types -----------------------------------------------------------------------------------
+namespace {
+constexpr EnumName<QType> kQTypeNames[] = {{QType::F32, "F32"},   {QType::F16, "F16"},
+                                           {QType::Q4_0, "Q4_0"}, {QType::Q4_1, "Q4_1"},
+                                           {QType::Q8_0, "Q8_0"}};
+}  // namespace
+
 QType qtype_from_name(const std::string& name) {
-  if (name == "F32") return QType::F32;
-  if (name == "F16") return QType::F16;
-  if (name == "Q4_0") return QType::Q4_0;
-  if (name == "Q4_1") return QType::Q4_1;
-  if (name == "Q8_0") return QType::Q8_0;
-  throw ValueError("tensor type " + name + " is not supported (F32, F16, Q4_0, Q4_1, Q8_0)");
+  return enum_parse(kQTypeNames, name, [&] {
+    return "tensor type " + name + " is not supported (F32, F16, Q4_0, Q4_1, Q8_0)";
+  });
 }
 
-const char* qtype_name(QType t) {
-  switch (t) {
-    case QType::F32: return "F32";
-    case QType::F16: return "F16";
-    case QType::Q4_0: return "Q4_0";
-    case QType::Q4_1: return "Q4_1";
-    case QType::Q8_0: return "Q8_0";
-  }
-  return "?";
-}
+const char* qtype_name(QType t) { return enum_name(kQTypeNames, t); }
 
 std::size_t row_bytes(QType t, std::size_t cols) {
   switch (t) {
@@ -300,23 +295,8 @@ std::vector<float> rope_tables(const Config& c, const int64_t* positions, std::s
 
 // ---- KVCache ---------------------------------------------------------------------------------
 KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim)
-    : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim) {
-  LAMINA_CHECK(n_layers >= 1 && n_kv_heads >= 1 && head_dim >= 1,
-               "KVCache: n_layers, n_kv_heads and head_dim must be >= 1");
-  heads_.resize(static_cast<std::size_t>(n_layers) * n_kv_heads);
-}
+    : HeadGrid(n_layers, n_kv_heads, head_dim) {}
 
-KVCache::Head& KVCache::head(int layer, int h) {
-  LAMINA_CHECK_INDEX(layer >= 0 && layer < n_layers_ && h >= 0 && h < n_kv_, "KV cache (layer ",
-                     layer, ", head ", h, ") out of range (", n_layers_, " layers, ", n_kv_,
-                     " KV heads)");
-  return heads_[static_cast<std::size_t>(layer) * n_kv_ + h];
-}
-const KVCache::Head& KVCache::head(int layer, int h) const {
-  return const_cast<KVCache*>(this)->head(layer, h);
-}
-
-std::size_t KVCache::length(int layer, int h) const { return head(layer, h).len; }
 const float* KVCache::keys(int layer, int h) const { return head(layer, h).k.data(); }
 const float* KVCache::values(int layer, int h) const { return head(layer, h).v.data(); }
 const int32_t* KVCache::positions(int layer, int h) const { return head(layer, h).pos.data(); }

@@ -7,17 +7,7 @@
 #include "lamina/model_isa.hpp"
 
 namespace lamina::model::misa {
-namespace scalar_isa { const Kernels& get_kernels(); }
-#if defined(LAMINA_HAVE_X86_SIMD)
-namespace avx2_isa { const Kernels& get_kernels(); }
-namespace avx512_isa { const Kernels& get_kernels(); }
-#endif
-
-namespace {
-constexpr isa::Family<Kernels> kModel{&scalar_isa::get_kernels,
-                                      LAMINA_ISA_X86(&avx2_isa::get_kernels),
-                                      LAMINA_ISA_X86(&avx512_isa::get_kernels)};
-}  // namespace
+LAMINA_ISA_FAMILY(Kernels, get_kernels, kModel)
 
 const Kernels& kernels() { return kModel.get(); }
 

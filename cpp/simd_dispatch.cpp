@@ -4,17 +4,7 @@
 #include "lamina/simd.hpp"
 
 namespace lamina::simd {
-namespace scalar_isa { const DotKernels& get_kernels(); }
-#if defined(LAMINA_HAVE_X86_SIMD)
-namespace avx2_isa { const DotKernels& get_kernels(); }
-namespace avx512_isa { const DotKernels& get_kernels(); }
-#endif
-
-namespace {
-constexpr isa::Family<DotKernels> kDot{&scalar_isa::get_kernels,
-                                       LAMINA_ISA_X86(&avx2_isa::get_kernels),
-                                       LAMINA_ISA_X86(&avx512_isa::get_kernels)};
-}  // namespace
+LAMINA_ISA_FAMILY(DotKernels, get_kernels, kDot)
 
 const DotKernels& kernels() { return kDot.get(); }
 

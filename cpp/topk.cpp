@@ -6,27 +6,27 @@
 #include <vector>
 
 #include "lamina/common.hpp"
+#include "lamina/enum_names.hpp"
 #include "lamina/parallel.hpp"
 #include "lamina/simd.hpp"
 #include "topk_internal.hpp"
 
 namespace lamina {
 
+namespace {
+constexpr EnumName<Metric> kMetricNames[] = {
+    {Metric::IP, "ip"},         {Metric::IP, "inner_product"}, {Metric::IP, "dot"},
+    {Metric::Cosine, "cosine"}, {Metric::Cosine, "cos"},       {Metric::L2, "l2"},
+    {Metric::L2, "sqeuclidean"}};
+}  // namespace
+
 Metric parse_metric(const std::string& name) {
-  if (name == "ip" || name == "inner_product" || name == "dot") return Metric::IP;
-  if (name == "cosine" || name == "cos") return Metric::Cosine;
-  if (name == "l2" || name == "sqeuclidean") return Metric::L2;
-  throw ValueError("unknown metric '" + name + "'; expected one of 'ip', 'cosine', 'l2'");
+  return enum_parse(kMetricNames, name, [&] {
+    return "unknown metric '" + name + "'; expected one of 'ip', 'cosine', 'l2'";
+  });
 }
 
-const char* metric_name(Metric m) {
-  switch (m) {
-    case Metric::IP: return "ip";
-    case Metric::Cosine: return "cosine";
-    case Metric::L2: return "l2";
-  }
-  return "?";
-}
+const char* metric_name(Metric m) { return enum_name(kMetricNames, m); }
 
 namespace {
 

@@ -14,10 +14,6 @@
 
 namespace lamina::cuda {
 
-using detail::as_stream;
-using detail::blocks_for;
-using detail::launch;
-using detail::Scratch;
 using detail::warp_sum;
 
 namespace {
@@ -577,14 +573,8 @@ void CudaVectorArena::search_codes_locked(const float* queries, std::size_t nq, 
   uint32_t* cand = scr.alloc<uint32_t>(nq * m);
   int64_t* seg = scr.alloc<int64_t>(2 * nq);
   code_candidates(host_queries, nq, dc, high_water, f, m, metric, cand, seg, stream_);
-  DeviceFilter g;  // the candidates passed every filter already
-  g.use_row_list = true;
-  g.row_list = cand;
-  g.row_list_len = nq * m;
-  g.segments = seg;
-  g.max_segment = m;
-  topk_search(queries, nq, device_rows_locked(), high_water, g, k, metric, d_gen_, out_scores,
-              out_ids, stream_);
+  topk_search(queries, nq, device_rows_locked(), high_water, candidate_filter(cand, seg, nq, m), k,
+              metric, d_gen_, out_scores, out_ids, stream_);
 }
 
 void CudaVectorArena::search(const float* queries, std::size_t nq, std::size_t k, Metric metric,
@@ -614,12 +604,17 @@ void CudaVectorArena::search_impl(const float* queries, const float* host_querie
     std::copy(layer_mask, layer_mask + 4, f.layer_mask);
   }
   const bool coded = codec_ != Codec::None && oversample > 0;
-  if (ns == nullptr) {
+  // The search over the rows `filter` admits: the code scan and re-rank, or the exact top-k.
+  auto run = [&](const DeviceFilter& filter) {
     if (coded)
-      search_codes_locked(queries, nq, k, host_queries, metric, f, oversample, out_scores,
+      search_codes_locked(queries, nq, k, host_queries, metric, filter, oversample, out_scores,
                           out_ids);
     else
-      topk_search(queries, nq, rs, high_water, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+      topk_search(queries, nq, rs, high_water, filter, k, metric, d_gen_, out_scores, out_ids,
+                  stream_);
+  };
+  if (ns == nullptr) {
+    run(f);
     return;
   }
   LAMINA_CHECK(n_ns == 1 || n_ns == nq, "namespace must be one value or one per query (", nq,
@@ -637,11 +632,7 @@ void CudaVectorArena::search_impl(const float* queries, const float* host_querie
     const auto [off, cnt] = range(ns[0]);
     f.row_list = d_csr_ + off;
     f.row_list_len = cnt;
-    if (coded)
-      search_codes_locked(queries, nq, k, host_queries, metric, f, oversample, out_scores,
-                          out_ids);
-    else
-      topk_search(queries, nq, rs, high_water, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+    run(f);
     return;
   }
   std::vector<int64_t> seg(2 * nq);
@@ -656,11 +647,7 @@ void CudaVectorArena::search_impl(const float* queries, const float* host_querie
   f.segments = upload(scr, seg, st);
   f.row_list_len = high_water;
   f.max_segment = longest;
-  if (coded)
-    search_codes_locked(queries, nq, k, host_queries, metric, f, oversample, out_scores,
-                          out_ids);
-  else
-    topk_search(queries, nq, rs, high_water, f, k, metric, d_gen_, out_scores, out_ids, stream_);
+  run(f);
 }
 
 void CudaVectorArena::search_host(const float* queries, std::size_t nq, std::size_t k,

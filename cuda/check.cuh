@@ -206,3 +206,13 @@ inline int sm_count() {
 }
 
 }  // namespace lamina::cuda::detail
+
+namespace lamina::cuda {
+// The launch vocabulary of the .cu files, named unqualified in each of them (and in the nested
+// lamina::cuda::kv / ::model).
+using detail::as_stream;
+using detail::blocks_for;
+using detail::kStrideBlocks;
+using detail::launch;
+using detail::Scratch;
+}  // namespace lamina::cuda

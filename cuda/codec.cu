@@ -15,12 +15,10 @@
 
 namespace lamina::cuda {
 
-using detail::blocks_for;
 using detail::Filter;
 using detail::kNoId;
 using detail::kThreads;
 using detail::kWarps;
-using detail::launch;
 using detail::WarpList;
 
 namespace {

@@ -18,17 +18,23 @@
 
 namespace lamina::cuda {
 
-/// Codes on the device: row r's code at base + r * stride bytes, its constants factor[r],
-/// count[r], its squared norm sqnorms[r] (all device pointers).
-struct DeviceCodes {
-  Codec codec = Codec::None;
-  const uint8_t* base = nullptr;
-  std::size_t stride = 0;
-  std::size_t dim = 0;
-  const float* factor = nullptr;
-  const int32_t* count = nullptr;
-  const float* sqnorms = nullptr;
-};
+/// Codes on the device: the CPU's CodeStore layout (row r's code at base + r * stride bytes,
+/// its constants factor[r], count[r], its squared norm sqnorms[r]) with every pointer a device
+/// pointer.
+using DeviceCodes = ::lamina::CodeStore;
+
+/// The filter of the re-ranking search over code_candidates' output (`cand`: nq · m row ids,
+/// `seg`: one range of it per query); the code scan applied every other filter already.
+inline DeviceFilter candidate_filter(const uint32_t* cand, const int64_t* seg, std::size_t nq,
+                                     std::size_t m) {
+  DeviceFilter g;
+  g.use_row_list = true;
+  g.row_list = cand;
+  g.row_list_len = nq * m;
+  g.segments = seg;
+  g.max_segment = m;
+  return g;
+}
 
 /// The best m rows per query by the code estimate, among the rows `filter` admits (live /
 /// layers / row list / one segment per query, as in topk_search). `queries`: host memory,

@@ -11,12 +11,7 @@
 
 namespace lamina::cuda {
 
-using detail::as_stream;
-using detail::blocks_for;
-using detail::kStrideBlocks;
-using detail::launch;
 using detail::read_scalar;
-using detail::Scratch;
 
 namespace {
 

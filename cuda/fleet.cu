@@ -16,11 +16,6 @@
 
 namespace lamina::cuda {
 
-using detail::as_stream;
-using detail::blocks_for;
-using detail::kStrideBlocks;
-using detail::launch;
-
 namespace {
 
 // Error words of the step's pinned block: the search's (topk_enqueue.cuh), then these, then
@@ -292,13 +287,7 @@ void FleetStep::enqueue(const CudaVectorArena::SearchView& v, const Staged& sg,
         int64_t* cseg = scr.alloc<int64_t>(2 * nq);
         detail::code_enqueue(*qcodes, nq, v.codes, v.high_water, f, m, p_.metric, cand, cseg,
                              scr, flags + kCodeWords, st);
-        DeviceFilter g;  // the candidates passed every filter already
-        g.use_row_list = true;
-        g.row_list = cand;
-        g.row_list_len = nq * m;
-        g.segments = cseg;
-        g.max_segment = m;
-        f = g;
+        f = candidate_filter(cand, cseg, nq, m);
       }
       detail::topk_enqueue(sg.queries, nq, v.rows, v.high_water, f, k, p_.metric,
                            v.generations, lay_s + l * nq * k, lay_i + l * nq * k, scr, flags, st);

@@ -8,15 +8,12 @@
 #include "check.cuh"
 #include "gate_row.cuh"
 #include "kernels.hpp"
+#include "lamina/gating.hpp"
 #include "lamina/kernel_math.hpp"
 #include "topk_select.cuh"
 
 namespace lamina::cuda {
 
-using detail::as_stream;
-using detail::blocks_for;
-using detail::launch;
-using detail::Scratch;
 using detail::warp_sum;
 
 namespace {
@@ -125,6 +122,48 @@ __global__ void validate_kernel(const int64_t* __restrict__ index, std::size_t m
   }
 }
 
+// Row k's per-element update with its weights built once: eq. 5's EMA blend (param α) or
+// eq. 9-10's damped update (kDamped, param λ), as the CPU's EmaStep / DampedStep.
+template <bool kDamped>
+struct RowStep {
+  float w1, w2;
+  __device__ explicit RowStep(double param) {
+    if constexpr (kDamped) {
+      kmath::damped_weights(param, &w1, &w2);
+    } else {
+      w1 = static_cast<float>(param);
+      w2 = static_cast<float>(1.0 - param);
+    }
+  }
+  __device__ float operator()(float a, float b) const {
+    if constexpr (kDamped) return kmath::damped_step(a, b, w1, w2);
+    else return kmath::ema_step(a, b, w1, w2);
+  }
+};
+
+// After a row's first pass, by every lane of its warp: true when every lane saw finite values;
+// otherwise lane 0 marks the row's drift NaN and raises kBad, and the caller skips the row.
+__device__ __forceinline__ bool row_finite(bool finite, int lane, float* drift_k, unsigned* flags) {
+  if (__all_sync(detail::kFullMask, finite)) return true;
+  if (lane == 0) {
+    *drift_k = __int_as_float(0x7fc00000);
+    detail::raise_flag(flags, kBad);
+  }
+  return false;
+}
+
+// The renormalisation factor of a row from each lane's partial squared norm of the result, by
+// every lane of its warp (1 without kRenorm).
+template <bool kRenorm>
+__device__ __forceinline__ float row_scale(float nrm) {
+  if constexpr (kRenorm) {
+    nrm = warp_sum(nrm);
+    return nrm > 0.0f ? 1.0f / sqrtf(nrm) : 1.0f;
+  } else {
+    return 1.0f;
+  }
+}
+
 // One warp per updated row: pass 1 finiteness (+ norm of the result), pass 2 write + drift.
 template <bool kDamped, bool kRenorm>
 __global__ void rows_kernel(float* __restrict__ rows, std::size_t d,
@@ -136,18 +175,7 @@ __global__ void rows_kernel(float* __restrict__ rows, std::size_t d,
   if (k >= m) return;
   float* x = rows + (index ? static_cast<std::size_t>(index[k]) : k) * d;
   const float* t = targets + k * d;
-  float w1, w2;
-  const double v = param_at(p, k);
-  if constexpr (kDamped) {
-    kmath::damped_weights(v, &w1, &w2);
-  } else {
-    w1 = static_cast<float>(v);
-    w2 = static_cast<float>(1.0 - v);
-  }
-  auto step = [&](float a, float b) {
-    if constexpr (kDamped) return kmath::damped_step(a, b, w1, w2);
-    else return kmath::ema_step(a, b, w1, w2);
-  };
+  const RowStep<kDamped> step(param_at(p, k));
   bool finite = true;
   float nrm = 0.f;
   for (std::size_t j = lane; j < d; j += 32) {
@@ -158,19 +186,8 @@ __global__ void rows_kernel(float* __restrict__ rows, std::size_t d,
       nrm += s * s;
     }
   }
-  finite = __all_sync(detail::kFullMask, finite);
-  if (!finite) {
-    if (lane == 0) {
-      drift[k] = __int_as_float(0x7fc00000);
-      detail::raise_flag(flags, kBad);
-    }
-    return;
-  }
-  float scale = 1.0f;
-  if constexpr (kRenorm) {
-    nrm = warp_sum(nrm);
-    scale = nrm > 0.0f ? 1.0f / sqrtf(nrm) : 1.0f;
-  }
+  if (!row_finite(finite, lane, drift + k, flags)) return;
+  const float scale = row_scale<kRenorm>(nrm);
   float acc = 0.f;
   for (std::size_t j = lane; j < d; j += 32) {
     const float a = x[j];
@@ -223,18 +240,7 @@ __global__ void __launch_bounds__(256)
     for (int r = 0; r < R; ++r) {
       const std::size_t k = k0 + r;
       if (k >= m) break;  // warp-uniform
-      float w1, w2;
-      const double pv = param_at(p, k);
-      if constexpr (kDamped) {
-        kmath::damped_weights(pv, &w1, &w2);
-      } else {
-        w1 = static_cast<float>(pv);
-        w2 = static_cast<float>(1.0 - pv);
-      }
-      auto step = [&](float a, float b) {
-        if constexpr (kDamped) return kmath::damped_step(a, b, w1, w2);
-        else return kmath::ema_step(a, b, w1, w2);
-      };
+      const RowStep<kDamped> step(param_at(p, k));
       bool finite = true;
       float sv[NV][4];
       float nrm = 0.f;
@@ -249,19 +255,8 @@ __global__ void __launch_bounds__(256)
           if constexpr (kRenorm) nrm += sv[v][e] * sv[v][e];
         }
       }
-      finite = __all_sync(detail::kFullMask, finite);
-      if (!finite) {
-        if (lane == 0) {
-          drift[k] = __int_as_float(0x7fc00000);
-          detail::raise_flag(flags, kBad);
-        }
-        continue;
-      }
-      float scale = 1.0f;
-      if constexpr (kRenorm) {
-        nrm = warp_sum(nrm);
-        scale = nrm > 0.0f ? 1.0f / sqrtf(nrm) : 1.0f;
-      }
+      if (!row_finite(finite, lane, drift + k, flags)) continue;
+      const float scale = row_scale<kRenorm>(nrm);
       float acc = 0.f;
 #pragma unroll
       for (int v = 0; v < NV; ++v) {
@@ -474,20 +469,8 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const De
   LAMINA_CHECK(L >= 1, "relevance must have at least one column (one per memory layer), got 0");
   LAMINA_CHECK(L <= static_cast<std::size_t>(INT32_MAX), "relevance has too many columns");
   const bool per_row = beta.f32 || beta.f64;
-  if (!per_row) {
-    const double v = beta.scalar;
-    LAMINA_CHECK(std::isfinite(v) && std::fabs(v) <= FLT_MAX, "beta = ", v,
-                 " is not a finite float32 value");
-    LAMINA_CHECK(!has_max_entropy || v > 0.0, "beta = ", v,
-                 " must be > 0 when max_entropy is given (doubling beta sharpens the gate only "
-                 "for beta > 0)");
-  }
-  if (has_max_entropy) {
-    LAMINA_CHECK(std::isfinite(max_entropy) && max_entropy >= 0.0,
-                 "max_entropy (epsilon) must be finite and >= 0, got ", max_entropy);
-    LAMINA_CHECK(max_doublings >= 0 && max_doublings <= 1024,
-                 "max_doublings must be in [0, 1024], got ", max_doublings);
-  }
+  if (!per_row) lamina::check_gate_beta(beta.scalar, false, 0, has_max_entropy);
+  if (has_max_entropy) lamina::check_gate_entropy(max_entropy, max_doublings);
   if (b == 0) return;
   // No allocation, memset or copy per call: pinned error words, one launch (two with per-row
   // β) and one synchronisation each; the offending row is looked up only on an error.

@@ -12,12 +12,7 @@
 
 namespace lamina::cuda::kv {
 
-using detail::as_stream;
-using detail::blocks_for;
-using detail::kStrideBlocks;
-using detail::launch;
 using detail::read_scalar;
-using detail::Scratch;
 using lamina::kv::Pool;
 using lamina::kv::Reduce;
 using lamina::kv::ScoreSpec;
@@ -326,22 +321,7 @@ unsigned read_flags(unsigned* d, cudaStream_t st) { return read_scalar(d, st); }
 
 void window_scores(const float* in, const ScoreSpec& sp, const float* scale_per_row,
                    const float* scale_per_token, float* out, void* stream) {
-  LAMINA_CHECK(sp.layers >= 1 && sp.heads >= 1 && sp.kv_heads >= 1 && sp.seq_len >= 1,
-               "window_scores: empty shape");
-  LAMINA_CHECK(sp.heads % sp.kv_heads == 0, "window_scores: heads (", sp.heads,
-               ") must be a multiple of kv_heads (", sp.kv_heads, ")");
-  LAMINA_CHECK(sp.window <= sp.seq_len, "window_scores: window (", sp.window,
-               ") exceeds seq_len (", sp.seq_len, ")");
-  LAMINA_CHECK(sp.n_candidates <= sp.seq_len, "window_scores: n_candidates exceeds seq_len");
-  LAMINA_CHECK(sp.kernel >= 1 && sp.kernel % 2 == 1, "window_scores: kernel must be odd, got ",
-               sp.kernel);
-  LAMINA_CHECK(sp.window_reduce == Reduce::Mean || sp.window_reduce == Reduce::Sum,
-               "window_scores: window_reduce must be Mean or Sum");
-  LAMINA_CHECK(sp.group_reduce == Reduce::Mean || sp.group_reduce == Reduce::Max,
-               "window_scores: group_reduce must be Mean or Max");
-  LAMINA_CHECK(!sp.causal_normalize || sp.window_reduce == Reduce::Sum,
-               "window_scores: causal_normalize needs window_reduce Sum");
-  LAMINA_CHECK(!(scale_per_row && scale_per_token), "window_scores: give one kind of scale");
+  lamina::kv::check_score_spec(sp, scale_per_row != nullptr, scale_per_token != nullptr);
   const std::size_t L = sp.layers, H = sp.heads, Hkv = sp.kv_heads, S = sp.seq_len,
                     w = sp.window, n = sp.n_candidates, R = L * Hkv;
   LAMINA_CHECK(L <= 65535, "window_scores on the GPU supports at most 65535 layers");
@@ -418,18 +398,8 @@ void layer_entropy(const float* scores, std::size_t layers, std::size_t kv_heads
 void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_heads,
                        std::size_t n, const int64_t* total, const int64_t* floor,
                        int64_t* counts_host, void* stream) {
+  const bool need = lamina::kv::check_head_counts(layers, kv_heads, n, total, floor);
   const std::size_t N = kv_heads * n;
-  bool need = false;
-  for (std::size_t l = 0; l < layers; ++l) {
-    const int64_t f = floor ? floor[l] : 0;
-    LAMINA_CHECK(f >= 0 && static_cast<std::size_t>(f) <= n, "layer_head_counts: floor[", l,
-                 "] = ", f, " is outside [0, ", n, "]");
-    LAMINA_CHECK(total[l] >= f * static_cast<int64_t>(kv_heads) &&
-                     static_cast<std::size_t>(total[l]) <= N,
-                 "layer_head_counts: total[", l, "] = ", total[l], " is outside [",
-                 f * static_cast<int64_t>(kv_heads), ", ", N, "]");
-    if (total[l] != 0 && static_cast<std::size_t>(total[l]) != N) need = true;
-  }
   for (std::size_t l = 0; l < layers; ++l)
     for (std::size_t g = 0; g < kv_heads; ++g)
       counts_host[l * kv_heads + g] = total[l] == 0 ? 0 : static_cast<int64_t>(n);

@@ -140,7 +140,17 @@ void gather_rows_f16(const void* src, const int64_t* idx, std::size_t n, std::si
 
 // ---- the cache and the model ---------------------------------------------------------------
 
-class DeviceKVCache {
+/// One head of a DeviceKVCache: its fp16 block on the device and its positions on the host.
+struct DeviceKVHead {
+  void* mem = nullptr;  // [K cap·D][V cap·D][KS cap·D if scaled] fp16
+  std::size_t cap = 0, len = 0;
+  bool has_ks = false;
+  std::vector<int32_t> pos;  // host, len entries
+};
+
+/// n_layers, n_kv_heads, head_dim, n_seen and length(layer, head) come from
+/// lamina::model::HeadGrid (lamina/head_grid.hpp), as for the host KVCache.
+class DeviceKVCache : public lamina::model::HeadGrid<DeviceKVHead> {
  public:
   /// An empty cache on the current device.
   DeviceKVCache(int n_layers, int n_kv_heads, int head_dim);
@@ -151,12 +161,7 @@ class DeviceKVCache {
   /// same capacity).
   std::unique_ptr<DeviceKVCache> clone() const;
 
-  int n_layers() const { return n_layers_; }
-  int n_kv_heads() const { return n_kv_; }
-  int head_dim() const { return hd_; }
   int device() const { return device_; }
-  std::size_t length(int layer, int head) const;
-  int64_t n_seen() const { return n_seen_; }
   /// Device bytes held (keys, values, scaled keys; capacity), all heads.
   std::size_t bytes() const;
   /// Host copies (float32 from the fp16 store): length × head_dim, row-major.
@@ -188,18 +193,9 @@ class DeviceKVCache {
   void commit(std::size_t n);
 
  private:
-  struct Head {
-    void* mem = nullptr;  // [K cap·D][V cap·D][KS cap·D if scaled] fp16
-    std::size_t cap = 0, len = 0;
-    bool has_ks = false;
-    std::vector<int32_t> pos;  // host, len entries
-  };
-  Head& head(int layer, int h);
-  const Head& head(int layer, int h) const;
+  using Head = DeviceKVHead;
   void realloc(Head& h, std::size_t cap, bool ks) const;
-  int n_layers_, n_kv_, hd_, device_ = 0;
-  int64_t n_seen_ = 0;
-  std::vector<Head> heads_;
+  int device_ = 0;
   std::vector<int> ratio_index_;
   std::vector<float> outlier_;
   bool dual_ = false;

@@ -13,10 +13,6 @@
 
 namespace lamina::cuda::model {
 
-using detail::as_stream;
-using detail::blocks_for;
-using detail::launch;
-
 namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
@@ -556,13 +552,10 @@ void gather_rows_f16(const void* src, const int64_t* idx, std::size_t n, std::si
 
 // ---- DeviceKVCache ---------------------------------------------------------------------------
 DeviceKVCache::DeviceKVCache(int n_layers, int n_kv_heads, int head_dim)
-    : n_layers_(n_layers), n_kv_(n_kv_heads), hd_(head_dim) {
-  LAMINA_CHECK(n_layers >= 1 && n_kv_heads >= 1 && head_dim >= 1,
-               "KVCache: n_layers, n_kv_heads and head_dim must be >= 1");
+    : HeadGrid(n_layers, n_kv_heads, head_dim) {
   if (device_count() == 0)
     throw std::runtime_error("no usable CUDA device (no GPU or no driver): use device='cpu'");
   LAMINA_CUDA_CHECK(cudaGetDevice(&device_));
-  heads_.resize(static_cast<std::size_t>(n_layers) * n_kv_heads);
 }
 
 DeviceKVCache::~DeviceKVCache() {
@@ -570,17 +563,6 @@ DeviceKVCache::~DeviceKVCache() {
     if (h.mem) cudaFree(h.mem);  // never throws from a destructor
 }
 
-DeviceKVCache::Head& DeviceKVCache::head(int layer, int h) {
-  LAMINA_CHECK_INDEX(layer >= 0 && layer < n_layers_ && h >= 0 && h < n_kv_, "KV cache (layer ",
-                     layer, ", head ", h, ") out of range (", n_layers_, " layers, ", n_kv_,
-                     " KV heads)");
-  return heads_[static_cast<std::size_t>(layer) * n_kv_ + h];
-}
-const DeviceKVCache::Head& DeviceKVCache::head(int layer, int h) const {
-  return const_cast<DeviceKVCache*>(this)->head(layer, h);
-}
-
-std::size_t DeviceKVCache::length(int layer, int h) const { return head(layer, h).len; }
 
 std::size_t DeviceKVCache::bytes() const {
   std::size_t b = 0;

@@ -18,10 +18,8 @@
 namespace lamina::cuda {
 
 using detail::better;
-using detail::blocks_for;
 using detail::kFullMask;
 using detail::kNoId;
-using detail::launch;
 using detail::WarpList;
 using detail::warp_sum;
 

@@ -59,4 +59,10 @@ void softmax_gate(const float* relevance, std::size_t b, std::size_t L, const Ro
                   bool has_max_entropy, double max_entropy, int max_doublings, float* gamma,
                   double* beta_used, int threads, int predict = -1);
 
+/// softmax_gate's argument checks, shared by the CPU and CUDA versions (ValueError naming the
+/// value): one β value (finite float32; > 0 when max_entropy is given), `row` naming it when β
+/// is per row; then max_entropy (ε, finite and >= 0) and max_doublings (in [0, 1024]).
+void check_gate_beta(double beta, bool per_row, std::size_t row, bool has_max_entropy);
+void check_gate_entropy(double max_entropy, int max_doublings);
+
 }  // namespace lamina

@@ -25,7 +25,9 @@
 //  2. It lists them in an isa::Family<T>, in a translation unit built without ISA flags:
 //         const isa::Family<T> kFamily{&scalar_isa::table, LAMINA_ISA_X86(&avx2_isa::table),
 //                                      LAMINA_ISA_X86(&avx512_isa::table)};
-//     (nullptr for a path not compiled: the lookup falls back to the next lower one).
+//     (nullptr for a path not compiled: the lookup falls back to the next lower one). A family
+//     compiled per ISA from a shared body names its tables `<isa>_isa::getter` and declares
+//     them and its Family with one LAMINA_ISA_FAMILY(T, getter, kFamily).
 //  3. Callers take kFamily.get() (the active ISA) or kFamily.get(selector).
 // Per-ISA translation units must not odr-use the inline functions of this header (an inline
 // function instantiated with AVX-512 flags could be picked by the linker for every caller);
@@ -97,3 +99,32 @@ class Family {
 #define LAMINA_ISA_X86(x) nullptr
 #endif
 
+// Families written with `target` attributes (step 1, second way) compile their x86 functions
+// where LAMINA_ISA_TARGETS is set (x86 paths built, GCC or Clang) and list them in their
+// Family with LAMINA_ISA_TARGET_X86 (the pointer there, nullptr elsewhere).
+#if defined(LAMINA_HAVE_X86_SIMD) && (defined(__GNUC__) || defined(__clang__))
+#define LAMINA_ISA_TARGETS 1
+#define LAMINA_ISA_TARGET_X86(x) x
+#else
+#define LAMINA_ISA_TARGET_X86(x) nullptr
+#endif
+
+// Step 2 for a family whose per-ISA tables are `const T& <isa>_isa::getter()` in the current
+// namespace: declares the three getters and defines `constexpr isa::Family<T> family` (in an
+// unnamed namespace) listing them. Declaring a getter that this build does not compile is
+// harmless: LAMINA_ISA_X86 leaves it unreferenced.
+#define LAMINA_ISA_FAMILY(T, getter, family)                                                 \
+  namespace scalar_isa {                                                                     \
+  const T& getter();                                                                         \
+  }                                                                                          \
+  namespace avx2_isa {                                                                       \
+  const T& getter();                                                                         \
+  }                                                                                          \
+  namespace avx512_isa {                                                                     \
+  const T& getter();                                                                         \
+  }                                                                                          \
+  namespace {                                                                                \
+  constexpr ::lamina::isa::Family<T> family{&scalar_isa::getter,                             \
+                                            LAMINA_ISA_X86(&avx2_isa::getter),               \
+                                            LAMINA_ISA_X86(&avx512_isa::getter)};            \
+  }

@@ -29,22 +29,27 @@
 namespace lamina::kmath {
 
 // ---- bit casts -----------------------------------------------------------------------------
+/// The bits of `from` read as a To of the same size (memcpy: no aliasing, a register move once
+/// compiled); the device code below uses the CUDA intrinsics instead.
+template <class To, class From>
+static inline LAMINA_HD To bit_cast(From from) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast needs types of one size");
+  To to;
+  memcpy(&to, &from, sizeof to);
+  return to;
+}
 static inline LAMINA_HD float bits_to_float(int32_t i) {
 #if defined(__CUDA_ARCH__)
   return __int_as_float(i);
 #else
-  float f;
-  memcpy(&f, &i, sizeof f);
-  return f;
+  return bit_cast<float>(i);
 #endif
 }
 static inline LAMINA_HD int32_t float_to_bits(float f) {
 #if defined(__CUDA_ARCH__)
   return __float_as_int(f);
 #else
-  int32_t i;
-  memcpy(&i, &f, sizeof i);
-  return i;
+  return bit_cast<int32_t>(f);
 #endif
 }
 
@@ -98,17 +103,8 @@ static inline LAMINA_HD float fast_expf(float x) {
 static inline LAMINA_HD float fast_expf_nonpos(float x) {
   const float kLo = -87.3365447504f;
   const float xc = x > kLo ? x : kLo;
-  const float kShift = 12582912.0f;
-  const float n = (xc * 1.44269504088896341f + kShift) - kShift;  // in [-126, 0]
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * (r * r) + r + 1.0f;
+  float n;  // in [-126, 0]
+  const float y = expf_reduced(xc, n);
   const float out = y * bits_to_float((static_cast<int32_t>(n) + 127) << 23);
   return x < kLo ? 0.0f : out;
 }

@@ -85,6 +85,10 @@ struct RowEntropySums {
 void window_scores(const float* in, const ScoreSpec& spec, const RowScale& scale, float* out,
                    int threads, RowEntropySums* sums = nullptr);
 
+/// The shape and option checks of window_scores (ValueError naming the offending field), shared
+/// by the CPU and CUDA versions; `per_row_scale` / `per_token_scale`: which scale is given.
+void check_score_spec(const ScoreSpec& spec, bool per_row_scale, bool per_token_scale);
+
 /// window_scores fused with select_rows: each score row is selected from while it is still in
 /// cache and never written out. Same result as window_scores into a temporary followed by
 /// select_rows(tmp, L*H_kv, n, k, tail, offsets, out).
@@ -116,6 +120,12 @@ void layer_entropy(const float* scores, std::size_t layers, std::size_t kv_heads
 void layer_head_counts(const float* scores, std::size_t layers, std::size_t kv_heads,
                        std::size_t n, const int64_t* total, const int64_t* floor,
                        int64_t* counts, int threads);
+
+/// layer_head_counts' preconditions on total and floor (ValueError), shared by the CPU and
+/// CUDA versions. Returns whether some layer keeps neither nothing nor everything (0 < total[l]
+/// < H_kv*n), i.e. whether any counting is needed at all.
+bool check_head_counts(std::size_t layers, std::size_t kv_heads, std::size_t n,
+                       const int64_t* total, const int64_t* floor);
 
 /// Split `total` into m integers proportional to weights (negative weights count as 0), each
 /// in [0, cap], summing to total: shares above cap are clamped and the excess re-split over the

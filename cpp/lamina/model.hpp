@@ -69,6 +69,8 @@
 #include <string>
 #include <vector>
 
+#include "lamina/head_grid.hpp"
+
 namespace lamina::model {
 
 /// GGML tensor types read by the runtime (values are GGML's type ids).
@@ -181,19 +183,20 @@ void assign_ratios(const float* share, int n_heads, int n_kv_heads, RatioOrder o
 std::vector<float> rope_tables(const Config& c, const int64_t* positions, std::size_t T,
                                const std::vector<float>& ratios, std::size_t window);
 
+/// One head of a KVCache: its entries' keys, values and positions.
+struct KVCacheHead {
+  std::vector<float> k, v, ks;  // ks: scaled keys (Ms-PoE), empty otherwise
+  std::vector<int32_t> pos;
+  std::size_t len = 0;
+};
+
 /// The KV cache of one sequence (see the file comment). Not thread-safe: one forward (or one
-/// keep/clear) at a time per cache; distinct caches are independent.
-class KVCache {
+/// keep/clear) at a time per cache; distinct caches are independent. n_layers, n_kv_heads,
+/// head_dim, n_seen and length(layer, head) come from HeadGrid (lamina/head_grid.hpp).
+class KVCache : public HeadGrid<KVCacheHead> {
  public:
   KVCache(int n_layers, int n_kv_heads, int head_dim);
 
-  int n_layers() const { return n_layers_; }
-  int n_kv_heads() const { return n_kv_; }
-  int head_dim() const { return hd_; }
-  /// Entries held by (layer, head).
-  std::size_t length(int layer, int head) const;
-  /// Tokens the cache has seen (the position of the next token); compaction does not change it.
-  int64_t n_seen() const { return n_seen_; }
   /// Bytes of key, value and position storage allocated (capacity, not length), all heads.
   std::size_t bytes() const;
   /// Keys / values of (layer, head): length × head_dim float32, row-major; positions: length.
@@ -248,16 +251,7 @@ class KVCache {
   float* outlier_share_mut() { return outlier_.data(); }
 
  private:
-  struct Head {
-    std::vector<float> k, v, ks;  // ks: scaled keys (Ms-PoE), empty otherwise
-    std::vector<int32_t> pos;
-    std::size_t len = 0;
-  };
-  Head& head(int layer, int h);
-  const Head& head(int layer, int h) const;
-  int n_layers_, n_kv_, hd_;
-  int64_t n_seen_ = 0;
-  std::vector<Head> heads_;
+  using Head = KVCacheHead;
   std::vector<int> ratio_index_;
   std::vector<float> outlier_;
   bool dual_ = false;
