@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import NotFoundError
 from ..llm.extract import ExtractiveSummarizer, Summarizer, Turn
 
 if TYPE_CHECKING:
@@ -289,7 +290,11 @@ class VirtualContext:
     # ------------------------------------------------------------------ storage (tools)
     def retrieve(self, query: str, *, budget: int) -> None:
         """Fill the retrieved-memory block with ``Memory.context(query, budget)`` (empty: none)."""
-        ctx = self.memory.context(query, user_id=self.user_id, budget=budget)
+        try:
+            ctx = self.memory.context(query, user_id=self.user_id, budget=budget)
+        except NotFoundError:  # nothing stored for this user yet
+            self.retrieved = ""
+            return
         self.retrieved = "" if ctx.abstain else ctx.render()
 
     def archival_insert(self, text: str) -> int:
@@ -303,7 +308,10 @@ class VirtualContext:
     def _archive(self, query: str, k: int) -> list[Any]:
         if not query.strip():
             raise ValueError("query must be non-empty")
-        return self.memory.search(query, user_id=self.user_id, k=k, layers=["archive"])
+        try:
+            return self.memory.search(query, user_id=self.user_id, k=k, layers=["archive"])
+        except NotFoundError:  # nothing stored for this user yet
+            return []
 
     def archival_search(self, query: str, *, k: int = 50) -> list[str]:
         """Archival passages for ``query``, best first (formatted lines)."""

@@ -3,14 +3,24 @@ session's turns in order, and an item's provenance as plain metadata."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from ..errors import NotFoundError
 from ..memory.dump.entries import ItemEntry
 from ..memory.facade import Memory
 from ..memory.inputs import check_id
 from ..memory.types import MemoryItem
 
-__all__ = ["missing_framework", "check_memory", "check_id", "session_turns", "provenance", "check_positive"]
+__all__ = [
+    "read_or_empty",
+    "missing_framework",
+    "check_memory",
+    "check_id",
+    "session_turns",
+    "provenance",
+    "check_positive",
+]
 
 INSTALL_HINT = 'pip install "lamina[integrations]"'
 
@@ -27,6 +37,20 @@ def check_memory(memory: object) -> Memory:
     if not isinstance(memory, Memory):
         raise TypeError(f"memory must be a lamina.Memory, got {type(memory).__name__}")
     return memory
+
+
+_T = TypeVar("_T")
+
+
+def read_or_empty(read: Callable[[], list[_T]]) -> list[_T]:
+    """``read()`` (a search, a context's items), or [] when the adapter's user has nothing stored
+    yet: :meth:`lamina.Memory.search` and :meth:`~lamina.Memory.context` raise
+    :class:`~lamina.NotFoundError` for an unknown user, while a framework asks its memory before
+    the first turn is stored and expects "no memories"."""
+    try:
+        return read()
+    except NotFoundError:
+        return []
 
 
 def check_positive(v: object, what: str) -> int:

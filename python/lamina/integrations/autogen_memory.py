@@ -16,7 +16,15 @@ from typing import Any
 from ..memory.facade import Memory
 from ..memory.reports import SessionReport
 from ..memory.types import MemoryItem
-from ._common import check_id, check_memory, check_positive, missing_framework, provenance, session_turns
+from ._common import (
+    check_id,
+    check_memory,
+    check_positive,
+    missing_framework,
+    provenance,
+    read_or_empty,
+    session_turns,
+)
 
 try:
     from autogen_core import CancellationToken
@@ -126,8 +134,9 @@ class LaminaAutoGenMemory(_AutoGenMemory):
         if unknown:
             raise TypeError(f"unexpected keyword arguments {sorted(unknown)}; expected k, layers")
         k = check_positive(kwargs.get("k", self.k), "k")
+        layers = kwargs.get("layers")
         items = await asyncio.to_thread(
-            self._memory.search, text, user_id=self.user_id, k=k, layers=kwargs.get("layers")
+            read_or_empty, lambda: self._memory.search(text, user_id=self.user_id, k=k, layers=layers)
         )
         return MemoryQueryResult(results=[_content(it) for it in items])
 

@@ -17,7 +17,15 @@ from typing import Any, Literal
 from ..memory.facade import Memory
 from ..memory.reports import SessionReport
 from ..memory.types import MemoryItem
-from ._common import check_id, check_memory, check_positive, missing_framework, provenance, session_turns
+from ._common import (
+    check_id,
+    check_memory,
+    check_positive,
+    missing_framework,
+    provenance,
+    read_or_empty,
+    session_turns,
+)
 
 try:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -194,7 +202,7 @@ class LaminaRetriever(BaseRetriever):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         items: list[MemoryItem]
         if self.mode == "search":
-            items = self.memory.search(query, user_id=self.user_id, k=self.k, layers=self.layers)
+            items = read_or_empty(lambda: self.memory.search(query, user_id=self.user_id, k=self.k, layers=self.layers))
         else:
-            items = self.memory.context(query, user_id=self.user_id, budget=self.budget).ranked
+            items = read_or_empty(lambda: self.memory.context(query, user_id=self.user_id, budget=self.budget).ranked)
         return [Document(page_content=it.render(), metadata={**provenance(it), "text": it.text}) for it in items]

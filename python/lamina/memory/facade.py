@@ -351,7 +351,7 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk, Closing):
     def _known_user(self, user_id: str) -> UserState:
         u = self._user(user_id)
         if u is None:
-            raise NotFoundError(f"unknown user_id {user_id!r}")
+            raise NotFoundError(f"unknown user_id {user_id!r} (nothing was added for it; user ids are case-sensitive)")
         return u
 
     def _record(self, item_id: int, user_id: str | None) -> Record:

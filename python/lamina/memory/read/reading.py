@@ -54,7 +54,8 @@ class Reading:
         ----------
         query : str
         user_id : str
-            An unknown user has no memories: the context abstains.
+            A user something was added for; an unknown one raises
+            :class:`~lamina.errors.NotFoundError` (a misspelt id is not an empty memory).
         budget : int
             Token budget (whitespace words of the rendered context), 1 ..
             :data:`~lamina.memory.inputs.MAX_BUDGET` (10,000,000).
@@ -309,10 +310,16 @@ def _contexts(
         )
 
 
-def _caught_up(host: MemoryHost, user_ids: list[str]) -> list[UserState | None]:
-    """Under the lock: the memory open and caught up with other writers, each query's user (None:
-    unknown)."""
+def _caught_up(host: MemoryHost, user_ids: list[str]) -> list[UserState]:
+    """Under the lock: the memory open and caught up with other writers, each query's user.
+
+    Raises
+    ------
+    NotFoundError
+        A user nothing was ever added for (or whose memories were all deleted): a misspelt id
+        would otherwise read as an empty memory.
+    """
     host._check_open()
     host._sync()
-    users = {uid: host._user(uid) for uid in dict.fromkeys(user_ids)}
+    users = {uid: host._known_user(uid) for uid in dict.fromkeys(user_ids)}
     return [users[uid] for uid in user_ids]
