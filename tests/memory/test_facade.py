@@ -165,9 +165,12 @@ def test_not_found() -> None:
         m.delete_user(user_id="nobody")
     with pytest.raises(lamina.NotFoundError):
         m.stats(user_id="nobody")
-    # an unknown user has no memories: reads answer empty
-    assert m.context("anything", user_id="nobody").abstain
-    assert m.search("anything", user_id="nobody") == []
+    # a misspelt user is not an empty memory: the reads of the loop refuse it, naming it
+    for read in (m.context, m.explain_context, m.search):
+        with pytest.raises(lamina.NotFoundError, match="unknown user_id 'nobody'.*case-sensitive"):
+            read("anything", user_id="nobody")
+    with pytest.raises(lamina.NotFoundError, match="unknown user_id 'nobody'"):
+        m.context_batch(["anything", "else"], user_ids=["u", "nobody"])
     assert m.facts(user_id="nobody") == []
     m.close()
     other.close()

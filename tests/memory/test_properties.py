@@ -7,10 +7,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lamina import Memory, MemoryConfig
+from lamina import Memory, MemoryConfig, NotFoundError
 from memkit import rows
 
 CITIES = ["Paris", "Berlin", "Rome", "Oslo"]
@@ -63,6 +64,10 @@ def _run(ops: list[tuple], path: Path) -> None:  # type: ignore[type-arg]
                 m.end_session(user_id=u, session_id=f"s{s}")
         elif o[0] == "ctx":
             _, u, q = o
+            if u not in m.users():
+                with pytest.raises(NotFoundError):
+                    m.context(q, user_id=u)
+                continue
             ctx = m.context(f"where does {u} live {q}", user_id=u, budget=200)
             for it in ctx.items:
                 assert it.user_id == u

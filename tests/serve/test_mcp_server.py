@@ -22,6 +22,7 @@ pytest.importorskip("mcp", reason="the MCP SDK (lamina[serve]) is not installed"
 uvicorn = pytest.importorskip("uvicorn", reason="uvicorn (lamina[serve]) is not installed")
 
 from mcp import Client, StdioServerParameters  # noqa: E402
+from mcpkit import call_tool, tool_error  # noqa: E402
 
 import lamina  # noqa: E402
 from lamina import Memory  # noqa: E402
@@ -58,19 +59,7 @@ async def _check_tools(client: Client) -> None:
     assert search.input_schema["properties"]["k"]["minimum"] == 1
 
 
-async def _call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
-    r = await client.call_tool(tool, args)
-    assert not r.is_error, (tool, r.content)
-    assert isinstance(r.structured_content, dict)
-    return r.structured_content
-
-
-async def _error(client: Client, tool: str, **args: Any) -> str:
-    r = await client.call_tool(tool, args)
-    assert r.is_error, (tool, r.structured_content)
-    text = " ".join(getattr(c, "text", "") for c in r.content)
-    assert text.startswith(f"Error executing tool {tool}: ")
-    return text
+_call, _error = call_tool, tool_error
 
 
 async def _exercise(client: Client, user: str = "alice") -> None:
@@ -145,8 +134,8 @@ async def _exercise(client: Client, user: str = "alice") -> None:
         client, "add_memory", user_id=user, session_id="s2", messages=[]
     )
     assert "\nuser_id\n  Field required" in await _error(client, "get_context", query="x")
-    # an unknown user has no memories: the context abstains (not an error)
-    assert (await _call(client, "get_context", user_id="nobody", query="anything"))["abstain"]
+    # a user nothing was added for is an error naming it (a misspelt id is not an empty memory)
+    assert "unknown user_id 'nobody'" in await _error(client, "get_context", user_id="nobody", query="anything")
     assert (await _call(client, "list_facts", user_id=user, current=False))["facts"]
     # related memories: a later turn about the same cat links back to the first
     cat = [
@@ -256,9 +245,10 @@ def test_tenant_mapping_over_http(tmp_path: Path) -> None:
                 await _call(ca, "end_session", user_id="alice", session_id="s")
                 ctx = await _call(ca, "get_context", user_id="alice", query="Where does Alice live?", now=T0 + 60)
                 assert "Lisbon" in ctx["text"] and "t1:" not in str(ctx)
-                other = await _call(cb, "get_context", user_id="alice", query="Where does Alice live?", now=T0 + 60)
-                assert other["abstain"] and not other["items"]
-                assert (await _call(cb, "search_memory", user_id="alice", query="Lisbon"))["items"] == []
+                # t2's "alice" is its own user, of whom nothing was added: not found, t1's not named
+                other = await _error(cb, "get_context", user_id="alice", query="Where does Alice live?", now=T0 + 60)
+                assert "unknown user_id 'alice'" in other and "t1:" not in other
+                assert "unknown user_id 'alice'" in await _error(cb, "search_memory", user_id="alice", query="Lisbon")
                 assert (await _call(cb, "list_facts", user_id="alice"))["facts"] == []
                 await _call(cb, "add_memory", user_id="alice", session_id="s", messages=msg)  # t2's own alice
                 refused = await _error(cb, "delete_memory", user_id="alice", item_id=item)

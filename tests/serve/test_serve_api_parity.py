@@ -81,7 +81,8 @@ def test_add_get_search_context(api: Any, user: str) -> None:
     assert isinstance(ctx, Context) and not ctx.abstain
     assert "D:2" in ctx.sources and "Pixel" in ctx.render()
     assert ctx.budget == 64 and ctx.query == "What is the name of the cat?"
-    assert api.context("anything", user_id=f"{user}-nobody", budget=16).abstain
+    with pytest.raises(lamina.NotFoundError, match="unknown user_id"):
+        api.context("anything", user_id=f"{user}-nobody", budget=16)
 
 
 def test_context_through_the_firewall(api: Any, user: str) -> None:

@@ -173,7 +173,9 @@ def test_bad_input(a: httpx.Client) -> None:
     err(a.get("/v1/no/such/route"), 404, "not_found")
     err(a.put("/v1/memories/123", json={}), 405, "method_not_allowed")
     msg = err(a.post("/v1/sessions/end", json={"user_id": u, "session_id": "s"}), 404, "not_found")
-    assert msg == f"unknown user_id {u!r}"  # the caller's id, not the stored one
+    assert msg == f"unknown user_id {u!r} (nothing was added for it; user ids are case-sensitive)"  # the caller's id
+    for route in ("/v1/context", "/v1/search"):  # a read of a user nothing was added for: the same 404
+        assert err(a.post(route, json={"user_id": u, "query": "q"}), 404, "not_found") == msg
     add(a, u, "a first turn")
     msg = err(a.post("/v1/sessions/end", json={"user_id": u, "session_id": "nope"}), 404, "not_found")
     assert msg == f"unknown session 'nope' for user {u!r}"

@@ -100,7 +100,7 @@ def test_no_cross_tenant_read_write_or_delete(clients: dict[str, httpx.Client], 
                 items[i] = Item(t, u, x)
         elif kind == "context":
             r = c.post("/v1/context", json={"user_id": o[2], "query": o[3], "budget": 400})
-            assert r.status_code == 200
+            assert r.status_code in (200, 404)  # 404: nothing added for this user in this tenant
         elif kind == "search":
             r = c.post(
                 "/v1/search",
@@ -111,7 +111,7 @@ def test_no_cross_tenant_read_write_or_delete(clients: dict[str, httpx.Client], 
                     "layers": ["archive", "working", "episodic", "semantic", "history"],
                 },
             )
-            assert r.status_code == 200
+            assert r.status_code in (200, 404)
         elif kind == "facts":
             r = c.get(f"/v1/users/{o[2]}/facts", params={"current": "false"})
             assert r.status_code == 200

@@ -313,7 +313,8 @@ def test_a_failed_user_import_leaves_nothing_of_it(small_dump: str, tmp_path: Pa
     with pytest.raises(OSError, match="disk on fire"):
         import_jsonl(b, io.StringIO(small_dump))
     assert b.users() == ["p"]
-    assert b.search("hello", user_id="q", k=3) == []
+    with pytest.raises(NotFoundError):  # nothing of the failed user is left to read
+        b.search("hello", user_id="q", k=3)
     b.close()
     with Memory(tmp_path / "b.db", embedder="hashing") as again:
         assert again.users() == ["p"] and again.stats().items == 1

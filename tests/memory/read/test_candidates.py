@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import lamina
-from lamina import Memory, MemoryConfig
+from lamina import Memory, MemoryConfig, NotFoundError
 from lamina.embedders import get_embedder
 from lamina.memory.read.candidates import Found, Lookup, candidates, scope, visible
 from lamina.memory.state.memstate import MemoryState, UserState
@@ -183,13 +183,15 @@ def test_scope_needs_exactly_one_known_name() -> None:
     assert scope(u, "nobody named") is None
 
 
-def test_unknown_user_abstains_and_the_floor_abstains() -> None:
+def test_an_unknown_user_is_not_found_and_the_floor_abstains() -> None:
     m = Memory(embedder="hashing")
     chat(m, "u", "s1", FILLER, T0, "D1")
     ctx = m.context("quantum chromodynamics lattice gauge", user_id="u")
     assert ctx.abstain and ctx.items == [] and ctx.render() == "" and ctx.tokens == 0
-    assert m.context("anything", user_id="nobody").abstain
-    assert m.search("anything", user_id="nobody") == []
+    with pytest.raises(NotFoundError, match="unknown user_id 'nobody'"):
+        m.context("anything", user_id="nobody")
+    with pytest.raises(NotFoundError, match="unknown user_id 'nobody'"):
+        m.search("anything", user_id="nobody")
     m.close()
 
 

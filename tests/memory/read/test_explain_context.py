@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lamina import Memory
+from lamina import Memory, NotFoundError
 from lamina.memory import Candidate, ContextExplanation
 from memkit import DAY, FILLER, T0, chat
 
@@ -100,9 +100,8 @@ def test_explaining_counts_no_visit() -> None:
 
 def test_an_unknown_user_and_bad_arguments() -> None:
     mem = _memory()
-    ex = mem.explain_context("anything", user_id="nobody", budget=50)
-    assert ex.context.abstain and ex.context.items == [] and ex.candidates == {}
-    assert ex.max_entropy == mem.config.max_entropy
+    with pytest.raises(NotFoundError, match="unknown user_id 'nobody'"):
+        mem.explain_context("anything", user_id="nobody", budget=50)
     with pytest.raises(ValueError, match="budget"):
         mem.explain_context("x", user_id="u", budget=0)
     with pytest.raises(TypeError, match="domain"):

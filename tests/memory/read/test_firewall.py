@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import lamina
-from lamina import DomainClassifier, Firewall, InvalidInput, Memory
+from lamina import DomainClassifier, Firewall, InvalidInput, Memory, NotFoundError
 
 HEALTH = "My doctor says my blood pressure is too high and I take medication for it."
 WORK = "The project deadline at the office is next Friday and my manager is worried."
@@ -205,6 +205,7 @@ def test_firewall_bad_settings_and_unknown_user() -> None:
         m.context("q", user_id="ann", firewall=0.2)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="domains"):
         Memory(None, embedder="hashing", domains="health")  # type: ignore[arg-type]
-    c = m.context("anything at all", user_id="nobody", firewall=Firewall())
-    assert c.abstain and c.firewall is not None and c.firewall.blocked == ()
+    with pytest.raises(NotFoundError, match="unknown user_id 'nobody'"):
+        m.context("anything at all", user_id="nobody", firewall=Firewall())
+    c = m.context("anything at all", user_id="ann", firewall=Firewall())
     assert lamina.FirewallReport is type(c.firewall)
