@@ -187,6 +187,10 @@ class MemoryMachine(RuleBasedStateMachine):
     def context(self, h: str, user: str, pick: int) -> None:
         """A read that bumps visits (written with the handle's next write, or on close)."""
         live = sorted(self.turns.get(user, {}).items())
+        if user not in self.turns:  # (nothing added, or deleted: not found, on either handle)
+            with pytest.raises(NotFoundError):
+                self.h[h].context("where do I live", user_id=user, budget=256)
+            return
         query = live[pick % len(live)][1][0] if live else "where do I live"
         ctx = self.h[h].context(query, user_id=user, budget=256)
         shown = tokens(ctx.render())
@@ -231,10 +235,11 @@ class MemoryMachine(RuleBasedStateMachine):
     def _check_user(self, m: Memory, name: str, user: str) -> None:
         where = f"handle {name}, user {user}"
         if user not in self.turns:
-            assert m.search("anything", user_id=user, k=50, layers=["archive"]) == [], where
+            for read in (m.search, m.context):
+                with pytest.raises(NotFoundError):
+                    read("where do I live", user_id=user)
             with pytest.raises(NotFoundError):
                 m.stats(user_id=user)
-            assert m.context("where do I live", user_id=user).abstain, where
             return
         want = self.turns[user]
         k = 4 * (len(self.tok_of) + 10) + 50
