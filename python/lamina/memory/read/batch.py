@@ -360,21 +360,16 @@ def allowed(st: MemoryState, u: UserState, f: Filter) -> I64:
     match = f.matches
     meta = st.metadata_of
     since = _since(u, hit)
-    if since is not None and hit is not None:
-        admitted: set[int] = hit[4]  # (updated in place: the entry is replaced below)
-        for j in set(since):
-            i = -j - 1 if j < 0 else j
-            if i in u.ids and match(recs[i], meta(recs[i])):
-                admitted.add(i)
-            else:
-                admitted.discard(i)
+    if since is not None and hit is not None:  # the last answer, less the touched ids, plus those passing
+        touched = sorted({-j - 1 if j < 0 else j for j in since})
+        passing = [i for i in touched if i in u.ids and match(recs[i], meta(recs[i]))]
+        kept = np.setdiff1d(hit[1], np.array(touched, dtype=np.int64), assume_unique=True)
+        ids = np.union1d(kept, np.array(passing, dtype=np.int64)).astype(np.int64, copy=False)
     else:
-        admitted = {i for i in u.ids if match(recs[i], meta(recs[i]))}
-    ids = np.fromiter(admitted, dtype=np.int64, count=len(admitted))
-    ids.sort()
+        ids = np.array(sorted(i for i in u.ids if match(recs[i], meta(recs[i]))), dtype=np.int64)
     if len(u.filtered) > 64:  # (a bounded cache: many distinct filters of one user)
         u.filtered = {_KEYS: u.filtered[_KEYS]} if _KEYS in u.filtered else {}
-    u.filtered[f] = (u.version, ids, u.journal_gen, len(u.journal), admitted)
+    u.filtered[f] = (u.version, ids, u.journal_gen, len(u.journal))
     return ids
 
 

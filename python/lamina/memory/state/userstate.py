@@ -123,6 +123,7 @@ class UserState:
         """The user's containers of ids, strings, numbers and records (see
         :mod:`lamina.memory.state.gcquiet`)."""
         yield from (self.ids, self.by_src, self.seg_of, self.derived, self.profiles, self.facts, self.n_active)
+        yield self.journal
         yield from (self.pool_leaves, self.pool_sessions)
         for d in (self.working, self.children, self.current, self.active, self.session_turns, self.named):
             yield d
