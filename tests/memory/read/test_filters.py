@@ -222,3 +222,73 @@ def test_derived_items_carry_what_their_source_turns_agree_on() -> None:
         )
         assert {it.kind for it in found} >= {"segment", "fact"}
         assert all(it.metadata.get("agent_id") == "a2" for it in found)
+
+
+# -- the admitted ids after writes: brought up to date by what changed, equal to a fresh count ---
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 96), st.integers(1, 6), st.integers(0, 2)),
+        st.tuples(st.just("end"), st.integers(0, 2)),
+        st.tuples(st.just("delete"), st.integers(0, 10_000)),
+        st.tuples(st.just("update"), st.integers(0, 10_000), st.integers(-3, 3)),
+        st.tuples(st.just("delete_memories"), st.integers(0, len(FILTERS) - 2)),
+        st.tuples(st.just("other_writer"), st.integers(0, 96)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _admitted(mem: Memory, f: dict[str, object]) -> list[int] | str:
+    """The ids ``f`` admits, or the error of a filter naming a key no item carries (any more)."""
+    try:
+        return [it.id for it in mem.list_memories(user_id="u", filters=f, limit=1000).items]
+    except InvalidInput as e:
+        return str(e)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=_OPS)
+def test_filtered_ids_after_writes_equal_a_fresh_handles(tmp_path_factory: pytest.TempPathFactory, ops: list) -> None:  # type: ignore[type-arg]
+    """A handle that keeps its filters' admitted ids across writes (adds, consolidation, deletes,
+    updates, deletes by filter, another process's writes) admits exactly what a handle opened
+    afresh on the same database admits: only the records touched since are matched again, and
+    what derives from a touched turn (its metadata is what its source turns agree on) with them."""
+    path = tmp_path_factory.mktemp("journal") / "m.db"
+    mem, other = Memory(path, embedder="hashing"), Memory(path, embedder="hashing")
+    _fill(mem, 8)
+    t = T0
+    try:
+        for op in ops:
+            t += 3600
+            turns = [e.id for e in mem.list_items(user_id="u", kinds=["turn"], limit=None).items]
+            if op[0] in ("add", "other_writer"):
+                j = op[1]
+                md = {"category": CATS[j % 3], "priority": j % 5, "tags": [WORDS[j % 6], WORDS[(j + 1) % 6]]}
+                n = 1 if op[0] == "other_writer" else op[2]
+                msgs = [
+                    {"speaker": "Ann", "text": f"{WORDS[(j + i) % 6]} {WORDS[j % 6]} note {i}", "metadata": md}
+                    for i in range(n)
+                ]
+                who = other if op[0] == "other_writer" else mem
+                who.add(msgs, user_id="u", session_id="s" if op[0] == "other_writer" else f"s{op[3]}", timestamp=t)
+            elif op[0] == "end":
+                if any(e.session_id == f"s{op[1]}" for e in mem.list_items(user_id="u", limit=None).items):
+                    mem.end_session(user_id="u", session_id=f"s{op[1]}", now=t)
+            elif op[0] == "delete" and turns:
+                mem.delete(turns[op[1] % len(turns)], user_id="u")
+            elif op[0] == "update" and turns:
+                mem.update(turns[op[1] % len(turns)], "a changed text", user_id="u", timestamp=t + op[2] * DAY)
+            elif op[0] == "delete_memories":
+                try:
+                    mem.delete_memories(user_id="u", filters=FILTERS[op[1]])
+                except InvalidInput:  # (every item carrying the key is gone)
+                    pass
+            if "u" not in mem.users():
+                return
+            with Memory(path, embedder="hashing") as fresh:
+                for f in FILTERS:
+                    assert _admitted(mem, f) == _admitted(fresh, f), (op, f)
+    finally:
+        mem.close()
+        other.close()

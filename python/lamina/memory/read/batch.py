@@ -23,9 +23,10 @@ the pairs before it and before its own, as in a loop.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -298,10 +299,20 @@ def searches(
 
 # ---------------------------------------------------------------------------- filters
 # Which items of a user a filter admits (lamina.memory.metadata), for the searches (pushed into
-# the native candidate search as an allow list) and listings: computed once per user version
-# (every committed write of the user moves it) and kept on the user's state, so repeated
-# filtered reads of an unchanged user cost a dictionary lookup; the user's metadata keys likewise.
+# the native candidate search as an allow list) and listings: kept on the user's state with the
+# user version (every committed write of the user moves it) and the place in the user's journal
+# of touched records (UserState.touch) they were computed at. A read of an unchanged user costs a
+# dictionary lookup; after a write, only the records touched since are matched again (the cost
+# follows the change, not the user). The user's metadata keys likewise.
 _KEYS = "keys"  # (the cache entry of the user's metadata keys)
+
+
+def _since(u: UserState, hit: tuple[Any, ...] | None) -> list[int] | None:
+    """The journal entries after a cache entry's place (None: it cannot be brought up to date:
+    none, or the journal was emptied since)."""
+    if hit is None or hit[2] != u.journal_gen or hit[3] > len(u.journal):
+        return None
+    return u.journal[hit[3] :]
 
 
 def user_keys(st: MemoryState, u: UserState) -> frozenset[str]:
@@ -311,13 +322,18 @@ def user_keys(st: MemoryState, u: UserState) -> frozenset[str]:
         keys: frozenset[str] = hit[1]
         return keys
     recs = st.recs
-    found: set[str] = set()
-    for i in u.ids:
+    since = _since(u, hit)
+    if since is not None and min(since, default=0) >= 0:  # (records added or changed, none removed)
+        found = set(hit[1]) if hit is not None else set()
+        ids: Iterable[int] = {i for i in since if i in u.ids}
+    else:
+        found, ids = set(), u.ids
+    for i in ids:
         md = recs[i].metadata
         if md:
             found.update(k for k, _ in md)
     keys = frozenset(found)
-    u.filtered[_KEYS] = (u.version, keys)
+    u.filtered[_KEYS] = (u.version, keys, u.journal_gen, len(u.journal))
     return keys
 
 
@@ -343,10 +359,17 @@ def allowed(st: MemoryState, u: UserState, f: Filter) -> I64:
     recs = st.recs
     match = f.matches
     meta = st.metadata_of
-    ids = np.array(sorted(i for i in u.ids if match(recs[i], meta(recs[i]))), dtype=np.int64)
+    since = _since(u, hit)
+    if since is not None and hit is not None:  # the last answer, less the touched ids, plus those passing
+        touched = sorted({-j - 1 if j < 0 else j for j in since})
+        passing = [i for i in touched if i in u.ids and match(recs[i], meta(recs[i]))]
+        kept = np.setdiff1d(hit[1], np.array(touched, dtype=np.int64), assume_unique=True)
+        ids = np.union1d(kept, np.array(passing, dtype=np.int64)).astype(np.int64, copy=False)
+    else:
+        ids = np.array(sorted(i for i in u.ids if match(recs[i], meta(recs[i]))), dtype=np.int64)
     if len(u.filtered) > 64:  # (a bounded cache: many distinct filters of one user)
         u.filtered = {_KEYS: u.filtered[_KEYS]} if _KEYS in u.filtered else {}
-    u.filtered[f] = (u.version, ids)
+    u.filtered[f] = (u.version, ids, u.journal_gen, len(u.journal))
     return ids
 
 

@@ -265,6 +265,7 @@ class MemoryState(Placement):
         for f in self._IN_PLACE:
             setattr(r, f, row[f])
         self.pending.pop(r.id, None)
+        u.touch(r)
         return True
 
     def _reparent(self, u: UserState, r: Record, parent: int) -> None:
@@ -419,6 +420,7 @@ class MemoryState(Placement):
         sources, people); :meth:`unindex` is its inverse. Lists stay in id (= creation) order."""
         for src in r.sources:
             tuple_add(u.derived, src, r.id)
+        u.touch(r)
         if r.kind == "turn":
             if r.source_id is not None:
                 self._index_source(u, r.source_id)
@@ -457,6 +459,7 @@ class MemoryState(Placement):
         its turn views), pending bumps. ``forget``: it is being deleted, so no graph may keep its
         vector or its turn view, even from an earlier eviction (see
         :meth:`lamina.native.layer_index.LayerIndex.forget`)."""
+        u.touch(r, removed=True)
         if forget:
             self.vectors.forget([r.id, r.id | TURN_KEY] if r.kind == "turn" else [r.id])
         if r.status == "active":
@@ -529,5 +532,6 @@ class MemoryState(Placement):
         r.sources = sources
         for src in sources[len(old) :] if grown else sources:
             tuple_add(u.derived, src, r.id)
+        u.touch(r)
         if r.kind == "turn" and r.source_id is not None:
             self._index_source(u, r.source_id)

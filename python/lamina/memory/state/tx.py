@@ -86,6 +86,9 @@ class Tx:
     def changed(self, r: Record, *columns: str, emb: Vec | None = None) -> None:
         """Columns of ``r`` changed in memory (``emb``: its new embedding)."""
         self.users.add(r.user_id)
+        u = self.st.users.get(r.user_id)
+        if u is not None:
+            u.touch(r)
         if emb is not None:
             if r.id in self._new:
                 self._new[r.id] = (r, emb)

@@ -51,6 +51,8 @@ class UserState:
         "turn_epoch",
         "vec_epoch",
         "filtered",
+        "journal",
+        "journal_gen",
     )
 
     def __init__(self, user_id: str, idx: int) -> None:
@@ -96,13 +98,32 @@ class UserState:
         # counts vectors replaced of turns the neighbour lists hold (the lists' stamps are read
         # again at the next projection; see TurnNeighbours.sync)
         self.vec_epoch = 0
-        # cache of the read path's filters (lamina.memory.read.where): key -> (version, value)
-        self.filtered: dict[object, tuple[int, Any]] = {}
+        # cache of the read path's filters (lamina.memory.read.batch.allowed): key -> (version, ...)
+        self.filtered: dict[object, tuple[Any, ...]] = {}
+        # the records created, changed or removed (a removal as -id - 1), in order, so that a
+        # filter's admitted ids are brought up to date by what changed since they were computed
+        # (:meth:`touch`); ``journal_gen`` counts the times the journal was emptied (the caches
+        # computed before then are recomputed whole)
+        self.journal: list[int] = []
+        self.journal_gen = 0
+
+    def touch(self, r: Record, *, removed: bool = False) -> None:
+        """Note that ``r`` was created or changed (``removed``: is leaving the state) for the filter
+        caches. A turn's change also touches what derives from it: a derived item's metadata is
+        what its source turns agree on (:meth:`~lamina.memory.state.placement.Placement.metadata_of`)."""
+        j = self.journal
+        if len(j) > 4 * len(self.ids) + 4096:  # (bounded: the caches then start again from scratch)
+            j.clear()
+            self.journal_gen += 1
+        j.append(-r.id - 1 if removed else r.id)
+        if r.kind == "turn" and r.source_id is not None:
+            j.extend(self.derived.get(r.source_id, ()))
 
     def gc_containers(self) -> Iterator[object]:
         """The user's containers of ids, strings, numbers and records (see
         :mod:`lamina.memory.state.gcquiet`)."""
         yield from (self.ids, self.by_src, self.seg_of, self.derived, self.profiles, self.facts, self.n_active)
+        yield self.journal
         yield from (self.pool_leaves, self.pool_sessions)
         for d in (self.working, self.children, self.current, self.active, self.session_turns, self.named):
             yield d
