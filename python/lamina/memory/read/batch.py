@@ -362,15 +362,24 @@ def allowed(st: MemoryState, u: UserState, f: Filter) -> I64:
     since = _since(u, hit)
     if since is not None and hit is not None:  # the last answer, less the touched ids, plus those passing
         touched = sorted({-j - 1 if j < 0 else j for j in since})
-        passing = [i for i in touched if i in u.ids and match(recs[i], meta(recs[i]))]
-        kept = np.setdiff1d(hit[1], np.array(touched, dtype=np.int64), assume_unique=True)
-        ids = np.union1d(kept, np.array(passing, dtype=np.int64)).astype(np.int64, copy=False)
+        passing = np.array([i for i in touched if i in u.ids and match(recs[i], meta(recs[i]))], dtype=np.int64)
+        ids = _merge_sorted(hit[1], np.array(touched, dtype=np.int64), passing)
     else:
         ids = np.array(sorted(i for i in u.ids if match(recs[i], meta(recs[i]))), dtype=np.int64)
     if len(u.filtered) > 64:  # (a bounded cache: many distinct filters of one user)
         u.filtered = {_KEYS: u.filtered[_KEYS]} if _KEYS in u.filtered else {}
     u.filtered[f] = (u.version, ids, u.journal_gen, len(u.journal))
     return ids
+
+
+def _merge_sorted(old: I64, touched: I64, passing: I64) -> I64:
+    """``old`` (sorted, unique) less ``touched`` plus ``passing`` (both sorted, ``passing`` a
+    subset of ``touched``), sorted: binary searches and one copy (few touched ids, many old)."""
+    pos = np.searchsorted(old, touched)
+    hit = pos < len(old)
+    hit[hit] = old[pos[hit]] == touched[hit]
+    kept = np.delete(old, pos[hit])
+    return np.insert(kept, np.searchsorted(kept, passing), passing)
 
 
 def _allow(st: MemoryState, jobs: Sequence[retrieve.Job], filters: Filter | None) -> list[I64 | None] | None:
