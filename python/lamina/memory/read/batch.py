@@ -110,7 +110,7 @@ def query_domains(
 
 def contexts(
     st: MemoryState,
-    users: Sequence[UserState | None],
+    users: Sequence[UserState],
     queries: Sequence[str],
     Q: Vec,
     domains: Sequence[str | None],
@@ -129,7 +129,7 @@ def contexts(
     Parameters
     ----------
     st : the memory state
-    users : each query's user state (None: an unknown user, whose context abstains)
+    users : each query's user state (an unknown user is refused before: NotFoundError)
     queries : the query texts
     Q : ndarray, shape (len(queries), dim), float32 — the query vectors
     domains : each query's domain (:func:`query_domains`)
@@ -155,45 +155,35 @@ def contexts(
         # with a deeper retry was measured slower (the retry ran for half the queries of
         # bench/bench_memory.py) and lost recall on LoCoMo (shallower fusion lists)
         m = max(c.candidates, -(-budget // 4))
-        known = [i for i in range(n) if users[i] is not None]
-        jobs: list[retrieve.Job] = []
-        for i in known:
-            u = users[i]
-            assert u is not None
-            jobs.append((u, layers, queries[i]))
-        found = retrieve.search(st, jobs, Q[known], m, views=True, allow=_allow(st, jobs, filters))
+        jobs: list[retrieve.Job] = [(u, layers, q) for u, q in zip(users, queries)]
+        found = retrieve.search(st, jobs, Q, m, views=True, allow=_allow(st, jobs, filters))
         lookup = retrieve.Lookup(st, found)  # (the records found, asked once for the batch)
         # with a firewall the domain gate is its own
-        search_domains = [domains[i] if firewall is None else None for i in known]
-        turns = retrieve.fused_turns_many(
-            st, lookup, Q[known], found, [queries[i] for i in known], t_now, search_domains
-        )
+        search_domains = [d if firewall is None else None for d in domains]
+        turns = retrieve.fused_turns_many(st, lookup, Q, found, list(queries), t_now, search_domains)
         cands: list[Candidates | None] = [None] * n
         reports: list[FirewallReport | None] = [None] * n
         relevance: dict[int, dict[str, float]] = {}  # query -> its layer relevances, when it has candidates
         lazy: ranking.Ranked | None = None  # (many queries: each one's candidates built when it is filled)
-        slot = {i: k for k, i in enumerate(known)}
-        if len(known) >= RANK_MANY:
+        if n >= RANK_MANY:
             lazy = ranking.rank_many(
                 st, [j[0] for j in jobs], [j[2] for j in jobs], layers, found, m, t_now, search_domains, lookup, turns
             )
             if firewall is not None:  # (the firewall screens the candidates before the gate)
-                cands = [None if u is None else lazy.candidates(slot[i]) for i, u in enumerate(users)]
+                cands = [lazy.candidates(i) for i in range(n)]
                 lazy = None
             else:
-                relevance = {i: lazy.relevance[k] for k, i in enumerate(known) if not lazy.empty(k)}
+                relevance = {i: lazy.relevance[i] for i in range(n) if not lazy.empty(i)}
         else:
-            for k, (i, (u, _, query), raw, dom) in enumerate(zip(known, jobs, found, search_domains)):
+            for i, ((u, _, query), raw, dom) in enumerate(zip(jobs, found, search_domains)):
                 cands[i] = retrieve.rank(
-                    st, u, Q[i], query, layers, raw, m, t_now, dom, u.staleness(st.recs), lookup, turns.one(k)
+                    st, u, Q[i], query, layers, raw, m, t_now, dom, u.staleness(st.recs), lookup, turns.one(i)
                 )
         cd: Candidates | None
         if lazy is None:
-            for i in known:
+            for i, u in enumerate(users):
                 cd = cands[i]
-                u = users[i]
                 if cd is not None and firewall is not None:
-                    assert u is not None
                     reports[i] = screen(
                         st, u, cd, Q[i : i + 1].copy(), domains[i], firewall, query=queries[i], classifier=classifier
                     )
@@ -202,12 +192,12 @@ def contexts(
         gated = [i for i in range(n) if relevance.get(i)]
         gates = dict(zip(gated, fill.gate_rows([relevance[i] for i in gated], layers, c)))
         out: list[tuple[Context, ContextExplanation | None]] = []
-        made = _Items(st, remember=len(known) > 1)
+        made = _Items(st, remember=n > 1)
         # (many queries, nothing to explain: every query's fill order sorted at once)
-        pools = None if lazy is None or explain else lazy.pools(st, {slot[i]: gates[i] for i in gated})
+        pools = None if lazy is None or explain else lazy.pools(st, {i: gates[i] for i in gated})
         for i in range(n):
             u, report, query = users[i], reports[i], queries[i]
-            if u is None or i not in gates:
+            if i not in gates:
                 ctx = Context(items=[], gates={}, beta=float(c.beta), abstain=True, query=query, budget=budget)
                 if firewall is not None:
                     ctx.firewall = report if report is not None else empty_report(domains[i], firewall)
@@ -218,24 +208,23 @@ def contexts(
             cd = None
             if pools is not None:
                 assert lazy is not None
-                k = slot[i]
-                a, b = pools.starts[k], pools.ends[k]
+                a, b = pools.starts[i], pools.ends[i]
                 recs, scores = pools.recs, pools.scores
                 at, used = fill.take(
                     st,
                     recs[a:b],
                     budget,
-                    n_working=pools.working_ends[k] - a,
+                    n_working=pools.working_ends[i] - a,
                     working=fill.working_tokens(g, budget, c),
                     sizes=pools.sizes[a:b],
                     keys=pools.keys[a:b],
                     least=pools.least[a:b],
                 )
                 chosen = [(scores[a + j], recs[a + j]) for j in at]
-                demoted = lazy.demoted(k)
+                demoted = lazy.demoted(i)
                 via = {recs[a + j].id for j in at if pools.via[a + j]}  # (those shown: what is asked of it)
             else:
-                cd = cands[i] if lazy is None else lazy.candidates(slot[i])
+                cd = cands[i] if lazy is None else lazy.candidates(i)
                 assert cd is not None
                 chosen, used = fill.fill(st, cd.per_layer, g, b_used, budget, cd.demoted, reasons)
                 demoted, via = cd.demoted, cd.via
@@ -262,7 +251,7 @@ def contexts(
 
 def searches(
     st: MemoryState,
-    users: Sequence[UserState | None],
+    users: Sequence[UserState],
     Q: Vec,
     names: Sequence[str],
     k: int,
@@ -273,16 +262,11 @@ def searches(
     """The top-``k`` items of each query's user over the layers ``names`` (no gate, floor or
     visit), the native searches of all queries together; with ``filters`` among the items it
     admits only (pushed into the searches). The caller holds the memory's lock."""
-    known = [i for i, u in enumerate(users) if u is not None]
-    jobs: list[retrieve.Job] = []
-    for i in known:
-        u = users[i]
-        assert u is not None
-        jobs.append((u, names, ""))
-    found = retrieve.search(st, jobs, Q[known], k, leaves=True, allow=_allow(st, jobs, filters))
+    jobs: list[retrieve.Job] = [(u, names, "") for u in users]
+    found = retrieve.search(st, jobs, Q, k, leaves=True, allow=_allow(st, jobs, filters))
     lookup = retrieve.Lookup(st, found)
     out: list[list[MemoryItem]] = [[] for _ in users]
-    for i, raw in zip(known, found):
+    for i, raw in enumerate(found):
         hits: list[tuple[float, Record]] = []
         for lst in retrieve.layer_hits(st, raw, names, t_now, None, lookup=lookup).values():
             hits.extend(lst)
