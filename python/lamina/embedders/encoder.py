@@ -16,6 +16,7 @@ is one batched matmul per layer with an additive padding mask, and the element-w
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 from abc import ABC, abstractmethod
@@ -114,11 +115,14 @@ def load_tokenizer(path: Path, max_length: int) -> object:
 
     The ``tokenizer.json`` files of sentence-transformers checkpoints ship with truncation at
     128 and fixed padding: both differ from sentence-transformers' behaviour (truncate at
-    ``max_seq_length``, no padding).
+    ``max_seq_length``, no padding). A ``.gz`` file is read decompressed.
     """
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(str(path))
+    if path.suffix == ".gz":
+        tok = Tokenizer.from_str(gzip.decompress(path.read_bytes()).decode("utf-8"))
+    else:
+        tok = Tokenizer.from_file(str(path))
     tok.no_padding()
     tok.enable_truncation(max_length=max_length)
     return tok
@@ -248,17 +252,23 @@ class SentenceEncoder(ABC):
         self._heads = int(cfg["num_attention_heads"])
         return cfg
 
-    def _set_max_length(self, max_length: int | None, max_pos: int) -> None:
-        """``max_length`` (default: the folder's ``sentence_bert_config.json`` ``max_seq_length``,
-        else ``max_pos``), checked against ``max_pos``; loads the tokenizer truncating there."""
+    def _set_max_length(
+        self, max_length: int | None, max_pos: int, *, model_max: int | None = None, tokenizer: Path | None = None
+    ) -> None:
+        """``max_length`` (default: ``model_max``, else the folder's ``sentence_bert_config.json``
+        ``max_seq_length``, else ``max_pos``), checked against ``max_pos``; loads the tokenizer
+        (``tokenizer``, default the folder's ``tokenizer.json``) truncating there."""
         st_cfg = self.model_dir / "sentence_bert_config.json"
-        model_max = int(json.loads(st_cfg.read_text()).get("max_seq_length", max_pos)) if st_cfg.is_file() else max_pos
+        if model_max is None:
+            model_max = (
+                int(json.loads(st_cfg.read_text()).get("max_seq_length", max_pos)) if st_cfg.is_file() else max_pos
+            )
         if max_length is None:
             max_length = min(model_max, max_pos)
         if not isinstance(max_length, int) or not 2 <= max_length <= max_pos:
             raise ValueError(f"max_length must be an int in [2, {max_pos}], got {max_length!r}")
         self.max_length = max_length
-        self._tok = load_tokenizer(self.model_dir / "tokenizer.json", max_length)
+        self._tok = load_tokenizer(tokenizer or self.model_dir / "tokenizer.json", max_length)
 
     @staticmethod
     def _has_libraries() -> bool:

