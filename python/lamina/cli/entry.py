@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--embedder",
         default="hashing",
         help="hashing (default: the embedded, deterministic one — same numbers on every machine) "
-        "| auto (MiniLM when installed) | minilm | mpnet (stronger, ~6x slower)",
+        "| auto (MiniLM: float32 when installed, else int8) | minilm | minilm-int8 | mpnet (stronger, ~6x slower)",
     )
     d.add_argument("--seed", type=int, default=7)
     d.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -34,7 +34,7 @@ def add_locomo_command(esub: Any, name: str, *, help: str, description: str, emb
     folder) and ``--embedder`` (default ``embedder``) added."""
     p: argparse.ArgumentParser = esub.add_parser(name, help=help, description=description)
     p.add_argument("--data", default=LOCOMO_DATA, help="locomo_dev.json / locomo10.json or their folder")
-    p.add_argument("--embedder", default=embedder, help="auto | minilm | mpnet | hashing")
+    p.add_argument("--embedder", default=embedder, help="auto | minilm | minilm-int8 | mpnet | hashing")
     return p
 
 

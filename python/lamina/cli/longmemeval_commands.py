@@ -80,7 +80,7 @@ def add_longmemeval_parser(esub: Any) -> None:
         "ndcg@k at session and turn granularity).",
     )
     p.add_argument("--data", default=_DEFAULT_DATA, help="longmemeval_s_dev.json (compact format) or its folder")
-    p.add_argument("--embedder", default="hashing", help="hashing | minilm | mpnet | auto")
+    p.add_argument("--embedder", default="hashing", help="hashing | minilm | minilm-int8 | mpnet | auto")
     p.add_argument("--limit", type=int, default=None, help="first N questions (after --types)")
     p.add_argument("--per-type", type=int, default=None, help="first N questions of each type (a stratified subset)")
     p.add_argument("--types", type=_types, default=None, help="comma-separated question types")

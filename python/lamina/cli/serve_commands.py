@@ -276,7 +276,7 @@ def add_serve_parsers(sub: Any) -> None:
     s.add_argument(
         "--embedder",
         default="auto",
-        help="auto (default: the database's own; a new one: MiniLM if installed, else hashing) | hashing | minilm | mpnet",
+        help="auto (default: the database's own; a new one: MiniLM, float32 if installed, else int8) | hashing | minilm | minilm-int8 | mpnet",
     )
     s.add_argument(
         "--workers", type=int, default=1, help="uvicorn worker processes sharing the --db file or PostgreSQL database"

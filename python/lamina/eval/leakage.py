@@ -442,6 +442,6 @@ def add_leakage_parser(esub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--budget", type=int, default=256, help="context token budget (default 256)")
     p.add_argument("--tau", type=float, default=Firewall().tau, help="the firewall setting's similarity floor")
     p.add_argument("--no-gate", action="store_true", help="the firewall setting without the domain gate")
-    p.add_argument("--embedder", default="hashing", help="hashing (default), minilm, mpnet or auto")
+    p.add_argument("--embedder", default="hashing", help="hashing (default), minilm, minilm-int8, mpnet or auto")
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--plot", help="write the sweep plot (PNG) here (needs matplotlib)")

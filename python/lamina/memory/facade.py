@@ -69,7 +69,7 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk, Closing):
         SQLite database file (created if missing; reopening restores the exact state), or a
         PostgreSQL URL ``postgresql://user:password@host/dbname`` (extra ``lamina[postgres]``;
         several processes and hosts share it). None keeps everything in memory.
-    embedder : "auto", "hashing", "minilm", "mpnet" or an :class:`~lamina.embedders.Embedder`
+    embedder : "auto", "hashing", "minilm", "minilm-int8", "mpnet" or an :class:`~lamina.embedders.Embedder`
         A database records its embedder and ``"auto"`` (the default) opens it with that one; a new
         database gets MiniLM when its model files are installed, else the native hashing embedder
         (``"hashing"`` chooses it explicitly). An explicit embedder other than the recorded one

@@ -80,8 +80,8 @@ class ServeConfig:
     db : str or None
         SQLite file (None: in memory, gone at shutdown).
     embedder : str
-        ``auto`` (the database's own; a new one: MiniLM when installed, else hashing), ``hashing``,
-        ``minilm``, ``mpnet``.
+        ``auto`` (the database's own; a new one: MiniLM, float32 when installed, else int8),
+        ``hashing``, ``minilm``, ``minilm-int8``, ``mpnet``.
     keys : KeyRing
         Empty: no authentication (the command line then binds to loopback only).
     limits : Limits
