@@ -468,6 +468,7 @@ LAMINA_VARIANTS: dict[str, dict[str, Any]] = {
     "lamina -session": {"session_prior": 0.0},  # turns ranked on their own, not by their session too
     "lamina -sentences": {"turn_vectors": "text"},  # a turn embedded as its text alone
     "lamina late": {"turn_vectors": "late"},  # sentence vectors pooled from one pass over the turn
+    "lamina parts": {"turn_vectors": "parts"},  # the sentences' vectors alone, no whole-turn text
     "lamina -stale": {"stale_penalty": 0.0},  # superseded facts' turns not demoted
     "lamina +lend": {"lend_capacity": True},  # the capacity pools lend each other their unused room
 }

@@ -18,7 +18,7 @@ Synchronous = Literal["NORMAL", "FULL"]
 #: Storage of the index's searched arenas (:class:`lamina.VectorArena` dtypes).
 VectorDType = Literal["float32", "float16"]
 #: How a turn is embedded (:mod:`lamina.memory.state.turnvec`).
-TurnVectors = Literal["sentences", "late", "text"]
+TurnVectors = Literal["sentences", "late", "parts", "text"]
 #: The active layers, in the order the read path visits them.
 ACTIVE_LAYERS = ("working", "episodic", "semantic")
 
@@ -116,8 +116,9 @@ class MemoryConfig:
     "late" (the same sum from one encoder pass over the turn, its token states pooled over
     each sentence: one embedded text per turn with an encoder embedder such as MiniLM,
     "sentences" with one that cannot; cheaper to fill, lower evidence recall:
-    docs/evaluation/ingest.md) or
-    "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
+    docs/evaluation/ingest.md), "parts" (the sentences' vectors alone, the whole text embedded
+    only for a turn with no sentence of its own to add: about one text's worth of tokens per
+    turn) or "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
     embedded; vectors already stored stay as they are.
 
     A-Mem notes (:mod:`lamina.memory.write.notes`): with ``notes`` on, every added turn gets a note
@@ -308,9 +309,9 @@ class MemoryConfig:
                 raise InvalidInput(f"MemoryConfig.{nm} must be a cosine in [-1, 1], got {getattr(self, nm)}")
         if self.link_threshold > self.duplicate_threshold:
             raise InvalidInput("MemoryConfig.link_threshold must be <= duplicate_threshold")
-        if self.turn_vectors not in ("sentences", "late", "text"):
+        if self.turn_vectors not in ("sentences", "late", "parts", "text"):
             raise InvalidInput(
-                f"MemoryConfig.turn_vectors must be 'sentences', 'late' or 'text', got {self.turn_vectors!r}"
+                f"MemoryConfig.turn_vectors must be 'sentences', 'late', 'parts' or 'text', got {self.turn_vectors!r}"
             )
         if self.eviction not in ("coverage", "heat"):
             raise InvalidInput(f"MemoryConfig.eviction must be 'coverage' or 'heat', got {self.eviction!r}")

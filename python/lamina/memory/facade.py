@@ -337,7 +337,7 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk, Closing):
             return self._embed([t for t, _ in turns])
         emb = self._embedder
         late = emb if self.config.turn_vectors == "late" and isinstance(emb, SpanEmbedder) else None
-        return turn_vectors(self._embed, turns, late=late)
+        return turn_vectors(self._embed, turns, late=late, embed_whole=self.config.turn_vectors != "parts")
 
     def _user(self, user_id: str) -> UserState | None:
         """A user's state (loaded from the store if another writer moved it); caller holds the lock."""

@@ -64,6 +64,13 @@ def test_turn_texts_whole_first_then_sentences() -> None:
     assert turn_texts("Thanks! Wow!") == ["Thanks! Wow!"]
     # a short opener and one statement: the statement also gets its own say
     assert turn_texts("Wow! I adopted a cat.") == ["Wow! I adopted a cat.", "I adopted a cat."]
+    # "parts": the sentences alone, the whole text only where it has none to add
+    assert turn_texts("Thanks! I adopted a cat. Her name is Luna.", embed_whole=False) == [
+        "I adopted a cat.",
+        "Her name is Luna.",
+    ]
+    assert turn_texts("I adopted a cat.", embed_whole=False) == ["I adopted a cat."]
+    assert turn_texts("Thanks! Wow!", embed_whole=False) == ["Thanks! Wow!"]
 
 
 def _expected(text: str, speaker: str | None) -> np.ndarray:
@@ -165,18 +172,35 @@ def test_late_turn_vectors_without_an_encoder_are_the_sentence_vectors() -> None
     m.close()
 
 
-@pytest.mark.parametrize("mode", ["sentences", "text"])
+def _by_rule(mode: str, text: str) -> np.ndarray:
+    if mode == "text":
+        return HASH.embed([text])[0]
+    return turn_vectors(HASH.embed, [(text, "Ann")], embed_whole=mode == "sentences")[0]
+
+
+@pytest.mark.parametrize("mode", ["sentences", "parts", "text"])
 def test_add_and_update_store_the_configured_vector(mode: str) -> None:
     m = Memory(embedder="hashing", config=MemoryConfig(turn_vectors=mode))  # type: ignore[arg-type]
     text = "Thanks, Bob! I moved to Lisbon in May. The flat is small."
     (i,) = chat(m, "u", "s1", [("Ann", text)], T0, "D")
-    want = turn_vectors(HASH.embed, [(text, "Ann")])[0] if mode == "sentences" else HASH.embed([text])[0]
-    np.testing.assert_allclose(stored(m, text), want, atol=1e-6)
+    np.testing.assert_allclose(stored(m, text), _by_rule(mode, text), atol=1e-6)
     new = "I live in Porto now. It rains a lot."
     m.update(i, new)
-    want = turn_vectors(HASH.embed, [(new, "Ann")])[0] if mode == "sentences" else HASH.embed([new])[0]
-    np.testing.assert_allclose(stored(m, new), want, atol=1e-6)
+    np.testing.assert_allclose(stored(m, new), _by_rule(mode, new), atol=1e-6)
     m.close()
+
+
+def test_parts_embed_each_sentence_once_and_no_whole_turn() -> None:
+    """``turn_vectors="parts"``: a turn costs its sentences' texts (about one text's worth of
+    tokens), its vector their normalised sum plus the speaker's name."""
+    rec = Recording()
+    turns = [("Thanks! I adopted a cat. Her name is Luna.", "Ann"), ("I like tea a lot.", None)]
+    V = turn_vectors(rec.embed, turns, embed_whole=False)
+    assert rec.calls == [["I adopted a cat.", "Her name is Luna.", "I like tea a lot.", "Ann"]]
+    u = HASH.embed(["I adopted a cat.", "Her name is Luna."]).astype(np.float64).sum(axis=0)
+    u = u / np.linalg.norm(u) + SPEAKER_WEIGHT * HASH.embed(["Ann"])[0]
+    np.testing.assert_allclose(V[0], u / np.linalg.norm(u), atol=1e-6)
+    np.testing.assert_allclose(V[1], HASH.embed(["I like tea a lot."])[0], atol=1e-6)
 
 
 def test_import_into_another_embedder_embeds_turns_as_the_write_path() -> None:

@@ -96,10 +96,14 @@ def _parts(text: str) -> list[Span]:
     return spans
 
 
-def turn_texts(text: str) -> list[str]:
+def turn_texts(text: str, *, embed_whole: bool = True) -> list[str]:
     """What is embedded for a turn's content: the whole text first, then its :func:`sentences`
-    when the turn has more than the whole itself to say."""
-    return [text, *(text[a:b] for a, b in _parts(text))]
+    when the turn has more than the whole itself to say; without ``whole``, those sentences
+    alone (the text itself when it has none to add): ``embed_whole=False``."""
+    parts = [text[a:b] for a, b in _parts(text)]
+    if not embed_whole and parts:
+        return parts
+    return [text, *parts]
 
 
 def _normalised(S: Vec, fallback: Vec) -> Vec:
@@ -118,6 +122,7 @@ def turn_vectors(
     *,
     speaker_weight: float = SPEAKER_WEIGHT,
     late: SpanEmbedder | None = None,
+    embed_whole: bool = True,
 ) -> Vec:
     """Vectors of turns ``(text, speaker)``: each the normalised u + w·e(speaker), u the
     normalised sum of the vectors of its :func:`turn_texts` (a speaker that is no name —
@@ -125,7 +130,8 @@ def turn_vectors(
     through ``embed`` (whose cache serves it to every later call).
 
     Without ``late`` every turn text and sentence is embedded as a text of its own, all in one
-    call of ``embed``. With ``late`` each turn is encoded once and its sentence vectors are
+    call of ``embed``; without ``embed_whole`` (``turn_vectors="parts"``) a turn with sentences to add
+    is their sum alone, its whole text not embedded (``late`` ignores ``embed_whole``). With ``late`` each turn is encoded once and its sentence vectors are
     pooled from that pass (:meth:`SpanEmbedder.embed_spans`, "late chunking").
 
     Returns
@@ -138,7 +144,7 @@ def turn_vectors(
         starts = np.empty(len(turns), dtype=np.int64)
         for i, (text, _) in enumerate(turns):
             starts[i] = len(texts)
-            texts.extend(turn_texts(text))
+            texts.extend(turn_texts(text, embed_whole=embed_whole))
         X = np.asarray(embed(texts + names), dtype=np.float32)
         if not len(turns):
             return np.ascontiguousarray(X[:0])
