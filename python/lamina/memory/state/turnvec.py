@@ -27,6 +27,13 @@ that has no ``embed_spans`` (the hashing embedder) it is the same as "sentences"
 MiniLM (docs/evaluation/ingest.md): ingest 0.8x the time of embedding the turns once on LoCoMo
 (2.6x with "sentences"), but evidence recall 0.9 / 1.3 points lower at 256 / 1,024 tokens on
 LoCoMo and lower on a LongMemEval sample, a pooled sentence leaning toward its turn: not the default.
+
+``MemoryConfig.turn_vectors = "parts"`` drops the whole text of a turn that has sentences of its
+own: its content vector is the normalised sum of those sentences' vectors, so every word is read
+about once. Measured with MiniLM (docs/evaluation/ingest.md): ingest 1.05x / 1.20x the time of
+embedding the turns once on LoCoMo / LongMemEval (2.4x with "sentences"), evidence recall 0.5 /
+0.7 points lower at 256 / 1,024 tokens on LoCoMo, equal or higher on LongMemEval: the option for
+ingest-bound deployments, not the default.
 """
 
 from __future__ import annotations
