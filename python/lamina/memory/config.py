@@ -117,8 +117,9 @@ class MemoryConfig:
     each sentence: one embedded text per turn with an encoder embedder such as MiniLM,
     "sentences" with one that cannot; cheaper to fill, lower evidence recall:
     docs/evaluation/ingest.md), "parts" (the sentences' vectors alone, the whole text embedded
-    only for a turn with no sentence of its own to add: about one text's worth of tokens per
-    turn) or "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
+    only for a turn with no sentence of its own to add: ingest within 1.2x of embedding the
+    turns once, 0.5-0.7 points lower on LoCoMo with MiniLM: docs/evaluation/ingest.md) or
+    "text" (the turn's text alone, one embedding). It decides how new and re-embedded turns are
     embedded; vectors already stored stay as they are.
 
     A-Mem notes (:mod:`lamina.memory.write.notes`): with ``notes`` on, every added turn gets a note
