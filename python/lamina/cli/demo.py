@@ -296,7 +296,11 @@ def run_demo(
     out.write(
         f"lamina demo: {len(convs)} users x {sessions} sessions x {turns} turns = {n_turns} turns, "
         f"embedder {mem.embedder.name}"
-        + (" (lexical; --embedder auto: MiniLM when installed)" if mem.embedder.name.startswith("hashing") else "")
+        + (
+            " (lexical, quick; --embedder auto: MiniLM, semantic, about 2 minutes)"
+            if mem.embedder.name.startswith("hashing")
+            else ""
+        )
         + f", budget {budget} tokens\n"
     )
     bar = ProgressBar(n_turns, "ingest", sys.stderr, show="rate") if progress else None
