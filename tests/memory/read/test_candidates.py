@@ -15,9 +15,10 @@ from lamina import Memory, MemoryConfig, NotFoundError
 from lamina.embedders import get_embedder
 from lamina.memory.read.candidates import Found, Lookup, candidates, scope, visible
 from lamina.memory.state.memstate import MemoryState, UserState
-from lamina.memory.state.records import NsCode, Record
+from lamina.memory.state.records import NsCode, Record, turn_tokens
 from lamina.memory.state.turnvec import turn_vectors
 from lamina.memory.store.sqlite import SQLiteStore
+from lamina.text.timeref import mentions_time
 from memkit import (
     CHAT_WORDS,
     DAY,
@@ -245,6 +246,32 @@ def test_lookup_positions() -> None:
         x = rng.choice(look.ids, 50)
         assert look.pos(x).tolist() == np.searchsorted(look.ids, x).tolist()
         assert [r.id for r in look.recs[look.pos(x)]] == x.tolist()
+    finally:
+        m.close()
+
+
+def test_lookup_columns_of_turns() -> None:
+    """What the episodic fusion reads of the found records, at the turns (its lists hold turns
+    only): each turn's rendered words, whether its text says when, equal session codes for
+    equal sessions; and visible() per record at every (clock, domain), the open one included."""
+    m = Memory(None, embedder="hashing")
+    try:
+        for s in range(3):
+            day_session(m, s, [*KITTEN_CHAT, ("Alice", "We met on 12 May 2023 at noon.")])
+        st = m._st
+        ids = np.array(sorted(st.recs), dtype=np.int64)
+        look = Lookup(st, [Found(layers={"episodic": (np.zeros(len(ids), np.float32), ids)})])
+        recs = look.recs.tolist()
+        turns = [j for j, r in enumerate(recs) if r.kind == "turn"]
+        assert turns and len(turns) < len(recs)  # (derived items among them)
+        words, when, sess = look.words(), look.when(), look.sessions()
+        assert words[turns].tolist() == [turn_tokens(recs[j])[0] for j in turns]
+        assert when[turns].tolist() == [mentions_time(recs[j].text, recs[j].timestamp) for j in turns]
+        assert any(when[turns]) and not all(when[turns])
+        same = [[recs[a].session_id == recs[b].session_id for b in turns] for a in turns]
+        assert [[sess[a] == sess[b] for b in turns] for a in turns] == same
+        for now, domain in [(None, None), (T0 + DAY, None), (None, "work"), (T0, "home")]:
+            assert look.visible(now, domain).tolist() == [visible(r, now, domain) for r in recs]
     finally:
         m.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -86,9 +87,10 @@ class Found:
 
 class Lookup:
     """The records that searches found, by id, with what the read path asks of each record
-    whatever the query: visible at a (clock, domain) (:func:`visible`), whether its text says
-    when (:func:`lamina.text.timeref.mentions_time`), its session. Built once for a batch of
-    queries (a record found by many is asked once), read with numpy gathers.
+    whatever the query: visible at a (clock, domain) (:func:`visible`), and of each turn (the
+    episodic fusion's lists hold turns only) whether its text says when
+    (:func:`lamina.text.timeref.mentions_time`), its session and its length. Built once for a
+    batch of queries (a record found by many is asked once), read with numpy gathers.
 
     Parameters
     ----------
@@ -96,7 +98,7 @@ class Lookup:
     found : the searches' results (:func:`search`)
     """
 
-    __slots__ = ("ids", "recs", "_vis", "_when", "_sess", "_words", "_table", "_lo")
+    __slots__ = ("ids", "recs", "_vis", "_when", "_sess", "_words", "_turn_at", "_table", "_lo")
 
     def __init__(self, st: MemoryState, found: Sequence[Found]) -> None:
         parts = [_NO_IDS]
@@ -121,6 +123,7 @@ class Lookup:
         self._when: npt.NDArray[np.bool_] | None = None
         self._sess: I64 | None = None
         self._words: I64 | None = None
+        self._turn_at: tuple[I64, list[Record]] | None = None
         # ids close together (one database's sequence numbers): positions by a table, a gather
         # (np.searchsorted of many unsorted ids costs some 40x more)
         self._table: I64 | None = None
@@ -149,30 +152,49 @@ class Lookup:
         key = (now, domain)
         v = self._vis.get(key)
         if v is None:
-            v = self._vis[key] = np.array([visible(r, now, domain) for r in self.recs.tolist()], dtype=bool)
+            if now is None and domain is None:  # (no clock, no gate: every record)
+                v = np.ones(len(self.ids), dtype=bool)
+            else:
+                v = np.array([visible(r, now, domain) for r in self.recs.tolist()], dtype=bool)
+            self._vis[key] = v
         return v
 
+    def _turns(self) -> tuple[I64, list[Record]]:
+        """The positions of the records that are turns, and those records (what the episodic
+        fusion reads the columns below of: its lists hold turns only)."""
+        if self._turn_at is None:
+            recs = self.recs.tolist()
+            at = [j for j, r in enumerate(recs) if r.kind == "turn"]
+            self._turn_at = (np.array(at, dtype=np.int64), [recs[j] for j in at])
+        return self._turn_at
+
+    def _turn_column(self, values: list[int] | list[bool], dtype: type[np.generic]) -> npt.NDArray[Any]:
+        """A column of the records with ``values`` at the turns' positions (:meth:`_turns`), 0 elsewhere."""
+        out = np.zeros(len(self.ids), dtype=dtype)
+        out[self._turns()[0]] = values
+        return out
+
     def when(self) -> npt.NDArray[np.bool_]:
-        """Whether each record's text says when (:func:`lamina.text.timeref.mentions_time`)."""
+        """Whether each turn's text says when (:func:`lamina.text.timeref.mentions_time`;
+        False for the records that are not turns)."""
         if self._when is None:
-            self._when = np.array([mentions_time(r.text, r.timestamp) for r in self.recs.tolist()], dtype=bool)
+            self._when = self._turn_column([mentions_time(r.text, r.timestamp) for r in self._turns()[1]], np.bool_)
         return self._when
 
     def words(self) -> I64:
-        """Each record's length in words (a turn's: its rendered ``Speaker: text`` line)."""
+        """Each turn's length in words (its rendered ``Speaker: text`` line; 0 for the records
+        that are not turns)."""
         if self._words is None:
-            self._words = np.array(
-                [turn_tokens(r)[0] if r.kind == "turn" else len(r.text.split()) for r in self.recs.tolist()],
-                dtype=np.int64,
-            )
+            self._words = self._turn_column([turn_tokens(r)[0] for r in self._turns()[1]], np.int64)
         return self._words
 
     def sessions(self) -> I64:
-        """A code of each record's session (equal codes: the same session id, None included)."""
+        """A code of each turn's session (equal codes: the same session id, None included; 0 for
+        the records that are not turns)."""
         if self._sess is None:
             codes: dict[str | None, int] = {}
-            self._sess = np.array(
-                [codes.setdefault(r.session_id, len(codes)) for r in self.recs.tolist()], dtype=np.int64
+            self._sess = self._turn_column(
+                [codes.setdefault(r.session_id, len(codes)) for r in self._turns()[1]], np.int64
             )
         return self._sess
 

@@ -249,9 +249,10 @@ def fuse_many(
     config : the memory's settings
     ids : ndarray, shape (N,), int64 — the records found (sorted, unique: the lookup's)
     locate : where ids are in ``ids`` (as ``np.searchsorted(ids, x)``; a lookup's is faster)
-    when : ndarray, shape (N,), bool — whether each record's text says when (read for the
-        jobs that ask for a time only)
-    sessions : ndarray, shape (N,), int64 — a code of each record's session (>= 0)
+    when : ndarray, shape (N,), bool — whether each record's text says when (read at the
+        turns of the jobs that ask for a time only)
+    sessions : ndarray, shape (N,), int64 — a code of each record's session (>= 0; read at the
+        turns only: equal codes there mean the same session, the values themselves are not read)
     visible : ndarray, shape (V, N), bool — which records a query sees (the replay clock and
         domain gate), one row per gate of the jobs
     Q : ndarray, shape (b, dim), float32 — the query vectors
@@ -259,7 +260,7 @@ def fuse_many(
     floor : the scores kept reach it (a turn below it can only be dropped)
     top : at least this many first turns are kept (the layer relevance reads them)
     words : ndarray, shape (N,), int64 — each record's length in words (the long-turn damping
-        reads it; None: no damping)
+        reads it at the turns; None: no damping)
 
     Returns
     -------

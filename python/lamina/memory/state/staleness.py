@@ -68,6 +68,7 @@ class Staleness:
         self.values = values
         self.resolved = resolved
         self.heirs: dict[str, tuple[int, ...]] = heirs or {}
+        self._heirless = frozenset(self.heirs).isdisjoint
         # item id -> (its text, its sources, weight): an entry holds while the item keeps the
         # very text and sources objects it was computed from (a re-summarised node gets new ones)
         self.cache: dict[int, tuple[str, Sequence[str], float]] = {}
@@ -98,7 +99,8 @@ class Staleness:
         query's stale candidates (score, sources), in any order."""
         out: dict[int, float] = {}
         heirs = self.heirs
-        for s, sources in rows:
+        lone = self._heirless  # (most candidates have no source with an heir: skipped in one C call)
+        for s, sources in [x for x in rows if not lone(x[1])]:
             for src in sources:
                 for f in heirs.get(src, ()):
                     if f not in out or s > out[f]:
