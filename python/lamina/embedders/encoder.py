@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,15 @@ import numpy.typing as npt
 from .. import _core
 from .embedder import Span, SpanVectors, check_spans
 
-__all__ = ["Layer", "ModelFolder", "SentenceEncoder", "load_tokenizer", "make_layer", "make_layers"]
+__all__ = [
+    "Layer",
+    "ModelFolder",
+    "SentenceEncoder",
+    "find_model_dir",
+    "load_tokenizer",
+    "make_layer",
+    "make_layers",
+]
 
 F32 = npt.NDArray[np.float32]
 _SCORE_FLOOR = np.float32(-80.0)
@@ -149,6 +158,26 @@ class ModelFolder:
     find: Callable[[], Path | None]
     complete: Callable[[Path], bool]
     missing_help: Callable[[], str]
+
+
+def find_model_dir(*, env: str, package: str, sub: str, complete: Callable[[Path], bool]) -> Path | None:
+    """A model's folder, or ``None``: the folder ``$env`` names when set (``None`` when it is
+    not ``complete``), else the ``sub`` folder of the installed ``package`` (found without
+    importing it, so its own declared dependencies need not be installed)."""
+    named = os.environ.get(env)
+    if named:
+        d = Path(named)
+        return d if complete(d) else None
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            d = Path(loc) / sub
+            if complete(d):
+                return d
+    return None
 
 
 class SentenceEncoder(ABC):

