@@ -287,7 +287,7 @@ def run_demo(
     from ..memory import Memory
 
     convs = generate(users, sessions, turns, seed)
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", "-lock"):
         if os.path.exists(db_path + suffix):
             os.remove(db_path + suffix)
     mem = Memory(db_path, embedder=embedder)

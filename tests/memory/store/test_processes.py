@@ -333,3 +333,49 @@ def test_two_processes_read_each_others_writes_and_never_serve_an_acknowledged_d
         a.close()
         b.close()
     assert not any(SECRET in t for t in _texts(db))
+
+
+def test_lamina_writers_queue_on_the_lock_file_beside_the_database(tmp_path: Path) -> None:
+    """Every lamina write takes the writers' lock (an exclusive flock on ``<database>-lock``):
+    while another process holds it, a write waits, and past busy_timeout raises StoreBusy
+    having written nothing; once it is given back, writes go through."""
+    import fcntl
+    import os
+
+    from lamina import StoreBusy
+
+    p = tmp_path / "m.db"
+    m = Memory(p, embedder="hashing", busy_timeout=0.3)
+    m.add([{"speaker": "A", "text": "We went hiking."}], user_id="a", session_id="s", timestamp=T0)
+    lock = Path(f"{p}-lock")
+    assert lock.exists() and lock.stat().st_size == 0  # (an empty file: nothing of the data)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys\n"
+            f"fd = os.open({str(lock)!r}, os.O_RDWR)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.readline()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(StoreBusy, match="busy_timeout"):
+            m.add([{"speaker": "B", "text": "Hello."}], user_id="b", session_id="s", timestamp=T0)
+        assert m.users() == ["a"]
+    finally:
+        holder.communicate("\n", timeout=30)
+    m.add([{"speaker": "B", "text": "Hello."}], user_id="b", session_id="s", timestamp=T0)
+    assert m.users() == ["a", "b"]
+    # the lock is free between writes: another process takes it without waiting
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+    m.close()
