@@ -117,3 +117,38 @@ def test_device_is_checked_and_a_failed_open_leaves_nothing_open(tmp_path) -> No
             Memory(tmp_path / "b.db", embedder="hashing", device="cuda")
     with Memory(tmp_path / "b.db", embedder="hashing") as mem:  # the file is usable afterwards
         mem.add([{"speaker": "a", "text": "hello there"}], user_id="u", session_id="s")
+
+
+class _Words:
+    """The hashing embedder under another name, not saying that its vectors are word features."""
+
+    def __init__(self) -> None:
+        from lamina.embedders import Hashing
+
+        self._h = Hashing()
+        self.dim = self._h.dim
+        self.name = "words-under-another-name"
+
+    def embed(self, texts: list[str]):  # type: ignore[no-untyped-def]
+        return self._h.embed(texts)
+
+
+def test_lexical_weight_is_set_by_the_embedder_unless_given() -> None:
+    """lexical_weight None (the default) becomes 2 for an embedder whose vectors are word
+    features (hashing), 1 for any other; an explicit weight is kept either way."""
+    from lamina.embedders import Hashing, is_lexical
+
+    assert MemoryConfig().lexical_weight is None
+    assert is_lexical(Hashing()) and not is_lexical(_Words())
+    with Memory(None, embedder="hashing") as m:
+        assert m.config.lexical_weight == 2.0
+    with Memory(None, embedder=_Words()) as m:
+        assert m.config.lexical_weight == 1.0
+    for w in (0.0, 1.0, 3.5):
+        with Memory(None, embedder="hashing", config=MemoryConfig(lexical_weight=w)) as m:
+            assert m.config.lexical_weight == w
+    assert MemoryConfig(lexical_weight=1.5).for_embedder(lexical=True).lexical_weight == 1.5
+    with pytest.raises(InvalidInput, match="lexical_weight"):
+        MemoryConfig(lexical_weight=-1.0)
+    with pytest.raises(TypeError, match="lexical_weight"):
+        MemoryConfig(lexical_weight="2")  # type: ignore[arg-type]

@@ -243,7 +243,7 @@ def test_inspection_properties_and_repr(tmp_path: Path) -> None:
         st = m.stats()
         assert (st.users, st.sessions, st.open_sessions, st.items, st.archive_turns) == (2, 2, 2, 3, 3)
         assert st.path == str(p) and st.dim == m.embedder.dim and st.llm is None and st.llm_fallbacks == 0
-        assert st.config == dataclasses.asdict(MemoryConfig())
+        assert st.config == dataclasses.asdict(MemoryConfig().for_embedder(lexical=True))  # (hashing: lexical_weight 2)
         assert m.stats(user_id="v").items == 1 and m.stats(user_id="v").profile_drift.last == 0.0
         assert m.stats().profile_drift.last is None  # ``last`` only for one user
     assert Memory(embedder="hashing").path is None

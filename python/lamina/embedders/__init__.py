@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 
 from .cache import TextCache
-from .embedder import Embedder, SpanEmbedder, SpanVectors, check_embeddings, check_texts
+from .embedder import Embedder, SpanEmbedder, SpanVectors, check_embeddings, check_texts, is_lexical
 from .hashing import Hashing
 from .minilm import MiniLM, find_minilm_dir
 from .minilm_int8 import MiniLMInt8, find_minilm_int8_dir
@@ -37,6 +37,7 @@ __all__ = [
     "embedder_spec",
     "check_texts",
     "check_embeddings",
+    "is_lexical",
     "TextCache",
 ]
 

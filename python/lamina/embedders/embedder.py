@@ -9,7 +9,16 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Embedder", "SpanEmbedder", "SpanVectors", "Span", "check_texts", "check_embeddings", "check_spans"]
+__all__ = [
+    "Embedder",
+    "SpanEmbedder",
+    "SpanVectors",
+    "Span",
+    "check_texts",
+    "check_embeddings",
+    "check_spans",
+    "is_lexical",
+]
 
 
 @runtime_checkable
@@ -30,6 +39,10 @@ class Embedder(Protocol):
 
     Thread safety: implementations must allow concurrent ``embed`` calls (lamina embeds outside
     its own lock).
+
+    Optional: ``lexical`` (bool, True) on an embedder whose vectors are word features, carrying
+    nothing of meaning beyond the words (the hashing embedder): the memory then weighs its
+    lexical (BM25) ranking higher (``MemoryConfig.lexical_weight``; :func:`is_lexical`).
     """
 
     @property
@@ -140,3 +153,9 @@ def check_embeddings(x: object, n: int, dim: int, who: str) -> npt.NDArray[np.fl
                 f"{who}.embed must return unit-norm rows (got norms in [{norms.min():.3g}, {norms.max():.3g}])"
             )
     return x
+
+
+def is_lexical(embedder: object) -> bool:
+    """Whether an embedder says its vectors are word features (its ``lexical`` attribute is
+    True: :class:`~lamina.embedders.Hashing`, and the wrappers of one that pass it on)."""
+    return getattr(embedder, "lexical", False) is True

@@ -31,6 +31,9 @@ class Hashing:
         Character n-gram range (1 <= min <= max <= 8).
     """
 
+    #: its vectors are word features (see :func:`lamina.embedders.embedder.is_lexical`)
+    lexical = True
+
     def __init__(self, dim: int = 384, ngram_min: int = 3, ngram_max: int = 4) -> None:
         for nm, v in (("dim", dim), ("ngram_min", ngram_min), ("ngram_max", ngram_max)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..embedders import Embedder, SpanEmbedder, SpanVectors
+from ..embedders import Embedder, SpanEmbedder, SpanVectors, is_lexical
 from ..embedders.embedder import Span, check_spans
 from ..memory import Memory, MemoryConfig
 from ..memory.types import Context, ContextOrder, MemoryItem, format_time
@@ -160,6 +160,10 @@ class CachedEmbedder:
     @property
     def name(self) -> str:
         return str(self.inner.name)
+
+    @property
+    def lexical(self) -> bool:
+        return is_lexical(self.inner)
 
     @staticmethod
     def _key(text: str) -> bytes:
@@ -466,6 +470,7 @@ LAMINA_VARIANTS: dict[str, dict[str, Any]] = {
     "lamina -retention": {"profile_lambda": 0.0},  # λ = 0 (eq. 9-10 off)
     "lamina -time": {"time_channel": False},  # no time-bearing ranking for "when" questions
     "lamina -session": {"session_prior": 0.0},  # turns ranked on their own, not by their session too
+    "lamina lex1": {"lexical_weight": 1.0},  # the BM25 term weighed as the dense one, whatever the embedder
     "lamina -sentences": {"turn_vectors": "text"},  # a turn embedded as its text alone
     "lamina late": {"turn_vectors": "late"},  # sentence vectors pooled from one pass over the turn
     "lamina parts": {"turn_vectors": "parts"},  # the sentences' vectors alone, no whole-turn text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 from ..errors import InvalidInput
@@ -19,6 +19,8 @@ Synchronous = Literal["NORMAL", "FULL"]
 VectorDType = Literal["float32", "float16"]
 #: How a turn is embedded (:mod:`lamina.memory.state.turnvec`).
 TurnVectors = Literal["sentences", "late", "parts", "text"]
+#: ``MemoryConfig.lexical_weight`` of a memory whose embedder's vectors are word features.
+LEXICAL_EMBEDDER_WEIGHT = 2.0
 #: The active layers, in the order the read path visits them.
 ACTIVE_LAYERS = ("working", "episodic", "semantic")
 
@@ -80,9 +82,12 @@ class MemoryConfig:
     "when ...", "what year ..."), the candidate turns that say when something happened
     (:func:`lamina.text.timeref.mentions_time`) are a third ranking in that fusion, in cosine order;
     ``lexical_weight``: the weight of the lexical (BM25) ranking's term in that fusion (the
-    dense one has 1); 1 by default: on the LoCoMo development split 2 gained with the hashing
-    embedder (+1.3 points at 1,024 tokens) and lost with MiniLM (−1.2), whose dense ranking is
-    the stronger one;
+    dense one has 1); ``None`` (default): set by the embedder when the memory opens — 2 for an
+    embedder whose vectors are word features (``lexical = True``: the hashing embedder, whose
+    dense ranking is a second, weaker lexical one), 1 for a semantic one (MiniLM, MPNet). On
+    the development splits, hashing, 1 → 2: LoCoMo +3.0 / +1.2 points at 256 / 1,024 tokens,
+    LongMemEval +1.3 / +0.8 at 1,024 / 4,096; with MiniLM 2 lost 1.2 points on LoCoMo at 1,024
+    (docs/evaluation/locomo.md);
     ``long_turn_words`` and ``long_turn_damping``: a turn longer than ``long_turn_words`` words
     (its rendered line) has its dense term in the fusion divided by its length in
     ``long_turn_words``, at most by ``long_turn_damping`` (0 words: off) — a long turn's vector
@@ -195,7 +200,7 @@ class MemoryConfig:
     time_channel: bool = True
     session_prior: float = 1.0
     rrf_k: int = 20
-    lexical_weight: float = 1.0
+    lexical_weight: float | None = None
     long_turn_words: int = 100
     long_turn_damping: float = 3.0
     fill_past_floor: bool = True
@@ -211,6 +216,14 @@ class MemoryConfig:
     note_links: int = 5
     link_threshold: float = 0.5
     duplicate_threshold: float = 0.95
+
+    def for_embedder(self, *, lexical: bool) -> MemoryConfig:
+        """This configuration with what depends on the embedder set: ``lexical_weight`` left
+        ``None`` becomes :data:`LEXICAL_EMBEDDER_WEIGHT` for an embedder whose vectors are word
+        features (``lexical``), 1 otherwise; an explicit weight is kept."""
+        if self.lexical_weight is not None:
+            return self
+        return replace(self, lexical_weight=LEXICAL_EMBEDDER_WEIGHT if lexical else 1.0)
 
     def __post_init__(self) -> None:
         ints = (
@@ -251,7 +264,7 @@ class MemoryConfig:
                 "oversample",
                 "vector_dtype",
                 "turn_vectors",
-            ) or (f.name in ("max_entropy", "pgvector_threshold") and v is None):
+            ) or (f.name in ("max_entropy", "pgvector_threshold", "lexical_weight") and v is None):
                 continue
             if f.name in ("lexical", "time_channel", "notes", "lend_capacity", "fill_past_floor"):
                 if not isinstance(v, bool):
@@ -285,7 +298,7 @@ class MemoryConfig:
             "session_prior",
             "lexical_weight",
         ):
-            if getattr(self, nm) < 0:
+            if getattr(self, nm) is not None and getattr(self, nm) < 0:
                 raise InvalidInput(f"MemoryConfig.{nm} must be >= 0, got {getattr(self, nm)}")
         if isinstance(self.long_turn_words, bool) or not isinstance(self.long_turn_words, int):
             raise TypeError(f"MemoryConfig.long_turn_words must be an int, got {type(self.long_turn_words).__name__}")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ..embedders import Embedder, SpanEmbedder, TextCache, check_embeddings, get_embedder
+from ..embedders import Embedder, SpanEmbedder, TextCache, check_embeddings, get_embedder, is_lexical
 from ..errors import InvalidInput, LaminaError, NotFoundError
 from ..llm.extract import ExtractiveSummarizer, FactExtractor, RuleFactExtractor, Summarizer
 from ..llm.openai_chat import LLM, LLMFactExtractor, LLMSummarizer
@@ -176,6 +176,8 @@ class Memory(Reading, Inspection, UserTransfers, ServiceRecords, Bulk, Closing):
         except BaseException:
             self._store.close()
             raise
+        config = config.for_embedder(lexical=is_lexical(self._embedder))
+        self.config = config
         # every text the loop embeds (turns, summary sentences, summaries, facts, queries) once
         self._embed = TextCache(self._embed_new, self._dim, _EMBED_CACHE_TEXTS)
         self._lock = threading.RLock()

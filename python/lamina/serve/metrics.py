@@ -28,7 +28,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..embedders import Embedder
+from ..embedders import Embedder, is_lexical
 from .tenancy import SEP
 
 __all__ = ["ServeMetrics", "TimedEmbedder", "MetricsMiddleware", "TenantCollector"]
@@ -93,6 +93,10 @@ class TimedEmbedder:
     @property
     def name(self) -> str:
         return str(self._inner.name)
+
+    @property
+    def lexical(self) -> bool:
+        return is_lexical(self._inner)
 
     def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
         t0 = time.perf_counter()

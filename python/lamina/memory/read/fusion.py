@@ -328,7 +328,9 @@ def fuse_many(
         # queries), so its dense term is divided by its length in long_turn_words (at most by
         # long_turn_damping); BM25 normalises length itself
         fused[dense] /= np.clip(words[at[dense]] / float(config.long_turn_words), 1.0, config.long_turn_damping)
-    fused[lex_at] += float(config.lexical_weight) / (kk + 1 + segment_ranks(l_q, B))
+    # (a configuration not yet set by an embedder, MemoryConfig.for_embedder: the weight 1)
+    w_lex = 1.0 if config.lexical_weight is None else float(config.lexical_weight)
+    fused[lex_at] += w_lex / (kk + 1 + segment_ranks(l_q, B))
     asks = np.fromiter((j.when for j in jobs), dtype=bool, count=B)
     if config.time_channel and asks.any():
         tl = by_cos[asks[q_of[by_cos]] & when[at[by_cos]]]
