@@ -379,3 +379,49 @@ def test_lamina_writers_queue_on_the_lock_file_beside_the_database(tmp_path: Pat
     finally:
         os.close(fd)
     m.close()
+
+
+def test_a_child_forked_during_a_write_does_not_keep_the_writers_lock(tmp_path: Path) -> None:
+    """A flock is inherited by a fork()ed child (SQLite's own locks are not): a child forked
+    while a write holds the writers' lock closes its copy, so the lock is free once the
+    parent's write ends, while the child lives on."""
+    import fcntl
+    import os
+    import signal
+    import warnings
+
+    from lamina.llm.extract import ExtractiveSummarizer
+
+    children: list[int] = []
+
+    class Forking(ExtractiveSummarizer):
+        def summarize(self, turns, max_words=60):  # type: ignore[no-untyped-def]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # (fork of a threaded process)
+                pid = os.fork()
+            if pid == 0:  # the child: outlive the parent's write, then leave without cleanup
+                import time
+
+                time.sleep(30)
+                os._exit(0)
+            children.append(pid)
+            return super().summarize(turns, max_words)
+
+    p = tmp_path / "m.db"
+    m = Memory(p, embedder="hashing", summarizer=Forking())
+    m.add([{"speaker": "A", "text": "We went hiking in the hills."}], user_id="a", session_id="s", timestamp=T0)
+    try:
+        m.end_session(user_id="a", session_id="s")  # (the summariser runs inside the write)
+        assert children, "the summariser was not called inside end_session"
+        fd = os.open(f"{p}-lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if the child kept it
+        finally:
+            os.close(fd)
+        m.add([{"speaker": "B", "text": "Hello."}], user_id="b", session_id="s", timestamp=T0)
+        assert m.users() == ["a", "b"]
+    finally:
+        for pid in children:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        m.close()

@@ -27,7 +27,9 @@ waited up to a second (add p99 at 64 clients 0.8-1.2 s with two workers, 0.28 s 
 docs/benchmarks/serving.md). A process blocked in ``flock`` is woken when the lock is given
 back. The lock is advisory and only orders lamina's writers: any other writer (the ``sqlite3``
 shell, an older lamina) is still kept out by SQLite's lock, as before; where the lock file
-cannot be opened (a read-only folder) writes go by SQLite's lock alone.
+cannot be opened (a read-only folder) writes go by SQLite's lock alone. A ``fork()``ed child
+closes the lock descriptors it inherited (a flock, unlike SQLite's locks, would otherwise stay
+held by the child).
 
 Durability: WAL with ``synchronous=NORMAL`` survives a killed process (kill -9) for every
 committed transaction; ``synchronous="FULL"`` (``MemoryConfig.synchronous``) also survives power
@@ -102,6 +104,27 @@ CREATE INDEX IF NOT EXISTS revisions_item ON revisions(item_id);
 """
 
 
+#: The descriptors of the writers' lock file this process has open (held or waited on). A
+#: child of ``fork()`` would inherit them, and an inherited descriptor holds the parent's flock
+#: for the child's lifetime (SQLite's own locks are not inherited): the child closes them first.
+_LOCK_FDS: set[int] = set()
+
+
+def _close_lock_fds_in_child() -> None:
+    for fd in tuple(_LOCK_FDS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_close_lock_fds_in_child)
+
+
+def _close_lock_fd(fd: int) -> None:
+    _LOCK_FDS.discard(fd)
+    os.close(fd)
+
+
 class _WriterLock:
     """The exclusive ``flock(2)`` of one database's lamina writers, across processes (see the
     module's "Writers in line"). Each :meth:`take` opens the lock file afresh, so a lock is one
@@ -119,13 +142,14 @@ class _WriterLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError:
             return None
+        _LOCK_FDS.add(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return fd
         except BlockingIOError:
             pass
         except OSError:
-            os.close(fd)
+            _close_lock_fd(fd)
             return None
         # flock(2) has no timeout: a helper thread blocks in it; given up on, it closes the
         # descriptor as soon as its lock comes (or at once, if it failed)
@@ -140,7 +164,7 @@ class _WriterLock:
                 state["failed"] = True
             with guard:
                 if state["abandoned"]:
-                    os.close(fd)
+                    _close_lock_fd(fd)
                     return
                 got.set()
 
@@ -157,7 +181,7 @@ class _WriterLock:
         if not got.is_set():
             raise TimeoutError(f"{self.path}: held by another writer for over {timeout:g} s")
         if state["failed"]:
-            os.close(fd)
+            _close_lock_fd(fd)
             return None
         return fd
 
@@ -165,7 +189,7 @@ class _WriterLock:
     def give(fd: int | None) -> None:
         """Let go of a lock :meth:`take` returned (closing its descriptor releases it)."""
         if fd is not None:
-            os.close(fd)
+            _close_lock_fd(fd)
 
 
 class SQLiteStore(SQLStore, SQLiteNotes):
