@@ -23,7 +23,7 @@ beside the database) before ``BEGIN IMMEDIATE`` and gives it back after ``COMMIT
 ``ROLLBACK``. SQLite's own wait for its write lock polls, sleeping up to 100 ms between tries,
 so under a steady stream of writes from two processes (``lamina serve --workers 2``) the
 process that has just committed takes the lock again before a sleeping one wakes: a write
-waited up to a second (add p99 at 64 clients 0.8-1.2 s with two workers, 0.28 s with one;
+waited up to a second (add p99 at 64 clients 0.5-1.2 s with two workers, 0.28 s with one;
 docs/benchmarks/serving.md). A process blocked in ``flock`` is woken when the lock is given
 back. The lock is advisory and only orders lamina's writers: any other writer (the ``sqlite3``
 shell, an older lamina) is still kept out by SQLite's lock, as before; where the lock file
