@@ -474,6 +474,7 @@ LAMINA_VARIANTS: dict[str, dict[str, Any]] = {
     "lamina -sentences": {"turn_vectors": "text"},  # a turn embedded as its text alone
     "lamina late": {"turn_vectors": "late"},  # sentence vectors pooled from one pass over the turn
     "lamina parts": {"turn_vectors": "parts"},  # the sentences' vectors alone, no whole-turn text
+    "lamina -per-token": {"fill_item_tokens": 0},  # the fill in score order, whatever an item's length
     "lamina -stale": {"stale_penalty": 0.0},  # superseded facts' turns not demoted
     "lamina +lend": {"lend_capacity": True},  # the capacity pools lend each other their unused room
 }

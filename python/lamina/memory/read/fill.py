@@ -27,7 +27,16 @@ from ..state.records import (
 )
 from ..types import arrange
 
-__all__ = ["gate", "gate_rows", "fill", "take", "working_tokens", "item_tokens", "lost_in_the_middle"]
+__all__ = [
+    "gate",
+    "gate_rows",
+    "fill",
+    "take",
+    "length_factor",
+    "working_tokens",
+    "item_tokens",
+    "lost_in_the_middle",
+]
 
 Scored = list[tuple[float, Record]]
 
@@ -69,7 +78,8 @@ def fill(
     """Fill the budget: working memory first (at most its γ share, bounded by
     ``working_share``), then every layer's candidates in one order of gate-weighted score
     s·(γ_L/γ_max)^(1/β) = s·exp(r_L − r_max) (the gate as a prior over layers, so the budget
-    follows item scores rather than fixed shares); aggregates (summaries, notes, profiles) only
+    follows item scores rather than fixed shares), a long candidate's times its
+    :func:`length_factor` (value per token: the fill order only, scores unchanged); aggregates (summaries, notes, profiles) only
     fill what the specific items (turns, facts) above the floor leave; with
     ``config.fill_floor`` > 0 the pool keeps only the candidates whose gate-weighted score reaches
     that share of the best one (working memory's first fill is not floored). ``demoted``: items the
@@ -91,17 +101,20 @@ def fill(
     # favours long, general texts) while holding none of the raw turns the answer needs.
     # Ties: the named person's first (not demoted), then the older. (The key is a total order,
     # so the pool's input order does not matter.)
-    pool: list[tuple[bool, float, bool, int, int, float, Record]] = []
-    for L in gates:
-        p = prior[L]
-        for s, r in per_layer.get(L, ()):
-            pool.append((r.kind in GENERAL_KINDS, -(s * p), r.id in demoted, r.seq, len(pool), s, r))
+    weighted = [(s * prior[L], s, r) for L in gates for s, r in per_layer.get(L, ())]
     floor = st.config.fill_floor
-    if floor > 0 and pool:
-        best = -min(x[1] for x in pool)  # the best gate-weighted score
+    if floor > 0 and weighted:
+        best = max(x[0] for x in weighted)  # the best gate-weighted score
         if best > 0:
             cut = floor * best
-            pool = [x for x in pool if -x[1] >= cut]
+            weighted = [x for x in weighted if x[0] >= cut]
+    cfg = st.config
+    per_token = cfg.fill_item_tokens > 0 and cfg.fill_length_power > 0
+    pool: list[tuple[bool, float, bool, int, int, float, Record]] = []
+    for g, s, r in weighted:
+        if per_token and g > 0:
+            g *= length_factor(item_tokens(st, r)[0], cfg)
+        pool.append((r.kind in GENERAL_KINDS, -g, r.id in demoted, r.seq, len(pool), s, r))
     pool.sort()  # (the position: a record in two layers, e.g. working and archive, never compares records)
     scores = [s for s, _ in work]
     recs = [r for _, r in work]
@@ -113,6 +126,18 @@ def fill(
         st, recs, budget, n_working=len(work), working=working_tokens(gates, budget, st.config), reasons=reasons
     )
     return [(scores[j], recs[j]) for j in at], used
+
+
+def length_factor(tokens: int, config: MemoryConfig) -> float:
+    """What a candidate's gate-weighted score is multiplied by in the fill order:
+    (``config.fill_item_tokens`` / ``tokens``) ** ``config.fill_length_power`` for an item longer
+    than ``fill_item_tokens`` tokens, else 1 (and 1 when either setting is 0). A 512-token
+    answer at the defaults (128, 0.5) enters the fill at half its score: it spends the budget of
+    several short items, so it goes first only when it is that much more relevant."""
+    cap, power = config.fill_item_tokens, config.fill_length_power
+    if cap <= 0 or power <= 0 or tokens <= cap:
+        return 1.0
+    return float((cap / tokens) ** power)
 
 
 def working_tokens(gates: Mapping[str, float], budget: int, config: MemoryConfig) -> int:

@@ -19,7 +19,7 @@ from ..state.memstate import MemoryState, UserState
 from ..state.records import GENERAL_KINDS, Record, TokenCount, norm_key, text_key
 from ..state.staleness import Staleness
 from .candidates import Candidates, Found, Lookup, Scored, scope
-from .fill import item_tokens
+from .fill import item_tokens, length_factor
 from .fusion import FusedMany, segment_ranks, sort_within
 
 __all__ = ["rank_many", "Ranked", "Pools"]
@@ -397,26 +397,31 @@ class Ranked:
             bq = best[f.q[e]]
             e = e[~(bq > 0) | (gw >= floor * bq)]
         q = np.concatenate([f.q[w], f.q[e]])
-        # sort keys: (query, section: working 0 / pool 1, aggregate), then the negated score, then
-        # (demoted, seq), then position (the pool's order of equal keys, as fill's list)
-        group = q * 4 + np.concatenate([np.zeros(len(w), dtype=np.int64), 2 + f.general[e].astype(np.int64)])
         both = np.concatenate([w, e])
-        neg = np.concatenate([-f.score[w], -(f.score[e] * prior[f.q[e] * nL + f.layer[e]])])
+        sizes = np.empty(N, dtype=object)  # (asked once per record)
+        keys = np.full(N, None, dtype=object)
+        tokens = np.zeros(N, dtype=np.int64)
+        factor = np.ones(N)  # the fill's value per token (length_factor), per record
+        rl: list[Record] = f.lookup.recs.tolist()
+        for p in np.unique(f.pos[both]).tolist():
+            r = rl[p]
+            sizes[p] = size = item_tokens(st, r)
+            tokens[p] = size[0]
+            factor[p] = length_factor(size[0], st.config)
+            if r.kind == "turn":
+                keys[p] = text_key(r)
+        # sort keys: (query, section: working 0 / pool 1, aggregate), then the negated score (the
+        # pool's gate-weighted, times its value per token where positive), then (demoted, seq),
+        # then position (the pool's order of equal keys, as fill's list)
+        group = q * 4 + np.concatenate([np.zeros(len(w), dtype=np.int64), 2 + f.general[e].astype(np.int64)])
+        gw = f.score[e] * prior[f.q[e] * nL + f.layer[e]]
+        gw = np.where(gw > 0, gw * factor[f.pos[e]], gw)
+        neg = np.concatenate([-f.score[w], -gw])
         key = f.q[both] * N + f.pos[both]
         seq = self._seq(f.lookup)[f.pos[both]]
         tie = np.where(f.demoted[key], np.int64(1) << 62, np.int64(0)) + seq
         order = both[sort_within(group, neg, tie, 4 * B)] if len(both) else both
         at = f.pos[order]
-        sizes = np.empty(N, dtype=object)  # (asked once per record)
-        keys = np.full(N, None, dtype=object)
-        tokens = np.zeros(N, dtype=np.int64)
-        rl: list[Record] = f.lookup.recs.tolist()
-        for p in np.unique(at).tolist():
-            r = rl[p]
-            sizes[p] = size = item_tokens(st, r)
-            tokens[p] = size[0]
-            if r.kind == "turn":
-                keys[p] = text_key(r)
         # the fewest tokens from each candidate on within its query: a running minimum from the
         # end, each query's tokens raised above those of the queries before it
         q_at = f.q[order]
