@@ -79,10 +79,11 @@ def fill(
     ``working_share``), then every layer's candidates in one order of gate-weighted score
     s·(γ_L/γ_max)^(1/β) = s·exp(r_L − r_max) (the gate as a prior over layers, so the budget
     follows item scores rather than fixed shares), a long candidate's times its
-    :func:`length_factor` (value per token: the fill order only, scores unchanged); aggregates (summaries, notes, profiles) only
-    fill what the specific items (turns, facts) above the floor leave; with
-    ``config.fill_floor`` > 0 the pool keeps only the candidates whose gate-weighted score reaches
-    that share of the best one (working memory's first fill is not floored). ``demoted``: items the
+    :func:`length_factor` (value per token: the fill order only, scores unchanged); aggregates
+    (summaries, notes, profiles) only fill what the specific items (turns, facts) above the
+    floor leave; with ``config.fill_floor`` > 0 the pool keeps only the candidates whose
+    gate-weighted score (before the length factor) reaches that share of the best one (working
+    memory's first fill is not floored). ``demoted``: items the
     speaker scope ranks lower — on equal scores they come after the others (so that of two
     identical statements the named person's is the one kept).
 

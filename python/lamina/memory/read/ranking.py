@@ -374,7 +374,8 @@ class Ranked:
         """The fill order of the gated queries' candidates, all sorted at once: for query ``i``
         with ``gates[i] = (γ per layer, β)``, working memory's candidates best first (ties: not
         demoted, then the older), then every candidate by (aggregate last, gate-weighted score
-        s·(γ_L/γ_max)^(1/β) best first, not demoted first, older first, list position) — the
+        s·(γ_L/γ_max)^(1/β) times its :func:`~lamina.memory.read.fill.length_factor` where
+        positive best first, not demoted first, older first, list position) — the
         order :func:`lamina.memory.read.fill.fill` builds for that query alone, with the same float
         operations. Queries without gates get no candidates."""
         f = self._flat
