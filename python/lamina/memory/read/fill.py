@@ -110,13 +110,11 @@ def fill(
             cut = floor * best
             weighted = [x for x in weighted if x[0] >= cut]
     cfg = st.config
-    cap = cfg.fill_item_tokens if cfg.fill_length_power > 0 else 0  # (value per token; 0: off)
+    per_token = cfg.fill_item_tokens > 0 and cfg.fill_length_power > 0  # (value per token)
     pool: list[tuple[bool, float, bool, int, int, float, Record]] = []
     for g, s, r in weighted:
-        if cap and g > 0:
-            n = (turn_tokens(r) if r.kind == "turn" else item_tokens(st, r))[0]
-            if n > cap:
-                g *= length_factor(n, cfg)
+        if per_token and g > 0:
+            g *= length_factor(item_tokens(st, r)[0], cfg)
         pool.append((r.kind in GENERAL_KINDS, -g, r.id in demoted, r.seq, len(pool), s, r))
     pool.sort()  # (the position: a record in two layers, e.g. working and archive, never compares records)
     scores = [s for s, _ in work]
